@@ -1,0 +1,51 @@
+# Entry points. `make demo` and `make test` set everything up on a fresh machine (see README).
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: deps build test test-unit test-sanitizers test-tsan test-asan fuzz bench demo clean
+
+deps:
+	@bash scripts/install-deps.sh
+
+build: deps
+	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j $(JOBS)
+
+# The full suite: build, CTest, then the agent and emulation again under TSan and ASan+UBSan.
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	$(MAKE) test-sanitizers
+	$(MAKE) fuzz
+
+test-unit: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-sanitizers: test-tsan test-asan
+
+test-tsan: deps
+	cmake -S . -B build-tsan -DFR_SANITIZE=thread -DFR_AGENT_ONLY=ON -DCMAKE_BUILD_TYPE=Debug
+	cmake --build build-tsan -j $(JOBS)
+	cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure -L agent -j $(JOBS)
+
+test-asan: deps
+	cmake -S . -B build-asan -DFR_SANITIZE=address -DFR_AGENT_ONLY=ON -DCMAKE_BUILD_TYPE=Debug
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1" ctest --output-on-failure -L agent -j $(JOBS)
+
+# libFuzzer targets, each run briefly on its seed corpus.
+fuzz: deps
+	@if [ -f tests/fuzz/CMakeLists.txt ]; then \
+	  CC=clang CXX=clang++ cmake -S . -B build-fuzz -DFR_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug && \
+	  cmake --build build-fuzz -j $(JOBS) --target fr_fuzz_all && \
+	  bash tests/fuzz/run.sh build-fuzz; \
+	else echo "no fuzz targets"; fi
+
+bench: build
+	bash tests/bench/run.sh $(BUILD)
+
+demo: build
+	bash examples/demo/run.sh $(BUILD)
+
+clean:
+	rm -rf build build-tsan build-asan build-fuzz

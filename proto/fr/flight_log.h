@@ -1,0 +1,394 @@
+/*
+ * The flight-log format: the one file layout shared by the agent (the writer), the node daemon,
+ * snapshots, dump sets and the analyzer (the readers).
+ *
+ * A flight log is a single file (by default in /dev/shm) made of three parts at fixed offsets:
+ *
+ *   [fr_log_header][fr_comm_entry x comm_capacity][fr_record x ring_capacity]
+ *
+ * There is exactly one writer per file (one process); readers live in other processes and never
+ * trust the writer. Every record and every communicator entry is guarded by a sequence lock: the
+ * writer makes the lock odd, writes, and makes it even again, so a reader that sees the same even
+ * value before and after copying has a whole, untorn copy. Single-word live fields (progress
+ * counters, states) are plain atomic words outside any lock. The GPU stream writes two of those
+ * words per communicator itself (gpu_started, gpu_completed) through cuStreamWriteValue64 into the
+ * host-registered mapping.
+ *
+ * A snapshot (dump file) is the same layout with FR_LOG_F_SNAPSHOT set, all locks even and the
+ * per-record GPU state resolved, so one reader serves live logs and dumps alike.
+ *
+ * Byte order is the writer's (little-endian on every platform NCCL runs on). The layout is C so
+ * that the agent needs no C++ runtime; everything here is fixed-size and trivially copyable.
+ *
+ * Compatibility rule: a reader accepts every version up to its own FR_LOG_VERSION. Newer versions
+ * only append fields (the *_size fields in the header say how much each structure holds), so a
+ * reader copies min(stored size, its own size) and zero-fills the rest. A log whose version is
+ * newer than the reader's is refused with a clear error, never guessed at.
+ */
+#ifndef FR_FLIGHT_LOG_H_
+#define FR_FLIGHT_LOG_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FR_LOG_MAGIC 0x314F4C5448474C46ull /* "FLGHTLO1" read as little-endian bytes */
+#define FR_LOG_VERSION 1u
+#define FR_LOG_FILE_SUFFIX ".frlog"
+
+#define FR_DEFAULT_RING_CAPACITY 2048u
+#define FR_DEFAULT_COMM_CAPACITY 256u
+#define FR_MAX_RING_CAPACITY (1u << 22)
+#define FR_MAX_COMM_CAPACITY 65536u
+
+#define FR_NAME_LEN 64
+
+/* ---------------------------------------------------------------------------------------------
+ * Enumerations. Each comes from one X-macro list so that names and numbers cannot drift between
+ * the writer and the readers. Numbers are part of the format: append only, never renumber.
+ * ------------------------------------------------------------------------------------------- */
+
+/* X(ENUM_SUFFIX, value, "name", kind) where kind is COLL, P2P or API. */
+#define FR_OP_LIST(X)                                                 \
+  X(NONE, 0, "none", API)                                             \
+  X(ALLREDUCE, 1, "AllReduce", COLL)                                  \
+  X(BROADCAST, 2, "Broadcast", COLL)                                  \
+  X(BCAST, 3, "Bcast", COLL)                                          \
+  X(REDUCE, 4, "Reduce", COLL)                                        \
+  X(ALLGATHER, 5, "AllGather", COLL)                                  \
+  X(REDUCESCATTER, 6, "ReduceScatter", COLL)                          \
+  X(ALLTOALL, 7, "AlltoAll", COLL)                                    \
+  X(GATHER, 8, "Gather", COLL)                                        \
+  X(SCATTER, 9, "Scatter", COLL)                                      \
+  X(SEND, 10, "Send", P2P)                                            \
+  X(RECV, 11, "Recv", P2P)                                            \
+  X(GET_UNIQUE_ID, 32, "GetUniqueId", API)                            \
+  X(COMM_INIT_RANK, 33, "CommInitRank", API)                          \
+  X(COMM_INIT_RANK_CONFIG, 34, "CommInitRankConfig", API)             \
+  X(COMM_INIT_ALL, 35, "CommInitAll", API)                            \
+  X(COMM_INIT_RANK_SCALABLE, 36, "CommInitRankScalable", API)         \
+  X(COMM_SPLIT, 37, "CommSplit", API)                                 \
+  X(COMM_SHRINK, 38, "CommShrink", API)                               \
+  X(COMM_GROW, 39, "CommGrow", API)                                   \
+  X(COMM_FINALIZE, 40, "CommFinalize", API)                           \
+  X(COMM_DESTROY, 41, "CommDestroy", API)                             \
+  X(COMM_ABORT, 42, "CommAbort", API)                                 \
+  X(COMM_REVOKE, 43, "CommRevoke", API)                               \
+  X(COMM_SUSPEND, 44, "CommSuspend", API)                             \
+  X(COMM_RESUME, 45, "CommResume", API)                               \
+  X(COMM_GET_UNIQUE_ID, 46, "CommGetUniqueId", API)                   \
+  X(GROUP_START, 47, "GroupStart", API)                               \
+  X(GROUP_END, 48, "GroupEnd", API)                                   \
+  X(GROUP_SIMULATE_END, 49, "GroupSimulateEnd", API)                  \
+  X(COMM_REGISTER, 50, "CommRegister", API)                           \
+  X(COMM_DEREGISTER, 51, "CommDeregister", API)                       \
+  X(COMM_WINDOW_REGISTER, 52, "CommWindowRegister", API)              \
+  X(COMM_WINDOW_DEREGISTER, 53, "CommWindowDeregister", API)          \
+  X(MEM_ALLOC, 54, "MemAlloc", API)                                   \
+  X(MEM_FREE, 55, "MemFree", API)                                     \
+  X(REDOP_CREATE_PREMULSUM, 56, "RedOpCreatePreMulSum", API)          \
+  X(REDOP_DESTROY, 57, "RedOpDestroy", API)                           \
+  X(COMM_GET_ASYNC_ERROR, 58, "CommGetAsyncError", API)
+
+typedef enum fr_op {
+#define FR_X_OP_ENUM(e, v, s, k) FR_OP_##e = v,
+  FR_OP_LIST(FR_X_OP_ENUM)
+#undef FR_X_OP_ENUM
+} fr_op;
+
+/* How a communicator came to be. */
+#define FR_ORIGIN_LIST(X)                        \
+  X(UNKNOWN, 0, "unknown")                       \
+  X(INIT_RANK, 1, "init_rank")                   \
+  X(INIT_RANK_CONFIG, 2, "init_rank_config")     \
+  X(INIT_ALL, 3, "init_all")                     \
+  X(INIT_RANK_SCALABLE, 4, "init_rank_scalable") \
+  X(SPLIT, 5, "split")                           \
+  X(SHRINK, 6, "shrink")                         \
+  X(GROW, 7, "grow")
+
+typedef enum fr_comm_origin {
+#define FR_X_ORIGIN_ENUM(e, v, s) FR_ORIGIN_##e = v,
+  FR_ORIGIN_LIST(FR_X_ORIGIN_ENUM)
+#undef FR_X_ORIGIN_ENUM
+} fr_comm_origin;
+
+#define FR_COMM_STATE_LIST(X)     \
+  X(INITIALIZING, 0, "initializing") \
+  X(LIVE, 1, "live")              \
+  X(FINALIZED, 2, "finalized")    \
+  X(DESTROYED, 3, "destroyed")    \
+  X(ABORTED, 4, "aborted")        \
+  X(REVOKED, 5, "revoked")        \
+  X(SUSPENDED, 6, "suspended")    \
+  X(FAILED, 7, "failed")
+
+typedef enum fr_comm_state {
+#define FR_X_STATE_ENUM(e, v, s) FR_COMM_##e = v,
+  FR_COMM_STATE_LIST(FR_X_STATE_ENUM)
+#undef FR_X_STATE_ENUM
+} fr_comm_state;
+
+/* Per-record GPU state, as stored in a record and as resolved by readers. */
+#define FR_GPU_STATE_LIST(X)        \
+  X(NONE, 0, "none")                \
+  X(ENQUEUED, 1, "enqueued")        \
+  X(STARTED, 2, "started")          \
+  X(COMPLETED, 3, "completed")
+
+typedef enum fr_gpu_state {
+#define FR_X_GPU_ENUM(e, v, s) FR_GPU_##e = v,
+  FR_GPU_STATE_LIST(FR_X_GPU_ENUM)
+#undef FR_X_GPU_ENUM
+} fr_gpu_state;
+
+/* fr_log_header.flags */
+#define FR_LOG_F_SNAPSHOT 0x1u          /* a frozen copy (dump file), not a live log */
+#define FR_LOG_F_GPU_MARKERS 0x2u       /* progress written by the stream (cuStreamWriteValue64) */
+#define FR_LOG_F_GPU_EVENTS 0x4u        /* progress from events polled by the agent's thread */
+#define FR_LOG_F_NO_GPU_TRACKING 0x8u   /* neither was available: GPU state is unknown */
+#define FR_LOG_F_RANK_FROM_COMM 0x10u   /* global_rank/world_size learned from a communicator */
+#define FR_LOG_F_DISABLED 0x20u         /* the writer stopped recording after an internal error */
+
+/* fr_comm_entry.flags */
+#define FR_COMM_F_NONBLOCKING 0x1u
+#define FR_COMM_F_ID_FROM_UNIQUE_ID 0x2u
+#define FR_COMM_F_ID_DERIVED 0x4u       /* split/shrink/grow: from (parent, counter, color/list) */
+
+/* fr_record.flags */
+#define FR_REC_F_IN_GROUP 0x1u          /* issued between GroupStart and GroupEnd */
+#define FR_REC_F_CAPTURED 0x2u          /* captured into a CUDA graph: never counted in flight */
+#define FR_REC_F_NONBLOCKING 0x4u       /* on a nonblocking communicator */
+#define FR_REC_F_NEVER_LAUNCHED 0x8u    /* its group ended with GroupSimulateEnd, or the call failed */
+#define FR_REC_F_LAUNCHED 0x10u         /* the op was handed to the GPU (its group ended) */
+#define FR_REC_F_IN_CALL 0x20u          /* the host call has not returned yet */
+#define FR_REC_F_GPU_UNTRACKED 0x40u    /* no marker or event could be placed for it */
+
+#define FR_RESULT_PENDING (-1)          /* fr_record.result while the host call is running */
+
+/* ---------------------------------------------------------------------------------------------
+ * On-disk structures.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct fr_log_header {
+  uint64_t magic;           /*   0 FR_LOG_MAGIC */
+  uint32_t version;         /*   8 FR_LOG_VERSION of the writer */
+  uint32_t header_size;     /*  12 sizeof(fr_log_header) of the writer */
+  uint32_t comm_size;       /*  16 sizeof(fr_comm_entry) of the writer */
+  uint32_t record_size;     /*  20 sizeof(fr_record) of the writer */
+  uint32_t comm_capacity;   /*  24 entries in the communicator table */
+  uint32_t ring_capacity;   /*  28 records in the ring */
+  uint64_t comm_offset;     /*  32 byte offset of the communicator table */
+  uint64_t ring_offset;     /*  40 byte offset of the ring */
+  uint64_t file_size;       /*  48 total bytes */
+  uint64_t create_ns;       /*  56 CLOCK_REALTIME when the log was made */
+  uint64_t create_mono_ns;  /*  64 CLOCK_MONOTONIC at the same moment */
+  int32_t pid;              /*  72 writer's pid (in its own pid namespace) */
+  int32_t global_rank;      /*  76 -1 until known (atomic: may be learned later) */
+  int32_t world_size;       /*  80 -1 until known (atomic) */
+  int32_t local_rank;       /*  84 -1 when unknown */
+  uint32_t flags;           /*  88 FR_LOG_F_* (atomic) */
+  int32_t nccl_version;     /*  92 ncclGetVersion of the loaded library, 0 until known */
+  uint64_t record_counter;  /*  96 records ever written = id of the next record (atomic) */
+  uint64_t overwritten;     /* 104 records lost to ring wrap-around (atomic) */
+  uint32_t comm_count;      /* 112 communicator entries in use (atomic) */
+  uint32_t comm_dropped;    /* 116 communicators that did not fit in the table (atomic) */
+  uint64_t heartbeat_ns;    /* 120 CLOCK_REALTIME of the writer's last record (atomic) */
+  uint64_t snapshot_ns;     /* 128 snapshots: when the copy was taken; 0 in live logs */
+  int32_t writer_alive;     /* 136 snapshots: 1/0 whether the writer lived then; -1 live log */
+  uint32_t torn_skipped;    /* 140 snapshots: records refused as torn or stale while copying */
+  char job_id[FR_NAME_LEN];   /* 144 FR_JOB_ID, TORCHELASTIC_RUN_ID or SLURM_JOB_ID */
+  char hostname[FR_NAME_LEN]; /* 208 */
+  char exe[FR_NAME_LEN];      /* 272 program name (basename of /proc/self/exe) */
+  uint8_t reserved[176];      /* 336 zero */
+} fr_log_header;              /* 512 */
+
+typedef struct fr_comm_entry {
+  /* Fixed fields, written once under `lock` when the communicator is registered. */
+  uint64_t lock;            /*   0 sequence lock over bytes 8..143 */
+  uint64_t id;              /*   8 communicator id (DESIGN.md "Identity") */
+  uint64_t parent_id;       /*  16 0 when made by an init call */
+  uint64_t handle;          /*  24 the ncclComm_t value in the writer process */
+  uint64_t create_ns;       /*  32 CLOCK_REALTIME of the creating call */
+  int64_t color;            /*  40 split color; shrink: hash of the exclusion list; else 0 */
+  int32_t key;              /*  48 split key, else 0 */
+  int32_t size;             /*  52 ranks in the communicator, -1 until known */
+  int32_t rank;             /*  56 this process's rank in it, -1 until known */
+  int32_t cuda_dev;         /*  60 CUDA device, -1 until known */
+  uint32_t origin;          /*  64 fr_comm_origin */
+  uint32_t flags;           /*  68 FR_COMM_F_* */
+  uint64_t derive_index;    /*  72 split/shrink/grow: the parent's per-kind call counter */
+  char name[FR_NAME_LEN];   /*  80 commName from the config, if any */
+  /* Live fields: each one atomic word, written outside the lock. */
+  uint32_t state;           /* 144 fr_comm_state */
+  int32_t async_error;      /* 148 last async error the application was told of */
+  uint64_t coll_seq;        /* 152 last collective sequence number issued (1-based) */
+  uint64_t p2p_seq;         /* 160 last point-to-point sequence number issued (1-based) */
+  uint64_t op_index;        /* 168 last op index handed to the GPU (1-based, both kinds) */
+  uint64_t last_call_ns;    /* 176 CLOCK_REALTIME of the last call on this communicator */
+  uint64_t reserved1;       /* 184 */
+  /* Written by the GPU stream (or by the agent's event thread): own cache line. */
+  uint64_t gpu_started;     /* 192 highest op index the stream has reached */
+  uint64_t gpu_completed;   /* 200 highest op index the stream has finished */
+  uint8_t reserved[48];     /* 208 zero */
+} fr_comm_entry;            /* 256 */
+
+typedef struct fr_record {
+  uint64_t lock;            /*   0 sequence lock: 0 never written, odd while written */
+  uint64_t id;              /*   8 record id: 0-based, per log, slot = id % ring_capacity */
+  uint64_t comm_id;         /*  16 communicator the call is on (the new one for init calls) */
+  uint64_t seq;             /*  24 collective or p2p sequence number on comm_id; 0 for API calls */
+  uint64_t op_index;        /*  32 per-communicator GPU op index; 0 when not tracked */
+  uint64_t count;           /*  40 element count (send count for AllGather) */
+  uint64_t stream;          /*  48 cudaStream_t */
+  uint64_t group_id;        /*  56 0 outside groups; the same for every op of one group */
+  uint64_t call_ns;         /*  64 CLOCK_REALTIME at entry */
+  uint64_t duration_ns;     /*  72 host time spent in the call */
+  uint64_t sendbuff;        /*  80 */
+  uint64_t recvbuff;        /*  88 */
+  uint32_t tid;             /*  96 calling thread (gettid) */
+  uint16_t op;              /* 100 fr_op */
+  uint8_t dtype;            /* 102 ncclDataType_t */
+  uint8_t gpu_state;        /* 103 fr_gpu_state as last stored; readers resolve it further */
+  int32_t redop;            /* 104 ncclRedOp_t; -1 when none */
+  int32_t peer;             /* 108 root or peer rank in comm_id; -1 when none */
+  int32_t result;           /* 112 ncclResult_t, FR_RESULT_PENDING while in the call */
+  uint32_t flags;           /* 116 FR_REC_F_* */
+  uint64_t aux;             /* 120 split/shrink/grow: the new communicator's id; else 0 */
+} fr_record;                /* 128 */
+
+#ifdef __cplusplus
+#define FR_STATIC_ASSERT(c, m) static_assert(c, m)
+#else
+#define FR_STATIC_ASSERT(c, m) _Static_assert(c, m)
+#endif
+FR_STATIC_ASSERT(sizeof(fr_log_header) == 512, "fr_log_header is 512 bytes");
+FR_STATIC_ASSERT(offsetof(fr_log_header, record_counter) == 96, "header layout");
+FR_STATIC_ASSERT(offsetof(fr_log_header, job_id) == 144, "header layout");
+FR_STATIC_ASSERT(sizeof(fr_comm_entry) == 256, "fr_comm_entry is 256 bytes");
+FR_STATIC_ASSERT(offsetof(fr_comm_entry, state) == 144, "comm layout");
+FR_STATIC_ASSERT(offsetof(fr_comm_entry, gpu_started) == 192, "comm layout");
+FR_STATIC_ASSERT(sizeof(fr_record) == 128, "fr_record is 128 bytes");
+FR_STATIC_ASSERT(offsetof(fr_record, tid) == 96, "record layout");
+FR_STATIC_ASSERT(offsetof(fr_record, aux) == 120, "record layout");
+
+/* Byte offsets and size of a log with the given capacities (current version). */
+static inline uint64_t fr_log_comm_offset(void) { return sizeof(fr_log_header); }
+static inline uint64_t fr_log_ring_offset(uint32_t comm_capacity) {
+  return sizeof(fr_log_header) + (uint64_t)comm_capacity * sizeof(fr_comm_entry);
+}
+static inline uint64_t fr_log_file_size(uint32_t comm_capacity, uint32_t ring_capacity) {
+  return fr_log_ring_offset(comm_capacity) + (uint64_t)ring_capacity * sizeof(fr_record);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Sequence-lock primitives. Writer and readers both use these, so the protocol lives in one place.
+ * Payload words are moved with relaxed atomic accesses (no data race in the C11/C++ model, and
+ * clean under ThreadSanitizer); the lock word orders them.
+ * ------------------------------------------------------------------------------------------- */
+
+static inline uint64_t fr_atomic_load64(const uint64_t* p) {
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+static inline void fr_atomic_store64(uint64_t* p, uint64_t v) {
+  __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+static inline uint32_t fr_atomic_load32(const uint32_t* p) {
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+static inline void fr_atomic_store32(uint32_t* p, uint32_t v) {
+  __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+
+/* Writer: take the lock of an entry. Fails (returns 0) when another thread of the writer holds it;
+ * the caller then skips or retries. On success *before holds the even value the lock had. */
+static inline int fr_seq_try_begin(uint64_t* lock, uint64_t* before) {
+  uint64_t v = __atomic_load_n(lock, __ATOMIC_RELAXED);
+  if (v & 1u) return 0;
+  if (!__atomic_compare_exchange_n(lock, &v, v + 1u, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+    return 0;
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  *before = v;
+  return 1;
+}
+
+/* Writer: release the lock taken by fr_seq_try_begin; the entry is valid again. */
+static inline void fr_seq_end(uint64_t* lock, uint64_t before) {
+  __atomic_store_n(lock, before + 2u, __ATOMIC_RELEASE);
+}
+
+/* Copies `words` 64-bit words with relaxed atomic accesses (the payload of a locked entry). */
+static inline void fr_copy_words_out(uint64_t* dst, const uint64_t* src, size_t words) {
+  for (size_t i = 0; i < words; ++i) dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+}
+static inline void fr_copy_words_in(uint64_t* dst, const uint64_t* src, size_t words) {
+  for (size_t i = 0; i < words; ++i) __atomic_store_n(&dst[i], src[i], __ATOMIC_RELAXED);
+}
+
+/* Writer: publish a whole record into its ring slot (lock word excluded from `rec`). Returns 0 if
+ * the slot was busy with another thread's write; the caller counts the record as lost. */
+static inline int fr_record_publish(fr_record* slot, const fr_record* rec) {
+  uint64_t before;
+  if (!fr_seq_try_begin(&slot->lock, &before)) return 0;
+  fr_copy_words_in((uint64_t*)slot + 1, (const uint64_t*)rec + 1, sizeof(fr_record) / 8 - 1);
+  fr_seq_end(&slot->lock, before);
+  return 1;
+}
+
+/* Reader: copy a record out of a slot. Returns 1 for a whole, published copy; 0 when the slot was
+ * never written, was being written, or changed while it was copied (torn). */
+static inline int fr_record_read(const fr_record* slot, fr_record* out) {
+  uint64_t l1 = __atomic_load_n(&slot->lock, __ATOMIC_ACQUIRE);
+  if (l1 == 0 || (l1 & 1u)) return 0;
+  fr_copy_words_out((uint64_t*)out + 1, (const uint64_t*)slot + 1, sizeof(fr_record) / 8 - 1);
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  uint64_t l2 = __atomic_load_n(&slot->lock, __ATOMIC_RELAXED);
+  if (l1 != l2) return 0;
+  out->lock = l1;
+  return 1;
+}
+
+/* The fixed part of a communicator entry (bytes 8..143) has the same protocol. */
+#define FR_COMM_FIXED_WORDS ((offsetof(fr_comm_entry, state) - 8) / 8)
+
+static inline int fr_comm_publish_fixed(fr_comm_entry* slot, const fr_comm_entry* c) {
+  uint64_t before;
+  if (!fr_seq_try_begin(&slot->lock, &before)) return 0;
+  fr_copy_words_in((uint64_t*)slot + 1, (const uint64_t*)c + 1, FR_COMM_FIXED_WORDS);
+  fr_seq_end(&slot->lock, before);
+  return 1;
+}
+
+/* Reader: the fixed part under the lock, then the live words one by one. */
+static inline int fr_comm_read(const fr_comm_entry* slot, fr_comm_entry* out) {
+  uint64_t l1 = __atomic_load_n(&slot->lock, __ATOMIC_ACQUIRE);
+  if (l1 == 0 || (l1 & 1u)) return 0;
+  fr_copy_words_out((uint64_t*)out + 1, (const uint64_t*)slot + 1, FR_COMM_FIXED_WORDS);
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  uint64_t l2 = __atomic_load_n(&slot->lock, __ATOMIC_RELAXED);
+  if (l1 != l2) return 0;
+  out->lock = l1;
+  size_t live = (sizeof(fr_comm_entry) - offsetof(fr_comm_entry, state)) / 8;
+  fr_copy_words_out((uint64_t*)&out->state, (const uint64_t*)&slot->state, live);
+  return 1;
+}
+
+/* The GPU state a reader should report for a launched record, from its communicator's counters. */
+static inline fr_gpu_state fr_resolve_gpu_state(const fr_record* r, uint64_t gpu_started,
+                                                uint64_t gpu_completed) {
+  fr_gpu_state s = (fr_gpu_state)r->gpu_state;
+  if (r->op_index != 0) {
+    if (gpu_completed >= r->op_index) return FR_GPU_COMPLETED;
+    if (gpu_started >= r->op_index && s < FR_GPU_STARTED) return FR_GPU_STARTED;
+  }
+  return s;
+}
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* FR_FLIGHT_LOG_H_ */
