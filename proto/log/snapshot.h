@@ -53,10 +53,26 @@ struct ManifestNode {
   int64_t clock_offset_ns = 0;
   bool has_offset = false;
 };
+// Written atomically (temp file + rename). expected_ranks < 0 leaves it out.
 bool write_manifest(const std::string& out_dir, const std::string& job_id, uint64_t time_ns,
                     const std::vector<SnapshotProcess>& processes,
                     const std::vector<SnapshotSkip>& skipped,
                     const std::vector<ManifestNode>& nodes, const std::string& source,
-                    std::string* error);
+                    int expected_ranks, std::string* error);
+
+// A dump set's manifest.json, parsed and validated (docs/dump-set.md). Unknown fields are ignored;
+// a missing or malformed required field is an error naming it.
+struct Manifest {
+  std::string schema;
+  std::string job_id;
+  std::string source;
+  uint64_t time_ns = 0;
+  int expected_ranks = -1;                 // -1 when the manifest does not say
+  std::vector<ManifestNode> nodes;
+  std::vector<SnapshotProcess> processes;
+  std::vector<SnapshotSkip> skipped;
+};
+bool parse_manifest(const std::string& text, Manifest* out, std::string* error);
+bool read_manifest(const std::string& dump_set_dir, Manifest* out, std::string* error);
 
 }  // namespace fr::log
