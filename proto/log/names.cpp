@@ -1,0 +1,100 @@
+// Names of the format's enumerations, generated from the X-macro lists of flight_log.h so the
+// strings readers print can never drift from the numbers writers store.
+#include <cstdio>
+
+#include "log/reader.h"
+
+namespace fr::log {
+
+namespace {
+
+// Renders an unknown value into a per-thread buffer, so callers always get a printable name.
+const char* unknown(const char* what, long long v) {
+  thread_local char buf[40];
+  std::snprintf(buf, sizeof buf, "%s(%lld)", what, v);
+  return buf;
+}
+
+enum class OpKind { kNone, kColl, kP2p, kApi };
+constexpr OpKind kKindCOLL = OpKind::kColl;
+constexpr OpKind kKindP2P = OpKind::kP2p;
+constexpr OpKind kKindAPI = OpKind::kApi;
+
+OpKind op_kind(uint16_t op) {
+  switch (op) {
+#define FR_X(e, v, s, k) \
+  case v:                \
+    return kKind##k;
+    FR_OP_LIST(FR_X)
+#undef FR_X
+  }
+  return OpKind::kNone;
+}
+
+}  // namespace
+
+const char* op_name(uint16_t op) {
+  switch (op) {
+#define FR_X(e, v, s, k) \
+  case v:                \
+    return s;
+    FR_OP_LIST(FR_X)
+#undef FR_X
+  }
+  return unknown("op", op);
+}
+
+bool op_is_collective(uint16_t op) { return op_kind(op) == OpKind::kColl; }
+bool op_is_p2p(uint16_t op) { return op_kind(op) == OpKind::kP2p; }
+
+const char* origin_name(uint32_t origin) {
+  switch (origin) {
+#define FR_X(e, v, s) \
+  case v:             \
+    return s;
+    FR_ORIGIN_LIST(FR_X)
+#undef FR_X
+  }
+  return unknown("origin", origin);
+}
+
+const char* comm_state_name(uint32_t state) {
+  switch (state) {
+#define FR_X(e, v, s) \
+  case v:             \
+    return s;
+    FR_COMM_STATE_LIST(FR_X)
+#undef FR_X
+  }
+  return unknown("state", state);
+}
+
+const char* gpu_state_name(uint32_t state) {
+  switch (state) {
+#define FR_X(e, v, s) \
+  case v:             \
+    return s;
+    FR_GPU_STATE_LIST(FR_X)
+#undef FR_X
+  }
+  return unknown("gpu", state);
+}
+
+// ncclDataType_t values (nccl.h); kept as numbers so the reader needs no CUDA headers.
+const char* dtype_name(int dtype) {
+  static const char* const kNames[] = {"int8",    "uint8",   "int32",   "uint32",
+                                       "int64",   "uint64",  "float16", "float32",
+                                       "float64", "bfloat16", "float8e4m3", "float8e5m2"};
+  if (dtype >= 0 && dtype < static_cast<int>(sizeof kNames / sizeof kNames[0])) return kNames[dtype];
+  return unknown("dtype", dtype);
+}
+
+// ncclRedOp_t: five built-in values; larger ones are user ops made by ncclRedOpCreatePreMulSum.
+const char* redop_name(int redop) {
+  static const char* const kNames[] = {"sum", "prod", "max", "min", "avg"};
+  if (redop < 0) return "none";
+  if (redop < 5) return kNames[redop];
+  return unknown("premulsum", redop);
+}
+
+}  // namespace fr::log

@@ -1,0 +1,360 @@
+// Snapshots of a directory of flight logs into a dump set, and the dump set's manifest.json.
+// A log that cannot be read is named in `skipped` and the others are still taken; every file is
+// written to a temporary name and renamed, so a full disk never leaves a half dump behind.
+#include "log/snapshot.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <type_traits>
+
+#include "log/reader.h"
+
+namespace fr::log {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr size_t kMaxManifestBytes = 256u << 20;
+
+uint64_t realtime_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+std::string iso_time(uint64_t ns) {
+  time_t secs = static_cast<time_t>(ns / 1000000000ull);
+  tm t{};
+  gmtime_r(&secs, &t);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03uZ", t.tm_year + 1900,
+                t.tm_mon + 1, t.tm_mday, t.tm_hour, t.tm_min, t.tm_sec,
+                unsigned((ns / 1000000ull) % 1000));
+  return buf;
+}
+
+std::string this_host() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0 || !buf[0]) return "localhost";
+  return buf;
+}
+
+// File-name-safe form of a name that came from a log (hostile writers can put anything there).
+std::string safe_name(const std::string& s) {
+  std::string out;
+  for (char c : s.substr(0, 64))
+    out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
+  if (out.empty() || out == "." || out == "..") out = "unknown";
+  return out;
+}
+
+bool mkdir_p(const std::string& dir, std::string* error) {
+  std::string cur;
+  std::stringstream ss(dir);
+  std::string part;
+  if (!dir.empty() && dir[0] == '/') cur = "/";
+  while (std::getline(ss, part, '/')) {
+    if (part.empty()) continue;
+    cur += part + "/";
+    if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) {
+      *error = "cannot create " + cur + ": " + std::strerror(errno);
+      return false;
+    }
+  }
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    *error = dir + " is not a directory";
+    return false;
+  }
+  return true;
+}
+
+// Writes `data` to `path` through a temporary file and a rename.
+bool write_atomic(const std::string& path, const std::string& data, std::string* error) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    *error = "cannot create " + tmp + ": " + std::strerror(errno);
+    return false;
+  }
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t n = ::write(fd, data.data() + off, data.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      *error = "cannot write " + path + ": " + std::strerror(n < 0 ? errno : ENOSPC);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return false;
+    }
+    off += size_t(n);
+  }
+  if (::close(fd) != 0) {
+    *error = "cannot write " + path + ": " + std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    *error = "cannot rename into " + path + ": " + std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// A manifest's file entry must stay inside the dump set.
+bool safe_relative_path(const std::string& p) {
+  if (p.empty() || p[0] == '/' || p.size() > 4096) return false;
+  std::stringstream ss(p);
+  std::string part;
+  while (std::getline(ss, part, '/'))
+    if (part.empty() || part == "." || part == "..") return false;
+  return p.find('\0') == std::string::npos;
+}
+
+}  // namespace
+
+SnapshotResult snapshot_dir(const SnapshotOptions& opts) {
+  SnapshotResult res;
+  res.time_ns = realtime_ns();
+  if (!mkdir_p(opts.out_dir, &res.error)) return res;
+
+  DIR* d = ::opendir(opts.log_dir.c_str());
+  if (!d) {
+    res.error = "cannot read log directory " + opts.log_dir + ": " + std::strerror(errno);
+    return res;
+  }
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d))
+    if (ends_with(e->d_name, FR_LOG_FILE_SUFFIX)) names.push_back(e->d_name);
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+
+  std::set<std::string> used;
+  std::string job_id = opts.job_id;
+  for (const std::string& name : names) {
+    std::string path = opts.log_dir + "/" + name;
+    ReadResult rr = read_log(path);
+    if (!rr.ok()) {
+      res.skipped.push_back({path, rr.message});
+      continue;
+    }
+    LogFile& log = *rr.log;
+    if (!opts.job_id.empty() && log.job_id() != opts.job_id) continue;
+    if (job_id.empty()) job_id = log.job_id();
+
+    std::string host = opts.host.empty() ? log.hostname() : opts.host;
+    if (host.empty()) host = this_host();
+    // The dump names the host the caller says it is on, so a dump set stays self-consistent.
+    std::memset(log.header.hostname, 0, FR_NAME_LEN);
+    std::memcpy(log.header.hostname, host.data(), std::min<size_t>(host.size(), FR_NAME_LEN - 1));
+
+    int rank = log.header.global_rank;
+    std::string base = opts.file_prefix + "rank" + (rank >= 0 ? std::to_string(rank) : "unknown") +
+                       "." + safe_name(host) + "." + std::to_string(log.header.pid);
+    std::string file = base + FR_LOG_FILE_SUFFIX;
+    for (int n = 1; used.count(file); ++n) file = base + "." + std::to_string(n) + FR_LOG_FILE_SUFFIX;
+
+    std::string error;
+    if (!write_atomic(opts.out_dir + "/" + file, encode_snapshot(log, res.time_ns), &error)) {
+      res.skipped.push_back({path, error});
+      continue;
+    }
+    used.insert(file);
+
+    SnapshotProcess p;
+    p.rank = rank;
+    p.world_size = log.header.world_size;
+    p.pid = log.header.pid;
+    p.host = host;
+    p.job_id = log.job_id();
+    p.file = file;
+    p.source = path;
+    p.alive = log.writer_alive;
+    p.records = log.records.size();
+    p.overwritten = log.header.overwritten;
+    p.torn = log.torn;
+    res.processes.push_back(std::move(p));
+  }
+
+  if (opts.write_manifest) {
+    std::vector<ManifestNode> nodes;
+    std::set<std::string> hosts;
+    for (const auto& p : res.processes)
+      if (hosts.insert(p.host).second) nodes.push_back({p.host, 0, false});
+    if (!write_manifest(opts.out_dir, job_id, res.time_ns, res.processes, res.skipped, nodes,
+                        "frd snapshot", -1, &res.error))
+      return res;
+  }
+  return res;
+}
+
+bool write_manifest(const std::string& out_dir, const std::string& job_id, uint64_t time_ns,
+                    const std::vector<SnapshotProcess>& processes,
+                    const std::vector<SnapshotSkip>& skipped,
+                    const std::vector<ManifestNode>& nodes, const std::string& source,
+                    int expected_ranks, std::string* error) {
+  json m;
+  m["schema"] = "fr-dumpset/1";
+  m["job_id"] = job_id;
+  m["source"] = source;
+  m["time_ns"] = time_ns;
+  m["time"] = iso_time(time_ns);
+  if (expected_ranks >= 0) m["expected_ranks"] = expected_ranks;
+  json jn = json::array();
+  for (const auto& n : nodes) {
+    json e = {{"host", n.host}};
+    if (n.has_offset) e["clock_offset_ns"] = n.clock_offset_ns;
+    jn.push_back(e);
+  }
+  m["nodes"] = jn;
+  json jp = json::array();
+  for (const auto& p : processes)
+    jp.push_back({{"rank", p.rank}, {"world_size", p.world_size}, {"pid", p.pid},
+                  {"host", p.host}, {"job_id", p.job_id}, {"file", p.file},
+                  {"source", p.source}, {"alive", p.alive}, {"records", p.records},
+                  {"overwritten", p.overwritten}, {"torn", p.torn}});
+  m["processes"] = jp;
+  json js = json::array();
+  for (const auto& s : skipped) js.push_back({{"file", s.file}, {"error", s.error}});
+  m["skipped"] = js;
+  // Names from logs may hold invalid UTF-8: replace rather than throw.
+  return write_atomic(out_dir + "/manifest.json",
+                      m.dump(2, ' ', false, json::error_handler_t::replace) + "\n", error);
+}
+
+bool parse_manifest(const std::string& text, Manifest* out, std::string* error) {
+  json m = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (m.is_discarded()) {
+    *error = "manifest.json is not valid JSON";
+    return false;
+  }
+  if (!m.is_object()) {
+    *error = "manifest.json is not a JSON object";
+    return false;
+  }
+  auto str = [&](const json& o, const char* k, std::string* dst) {
+    auto it = o.find(k);
+    if (it != o.end() && it->is_string()) *dst = it->get<std::string>();
+  };
+  Manifest r;
+  str(m, "schema", &r.schema);
+  if (r.schema != "fr-dumpset/1") {
+    *error = "manifest.json: unknown schema \"" + r.schema.substr(0, 64) + "\" (expected fr-dumpset/1)";
+    return false;
+  }
+  str(m, "job_id", &r.job_id);
+  str(m, "source", &r.source);
+  if (auto it = m.find("time_ns"); it != m.end() && it->is_number_unsigned()) r.time_ns = it->get<uint64_t>();
+  if (auto it = m.find("expected_ranks"); it != m.end() && it->is_number_integer()) {
+    int64_t v = it->get<int64_t>();
+    if (v >= 0 && v <= (1 << 24)) r.expected_ranks = int(v);
+  }
+  if (auto it = m.find("nodes"); it != m.end() && it->is_array()) {
+    for (const auto& n : *it) {
+      if (!n.is_object()) continue;
+      ManifestNode node;
+      str(n, "host", &node.host);
+      if (auto o = n.find("clock_offset_ns"); o != n.end() && o->is_number_integer()) {
+        node.clock_offset_ns = o->get<int64_t>();
+        node.has_offset = true;
+      }
+      r.nodes.push_back(node);
+    }
+  }
+  auto procs = m.find("processes");
+  if (procs == m.end() || !procs->is_array()) {
+    *error = "manifest.json: missing \"processes\" array";
+    return false;
+  }
+  size_t index = 0;
+  for (const auto& p : *procs) {
+    if (!p.is_object()) {
+      *error = "manifest.json: processes[" + std::to_string(index) + "] is not an object";
+      return false;
+    }
+    SnapshotProcess sp;
+    str(p, "file", &sp.file);
+    if (!safe_relative_path(sp.file)) {
+      *error = "manifest.json: processes[" + std::to_string(index) +
+               "].file is missing or leaves the dump set";
+      return false;
+    }
+    auto num = [&](const char* k, auto* dst) {
+      auto it = p.find(k);
+      if (it != p.end() && it->is_number_integer()) {
+        int64_t v = it->get<int64_t>();
+        if (v >= -1 && v <= INT32_MAX) *dst = static_cast<std::remove_pointer_t<decltype(dst)>>(v);
+      }
+    };
+    num("rank", &sp.rank);
+    num("world_size", &sp.world_size);
+    num("pid", &sp.pid);
+    str(p, "host", &sp.host);
+    str(p, "job_id", &sp.job_id);
+    str(p, "source", &sp.source);
+    if (auto it = p.find("alive"); it != p.end() && it->is_boolean()) sp.alive = it->get<bool>();
+    auto u64 = [&](const char* k, uint64_t* dst) {
+      auto it = p.find(k);
+      if (it != p.end() && it->is_number_unsigned()) *dst = it->get<uint64_t>();
+    };
+    u64("records", &sp.records);
+    u64("overwritten", &sp.overwritten);
+    u64("torn", &sp.torn);
+    r.processes.push_back(std::move(sp));
+    ++index;
+  }
+  if (auto it = m.find("skipped"); it != m.end() && it->is_array()) {
+    for (const auto& s : *it) {
+      if (!s.is_object()) continue;
+      SnapshotSkip sk;
+      str(s, "file", &sk.file);
+      str(s, "error", &sk.error);
+      r.skipped.push_back(std::move(sk));
+    }
+  }
+  *out = std::move(r);
+  return true;
+}
+
+bool read_manifest(const std::string& dump_set_dir, Manifest* out, std::string* error) {
+  std::string path = dump_set_dir + "/manifest.json";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *error = path + ": cannot open: " + std::strerror(errno);
+    return false;
+  }
+  std::string text;
+  char buf[65536];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    text.append(buf, size_t(in.gcount()));
+    if (text.size() > kMaxManifestBytes) {
+      *error = path + ": larger than " + std::to_string(kMaxManifestBytes >> 20) + " MiB";
+      return false;
+    }
+  }
+  if (!parse_manifest(text, out, error)) {
+    *error = dump_set_dir + "/" + *error;  // parse errors start with "manifest.json"
+    return false;
+  }
+  return true;
+}
+
+}  // namespace fr::log
