@@ -1,0 +1,143 @@
+// A minimal flight-log writer for tests: makes a log file with the format's own primitives, so
+// reader tests do not depend on the agent. Records carry values derived from their id, which lets
+// a test recognise any torn copy.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+
+#include "fr/flight_log.h"
+
+namespace fr::test {
+
+struct TestLog {
+  std::string path;
+  int fd = -1;
+  uint8_t* base = nullptr;
+  size_t size = 0;
+
+  fr_log_header* header() { return reinterpret_cast<fr_log_header*>(base); }
+  fr_comm_entry* comm(uint32_t i) {
+    return reinterpret_cast<fr_comm_entry*>(base + header()->comm_offset) + i;
+  }
+  fr_record* slot(uint64_t id) {
+    return reinterpret_cast<fr_record*>(base + header()->ring_offset) + id % header()->ring_capacity;
+  }
+
+  // Creates the file; lock=true takes the writer's advisory lock as the agent does.
+  bool create(const std::string& p, uint32_t comms, uint32_t ring, int rank, bool lock = false) {
+    path = p;
+    size = fr_log_file_size(comms, ring);
+    fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0 || ::ftruncate(fd, off_t(size)) != 0) return false;
+    void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) return false;
+    base = static_cast<uint8_t*>(m);
+    fr_log_header* h = header();
+    h->magic = FR_LOG_MAGIC;
+    h->version = FR_LOG_VERSION;
+    h->header_size = sizeof(fr_log_header);
+    h->comm_size = sizeof(fr_comm_entry);
+    h->record_size = sizeof(fr_record);
+    h->comm_capacity = comms;
+    h->ring_capacity = ring;
+    h->comm_offset = fr_log_comm_offset();
+    h->ring_offset = fr_log_ring_offset(comms);
+    h->file_size = size;
+    h->pid = ::getpid();
+    h->global_rank = rank;
+    h->world_size = 8;
+    h->local_rank = -1;
+    h->writer_alive = -1;
+    std::strcpy(h->job_id, "job-test");
+    std::strcpy(h->hostname, "hostA");
+    if (lock) {
+      struct flock fl {};
+      fl.l_type = F_WRLCK;
+      fl.l_whence = SEEK_SET;
+      fl.l_len = 1;
+      if (fcntl(fd, F_SETLK, &fl) != 0) return false;
+    }
+    return true;
+  }
+
+  void add_comm(uint32_t i, uint64_t id, int size, int rank, uint64_t started, uint64_t completed) {
+    fr_comm_entry c{};
+    c.id = id;
+    c.size = size;
+    c.rank = rank;
+    c.cuda_dev = rank;
+    c.origin = FR_ORIGIN_INIT_RANK;
+    std::strcpy(c.name, "world");
+    fr_comm_publish_fixed(comm(i), &c);
+    comm(i)->state = FR_COMM_LIVE;
+    comm(i)->gpu_started = started;
+    comm(i)->gpu_completed = completed;
+    header()->comm_count = i + 1;
+  }
+
+  static fr_record make(uint64_t id, uint64_t comm_id) {
+    fr_record r{};
+    r.id = id;
+    r.comm_id = comm_id;
+    r.seq = id + 1;
+    r.op_index = id + 1;
+    r.count = id * 3 + 7;
+    r.stream = 0x1000 + id;
+    r.call_ns = 1'000'000'000ull + id * 1000;
+    r.duration_ns = id * 5;
+    r.sendbuff = ~id;
+    r.recvbuff = id ^ 0x5555;
+    r.tid = uint32_t(id * 7);
+    r.op = FR_OP_ALLREDUCE;
+    r.dtype = 7;
+    r.gpu_state = FR_GPU_ENQUEUED;
+    r.redop = 0;
+    r.peer = -1;
+    r.result = 0;
+    r.flags = FR_REC_F_LAUNCHED;
+    r.aux = id * id;
+    return r;
+  }
+
+  // Whether every field of r is what make(r.id, comm) gives: a torn copy would mix two ids.
+  static bool consistent(const fr_record& r, uint64_t comm_id) {
+    fr_record want = make(r.id, comm_id);
+    fr_record got = r;
+    got.lock = want.lock = 0;
+    got.gpu_state = want.gpu_state;
+    return std::memcmp(&got, &want, sizeof got) == 0;
+  }
+
+  void append(uint64_t comm_id) {
+    uint64_t id = __atomic_fetch_add(&header()->record_counter, 0, __ATOMIC_RELAXED);
+    fr_record r = make(id, comm_id);
+    fr_record_publish(slot(id), &r);
+    if (id >= header()->ring_capacity) __atomic_fetch_add(&header()->overwritten, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&header()->record_counter, id + 1, __ATOMIC_RELEASE);
+  }
+
+  void close() {
+    if (base) ::munmap(base, size);
+    if (fd >= 0) ::close(fd);
+    base = nullptr;
+    fd = -1;
+  }
+  ~TestLog() { close(); }
+};
+
+// A fresh temporary directory, removed with its files at the end of the test.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/fr-test-XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
+};
+
+}  // namespace fr::test
