@@ -1,0 +1,299 @@
+// Parsing and validation of the job shape and the fault specifications (see job.h).
+#include "job.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <sstream>
+
+namespace fr::simjob {
+
+namespace {
+
+constexpr int kMaxWorld = 1024;
+
+// Strict decimal integer: the whole string, no sign games, in range.
+bool parse_int(const std::string& s, int64_t lo, int64_t hi, int64_t* out) {
+  if (s.empty() || s.size() > 19) return false;
+  for (char c : s)
+    if (c < '0' || c > '9') return false;
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0' || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+bool needs_comm(FaultKind k) {
+  switch (k) {
+    case FaultKind::kSkip:
+    case FaultKind::kGpuStall:
+    case FaultKind::kMismatchCount:
+    case FaultKind::kMismatchDtype:
+    case FaultKind::kMismatchOp:
+    case FaultKind::kMismatchRoot:
+    case FaultKind::kP2pSkip:
+      return true;
+    default:
+      return false;
+  }
+}
+
+CommKind default_comm(FaultKind k) {
+  switch (k) {
+    case FaultKind::kMismatchRoot: return CommKind::kWorld;
+    case FaultKind::kP2pSkip: return CommKind::kPp;
+    default: return CommKind::kDp;
+  }
+}
+
+int comm_size(const Shape& s, CommKind c) {
+  switch (c) {
+    case CommKind::kWorld: return s.world();
+    case CommKind::kTp: return s.tp;
+    case CommKind::kPp: return s.pp;
+    case CommKind::kDp: return s.dp();
+  }
+  return 0;
+}
+
+}  // namespace
+
+const char* comm_kind_name(CommKind c) {
+  switch (c) {
+    case CommKind::kWorld: return "world";
+    case CommKind::kTp: return "tp";
+    case CommKind::kPp: return "pp";
+    case CommKind::kDp: return "dp";
+  }
+  return "?";
+}
+
+std::optional<CommKind> parse_comm_kind(const std::string& s) {
+  if (s == "world") return CommKind::kWorld;
+  if (s == "tp") return CommKind::kTp;
+  if (s == "pp") return CommKind::kPp;
+  if (s == "dp") return CommKind::kDp;
+  return std::nullopt;
+}
+
+const char* fault_kind_name(FaultKind k) {
+  switch (k) {
+#define FR_SIMJOB_X_NAME(e, s) \
+  case FaultKind::e:           \
+    return s;
+    FR_SIMJOB_FAULT_LIST(FR_SIMJOB_X_NAME)
+#undef FR_SIMJOB_X_NAME
+  }
+  return "?";
+}
+
+std::optional<FaultKind> parse_fault_kind(const std::string& s) {
+#define FR_SIMJOB_X_PARSE(e, n) \
+  if (s == n) return FaultKind::e;
+  FR_SIMJOB_FAULT_LIST(FR_SIMJOB_X_PARSE)
+#undef FR_SIMJOB_X_PARSE
+  return std::nullopt;
+}
+
+std::string fault_kind_list() {
+  std::string out;
+#define FR_SIMJOB_X_LIST(e, s) out += std::string(out.empty() ? "" : ", ") + s;
+  FR_SIMJOB_FAULT_LIST(FR_SIMJOB_X_LIST)
+#undef FR_SIMJOB_X_LIST
+  return out;
+}
+
+std::string Fault::to_spec() const {
+  std::ostringstream o;
+  o << "rank=" << rank << ",step=" << step << ",kind=" << fault_kind_name(kind);
+  if (needs_comm(kind)) o << ",comm=" << comm_kind_name(comm);
+  if (ms >= 0) o << ",ms=" << ms;
+  return o.str();
+}
+
+bool parse_fault(const std::string& text, Fault* out, std::string* error) {
+  Fault f;
+  bool have_rank = false, have_step = false, have_kind = false;
+  std::vector<std::string> seen;
+  std::stringstream ss(text);
+  std::string item;
+  if (text.empty()) {
+    *error = "empty fault spec (expected rank=R,step=S,kind=K[,comm=C][,ms=M])";
+    return false;
+  }
+  while (std::getline(ss, item, ',')) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      *error = "fault spec '" + text + "': '" + item + "' is not key=value";
+      return false;
+    }
+    std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+      *error = "fault spec '" + text + "': " + key + " given twice";
+      return false;
+    }
+    seen.push_back(key);
+    int64_t v = 0;
+    if (key == "rank") {
+      if (!parse_int(value, 0, INT_MAX, &v)) {
+        *error = "fault spec '" + text + "': rank '" + value + "' is not a rank number";
+        return false;
+      }
+      f.rank = static_cast<int>(v);
+      have_rank = true;
+    } else if (key == "step") {
+      if (!parse_int(value, 0, INT_MAX, &v)) {
+        *error = "fault spec '" + text + "': step '" + value + "' is not a step number";
+        return false;
+      }
+      f.step = static_cast<int>(v);
+      have_step = true;
+    } else if (key == "kind") {
+      auto k = parse_fault_kind(value);
+      if (!k) {
+        *error = "fault spec '" + text + "': unknown kind '" + value + "' (one of " +
+                 fault_kind_list() + ")";
+        return false;
+      }
+      f.kind = *k;
+      have_kind = true;
+    } else if (key == "comm") {
+      auto c = parse_comm_kind(value);
+      if (!c) {
+        *error = "fault spec '" + text + "': unknown comm '" + value + "' (world, tp, pp or dp)";
+        return false;
+      }
+      f.comm = *c;
+      f.comm_given = true;
+    } else if (key == "ms") {
+      if (!parse_int(value, 0, 24LL * 3600 * 1000, &v)) {
+        *error = "fault spec '" + text + "': ms '" + value + "' is not a duration in milliseconds";
+        return false;
+      }
+      f.ms = v;
+    } else {
+      *error = "fault spec '" + text + "': unknown key '" + key +
+               "' (rank, step, kind, comm, ms)";
+      return false;
+    }
+  }
+  if (!have_rank || !have_step || !have_kind) {
+    *error = "fault spec '" + text + "': missing " +
+             std::string(!have_rank ? "rank" : !have_step ? "step" : "kind") +
+             " (expected rank=R,step=S,kind=K[,comm=C][,ms=M])";
+    return false;
+  }
+  if (!f.comm_given) f.comm = default_comm(f.kind);
+  *out = f;
+  return true;
+}
+
+bool validate(const Shape& s, std::vector<Fault>* faults, std::string* error) {
+  auto fail = [&](const std::string& m) {
+    *error = m;
+    return false;
+  };
+  if (s.nodes < 1) return fail("--nodes must be at least 1");
+  if (s.ranks_per_node < 1) return fail("--ranks-per-node must be at least 1");
+  if (s.tp < 1) return fail("--tp must be at least 1");
+  if (s.pp < 1) return fail("--pp must be at least 1");
+  if (s.steps < 1) return fail("--steps must be at least 1");
+  if (static_cast<int64_t>(s.nodes) * s.ranks_per_node > kMaxWorld)
+    return fail("--nodes x --ranks-per-node must be at most " + std::to_string(kMaxWorld));
+  if (s.ranks_per_node % s.tp != 0)
+    return fail("--tp " + std::to_string(s.tp) + " must divide --ranks-per-node " +
+                std::to_string(s.ranks_per_node) + " (a TP group lives inside one node)");
+  if ((s.world() / s.tp) % s.pp != 0)
+    return fail("--pp " + std::to_string(s.pp) + " must divide world size / tp = " +
+                std::to_string(s.world() / s.tp));
+
+  for (Fault& f : *faults) {
+    std::string where = "--fault " + f.to_spec() + ": ";
+    if (f.rank >= s.world())
+      return fail(where + "rank " + std::to_string(f.rank) + " is outside the world (0.." +
+                  std::to_string(s.world() - 1) + ")");
+    if (f.step >= s.steps)
+      return fail(where + "step " + std::to_string(f.step) + " is outside the job (0.." +
+                  std::to_string(s.steps - 1) + ", steps count from 0)");
+    if (f.comm_given && !needs_comm(f.kind))
+      return fail(where + "comm= does not apply to " + fault_kind_name(f.kind));
+    if (f.ms >= 0 && f.kind != FaultKind::kSlow && f.kind != FaultKind::kGpuStall)
+      return fail(where + "ms= applies only to slow and gpu-stall");
+    int size = comm_size(s, f.comm);
+    switch (f.kind) {
+      case FaultKind::kSlow:
+        if (f.ms <= 0) return fail(where + "slow needs ms=M (sleep per step, M > 0)");
+        break;
+      case FaultKind::kP2pSkip:
+        if (f.comm != CommKind::kPp) return fail(where + "p2p-skip acts on comm=pp only");
+        if (s.pp < 2) return fail(where + "p2p-skip needs a pipeline (--pp 2 or more)");
+        break;
+      case FaultKind::kSkip:
+        if (size < 2)
+          return fail(where + "comm " + comm_kind_name(f.comm) +
+                      " has one rank: skipping its call would go unnoticed");
+        break;
+      case FaultKind::kGpuStall:
+        if (f.comm == CommKind::kPp && s.pp < 2)
+          return fail(where + "comm pp is unused without a pipeline (--pp 2 or more)");
+        break;
+      case FaultKind::kMismatchCount:
+      case FaultKind::kMismatchDtype:
+      case FaultKind::kMismatchOp:
+        if (f.comm == CommKind::kPp)
+          return fail(where + std::string(fault_kind_name(f.kind)) +
+                      " acts on a collective: comm world, tp or dp");
+        if (size < 2)
+          return fail(where + "comm " + comm_kind_name(f.comm) +
+                      " has one rank: a mismatch needs two members");
+        break;
+      case FaultKind::kMismatchRoot:
+        if (f.comm != CommKind::kWorld)
+          return fail(where + "mismatch-root acts on the world broadcast: comm=world");
+        if (size < 2) return fail(where + "the world has one rank: a mismatch needs two");
+        break;
+      default:
+        break;
+    }
+  }
+  return true;
+}
+
+Position position_of(const Shape& s, int rank) {
+  Position p;
+  p.rank = rank;
+  p.node = rank / s.ranks_per_node;
+  p.local_rank = rank % s.ranks_per_node;
+  p.tp_rank = rank % s.tp;
+  p.dp_rank = (rank / s.tp) % s.dp();
+  p.stage = rank / (s.tp * s.dp());
+  p.tp_color = rank / s.tp;
+  p.dp_color = p.stage * s.tp + p.tp_rank;
+  p.pp_color = p.dp_rank * s.tp + p.tp_rank;
+  return p;
+}
+
+std::vector<int> group_of(const Shape& s, int rank, CommKind kind) {
+  Position me = position_of(s, rank);
+  std::vector<int> out;
+  for (int r = 0; r < s.world(); ++r) {
+    Position p = position_of(s, r);
+    bool same = kind == CommKind::kWorld ||
+                (kind == CommKind::kTp && p.tp_color == me.tp_color) ||
+                (kind == CommKind::kDp && p.dp_color == me.dp_color) ||
+                (kind == CommKind::kPp && p.pp_color == me.pp_color);
+    if (same) out.push_back(r);
+  }
+  return out;
+}
+
+int first_fault_step(const std::vector<Fault>& faults) {
+  int first = INT_MAX;
+  for (const Fault& f : faults) first = std::min(first, f.step);
+  return first;
+}
+
+}  // namespace fr::simjob

@@ -1,0 +1,91 @@
+// The shape of a simulated training job and the faults injected into it: parsing, validation and
+// the rank layout. The launcher (fr-simjob) and every rank process (fr-simjob-rank) parse the
+// same specification with this code, so both sides agree on groups, steps and faults.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fr::simjob {
+
+// The communicators every rank uses. The order is the order of creation in each rank.
+enum class CommKind { kWorld, kTp, kPp, kDp };
+const char* comm_kind_name(CommKind c);
+std::optional<CommKind> parse_comm_kind(const std::string& s);
+
+// FAULT_LIST(X): X(enum, "spec name"). One list so the parser, the help text and result.json
+// cannot drift.
+#define FR_SIMJOB_FAULT_LIST(X)        \
+  X(kHangHost, "hang-host")            \
+  X(kSkip, "skip")                     \
+  X(kCrash, "crash")                   \
+  X(kGpuStall, "gpu-stall")            \
+  X(kMismatchCount, "mismatch-count")  \
+  X(kMismatchDtype, "mismatch-dtype")  \
+  X(kMismatchOp, "mismatch-op")        \
+  X(kMismatchRoot, "mismatch-root")    \
+  X(kP2pSkip, "p2p-skip")              \
+  X(kSlow, "slow")
+
+enum class FaultKind {
+#define FR_SIMJOB_X_ENUM(e, s) e,
+  FR_SIMJOB_FAULT_LIST(FR_SIMJOB_X_ENUM)
+#undef FR_SIMJOB_X_ENUM
+};
+const char* fault_kind_name(FaultKind k);
+std::optional<FaultKind> parse_fault_kind(const std::string& s);
+std::string fault_kind_list();  // "hang-host, skip, ..." for messages
+
+struct Fault {
+  int rank = -1;
+  int step = -1;              // 0-based step index
+  FaultKind kind = FaultKind::kHangHost;
+  CommKind comm = CommKind::kDp;
+  bool comm_given = false;
+  int64_t ms = -1;            // slow: sleep per step; gpu-stall: stall length (-1 = forever)
+
+  std::string to_spec() const;  // canonical "rank=R,step=S,kind=K[,comm=C][,ms=M]"
+};
+
+// Parses one --fault value. Errors name the offending key or value.
+bool parse_fault(const std::string& text, Fault* out, std::string* error);
+
+struct Shape {
+  int nodes = 1;
+  int ranks_per_node = 1;
+  int tp = 1;
+  int pp = 1;
+  int steps = 1;
+
+  int world() const { return nodes * ranks_per_node; }
+  int dp() const { return world() / (tp * pp); }
+};
+
+// Checks that the shape divides (T within a node, P stages over the rest) and that every fault
+// fits it (rank, step, communicator, kind-specific arguments). The first problem is returned as
+// one line.
+bool validate(const Shape& shape, std::vector<Fault>* faults, std::string* error);
+
+// Where one global rank sits: Megatron's order (TP fastest, then DP, then PP).
+struct Position {
+  int rank = 0;
+  int node = 0;
+  int local_rank = 0;
+  int tp_rank = 0;   // index inside the TP group
+  int dp_rank = 0;   // index inside the DP group
+  int stage = 0;     // pipeline stage = index inside the PP group
+  int tp_color = 0;  // ncclCommSplit colors: equal colors share a communicator
+  int dp_color = 0;
+  int pp_color = 0;
+};
+Position position_of(const Shape& shape, int rank);
+
+// The global ranks of rank's group of a kind, in communicator-rank order.
+std::vector<int> group_of(const Shape& shape, int rank, CommKind kind);
+
+// The steps after which results are no longer checked: a fault changes what peers receive.
+int first_fault_step(const std::vector<Fault>& faults);
+
+}  // namespace fr::simjob

@@ -1,0 +1,36 @@
+// The launcher side of fr-simjob: starts the rank processes (and optionally the frd daemons),
+// watches the progress board, takes the dump set when the job stalls or ends, stops and cleans up
+// everything it made, and writes result.json.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "job.h"
+
+namespace fr::simjob {
+
+// Exit codes of fr-simjob (documented in --help).
+constexpr int kExitOk = 0;             // the job completed, or a dump set was taken
+constexpr int kExitUsage = 2;          // bad command line
+constexpr int kExitSetup = 3;          // missing build outputs, unwritable DIR, fork failed
+constexpr int kExitNoDump = 4;         // the job did not complete and no dump set was taken
+constexpr int kExitNoVerdict = 5;      // --daemons: the coordinator gave no verdict in time
+// Interrupted by SIGINT/SIGTERM/SIGHUP: 128 + the signal number, after cleanup.
+
+struct LaunchOptions {
+  Shape shape;
+  std::vector<Fault> faults;
+  std::string out_dir;
+  double snapshot_after_s = 0;   // 0: never snapshot a stalled job
+  bool agent = true;
+  bool daemons = false;
+  double stall_after_s = 2;      // --daemons: the coordinator's --stall-after
+  double verdict_timeout_s = 60; // --daemons: how long to wait for analysis.json
+  bool quiet = false;
+};
+
+// Runs the whole job; returns the process exit code. Never throws.
+int run_job(const LaunchOptions& opts);
+
+}  // namespace fr::simjob

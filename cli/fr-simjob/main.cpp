@@ -1,0 +1,93 @@
+// fr-simjob: runs a small simulated training job (N nodes x R ranks on the NCCL/CUDA emulation,
+// optionally under the agent and the frd daemons) with faults injected on purpose, and leaves a
+// dump set and result.json behind. The end-to-end tests, the demo and the benchmarks use it.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "job.h"
+#include "launcher.h"
+
+int main(int argc, char** argv) {
+  using namespace fr::simjob;
+  LaunchOptions o;
+  std::vector<std::string> fault_specs;
+  bool no_agent = false;
+
+  CLI::App app{"fr-simjob: run a simulated NCCL training job with injected faults"};
+  app.footer(
+      "Fault kinds (--fault rank=R,step=S,kind=K[,comm=world|tp|pp|dp][,ms=M], steps count from 0):\n"
+      "  hang-host       rank R blocks forever on the host before step S's first call\n"
+      "  skip            rank R skips its call on comm (default dp) at step S\n"
+      "  crash           rank R dies (SIGKILL) at step S\n"
+      "  gpu-stall       rank R's stream stalls before step S's op on comm (default dp);\n"
+      "                  ms=M ends the stall after M ms, else it lasts forever\n"
+      "  mismatch-count, mismatch-dtype, mismatch-op\n"
+      "                  rank R calls step S's op on comm (world, tp or dp; default dp)\n"
+      "                  with a different count, dtype or reduction\n"
+      "  mismatch-root   rank R calls step S's world broadcast with another root\n"
+      "  p2p-skip        rank R skips one pipeline send at step S\n"
+      "  slow            rank R sleeps ms=M per step from step S on\n"
+      "\n"
+      "Exit codes: 0 the job completed or a dump set was taken; 2 bad usage; 3 setup failed\n"
+      "(missing build outputs, unwritable --out); 4 the job did not complete and no dump set\n"
+      "was taken; 5 --daemons: no verdict from the coordinator; 128+N interrupted by signal N.");
+  app.add_option("--nodes", o.shape.nodes, "simulated nodes")->required()->check(CLI::Range(1, 1024));
+  app.add_option("--ranks-per-node", o.shape.ranks_per_node, "ranks per node")
+      ->required()
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--tp", o.shape.tp, "tensor-parallel group size (consecutive ranks in a node)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--pp", o.shape.pp, "pipeline stages")->capture_default_str()->check(CLI::Range(1, 1024));
+  app.add_option("--steps", o.shape.steps, "training steps")->required()->check(CLI::Range(1, 10000000));
+  app.add_option("--fault", fault_specs, "inject a fault (repeatable; see below)");
+  app.add_option("--out", o.out_dir, "output directory (logs, dumps, result.json)")->required();
+  app.add_option("--snapshot-after", o.snapshot_after_s,
+                 "take the dump set and stop once no rank has progressed for SEC seconds")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--no-agent", no_agent, "run the ranks without the agent (no flight logs)");
+  auto* daemons = app.add_flag("--daemons", o.daemons,
+                               "run an frd coordinator and one frd node per simulated node, and "
+                               "stop at their first verdict");
+  app.add_option("--stall-after", o.stall_after_s,
+                 "--daemons: the coordinator's stall threshold in seconds")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber)
+      ->needs(daemons);
+  app.add_option("--verdict-timeout", o.verdict_timeout_s,
+                 "--daemons: give up this many seconds after the stall threshold")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber)
+      ->needs(daemons);
+  app.add_flag("--quiet", o.quiet, "print nothing but errors");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitUsage;
+  }
+  o.agent = !no_agent;
+  if (o.daemons && !o.agent) {
+    std::fprintf(stderr, "fr-simjob: --daemons needs the agent (drop --no-agent)\n");
+    return kExitUsage;
+  }
+  for (const std::string& spec : fault_specs) {
+    Fault f;
+    std::string error;
+    if (!parse_fault(spec, &f, &error)) {
+      std::fprintf(stderr, "fr-simjob: %s\n", error.c_str());
+      return kExitUsage;
+    }
+    o.faults.push_back(f);
+  }
+  std::string error;
+  if (!validate(o.shape, &o.faults, &error)) {
+    std::fprintf(stderr, "fr-simjob: %s\n", error.c_str());
+    return kExitUsage;
+  }
+  return run_job(o);
+}

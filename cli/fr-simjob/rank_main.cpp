@@ -1,0 +1,500 @@
+// fr-simjob-rank: one rank of a simulated training job. fr-simjob starts N x R of these with the
+// usual launcher environment; each one is an ordinary NCCL program (linked against libnccl.so.2
+// and libcuda.so.1, found at run time on LD_LIBRARY_PATH), so the agent preloaded into it records
+// exactly what it would record in a real job.
+//
+// Per step: TP all-gather and reduce-scatter, the pipeline's forward and backward send/recv (each
+// direction one NCCL group), the DP all-reduce of gradients, the world all-reduce of the loss and
+// a world broadcast from rank 0; then the stream is synchronized and, until the first fault, the
+// data is checked. Faults are injected exactly where the specification says.
+#include <cuda.h>
+#include <dlfcn.h>
+#include <nccl.h>
+#include <signal.h>
+#include <unistd.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "job.h"
+#include "progress.h"
+
+namespace fr::simjob {
+namespace {
+
+// Exit codes of a rank (fr-simjob reports them per rank in result.json).
+constexpr int kExitUsage = 2;
+constexpr int kExitCheckFailed = 3;
+constexpr int kExitNcclError = 4;
+constexpr int kExitCudaError = 5;
+constexpr int kExitSetup = 6;
+
+// Element counts per op; small enough that 16 ranks x 100 steps run in seconds on two cores.
+constexpr size_t kTpCount = 256;
+constexpr size_t kPpCount = 256;
+constexpr size_t kDpCount = 1024;
+constexpr size_t kBcastCount = 16;
+constexpr size_t kLossCount = 1;
+constexpr size_t kSlack = 16;  // room for mismatch-count's extra elements
+
+struct Rank {
+  Shape shape;
+  Position pos;
+  std::vector<Fault> faults;
+  int check_until = 0;  // results are checked for steps below this
+  RankSlot* slot = nullptr;
+  std::string run_dir;
+
+  CUstream stream = nullptr;
+  ncclComm_t world = nullptr, tp = nullptr, pp = nullptr, dp = nullptr;
+
+  // One host-registered arena; the device pointers below are its device mapping.
+  float* host = nullptr;
+  size_t host_elems = 0;
+  CUdeviceptr dev = 0;
+  struct Buf {
+    size_t off;
+    size_t n;
+  };
+  Buf ag_send, ag_recv, rs_send, rs_recv, fwd_send, fwd_recv, bwd_send, bwd_recv, grad, loss, bcast;
+};
+
+[[noreturn]] void die(Rank& r, int code, const std::string& msg) {
+  std::fprintf(stderr, "fr-simjob-rank %d: %s\n", r.pos.rank, msg.c_str());
+  if (r.slot) r.slot->phase.store(static_cast<uint32_t>(RankPhase::kFailed));
+  std::fflush(stderr);
+  std::_Exit(code);
+}
+
+void nccl_check(Rank& r, ncclResult_t res, const char* what) {
+  if (res != ncclSuccess && res != ncclInProgress)
+    die(r, kExitNcclError, std::string(what) + " failed: " + ncclGetErrorString(res));
+}
+
+void cuda_check(Rank& r, CUresult res, const char* what) {
+  if (res != CUDA_SUCCESS) {
+    const char* s = nullptr;
+    cuGetErrorString(res, &s);
+    die(r, kExitCudaError, std::string(what) + " failed: " + (s ? s : "unknown CUDA error"));
+  }
+}
+
+void bump(Rank& r) {
+  if (r.slot) r.slot->progress.fetch_add(1, std::memory_order_relaxed);
+}
+
+float* hptr(Rank& r, const Rank::Buf& b) { return r.host + b.off; }
+void* dptr(Rank& r, const Rank::Buf& b) {
+  return reinterpret_cast<void*>(r.dev + b.off * sizeof(float));
+}
+cudaStream_t nccl_stream(Rank& r) { return reinterpret_cast<cudaStream_t>(r.stream); }
+
+const Fault* fault_at(const Rank& r, int step, FaultKind kind) {
+  for (const Fault& f : r.faults)
+    if (f.rank == r.pos.rank && f.step == step && f.kind == kind) return &f;
+  return nullptr;
+}
+const Fault* fault_on(const Rank& r, int step, FaultKind kind, CommKind comm) {
+  const Fault* f = fault_at(r, step, kind);
+  return f && f->comm == comm ? f : nullptr;
+}
+
+// ---- the board and the unique-id exchange ------------------------------------------------------
+
+RankSlot* map_board(int rank) {
+  const char* path = std::getenv(kEnvBoard);
+  if (!path || !*path) return nullptr;  // run by hand: no board
+  int fd = ::open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) return nullptr;
+  struct stat st {};
+  void* p = MAP_FAILED;
+  if (::fstat(fd, &st) == 0 &&
+      static_cast<uint64_t>(st.st_size) >= ProgressBoard::bytes_for(rank + 1))
+    p = ::mmap(nullptr, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) return nullptr;
+  auto* board = static_cast<ProgressBoard*>(p);
+  if (board->magic != kProgressMagic || static_cast<int>(board->ranks) <= rank) return nullptr;
+  return &board->slots[rank];
+}
+
+ncclUniqueId exchange_unique_id(Rank& r) {
+  ncclUniqueId id{};
+  std::string final_path = r.run_dir + "/world.uid";
+  if (r.pos.rank == 0) {
+    nccl_check(r, ncclGetUniqueId(&id), "ncclGetUniqueId");
+    std::string tmp = final_path + ".tmp." + std::to_string(::getpid());
+    FILE* f = std::fopen(tmp.c_str(), "wb");
+    if (!f || std::fwrite(&id, sizeof id, 1, f) != 1 || std::fclose(f) != 0)
+      die(r, kExitSetup, "cannot write " + tmp + ": " + std::strerror(errno));
+    if (std::rename(tmp.c_str(), final_path.c_str()) != 0)
+      die(r, kExitSetup, "cannot publish " + final_path + ": " + std::strerror(errno));
+    return id;
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  for (;;) {
+    FILE* f = std::fopen(final_path.c_str(), "rb");
+    if (f) {
+      size_t got = std::fread(&id, sizeof id, 1, f);
+      std::fclose(f);
+      if (got == 1) return id;
+    }
+    if (std::chrono::steady_clock::now() > deadline)
+      die(r, kExitSetup, "rank 0 never published the unique id in " + final_path);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+// ---- setup -------------------------------------------------------------------------------------
+
+void setup_cuda(Rank& r) {
+  cuda_check(r, cuInit(0), "cuInit");
+  int count = 0;
+  cuda_check(r, cuDeviceGetCount(&count), "cuDeviceGetCount");
+  if (count < 1) die(r, kExitCudaError, "no CUDA device");
+  CUdevice dev = 0;
+  cuda_check(r, cuDeviceGet(&dev, r.pos.local_rank % count), "cuDeviceGet");
+  CUcontext ctx = nullptr;
+  cuda_check(r, cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  cuda_check(r, cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  cuda_check(r, cuStreamCreate(&r.stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+
+  size_t off = 0;
+  auto carve = [&](size_t n) {
+    Rank::Buf b{off, n};
+    off += n + kSlack;
+    return b;
+  };
+  size_t t = static_cast<size_t>(r.shape.tp);
+  r.ag_send = carve(kTpCount);
+  r.ag_recv = carve(kTpCount * t);
+  r.rs_send = carve(kTpCount * t);
+  r.rs_recv = carve(kTpCount);
+  r.fwd_send = carve(kPpCount);
+  r.fwd_recv = carve(kPpCount);
+  r.bwd_send = carve(kPpCount);
+  r.bwd_recv = carve(kPpCount);
+  r.grad = carve(kDpCount);
+  r.loss = carve(kLossCount);
+  r.bcast = carve(kBcastCount);
+  r.host_elems = off;
+  size_t bytes = off * sizeof(float);
+  bytes = (bytes + 4095) & ~static_cast<size_t>(4095);
+  void* mem = nullptr;
+  if (posix_memalign(&mem, 4096, bytes) != 0) die(r, kExitSetup, "out of memory");
+  std::memset(mem, 0, bytes);
+  r.host = static_cast<float*>(mem);
+  cuda_check(r, cuMemHostRegister(mem, bytes, CU_MEMHOSTREGISTER_DEVICEMAP), "cuMemHostRegister");
+  cuda_check(r, cuMemHostGetDevicePointer(&r.dev, mem, 0), "cuMemHostGetDevicePointer");
+}
+
+void setup_comms(Rank& r) {
+  ncclUniqueId id = exchange_unique_id(r);
+  bump(r);
+  nccl_check(r, ncclCommInitRank(&r.world, r.shape.world(), id, r.pos.rank), "ncclCommInitRank");
+  bump(r);
+  // Every member calls every split in the same order; the key keeps global-rank order.
+  nccl_check(r, ncclCommSplit(r.world, r.pos.tp_color, r.pos.rank, &r.tp, nullptr), "ncclCommSplit(tp)");
+  bump(r);
+  nccl_check(r, ncclCommSplit(r.world, r.pos.pp_color, r.pos.rank, &r.pp, nullptr), "ncclCommSplit(pp)");
+  bump(r);
+  nccl_check(r, ncclCommSplit(r.world, r.pos.dp_color, r.pos.rank, &r.dp, nullptr), "ncclCommSplit(dp)");
+  bump(r);
+}
+
+// ---- faults ------------------------------------------------------------------------------------
+
+[[noreturn]] void hang_forever() {
+  for (;;) ::pause();
+}
+
+// The stream stalls in an emulated kernel: the emulation's own stall kernel when it offers one
+// (tests/sim/include/fr_sim.h), otherwise a host function on the stream, which stalls a real
+// stream the same way.
+struct StallArg {
+  int64_t ms;
+};
+void CUDA_CB stall_host_fn(void* p) {
+  auto* a = static_cast<StallArg*>(p);
+  if (a->ms < 0) hang_forever();
+  std::this_thread::sleep_for(std::chrono::milliseconds(a->ms));
+}
+
+void stall_stream(Rank& r, int64_t ms) {
+  using SimStall = int (*)(CUstream, int64_t);
+  static SimStall sim = reinterpret_cast<SimStall>(dlsym(RTLD_DEFAULT, "frsimStreamStall"));
+  if (sim) {
+    if (sim(r.stream, ms) != 0) die(r, kExitCudaError, "frsimStreamStall failed");
+    return;
+  }
+  static StallArg arg;
+  arg.ms = ms;
+  cuda_check(r, cuLaunchHostFunc(r.stream, stall_host_fn, &arg), "cuLaunchHostFunc(stall)");
+}
+
+// The arguments of one collective after any mismatch fault is applied.
+struct CollArgs {
+  size_t count;
+  ncclDataType_t dtype = ncclFloat32;
+  ncclRedOp_t op = ncclSum;
+  int root = 0;
+};
+
+CollArgs apply_mismatch(const Rank& r, int step, CommKind comm, CollArgs a) {
+  if (fault_on(r, step, FaultKind::kMismatchCount, comm)) a.count += 1;
+  if (fault_on(r, step, FaultKind::kMismatchDtype, comm)) a.dtype = ncclInt32;  // same width
+  if (fault_on(r, step, FaultKind::kMismatchOp, comm)) a.op = ncclMax;
+  if (fault_on(r, step, FaultKind::kMismatchRoot, comm)) a.root = 1;
+  return a;
+}
+
+// Before the first op of `comm` in `step`: a gpu-stall lands on the stream here; returns whether
+// a skip fault removes the op.
+bool before_op(Rank& r, int step, CommKind comm) {
+  if (const Fault* f = fault_on(r, step, FaultKind::kGpuStall, comm)) stall_stream(r, f->ms);
+  return fault_on(r, step, FaultKind::kSkip, comm) != nullptr;
+}
+
+// ---- one step ----------------------------------------------------------------------------------
+
+float step_tag(int step) { return static_cast<float>(step % 97); }
+
+void fill(Rank& r, int step) {
+  int t = r.pos.tp_rank;
+  for (size_t i = 0; i < kTpCount; ++i) hptr(r, r.ag_send)[i] = 1000.0f * (t + 1) + step_tag(step);
+  for (size_t i = 0; i < kTpCount * r.shape.tp; ++i)
+    hptr(r, r.rs_send)[i] = static_cast<float>(t + 1 + static_cast<int>(i / kTpCount));
+  for (size_t i = 0; i < kPpCount; ++i) {
+    hptr(r, r.fwd_send)[i] = 10.0f * r.pos.rank + step_tag(step);
+    hptr(r, r.bwd_send)[i] = 10.0f * r.pos.rank + 5.0f;
+    hptr(r, r.fwd_recv)[i] = -1.0f;
+    hptr(r, r.bwd_recv)[i] = -1.0f;
+  }
+  for (size_t i = 0; i < kDpCount; ++i) hptr(r, r.grad)[i] = static_cast<float>(r.pos.rank + 1);
+  hptr(r, r.loss)[0] = static_cast<float>(r.pos.rank + 1);
+  for (size_t i = 0; i < kBcastCount; ++i)
+    hptr(r, r.bcast)[i] = r.pos.rank == 0 ? step_tag(step) + 1.0f : -1.0f;
+}
+
+int check(Rank& r, int step) {
+  int bad = 0;
+  auto expect = [&](const char* what, const float* p, size_t n, auto value) {
+    for (size_t i = 0; i < n; ++i) {
+      float want = value(i);
+      if (p[i] != want) {
+        std::fprintf(stderr, "fr-simjob-rank %d: step %d: %s[%zu] = %g, expected %g\n",
+                     r.pos.rank, step, what, i, p[i], want);
+        ++bad;
+        return;
+      }
+    }
+  };
+  int t = r.shape.tp;
+  expect("tp all-gather", hptr(r, r.ag_recv), kTpCount * t, [&](size_t i) {
+    return 1000.0f * static_cast<float>(i / kTpCount + 1) + step_tag(step);
+  });
+  expect("tp reduce-scatter", hptr(r, r.rs_recv), kTpCount, [&](size_t) {
+    return static_cast<float>(t * (t + 1) / 2 + t * r.pos.tp_rank);
+  });
+  int stride = r.shape.tp * r.shape.dp();  // global-rank distance between adjacent stages
+  if (r.pos.stage > 0)
+    expect("pp forward recv", hptr(r, r.fwd_recv), kPpCount,
+           [&](size_t) { return 10.0f * (r.pos.rank - stride) + step_tag(step); });
+  if (r.pos.stage < r.shape.pp - 1)
+    expect("pp backward recv", hptr(r, r.bwd_recv), kPpCount,
+           [&](size_t) { return 10.0f * (r.pos.rank + stride) + 5.0f; });
+  float dp_sum = 0;
+  for (int g : group_of(r.shape, r.pos.rank, CommKind::kDp)) dp_sum += static_cast<float>(g + 1);
+  expect("dp all-reduce", hptr(r, r.grad), kDpCount, [&](size_t) { return dp_sum; });
+  int w = r.shape.world();
+  expect("world all-reduce", hptr(r, r.loss), kLossCount,
+         [&](size_t) { return static_cast<float>(w) * (w + 1) / 2.0f; });
+  expect("world broadcast", hptr(r, r.bcast), kBcastCount,
+         [&](size_t) { return step_tag(step) + 1.0f; });
+  return bad;
+}
+
+void run_step(Rank& r, int step) {
+  if (fault_at(r, step, FaultKind::kCrash)) {
+    std::fflush(nullptr);
+    ::kill(::getpid(), SIGKILL);
+  }
+  if (fault_at(r, step, FaultKind::kHangHost)) hang_forever();
+  for (const Fault& f : r.faults)
+    if (f.rank == r.pos.rank && f.kind == FaultKind::kSlow && step >= f.step)
+      std::this_thread::sleep_for(std::chrono::milliseconds(f.ms));
+
+  bool checking = step < r.check_until;
+  fill(r, step);
+  cudaStream_t s = nccl_stream(r);
+
+  // Tensor parallel: gather activations, reduce-scatter their gradients.
+  if (!before_op(r, step, CommKind::kTp)) {
+    CollArgs a = apply_mismatch(r, step, CommKind::kTp, {kTpCount});
+    nccl_check(r, ncclAllGather(dptr(r, r.ag_send), dptr(r, r.ag_recv), a.count, a.dtype, r.tp, s),
+               "ncclAllGather(tp)");
+    bump(r);
+  }
+  {
+    CollArgs a{kTpCount};
+    a.op = fault_on(r, step, FaultKind::kMismatchOp, CommKind::kTp) ? ncclMax : ncclSum;
+    nccl_check(r, ncclReduceScatter(dptr(r, r.rs_send), dptr(r, r.rs_recv), a.count, a.dtype,
+                                    a.op, r.tp, s),
+               "ncclReduceScatter(tp)");
+    bump(r);
+  }
+
+  // Pipeline: activations forward, gradients backward; each direction is one group, as pipeline
+  // schedules issue them.
+  if (r.shape.pp > 1) {
+    int stage = r.pos.stage, last = r.shape.pp - 1;
+    bool skip_send = fault_at(r, step, FaultKind::kP2pSkip) != nullptr;
+    bool skip_fwd_send = skip_send && stage < last;
+    bool skip_bwd_send = skip_send && stage == last;
+    if (!before_op(r, step, CommKind::kPp)) {
+      nccl_check(r, ncclGroupStart(), "ncclGroupStart");
+      if (stage > 0)
+        nccl_check(r, ncclRecv(dptr(r, r.fwd_recv), kPpCount, ncclFloat32, stage - 1, r.pp, s),
+                   "ncclRecv(pp forward)");
+      if (stage < last && !skip_fwd_send)
+        nccl_check(r, ncclSend(dptr(r, r.fwd_send), kPpCount, ncclFloat32, stage + 1, r.pp, s),
+                   "ncclSend(pp forward)");
+      nccl_check(r, ncclGroupEnd(), "ncclGroupEnd");
+      bump(r);
+    }
+    nccl_check(r, ncclGroupStart(), "ncclGroupStart");
+    if (stage < last)
+      nccl_check(r, ncclRecv(dptr(r, r.bwd_recv), kPpCount, ncclFloat32, stage + 1, r.pp, s),
+                 "ncclRecv(pp backward)");
+    if (stage > 0 && !skip_bwd_send)
+      nccl_check(r, ncclSend(dptr(r, r.bwd_send), kPpCount, ncclFloat32, stage - 1, r.pp, s),
+                 "ncclSend(pp backward)");
+    nccl_check(r, ncclGroupEnd(), "ncclGroupEnd");
+    bump(r);
+  }
+
+  // Data parallel: all-reduce the gradients in place.
+  if (!before_op(r, step, CommKind::kDp)) {
+    CollArgs a = apply_mismatch(r, step, CommKind::kDp, {kDpCount});
+    nccl_check(r, ncclAllReduce(dptr(r, r.grad), dptr(r, r.grad), a.count, a.dtype, a.op, r.dp, s),
+               "ncclAllReduce(dp)");
+    bump(r);
+  }
+
+  // World: the loss, then a broadcast from rank 0 (e.g. the next batch's seed).
+  if (!before_op(r, step, CommKind::kWorld)) {
+    CollArgs a = apply_mismatch(r, step, CommKind::kWorld, {kLossCount});
+    a.root = 0;
+    nccl_check(r, ncclAllReduce(dptr(r, r.loss), dptr(r, r.loss), a.count, a.dtype, a.op, r.world, s),
+               "ncclAllReduce(world)");
+    bump(r);
+  }
+  {
+    CollArgs a{kBcastCount};
+    a.root = fault_on(r, step, FaultKind::kMismatchRoot, CommKind::kWorld) ? 1 : 0;
+    nccl_check(r, ncclBroadcast(dptr(r, r.bcast), dptr(r, r.bcast), a.count, a.dtype, a.root,
+                                r.world, s),
+               "ncclBroadcast(world)");
+    bump(r);
+  }
+
+  // The step ends where a real loop reads its loss: the host waits for the stream.
+  cuda_check(r, cuStreamSynchronize(r.stream), "cuStreamSynchronize");
+  if (checking) {
+    int bad = check(r, step);
+    if (bad && r.slot) r.slot->check_failures.fetch_add(bad);
+  }
+  if (r.slot) r.slot->steps_done.fetch_add(1);
+  bump(r);
+}
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  return (*end == '\0' && x >= 0 && x < (1L << 30)) ? static_cast<int>(x) : -1;
+}
+
+int usage(const std::string& msg) {
+  std::fprintf(stderr, "fr-simjob-rank: %s\n", msg.c_str());
+  std::fprintf(stderr,
+               "usage: fr-simjob-rank --nodes N --ranks-per-node R --tp T --pp P --steps S "
+               "[--fault SPEC]...\n(started by fr-simjob with RANK, WORLD_SIZE and %s set)\n",
+               kEnvRunDir);
+  return kExitUsage;
+}
+
+}  // namespace
+}  // namespace fr::simjob
+
+int main(int argc, char** argv) {
+  using namespace fr::simjob;
+  Rank r;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (i + 1 >= argc) return usage("missing value after " + a);
+    std::string v = argv[++i];
+    int* target = a == "--nodes"            ? &r.shape.nodes
+                  : a == "--ranks-per-node" ? &r.shape.ranks_per_node
+                  : a == "--tp"             ? &r.shape.tp
+                  : a == "--pp"             ? &r.shape.pp
+                  : a == "--steps"          ? &r.shape.steps
+                                            : nullptr;
+    if (target) {
+      char* end = nullptr;
+      long x = std::strtol(v.c_str(), &end, 10);
+      if (*end != '\0' || x < 1 || x > (1L << 30)) return usage("bad value for " + a + ": " + v);
+      *target = static_cast<int>(x);
+    } else if (a == "--fault") {
+      Fault f;
+      std::string err;
+      if (!parse_fault(v, &f, &err)) return usage(err);
+      r.faults.push_back(f);
+    } else {
+      return usage("unknown option " + a);
+    }
+  }
+  std::string err;
+  if (!validate(r.shape, &r.faults, &err)) return usage(err);
+  int rank = env_int("RANK", -1), world = env_int("WORLD_SIZE", -1);
+  if (rank < 0 || rank >= r.shape.world() || world != r.shape.world())
+    return usage("RANK/WORLD_SIZE missing or not matching the job shape");
+  const char* run_dir = std::getenv(kEnvRunDir);
+  if (!run_dir || !*run_dir) return usage(std::string(kEnvRunDir) + " is not set");
+  r.run_dir = run_dir;
+  r.pos = position_of(r.shape, rank);
+  r.check_until = first_fault_step(r.faults);
+  r.slot = map_board(rank);
+  if (r.slot) {
+    r.slot->pid.store(::getpid());
+    r.slot->phase.store(static_cast<uint32_t>(RankPhase::kInit));
+  }
+
+  setup_cuda(r);
+  setup_comms(r);
+  if (r.slot) r.slot->phase.store(static_cast<uint32_t>(RankPhase::kRunning));
+  for (int step = 0; step < r.shape.steps; ++step) run_step(r, step);
+
+  for (ncclComm_t* c : {&r.dp, &r.pp, &r.tp, &r.world})
+    nccl_check(r, ncclCommFinalize(*c), "ncclCommFinalize");
+  for (ncclComm_t* c : {&r.dp, &r.pp, &r.tp, &r.world})
+    nccl_check(r, ncclCommDestroy(*c), "ncclCommDestroy");
+  cuMemHostUnregister(r.host);
+  cuStreamDestroy(r.stream);
+  bump(r);
+  uint64_t failures = r.slot ? r.slot->check_failures.load() : 0;
+  if (r.slot)
+    r.slot->phase.store(static_cast<uint32_t>(failures ? RankPhase::kFailed : RankPhase::kFinished));
+  return failures ? kExitCheckFailed : 0;
+}
