@@ -1,0 +1,665 @@
+// The safe unpickler: a pickle machine that knows only the plain-data opcodes (see unpickle.h).
+//
+// Values live in an arena addressed by index rather than behind shared pointers, so the memo and
+// the stack can share mutable containers the way pickle means them to (a list is memoized empty,
+// then filled) and a hostile file that builds a cycle leaks nothing. The tree is then copied out
+// to JSON with a depth limit (which also stops cycles) and output budgets (which stop a small file
+// from expanding a shared subtree exponentially).
+#include "analyzer/torch/unpickle.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace fr::analyzer::torch {
+
+namespace {
+
+// Opcode bytes (CPython's Lib/pickle.py names).
+enum Op : uint8_t {
+  MARK = '(', STOP = '.', POP = '0', POP_MARK = '1', DUP = '2', FLOAT = 'F', INT = 'I',
+  BININT = 'J', BININT1 = 'K', LONG = 'L', BININT2 = 'M', NONE = 'N', PERSID = 'P',
+  BINPERSID = 'Q', REDUCE = 'R', STRING = 'S', BINSTRING = 'T', SHORT_BINSTRING = 'U',
+  UNICODE = 'V', BINUNICODE = 'X', APPEND = 'a', BUILD = 'b', GLOBAL = 'c', DICT = 'd',
+  EMPTY_DICT = '}', APPENDS = 'e', GET = 'g', BINGET = 'h', INST = 'i', LONG_BINGET = 'j',
+  LIST = 'l', EMPTY_LIST = ']', OBJ = 'o', PUT = 'p', BINPUT = 'q', LONG_BINPUT = 'r',
+  SETITEM = 's', TUPLE = 't', EMPTY_TUPLE = ')', SETITEMS = 'u', BINFLOAT = 'G',
+  PROTO = 0x80, NEWOBJ = 0x81, EXT1 = 0x82, EXT2 = 0x83, EXT4 = 0x84, TUPLE1 = 0x85,
+  TUPLE2 = 0x86, TUPLE3 = 0x87, NEWTRUE = 0x88, NEWFALSE = 0x89, LONG1 = 0x8a, LONG4 = 0x8b,
+  BINBYTES = 'B', SHORT_BINBYTES = 'C', SHORT_BINUNICODE = 0x8c, BINUNICODE8 = 0x8d,
+  BINBYTES8 = 0x8e, EMPTY_SET = 0x8f, ADDITEMS = 0x90, FROZENSET = 0x91, NEWOBJ_EX = 0x92,
+  STACK_GLOBAL = 0x93, MEMOIZE = 0x94, FRAME = 0x95, BYTEARRAY8 = 0x96, NEXT_BUFFER = 0x97,
+  READONLY_BUFFER = 0x98,
+};
+
+enum class Kind : uint8_t {
+  kNone, kBool, kInt, kUint, kBigInt, kFloat, kStr, kBytes, kList, kTuple, kDict, kSet,
+  kFrozenSet,
+};
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::kNone: return "None";
+    case Kind::kBool: return "bool";
+    case Kind::kInt: case Kind::kUint: case Kind::kBigInt: return "int";
+    case Kind::kFloat: return "float";
+    case Kind::kStr: return "str";
+    case Kind::kBytes: return "bytes";
+    case Kind::kList: return "list";
+    case Kind::kTuple: return "tuple";
+    case Kind::kDict: return "dict";
+    case Kind::kSet: return "set";
+    case Kind::kFrozenSet: return "frozenset";
+  }
+  return "?";
+}
+
+// One value. `ref` indexes strs_ (str, bytes) or seqs_ (containers; a dict's sequence holds
+// keys and values interleaved).
+struct Obj {
+  Kind kind;
+  uint32_t ref = 0;
+  int64_t i = 0;
+  uint64_t u = 0;
+  double f = 0;
+};
+
+bool valid_utf8(std::string_view s) {
+  size_t i = 0, n = s.size();
+  while (i < n) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t len;
+    uint32_t cp;
+    if (c < 0x80) { ++i; continue; }
+    if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
+    else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
+    else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
+    else return false;
+    if (i + len > n) return false;
+    for (size_t k = 1; k < len; ++k) {
+      unsigned char cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+        cp > 0x10FFFF)
+      return false;
+    // Python's pickle writes lone surrogates with "surrogatepass"; they are not valid UTF-8 and
+    // cannot be represented in JSON text, so they are refused like any other bad sequence.
+    if (cp >= 0xD800 && cp <= 0xDFFF) return false;
+    i += len;
+  }
+  return true;
+}
+
+class Machine {
+ public:
+  Machine(std::string_view in, const UnpickleLimits& lim) : in_(in), lim_(lim) {
+    skip_.insert(lim.skip_keys.begin(), lim.skip_keys.end());
+  }
+
+  UnpickleResult run() {
+    UnpickleResult r;
+    uint32_t top = 0;
+    if (!execute(&top)) {
+      r.error = error_;
+      return r;
+    }
+    out_nodes_ = 0;
+    out_bytes_ = 0;
+    if (!to_json(top, 0, &r.value)) {
+      r.value = nullptr;
+      r.error = error_;
+    }
+    return r;
+  }
+
+ private:
+  std::string_view in_;
+  const UnpickleLimits& lim_;
+  std::unordered_set<std::string> skip_;
+  size_t pos_ = 0;
+  size_t op_at_ = 0;  // offset of the opcode being run
+  uint8_t op_ = 0;
+  std::string error_;
+
+  std::vector<Obj> objs_;
+  std::vector<std::string> strs_;
+  std::vector<std::vector<uint32_t>> seqs_;
+  std::vector<uint32_t> stack_;
+  std::vector<size_t> marks_;  // stack sizes at each MARK
+  std::unordered_map<uint64_t, uint32_t> memo_;
+  size_t out_nodes_ = 0;
+  size_t out_bytes_ = 0;
+
+  std::string op_label() const {
+    char buf[64];
+    const char* name = pickle_opcode_name(op_);
+    if (name)
+      snprintf(buf, sizeof buf, "%s (0x%02x)", name, op_);
+    else
+      snprintf(buf, sizeof buf, "0x%02x", op_);
+    return buf;
+  }
+
+  bool fail(const std::string& what) {
+    if (error_.empty())
+      error_ = "pickle: opcode " + op_label() + " at offset " + std::to_string(op_at_) + ": " + what;
+    return false;
+  }
+
+  bool need(size_t n) {
+    if (in_.size() - pos_ < n)
+      return fail("truncated (needs " + std::to_string(n) + " more bytes, " +
+                  std::to_string(in_.size() - pos_) + " left)");
+    return true;
+  }
+  uint64_t read_le(size_t n) {
+    uint64_t v = 0;
+    for (size_t k = 0; k < n; ++k) v |= uint64_t(static_cast<unsigned char>(in_[pos_ + k])) << (8 * k);
+    pos_ += n;
+    return v;
+  }
+
+  bool new_obj(Kind k, uint32_t* id) {
+    if (objs_.size() >= lim_.max_objects || objs_.size() >= UINT32_MAX - 1)
+      return fail("too many values (limit " + std::to_string(lim_.max_objects) + ")");
+    Obj o;
+    o.kind = k;
+    if (k == Kind::kStr || k == Kind::kBytes) {
+      o.ref = static_cast<uint32_t>(strs_.size());
+      strs_.emplace_back();
+    } else if (k >= Kind::kList) {
+      o.ref = static_cast<uint32_t>(seqs_.size());
+      seqs_.emplace_back();
+    }
+    *id = static_cast<uint32_t>(objs_.size());
+    objs_.push_back(o);
+    return true;
+  }
+  bool push_new(Kind k, uint32_t* id = nullptr) {
+    uint32_t x;
+    if (!new_obj(k, &x)) return false;
+    stack_.push_back(x);
+    if (id) *id = x;
+    return true;
+  }
+
+  size_t fence() const { return marks_.empty() ? 0 : marks_.back(); }
+  bool pop(uint32_t* v) {
+    if (stack_.size() <= fence()) return fail("stack underflow");
+    *v = stack_.back();
+    stack_.pop_back();
+    return true;
+  }
+  bool top(uint32_t* v) {
+    if (stack_.size() <= fence()) return fail("stack underflow");
+    *v = stack_.back();
+    return true;
+  }
+  bool pop_mark(size_t* k) {
+    if (marks_.empty()) return fail("no MARK to pop to");
+    *k = marks_.back();
+    marks_.pop_back();
+    return true;
+  }
+  // After pop_mark(k): the container just below the marked items.
+  bool below_mark(size_t k, uint32_t* v) {
+    if (k == 0 || k - 1 < fence()) return fail("stack underflow (no container below MARK)");
+    *v = stack_[k - 1];
+    return true;
+  }
+
+  bool push_str(Kind k, size_t n) {
+    if (!need(n)) return false;
+    std::string_view s = in_.substr(pos_, n);
+    if (k == Kind::kStr && !valid_utf8(s)) return fail("str is not valid UTF-8");
+    uint32_t id;
+    if (!push_new(k, &id)) return false;
+    strs_[objs_[id].ref].assign(s.data(), s.size());
+    pos_ += n;
+    return true;
+  }
+
+  // LONG1/LONG4: little-endian two's complement of n bytes.
+  bool push_long(size_t n) {
+    if (!need(n)) return false;
+    const unsigned char* b = reinterpret_cast<const unsigned char*>(in_.data() + pos_);
+    pos_ += n;
+    uint32_t id;
+    if (n == 0) {
+      if (!push_new(Kind::kInt, &id)) return false;
+      objs_[id].i = 0;
+      return true;
+    }
+    bool neg = b[n - 1] & 0x80;
+    if (n <= 8) {
+      uint64_t v = 0;
+      for (size_t k = 0; k < n; ++k) v |= uint64_t(b[k]) << (8 * k);
+      if (neg && n < 8) v |= ~uint64_t{0} << (8 * n);
+      if (!push_new(Kind::kInt, &id)) return false;
+      objs_[id].i = static_cast<int64_t>(v);
+      return true;
+    }
+    // Wider: fits in uint64 when non-negative and every byte past the eighth is zero.
+    bool fits_u64 = !neg;
+    for (size_t k = 8; k < n && fits_u64; ++k) fits_u64 = b[k] == 0;
+    if (fits_u64) {
+      uint64_t v = 0;
+      for (size_t k = 0; k < 8; ++k) v |= uint64_t(b[k]) << (8 * k);
+      if (!push_new(Kind::kUint, &id)) return false;
+      objs_[id].u = v;
+      return true;
+    }
+    // Beyond 64 bits: kept as an approximate float (nothing in a dump is this wide).
+    double d = 0;
+    for (size_t k = n; k-- > 0;) d = d * 256.0 + (neg ? double(0xFF - b[k]) : double(b[k]));
+    if (neg) d = -(d + 1);
+    if (!push_new(Kind::kBigInt, &id)) return false;
+    objs_[id].f = d;
+    return true;
+  }
+
+  bool memo_put(uint64_t idx) {
+    uint32_t v = 0;
+    if (!top(&v)) return false;
+    if (memo_.size() >= lim_.max_memo && !memo_.count(idx))
+      return fail("memo too large (limit " + std::to_string(lim_.max_memo) + ")");
+    memo_[idx] = v;
+    return true;
+  }
+  bool memo_get(uint64_t idx) {
+    auto it = memo_.find(idx);
+    if (it == memo_.end()) return fail("memo key " + std::to_string(idx) + " was never stored");
+    stack_.push_back(it->second);
+    return true;
+  }
+  bool read_decimal_line(uint64_t* v) {
+    size_t nl = in_.find('\n', pos_);
+    if (nl == std::string_view::npos) return fail("truncated (no end of line)");
+    std::string_view line = in_.substr(pos_, nl - pos_);
+    if (line.empty() || line.size() > 19) return fail("bad memo index");
+    uint64_t x = 0;
+    for (char c : line) {
+      if (c < '0' || c > '9') return fail("bad memo index");
+      x = x * 10 + uint64_t(c - '0');
+    }
+    pos_ = nl + 1;
+    *v = x;
+    return true;
+  }
+
+  bool seq_append(uint32_t container, const uint32_t* items, size_t n, Kind want) {
+    Kind k = objs_[container].kind;
+    if (k != want)
+      return fail(std::string("cannot add items to a ") + kind_name(k));
+    auto& seq = seqs_[objs_[container].ref];
+    seq.insert(seq.end(), items, items + n);
+    return true;
+  }
+
+  bool execute(uint32_t* result) {
+    if (in_.empty()) {
+      op_at_ = 0;
+      error_ = "pickle: empty input";
+      return false;
+    }
+    while (true) {
+      if (pos_ >= in_.size()) {
+        op_at_ = pos_;
+        error_ = "pickle: truncated at offset " + std::to_string(pos_) + " (no STOP opcode)";
+        return false;
+      }
+      op_at_ = pos_;
+      op_ = static_cast<uint8_t>(in_[pos_++]);
+      uint32_t a = 0, b = 0, id = 0;
+      size_t k = 0;
+      switch (op_) {
+        case PROTO: {
+          if (!need(1)) return false;
+          uint8_t v = static_cast<uint8_t>(in_[pos_++]);
+          if (v > 5) return fail("unsupported protocol " + std::to_string(v));
+          break;
+        }
+        case FRAME: {
+          if (!need(8)) return false;
+          uint64_t n = read_le(8);
+          if (n > in_.size() - pos_) return fail("frame longer than the rest of the input");
+          break;
+        }
+        case STOP:
+          if (!pop(result)) return false;
+          return true;
+        case MARK: marks_.push_back(stack_.size()); break;
+        case POP:
+          if (stack_.size() > fence()) {
+            stack_.pop_back();
+          } else if (!marks_.empty()) {
+            marks_.pop_back();
+          } else {
+            return fail("stack underflow");
+          }
+          break;
+        case POP_MARK:
+          if (!pop_mark(&k)) return false;
+          stack_.resize(k);
+          break;
+        case DUP:
+          if (!top(&a)) return false;
+          stack_.push_back(a);
+          break;
+        case NONE: if (!push_new(Kind::kNone)) return false; break;
+        case NEWTRUE:
+        case NEWFALSE:
+          if (!push_new(Kind::kBool, &id)) return false;
+          objs_[id].i = op_ == NEWTRUE;
+          break;
+        case BININT:
+          if (!need(4)) return false;
+          if (!push_new(Kind::kInt, &id)) return false;
+          objs_[id].i = static_cast<int32_t>(static_cast<uint32_t>(read_le(4)));
+          break;
+        case BININT1:
+          if (!need(1)) return false;
+          if (!push_new(Kind::kInt, &id)) return false;
+          objs_[id].i = static_cast<int64_t>(read_le(1));
+          break;
+        case BININT2:
+          if (!need(2)) return false;
+          if (!push_new(Kind::kInt, &id)) return false;
+          objs_[id].i = static_cast<int64_t>(read_le(2));
+          break;
+        case LONG1: {
+          if (!need(1)) return false;
+          size_t n = static_cast<size_t>(read_le(1));
+          if (!push_long(n)) return false;
+          break;
+        }
+        case LONG4: {
+          if (!need(4)) return false;
+          int32_t n = static_cast<int32_t>(static_cast<uint32_t>(read_le(4)));
+          if (n < 0) return fail("negative length");
+          if (!push_long(static_cast<size_t>(n))) return false;
+          break;
+        }
+        case BINFLOAT: {
+          if (!need(8)) return false;
+          uint64_t bits = 0;
+          for (size_t q = 0; q < 8; ++q)
+            bits = (bits << 8) | static_cast<unsigned char>(in_[pos_ + q]);
+          pos_ += 8;
+          double d;
+          std::memcpy(&d, &bits, sizeof d);
+          if (!push_new(Kind::kFloat, &id)) return false;
+          objs_[id].f = d;
+          break;
+        }
+        case SHORT_BINUNICODE:
+          if (!need(1)) return false;
+          if (!push_str(Kind::kStr, read_le(1))) return false;
+          break;
+        case BINUNICODE:
+          if (!need(4)) return false;
+          if (!push_str(Kind::kStr, read_le(4))) return false;
+          break;
+        case BINUNICODE8: {
+          if (!need(8)) return false;
+          uint64_t n = read_le(8);
+          if (n > in_.size()) return fail("length beyond the input");
+          if (!push_str(Kind::kStr, static_cast<size_t>(n))) return false;
+          break;
+        }
+        case SHORT_BINBYTES:
+        case SHORT_BINSTRING:
+          if (!need(1)) return false;
+          if (!push_str(Kind::kBytes, read_le(1))) return false;
+          break;
+        case BINBYTES:
+          if (!need(4)) return false;
+          if (!push_str(Kind::kBytes, read_le(4))) return false;
+          break;
+        case BINSTRING: {
+          if (!need(4)) return false;
+          int32_t n = static_cast<int32_t>(static_cast<uint32_t>(read_le(4)));
+          if (n < 0) return fail("negative length");
+          if (!push_str(Kind::kBytes, static_cast<size_t>(n))) return false;
+          break;
+        }
+        case BINBYTES8:
+        case BYTEARRAY8: {
+          if (!need(8)) return false;
+          uint64_t n = read_le(8);
+          if (n > in_.size()) return fail("length beyond the input");
+          if (!push_str(Kind::kBytes, static_cast<size_t>(n))) return false;
+          break;
+        }
+        case EMPTY_LIST: if (!push_new(Kind::kList)) return false; break;
+        case EMPTY_TUPLE: if (!push_new(Kind::kTuple)) return false; break;
+        case EMPTY_DICT: if (!push_new(Kind::kDict)) return false; break;
+        case EMPTY_SET: if (!push_new(Kind::kSet)) return false; break;
+        case APPEND:
+          if (!pop(&a) || !top(&b)) return false;
+          if (!seq_append(b, &a, 1, Kind::kList)) return false;
+          break;
+        case APPENDS:
+        case ADDITEMS:
+          if (!pop_mark(&k) || !below_mark(k, &b)) return false;
+          if (!seq_append(b, stack_.data() + k, stack_.size() - k,
+                          op_ == APPENDS ? Kind::kList : Kind::kSet))
+            return false;
+          stack_.resize(k);
+          break;
+        case SETITEM: {
+          uint32_t kv[2];
+          if (!pop(&kv[1]) || !pop(&kv[0]) || !top(&b)) return false;
+          if (!seq_append(b, kv, 2, Kind::kDict)) return false;
+          break;
+        }
+        case SETITEMS:
+          if (!pop_mark(&k) || !below_mark(k, &b)) return false;
+          if ((stack_.size() - k) % 2) return fail("odd number of items for a dict");
+          if (!seq_append(b, stack_.data() + k, stack_.size() - k, Kind::kDict)) return false;
+          stack_.resize(k);
+          break;
+        case LIST:
+        case TUPLE:
+        case DICT:
+        case FROZENSET: {
+          if (!pop_mark(&k)) return false;
+          Kind kind = op_ == LIST ? Kind::kList
+                      : op_ == TUPLE ? Kind::kTuple
+                      : op_ == DICT ? Kind::kDict
+                                    : Kind::kFrozenSet;
+          if (kind == Kind::kDict && (stack_.size() - k) % 2)
+            return fail("odd number of items for a dict");
+          if (!new_obj(kind, &id)) return false;
+          seqs_[objs_[id].ref].assign(stack_.begin() + static_cast<std::ptrdiff_t>(k),
+                                      stack_.end());
+          stack_.resize(k);
+          stack_.push_back(id);
+          break;
+        }
+        case TUPLE1:
+        case TUPLE2:
+        case TUPLE3: {
+          size_t n = size_t(op_ - TUPLE1) + 1;
+          if (stack_.size() < fence() + n) return fail("stack underflow");
+          if (!new_obj(Kind::kTuple, &id)) return false;
+          seqs_[objs_[id].ref].assign(stack_.end() - static_cast<std::ptrdiff_t>(n),
+                                      stack_.end());
+          stack_.resize(stack_.size() - n);
+          stack_.push_back(id);
+          break;
+        }
+        case BINPUT:
+          if (!need(1)) return false;
+          if (!memo_put(read_le(1))) return false;
+          break;
+        case LONG_BINPUT:
+          if (!need(4)) return false;
+          if (!memo_put(read_le(4))) return false;
+          break;
+        case MEMOIZE:
+          if (!memo_put(memo_.size())) return false;
+          break;
+        case PUT: {
+          uint64_t idx;
+          if (!read_decimal_line(&idx) || !memo_put(idx)) return false;
+          break;
+        }
+        case BINGET:
+          if (!need(1)) return false;
+          if (!memo_get(read_le(1))) return false;
+          break;
+        case LONG_BINGET:
+          if (!need(4)) return false;
+          if (!memo_get(read_le(4))) return false;
+          break;
+        case GET: {
+          uint64_t idx;
+          if (!read_decimal_line(&idx) || !memo_get(idx)) return false;
+          break;
+        }
+        case GLOBAL:
+        case STACK_GLOBAL:
+        case INST:
+          return fail("refused: it imports a Python object (only plain data is read)");
+        case REDUCE:
+        case BUILD:
+        case OBJ:
+        case NEWOBJ:
+        case NEWOBJ_EX:
+          return fail("refused: it calls or builds a Python object (only plain data is read)");
+        case EXT1:
+        case EXT2:
+        case EXT4:
+          return fail("refused: extension registry objects are not plain data");
+        case PERSID:
+        case BINPERSID:
+          return fail("refused: persistent ids need the writer's resolver");
+        case NEXT_BUFFER:
+        case READONLY_BUFFER:
+          return fail("refused: out-of-band buffers are not supported");
+        case INT:
+        case LONG:
+        case FLOAT:
+        case STRING:
+        case UNICODE:
+          return fail("refused: protocol 0 text opcodes are not supported (dumps use 2 or later)");
+        default:
+          return fail("unknown opcode");
+      }
+    }
+  }
+
+  bool key_text(uint32_t key, std::string* out) {
+    const Obj& o = objs_[key];
+    switch (o.kind) {
+      case Kind::kStr: *out = strs_[o.ref]; return true;
+      case Kind::kBytes:
+        if (!valid_utf8(strs_[o.ref])) break;
+        *out = strs_[o.ref];
+        return true;
+      case Kind::kInt: *out = std::to_string(o.i); return true;
+      case Kind::kUint: *out = std::to_string(o.u); return true;
+      case Kind::kBool: *out = o.i ? "True" : "False"; return true;
+      case Kind::kNone: *out = "None"; return true;
+      default: break;
+    }
+    error_ = std::string("pickle: dict key of type ") + kind_name(o.kind) + " is not supported";
+    return false;
+  }
+
+  bool to_json(uint32_t id, size_t depth, nlohmann::json* out) {
+    if (++out_nodes_ > lim_.max_output_nodes) {
+      error_ = "pickle: result too large (more than " + std::to_string(lim_.max_output_nodes) +
+               " values once shared parts are expanded)";
+      return false;
+    }
+    const Obj& o = objs_[id];
+    switch (o.kind) {
+      case Kind::kNone: *out = nullptr; return true;
+      case Kind::kBool: *out = o.i != 0; return true;
+      case Kind::kInt: *out = o.i; return true;
+      case Kind::kUint: *out = o.u; return true;
+      case Kind::kBigInt:
+      case Kind::kFloat: *out = o.f; return true;
+      case Kind::kStr:
+      case Kind::kBytes: {
+        const std::string& s = strs_[o.ref];
+        out_bytes_ += s.size();
+        if (out_bytes_ > lim_.max_output_bytes) {
+          error_ = "pickle: result too large (more than " + std::to_string(lim_.max_output_bytes) +
+                   " bytes of text once shared parts are expanded)";
+          return false;
+        }
+        if (o.kind == Kind::kStr)
+          *out = s;
+        else
+          *out = nlohmann::json::binary(std::vector<uint8_t>(s.begin(), s.end()));
+        return true;
+      }
+      default: break;
+    }
+    if (depth >= lim_.max_depth) {
+      error_ = "pickle: nested deeper than " + std::to_string(lim_.max_depth) +
+               " levels (or a container that holds itself)";
+      return false;
+    }
+    // Copy the index list: the recursion below may not grow seqs_, but keep it independent.
+    const std::vector<uint32_t>& items = seqs_[o.ref];
+    if (o.kind == Kind::kDict) {
+      *out = nlohmann::json::object();
+      for (size_t q = 0; q + 1 < items.size(); q += 2) {
+        std::string key;
+        if (!key_text(items[q], &key)) return false;
+        if (objs_[items[q]].kind == Kind::kStr && skip_.count(key)) continue;
+        nlohmann::json v;
+        if (!to_json(items[q + 1], depth + 1, &v)) return false;
+        (*out)[key] = std::move(v);
+      }
+      return true;
+    }
+    *out = nlohmann::json::array();
+    for (uint32_t item : items) {
+      nlohmann::json v;
+      if (!to_json(item, depth + 1, &v)) return false;
+      out->push_back(std::move(v));
+    }
+    return true;
+  }
+};
+
+}  // namespace
+
+const char* pickle_opcode_name(uint8_t op) {
+  switch (op) {
+#define FR_OPNAME(x) case x: return #x;
+    FR_OPNAME(MARK) FR_OPNAME(STOP) FR_OPNAME(POP) FR_OPNAME(POP_MARK) FR_OPNAME(DUP)
+    FR_OPNAME(FLOAT) FR_OPNAME(INT) FR_OPNAME(BININT) FR_OPNAME(BININT1) FR_OPNAME(LONG)
+    FR_OPNAME(BININT2) FR_OPNAME(NONE) FR_OPNAME(PERSID) FR_OPNAME(BINPERSID) FR_OPNAME(REDUCE)
+    FR_OPNAME(STRING) FR_OPNAME(BINSTRING) FR_OPNAME(SHORT_BINSTRING) FR_OPNAME(UNICODE)
+    FR_OPNAME(BINUNICODE) FR_OPNAME(APPEND) FR_OPNAME(BUILD) FR_OPNAME(GLOBAL) FR_OPNAME(DICT)
+    FR_OPNAME(EMPTY_DICT) FR_OPNAME(APPENDS) FR_OPNAME(GET) FR_OPNAME(BINGET) FR_OPNAME(INST)
+    FR_OPNAME(LONG_BINGET) FR_OPNAME(LIST) FR_OPNAME(EMPTY_LIST) FR_OPNAME(OBJ) FR_OPNAME(PUT)
+    FR_OPNAME(BINPUT) FR_OPNAME(LONG_BINPUT) FR_OPNAME(SETITEM) FR_OPNAME(TUPLE)
+    FR_OPNAME(EMPTY_TUPLE) FR_OPNAME(SETITEMS) FR_OPNAME(BINFLOAT) FR_OPNAME(PROTO)
+    FR_OPNAME(NEWOBJ) FR_OPNAME(EXT1) FR_OPNAME(EXT2) FR_OPNAME(EXT4) FR_OPNAME(TUPLE1)
+    FR_OPNAME(TUPLE2) FR_OPNAME(TUPLE3) FR_OPNAME(NEWTRUE) FR_OPNAME(NEWFALSE) FR_OPNAME(LONG1)
+    FR_OPNAME(LONG4) FR_OPNAME(BINBYTES) FR_OPNAME(SHORT_BINBYTES) FR_OPNAME(SHORT_BINUNICODE)
+    FR_OPNAME(BINUNICODE8) FR_OPNAME(BINBYTES8) FR_OPNAME(EMPTY_SET) FR_OPNAME(ADDITEMS)
+    FR_OPNAME(FROZENSET) FR_OPNAME(NEWOBJ_EX) FR_OPNAME(STACK_GLOBAL) FR_OPNAME(MEMOIZE)
+    FR_OPNAME(FRAME) FR_OPNAME(BYTEARRAY8) FR_OPNAME(NEXT_BUFFER) FR_OPNAME(READONLY_BUFFER)
+#undef FR_OPNAME
+    default: return nullptr;
+  }
+}
+
+UnpickleResult unpickle(std::string_view bytes, const UnpickleLimits& limits) {
+  Machine m(bytes, limits);
+  return m.run();
+}
+
+}  // namespace fr::analyzer::torch

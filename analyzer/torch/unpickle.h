@@ -1,0 +1,51 @@
+// A small, safe unpickler for the plain data that PyTorch Flight Recorder dumps hold.
+//
+// PyTorch writes its per-rank dump as a pickle (protocol 2 from torch's own C++ pickler, protocol
+// 4 or 5 when a dump dict goes through Python's pickle.dumps). Loading such a file with a general
+// unpickler runs whatever the file names (GLOBAL + REDUCE is arbitrary code execution), so this
+// one knows only the opcodes that build plain values: None, bool, int (any width that fits 64
+// bits; wider ones are kept as their decimal text), float, str, bytes, list, tuple, dict, set,
+// the memo and marks, and protocol 4 framing. Every opcode that imports, calls or builds objects
+// (GLOBAL, STACK_GLOBAL, REDUCE, BUILD, INST, OBJ, NEWOBJ, NEWOBJ_EX, EXT*, PERSID, BINPERSID,
+// out-of-band buffers) and every unknown byte is refused with an error naming the opcode and its
+// offset. Nothing is ever executed or imported.
+//
+// The result is a nlohmann::json tree: tuples and sets become arrays, bytes become JSON binary
+// values, dict keys must be str or int (ints become their decimal text). Memory and nesting are
+// bounded by UnpickleLimits; shared (memoized) subtrees are expanded, within the same bounds.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace fr::analyzer::torch {
+
+struct UnpickleLimits {
+  size_t max_depth = 128;                 // nesting of containers in the result
+  size_t max_objects = size_t{1} << 25;   // values built while running the pickle
+  size_t max_output_nodes = size_t{1} << 25;  // JSON nodes in the result (shared subtrees count
+                                              // once per use)
+  size_t max_output_bytes = size_t{1} << 30;  // str/bytes bytes in the result, same rule
+  size_t max_memo = size_t{1} << 24;          // memo entries
+  std::vector<std::string> skip_keys;     // dict entries with these str keys are left out
+                                          // (e.g. "frames": large and not needed)
+};
+
+struct UnpickleResult {
+  nlohmann::json value;
+  std::string error;  // empty on success; one line naming the problem and the byte offset
+  bool ok() const { return error.empty(); }
+};
+
+// Runs the pickle in `bytes` up to its STOP opcode. Never throws, never runs code.
+UnpickleResult unpickle(std::string_view bytes, const UnpickleLimits& limits = {});
+
+// The name of a pickle opcode ("GLOBAL", "SHORT_BINUNICODE", ...), or nullptr when unknown.
+const char* pickle_opcode_name(uint8_t op);
+
+}  // namespace fr::analyzer::torch
