@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cerrno>
 #include <cstdio>
@@ -25,6 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "log/reader.h"
 #include "log/snapshot.h"
 #include "progress.h"
 
@@ -212,6 +214,60 @@ std::string read_small_file(const std::string& path) {
   return ss.str();
 }
 
+// The per-rank summary of a dump set: per communicator (by role: the world from init, then the
+// tp, pp, dp splits in creation order) the last op the rank called and how far its GPU got.
+std::string dump_summary(const std::string& dir, int max_ranks) {
+  log::Manifest m;
+  std::string error;
+  if (!log::read_manifest(dir, &m, &error)) return "  (cannot read the manifest: " + error + ")\n";
+  std::vector<const log::SnapshotProcess*> procs;
+  for (const auto& p : m.processes) procs.push_back(&p);
+  std::sort(procs.begin(), procs.end(), [](auto* a, auto* b) { return a->rank < b->rank; });
+  std::ostringstream out;
+  int shown = 0;
+  for (const auto* p : procs) {
+    if (shown++ == max_ranks) {
+      out << "  ... " << procs.size() - max_ranks << " more rank(s)\n";
+      break;
+    }
+    log::ReadResult rr = log::read_log(dir + "/" + p->file);
+    char head[96];
+    std::snprintf(head, sizeof head, "  rank %-3d %-6s %-5s", p->rank, p->host.c_str(),
+                  p->alive ? "alive" : "dead");
+    out << head;
+    if (!rr.ok()) {
+      out << " unreadable: " << rr.message << "\n";
+      continue;
+    }
+    const log::LogFile& lf = *rr.log;
+    std::vector<std::pair<std::string, uint64_t>> roles;
+    std::vector<const fr_comm_entry*> splits;
+    for (const auto& c : lf.comms) {
+      if (c.origin == FR_ORIGIN_INIT_RANK) roles.push_back({"world", c.id});
+      if (c.origin == FR_ORIGIN_SPLIT) splits.push_back(&c);
+    }
+    std::stable_sort(splits.begin(), splits.end(),
+                     [](auto* a, auto* b) { return a->create_ns < b->create_ns; });
+    const char* names[] = {"tp", "pp", "dp"};
+    for (size_t i = 0; i < splits.size() && i < 3; ++i) roles.push_back({names[i], splits[i]->id});
+    for (const auto& [role, id] : roles) {
+      const log::Record* last = nullptr;
+      for (const auto& rec : lf.records)
+        if (rec.raw.comm_id == id && (log::op_is_collective(rec.raw.op) || log::op_is_p2p(rec.raw.op)))
+          last = &rec;
+      out << " | " << role << " ";
+      if (!last) {
+        out << "-";
+        continue;
+      }
+      out << log::op_name(last->raw.op) << " #" << last->raw.seq << " "
+          << log::gpu_state_name(last->gpu_state);
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
 // ---- the job -----------------------------------------------------------------------------------
 
 struct Job {
@@ -225,6 +281,7 @@ struct Job {
   std::vector<ChildState> daemons;  // [0] coordinator, then one node per simulated node
   pid_t daemon_pgid = 0;
   Clock::time_point start = Clock::now();
+  Clock::time_point ranks_started, ranks_ended;  // job_s: from the first fork to the last exit
 
   std::string stop_reason;  // completed | exited | stalled | incident | interrupted | no_verdict
   std::string dump_set;     // empty: none
@@ -303,7 +360,7 @@ bool Job::prepare() {
   }
 
   job_id = fresh_job_id();
-  shm_prefix = "frsim-" + job_id + "-";
+  shm_prefix = "frsim-" + job_id + "-";  // FRSIM_SHM_PREFIX is this with a leading '/' 
 
   // The progress board.
   std::string board_path = run_dir + "/board";
@@ -328,6 +385,12 @@ bool Job::prepare() {
 
 bool Job::start_ranks() {
   const Shape& s = o.shape;
+  auto visible_devices = [&](int node) {
+    std::string list;
+    for (int i = 0; i < s.ranks_per_node; ++i)
+      list += (i ? "," : "") + std::to_string(node * s.ranks_per_node + i);
+    return list;
+  };
   std::vector<std::string> args = {rank_exe,
                                    "--nodes", std::to_string(s.nodes),
                                    "--ranks-per-node", std::to_string(s.ranks_per_node),
@@ -352,8 +415,9 @@ bool Job::start_ranks() {
         {"FR_JOB_ID", job_id},
         {"FR_LOG_DIR", node_log_dir(p.node)},
         {"LD_LIBRARY_PATH", ld_path},
-        {"FRSIM_SHM_PREFIX", shm_prefix},
-        {"FRSIM_NODE", std::to_string(p.node)},
+        {"FRSIM_SHM_PREFIX", "/" + shm_prefix},
+        // Each node has its own GPUs; a rank takes the one at LOCAL_RANK, as launchers do.
+        {"CUDA_VISIBLE_DEVICES", visible_devices(p.node)},
         {kEnvBoard, run_dir + "/board"},
         {kEnvRunDir, run_dir},
     };
@@ -368,6 +432,7 @@ bool Job::start_ranks() {
     specs[r].freeze();
   }
   ranks.assign(s.world(), {});
+  ranks_started = Clock::now();
   for (int r = 0; r < s.world(); ++r) {
     pid_t pid = spawn(specs[r], rank_pgid);
     if (pid < 0) {
@@ -493,6 +558,7 @@ void Job::monitor() {
       }
     }
     if (running == 0) {
+      ranks_ended = Clock::now();
       bool all_ok = true;
       for (uint32_t r = 0; r < board->ranks; ++r) {
         const ChildState& k = ranks[r];
@@ -664,6 +730,8 @@ json Job::result_json() const {
   if (!snapshot_info.is_null()) r["snapshot"] = snapshot_info;
   if (stalled_for_s > 0) r["stalled_for_s"] = stalled_for_s;
   r["duration_s"] = seconds_since(start);
+  if (ranks_ended > ranks_started && ranks_started != Clock::time_point{})
+    r["job_s"] = std::chrono::duration<double>(ranks_ended - ranks_started).count();
   if (!analysis.is_null()) r["analysis"] = analysis;
   if (!analysis_error.empty()) r["analysis_error"] = analysis_error;
   if (!daemon_error.empty()) r["daemon_error"] = daemon_error;
@@ -729,7 +797,12 @@ int run_job(const LaunchOptions& o) {
   }
   job.say("job " + job.job_id + " " + summary + " after " +
           std::to_string(seconds_since(job.start)).substr(0, 5) + " s");
-  if (!job.dump_set.empty()) job.say("dump set: " + job.dump_set);
+  if (!job.dump_set.empty()) {
+    job.say("dump set: " + job.dump_set);
+    if (!o.quiet)
+      std::printf("last op per rank and communicator (op #seq, GPU state):\n%s",
+                  dump_summary(job.dump_set, 64).c_str());
+  }
   if (!job.analysis.is_null() && job.analysis.contains("verdict")) {
     const json& v = job.analysis["verdict"];
     job.say("verdict: " + v.value("kind", std::string("?")) + ": " + v.value("summary", std::string()));

@@ -218,28 +218,24 @@ void setup_comms(Rank& r) {
   for (;;) ::pause();
 }
 
-// The stream stalls in an emulated kernel: the emulation's own stall kernel when it offers one
-// (tests/sim/include/fr_sim.h), otherwise a host function on the stream, which stalls a real
-// stream the same way.
-struct StallArg {
-  int64_t ms;
-};
+// The stream stalls in an emulated kernel: the emulation's stall kernel (frsim_stream_stall of
+// tests/sim/include/fr_sim.h, looked up at run time so the program also loads on a real driver),
+// otherwise a host function on the stream, which stalls a real stream the same way.
 void CUDA_CB stall_host_fn(void* p) {
-  auto* a = static_cast<StallArg*>(p);
-  if (a->ms < 0) hang_forever();
-  std::this_thread::sleep_for(std::chrono::milliseconds(a->ms));
+  int64_t ms = static_cast<int64_t>(reinterpret_cast<intptr_t>(p));
+  if (ms < 0) hang_forever();
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
 void stall_stream(Rank& r, int64_t ms) {
-  using SimStall = int (*)(CUstream, int64_t);
-  static SimStall sim = reinterpret_cast<SimStall>(dlsym(RTLD_DEFAULT, "frsimStreamStall"));
+  using SimStall = CUresult (*)(CUstream, int);
+  static SimStall sim = reinterpret_cast<SimStall>(dlsym(RTLD_DEFAULT, "frsim_stream_stall"));
   if (sim) {
-    if (sim(r.stream, ms) != 0) die(r, kExitCudaError, "frsimStreamStall failed");
+    cuda_check(r, sim(r.stream, ms < 0 ? -1 : static_cast<int>(ms)), "frsim_stream_stall");
     return;
   }
-  static StallArg arg;
-  arg.ms = ms;
-  cuda_check(r, cuLaunchHostFunc(r.stream, stall_host_fn, &arg), "cuLaunchHostFunc(stall)");
+  cuda_check(r, cuLaunchHostFunc(r.stream, stall_host_fn, reinterpret_cast<void*>(static_cast<intptr_t>(ms))),
+             "cuLaunchHostFunc(stall)");
 }
 
 // The arguments of one collective after any mismatch fault is applied.

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Speed of the simulated job: a healthy 16-rank job (2 nodes x 8 ranks, TP 2, PP 2, DP 4),
+# 100 steps, run with and without the agent. Prints the wall time of each run (fr-simjob's
+# duration_s: from the first rank started to the last one exited, dump set included), the median
+# of each side and the agent's overhead in percent (target: seconds; <= 10 % with the agent).
+# The time is the job's (job_s: first rank started to last rank exited); fr-simjob's own work
+# after that (the dump set) is reported apart.
+#   usage: tests/bench/sim/run.sh <build-dir> [repeats]
+set -euo pipefail
+build=$(cd "${1:-build}" && pwd)
+repeats=${2:-5}
+simjob="$build/bin/fr-simjob"
+[[ -x $simjob ]] || { echo "bench/sim: $simjob is not built" >&2; exit 1; }
+out=$(mktemp -d "${TMPDIR:-/tmp}/fr-bench-sim-XXXXXX")
+trap 'rm -rf "$out"' EXIT
+
+shape=(--nodes 2 --ranks-per-node 8 --tp 2 --pp 2 --steps 100 --quiet)
+
+# One run; prints its duration_s, or fails loudly when the job did not complete.
+run_once() {
+  local dir=$1; shift
+  if ! "$simjob" "${shape[@]}" "$@" --out "$dir" >"$out/last.log" 2>&1; then
+    echo "bench/sim: fr-simjob failed:" >&2; cat "$out/last.log" >&2; exit 1
+  fi
+  python3 - "$dir/result.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+if not r["completed"]:
+    sys.exit("bench/sim: the job did not complete: " + sys.argv[1])
+print("%.3f %.3f" % (r["job_s"], r["duration_s"] - r["job_s"]))
+PY
+}
+
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+# Warm-up (page cache, first exec), then alternate the two sides so machine load hits both alike.
+run_once "$out/warm" --no-agent >/dev/null
+with=() without=() dump=()
+for ((i = 1; i <= repeats; i++)); do
+  read -r t _ < <(run_once "$out/without" --no-agent)
+  without+=("$t")
+  read -r t d < <(run_once "$out/with")
+  with+=("$t")
+  dump+=("$d")
+done
+m_without=$(median "${without[@]}")
+m_with=$(median "${with[@]}")
+echo "simulated job: 16 ranks (2 nodes x 8, TP 2, PP 2, DP 4), 100 steps, $repeats runs each"
+echo "  without agent: ${without[*]} s  (median $m_without s)"
+echo "  with agent:    ${with[*]} s  (median $m_with s)"
+echo "  dump set after the job (with agent): median $(median "${dump[@]}") s"
+awk -v a="$m_with" -v b="$m_without" 'BEGIN { printf "  agent overhead: %+.1f %% (target <= 10 %%)\n", (a - b) / b * 100 }'

@@ -1,0 +1,414 @@
+// End to end: real rank processes under the agent on the NCCL/CUDA emulation, started by
+// fr-simjob. For every fault kind the dump set must show the fault plainly in the flight logs; a
+// healthy job must show every op completed everywhere; the GPU progress markers must move as on a
+// GPU. When fr-simjob adds the analysis, its verdict and culprits are checked too.
+//
+// The job: 2 nodes x 4 ranks, TP 2, PP 2, DP 2 (Megatron order: TP fastest, then DP, then PP).
+//   TP groups {0,1} {2,3} {4,5} {6,7}; DP groups {0,2} {1,3} {4,6} {5,7};
+//   PP groups {0,4} {1,5} {2,6} {3,7} (stage 0 = ranks 0-3 on node 0, stage 1 = ranks 4-7).
+// Per step s (counted from 0): TP all-gather (tp seq 2s+1) and reduce-scatter (2s+2), pipeline
+// send/recv, DP all-reduce (dp seq s+1), world all-reduce (world seq 2s+1) and broadcast from
+// rank 0 (2s+2).
+#include <nccl.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include <catch2/catch.hpp>
+
+#include "simjob_run.h"
+
+using fr::e2e::Op;
+using fr::e2e::RankView;
+using fr::e2e::SimRun;
+using nlohmann::json;
+
+namespace {
+
+constexpr int kWorld = 8;
+const int kDpPeer[kWorld] = {2, 3, 0, 1, 6, 7, 4, 5};
+const int kTpPeer[kWorld] = {1, 0, 3, 2, 5, 4, 7, 6};
+const int kPpPeer[kWorld] = {4, 5, 6, 7, 0, 1, 2, 3};
+
+std::string describe(const SimRun& run) {
+  return "out dir " + run.dir + ", exit " + std::to_string(run.exit_code) + "\n" + run.output;
+}
+
+bool done(const Op* o) { return o && o->gpu == FR_GPU_COMPLETED; }
+
+// Every collective and p2p op of the rank is completed.
+void require_all_completed(const RankView& v) {
+  for (const auto* m : {&v.collectives, &v.p2p})
+    for (const auto& [role, ops] : *m)
+      for (const Op& o : ops) {
+        INFO("rank " << v.rank << " " << role << " seq " << o.seq << " op "
+                     << fr::log::op_name(o.op) << " gpu " << fr::log::gpu_state_name(o.gpu));
+        REQUIRE(o.gpu == FR_GPU_COMPLETED);
+      }
+}
+
+// The run stopped on a stall with a dump set of all 8 processes; returns it.
+std::map<int, RankView> stalled_dump(const SimRun& run, fr::log::Manifest* manifest = nullptr) {
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
+  REQUIRE(run.result.is_object());
+  REQUIRE(run.result["completed"] == false);
+  REQUIRE(run.result["stop_reason"] == "stalled");
+  REQUIRE(run.result["dump_set"].is_string());
+  auto ranks = fr::e2e::load_dump_set(run.result["dump_set"].get<std::string>(), manifest);
+  REQUIRE(ranks.size() == kWorld);
+  for (const auto& [r, v] : ranks) REQUIRE(v.comm_ids.size() == 4);
+  return ranks;
+}
+
+// When result.json carries the analysis: its verdict kind and culprits.
+void check_verdict(const SimRun& run, const std::string& kind, std::set<int> culprits) {
+  INFO(describe(run));
+  REQUIRE(run.result.is_object());
+  REQUIRE(!run.result.contains("analysis_error"));
+  if (!run.result.contains("analysis")) {
+    WARN("fr-simjob was built without the analyzer: verdict not checked");
+    return;
+  }
+  const json& v = run.result["analysis"]["verdict"];
+  INFO("verdict " << v.dump());
+  REQUIRE(v["kind"] == kind);
+  std::set<int> got;
+  for (const auto& c : v["culprit_ranks"]) got.insert(c.get<int>());
+  REQUIRE(got == culprits);
+}
+
+}  // namespace
+
+TEST_CASE("fr-simjob: healthy job completes and every op completes on every rank", "[e2e]") {
+  const int steps = 5;
+  SimRun run = fr::e2e::run_simjob(fr::e2e::small_job(steps, {}));
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
+  REQUIRE(run.result["completed"] == true);
+  REQUIRE(run.result["world_size"] == kWorld);
+  REQUIRE(run.result["nodes"] == 2);
+  REQUIRE(run.result["ranks_per_node"] == 4);
+  REQUIRE(run.result["steps"] == steps);
+  REQUIRE(run.result["ranks"].size() == kWorld);
+  for (const auto& r : run.result["ranks"]) {
+    REQUIRE(r["exit_code"] == 0);
+    REQUIRE(r["signal"].is_null());
+    REQUIRE(r["steps_done"] == steps);
+    REQUIRE(r["check_failures"] == 0);
+    REQUIRE(r["node"] == r["rank"].get<int>() / 4);
+  }
+  fr::log::Manifest manifest;
+  auto ranks = fr::e2e::load_dump_set(run.result["dump_set"].get<std::string>(), &manifest);
+  REQUIRE(manifest.source == "fr-simjob");
+  REQUIRE(manifest.expected_ranks == kWorld);
+  REQUIRE(manifest.job_id == run.result["job_id"].get<std::string>());
+  std::set<std::string> hosts;
+  for (const auto& p : manifest.processes) {
+    hosts.insert(p.host);
+    REQUIRE(p.host == "node" + std::to_string(p.rank / 4));
+    REQUIRE(p.file.rfind(p.host + "-", 0) == 0);
+  }
+  REQUIRE(hosts == std::set<std::string>{"node0", "node1"});
+  REQUIRE(ranks.size() == kWorld);
+  for (const auto& [r, v] : ranks) {
+    INFO("rank " << r);
+    REQUIRE(v.last_coll_seq("world") == 2 * steps);
+    REQUIRE(v.last_coll_seq("tp") == 2 * steps);
+    REQUIRE(v.last_coll_seq("dp") == steps);
+    REQUIRE(v.collectives.at("world").size() == 2 * steps);
+    REQUIRE(v.p2p.at("pp").size() == 2 * steps);
+    // Sends and receives alternate by stage: stage 0 sends forward and receives backward.
+    int sends = 0;
+    for (const Op& o : v.p2p.at("pp")) sends += o.op == FR_OP_SEND;
+    REQUIRE(sends == steps);
+    require_all_completed(v);
+  }
+  check_verdict(run, "no_hang", {});
+  fr::e2e::remove_run(run);
+}
+
+TEST_CASE("fr-simjob: hang-host at rank 5, step 3", "[e2e]") {
+  SimRun run = fr::e2e::run_simjob(fr::e2e::small_job(6, {"rank=5,step=3,kind=hang-host"}));
+  fr::log::Manifest manifest;
+  auto ranks = stalled_dump(run, &manifest);
+  INFO(describe(run));
+  // Rank 5 stops after step 2 with everything done; it is alive (blocked on the host).
+  const RankView& five = ranks.at(5);
+  REQUIRE(five.alive);
+  REQUIRE(five.last_coll_seq("world") == 6);
+  REQUIRE(five.last_coll_seq("tp") == 6);
+  REQUIRE(five.last_coll_seq("dp") == 3);
+  require_all_completed(five);
+  // Every other rank has step 3's world all-reduce in flight: entered, never completed.
+  for (const auto& [r, v] : ranks) {
+    if (r == 5) continue;
+    INFO("rank " << r);
+    REQUIRE(v.alive);
+    const Op* ar = v.coll("world", 7);
+    REQUIRE(ar != nullptr);
+    REQUIRE(ar->op == FR_OP_ALLREDUCE);
+    REQUIRE(!done(ar));
+  }
+  // Its TP peer entered step 3's all-gather, which rank 5 never called.
+  const Op* ag = ranks.at(4).coll("tp", 7);
+  REQUIRE(ag != nullptr);
+  REQUIRE(ag->op == FR_OP_ALLGATHER);
+  REQUIRE(!done(ag));
+  check_verdict(run, "not_entered", {5});
+  fr::e2e::remove_run(run);
+}
+
+TEST_CASE("fr-simjob: crash at rank 2, step 3", "[e2e]") {
+  SimRun run = fr::e2e::run_simjob(fr::e2e::small_job(6, {"rank=2,step=3,kind=crash"}));
+  auto ranks = stalled_dump(run);
+  INFO(describe(run));
+  const RankView& two = ranks.at(2);
+  REQUIRE_FALSE(two.alive);
+  REQUIRE(two.last_coll_seq("world") == 6);
+  require_all_completed(two);
+  for (const auto& [r, v] : ranks) {
+    if (r == 2) continue;
+    INFO("rank " << r);
+    REQUIRE(v.alive);
+    const Op* ar = v.coll("world", 7);
+    REQUIRE(ar != nullptr);
+    REQUIRE(!done(ar));
+  }
+  // The launcher saw the rank die by SIGKILL before it stopped the others.
+  REQUIRE(run.result["ranks"][2]["signal"] == SIGKILL);
+  REQUIRE(run.result["ranks"][2]["steps_done"] == 3);
+  check_verdict(run, "rank_dead", {2});
+  fr::e2e::remove_run(run);
+}
+
+TEST_CASE("fr-simjob: skip of the DP all-reduce at rank 3, step 3", "[e2e]") {
+  SimRun run = fr::e2e::run_simjob(fr::e2e::small_job(6, {"rank=3,step=3,kind=skip,comm=dp"}));
+  auto ranks = stalled_dump(run);
+  INFO(describe(run));
+  // Rank 3 has three DP all-reduces (steps 0-2); its DP peer, rank 1, is blocked in the fourth.
+  REQUIRE(ranks.at(3).last_coll_seq("dp") == 3);
+  const Op* peer = ranks.at(kDpPeer[3]).coll("dp", 4);
+  REQUIRE(peer != nullptr);
+  REQUIRE(peer->op == FR_OP_ALLREDUCE);
+  REQUIRE(!done(peer));
+  // Rank 3 itself went on to step 3's world all-reduce.
+  REQUIRE(ranks.at(3).coll("world", 7) != nullptr);
+  check_verdict(run, "not_entered", {3});
+  fr::e2e::remove_run(run);
+}
+
+TEST_CASE("fr-simjob: gpu-stall moves the GPU markers exactly as on a GPU", "[e2e]") {
+  SimRun run = fr::e2e::run_simjob(fr::e2e::small_job(6, {"rank=6,step=3,kind=gpu-stall,comm=dp"}));
+  auto ranks = stalled_dump(run);
+  INFO(describe(run));
+  const RankView& six = ranks.at(6);
+  // Before the stall kernel: step 3's TP ops ran on the stream and completed.
+  REQUIRE(done(six.coll("tp", 8)));
+  REQUIRE(done(six.coll("dp", 3)));
+  // The host enqueued the DP all-reduce behind the stalled kernel: the stream never reached it.
+  const Op* ar = six.coll("dp", 4);
+  REQUIRE(ar != nullptr);
+  REQUIRE(ar->gpu == FR_GPU_ENQUEUED);
+  // Everything the host enqueued after it is not started either.
+  const Op* loss = six.coll("world", 7);
+  REQUIRE(loss != nullptr);
+  REQUIRE(loss->gpu == FR_GPU_ENQUEUED);
+  // Its DP peer's stream reached the all-reduce (started) but cannot finish it without rank 6.
+  const Op* peer = ranks.at(kDpPeer[6]).coll("dp", 4);
+  REQUIRE(peer != nullptr);
+  REQUIRE(peer->gpu == FR_GPU_STARTED);
+  check_verdict(run, "stuck_in_collective", {6});
+  fr::e2e::remove_run(run);
+}
+
+TEST_CASE("fr-simjob: a bounded gpu-stall delays the job and every op still completes", "[e2e]") {
+  SimRun run = fr::e2e::run_simjob(
+      fr::e2e::small_job(4, {"rank=1,step=1,kind=gpu-stall,comm=tp,ms=1200"}, "5"));
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
+  REQUIRE(run.result["completed"] == true);
+  REQUIRE(run.result["duration_s"].get<double>() >= 1.2);
+  auto ranks = fr::e2e::load_dump_set(run.result["dump_set"].get<std::string>());
+  REQUIRE(ranks.size() == kWorld);
+  for (const auto& [r, v] : ranks) require_all_completed(v);
+  check_verdict(run, "no_hang", {});
+  fr::e2e::remove_run(run);
+}
+
+TEST_CASE("fr-simjob: mismatch-count on the TP all-gather", "[e2e]") {
+  SimRun run = fr::e2e::run_simjob(fr::e2e::small_job(6, {"rank=1,step=3,kind=mismatch-count,comm=tp"}));
+  auto ranks = stalled_dump(run);
+  INFO(describe(run));
+  const Op* bad = ranks.at(1).coll("tp", 7);
+  const Op* good = ranks.at(kTpPeer[1]).coll("tp", 7);
+  REQUIRE(bad != nullptr);
+  REQUIRE(good != nullptr);
+  REQUIRE(bad->op == FR_OP_ALLGATHER);
+  REQUIRE(good->op == FR_OP_ALLGATHER);
+  REQUIRE(bad->count == good->count + 1);
+  REQUIRE(!done(bad));
+  REQUIRE(!done(good));
+  check_verdict(run, "mismatch", {1});
+  if (run.result.contains("analysis"))
+    REQUIRE(run.result["analysis"]["verdict"]["mismatch"]["field"] == "count");
+  fr::e2e::remove_run(run);
+}
+
+TEST_CASE("fr-simjob: mismatch-dtype on the DP all-reduce", "[e2e]") {
+  SimRun run = fr::e2e::run_simjob(fr::e2e::small_job(6, {"rank=7,step=2,kind=mismatch-dtype,comm=dp"}));
+  auto ranks = stalled_dump(run);
+  INFO(describe(run));
+  const Op* bad = ranks.at(7).coll("dp", 3);
+  const Op* good = ranks.at(kDpPeer[7]).coll("dp", 3);
+  REQUIRE(bad != nullptr);
+  REQUIRE(good != nullptr);
+  REQUIRE(bad->dtype == ncclInt32);
+  REQUIRE(good->dtype == ncclFloat32);
+  REQUIRE(bad->count == good->count);
+  REQUIRE(!done(bad));
+  REQUIRE(!done(good));
+  check_verdict(run, "mismatch", {7});
+  if (run.result.contains("analysis"))
+    REQUIRE(run.result["analysis"]["verdict"]["mismatch"]["field"] == "dtype");
+  fr::e2e::remove_run(run);
+}
+
+TEST_CASE("fr-simjob: mismatch-op on the world all-reduce", "[e2e]") {
+  SimRun run = fr::e2e::run_simjob(fr::e2e::small_job(6, {"rank=4,step=3,kind=mismatch-op,comm=world"}));
+  auto ranks = stalled_dump(run);
+  INFO(describe(run));
+  for (const auto& [r, v] : ranks) {
+    INFO("rank " << r);
+    const Op* ar = v.coll("world", 7);
+    REQUIRE(ar != nullptr);
+    REQUIRE(ar->redop == (r == 4 ? ncclMax : ncclSum));
+    REQUIRE(!done(ar));
+  }
+  check_verdict(run, "mismatch", {4});
+  fr::e2e::remove_run(run);
+}
+
+TEST_CASE("fr-simjob: mismatch-root on the world broadcast, culprit first in rank order", "[e2e]") {
+  SimRun run = fr::e2e::run_simjob(fr::e2e::small_job(6, {"rank=0,step=3,kind=mismatch-root"}));
+  auto ranks = stalled_dump(run);
+  INFO(describe(run));
+  for (const auto& [r, v] : ranks) {
+    INFO("rank " << r);
+    const Op* bc = v.coll("world", 8);
+    REQUIRE(bc != nullptr);
+    REQUIRE(bc->op == FR_OP_BROADCAST);
+    REQUIRE(bc->peer == (r == 0 ? 1 : 0));
+    REQUIRE(!done(bc));
+  }
+  check_verdict(run, "mismatch", {0});
+  if (run.result.contains("analysis"))
+    REQUIRE(run.result["analysis"]["verdict"]["mismatch"]["field"] == "root");
+  fr::e2e::remove_run(run);
+}
+
+TEST_CASE("fr-simjob: p2p-skip of a pipeline send", "[e2e]") {
+  SimRun run = fr::e2e::run_simjob(fr::e2e::small_job(6, {"rank=2,step=3,kind=p2p-skip"}));
+  auto ranks = stalled_dump(run);
+  INFO(describe(run));
+  // Rank 2 (stage 0) sent forward in steps 0-2 only; rank 6 waits in its fourth receive from it.
+  auto count = [](const RankView& v, uint16_t op) {
+    int n = 0;
+    for (const Op& o : v.p2p.at("pp")) n += o.op == op;
+    return n;
+  };
+  REQUIRE(count(ranks.at(2), FR_OP_SEND) == 3);
+  REQUIRE(count(ranks.at(kPpPeer[2]), FR_OP_RECV) == 4);
+  const Op* last_recv = nullptr;
+  for (const Op& o : ranks.at(kPpPeer[2]).p2p.at("pp"))
+    if (o.op == FR_OP_RECV) last_recv = &o;
+  REQUIRE(last_recv != nullptr);
+  REQUIRE(last_recv->peer == 0);  // stage 0 in the PP communicator
+  REQUIRE(!done(last_recv));
+  check_verdict(run, "p2p_unmatched", {2});
+  fr::e2e::remove_run(run);
+}
+
+TEST_CASE("fr-simjob: a slow rank finishes, no hang", "[e2e]") {
+  SimRun run = fr::e2e::run_simjob(fr::e2e::small_job(6, {"rank=3,step=1,kind=slow,ms=150"}));
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
+  REQUIRE(run.result["completed"] == true);
+  REQUIRE(run.result["duration_s"].get<double>() >= 0.75);
+  auto ranks = fr::e2e::load_dump_set(run.result["dump_set"].get<std::string>());
+  for (const auto& [r, v] : ranks) require_all_completed(v);
+  check_verdict(run, "no_hang", {});
+  fr::e2e::remove_run(run);
+}
+
+TEST_CASE("fr-simjob: emulation smoke without the agent, 16 ranks", "[e2e]") {
+  SimRun run = fr::e2e::run_simjob({"--nodes", "2", "--ranks-per-node", "8", "--tp", "2", "--pp",
+                                    "2", "--steps", "5", "--no-agent", "--quiet"});
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
+  REQUIRE(run.result["completed"] == true);
+  REQUIRE(run.result["dp"] == 4);
+  REQUIRE(run.result["dump_set"].is_null());
+  for (const auto& r : run.result["ranks"]) {
+    REQUIRE(r["exit_code"] == 0);
+    REQUIRE(r["steps_done"] == 5);
+    REQUIRE(r["check_failures"] == 0);
+  }
+  // No flight logs without the agent.
+  for (const char* node : {"/node0/shm", "/node1/shm"})
+    REQUIRE(std::filesystem::is_empty(run.dir + node));
+  fr::e2e::remove_run(run);
+}
+
+TEST_CASE("fr-simjob: interrupted, it stops every rank and removes its shared memory", "[e2e]") {
+  // A hang with no --snapshot-after runs until someone stops it.
+  SimRun run = fr::e2e::run_simjob(
+      {"--nodes", "1", "--ranks-per-node", "4", "--tp", "2", "--steps", "50", "--fault",
+       "rank=1,step=2,kind=hang-host", "--quiet"},
+      120, 4.0);
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 128 + SIGTERM);
+  REQUIRE(run.result["stop_reason"] == "interrupted");
+  REQUIRE(run.result["completed"] == false);
+  for (const auto& r : run.result["ranks"]) {
+    int pid = r["pid"].get<int>();
+    REQUIRE(pid > 0);
+    REQUIRE(r["signal"] == SIGKILL);
+    REQUIRE(!std::filesystem::exists("/proc/" + std::to_string(pid)));
+  }
+  std::string prefix = "frsim-" + run.result["job_id"].get<std::string>() + "-";
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
+    REQUIRE(e.path().filename().string().rfind(prefix, 0) != 0);
+  fr::e2e::remove_run(run);
+}
+
+TEST_CASE("fr-simjob: bad usage exits 2 with one clear line", "[e2e]") {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {{"--nodes", "2", "--ranks-per-node", "4", "--tp", "3", "--steps", "2"}, "--tp 3 must divide"},
+      {{"--nodes", "2", "--ranks-per-node", "4", "--steps", "2", "--fault", "rank=8,step=0,kind=crash"},
+       "outside the world"},
+      {{"--nodes", "2", "--ranks-per-node", "4", "--steps", "2", "--fault", "rank=1,step=2,kind=crash"},
+       "outside the job"},
+      {{"--nodes", "2", "--ranks-per-node", "4", "--steps", "2", "--fault", "rank=1,step=0,kind=boom"},
+       "unknown kind 'boom'"},
+      {{"--nodes", "2", "--ranks-per-node", "4", "--steps", "2", "--fault", "rank=1,step=0,kind=p2p-skip"},
+       "needs a pipeline"},
+      {{"--nodes", "1", "--ranks-per-node", "2", "--steps", "2", "--fault", "rank=1,step=0,kind=slow"},
+       "slow needs ms=M"},
+  };
+  for (const auto& c : cases) {
+    SimRun run = fr::e2e::run_simjob(c.args);
+    INFO(describe(run));
+    REQUIRE(run.exit_code == 2);
+    REQUIRE(run.output.find(c.message) != std::string::npos);
+    REQUIRE(run.result.is_null());
+    fr::e2e::remove_run(run);
+  }
+}

@@ -1,0 +1,132 @@
+// The job shape, the fault specifications and the rank layout of fr-simjob (no processes).
+#include <algorithm>
+
+#include <catch2/catch.hpp>
+
+#include "job.h"
+
+using namespace fr::simjob;
+
+TEST_CASE("fault specs parse into canonical form with per-kind default communicators", "[simjob]") {
+  Fault f;
+  std::string err;
+  REQUIRE(parse_fault("rank=5,step=3,kind=hang-host", &f, &err));
+  REQUIRE(f.rank == 5);
+  REQUIRE(f.step == 3);
+  REQUIRE(f.kind == FaultKind::kHangHost);
+  REQUIRE(f.to_spec() == "rank=5,step=3,kind=hang-host");
+
+  REQUIRE(parse_fault("kind=skip,step=0,rank=1", &f, &err));
+  REQUIRE(f.comm == CommKind::kDp);
+  REQUIRE(f.to_spec() == "rank=1,step=0,kind=skip,comm=dp");
+  REQUIRE(parse_fault("rank=1,step=0,kind=mismatch-root", &f, &err));
+  REQUIRE(f.comm == CommKind::kWorld);
+  REQUIRE(parse_fault("rank=2,step=4,kind=gpu-stall,comm=tp,ms=250", &f, &err));
+  REQUIRE(f.ms == 250);
+  REQUIRE(f.to_spec() == "rank=2,step=4,kind=gpu-stall,comm=tp,ms=250");
+
+  // Every kind round-trips through its name.
+  for (const char* k : {"hang-host", "skip", "crash", "gpu-stall", "mismatch-count", "mismatch-dtype",
+                        "mismatch-op", "mismatch-root", "p2p-skip", "slow"}) {
+    auto kind = parse_fault_kind(k);
+    REQUIRE(kind);
+    REQUIRE(std::string(fault_kind_name(*kind)) == k);
+  }
+}
+
+TEST_CASE("bad fault specs are refused with the reason", "[simjob]") {
+  Fault f;
+  std::string err;
+  auto refuse = [&](const std::string& spec, const std::string& why) {
+    INFO(spec);
+    err.clear();
+    REQUIRE_FALSE(parse_fault(spec, &f, &err));
+    INFO(err);
+    REQUIRE(err.find(why) != std::string::npos);
+  };
+  refuse("", "empty");
+  refuse("rank=1,step=2", "missing kind");
+  refuse("step=2,kind=crash", "missing rank");
+  refuse("rank=1,kind=crash", "missing step");
+  refuse("rank=-1,step=2,kind=crash", "rank '-1'");
+  refuse("rank=1x,step=2,kind=crash", "rank '1x'");
+  refuse("rank=1,step=99999999999999999999,kind=crash", "step '");
+  refuse("rank=1,step=2,kind=explode", "unknown kind 'explode'");
+  refuse("rank=1,step=2,kind=skip,comm=ep", "unknown comm 'ep'");
+  refuse("rank=1,step=2,kind=crash,color=3", "unknown key 'color'");
+  refuse("rank=1,rank=2,step=2,kind=crash", "rank given twice");
+  refuse("rank=1,step=2,,kind=crash", "not key=value");
+  refuse("rank=1,step=2,kind=slow,ms=abc", "ms 'abc'");
+}
+
+TEST_CASE("the shape must divide and faults must fit it", "[simjob]") {
+  Shape s{2, 4, 2, 2, 6};
+  std::vector<Fault> none;
+  std::string err;
+  REQUIRE(validate(s, &none, &err));
+  REQUIRE(s.dp() == 2);
+
+  auto refuse_shape = [&](Shape bad, const std::string& why) {
+    err.clear();
+    REQUIRE_FALSE(validate(bad, &none, &err));
+    INFO(err);
+    REQUIRE(err.find(why) != std::string::npos);
+  };
+  refuse_shape({2, 4, 3, 1, 6}, "--tp 3 must divide --ranks-per-node 4");
+  refuse_shape({2, 4, 2, 3, 6}, "--pp 3 must divide");
+  refuse_shape({0, 4, 1, 1, 6}, "--nodes");
+  refuse_shape({1, 4, 1, 1, 0}, "--steps");
+  refuse_shape({64, 64, 1, 1, 1}, "at most");
+
+  auto refuse = [&](Shape shape, const std::string& spec, const std::string& why) {
+    Fault f;
+    REQUIRE(parse_fault(spec, &f, &err));
+    std::vector<Fault> v{f};
+    err.clear();
+    INFO(spec);
+    REQUIRE_FALSE(validate(shape, &v, &err));
+    INFO(err);
+    REQUIRE(err.find(why) != std::string::npos);
+  };
+  refuse(s, "rank=8,step=1,kind=crash", "outside the world");
+  refuse(s, "rank=1,step=6,kind=crash", "outside the job");
+  refuse(s, "rank=1,step=1,kind=crash,comm=tp", "comm= does not apply to crash");
+  refuse(s, "rank=1,step=1,kind=crash,ms=5", "ms= applies only");
+  refuse(s, "rank=1,step=1,kind=slow", "slow needs ms=M");
+  refuse(s, "rank=1,step=1,kind=p2p-skip,comm=dp", "comm=pp only");
+  refuse({1, 4, 2, 1, 6}, "rank=1,step=1,kind=p2p-skip", "needs a pipeline");
+  refuse({1, 4, 1, 1, 6}, "rank=1,step=1,kind=skip,comm=tp", "has one rank");
+  refuse(s, "rank=1,step=1,kind=mismatch-count,comm=pp", "acts on a collective");
+  refuse(s, "rank=1,step=1,kind=mismatch-root,comm=dp", "comm=world");
+  refuse({1, 1, 1, 1, 6}, "rank=0,step=1,kind=mismatch-root", "a mismatch needs two");
+}
+
+TEST_CASE("ranks are laid out in Megatron order: TP fastest, then DP, then PP", "[simjob]") {
+  Shape s{2, 4, 2, 2, 1};
+  REQUIRE(group_of(s, 5, CommKind::kTp) == std::vector<int>{4, 5});
+  REQUIRE(group_of(s, 5, CommKind::kDp) == std::vector<int>{5, 7});
+  REQUIRE(group_of(s, 5, CommKind::kPp) == std::vector<int>{1, 5});
+  REQUIRE(group_of(s, 5, CommKind::kWorld).size() == 8);
+  Position p = position_of(s, 5);
+  REQUIRE(p.node == 1);
+  REQUIRE(p.local_rank == 1);
+  REQUIRE(p.tp_rank == 1);
+  REQUIRE(p.dp_rank == 0);
+  REQUIRE(p.stage == 1);
+
+  // Every group of every kind partitions the world, and TP groups never cross a node.
+  Shape big{4, 8, 4, 2, 1};
+  for (CommKind k : {CommKind::kTp, CommKind::kDp, CommKind::kPp}) {
+    std::vector<int> seen(big.world(), 0);
+    for (int r = 0; r < big.world(); ++r) {
+      auto g = group_of(big, r, k);
+      REQUIRE(std::find(g.begin(), g.end(), r) != g.end());
+      size_t want = k == CommKind::kTp ? 4 : k == CommKind::kPp ? 2 : 4;
+      REQUIRE(g.size() == want);
+      if (k == CommKind::kTp)
+        for (int m : g) REQUIRE(position_of(big, m).node == position_of(big, r).node);
+      seen[r]++;
+    }
+    REQUIRE(std::count(seen.begin(), seen.end(), 1) == big.world());
+  }
+}
