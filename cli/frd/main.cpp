@@ -1,16 +1,25 @@
-// frd: one binary for every role. `frd snapshot` takes a consistent snapshot of the flight logs of
-// a directory into a dump set without any network; the node and coordinator roles build on it.
+// frd: one binary for every role.
+//   frd snapshot     snapshot the flight logs of a directory into a dump set (no network)
+//   frd node         the sidecar on each node: heartbeats up, dumps on request
+//   frd coordinator  one per job: detects hangs, gathers the dump set, writes the verdict
+//   frd status       what the coordinator knows: nodes, ranks, progress, incidents
+//   frd dump         open an incident by hand: every node dumps now
+// Exit codes: 0 done, 1 the work failed (cannot listen, cannot reach the coordinator, dump set not
+// written), 2 bad usage.
 #include <CLI/CLI.hpp>
 
+#include <csignal>
 #include <cstdio>
 #include <string>
+#include <thread>
 
+#include "daemon/client.h"
+#include "daemon/node.h"
+#include "daemon/server.h"
 #include "log/snapshot.h"
 
 namespace {
 
-// Exit codes: 0 done (even when some logs were skipped), 1 the dump set could not be written,
-// 2 bad usage (CLI11's own code for parse errors).
 int run_snapshot(const std::string& log_dir, const std::string& out, const std::string& job) {
   fr::log::SnapshotOptions opts;
   opts.log_dir = log_dir;
@@ -29,19 +38,232 @@ int run_snapshot(const std::string& log_dir, const std::string& out, const std::
   return 0;
 }
 
+// SIGINT and SIGTERM are taken synchronously by the main thread (sigwait), so no handler runs
+// inside gRPC or the daemons' threads. Block them before any thread starts.
+sigset_t block_stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+  return set;
+}
+
+int64_t to_ns(double seconds) { return int64_t(seconds * 1e9); }
+
+struct ClientFlags {
+  std::string coordinator = "127.0.0.1:7470";
+  std::string token_file, tls_ca, tls_cert, tls_key;
+
+  void add(CLI::App* app, bool required_coordinator) {
+    auto* o = app->add_option("--coordinator", coordinator, "coordinator address HOST:PORT");
+    if (required_coordinator) o->required();
+    else o->capture_default_str();
+    app->add_option("--token-file", token_file, "file holding the shared token");
+    app->add_option("--tls-ca", tls_ca, "CA certificate (PEM) to verify the coordinator: TLS");
+    app->add_option("--tls-cert", tls_cert, "client certificate (PEM) for mutual TLS");
+    app->add_option("--tls-key", tls_key, "client key (PEM) for mutual TLS");
+  }
+
+  bool resolve(fr::daemon::ClientOptions* out, std::string* error) const {
+    out->address = coordinator;
+    if (!token_file.empty() && !fr::daemon::read_text_file(token_file, &out->token, error, true))
+      return false;
+    if (!token_file.empty() && out->token.empty()) {
+      *error = token_file + " is empty";
+      return false;
+    }
+    if (tls_cert.empty() != tls_key.empty()) {
+      *error = "--tls-cert and --tls-key go together";
+      return false;
+    }
+    if (!tls_cert.empty() && tls_ca.empty()) {
+      *error = "--tls-cert needs --tls-ca";
+      return false;
+    }
+    if (!tls_ca.empty() && !fr::daemon::read_text_file(tls_ca, &out->tls_ca, error)) return false;
+    if (!tls_cert.empty() && (!fr::daemon::read_text_file(tls_cert, &out->tls_cert, error) ||
+                              !fr::daemon::read_text_file(tls_key, &out->tls_key, error)))
+      return false;
+    return true;
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"frd: flight-recorder daemon for hung NCCL jobs"};
   app.require_subcommand(1);
 
+  // snapshot
   std::string log_dir = "/dev/shm", out, job;
   CLI::App* snap = app.add_subcommand("snapshot", "snapshot every flight log in a directory into a dump set");
   snap->add_option("--log-dir", log_dir, "directory holding the flight logs")->capture_default_str();
   snap->add_option("--out", out, "dump set directory to write")->required();
   snap->add_option("--job-id", job, "only logs of this job");
 
+  // node
+  ClientFlags node_client;
+  std::string node_log_dir, node_name, node_dump_dir;
+  double hb_interval = 1, node_stall_after = 30;
+  CLI::App* node = app.add_subcommand("node", "run the node sidecar");
+  node_client.add(node, true);
+  node->add_option("--log-dir", node_log_dir, "directory holding the flight logs")->required();
+  node->add_option("--node-name", node_name, "this node's name (default: the host name)");
+  node->add_option("--heartbeat-interval", hb_interval, "seconds between heartbeats")
+      ->capture_default_str()->check(CLI::Range(0.05, 3600.0));
+  node->add_option("--stall-after", node_stall_after, "seconds in flight before an op is reported at once")
+      ->capture_default_str()->check(CLI::Range(0.1, 1e6));
+  node->add_option("--dump-dir", node_dump_dir, "spool: dumps wait here until delivered");
+
+  // coordinator
+  std::string listen = "127.0.0.1:7470", port_file, c_dump_dir, c_job, metrics_listen;
+  std::string c_token_file, c_tls_cert, c_tls_key, c_tls_client_ca;
+  int expect_ranks = -1;
+  double c_stall_after = 30, hb_timeout = 10, dump_deadline = 20;
+  CLI::App* coord = app.add_subcommand("coordinator", "run the job coordinator");
+  coord->add_option("--listen", listen, "address to serve on (port 0: any free port)")->capture_default_str();
+  coord->add_option("--port-file", port_file, "write the bound port here once serving");
+  coord->add_option("--dump-dir", c_dump_dir, "where incidents are written: DIR/<job>/<incident>/")->required();
+  coord->add_option("--job-id", c_job, "the job (default: learned from the logs)");
+  coord->add_option("--expect-ranks", expect_ranks, "how many ranks the job has")->check(CLI::Range(1, 1 << 24));
+  coord->add_option("--stall-after", c_stall_after, "seconds an op may be in flight before an incident")
+      ->capture_default_str()->check(CLI::Range(0.1, 1e6));
+  coord->add_option("--heartbeat-timeout", hb_timeout, "seconds of silence before a node counts as lost")
+      ->capture_default_str()->check(CLI::Range(0.5, 1e6));
+  coord->add_option("--dump-deadline", dump_deadline, "seconds to wait for every node's dump")
+      ->capture_default_str()->check(CLI::Range(0.5, 3600.0));
+  coord->add_option("--metrics-listen", metrics_listen, "HOST:PORT for Prometheus metrics over HTTP");
+  coord->add_option("--token-file", c_token_file, "shared token every peer must present");
+  coord->add_option("--tls-cert", c_tls_cert, "server certificate (PEM): TLS");
+  coord->add_option("--tls-key", c_tls_key, "server key (PEM)");
+  coord->add_option("--tls-client-ca", c_tls_client_ca, "CA (PEM) that client certificates must chain to: mutual TLS");
+
+  // status, dump
+  ClientFlags status_client, dump_client;
+  bool json = false;
+  CLI::App* status = app.add_subcommand("status", "show nodes, ranks, progress and incidents");
+  status_client.add(status, false);
+  status->add_flag("--json", json, "print the frd-status/1 document");
+  std::string reason = "manual dump";
+  CLI::App* dump = app.add_subcommand("dump", "ask every node to dump now");
+  dump_client.add(dump, false);
+  dump->add_option("--reason", reason, "why (kept with the incident)")->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
+  std::string error;
+
   if (snap->parsed()) return run_snapshot(log_dir, out, job);
+
+  if (node->parsed()) {
+    fr::daemon::NodeOptions o;
+    if (!node_client.resolve(&o.client, &error)) {
+      std::fprintf(stderr, "frd node: %s\n", error.c_str());
+      return 2;
+    }
+    o.log_dir = node_log_dir;
+    o.node_name = node_name;
+    o.spool_dir = node_dump_dir;
+    o.heartbeat_interval_ns = to_ns(hb_interval);
+    o.stall_after_ns = to_ns(node_stall_after);
+    sigset_t set = block_stop_signals();
+    fr::daemon::NodeDaemon d(o);
+    if (!d.init(&error)) {
+      std::fprintf(stderr, "frd node: %s\n", error.c_str());
+      return 1;
+    }
+    std::thread runner([&] { d.run(); });
+    int sig = 0;
+    sigwait(&set, &sig);
+    d.stop();
+    runner.join();
+    return 0;
+  }
+
+  if (coord->parsed()) {
+    fr::daemon::CoordinatorConfig cfg;
+    cfg.dump_dir = c_dump_dir;
+    cfg.job_id = c_job;
+    cfg.expect_ranks = expect_ranks;
+    cfg.stall_after_ns = to_ns(c_stall_after);
+    cfg.heartbeat_timeout_ns = to_ns(hb_timeout);
+    cfg.dump_deadline_ns = to_ns(dump_deadline);
+    cfg.dead_grace_ns = std::min<int64_t>(1'000'000'000, cfg.stall_after_ns / 2);
+    fr::daemon::ServerOptions so;
+    so.listen = listen;
+    so.port_file = port_file;
+    so.metrics_listen = metrics_listen;
+    bool ok = true;
+    if (!c_token_file.empty()) {
+      ok = fr::daemon::read_text_file(c_token_file, &so.token, &error, true);
+      if (ok && so.token.empty()) {
+        error = c_token_file + " is empty";
+        ok = false;
+      }
+    }
+    if (ok && c_tls_cert.empty() != c_tls_key.empty()) {
+      error = "--tls-cert and --tls-key go together";
+      ok = false;
+    }
+    if (ok && !c_tls_client_ca.empty() && c_tls_cert.empty()) {
+      error = "--tls-client-ca needs --tls-cert and --tls-key";
+      ok = false;
+    }
+    if (ok && !c_tls_cert.empty())
+      ok = fr::daemon::read_text_file(c_tls_cert, &so.tls_cert, &error) &&
+           fr::daemon::read_text_file(c_tls_key, &so.tls_key, &error);
+    if (ok && !c_tls_client_ca.empty())
+      ok = fr::daemon::read_text_file(c_tls_client_ca, &so.tls_client_ca, &error);
+    if (!ok) {
+      std::fprintf(stderr, "frd coordinator: %s\n", error.c_str());
+      return 2;
+    }
+    sigset_t set = block_stop_signals();
+    fr::daemon::CoordinatorServer server(cfg, so);
+    if (!server.start(&error)) {
+      std::fprintf(stderr, "frd coordinator: %s\n", error.c_str());
+      return 1;
+    }
+    std::fprintf(stderr, "frd coordinator: serving on port %d%s\n", server.port(),
+                 so.tls_cert.empty() ? "" : so.tls_client_ca.empty() ? " (TLS)" : " (mutual TLS)");
+    if (server.metrics_port())
+      std::fprintf(stderr, "frd coordinator: metrics on port %d\n", server.metrics_port());
+    int sig = 0;
+    sigwait(&set, &sig);
+    server.shutdown();
+    return 0;
+  }
+
+  if (status->parsed()) {
+    fr::daemon::ClientOptions o;
+    if (!status_client.resolve(&o, &error)) {
+      std::fprintf(stderr, "frd status: %s\n", error.c_str());
+      return 2;
+    }
+    nlohmann::json s;
+    if (!fr::daemon::fetch_status(o, &s, &error)) {
+      std::fprintf(stderr, "frd status: %s\n", error.c_str());
+      return 1;
+    }
+    if (json) std::printf("%s\n", s.dump(2).c_str());
+    else std::printf("%s", fr::daemon::render_status(s).c_str());
+    return 0;
+  }
+
+  if (dump->parsed()) {
+    fr::daemon::ClientOptions o;
+    if (!dump_client.resolve(&o, &error)) {
+      std::fprintf(stderr, "frd dump: %s\n", error.c_str());
+      return 2;
+    }
+    std::string id;
+    if (!fr::daemon::trigger_dump(o, reason, &id, &error)) {
+      std::fprintf(stderr, "frd dump: %s\n", error.c_str());
+      return 1;
+    }
+    std::printf("frd dump: %s\n", id.c_str());
+    return 0;
+  }
   return 2;
 }

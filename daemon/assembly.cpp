@@ -1,0 +1,290 @@
+// See assembly.h.
+#include "daemon/assembly.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <set>
+
+#include "analyzer/analyze.h"
+#include "daemon/crc32c.h"
+#include "daemon/names.h"
+#include "log/snapshot.h"
+
+namespace fr::daemon {
+namespace {
+
+std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+bool write_all(int fd, const void* data, size_t size) {
+  const char* p = static_cast<const char*>(data);
+  while (size) {
+    ssize_t w = ::write(fd, p, size);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += w;
+    size -= size_t(w);
+  }
+  return true;
+}
+
+bool ends_with(const std::string& s, const std::string& suf) {
+  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+}
+
+void remove_tree(const std::string& dir) {
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      if (n == "." || n == "..") continue;
+      ::unlink((dir + "/" + n).c_str());
+    }
+    closedir(d);
+  }
+  ::rmdir(dir.c_str());
+}
+
+}  // namespace
+
+bool make_dirs(const std::string& path, std::string* error) {
+  std::string cur;
+  size_t i = 0;
+  while (i <= path.size()) {
+    size_t j = path.find('/', i);
+    if (j == std::string::npos) j = path.size();
+    cur = path.substr(0, j);
+    if (!cur.empty() && ::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) {
+      *error = errno_text("mkdir " + cur);
+      return false;
+    }
+    i = j + 1;
+  }
+  return true;
+}
+
+bool write_file_atomic(const std::string& path, const std::string& data, std::string* error) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    *error = errno_text("create " + tmp);
+    return false;
+  }
+  bool ok = write_all(fd, data.data(), data.size()) && ::fsync(fd) == 0;
+  if (!ok) *error = errno_text("write " + tmp);
+  ::close(fd);
+  if (ok && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    *error = errno_text("rename " + tmp);
+    ok = false;
+  }
+  if (!ok) ::unlink(tmp.c_str());
+  return ok;
+}
+
+DumpReceiver::~DumpReceiver() {
+  if (!done_) abort();
+}
+
+bool DumpReceiver::begin(const std::string& dir, const DumpHeader& hdr, const UploadLimits& lim,
+                         std::string* error) {
+  if (hdr.files.size() > lim.max_files) {
+    *error = "too many files (" + std::to_string(hdr.files.size()) + ")";
+    return false;
+  }
+  std::set<std::string> names;
+  uint64_t total = 0;
+  for (const auto& f : hdr.files) {
+    if (!is_safe_name(f.name, 200) || !ends_with(f.name, ".frlog")) {
+      *error = "refused file name '" + printable(f.name, 80) + "'";
+      return false;
+    }
+    if (!names.insert(f.name).second) {
+      *error = "file " + f.name + " listed twice";
+      return false;
+    }
+    if (f.size > lim.max_file_bytes) {
+      *error = "file " + f.name + " is too large (" + std::to_string(f.size) + " bytes)";
+      return false;
+    }
+    total += f.size;
+  }
+  for (const auto& p : hdr.processes)
+    if (!names.count(p.file)) {
+      *error = "process entry names file '" + printable(p.file, 80) + "' that is not uploaded";
+      return false;
+    }
+  if (total > lim.max_dump_bytes) {
+    *error = "dump too large (" + std::to_string(total) + " bytes)";
+    return false;
+  }
+  if (!make_dirs(dir, error)) return false;
+  dir_ = dir;
+  std::random_device rd;
+  staging_ = dir + "/.upload-" + sanitize_name(hdr.node_name) + "-" + std::to_string(rd());
+  if (::mkdir(staging_.c_str(), 0755) != 0) {
+    *error = errno_text("mkdir " + staging_);
+    staging_.clear();
+    return false;
+  }
+  for (const auto& f : hdr.files) {
+    File file;
+    file.info = f;
+    file.fd = ::open((staging_ + "/" + f.name).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                     0644);
+    if (file.fd < 0) {
+      *error = errno_text("create " + f.name);
+      files_.push_back(file);
+      abort();
+      return false;
+    }
+    files_.push_back(file);
+  }
+  return true;
+}
+
+bool DumpReceiver::write(uint32_t index, uint64_t offset, const void* data, size_t size,
+                         std::string* error) {
+  if (index >= files_.size()) {
+    *error = "chunk for file " + std::to_string(index) + " of " + std::to_string(files_.size());
+    return false;
+  }
+  File& f = files_[index];
+  if (offset != f.written || f.written + size > f.info.size) {
+    *error = "chunk of " + f.info.name + " at " + std::to_string(offset) + " (+" +
+             std::to_string(size) + ") does not follow " + std::to_string(f.written) + " of " +
+             std::to_string(f.info.size);
+    return false;
+  }
+  if (!write_all(f.fd, data, size)) {
+    *error = errno_text("write " + f.info.name);
+    return false;
+  }
+  f.crc = crc32c(f.crc, data, size);
+  f.written += size;
+  total_ += size;
+  return true;
+}
+
+bool DumpReceiver::finish(std::string* error) {
+  for (auto& f : files_) {
+    if (f.written != f.info.size) {
+      *error = f.info.name + ": " + std::to_string(f.written) + " of " +
+               std::to_string(f.info.size) + " bytes arrived";
+      return false;
+    }
+    if (f.crc != f.info.crc32c) {
+      *error = f.info.name + ": checksum mismatch";
+      return false;
+    }
+    if (::fsync(f.fd) != 0) {
+      *error = errno_text("fsync " + f.info.name);
+      return false;
+    }
+    ::close(f.fd);
+    f.fd = -1;
+  }
+  for (auto& f : files_) {
+    std::string from = staging_ + "/" + f.info.name, to = dir_ + "/" + f.info.name;
+    if (::rename(from.c_str(), to.c_str()) != 0) {
+      *error = errno_text("rename " + f.info.name);
+      return false;
+    }
+  }
+  remove_tree(staging_);
+  done_ = true;
+  return true;
+}
+
+void DumpReceiver::abort() {
+  for (auto& f : files_)
+    if (f.fd >= 0) {
+      ::close(f.fd);
+      f.fd = -1;
+    }
+  if (!staging_.empty()) remove_tree(staging_);
+  staging_.clear();
+  done_ = true;
+}
+
+AssemblyResult assemble(const AssemblyJob& job) {
+  AssemblyResult r;
+  std::string err;
+  if (!make_dirs(job.dir, &err)) {
+    r.error = err;
+    return r;
+  }
+  if (!write_file_atomic(job.dir + "/incident.json", job.incident.dump(2) + "\n", &err)) {
+    r.error = err;
+    return r;
+  }
+  std::vector<fr::log::SnapshotProcess> procs;
+  for (const auto& p : job.processes) {
+    fr::log::SnapshotProcess s;
+    s.rank = p.rank;
+    s.world_size = p.world_size;
+    s.pid = p.pid;
+    s.host = p.host;
+    s.job_id = p.job_id;
+    s.file = p.file;
+    s.source = p.source;
+    s.alive = p.alive;
+    s.records = p.records;
+    s.overwritten = p.overwritten;
+    s.torn = p.torn;
+    procs.push_back(std::move(s));
+  }
+  std::vector<fr::log::SnapshotSkip> skipped;
+  for (const auto& s : job.skipped) skipped.push_back({s.file, s.error});
+  std::vector<fr::log::ManifestNode> nodes;
+  for (const auto& n : job.nodes) nodes.push_back({n.host, n.offset_ns, n.has_offset});
+  if (!fr::log::write_manifest(job.dir, job.job_id, uint64_t(job.time_ns), procs, skipped, nodes,
+                               "frd coordinator", job.expected_ranks, &err)) {
+    r.error = "manifest: " + err;
+    return r;
+  }
+  std::string fatal;
+  nlohmann::json analysis;
+  try {
+    analysis = fr::analyzer::analyze_paths({job.dir}, fr::analyzer::Options{}, &fatal);
+  } catch (const std::exception& e) {
+    fatal = std::string("analysis failed: ") + e.what();
+  }
+  if (analysis.is_null()) {
+    // Still leave a document behind, so whoever waits for analysis.json is not left waiting.
+    analysis = {{"schema", "fr-analysis/1"},
+                {"verdict",
+                 {{"kind", "incomplete"},
+                  {"summary", fatal.empty() ? "no analysis" : fatal},
+                  {"culprit_ranks", nlohmann::json::array()}}},
+                {"findings", nlohmann::json::array()}};
+  }
+  std::string report;
+  try {
+    report = fr::analyzer::render_text(analysis, false);
+  } catch (const std::exception& e) {
+    report = std::string("report failed: ") + e.what() + "\n";
+  }
+  if (!write_file_atomic(job.dir + "/report.txt", report, &err) ||
+      !write_file_atomic(job.dir + "/analysis.json", analysis.dump(2) + "\n", &err)) {
+    r.error = err;
+    return r;
+  }
+  const nlohmann::json& v = analysis.contains("verdict") ? analysis["verdict"] : nlohmann::json();
+  if (v.is_object()) {
+    if (v.contains("kind") && v["kind"].is_string()) r.verdict_kind = v["kind"];
+    if (v.contains("summary") && v["summary"].is_string()) r.verdict_summary = v["summary"];
+    if (v.contains("culprit_ranks") && v["culprit_ranks"].is_array())
+      for (const auto& c : v["culprit_ranks"])
+        if (c.is_number_integer()) r.culprits.push_back(c.get<int>());
+  }
+  r.ok = true;
+  return r;
+}
+
+}  // namespace fr::daemon

@@ -1,0 +1,144 @@
+// See convert.h.
+#include "daemon/convert.h"
+
+#include "daemon/names.h"
+
+namespace fr::daemon {
+
+void to_proto(const NodeReport& in, fr::v1::Heartbeat* out) {
+  out->set_seq(in.seq);
+  out->set_node_time_ns(in.node_time_ns);
+  for (const auto& p : in.processes) {
+    auto* q = out->add_processes();
+    q->set_log(p.log);
+    q->set_rank(p.rank);
+    q->set_world_size(p.world_size);
+    q->set_pid(p.pid);
+    q->set_alive(p.alive);
+    q->set_exited_cleanly(p.exited_cleanly);
+    q->set_job_id(p.job_id);
+    q->set_host(p.host);
+    q->set_records(p.records);
+    q->set_last_record_age_ns(p.last_record_age_ns);
+    q->set_flags(p.flags);
+    for (const auto& c : p.comms) {
+      auto* d = q->add_comms();
+      d->set_comm_id(c.comm_id);
+      d->set_size(c.size);
+      d->set_rank(c.rank);
+      d->set_state(c.state);
+      d->set_coll_seq(c.coll_seq);
+      d->set_p2p_seq(c.p2p_seq);
+      d->set_enqueued(c.enqueued);
+      d->set_started(c.started);
+      d->set_completed(c.completed);
+      d->set_oldest_in_flight_age_ns(c.oldest_age_ns);
+      d->set_oldest_in_flight_seq(c.oldest_seq);
+      d->set_oldest_in_flight_op(c.oldest_op);
+      d->set_name(c.name);
+    }
+  }
+  for (const auto& u : in.unreadable) out->add_unreadable(u);
+}
+
+NodeReport from_proto(const fr::v1::Heartbeat& in) {
+  NodeReport r;
+  r.seq = in.seq();
+  r.node_time_ns = in.node_time_ns();
+  int np = 0;
+  for (const auto& q : in.processes()) {
+    if (size_t(np++) >= kMaxProcessesPerNode) break;
+    ProcessReport p;
+    p.log = sanitize_name(q.log(), 200);
+    p.rank = q.rank();
+    p.world_size = q.world_size();
+    p.pid = q.pid();
+    p.alive = q.alive();
+    p.exited_cleanly = q.exited_cleanly();
+    p.job_id = printable(q.job_id(), 64);
+    p.host = printable(q.host(), 64);
+    p.records = q.records();
+    p.last_record_age_ns = q.last_record_age_ns();
+    p.flags = q.flags();
+    int nc = 0;
+    for (const auto& d : q.comms()) {
+      if (size_t(nc++) >= kMaxCommsPerProcess) break;
+      CommProgress c;
+      c.comm_id = d.comm_id();
+      c.size = d.size();
+      c.rank = d.rank();
+      c.state = d.state();
+      c.coll_seq = d.coll_seq();
+      c.p2p_seq = d.p2p_seq();
+      c.enqueued = d.enqueued();
+      c.started = d.started();
+      c.completed = d.completed();
+      c.oldest_age_ns = d.oldest_in_flight_age_ns() < 0 ? 0 : d.oldest_in_flight_age_ns();
+      c.oldest_seq = d.oldest_in_flight_seq();
+      c.oldest_op = d.oldest_in_flight_op();
+      c.name = printable(d.name(), 64);
+      p.comms.push_back(std::move(c));
+    }
+    r.processes.push_back(std::move(p));
+  }
+  int nu = 0;
+  for (const auto& u : in.unreadable()) {
+    if (nu++ >= 64) break;
+    r.unreadable.push_back(printable(u, 256));
+  }
+  return r;
+}
+
+void to_proto(const DumpHeader& in, fr::v1::UploadHeader* out) {
+  out->set_incident_id(in.incident_id);
+  out->set_node_name(in.node_name);
+  out->set_snapshot_time_ns(in.snapshot_time_ns);
+  for (const auto& f : in.files) {
+    auto* g = out->add_files();
+    g->set_name(f.name);
+    g->set_size(f.size);
+    g->set_crc32c(f.crc32c);
+  }
+  for (const auto& p : in.processes) {
+    auto* q = out->add_processes();
+    q->set_rank(p.rank);
+    q->set_world_size(p.world_size);
+    q->set_pid(p.pid);
+    q->set_host(p.host);
+    q->set_job_id(p.job_id);
+    q->set_file(p.file);
+    q->set_source(p.source);
+    q->set_alive(p.alive);
+    q->set_records(p.records);
+    q->set_overwritten(p.overwritten);
+    q->set_torn(p.torn);
+  }
+  for (const auto& s : in.skipped) {
+    auto* t = out->add_skipped();
+    t->set_file(s.file);
+    t->set_error(s.error);
+  }
+}
+
+DumpHeader from_proto(const fr::v1::UploadHeader& in) {
+  // Names are checked, not rewritten: a header with an unsafe name is refused as a whole.
+  DumpHeader h;
+  h.incident_id = in.incident_id().substr(0, 256);
+  h.node_name = in.node_name().substr(0, 256);
+  h.snapshot_time_ns = in.snapshot_time_ns();
+  for (const auto& g : in.files()) h.files.push_back({g.name().substr(0, 256), g.size(), g.crc32c()});
+  for (const auto& q : in.processes()) {
+    if (h.processes.size() >= 4096) break;
+    h.processes.push_back({q.rank(), q.world_size(), q.pid(), printable(q.host(), 64),
+                           printable(q.job_id(), 64), q.file().substr(0, 256),
+                           printable(q.source(), 256), q.alive(), q.records(), q.overwritten(),
+                           q.torn()});
+  }
+  for (const auto& t : in.skipped()) {
+    if (h.skipped.size() >= 1024) break;
+    h.skipped.push_back({printable(t.file(), 256), printable(t.error(), 256)});
+  }
+  return h;
+}
+
+}  // namespace fr::daemon

@@ -1,0 +1,209 @@
+// The coordinator's state machine, free of any protocol: nodes connect, heartbeat and upload
+// dumps through these calls; time passes through tick(). It decides when to open an incident
+// (an op in flight past the stall threshold, a rank dead while others run, a node gone silent, a
+// manual trigger), whom to ask for a dump, when the dump set is complete (or its deadline is
+// over), and when an incident closes (as transient when the stalled ops complete). The gRPC
+// service (server.h) is a thin adapter that locks a mutex around it and carries out the Actions.
+//
+// One incident is active at a time: while one is collecting, being analysed or still open (its
+// condition persists), no new automatic incident is opened, so a hang gives one dump set, not a
+// storm of them.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/clock.h"
+#include "daemon/model.h"
+
+namespace fr::daemon {
+
+struct CoordinatorConfig {
+  std::string dump_dir;
+  std::string job_id;                      // empty: learned from the logs
+  int expect_ranks = -1;
+  int64_t stall_after_ns = 30'000'000'000;
+  int64_t heartbeat_timeout_ns = 10'000'000'000;
+  int64_t dump_deadline_ns = 20'000'000'000;  // how long to wait for every node's dump
+  int64_t dead_grace_ns = 1'000'000'000;      // a dead rank while others still run, for this long
+  int64_t heartbeat_interval_ns = 1'000'000'000;
+  size_t max_nodes = 65536;
+};
+
+enum class IncidentKind { kStall, kRankDead, kNodeLost, kManual };
+const char* incident_kind_name(IncidentKind k);
+
+enum class IncidentState {
+  kCollecting,        // dumps requested, waiting for the nodes
+  kAnalyzing,         // dump set being written and analysed
+  kOpen,              // analysed; its condition persists (the job is still hung)
+  kClosedTransient,   // the stalled ops completed after all
+  kClosed,            // manual incidents once analysed; any incident once the job ended
+};
+const char* incident_state_name(IncidentState s);
+
+struct Incident {
+  std::string id;
+  IncidentKind kind = IncidentKind::kManual;
+  IncidentState state = IncidentState::kCollecting;
+  std::string reason;
+  std::string job_id;
+  std::string dir;                          // dump_dir/<job>/<id>
+  int64_t opened_mono = 0;
+  int64_t opened_real = 0;
+  int64_t deadline_mono = 0;
+  int64_t collected_mono = 0;               // when the last dump arrived or the deadline passed
+  int64_t analyzed_mono = 0;
+  std::set<std::string> asked;              // node names asked to dump
+  std::set<std::string> uploaded;
+  std::map<std::string, std::string> failed;  // node -> why
+  std::vector<DumpProcess> processes;
+  std::vector<DumpSkip> skipped;
+  // What triggered it (stall): the communicator and its completed counter at that time.
+  std::string trigger_node;
+  std::string trigger_log;
+  uint64_t trigger_comm = 0;
+  uint64_t trigger_completed = 0;
+  bool reassemble = false;                  // a dump arrived while being analysed
+  std::string verdict_kind;
+  std::string verdict_summary;
+  std::vector<int> culprits;
+  std::string error;                        // the dump set could not be written
+};
+
+// One dump set to write: everything the assembler needs, copied out of the state.
+struct AssemblyJob {
+  std::string incident_id;
+  std::string dir;
+  std::string job_id;
+  std::string reason;
+  std::string kind;
+  int64_t time_ns = 0;
+  int expected_ranks = -1;
+  std::vector<DumpProcess> processes;
+  std::vector<DumpSkip> skipped;
+  struct NodeOffset {
+    std::string host;
+    int64_t offset_ns = 0;
+    bool has_offset = false;
+  };
+  std::vector<NodeOffset> nodes;
+  nlohmann::json incident;                  // incident.json contents
+};
+
+struct AssemblyResult {
+  bool ok = false;
+  std::string error;
+  std::string verdict_kind;
+  std::string verdict_summary;
+  std::vector<int> culprits;
+};
+
+// What the adapter must do after a call.
+struct Actions {
+  struct Dump {
+    uint64_t session = 0;
+    std::string node;
+    std::string incident_id;
+    std::string reason;
+    int64_t deadline_ms = 0;
+  };
+  std::vector<Dump> dumps;
+  std::vector<AssemblyJob> assemble;
+  std::vector<std::string> log;             // lines for stderr
+  bool empty() const { return dumps.empty() && assemble.empty() && log.empty(); }
+};
+
+class CoordinatorState {
+ public:
+  explicit CoordinatorState(CoordinatorConfig cfg);
+
+  const CoordinatorConfig& config() const { return cfg_; }
+  const std::string& coordinator_id() const { return coordinator_id_; }
+
+  // A node said Hello. Returns its session id (never 0), or 0 with *error set when refused.
+  // A node that reconnects under the same name takes over its entry; the old session is stale.
+  uint64_t connect(const std::string& node_name, const std::string& host, const std::string& job,
+                   int64_t now_mono, std::string* error);
+  void disconnect(uint64_t session, int64_t now_mono);
+  // Heartbeat from a session; false when the session is unknown or stale.
+  bool heartbeat(uint64_t session, const NodeReport& report, int64_t now_mono);
+  void clock_sample(uint64_t session, int64_t t1, int64_t t2, int64_t t3, int64_t t4);
+  void dump_status(uint64_t session, const std::string& incident_id, bool ok,
+                   const std::string& error, int64_t now_mono);
+
+  // Uploads. begin_upload says where the files of `hdr` go (the incident's directory) or why
+  // not; *duplicate when this node's dump is already in.
+  bool begin_upload(const DumpHeader& hdr, std::string* dir, bool* duplicate, std::string* error);
+  void upload_done(const DumpHeader& hdr, int64_t now_mono);
+  void upload_failed(const std::string& incident_id, const std::string& node,
+                     const std::string& error, int64_t now_mono);
+
+  // Detection, deadlines, closing. Call often (the adapter ticks every 100 ms and on events).
+  Actions tick(int64_t now_mono);
+  // A manual dump. Returns the incident id (an already collecting one is reused).
+  std::string trigger(const std::string& reason, int64_t now_mono, Actions* actions);
+  void assembled(const std::string& incident_id, const AssemblyResult& r, int64_t now_mono,
+                 Actions* actions);
+
+  nlohmann::json status(int64_t now_mono) const;
+  std::string metrics(int64_t now_mono) const;
+
+  const std::vector<Incident>& incidents() const { return incidents_; }
+  size_t connected_nodes() const;
+  // Sessions to send a ping to (every connected node).
+  std::vector<uint64_t> sessions() const;
+
+ private:
+  struct Node {
+    std::string name;
+    std::string host;
+    uint64_t session = 0;
+    bool connected = false;
+    bool lost = false;
+    int64_t connected_mono = 0;
+    int64_t last_heartbeat_mono = 0;
+    uint64_t heartbeats = 0;
+    NodeReport last;
+    ClockEstimator clock;
+    // Derived at each heartbeat, so tick() does not walk every process.
+    int64_t max_age_ns = 0;          // oldest op in flight among live processes
+    std::string max_age_log;
+    uint64_t max_age_comm = 0;
+    uint64_t max_age_completed = 0;
+    int alive = 0;
+    std::map<std::string, int64_t> dead_since;  // log -> mono time first seen dead (unclean)
+  };
+
+  Incident* active();
+  Incident* find(const std::string& id);
+  Node* by_session(uint64_t session);
+  std::string job_dir_name() const;
+  void open(IncidentKind kind, const std::string& reason, int64_t now_mono, Actions* actions,
+            const Node* trigger);
+  void check_collected(Incident& inc, int64_t now_mono, Actions* actions);
+  AssemblyJob make_job(const Incident& inc) const;
+  int expected_ranks() const;
+  int total_alive() const;
+
+  CoordinatorConfig cfg_;
+  std::string coordinator_id_;
+  std::map<std::string, Node> nodes_;
+  std::map<uint64_t, std::string> sessions_;
+  uint64_t next_session_ = 1;
+  int next_incident_ = 1;
+  std::vector<Incident> incidents_;
+  std::string learned_job_;
+  uint64_t heartbeats_total_ = 0;
+  uint64_t upload_failures_ = 0;
+  double last_dump_seconds_ = 0;
+  double last_analysis_seconds_ = 0;
+};
+
+}  // namespace fr::daemon

@@ -1,0 +1,29 @@
+// CRC32C with a 256-entry table built once (reflected polynomial 0x82F63B78).
+#include "daemon/crc32c.h"
+
+#include <array>
+
+namespace fr::daemon {
+namespace {
+
+std::array<uint32_t, 256> make_table() {
+  std::array<uint32_t, 256> t{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1u) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    t[i] = c;
+  }
+  return t;
+}
+
+}  // namespace
+
+uint32_t crc32c(uint32_t crc, const void* data, size_t size) {
+  static const std::array<uint32_t, 256> table = make_table();
+  const auto* p = static_cast<const unsigned char*>(data);
+  crc = ~crc;
+  for (size_t i = 0; i < size; ++i) crc = table[(crc ^ p[i]) & 0xffu] ^ (crc >> 8);
+  return ~crc;
+}
+
+}  // namespace fr::daemon

@@ -1,0 +1,56 @@
+// Sanitizing peer-supplied names: see names.h.
+#include "daemon/names.h"
+
+namespace fr::daemon {
+namespace {
+
+bool keep(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+         c == '_' || c == '-';
+}
+
+}  // namespace
+
+std::string sanitize_name(std::string_view in, size_t max_len) {
+  std::string out;
+  out.reserve(in.size() < max_len ? in.size() : max_len);
+  for (char c : in) {
+    if (out.size() >= max_len) break;
+    out.push_back(keep(c) ? c : '_');
+  }
+  if (!out.empty() && out[0] == '.') out[0] = '_';
+  if (out.empty()) out = "_";
+  return out;
+}
+
+bool is_safe_name(std::string_view name, size_t max_len) {
+  if (name.empty() || name.size() > max_len || name[0] == '.') return false;
+  for (char c : name)
+    if (!keep(c)) return false;
+  return true;
+}
+
+std::string printable(std::string_view in, size_t max_len) {
+  std::string out;
+  for (char c : in) {
+    if (out.size() >= max_len) {
+      out += "...";
+      break;
+    }
+    out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+  }
+  return out;
+}
+
+bool equal_secret(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  size_t n = a.size() > b.size() ? a.size() : b.size();
+  for (size_t i = 0; i < n; ++i) {
+    unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= static_cast<unsigned char>(x ^ y);
+  }
+  return diff == 0;
+}
+
+}  // namespace fr::daemon

@@ -1,0 +1,25 @@
+// Names and ids that come from peers (node names, incident ids, file names) end up in paths and
+// logs; everything here makes them safe: a bounded set of characters and a bounded length.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace fr::daemon {
+
+constexpr size_t kMaxNameLen = 64;
+
+// Keeps [A-Za-z0-9._-], maps anything else to '_', cuts at `max_len`, never returns "", "." or
+// "..", never starts with '.'. The result is usable as one path component.
+std::string sanitize_name(std::string_view in, size_t max_len = kMaxNameLen);
+
+// Whether `name` is already a safe single path component (what sanitize_name would keep as is).
+bool is_safe_name(std::string_view name, size_t max_len = 255);
+
+// Text from peers that goes into logs and JSON: printable ASCII only, bounded.
+std::string printable(std::string_view in, size_t max_len = 256);
+
+// Constant-time comparison for tokens.
+bool equal_secret(std::string_view a, std::string_view b);
+
+}  // namespace fr::daemon

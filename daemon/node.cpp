@@ -1,0 +1,424 @@
+// See node.h. Threads: run() owns the control stream and sends heartbeats; a reader thread per
+// connection takes commands; one dump thread snapshots and uploads, retrying until delivered.
+#include "daemon/node.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include <grpcpp/grpcpp.h>
+
+#include "daemon/assembly.h"
+#include "daemon/convert.h"
+#include "daemon/crc32c.h"
+#include "daemon/names.h"
+#include "daemon/watcher.h"
+#include "fr/v1/frd.grpc.pb.h"
+#include "log/snapshot.h"
+
+namespace fr::daemon {
+
+namespace {
+
+std::string this_host() {
+  char b[256] = {0};
+  if (gethostname(b, sizeof b - 1) != 0) return "localhost";
+  return b;
+}
+
+void remove_dir(const std::string& dir) {
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..") ::unlink((dir + "/" + n).c_str());
+    }
+    closedir(d);
+  }
+  ::rmdir(dir.c_str());
+}
+
+bool file_crc(const std::string& path, uint64_t* size, uint32_t* crc) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::string buf(1 << 20, '\0');
+  *size = 0;
+  *crc = 0;
+  while (f) {
+    f.read(buf.data(), std::streamsize(buf.size()));
+    std::streamsize n = f.gcount();
+    if (n <= 0) break;
+    *crc = crc32c(*crc, buf.data(), size_t(n));
+    *size += uint64_t(n);
+  }
+  return true;
+}
+
+nlohmann::json header_json(const DumpHeader& h) {
+  nlohmann::json files = nlohmann::json::array(), procs = nlohmann::json::array(),
+                 skipped = nlohmann::json::array();
+  for (const auto& f : h.files) files.push_back({{"name", f.name}, {"size", f.size}, {"crc32c", f.crc32c}});
+  for (const auto& p : h.processes)
+    procs.push_back({{"rank", p.rank}, {"world_size", p.world_size}, {"pid", p.pid},
+                     {"host", p.host}, {"job_id", p.job_id}, {"file", p.file},
+                     {"source", p.source}, {"alive", p.alive}, {"records", p.records},
+                     {"overwritten", p.overwritten}, {"torn", p.torn}});
+  for (const auto& s : h.skipped) skipped.push_back({{"file", s.file}, {"error", s.error}});
+  return {{"incident_id", h.incident_id}, {"node_name", h.node_name},
+          {"snapshot_time_ns", h.snapshot_time_ns}, {"files", files},
+          {"processes", procs}, {"skipped", skipped}};
+}
+
+bool header_from_json(const nlohmann::json& j, DumpHeader* h) {
+  try {
+    h->incident_id = j.at("incident_id").get<std::string>();
+    h->node_name = j.at("node_name").get<std::string>();
+    h->snapshot_time_ns = j.at("snapshot_time_ns").get<int64_t>();
+    for (const auto& f : j.at("files"))
+      h->files.push_back({f.at("name").get<std::string>(), f.at("size").get<uint64_t>(),
+                          f.at("crc32c").get<uint32_t>()});
+    for (const auto& p : j.at("processes"))
+      h->processes.push_back({p.at("rank").get<int>(), p.at("world_size").get<int>(),
+                              p.at("pid").get<int>(), p.at("host").get<std::string>(),
+                              p.at("job_id").get<std::string>(), p.at("file").get<std::string>(),
+                              p.at("source").get<std::string>(), p.at("alive").get<bool>(),
+                              p.at("records").get<uint64_t>(), p.at("overwritten").get<uint64_t>(),
+                              p.at("torn").get<uint64_t>()});
+    for (const auto& s : j.at("skipped"))
+      h->skipped.push_back({s.at("file").get<std::string>(), s.at("error").get<std::string>()});
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+struct NodeDaemon::Stream {
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReaderWriter<fr::v1::NodeMessage, fr::v1::CoordinatorMessage>> rw;
+  std::mutex wmu;
+  bool write(const fr::v1::NodeMessage& m) {
+    std::lock_guard<std::mutex> lk(wmu);
+    return rw->Write(m);
+  }
+};
+
+NodeDaemon::NodeDaemon(NodeOptions opts) : opts_(std::move(opts)) {
+  host_ = this_host();
+  if (opts_.node_name.empty()) opts_.node_name = host_;
+  opts_.node_name = sanitize_name(opts_.node_name);
+  if (opts_.spool_dir.empty()) opts_.spool_dir = "/tmp/frd-node-" + opts_.node_name;
+}
+
+NodeDaemon::~NodeDaemon() {
+  stop();
+  if (dumper_.joinable()) dumper_.join();
+}
+
+void NodeDaemon::log(const std::string& line) {
+  if (!opts_.quiet) std::fprintf(stderr, "frd node %s: %s\n", opts_.node_name.c_str(), line.c_str());
+}
+
+bool NodeDaemon::init(std::string* error) {
+  if (!make_dirs(opts_.spool_dir, error)) return false;
+  // Dumps a previous run took and did not deliver.
+  if (DIR* d = opendir(opts_.spool_dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      struct stat st;
+      if (!is_safe_name(n, kMaxNameLen)) continue;
+      if (stat((opts_.spool_dir + "/" + n + "/dump.json").c_str(), &st) == 0) {
+        pending_.insert(n);
+        queue_.push_back(n);
+      }
+    }
+    closedir(d);
+  }
+  if (!pending_.empty()) log(std::to_string(pending_.size()) + " undelivered dump(s) in the spool");
+  return true;
+}
+
+void NodeDaemon::stop() {
+  stopping_ = true;
+  std::lock_guard<std::mutex> lk(mu_);
+  if (stream_) stream_->ctx.TryCancel();
+  cv_.notify_all();
+}
+
+bool NodeDaemon::sleep_for(int64_t ns) {
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait_for(lk, std::chrono::nanoseconds(ns), [&] { return stopping_.load(); });
+  return !stopping_;
+}
+
+void NodeDaemon::run() {
+  dumper_ = std::thread([this] { dump_loop(); });
+  int64_t backoff = 100'000'000;
+  while (!stopping_) {
+    bool welcomed = false;
+    connect_once(&welcomed);
+    if (stopping_) break;
+    backoff = welcomed ? 100'000'000 : std::min<int64_t>(backoff * 2, 5'000'000'000);
+    sleep_for(backoff);
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    cv_.notify_all();
+  }
+  dumper_.join();
+}
+
+void NodeDaemon::connect_once(bool* welcomed) {
+  auto stub = fr::v1::Coordinator::NewStub(make_channel(opts_.client));
+  Stream s;
+  add_auth(&s.ctx, opts_.client);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopping_) return;
+    s.rw = stub->Connect(&s.ctx);
+    stream_ = &s;
+  }
+  fr::v1::NodeMessage hello;
+  hello.mutable_hello()->set_protocol(1);
+  hello.mutable_hello()->set_node_name(opts_.node_name);
+  hello.mutable_hello()->set_host(host_);
+  hello.mutable_hello()->set_node_time_ns(real_ns());
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    hello.mutable_hello()->set_job_id(job_filter_);
+    for (const auto& p : pending_) hello.mutable_hello()->add_pending()->set_incident_id(p);
+  }
+  std::atomic<bool> reader_done{false};
+  std::mutex ping_mu;
+  int64_t ping_t1 = 0, ping_t2 = 0;
+  std::thread reader;
+  if (s.write(hello)) {
+    reader = std::thread([&] {
+      fr::v1::CoordinatorMessage m;
+      while (s.rw->Read(&m)) {
+        if (m.has_welcome()) {
+          std::lock_guard<std::mutex> lk(mu_);
+          if (!*welcomed) log("connected to " + opts_.client.address);
+          *welcomed = true;
+          job_filter_ = sanitize_name(m.welcome().job_id());
+          if (m.welcome().job_id().empty()) job_filter_.clear();
+          // Deliver what is still here (the coordinator may be a new one).
+          for (const auto& p : pending_)
+            if (std::find(queue_.begin(), queue_.end(), p) == queue_.end()) queue_.push_back(p);
+          cv_.notify_all();
+        } else if (m.has_ping()) {
+          std::lock_guard<std::mutex> lk(ping_mu);
+          ping_t1 = m.ping().t1_ns();
+          ping_t2 = real_ns();
+        } else if (m.has_dump_request()) {
+          std::string id = m.dump_request().incident_id();
+          if (!is_safe_name(id, kMaxNameLen)) continue;
+          std::lock_guard<std::mutex> lk(mu_);
+          if (pending_.count(id) || delivered_.count(id)) continue;
+          log("dump requested for " + id + ": " + printable(m.dump_request().reason(), 200));
+          pending_.insert(id);
+          queue_.push_back(id);
+          cv_.notify_all();
+        }
+      }
+      reader_done = true;
+      std::lock_guard<std::mutex> lk(mu_);
+      cv_.notify_all();
+    });
+    LogWatcher watcher(opts_.log_dir, opts_.stall_after_ns);
+    const int64_t scan_every = std::min<int64_t>(opts_.heartbeat_interval_ns, 200'000'000);
+    int64_t last_sent = 0;
+    uint64_t seq = 0;
+    while (!stopping_ && !reader_done) {
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        watcher.set_job_filter(job_filter_);
+      }
+      ScanResult scan = watcher.scan();
+      int64_t now = mono_ns();
+      if (scan.urgent || now - last_sent >= opts_.heartbeat_interval_ns) {
+        NodeReport r;
+        r.seq = ++seq;
+        r.node_time_ns = real_ns();
+        r.processes = std::move(scan.processes);
+        r.unreadable = std::move(scan.unreadable);
+        fr::v1::NodeMessage hb;
+        to_proto(r, hb.mutable_heartbeat());
+        {
+          std::lock_guard<std::mutex> lk(ping_mu);
+          if (ping_t1) {
+            auto* e = hb.mutable_heartbeat()->mutable_echo();
+            e->set_t1_ns(ping_t1);
+            e->set_t2_ns(ping_t2);
+            e->set_t3_ns(real_ns());
+            ping_t1 = 0;
+          }
+        }
+        if (!s.write(hb)) break;
+        last_sent = now;
+      }
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait_for(lk, std::chrono::nanoseconds(scan_every),
+                   [&] { return stopping_.load() || reader_done.load(); });
+    }
+  }
+  s.ctx.TryCancel();
+  if (reader.joinable()) reader.join();
+  grpc::Status st = s.rw->Finish();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stream_ = nullptr;
+  }
+  if (!stopping_ && (*welcomed || st.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+                     st.error_code() == grpc::StatusCode::PERMISSION_DENIED))
+    log("disconnected from " + opts_.client.address + ": " +
+        (st.ok() ? std::string("closed") : st.error_message()));
+}
+
+void NodeDaemon::send_dump_status(const std::string& incident, bool ok, const std::string& error) {
+  fr::v1::NodeMessage m;
+  m.mutable_dump_status()->set_incident_id(incident);
+  m.mutable_dump_status()->set_ok(ok);
+  m.mutable_dump_status()->set_error(error);
+  std::lock_guard<std::mutex> lk(mu_);
+  if (stream_) stream_->write(m);
+}
+
+bool NodeDaemon::take_dump(const std::string& incident, std::string* error) {
+  std::string dir = opts_.spool_dir + "/" + incident;
+  struct stat st;
+  if (stat((dir + "/dump.json").c_str(), &st) == 0) return true;  // taken before
+  fr::log::SnapshotOptions so;
+  so.log_dir = opts_.log_dir;
+  so.out_dir = dir;
+  so.file_prefix = opts_.node_name + "-";
+  so.write_manifest = false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    so.job_id = job_filter_;
+  }
+  fr::log::SnapshotResult res = fr::log::snapshot_dir(so);
+  if (!res.ok()) {
+    *error = res.error;
+    return false;
+  }
+  DumpHeader h;
+  h.incident_id = incident;
+  h.node_name = opts_.node_name;
+  h.snapshot_time_ns = int64_t(res.time_ns);
+  for (const auto& p : res.processes) {
+    DumpFile f;
+    f.name = p.file;
+    if (!file_crc(dir + "/" + p.file, &f.size, &f.crc32c)) {
+      *error = "cannot read back " + p.file;
+      return false;
+    }
+    h.files.push_back(f);
+    h.processes.push_back({p.rank, p.world_size, p.pid, p.host, p.job_id, p.file, p.source,
+                           p.alive, p.records, p.overwritten, p.torn});
+  }
+  for (const auto& s : res.skipped) h.skipped.push_back({s.file, s.error});
+  return write_file_atomic(dir + "/dump.json", header_json(h).dump() + "\n", error);
+}
+
+int NodeDaemon::upload(const std::string& incident, std::string* error) {
+  std::string dir = opts_.spool_dir + "/" + incident;
+  std::ifstream hf(dir + "/dump.json");
+  nlohmann::json j = nlohmann::json::parse(hf, nullptr, false);
+  DumpHeader h;
+  if (j.is_discarded() || !header_from_json(j, &h)) {
+    *error = "spool entry " + dir + " is damaged";
+    return -1;
+  }
+  h.node_name = opts_.node_name;
+  auto stub = fr::v1::Coordinator::NewStub(make_channel(opts_.client));
+  grpc::ClientContext ctx;
+  add_auth(&ctx, opts_.client);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
+  fr::v1::UploadReply reply;
+  auto w = stub->Upload(&ctx, &reply);
+  fr::v1::UploadChunk c;
+  to_proto(h, c.mutable_header());
+  bool sending = w->Write(c);
+  std::string buf(opts_.chunk_bytes, '\0');
+  for (size_t i = 0; sending && i < h.files.size(); ++i) {
+    std::ifstream f(dir + "/" + h.files[i].name, std::ios::binary);
+    uint64_t off = 0;
+    while (sending && f) {
+      f.read(buf.data(), std::streamsize(buf.size()));
+      std::streamsize n = f.gcount();
+      if (n <= 0) break;
+      fr::v1::UploadChunk d;
+      d.mutable_data()->set_file_index(uint32_t(i));
+      d.mutable_data()->set_offset(off);
+      d.mutable_data()->set_data(buf.data(), size_t(n));
+      off += uint64_t(n);
+      sending = w->Write(d);
+      if (stopping_) {
+        ctx.TryCancel();
+        sending = false;
+      }
+    }
+  }
+  if (sending) w->WritesDone();
+  grpc::Status st = w->Finish();
+  if (st.ok() && reply.ok()) return 1;
+  *error = st.ok() ? reply.error() : st.error_message();
+  switch (st.error_code()) {
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return -1;
+    default:
+      return 0;
+  }
+}
+
+void NodeDaemon::dump_loop() {
+  int64_t backoff = 200'000'000;
+  for (;;) {
+    std::string incident;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stopping_.load() || !queue_.empty(); });
+      if (stopping_) return;
+      incident = queue_.front();
+      queue_.pop_front();
+      if (!pending_.count(incident)) continue;
+    }
+    std::string error;
+    if (!take_dump(incident, &error)) {
+      log("dump " + incident + " failed: " + error);
+      send_dump_status(incident, false, error);
+      std::lock_guard<std::mutex> lk(mu_);
+      pending_.erase(incident);
+      continue;
+    }
+    send_dump_status(incident, true, "");
+    int r = upload(incident, &error);
+    if (r == 1) {
+      log("dump " + incident + " delivered");
+      remove_dir(opts_.spool_dir + "/" + incident);
+      std::lock_guard<std::mutex> lk(mu_);
+      pending_.erase(incident);
+      delivered_.insert(incident);
+      backoff = 200'000'000;
+    } else if (r < 0) {
+      log("dump " + incident + " refused: " + error + " (kept in " + opts_.spool_dir + ")");
+      std::lock_guard<std::mutex> lk(mu_);
+      pending_.erase(incident);
+    } else {
+      log("dump " + incident + " not delivered yet: " + error);
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        queue_.push_back(incident);
+      }
+      if (!sleep_for(backoff)) return;
+      backoff = std::min<int64_t>(backoff * 2, 5'000'000'000);
+    }
+  }
+}
+
+}  // namespace fr::daemon

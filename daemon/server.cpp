@@ -1,0 +1,586 @@
+// See server.h. Locking: Impl::mu guards the state, the stream and upload registries and the
+// queues; each NodeStream has its own write lock, always taken after Impl::mu, never before.
+#include "daemon/server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/security/server_credentials.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "daemon/convert.h"
+#include "daemon/metrics_http.h"
+#include "daemon/names.h"
+#include "fr/v1/frd.grpc.pb.h"
+
+namespace fr::daemon {
+
+bool is_loopback_address(const std::string& addr) {
+  std::string host;
+  int port = 0;
+  if (!split_host_port(addr, &host, &port)) return false;
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+namespace {
+
+using fr::v1::CoordinatorMessage;
+using fr::v1::NodeMessage;
+using fr::v1::UploadChunk;
+using fr::v1::UploadReply;
+
+class NodeStream;
+class UploadStream;
+
+}  // namespace
+
+struct CoordinatorServer::Impl {
+  CoordinatorConfig cfg;
+  ServerOptions opts;
+
+  std::mutex mu;
+  std::condition_variable tick_cv, assemble_cv;
+  bool poke = false;
+  bool stopping = false;
+  CoordinatorState state;
+  std::map<uint64_t, NodeStream*> streams;
+  std::set<UploadStream*> uploads;
+  std::deque<AssemblyJob> assembly_queue;
+
+  std::unique_ptr<grpc::Service> service;  // declared before the server: outlives it
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+  MetricsServer metrics;
+  std::thread ticker, assembler;
+  bool started = false;
+
+  Impl(CoordinatorConfig c, ServerOptions o) : cfg(c), opts(std::move(o)), state(std::move(c)) {}
+
+  bool authorized(grpc::CallbackServerContext* ctx) const {
+    if (opts.token.empty()) return true;
+    const auto& md = ctx->client_metadata();
+    auto it = md.find("authorization");
+    if (it == md.end()) return false;
+    std::string_view got(it->second.data(), it->second.size());
+    return equal_secret(got, "Bearer " + opts.token);
+  }
+
+  void log(const std::string& line) {
+    if (!opts.quiet) std::fprintf(stderr, "%s\n", line.c_str());
+  }
+
+  // Carries out what the state asked for. Called with mu held.
+  void dispatch(Actions& a);
+  void ticker_loop();
+  void assembler_loop();
+};
+
+namespace {
+
+grpc::Status unauthenticated() {
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong token");
+}
+
+// A stream refused before it started (wrong token, too many uploads).
+template <class Base>
+class Refused : public Base {
+ public:
+  explicit Refused(grpc::Status st) { this->Finish(st); }
+  void OnDone() override { delete this; }
+};
+
+class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessage> {
+ public:
+  NodeStream(CoordinatorServer::Impl* impl, grpc::CallbackServerContext* ctx)
+      : impl_(impl), ctx_(ctx) {
+    StartRead(&in_);
+  }
+
+  // Queues a message; called with impl->mu held (or before the stream is known to anyone).
+  void send(CoordinatorMessage m) {
+    std::lock_guard<std::mutex> lk(wmu_);
+    if (finished_ || finish_pending_) return;
+    // A peer that does not read its commands gets dropped rather than grow our memory.
+    if (out_.size() >= kMaxQueued) {
+      close_locked(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "not reading commands"));
+      return;
+    }
+    out_.push_back(std::move(m));
+    if (!writing_) {
+      writing_ = true;
+      StartWrite(&out_.front());
+    }
+  }
+
+  void close(grpc::Status st) {
+    std::lock_guard<std::mutex> lk(wmu_);
+    close_locked(std::move(st));
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      close(grpc::Status::OK);
+      return;
+    }
+    int64_t now = mono_ns();
+    int64_t t4 = real_ns();
+    bool keep_reading = true;
+    switch (in_.body_case()) {
+      case NodeMessage::kHello: keep_reading = on_hello(now); break;
+      case NodeMessage::kHeartbeat: keep_reading = on_heartbeat(now, t4); break;
+      case NodeMessage::kDumpStatus: {
+        std::lock_guard<std::mutex> lk(impl_->mu);
+        const auto& d = in_.dump_status();
+        impl_->state.dump_status(session_, printable(d.incident_id(), 64), d.ok(),
+                                 printable(d.error(), 256), now);
+        impl_->poke = true;
+        impl_->tick_cv.notify_one();
+        break;
+      }
+      default:
+        close(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "empty or unknown message"));
+        keep_reading = false;
+    }
+    if (keep_reading) StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lk(wmu_);
+    out_.pop_front();
+    if (finish_pending_) {
+      finished_ = true;
+      Finish(final_status_);
+      return;
+    }
+    if (!ok) {
+      // The peer is gone; the read side will see it too.
+      writing_ = false;
+      out_.clear();
+      return;
+    }
+    if (!out_.empty()) {
+      StartWrite(&out_.front());
+    } else {
+      writing_ = false;
+    }
+  }
+
+  void OnDone() override {
+    {
+      std::lock_guard<std::mutex> lk(impl_->mu);
+      if (session_) {
+        impl_->state.disconnect(session_, mono_ns());
+        auto it = impl_->streams.find(session_);
+        if (it != impl_->streams.end() && it->second == this) impl_->streams.erase(it);
+      }
+    }
+    delete this;
+  }
+
+ private:
+  static constexpr size_t kMaxQueued = 256;
+
+  void close_locked(grpc::Status st) {
+    if (finished_ || finish_pending_) return;
+    if (writing_) {
+      finish_pending_ = true;
+      final_status_ = std::move(st);
+      ctx_->TryCancel();
+      return;
+    }
+    finished_ = true;
+    Finish(st);
+  }
+
+  bool on_hello(int64_t now) {
+    if (session_) {
+      close(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "hello sent twice"));
+      return false;
+    }
+    const auto& h = in_.hello();
+    std::string error;
+    std::lock_guard<std::mutex> lk(impl_->mu);
+    uint64_t s = impl_->state.connect(h.node_name(), h.host(), h.job_id(), now, &error);
+    if (!s) {
+      close(grpc::Status(grpc::StatusCode::PERMISSION_DENIED, error));
+      return false;
+    }
+    session_ = s;
+    impl_->streams[s] = this;
+    CoordinatorMessage w;
+    w.mutable_welcome()->set_coordinator_id(impl_->state.coordinator_id());
+    w.mutable_welcome()->set_job_id(impl_->cfg.job_id);
+    w.mutable_welcome()->set_heartbeat_interval_ms(
+        uint32_t(impl_->cfg.heartbeat_interval_ns / 1'000'000));
+    send(std::move(w));
+    send_ping();
+    return true;
+  }
+
+  bool on_heartbeat(int64_t now, int64_t t4) {
+    if (!session_) {
+      close(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "heartbeat before hello"));
+      return false;
+    }
+    const auto& hb = in_.heartbeat();
+    NodeReport report = from_proto(hb);
+    bool urgent = false;
+    for (const auto& p : report.processes)
+      if ((!p.alive && !p.exited_cleanly) || p.oldest_age_ns() >= impl_->cfg.stall_after_ns)
+        urgent = true;
+    std::lock_guard<std::mutex> lk(impl_->mu);
+    if (!impl_->state.heartbeat(session_, report, now)) {
+      close(grpc::Status(grpc::StatusCode::ABORTED, "superseded by a newer connection"));
+      return false;
+    }
+    if (hb.has_echo() && hb.echo().t1_ns() != 0)
+      impl_->state.clock_sample(session_, hb.echo().t1_ns(), hb.echo().t2_ns(),
+                                hb.echo().t3_ns(), t4);
+    if (pings_ < 4 || now - last_ping_ >= 5'000'000'000) send_ping();
+    if (urgent) {
+      impl_->poke = true;
+      impl_->tick_cv.notify_one();
+    }
+    return true;
+  }
+
+  void send_ping() {
+    CoordinatorMessage p;
+    p.mutable_ping()->set_t1_ns(real_ns());
+    last_ping_ = mono_ns();
+    pings_++;
+    send(std::move(p));
+  }
+
+  CoordinatorServer::Impl* impl_;
+  grpc::CallbackServerContext* ctx_;
+  NodeMessage in_;
+  uint64_t session_ = 0;
+  int64_t last_ping_ = 0;
+  int pings_ = 0;
+  std::mutex wmu_;
+  std::deque<CoordinatorMessage> out_;
+  bool writing_ = false;
+  bool finished_ = false;
+  bool finish_pending_ = false;
+  grpc::Status final_status_;
+};
+
+class UploadStream : public grpc::ServerReadReactor<UploadChunk> {
+ public:
+  UploadStream(CoordinatorServer::Impl* impl, grpc::CallbackServerContext* ctx, UploadReply* reply)
+      : impl_(impl), ctx_(ctx), reply_(reply) {
+    last_activity_ = mono_ns();
+    StartRead(&chunk_);
+  }
+
+  // Cancels an upload that stopped sending (called by the ticker with impl->mu held).
+  void cancel_if_idle(int64_t now, int64_t idle_ns) {
+    if (now - last_activity_.load() > idle_ns) ctx_->TryCancel();
+  }
+
+  void OnReadDone(bool ok) override {
+    last_activity_ = mono_ns();
+    if (!ok) {
+      end();
+      return;
+    }
+    if (chunk_.has_header()) {
+      if (have_header_) return fail(grpc::StatusCode::INVALID_ARGUMENT, "second header");
+      have_header_ = true;
+      hdr_ = from_proto(chunk_.header());
+      std::string dir, error;
+      bool dup = false;
+      bool accepted;
+      {
+        std::lock_guard<std::mutex> lk(impl_->mu);
+        accepted = impl_->state.begin_upload(hdr_, &dir, &dup, &error);
+      }
+      if (!accepted) return fail(grpc::StatusCode::FAILED_PRECONDITION, error, false);
+      if (dup) {
+        reply_->set_ok(true);
+        reply_->set_duplicate(true);
+        Finish(grpc::Status::OK);
+        return;
+      }
+      if (!receiver_.begin(dir, hdr_, impl_->opts.limits, &error))
+        return fail(grpc::StatusCode::INVALID_ARGUMENT, error);
+    } else if (chunk_.has_data()) {
+      if (!have_header_) return fail(grpc::StatusCode::INVALID_ARGUMENT, "data before header");
+      const auto& d = chunk_.data();
+      std::string error;
+      if (!receiver_.write(d.file_index(), d.offset(), d.data().data(), d.data().size(), &error))
+        return fail(grpc::StatusCode::INVALID_ARGUMENT, error);
+    } else {
+      return fail(grpc::StatusCode::INVALID_ARGUMENT, "empty chunk");
+    }
+    StartRead(&chunk_);
+  }
+
+  void OnDone() override {
+    {
+      std::lock_guard<std::mutex> lk(impl_->mu);
+      impl_->uploads.erase(this);
+    }
+    delete this;
+  }
+
+ private:
+  void end() {
+    if (!have_header_) return fail(grpc::StatusCode::INVALID_ARGUMENT, "no header");
+    std::string error;
+    if (!receiver_.finish(&error)) return fail(grpc::StatusCode::DATA_LOSS, error);
+    {
+      std::lock_guard<std::mutex> lk(impl_->mu);
+      impl_->state.upload_done(hdr_, mono_ns());
+      impl_->poke = true;
+      impl_->tick_cv.notify_one();
+    }
+    reply_->set_ok(true);
+    Finish(grpc::Status::OK);
+  }
+
+  void fail(grpc::StatusCode code, const std::string& error, bool note = true) {
+    receiver_.abort();
+    if (note && have_header_) {
+      std::lock_guard<std::mutex> lk(impl_->mu);
+      impl_->state.upload_failed(hdr_.incident_id, hdr_.node_name, error, mono_ns());
+    }
+    reply_->set_ok(false);
+    reply_->set_error(error);
+    Finish(grpc::Status(code, error));
+  }
+
+  CoordinatorServer::Impl* impl_;
+  grpc::CallbackServerContext* ctx_;
+  UploadReply* reply_;
+  UploadChunk chunk_;
+  DumpHeader hdr_;
+  bool have_header_ = false;
+  DumpReceiver receiver_;
+  std::atomic<int64_t> last_activity_{0};
+};
+
+class Service final : public fr::v1::Coordinator::CallbackService {
+ public:
+  explicit Service(CoordinatorServer::Impl* impl) : impl_(impl) {}
+
+  grpc::ServerBidiReactor<NodeMessage, CoordinatorMessage>* Connect(
+      grpc::CallbackServerContext* ctx) override {
+    if (!impl_->authorized(ctx))
+      return new Refused<grpc::ServerBidiReactor<NodeMessage, CoordinatorMessage>>(
+          unauthenticated());
+    return new NodeStream(impl_, ctx);
+  }
+
+  grpc::ServerReadReactor<UploadChunk>* Upload(grpc::CallbackServerContext* ctx,
+                                               UploadReply* reply) override {
+    if (!impl_->authorized(ctx))
+      return new Refused<grpc::ServerReadReactor<UploadChunk>>(unauthenticated());
+    std::lock_guard<std::mutex> lk(impl_->mu);
+    if (impl_->uploads.size() >= size_t(impl_->opts.max_uploads))
+      return new Refused<grpc::ServerReadReactor<UploadChunk>>(
+          grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "too many uploads at once"));
+    auto* u = new UploadStream(impl_, ctx, reply);
+    impl_->uploads.insert(u);
+    return u;
+  }
+
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
+                                   const fr::v1::StatusRequest*,
+                                   fr::v1::StatusReply* reply) override {
+    auto* r = ctx->DefaultReactor();
+    if (!impl_->authorized(ctx)) {
+      r->Finish(unauthenticated());
+      return r;
+    }
+    {
+      std::lock_guard<std::mutex> lk(impl_->mu);
+      reply->set_json(impl_->state.status(mono_ns()).dump());
+    }
+    r->Finish(grpc::Status::OK);
+    return r;
+  }
+
+  grpc::ServerUnaryReactor* TriggerDump(grpc::CallbackServerContext* ctx,
+                                        const fr::v1::TriggerRequest* req,
+                                        fr::v1::TriggerReply* reply) override {
+    auto* r = ctx->DefaultReactor();
+    if (!impl_->authorized(ctx)) {
+      r->Finish(unauthenticated());
+      return r;
+    }
+    {
+      std::lock_guard<std::mutex> lk(impl_->mu);
+      Actions a;
+      std::string id = impl_->state.trigger(printable(req->reason(), 256), mono_ns(), &a);
+      impl_->dispatch(a);
+      reply->set_ok(true);
+      reply->set_incident_id(id);
+    }
+    r->Finish(grpc::Status::OK);
+    return r;
+  }
+
+ private:
+  CoordinatorServer::Impl* impl_;
+};
+
+}  // namespace
+
+void CoordinatorServer::Impl::dispatch(Actions& a) {
+  for (auto& d : a.dumps) {
+    auto it = streams.find(d.session);
+    if (it == streams.end()) continue;
+    CoordinatorMessage m;
+    m.mutable_dump_request()->set_incident_id(d.incident_id);
+    m.mutable_dump_request()->set_reason(d.reason);
+    m.mutable_dump_request()->set_deadline_ms(d.deadline_ms);
+    it->second->send(std::move(m));
+  }
+  for (auto& j : a.assemble) assembly_queue.push_back(std::move(j));
+  if (!a.assemble.empty()) assemble_cv.notify_one();
+  for (const auto& l : a.log) log(l);
+  a = Actions{};
+}
+
+void CoordinatorServer::Impl::ticker_loop() {
+  std::unique_lock<std::mutex> lk(mu);
+  while (!stopping) {
+    tick_cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return stopping || poke; });
+    if (stopping) break;
+    poke = false;
+    int64_t now = mono_ns();
+    Actions a = state.tick(now);
+    dispatch(a);
+    for (auto* u : uploads) u->cancel_if_idle(now, opts.upload_idle_ns);
+  }
+}
+
+void CoordinatorServer::Impl::assembler_loop() {
+  std::unique_lock<std::mutex> lk(mu);
+  for (;;) {
+    assemble_cv.wait(lk, [&] { return stopping || !assembly_queue.empty(); });
+    if (assembly_queue.empty()) return;  // stopping with nothing left to write
+    AssemblyJob job = std::move(assembly_queue.front());
+    assembly_queue.pop_front();
+    lk.unlock();
+    AssemblyResult r;
+    try {
+      r = assemble(job);
+    } catch (const std::exception& e) {
+      r.error = std::string("assembly failed: ") + e.what();
+    }
+    lk.lock();
+    Actions a;
+    state.assembled(job.incident_id, r, mono_ns(), &a);
+    dispatch(a);
+  }
+}
+
+CoordinatorServer::CoordinatorServer(CoordinatorConfig cfg, ServerOptions opts)
+    : impl_(std::make_unique<Impl>(std::move(cfg), std::move(opts))) {}
+
+CoordinatorServer::~CoordinatorServer() { shutdown(); }
+
+int CoordinatorServer::port() const { return impl_->port; }
+int CoordinatorServer::metrics_port() const { return impl_->metrics.port(); }
+
+bool CoordinatorServer::start(std::string* error) {
+  Impl& m = *impl_;
+  if (!is_loopback_address(m.opts.listen) && m.opts.token.empty()) {
+    *error = "listening on " + m.opts.listen +
+             " (not loopback) needs a shared token (--token-file)";
+    return false;
+  }
+  if (m.opts.tls_cert.empty() != m.opts.tls_key.empty()) {
+    *error = "TLS needs both a certificate and a key";
+    return false;
+  }
+  if (!make_dirs(m.cfg.dump_dir, error)) return false;
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  if (!m.opts.tls_cert.empty()) {
+    grpc::SslServerCredentialsOptions ssl(
+        m.opts.tls_client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                     : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    ssl.pem_key_cert_pairs.push_back({m.opts.tls_key, m.opts.tls_cert});
+    ssl.pem_root_certs = m.opts.tls_client_ca;
+    creds = grpc::SslServerCredentials(ssl);
+  } else {
+    creds = grpc::InsecureServerCredentials();
+  }
+  m.service = std::make_unique<Service>(impl_.get());
+  grpc::ServerBuilder b;
+  b.SetMaxReceiveMessageSize(m.opts.max_message_bytes);
+  b.SetMaxSendMessageSize(16 << 20);
+  b.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
+  b.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  b.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  b.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  b.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 4096);
+  grpc::ResourceQuota quota("frd-coordinator");
+  quota.Resize(size_t(1) << 30);
+  b.SetResourceQuota(quota);
+  b.AddListeningPort(m.opts.listen, creds, &m.port);
+  b.RegisterService(m.service.get());
+  m.server = b.BuildAndStart();
+  if (!m.server || m.port == 0) {
+    *error = "cannot listen on " + m.opts.listen;
+    m.server.reset();
+    return false;
+  }
+  if (!m.opts.metrics_listen.empty() &&
+      !m.metrics.start(
+          m.opts.metrics_listen,
+          [&m] {
+            std::lock_guard<std::mutex> lk(m.mu);
+            return m.state.metrics(mono_ns());
+          },
+          error)) {
+    m.server->Shutdown();
+    m.server.reset();
+    return false;
+  }
+  m.ticker = std::thread([&m] { m.ticker_loop(); });
+  m.assembler = std::thread([&m] { m.assembler_loop(); });
+  m.started = true;
+  if (!m.opts.port_file.empty() &&
+      !write_file_atomic(m.opts.port_file, std::to_string(m.port) + "\n", error)) {
+    shutdown();
+    return false;
+  }
+  return true;
+}
+
+void CoordinatorServer::wait() {
+  if (impl_->server) impl_->server->Wait();
+}
+
+void CoordinatorServer::shutdown() {
+  Impl& m = *impl_;
+  if (!m.started) return;
+  m.started = false;
+  m.server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+  {
+    std::lock_guard<std::mutex> lk(m.mu);
+    m.stopping = true;
+  }
+  m.tick_cv.notify_all();
+  m.assemble_cv.notify_all();
+  m.ticker.join();
+  m.assembler.join();
+  m.metrics.stop();
+}
+
+nlohmann::json CoordinatorServer::status() {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  return impl_->state.status(mono_ns());
+}
+
+}  // namespace fr::daemon

@@ -1,0 +1,56 @@
+// The coordinator's gRPC service: a thin adapter over CoordinatorState. It uses gRPC's callback
+// API (one reactor object per stream, no thread per stream); a ticker thread runs detection and
+// deadlines, and one assembler thread writes and analyses dump sets, so neither slows the
+// streams. Every call is checked against the shared token when one is set.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/assembly.h"
+#include "daemon/coordinator.h"
+
+namespace fr::daemon {
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:7470";
+  std::string port_file;       // written atomically with the bound port once serving
+  std::string token;           // required from every peer when set
+  std::string tls_cert;        // PEM contents: TLS when set
+  std::string tls_key;
+  std::string tls_client_ca;   // PEM contents: mutual TLS when set
+  std::string metrics_listen;  // HOST:PORT for Prometheus text; empty: none
+  UploadLimits limits;
+  int max_message_bytes = 4 << 20;
+  int max_uploads = 64;        // concurrent uploads
+  int64_t upload_idle_ns = 30'000'000'000;
+  bool quiet = false;          // no log lines on stderr (benchmarks)
+};
+
+// Whether a listen address is loopback only (127.0.0.0/8, ::1, localhost).
+bool is_loopback_address(const std::string& addr);
+
+class CoordinatorServer {
+ public:
+  CoordinatorServer(CoordinatorConfig cfg, ServerOptions opts);
+  ~CoordinatorServer();
+
+  // Binds, starts the threads and writes the port file. False with *error set.
+  bool start(std::string* error);
+  int port() const;
+  int metrics_port() const;
+  // Blocks until shutdown() (from another thread or a signal handler's helper).
+  void wait();
+  void shutdown();
+
+  nlohmann::json status();
+
+  struct Impl;  // the reactors in server.cpp reach it
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fr::daemon

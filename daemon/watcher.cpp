@@ -1,0 +1,147 @@
+// See watcher.h. Reading a log copies its ring (a few hundred KiB at the default capacity), which
+// is cheap enough to do for every local process several times a second.
+#include "daemon/watcher.h"
+
+#include <dirent.h>
+
+#include <algorithm>
+#include <cstring>
+#include <ctime>
+#include <set>
+
+#include "fr/flight_log.h"
+#include "log/reader.h"
+
+namespace fr::daemon {
+
+int64_t mono_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+int64_t real_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+int64_t ProcessReport::oldest_age_ns() const {
+  int64_t m = 0;
+  for (const auto& c : comms) m = std::max(m, c.oldest_age_ns);
+  return m;
+}
+
+namespace {
+
+// Whether a record is an op that occupies the GPU (or the host call) and has not finished.
+bool in_flight(const fr::log::Record& r, bool gpu_tracked) {
+  const fr_record& raw = r.raw;
+  if (!fr::log::op_is_collective(raw.op) && !fr::log::op_is_p2p(raw.op)) return false;
+  if (raw.flags & FR_REC_F_IN_CALL) return true;  // the host call itself has not returned
+  if (raw.flags & (FR_REC_F_CAPTURED | FR_REC_F_NEVER_LAUNCHED)) return false;
+  if (!gpu_tracked || (raw.flags & FR_REC_F_GPU_UNTRACKED) || raw.op_index == 0) return false;
+  if (!(raw.flags & FR_REC_F_LAUNCHED)) return false;  // still queued inside an open group
+  return r.gpu_state != FR_GPU_COMPLETED;
+}
+
+}  // namespace
+
+ProcessReport summarize_log(const fr::log::LogFile& log, const std::string& file_name,
+                            int64_t now_real_ns) {
+  ProcessReport p;
+  const fr_log_header& h = log.header;
+  p.log = file_name;
+  p.rank = h.global_rank;
+  p.world_size = h.world_size;
+  p.pid = h.pid;
+  p.alive = log.writer_alive;
+  p.job_id = log.job_id();
+  p.host = log.hostname();
+  p.records = h.record_counter;
+  p.flags = h.flags;
+  p.last_record_age_ns =
+      h.heartbeat_ns ? std::max<int64_t>(0, now_real_ns - int64_t(h.heartbeat_ns)) : 0;
+  bool gpu_tracked = !(h.flags & FR_LOG_F_NO_GPU_TRACKING);
+
+  bool all_closed = true;
+  for (const fr_comm_entry& c : log.comms) {
+    CommProgress cp;
+    cp.comm_id = c.id;
+    cp.size = c.size;
+    cp.rank = c.rank;
+    cp.state = c.state;
+    cp.coll_seq = c.coll_seq;
+    cp.p2p_seq = c.p2p_seq;
+    cp.enqueued = c.op_index;
+    cp.started = c.gpu_started;
+    cp.completed = c.gpu_completed;
+    cp.name = std::string(c.name, strnlen(c.name, sizeof c.name));
+    if (c.state != FR_COMM_FINALIZED && c.state != FR_COMM_DESTROYED) all_closed = false;
+    p.comms.push_back(std::move(cp));
+  }
+  // Records are oldest first: the first in-flight record per communicator is its oldest.
+  std::set<uint64_t> found;
+  for (const auto& r : log.records) {
+    if (!in_flight(r, gpu_tracked) || found.count(r.raw.comm_id)) continue;
+    found.insert(r.raw.comm_id);
+    for (auto& cp : p.comms) {
+      if (cp.comm_id != r.raw.comm_id) continue;
+      cp.oldest_age_ns = std::max<int64_t>(1, now_real_ns - int64_t(r.raw.call_ns));
+      cp.oldest_seq = r.raw.seq;
+      cp.oldest_op = r.raw.op;
+    }
+  }
+  p.exited_cleanly = !p.alive && all_closed;
+  return p;
+}
+
+LogWatcher::LogWatcher(std::string log_dir, int64_t stall_after_ns)
+    : log_dir_(std::move(log_dir)), stall_after_ns_(stall_after_ns) {}
+
+ScanResult LogWatcher::scan() {
+  ScanResult out;
+  std::vector<std::string> names;
+  if (DIR* d = opendir(log_dir_.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      const std::string suffix = FR_LOG_FILE_SUFFIX;
+      if (n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
+        names.push_back(n);
+    }
+    closedir(d);
+  } else {
+    out.unreadable.push_back(log_dir_ + ": cannot list the log directory");
+  }
+  std::sort(names.begin(), names.end());
+  std::map<std::string, Seen> now_seen;
+  for (const auto& n : names) {
+    if (out.processes.size() >= kMaxLogs) {
+      out.unreadable.push_back(n + ": more than " + std::to_string(kMaxLogs) + " logs, not read");
+      continue;
+    }
+    fr::log::ReadResult rr = fr::log::read_log(log_dir_ + "/" + n);
+    if (!rr.ok()) {
+      out.unreadable.push_back(rr.message.empty() ? n + ": unreadable" : rr.message);
+      continue;
+    }
+    if (!job_filter_.empty() && rr.log->job_id() != job_filter_)
+      continue;
+    ProcessReport p = summarize_log(*rr.log, n, real_ns());
+    Seen s{p.alive, p.oldest_age_ns() >= stall_after_ns_};
+    auto it = seen_.find(n);
+    if (it == seen_.end()) {
+      if (!s.alive && !p.exited_cleanly) out.urgent = true;
+      if (s.stalled) out.urgent = true;
+    } else {
+      if (it->second.alive && !s.alive) out.urgent = true;
+      if (!it->second.stalled && s.stalled) out.urgent = true;
+    }
+    now_seen[n] = s;
+    out.processes.push_back(std::move(p));
+  }
+  seen_ = std::move(now_seen);
+  return out;
+}
+
+}  // namespace fr::daemon
