@@ -943,7 +943,7 @@ TorchReadResult convert_torch_document(const json& doc, const std::string& name)
   };
   if (is_dump(doc)) {
     one(doc, name, rank_from_name(name));
-  } else if (doc.is_array() && !doc.empty()) {
+  } else if (doc.is_array() && std::any_of(doc.begin(), doc.end(), is_dump)) {
     for (size_t i = 0; i < doc.size(); ++i) {
       if (is_dump(doc[i]))
         one(doc[i], name + "[" + std::to_string(i) + "]", -1);
