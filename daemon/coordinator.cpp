@@ -255,15 +255,10 @@ AssemblyJob CoordinatorState::make_job(const Incident& inc) const {
   j.expected_ranks = expected_ranks();
   j.processes = inc.processes;
   j.skipped = inc.skipped;
-  std::set<std::string> hosts;
-  for (const auto& [name, n] : nodes_) {
-    auto add = [&](const std::string& host) {
-      if (host.empty() || !hosts.insert(host).second) return;
-      j.nodes.push_back({host, n.clock.offset_ns(), n.clock.has_offset()});
-    };
-    add(n.host);
-    for (const auto& p : n.last.processes) add(sanitize_name(p.host));
-  }
+  // Nodes name their dumps' host after themselves (node.cpp), so offsets go by node name.
+  for (const auto& [name, n] : nodes_)
+    if (inc.asked.count(name) || inc.uploaded.count(name))
+      j.nodes.push_back({name, n.clock.offset_ns(), n.clock.has_offset()});
   nlohmann::json asked = nlohmann::json::array(), failed = nlohmann::json::object();
   for (const auto& a : inc.asked) asked.push_back(a);
   for (const auto& [k, v] : inc.failed) failed[k] = v;

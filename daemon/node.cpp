@@ -295,6 +295,9 @@ bool NodeDaemon::take_dump(const std::string& incident, std::string* error) {
   so.log_dir = opts_.log_dir;
   so.out_dir = dir;
   so.file_prefix = opts_.node_name + "-";
+  // The dump names the node as its host, so that the manifest's per-node clock offsets apply to
+  // exactly this node's files (several simulated nodes may share one machine).
+  so.host = opts_.node_name;
   so.write_manifest = false;
   {
     std::lock_guard<std::mutex> lk(mu_);

@@ -1,0 +1,120 @@
+// See fixture.h.
+#include "fixture.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+
+namespace fr::daemon::test {
+namespace {
+
+void remove_tree(const std::string& p) {
+  struct stat st;
+  if (lstat(p.c_str(), &st) != 0) return;
+  if (S_ISDIR(st.st_mode)) {
+    if (DIR* d = opendir(p.c_str())) {
+      while (dirent* e = readdir(d)) {
+        std::string n = e->d_name;
+        if (n != "." && n != "..") remove_tree(p + "/" + n);
+      }
+      closedir(d);
+    }
+    rmdir(p.c_str());
+  } else {
+    unlink(p.c_str());
+  }
+}
+
+uint64_t now_real() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+}  // namespace
+
+TempDir::TempDir() {
+  char tmpl[] = "/tmp/fr-daemon-test-XXXXXX";
+  char* p = mkdtemp(tmpl);
+  if (!p) std::abort();
+  path = p;
+}
+
+TempDir::~TempDir() { remove_tree(path); }
+
+fr::log::LogFile make_log(const FakeLog& f) {
+  fr::log::LogFile log;
+  fr_log_header& h = log.header;
+  h.magic = FR_LOG_MAGIC;
+  h.version = FR_LOG_VERSION;
+  h.pid = f.pid;
+  h.global_rank = f.rank;
+  h.world_size = f.world_size;
+  h.local_rank = f.rank;
+  h.flags = f.flags;
+  uint64_t now = now_real();
+  h.create_ns = now - 60'000'000'000ull;
+  h.heartbeat_ns = now;
+  std::strncpy(h.job_id, f.job.c_str(), FR_NAME_LEN - 1);
+  std::strncpy(h.hostname, f.host.c_str(), FR_NAME_LEN - 1);
+  std::strncpy(h.exe, "train", FR_NAME_LEN - 1);
+  fr_comm_entry c{};
+  c.id = f.comm_id;
+  c.size = f.world_size;
+  c.rank = f.rank;
+  c.cuda_dev = f.rank;
+  c.origin = FR_ORIGIN_INIT_RANK;
+  c.state = f.comm_state;
+  uint64_t completed = 0, enqueued = 0, seq = 0;
+  for (const auto& op : f.ops) {
+    enqueued = std::max(enqueued, op.op_index);
+    seq = std::max(seq, op.seq);
+    if (op.completed && op.op_index > completed) completed = op.op_index;
+  }
+  c.coll_seq = seq;
+  c.op_index = enqueued;
+  c.gpu_started = completed;
+  c.gpu_completed = completed;
+  log.comms.push_back(c);
+  uint64_t id = 0;
+  for (const auto& op : f.ops) {
+    fr::log::Record r{};
+    r.raw.id = id++;
+    r.raw.comm_id = f.comm_id;
+    r.raw.seq = op.seq;
+    r.raw.op_index = op.op_index;
+    r.raw.op = op.op;
+    r.raw.count = 1024;
+    r.raw.dtype = 7;
+    r.raw.redop = 0;
+    r.raw.peer = -1;
+    r.raw.call_ns = now - uint64_t(op.age_ns);
+    r.raw.flags = op.in_call ? FR_REC_F_IN_CALL : FR_REC_F_LAUNCHED;
+    r.raw.result = op.in_call ? FR_RESULT_PENDING : 0;
+    r.raw.gpu_state = op.completed ? FR_GPU_COMPLETED : FR_GPU_ENQUEUED;
+    r.gpu_state = static_cast<fr_gpu_state>(r.raw.gpu_state);
+    log.records.push_back(r);
+  }
+  h.record_counter = id;
+  log.writer_alive = f.alive;
+  return log;
+}
+
+std::string write_log(const std::string& dir, const std::string& name, const FakeLog& f) {
+  std::string bytes = fr::log::encode_snapshot(make_log(f), now_real());
+  std::string path = dir + "/" + name;
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream o(tmp, std::ios::binary);
+    o.write(bytes.data(), std::streamsize(bytes.size()));
+  }
+  std::rename(tmp.c_str(), path.c_str());
+  return path;
+}
+
+}  // namespace fr::daemon::test
