@@ -1,31 +1,1090 @@
-// First cut of the analysis entry points; the real pipeline replaces this.
-#include "analyzer/analyze.h"
+// The cross-rank analysis: lines up every communicator's members by sequence number, finds each
+// one's frontier, and turns what does not line up into stalls (mismatch, not_entered,
+// p2p_unmatched, stuck_in_collective, incomplete). The stall that explains the others becomes the
+// verdict, the rest findings; dead writers and lost nodes override it. Culprits always come from
+// the whole group (the minority, the members that never came), never from read order.
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <map>
+#include <numeric>
+#include <set>
+#include <unordered_map>
+
+#include "analyzer/model.h"
 
 namespace fr::analyzer {
 
-nlohmann::json analyze_paths(const std::vector<std::string>& paths, const Options&,
-                             std::string* fatal_error) {
-  if (paths.empty()) {
-    if (fatal_error) *fatal_error = "no input paths given";
-    return nullptr;
+using nlohmann::json;
+
+std::string comm_id_hex(uint64_t id) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%016" PRIx64, id);
+  return buf;
+}
+
+bool comm_matches(const Comm& c, const std::string& filter) {
+  if (filter.empty()) return true;
+  if (c.name == filter) return true;
+  std::string f = filter;
+  for (auto& ch : f) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (f.rfind("0x", 0) != 0) f = "0x" + f;
+  std::string id = comm_id_hex(c.id);
+  if (id.rfind(f, 0) == 0) return true;
+  // Also accept a prefix of the significant digits ("0xabc" for 0x0000000000000abc is unusual;
+  // users copy the id as printed, so the plain prefix rule covers them).
+  return false;
+}
+
+namespace {
+
+bool is_rooted(uint16_t op) {
+  return op == FR_OP_BROADCAST || op == FR_OP_BCAST || op == FR_OP_REDUCE || op == FR_OP_GATHER ||
+         op == FR_OP_SCATTER;
+}
+bool has_redop(uint16_t op) {
+  return op == FR_OP_ALLREDUCE || op == FR_OP_REDUCE || op == FR_OP_REDUCESCATTER;
+}
+bool counts(const Op& o) { return !(o.flags & (FR_REC_F_CAPTURED | FR_REC_F_NEVER_LAUNCHED)); }
+
+std::string ranks_text(const std::vector<int>& ranks) {
+  // Compact ranges: "0-3,7,9-10".
+  std::vector<int> r = ranks;
+  std::sort(r.begin(), r.end());
+  r.erase(std::unique(r.begin(), r.end()), r.end());
+  std::string out;
+  for (size_t i = 0; i < r.size();) {
+    size_t j = i;
+    while (j + 1 < r.size() && r[j + 1] == r[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(r[i]);
+    if (j > i) out += (j == i + 1 ? "," : "-") + std::to_string(r[j]);
+    i = j + 1;
   }
-  nlohmann::json doc;
+  return out;
+}
+
+std::string plural(size_t n, const char* one, const char* many) { return n == 1 ? one : many; }
+
+}  // namespace
+
+json op_json(const Op& o, const ProcComm& pc, int64_t clock_offset_ns) {
+  (void)pc;
+  json j;
+  j["seq"] = o.seq;
+  j["kind"] = fr::log::op_is_collective(o.op) ? "coll" : fr::log::op_is_p2p(o.op) ? "p2p" : "api";
+  j["op"] = fr::log::op_name(o.op);
+  if (fr::log::op_is_collective(o.op) || fr::log::op_is_p2p(o.op)) {
+    j["dtype"] = fr::log::dtype_name(o.dtype);
+    j["count"] = o.count;
+    if (has_redop(o.op)) j["redop"] = fr::log::redop_name(o.redop);
+    if (is_rooted(o.op)) j["root"] = o.peer;
+    if (fr::log::op_is_p2p(o.op)) j["peer"] = o.peer;
+  }
+  j["group_id"] = o.group_id;
+  std::string state = fr::log::gpu_state_name(o.gpu_state);
+  if (o.flags & FR_REC_F_NEVER_LAUNCHED) state = "never_launched";
+  else if (o.flags & FR_REC_F_IN_CALL) state = "in_call";
+  j["state"] = state;
+  j["call_ns"] = static_cast<int64_t>(o.call_ns) + clock_offset_ns;
+  j["duration_ns"] = o.duration_ns;
+  if (o.result != 0 && o.result != FR_RESULT_PENDING) j["result"] = o.result;
+  return j;
+}
+
+namespace {
+
+// One member's frontier on one communicator, for one kind (collective or point-to-point).
+struct Frontier {
+  uint64_t enq = 0, started = 0, completed = 0;
+  const Op* last_enq = nullptr;
+  const Op* last_started = nullptr;
+  const Op* last_completed = nullptr;
+  bool tracked = true;
+};
+
+enum Prio { kMismatch = 0, kNotEntered = 1, kP2p = 2, kStuck = 3, kIncomplete = 4 };
+
+struct Stall {
+  std::string kind;
+  int prio = kStuck;
+  int comm = -1;
+  uint64_t seq = 0;
+  bool p2p = false;
+  std::string op;
+  std::vector<int> culprits;        // global ranks
+  std::vector<int> blocked;         // global ranks waiting in it
+  std::string summary;
+  json mismatch;                    // kind == mismatch
+  json extra = json::object();      // group, missing members
+  int64_t t_start = INT64_MAX;      // earliest aligned call time of the stalled op
+  std::vector<int64_t> culprit_own_call;  // stuck: each culprit's own call time of the op
+  int tier = 2;
+  double fraction = 1.0;
+};
+
+// The analysis state shared by the passes.
+struct Ctx {
+  const Model& m;
+  const Options& opts;
+  std::vector<Stall> stalls;
+  // Per global rank: where it waits (comm index, since aligned time).
+  std::map<int, std::vector<std::pair<int, int64_t>>> blocked;
+  json communicators = json::array();
+  std::set<int> rank_filter;
+};
+
+int64_t aligned(const Proc& p, uint64_t t) { return static_cast<int64_t>(t) + p.clock_offset_ns; }
+
+Frontier frontier(const Proc& p, const ProcComm& pc, bool p2p) {
+  Frontier f;
+  for (uint32_t i = pc.ops_begin; i < pc.ops_end; ++i) {
+    const Op& o = p.ops[i];
+    if (!counts(o)) continue;
+    if (p2p ? !fr::log::op_is_p2p(o.op) : !fr::log::op_is_collective(o.op)) continue;
+    if (o.seq >= f.enq) f.enq = o.seq, f.last_enq = &o;
+    if (o.gpu_state >= FR_GPU_STARTED && o.seq >= f.started) f.started = o.seq, f.last_started = &o;
+    if (o.gpu_state == FR_GPU_COMPLETED && o.seq >= f.completed) f.completed = o.seq, f.last_completed = &o;
+  }
+  uint64_t counter = p2p ? pc.p2p_seq : pc.coll_seq;
+  f.tracked = p.gpu_tracked;
+  if (f.last_enq && (f.last_enq->flags & FR_REC_F_GPU_UNTRACKED)) f.tracked = false;
+  if (f.last_enq && f.last_enq->gpu_state == FR_GPU_NONE && !(f.last_enq->flags & FR_REC_F_IN_CALL))
+    f.tracked = false;
+  if (counter > f.enq) {
+    // The newest op on this communicator fell out of the ring (or was torn): the counters still
+    // say how far it went, and the GPU counters whether everything handed over has finished.
+    f.enq = counter;
+    f.last_enq = nullptr;
+    if (pc.has_entry && pc.op_index > 0 && pc.gpu_completed >= pc.op_index) f.completed = f.enq;
+    if (pc.has_entry && pc.op_index > 0 && pc.gpu_started >= pc.op_index) f.started = f.enq;
+  }
+  if (f.started < f.completed) f.started = f.completed;
+  return f;
+}
+
+const Op* find_seq(const Proc& p, const ProcComm& pc, uint64_t seq, bool p2p) {
+  // Records are in id order, so seqs ascend within a kind: binary search would need a kind
+  // filter; the ops of one communicator are few enough in practice to scan from the end.
+  for (uint32_t i = pc.ops_end; i-- > pc.ops_begin;) {
+    const Op& o = p.ops[i];
+    if (!counts(o)) continue;
+    if (p2p ? !fr::log::op_is_p2p(o.op) : !fr::log::op_is_collective(o.op)) continue;
+    if (o.seq == seq) return &o;
+    if (o.seq < seq) break;
+  }
+  return nullptr;
+}
+
+// Missing members of a communicator (no dump): rank in comm, and the global rank when it can be
+// told (the members found all have rank in comm == global rank, as in a world communicator).
+struct Missing {
+  int rank_in_comm;
+  int global;  // -1 when unknown
+};
+
+std::vector<Missing> missing_members(const Model& m, const Comm& c) {
+  std::vector<Missing> out;
+  if (c.size <= 0) return out;
+  std::vector<char> present(c.size, 0);
+  bool identity = true;
+  for (const auto& mem : c.members) {
+    if (mem.rank_in_comm >= 0 && mem.rank_in_comm < c.size) present[mem.rank_in_comm] = 1;
+    if (mem.rank_in_comm != m.procs[mem.proc].rank) identity = false;
+  }
+  for (int r = 0; r < c.size; ++r)
+    if (!present[r]) out.push_back({r, identity ? r : -1});
+  return out;
+}
+
+json member_evidence(const Model& m, const CommMember& mem, const Frontier& f, const std::string& state) {
+  const Proc& p = m.procs[mem.proc];
+  const ProcComm& pc = p.comms[mem.pc];
+  json e;
+  e["rank"] = p.rank;
+  e["rank_in_comm"] = mem.rank_in_comm;
+  e["host"] = p.host;
+  e["alive"] = p.alive;
+  auto opj = [&](const Op* o, uint64_t seq) -> json {
+    if (o) return op_json(*o, pc, p.clock_offset_ns);
+    if (seq == 0) return nullptr;
+    return json{{"seq", seq}, {"op", "unknown"}, {"note", "record no longer in the ring"}};
+  };
+  e["last_enqueued"] = opj(f.last_enq, f.enq);
+  e["last_started"] = opj(f.last_started, f.started);
+  e["last_completed"] = opj(f.last_completed, f.completed);
+  e["state"] = state;
+  return e;
+}
+
+json comm_json(const Comm& c) {
+  return json{{"id", comm_id_hex(c.id)}, {"name", c.name}, {"size", c.size}};
+}
+
+// --- Collectives ------------------------------------------------------------------------------
+
+struct Sig {
+  uint16_t op = 0;
+  uint8_t dtype = 0;
+  bool set = false;
+  bool differs = false;
+  int32_t redop = -1;
+  int32_t root = -1;
+  uint64_t count = 0;
+};
+
+bool same_sig(const Sig& s, const Op& o) {
+  if (s.op != o.op || s.dtype != o.dtype || s.count != o.count) return false;
+  if (has_redop(o.op) && s.redop != o.redop) return false;
+  if (is_rooted(o.op) && s.root != o.peer) return false;
+  return true;
+}
+
+// The earliest sequence number where members called different things; 0 when none.
+uint64_t earliest_mismatch(const Model& m, const Comm& c) {
+  uint64_t lo = UINT64_MAX, hi = 0;
+  size_t total = 0;
+  for (const auto& mem : c.members) {
+    const Proc& p = m.procs[mem.proc];
+    const ProcComm& pc = p.comms[mem.pc];
+    for (uint32_t i = pc.ops_begin; i < pc.ops_end; ++i) {
+      const Op& o = p.ops[i];
+      if (!counts(o) || !fr::log::op_is_collective(o.op) || o.seq == 0) continue;
+      lo = std::min(lo, o.seq);
+      hi = std::max(hi, o.seq);
+      ++total;
+    }
+  }
+  if (total == 0) return 0;
+  // Rings wrapped far apart would make the table huge; the recent end is what matters.
+  const uint64_t cap = std::max<uint64_t>(4 * total + 1024, 1 << 20);
+  if (hi - lo + 1 > cap) lo = hi - cap + 1;
+  std::vector<Sig> sig(hi - lo + 1);
+  uint64_t first = 0;
+  for (const auto& mem : c.members) {
+    const Proc& p = m.procs[mem.proc];
+    const ProcComm& pc = p.comms[mem.pc];
+    for (uint32_t i = pc.ops_begin; i < pc.ops_end; ++i) {
+      const Op& o = p.ops[i];
+      if (!counts(o) || !fr::log::op_is_collective(o.op) || o.seq < lo || o.seq > hi) continue;
+      Sig& s = sig[o.seq - lo];
+      if (!s.set) {
+        s = Sig{o.op, o.dtype, true, false, o.redop, o.peer, o.count};
+      } else if (!s.differs && !same_sig(s, o)) {
+        s.differs = true;
+        if (first == 0 || o.seq < first) first = o.seq;
+      }
+    }
+  }
+  return first;
+}
+
+// Builds the mismatch stall at `seq`: the field, the values with their ranks, the minority.
+Stall mismatch_stall(const Model& m, int ci, uint64_t seq) {
+  const Comm& c = m.comms[ci];
+  struct Row {
+    int rank;
+    const Op* op;
+    const Proc* p;
+    const ProcComm* pc;
+  };
+  std::vector<Row> rows;
+  for (const auto& mem : c.members) {
+    const Proc& p = m.procs[mem.proc];
+    const ProcComm& pc = p.comms[mem.pc];
+    if (const Op* o = find_seq(p, pc, seq, false)) rows.push_back({p.rank, o, &p, &pc});
+  }
+  using Getter = std::string (*)(const Op&);
+  struct Field {
+    const char* name;
+    Getter get;
+  };
+  static const Field fields[] = {
+      {"op", [](const Op& o) { return std::string(fr::log::op_name(o.op)); }},
+      {"dtype", [](const Op& o) { return std::string(fr::log::dtype_name(o.dtype)); }},
+      {"count", [](const Op& o) { return std::to_string(o.count); }},
+      {"root", [](const Op& o) { return is_rooted(o.op) ? std::to_string(o.peer) : std::string("-"); }},
+      {"redop", [](const Op& o) { return has_redop(o.op) ? std::string(fr::log::redop_name(o.redop)) : std::string("-"); }},
+  };
+  const Field* field = &fields[0];
+  std::map<std::string, std::vector<int>> groups;
+  for (const Field& f : fields) {
+    groups.clear();
+    for (const Row& r : rows) groups[f.get(*r.op)].push_back(r.rank);
+    if (groups.size() > 1) {
+      field = &f;
+      break;
+    }
+  }
+  // The majority value is the expected one; everyone else is a culprit. On a tie, the members
+  // whose value changed from their own previous call of the same op are the odd ones.
+  size_t best = 0, best_n = 0;
+  for (const auto& [v, ranks] : groups) best = std::max(best, ranks.size());
+  for (const auto& [v, ranks] : groups) best_n += ranks.size() == best;
+  std::set<int> culprits;
+  if (best_n == 1) {
+    for (const auto& [v, ranks] : groups)
+      if (ranks.size() != best) culprits.insert(ranks.begin(), ranks.end());
+  } else {
+    for (const Row& r : rows) {
+      const Op* prev = nullptr;
+      for (uint32_t i = r.pc->ops_begin; i < r.pc->ops_end; ++i) {
+        const Op& o = r.p->ops[i];
+        if (counts(o) && fr::log::op_is_collective(o.op) && o.seq < seq && o.op == r.op->op) prev = &o;
+      }
+      if (prev && field->get(*prev) != field->get(*r.op)) culprits.insert(r.rank);
+    }
+    if (culprits.empty() || culprits.size() == rows.size()) {
+      culprits.clear();
+      for (const auto& [v, ranks] : groups)
+        if (ranks.size() != best) culprits.insert(ranks.begin(), ranks.end());
+      if (culprits.empty())
+        for (const Row& r : rows) culprits.insert(r.rank);
+    }
+  }
+  Stall s;
+  s.kind = "mismatch";
+  s.prio = kMismatch;
+  s.comm = ci;
+  s.seq = seq;
+  s.culprits.assign(culprits.begin(), culprits.end());
+  json values = json::array();
+  std::string expected;
+  for (const auto& [v, ranks] : groups) {
+    values.push_back({{"value", v}, {"ranks", ranks}});
+    if (ranks.size() == best) expected = v;
+  }
+  s.mismatch = {{"field", field->name}, {"values", values}};
+  // The op as the majority called it.
+  for (const Row& r : rows) {
+    if (!culprits.count(r.rank) || s.op.empty()) s.op = fr::log::op_name(r.op->op);
+    s.t_start = std::min(s.t_start, aligned(*r.p, r.op->call_ns));
+  }
+  for (const Row& r : rows)
+    if (!culprits.count(r.rank) && (r.op->gpu_state != FR_GPU_COMPLETED)) s.blocked.push_back(r.rank);
+  std::string odd;
+  for (const auto& [v, ranks] : groups)
+    if (ranks.size() != best || best_n > 1) odd += (odd.empty() ? "" : ", ") + v + " on rank" +
+                                                   (ranks.size() > 1 ? "s " : " ") + ranks_text(ranks);
+  s.summary = "mismatch in " + s.op + " #" + std::to_string(seq) + " on comm " +
+              (c.name.empty() ? comm_id_hex(c.id) : c.name) + ": " + field->name + " differs (" +
+              (best_n == 1 ? "expected " + expected + "; " : "") + odd + ")";
+  return s;
+}
+
+void analyze_collectives(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* frontier_json) {
+  const Model& m = ctx.m;
+  const Comm& c = m.comms[ci];
+  const size_t n = c.members.size();
+  fr.resize(n);
+  uint64_t min_e = UINT64_MAX, max_e = 0, min_c = UINT64_MAX, max_c = 0;
+  uint64_t t = UINT64_MAX;  // stall seq
+  for (size_t i = 0; i < n; ++i) {
+    const Proc& p = m.procs[c.members[i].proc];
+    fr[i] = frontier(p, p.comms[c.members[i].pc], false);
+    min_e = std::min(min_e, fr[i].enq);
+    max_e = std::max(max_e, fr[i].enq);
+    min_c = std::min(min_c, fr[i].completed);
+    max_c = std::max(max_c, fr[i].completed);
+    if (fr[i].tracked && fr[i].enq > fr[i].completed) t = std::min(t, fr[i].completed + 1);
+  }
+  if (n == 0) return;
+  *frontier_json = {{"min_enqueued", min_e}, {"max_enqueued", max_e},
+                    {"min_completed", min_c}, {"max_completed", max_c}};
+  if (max_e > min_e) t = std::min(t, min_e + 1);
+
+  // Mismatched arguments explain a hang better than anything else on the communicator.
+  bool mismatch_found = false;
+  if (uint64_t ms = earliest_mismatch(m, c)) {
+    ctx.stalls.push_back(mismatch_stall(m, ci, ms));
+    mismatch_found = true;
+  }
+  const auto missing = missing_members(m, c);
+  if (t == UINT64_MAX || t > max_e) {
+    // Everyone completed everything (or nothing can be told without GPU tracking).
+    return;
+  }
+  if (mismatch_found && ctx.stalls.back().seq <= t) {
+    // The mismatch is at or before the stall point: it is the stall. Record who waits there.
+    Stall& s = ctx.stalls.back();
+    for (size_t i = 0; i < n; ++i) {
+      const Proc& p = m.procs[c.members[i].proc];
+      if (fr[i].enq >= t && fr[i].completed < t) {
+        if (std::find(s.blocked.begin(), s.blocked.end(), p.rank) == s.blocked.end())
+          s.blocked.push_back(p.rank);
+        const Op* o = find_seq(p, p.comms[c.members[i].pc], t, false);
+        ctx.blocked[p.rank].push_back({ci, o ? aligned(p, o->call_ns) : INT64_MAX});
+      }
+    }
+    (*frontier_json)["stalled_seq"] = t;
+    return;
+  }
+  (*frontier_json)["stalled_seq"] = t;
+
+  Stall s;
+  s.comm = ci;
+  s.seq = t;
+  std::vector<int> not_entered, not_started, not_completed, started, unknown;
+  const Op* sample = nullptr;
+  std::vector<const Op*> at(n, nullptr);
+  for (size_t i = 0; i < n; ++i) {
+    const Proc& p = m.procs[c.members[i].proc];
+    const Frontier& f = fr[i];
+    if (f.enq < t) {
+      not_entered.push_back(p.rank);
+      continue;
+    }
+    at[i] = find_seq(p, p.comms[c.members[i].pc], t, false);
+    if (at[i]) {
+      if (!sample) sample = at[i];
+      s.t_start = std::min(s.t_start, aligned(p, at[i]->call_ns));
+    }
+    if (f.completed >= t) continue;
+    s.blocked.push_back(p.rank);
+    ctx.blocked[p.rank].push_back({ci, at[i] ? aligned(p, at[i]->call_ns) : INT64_MAX});
+    if (!f.tracked) unknown.push_back(p.rank);
+    else if (f.started < t) not_started.push_back(p.rank);
+    else { not_completed.push_back(p.rank); started.push_back(p.rank); }
+  }
+  s.op = sample ? fr::log::op_name(sample->op) : "collective";
+  const std::string where = s.op + " #" + std::to_string(t) + " on comm " +
+                            (c.name.empty() ? comm_id_hex(c.id) : c.name);
+  if (sample && sample->group_id != 0) {
+    // A grouped launch is one unit: name every op of the group on the first member that has it.
+    for (size_t i = 0; i < n; ++i) {
+      if (!at[i]) continue;
+      const Proc& p = m.procs[c.members[i].proc];
+      const ProcComm& pc = p.comms[c.members[i].pc];
+      json ops = json::array();
+      for (uint32_t k = pc.ops_begin; k < pc.ops_end; ++k)
+        if (p.ops[k].group_id == at[i]->group_id && counts(p.ops[k]))
+          ops.push_back(json{{"op", fr::log::op_name(p.ops[k].op)}, {"seq", p.ops[k].seq},
+                             {"kind", fr::log::op_is_p2p(p.ops[k].op) ? "p2p" : "coll"}});
+      s.extra["group"] = {{"group_id", at[i]->group_id}, {"ops", ops}};
+      break;
+    }
+  }
+  std::vector<int> missing_global;
+  for (const auto& mm : missing)
+    if (mm.global >= 0) missing_global.push_back(mm.global);
+  if (!missing.empty()) {
+    json mj = json::array();
+    for (const auto& mm : missing)
+      mj.push_back({{"rank_in_comm", mm.rank_in_comm}, {"global_rank", mm.global >= 0 ? json(mm.global) : json(nullptr)}});
+    s.extra["missing_members"] = mj;
+  }
+  const size_t present = n;
+  if (!not_entered.empty()) {
+    s.kind = "not_entered";
+    s.prio = kNotEntered;
+    s.culprits = not_entered;
+    s.summary = "rank" + std::string(not_entered.size() > 1 ? "s " : " ") + ranks_text(not_entered) +
+                " never entered " + where + "; " + std::to_string(s.blocked.size()) + " of " +
+                std::to_string(c.size > 0 ? c.size : static_cast<int>(present)) + " members wait in it";
+  } else if (!missing.empty() && not_started.empty()) {
+    s.kind = "incomplete";
+    s.prio = kIncomplete;
+    s.culprits = missing_global;
+    s.summary = "every member with a dump is in " + where + "; " + std::to_string(missing.size()) +
+                plural(missing.size(), " member has", " members have") + " no dump" +
+                (missing_global.empty() ? "" : " (rank" + std::string(missing_global.size() > 1 ? "s " : " ") +
+                                                   ranks_text(missing_global) + ")") +
+                " and would decide it";
+  } else {
+    s.kind = "stuck_in_collective";
+    s.prio = kStuck;
+    if (!not_started.empty()) {
+      s.culprits = not_started;
+      s.summary = "all members entered " + where + "; the GPU of rank" +
+                  (not_started.size() > 1 ? "s " : " ") + ranks_text(not_started) + " never started it";
+      // Each culprit's own call of the op, to tell whether an older op on its stream holds it.
+      for (int r : not_started) {
+        int64_t own = INT64_MAX;
+        for (size_t i = 0; i < n; ++i)
+          if (m.procs[c.members[i].proc].rank == r && at[i]) own = aligned(m.procs[c.members[i].proc], at[i]->call_ns);
+        s.culprit_own_call.push_back(own);
+      }
+    } else if (!not_completed.empty() && max_c >= t) {
+      s.culprits = not_completed;
+      s.summary = "all members entered " + where + "; rank" + (not_completed.size() > 1 ? "s " : " ") +
+                  ranks_text(not_completed) + " never finished it while the others did";
+    } else if (!unknown.empty() && not_completed.empty()) {
+      s.summary = "all members entered " + where + " and none returned; GPU progress is not tracked, "
+                  "so the stalled GPU cannot be named";
+    } else {
+      s.summary = "all members entered " + where + " and their GPUs started it, but none finished";
+    }
+  }
+  s.fraction = present ? static_cast<double>(s.culprits.size()) / static_cast<double>(present) : 1.0;
+  ctx.stalls.push_back(std::move(s));
+}
+
+// --- Point-to-point ---------------------------------------------------------------------------
+
+void analyze_p2p(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* frontier_json) {
+  const Model& m = ctx.m;
+  const Comm& c = m.comms[ci];
+  const size_t n = c.members.size();
+  fr.resize(n);
+  bool any = false;
+  uint64_t min_e = UINT64_MAX, max_e = 0, min_c = UINT64_MAX, max_c = 0;
+  std::unordered_map<int, size_t> by_rank;  // rank in comm -> member index
+  for (size_t i = 0; i < n; ++i) {
+    const Proc& p = m.procs[c.members[i].proc];
+    fr[i] = frontier(p, p.comms[c.members[i].pc], true);
+    by_rank[c.members[i].rank_in_comm] = i;
+    if (fr[i].enq) any = true;
+    min_e = std::min(min_e, fr[i].enq);
+    max_e = std::max(max_e, fr[i].enq);
+    min_c = std::min(min_c, fr[i].completed);
+    max_c = std::max(max_c, fr[i].completed);
+  }
+  if (!any) return;
+  *frontier_json = {{"min_enqueued", min_e}, {"max_enqueued", max_e},
+                    {"min_completed", min_c}, {"max_completed", max_c}};
+
+  // Per (source, destination) in communicator ranks: the sends and the receives, in order. With
+  // full histories (no ring wrap on either side) every op is paired; otherwise only the ops still
+  // pending, which is where a hang shows.
+  struct Side {
+    std::vector<const Op*> ops;
+    size_t member = 0;
+  };
+  std::map<std::pair<int, int>, std::pair<Side, Side>> pairs;  // (src,dst) -> (sends, recvs)
+  // A member's whole point-to-point history on this communicator is at hand when nothing was
+  // overwritten or its first p2p op (seq 1) is still in the ring.
+  std::vector<char> p2p_full(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const Proc& p = m.procs[c.members[i].proc];
+    const ProcComm& pc = p.comms[c.members[i].pc];
+    uint64_t lo = UINT64_MAX;
+    for (uint32_t k = pc.ops_begin; k < pc.ops_end; ++k)
+      if (fr::log::op_is_p2p(p.ops[k].op)) lo = std::min(lo, p.ops[k].seq);
+    p2p_full[i] = p.overwritten == 0 || lo == 1;
+    for (uint32_t k = pc.ops_begin; k < pc.ops_end; ++k) {
+      const Op& o = p.ops[k];
+      if (!counts(o) || !fr::log::op_is_p2p(o.op)) continue;
+      const int me = c.members[i].rank_in_comm;
+      if (o.op == FR_OP_SEND) {
+        auto& sd = pairs[{me, o.peer}].first;
+        sd.ops.push_back(&o);
+        sd.member = i;
+      } else {
+        auto& rv = pairs[{o.peer, me}].second;
+        rv.ops.push_back(&o);
+        rv.member = i;
+      }
+    }
+  }
+  Stall s;
+  s.comm = ci;
+  s.p2p = true;
+  std::set<int> culprits, blocked, not_started;
+  std::vector<std::string> notes;
+  const Op* first_unmatched = nullptr;
+  const Proc* first_proc = nullptr;
+  std::vector<int> missing_peers;
+  bool pending_any = false;
+  for (auto& [key, sides] : pairs) {
+    auto& [sends, recvs] = sides;
+    auto member_of = [&](int r) -> const Proc* {
+      auto it = by_rank.find(r);
+      return it == by_rank.end() ? nullptr : &m.procs[c.members[it->second].proc];
+    };
+    const Proc* src = member_of(key.first);
+    const Proc* dst = member_of(key.second);
+    // Pending-only counting on one side and full on the other would not line up: drop to the
+    // pending ops on both sides whenever either wrapped.
+    const bool full = src && dst && p2p_full[by_rank[key.first]] && p2p_full[by_rank[key.second]];
+    std::vector<const Op*> sends_done, recvs_done;
+    auto pending = [&](std::vector<const Op*>& v, std::vector<const Op*>& done) {
+      if (full) return;
+      for (const Op* o : v)
+        if (o->gpu_state == FR_GPU_COMPLETED) done.push_back(o);
+      v.erase(std::remove_if(v.begin(), v.end(), [](const Op* o) { return o->gpu_state == FR_GPU_COMPLETED; }), v.end());
+    };
+    pending(sends.ops, sends_done);
+    pending(recvs.ops, recvs_done);
+    size_t ns = sends.ops.size(), nr = recvs.ops.size();
+    // Counting pending ops only: a grouped op stays pending until its whole group finishes, while
+    // its counterpart may already be done. Counterparts completed within half the pair's usual
+    // spacing of the first excess op are taken as its match.
+    auto absorbed = [&](const std::vector<const Op*>& excess, size_t from, const Proc* pe,
+                        const std::vector<const Op*>& done, const Proc* pd) -> size_t {
+      if (full || from >= excess.size() || done.empty() || !pe || !pd) return 0;
+      int64_t gap = INT64_MAX;
+      for (size_t k = 1; k < done.size(); ++k)
+        gap = std::min<int64_t>(gap, static_cast<int64_t>(done[k]->call_ns - done[k - 1]->call_ns));
+      const int64_t first = aligned(*pe, excess[from]->call_ns);
+      const int64_t slack = gap == INT64_MAX ? 0 : gap / 2;
+      size_t n = 0;
+      for (const Op* o : done)
+        if (aligned(*pd, o->call_ns) >= first - slack) ++n;
+      return std::min(n, excess.size() - from);
+    };
+    if (ns > nr) nr += absorbed(sends.ops, nr, src, recvs_done, dst);
+    else if (nr > ns) ns += absorbed(recvs.ops, ns, dst, sends_done, src);
+    auto note_unmatched = [&](const Op* o, const Proc* p) {
+      pending_any = true;
+      blocked.insert(p->rank);
+      int64_t t = aligned(*p, o->call_ns);
+      if (t < s.t_start || !first_unmatched) {
+        s.t_start = std::min(s.t_start, t);
+        first_unmatched = o;
+        first_proc = p;
+      }
+    };
+    if (ns > nr) {
+      // Sends nobody receives: the destination never posted the receive.
+      if (!dst) { missing_peers.push_back(key.second); note_unmatched(sends.ops[nr], src); continue; }
+      if (sends.ops[nr]->gpu_state == FR_GPU_COMPLETED) continue;  // eager send, done
+      culprits.insert(dst->rank);
+      note_unmatched(sends.ops[nr], src);
+      notes.push_back("rank " + std::to_string(src->rank) + " sends to rank " + std::to_string(dst->rank) +
+                      " (Send #" + std::to_string(sends.ops[nr]->seq) + "), which never posted the receive");
+    } else if (nr > ns) {
+      if (!src) { missing_peers.push_back(key.first); note_unmatched(recvs.ops[ns], dst); continue; }
+      if (recvs.ops[ns]->gpu_state == FR_GPU_COMPLETED) continue;
+      culprits.insert(src->rank);
+      note_unmatched(recvs.ops[ns], dst);
+      notes.push_back("rank " + std::to_string(dst->rank) + " waits to receive from rank " +
+                      std::to_string(src->rank) + " (Recv #" + std::to_string(recvs.ops[ns]->seq) +
+                      "), which never posted the send");
+    }
+    // Paired ops still pending: stuck, and the side whose GPU never started is the suspect.
+    for (size_t k = 0; k < std::min(sends.ops.size(), recvs.ops.size()); ++k) {
+      const Op* a = sends.ops[k];
+      const Op* b = recvs.ops[k];
+      if (a->gpu_state == FR_GPU_COMPLETED && b->gpu_state == FR_GPU_COMPLETED) continue;
+      pending_any = true;
+      if (src) blocked.insert(src->rank);
+      if (dst) blocked.insert(dst->rank);
+      const bool a_started = a->gpu_state >= FR_GPU_STARTED, b_started = b->gpu_state >= FR_GPU_STARTED;
+      if (a_started != b_started) not_started.insert(a_started ? dst->rank : src->rank);
+      if (!first_unmatched && src) {
+        first_unmatched = a;
+        first_proc = src;
+        s.t_start = std::min(s.t_start, aligned(*src, a->call_ns));
+      }
+    }
+  }
+  if (!pending_any) return;
+  for (size_t i = 0; i < n; ++i) {
+    const Proc& p = m.procs[c.members[i].proc];
+    if (!blocked.count(p.rank)) continue;
+    s.blocked.push_back(p.rank);
+    ctx.blocked[p.rank].push_back({ci, s.t_start});
+  }
+  if (first_unmatched) {
+    s.seq = first_unmatched->seq;
+    s.op = fr::log::op_name(first_unmatched->op);
+  }
+  const std::string cname = c.name.empty() ? comm_id_hex(c.id) : c.name;
+  if (!culprits.empty()) {
+    s.kind = "p2p_unmatched";
+    s.prio = kP2p;
+    s.culprits.assign(culprits.begin(), culprits.end());
+    s.summary = "unmatched point-to-point on comm " + cname + ": " + notes.front() +
+                (notes.size() > 1 ? " (+" + std::to_string(notes.size() - 1) + " more)" : "");
+    json nj = notes;
+    s.extra["pairs"] = nj;
+  } else if (!missing_peers.empty()) {
+    s.kind = "incomplete";
+    s.prio = kIncomplete;
+    s.summary = "point-to-point on comm " + cname + " waits on comm rank" +
+                (missing_peers.size() > 1 ? "s " : " ") + ranks_text(missing_peers) + ", which " +
+                (missing_peers.size() > 1 ? "have" : "has") + " no dump";
+  } else {
+    s.kind = "stuck_in_collective";
+    s.prio = kStuck;
+    s.culprits.assign(not_started.begin(), not_started.end());
+    s.summary = "point-to-point ops on comm " + cname + " are paired but stuck" +
+                (not_started.empty() ? std::string("; every GPU started them")
+                                     : "; the GPU of rank" + std::string(not_started.size() > 1 ? "s " : " ") +
+                                           ranks_text(s.culprits) + " never started its side");
+  }
+  s.fraction = n ? static_cast<double>(s.culprits.size()) / static_cast<double>(n) : 1.0;
+  ctx.stalls.push_back(std::move(s));
+}
+
+// --- Lineage and skew -------------------------------------------------------------------------
+
+json communicator_json(const Model& m, const Comm& c) {
+  json j = comm_json(c);
+  j["origin"] = fr::log::origin_name(c.origin);
+  j["parent"] = c.parent ? json(comm_id_hex(c.parent)) : json(nullptr);
+  json members = json::array();
+  for (const auto& mem : c.members)
+    members.push_back({{"rank_in_comm", mem.rank_in_comm}, {"global_rank", m.procs[mem.proc].rank}});
+  j["members"] = members;
+  return j;
+}
+
+struct SkewAcc {
+  double sum = 0;
+  int64_t max = 0;
+  uint64_t n = 0;
+};
+
+void accumulate_skew(const Model& m, const Comm& c, std::map<int, SkewAcc>* acc) {
+  if (c.members.size() < 2) return;
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (const auto& mem : c.members) {
+    const Proc& p = m.procs[mem.proc];
+    const ProcComm& pc = p.comms[mem.pc];
+    for (uint32_t i = pc.ops_begin; i < pc.ops_end; ++i) {
+      const Op& o = p.ops[i];
+      if (!counts(o) || !fr::log::op_is_collective(o.op) || o.seq == 0) continue;
+      lo = std::min(lo, o.seq);
+      hi = std::max(hi, o.seq);
+    }
+  }
+  if (lo > hi) return;
+  if (hi - lo + 1 > (1u << 24)) lo = hi - (1u << 24) + 1;
+  std::vector<int64_t> first(hi - lo + 1, INT64_MAX);
+  std::vector<uint32_t> seen(hi - lo + 1, 0);
+  for (const auto& mem : c.members) {
+    const Proc& p = m.procs[mem.proc];
+    const ProcComm& pc = p.comms[mem.pc];
+    for (uint32_t i = pc.ops_begin; i < pc.ops_end; ++i) {
+      const Op& o = p.ops[i];
+      if (!counts(o) || !fr::log::op_is_collective(o.op) || o.seq < lo || o.seq > hi) continue;
+      first[o.seq - lo] = std::min(first[o.seq - lo], aligned(p, o.call_ns));
+      ++seen[o.seq - lo];
+    }
+  }
+  const uint32_t all = static_cast<uint32_t>(c.members.size());
+  for (const auto& mem : c.members) {
+    const Proc& p = m.procs[mem.proc];
+    const ProcComm& pc = p.comms[mem.pc];
+    SkewAcc& a = (*acc)[p.rank];
+    for (uint32_t i = pc.ops_begin; i < pc.ops_end; ++i) {
+      const Op& o = p.ops[i];
+      if (!counts(o) || !fr::log::op_is_collective(o.op) || o.seq < lo || o.seq > hi) continue;
+      if (seen[o.seq - lo] != all) continue;  // only collectives every member has on record
+      int64_t late = aligned(p, o.call_ns) - first[o.seq - lo];
+      a.sum += static_cast<double>(late);
+      a.max = std::max(a.max, late);
+      ++a.n;
+    }
+  }
+}
+
+// --- Choosing the verdict ---------------------------------------------------------------------
+
+// Whether culprit `r` of stall `s` is explained by waiting in another communicator.
+bool explained(const Ctx& ctx, const Stall& s, size_t k) {
+  if (s.kind == "mismatch") return false;
+  const int r = s.culprits[k];
+  auto it = ctx.blocked.find(r);
+  if (it == ctx.blocked.end()) return false;
+  const bool majority = s.fraction > 0.5;
+  for (const auto& [comm, since] : it->second) {
+    if (comm == s.comm) continue;
+    if (majority) return true;
+    if (s.kind == "stuck_in_collective") {
+      // An older op on its stream holds the GPU: stream order explains it.
+      int64_t own = k < s.culprit_own_call.size() ? s.culprit_own_call[k] : INT64_MAX;
+      if (since < own) return true;
+    } else if (since < s.t_start) {
+      return true;
+    }
+  }
+  return false;
+}
+
+json stall_json(const Ctx& ctx, const Stall& s, const std::vector<std::vector<Frontier>>& coll_fr,
+                const std::vector<std::vector<Frontier>>& p2p_fr) {
+  const Model& m = ctx.m;
+  json j;
+  j["kind"] = s.kind;
+  j["summary"] = s.summary;
+  if (s.comm >= 0) {
+    const Comm& c = m.comms[s.comm];
+    j["comm"] = comm_json(c);
+    j["seq"] = s.seq;
+    j["seq_kind"] = s.p2p ? "p2p" : "coll";
+    j["op"] = s.op;
+  }
+  j["culprit_ranks"] = s.culprits;
+  if (!s.blocked.empty()) j["blocked_ranks"] = s.blocked;
+  if (!s.mismatch.is_null()) j["mismatch"] = s.mismatch;
+  for (auto& [k, v] : s.extra.items()) j[k] = v;
+  json ev = json::array();
+  if (s.comm >= 0) {
+    const Comm& c = m.comms[s.comm];
+    const auto& fr = s.p2p ? p2p_fr[s.comm] : coll_fr[s.comm];
+    std::set<int> culprits(s.culprits.begin(), s.culprits.end());
+    for (size_t i = 0; i < c.members.size() && i < fr.size(); ++i) {
+      const Proc& p = m.procs[c.members[i].proc];
+      if (!ctx.rank_filter.empty() && !ctx.rank_filter.count(p.rank)) continue;
+      const Frontier& f = fr[i];
+      std::string state;
+      if (!p.alive && p.snapshot && s.kind == "rank_dead") state = "dead";
+      else if (f.enq < s.seq && !s.p2p) state = "not_entered";
+      else if (f.completed >= s.seq && !s.p2p) state = "completed";
+      else if (!f.tracked) state = "entered";
+      else if (s.p2p) state = f.completed >= f.enq ? "completed" : f.started >= f.enq ? "started" : "enqueued";
+      else if (f.started >= s.seq) state = "started";
+      else state = "enqueued";
+      if (!p.alive && p.snapshot) state += ",dead";
+      json e = member_evidence(m, c.members[i], f, state);
+      if (culprits.count(p.rank)) e["culprit"] = true;
+      ev.push_back(std::move(e));
+    }
+    if (s.extra.contains("missing_members"))
+      for (const auto& mm : s.extra["missing_members"])
+        if (ctx.rank_filter.empty() || (mm["global_rank"].is_number() && ctx.rank_filter.count(mm["global_rank"].get<int>())))
+          ev.push_back({{"rank", mm["global_rank"]}, {"rank_in_comm", mm["rank_in_comm"]}, {"state", "missing"}});
+  }
+  j["evidence"] = ev;
+  return j;
+}
+
+}  // namespace
+
+nlohmann::json analyze_model(const Model& m, const Options& opts) {
+  Ctx ctx{m, opts, {}, {}, json::array(), {}};
+  ctx.rank_filter.insert(opts.ranks.begin(), opts.ranks.end());
+
+  json doc;
   doc["schema"] = "fr-analysis/1";
-  doc["inputs"] = {{"paths", paths}, {"files_read", 0}, {"skipped", nlohmann::json::array()},
-                   {"clock", "per_host"}};
-  doc["ranks"] = {{"expected", 0}, {"found", nlohmann::json::array()},
-                  {"missing", nlohmann::json::array()}, {"dead", nlohmann::json::array()}};
-  doc["verdict"] = {{"kind", "incomplete"}, {"summary", "analysis not available yet"},
-                    {"culprit_ranks", nlohmann::json::array()}};
-  doc["findings"] = nlohmann::json::array();
-  doc["communicators"] = nlohmann::json::array();
-  doc["skew"] = nlohmann::json::array();
+  json skipped = json::array();
+  for (const auto& s : m.skipped) skipped.push_back({{"file", s.file}, {"error", s.error}});
+  doc["inputs"] = {{"paths", m.paths},
+                   {"files_read", m.files_read},
+                   {"skipped", skipped},
+                   {"clock", m.clock_aligned ? "aligned" : "per_host"}};
+  if (!m.job_id.empty()) doc["inputs"]["job_id"] = m.job_id;
+  if (!opts.ranks.empty() || !opts.comm.empty())
+    doc["inputs"]["filters"] = {{"ranks", opts.ranks}, {"comm", opts.comm}};
+
+  // Ranks: expected, found, missing, dead.
+  std::vector<int> found, missing, dead;
+  std::set<int> found_set;
+  for (const auto& p : m.procs) {
+    found.push_back(p.rank);
+    found_set.insert(p.rank);
+    if (!p.alive) dead.push_back(p.rank);
+  }
+  int expected = std::max(m.expected_ranks, found.empty() ? 0 : found.back() + 1);
+  for (int r = 0; r < expected; ++r)
+    if (!found_set.count(r)) missing.push_back(r);
+
+  // Per communicator: frontiers and stalls.
+  std::vector<std::vector<Frontier>> coll_fr(m.comms.size()), p2p_fr(m.comms.size());
+  json comms = json::array();
+  for (int ci = 0; ci < static_cast<int>(m.comms.size()); ++ci) {
+    json cf = nullptr, pf = nullptr;
+    size_t before = ctx.stalls.size();
+    analyze_collectives(ctx, ci, coll_fr[ci], &cf);
+    analyze_p2p(ctx, ci, p2p_fr[ci], &pf);
+    if (!comm_matches(m.comms[ci], opts.comm)) continue;
+    json cj = communicator_json(m, m.comms[ci]);
+    cj["frontier"] = {{"coll", cf}, {"p2p", pf}, {"stalled", ctx.stalls.size() > before}};
+    auto mm = missing_members(m, m.comms[ci]);
+    if (!mm.empty()) {
+      json mj = json::array();
+      for (const auto& x : mm) mj.push_back({{"rank_in_comm", x.rank_in_comm}, {"global_rank", x.global >= 0 ? json(x.global) : json(nullptr)}});
+      cj["missing_members"] = mj;
+    }
+    comms.push_back(std::move(cj));
+  }
+
+  // Rank the stalls: roots first (culprits blocked nowhere else), then the kind that explains
+  // the most (mismatch, never entered, unmatched p2p, stuck), then the smallest share of culprits,
+  // then the earliest, then the id for a stable order.
+  for (auto& s : ctx.stalls) {
+    size_t ex = 0;
+    for (size_t k = 0; k < s.culprits.size(); ++k) ex += explained(ctx, s, k);
+    s.tier = s.culprits.empty() ? 2 : ex == 0 ? 0 : ex < s.culprits.size() ? 1 : 2;
+  }
+  std::stable_sort(ctx.stalls.begin(), ctx.stalls.end(), [&](const Stall& a, const Stall& b) {
+    if (a.tier != b.tier) return a.tier < b.tier;
+    if (a.prio != b.prio) return a.prio < b.prio;
+    if (a.fraction != b.fraction) return a.fraction < b.fraction;
+    if (a.t_start != b.t_start) return a.t_start < b.t_start;
+    return m.comms[a.comm].id < m.comms[b.comm].id;
+  });
+
+  // A stall is a hang only while someone waits; a mismatch that every member got through is
+  // still a finding but not by itself a hang... unless nothing else is wrong, where it is the
+  // best explanation of what the user saw.
+  std::vector<json> findings;
+  json verdict;
+  const bool any_stall = !ctx.stalls.empty();
+  std::set<int> dead_set(dead.begin(), dead.end());
+  const bool all_dead = !m.procs.empty() && dead.size() == m.procs.size();
+
+  // Hosts wholly missing or dead.
+  std::map<std::string, std::pair<std::vector<int>, bool>> hosts;  // host -> (ranks, all dead)
+  for (const auto& p : m.procs) {
+    auto& h = hosts[p.host];
+    h.first.push_back(p.rank);
+    if (h.first.size() == 1) h.second = true;
+    if (p.alive) h.second = false;
+  }
+  std::vector<std::string> lost_hosts;
+  std::vector<int> lost_ranks;
+  for (const auto& mh : m.manifest_hosts)
+    if (!hosts.count(mh) && !missing.empty()) {
+      if (std::find(lost_hosts.begin(), lost_hosts.end(), mh) == lost_hosts.end()) lost_hosts.push_back(mh);
+    }
+  if (!lost_hosts.empty()) lost_ranks = missing;
+  if (!all_dead && hosts.size() >= 2 && any_stall)
+    for (const auto& [h, v] : hosts)
+      if (v.second) {
+        lost_hosts.push_back(h);
+        lost_ranks.insert(lost_ranks.end(), v.first.begin(), v.first.end());
+      }
+  std::sort(lost_ranks.begin(), lost_ranks.end());
+
+  std::vector<Stall> ordered = std::move(ctx.stalls);
+  if (!lost_hosts.empty() && (any_stall || lost_ranks.size() == missing.size())) {
+    Stall s;
+    s.kind = "node_lost";
+    s.culprits = lost_ranks;
+    std::string hl;
+    for (const auto& h : lost_hosts) hl += (hl.empty() ? "" : ", ") + h;
+    s.summary = "node" + std::string(lost_hosts.size() > 1 ? "s " : " ") + hl + " lost: rank" +
+                (lost_ranks.size() > 1 ? "s " : " ") + ranks_text(lost_ranks) + " " +
+                (lost_ranks.size() > 1 ? "are" : "is") + " missing or dead";
+    // Borrow the comm and op of the first stall that waits on them, for the evidence.
+    for (const auto& st : ordered) {
+      bool hit = false;
+      for (int r : st.culprits) hit |= std::binary_search(lost_ranks.begin(), lost_ranks.end(), r);
+      if (hit || st.kind == "incomplete") {
+        s.comm = st.comm, s.seq = st.seq, s.p2p = st.p2p, s.op = st.op, s.extra = st.extra;
+        s.summary += "; the others wait in " + st.op + " #" + std::to_string(st.seq) + " on comm " +
+                     (m.comms[st.comm].name.empty() ? comm_id_hex(m.comms[st.comm].id) : m.comms[st.comm].name);
+        break;
+      }
+    }
+    ordered.insert(ordered.begin(), std::move(s));
+  } else if (any_stall && !dead.empty() && !all_dead) {
+    Stall s;
+    s.kind = "rank_dead";
+    s.culprits = dead;
+    // The stall a dead rank is a culprit of, else the first one.
+    const Stall* base = &ordered.front();
+    for (const auto& st : ordered) {
+      if (std::any_of(st.culprits.begin(), st.culprits.end(), [&](int r) { return dead_set.count(r) > 0; })) {
+        base = &st;
+        break;
+      }
+    }
+    s.comm = base->comm, s.seq = base->seq, s.p2p = base->p2p, s.op = base->op, s.extra = base->extra;
+    s.summary = "rank" + std::string(dead.size() > 1 ? "s " : " ") + ranks_text(dead) + " died (" +
+                (dead.size() > 1 ? "their writers were" : "its writer was") + " gone at the dump) while " +
+                "others wait in " + base->op + " #" + std::to_string(base->seq) + " on comm " +
+                (m.comms[base->comm].name.empty() ? comm_id_hex(m.comms[base->comm].id) : m.comms[base->comm].name);
+    ordered.insert(ordered.begin(), std::move(s));
+  }
+
+  for (size_t i = 0; i < ordered.size(); ++i) {
+    const Stall& s = ordered[i];
+    if (!opts.comm.empty() && s.comm >= 0 && i > 0 && !comm_matches(m.comms[s.comm], opts.comm)) continue;
+    json sj = stall_json(ctx, s, coll_fr, p2p_fr);
+    if (i == 0) verdict = std::move(sj);
+    else findings.push_back(std::move(sj));
+  }
+
+  // Skew of arrival at collectives, per rank.
+  std::map<int, SkewAcc> acc;
+  for (const auto& c : m.comms) accumulate_skew(m, c, &acc);
+  struct SkewRow {
+    int rank;
+    double mean;
+    int64_t max;
+    uint64_t n;
+  };
+  std::vector<SkewRow> rows;
+  for (const auto& [r, a] : acc)
+    if (a.n) rows.push_back({r, a.sum / static_cast<double>(a.n), a.max, a.n});
+  std::sort(rows.begin(), rows.end(), [](const SkewRow& a, const SkewRow& b) {
+    return a.mean != b.mean ? a.mean > b.mean : a.rank < b.rank;
+  });
+  json skew = json::array();
+  for (const auto& r : rows) {
+    if (!ctx.rank_filter.empty() && !ctx.rank_filter.count(r.rank)) continue;
+    skew.push_back({{"rank", r.rank}, {"mean_late_ns", static_cast<int64_t>(r.mean)},
+                    {"max_late_ns", r.max}, {"collectives", r.n}});
+  }
+  // A straggler: arrives late by a millisecond or more on average, and several times later than
+  // the typical rank. Reported as a finding (kind "skew") with every such rank.
+  if (rows.size() >= 2) {
+    std::vector<double> means;
+    for (const auto& r : rows) means.push_back(r.mean);
+    std::nth_element(means.begin(), means.begin() + means.size() / 2, means.end());
+    const double median = means[means.size() / 2];
+    const double top = rows.front().mean;
+    if (top >= 1e6 && top >= 3 * median) {
+      std::vector<int> slow;
+      for (const auto& r : rows)
+        if (r.mean >= top / 2 && r.mean >= 3 * median) slow.push_back(r.rank);
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%.1f ms late on average (max %.1f ms; typical rank %.2f ms)",
+                    top / 1e6, static_cast<double>(rows.front().max) / 1e6, median / 1e6);
+      json f = {{"kind", "skew"},
+                {"summary", "straggler: rank" + std::string(slow.size() > 1 ? "s " : " ") + ranks_text(slow) +
+                                " arrive" + (slow.size() > 1 ? "" : "s") + " last at collectives, " + buf +
+                                (m.clock_aligned ? "" : " (times per host)")},
+                {"culprit_ranks", slow},
+                {"evidence", json::array()}};
+      for (const auto& r : rows)
+        if (std::find(slow.begin(), slow.end(), r.rank) != slow.end())
+          f["evidence"].push_back({{"rank", r.rank}, {"mean_late_ns", static_cast<int64_t>(r.mean)},
+                                   {"max_late_ns", r.max}, {"collectives", r.n}});
+      findings.push_back(std::move(f));
+    }
+  }
+
+  if (verdict.is_null()) {
+    if (!missing.empty()) {
+      verdict = {{"kind", "incomplete"},
+                 {"summary", "no hang among the " + std::to_string(found.size()) + " ranks found, but rank" +
+                                 (missing.size() > 1 ? "s " : " ") + ranks_text(missing) +
+                                 (missing.size() > 1 ? " have" : " has") + " no dump"},
+                 {"culprit_ranks", missing},
+                 {"evidence", json::array()}};
+    } else {
+      std::string extra;
+      for (const auto& f : findings)
+        if (f["kind"] == "skew") extra = "; " + f["summary"].get<std::string>();
+      verdict = {{"kind", "no_hang"},
+                 {"summary", "no hang: every communicator's members agree and nothing is left waiting" + extra},
+                 {"culprit_ranks", json::array()},
+                 {"evidence", json::array()}};
+    }
+  }
+
+  doc["ranks"] = {{"expected", expected}, {"found", found}, {"missing", missing},
+                  {"dead", all_dead && !any_stall ? std::vector<int>{} : dead}};
+  if (all_dead && !any_stall) doc["ranks"]["exited"] = dead;
+  doc["verdict"] = verdict;
+  doc["findings"] = findings;
+  doc["communicators"] = comms;
+  doc["skew"] = skew;
   return doc;
 }
 
-std::string render_text(const nlohmann::json& analysis, bool) {
-  if (!analysis.is_object() || !analysis.contains("verdict")) return "no analysis\n";
-  return analysis["verdict"].value("summary", std::string()) + "\n";
+nlohmann::json analyze_paths(const std::vector<std::string>& paths, const Options& opts,
+                             std::string* fatal_error) {
+  if (paths.empty()) {
+    if (fatal_error) *fatal_error = "no input: give a dump-set directory, a dump file or a PyTorch dump";
+    return nullptr;
+  }
+  Model m = load_model(paths, opts.threads);
+  if (m.procs.empty()) {
+    if (fatal_error) {
+      std::string why = m.skipped.empty() ? "no dump files found"
+                                          : m.skipped.front().file + ": " + m.skipped.front().error;
+      if (m.skipped.size() > 1) why += " (and " + std::to_string(m.skipped.size() - 1) + " more)";
+      *fatal_error = "nothing readable in the input: " + why;
+    }
+    return nullptr;
+  }
+  return analyze_model(m, opts);
 }
 
 }  // namespace fr::analyzer

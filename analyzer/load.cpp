@@ -1,0 +1,384 @@
+// Loading: finds the dump files behind each input path, reads them on parallel threads through
+// fr::log::read_log (which maps each file and validates every record), and reduces each log to a
+// compact Proc at once so the whole dump set never sits in memory twice. Files that cannot be
+// used (corrupt, truncated, foreign, newer version, another job, a rank seen twice) are named in
+// Model::skipped with one line each; everything else is analysed.
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_map>
+
+#include "analyzer/model.h"
+#include "log/snapshot.h"
+#ifdef FR_HAVE_TORCH
+#include "analyzer/torch/torch_dump.h"
+#endif
+
+namespace fs = std::filesystem;
+
+namespace fr::analyzer {
+namespace {
+
+// What the manifest said about one dump file.
+struct FileHint {
+  int rank = -1;
+  std::string host;
+  int64_t clock_offset_ns = 0;
+  bool has_offset = false;
+};
+
+struct Job {
+  std::string path;
+  FileHint hint;
+  bool from_listing = false;  // found by scanning a directory (not named by the user/manifest)
+};
+
+bool has_magic(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  uint64_t magic = 0;
+  if (!in.read(reinterpret_cast<char*>(&magic), sizeof magic)) return false;
+  return magic == FR_LOG_MAGIC;
+}
+
+// Files in a directory that could be dumps, sorted by name for a stable order.
+std::vector<std::string> list_dir(const std::string& dir, std::string* error) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name[0] == '.' || name == "manifest.json") continue;
+    std::error_code sec;
+    if (!it->is_regular_file(sec)) continue;
+    out.push_back(it->path().string());
+  }
+  if (ec) *error = ec.message();
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void add_manifest_dir(const std::string& dir, Model* model, std::vector<Job>* jobs,
+                      std::map<std::string, std::pair<int64_t, bool>>* offsets) {
+  fr::log::Manifest m;
+  std::string err;
+  if (!fr::log::read_manifest(dir, &m, &err)) {
+    model->skipped.push_back({(fs::path(dir) / "manifest.json").string(), err});
+    std::string lerr;
+    for (auto& f : list_dir(dir, &lerr)) jobs->push_back({f, {}, true});
+    if (!lerr.empty()) model->skipped.push_back({dir, "cannot list: " + lerr});
+    return;
+  }
+  if (m.expected_ranks > model->expected_ranks) model->expected_ranks = m.expected_ranks;
+  if (model->job_id.empty()) model->job_id = m.job_id;
+  for (const auto& n : m.nodes) {
+    (*offsets)[n.host] = {n.clock_offset_ns, n.has_offset};
+    model->manifest_hosts.push_back(n.host);
+  }
+  for (const auto& s : m.skipped) model->skipped.push_back({s.file, s.error});
+  std::set<std::string> listed;
+  for (const auto& p : m.processes) {
+    FileHint h;
+    h.rank = p.rank;
+    h.host = p.host;
+    if (!p.host.empty()) model->manifest_hosts.push_back(p.host);
+    fs::path f = fs::path(p.file);
+    if (f.is_relative()) f = fs::path(dir) / f;
+    listed.insert(f.lexically_normal().string());
+    jobs->push_back({f.string(), h, false});
+  }
+  // Dump files present but not listed (another taker added them) are still read.
+  std::string lerr;
+  for (auto& f : list_dir(dir, &lerr)) {
+    if (listed.count(fs::path(f).lexically_normal().string())) continue;
+    jobs->push_back({f, {}, true});
+  }
+}
+
+// One reader thread's output for one input file.
+struct Loaded {
+  std::vector<Proc> procs;
+  std::vector<Skip> skips;
+};
+
+Loaded load_one(const Job& job) {
+  Loaded out;
+  std::error_code ec;
+  if (!fs::exists(job.path, ec)) {
+    out.skips.push_back({job.path, "missing: listed in the manifest but not in the dump set"});
+    return out;
+  }
+#ifdef FR_HAVE_TORCH
+  if (!has_magic(job.path) && fr::analyzer::torch::looks_like_torch_dump(job.path)) {
+    auto r = fr::analyzer::torch::read_torch_dump(job.path);
+    for (const auto& w : r.warnings) out.skips.push_back({job.path, w});
+    if (!r.error.empty() && r.logs.empty()) {
+      out.skips.push_back({job.path, r.error});
+      return out;
+    }
+    for (const auto& log : r.logs) out.procs.push_back(proc_from_log(log, "torch"));
+    return out;
+  }
+#endif
+  auto r = fr::log::read_log(job.path);
+  if (!r.ok()) {
+    std::string msg = r.message;
+    // The reader's message names the file; the skip entry carries the file apart.
+    if (msg.rfind(job.path + ": ", 0) == 0) msg = msg.substr(job.path.size() + 2);
+    if (r.error == fr::log::ReadError::kBadMagic)
+      msg = "foreign file: neither a flight log nor a PyTorch Flight Recorder dump";
+    out.skips.push_back({job.path, msg});
+    return out;
+  }
+  Proc p = proc_from_log(*r.log, "fr");
+  if (p.rank < 0 && job.hint.rank >= 0) p.rank = job.hint.rank;
+  if (p.host.empty()) p.host = job.hint.host;
+  out.procs.push_back(std::move(p));
+  return out;
+}
+
+}  // namespace
+
+Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind) {
+  Proc p;
+  const fr_log_header& h = log.header;
+  p.file = log.path;
+  p.host = log.hostname();
+  p.job_id = log.job_id();
+  p.source_kind = source_kind;
+  p.rank = h.global_rank;
+  p.world_size = h.world_size;
+  p.pid = h.pid;
+  p.alive = log.writer_alive;
+  p.snapshot = log.is_snapshot;
+  p.flags = h.flags;
+  p.gpu_tracked = (h.flags & FR_LOG_F_NO_GPU_TRACKING) == 0;
+  p.create_ns = h.create_ns;
+  p.snapshot_ns = h.snapshot_ns;
+  p.heartbeat_ns = h.heartbeat_ns;
+  p.overwritten = h.overwritten;
+  p.torn = log.torn + (log.is_snapshot ? h.torn_skipped : 0);
+  p.records = log.records.size();
+
+  std::unordered_map<uint64_t, uint32_t> index;
+  p.comms.reserve(log.comms.size());
+  for (const fr_comm_entry& c : log.comms) {
+    ProcComm pc;
+    pc.id = c.id;
+    pc.parent = c.parent_id;
+    pc.name = std::string(c.name, strnlen(c.name, FR_NAME_LEN));
+    pc.size = c.size;
+    pc.rank = c.rank;
+    pc.origin = c.origin;
+    pc.state = c.state;
+    pc.async_error = c.async_error;
+    pc.coll_seq = c.coll_seq;
+    pc.p2p_seq = c.p2p_seq;
+    pc.op_index = c.op_index;
+    pc.gpu_started = c.gpu_started;
+    pc.gpu_completed = c.gpu_completed;
+    pc.last_call_ns = c.last_call_ns;
+    pc.has_entry = true;
+    index.emplace(c.id, static_cast<uint32_t>(p.comms.size()));
+    p.comms.push_back(std::move(pc));
+  }
+  // Records of communicators the table lost (dropped or torn) still count: a stub entry.
+  std::vector<uint32_t> per_comm;
+  per_comm.reserve(log.records.size());
+  for (const auto& rec : log.records) {
+    auto it = index.find(rec.raw.comm_id);
+    if (it == index.end()) {
+      ProcComm pc;
+      pc.id = rec.raw.comm_id;
+      it = index.emplace(rec.raw.comm_id, static_cast<uint32_t>(p.comms.size())).first;
+      p.comms.push_back(std::move(pc));
+    }
+    per_comm.push_back(it->second);
+  }
+  // Counting sort by communicator keeps record order inside each one.
+  std::vector<uint32_t> start(p.comms.size() + 1, 0);
+  for (uint32_t c : per_comm) ++start[c + 1];
+  for (size_t i = 1; i < start.size(); ++i) start[i] += start[i - 1];
+  for (size_t i = 0; i < p.comms.size(); ++i) {
+    p.comms[i].ops_begin = start[i];
+    p.comms[i].ops_end = start[i + 1];
+  }
+  p.ops.resize(log.records.size());
+  std::vector<uint32_t> fill(start.begin(), start.end() - 1);
+  for (size_t i = 0; i < log.records.size(); ++i) {
+    const fr_record& r = log.records[i].raw;
+    ProcComm& pc = p.comms[per_comm[i]];
+    Op& o = p.ops[fill[per_comm[i]]++];
+    o.seq = r.seq;
+    o.count = r.count;
+    o.call_ns = r.call_ns;
+    o.duration_ns = r.duration_ns;
+    o.group_id = r.group_id;
+    o.comm = per_comm[i];
+    o.op = r.op;
+    o.dtype = r.dtype;
+    o.gpu_state = static_cast<uint8_t>(log.records[i].gpu_state);
+    o.redop = r.redop;
+    o.peer = r.peer;
+    o.result = r.result;
+    o.flags = r.flags;
+    // The table entry's counters may lag a record written just before the copy.
+    if (fr::log::op_is_collective(r.op)) pc.coll_seq = std::max(pc.coll_seq, r.seq);
+    if (fr::log::op_is_p2p(r.op)) pc.p2p_seq = std::max(pc.p2p_seq, r.seq);
+    if (!pc.has_entry && pc.size < 0) pc.size = -1;
+    pc.last_call_ns = std::max(pc.last_call_ns, r.call_ns);
+  }
+  // A rank the writer never learned: its rank in the largest communicator (DESIGN.md "Identity").
+  if (p.rank < 0) {
+    int best = -1;
+    for (const auto& pc : p.comms)
+      if (pc.has_entry && pc.rank >= 0 && pc.size > best) {
+        best = pc.size;
+        p.rank = pc.rank;
+        if (p.world_size < 0) p.world_size = pc.size;
+      }
+  }
+  return p;
+}
+
+Model load_model(const std::vector<std::string>& paths, unsigned threads) {
+  Model model;
+  model.paths = paths;
+  std::vector<Job> jobs;
+  std::map<std::string, std::pair<int64_t, bool>> offsets;
+  bool any_manifest = false;
+  for (const auto& path : paths) {
+    std::error_code ec;
+    fs::path p(path);
+    if (fs::is_directory(p, ec)) {
+      if (fs::exists(p / "manifest.json", ec)) {
+        any_manifest = true;
+        add_manifest_dir(path, &model, &jobs, &offsets);
+      } else {
+        std::string err;
+        auto files = list_dir(path, &err);
+        if (!err.empty()) model.skipped.push_back({path, "cannot list: " + err});
+        for (auto& f : files) jobs.push_back({f, {}, true});
+      }
+    } else if (p.filename() == "manifest.json") {
+      any_manifest = true;
+      add_manifest_dir(p.parent_path().empty() ? "." : p.parent_path().string(), &model, &jobs,
+                       &offsets);
+    } else if (fs::exists(p, ec)) {
+      jobs.push_back({path, {}, false});
+    } else {
+      model.skipped.push_back({path, "no such file or directory"});
+    }
+  }
+
+  // Read in parallel; each worker takes the next file.
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  threads = std::min<unsigned>(threads, std::max<size_t>(1, jobs.size()));
+  std::vector<Loaded> loaded(jobs.size());
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < jobs.size();) loaded[i] = load_one(jobs[i]);
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+
+  std::vector<Proc> procs;
+  for (size_t i = 0; i < loaded.size(); ++i) {
+    for (auto& s : loaded[i].skips) model.skipped.push_back(std::move(s));
+    for (auto& p : loaded[i].procs) procs.push_back(std::move(p));
+    loaded[i] = Loaded{};
+  }
+
+  // Another job's logs in the same place: keep the job most files belong to (or the manifest's).
+  std::map<std::string, size_t> jobs_seen;
+  for (const auto& p : procs)
+    if (!p.job_id.empty()) ++jobs_seen[p.job_id];
+  std::string job = model.job_id;
+  if (job.empty() || !jobs_seen.count(job)) {
+    size_t best = 0;
+    for (const auto& [j, n] : jobs_seen)
+      if (n > best) best = n, job = j;
+  }
+  model.job_id = job;
+
+  // One process per global rank: a second file for the same rank is named and left out.
+  std::sort(procs.begin(), procs.end(), [](const Proc& a, const Proc& b) {
+    if (a.rank != b.rank) return a.rank < b.rank;
+    if (a.create_ns != b.create_ns) return a.create_ns > b.create_ns;  // newest first
+    return a.file < b.file;
+  });
+  for (size_t i = 0; i < procs.size(); ++i) {
+    Proc& p = procs[i];
+    if (!job.empty() && !p.job_id.empty() && p.job_id != job) {
+      model.skipped.push_back({p.file, "belongs to job '" + p.job_id + "', not '" + job + "'"});
+      continue;
+    }
+    if (p.rank < 0) {
+      model.skipped.push_back({p.file, "the process never learned its rank"});
+      continue;
+    }
+    if (!model.procs.empty() && model.procs.back().rank == p.rank) {
+      model.skipped.push_back({p.file, "duplicate rank " + std::to_string(p.rank) +
+                                           " (kept the newer " + model.procs.back().file + ")"});
+      continue;
+    }
+    model.procs.push_back(std::move(p));
+  }
+  model.files_read = model.procs.size();
+
+  // Clock alignment: from the manifests' per-host offsets when every host has one.
+  std::set<std::string> hosts;
+  for (const auto& p : model.procs) hosts.insert(p.host);
+  bool all_offsets = any_manifest && !hosts.empty();
+  for (auto& p : model.procs) {
+    auto it = offsets.find(p.host);
+    if (it != offsets.end() && it->second.second) {
+      p.clock_offset_ns = it->second.first;
+    } else {
+      all_offsets = false;
+    }
+  }
+  model.clock_aligned = hosts.size() <= 1 || all_offsets;
+
+  for (const auto& p : model.procs)
+    if (p.world_size > model.expected_ranks && !any_manifest) model.expected_ranks = p.world_size;
+  if (model.expected_ranks < 0)
+    for (const auto& p : model.procs) model.expected_ranks = std::max(model.expected_ranks, p.world_size);
+
+  // Communicators: one per id, members from every process that has it.
+  std::unordered_map<uint64_t, int> comm_index;
+  for (int pi = 0; pi < static_cast<int>(model.procs.size()); ++pi) {
+    Proc& p = model.procs[pi];
+    for (int ci = 0; ci < static_cast<int>(p.comms.size()); ++ci) {
+      ProcComm& pc = p.comms[ci];
+      auto [it, fresh] = comm_index.emplace(pc.id, static_cast<int>(model.comms.size()));
+      if (fresh) {
+        Comm c;
+        c.id = pc.id;
+        model.comms.push_back(std::move(c));
+      }
+      Comm& c = model.comms[it->second];
+      pc.comm = it->second;
+      if (pc.has_entry) {
+        if (c.name.empty()) c.name = pc.name;
+        if (pc.size > c.size) c.size = pc.size;
+        if (!c.parent) c.parent = pc.parent;
+        if (!c.origin) c.origin = pc.origin;
+      }
+      c.members.push_back({pc.rank, pi, ci});
+    }
+  }
+  for (auto& c : model.comms) {
+    std::stable_sort(c.members.begin(), c.members.end(),
+                     [](const CommMember& a, const CommMember& b) { return a.rank_in_comm < b.rank_in_comm; });
+  }
+  return model;
+}
+
+}  // namespace fr::analyzer

@@ -1,0 +1,128 @@
+// The analyzer's in-memory model of a dump set: one compact Proc per process (its communicator
+// entries and its records, grouped by communicator) and one Comm per communicator seen anywhere.
+// Loading reduces each validated fr::log::LogFile to this form right away, so thousands of ranks
+// with full rings fit in memory; the matching, the verdicts and the exporters all read it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "analyzer/analyze.h"
+#include "log/reader.h"
+
+namespace fr::analyzer {
+
+// One record, reduced to what the analysis and the exporters use (64 bytes instead of 136).
+struct Op {
+  uint64_t seq = 0;
+  uint64_t count = 0;
+  uint64_t call_ns = 0;      // writer's CLOCK_REALTIME (clock offset not applied)
+  uint64_t duration_ns = 0;
+  uint64_t group_id = 0;
+  uint32_t comm = 0;         // index into Proc::comms
+  uint16_t op = 0;           // fr_op
+  uint8_t dtype = 0;
+  uint8_t gpu_state = 0;     // resolved fr_gpu_state
+  int32_t redop = -1;
+  int32_t peer = -1;         // root or peer, rank in the communicator
+  int32_t result = 0;
+  uint32_t flags = 0;        // FR_REC_F_*
+};
+static_assert(sizeof(Op) == 64, "Op stays compact");
+
+// A process's view of one communicator: its table entry (or a stub when only records name it).
+struct ProcComm {
+  uint64_t id = 0;
+  uint64_t parent = 0;
+  std::string name;
+  int32_t size = -1;
+  int32_t rank = -1;          // this process's rank in the communicator
+  uint32_t origin = 0;
+  uint32_t state = 0;
+  int32_t async_error = 0;
+  uint64_t coll_seq = 0;
+  uint64_t p2p_seq = 0;
+  uint64_t op_index = 0;
+  uint64_t gpu_started = 0;
+  uint64_t gpu_completed = 0;
+  uint64_t last_call_ns = 0;
+  bool has_entry = false;     // false: known only from records
+  uint32_t ops_begin = 0;     // this communicator's records: Proc::ops[ops_begin, ops_end)
+  uint32_t ops_end = 0;
+  int comm = -1;              // index into Model::comms
+};
+
+struct Proc {
+  std::string file;           // path as read
+  std::string host;
+  std::string job_id;
+  std::string source_kind;    // "fr" or "torch"
+  int rank = -1;              // global rank
+  int world_size = -1;
+  int pid = 0;
+  bool alive = false;         // writer alive (live log: now; dump: at the copy)
+  bool snapshot = false;
+  bool gpu_tracked = true;    // false when the writer could not follow GPU progress
+  uint32_t flags = 0;
+  uint64_t create_ns = 0;
+  uint64_t snapshot_ns = 0;
+  uint64_t heartbeat_ns = 0;
+  uint64_t overwritten = 0;
+  uint64_t torn = 0;
+  uint64_t records = 0;
+  int64_t clock_offset_ns = 0;
+  std::vector<ProcComm> comms;
+  std::vector<Op> ops;        // grouped by communicator, in record order within each
+};
+
+struct CommMember {
+  int rank_in_comm = -1;
+  int proc = -1;              // index into Model::procs
+  int pc = -1;                // index into that Proc::comms
+};
+
+struct Comm {
+  uint64_t id = 0;
+  uint64_t parent = 0;
+  std::string name;
+  int size = -1;
+  uint32_t origin = 0;
+  std::vector<CommMember> members;  // ascending rank_in_comm
+};
+
+struct Skip {
+  std::string file;
+  std::string error;
+};
+
+struct Model {
+  std::vector<std::string> paths;
+  std::vector<Proc> procs;          // ascending global rank
+  std::vector<Comm> comms;
+  std::vector<Skip> skipped;
+  int expected_ranks = -1;          // from manifests, else the largest world size seen
+  bool clock_aligned = false;
+  std::vector<std::string> manifest_hosts;  // hosts named by manifests (nodes and processes)
+  std::string job_id;
+  size_t files_read = 0;
+};
+
+// Converts a validated log into a compact Proc (used by loading and by the PyTorch reader path).
+Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind);
+
+// Reads every input path (dump-set directories, manifest.json, single logs, PyTorch dumps) with
+// `threads` readers in parallel. Files that cannot be used are listed in Model::skipped.
+Model load_model(const std::vector<std::string>& paths, unsigned threads);
+
+// The full analysis of a loaded model: the fr-analysis/1 document.
+nlohmann::json analyze_model(const Model& model, const Options& opts);
+
+// Helpers shared by the JSON builder, the text view and the trace writer.
+std::string comm_id_hex(uint64_t id);
+nlohmann::json op_json(const Op& op, const ProcComm& pc, int64_t clock_offset_ns);
+bool comm_matches(const Comm& c, const std::string& filter);
+
+}  // namespace fr::analyzer

@@ -1,0 +1,136 @@
+// The text view of an fr-analysis/1 document: the verdict sentence first, then per stalled
+// communicator a compact table (ranks that look the same share a row), then findings and skipped
+// files. Works from the JSON alone, so the coordinator's report.txt and the CLI print the same.
+#include <map>
+#include <sstream>
+
+#include "analyzer/analyze.h"
+
+namespace fr::analyzer {
+namespace {
+
+using nlohmann::json;
+
+struct Style {
+  bool on;
+  std::string red() const { return on ? "\033[1;31m" : ""; }
+  std::string green() const { return on ? "\033[1;32m" : ""; }
+  std::string yellow() const { return on ? "\033[33m" : ""; }
+  std::string bold() const { return on ? "\033[1m" : ""; }
+  std::string dim() const { return on ? "\033[2m" : ""; }
+  std::string reset() const { return on ? "\033[0m" : ""; }
+};
+
+std::string ranks_text(std::vector<int> r) {
+  std::sort(r.begin(), r.end());
+  std::string out;
+  for (size_t i = 0; i < r.size();) {
+    size_t j = i;
+    while (j + 1 < r.size() && r[j + 1] == r[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(r[i]);
+    if (j > i) out += (j == i + 1 ? "," : "-") + std::to_string(r[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string op_text(const json& o) {
+  if (o.is_null()) return "-";
+  std::string s = "#" + std::to_string(o.value("seq", 0ull)) + " " + o.value("op", std::string("?"));
+  if (o.contains("dtype")) {
+    s += "(" + o.value("dtype", std::string()) + " x" + std::to_string(o.value("count", 0ull));
+    if (o.contains("redop")) s += ", " + o.value("redop", std::string());
+    if (o.contains("root")) s += ", root " + std::to_string(o.value("root", -1));
+    if (o.contains("peer")) s += std::string(o.value("op", std::string()) == "Send" ? ", to " : ", from ") +
+                                 std::to_string(o.value("peer", -1));
+    s += ")";
+  }
+  return s;
+}
+
+void table(std::ostringstream& out, const json& item, const Style& st) {
+  const json& ev = item.value("evidence", json::array());
+  if (ev.empty() || !item.contains("comm")) return;
+  // Rows that read the same are merged: the culprits stand out in a few lines even at 4,096 ranks.
+  std::map<std::string, std::vector<int>> rows;
+  std::map<std::string, bool> culprit_row;
+  std::vector<std::string> order;
+  for (const auto& e : ev) {
+    std::string key;
+    if (e.value("state", std::string()) == "missing") {
+      key = "missing | no dump";
+    } else {
+      key = e.value("state", std::string("?")) + " | enq " + op_text(e.value("last_enqueued", json())) +
+            " | started " + op_text(e.value("last_started", json())) + " | done " +
+            op_text(e.value("last_completed", json()));
+    }
+    int r = e["rank"].is_number() ? e["rank"].get<int>() : -1 - e.value("rank_in_comm", 0);
+    if (!rows.count(key)) order.push_back(key);
+    rows[key].push_back(r);
+    if (e.value("culprit", false)) culprit_row[key] = true;
+  }
+  out << "  " << st.dim() << "ranks: state | last enqueued | last started | last completed" << st.reset() << "\n";
+  for (const auto& k : order) {
+    std::vector<int> global, local;
+    for (int r : rows[k]) (r >= 0 ? global : local).push_back(r >= 0 ? r : -1 - r);
+    std::string who = global.empty() ? "" : ranks_text(global);
+    if (!local.empty()) who += std::string(who.empty() ? "" : ",") + "comm rank " + ranks_text(local);
+    const bool c = culprit_row[k];
+    out << "  " << (c ? st.red() : "") << (c ? "* " : "  ") << who << ": " << k << (c ? st.reset() : "") << "\n";
+  }
+}
+
+}  // namespace
+
+std::string render_text(const json& a, bool color) {
+  Style st{color};
+  std::ostringstream out;
+  if (!a.is_object() || !a.contains("verdict")) return "no analysis\n";
+  const json& v = a["verdict"];
+  const std::string kind = v.value("kind", std::string("?"));
+  const bool ok = kind == "no_hang";
+  out << (ok ? st.green() : st.red()) << "verdict: " << kind << st.reset() << " - " << st.bold()
+      << v.value("summary", std::string()) << st.reset() << "\n";
+  if (v.contains("comm")) {
+    const json& c = v["comm"];
+    out << "  comm " << c.value("id", std::string()) << (c.value("name", std::string()).empty() ? "" : " (" + c.value("name", std::string()) + ")")
+        << " size " << c.value("size", 0) << ", " << v.value("seq_kind", std::string()) << " seq " << v.value("seq", 0ull)
+        << " " << v.value("op", std::string()) << "\n";
+  }
+  if (v.contains("culprit_ranks") && !v["culprit_ranks"].empty())
+    out << "  culprit ranks: " << ranks_text(v["culprit_ranks"].get<std::vector<int>>()) << "\n";
+  if (v.contains("mismatch")) {
+    out << "  " << v["mismatch"].value("field", std::string()) << " values:";
+    for (const auto& x : v["mismatch"]["values"])
+      out << " " << x.value("value", std::string()) << " on " << ranks_text(x["ranks"].get<std::vector<int>>()) << ";";
+    out << "\n";
+  }
+  table(out, v, st);
+
+  const json& findings = a.value("findings", json::array());
+  if (!findings.empty()) {
+    out << "\n" << st.bold() << "findings (" << findings.size() << "):" << st.reset() << "\n";
+    size_t shown = 0;
+    for (const auto& f : findings) {
+      out << st.yellow() << "- " << f.value("kind", std::string()) << st.reset() << ": "
+          << f.value("summary", std::string()) << "\n";
+      // Tables for the first few only; the JSON has them all.
+      if (++shown <= 4) table(out, f, st);
+    }
+  }
+  const json& r = a.value("ranks", json::object());
+  out << "\nranks: " << r.value("found", json::array()).size() << " found of " << r.value("expected", 0);
+  if (!r.value("missing", json::array()).empty())
+    out << ", missing " << ranks_text(r["missing"].get<std::vector<int>>());
+  if (!r.value("dead", json::array()).empty())
+    out << ", dead " << ranks_text(r["dead"].get<std::vector<int>>());
+  const json& in = a.value("inputs", json::object());
+  out << "; clock " << in.value("clock", std::string("?")) << "\n";
+  for (const auto& s : in.value("skipped", json::array()))
+    out << st.yellow() << "skipped " << s.value("file", std::string()) << ": " << s.value("error", std::string())
+        << st.reset() << "\n";
+  return out.str();
+}
+
+}  // namespace fr::analyzer

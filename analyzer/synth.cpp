@@ -1,0 +1,573 @@
+// The synthetic job behind fr-gendumps and the analyzer tests. Every rank runs the same steps:
+//   tp AllReduce (tp > 1) · world AllReduce · odd steps: a grouped ring exchange (Send to r+1,
+//   Recv from r-1) · steps = 2 mod 4: a group of two AllReduces · world Broadcast from rank 0
+// and syncs its stream at the end of each step. Steps before the first fault all complete, so they
+// are generated directly; from the fault on, the streams are simulated: an op starts when its
+// stream reaches it, a collective finishes once every member started it with the same arguments
+// (a mismatch never finishes), a Send/Recv pair once both sides started. Then each rank's ring
+// (the newest `entries` records) is built and written, one rank at a time.
+#include "analyzer/synth.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <unordered_map>
+
+#include "log/snapshot.h"
+
+namespace fs = std::filesystem;
+
+namespace fr::analyzer::synth {
+namespace {
+
+constexpr uint64_t kWorldId = 0x5eed00000000a11cull;
+constexpr uint64_t kTpBase = 0x7e70000000000000ull;
+constexpr uint64_t kStepNs = 10'000'000;
+constexpr uint64_t kOpNs = 100'000;
+constexpr int kDtFloat32 = 7, kDtFloat16 = 6, kDtBf16 = 9;
+
+struct Planned {
+  uint8_t comm = 0;  // 0 world, 1 tp
+  uint16_t op = 0;
+  uint8_t dtype = kDtFloat32;
+  uint64_t count = 0;
+  int32_t redop = -1;
+  int32_t peer = -1;  // root or peer, rank in the communicator
+  uint8_t pos = 0;
+  uint8_t group = 0;  // 0: not grouped; else the group's slot in the step
+  bool stall_before = false;
+};
+
+uint64_t mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
+}
+
+struct Job {
+  Spec spec;
+  int n = 0;
+  int tp = 1;
+  int steps = 0;
+  int first_fault = INT32_MAX;  // first step where a fault changes what happens on the GPU
+  std::vector<Fault> faults;    // steps resolved
+
+  int host_of(int r) const { return r / std::max(1, spec.ranks_per_host); }
+  bool stopped(int r, int k) const {
+    for (const auto& f : faults) {
+      if (k < f.step) continue;
+      if ((f.kind == "hang-host" || f.kind == "crash") && f.rank == r) return true;
+      if (f.kind == "node-lost" && host_of(f.rank) == host_of(r)) return true;
+    }
+    return false;
+  }
+  bool dead(int r) const {
+    for (const auto& f : faults) {
+      if (f.kind == "crash" && f.rank == r) return true;
+      if (f.kind == "node-lost" && host_of(f.rank) == host_of(r)) return true;
+    }
+    return false;
+  }
+  bool omitted(int r) const {
+    for (const auto& f : faults)
+      if (f.kind == "node-lost" && host_of(f.rank) == host_of(r)) return true;
+    return std::find(spec.omit_ranks.begin(), spec.omit_ranks.end(), r) != spec.omit_ranks.end();
+  }
+  int comm_size(int c) const { return c == 0 ? n : tp; }
+  int rank_in(int c, int r) const { return c == 0 ? r : r % tp; }
+  int global(int c, int r, int rank_in_comm) const { return c == 0 ? rank_in_comm : (r / tp) * tp + rank_in_comm; }
+  uint64_t comm_id(int c, int r) const { return c == 0 ? kWorldId : kTpBase + static_cast<uint64_t>(r / tp); }
+  int instance(int c, int r) const { return c == 0 ? 0 : 1 + r / tp; }
+
+  // Time of a call: every host shares one schedule; a slow rank sleeps at the start of its steps
+  // and everyone else waits for it at the step's sync, so the delays add up.
+  uint64_t call_ns(int r, int k, int pos) const {
+    uint64_t t = spec.base_ns + static_cast<uint64_t>(k) * kStepNs + static_cast<uint64_t>(pos) * kOpNs +
+                 mix(static_cast<uint64_t>(r) * 1000003u + static_cast<uint64_t>(k)) % 50'000;
+    for (const auto& f : faults) {
+      if (f.kind != "slow" || k < f.step) continue;
+      t += static_cast<uint64_t>(f.ms) * 1'000'000ull * static_cast<uint64_t>(k - f.step);
+      if (f.rank == r) t += static_cast<uint64_t>(f.ms) * 1'000'000ull;
+    }
+    t += static_cast<uint64_t>(host_of(r)) * static_cast<uint64_t>(spec.host_skew_ns);
+    return t;
+  }
+
+  std::vector<Planned> plan(int r, int k) const {
+    std::vector<Planned> v;
+    if (stopped(r, k)) return v;
+    if (tp > 1) v.push_back({1, FR_OP_ALLREDUCE, kDtFloat32, 4096, 0, -1, 0, 0, false});
+    v.push_back({0, FR_OP_ALLREDUCE, kDtFloat32, 1024, 0, -1, 1, 0, false});
+    if (k % 2 == 1 && n > 1) {
+      v.push_back({0, FR_OP_SEND, kDtFloat32, 512, -1, (r + 1) % n, 2, 1, false});
+      v.push_back({0, FR_OP_RECV, kDtFloat32, 512, -1, (r + n - 1) % n, 2, 1, false});
+    }
+    if (k % 4 == 2) {
+      v.push_back({0, FR_OP_ALLREDUCE, kDtBf16, 2048, 0, -1, 3, 2, false});
+      v.push_back({0, FR_OP_ALLREDUCE, kDtBf16, 64, 2, -1, 3, 2, false});
+    }
+    v.push_back({0, FR_OP_BROADCAST, kDtFloat32, 256, -1, 0, 4, 0, false});
+    for (const auto& f : faults) {
+      if (f.rank != r || f.step != k) continue;
+      const uint8_t want = (f.comm == "tp" && tp > 1) ? 1 : 0;
+      auto first_on = [&](auto pred) {
+        for (size_t i = 0; i < v.size(); ++i)
+          if (v[i].comm == want && pred(v[i])) return static_cast<int>(i);
+        return -1;
+      };
+      auto any = [](const Planned& p) { return !fr::log::op_is_p2p(p.op); };
+      int i;
+      if (f.kind == "skip") {
+        if ((i = first_on(any)) >= 0) v.erase(v.begin() + i);
+      } else if (f.kind == "mismatch-count") {
+        if ((i = first_on(any)) >= 0) v[i].count *= 2;
+      } else if (f.kind == "mismatch-dtype") {
+        if ((i = first_on(any)) >= 0) v[i].dtype = v[i].dtype == kDtFloat16 ? kDtFloat32 : kDtFloat16;
+      } else if (f.kind == "mismatch-op") {
+        if ((i = first_on(any)) >= 0) v[i].op = v[i].op == FR_OP_ALLGATHER ? FR_OP_ALLREDUCE : FR_OP_ALLGATHER,
+                                      v[i].redop = -1;
+      } else if (f.kind == "mismatch-root") {
+        if ((i = first_on([](const Planned& p) { return p.op == FR_OP_BROADCAST; })) >= 0)
+          v[i].peer = (v[i].peer + 1) % comm_size(v[i].comm);
+      } else if (f.kind == "p2p-skip") {
+        if ((i = first_on([](const Planned& p) { return p.op == FR_OP_SEND; })) >= 0) v.erase(v.begin() + i);
+      } else if (f.kind == "gpu-stall") {
+        if ((i = first_on(any)) >= 0) v[i].stall_before = true;
+      }
+    }
+    return v;
+  }
+};
+
+// An op from the fault step on, with the state the simulation left it in.
+struct LateOp {
+  Planned p;
+  int step = 0;
+  uint64_t seq = 0;
+  uint64_t op_index = 0;
+  uint64_t group_id = 0;
+  uint8_t state = FR_GPU_ENQUEUED;
+};
+
+struct Counters {
+  uint64_t coll[2] = {0, 0}, p2p[2] = {0, 0}, op_index[2] = {0, 0};
+};
+
+void count_op(Counters& c, const Planned& p) {
+  if (fr::log::op_is_p2p(p.op)) ++c.p2p[p.comm];
+  else ++c.coll[p.comm];
+  ++c.op_index[p.comm];
+}
+
+// Simulates steps [first_fault, steps) for every rank; returns each rank's late ops.
+std::vector<std::vector<LateOp>> simulate(const Job& job, std::vector<Counters> ctr) {
+  const int n = job.n;
+  std::vector<std::vector<LateOp>> late(n);
+  struct Unit {
+    int rank;
+    std::vector<int> ops;  // index into late[rank]
+    int unmatched;
+  };
+  std::vector<Unit> units;
+  std::vector<std::deque<int>> stream(n);
+  std::unordered_map<uint64_t, std::vector<std::pair<int, int>>> arrivals;          // (inst,seq)
+  std::map<std::tuple<int, int, int>, std::pair<std::deque<std::pair<int, int>>, std::deque<std::pair<int, int>>>> p2p;
+  std::vector<int> work;
+
+  auto complete = [&](int u) {
+    Unit& un = units[u];
+    for (int oi : un.ops) late[un.rank][oi].state = FR_GPU_COMPLETED;
+    stream[un.rank].pop_front();
+    if (!stream[un.rank].empty()) work.push_back(un.rank);
+  };
+  auto match = [&](int rank, int oi) {
+    (void)oi;
+    int u = stream[rank].front();
+    if (--units[u].unmatched == 0) complete(u);
+  };
+  auto reach_head = [&](int r) {
+    int u = stream[r].front();
+    Unit& un = units[u];
+    for (int oi : std::vector<int>(un.ops)) {
+      LateOp& o = late[r][oi];
+      o.state = FR_GPU_STARTED;
+      const int inst = job.instance(o.p.comm, r);
+      if (fr::log::op_is_p2p(o.p.op)) {
+        const int me = job.rank_in(o.p.comm, r);
+        const bool send = o.p.op == FR_OP_SEND;
+        auto& q = p2p[{inst, send ? me : o.p.peer, send ? o.p.peer : me}];
+        auto& mine = send ? q.first : q.second;
+        auto& other = send ? q.second : q.first;
+        if (!other.empty()) {
+          auto [pr, po] = other.front();
+          other.pop_front();
+          match(pr, po);
+          if (stream[r].empty() || stream[r].front() != u) return;
+          match(r, oi);
+          if (stream[r].empty() || stream[r].front() != u) return;
+        } else {
+          mine.push_back({r, oi});
+        }
+      } else {
+        const uint64_t key = (static_cast<uint64_t>(inst) << 40) ^ o.seq;
+        auto& a = arrivals[key];
+        a.push_back({r, oi});
+        if (static_cast<int>(a.size()) == job.comm_size(o.p.comm)) {
+          bool same = true;
+          const Planned& f = late[a[0].first][a[0].second].p;
+          for (auto [ar, ao] : a) {
+            const Planned& x = late[ar][ao].p;
+            same &= x.op == f.op && x.dtype == f.dtype && x.count == f.count && x.redop == f.redop && x.peer == f.peer;
+          }
+          if (same) {
+            auto members = a;
+            arrivals.erase(key);
+            for (auto [ar, ao] : members) match(ar, ao);
+          }
+          if (stream[r].empty() || stream[r].front() != u) return;
+        }
+      }
+    }
+  };
+
+  for (int k = job.first_fault; k < job.steps; ++k) {
+    for (int r = 0; r < n; ++r) {
+      if (!stream[r].empty()) continue;  // blocked in the previous step's sync
+      auto plan = job.plan(r, k);
+      if (plan.empty()) continue;
+      const bool was_idle = stream[r].empty();
+      int cur_unit = -1, cur_group = -1;
+      for (const auto& p : plan) {
+        if (p.stall_before) {
+          units.push_back({r, {}, 1});  // an emulated kernel that never returns
+          stream[r].push_back(static_cast<int>(units.size()) - 1);
+          cur_unit = -1;
+        }
+        LateOp o;
+        o.p = p;
+        o.step = k;
+        count_op(ctr[r], p);
+        o.seq = fr::log::op_is_p2p(p.op) ? ctr[r].p2p[p.comm] : ctr[r].coll[p.comm];
+        o.op_index = ctr[r].op_index[p.comm];
+        o.group_id = p.group ? (static_cast<uint64_t>(k) << 8 | p.group) + 1 : 0;
+        late[r].push_back(o);
+        const int oi = static_cast<int>(late[r].size()) - 1;
+        if (p.group && p.group == cur_group && cur_unit >= 0) {
+          units[cur_unit].ops.push_back(oi);
+          ++units[cur_unit].unmatched;
+        } else {
+          units.push_back({r, {oi}, 1});
+          cur_unit = static_cast<int>(units.size()) - 1;
+          stream[r].push_back(cur_unit);
+        }
+        cur_group = p.group;
+      }
+      if (was_idle) work.push_back(r);
+    }
+    while (!work.empty()) {
+      int r = work.back();
+      work.pop_back();
+      if (!stream[r].empty()) reach_head(r);
+    }
+  }
+  return late;
+}
+
+fr::log::Record make_record(uint64_t id, uint64_t comm_id, uint64_t seq, uint64_t op_index, const Planned& p,
+                            uint64_t call_ns, uint64_t group_id, uint8_t state, bool tracked) {
+  fr::log::Record rec{};
+  fr_record& r = rec.raw;
+  r.lock = 2;
+  r.id = id;
+  r.comm_id = comm_id;
+  r.seq = seq;
+  r.op_index = tracked ? op_index : 0;
+  r.count = p.count;
+  r.stream = 0x7f0000001000ull;
+  r.group_id = group_id;
+  r.call_ns = call_ns;
+  r.duration_ns = 4000;
+  r.tid = 4242;
+  r.op = p.op;
+  r.dtype = p.dtype;
+  r.redop = p.redop;
+  r.peer = p.peer;
+  r.result = 0;
+  r.flags = FR_REC_F_LAUNCHED | (group_id ? FR_REC_F_IN_GROUP : 0u) | (tracked ? 0u : FR_REC_F_GPU_UNTRACKED);
+  r.gpu_state = tracked ? state : static_cast<uint8_t>(FR_GPU_NONE);
+  rec.gpu_state = static_cast<fr_gpu_state>(r.gpu_state);
+  return rec;
+}
+
+// Builds rank r's log: the completed steps, then its late ops, keeping the newest records.
+fr::log::LogFile build_log(const Job& job, int r, const std::vector<LateOp>& late) {
+  const Spec& s = job.spec;
+  const bool tracked = s.gpu_tracking;
+  const size_t cap = static_cast<size_t>(std::max(1, s.entries));
+  std::vector<fr::log::Record> ring(cap);
+  uint64_t next_id = 0;
+  auto push = [&](const fr::log::Record& rec) { ring[rec.raw.id % cap] = rec; ++next_id; };
+
+  Counters c;
+  uint64_t started[2] = {0, 0}, completed[2] = {0, 0}, last_call[2] = {0, 0};
+  const int extra_api = s.wrap_jitter ? r % 7 : 0;
+  Planned api{};
+  api.op = FR_OP_COMM_INIT_RANK;
+  push(make_record(next_id, kWorldId, 0, 0, api, s.base_ns - 2'000'000'000ull, 0, FR_GPU_NONE, false));
+  if (job.tp > 1) {
+    api.op = FR_OP_COMM_SPLIT;
+    fr::log::Record rec = make_record(next_id, kWorldId, 0, 0, api, s.base_ns - 1'000'000'000ull, 0, FR_GPU_NONE, false);
+    rec.raw.aux = job.comm_id(1, r);
+    push(rec);
+  }
+  for (int i = 0; i < extra_api; ++i) {
+    api.op = FR_OP_COMM_GET_ASYNC_ERROR;
+    push(make_record(next_id, kWorldId, 0, 0, api, s.base_ns - 500'000'000ull + i, 0, FR_GPU_NONE, false));
+  }
+  for (int k = 0; k < std::min(job.first_fault, job.steps); ++k) {
+    for (const auto& p : job.plan(r, k)) {
+      count_op(c, p);
+      const uint64_t seq = fr::log::op_is_p2p(p.op) ? c.p2p[p.comm] : c.coll[p.comm];
+      const uint64_t t = job.call_ns(r, k, p.pos);
+      const uint64_t gid = p.group ? (static_cast<uint64_t>(k) << 8 | p.group) + 1 : 0;
+      push(make_record(next_id, job.comm_id(p.comm, r), seq, c.op_index[p.comm], p, t, gid, FR_GPU_COMPLETED, tracked));
+      started[p.comm] = completed[p.comm] = c.op_index[p.comm];
+      last_call[p.comm] = t;
+    }
+  }
+  for (const auto& o : late) {
+    const uint64_t t = job.call_ns(r, o.step, o.p.pos);
+    push(make_record(next_id, job.comm_id(o.p.comm, r), o.seq, o.op_index, o.p, t, o.group_id, o.state, tracked));
+    if (fr::log::op_is_p2p(o.p.op)) c.p2p[o.p.comm] = o.seq;
+    else c.coll[o.p.comm] = o.seq;
+    c.op_index[o.p.comm] = o.op_index;
+    if (o.state >= FR_GPU_STARTED) started[o.p.comm] = std::max(started[o.p.comm], o.op_index);
+    if (o.state == FR_GPU_COMPLETED) completed[o.p.comm] = std::max(completed[o.p.comm], o.op_index);
+    last_call[o.p.comm] = t;
+  }
+
+  fr::log::LogFile log;
+  fr_log_header& h = log.header;
+  h.magic = FR_LOG_MAGIC;
+  h.version = FR_LOG_VERSION;
+  h.create_ns = s.base_ns - 3'000'000'000ull;
+  h.create_mono_ns = 1'000'000'000ull;
+  h.pid = 10000 + r;
+  h.global_rank = r;
+  h.world_size = job.n;
+  h.local_rank = r % std::max(1, s.ranks_per_host);
+  h.flags = tracked ? FR_LOG_F_GPU_MARKERS : FR_LOG_F_NO_GPU_TRACKING;
+  h.nccl_version = 22809;
+  h.record_counter = next_id;
+  h.overwritten = next_id > cap ? next_id - cap : 0;
+  std::snprintf(h.job_id, sizeof h.job_id, "%s", s.job_id.c_str());
+  std::snprintf(h.hostname, sizeof h.hostname, "node%d", job.host_of(r));
+  std::snprintf(h.exe, sizeof h.exe, "train.py");
+  uint64_t hb = 0;
+  for (int cc = 0; cc < (job.tp > 1 ? 2 : 1); ++cc) {
+    fr_comm_entry e{};
+    e.lock = 2;
+    e.id = job.comm_id(cc, r);
+    e.parent_id = cc == 0 ? 0 : kWorldId;
+    e.create_ns = s.base_ns - (cc == 0 ? 2'000'000'000ull : 1'000'000'000ull);
+    e.color = cc == 0 ? 0 : r / job.tp;
+    e.key = cc == 0 ? 0 : r;
+    e.size = job.comm_size(cc);
+    e.rank = job.rank_in(cc, r);
+    e.cuda_dev = h.local_rank;
+    e.origin = cc == 0 ? FR_ORIGIN_INIT_RANK : FR_ORIGIN_SPLIT;
+    e.flags = cc == 0 ? FR_COMM_F_ID_FROM_UNIQUE_ID : FR_COMM_F_ID_DERIVED;
+    e.derive_index = cc == 0 ? 0 : 1;
+    std::snprintf(e.name, sizeof e.name, "%s", cc == 0 ? "world" : "tp");
+    e.state = FR_COMM_LIVE;
+    e.coll_seq = c.coll[cc];
+    e.p2p_seq = c.p2p[cc];
+    e.op_index = c.op_index[cc];
+    e.last_call_ns = last_call[cc];
+    e.gpu_started = tracked ? started[cc] : 0;
+    e.gpu_completed = tracked ? completed[cc] : 0;
+    hb = std::max(hb, last_call[cc]);
+    log.comms.push_back(e);
+  }
+  h.heartbeat_ns = hb;
+  h.comm_count = static_cast<uint32_t>(log.comms.size());
+  const uint64_t first = next_id > cap ? next_id - cap : 0;
+  log.records.reserve(next_id - first);
+  for (uint64_t id = first; id < next_id; ++id) log.records.push_back(ring[id % cap]);
+  log.writer_alive = !job.dead(r);
+  log.is_snapshot = true;
+  log.path = "rank" + std::to_string(r);
+  return log;
+}
+
+Job make_job(const Spec& spec) {
+  Job job;
+  job.spec = spec;
+  job.n = std::max(1, spec.ranks);
+  job.tp = (spec.tp > 1 && job.n % spec.tp == 0) ? spec.tp : 1;
+  // Records per step: tp + world AllReduce + Broadcast + 1 (ring exchange every other step) +
+  // 0.5 (grouped pair every fourth step).
+  const double per_step = (job.tp > 1 ? 1 : 0) + 2 + 1.0 + 0.5;
+  job.steps = spec.steps > 0 ? spec.steps : static_cast<int>(spec.entries * 1.25 / per_step) + 2;
+  for (Fault f : spec.faults) {
+    if (f.step < 0 || f.step >= job.steps) f.step = job.steps - 1;
+    if (f.kind == "p2p-skip" && f.step % 2 == 0) f.step = f.step > 0 ? f.step - 1 : 1;
+    if (f.kind == "mismatch-root") f.comm = "world";
+    f.rank = std::clamp(f.rank, 0, job.n - 1);
+    job.faults.push_back(f);
+    if (f.kind != "healthy" && f.kind != "slow") job.first_fault = std::min(job.first_fault, f.step);
+  }
+  if (job.first_fault == INT32_MAX) job.first_fault = job.steps;
+  return job;
+}
+
+std::vector<std::vector<LateOp>> run_job(const Job& job) {
+  std::vector<Counters> ctr(job.n);
+  for (int r = 0; r < job.n; ++r)
+    for (int k = 0; k < std::min(job.first_fault, job.steps); ++k)
+      for (const auto& p : job.plan(r, k)) count_op(ctr[r], p);
+  if (job.first_fault >= job.steps) return std::vector<std::vector<LateOp>>(job.n);
+  return simulate(job, std::move(ctr));
+}
+
+}  // namespace
+
+bool parse_fault(const std::string& spec, Fault* out, std::string* error) {
+  static const char* const kinds[] = {"healthy", "hang-host", "skip", "crash", "gpu-stall", "mismatch-count",
+                                      "mismatch-dtype", "mismatch-op", "mismatch-root", "p2p-skip", "slow",
+                                      "node-lost"};
+  Fault f;
+  bool have_kind = false;
+  std::stringstream ss(spec);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    auto eq = item.find('=');
+    std::string k = eq == std::string::npos ? "kind" : item.substr(0, eq);
+    std::string v = eq == std::string::npos ? item : item.substr(eq + 1);
+    try {
+      if (k == "kind") {
+        f.kind = v;
+        have_kind = true;
+      } else if (k == "rank") {
+        f.rank = std::stoi(v);
+      } else if (k == "step") {
+        f.step = std::stoi(v);
+      } else if (k == "comm") {
+        if (v != "world" && v != "tp") {
+          *error = "fault comm must be world or tp, not '" + v + "'";
+          return false;
+        }
+        f.comm = v;
+      } else if (k == "ms") {
+        f.ms = std::stoi(v);
+      } else {
+        *error = "unknown fault field '" + k + "' (rank, step, kind, comm, ms)";
+        return false;
+      }
+    } catch (const std::exception&) {
+      *error = "fault field '" + k + "' needs a number, not '" + v + "'";
+      return false;
+    }
+  }
+  if (!have_kind || std::find_if(std::begin(kinds), std::end(kinds), [&](const char* x) { return f.kind == x; }) ==
+                        std::end(kinds)) {
+    *error = "unknown fault kind '" + f.kind + "'";
+    return false;
+  }
+  if (f.rank < 0) {
+    *error = "fault rank must be >= 0";
+    return false;
+  }
+  *out = f;
+  return true;
+}
+
+std::vector<fr::log::LogFile> make_logs(const Spec& spec) {
+  Job job = make_job(spec);
+  auto late = run_job(job);
+  std::vector<fr::log::LogFile> logs;
+  for (int r = 0; r < job.n; ++r) logs.push_back(build_log(job, r, late[r]));
+  return logs;
+}
+
+bool write_dump_set(const Spec& spec, const std::string& dir, std::string* error) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    *error = dir + ": cannot create: " + ec.message();
+    return false;
+  }
+  Job job = make_job(spec);
+  auto late = run_job(job);
+  const uint64_t snap_ns = job.call_ns(0, job.steps + 1, 0) + 1'000'000'000ull;
+  std::vector<fr::log::SnapshotProcess> procs(job.n);
+  std::vector<char> ok(job.n, 0);
+  std::atomic<int> next{0};
+  std::atomic<bool> failed{false};
+  std::string first_error;
+  std::mutex err_mu;
+  auto worker = [&] {
+    for (int r; (r = next.fetch_add(1)) < job.n && !failed;) {
+      if (job.omitted(r)) continue;
+      fr::log::LogFile log = build_log(job, r, late[r]);
+      std::vector<LateOp>().swap(late[r]);
+      const std::string host = log.hostname();
+      const std::string name = "rank" + std::to_string(r) + "." + host + "." + std::to_string(log.header.pid) + FR_LOG_FILE_SUFFIX;
+      std::string bytes = fr::log::encode_snapshot(log, snap_ns);
+      std::ofstream out(fs::path(dir) / name, std::ios::binary | std::ios::trunc);
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      if (!out) {
+        std::lock_guard<std::mutex> g(err_mu);
+        first_error = (fs::path(dir) / name).string() + ": write failed";
+        failed = true;
+        return;
+      }
+      auto& p = procs[r];
+      p.rank = r;
+      p.world_size = job.n;
+      p.pid = log.header.pid;
+      p.host = host;
+      p.job_id = spec.job_id;
+      p.file = name;
+      p.source = "/dev/shm/fr." + spec.job_id + "." + host + "." + std::to_string(p.pid) + ".frlog";
+      p.alive = log.writer_alive;
+      p.records = log.records.size();
+      p.overwritten = log.header.overwritten;
+      ok[r] = 1;
+    }
+  };
+  unsigned threads = spec.threads ? spec.threads : std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  if (failed) {
+    *error = first_error;
+    return false;
+  }
+  std::vector<fr::log::SnapshotProcess> listed;
+  for (int r = 0; r < job.n; ++r)
+    if (ok[r]) listed.push_back(procs[r]);
+  std::vector<fr::log::ManifestNode> nodes;
+  const int hosts = job.host_of(job.n - 1) + 1;
+  for (int h = 0; h < hosts; ++h) {
+    fr::log::ManifestNode node;
+    node.host = "node" + std::to_string(h);
+    node.clock_offset_ns = -static_cast<int64_t>(h) * spec.host_skew_ns;
+    node.has_offset = true;
+    nodes.push_back(node);
+  }
+  return fr::log::write_manifest(dir, spec.job_id, snap_ns, listed, {}, nodes, "fr-gendumps", job.n, error);
+}
+
+}  // namespace fr::analyzer::synth

@@ -1,0 +1,150 @@
+// fr-analyze: from a dump set (or single dumps, or PyTorch Flight Recorder dumps) to a verdict.
+//
+//   fr-analyze [--json] [--trace FILE] [--comm ID] [--rank R]... PATH...
+//   fr-analyze export --format torch-json DIR OUT
+//
+// Exit codes (docs/fr-analyze.md): 0 the analysis finished, whatever the verdict; 2 bad usage;
+// 3 unusable input (nothing readable); 4 an output could not be written; 1 an internal error.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "analyzer/analyze.h"
+#include "analyzer/model.h"
+#include "analyzer/trace.h"
+#include "log/snapshot.h"
+#ifdef FR_HAVE_TORCH
+#include "analyzer/torch/torch_dump.h"
+#endif
+
+namespace {
+
+constexpr int kExitUsage = 2;
+constexpr int kExitInput = 3;
+constexpr int kExitOutput = 4;
+constexpr int kExitInternal = 1;
+
+namespace fs = std::filesystem;
+
+int run_export(const std::string& format, const std::string& dir, const std::string& out) {
+  if (format != "torch-json") {
+    std::cerr << "fr-analyze export: unknown format '" << format << "' (known: torch-json)\n";
+    return kExitUsage;
+  }
+#ifndef FR_HAVE_TORCH
+  (void)dir;
+  (void)out;
+  std::cerr << "fr-analyze export: this build has no PyTorch support (analyzer/torch missing)\n";
+  return kExitInternal;
+#else
+  // The dump files: those the manifest lists, else every flight log in the directory.
+  std::vector<std::string> files;
+  fr::log::Manifest m;
+  std::string err;
+  std::error_code ec;
+  if (fs::is_directory(dir, ec) && fs::exists(fs::path(dir) / "manifest.json", ec)) {
+    if (!fr::log::read_manifest(dir, &m, &err)) {
+      std::cerr << "fr-analyze export: " << err << "\n";
+      return kExitInput;
+    }
+    for (const auto& p : m.processes) files.push_back((fs::path(dir) / p.file).string());
+  } else if (fs::is_directory(dir, ec)) {
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().extension() == FR_LOG_FILE_SUFFIX) files.push_back(e.path().string());
+    std::sort(files.begin(), files.end());
+  } else if (fs::exists(dir, ec)) {
+    files.push_back(dir);
+  } else {
+    std::cerr << "fr-analyze export: " << dir << ": no such file or directory\n";
+    return kExitInput;
+  }
+  std::vector<fr::log::LogFile> logs;
+  for (const auto& f : files) {
+    auto r = fr::log::read_log(f);
+    if (!r.ok()) {
+      std::cerr << "fr-analyze export: skipped " << r.message << "\n";
+      continue;
+    }
+    logs.push_back(std::move(*r.log));
+  }
+  if (logs.empty()) {
+    std::cerr << "fr-analyze export: nothing readable in " << dir << "\n";
+    return kExitInput;
+  }
+  if (!fr::analyzer::torch::export_torch_json(logs, out, &err)) {
+    std::cerr << "fr-analyze export: " << err << "\n";
+    return kExitOutput;
+  }
+  std::cout << "wrote " << logs.size() << " PyTorch Flight Recorder JSON file" << (logs.size() == 1 ? "" : "s")
+            << " to " << out << "\n";
+  return 0;
+#endif
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"fr-analyze: name the communicator, the collective and the ranks that hung a job"};
+  bool json_out = false;
+  std::string trace_file;
+  fr::analyzer::Options opts;
+  std::vector<std::string> paths;
+  app.add_flag("--json", json_out, "print the fr-analysis/1 JSON document");
+  app.add_option("--trace", trace_file, "write a Chrome trace / Perfetto timeline to FILE");
+  app.add_option("--comm", opts.comm, "show only this communicator (hex id prefix or name)");
+  app.add_option("--rank", opts.ranks, "show only these global ranks (repeatable)");
+  app.add_option("--threads", opts.threads, "reader threads (0: one per core)");
+  app.add_option("PATH", paths, "dump-set directories, dump files or PyTorch Flight Recorder dumps");
+
+  auto* exp = app.add_subcommand("export", "write dumps in another tool's format");
+  std::string format, exp_dir, exp_out;
+  exp->add_option("--format", format, "torch-json")->required();
+  exp->add_option("DIR", exp_dir, "dump set")->required();
+  exp->add_option("OUT", exp_out, "output directory")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitUsage;
+  }
+  try {
+    if (*exp) return run_export(format, exp_dir, exp_out);
+    if (paths.empty()) {
+      std::cerr << "fr-analyze: no input: give a dump-set directory, a dump file or a PyTorch dump\n"
+                << app.help();
+      return kExitUsage;
+    }
+    fr::analyzer::Model model = fr::analyzer::load_model(paths, opts.threads);
+    if (model.procs.empty()) {
+      std::string why = model.skipped.empty() ? "no dump files found"
+                                              : model.skipped.front().file + ": " + model.skipped.front().error;
+      if (model.skipped.size() > 1) why += " (and " + std::to_string(model.skipped.size() - 1) + " more)";
+      std::cerr << "fr-analyze: nothing readable in the input: " << why << "\n";
+      return kExitInput;
+    }
+    nlohmann::json doc = fr::analyzer::analyze_model(model, opts);
+    if (!trace_file.empty()) {
+      std::string err;
+      if (!fr::analyzer::write_trace(model, doc, opts, trace_file, &err)) {
+        std::cerr << "fr-analyze: " << err << "\n";
+        return kExitOutput;
+      }
+    }
+    if (json_out) {
+      std::cout << doc.dump(2) << "\n";
+    } else {
+      std::cout << fr::analyzer::render_text(doc, isatty(STDOUT_FILENO) == 1);
+    }
+    std::cout.flush();
+    if (!std::cout) return kExitOutput;
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "fr-analyze: internal error: " << e.what() << "\n";
+    return kExitInternal;
+  }
+}
