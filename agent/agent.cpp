@@ -1,0 +1,144 @@
+// The agent's lifecycle: lazy start at the first NCCL call, configuration from the environment,
+// fork handling, diagnostics and the lookup of the real NCCL symbols.
+//
+// Loading libfr_agent.so does nothing (no constructor, no thread, no file); the first intercepted
+// call starts it. Every failure here ends in kOff: the wrappers keep forwarding, unrecorded.
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+namespace fr::agent {
+
+constinit Context g_ctx = {};
+static constinit thread_local ThreadState t_state = {};
+static int g_atfork_registered;  // survives fork: handlers are inherited by the child
+
+ThreadState& thread_state() { return t_state; }
+
+uint64_t now_ns() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint32_t current_tid() {
+  ThreadState& t = t_state;
+  if (t.tid == 0) t.tid = (uint32_t)syscall(SYS_gettid);
+  return t.tid;
+}
+
+void debug_log(const char* fmt, ...) {
+  if (!g_ctx.debug) return;
+  char line[512];
+  int n = snprintf(line, sizeof line, "fr[%d]: ", (int)getpid());
+  va_list ap;
+  va_start(ap, fmt);
+  if (n > 0 && (size_t)n < sizeof line) vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+  va_end(ap);
+  size_t len = strnlen(line, sizeof line - 2);
+  line[len] = '\n';
+  ssize_t ignored = write(2, line, len + 1);
+  (void)ignored;
+}
+
+void disable_recording(const char* why) {
+  if (__atomic_exchange_n(&g_ctx.mode, (int)kOff, __ATOMIC_ACQ_REL) == kRecording) {
+    if (g_ctx.hdr) __atomic_fetch_or(&g_ctx.hdr->flags, FR_LOG_F_DISABLED, __ATOMIC_RELEASE);
+    debug_log("recording disabled: %s", why);
+  }
+}
+
+void* resolve_real(const char* name, const char* pname, const void* self) {
+  void* p = dlsym(RTLD_NEXT, name);
+  if (p == nullptr || p == self) {
+    // NCCL may have been dlopen'ed RTLD_LOCAL (e.g. as a dependency of a framework library):
+    // invisible to RTLD_NEXT, but reachable through its own handle.
+    p = nullptr;
+    void* h = dlopen("libnccl.so.2", RTLD_NOLOAD | RTLD_LAZY);
+    if (h != nullptr) {
+      p = dlsym(h, pname);
+      if (p == nullptr || p == self) p = dlsym(h, name);
+      if (p == self) p = nullptr;
+      dlclose(h);
+    }
+  }
+  return p;
+}
+
+// ---- fork ------------------------------------------------------------------------------------
+
+static void atfork_prepare() {
+  pthread_mutex_lock(&g_ctx.reg_lock);
+  pthread_mutex_lock(&g_ctx.gpu_lock);
+}
+static void atfork_parent() {
+  pthread_mutex_unlock(&g_ctx.gpu_lock);
+  pthread_mutex_unlock(&g_ctx.reg_lock);
+}
+// The child starts over: it never writes into the parent's log (it does not hold the parent's
+// file lock either) and makes its own log if it calls NCCL itself.
+static void atfork_child() {
+  pthread_mutex_init(&g_ctx.reg_lock, nullptr);
+  pthread_mutex_init(&g_ctx.gpu_lock, nullptr);
+  log_forget_in_child();
+  gpu_forget_in_child();
+  t_state.tid = 0;
+  t_state.group_depth = 0;
+  t_state.group_id = 0;
+  t_state.n_ops = 0;
+  t_state.overflow = 0;
+  __atomic_store_n(&g_ctx.mode, (int)kUninit, __ATOMIC_RELEASE);
+}
+
+// ---- start -----------------------------------------------------------------------------------
+
+static bool env_true(const char* name) {
+  const char* v = getenv(name);
+  return v != nullptr && v[0] != '\0' && strcmp(v, "0") != 0 && strcasecmp(v, "false") != 0 &&
+         strcasecmp(v, "no") != 0 && strcasecmp(v, "off") != 0;
+}
+
+static int start() {
+  g_ctx.debug = env_true("FR_DEBUG");
+  if (!g_atfork_registered) {
+    pthread_mutex_init(&g_ctx.reg_lock, nullptr);
+    pthread_mutex_init(&g_ctx.gpu_lock, nullptr);
+    if (pthread_atfork(atfork_prepare, atfork_parent, atfork_child) != 0) {
+      debug_log("pthread_atfork failed; not recording");
+      return kOff;
+    }
+    g_atfork_registered = 1;
+  }
+  if (env_true("FR_DISABLE")) {
+    debug_log("FR_DISABLE is set; forwarding only");
+    return kOff;
+  }
+  if (!log_open()) return kOff;
+  debug_log("recording to %s (ring %u records)", g_ctx.path, g_ctx.ring_cap);
+  return kRecording;
+}
+
+bool recording() {
+  int m = __atomic_load_n(&g_ctx.mode, __ATOMIC_ACQUIRE);
+  if (__builtin_expect(m == kRecording, 1)) return true;
+  if (m == kOff) return false;
+  int expected = kUninit;
+  if (m == kUninit && __atomic_compare_exchange_n(&g_ctx.mode, &expected, (int)kStarting, false,
+                                                  __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    int result = start();
+    __atomic_store_n(&g_ctx.mode, result, __ATOMIC_RELEASE);
+    return result == kRecording;
+  }
+  // Another thread is starting the agent; it takes a few system calls.
+  while ((m = __atomic_load_n(&g_ctx.mode, __ATOMIC_ACQUIRE)) == kStarting) sched_yield();
+  return m == kRecording;
+}
+
+}  // namespace fr::agent

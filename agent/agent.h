@@ -1,0 +1,173 @@
+// The agent's private interface: the process-wide context (the open flight log, the communicator
+// table, GPU tracking state) and the helpers the NCCL wrappers are built from. Nothing here is
+// exported from libfr_agent.so; only the wrappers in wrappers.cpp are.
+//
+// The agent runs inside arbitrary training processes, so it never throws, never allocates from the
+// heap on the call path, and turns recording off (never the forwarded call) when anything fails.
+#pragma once
+
+#include <nccl.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fr/flight_log.h"
+#include "nccl_extra.h"
+
+#define FR_HIDDEN __attribute__((visibility("hidden")))
+
+namespace fr::agent {
+
+// How far the agent is with the process: nothing happens before the first NCCL call.
+enum Mode : int { kUninit = 0, kStarting = 1, kRecording = 2, kOff = 3 };
+
+// How GPU progress is tracked; decided once, at the first launched op that can decide it.
+enum GpuMode : int { kGpuUndecided = 0, kGpuMarkers = 1, kGpuEvents = 2, kGpuNone = 3 };
+
+// Ops of one group, remembered per thread until the outermost GroupEnd launches them.
+inline constexpr uint32_t kMaxGroupOps = 128;
+inline constexpr uint32_t kOpCaptured = 0x1;  // the stream was capturing when the op was issued
+inline constexpr uint32_t kOpFailed = 0x2;    // the call itself failed: nothing to launch
+struct GroupOp {
+  uint64_t rec_id;
+  uint64_t stream;
+  uint64_t op_index;   // assigned at the outermost GroupEnd; 0 when untracked
+  int32_t comm_slot;   // -1 when the communicator is not in the table
+  uint32_t bits;       // kOp*
+};
+
+struct ThreadState {
+  uint32_t tid;             // gettid(), cached; 0 until first use (reset in a forked child)
+  int guard;                // > 0 while inside a wrapper: nested NCCL calls are plain forwards
+  int group_depth;          // ncclGroupStart nesting, as NCCL counts it per thread
+  uint64_t group_id;        // id of the open group, 0 outside groups
+  uint32_t n_ops;           // entries used in ops
+  uint32_t overflow;        // ops beyond kMaxGroupOps were issued in this group
+  GroupOp ops[kMaxGroupOps];
+};
+
+// Completion markers of a nonblocking launch, held until the application sees it succeed.
+inline constexpr uint32_t kMaxDeferred = 64;
+struct Deferred {
+  uint64_t rec_id;
+  uint64_t stream;
+  uint64_t op_index;  // 0 when the op has no GPU tracking
+};
+
+// Per-communicator state that readers do not need (kept out of the shared file).
+struct CommPriv {
+  uint64_t split_calls;    // per-kind call counters for derived ids (atomic)
+  uint64_t shrink_calls;
+  uint64_t grow_calls;
+  uint32_t nonblocking;
+  uint32_t ready;          // size/rank/device known
+  int lock;                // spin lock over deferred (short critical sections only)
+  uint32_t n_deferred;
+  Deferred deferred[kMaxDeferred];
+};
+
+// The one context of the process. Zero-initialised (constinit), so loading the library does
+// nothing; start() fills it at the first NCCL call.
+struct Context {
+  int mode;                  // Mode (atomic)
+  int debug;                 // FR_DEBUG=1
+  int fd;
+  uint32_t ring_cap;
+  uint32_t comm_cap;
+  uint64_t map_size;
+  uint8_t* map;              // the shared mapping of the log file
+  fr_log_header* hdr;
+  fr_comm_entry* comms;
+  fr_record* ring;
+  // Private tables, one anonymous mapping: handle map then CommPriv[comm_cap].
+  uint8_t* priv_map;
+  uint64_t priv_size;
+  uint64_t* handle_keys;     // open addressing: ncclComm_t value, 0 = empty (atomic)
+  int32_t* handle_slots;     // comm table slot for the key (atomic)
+  uint32_t handle_mask;
+  CommPriv* priv;
+  uint32_t next_comm_slot;   // allocation counter of the comm table (atomic)
+  uint64_t next_group_id;    // (atomic)
+  uint64_t init_all_calls;   // (atomic) per-process counter for ncclCommInitAll ids
+  int32_t largest_comm;      // size of the communicator global_rank was taken from (under reg_lock)
+  int rank_from_env;
+  pthread_mutex_t reg_lock;  // communicator registration (rare, never on the op path)
+  char path[512];
+  // GPU tracking
+  int gpu_mode;              // GpuMode (atomic)
+  int gpu_tries;
+  uint64_t dev_base;         // device address of `map` (CUdeviceptr)
+  pthread_mutex_t gpu_lock;
+};
+
+FR_HIDDEN extern Context g_ctx;
+FR_HIDDEN ThreadState& thread_state();
+
+// ---- lifecycle (agent.cpp) -------------------------------------------------------------------
+// True when calls are being recorded; starts the agent on the first call.
+FR_HIDDEN bool recording();
+FR_HIDDEN void debug_log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+FR_HIDDEN void disable_recording(const char* why);
+FR_HIDDEN uint64_t now_ns();
+FR_HIDDEN uint32_t current_tid();
+
+// ---- real NCCL symbols (agent.cpp) -----------------------------------------------------------
+// The next definition of `name` after this library; if NCCL was loaded RTLD_LOCAL, the `pname`
+// alias (or `name`) inside the already loaded libnccl.so.2. Never returns `self`.
+FR_HIDDEN void* resolve_real(const char* name, const char* pname, const void* self);
+
+// resolve_real once per symbol; a miss is retried on the next call (NCCL may be dlopen'ed later).
+inline void* real_cached(void** cache, const char* name, const char* pname, const void* self) {
+  void* p = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
+  if (__builtin_expect(p == nullptr, 0)) {
+    p = resolve_real(name, pname, self);
+    if (p != nullptr) __atomic_store_n(cache, p, __ATOMIC_RELEASE);
+  }
+  return p;
+}
+
+// The real NCCL function `fn` (typed), or nullptr when no NCCL is loaded.
+#define FR_REAL(fn)                                                                     \
+  ([]() {                                                                               \
+    static void* cache_;                                                                \
+    return (decltype(&::fn))::fr::agent::real_cached(&cache_, #fn, "p" #fn,             \
+                                                     (const void*)&::fn);               \
+  }())
+
+// ---- the log (log.cpp) -----------------------------------------------------------------------
+FR_HIDDEN bool log_open();
+FR_HIDDEN void log_forget_in_child();
+// Reserves a record id and publishes `r` (whose id it fills in). Returns the id.
+FR_HIDDEN uint64_t record_begin(fr_record& r);
+// Republishes a record already begun, if its slot still holds it.
+FR_HIDDEN void record_update(const fr_record& r);
+// Applies `fn` to the stored copy of record `id`, if its slot still holds it.
+FR_HIDDEN void record_modify(uint64_t id, void (*fn)(fr_record&, const void*), const void* arg);
+FR_HIDDEN void set_log_flags(uint32_t set, uint32_t clear);
+
+// ---- communicators (comms.cpp) ---------------------------------------------------------------
+// Slot of the communicator with this handle, or -1.
+FR_HIDDEN int32_t comm_lookup(const void* handle);
+// Registers a new communicator entry (fixed part from `e`); maps `handle` to it when non-null.
+FR_HIDDEN int32_t comm_register(const fr_comm_entry& e, uint32_t state, const void* handle);
+FR_HIDDEN void comm_set_state(int32_t slot, uint32_t state);
+// Fills size, rank and device from the real NCCL queries; learns the global rank if needed.
+FR_HIDDEN void comm_learn_shape(int32_t slot, ncclComm_t comm);
+FR_HIDDEN uint64_t hash_bytes(uint64_t h, const void* p, size_t n);
+FR_HIDDEN uint64_t hash_u64(uint64_t h, uint64_t v);
+FR_HIDDEN uint64_t hash_finish(uint64_t h);
+inline constexpr uint64_t kHashSeed = 0xcbf29ce484222325ull;
+
+// ---- GPU progress (gpu.cpp) ------------------------------------------------------------------
+// Whether `stream` is being captured into a CUDA graph (loads the driver table at first use;
+// false when CUDA is not available).
+FR_HIDDEN bool gpu_stream_capturing(uint64_t stream);
+// Decides the tracking mode once (loads libcuda, registers the log). Returns the mode.
+FR_HIDDEN int gpu_prepare();
+// Places the "started" marker for `index` on `stream` before a launch; false if untracked.
+FR_HIDDEN bool gpu_before(int32_t slot, uint64_t stream, uint64_t index);
+// Places the "completed" marker after a launch; false if untracked.
+FR_HIDDEN bool gpu_after(int32_t slot, uint64_t stream, uint64_t index);
+FR_HIDDEN void gpu_forget_in_child();
+
+}  // namespace fr::agent

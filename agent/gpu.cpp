@@ -1,0 +1,275 @@
+// GPU progress: the stream itself writes each communicator's "started" and "completed" op index
+// into the log (cuStreamWriteValue64 into the host-registered mapping), so a reader can tell an op
+// the GPU never reached from one it is stuck in, even while the host is wedged.
+//
+// The CUDA driver is reached through a table of function pointers loaded with dlopen at the first
+// launch, so the agent links to nothing of CUDA. Where stream writes are unavailable, events
+// recorded around each op are polled by one agent thread, which writes the same counters from
+// the host. The agent never creates or switches a CUDA context and never enqueues into a stream
+// that is being captured.
+#include <cuda.h>
+#include <dlfcn.h>
+#include <signal.h>
+#include <string.h>
+#include <time.h>
+
+#include "agent.h"
+
+namespace fr::agent {
+namespace {
+
+struct CudaApi {
+  void* lib;
+  CUresult (*ctx_get_current)(CUcontext*);
+  CUresult (*mem_host_register)(void*, size_t, unsigned int);
+  CUresult (*mem_host_get_device_pointer)(CUdeviceptr*, void*, unsigned int);
+  CUresult (*stream_write_value64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+  CUresult (*stream_is_capturing)(CUstream, CUstreamCaptureStatus*);
+  CUresult (*event_create)(CUevent*, unsigned int);
+  CUresult (*event_record)(CUevent, CUstream);
+  CUresult (*event_query)(CUevent);
+  CUresult (*event_destroy)(CUevent);
+};
+
+// Events waiting for the poller: one per marker that the stream could not write itself.
+constexpr uint32_t kMaxPending = 4096;
+struct Pending {
+  CUevent event;     // null: free entry
+  uint64_t* target;  // gpu_started or gpu_completed of a communicator entry
+  uint64_t index;
+};
+
+constinit CudaApi g_cuda = {};
+constinit int g_cuda_loaded = 0;  // 0 not tried, 1 loaded, -1 unavailable (atomic)
+constinit Pending g_pending[kMaxPending] = {};
+constinit uint32_t g_pending_used = 0;  // under g_ctx.gpu_lock
+constinit int g_poller_started = 0;
+
+void* sym(const char* a, const char* b) {
+  void* p = dlsym(g_cuda.lib, a);
+  if (p == nullptr && b != nullptr) p = dlsym(g_cuda.lib, b);
+  return p;
+}
+
+// Under gpu_lock.
+bool load_cuda() {
+  int loaded = __atomic_load_n(&g_cuda_loaded, __ATOMIC_ACQUIRE);
+  if (loaded != 0) return loaded > 0;
+  g_cuda.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (g_cuda.lib == nullptr) {
+    debug_log("libcuda.so.1 not found; no GPU progress tracking");
+    __atomic_store_n(&g_cuda_loaded, -1, __ATOMIC_RELEASE);
+    return false;
+  }
+  g_cuda.ctx_get_current = (decltype(g_cuda.ctx_get_current))sym("cuCtxGetCurrent", nullptr);
+  g_cuda.mem_host_register =
+      (decltype(g_cuda.mem_host_register))sym("cuMemHostRegister_v2", "cuMemHostRegister");
+  g_cuda.mem_host_get_device_pointer = (decltype(g_cuda.mem_host_get_device_pointer))sym(
+      "cuMemHostGetDevicePointer_v2", "cuMemHostGetDevicePointer");
+  g_cuda.stream_write_value64 = (decltype(g_cuda.stream_write_value64))sym(
+      "cuStreamWriteValue64_v2", "cuStreamWriteValue64");
+  g_cuda.stream_is_capturing =
+      (decltype(g_cuda.stream_is_capturing))sym("cuStreamIsCapturing", nullptr);
+  g_cuda.event_create = (decltype(g_cuda.event_create))sym("cuEventCreate", nullptr);
+  g_cuda.event_record = (decltype(g_cuda.event_record))sym("cuEventRecord", nullptr);
+  g_cuda.event_query = (decltype(g_cuda.event_query))sym("cuEventQuery", nullptr);
+  g_cuda.event_destroy = (decltype(g_cuda.event_destroy))sym("cuEventDestroy_v2", "cuEventDestroy");
+  __atomic_store_n(&g_cuda_loaded, 1, __ATOMIC_RELEASE);
+  return true;
+}
+
+bool events_available() {
+  return g_cuda.event_create && g_cuda.event_record && g_cuda.event_query && g_cuda.event_destroy;
+}
+
+void raise_to(uint64_t* target, uint64_t index) {
+  uint64_t cur = __atomic_load_n(target, __ATOMIC_RELAXED);
+  while (cur < index && !__atomic_compare_exchange_n(target, &cur, index, true, __ATOMIC_RELEASE,
+                                                     __ATOMIC_RELAXED)) {
+  }
+}
+
+void* poller_main(void*) {
+  struct timespec tick = {0, 2000000};  // 2 ms: finer than any hang worth reporting
+  for (;;) {
+    nanosleep(&tick, nullptr);
+    pthread_mutex_lock(&g_ctx.gpu_lock);
+    uint32_t used = g_pending_used;
+    for (uint32_t i = 0; i < kMaxPending && used > 0; ++i) {
+      Pending& p = g_pending[i];
+      if (p.event == nullptr) continue;
+      --used;
+      CUresult r = g_cuda.event_query(p.event);
+      if (r == CUDA_ERROR_NOT_READY) continue;
+      if (r == CUDA_SUCCESS) raise_to(p.target, p.index);
+      g_cuda.event_destroy(p.event);
+      p.event = nullptr;
+      --g_pending_used;
+    }
+    pthread_mutex_unlock(&g_ctx.gpu_lock);
+  }
+  return nullptr;
+}
+
+// Under gpu_lock.
+bool start_poller() {
+  if (g_poller_started) return true;
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);  // the thread never takes the application's signals
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t th;
+  int rc = pthread_create(&th, &attr, poller_main, nullptr);
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (rc != 0) return false;
+  g_poller_started = 1;
+  return true;
+}
+
+void choose(int mode) {
+  __atomic_store_n(&g_ctx.gpu_mode, mode, __ATOMIC_RELEASE);
+  uint32_t flag = mode == kGpuMarkers  ? FR_LOG_F_GPU_MARKERS
+                  : mode == kGpuEvents ? FR_LOG_F_GPU_EVENTS
+                                       : FR_LOG_F_NO_GPU_TRACKING;
+  set_log_flags(flag, (FR_LOG_F_GPU_MARKERS | FR_LOG_F_GPU_EVENTS | FR_LOG_F_NO_GPU_TRACKING) &
+                          ~flag);
+  debug_log("GPU progress: %s", mode == kGpuMarkers  ? "stream markers"
+                                : mode == kGpuEvents ? "polled events"
+                                                     : "not tracked");
+}
+
+// Under gpu_lock: markers failed or are missing; try events, else give up tracking.
+void fall_back() {
+  if (events_available() && start_poller()) choose(kGpuEvents);
+  else choose(kGpuNone);
+}
+
+uint64_t* counter(int32_t slot, bool completed) {
+  fr_comm_entry* e = &g_ctx.comms[slot];
+  return completed ? &e->gpu_completed : &e->gpu_started;
+}
+
+bool place_event(int32_t slot, uint64_t stream, uint64_t index, bool completed) {
+  CUevent ev = nullptr;
+  if (g_cuda.event_create(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS || ev == nullptr)
+    return false;
+  if (g_cuda.event_record(ev, (CUstream)stream) != CUDA_SUCCESS) {
+    g_cuda.event_destroy(ev);
+    return false;
+  }
+  pthread_mutex_lock(&g_ctx.gpu_lock);
+  bool queued = false;
+  if (g_pending_used < kMaxPending) {
+    for (uint32_t i = 0; i < kMaxPending; ++i) {
+      if (g_pending[i].event != nullptr) continue;
+      g_pending[i] = Pending{ev, counter(slot, completed), index};
+      ++g_pending_used;
+      queued = true;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&g_ctx.gpu_lock);
+  if (!queued) g_cuda.event_destroy(ev);
+  return queued;
+}
+
+bool place(int32_t slot, uint64_t stream, uint64_t index, bool completed) {
+  if (slot < 0 || index == 0) return false;
+  int mode = __atomic_load_n(&g_ctx.gpu_mode, __ATOMIC_ACQUIRE);
+  if (mode == kGpuMarkers) {
+    uint64_t off = (uint64_t)((uint8_t*)counter(slot, completed) - g_ctx.map);
+    if (g_cuda.stream_write_value64((CUstream)stream, g_ctx.dev_base + off, index, 0) ==
+        CUDA_SUCCESS)
+      return true;
+    pthread_mutex_lock(&g_ctx.gpu_lock);
+    if (__atomic_load_n(&g_ctx.gpu_mode, __ATOMIC_ACQUIRE) == kGpuMarkers) {
+      debug_log("cuStreamWriteValue64 failed; falling back");
+      fall_back();
+    }
+    pthread_mutex_unlock(&g_ctx.gpu_lock);
+    mode = __atomic_load_n(&g_ctx.gpu_mode, __ATOMIC_ACQUIRE);
+  }
+  if (mode == kGpuEvents) return place_event(slot, stream, index, completed);
+  return false;
+}
+
+}  // namespace
+
+bool gpu_stream_capturing(uint64_t stream) {
+  int loaded = __atomic_load_n(&g_cuda_loaded, __ATOMIC_ACQUIRE);
+  if (loaded == 0) {
+    // Only dlopen and dlsym here: no CUDA call may run before we know the stream is not capturing.
+    pthread_mutex_lock(&g_ctx.gpu_lock);
+    loaded = load_cuda() ? 1 : -1;
+    pthread_mutex_unlock(&g_ctx.gpu_lock);
+  }
+  if (loaded < 0 || g_cuda.stream_is_capturing == nullptr) return false;
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (g_cuda.stream_is_capturing((CUstream)stream, &st) != CUDA_SUCCESS) return false;
+  return st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+int gpu_prepare() {
+  int mode = __atomic_load_n(&g_ctx.gpu_mode, __ATOMIC_ACQUIRE);
+  if (__builtin_expect(mode != kGpuUndecided, 1)) return mode;
+  pthread_mutex_lock(&g_ctx.gpu_lock);
+  mode = g_ctx.gpu_mode;
+  if (mode == kGpuUndecided) {
+    if (!load_cuda()) {
+      choose(kGpuNone);
+    } else {
+      CUcontext ctx = nullptr;
+      bool has_ctx = g_cuda.ctx_get_current && g_cuda.ctx_get_current(&ctx) == CUDA_SUCCESS &&
+                     ctx != nullptr;
+      if (!has_ctx && ++g_ctx.gpu_tries < 8) {
+        // No context on this thread yet (the launch itself may create the primary one): decide
+        // at a later launch, and leave this op untracked.
+        pthread_mutex_unlock(&g_ctx.gpu_lock);
+        return kGpuUndecided;
+      }
+      CUdeviceptr dev = 0;
+      // PORTABLE: every context of the process sees the mapping (one process may drive several
+      // devices); the mapping is page-aligned, as registration requires.
+      if (has_ctx && g_cuda.mem_host_register && g_cuda.mem_host_get_device_pointer &&
+          g_cuda.stream_write_value64 &&
+          g_cuda.mem_host_register(g_ctx.map, g_ctx.map_size,
+                                   CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE) ==
+              CUDA_SUCCESS &&
+          g_cuda.mem_host_get_device_pointer(&dev, g_ctx.map, 0) == CUDA_SUCCESS) {
+        g_ctx.dev_base = (uint64_t)dev;
+        choose(kGpuMarkers);
+      } else if (has_ctx) {
+        fall_back();
+      } else {
+        choose(kGpuNone);
+      }
+    }
+    mode = g_ctx.gpu_mode;
+  }
+  pthread_mutex_unlock(&g_ctx.gpu_lock);
+  return mode;
+}
+
+bool gpu_before(int32_t slot, uint64_t stream, uint64_t index) {
+  return place(slot, stream, index, false);
+}
+
+bool gpu_after(int32_t slot, uint64_t stream, uint64_t index) {
+  return place(slot, stream, index, true);
+}
+
+void gpu_forget_in_child() {
+  // The parent's registration, events and poller thread do not exist in the child; the loaded
+  // driver table stays (dlopen'ed libraries survive fork).
+  memset(g_pending, 0, sizeof g_pending);
+  g_pending_used = 0;
+  g_poller_started = 0;
+  g_ctx.gpu_mode = kGpuUndecided;
+  g_ctx.gpu_tries = 0;
+  g_ctx.dev_base = 0;
+}
+
+}  // namespace fr::agent

@@ -1,0 +1,278 @@
+// The flight-log writer: creates the process's log file in shared memory, fills its header, holds
+// the advisory lock that tells readers the writer lives, and publishes records into the ring with
+// the sequence-lock primitives of fr/flight_log.h (the protocol every reader checks).
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+namespace fr::agent {
+
+// Copies `src` into `dst` (FR_NAME_LEN bytes, NUL-terminated), keeping [A-Za-z0-9_.-] and
+// replacing anything else, so the value is safe in a file name.
+static void sanitize_name(char* dst, const char* src) {
+  size_t i = 0;
+  for (; src[i] != '\0' && i + 1 < FR_NAME_LEN; ++i) {
+    char c = src[i];
+    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-';
+    dst[i] = ok ? c : '_';
+  }
+  dst[i] = '\0';
+  if (i == 0 || strcmp(dst, ".") == 0 || strcmp(dst, "..") == 0) strcpy(dst, "unknown");
+}
+
+static const char* first_env(const char* const* names, int* which) {
+  for (int i = 0; names[i] != nullptr; ++i) {
+    const char* v = getenv(names[i]);
+    if (v != nullptr && v[0] != '\0') {
+      if (which) *which = i;
+      return v;
+    }
+  }
+  return nullptr;
+}
+
+// Parses a non-negative decimal integer; -1 when absent or malformed.
+static long env_long(const char* name) {
+  const char* v = getenv(name);
+  if (v == nullptr || v[0] == '\0') return -1;
+  char* end = nullptr;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  if (errno != 0 || end == v || *end != '\0' || x < 0) return -1;
+  return x;
+}
+
+static uint32_t ring_capacity() {
+  const char* v = getenv("FR_BUFFER_ENTRIES");
+  if (v == nullptr || v[0] == '\0') return FR_DEFAULT_RING_CAPACITY;
+  long x = env_long("FR_BUFFER_ENTRIES");
+  if (x < 0) {
+    debug_log("FR_BUFFER_ENTRIES=%s is not a number; using %u", v, FR_DEFAULT_RING_CAPACITY);
+    return FR_DEFAULT_RING_CAPACITY;
+  }
+  if (x < 16) x = 16;
+  if (x > (long)FR_MAX_RING_CAPACITY) x = FR_MAX_RING_CAPACITY;
+  return (uint32_t)x;
+}
+
+static void fill_identity(fr_log_header* h) {
+  static const char* const kJob[] = {"FR_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", nullptr};
+  const char* job = first_env(kJob, nullptr);
+  sanitize_name(h->job_id, job ? job : "nojob");
+
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) strcpy(host, "unknown");
+  sanitize_name(h->hostname, host);
+
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    exe[n] = '\0';
+    const char* base = strrchr(exe, '/');
+    base = base ? base + 1 : exe;
+    size_t len = strnlen(base, FR_NAME_LEN - 1);
+    memcpy(h->exe, base, len);
+    h->exe[len] = '\0';
+  }
+
+  // Global rank and size from the launcher; otherwise learned from the largest communicator.
+  static const char* const kRank[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID",
+                                      nullptr};
+  static const char* const kSize[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
+                                      "SLURM_NTASKS", nullptr};
+  h->global_rank = -1;
+  h->world_size = -1;
+  for (int i = 0; kRank[i] != nullptr; ++i) {
+    long r = env_long(kRank[i]);
+    if (r < 0 || r > INT32_MAX) continue;
+    h->global_rank = (int32_t)r;
+    long s = env_long(kSize[i]);
+    if (s > r && s <= INT32_MAX) h->world_size = (int32_t)s;
+    g_ctx.rank_from_env = 1;
+    break;
+  }
+  long lr = env_long("LOCAL_RANK");
+  h->local_rank = (lr >= 0 && lr <= INT32_MAX) ? (int32_t)lr : -1;
+}
+
+static void* map_private(uint64_t size) {
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+bool log_open() {
+  Context& c = g_ctx;
+  c.ring_cap = ring_capacity();
+  c.comm_cap = FR_DEFAULT_COMM_CAPACITY;
+  c.map_size = fr_log_file_size(c.comm_cap, c.ring_cap);
+
+  // The private side tables first: if they fail there is no file to clean up.
+  uint32_t buckets = 1;
+  while (buckets < c.comm_cap * 2) buckets <<= 1;
+  uint64_t keys_bytes = (uint64_t)buckets * sizeof(uint64_t);
+  uint64_t slots_bytes = (uint64_t)buckets * sizeof(int32_t);
+  uint64_t priv_off = (keys_bytes + slots_bytes + 63) & ~63ull;
+  c.priv_size = priv_off + (uint64_t)c.comm_cap * sizeof(CommPriv);
+  c.priv_map = (uint8_t*)map_private(c.priv_size);
+  if (c.priv_map == nullptr) {
+    debug_log("cannot map %llu bytes of private tables", (unsigned long long)c.priv_size);
+    return false;
+  }
+  c.handle_keys = (uint64_t*)c.priv_map;
+  c.handle_slots = (int32_t*)(c.priv_map + keys_bytes);
+  c.handle_mask = buckets - 1;
+  c.priv = (CommPriv*)(c.priv_map + priv_off);
+
+  fr_log_header id = {};
+  fill_identity(&id);
+  struct timespec rt, mono;
+  clock_gettime(CLOCK_REALTIME, &rt);
+  clock_gettime(CLOCK_MONOTONIC, &mono);
+  uint64_t create_ns = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
+
+  const char* dir = getenv("FR_LOG_DIR");
+  if (dir == nullptr || dir[0] == '\0') dir = "/dev/shm";
+  int n = snprintf(c.path, sizeof c.path, "%s/fr.%s.%s.%d.%llu%s", dir, id.job_id, id.hostname,
+                   (int)getpid(), (unsigned long long)create_ns, FR_LOG_FILE_SUFFIX);
+  if (n <= 0 || (size_t)n >= sizeof c.path) {
+    debug_log("FR_LOG_DIR is too long; not recording");
+    return false;
+  }
+  int fd = open(c.path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) {
+    debug_log("cannot create %s: %s; not recording", c.path, strerror(errno));
+    return false;
+  }
+  // Readers tell a live writer from a dead one by this lock; it lasts as long as the process.
+  struct flock lk = {};
+  lk.l_type = F_WRLCK;
+  lk.l_whence = SEEK_SET;
+  lk.l_start = 0;
+  lk.l_len = 1;
+  int err = 0;
+  const char* what = nullptr;
+  if (fcntl(fd, F_SETLK, &lk) != 0) {
+    err = errno, what = "lock";
+  } else if ((err = posix_fallocate(fd, 0, (off_t)c.map_size)) != 0) {
+    // Reserving the pages now means a full /dev/shm fails here, not with SIGBUS on a write later.
+    what = "allocate";
+  } else {
+    void* m = mmap(nullptr, c.map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) err = errno, what = "map";
+    else c.map = (uint8_t*)m;
+  }
+  if (what != nullptr) {
+    debug_log("cannot %s %s: %s; not recording", what, c.path, strerror(err));
+    unlink(c.path);
+    close(fd);
+    return false;
+  }
+  c.fd = fd;
+  c.hdr = (fr_log_header*)c.map;
+  c.comms = (fr_comm_entry*)(c.map + fr_log_comm_offset());
+  c.ring = (fr_record*)(c.map + fr_log_ring_offset(c.comm_cap));
+
+  fr_log_header* h = c.hdr;  // the file is zero-filled: only non-zero fields are written
+  h->version = FR_LOG_VERSION;
+  h->header_size = sizeof(fr_log_header);
+  h->comm_size = sizeof(fr_comm_entry);
+  h->record_size = sizeof(fr_record);
+  h->comm_capacity = c.comm_cap;
+  h->ring_capacity = c.ring_cap;
+  h->comm_offset = fr_log_comm_offset();
+  h->ring_offset = fr_log_ring_offset(c.comm_cap);
+  h->file_size = c.map_size;
+  h->create_ns = create_ns;
+  h->create_mono_ns = (uint64_t)mono.tv_sec * 1000000000ull + (uint64_t)mono.tv_nsec;
+  h->pid = (int32_t)getpid();
+  h->global_rank = id.global_rank;
+  h->world_size = id.world_size;
+  h->local_rank = id.local_rank;
+  h->writer_alive = -1;
+  memcpy(h->job_id, id.job_id, sizeof h->job_id);
+  memcpy(h->hostname, id.hostname, sizeof h->hostname);
+  memcpy(h->exe, id.exe, sizeof h->exe);
+  auto get_version = FR_REAL(ncclGetVersion);
+  int version = 0;
+  if (get_version != nullptr && get_version(&version) == ncclSuccess) h->nccl_version = version;
+  h->heartbeat_ns = create_ns;
+  // The magic last: a reader that sees it sees a whole header.
+  __atomic_store_n(&h->magic, FR_LOG_MAGIC, __ATOMIC_RELEASE);
+  return true;
+}
+
+void log_forget_in_child() {
+  Context& c = g_ctx;
+  if (c.map != nullptr) munmap(c.map, c.map_size);
+  if (c.priv_map != nullptr) munmap(c.priv_map, c.priv_size);
+  if (c.fd > 0) close(c.fd);
+  int debug = c.debug;
+  pthread_mutex_t reg = c.reg_lock, gpu = c.gpu_lock;
+  c = Context{};
+  c.debug = debug;
+  c.reg_lock = reg;
+  c.gpu_lock = gpu;
+}
+
+void set_log_flags(uint32_t set, uint32_t clear) {
+  if (g_ctx.hdr == nullptr) return;
+  if (clear) __atomic_fetch_and(&g_ctx.hdr->flags, ~clear, __ATOMIC_RELEASE);
+  if (set) __atomic_fetch_or(&g_ctx.hdr->flags, set, __ATOMIC_RELEASE);
+}
+
+uint64_t record_begin(fr_record& r) {
+  Context& c = g_ctx;
+  fr_log_header* h = c.hdr;
+  uint64_t id = __atomic_fetch_add(&h->record_counter, 1, __ATOMIC_ACQ_REL);
+  r.id = id;
+  if (id >= c.ring_cap) __atomic_fetch_add(&h->overwritten, 1, __ATOMIC_RELAXED);
+  // A slot busy with another thread's write (the ring lapped it) loses this record; count it.
+  if (!fr_record_publish(&c.ring[id % c.ring_cap], &r))
+    __atomic_fetch_add(&h->overwritten, 1, __ATOMIC_RELAXED);
+  __atomic_store_n(&h->heartbeat_ns, r.call_ns, __ATOMIC_RELAXED);
+  return id;
+}
+
+// Takes the slot lock of record `id`; false if the slot is busy or holds a newer record.
+static bool lock_record(uint64_t id, fr_record** slot, uint64_t* before) {
+  fr_record* s = &g_ctx.ring[id % g_ctx.ring_cap];
+  if (!fr_seq_try_begin(&s->lock, before)) return false;
+  if (__atomic_load_n(&s->id, __ATOMIC_RELAXED) != id) {
+    // Lapped: leave the newer record as it is (the lock value still moves on, which is harmless).
+    fr_seq_end(&s->lock, *before);
+    return false;
+  }
+  *slot = s;
+  return true;
+}
+
+void record_update(const fr_record& r) {
+  fr_record* s;
+  uint64_t before;
+  if (!lock_record(r.id, &s, &before)) return;
+  fr_copy_words_in((uint64_t*)s + 1, (const uint64_t*)&r + 1, sizeof(fr_record) / 8 - 1);
+  fr_seq_end(&s->lock, before);
+}
+
+void record_modify(uint64_t id, void (*fn)(fr_record&, const void*), const void* arg) {
+  fr_record* s;
+  uint64_t before;
+  if (!lock_record(id, &s, &before)) return;
+  fr_record copy;
+  fr_copy_words_out((uint64_t*)&copy + 1, (const uint64_t*)s + 1, sizeof(fr_record) / 8 - 1);
+  fn(copy, arg);
+  fr_copy_words_in((uint64_t*)s + 1, (const uint64_t*)&copy + 1, sizeof(fr_record) / 8 - 1);
+  fr_seq_end(&s->lock, before);
+}
+
+}  // namespace fr::agent

@@ -1,0 +1,987 @@
+// The exported NCCL API: the 41 functions of NCCL 2.28's nccl.h plus ncclCommGrow,
+// ncclCommGetUniqueId, ncclCommSuspend and ncclCommResume. Every wrapper has the same shape:
+// resolve the real function, forward, record behind the per-thread guard, return the real result
+// untouched. Without a real NCCL the wrappers answer ncclSystemError (never crash).
+//
+// What a call records (fr/flight_log.h has the fields):
+//  - collectives and p2p: one record with the per-communicator sequence number; outside a group
+//    the op launches at its call, inside one at the outermost GroupEnd (GPU markers placed then);
+//  - communicator lifecycle: a record, and the communicator table entry (id, parent, state);
+//  - groups, registration, windows, memory, reduction ops, unique ids: a record each;
+//  - queries (version, count, device, rank, error strings) are forwarded only; async errors are
+//    recorded once per distinct error.
+#include <string.h>
+
+#include "agent.h"
+
+using namespace fr::agent;
+
+namespace {
+
+constexpr uint32_t kConfigMagic = 0xcafebeef;
+
+struct CommRef {
+  int32_t slot;
+  uint64_t id;
+  fr_comm_entry* entry;
+  bool nonblocking;
+};
+
+CommRef comm_ref(const void* comm) {
+  CommRef c = {-1, 0, nullptr, false};
+  c.slot = comm_lookup(comm);
+  if (c.slot >= 0) {
+    c.entry = &g_ctx.comms[c.slot];
+    c.id = __atomic_load_n(&c.entry->id, __ATOMIC_RELAXED);
+    c.nonblocking = g_ctx.priv[c.slot].nonblocking != 0;
+  }
+  return c;
+}
+
+fr_record new_record(fr_op op, const CommRef& c) {
+  fr_record r = {};
+  ThreadState& t = thread_state();
+  r.comm_id = c.id;
+  r.call_ns = now_ns();
+  r.tid = current_tid();
+  r.op = (uint16_t)op;
+  r.redop = -1;
+  r.peer = -1;
+  r.result = FR_RESULT_PENDING;
+  r.flags = FR_REC_F_IN_CALL | (c.nonblocking ? FR_REC_F_NONBLOCKING : 0u);
+  if (t.group_depth > 0) {
+    r.group_id = t.group_id;
+    r.flags |= FR_REC_F_IN_GROUP;
+  }
+  if (c.entry != nullptr) __atomic_store_n(&c.entry->last_call_ns, r.call_ns, __ATOMIC_RELAXED);
+  return r;
+}
+
+void finish(fr_record& r, ncclResult_t res) {
+  r.duration_ns = now_ns() - r.call_ns;
+  r.result = (int32_t)res;
+  r.flags &= ~FR_REC_F_IN_CALL;
+}
+
+// Scoped recording: holds the guard, so NCCL's internal calls to its own API are not recorded.
+// `active` is false when the call must be a plain forward.
+struct Scope {
+  ThreadState& t;
+  bool active;
+  Scope() : t(thread_state()), active(false) {
+    if (t.guard != 0) return;
+    ++t.guard;
+    active = recording();
+    if (!active) --t.guard;
+  }
+  ~Scope() {
+    if (active) --t.guard;
+  }
+};
+
+bool is_tracked(int mode) { return mode == kGpuMarkers || mode == kGpuEvents; }
+
+// ---- record updates applied in place ---------------------------------------------------------
+
+struct LaunchUpdate {
+  uint32_t set_flags;
+  uint64_t op_index;
+};
+
+void apply_launch(fr_record& r, const void* arg) {
+  const LaunchUpdate* u = (const LaunchUpdate*)arg;
+  r.flags |= u->set_flags;
+  if (u->set_flags & FR_REC_F_LAUNCHED) r.gpu_state = FR_GPU_ENQUEUED;
+  if (u->op_index != 0) r.op_index = u->op_index;
+}
+
+void mark(uint64_t rec_id, uint32_t flags, uint64_t op_index) {
+  LaunchUpdate u = {flags, op_index};
+  record_modify(rec_id, apply_launch, &u);
+}
+
+// ---- nonblocking launches --------------------------------------------------------------------
+
+void priv_lock(CommPriv& p) {
+  while (__atomic_exchange_n(&p.lock, 1, __ATOMIC_ACQUIRE) != 0) sched_yield();
+}
+void priv_unlock(CommPriv& p) { __atomic_store_n(&p.lock, 0, __ATOMIC_RELEASE); }
+
+void defer(int32_t slot, uint64_t rec_id, uint64_t stream, uint64_t op_index) {
+  if (slot < 0) return;
+  CommPriv& p = g_ctx.priv[slot];
+  priv_lock(p);
+  bool kept = p.n_deferred < kMaxDeferred;
+  if (kept) p.deferred[p.n_deferred++] = Deferred{rec_id, stream, op_index};
+  priv_unlock(p);
+  if (!kept) mark(rec_id, FR_REC_F_GPU_UNTRACKED, 0);
+}
+
+// The application saw its nonblocking launches succeed: place their completion markers now.
+void release_deferred(int32_t slot) {
+  CommPriv& p = g_ctx.priv[slot];
+  Deferred batch[kMaxDeferred];
+  priv_lock(p);
+  uint32_t n = p.n_deferred;
+  memcpy(batch, p.deferred, n * sizeof(Deferred));
+  p.n_deferred = 0;
+  priv_unlock(p);
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t flags = FR_REC_F_LAUNCHED;
+    if (batch[i].op_index == 0 || !gpu_after(slot, batch[i].stream, batch[i].op_index))
+      flags |= FR_REC_F_GPU_UNTRACKED;
+    mark(batch[i].rec_id, flags, 0);
+  }
+}
+
+void drop_deferred(int32_t slot) {
+  CommPriv& p = g_ctx.priv[slot];
+  priv_lock(p);
+  p.n_deferred = 0;
+  priv_unlock(p);
+}
+
+// ---- collectives and point-to-point ----------------------------------------------------------
+
+struct OpArgs {
+  fr_op op;
+  bool p2p;
+  const void* send;
+  const void* recv;
+  size_t count;
+  int dtype;
+  int redop;
+  int peer;
+  const void* comm;
+  cudaStream_t stream;
+};
+
+struct OpState {
+  fr_record r;
+  CommRef c;
+  bool in_group;
+  bool captured;
+  uint32_t group_pos;  // index in the thread's group ops, or kMaxGroupOps
+};
+
+void op_enter(const OpArgs& a, OpState& o) {
+  ThreadState& t = thread_state();
+  o.c = comm_ref(a.comm);
+  fr_record& r = o.r;
+  r = new_record(a.op, o.c);
+  if (o.c.entry != nullptr)
+    r.seq = __atomic_add_fetch(a.p2p ? &o.c.entry->p2p_seq : &o.c.entry->coll_seq, 1,
+                               __ATOMIC_RELAXED);
+  r.count = a.count;
+  r.stream = (uint64_t)(uintptr_t)a.stream;
+  r.sendbuff = (uint64_t)(uintptr_t)a.send;
+  r.recvbuff = (uint64_t)(uintptr_t)a.recv;
+  r.dtype = (uint8_t)a.dtype;
+  r.redop = a.redop;
+  r.peer = a.peer;
+  o.in_group = t.group_depth > 0;
+  o.captured = gpu_stream_capturing(r.stream);
+  o.group_pos = kMaxGroupOps;
+  if (o.captured) r.flags |= FR_REC_F_CAPTURED;
+
+  if (!o.in_group && !o.captured && o.c.slot >= 0 && is_tracked(gpu_prepare())) {
+    uint64_t index = __atomic_add_fetch(&o.c.entry->op_index, 1, __ATOMIC_RELAXED);
+    if (gpu_before(o.c.slot, r.stream, index)) r.op_index = index;
+  }
+  record_begin(r);
+  if (o.in_group) {
+    if (t.n_ops < kMaxGroupOps) {
+      o.group_pos = t.n_ops++;
+      t.ops[o.group_pos] =
+          GroupOp{r.id, r.stream, 0, o.c.slot, o.captured ? kOpCaptured : 0u};
+    } else {
+      t.overflow = 1;
+    }
+  }
+}
+
+void op_exit(OpState& o, ncclResult_t res) {
+  fr_record& r = o.r;
+  finish(r, res);
+  bool ok = res == ncclSuccess || res == ncclInProgress;
+  if (o.in_group) {
+    // Launched (or not) at the outermost GroupEnd.
+    if (!ok) {
+      r.flags |= FR_REC_F_NEVER_LAUNCHED;
+      if (o.group_pos < kMaxGroupOps) thread_state().ops[o.group_pos].bits |= kOpFailed;
+    }
+  } else if (o.captured) {
+    // Part of a CUDA graph: it runs when the graph is launched, never counted in flight here.
+    if (!ok) r.flags |= FR_REC_F_NEVER_LAUNCHED;
+  } else if (res == ncclSuccess) {
+    r.flags |= FR_REC_F_LAUNCHED;
+    r.gpu_state = FR_GPU_ENQUEUED;
+    if (r.op_index == 0 || !gpu_after(o.c.slot, r.stream, r.op_index)) {
+      r.flags |= FR_REC_F_GPU_UNTRACKED;
+    }
+  } else if (res == ncclInProgress) {
+    // Nonblocking: the launch may still fail; wait until the application sees it succeed.
+    defer(o.c.slot, r.id, r.stream, r.op_index);
+  } else {
+    r.flags |= FR_REC_F_NEVER_LAUNCHED;
+  }
+  record_update(r);
+}
+
+template <class Call>
+ncclResult_t run_op(const OpArgs& a, Call call) {
+  Scope s;
+  if (!s.active) return call();
+  OpState o;
+  op_enter(a, o);
+  ncclResult_t res = call();
+  op_exit(o, res);
+  return res;
+}
+
+// ---- groups ------------------------------------------------------------------------------------
+
+void apply_group_flags(fr_record& r, const void* arg) {
+  const uint64_t* a = (const uint64_t*)arg;  // {group_id, tid, flags}
+  if (r.group_id != a[0] || r.tid != (uint32_t)a[1]) return;
+  if (r.op == FR_OP_GROUP_START || r.op == FR_OP_GROUP_END || r.op == FR_OP_GROUP_SIMULATE_END)
+    return;
+  if (r.flags & (FR_REC_F_LAUNCHED | FR_REC_F_NEVER_LAUNCHED | FR_REC_F_CAPTURED)) return;
+  r.flags |= (uint32_t)a[2];
+  if (a[2] & FR_REC_F_LAUNCHED) r.gpu_state = FR_GPU_ENQUEUED;
+}
+
+// More ops than the thread could remember: find the rest of the group in the ring (rare).
+void mark_overflow(uint64_t group_id, uint32_t flags) {
+  uint64_t arg[3] = {group_id, current_tid(), flags};
+  uint64_t end = __atomic_load_n(&g_ctx.hdr->record_counter, __ATOMIC_ACQUIRE);
+  uint64_t begin = end > g_ctx.ring_cap ? end - g_ctx.ring_cap : 0;
+  for (uint64_t id = begin; id < end; ++id) record_modify(id, apply_group_flags, arg);
+}
+
+struct Pair {
+  int32_t slot;
+  uint64_t stream;
+  uint64_t max_index;
+  bool tracked;
+};
+constexpr uint32_t kMaxPairs = 32;
+
+// Before the outermost GroupEnd: op indices per communicator, "started" markers per stream.
+uint32_t group_before_launch(ThreadState& t, Pair* pairs) {
+  uint32_t n_pairs = 0;
+  bool tracked = false;
+  for (uint32_t i = 0; i < t.n_ops; ++i) {
+    GroupOp& op = t.ops[i];
+    if (op.bits || op.comm_slot < 0) continue;
+    if (!tracked && !is_tracked(gpu_prepare())) break;
+    tracked = true;
+    uint32_t k = 0;
+    while (k < n_pairs && (pairs[k].slot != op.comm_slot || pairs[k].stream != op.stream)) ++k;
+    if (k == n_pairs) {
+      if (n_pairs == kMaxPairs) continue;  // untracked: op_index stays 0
+      pairs[n_pairs++] = Pair{op.comm_slot, op.stream, 0, true};
+    }
+    op.op_index = __atomic_add_fetch(&g_ctx.comms[op.comm_slot].op_index, 1, __ATOMIC_RELAXED);
+    if (op.op_index > pairs[k].max_index) pairs[k].max_index = op.op_index;
+  }
+  for (uint32_t k = 0; k < n_pairs; ++k)
+    pairs[k].tracked = gpu_before(pairs[k].slot, pairs[k].stream, pairs[k].max_index);
+  return n_pairs;
+}
+
+bool pair_tracked(const Pair* pairs, uint32_t n, const GroupOp& op) {
+  for (uint32_t k = 0; k < n; ++k)
+    if (pairs[k].slot == op.comm_slot && pairs[k].stream == op.stream) return pairs[k].tracked;
+  return false;
+}
+
+void group_after_launch(ThreadState& t, Pair* pairs, uint32_t n_pairs, ncclResult_t res) {
+  if (res == ncclSuccess) {
+    for (uint32_t k = 0; k < n_pairs; ++k)
+      if (pairs[k].tracked)
+        pairs[k].tracked = gpu_after(pairs[k].slot, pairs[k].stream, pairs[k].max_index);
+  }
+  for (uint32_t i = 0; i < t.n_ops; ++i) {
+    const GroupOp& op = t.ops[i];
+    if (op.bits) continue;  // captured, or the call failed (already marked)
+    bool tracked = op.op_index != 0 && pair_tracked(pairs, n_pairs, op);
+    uint64_t index = tracked ? op.op_index : 0;
+    if (res == ncclSuccess) {
+      mark(op.rec_id, FR_REC_F_LAUNCHED | (tracked ? 0u : FR_REC_F_GPU_UNTRACKED), index);
+    } else if (res == ncclInProgress) {
+      mark(op.rec_id, 0, index);
+      defer(op.comm_slot, op.rec_id, op.stream, index);
+    } else {
+      mark(op.rec_id, FR_REC_F_NEVER_LAUNCHED, 0);
+    }
+  }
+  if (t.overflow) {
+    uint32_t flags = res == ncclSuccess      ? FR_REC_F_LAUNCHED | FR_REC_F_GPU_UNTRACKED
+                     : res == ncclInProgress ? 0u
+                                             : FR_REC_F_NEVER_LAUNCHED;
+    if (flags) mark_overflow(t.group_id, flags);
+  }
+}
+
+void group_reset(ThreadState& t) {
+  t.group_id = 0;
+  t.n_ops = 0;
+  t.overflow = 0;
+}
+
+// ---- other API calls ---------------------------------------------------------------------------
+
+// Records one API call around `call`: `before` fills arguments, `after` the outputs.
+template <class Call, class Before, class After>
+ncclResult_t run_api(fr_op op, const void* comm, Call call, Before before, After after) {
+  Scope s;
+  if (!s.active) return call();
+  CommRef c = comm_ref(comm);
+  fr_record r = new_record(op, c);
+  before(r, c);
+  record_begin(r);
+  ncclResult_t res = call();
+  finish(r, res);
+  after(r, c, res);
+  record_update(r);
+  return res;
+}
+
+auto no_before = [](fr_record&, const CommRef&) {};
+auto no_after = [](fr_record&, const CommRef&, ncclResult_t) {};
+
+bool config_nonblocking(const ncclConfig_t* config, bool inherited) {
+  if (config == nullptr || config->magic != kConfigMagic ||
+      config->size < offsetof(ncclConfig_t, blocking) + sizeof(int))
+    return inherited;
+  if (config->blocking == NCCL_CONFIG_UNDEF_INT) return inherited;
+  return config->blocking == 0;
+}
+
+void config_name(const ncclConfig_t* config, char* out) {
+  if (config == nullptr || config->magic != kConfigMagic ||
+      config->size < offsetof(ncclConfig_t, commName) + sizeof(const char*) ||
+      config->commName == nullptr)
+    return;
+  size_t n = strnlen(config->commName, FR_NAME_LEN - 1);
+  memcpy(out, config->commName, n);
+  out[n] = '\0';
+}
+
+uint64_t unique_id_hash(const ncclUniqueId* ids, int n) {
+  uint64_t h = kHashSeed;
+  for (int i = 0; i < n; ++i) h = hash_bytes(h, ids[i].internal, NCCL_UNIQUE_ID_BYTES);
+  return hash_finish(h);
+}
+
+struct NewComm {
+  uint64_t id;
+  uint64_t parent_id;
+  uint64_t derive_index;
+  int64_t color;
+  int32_t key;
+  int32_t nranks;
+  int32_t rank;
+  fr_comm_origin origin;
+  uint32_t id_flags;
+  bool nonblocking;
+  const ncclConfig_t* config;
+};
+
+// After a creating call: a table entry for the new communicator (or a failed one).
+void register_comm(const NewComm& n, ncclComm_t handle, ncclResult_t res, uint64_t call_ns) {
+  bool made = (res == ncclSuccess || res == ncclInProgress) && handle != nullptr;
+  fr_comm_entry e = {};
+  e.id = n.id;
+  e.parent_id = n.parent_id;
+  e.handle = (uint64_t)(uintptr_t)handle;
+  e.create_ns = call_ns;
+  e.color = n.color;
+  e.key = n.key;
+  e.size = n.nranks > 0 ? n.nranks : -1;
+  e.rank = n.rank;
+  e.cuda_dev = -1;
+  e.origin = n.origin;
+  e.flags = n.id_flags | (n.nonblocking ? FR_COMM_F_NONBLOCKING : 0u);
+  e.derive_index = n.derive_index;
+  config_name(n.config, e.name);
+  uint32_t state = !made ? FR_COMM_FAILED : res == ncclSuccess ? FR_COMM_LIVE : FR_COMM_INITIALIZING;
+  int32_t slot = comm_register(e, state, made ? handle : nullptr);
+  if (slot < 0) return;
+  g_ctx.priv[slot].nonblocking = n.nonblocking;
+  if (made && res == ncclSuccess) comm_learn_shape(slot, handle);
+}
+
+// A creating call: `prepare` computes the new communicator's identity from its parent's entry
+// (inside the guard), then the call runs and the new entry is registered.
+template <class Prepare, class Call>
+ncclResult_t run_create(fr_op op, const void* parent, Prepare prepare, ncclComm_t* out, Call call) {
+  Scope s;
+  if (!s.active) return call();
+  CommRef c = comm_ref(parent);
+  NewComm n = prepare(c);
+  fr_record r = new_record(op, c);
+  if (parent == nullptr) r.comm_id = n.id;
+  else r.aux = n.id;
+  r.count = n.nranks > 0 ? (uint64_t)n.nranks : 0;
+  record_begin(r);
+  ncclResult_t res = call();
+  finish(r, res);
+  ncclComm_t made = out != nullptr ? *out : nullptr;
+  bool ok = res == ncclSuccess || res == ncclInProgress;
+  if (made == nullptr && ok) r.aux = 0;  // e.g. a split with NCCL_SPLIT_NOCOLOR
+  if (made != nullptr ? ok : !ok) register_comm(n, made, res, r.call_ns);
+  record_update(r);
+  return res;
+}
+
+template <class Call>
+ncclResult_t run_lifecycle(fr_op op, ncclComm_t comm, uint32_t state, Call call) {
+  Scope s;
+  if (!s.active) return call();
+  CommRef c = comm_ref(comm);
+  fr_record r = new_record(op, c);
+  record_begin(r);
+  ncclResult_t res = call();
+  finish(r, res);
+  if ((res == ncclSuccess || res == ncclInProgress) && c.slot >= 0) {
+    comm_set_state(c.slot, state);
+    if (state != FR_COMM_LIVE && state != FR_COMM_SUSPENDED) drop_deferred(c.slot);
+  }
+  record_update(r);
+  return res;
+}
+
+NewComm parent_derived(const CommRef& p, fr_comm_origin origin, uint64_t* counter) {
+  NewComm n = {};
+  n.parent_id = p.id;
+  n.origin = origin;
+  n.id_flags = FR_COMM_F_ID_DERIVED;
+  n.nonblocking = p.nonblocking;
+  n.rank = -1;
+  n.nranks = -1;
+  if (p.slot >= 0 && counter != nullptr)
+    n.derive_index = __atomic_add_fetch(counter, 1, __ATOMIC_RELAXED);
+  return n;
+}
+
+const char kNoNccl[] = "fr: no NCCL library is loaded";
+
+}  // namespace
+
+#define FR_API extern "C" __attribute__((visibility("default")))
+#define FR_REAL_OR_FAIL(fn)           \
+  auto real = FR_REAL(fn);            \
+  if (real == nullptr) {              \
+    debug_log("%s: no real " #fn, #fn); \
+    return ncclSystemError;           \
+  }
+
+// ---- collectives -------------------------------------------------------------------------------
+
+FR_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                  ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                  cudaStream_t stream) {
+  FR_REAL_OR_FAIL(ncclAllReduce);
+  OpArgs a = {FR_OP_ALLREDUCE, false, sendbuff, recvbuff, count, datatype, op, -1, comm, stream};
+  return run_op(a, [&] { return real(sendbuff, recvbuff, count, datatype, op, comm, stream); });
+}
+
+FR_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                  ncclDataType_t datatype, int root, ncclComm_t comm,
+                                  cudaStream_t stream) {
+  FR_REAL_OR_FAIL(ncclBroadcast);
+  OpArgs a = {FR_OP_BROADCAST, false, sendbuff, recvbuff, count, datatype, -1, root, comm, stream};
+  return run_op(a, [&] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream); });
+}
+
+FR_API ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root,
+                              ncclComm_t comm, cudaStream_t stream) {
+  FR_REAL_OR_FAIL(ncclBcast);
+  OpArgs a = {FR_OP_BCAST, false, buff, buff, count, datatype, -1, root, comm, stream};
+  return run_op(a, [&] { return real(buff, count, datatype, root, comm, stream); });
+}
+
+FR_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                               ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
+                               cudaStream_t stream) {
+  FR_REAL_OR_FAIL(ncclReduce);
+  OpArgs a = {FR_OP_REDUCE, false, sendbuff, recvbuff, count, datatype, op, root, comm, stream};
+  return run_op(a,
+                [&] { return real(sendbuff, recvbuff, count, datatype, op, root, comm, stream); });
+}
+
+FR_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                  ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  FR_REAL_OR_FAIL(ncclAllGather);
+  OpArgs a = {FR_OP_ALLGATHER, false, sendbuff, recvbuff, sendcount, datatype, -1, -1, comm, stream};
+  return run_op(a, [&] { return real(sendbuff, recvbuff, sendcount, datatype, comm, stream); });
+}
+
+FR_API ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                      ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                      cudaStream_t stream) {
+  FR_REAL_OR_FAIL(ncclReduceScatter);
+  OpArgs a = {FR_OP_REDUCESCATTER, false, sendbuff, recvbuff, recvcount, datatype, op, -1, comm,
+              stream};
+  return run_op(a,
+                [&] { return real(sendbuff, recvbuff, recvcount, datatype, op, comm, stream); });
+}
+
+FR_API ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                 ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  FR_REAL_OR_FAIL(ncclAlltoAll);
+  OpArgs a = {FR_OP_ALLTOALL, false, sendbuff, recvbuff, count, datatype, -1, -1, comm, stream};
+  return run_op(a, [&] { return real(sendbuff, recvbuff, count, datatype, comm, stream); });
+}
+
+FR_API ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count,
+                               ncclDataType_t datatype, int root, ncclComm_t comm,
+                               cudaStream_t stream) {
+  FR_REAL_OR_FAIL(ncclGather);
+  OpArgs a = {FR_OP_GATHER, false, sendbuff, recvbuff, count, datatype, -1, root, comm, stream};
+  return run_op(a, [&] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream); });
+}
+
+FR_API ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count,
+                                ncclDataType_t datatype, int root, ncclComm_t comm,
+                                cudaStream_t stream) {
+  FR_REAL_OR_FAIL(ncclScatter);
+  OpArgs a = {FR_OP_SCATTER, false, sendbuff, recvbuff, count, datatype, -1, root, comm, stream};
+  return run_op(a, [&] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream); });
+}
+
+FR_API ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                             ncclComm_t comm, cudaStream_t stream) {
+  FR_REAL_OR_FAIL(ncclSend);
+  OpArgs a = {FR_OP_SEND, true, sendbuff, nullptr, count, datatype, -1, peer, comm, stream};
+  return run_op(a, [&] { return real(sendbuff, count, datatype, peer, comm, stream); });
+}
+
+FR_API ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                             ncclComm_t comm, cudaStream_t stream) {
+  FR_REAL_OR_FAIL(ncclRecv);
+  OpArgs a = {FR_OP_RECV, true, nullptr, recvbuff, count, datatype, -1, peer, comm, stream};
+  return run_op(a, [&] { return real(recvbuff, count, datatype, peer, comm, stream); });
+}
+
+// ---- groups ------------------------------------------------------------------------------------
+
+FR_API ncclResult_t ncclGroupStart() {
+  FR_REAL_OR_FAIL(ncclGroupStart);
+  Scope s;
+  if (!s.active) return real();
+  ThreadState& t = s.t;
+  if (t.group_depth == 0) {
+    group_reset(t);
+    t.group_id = __atomic_add_fetch(&g_ctx.next_group_id, 1, __ATOMIC_RELAXED);
+  }
+  fr_record r = new_record(FR_OP_GROUP_START, CommRef{-1, 0, nullptr, false});
+  r.group_id = t.group_id;
+  r.flags |= FR_REC_F_IN_GROUP;
+  record_begin(r);
+  ncclResult_t res = real();
+  finish(r, res);
+  if (res == ncclSuccess) ++t.group_depth;
+  record_update(r);
+  return res;
+}
+
+// GroupEnd and GroupSimulateEnd: only the outermost one launches (or simulates) the group.
+template <class Call>
+ncclResult_t run_group_end(fr_op op, Call call) {
+  Scope s;
+  if (!s.active) return call();
+  ThreadState& t = s.t;
+  fr_record r = new_record(op, CommRef{-1, 0, nullptr, false});
+  bool outermost = t.group_depth == 1;
+  record_begin(r);
+  Pair pairs[kMaxPairs];
+  uint32_t n_pairs = 0;
+  if (outermost && op == FR_OP_GROUP_END) n_pairs = group_before_launch(t, pairs);
+  ncclResult_t res = call();
+  finish(r, res);
+  if (t.group_depth > 0) --t.group_depth;  // NCCL ends the group level even when the call fails
+  if (outermost) {
+    if (op == FR_OP_GROUP_END) {
+      group_after_launch(t, pairs, n_pairs, res);
+    } else {
+      for (uint32_t i = 0; i < t.n_ops; ++i)
+        if (!(t.ops[i].bits & kOpCaptured)) mark(t.ops[i].rec_id, FR_REC_F_NEVER_LAUNCHED, 0);
+      if (t.overflow) mark_overflow(t.group_id, FR_REC_F_NEVER_LAUNCHED);
+    }
+    group_reset(t);
+  }
+  record_update(r);
+  return res;
+}
+
+FR_API ncclResult_t ncclGroupEnd() {
+  FR_REAL_OR_FAIL(ncclGroupEnd);
+  return run_group_end(FR_OP_GROUP_END, [&] { return real(); });
+}
+
+FR_API ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  FR_REAL_OR_FAIL(ncclGroupSimulateEnd);
+  return run_group_end(FR_OP_GROUP_SIMULATE_END, [&] { return real(simInfo); });
+}
+
+// ---- communicator creation ---------------------------------------------------------------------
+
+FR_API ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
+  FR_REAL_OR_FAIL(ncclGetUniqueId);
+  return run_api(
+      FR_OP_GET_UNIQUE_ID, nullptr, [&] { return real(uniqueId); }, no_before,
+      [&](fr_record& r, const CommRef&, ncclResult_t res) {
+        // The id of the communicator an init with this unique id will make.
+        if (res == ncclSuccess && uniqueId != nullptr) r.comm_id = unique_id_hash(uniqueId, 1);
+      });
+}
+
+FR_API ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
+  FR_REAL_OR_FAIL(ncclCommInitRank);
+  NewComm n = {};
+  n.id = unique_id_hash(&commId, 1);
+  n.nranks = nranks;
+  n.rank = rank;
+  n.origin = FR_ORIGIN_INIT_RANK;
+  n.id_flags = FR_COMM_F_ID_FROM_UNIQUE_ID;
+  return run_create(FR_OP_COMM_INIT_RANK, nullptr, [&](const CommRef&) { return n; }, comm,
+                    [&] { return real(comm, nranks, commId, rank); });
+}
+
+FR_API ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId,
+                                           int rank, ncclConfig_t* config) {
+  FR_REAL_OR_FAIL(ncclCommInitRankConfig);
+  NewComm n = {};
+  n.id = unique_id_hash(&commId, 1);
+  n.nranks = nranks;
+  n.rank = rank;
+  n.origin = FR_ORIGIN_INIT_RANK_CONFIG;
+  n.id_flags = FR_COMM_F_ID_FROM_UNIQUE_ID;
+  n.nonblocking = config_nonblocking(config, false);
+  n.config = config;
+  return run_create(FR_OP_COMM_INIT_RANK_CONFIG, nullptr, [&](const CommRef&) { return n; }, comm,
+                    [&] { return real(comm, nranks, commId, rank, config); });
+}
+
+FR_API ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
+                                             ncclUniqueId* commIds, ncclConfig_t* config) {
+  FR_REAL_OR_FAIL(ncclCommInitRankScalable);
+  NewComm n = {};
+  n.id = (commIds != nullptr && nId > 0 && nId <= 4096) ? unique_id_hash(commIds, nId) : 1;
+  n.nranks = nranks;
+  n.rank = myrank;
+  n.origin = FR_ORIGIN_INIT_RANK_SCALABLE;
+  n.id_flags = FR_COMM_F_ID_FROM_UNIQUE_ID;
+  n.nonblocking = config_nonblocking(config, false);
+  n.config = config;
+  return run_create(FR_OP_COMM_INIT_RANK_SCALABLE, nullptr, [&](const CommRef&) { return n; },
+                    newcomm,
+                    [&] { return real(newcomm, nranks, myrank, nId, commIds, config); });
+}
+
+// ncclCommInitAll makes ndev communicators of one clique inside this process; no unique id is
+// visible, so the id is a hash of a per-process call counter and the device list.
+FR_API ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
+  FR_REAL_OR_FAIL(ncclCommInitAll);
+  Scope s;
+  if (!s.active) return real(comm, ndev, devlist);
+  uint64_t call = __atomic_add_fetch(&g_ctx.init_all_calls, 1, __ATOMIC_RELAXED);
+  uint64_t h = hash_u64(hash_bytes(kHashSeed, "InitAll", 7), call);
+  h = hash_u64(h, (uint64_t)(int64_t)ndev);
+  if (devlist != nullptr && ndev > 0 && ndev <= 65536)
+    h = hash_bytes(h, devlist, (size_t)ndev * sizeof(int));
+  NewComm n = {};
+  n.id = hash_finish(h);
+  n.nranks = ndev;
+  n.origin = FR_ORIGIN_INIT_ALL;
+  fr_record r = new_record(FR_OP_COMM_INIT_ALL, CommRef{-1, n.id, nullptr, false});
+  r.count = ndev > 0 ? (uint64_t)ndev : 0;
+  record_begin(r);
+  ncclResult_t res = real(comm, ndev, devlist);
+  finish(r, res);
+  if (res == ncclSuccess && comm != nullptr) {
+    for (int i = 0; i < ndev; ++i) {
+      n.rank = i;
+      register_comm(n, comm[i], res, r.call_ns);
+    }
+  } else if (res != ncclSuccess) {
+    n.rank = -1;
+    register_comm(n, nullptr, res, r.call_ns);
+  }
+  record_update(r);
+  return res;
+}
+
+FR_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                                  ncclConfig_t* config) {
+  FR_REAL_OR_FAIL(ncclCommSplit);
+  auto prepare = [&](const CommRef& p) {
+    NewComm n = parent_derived(p, FR_ORIGIN_SPLIT,
+                               p.slot >= 0 ? &g_ctx.priv[p.slot].split_calls : nullptr);
+    n.color = color;
+    n.key = key;
+    n.nonblocking = config_nonblocking(config, p.nonblocking);
+    n.config = config;
+    n.id = color == NCCL_SPLIT_NOCOLOR
+               ? 0
+               : hash_finish(hash_u64(hash_u64(hash_u64(kHashSeed, p.id), n.derive_index),
+                                      (uint64_t)(int64_t)color));
+    return n;
+  };
+  return run_create(FR_OP_COMM_SPLIT, comm, prepare, newcomm,
+                    [&] { return real(comm, color, key, newcomm, config); });
+}
+
+FR_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+                                   ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+  FR_REAL_OR_FAIL(ncclCommShrink);
+  auto prepare = [&](const CommRef& p) {
+    NewComm n = parent_derived(p, FR_ORIGIN_SHRINK,
+                               p.slot >= 0 ? &g_ctx.priv[p.slot].shrink_calls : nullptr);
+    // The exclusion list, order-independent: every member passes the same set.
+    uint64_t excl = 0;
+    if (excludeRanksList != nullptr && excludeRanksCount > 0)
+      for (int i = 0; i < excludeRanksCount; ++i)
+        excl += hash_finish(hash_u64(kHashSeed, (uint64_t)(int64_t)excludeRanksList[i]));
+    n.color = (int64_t)excl;
+    n.nonblocking = config_nonblocking(config, p.nonblocking);
+    n.config = config;
+    n.id = hash_finish(hash_u64(hash_u64(hash_u64(kHashSeed, p.id), n.derive_index), excl));
+    return n;
+  };
+  return run_create(FR_OP_COMM_SHRINK, comm, prepare, newcomm, [&] {
+    return real(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
+  });
+}
+
+// Grow: members of `comm` derive the id from (parent, grow counter, new size); joining ranks
+// (comm == NULL) only have the unique id, so theirs is its hash (see docs/agent.md).
+FR_API ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId,
+                                 int rank, ncclComm_t* newcomm, ncclConfig_t* config) {
+  FR_REAL_OR_FAIL(ncclCommGrow);
+  auto prepare = [&](const CommRef& p) {
+    NewComm n = {};
+    if (comm != nullptr) {
+      n = parent_derived(p, FR_ORIGIN_GROW, p.slot >= 0 ? &g_ctx.priv[p.slot].grow_calls : nullptr);
+      n.id = hash_finish(hash_u64(hash_u64(hash_u64(kHashSeed, p.id), n.derive_index),
+                                  (uint64_t)(int64_t)nRanks));
+    } else {
+      n.origin = FR_ORIGIN_GROW;
+      n.id = uniqueId != nullptr ? unique_id_hash(uniqueId, 1) : 1;
+      n.id_flags = FR_COMM_F_ID_FROM_UNIQUE_ID;
+      n.rank = rank;
+    }
+    n.nranks = nRanks;
+    n.nonblocking = config_nonblocking(config, p.nonblocking);
+    n.config = config;
+    return n;
+  };
+  return run_create(FR_OP_COMM_GROW, comm, prepare, newcomm,
+                    [&] { return real(comm, nRanks, uniqueId, rank, newcomm, config); });
+}
+
+FR_API ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId) {
+  FR_REAL_OR_FAIL(ncclCommGetUniqueId);
+  return run_api(
+      FR_OP_COMM_GET_UNIQUE_ID, comm, [&] { return real(comm, uniqueId); }, no_before,
+      [&](fr_record& r, const CommRef&, ncclResult_t res) {
+        if (res == ncclSuccess && uniqueId != nullptr) r.aux = unique_id_hash(uniqueId, 1);
+      });
+}
+
+// ---- communicator lifecycle --------------------------------------------------------------------
+
+FR_API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  FR_REAL_OR_FAIL(ncclCommFinalize);
+  return run_lifecycle(FR_OP_COMM_FINALIZE, comm, FR_COMM_FINALIZED, [&] { return real(comm); });
+}
+
+FR_API ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  FR_REAL_OR_FAIL(ncclCommDestroy);
+  return run_lifecycle(FR_OP_COMM_DESTROY, comm, FR_COMM_DESTROYED, [&] { return real(comm); });
+}
+
+FR_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  FR_REAL_OR_FAIL(ncclCommAbort);
+  return run_lifecycle(FR_OP_COMM_ABORT, comm, FR_COMM_ABORTED, [&] { return real(comm); });
+}
+
+FR_API ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  FR_REAL_OR_FAIL(ncclCommRevoke);
+  return run_lifecycle(FR_OP_COMM_REVOKE, comm, FR_COMM_REVOKED,
+                       [&] { return real(comm, revokeFlags); });
+}
+
+FR_API ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags) {
+  FR_REAL_OR_FAIL(ncclCommSuspend);
+  return run_lifecycle(FR_OP_COMM_SUSPEND, comm, FR_COMM_SUSPENDED,
+                       [&] { return real(comm, flags); });
+}
+
+FR_API ncclResult_t ncclCommResume(ncclComm_t comm) {
+  FR_REAL_OR_FAIL(ncclCommResume);
+  return run_lifecycle(FR_OP_COMM_RESUME, comm, FR_COMM_LIVE, [&] { return real(comm); });
+}
+
+// Not recorded unless it reports an error. Its success is also the moment a nonblocking
+// communicator's pending work is known to be launched (the agent never asks on its own).
+FR_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  FR_REAL_OR_FAIL(ncclCommGetAsyncError);
+  Scope s;
+  if (!s.active) return real(comm, asyncError);
+  uint64_t call_ns = now_ns();
+  ncclResult_t res = real(comm, asyncError);
+  if (res != ncclSuccess || asyncError == nullptr) return res;
+  CommRef c = comm_ref(comm);
+  if (c.slot < 0) return res;
+  ncclResult_t err = *asyncError;
+  if (err == ncclSuccess) {
+    if (!g_ctx.priv[c.slot].ready) {
+      comm_learn_shape(c.slot, comm);
+      uint32_t expected = FR_COMM_INITIALIZING;
+      __atomic_compare_exchange_n(&c.entry->state, &expected, (uint32_t)FR_COMM_LIVE, false,
+                                  __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+    }
+    release_deferred(c.slot);
+  } else if (err != ncclInProgress) {
+    int32_t prev = __atomic_exchange_n(&c.entry->async_error, (int32_t)err, __ATOMIC_ACQ_REL);
+    drop_deferred(c.slot);
+    if (prev != (int32_t)err) {
+      // Recorded once per distinct error; `result` holds the asynchronous error.
+      fr_record r = new_record(FR_OP_COMM_GET_ASYNC_ERROR, c);
+      r.call_ns = call_ns;
+      r.duration_ns = now_ns() - call_ns;
+      r.result = (int32_t)err;
+      r.flags &= ~FR_REC_F_IN_CALL;
+      record_begin(r);
+    }
+  }
+  return res;
+}
+
+// ---- registration, windows, memory, reduction ops ------------------------------------------------
+
+FR_API ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size,
+                                     void** handle) {
+  FR_REAL_OR_FAIL(ncclCommRegister);
+  return run_api(
+      FR_OP_COMM_REGISTER, comm, [&] { return real(comm, buff, size, handle); },
+      [&](fr_record& r, const CommRef&) {
+        r.sendbuff = (uint64_t)(uintptr_t)buff;
+        r.count = size;
+      },
+      [&](fr_record& r, const CommRef&, ncclResult_t res) {
+        if (res == ncclSuccess && handle != nullptr) r.recvbuff = (uint64_t)(uintptr_t)*handle;
+      });
+}
+
+FR_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
+  FR_REAL_OR_FAIL(ncclCommDeregister);
+  return run_api(
+      FR_OP_COMM_DEREGISTER, comm, [&] { return real(comm, handle); },
+      [&](fr_record& r, const CommRef&) { r.recvbuff = (uint64_t)(uintptr_t)handle; }, no_after);
+}
+
+FR_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size,
+                                           ncclWindow_t* win, int winFlags) {
+  FR_REAL_OR_FAIL(ncclCommWindowRegister);
+  return run_api(
+      FR_OP_COMM_WINDOW_REGISTER, comm, [&] { return real(comm, buff, size, win, winFlags); },
+      [&](fr_record& r, const CommRef&) {
+        r.sendbuff = (uint64_t)(uintptr_t)buff;
+        r.count = size;
+      },
+      [&](fr_record& r, const CommRef&, ncclResult_t res) {
+        if (res == ncclSuccess && win != nullptr) r.recvbuff = (uint64_t)(uintptr_t)*win;
+      });
+}
+
+FR_API ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  FR_REAL_OR_FAIL(ncclCommWindowDeregister);
+  return run_api(
+      FR_OP_COMM_WINDOW_DEREGISTER, comm, [&] { return real(comm, win); },
+      [&](fr_record& r, const CommRef&) { r.recvbuff = (uint64_t)(uintptr_t)win; }, no_after);
+}
+
+FR_API ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
+  FR_REAL_OR_FAIL(ncclMemAlloc);
+  return run_api(
+      FR_OP_MEM_ALLOC, nullptr, [&] { return real(ptr, size); },
+      [&](fr_record& r, const CommRef&) { r.count = size; },
+      [&](fr_record& r, const CommRef&, ncclResult_t res) {
+        if (res == ncclSuccess && ptr != nullptr) r.recvbuff = (uint64_t)(uintptr_t)*ptr;
+      });
+}
+
+FR_API ncclResult_t ncclMemFree(void* ptr) {
+  FR_REAL_OR_FAIL(ncclMemFree);
+  return run_api(
+      FR_OP_MEM_FREE, nullptr, [&] { return real(ptr); },
+      [&](fr_record& r, const CommRef&) { r.recvbuff = (uint64_t)(uintptr_t)ptr; }, no_after);
+}
+
+FR_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar,
+                                             ncclDataType_t datatype,
+                                             ncclScalarResidence_t residence, ncclComm_t comm) {
+  FR_REAL_OR_FAIL(ncclRedOpCreatePreMulSum);
+  return run_api(
+      FR_OP_REDOP_CREATE_PREMULSUM, comm, [&] { return real(op, scalar, datatype, residence, comm); },
+      [&](fr_record& r, const CommRef&) {
+        r.sendbuff = (uint64_t)(uintptr_t)scalar;
+        r.dtype = (uint8_t)datatype;
+        r.count = (uint64_t)residence;
+      },
+      [&](fr_record& r, const CommRef&, ncclResult_t res) {
+        if (res == ncclSuccess && op != nullptr) r.redop = (int32_t)*op;
+      });
+}
+
+FR_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  FR_REAL_OR_FAIL(ncclRedOpDestroy);
+  return run_api(
+      FR_OP_REDOP_DESTROY, comm, [&] { return real(op, comm); },
+      [&](fr_record& r, const CommRef&) { r.redop = (int32_t)op; }, no_after);
+}
+
+// ---- queries: forwarded, not recorded ------------------------------------------------------------
+
+FR_API ncclResult_t ncclGetVersion(int* version) {
+  FR_REAL_OR_FAIL(ncclGetVersion);
+  return real(version);
+}
+
+FR_API ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  FR_REAL_OR_FAIL(ncclCommCount);
+  return real(comm, count);
+}
+
+FR_API ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
+  FR_REAL_OR_FAIL(ncclCommCuDevice);
+  return real(comm, device);
+}
+
+FR_API ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  FR_REAL_OR_FAIL(ncclCommUserRank);
+  return real(comm, rank);
+}
+
+FR_API const char* ncclGetErrorString(ncclResult_t result) {
+  auto real = FR_REAL(ncclGetErrorString);
+  return real != nullptr ? real(result) : kNoNccl;
+}
+
+FR_API const char* ncclGetLastError(ncclComm_t comm) {
+  auto real = FR_REAL(ncclGetLastError);
+  return real != nullptr ? real(comm) : kNoNccl;
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+FR_API void ncclResetDebugInit() {
+  auto real = FR_REAL(ncclResetDebugInit);
+  if (real != nullptr) real();
+}
+#pragma GCC diagnostic pop

@@ -1,0 +1,77 @@
+// A tiny stand-in for libcuda.so.1: just the driver calls the agent makes for GPU progress.
+// Stream writes land in host memory at once (the "device pointer" is the host address), events
+// complete at once, and stream 0xCA97 is "being captured". Anything enqueued into the capturing
+// stream is counted as a violation, which the probe reports.
+//
+// FAKE_CUDA_NO_WRITE=1 makes cuStreamWriteValue64 fail, so the agent falls back to events.
+#include <cuda.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+namespace {
+constexpr uint64_t kCapturing = 0xCA97;
+int g_violations;      // atomic
+int g_writes;          // atomic
+int g_events_live;     // atomic
+int g_ctx_token;
+int event_pool[4096];  // events are addresses in this pool
+int g_next_event;      // atomic
+
+bool no_write() {
+  const char* v = getenv("FAKE_CUDA_NO_WRITE");
+  return v != nullptr && strcmp(v, "1") == 0;
+}
+}  // namespace
+
+#define API extern "C" __attribute__((visibility("default")))
+
+API int fr_fake_cuda_violations() { return __atomic_load_n(&g_violations, __ATOMIC_RELAXED); }
+API int fr_fake_cuda_writes() { return __atomic_load_n(&g_writes, __ATOMIC_RELAXED); }
+API int fr_fake_cuda_events_live() { return __atomic_load_n(&g_events_live, __ATOMIC_RELAXED); }
+
+API CUresult cuCtxGetCurrent(CUcontext* ctx) {
+  *ctx = (CUcontext)&g_ctx_token;
+  return CUDA_SUCCESS;
+}
+
+API CUresult cuMemHostRegister_v2(void*, size_t, unsigned int) { return CUDA_SUCCESS; }
+
+API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* dptr, void* p, unsigned int) {
+  *dptr = (CUdeviceptr)(uintptr_t)p;
+  return CUDA_SUCCESS;
+}
+
+API CUresult cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                                     unsigned int) {
+  if (no_write()) return CUDA_ERROR_NOT_SUPPORTED;
+  if ((uint64_t)(uintptr_t)stream == kCapturing) __atomic_fetch_add(&g_violations, 1, __ATOMIC_RELAXED);
+  __atomic_store_n((uint64_t*)(uintptr_t)addr, value, __ATOMIC_RELEASE);
+  __atomic_fetch_add(&g_writes, 1, __ATOMIC_RELAXED);
+  return CUDA_SUCCESS;
+}
+
+API CUresult cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
+  *status = (uint64_t)(uintptr_t)stream == kCapturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE
+                                                      : CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+
+API CUresult cuEventCreate(CUevent* ev, unsigned int) {
+  int i = __atomic_fetch_add(&g_next_event, 1, __ATOMIC_RELAXED) % 4096;
+  *ev = (CUevent)&event_pool[i];
+  __atomic_fetch_add(&g_events_live, 1, __ATOMIC_RELAXED);
+  return CUDA_SUCCESS;
+}
+
+API CUresult cuEventRecord(CUevent, CUstream stream) {
+  if ((uint64_t)(uintptr_t)stream == kCapturing) __atomic_fetch_add(&g_violations, 1, __ATOMIC_RELAXED);
+  return CUDA_SUCCESS;
+}
+
+API CUresult cuEventQuery(CUevent) { return CUDA_SUCCESS; }
+
+API CUresult cuEventDestroy_v2(CUevent) {
+  __atomic_fetch_sub(&g_events_live, 1, __ATOMIC_RELAXED);
+  return CUDA_SUCCESS;
+}

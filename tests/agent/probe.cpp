@@ -1,0 +1,154 @@
+// A small NCCL program the agent's process tests run under the agent (linked in, or through
+// LD_PRELOAD) with different environments. It prints `key=value` lines the tests parse and exits
+// 0 when every call returned what the NCCL double was asked to return.
+//
+//   probe basic          init, 5 all-reduces, destroy
+//   probe none           never calls NCCL
+//   probe ring N         init and N all-reduces
+//   probe fork MODE      init, 3 all-reduces, fork; the child calls NCCL (MODE=child-calls) or not
+//   probe gpu            launches on plain, capturing and grouped streams; waits for the counters
+#include <dirent.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "fr/flight_log.h"
+
+namespace {
+
+int g_failures = 0;
+
+void check(const char* what, ncclResult_t r) {
+  printf("rc.%s=%d\n", what, (int)r);
+  if (r != ncclSuccess) ++g_failures;
+}
+
+cudaStream_t stream(uint64_t v) { return (cudaStream_t)(uintptr_t)v; }
+
+ncclComm_t init_comm(int nranks, int rank) {
+  ncclUniqueId id;
+  check("GetUniqueId", ncclGetUniqueId(&id));
+  ncclComm_t comm = nullptr;
+  check("CommInitRank", ncclCommInitRank(&comm, nranks, id, rank));
+  return comm;
+}
+
+void all_reduces(ncclComm_t comm, int n) {
+  static float buf[16];
+  for (int i = 0; i < n; ++i)
+    check("AllReduce", ncclAllReduce(buf, buf, 16, ncclFloat32, ncclSum, comm, stream(0x10)));
+}
+
+// The one log in FR_LOG_DIR written by this process, mapped read-only.
+const fr_log_header* own_log() {
+  const char* dir = getenv("FR_LOG_DIR");
+  if (dir == nullptr) return nullptr;
+  DIR* d = opendir(dir);
+  if (d == nullptr) return nullptr;
+  std::string want = "." + std::to_string(getpid()) + ".";
+  const fr_log_header* h = nullptr;
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name.find(want) == std::string::npos) continue;
+    std::string path = std::string(dir) + "/" + name;
+    int fd = open(path.c_str(), O_RDONLY);
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0) {
+      void* m = mmap(nullptr, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+      if (m != MAP_FAILED) h = (const fr_log_header*)m;
+    }
+    if (fd >= 0) close(fd);
+    break;
+  }
+  closedir(d);
+  return h;
+}
+
+int scenario_gpu() {
+  ncclComm_t comm = init_comm(2, 0);
+  static float buf[16];
+  all_reduces(comm, 2);  // op index 1, 2
+  check("AllReduceCaptured",
+        ncclAllReduce(buf, buf, 16, ncclFloat32, ncclSum, comm, stream(0xCA97)));  // no index
+  check("GroupStart", ncclGroupStart());
+  check("AllReduceGrouped", ncclAllReduce(buf, buf, 16, ncclFloat32, ncclSum, comm, stream(0x10)));
+  check("Send", ncclSend(buf, 16, ncclFloat32, 1, comm, stream(0x10)));
+  check("Recv", ncclRecv(buf, 16, ncclFloat32, 1, comm, stream(0x20)));
+  check("GroupEnd", ncclGroupEnd());  // indices 3, 4, 5
+  const fr_log_header* h = own_log();
+  uint64_t started = 0, completed = 0;
+  if (h != nullptr) {
+    const fr_comm_entry* c = (const fr_comm_entry*)((const uint8_t*)h + h->comm_offset);
+    for (int i = 0; i < 1000; ++i) {  // events are polled by the agent's thread: allow time
+      started = __atomic_load_n(&c->gpu_started, __ATOMIC_ACQUIRE);
+      completed = __atomic_load_n(&c->gpu_completed, __ATOMIC_ACQUIRE);
+      if (completed >= 5) break;
+      struct timespec ts = {0, 10000000};
+      nanosleep(&ts, nullptr);
+    }
+  }
+  printf("gpu_started=%llu\ngpu_completed=%llu\n", (unsigned long long)started,
+         (unsigned long long)completed);
+  void* cuda = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_NOW);
+  if (cuda != nullptr) {
+    auto violations = (int (*)())dlsym(cuda, "fr_fake_cuda_violations");
+    auto writes = (int (*)())dlsym(cuda, "fr_fake_cuda_writes");
+    if (violations) printf("violations=%d\n", violations());
+    if (writes) printf("writes=%d\n", writes());
+  }
+  return g_failures == 0 ? 0 : 1;
+}
+
+int scenario_fork(const char* mode) {
+  ncclComm_t comm = init_comm(2, 0);
+  all_reduces(comm, 3);
+  fflush(stdout);
+  pid_t child = fork();
+  if (child == 0) {
+    if (strcmp(mode, "child-calls") == 0) {
+      ncclComm_t c2 = init_comm(2, 1);
+      all_reduces(c2, 2);
+    }
+    fflush(stdout);
+    _exit(g_failures == 0 ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  all_reduces(comm, 1);
+  printf("parent_pid=%d\nchild_pid=%d\nchild_status=%d\n", (int)getpid(), (int)child, status);
+  return (g_failures == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  const char* what = argc > 1 ? argv[1] : "basic";
+  printf("pid=%d\n", (int)getpid());
+  if (strcmp(what, "none") == 0) return 0;
+  if (strcmp(what, "basic") == 0) {
+    ncclComm_t comm = init_comm(2, 0);
+    all_reduces(comm, 5);
+    check("CommDestroy", ncclCommDestroy(comm));
+    return g_failures == 0 ? 0 : 1;
+  }
+  if (strcmp(what, "ring") == 0) {
+    ncclComm_t comm = init_comm(2, 0);
+    all_reduces(comm, argc > 2 ? atoi(argv[2]) : 100);
+    return g_failures == 0 ? 0 : 1;
+  }
+  if (strcmp(what, "fork") == 0) return scenario_fork(argc > 2 ? argv[2] : "child-calls");
+  if (strcmp(what, "gpu") == 0) return scenario_gpu();
+  fprintf(stderr, "probe: unknown scenario %s\n", what);
+  return 2;
+}

@@ -1,0 +1,343 @@
+// Out-of-process tests of the agent: each runs a probe program in a fresh temporary log directory
+// and reads what it left behind with the project's reader.
+#include <catch2/catch.hpp>
+
+#include <stdio.h>
+
+#include <algorithm>
+#include <set>
+
+#include "test_util.h"
+
+using fr::agent_test::records_of;
+using fr::agent_test::run;
+using fr::agent_test::RunResult;
+using fr::agent_test::TempDir;
+
+namespace {
+
+const std::string kDir = FR_AGENT_TEST_DIR;
+const std::string kProbe = kDir + "/fr_agent_probe";
+const std::string kProbePlain = kDir + "/fr_agent_probe_plain";
+constexpr bool kSanitized = FR_AGENT_SANITIZED != 0;
+
+using Env = std::vector<std::pair<std::string, std::string>>;
+
+// The environment every probe runs with: the log directory, and no launcher variables that the
+// test runner might have (they would change global_rank).
+Env env_for(const TempDir& dir, Env extra = {}) {
+  Env env = {{"FR_LOG_DIR", dir.path()}, {"FR_DISABLE", ""}, {"FR_BUFFER_ENTRIES", ""},
+             {"RANK", ""}, {"WORLD_SIZE", ""}, {"OMPI_COMM_WORLD_RANK", ""}, {"PMI_RANK", ""},
+             {"SLURM_PROCID", ""}, {"LOCAL_RANK", ""}, {"LD_PRELOAD", ""}};
+  for (auto& e : extra) env.push_back(e);
+  return env;
+}
+
+fr::log::LogFile only_log(const TempDir& dir) {
+  auto logs = dir.logs();
+  REQUIRE(logs.size() == 1);
+  auto r = fr::log::read_log(logs[0]);
+  INFO(r.message);
+  REQUIRE(r.ok());
+  return *r.log;
+}
+
+std::string slurp(FILE* f) {
+  std::string s;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("a recorded run leaves a valid log that outlives the process", "[agent]") {
+  TempDir dir;
+  RunResult r = run({kProbe, "basic"}, env_for(dir, {{"FR_JOB_ID", "job/with spaces"},
+                                                      {"RANK", "3"}, {"WORLD_SIZE", "8"},
+                                                      {"LOCAL_RANK", "1"}}));
+  INFO(r.out);
+  REQUIRE(r.exit_code == 0);
+  auto logs = dir.logs();
+  REQUIRE(logs.size() == 1);
+  std::string name = logs[0].substr(dir.path().size() + 1);
+  CHECK(name.rfind("fr.job_with_spaces.", 0) == 0);
+  CHECK(name.find("." + r.values["pid"] + ".") != std::string::npos);
+  auto log = only_log(dir);
+  CHECK(log.header.pid == std::stoi(r.values["pid"]));
+  CHECK(log.header.global_rank == 3);
+  CHECK(log.header.world_size == 8);
+  CHECK(log.header.local_rank == 1);
+  CHECK((log.header.flags & FR_LOG_F_RANK_FROM_COMM) == 0);
+  CHECK(log.job_id() == "job_with_spaces");
+  CHECK(log.header.ring_capacity == FR_DEFAULT_RING_CAPACITY);
+  CHECK(log.header.file_size <= 1024 * 1024);
+  CHECK_FALSE(log.writer_alive);  // the writer is gone; the log stays
+  CHECK(records_of(log, FR_OP_ALLREDUCE).size() == 5);
+  REQUIRE(log.comms.size() == 1);
+  CHECK(log.comms[0].state == FR_COMM_DESTROYED);
+}
+
+TEST_CASE("without launcher variables the rank comes from the largest communicator", "[agent]") {
+  TempDir dir;
+  RunResult r = run({kProbe, "ring", "3"}, env_for(dir));
+  REQUIRE(r.exit_code == 0);
+  auto log = only_log(dir);
+  CHECK(log.header.global_rank == 0);
+  CHECK(log.header.world_size == 2);
+  CHECK((log.header.flags & FR_LOG_F_RANK_FROM_COMM) != 0);
+  CHECK(log.job_id() == "nojob");
+}
+
+TEST_CASE("LD_PRELOAD records an unmodified program", "[agent]") {
+  if (kSanitized) {
+    SUCCEED("sanitized libraries cannot be preloaded; the linked-in probes cover the agent");
+    return;
+  }
+  TempDir dir;
+  RunResult r = run({kProbePlain, "basic"}, env_for(dir, {{"LD_PRELOAD", FR_AGENT_LIB}}));
+  INFO(r.out);
+  REQUIRE(r.exit_code == 0);
+  auto log = only_log(dir);
+  CHECK(records_of(log, FR_OP_ALLREDUCE).size() == 5);
+  CHECK(records_of(log, FR_OP_COMM_INIT_RANK).size() == 1);
+  // The same program without the agent leaves nothing.
+  TempDir plain;
+  REQUIRE(run({kProbePlain, "basic"}, env_for(plain)).exit_code == 0);
+  CHECK(plain.files().empty());
+}
+
+TEST_CASE("a process that never calls NCCL creates no file", "[agent]") {
+  TempDir dir;
+  RunResult r = run({kProbe, "none"}, env_for(dir));
+  REQUIRE(r.exit_code == 0);
+  CHECK(dir.files().empty());
+  if (!kSanitized) {
+    REQUIRE(run({kProbePlain, "none"}, env_for(dir, {{"LD_PRELOAD", FR_AGENT_LIB}})).exit_code == 0);
+    CHECK(dir.files().empty());
+  }
+}
+
+TEST_CASE("FR_DISABLE=1 forwards everything and records nothing", "[agent]") {
+  TempDir dir;
+  RunResult r = run({kProbe, "basic"}, env_for(dir, {{"FR_DISABLE", "1"}}));
+  INFO(r.out);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.values["rc.CommDestroy"] == "0");
+  CHECK(dir.files().empty());
+}
+
+TEST_CASE("an unwritable FR_LOG_DIR leaves the program running, unrecorded", "[agent]") {
+  TempDir dir;
+  for (std::string bad : {std::string("/dev/null/fr"), dir.path() + "/missing/deeper"}) {
+    RunResult r = run({kProbe, "basic"}, env_for(dir, {{"FR_LOG_DIR", bad}, {"FR_DEBUG", "1"}}));
+    INFO(r.out);
+    CHECK(r.exit_code == 0);
+    CHECK(r.values["rc.AllReduce"] == "0");
+  }
+  CHECK(dir.files().empty());
+}
+
+TEST_CASE("a full ring overwrites the oldest records and counts them", "[agent]") {
+  TempDir dir;
+  RunResult r = run({kProbe, "ring", "100"}, env_for(dir, {{"FR_BUFFER_ENTRIES", "16"}}));
+  REQUIRE(r.exit_code == 0);
+  auto log = only_log(dir);
+  CHECK(log.header.ring_capacity == 16);
+  uint64_t total = log.header.record_counter;
+  CHECK(total == 102);  // GetUniqueId, CommInitRank, 100 all-reduces
+  CHECK(log.header.overwritten == total - 16);
+  REQUIRE(log.records.size() == 16);
+  auto ars = records_of(log, FR_OP_ALLREDUCE);
+  REQUIRE(ars.size() == 16);
+  for (size_t i = 0; i < ars.size(); ++i) {
+    CHECK(ars[i].id == total - 16 + i);
+    CHECK(ars[i].seq == 85 + i);
+    CHECK(ars[i].result == 0);
+  }
+  // Bad values of FR_BUFFER_ENTRIES fall back to the default, or are bounded.
+  TempDir dir2;
+  REQUIRE(run({kProbe, "ring", "3"}, env_for(dir2, {{"FR_BUFFER_ENTRIES", "lots"}})).exit_code == 0);
+  CHECK(only_log(dir2).header.ring_capacity == FR_DEFAULT_RING_CAPACITY);
+  TempDir dir3;
+  REQUIRE(run({kProbe, "ring", "3"}, env_for(dir3, {{"FR_BUFFER_ENTRIES", "1"}})).exit_code == 0);
+  CHECK(only_log(dir3).header.ring_capacity == 16);
+}
+
+TEST_CASE("a forked child never writes into its parent's log", "[agent]") {
+  for (std::string mode : {"child-calls", "child-silent"}) {
+    INFO(mode);
+    TempDir dir;
+    RunResult r = run({kProbe, "fork", mode}, env_for(dir));
+    INFO(r.out);
+    REQUIRE(r.exit_code == 0);
+    int parent = std::stoi(r.values["parent_pid"]), child = std::stoi(r.values["child_pid"]);
+    auto logs = dir.logs();
+    REQUIRE(logs.size() == (mode == "child-calls" ? 2u : 1u));
+    for (const auto& path : logs) {
+      auto rr = fr::log::read_log(path);
+      REQUIRE(rr.ok());
+      const auto& log = *rr.log;
+      auto ars = records_of(log, FR_OP_ALLREDUCE);
+      if (log.header.pid == parent) {
+        REQUIRE(ars.size() == 4);  // 3 before the fork, 1 after: nothing of the child's
+        for (size_t i = 0; i < ars.size(); ++i) CHECK(ars[i].seq == i + 1);
+        CHECK(log.header.record_counter == 6);
+      } else {
+        CHECK(log.header.pid == child);
+        CHECK(ars.size() == 2);
+        CHECK(records_of(log, FR_OP_COMM_INIT_RANK).size() == 1);
+      }
+    }
+  }
+}
+
+TEST_CASE("NCCL loaded late with dlopen(RTLD_LOCAL) is found and recorded", "[agent]") {
+  std::vector<std::pair<std::string, std::string>> variants = {
+      {kDir + "/fr_agent_late_probe", ""}};
+  if (!kSanitized) variants.push_back({kDir + "/fr_agent_late_probe_plain", FR_AGENT_LIB});
+  for (const auto& [probe, preload] : variants) {
+    INFO(probe);
+    TempDir dir;
+    RunResult r = run({probe, FR_USER_LIB}, env_for(dir, {{"LD_PRELOAD", preload}}));
+    INFO(r.out);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.values["result"] == "0");
+    auto log = only_log(dir);
+    CHECK(records_of(log, FR_OP_ALLREDUCE).size() == 3);
+    CHECK(records_of(log, FR_OP_SEND).size() == 1);
+    CHECK(log.header.nccl_version == 22809);  // found through the fallback, like every call
+  }
+}
+
+TEST_CASE("against the real NCCL the agent changes no return code", "[agent]") {
+  if (!FR_HAVE_REAL_NCCL) {
+    SUCCEED("no real libnccl.so.2 in the CUDA toolkit");
+    return;
+  }
+  TempDir none, with, preload;
+  RunResult plain = run({kDir + "/fr_agent_real_probe_plain"}, env_for(none));
+  RunResult agent = run({kDir + "/fr_agent_real_probe"}, env_for(with));
+  INFO(plain.out);
+  INFO(agent.out);
+  REQUIRE(plain.exit_code == 0);
+  REQUIRE(agent.exit_code == 0);
+  CHECK(plain.values["GetVersion"] == "0");
+  CHECK(plain.values["CommInitRank"] != "0");  // no GPU here: the init must fail
+  for (const char* key : {"GetVersion", "version", "GetUniqueId", "CommInitRank", "comm_null",
+                          "ErrorString"}) {
+    INFO(key);
+    CHECK(agent.values[key] == plain.values[key]);
+  }
+  CHECK(none.files().empty());
+  std::vector<TempDir*> recorded = {&with};
+  if (!kSanitized) {
+    RunResult pre = run({kDir + "/fr_agent_real_probe_plain"},
+                        env_for(preload, {{"LD_PRELOAD", FR_AGENT_LIB}}));
+    INFO(pre.out);
+    REQUIRE(pre.exit_code == 0);
+    for (const char* key : {"GetVersion", "version", "GetUniqueId", "CommInitRank", "comm_null",
+                            "ErrorString"})
+      CHECK(pre.values[key] == plain.values[key]);
+    recorded.push_back(&preload);
+  }
+  for (TempDir* d : recorded) {
+    auto log = only_log(*d);
+    auto inits = records_of(log, FR_OP_COMM_INIT_RANK);
+    REQUIRE(inits.size() == 1);
+    CHECK(std::to_string(inits[0].result) == plain.values["CommInitRank"]);
+    CHECK(inits[0].count == 2);
+    CHECK(log.header.nccl_version == std::stoi(plain.values["version"]));
+    REQUIRE(log.comms.size() == 1);
+    CHECK(log.comms[0].state == FR_COMM_FAILED);
+    CHECK(log.comms[0].id == inits[0].comm_id);
+  }
+}
+
+TEST_CASE("GPU markers surround launches and never touch a capturing stream", "[agent]") {
+  for (bool events : {false, true}) {
+    INFO((events ? "events" : "markers"));
+    TempDir dir;
+    Env extra = {{"LD_LIBRARY_PATH", FR_FAKE_CUDA_DIR}, {"FAKE_CUDA_NO_WRITE", events ? "1" : ""}};
+    RunResult r = run({kProbe, "gpu"}, env_for(dir, extra));
+    INFO(r.out);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.values["violations"] == "0");
+    CHECK(r.values["gpu_completed"] == "5");
+    CHECK(r.values["gpu_started"] == "5");
+    if (!events) CHECK(r.values["writes"] == "8");  // 2 ops x 2, then 2 streams of the group x 2
+    auto log = only_log(dir);
+    CHECK((log.header.flags & (events ? FR_LOG_F_GPU_EVENTS : FR_LOG_F_GPU_MARKERS)) != 0);
+    CHECK((log.header.flags & FR_LOG_F_NO_GPU_TRACKING) == 0);
+    std::vector<uint64_t> indices;
+    for (const auto& rec : log.records) {
+      const auto& raw = rec.raw;
+      if (raw.op != FR_OP_ALLREDUCE && raw.op != FR_OP_SEND && raw.op != FR_OP_RECV) continue;
+      if (raw.stream == 0xCA97) {
+        CHECK((raw.flags & FR_REC_F_CAPTURED) != 0);
+        CHECK(raw.op_index == 0);
+        CHECK((raw.flags & FR_REC_F_LAUNCHED) == 0);
+        continue;
+      }
+      CHECK((raw.flags & FR_REC_F_LAUNCHED) != 0);
+      CHECK((raw.flags & FR_REC_F_GPU_UNTRACKED) == 0);
+      CHECK(rec.gpu_state == FR_GPU_COMPLETED);
+      indices.push_back(raw.op_index);
+    }
+    CHECK(indices == std::vector<uint64_t>{1, 2, 3, 4, 5});
+  }
+  // Without libcuda (or a CUDA context) nothing is tracked, and the records say so.
+  TempDir dir;
+  REQUIRE(run({kProbe, "ring", "2"}, env_for(dir, {{"LD_LIBRARY_PATH", "/nonexistent"}})).exit_code ==
+          0);
+  auto log = only_log(dir);
+  CHECK((log.header.flags & (FR_LOG_F_GPU_MARKERS | FR_LOG_F_GPU_EVENTS)) == 0);
+  for (const auto& rec : records_of(log, FR_OP_ALLREDUCE)) {
+    CHECK(rec.op_index == 0);
+    CHECK((rec.flags & FR_REC_F_GPU_UNTRACKED) != 0);
+    CHECK((rec.flags & FR_REC_F_LAUNCHED) != 0);
+  }
+}
+
+TEST_CASE("libfr_agent.so exports the NCCL API and nothing else", "[agent]") {
+  std::string cmd = std::string("nm -D --defined-only '") + FR_AGENT_LIB + "' 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out = slurp(p);
+  REQUIRE(pclose(p) == 0);
+  std::set<std::string> names;
+  size_t pos = 0;
+  while (pos < out.size()) {
+    size_t end = out.find('\n', pos);
+    if (end == std::string::npos) end = out.size();
+    std::string line = out.substr(pos, end - pos);
+    pos = end + 1;
+    size_t sp = line.rfind(' ');
+    if (sp == std::string::npos) continue;
+    std::string type = line.substr(sp - 1, 1);
+    std::string name = line.substr(sp + 1);
+    if (type == "A") continue;  // version-script nodes
+    names.insert(name);
+  }
+  const std::set<std::string> api = {
+      "ncclMemAlloc", "ncclMemFree", "ncclGetVersion", "ncclGetUniqueId",
+      "ncclCommInitRankConfig", "ncclCommInitRank", "ncclCommInitAll", "ncclCommFinalize",
+      "ncclCommDestroy", "ncclCommAbort", "ncclCommRevoke", "ncclCommSplit", "ncclCommShrink",
+      "ncclCommInitRankScalable", "ncclGetErrorString", "ncclGetLastError", "ncclResetDebugInit",
+      "ncclCommGetAsyncError", "ncclCommCount", "ncclCommCuDevice", "ncclCommUserRank",
+      "ncclCommRegister", "ncclCommDeregister", "ncclCommWindowRegister",
+      "ncclCommWindowDeregister", "ncclRedOpCreatePreMulSum", "ncclRedOpDestroy", "ncclReduce",
+      "ncclBcast", "ncclBroadcast", "ncclAllReduce", "ncclReduceScatter", "ncclAllGather",
+      "ncclAlltoAll", "ncclGather", "ncclScatter", "ncclSend", "ncclRecv", "ncclGroupStart",
+      "ncclGroupEnd", "ncclGroupSimulateEnd"};
+  REQUIRE(api.size() == 41);
+  const std::set<std::string> optional = {"ncclCommGrow", "ncclCommGetUniqueId",
+                                          "ncclCommSuspend", "ncclCommResume"};
+  // Everything else (the static C++ runtime, our internals) must be local.
+  const std::set<std::string>& ours = names;
+  std::set<std::string> expected = api;
+  expected.insert(optional.begin(), optional.end());
+  INFO(out);
+  CHECK(ours == expected);
+}

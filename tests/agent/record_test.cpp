@@ -1,0 +1,508 @@
+// In-process tests of the agent, linked ahead of the NCCL double: every wrapper forwards its exact
+// arguments and result, and the flight log holds what DESIGN.md says (ids that members agree on,
+// sequence numbers, groups, nonblocking launches, lifecycle states, many threads).
+#include <catch2/catch.hpp>
+
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "nccl_double.h"
+#include "test_util.h"
+
+using fr::agent_test::records_of;
+using fr::agent_test::TempDir;
+
+namespace {
+
+// The log directory must be set before the first NCCL call of the process: at static init.
+TempDir& log_dir() {
+  static TempDir dir;
+  return dir;
+}
+const bool g_env_ready = [] {
+  setenv("FR_LOG_DIR", log_dir().path().c_str(), 1);
+  setenv("FR_BUFFER_ENTRIES", "16384", 1);
+  unsetenv("FR_DISABLE");
+  return true;
+}();
+
+fr::log::LogFile read_own_log() {
+  auto logs = log_dir().logs();
+  REQUIRE(logs.size() == 1);
+  auto r = fr::log::read_log(logs[0]);
+  INFO(r.message);
+  REQUIRE(r.ok());
+  r.log->comms = fr::agent_test::raw_comms(logs[0]);  // all entries, also those sharing an id
+  return *r.log;
+}
+
+template <class T>
+uint64_t A(T v) {
+  if constexpr (std::is_pointer_v<T>) return (uint64_t)(uintptr_t)v;
+  else return (uint64_t)(int64_t)v;
+}
+
+template <class... T>
+std::vector<uint64_t> W(T... v) {
+  return {A(v)...};
+}
+
+uint64_t uid_word(const ncclUniqueId& id) {
+  uint64_t w;
+  memcpy(&w, id.internal, sizeof w);
+  return w;
+}
+
+cudaStream_t S(uint64_t v) { return (cudaStream_t)(uintptr_t)v; }
+
+// Calls `call` with the double told to return `result`; checks the result came back untouched and
+// the double saw exactly `want` as the arguments of `name`.
+#define FORWARDS(result, name, call, ...)                          \
+  do {                                                             \
+    INFO(name);                                                    \
+    fr_double_forget();                                            \
+    fr_double_next_result(result);                                 \
+    auto rc_ = (call);                                             \
+    CHECK((int)rc_ == (result));                                   \
+    const fr_double_call* c_ = fr_double_find(name);               \
+    REQUIRE(c_ != nullptr);                                        \
+    std::vector<uint64_t> want_ = W(__VA_ARGS__);                   \
+    REQUIRE(c_->nargs == (int)want_.size());                       \
+    for (size_t i_ = 0; i_ < want_.size(); ++i_) {                 \
+      INFO("argument " << i_);                                     \
+      CHECK(c_->args[i_] == want_[i_]);                            \
+    }                                                              \
+  } while (0)
+
+const fr_comm_entry* entry_for(const fr::log::LogFile& log, ncclComm_t comm) {
+  const fr_comm_entry* found = nullptr;
+  for (const auto& e : log.comms)
+    if (e.handle == (uint64_t)(uintptr_t)comm) found = &e;  // the newest one for a reused handle
+  return found;
+}
+
+ncclComm_t make_comm(int nranks, int rank, ncclUniqueId* out_id = nullptr) {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  ncclComm_t c = nullptr;
+  REQUIRE(ncclCommInitRank(&c, nranks, id, rank) == ncclSuccess);
+  REQUIRE(c != nullptr);
+  if (out_id) *out_id = id;
+  return c;
+}
+
+std::vector<fr_record> on_comm(const fr::log::LogFile& log, uint64_t comm_id, fr_op op) {
+  std::vector<fr_record> out;
+  for (const auto& r : log.records)
+    if (r.raw.comm_id == comm_id && r.raw.op == op) out.push_back(r.raw);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("every wrapper forwards its exact arguments and result", "[agent]") {
+  REQUIRE(g_env_ready);
+  int v = 0;
+  FORWARDS(3, "ncclGetVersion", ncclGetVersion(&v), A(&v));
+  ncclUniqueId id;
+  FORWARDS(0, "ncclGetUniqueId", ncclGetUniqueId(&id), A(&id));
+  ncclComm_t c = nullptr;
+  FORWARDS(0, "ncclCommInitRank", ncclCommInitRank(&c, 4, id, 1), A(&c), 4, uid_word(id), 1);
+  REQUIRE(c != nullptr);
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  ncclComm_t c2 = nullptr;
+  FORWARDS(5, "ncclCommInitRankConfig", ncclCommInitRankConfig(&c2, 4, id, 2, &cfg), A(&c2), 4,
+           uid_word(id), 2, A(&cfg));
+  ncclComm_t c3 = nullptr;
+  FORWARDS(0, "ncclCommInitRankScalable", ncclCommInitRankScalable(&c3, 8, 3, 1, &id, nullptr),
+           A(&c3), 8, 3, 1, A(&id), A((void*)nullptr));
+  ncclComm_t all[2] = {};
+  int devs[2] = {4, 5};
+  FORWARDS(0, "ncclCommInitAll", ncclCommInitAll(all, 2, devs), A(all), 2, A(devs));
+  ncclComm_t sub = nullptr;
+  FORWARDS(6, "ncclCommSplit", ncclCommSplit(c, 1, 7, &sub, nullptr), A(c), 1, 7, A(&sub),
+           A((void*)nullptr));
+  int excl[1] = {2};
+  FORWARDS(0, "ncclCommShrink", ncclCommShrink(c, excl, 1, &sub, &cfg, 1), A(c), A(excl), 1,
+           A(&sub), A(&cfg), 1);
+  ncclComm_t grown = nullptr;
+  FORWARDS(2, "ncclCommGrow", ncclCommGrow(c, 6, nullptr, -1, &grown, nullptr), A(c), 6,
+           A((void*)nullptr), -1, A(&grown), A((void*)nullptr));
+  ncclUniqueId id2;
+  FORWARDS(1, "ncclCommGetUniqueId", ncclCommGetUniqueId(c, &id2), A(c), A(&id2));
+  FORWARDS(4, "ncclCommFinalize", ncclCommFinalize(c3), A(c3));
+  FORWARDS(0, "ncclCommDestroy", ncclCommDestroy(c3), A(c3));
+  FORWARDS(3, "ncclCommAbort", ncclCommAbort(all[1]), A(all[1]));
+  FORWARDS(7, "ncclCommRevoke", ncclCommRevoke(c, 0), A(c), 0);
+  FORWARDS(5, "ncclCommSuspend", ncclCommSuspend(c, 1), A(c), 1);
+  FORWARDS(0, "ncclCommResume", ncclCommResume(c), A(c));
+  ncclResult_t err = ncclSuccess;
+  FORWARDS(6, "ncclCommGetAsyncError", ncclCommGetAsyncError(c, &err), A(c), A(&err));
+  int n = 0;
+  FORWARDS(2, "ncclCommCount", ncclCommCount(c, &n), A(c), A(&n));
+  FORWARDS(3, "ncclCommCuDevice", ncclCommCuDevice(c, &n), A(c), A(&n));
+  FORWARDS(1, "ncclCommUserRank", ncclCommUserRank(c, &n), A(c), A(&n));
+  static float buf[64], out[64];
+  void* handle = nullptr;
+  FORWARDS(4, "ncclCommRegister", ncclCommRegister(c, buf, sizeof buf, &handle), A(c), A(buf),
+           sizeof buf, A(&handle));
+  FORWARDS(0, "ncclCommDeregister", ncclCommDeregister(c, (void*)0x77), A(c), 0x77);
+  ncclWindow_t win = nullptr;
+  FORWARDS(5, "ncclCommWindowRegister", ncclCommWindowRegister(c, buf, 64, &win, 1), A(c), A(buf),
+           64, A(&win), 1);
+  FORWARDS(6, "ncclCommWindowDeregister", ncclCommWindowDeregister(c, (ncclWindow_t)0x55), A(c),
+           0x55);
+  void* mem = nullptr;
+  FORWARDS(7, "ncclMemAlloc", ncclMemAlloc(&mem, 256), A(&mem), 256);
+  FORWARDS(1, "ncclMemFree", ncclMemFree((void*)0x99), 0x99);
+  ncclRedOp_t op;
+  float scalar = 2;
+  FORWARDS(2, "ncclRedOpCreatePreMulSum",
+           ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat32, ncclScalarHostImmediate, c), A(&op),
+           A(&scalar), (uint64_t)ncclFloat32, (uint64_t)ncclScalarHostImmediate, A(c));
+  FORWARDS(3, "ncclRedOpDestroy", ncclRedOpDestroy((ncclRedOp_t)9, c), 9, A(c));
+  FORWARDS(7, "ncclReduce", ncclReduce(buf, out, 10, ncclFloat32, ncclMax, 1, c, S(0x10)), A(buf),
+           A(out), 10, (uint64_t)ncclFloat32, (uint64_t)ncclMax, 1, A(c), 0x10);
+  FORWARDS(5, "ncclBcast", ncclBcast(buf, 11, ncclInt32, 1, c, S(0x11)), A(buf), 11,
+           (uint64_t)ncclInt32, 1, A(c), 0x11);
+  FORWARDS(6, "ncclBroadcast", ncclBroadcast(buf, out, 12, ncclFloat16, 0, c, S(0x12)), A(buf),
+           A(out), 12, (uint64_t)ncclFloat16, 0, A(c), 0x12);
+  FORWARDS(4, "ncclAllReduce", ncclAllReduce(buf, out, 13, ncclBfloat16, ncclAvg, c, S(0x13)),
+           A(buf), A(out), 13, (uint64_t)ncclBfloat16, (uint64_t)ncclAvg, A(c), 0x13);
+  FORWARDS(1, "ncclReduceScatter",
+           ncclReduceScatter(buf, out, 14, ncclInt64, ncclProd, c, S(0x14)), A(buf), A(out), 14,
+           (uint64_t)ncclInt64, (uint64_t)ncclProd, A(c), 0x14);
+  FORWARDS(2, "ncclAllGather", ncclAllGather(buf, out, 15, ncclUint8, c, S(0x15)), A(buf), A(out),
+           15, (uint64_t)ncclUint8, A(c), 0x15);
+  FORWARDS(3, "ncclAlltoAll", ncclAlltoAll(buf, out, 16, ncclFloat64, c, S(0x16)), A(buf), A(out),
+           16, (uint64_t)ncclFloat64, A(c), 0x16);
+  FORWARDS(4, "ncclGather", ncclGather(buf, out, 17, ncclInt8, 2, c, S(0x17)), A(buf), A(out), 17,
+           (uint64_t)ncclInt8, 2, A(c), 0x17);
+  FORWARDS(5, "ncclScatter", ncclScatter(buf, out, 18, ncclUint32, 3, c, S(0x18)), A(buf), A(out),
+           18, (uint64_t)ncclUint32, 3, A(c), 0x18);
+  FORWARDS(6, "ncclSend", ncclSend(buf, 19, ncclUint64, 1, c, S(0x19)), A(buf), 19,
+           (uint64_t)ncclUint64, 1, A(c), 0x19);
+  FORWARDS(7, "ncclRecv", ncclRecv(out, 20, ncclFloat8e4m3, 2, c, S(0x1a)), A(out), 20,
+           (uint64_t)ncclFloat8e4m3, 2, A(c), 0x1a);
+  FORWARDS(0, "ncclGroupStart", ncclGroupStart());
+  FORWARDS(2, "ncclGroupEnd", ncclGroupEnd());
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  FORWARDS(3, "ncclGroupSimulateEnd", ncclGroupSimulateEnd(&sim), A(&sim));
+
+  fr_double_forget();
+  CHECK(std::string(ncclGetErrorString(ncclInvalidUsage)) == "double:usage");
+  REQUIRE(fr_double_find("ncclGetErrorString") != nullptr);
+  CHECK(fr_double_find("ncclGetErrorString")->args[0] == (uint64_t)ncclInvalidUsage);
+  CHECK(std::string(ncclGetLastError(c)) == "double:last-error");
+  CHECK(fr_double_find("ncclGetLastError")->args[0] == A(c));
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  ncclResetDebugInit();
+#pragma GCC diagnostic pop
+  CHECK(fr_double_find("ncclResetDebugInit") != nullptr);
+
+  // Failed calls are in the log with their result; queries are not recorded.
+  auto log = read_own_log();
+  auto inits = records_of(log, FR_OP_COMM_INIT_RANK_CONFIG);
+  REQUIRE(inits.size() == 1);
+  CHECK(inits[0].result == 5);
+  CHECK((inits[0].flags & FR_REC_F_IN_CALL) == 0);
+  bool failed_entry = false;
+  for (const auto& e : log.comms)
+    if (e.id == inits[0].comm_id && e.state == FR_COMM_FAILED) failed_entry = true;
+  CHECK(failed_entry);
+  auto ars = records_of(log, FR_OP_ALLREDUCE);
+  REQUIRE(!ars.empty());
+  CHECK(ars.back().result == 4);
+  CHECK((ars.back().flags & FR_REC_F_NEVER_LAUNCHED) != 0);
+  CHECK(ars.back().count == 13);
+  CHECK(ars.back().dtype == ncclBfloat16);
+  CHECK(ars.back().redop == ncclAvg);
+  CHECK(ars.back().stream == 0x13);
+  CHECK(ars.back().sendbuff == A(buf));
+  CHECK(ars.back().recvbuff == A(out));
+  CHECK(log.header.nccl_version == 22809);
+  CHECK(log.header.pid == getpid());
+}
+
+TEST_CASE("members of one communicator agree on its id", "[agent]") {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  ncclComm_t r0 = nullptr, r1 = nullptr;  // two ranks of one communicator, one per "process"
+  REQUIRE(ncclCommInitRank(&r0, 2, id, 0) == ncclSuccess);
+  REQUIRE(ncclCommInitRank(&r1, 2, id, 1) == ncclSuccess);
+  ncclComm_t s0 = nullptr, s1 = nullptr, s0b = nullptr, other = nullptr, none = (ncclComm_t)0x1;
+  REQUIRE(ncclCommSplit(r0, 5, 0, &s0, nullptr) == ncclSuccess);
+  REQUIRE(ncclCommSplit(r1, 5, 1, &s1, nullptr) == ncclSuccess);
+  REQUIRE(ncclCommSplit(r0, 5, 0, &s0b, nullptr) == ncclSuccess);   // second split of r0
+  REQUIRE(ncclCommSplit(r1, 6, 0, &other, nullptr) == ncclSuccess);  // r1's second, other color
+  REQUIRE(ncclCommSplit(r0, NCCL_SPLIT_NOCOLOR, 0, &none, nullptr) == ncclSuccess);
+  CHECK(none == nullptr);
+  int ex_a[2] = {3, 1}, ex_b[2] = {1, 3};
+  ncclComm_t k0 = nullptr, k1 = nullptr;
+  REQUIRE(ncclCommShrink(r0, ex_a, 2, &k0, nullptr, 0) == ncclSuccess);
+  REQUIRE(ncclCommShrink(r1, ex_b, 2, &k1, nullptr, 0) == ncclSuccess);
+
+  auto log = read_own_log();
+  const fr_comm_entry* e0 = entry_for(log, r0);
+  const fr_comm_entry* e1 = entry_for(log, r1);
+  REQUIRE(e0);
+  REQUIRE(e1);
+  CHECK(e0->id != 0);
+  CHECK(e0->id == e1->id);
+  CHECK(e0->rank == 0);
+  CHECK(e1->rank == 1);
+  CHECK(e0->size == 2);
+  CHECK(e0->origin == FR_ORIGIN_INIT_RANK);
+  CHECK((e0->flags & FR_COMM_F_ID_FROM_UNIQUE_ID) != 0);
+  CHECK(e0->state == FR_COMM_LIVE);
+  // The GetUniqueId record names the communicator the id will make.
+  bool uid_named = false;
+  for (const auto& r : records_of(log, FR_OP_GET_UNIQUE_ID)) uid_named |= r.comm_id == e0->id;
+  CHECK(uid_named);
+
+  const fr_comm_entry* es0 = entry_for(log, s0);
+  const fr_comm_entry* es1 = entry_for(log, s1);
+  const fr_comm_entry* es0b = entry_for(log, s0b);
+  const fr_comm_entry* eo = entry_for(log, other);
+  REQUIRE(es0);
+  REQUIRE(es1);
+  REQUIRE(es0b);
+  REQUIRE(eo);
+  CHECK(es0->id == es1->id);
+  CHECK(es0->parent_id == e0->id);
+  CHECK(es0->color == 5);
+  CHECK(es0->derive_index == 1);
+  CHECK(es0->origin == FR_ORIGIN_SPLIT);
+  CHECK((es0->flags & FR_COMM_F_ID_DERIVED) != 0);
+  CHECK(es0b->id != es0->id);  // the parent's second split is another communicator
+  CHECK(eo->id != es0b->id);   // same counter, other color
+  CHECK(eo->id != es0->id);
+  const fr_comm_entry* ek0 = entry_for(log, k0);
+  const fr_comm_entry* ek1 = entry_for(log, k1);
+  REQUIRE(ek0);
+  REQUIRE(ek1);
+  CHECK(ek0->id == ek1->id);  // the exclusion list is a set
+  CHECK(ek0->origin == FR_ORIGIN_SHRINK);
+  CHECK(ek0->size == 0);      // the double shrinks 2 ranks by 2
+  // The split records carry the new communicator's id; the no-color split has none.
+  auto splits = on_comm(log, e0->id, FR_OP_COMM_SPLIT);
+  REQUIRE(splits.size() >= 3);
+  CHECK(splits[splits.size() - 1].aux == 0);
+}
+
+TEST_CASE("sequence numbers count collectives and p2p apart; nested calls are recorded once",
+          "[agent]") {
+  ncclComm_t c = make_comm(1, 0);
+  static float b[4];
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(ncclAllReduce(b, b, 4, ncclFloat32, ncclSum, c, S(1)) == ncclSuccess);
+    REQUIRE(ncclSend(b, 4, ncclFloat32, 0, c, S(1)) == ncclSuccess);
+  }
+  REQUIRE(ncclBcast(b, 4, ncclFloat32, 0, c, S(1)) == ncclSuccess);  // calls ncclBroadcast inside
+  REQUIRE(ncclRecv(b, 4, ncclFloat32, 0, c, S(1)) == ncclSuccess);
+
+  auto log = read_own_log();
+  const fr_comm_entry* e = entry_for(log, c);
+  REQUIRE(e);
+  auto ar = on_comm(log, e->id, FR_OP_ALLREDUCE);
+  auto sends = on_comm(log, e->id, FR_OP_SEND);
+  auto bc = on_comm(log, e->id, FR_OP_BCAST);
+  REQUIRE(ar.size() == 3);
+  REQUIRE(sends.size() == 3);
+  REQUIRE(bc.size() == 1);
+  CHECK(on_comm(log, e->id, FR_OP_BROADCAST).empty());
+  for (int i = 0; i < 3; ++i) {
+    CHECK(ar[i].seq == (uint64_t)i + 1);
+    CHECK(sends[i].seq == (uint64_t)i + 1);
+    CHECK((ar[i].flags & FR_REC_F_LAUNCHED) != 0);
+    CHECK((ar[i].flags & FR_REC_F_IN_CALL) == 0);
+    CHECK(ar[i].result == 0);
+    CHECK(ar[i].group_id == 0);
+    CHECK(ar[i].tid != 0);
+  }
+  CHECK(bc[0].seq == 4);
+  CHECK(on_comm(log, e->id, FR_OP_RECV).at(0).seq == 4);
+  CHECK(e->coll_seq == 4);
+  CHECK(e->p2p_seq == 4);
+}
+
+TEST_CASE("ops of a group share its id and launch at the outermost GroupEnd", "[agent]") {
+  ncclComm_t c1 = make_comm(1, 0), c2 = make_comm(1, 0);
+  static float b[4];
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  REQUIRE(ncclAllReduce(b, b, 4, ncclFloat32, ncclSum, c1, S(1)) == ncclSuccess);
+  REQUIRE(ncclGroupStart() == ncclSuccess);  // nested
+  REQUIRE(ncclSend(b, 4, ncclFloat32, 0, c2, S(2)) == ncclSuccess);
+  REQUIRE(ncclGroupEnd() == ncclSuccess);
+  {
+    auto mid = read_own_log();
+    auto ars = on_comm(mid, entry_for(mid, c1)->id, FR_OP_ALLREDUCE);
+    REQUIRE(ars.size() == 1);
+    CHECK((ars[0].flags & FR_REC_F_IN_GROUP) != 0);
+    CHECK((ars[0].flags & FR_REC_F_LAUNCHED) == 0);  // not yet: the outer group is open
+  }
+  REQUIRE(ncclRecv(b, 4, ncclFloat32, 0, c2, S(2)) == ncclSuccess);
+  REQUIRE(ncclGroupEnd() == ncclSuccess);
+
+  // A simulated group never launches.
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  REQUIRE(ncclAllReduce(b, b, 4, ncclFloat32, ncclSum, c1, S(1)) == ncclSuccess);
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  REQUIRE(ncclGroupSimulateEnd(&sim) == ncclSuccess);
+
+  auto log = read_own_log();
+  uint64_t id1 = entry_for(log, c1)->id, id2 = entry_for(log, c2)->id;
+  auto ars = on_comm(log, id1, FR_OP_ALLREDUCE);
+  auto sends = on_comm(log, id2, FR_OP_SEND);
+  auto recvs = on_comm(log, id2, FR_OP_RECV);
+  REQUIRE(ars.size() == 2);
+  REQUIRE(sends.size() == 1);
+  REQUIRE(recvs.size() == 1);
+  uint64_t g = ars[0].group_id;
+  CHECK(g != 0);
+  CHECK(sends[0].group_id == g);
+  CHECK(recvs[0].group_id == g);
+  for (const auto& r : {ars[0], sends[0], recvs[0]}) {
+    CHECK((r.flags & FR_REC_F_IN_GROUP) != 0);
+    CHECK((r.flags & FR_REC_F_LAUNCHED) != 0);
+    CHECK((r.flags & FR_REC_F_NEVER_LAUNCHED) == 0);
+  }
+  CHECK(ars[1].group_id != g);
+  CHECK((ars[1].flags & FR_REC_F_NEVER_LAUNCHED) != 0);
+  CHECK((ars[1].flags & FR_REC_F_LAUNCHED) == 0);
+  // Group markers themselves are recorded with the group's id.
+  int starts = 0, ends = 0;
+  for (const auto& r : log.records) {
+    if (r.raw.group_id != g) continue;
+    starts += r.raw.op == FR_OP_GROUP_START;
+    ends += r.raw.op == FR_OP_GROUP_END;
+  }
+  CHECK(starts == 2);
+  CHECK(ends == 2);
+}
+
+TEST_CASE("nonblocking communicators launch when the application sees success", "[agent]") {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  cfg.commName = "nonblocking-test";
+  ncclComm_t c = nullptr;
+  fr_double_next_result(ncclInProgress);
+  REQUIRE(ncclCommInitRankConfig(&c, 3, id, 2, &cfg) == ncclInProgress);
+  REQUIRE(c != nullptr);
+  {
+    auto log = read_own_log();
+    const fr_comm_entry* e = entry_for(log, c);
+    REQUIRE(e);
+    CHECK(e->state == FR_COMM_INITIALIZING);
+    CHECK((e->flags & FR_COMM_F_NONBLOCKING) != 0);
+    CHECK(std::string(e->name) == "nonblocking-test");
+  }
+  ncclResult_t err = ncclSuccess;
+  REQUIRE(ncclCommGetAsyncError(c, &err) == ncclSuccess);
+  CHECK(err == ncclInProgress);
+  fr_double_set_async(c, ncclSuccess);
+  REQUIRE(ncclCommGetAsyncError(c, &err) == ncclSuccess);
+  CHECK(err == ncclSuccess);
+
+  static float b[4];
+  fr_double_next_result(ncclInProgress);
+  REQUIRE(ncclAllReduce(b, b, 4, ncclFloat32, ncclSum, c, S(1)) == ncclInProgress);
+  uint64_t comm_id;
+  {
+    auto log = read_own_log();
+    const fr_comm_entry* e = entry_for(log, c);
+    REQUIRE(e);
+    CHECK(e->state == FR_COMM_LIVE);
+    CHECK(e->size == 3);
+    CHECK(e->rank == 2);
+    comm_id = e->id;
+    auto ars = on_comm(log, comm_id, FR_OP_ALLREDUCE);
+    REQUIRE(ars.size() == 1);
+    CHECK((ars[0].flags & FR_REC_F_NONBLOCKING) != 0);
+    CHECK((ars[0].flags & FR_REC_F_LAUNCHED) == 0);
+    CHECK(ars[0].result == ncclInProgress);
+  }
+  REQUIRE(ncclCommGetAsyncError(c, &err) == ncclSuccess);
+  {
+    auto log = read_own_log();
+    auto ars = on_comm(log, comm_id, FR_OP_ALLREDUCE);
+    REQUIRE(ars.size() == 1);
+    CHECK((ars[0].flags & FR_REC_F_LAUNCHED) != 0);
+  }
+  // An asynchronous error is recorded once, and kept in the communicator entry.
+  fr_double_set_async(c, ncclRemoteError);
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(ncclCommGetAsyncError(c, &err) == ncclSuccess);
+    CHECK(err == ncclRemoteError);
+  }
+  auto log = read_own_log();
+  auto errs = on_comm(log, comm_id, FR_OP_COMM_GET_ASYNC_ERROR);
+  REQUIRE(errs.size() == 1);
+  CHECK(errs[0].result == ncclRemoteError);
+  CHECK(entry_for(log, c)->async_error == ncclRemoteError);
+}
+
+TEST_CASE("lifecycle calls move the communicator's state", "[agent]") {
+  ncclComm_t a = make_comm(1, 0), b = make_comm(1, 0), d = make_comm(1, 0), s = make_comm(1, 0);
+  REQUIRE(ncclCommFinalize(a) == ncclSuccess);
+  REQUIRE(ncclCommAbort(b) == ncclSuccess);
+  REQUIRE(ncclCommRevoke(d, 0) == ncclSuccess);
+  REQUIRE(ncclCommSuspend(s, 0) == ncclSuccess);
+  auto log = read_own_log();
+  CHECK(entry_for(log, a)->state == FR_COMM_FINALIZED);
+  CHECK(entry_for(log, b)->state == FR_COMM_ABORTED);
+  CHECK(entry_for(log, d)->state == FR_COMM_REVOKED);
+  CHECK(entry_for(log, s)->state == FR_COMM_SUSPENDED);
+  REQUIRE(ncclCommResume(s) == ncclSuccess);
+  REQUIRE(ncclCommDestroy(a) == ncclSuccess);
+  fr_double_next_result(ncclInvalidUsage);
+  REQUIRE(ncclCommDestroy(d) == ncclInvalidUsage);  // a failed destroy changes nothing
+  log = read_own_log();
+  CHECK(entry_for(log, s)->state == FR_COMM_LIVE);
+  CHECK(entry_for(log, a)->state == FR_COMM_DESTROYED);
+  CHECK(entry_for(log, d)->state == FR_COMM_REVOKED);
+}
+
+TEST_CASE("many threads on many communicators keep exact sequences", "[agent]") {
+  constexpr int kThreads = 4, kOps = 300;
+  ncclComm_t comms[kThreads];
+  for (auto& c : comms) c = make_comm(1, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      static thread_local float b[4];
+      for (int i = 0; i < kOps; ++i) {
+        if (i % 10 == 0) {
+          ncclGroupStart();
+          ncclSend(b, 4, ncclFloat32, 0, comms[t], S(t + 1));
+          ncclRecv(b, 4, ncclFloat32, 0, comms[t], S(t + 1));
+          ncclGroupEnd();
+        }
+        ncclAllReduce(b, b, 4, ncclFloat32, ncclSum, comms[t], S(t + 1));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  auto log = read_own_log();
+  CHECK(log.torn == 0);
+  for (int t = 0; t < kThreads; ++t) {
+    const fr_comm_entry* e = entry_for(log, comms[t]);
+    REQUIRE(e);
+    auto ars = on_comm(log, e->id, FR_OP_ALLREDUCE);
+    REQUIRE(ars.size() == (size_t)kOps);
+    std::set<uint32_t> tids;
+    for (int i = 0; i < kOps; ++i) {
+      CHECK(ars[i].seq == (uint64_t)i + 1);
+      CHECK((ars[i].flags & FR_REC_F_LAUNCHED) != 0);
+      tids.insert(ars[i].tid);
+    }
+    CHECK(tids.size() == 1);
+    CHECK(on_comm(log, e->id, FR_OP_SEND).size() == kOps / 10);
+    CHECK(e->p2p_seq == 2 * kOps / 10);
+  }
+}

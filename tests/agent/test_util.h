@@ -1,0 +1,147 @@
+// Helpers for the agent's tests: temporary directories, child processes with a chosen
+// environment, and the logs a run left behind (read with the project's reader, fr::log).
+#pragma once
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "log/reader.h"
+
+namespace fr::agent_test {
+
+// A fresh directory under TMPDIR (or /tmp), removed with its files when the object dies.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = getenv("TMPDIR");
+    std::string tmpl = std::string(base && *base ? base : "/tmp") + "/fr-agent-test.XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    if (mkdtemp(buf.data()) != nullptr) path_ = buf.data();
+  }
+  ~TempDir() {
+    if (path_.empty()) return;
+    for (const auto& f : files()) unlink((path_ + "/" + f).c_str());
+    rmdir(path_.c_str());
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::vector<std::string> files() const {
+    std::vector<std::string> out;
+    if (DIR* d = opendir(path_.c_str())) {
+      while (dirent* e = readdir(d))
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) out.push_back(e->d_name);
+      closedir(d);
+    }
+    return out;
+  }
+  // Flight logs in the directory, full paths.
+  std::vector<std::string> logs() const {
+    std::vector<std::string> out;
+    for (const auto& f : files())
+      if (f.size() > 6 && f.compare(f.size() - 6, 6, ".frlog") == 0) out.push_back(path_ + "/" + f);
+    return out;
+  }
+
+ private:
+  std::string path_;
+};
+
+struct RunResult {
+  int exit_code = -1;   // -1 when the child did not exit normally
+  int signal = 0;
+  std::string out;      // stdout
+  std::map<std::string, std::string> values;  // key=value lines of stdout
+};
+
+// Runs argv[0] with the current environment plus `env` (NAME=value; an empty value unsets).
+inline RunResult run(const std::vector<std::string>& argv,
+                     const std::vector<std::pair<std::string, std::string>>& env) {
+  RunResult res;
+  int fds[2];
+  if (pipe(fds) != 0) return res;
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    close(fds[1]);
+    for (const auto& [k, v] : env) {
+      if (v.empty()) unsetenv(k.c_str());
+      else setenv(k.c_str(), v.c_str(), 1);
+    }
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) res.out.append(buf, (size_t)n);
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFEXITED(status)) res.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) res.signal = WTERMSIG(status);
+  size_t pos = 0;
+  while (pos < res.out.size()) {
+    size_t end = res.out.find('\n', pos);
+    if (end == std::string::npos) end = res.out.size();
+    std::string line = res.out.substr(pos, end - pos);
+    size_t eq = line.find('=');
+    if (eq != std::string::npos) res.values[line.substr(0, eq)] = line.substr(eq + 1);
+    pos = end + 1;
+  }
+  return res;
+}
+
+// Every communicator entry of a log, straight from the file with the format's own read primitive.
+// Unlike fr::log::read_log, which keeps one entry per communicator id, this keeps entries that
+// share an id (several ranks of one communicator in one process, e.g. ncclCommInitAll).
+inline std::vector<fr_comm_entry> raw_comms(const std::string& path) {
+  std::vector<fr_comm_entry> out;
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  struct stat st;
+  if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(fr_log_header)) {
+    void* m = mmap(nullptr, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    if (m != MAP_FAILED) {
+      const auto* h = (const fr_log_header*)m;
+      uint64_t end = h->comm_offset + (uint64_t)h->comm_capacity * sizeof(fr_comm_entry);
+      if (h->magic == FR_LOG_MAGIC && h->comm_size == sizeof(fr_comm_entry) &&
+          end <= (uint64_t)st.st_size) {
+        const auto* slots = (const fr_comm_entry*)((const uint8_t*)m + h->comm_offset);
+        for (uint32_t i = 0; i < h->comm_capacity; ++i) {
+          fr_comm_entry e;
+          if (fr_comm_read(&slots[i], &e)) out.push_back(e);
+        }
+      }
+      munmap(m, (size_t)st.st_size);
+    }
+  }
+  close(fd);
+  return out;
+}
+
+// Records of one op kind, oldest first.
+inline std::vector<fr_record> records_of(const fr::log::LogFile& log, fr_op op) {
+  std::vector<fr_record> out;
+  for (const auto& r : log.records)
+    if (r.raw.op == op) out.push_back(r.raw);
+  return out;
+}
+
+}  // namespace fr::agent_test

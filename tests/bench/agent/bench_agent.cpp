@@ -1,0 +1,93 @@
+// Host time per intercepted NCCL call: run once plainly and once under the agent (run.sh does
+// both) against a no-op NCCL, so the difference is what the agent adds. Prints the median of many
+// batches, and the heap allocations made inside the timed loops (counted by interposing malloc),
+// which must be zero.
+#include <malloc.h>
+#include <stdint.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include <algorithm>
+#include <vector>
+
+extern "C" void* __libc_malloc(size_t);
+extern "C" void* __libc_calloc(size_t, size_t);
+extern "C" void* __libc_realloc(void*, size_t);
+extern "C" void* __libc_memalign(size_t, size_t);
+
+namespace {
+unsigned long g_allocs;  // counted while g_counting
+bool g_counting;
+}  // namespace
+
+extern "C" void* malloc(size_t n) {
+  if (g_counting) __atomic_fetch_add(&g_allocs, 1, __ATOMIC_RELAXED);
+  return __libc_malloc(n);
+}
+extern "C" void* calloc(size_t n, size_t m) {
+  if (g_counting) __atomic_fetch_add(&g_allocs, 1, __ATOMIC_RELAXED);
+  return __libc_calloc(n, m);
+}
+extern "C" void* realloc(void* p, size_t n) {
+  if (g_counting) __atomic_fetch_add(&g_allocs, 1, __ATOMIC_RELAXED);
+  return __libc_realloc(p, n);
+}
+extern "C" void* memalign(size_t a, size_t n) {
+  if (g_counting) __atomic_fetch_add(&g_allocs, 1, __ATOMIC_RELAXED);
+  return __libc_memalign(a, n);
+}
+
+namespace {
+
+uint64_t now() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+template <class F>
+double median_ns(int batches, int per_batch, F f) {
+  std::vector<double> v;
+  v.reserve(batches);
+  for (int b = 0; b < batches; ++b) {
+    uint64_t t0 = now();
+    for (int i = 0; i < per_batch; ++i) f();
+    v.push_back((double)(now() - t0) / per_batch);
+  }
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int batches = argc > 1 ? atoi(argv[1]) : 200;
+  const int per_batch = 1000;
+  ncclUniqueId id;
+  ncclComm_t comm;
+  if (ncclGetUniqueId(&id) != ncclSuccess || ncclCommInitRank(&comm, 1, id, 0) != ncclSuccess) {
+    fprintf(stderr, "bench: the no-op NCCL did not start\n");
+    return 1;
+  }
+  static float buf[256];
+  cudaStream_t s = (cudaStream_t)(uintptr_t)0x10;
+  auto allreduce = [&] { ncclAllReduce(buf, buf, 256, ncclFloat32, ncclSum, comm, s); };
+  auto group = [&] {
+    ncclGroupStart();
+    ncclSend(buf, 256, ncclFloat32, 0, comm, s);
+    ncclRecv(buf, 256, ncclFloat32, 0, comm, s);
+    ncclGroupEnd();
+  };
+  median_ns(20, per_batch, allreduce);  // warm up: first-call resolution, page faults
+  median_ns(20, per_batch, group);
+  g_counting = true;
+  double ar = median_ns(batches, per_batch, allreduce);
+  double gr = median_ns(batches / 4 + 1, per_batch, group);
+  g_counting = false;
+  printf("allreduce_ns=%.1f\n", ar);
+  printf("group_send_recv_ns=%.1f\n", gr);
+  printf("allocs_in_loop=%lu\n", g_allocs);
+  return 0;
+}
