@@ -11,21 +11,64 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <x86intrin.h>
+#endif
 
 #include "agent.h"
 
 namespace fr::agent {
 
 constinit Context g_ctx = {};
-static constinit thread_local ThreadState t_state = {};
+// Static TLS: the agent is loaded at start-up (LD_PRELOAD or linked), where static TLS is sized
+// for it, and the state is small.
+static constinit thread_local ThreadState t_state __attribute__((tls_model("initial-exec"))) = {};
+static constinit thread_local GroupOp t_ops[kMaxGroupOps] = {};
 static int g_atfork_registered;  // survives fork: handlers are inherited by the child
 
 ThreadState& thread_state() { return t_state; }
+GroupOp* thread_ops() { return t_ops; }
+
+static uint64_t clock_ns(clockid_t id) {
+  struct timespec ts;
+  clock_gettime(id, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+// Whether the TSC ticks at a constant rate through sleep states (cpuid "invariant TSC"), and if
+// so its rate, measured against CLOCK_MONOTONIC_RAW over 2 ms at start.
+static void calibrate_clock() {
+#if defined(__x86_64__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0x80000000u, &a, &b, &c, &d) || a < 0x80000007u) return;
+  if (!__get_cpuid(0x80000007u, &a, &b, &c, &d) || !(d & (1u << 8))) return;
+  uint64_t m0 = clock_ns(CLOCK_MONOTONIC_RAW), t0 = __rdtsc(), m1;
+  do m1 = clock_ns(CLOCK_MONOTONIC_RAW);
+  while (m1 - m0 < 2000000);
+  uint64_t t1 = __rdtsc();
+  if (t1 <= t0) return;
+  g_ctx.ns_per_tick = (double)(m1 - m0) / (double)(t1 - t0);
+  if (!(g_ctx.ns_per_tick > 0.01 && g_ctx.ns_per_tick < 100)) return;  // 10 MHz .. 100 GHz
+  g_ctx.reanchor_ticks = (uint64_t)(100e6 / g_ctx.ns_per_tick);       // every 100 ms
+  g_ctx.use_tsc = 1;
+#endif
+}
 
 uint64_t now_ns() {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+#if defined(__x86_64__)
+  if (__builtin_expect(g_ctx.use_tsc, 1)) {
+    ThreadState& t = t_state;
+    uint64_t d = __rdtsc() - t.anchor_tsc;
+    if (__builtin_expect(t.anchor_tsc != 0 && d < g_ctx.reanchor_ticks, 1))
+      return t.anchor_ns + (uint64_t)((double)d * g_ctx.ns_per_tick);
+    // Re-anchor to the wall clock now and then, so NTP adjustments are followed.
+    t.anchor_ns = clock_ns(CLOCK_REALTIME);
+    t.anchor_tsc = __rdtsc();
+    return t.anchor_ns;
+  }
+#endif
+  return clock_ns(CLOCK_REALTIME);
 }
 
 uint32_t current_tid() {
@@ -90,6 +133,7 @@ static void atfork_child() {
   log_forget_in_child();
   gpu_forget_in_child();
   t_state.tid = 0;
+  t_state.anchor_tsc = 0;
   t_state.group_depth = 0;
   t_state.group_id = 0;
   t_state.n_ops = 0;
@@ -120,6 +164,7 @@ static int start() {
     debug_log("FR_DISABLE is set; forwarding only");
     return kOff;
   }
+  calibrate_clock();
   if (!log_open()) return kOff;
   debug_log("recording to %s (ring %u records)", g_ctx.path, g_ctx.ring_cap);
   return kRecording;

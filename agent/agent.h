@@ -36,14 +36,17 @@ struct GroupOp {
   uint32_t bits;       // kOp*
 };
 
+// Small and touched by every call: kept in static TLS (initial-exec) so reaching it is one load.
 struct ThreadState {
   uint32_t tid;             // gettid(), cached; 0 until first use (reset in a forked child)
   int guard;                // > 0 while inside a wrapper: nested NCCL calls are plain forwards
   int group_depth;          // ncclGroupStart nesting, as NCCL counts it per thread
+  uint32_t n_ops;           // entries of thread_ops() used by the open group
   uint64_t group_id;        // id of the open group, 0 outside groups
-  uint32_t n_ops;           // entries used in ops
   uint32_t overflow;        // ops beyond kMaxGroupOps were issued in this group
-  GroupOp ops[kMaxGroupOps];
+  uint32_t pad;
+  uint64_t anchor_tsc;      // per-thread clock anchor (see now_ns)
+  uint64_t anchor_ns;
 };
 
 // Completion markers of a nonblocking launch, held until the application sees it succeed.
@@ -98,10 +101,17 @@ struct Context {
   int gpu_tries;
   uint64_t dev_base;         // device address of `map` (CUdeviceptr)
   pthread_mutex_t gpu_lock;
+  // Clock: CLOCK_REALTIME costs tens of ns on many machines; an invariant TSC, calibrated once
+  // and re-anchored per thread, gives the same nanoseconds for a few.
+  int use_tsc;
+  double ns_per_tick;
+  uint64_t reanchor_ticks;
 };
 
 FR_HIDDEN extern Context g_ctx;
 FR_HIDDEN ThreadState& thread_state();
+// The open group's ops on this thread (kMaxGroupOps entries), only touched inside groups.
+FR_HIDDEN GroupOp* thread_ops();
 
 // ---- lifecycle (agent.cpp) -------------------------------------------------------------------
 // True when calls are being recorded; starts the agent on the first call.

@@ -218,7 +218,7 @@ void log_forget_in_child() {
   if (c.fd > 0) close(c.fd);
   int debug = c.debug;
   pthread_mutex_t reg = c.reg_lock, gpu = c.gpu_lock;
-  c = Context{};
+  c = Context{};  // the clock is calibrated again when the child starts recording
   c.debug = debug;
   c.reg_lock = reg;
   c.gpu_lock = gpu;

@@ -192,7 +192,7 @@ void op_enter(const OpArgs& a, OpState& o) {
   if (o.in_group) {
     if (t.n_ops < kMaxGroupOps) {
       o.group_pos = t.n_ops++;
-      t.ops[o.group_pos] =
+      thread_ops()[o.group_pos] =
           GroupOp{r.id, r.stream, 0, o.c.slot, o.captured ? kOpCaptured : 0u};
     } else {
       t.overflow = 1;
@@ -208,7 +208,7 @@ void op_exit(OpState& o, ncclResult_t res) {
     // Launched (or not) at the outermost GroupEnd.
     if (!ok) {
       r.flags |= FR_REC_F_NEVER_LAUNCHED;
-      if (o.group_pos < kMaxGroupOps) thread_state().ops[o.group_pos].bits |= kOpFailed;
+      if (o.group_pos < kMaxGroupOps) thread_ops()[o.group_pos].bits |= kOpFailed;
     }
   } else if (o.captured) {
     // Part of a CUDA graph: it runs when the graph is launched, never counted in flight here.
@@ -271,8 +271,9 @@ constexpr uint32_t kMaxPairs = 32;
 uint32_t group_before_launch(ThreadState& t, Pair* pairs) {
   uint32_t n_pairs = 0;
   bool tracked = false;
+  GroupOp* ops = thread_ops();
   for (uint32_t i = 0; i < t.n_ops; ++i) {
-    GroupOp& op = t.ops[i];
+    GroupOp& op = ops[i];
     if (op.bits || op.comm_slot < 0) continue;
     if (!tracked && !is_tracked(gpu_prepare())) break;
     tracked = true;
@@ -302,8 +303,9 @@ void group_after_launch(ThreadState& t, Pair* pairs, uint32_t n_pairs, ncclResul
       if (pairs[k].tracked)
         pairs[k].tracked = gpu_after(pairs[k].slot, pairs[k].stream, pairs[k].max_index);
   }
+  GroupOp* ops = thread_ops();
   for (uint32_t i = 0; i < t.n_ops; ++i) {
-    const GroupOp& op = t.ops[i];
+    const GroupOp& op = ops[i];
     if (op.bits) continue;  // captured, or the call failed (already marked)
     bool tracked = op.op_index != 0 && pair_tracked(pairs, n_pairs, op);
     uint64_t index = tracked ? op.op_index : 0;
@@ -607,8 +609,9 @@ ncclResult_t run_group_end(fr_op op, Call call) {
     if (op == FR_OP_GROUP_END) {
       group_after_launch(t, pairs, n_pairs, res);
     } else {
+      GroupOp* ops = thread_ops();
       for (uint32_t i = 0; i < t.n_ops; ++i)
-        if (!(t.ops[i].bits & kOpCaptured)) mark(t.ops[i].rec_id, FR_REC_F_NEVER_LAUNCHED, 0);
+        if (!(ops[i].bits & kOpCaptured)) mark(ops[i].rec_id, FR_REC_F_NEVER_LAUNCHED, 0);
       if (t.overflow) mark_overflow(t.group_id, FR_REC_F_NEVER_LAUNCHED);
     }
     group_reset(t);

@@ -47,10 +47,10 @@ uint64_t now() {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+// `v` has room for `batches` values already: nothing is allocated while timing.
 template <class F>
-double median_ns(int batches, int per_batch, F f) {
-  std::vector<double> v;
-  v.reserve(batches);
+double median_ns(std::vector<double>& v, int batches, int per_batch, F f) {
+  v.clear();
   for (int b = 0; b < batches; ++b) {
     uint64_t t0 = now();
     for (int i = 0; i < per_batch; ++i) f();
@@ -80,11 +80,13 @@ int main(int argc, char** argv) {
     ncclRecv(buf, 256, ncclFloat32, 0, comm, s);
     ncclGroupEnd();
   };
-  median_ns(20, per_batch, allreduce);  // warm up: first-call resolution, page faults
-  median_ns(20, per_batch, group);
+  std::vector<double> v;
+  v.reserve((size_t)batches + 20);
+  median_ns(v, 20, per_batch, allreduce);  // warm up: first-call resolution, page faults
+  median_ns(v, 20, per_batch, group);
   g_counting = true;
-  double ar = median_ns(batches, per_batch, allreduce);
-  double gr = median_ns(batches / 4 + 1, per_batch, group);
+  double ar = median_ns(v, batches, per_batch, allreduce);
+  double gr = median_ns(v, batches / 4 + 1, per_batch, group);
   g_counting = false;
   printf("allreduce_ns=%.1f\n", ar);
   printf("group_send_recv_ns=%.1f\n", gr);
