@@ -62,8 +62,8 @@ struct CommPriv {
   uint64_t split_calls;    // per-kind call counters for derived ids (atomic)
   uint64_t shrink_calls;
   uint64_t grow_calls;
-  uint32_t nonblocking;
-  uint32_t ready;          // size/rank/device known
+  uint32_t nonblocking;     // set before the handle is mapped, read-only after (atomic)
+  uint32_t ready;          // size/rank/device known (atomic)
   int lock;                // spin lock over deferred (short critical sections only)
   uint32_t n_deferred;
   Deferred deferred[kMaxDeferred];
@@ -159,7 +159,8 @@ FR_HIDDEN void set_log_flags(uint32_t set, uint32_t clear);
 // Slot of the communicator with this handle, or -1.
 FR_HIDDEN int32_t comm_lookup(const void* handle);
 // Registers a new communicator entry (fixed part from `e`); maps `handle` to it when non-null.
-FR_HIDDEN int32_t comm_register(const fr_comm_entry& e, uint32_t state, const void* handle);
+FR_HIDDEN int32_t comm_register(const fr_comm_entry& e, uint32_t state, const void* handle,
+                                bool nonblocking);
 FR_HIDDEN void comm_set_state(int32_t slot, uint32_t state);
 // Fills size, rank and device from the real NCCL queries; learns the global rank if needed.
 FR_HIDDEN void comm_learn_shape(int32_t slot, ncclComm_t comm);

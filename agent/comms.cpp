@@ -67,7 +67,8 @@ static bool map_handle(uint64_t key, int32_t slot) {
   return false;
 }
 
-int32_t comm_register(const fr_comm_entry& e, uint32_t state, const void* handle) {
+int32_t comm_register(const fr_comm_entry& e, uint32_t state, const void* handle,
+                      bool nonblocking) {
   Context& c = g_ctx;
   pthread_mutex_lock(&c.reg_lock);
   int32_t slot = -1;
@@ -78,6 +79,7 @@ int32_t comm_register(const fr_comm_entry& e, uint32_t state, const void* handle
     __atomic_store_n(&s->state, state, __ATOMIC_RELAXED);
     __atomic_store_n(&s->last_call_ns, e.create_ns, __ATOMIC_RELAXED);
     __atomic_fetch_add(&c.hdr->comm_count, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&c.priv[slot].nonblocking, nonblocking ? 1u : 0u, __ATOMIC_RELEASE);
     if (handle != nullptr && !map_handle((uint64_t)(uintptr_t)handle, slot))
       debug_log("communicator map full; calls on comm %p go unattributed", handle);
   } else {
@@ -113,7 +115,7 @@ void comm_learn_shape(int32_t slot, ncclComm_t comm) {
     e.cuda_dev = dev;
     fr_comm_publish_fixed(s, &e);  // the fixed part has one writer: registration holds reg_lock
   }
-  c.priv[slot].ready = 1;
+  __atomic_store_n(&c.priv[slot].ready, 1u, __ATOMIC_RELEASE);
   // Without a launcher-given rank, the rank in the largest communicator stands in for it.
   if (!c.rank_from_env && size > 0 && rank >= 0 && size > c.largest_comm) {
     c.largest_comm = size;

@@ -33,7 +33,7 @@ CommRef comm_ref(const void* comm) {
   if (c.slot >= 0) {
     c.entry = &g_ctx.comms[c.slot];
     c.id = __atomic_load_n(&c.entry->id, __ATOMIC_RELAXED);
-    c.nonblocking = g_ctx.priv[c.slot].nonblocking != 0;
+    c.nonblocking = __atomic_load_n(&g_ctx.priv[c.slot].nonblocking, __ATOMIC_ACQUIRE) != 0;
   }
   return c;
 }
@@ -409,9 +409,8 @@ void register_comm(const NewComm& n, ncclComm_t handle, ncclResult_t res, uint64
   e.derive_index = n.derive_index;
   config_name(n.config, e.name);
   uint32_t state = !made ? FR_COMM_FAILED : res == ncclSuccess ? FR_COMM_LIVE : FR_COMM_INITIALIZING;
-  int32_t slot = comm_register(e, state, made ? handle : nullptr);
+  int32_t slot = comm_register(e, state, made ? handle : nullptr, n.nonblocking);
   if (slot < 0) return;
-  g_ctx.priv[slot].nonblocking = n.nonblocking;
   if (made && res == ncclSuccess) comm_learn_shape(slot, handle);
 }
 
@@ -842,7 +841,7 @@ FR_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncEr
   if (c.slot < 0) return res;
   ncclResult_t err = *asyncError;
   if (err == ncclSuccess) {
-    if (!g_ctx.priv[c.slot].ready) {
+    if (!__atomic_load_n(&g_ctx.priv[c.slot].ready, __ATOMIC_ACQUIRE)) {
       comm_learn_shape(c.slot, comm);
       uint32_t expected = FR_COMM_INITIALIZING;
       __atomic_compare_exchange_n(&c.entry->state, &expected, (uint32_t)FR_COMM_LIVE, false,

@@ -22,6 +22,8 @@ unsigned long g_allocs;  // counted while g_counting
 bool g_counting;
 }  // namespace
 
+// Sanitizer runtimes own malloc; the benchmark is only meaningful in plain builds anyway.
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 extern "C" void* malloc(size_t n) {
   if (g_counting) __atomic_fetch_add(&g_allocs, 1, __ATOMIC_RELAXED);
   return __libc_malloc(n);
@@ -38,6 +40,7 @@ extern "C" void* memalign(size_t a, size_t n) {
   if (g_counting) __atomic_fetch_add(&g_allocs, 1, __ATOMIC_RELAXED);
   return __libc_memalign(a, n);
 }
+#endif
 
 namespace {
 
