@@ -1,6 +1,7 @@
-// Writes our flight logs in PyTorch's Flight Recorder JSON schema (version 2.10, the form
-// FlightRecorder::dump_json() produces), one file per rank named as PyTorch names its dumps
-// (<prefix><rank>, prefix "nccl_trace_rank_"), for teams whose tooling already reads that schema.
+// Writes our flight logs in PyTorch's Flight Recorder schema (version 2.10), one file per rank
+// named as PyTorch names its dumps (<prefix><rank>, prefix "nccl_trace_rank_"), for teams whose
+// tooling already reads that schema: the JSON form (FlightRecorder::dump_json()), or the pickle
+// form (dump_dict() through torch's pickler), which is the one PyTorch's fr_trace script loads.
 //
 // What the schema cannot say, and how it is filled:
 //   - process group names: PyTorch's are "0", "1", ... in creation order; ours are the 16 hex
@@ -42,7 +43,33 @@ std::string hex_id(uint64_t id) {
   return buf;
 }
 
-std::string c_name(const char* s) { return std::string(s, strnlen(s, FR_NAME_LEN)); }
+// Names from the fixed C fields are whatever bytes the writer stored: invalid UTF-8 becomes
+// U+FFFD, so both the JSON text and the pickle's str values stay decodable.
+std::string c_name(const char* s) {
+  std::string in(s, strnlen(s, FR_NAME_LEN)), out;
+  for (size_t i = 0; i < in.size();) {
+    unsigned char c = static_cast<unsigned char>(in[i]);
+    size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    bool ok = len > 0 && i + len <= in.size();
+    uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
+    for (size_t k = 1; ok && k < len; ++k) {
+      unsigned char cc = static_cast<unsigned char>(in[i + k]);
+      ok = (cc & 0xC0) == 0x80;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    if (ok && len > 1)
+      ok = !((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+             cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF));
+    if (ok) {
+      out.append(in, i, len);
+      i += len;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
+}
 
 std::string version_text(int code) {
   if (code <= 0) return {};
@@ -98,7 +125,10 @@ const char* state_text(uint32_t s) {
 
 json sizes(uint64_t count) { return json::array({json::array({count})}); }
 
-json dump_one(const fr::log::LogFile& log, const std::map<uint64_t, Membership>& members) {
+// The pickle form (FlightRecorder::dump_dict) differs from the JSON form only in value types:
+// pg_status counters are ints, absent discovered times are None, process_group is a tuple.
+json dump_one(const fr::log::LogFile& log, const std::map<uint64_t, Membership>& members,
+              bool pickle_form) {
   const fr_log_header& h = log.header;
   json d = json::object();
   d["version"] = kTorchSchemaVersion;
@@ -204,8 +234,8 @@ json dump_one(const fr::log::LogFile& log, const std::map<uint64_t, Membership>&
     e["output_sizes"] = std::move(out);
     e["output_dtypes"] = json::array({dtype});
     e["state"] = state_text(rec.gpu_state);
-    e["time_discovered_started_ns"] = 0;
-    e["time_discovered_completed_ns"] = 0;
+    e["time_discovered_started_ns"] = pickle_form ? json(nullptr) : json(0);
+    e["time_discovered_completed_ns"] = pickle_form ? json(nullptr) : json(0);
     e["retired"] = rec.gpu_state >= FR_GPU_COMPLETED;
     e["timeout_ms"] = 0;
     e["is_p2p"] = p2p;
@@ -217,10 +247,11 @@ json dump_one(const fr::log::LogFile& log, const std::map<uint64_t, Membership>&
   json status = json::object();
   for (uint64_t id : order) {
     const Progress& p = prog[id];
+    auto num = [&](int64_t v) { return pickle_form ? json(v) : json(std::to_string(v)); };
     status[std::to_string(pg_id[id])] = {
-        {"last_enqueued_collective", std::to_string(p.enqueued)},
-        {"last_started_collective", std::to_string(p.started)},
-        {"last_completed_collective", std::to_string(p.completed)},
+        {"last_enqueued_collective", num(p.enqueued)},
+        {"last_started_collective", num(p.started)},
+        {"last_completed_collective", num(p.completed)},
     };
   }
   d["pg_status"] = std::move(status);
@@ -251,10 +282,112 @@ bool write_atomic(const std::string& path, const std::string& text, std::string*
   return true;
 }
 
-}  // namespace
+// Protocol 2 pickle of plain values, as torch's C++ pickler writes its dumps (without the memo:
+// readers do not need it). Arrays become lists, except process_group, which is a tuple.
+class PickleWriter {
+ public:
+  std::string take(const json& v) {
+    out_ = "\x80\x02";
+    value(v, false);
+    out_ += '.';
+    return std::move(out_);
+  }
 
-bool export_torch_json(const std::vector<fr::log::LogFile>& logs, const std::string& out_dir,
-                       std::string* error) {
+ private:
+  std::string out_;
+
+  void le(uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) out_ += char((v >> (8 * i)) & 0xFF);
+  }
+  void text(const std::string& s) {
+    out_ += 'X';
+    le(s.size(), 4);
+    out_ += s;
+  }
+  void integer(int64_t v, bool is_unsigned, uint64_t u) {
+    if (!is_unsigned && v >= 0 && v < 256) {
+      out_ += 'K';
+      le(uint64_t(v), 1);
+    } else if (!is_unsigned && v >= 0 && v < 65536) {
+      out_ += 'M';
+      le(uint64_t(v), 2);
+    } else if (!is_unsigned && v >= INT32_MIN && v <= INT32_MAX) {
+      out_ += 'J';
+      le(uint64_t(uint32_t(int32_t(v))), 4);
+    } else {
+      // LONG1: the shortest little-endian two's complement.
+      uint64_t bits = is_unsigned ? u : uint64_t(v);
+      bool neg = !is_unsigned && v < 0;
+      std::string b;
+      for (int i = 0; i < 8; ++i) b += char((bits >> (8 * i)) & 0xFF);
+      if (is_unsigned && (bits >> 63)) b += '\0';  // keep it positive
+      while (b.size() > 1) {
+        unsigned char last = static_cast<unsigned char>(b.back());
+        unsigned char prev = static_cast<unsigned char>(b[b.size() - 2]);
+        if ((!neg && last == 0 && !(prev & 0x80)) || (neg && last == 0xFF && (prev & 0x80)))
+          b.pop_back();
+        else
+          break;
+      }
+      out_ += '\x8a';
+      out_ += char(b.size());
+      out_ += b;
+    }
+  }
+  void value(const json& v, bool tuple) {
+    switch (v.type()) {
+      case json::value_t::null: out_ += 'N'; break;
+      case json::value_t::boolean: out_ += v.get<bool>() ? '\x88' : '\x89'; break;
+      case json::value_t::number_integer: integer(v.get<int64_t>(), false, 0); break;
+      case json::value_t::number_unsigned: {
+        uint64_t u = v.get<uint64_t>();
+        if (u <= uint64_t(INT64_MAX))
+          integer(int64_t(u), false, 0);
+        else
+          integer(0, true, u);
+        break;
+      }
+      case json::value_t::number_float: {
+        double d = v.get<double>();
+        uint64_t bits;
+        std::memcpy(&bits, &d, sizeof bits);
+        out_ += 'G';
+        for (int i = 7; i >= 0; --i) out_ += char((bits >> (8 * i)) & 0xFF);
+        break;
+      }
+      case json::value_t::string: text(v.get<std::string>()); break;
+      case json::value_t::array:
+        if (tuple) {
+          out_ += '(';
+          for (const auto& x : v) value(x, false);
+          out_ += 't';
+        } else {
+          out_ += ']';
+          if (!v.empty()) {
+            out_ += '(';
+            for (const auto& x : v) value(x, false);
+            out_ += 'e';
+          }
+        }
+        break;
+      case json::value_t::object:
+        out_ += '}';
+        if (!v.empty()) {
+          out_ += '(';
+          for (auto it = v.begin(); it != v.end(); ++it) {
+            text(it.key());
+            value(it.value(), it.key() == "process_group");
+          }
+          out_ += 'u';
+        }
+        break;
+      default: out_ += 'N'; break;  // binary and discarded values do not occur here
+    }
+  }
+};
+
+bool export_all(const std::vector<fr::log::LogFile>& logs, const std::string& out_dir,
+                bool pickle_form, std::string* error) {
   std::string err;
   if (!error) error = &err;
   error->clear();
@@ -281,12 +414,25 @@ bool export_torch_json(const std::vector<fr::log::LogFile>& logs, const std::str
   }
   if (!make_dirs(out_dir, error)) return false;
   for (const auto& log : logs) {
-    json d = dump_one(log, members);
-    std::string text = d.dump(-1, ' ', false, json::error_handler_t::replace);
+    json d = dump_one(log, members, pickle_form);
+    std::string text = pickle_form ? PickleWriter().take(d)
+                                   : d.dump(-1, ' ', false, json::error_handler_t::replace);
     std::string path = out_dir + "/" + kTorchFilePrefix + std::to_string(log.header.global_rank);
     if (!write_atomic(path, text, error)) return false;
   }
   return true;
+}
+
+}  // namespace
+
+bool export_torch_json(const std::vector<fr::log::LogFile>& logs, const std::string& out_dir,
+                       std::string* error) {
+  return export_all(logs, out_dir, false, error);
+}
+
+bool export_torch_pickle(const std::vector<fr::log::LogFile>& logs, const std::string& out_dir,
+                         std::string* error) {
+  return export_all(logs, out_dir, true, error);
 }
 
 }  // namespace fr::analyzer::torch
