@@ -43,6 +43,8 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
 
+constexpr double kStartGraceS = 30;
+
 volatile sig_atomic_t g_signal = 0;
 void on_signal(int sig) { g_signal = sig; }
 
@@ -585,6 +587,13 @@ void Job::monitor() {
       return;
     }
     double idle = seconds_since(last_change);
+    // A rank that has not reached main yet (exec and library loading on a loaded machine) is
+    // slow, not stalled: it gets a longer grace before the job counts as stuck.
+    bool starting = false;
+    for (uint32_t r = 0; r < board->ranks; ++r)
+      starting |= !ranks[r].exited &&
+                  board->slots[r].phase.load() == static_cast<uint32_t>(RankPhase::kStarting);
+    if (starting && seconds_since(start) < kStartGraceS) idle = 0;
     if (o.daemons) {
       if (idle > o.stall_after_s + o.verdict_timeout_s) {
         daemon_error = "frd coordinator gave no verdict within " +
