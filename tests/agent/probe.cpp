@@ -49,28 +49,48 @@ void all_reduces(ncclComm_t comm, int n) {
     check("AllReduce", ncclAllReduce(buf, buf, 16, ncclFloat32, ncclSum, comm, stream(0x10)));
 }
 
-// The one log in FR_LOG_DIR written by this process, mapped read-only.
-const fr_log_header* own_log() {
+// Path of the log in FR_LOG_DIR written by process `pid`, or "".
+std::string log_of(int pid) {
   const char* dir = getenv("FR_LOG_DIR");
-  if (dir == nullptr) return nullptr;
+  if (dir == nullptr) return "";
   DIR* d = opendir(dir);
-  if (d == nullptr) return nullptr;
-  std::string want = "." + std::to_string(getpid()) + ".";
-  const fr_log_header* h = nullptr;
+  if (d == nullptr) return "";
+  std::string want = "." + std::to_string(pid) + ".", found;
   while (dirent* e = readdir(d)) {
     std::string name = e->d_name;
-    if (name.find(want) == std::string::npos) continue;
-    std::string path = std::string(dir) + "/" + name;
-    int fd = open(path.c_str(), O_RDONLY);
-    struct stat st;
-    if (fd >= 0 && fstat(fd, &st) == 0) {
-      void* m = mmap(nullptr, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-      if (m != MAP_FAILED) h = (const fr_log_header*)m;
-    }
-    if (fd >= 0) close(fd);
-    break;
+    if (name.find(want) != std::string::npos) found = std::string(dir) + "/" + name;
   }
   closedir(d);
+  return found;
+}
+
+// Whether another process holds the writer lock (byte 0) of the log at `path`.
+int writer_lock_held(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY);
+  if (fd < 0) return -1;
+  struct flock lk = {};
+  lk.l_type = F_WRLCK;
+  lk.l_whence = SEEK_SET;
+  lk.l_start = 0;
+  lk.l_len = 1;
+  int held = fcntl(fd, F_GETLK, &lk) == 0 && lk.l_type != F_UNLCK ? 1 : 0;
+  close(fd);
+  return held;
+}
+
+// The log of this process, mapped read-only.
+const fr_log_header* own_log() {
+  std::string path = log_of((int)getpid());
+  if (path.empty()) return nullptr;
+  int fd = open(path.c_str(), O_RDONLY);
+  if (fd < 0) return nullptr;
+  struct stat st;
+  const fr_log_header* h = nullptr;
+  if (fstat(fd, &st) == 0) {
+    void* m = mmap(nullptr, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    if (m != MAP_FAILED) h = (const fr_log_header*)m;
+  }
+  close(fd);
   return h;
 }
 
@@ -115,6 +135,8 @@ int scenario_fork(const char* mode) {
   fflush(stdout);
   pid_t child = fork();
   if (child == 0) {
+    // Seen from another process, the live parent holds its log's writer lock.
+    printf("parent_log_locked=%d\n", writer_lock_held(log_of((int)getppid())));
     if (strcmp(mode, "child-calls") == 0) {
       ncclComm_t c2 = init_comm(2, 1);
       all_reduces(c2, 2);

@@ -173,6 +173,7 @@ TEST_CASE("a forked child never writes into its parent's log", "[agent]") {
     INFO(r.out);
     REQUIRE(r.exit_code == 0);
     int parent = std::stoi(r.values["parent_pid"]), child = std::stoi(r.values["child_pid"]);
+    CHECK(r.values["parent_log_locked"] == "1");  // the writer lock shows a live writer
     auto logs = dir.logs();
     REQUIRE(logs.size() == (mode == "child-calls" ? 2u : 1u));
     for (const auto& path : logs) {
