@@ -8,6 +8,7 @@
 #include <random>
 #include <sstream>
 
+#include "daemon/assembly.h"
 #include "daemon/names.h"
 #include "log/snapshot.h"
 
@@ -201,6 +202,10 @@ void CoordinatorState::open(IncidentKind kind, const std::string& reason, int64_
     inc.id = b;
     inc.dir = job_dir + "/" + inc.id;
   } while (is_dir(inc.dir));
+  // The directory exists from the start, so that a restarted coordinator still accepts the dumps
+  // nodes took for this incident.
+  std::string mkerr;
+  if (!make_dirs(inc.dir, &mkerr)) inc.error = mkerr;
   inc.opened_mono = now_mono;
   inc.opened_real = real_ns();
   inc.deadline_mono = now_mono + cfg_.dump_deadline_ns;

@@ -1,0 +1,486 @@
+// The gRPC adapters on loopback: a node and a coordinator find a stall and write the dump set;
+// manual dumps and status; the token; TLS refusal paths; hostile peers (garbage bytes, oversized
+// and out-of-order messages, path tricks in uploads); metrics over HTTP; a restarted coordinator
+// receiving the dumps a node kept.
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "daemon/assembly.h"
+#include "daemon/client.h"
+#include "daemon/crc32c.h"
+#include "daemon/node.h"
+#include "daemon/server.h"
+#include "fixture.h"
+#include "fr/v1/frd.grpc.pb.h"
+
+using namespace fr::daemon;
+using fr::daemon::test::FakeLog;
+using fr::daemon::test::FakeOp;
+using fr::daemon::test::TempDir;
+
+namespace {
+
+constexpr int64_t kSec = 1'000'000'000;
+
+bool exists(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0;
+}
+
+std::string slurp(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+bool wait_for(const std::function<bool()>& cond, double seconds = 30) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return cond();
+}
+
+CoordinatorConfig coord_config(const std::string& dumps) {
+  CoordinatorConfig c;
+  c.dump_dir = dumps;
+  c.job_id = "job1";
+  c.stall_after_ns = 2 * kSec;
+  c.heartbeat_timeout_ns = 10 * kSec;
+  c.dump_deadline_ns = 10 * kSec;
+  c.heartbeat_interval_ns = kSec / 5;
+  return c;
+}
+
+ServerOptions server_options() {
+  ServerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.quiet = true;
+  return o;
+}
+
+// A node daemon on its own thread.
+struct RunningNode {
+  NodeDaemon daemon;
+  std::thread thread;
+  explicit RunningNode(NodeOptions o) : daemon(std::move(o)) {
+    std::string err;
+    REQUIRE(daemon.init(&err));
+    thread = std::thread([this] { daemon.run(); });
+  }
+  ~RunningNode() {
+    daemon.stop();
+    thread.join();
+  }
+};
+
+NodeOptions node_options(int port, const std::string& logs, const std::string& spool,
+                         const std::string& name = "n0") {
+  NodeOptions o;
+  o.client.address = "127.0.0.1:" + std::to_string(port);
+  o.log_dir = logs;
+  o.node_name = name;
+  o.spool_dir = spool;
+  o.heartbeat_interval_ns = kSec / 5;
+  o.stall_after_ns = 2 * kSec;
+  o.quiet = true;
+  return o;
+}
+
+ClientOptions client(int port) {
+  ClientOptions c;
+  c.address = "127.0.0.1:" + std::to_string(port);
+  return c;
+}
+
+int connected_nodes(CoordinatorServer& s) {
+  int n = 0;
+  auto st = s.status();
+  for (const auto& node : st["nodes"]) n += node["connected"].get<bool>();
+  if (getenv("FR_DEBUG")) fprintf(stderr, "%s\n", st.dump().c_str());
+  return n;
+}
+
+void write_two_ranks(const std::string& logs, int64_t stalled_for_ns) {
+  FakeLog r0;
+  r0.rank = 0;
+  r0.pid = 11;
+  r0.ops = {{FR_OP_ALLREDUCE, 1, 1, 10 * kSec, true, false},
+            {FR_OP_ALLREDUCE, 2, 2, stalled_for_ns, stalled_for_ns == 0, false}};
+  FakeLog r1 = r0;
+  r1.rank = 1;
+  r1.pid = 12;
+  r1.ops = {{FR_OP_ALLREDUCE, 1, 1, 10 * kSec, true, false}};
+  fr::daemon::test::write_log(logs, "fr.job1.r0.frlog", r0);
+  fr::daemon::test::write_log(logs, "fr.job1.r1.frlog", r1);
+}
+
+}  // namespace
+
+TEST_CASE("a stall seen by a node becomes a written dump set", "[daemon][rpc]") {
+  TempDir logs, dumps, spool;
+  write_two_ranks(logs.path, 5 * kSec);
+  CoordinatorServer server(coord_config(dumps.path), server_options());
+  std::string err;
+  REQUIRE(server.start(&err));
+  RunningNode node(node_options(server.port(), logs.path, spool.path));
+
+  std::string dir = dumps.path + "/job1/incident-0001";
+  REQUIRE(wait_for([&] { return exists(dir + "/analysis.json"); }));
+  auto manifest = nlohmann::json::parse(slurp(dir + "/manifest.json"));
+  CHECK(manifest["source"] == "frd coordinator");
+  CHECK(manifest["job_id"] == "job1");
+  REQUIRE(manifest["processes"].size() == 2);
+  for (const auto& p : manifest["processes"]) {
+    std::string f = p["file"];
+    CHECK(f.rfind("n0-", 0) == 0);
+    CHECK(exists(dir + "/" + f));
+    CHECK(p["host"] == "n0");
+  }
+  REQUIRE(manifest["nodes"].size() == 1);
+  CHECK(manifest["nodes"][0]["host"] == "n0");
+  CHECK(exists(dir + "/report.txt"));
+  CHECK(exists(dir + "/incident.json"));
+  auto inc = nlohmann::json::parse(slurp(dir + "/incident.json"));
+  CHECK(inc["kind"] == "stall");
+
+  auto st = server.status();
+  REQUIRE(st["incidents"].size() == 1);
+  CHECK(st["incidents"][0]["kind"] == "stall");
+  CHECK(st["incidents"][0]["uploaded"] == 1);
+  // The node drops its copy once delivered.
+  CHECK(wait_for([&] { return !exists(spool.path + "/incident-0001"); }, 10));
+  // Still one incident while the hang lasts.
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  CHECK(server.status()["incidents"].size() == 1);
+
+  // The op completes: the incident closes as transient.
+  write_two_ranks(logs.path, 0);
+  CHECK(wait_for([&] { return server.status()["incidents"][0]["state"] == "closed_transient"; }, 10));
+}
+
+TEST_CASE("status and a manual dump over the wire", "[daemon][rpc]") {
+  TempDir logs, dumps, spool;
+  write_two_ranks(logs.path, 0);
+  CoordinatorServer server(coord_config(dumps.path), server_options());
+  std::string err;
+  REQUIRE(server.start(&err));
+  RunningNode node(node_options(server.port(), logs.path, spool.path));
+  REQUIRE(wait_for([&] { return connected_nodes(server) == 1; }));
+
+  nlohmann::json st;
+  REQUIRE(wait_for([&] {
+    return fetch_status(client(server.port()), &st, &err) && st["ranks"]["alive"] == 2;
+  }));
+  CHECK(st["nodes"][0]["name"] == "n0");
+  CHECK(render_status(st).find("node n0") != std::string::npos);
+
+  std::string id;
+  REQUIRE(trigger_dump(client(server.port()), "operator asked", &id, &err));
+  CHECK(id == "incident-0001");
+  REQUIRE(wait_for([&] { return exists(dumps.path + "/job1/" + id + "/analysis.json"); }));
+  // Clock offsets on one machine are small.
+  CHECK(std::abs(server.status()["nodes"][0]["clock_offset_ns"].get<int64_t>()) < 50'000'000);
+
+  ClientOptions nowhere;
+  nowhere.address = "127.0.0.1:1";
+  CHECK_FALSE(fetch_status(nowhere, &st, &err));
+  CHECK(!err.empty());
+}
+
+TEST_CASE("the token is required when set, and off loopback", "[daemon][rpc]") {
+  TempDir logs, dumps, spool;
+  write_two_ranks(logs.path, 0);
+  ServerOptions so = server_options();
+  so.token = "s3cret-token";
+  CoordinatorServer server(coord_config(dumps.path), so);
+  std::string err;
+  REQUIRE(server.start(&err));
+
+  nlohmann::json st;
+  CHECK_FALSE(fetch_status(client(server.port()), &st, &err));
+  CHECK(err.find("token") != std::string::npos);
+  ClientOptions wrong = client(server.port());
+  wrong.token = "s3cret-tokem";
+  CHECK_FALSE(fetch_status(wrong, &st, &err));
+  std::string id;
+  CHECK_FALSE(trigger_dump(wrong, "x", &id, &err));
+  ClientOptions right = client(server.port());
+  right.token = "s3cret-token";
+  CHECK(fetch_status(right, &st, &err));
+
+  {
+    NodeOptions no = node_options(server.port(), logs.path, spool.path);
+    no.client.token = "wrong";
+    RunningNode bad(no);
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    CHECK(server.status()["nodes"].empty());
+  }
+  NodeOptions no = node_options(server.port(), logs.path, spool.path);
+  no.client.token = "s3cret-token";
+  RunningNode good(no);
+  CHECK(wait_for([&] { return connected_nodes(server) == 1; }));
+
+  ServerOptions open = server_options();
+  open.listen = "0.0.0.0:0";
+  CoordinatorServer exposed(coord_config(dumps.path), open);
+  CHECK_FALSE(exposed.start(&err));
+  CHECK(err.find("token") != std::string::npos);
+  open.token = "t";
+  CoordinatorServer exposed_ok(coord_config(dumps.path), open);
+  CHECK(exposed_ok.start(&err));
+
+  ServerOptions half = server_options();
+  half.tls_cert = "not a certificate";
+  CoordinatorServer half_tls(coord_config(dumps.path), half);
+  CHECK_FALSE(half_tls.start(&err));
+}
+
+TEST_CASE("hostile peers cannot crash, stall or fill the coordinator", "[daemon][rpc]") {
+  TempDir dumps;
+  CoordinatorServer server(coord_config(dumps.path), server_options());
+  std::string err;
+  REQUIRE(server.start(&err));
+  const int port = server.port();
+  nlohmann::json st;
+
+  SECTION("garbage bytes on the socket") {
+    for (int i = 0; i < 20; ++i) {
+      int fd = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(uint16_t(port));
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+      std::string junk(4096 * (i + 1), char(i * 37));
+      (void)!write(fd, junk.data(), junk.size());
+      close(fd);
+    }
+    CHECK(fetch_status(client(port), &st, &err));
+  }
+
+  auto stub = fr::v1::Coordinator::NewStub(make_channel(client(port)));
+
+  SECTION("an oversized message is refused and the stream dropped") {
+    grpc::ClientContext ctx;
+    auto rw = stub->Connect(&ctx);
+    fr::v1::NodeMessage m;
+    m.mutable_hello()->set_node_name("big");
+    rw->Write(m);
+    fr::v1::NodeMessage big;
+    big.mutable_heartbeat()->add_unreadable(std::string(6 << 20, 'x'));
+    rw->Write(big);
+    fr::v1::CoordinatorMessage in;
+    while (rw->Read(&in)) {
+    }
+    grpc::Status s = rw->Finish();
+    CHECK_FALSE(s.ok());
+    CHECK(fetch_status(client(port), &st, &err));
+  }
+
+  SECTION("messages out of order end the stream") {
+    grpc::ClientContext ctx;
+    auto rw = stub->Connect(&ctx);
+    fr::v1::NodeMessage hb;
+    hb.mutable_heartbeat()->set_seq(1);
+    rw->Write(hb);
+    fr::v1::CoordinatorMessage in;
+    while (rw->Read(&in)) {
+    }
+    CHECK(rw->Finish().error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+    CHECK(server.status()["nodes"].empty());
+  }
+
+  SECTION("hostile names are sanitized") {
+    grpc::ClientContext ctx;
+    auto rw = stub->Connect(&ctx);
+    fr::v1::NodeMessage m;
+    m.mutable_hello()->set_node_name("../../etc/\x01passwd");
+    rw->Write(m);
+    fr::v1::CoordinatorMessage in;
+    REQUIRE(rw->Read(&in));
+    CHECK(in.has_welcome());
+    std::string name = server.status()["nodes"][0]["name"];
+    CHECK(name.find('/') == std::string::npos);
+    CHECK(name[0] != '.');
+    ctx.TryCancel();
+    rw->Finish();
+  }
+
+  SECTION("uploads cannot escape the dump directory") {
+    std::string id;
+    REQUIRE(trigger_dump(client(port), "x", &id, &err));
+    for (std::string name : {"../../escape.frlog", "../escape.frlog", "/tmp/escape.frlog"}) {
+      grpc::ClientContext ctx;
+      fr::v1::UploadReply reply;
+      auto w = stub->Upload(&ctx, &reply);
+      fr::v1::UploadChunk c;
+      c.mutable_header()->set_incident_id(id);
+      c.mutable_header()->set_node_name("evil");
+      auto* f = c.mutable_header()->add_files();
+      f->set_name(name);
+      f->set_size(4);
+      w->Write(c);
+      fr::v1::UploadChunk d;
+      d.mutable_data()->set_data("evil");
+      w->Write(d);
+      w->WritesDone();
+      grpc::Status s = w->Finish();
+      CHECK(s.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+      CHECK(s.error_message().find("refused file name") != std::string::npos);
+    }
+    CHECK_FALSE(exists(dumps.path + "/escape.frlog"));
+    CHECK_FALSE(exists(dumps.path + "/job1/escape.frlog"));
+    CHECK_FALSE(exists("/tmp/escape.frlog"));
+
+    // A declared size larger than the bound is refused before any byte is written.
+    grpc::ClientContext ctx;
+    fr::v1::UploadReply reply;
+    auto w = stub->Upload(&ctx, &reply);
+    fr::v1::UploadChunk c;
+    c.mutable_header()->set_incident_id(id);
+    c.mutable_header()->set_node_name("evil");
+    auto* f = c.mutable_header()->add_files();
+    f->set_name("evil-rank0.frlog");
+    f->set_size(uint64_t(1) << 40);
+    w->Write(c);
+    w->WritesDone();
+    grpc::Status s = w->Finish();
+    CHECK_FALSE(s.ok());
+    CHECK(s.error_message().find("too large") != std::string::npos);
+  }
+
+  SECTION("a bad checksum is refused") {
+    std::string id;
+    REQUIRE(trigger_dump(client(port), "x", &id, &err));
+    grpc::ClientContext ctx;
+    fr::v1::UploadReply reply;
+    auto w = stub->Upload(&ctx, &reply);
+    fr::v1::UploadChunk c;
+    c.mutable_header()->set_incident_id(id);
+    c.mutable_header()->set_node_name("n9");
+    auto* f = c.mutable_header()->add_files();
+    f->set_name("n9-rank0.frlog");
+    f->set_size(4);
+    f->set_crc32c(crc32c(0, "good", 4));
+    w->Write(c);
+    fr::v1::UploadChunk d;
+    d.mutable_data()->set_data("evil");
+    w->Write(d);
+    w->WritesDone();
+    CHECK(w->Finish().error_code() == grpc::StatusCode::DATA_LOSS);
+    CHECK_FALSE(exists(dumps.path + "/job1/" + id + "/n9-rank0.frlog"));
+  }
+  CHECK(fetch_status(client(port), &st, &err));
+}
+
+TEST_CASE("metrics are served as Prometheus text", "[daemon][rpc]") {
+  TempDir dumps;
+  ServerOptions so = server_options();
+  so.metrics_listen = "127.0.0.1:0";
+  CoordinatorServer server(coord_config(dumps.path), so);
+  std::string err;
+  REQUIRE(server.start(&err));
+  REQUIRE(server.metrics_port() > 0);
+  auto get = [&](const std::string& path) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(uint16_t(server.metrics_port()));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
+    REQUIRE(write(fd, req.data(), req.size()) == ssize_t(req.size()));
+    std::string resp;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0) resp.append(buf, size_t(n));
+    close(fd);
+    return resp;
+  };
+  std::string m = get("/metrics");
+  CHECK(m.rfind("HTTP/1.0 200", 0) == 0);
+  CHECK(m.find("frd_nodes{state=\"connected\"} 0") != std::string::npos);
+  CHECK(m.find("frd_incidents_open 0") != std::string::npos);
+  CHECK(get("/nope").rfind("HTTP/1.0 404", 0) == 0);
+  // A client that connects and says nothing does not block the next scrape for long.
+  int idle = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(server.metrics_port()));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(connect(idle, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  CHECK(get("/metrics").rfind("HTTP/1.0 200", 0) == 0);
+  close(idle);
+}
+
+TEST_CASE("a restarted coordinator receives the dumps a node kept", "[daemon][rpc]") {
+  TempDir logs, dumps, spool;
+  write_two_ranks(logs.path, 0);
+  // The previous coordinator opened incident-0001 and went away before the node could deliver.
+  std::string err;
+  REQUIRE(make_dirs(dumps.path + "/job1/incident-0001", &err));
+  {
+    std::string d = spool.path + "/incident-0001";
+    REQUIRE(make_dirs(d, &err));
+    std::string bytes = slurp(logs.path + "/fr.job1.r0.frlog");
+    std::ofstream(d + "/n0-rank0.n0.11.frlog", std::ios::binary) << bytes;
+    nlohmann::json h = {
+        {"incident_id", "incident-0001"}, {"node_name", "n0"}, {"snapshot_time_ns", 1},
+        {"files", {{{"name", "n0-rank0.n0.11.frlog"}, {"size", bytes.size()},
+                    {"crc32c", crc32c(0, bytes.data(), bytes.size())}}}},
+        {"processes", {{{"rank", 0}, {"world_size", 2}, {"pid", 11}, {"host", "n0"},
+                        {"job_id", "job1"}, {"file", "n0-rank0.n0.11.frlog"}, {"source", "x"},
+                        {"alive", true}, {"records", 2}, {"overwritten", 0}, {"torn", 0}}}},
+        {"skipped", nlohmann::json::array()}};
+    std::ofstream(d + "/dump.json") << h.dump();
+  }
+  CoordinatorServer server(coord_config(dumps.path), server_options());
+  REQUIRE(server.start(&err));
+  RunningNode node(node_options(server.port(), logs.path, spool.path));
+  std::string dir = dumps.path + "/job1/incident-0001";
+  REQUIRE(wait_for([&] { return exists(dir + "/analysis.json"); }));
+  CHECK(exists(dir + "/n0-rank0.n0.11.frlog"));
+  auto manifest = nlohmann::json::parse(slurp(dir + "/manifest.json"));
+  CHECK(manifest["processes"].size() == 1);
+  CHECK(wait_for([&] { return !exists(spool.path + "/incident-0001"); }, 10));
+  // New incidents do not reuse the id.
+  std::string id;
+  REQUIRE(trigger_dump(client(server.port()), "x", &id, &err));
+  CHECK(id == "incident-0002");
+}
+
+TEST_CASE("a node reconnects to a coordinator that comes back on the same port", "[daemon][rpc]") {
+  TempDir logs, dumps, spool;
+  write_two_ranks(logs.path, 0);
+  int port = 0;
+  std::string err;
+  auto first = std::make_unique<CoordinatorServer>(coord_config(dumps.path), server_options());
+  REQUIRE(first->start(&err));
+  port = first->port();
+  RunningNode node(node_options(port, logs.path, spool.path));
+  REQUIRE(wait_for([&] { return connected_nodes(*first) == 1; }));
+  first->shutdown();
+  first.reset();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ServerOptions so = server_options();
+  so.listen = "127.0.0.1:" + std::to_string(port);
+  CoordinatorServer second(coord_config(dumps.path), so);
+  REQUIRE(second.start(&err));
+  CHECK(wait_for([&] { return connected_nodes(second) == 1; }, 20));
+}
