@@ -132,6 +132,7 @@ struct Ctx {
   std::map<int, std::vector<std::pair<int, int64_t>>> blocked;
   json communicators = json::array();
   std::set<int> rank_filter;
+  std::set<int> job_missing;  // global ranks expected but without a dump
 };
 
 int64_t aligned(const Proc& p, uint64_t t) { return static_cast<int64_t>(t) + p.clock_offset_ns; }
@@ -156,8 +157,13 @@ Frontier frontier(const Proc& p, const ProcComm& pc, bool p2p) {
     // say how far it went, and the GPU counters whether everything handed over has finished.
     f.enq = counter;
     f.last_enq = nullptr;
-    if (pc.has_entry && pc.op_index > 0 && pc.gpu_completed >= pc.op_index) f.completed = f.enq;
-    if (pc.has_entry && pc.op_index > 0 && pc.gpu_started >= pc.op_index) f.started = f.enq;
+    if (pc.has_entry && pc.op_index > 0 && pc.gpu_completed >= pc.op_index) {
+      f.completed = f.started = f.enq;
+    } else {
+      // Something is still running, but which seq the GPU counters stand at cannot be told
+      // without the records: treat this member's GPU state as unknown.
+      f.tracked = false;
+    }
   }
   if (f.started < f.completed) f.started = f.completed;
   return f;
@@ -183,17 +189,21 @@ struct Missing {
   int global;  // -1 when unknown
 };
 
-std::vector<Missing> missing_members(const Model& m, const Comm& c) {
+// When every member found sits at the same offset (global = rank in comm + d, as in a world
+// communicator or a block of consecutive ranks) and the job lacks exactly those global ranks,
+// the missing members are those ranks.
+std::vector<Missing> missing_members(const Model& m, const Comm& c, const std::set<int>& job_missing) {
   std::vector<Missing> out;
   if (c.size <= 0) return out;
   std::vector<char> present(c.size, 0);
-  bool identity = true;
+  bool constant = !c.members.empty();
+  const int d = c.members.empty() ? 0 : m.procs[c.members[0].proc].rank - c.members[0].rank_in_comm;
   for (const auto& mem : c.members) {
     if (mem.rank_in_comm >= 0 && mem.rank_in_comm < c.size) present[mem.rank_in_comm] = 1;
-    if (mem.rank_in_comm != m.procs[mem.proc].rank) identity = false;
+    if (m.procs[mem.proc].rank - mem.rank_in_comm != d) constant = false;
   }
   for (int r = 0; r < c.size; ++r)
-    if (!present[r]) out.push_back({r, identity ? r : -1});
+    if (!present[r]) out.push_back({r, constant && job_missing.count(r + d) ? r + d : -1});
   return out;
 }
 
@@ -399,7 +409,7 @@ void analyze_collectives(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* fron
     ctx.stalls.push_back(mismatch_stall(m, ci, ms));
     mismatch_found = true;
   }
-  const auto missing = missing_members(m, c);
+  const auto missing = missing_members(m, c, ctx.job_missing);
   if (t == UINT64_MAX || t > max_e) {
     // Everyone completed everything (or nothing can be told without GPU tracking).
     return;
@@ -691,6 +701,9 @@ void analyze_p2p(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* frontier_jso
   } else if (!missing_peers.empty()) {
     s.kind = "incomplete";
     s.prio = kIncomplete;
+    for (const auto& mm : missing_members(m, c, ctx.job_missing))
+      if (mm.global >= 0 && std::count(missing_peers.begin(), missing_peers.end(), mm.rank_in_comm))
+        s.culprits.push_back(mm.global);
     s.summary = "point-to-point on comm " + cname + " waits on comm rank" +
                 (missing_peers.size() > 1 ? "s " : " ") + ranks_text(missing_peers) + ", which " +
                 (missing_peers.size() > 1 ? "have" : "has") + " no dump";
@@ -818,6 +831,10 @@ json stall_json(const Ctx& ctx, const Stall& s, const std::vector<std::vector<Fr
     for (size_t i = 0; i < c.members.size() && i < fr.size(); ++i) {
       const Proc& p = m.procs[c.members[i].proc];
       if (!ctx.rank_filter.empty() && !ctx.rank_filter.count(p.rank)) continue;
+      // Point-to-point involves few members of a large communicator: show those.
+      if (s.p2p && !culprits.count(p.rank) &&
+          std::find(s.blocked.begin(), s.blocked.end(), p.rank) == s.blocked.end())
+        continue;
       const Frontier& f = fr[i];
       std::string state;
       if (!p.alive && p.snapshot && s.kind == "rank_dead") state = "dead";
@@ -844,7 +861,7 @@ json stall_json(const Ctx& ctx, const Stall& s, const std::vector<std::vector<Fr
 }  // namespace
 
 nlohmann::json analyze_model(const Model& m, const Options& opts) {
-  Ctx ctx{m, opts, {}, {}, json::array(), {}};
+  Ctx ctx{m, opts, {}, {}, json::array(), {}, {}};
   ctx.rank_filter.insert(opts.ranks.begin(), opts.ranks.end());
 
   json doc;
@@ -870,6 +887,7 @@ nlohmann::json analyze_model(const Model& m, const Options& opts) {
   int expected = std::max(m.expected_ranks, found.empty() ? 0 : found.back() + 1);
   for (int r = 0; r < expected; ++r)
     if (!found_set.count(r)) missing.push_back(r);
+  ctx.job_missing.insert(missing.begin(), missing.end());
 
   // Per communicator: frontiers and stalls.
   std::vector<std::vector<Frontier>> coll_fr(m.comms.size()), p2p_fr(m.comms.size());
@@ -882,7 +900,7 @@ nlohmann::json analyze_model(const Model& m, const Options& opts) {
     if (!comm_matches(m.comms[ci], opts.comm)) continue;
     json cj = communicator_json(m, m.comms[ci]);
     cj["frontier"] = {{"coll", cf}, {"p2p", pf}, {"stalled", ctx.stalls.size() > before}};
-    auto mm = missing_members(m, m.comms[ci]);
+    auto mm = missing_members(m, m.comms[ci], ctx.job_missing);
     if (!mm.empty()) {
       json mj = json::array();
       for (const auto& x : mm) mj.push_back({{"rank_in_comm", x.rank_in_comm}, {"global_rank", x.global >= 0 ? json(x.global) : json(nullptr)}});

@@ -129,6 +129,12 @@ Loaded load_one(const Job& job) {
     std::string msg = r.message;
     // The reader's message names the file; the skip entry carries the file apart.
     if (msg.rfind(job.path + ": ", 0) == 0) msg = msg.substr(job.path.size() + 2);
+    // Lead with the kind of damage, so the one line says what happened before the details.
+    const char* kind = r.error == fr::log::ReadError::kTruncated ? "truncated"
+                       : r.error == fr::log::ReadError::kCorrupt ? "corrupt"
+                       : r.error == fr::log::ReadError::kIo ? "unreadable"
+                                                              : nullptr;
+    if (kind && msg.find(kind) == std::string::npos) msg = std::string(kind) + ": " + msg;
     if (r.error == fr::log::ReadError::kBadMagic)
       msg = "foreign file: neither a flight log nor a PyTorch Flight Recorder dump";
     out.skips.push_back({job.path, msg});

@@ -1,6 +1,7 @@
 // The text view of an fr-analysis/1 document: the verdict sentence first, then per stalled
 // communicator a compact table (ranks that look the same share a row), then findings and skipped
 // files. Works from the JSON alone, so the coordinator's report.txt and the CLI print the same.
+#include <algorithm>
 #include <map>
 #include <sstream>
 
@@ -56,6 +57,7 @@ void table(std::ostringstream& out, const json& item, const Style& st) {
   std::map<std::string, std::vector<int>> rows;
   std::map<std::string, bool> culprit_row;
   std::vector<std::string> order;
+  std::string tail_note;
   for (const auto& e : ev) {
     std::string key;
     if (e.value("state", std::string()) == "missing") {
@@ -71,7 +73,25 @@ void table(std::ostringstream& out, const json& item, const Style& st) {
     if (e.value("culprit", false)) culprit_row[key] = true;
   }
   out << "  " << st.dim() << "ranks: state | last enqueued | last started | last completed" << st.reset() << "\n";
+  // Culprits first, then the rest; a long table is cut (the JSON has every row).
+  std::stable_partition(order.begin(), order.end(), [&](const std::string& k) { return culprit_row[k]; });
+  const size_t limit = 12;
+  if (order.size() > limit) {
+    size_t hidden_ranks = 0;
+    for (size_t i = limit; i < order.size(); ++i) hidden_ranks += rows[order[i]].size();
+    const size_t hidden_rows = order.size() - limit;
+    order.resize(limit);
+    order.push_back("");
+    rows[""] = {};
+    culprit_row[""] = false;
+    tail_note = "  " + st.dim() + "  ... " + std::to_string(hidden_rows) + " more rows (" +
+                std::to_string(hidden_ranks) + " ranks); --json or --rank for all" + st.reset() + "\n";
+  }
   for (const auto& k : order) {
+    if (k.empty()) {
+      out << tail_note;
+      continue;
+    }
     std::vector<int> global, local;
     for (int r : rows[k]) (r >= 0 ? global : local).push_back(r >= 0 ? r : -1 - r);
     std::string who = global.empty() ? "" : ranks_text(global);

@@ -20,8 +20,8 @@ int main(int argc, char** argv) {
   app.add_option("--steps", spec.steps, "training steps (default: enough to wrap every ring)");
   app.add_option("--ranks-per-host", spec.ranks_per_host, "ranks per simulated host")->check(CLI::Range(1, 1 << 20));
   app.add_option("--tp", spec.tp, "tensor-parallel group size (1: none)")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--fault", faults, "rank=R,step=S,kind=K[,comm=world|tp][,ms=M]");
-  app.add_option("--omit", spec.omit_ranks, "ranks whose dump is left out");
+  app.add_option("--fault", faults, "rank=R,step=S,kind=K[,comm=world|tp][,ms=M] (repeatable)")->allow_extra_args(false);
+  app.add_option("--omit", spec.omit_ranks, "ranks whose dump is left out (repeatable)")->allow_extra_args(false);
   app.add_option("--host-skew-ns", spec.host_skew_ns, "clock skew per host (corrected in the manifest)");
   app.add_option("--job-id", spec.job_id, "job id written in the logs");
   app.add_option("--threads", spec.threads, "writer threads (0: one per core)");

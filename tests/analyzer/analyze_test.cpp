@@ -1,0 +1,427 @@
+// The analysis on synthetic dump sets: every verdict kind with the culprit first, in the middle
+// and last in rank order; several communicators stalled at once; grouped and point-to-point ops;
+// rings wrapped at different points; clocks; and the fixed JSON contract.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+
+#include "analyzer/analyze.h"
+#include "analyzer/model.h"
+#include "analyzer/synth.h"
+#include "analyzer/trace.h"
+#include "log/snapshot.h"
+
+namespace fs = std::filesystem;
+using fr::analyzer::synth::Fault;
+using fr::analyzer::synth::Spec;
+using nlohmann::json;
+
+namespace {
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "fr-analyze-test.XXXXXX").string();
+    path = mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string sub(const std::string& name) const { return (fs::path(path) / name).string(); }
+};
+
+Spec spec_with(const std::string& fault_spec, int ranks = 8) {
+  Spec s;
+  s.ranks = ranks;
+  s.entries = 96;
+  if (!fault_spec.empty()) {
+    Fault f;
+    std::string err;
+    REQUIRE(fr::analyzer::synth::parse_fault(fault_spec, &f, &err));
+    s.faults.push_back(f);
+  }
+  return s;
+}
+
+json analyze_dir(const std::string& dir, fr::analyzer::Options opts = {}) {
+  std::string err;
+  json doc = fr::analyzer::analyze_paths({dir}, opts, &err);
+  INFO(err);
+  REQUIRE(doc.is_object());
+  return doc;
+}
+
+json run(const Spec& s, const TempDir& t, const std::string& name = "set") {
+  std::string err;
+  REQUIRE(fr::analyzer::synth::write_dump_set(s, t.sub(name), &err));
+  return analyze_dir(t.sub(name));
+}
+
+std::vector<int> culprits(const json& v) { return v.at("culprit_ranks").get<std::vector<int>>(); }
+
+// Writes logs as a dump set (files + manifest) so tests can edit logs before analysing them.
+void write_logs(const std::vector<fr::log::LogFile>& logs, const std::string& dir) {
+  fs::create_directories(dir);
+  std::vector<fr::log::SnapshotProcess> procs;
+  for (const auto& log : logs) {
+    fr::log::SnapshotProcess p;
+    p.rank = log.header.global_rank;
+    p.world_size = log.header.world_size;
+    p.pid = log.header.pid;
+    p.host = log.hostname();
+    p.job_id = log.job_id();
+    p.file = "rank" + std::to_string(p.rank) + ".frlog";
+    p.alive = log.writer_alive;
+    std::string bytes = fr::log::encode_snapshot(log, 1796205700000000000ull);
+    std::ofstream(fs::path(dir) / p.file, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    procs.push_back(p);
+  }
+  std::string err;
+  REQUIRE(fr::log::write_manifest(dir, "synthetic", 1796205700000000000ull, procs, {}, {}, "test", static_cast<int>(logs.size()), &err));
+}
+
+}  // namespace
+
+TEST_CASE("healthy job: no hang", "[analyzer]") {
+  TempDir t;
+  json doc = run(spec_with(""), t);
+  CHECK(doc["schema"] == "fr-analysis/1");
+  CHECK(doc["verdict"]["kind"] == "no_hang");
+  CHECK(culprits(doc["verdict"]).empty());
+  CHECK(doc["ranks"]["found"].size() == 8);
+  CHECK(doc["ranks"]["missing"].empty());
+  CHECK(doc["findings"].empty());
+}
+
+TEST_CASE("each fault kind gives its verdict, culprit first, middle and last", "[analyzer]") {
+  struct Case {
+    const char* kind;
+    const char* verdict;
+    const char* field;
+  };
+  const Case cases[] = {
+      {"hang-host", "not_entered", ""},        {"crash", "rank_dead", ""},
+      {"gpu-stall", "stuck_in_collective", ""}, {"mismatch-count", "mismatch", "count"},
+      {"mismatch-dtype", "mismatch", "dtype"},  {"mismatch-op", "mismatch", "op"},
+      {"mismatch-root", "mismatch", "root"},    {"p2p-skip", "p2p_unmatched", ""},
+  };
+  for (const Case& c : cases) {
+    for (int rank : {0, 3, 7}) {
+      TempDir t;
+      json doc = run(spec_with(std::string("kind=") + c.kind + ",rank=" + std::to_string(rank)), t);
+      INFO(c.kind << " at rank " << rank << ": " << doc["verdict"].dump());
+      CHECK(doc["verdict"]["kind"] == c.verdict);
+      CHECK(culprits(doc["verdict"]) == std::vector<int>{rank});
+      if (*c.field) CHECK(doc["verdict"]["mismatch"]["field"] == c.field);
+      CHECK(doc["verdict"]["comm"]["id"].get<std::string>().size() == 18);
+      CHECK_FALSE(doc["verdict"]["evidence"].empty());
+    }
+  }
+}
+
+TEST_CASE("faults on the tensor-parallel communicator", "[analyzer]") {
+  for (int rank : {0, 5}) {
+    TempDir t;
+    json doc = run(spec_with("kind=gpu-stall,comm=tp,rank=" + std::to_string(rank)), t);
+    INFO(doc["verdict"].dump());
+    CHECK(doc["verdict"]["kind"] == "stuck_in_collective");
+    CHECK(doc["verdict"]["comm"]["name"] == "tp");
+    CHECK(culprits(doc["verdict"]) == std::vector<int>{rank});
+
+    TempDir t2;
+    doc = run(spec_with("kind=mismatch-count,comm=tp,rank=" + std::to_string(rank)), t2);
+    CHECK(doc["verdict"]["kind"] == "mismatch");
+    CHECK(doc["verdict"]["comm"]["name"] == "tp");
+    // Two members disagree one against one: the one whose count changed is the odd one.
+    CHECK(culprits(doc["verdict"]) == std::vector<int>{rank});
+  }
+}
+
+TEST_CASE("skip: the skipping rank is named, as not_entered or mismatch", "[analyzer]") {
+  for (const char* spec : {"kind=skip,rank=2", "kind=skip,rank=6,comm=tp", "kind=skip,rank=0,step=5"}) {
+    TempDir t;
+    Spec s = spec_with(spec);
+    json doc = run(s, t);
+    INFO(spec << ": " << doc["verdict"].dump());
+    const std::string kind = doc["verdict"]["kind"];
+    CHECK((kind == "not_entered" || kind == "mismatch"));
+    const int rank = s.faults[0].rank;
+    CHECK(culprits(doc["verdict"]) == std::vector<int>{rank});
+  }
+}
+
+TEST_CASE("slow rank: no hang, a skew finding names it", "[analyzer]") {
+  for (int rank : {0, 4, 7}) {
+    TempDir t;
+    json doc = run(spec_with("kind=slow,ms=40,step=2,rank=" + std::to_string(rank)), t);
+    INFO(doc.dump());
+    CHECK(doc["verdict"]["kind"] == "no_hang");
+    REQUIRE(doc["findings"].size() == 1);
+    CHECK(doc["findings"][0]["kind"] == "skew");
+    CHECK(culprits(doc["findings"][0]) == std::vector<int>{rank});
+    CHECK(doc["skew"][0]["rank"] == rank);
+    CHECK(doc["skew"][0]["mean_late_ns"].get<int64_t>() > 30'000'000);
+  }
+}
+
+TEST_CASE("node lost: every rank of one host missing", "[analyzer]") {
+  TempDir t;
+  json doc = run(spec_with("kind=node-lost,rank=6"), t);
+  INFO(doc["verdict"].dump());
+  CHECK(doc["verdict"]["kind"] == "node_lost");
+  CHECK(culprits(doc["verdict"]) == std::vector<int>{4, 5, 6, 7});
+  CHECK(doc["ranks"]["missing"] == json({4, 5, 6, 7}));
+}
+
+TEST_CASE("node lost: every rank of one host dead", "[analyzer]") {
+  TempDir t;
+  Spec s = spec_with("");
+  for (int r : {0, 1, 2, 3}) {
+    Fault f;
+    f.kind = "crash";
+    f.rank = r;
+    s.faults.push_back(f);
+  }
+  json doc = run(s, t);
+  INFO(doc["verdict"].dump());
+  CHECK(doc["verdict"]["kind"] == "node_lost");
+  CHECK(culprits(doc["verdict"]) == std::vector<int>{0, 1, 2, 3});
+}
+
+TEST_CASE("several communicators stalled: the one that explains the others is the verdict", "[analyzer]") {
+  TempDir t;
+  json doc = run(spec_with("kind=hang-host,rank=5"), t);
+  INFO(doc.dump(1));
+  CHECK(doc["verdict"]["kind"] == "not_entered");
+  CHECK(culprits(doc["verdict"]) == std::vector<int>{5});
+  // The tp communicator of rank 5 (ranks 4 and 5) is stalled too: a finding, same culprit.
+  bool tp = false;
+  for (const auto& f : doc["findings"])
+    if (f.contains("comm") && f["comm"]["name"] == "tp" && f["kind"] == "not_entered") {
+      tp = true;
+      CHECK(culprits(f) == std::vector<int>{5});
+    }
+  CHECK(tp);
+  int stalled = 0;
+  for (const auto& c : doc["communicators"]) stalled += c["frontier"]["stalled"].get<bool>();
+  CHECK(stalled >= 2);
+
+  // A rank that waits in its tp group because its partner's GPU stalled is not the culprit of the
+  // world stall that follows: the stall on the tp communicator explains it.
+  TempDir t2;
+  doc = run(spec_with("kind=gpu-stall,comm=tp,rank=3"), t2);
+  CHECK(doc["verdict"]["comm"]["name"] == "tp");
+  CHECK(culprits(doc["verdict"]) == std::vector<int>{3});
+}
+
+TEST_CASE("two independent faults: both are reported", "[analyzer]") {
+  TempDir t;
+  Spec s = spec_with("kind=mismatch-count,comm=tp,rank=1,step=20");
+  Fault f;
+  f.kind = "gpu-stall";
+  f.comm = "tp";
+  f.rank = 6;
+  f.step = 20;
+  s.faults.push_back(f);
+  json doc = run(s, t);
+  INFO(doc.dump(1));
+  std::set<int> named;
+  for (int r : culprits(doc["verdict"])) named.insert(r);
+  for (const auto& fnd : doc["findings"])
+    for (int r : culprits(fnd)) named.insert(r);
+  CHECK(named.count(1));
+  CHECK(named.count(6));
+  CHECK(doc["verdict"]["kind"] == "mismatch");
+}
+
+TEST_CASE("grouped collectives are reported as one unit", "[analyzer]") {
+  // Steps with k % 4 == 2 hold a group of two AllReduces; freeze the job inside such a group:
+  // rank 3 never calls it, the others are in it.
+  Spec s = spec_with("");
+  s.steps = 11;  // last step 10: 10 % 4 == 2
+  auto logs = fr::analyzer::synth::make_logs(s);
+  uint64_t t_group = 0;
+  for (const auto& rec : logs[0].records)
+    if (rec.raw.group_id != 0 && rec.raw.op == FR_OP_ALLREDUCE) t_group = rec.raw.call_ns;
+  REQUIRE(t_group != 0);
+  for (auto& log : logs) {
+    const bool culprit = log.header.global_rank == 3;
+    std::vector<fr::log::Record> kept;
+    // Per communicator, the first late unit (the group) has started; what follows is queued.
+    std::map<uint64_t, uint64_t> head_group;
+    for (auto rec : log.records) {
+      const bool late = rec.raw.call_ns + 60'000 >= t_group && rec.raw.seq != 0;  // jitter margin
+      if (late && culprit) continue;
+      if (late) {
+        auto [it, first] = head_group.emplace(rec.raw.comm_id, rec.raw.group_id);
+        const bool in_head = first || (rec.raw.group_id != 0 && rec.raw.group_id == it->second);
+        rec.gpu_state = in_head ? FR_GPU_STARTED : FR_GPU_ENQUEUED;
+        rec.raw.gpu_state = static_cast<uint8_t>(rec.gpu_state);
+      }
+      kept.push_back(rec);
+    }
+    log.records = kept;
+    for (auto& c : log.comms) {
+      uint64_t coll = 0, p2p = 0, idx = 0, done = 0, started = 0;
+      for (const auto& rec : log.records) {
+        if (rec.raw.comm_id != c.id || rec.raw.seq == 0) continue;
+        (fr::log::op_is_p2p(rec.raw.op) ? p2p : coll) = rec.raw.seq;
+        idx = std::max(idx, rec.raw.op_index);
+        if (rec.gpu_state == FR_GPU_COMPLETED) done = rec.raw.op_index;
+        if (rec.gpu_state >= FR_GPU_STARTED) started = std::max(started, rec.raw.op_index);
+      }
+      c.coll_seq = coll, c.p2p_seq = p2p, c.op_index = idx, c.gpu_completed = done, c.gpu_started = started;
+    }
+  }
+  TempDir t;
+  write_logs(logs, t.sub("set"));
+  json doc = analyze_dir(t.sub("set"));
+  INFO(doc["verdict"].dump(1));
+  CHECK(doc["verdict"]["kind"] == "not_entered");
+  CHECK(culprits(doc["verdict"]) == std::vector<int>{3});
+  REQUIRE(doc["verdict"].contains("group"));
+  CHECK(doc["verdict"]["group"]["ops"].size() == 2);
+}
+
+TEST_CASE("rings wrapped at different points", "[analyzer]") {
+  for (int entries : {8, 13, 40}) {
+    Spec s = spec_with("kind=hang-host,rank=6");
+    s.entries = entries;
+    s.steps = 60;
+    auto logs = fr::analyzer::synth::make_logs(s);
+    // Shorten some rings further, as if those ranks had smaller logs.
+    for (auto& log : logs)
+      if (log.header.global_rank % 3 == 1 && log.records.size() > 4)
+        log.records.erase(log.records.begin(), log.records.begin() + static_cast<long>(log.records.size() / 2));
+    std::set<uint64_t> firsts;
+    for (const auto& log : logs) firsts.insert(log.records.front().raw.id);
+    CHECK(firsts.size() > 1);
+    TempDir t;
+    write_logs(logs, t.sub("set"));
+    json doc = analyze_dir(t.sub("set"));
+    INFO("entries " << entries << ": " << doc["verdict"].dump());
+    CHECK(doc["verdict"]["kind"] == "not_entered");
+    CHECK(culprits(doc["verdict"]) == std::vector<int>{6});
+  }
+}
+
+TEST_CASE("without GPU tracking, the laggard is still found", "[analyzer]") {
+  TempDir t;
+  Spec s = spec_with("kind=hang-host,rank=2");
+  s.gpu_tracking = false;
+  json doc = run(s, t);
+  INFO(doc["verdict"].dump());
+  CHECK(doc["verdict"]["kind"] == "not_entered");
+  CHECK(culprits(doc["verdict"]) == std::vector<int>{2});
+}
+
+TEST_CASE("clock offsets from the manifest align hosts", "[analyzer]") {
+  TempDir t;
+  Spec s = spec_with("kind=slow,ms=20,step=1,rank=2");
+  s.host_skew_ns = 3'000'000'000;  // node1 runs 3 s ahead; the manifest says so
+  json doc = run(s, t);
+  CHECK(doc["inputs"]["clock"] == "aligned");
+  CHECK(doc["verdict"]["kind"] == "no_hang");
+  REQUIRE(!doc["findings"].empty());
+  CHECK(culprits(doc["findings"][0]) == std::vector<int>{2});
+
+  // The same files without the manifest: times are per host, and said so.
+  fs::remove(fs::path(t.sub("set")) / "manifest.json");
+  doc = analyze_dir(t.sub("set"));
+  CHECK(doc["inputs"]["clock"] == "per_host");
+}
+
+TEST_CASE("lineage: split communicators name their parent", "[analyzer]") {
+  TempDir t;
+  json doc = run(spec_with(""), t);
+  REQUIRE(doc["communicators"].size() == 5);  // world + 4 tp groups
+  int splits = 0;
+  for (const auto& c : doc["communicators"]) {
+    if (c["origin"] == "split") {
+      ++splits;
+      CHECK(c["parent"] == "0x5eed00000000a11c");
+      CHECK(c["members"].size() == 2);
+    } else {
+      CHECK(c["name"] == "world");
+      CHECK(c["parent"].is_null());
+      CHECK(c["size"] == 8);
+    }
+  }
+  CHECK(splits == 4);
+}
+
+TEST_CASE("the fr-analysis/1 contract", "[analyzer]") {
+  TempDir t;
+  json doc = run(spec_with("kind=mismatch-dtype,rank=4"), t);
+  for (const char* k : {"schema", "inputs", "ranks", "verdict", "findings", "communicators", "skew"})
+    CHECK(doc.contains(k));
+  for (const char* k : {"paths", "files_read", "skipped", "clock"}) CHECK(doc["inputs"].contains(k));
+  for (const char* k : {"expected", "found", "missing", "dead"}) CHECK(doc["ranks"].contains(k));
+  const json& v = doc["verdict"];
+  for (const char* k : {"kind", "summary", "comm", "seq", "seq_kind", "op", "culprit_ranks", "mismatch", "evidence"})
+    CHECK(v.contains(k));
+  for (const char* k : {"id", "name", "size"}) CHECK(v["comm"].contains(k));
+  const json& e = v["evidence"][0];
+  for (const char* k : {"rank", "last_enqueued", "last_started", "last_completed", "state"}) CHECK(e.contains(k));
+  const json& op = e["last_enqueued"];
+  for (const char* k : {"seq", "op", "dtype", "count", "group_id", "state", "call_ns"}) CHECK(op.contains(k));
+  const json& c = doc["communicators"][0];
+  for (const char* k : {"id", "name", "size", "origin", "parent", "members", "frontier"}) CHECK(c.contains(k));
+  for (const auto& s : doc["skew"])
+    for (const char* k : {"rank", "mean_late_ns", "max_late_ns", "collectives"}) CHECK(s.contains(k));
+  CHECK(doc["ranks"]["expected"] == 8);
+}
+
+TEST_CASE("rank filter narrows the evidence, not the verdict", "[analyzer]") {
+  TempDir t;
+  std::string err;
+  REQUIRE(fr::analyzer::synth::write_dump_set(spec_with("kind=hang-host,rank=3"), t.sub("set"), &err));
+  fr::analyzer::Options o;
+  o.ranks = {3, 4};
+  json doc = analyze_dir(t.sub("set"), o);
+  CHECK(culprits(doc["verdict"]) == std::vector<int>{3});
+  for (const auto& e : doc["verdict"]["evidence"]) CHECK((e["rank"] == 3 || e["rank"] == 4));
+  CHECK(doc["verdict"]["evidence"].size() == 2);
+}
+
+TEST_CASE("text view: verdict first, colors only when asked", "[analyzer]") {
+  TempDir t;
+  json doc = run(spec_with("kind=hang-host,rank=1"), t);
+  std::string plain = fr::analyzer::render_text(doc, false);
+  CHECK(plain.rfind("verdict: not_entered", 0) == 0);
+  CHECK(plain.find("\033[") == std::string::npos);
+  CHECK(plain.find("* 1:") != std::string::npos);
+  std::string color = fr::analyzer::render_text(doc, true);
+  CHECK(color.find("\033[") != std::string::npos);
+}
+
+TEST_CASE("trace: one track per rank per communicator, the stall highlighted", "[analyzer]") {
+  TempDir t;
+  std::string err;
+  REQUIRE(fr::analyzer::synth::write_dump_set(spec_with("kind=gpu-stall,rank=2"), t.sub("set"), &err));
+  auto model = fr::analyzer::load_model({t.sub("set")}, 2);
+  json doc = fr::analyzer::analyze_model(model, {});
+  REQUIRE(fr::analyzer::write_trace(model, doc, {}, t.sub("trace.json"), &err));
+  std::ifstream in(t.sub("trace.json"));
+  json tr = json::parse(in);
+  REQUIRE(tr.contains("traceEvents"));
+  std::set<std::pair<int, int>> tracks;
+  bool stall = false, culprit = false;
+  for (const auto& e : tr["traceEvents"]) {
+    if (e["ph"] == "X") tracks.insert({e["pid"].get<int>(), e["tid"].get<int>()});
+    if (e["ph"] == "X" && e["name"].get<std::string>().rfind("STALL", 0) == 0) stall = true;
+    if (e["ph"] == "i" && e["tid"] == 2) culprit = true;
+  }
+  CHECK(tracks.size() == 8 + 8);  // world: 8 ranks; 4 tp groups: 2 each
+  CHECK(stall);
+  CHECK(culprit);
+  CHECK(!fr::analyzer::write_trace(model, doc, {}, t.sub("no/such/dir/trace.json"), &err));
+  CHECK(!err.empty());
+}

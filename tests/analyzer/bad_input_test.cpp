@@ -1,0 +1,263 @@
+// Bad input: truncated, corrupt, empty, newer-version, duplicated-rank and foreign files are each
+// named in one line, the rest is analysed, and the verdict is `incomplete` when what is missing
+// matters. Also the fr-analyze binary's exit codes and its export subcommand's errors.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "analyzer/analyze.h"
+#include "analyzer/synth.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "fr-analyze-bad.XXXXXX").string();
+    path = mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string sub(const std::string& name) const { return (fs::path(path) / name).string(); }
+};
+
+// Writes an 8-rank set with rank 5 hung on the host; returns the dump file of each rank.
+std::vector<std::string> make_set(const std::string& dir, const std::string& fault = "kind=hang-host,rank=5") {
+  fr::analyzer::synth::Spec s;
+  s.ranks = 8;
+  s.entries = 64;
+  fr::analyzer::synth::Fault f;
+  std::string err;
+  REQUIRE(fr::analyzer::synth::parse_fault(fault, &f, &err));
+  s.faults.push_back(f);
+  REQUIRE(fr::analyzer::synth::write_dump_set(s, dir, &err));
+  std::vector<std::string> files(8);
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("rank", 0) == 0) files[std::stoi(name.substr(4))] = e.path().string();
+  }
+  return files;
+}
+
+json analyze(const std::vector<std::string>& paths, std::string* fatal = nullptr) {
+  std::string err;
+  json doc = fr::analyzer::analyze_paths(paths, {}, &err);
+  if (fatal) *fatal = err;
+  return doc;
+}
+
+// The skipped entry for a file, or null.
+json skipped_entry(const json& doc, const std::string& file) {
+  for (const auto& s : doc["inputs"]["skipped"])
+    if (s["file"].get<std::string>().find(fs::path(file).filename().string()) != std::string::npos) return s;
+  return nullptr;
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+int run_cli(const std::string& args, std::string* out = nullptr) {
+  const std::string cmd = std::string(FR_BUILD_DIR) + "/bin/fr-analyze " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p);
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) text.append(buf, n);
+  int st = pclose(p);
+  if (out) *out = text;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("a bad file among good ones is named and the rest analysed", "[analyzer]") {
+  struct Damage {
+    const char* name;
+    void (*apply)(const std::string&);
+    const char* expect;  // a word the one-line error carries
+  };
+  const Damage damages[] = {
+      {"truncated", [](const std::string& f) { fs::resize_file(f, fs::file_size(f) / 2); }, "trunc"},
+      {"empty", [](const std::string& f) { fs::resize_file(f, 0); }, "empty"},
+      {"corrupt", [](const std::string& f) {
+         std::string b = read_bytes(f);
+         uint32_t huge = 0xfffffff0u;
+         std::memcpy(&b[28], &huge, 4);  // ring_capacity that does not add up
+         write_bytes(f, b);
+       }, ""},
+      {"newer version", [](const std::string& f) {
+         std::string b = read_bytes(f);
+         uint32_t v = FR_LOG_VERSION + 1;
+         std::memcpy(&b[8], &v, 4);
+         write_bytes(f, b);
+       }, "newer"},
+      {"foreign", [](const std::string& f) { write_bytes(f, "#!/bin/sh\necho not a flight log at all\n"); }, "foreign"},
+  };
+  for (const Damage& d : damages) {
+    // Damage a bystander (rank 2): the culprit (rank 5) is still found.
+    TempDir t;
+    auto files = make_set(t.sub("set"));
+    d.apply(files[2]);
+    json doc = analyze({t.sub("set")});
+    INFO(d.name << ": " << doc.dump(1).substr(0, 3000));
+    REQUIRE(doc.is_object());
+    json s = skipped_entry(doc, files[2]);
+    REQUIRE(!s.is_null());
+    const std::string err = s["error"];
+    CHECK(err.find('\n') == std::string::npos);
+    if (*d.expect) CHECK(err.find(d.expect) != std::string::npos);
+    CHECK(doc["ranks"]["missing"] == json({2}));
+    CHECK(doc["inputs"]["files_read"] == 7);
+    CHECK(doc["verdict"]["kind"] == "not_entered");
+    CHECK(doc["verdict"]["culprit_ranks"] == json({5}));
+  }
+}
+
+TEST_CASE("the culprit's own dump unreadable: incomplete, naming the missing rank", "[analyzer]") {
+  TempDir t;
+  auto files = make_set(t.sub("set"));
+  fs::resize_file(files[5], 100);
+  json doc = analyze({t.sub("set")});
+  INFO(doc["verdict"].dump(1));
+  CHECK(doc["verdict"]["kind"] == "incomplete");
+  CHECK(doc["verdict"]["culprit_ranks"] == json({5}));
+  CHECK(doc["ranks"]["missing"] == json({5}));
+  CHECK(!skipped_entry(doc, files[5]).is_null());
+}
+
+TEST_CASE("missing dumps without a hang among the rest: incomplete", "[analyzer]") {
+  TempDir t;
+  auto files = make_set(t.sub("set"), "healthy");
+  fs::remove(files[7]);
+  json doc = analyze({t.sub("set")});
+  CHECK(doc["verdict"]["kind"] == "incomplete");
+  CHECK(doc["ranks"]["missing"] == json({7}));
+  json s = skipped_entry(doc, files[7]);
+  REQUIRE(!s.is_null());
+  CHECK(s["error"].get<std::string>().find("missing") != std::string::npos);
+}
+
+TEST_CASE("a duplicated rank is named and one copy analysed", "[analyzer]") {
+  TempDir t;
+  auto files = make_set(t.sub("set"));
+  fs::copy_file(files[3], t.sub("set/zz-copy-of-rank3.frlog"));
+  json doc = analyze({t.sub("set")});
+  json s = skipped_entry(doc, "zz-copy-of-rank3.frlog");
+  if (s.is_null()) s = skipped_entry(doc, files[3]);
+  REQUIRE(!s.is_null());
+  CHECK(s["error"].get<std::string>().find("duplicate rank 3") != std::string::npos);
+  CHECK(doc["ranks"]["found"].size() == 8);
+  CHECK(doc["verdict"]["culprit_ranks"] == json({5}));
+}
+
+TEST_CASE("another job's dump in the same directory is named and left out", "[analyzer]") {
+  TempDir t;
+  make_set(t.sub("set"));
+  fr::analyzer::synth::Spec other;
+  other.ranks = 2;
+  other.entries = 16;
+  other.job_id = "another-job";
+  std::string err;
+  REQUIRE(fr::analyzer::synth::write_dump_set(other, t.sub("other"), &err));
+  fs::copy_file(t.sub("other/rank1.node0.10001.frlog"), t.sub("set/stray.frlog"));
+  json doc = analyze({t.sub("set")});
+  json s = skipped_entry(doc, "stray.frlog");
+  REQUIRE(!s.is_null());
+  CHECK(s["error"].get<std::string>().find("another-job") != std::string::npos);
+  CHECK(doc["verdict"]["culprit_ranks"] == json({5}));
+}
+
+TEST_CASE("a broken manifest is named; the files are still read", "[analyzer]") {
+  TempDir t;
+  make_set(t.sub("set"));
+  write_bytes(t.sub("set/manifest.json"), "{\"schema\": \"something-else\"");
+  json doc = analyze({t.sub("set")});
+  CHECK(!skipped_entry(doc, "manifest.json").is_null());
+  CHECK(doc["ranks"]["found"].size() == 8);
+  CHECK(doc["verdict"]["culprit_ranks"] == json({5}));
+}
+
+TEST_CASE("nothing readable: null and one clear line", "[analyzer]") {
+  TempDir t;
+  fs::create_directories(t.sub("junk"));
+  write_bytes(t.sub("junk/a.txt"), "hello");
+  write_bytes(t.sub("junk/b.frlog"), "");
+  std::string fatal;
+  json doc = analyze({t.sub("junk")}, &fatal);
+  CHECK(doc.is_null());
+  CHECK(!fatal.empty());
+  CHECK(fatal.find('\n') == std::string::npos);
+
+  doc = analyze({t.sub("does-not-exist")}, &fatal);
+  CHECK(doc.is_null());
+  CHECK(fatal.find("no such file") != std::string::npos);
+
+  fs::create_directories(t.sub("empty"));
+  doc = analyze({t.sub("empty")}, &fatal);
+  CHECK(doc.is_null());
+  CHECK(!fatal.empty());
+  doc = analyze({}, &fatal);
+  CHECK(doc.is_null());
+}
+
+TEST_CASE("single dump files and several paths at once", "[analyzer]") {
+  TempDir t;
+  auto files = make_set(t.sub("set"));
+  json doc = analyze({files[0], files[1], files[2], files[3], files[4], files[5], files[6], files[7]});
+  CHECK(doc["verdict"]["kind"] == "not_entered");
+  CHECK(doc["verdict"]["culprit_ranks"] == json({5}));
+  CHECK(doc["inputs"]["clock"] == "per_host");
+  doc = analyze({t.sub("set/manifest.json")});
+  CHECK(doc["inputs"]["files_read"] == 8);
+}
+
+TEST_CASE("fr-analyze: exit codes and output", "[analyzer][cli]") {
+  TempDir t;
+  make_set(t.sub("set"), "kind=gpu-stall,rank=6");
+  std::string out;
+  CHECK(run_cli(t.sub("set"), &out) == 0);
+  CHECK(out.rfind("verdict: stuck_in_collective", 0) == 0);
+  CHECK(out.find("\033[") == std::string::npos);  // not a terminal: no colors
+
+  CHECK(run_cli("--json " + t.sub("set"), &out) == 0);
+  json doc = json::parse(out);
+  CHECK(doc["verdict"]["culprit_ranks"] == json({6}));
+
+  CHECK(run_cli("--json --rank 6 --rank 7 " + t.sub("set"), &out) == 0);
+  doc = json::parse(out);
+  CHECK(doc["verdict"]["evidence"].size() == 2);
+
+  CHECK(run_cli("--trace " + t.sub("trace.json") + " " + t.sub("set"), &out) == 0);
+  CHECK(fs::file_size(t.sub("trace.json")) > 100);
+
+  fs::create_directories(t.sub("junk"));
+  write_bytes(t.sub("junk/x.frlog"), "nope");
+  CHECK(run_cli(t.sub("junk"), &out) == 3);
+  CHECK(out.find("nothing readable") != std::string::npos);
+  CHECK(std::count(out.begin(), out.end(), '\n') == 1);
+
+  CHECK(run_cli("", &out) == 2);
+  CHECK(run_cli("--no-such-flag " + t.sub("set"), &out) == 2);
+  CHECK(run_cli("--trace /no/such/dir/t.json " + t.sub("set"), &out) == 4);
+  CHECK(run_cli("export --format yaml " + t.sub("set") + " " + t.sub("out"), &out) == 2);
+}
