@@ -127,6 +127,17 @@ uint64_t CoordinatorState::connect(const std::string& node_name, const std::stri
   return n.session;
 }
 
+void CoordinatorState::resend_requests(uint64_t session, Actions* actions) {
+  Node* n = by_session(session);
+  if (!n) return;
+  for (auto& inc : incidents_) {
+    if (inc.state != IncidentState::kCollecting || inc.uploaded.count(n->name)) continue;
+    inc.asked.insert(n->name);
+    inc.failed.erase(n->name);
+    actions->dumps.push_back({session, n->name, inc.id, inc.reason, cfg_.dump_deadline_ns / 1'000'000});
+  }
+}
+
 void CoordinatorState::disconnect(uint64_t session, int64_t now_mono) {
   (void)now_mono;
   Node* n = by_session(session);

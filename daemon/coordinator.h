@@ -131,6 +131,9 @@ class CoordinatorState {
   // A node that reconnects under the same name takes over its entry; the old session is stale.
   uint64_t connect(const std::string& node_name, const std::string& host, const std::string& job,
                    int64_t now_mono, std::string* error);
+  // After connect: dump requests the node missed (it was away, or restarted, while an incident
+  // was collecting and its dump is not in yet).
+  void resend_requests(uint64_t session, Actions* actions);
   void disconnect(uint64_t session, int64_t now_mono);
   // Heartbeat from a session; false when the session is unknown or stale.
   bool heartbeat(uint64_t session, const NodeReport& report, int64_t now_mono);

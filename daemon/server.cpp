@@ -219,6 +219,9 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
         uint32_t(impl_->cfg.heartbeat_interval_ns / 1'000'000));
     send(std::move(w));
     send_ping();
+    Actions a;
+    impl_->state.resend_requests(s, &a);
+    impl_->dispatch(a);
     return true;
   }
 

@@ -508,3 +508,28 @@ TEST_CASE("assembly writes manifest, report and analysis last", "[daemon]") {
     CHECK(!rb.error.empty());
   }
 }
+
+TEST_CASE("a node that reconnects while an incident collects is asked again", "[daemon]") {
+  TempDir dir;
+  CoordinatorState st(config(dir.path));
+  std::string err;
+  uint64_t s0 = st.connect("n0", "h0", "job1", 0, &err);
+  uint64_t s1 = st.connect("n1", "h1", "job1", 0, &err);
+  Actions a;
+  std::string id = st.trigger("x", kSec, &a);
+  st.upload_done(header(id, "n0"), kSec);
+  // n1 was killed and comes back under the same name.
+  st.disconnect(s1, 2 * kSec);
+  uint64_t s1b = st.connect("n1", "h1", "job1", 2 * kSec, &err);
+  Actions again;
+  st.resend_requests(s1b, &again);
+  REQUIRE(again.dumps.size() == 1);
+  CHECK(again.dumps[0].incident_id == id);
+  CHECK(again.dumps[0].session == s1b);
+  // n0's dump is in: nothing to ask it.
+  Actions none;
+  st.resend_requests(s0, &none);
+  CHECK(none.dumps.empty());
+  // The stale session is gone for good.
+  CHECK_FALSE(st.heartbeat(s1, report({}), 3 * kSec));
+}

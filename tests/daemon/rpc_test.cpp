@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -363,6 +364,55 @@ TEST_CASE("hostile peers cannot crash, stall or fill the coordinator", "[daemon]
     grpc::Status s = w->Finish();
     CHECK_FALSE(s.ok());
     CHECK(s.error_message().find("too large") != std::string::npos);
+  }
+
+  SECTION("an upload cut off midway leaves nothing, and a full one then succeeds") {
+    std::string id;
+    REQUIRE(trigger_dump(client(port), "x", &id, &err));
+    std::string data(100000, 'd');
+    auto start = [&](grpc::ClientContext* ctx, fr::v1::UploadReply* reply) {
+      auto w = stub->Upload(ctx, reply);
+      fr::v1::UploadChunk c;
+      c.mutable_header()->set_incident_id(id);
+      c.mutable_header()->set_node_name("n5");
+      auto* f = c.mutable_header()->add_files();
+      f->set_name("n5-rank0.frlog");
+      f->set_size(data.size());
+      f->set_crc32c(crc32c(0, data.data(), data.size()));
+      w->Write(c);
+      return w;
+    };
+    {
+      grpc::ClientContext ctx;
+      fr::v1::UploadReply reply;
+      auto w = start(&ctx, &reply);
+      fr::v1::UploadChunk d;
+      d.mutable_data()->set_data(data.substr(0, 30000));
+      w->Write(d);
+      ctx.TryCancel();  // the node dies here
+      w->Finish();
+    }
+    std::string dir = dumps.path + "/job1/" + id;
+    REQUIRE(wait_for([&] {
+      bool clean = true;
+      if (DIR* d = opendir(dir.c_str())) {
+        while (dirent* e = readdir(d)) clean &= std::string(e->d_name).rfind(".upload", 0) != 0;
+        closedir(d);
+      }
+      return clean;
+    }, 10));
+    CHECK_FALSE(exists(dir + "/n5-rank0.frlog"));
+    grpc::ClientContext ctx;
+    fr::v1::UploadReply reply;
+    auto w = start(&ctx, &reply);
+    fr::v1::UploadChunk d;
+    d.mutable_data()->set_data(data);
+    w->Write(d);
+    w->WritesDone();
+    REQUIRE(w->Finish().ok());
+    CHECK(reply.ok());
+    CHECK_FALSE(reply.duplicate());
+    CHECK(slurp(dir + "/n5-rank0.frlog") == data);
   }
 
   SECTION("a bad checksum is refused") {
