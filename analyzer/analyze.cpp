@@ -595,6 +595,11 @@ void analyze_p2p(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* frontier_jso
   const Proc* first_proc = nullptr;
   std::vector<int> missing_peers;
   bool pending_any = false;
+  std::map<int, int64_t> since;  // per blocked rank: its oldest pending p2p op here
+  auto note_since = [&](const Proc* p, const Op* o) {
+    auto [it, fresh] = since.emplace(p->rank, aligned(*p, o->call_ns));
+    if (!fresh) it->second = std::min(it->second, aligned(*p, o->call_ns));
+  };
   for (auto& [key, sides] : pairs) {
     auto& [sends, recvs] = sides;
     auto member_of = [&](int r) -> const Proc* {
@@ -638,6 +643,7 @@ void analyze_p2p(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* frontier_jso
       pending_any = true;
       blocked.insert(p->rank);
       int64_t t = aligned(*p, o->call_ns);
+      note_since(p, o);
       if (t < s.t_start || !first_unmatched) {
         s.t_start = std::min(s.t_start, t);
         first_unmatched = o;
@@ -667,8 +673,8 @@ void analyze_p2p(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* frontier_jso
       const Op* b = recvs.ops[k];
       if (a->gpu_state == FR_GPU_COMPLETED && b->gpu_state == FR_GPU_COMPLETED) continue;
       pending_any = true;
-      if (src) blocked.insert(src->rank);
-      if (dst) blocked.insert(dst->rank);
+      if (src) blocked.insert(src->rank), note_since(src, a);
+      if (dst) blocked.insert(dst->rank), note_since(dst, b);
       const bool a_started = a->gpu_state >= FR_GPU_STARTED, b_started = b->gpu_state >= FR_GPU_STARTED;
       if (a_started != b_started) not_started.insert(a_started ? dst->rank : src->rank);
       if (!first_unmatched && src) {
@@ -683,7 +689,7 @@ void analyze_p2p(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* frontier_jso
     const Proc& p = m.procs[c.members[i].proc];
     if (!blocked.count(p.rank)) continue;
     s.blocked.push_back(p.rank);
-    ctx.blocked[p.rank].push_back({ci, s.t_start});
+    ctx.blocked[p.rank].push_back({ci, since.count(p.rank) ? since[p.rank] : s.t_start});
   }
   if (first_unmatched) {
     s.seq = first_unmatched->seq;
@@ -791,19 +797,16 @@ bool explained(const Ctx& ctx, const Stall& s, size_t k) {
   const int r = s.culprits[k];
   auto it = ctx.blocked.find(r);
   if (it == ctx.blocked.end()) return false;
-  const bool majority = s.fraction > 0.5;
-  for (const auto& [comm, since] : it->second) {
-    if (comm == s.comm) continue;
-    if (majority) return true;
-    if (s.kind == "stuck_in_collective") {
-      // An older op on its stream holds the GPU: stream order explains it.
-      int64_t own = k < s.culprit_own_call.size() ? s.culprit_own_call[k] : INT64_MAX;
-      if (since < own) return true;
-    } else if (since < s.t_start) {
-      return true;
-    }
-  }
-  return false;
+  // Where the rank really waits: its oldest pending op, which holds its stream (or its host);
+  // everything it issued later only queues behind that one.
+  std::pair<int, int64_t> head{-1, INT64_MAX};
+  for (const auto& b : it->second)
+    if (head.first < 0 || b.second < head.second) head = b;
+  if (head.first == s.comm) return false;
+  if (s.fraction > 0.5) return true;  // most members "missing" here are stuck elsewhere
+  if (s.kind == "stuck_in_collective") return true;  // stream order: the older op holds the GPU
+  // Never came: explained only if it was already stuck elsewhere when the others arrived.
+  return head.second < s.t_start;
 }
 
 json stall_json(const Ctx& ctx, const Stall& s, const std::vector<std::vector<Frontier>>& coll_fr,
