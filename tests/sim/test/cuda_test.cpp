@@ -1,0 +1,295 @@
+// Tests of the CUDA driver emulation (libcuda.so.1): streams run their work in order on worker
+// threads, events and write-value markers take effect only when the stream reaches them, stalled
+// kernels hold everything behind them, capture records instead of running, and bad handles or
+// addresses get error codes.
+#include <catch2/catch.hpp>
+#include <cuda.h>
+#include <fr_sim.h>
+#include <dlfcn.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace {
+
+struct Recorder {
+  std::mutex mu;
+  std::vector<int> seen;
+};
+struct Item {
+  Recorder* rec;
+  int id;
+  int sleep_ms;
+};
+
+void record_item(void* p) {
+  auto* it = static_cast<Item*>(p);
+  if (it->sleep_ms) std::this_thread::sleep_for(std::chrono::milliseconds(it->sleep_ms));
+  std::lock_guard<std::mutex> g(it->rec->mu);
+  it->rec->seen.push_back(it->id);
+}
+
+// Polls cond for up to 10 s; the emulation is asynchronous, so results appear "soon".
+template <typename F> bool eventually(F cond) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return cond();
+}
+
+void hold_for(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+}  // namespace
+
+TEST_CASE("devices and contexts", "[sim][cuda]") {
+  REQUIRE(cuInit(0) == CUDA_SUCCESS);
+  int count = 0, version = 0;
+  REQUIRE(cuDeviceGetCount(&count) == CUDA_SUCCESS);
+  CHECK(count == frsim_device_count());
+  CHECK(count >= 1);
+  REQUIRE(cuDriverGetVersion(&version) == CUDA_SUCCESS);
+  CHECK(version == CUDA_VERSION);
+  CUdevice dev;
+  REQUIRE(cuDeviceGet(&dev, 0) == CUDA_SUCCESS);
+  CHECK(cuDeviceGet(&dev, count) == CUDA_ERROR_INVALID_DEVICE);
+  char name[64];
+  REQUIRE(cuDeviceGetName(name, sizeof name, 0) == CUDA_SUCCESS);
+  CHECK(std::string(name).find("FRSIM") == 0);
+  CUcontext primary, cur;
+  REQUIRE(cuDevicePrimaryCtxRetain(&primary, 0) == CUDA_SUCCESS);
+  REQUIRE(cuCtxSetCurrent(primary) == CUDA_SUCCESS);
+  REQUIRE(cuCtxGetCurrent(&cur) == CUDA_SUCCESS);
+  CHECK(cur == primary);
+  CUdevice d = -1;
+  REQUIRE(cuCtxGetDevice(&d) == CUDA_SUCCESS);
+  CHECK(d == 0);
+  CUcontext mine;
+  REQUIRE(cuCtxCreate(&mine, nullptr, 0, 0) == CUDA_SUCCESS);
+  REQUIRE(cuCtxGetCurrent(&cur) == CUDA_SUCCESS);
+  CHECK(cur == mine);
+  CUcontext popped;
+  REQUIRE(cuCtxPopCurrent(&popped) == CUDA_SUCCESS);
+  CHECK(popped == mine);
+  REQUIRE(cuCtxPushCurrent(mine) == CUDA_SUCCESS);
+  REQUIRE(cuCtxPopCurrent(nullptr) == CUDA_SUCCESS);
+  REQUIRE(cuCtxDestroy(mine) == CUDA_SUCCESS);
+  CHECK(cuCtxDestroy(mine) == CUDA_ERROR_INVALID_CONTEXT);
+  CHECK(cuDevicePrimaryCtxRelease(0) == CUDA_SUCCESS);
+  CHECK(frsim_set_device(0) == CUDA_SUCCESS);
+  CHECK(frsim_set_device(count) == CUDA_ERROR_INVALID_DEVICE);
+  CHECK(frsim_current_device() == 0);
+  const char* s = nullptr;
+  REQUIRE(cuGetErrorName(CUDA_ERROR_NOT_READY, &s) == CUDA_SUCCESS);
+  CHECK(std::string(s) == "CUDA_ERROR_NOT_READY");
+  REQUIRE(cuGetErrorString(CUDA_ERROR_INVALID_HANDLE, &s) == CUDA_SUCCESS);
+  CHECK(cuGetErrorString(static_cast<CUresult>(123456), &s) == CUDA_ERROR_INVALID_VALUE);
+}
+
+TEST_CASE("a stream runs its work in order, asynchronously", "[sim][cuda]") {
+  CUstream s;
+  REQUIRE(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+  Recorder rec;
+  std::vector<Item> items;
+  for (int i = 0; i < 20; ++i) items.push_back({&rec, i, i % 3 == 0 ? 5 : 0});
+  auto t0 = std::chrono::steady_clock::now();
+  for (auto& it : items) REQUIRE(cuLaunchHostFunc(s, record_item, &it) == CUDA_SUCCESS);
+  // Queueing returned before the sleeping items ran.
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(35));
+  REQUIRE(cuStreamSynchronize(s) == CUDA_SUCCESS);
+  REQUIRE(rec.seen.size() == 20);
+  for (int i = 0; i < 20; ++i) CHECK(rec.seen[i] == i);
+  CHECK(cuStreamQuery(s) == CUDA_SUCCESS);
+  // The legacy stream (NULL) is a stream too.
+  Item one{&rec, 99, 0};
+  REQUIRE(frsim_stream_launch(nullptr, record_item, &one) == CUDA_SUCCESS);
+  REQUIRE(cuStreamSynchronize(CU_STREAM_LEGACY) == CUDA_SUCCESS);
+  CHECK(rec.seen.back() == 99);
+  REQUIRE(cuStreamDestroy(s) == CUDA_SUCCESS);
+  CHECK(cuStreamDestroy(s) == CUDA_ERROR_INVALID_HANDLE);
+  CHECK(cuStreamQuery(s) == CUDA_ERROR_INVALID_HANDLE);
+  CHECK(cuLaunchHostFunc(s, record_item, &one) == CUDA_ERROR_INVALID_HANDLE);
+}
+
+TEST_CASE("a stalled kernel holds everything queued behind it", "[sim][cuda]") {
+  CUstream s;
+  REQUIRE(cuStreamCreate(&s, 0) == CUDA_SUCCESS);
+  volatile uint32_t release = 0;
+  Recorder rec;
+  Item after{&rec, 1, 0};
+  REQUIRE(frsim_stream_stall_until(s, &release) == CUDA_SUCCESS);
+  REQUIRE(cuLaunchHostFunc(s, record_item, &after) == CUDA_SUCCESS);
+  uint64_t pending = 0;
+  hold_for(100);
+  REQUIRE(frsim_stream_pending(s, &pending) == CUDA_SUCCESS);
+  CHECK(pending == 2);
+  CHECK(cuStreamQuery(s) == CUDA_ERROR_NOT_READY);
+  CHECK(rec.seen.empty());
+  __atomic_store_n(const_cast<uint32_t*>(&release), 1u, __ATOMIC_RELEASE);
+  REQUIRE(cuStreamSynchronize(s) == CUDA_SUCCESS);
+  CHECK(rec.seen.size() == 1);
+  // A timed stall.
+  auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(frsim_stream_stall(s, 50) == CUDA_SUCCESS);
+  REQUIRE(cuStreamSynchronize(s) == CUDA_SUCCESS);
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(50));
+  cuStreamDestroy(s);
+}
+
+TEST_CASE("events complete when the stream reaches them", "[sim][cuda]") {
+  CUstream s;
+  REQUIRE(cuStreamCreate(&s, 0) == CUDA_SUCCESS);
+  CUevent a, b, nt;
+  REQUIRE(cuEventCreate(&a, CU_EVENT_DEFAULT) == CUDA_SUCCESS);
+  REQUIRE(cuEventCreate(&b, CU_EVENT_DEFAULT) == CUDA_SUCCESS);
+  REQUIRE(cuEventCreate(&nt, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS);
+  CHECK(cuEventQuery(a) == CUDA_SUCCESS);  // never recorded
+  volatile uint32_t release = 0;
+  REQUIRE(cuEventRecord(a, s) == CUDA_SUCCESS);
+  REQUIRE(frsim_stream_stall_until(s, &release) == CUDA_SUCCESS);
+  REQUIRE(cuEventRecord(b, s) == CUDA_SUCCESS);
+  REQUIRE(cuEventRecord(nt, s) == CUDA_SUCCESS);
+  CHECK(eventually([&] { return cuEventQuery(a) == CUDA_SUCCESS; }));
+  hold_for(50);
+  CHECK(cuEventQuery(b) == CUDA_ERROR_NOT_READY);
+  float ms = 0;
+  CHECK(cuEventElapsedTime(&ms, a, b) == CUDA_ERROR_NOT_READY);
+  // Another stream waiting on b waits for the stall too.
+  CUstream s2;
+  REQUIRE(cuStreamCreate(&s2, 0) == CUDA_SUCCESS);
+  REQUIRE(cuStreamWaitEvent(s2, b, 0) == CUDA_SUCCESS);
+  hold_for(30);
+  CHECK(cuStreamQuery(s2) == CUDA_ERROR_NOT_READY);
+  hold_for(20);
+  __atomic_store_n(const_cast<uint32_t*>(&release), 1u, __ATOMIC_RELEASE);
+  REQUIRE(cuEventSynchronize(b) == CUDA_SUCCESS);
+  REQUIRE(cuStreamSynchronize(s2) == CUDA_SUCCESS);
+  REQUIRE(cuEventElapsedTime(&ms, a, b) == CUDA_SUCCESS);
+  CHECK(ms >= 40.0f);
+  CHECK(cuEventElapsedTime(&ms, a, nt) == CUDA_ERROR_INVALID_HANDLE);
+  REQUIRE(cuEventDestroy(a) == CUDA_SUCCESS);
+  CHECK(cuEventQuery(a) == CUDA_ERROR_INVALID_HANDLE);
+  cuEventDestroy(b);
+  cuEventDestroy(nt);
+  cuStreamDestroy(s);
+  cuStreamDestroy(s2);
+}
+
+TEST_CASE("write-value markers are written in stream order", "[sim][cuda]") {
+  // What the agent does: progress words in host-registered memory, written by the stream around
+  // each operation. "started" appears only when the stream reaches the op, "completed" only
+  // after the op (here a stalled kernel) has finished.
+  alignas(64) static uint64_t words[8] = {};
+  REQUIRE(cuMemHostRegister(words, sizeof words, CU_MEMHOSTREGISTER_DEVICEMAP) == CUDA_SUCCESS);
+  CHECK(cuMemHostRegister(words, sizeof words, 0) == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+  CUdeviceptr d;
+  REQUIRE(cuMemHostGetDevicePointer(&d, words, 0) == CUDA_SUCCESS);
+  CHECK(d == reinterpret_cast<uintptr_t>(words));
+  CUstream s;
+  REQUIRE(cuStreamCreate(&s, 0) == CUDA_SUCCESS);
+  volatile uint32_t first = 0, second = 0;
+  // op 1 waits behind a stalled kernel: neither marker may move.
+  REQUIRE(frsim_stream_stall_until(s, &first) == CUDA_SUCCESS);
+  REQUIRE(cuStreamWriteValue64(s, d, 1, 0) == CUDA_SUCCESS);  // started = 1
+  REQUIRE(frsim_stream_stall_until(s, &second) == CUDA_SUCCESS);  // the "kernel" of op 1
+  REQUIRE(cuStreamWriteValue64(s, d + 8, 1, 0) == CUDA_SUCCESS);  // completed = 1
+  hold_for(50);
+  CHECK(__atomic_load_n(&words[0], __ATOMIC_ACQUIRE) == 0);
+  CHECK(__atomic_load_n(&words[1], __ATOMIC_ACQUIRE) == 0);
+  __atomic_store_n(const_cast<uint32_t*>(&first), 1u, __ATOMIC_RELEASE);
+  CHECK(eventually([&] { return __atomic_load_n(&words[0], __ATOMIC_ACQUIRE) == 1; }));
+  hold_for(50);
+  CHECK(__atomic_load_n(&words[1], __ATOMIC_ACQUIRE) == 0);  // still inside the op
+  __atomic_store_n(const_cast<uint32_t*>(&second), 1u, __ATOMIC_RELEASE);
+  REQUIRE(cuStreamSynchronize(s) == CUDA_SUCCESS);
+  CHECK(words[1] == 1);
+  // 32-bit writes, and a stream waiting on a value another thread writes.
+  uint32_t* w32 = reinterpret_cast<uint32_t*>(&words[2]);
+  REQUIRE(cuStreamWaitValue32(s, d + 16, 5, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS);
+  REQUIRE(cuStreamWriteValue32(s, d + 20, 7, 0) == CUDA_SUCCESS);
+  hold_for(30);
+  CHECK(w32[1] == 0);
+  __atomic_store_n(w32, 5u, __ATOMIC_RELEASE);
+  REQUIRE(cuStreamSynchronize(s) == CUDA_SUCCESS);
+  CHECK(__atomic_load_n(&w32[1], __ATOMIC_ACQUIRE) == 7);
+  REQUIRE(cuStreamWaitValue64(s, d + 24, 1, CU_STREAM_WAIT_VALUE_AND) == CUDA_SUCCESS);
+  __atomic_store_n(&words[3], 3ull, __ATOMIC_RELEASE);
+  REQUIRE(cuStreamSynchronize(s) == CUDA_SUCCESS);
+  // Addresses outside registered or allocated memory are refused, never written.
+  static uint64_t unregistered = 0;
+  CHECK(cuStreamWriteValue64(s, reinterpret_cast<uintptr_t>(&unregistered), 1, 0) == CUDA_ERROR_INVALID_VALUE);
+  CHECK(cuStreamWriteValue64(s, d + 4, 1, 0) == CUDA_ERROR_INVALID_VALUE);  // misaligned
+  CHECK(cuStreamWriteValue64(s, 0, 1, 0) == CUDA_ERROR_INVALID_VALUE);
+  CHECK(cuMemHostGetDevicePointer(&d, &unregistered, 0) == CUDA_ERROR_INVALID_VALUE);
+  REQUIRE(cuMemHostUnregister(words) == CUDA_SUCCESS);
+  CHECK(cuMemHostUnregister(words) == CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+  // Device allocations are host memory, and markers may live there too.
+  CUdeviceptr dm;
+  REQUIRE(cuMemAlloc(&dm, 64) == CUDA_SUCCESS);
+  REQUIRE(cuMemsetD8(dm, 0, 64) == CUDA_SUCCESS);
+  REQUIRE(cuStreamWriteValue64(s, dm, 42, 0) == CUDA_SUCCESS);
+  uint64_t back = 0;
+  REQUIRE(cuStreamSynchronize(s) == CUDA_SUCCESS);
+  REQUIRE(cuMemcpyDtoH(&back, dm, 8) == CUDA_SUCCESS);
+  CHECK(back == 42);
+  REQUIRE(cuMemFree(dm) == CUDA_SUCCESS);
+  CHECK(cuMemFree(dm) == CUDA_ERROR_INVALID_VALUE);
+  cuStreamDestroy(s);
+}
+
+TEST_CASE("stream capture records work instead of running it", "[sim][cuda]") {
+  CUstream s;
+  REQUIRE(cuStreamCreate(&s, 0) == CUDA_SUCCESS);
+  CUstreamCaptureStatus st;
+  REQUIRE(cuStreamIsCapturing(s, &st) == CUDA_SUCCESS);
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_NONE);
+  Recorder rec;
+  Item it{&rec, 7, 0};
+  REQUIRE(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+  REQUIRE(cuStreamIsCapturing(s, &st) == CUDA_SUCCESS);
+  CHECK(st == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+  cuuint64_t id = 0;
+  REQUIRE(cuStreamGetCaptureInfo(s, &st, &id, nullptr, nullptr, nullptr, nullptr) == CUDA_SUCCESS);
+  CHECK(id != 0);
+  REQUIRE(cuLaunchHostFunc(s, record_item, &it) == CUDA_SUCCESS);
+  CHECK(cuStreamSynchronize(s) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  CUgraph g;
+  REQUIRE(cuStreamEndCapture(s, &g) == CUDA_SUCCESS);
+  hold_for(20);
+  CHECK(rec.seen.empty());
+  CUgraphExec ex;
+  REQUIRE(cuGraphInstantiate(&ex, g, 0) == CUDA_SUCCESS);
+  REQUIRE(cuGraphLaunch(ex, s) == CUDA_SUCCESS);
+  REQUIRE(cuGraphLaunch(ex, s) == CUDA_SUCCESS);
+  REQUIRE(cuStreamSynchronize(s) == CUDA_SUCCESS);
+  CHECK(rec.seen.size() == 2);
+  CHECK(cuStreamBeginCapture(nullptr, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  REQUIRE(cuGraphExecDestroy(ex) == CUDA_SUCCESS);
+  REQUIRE(cuGraphDestroy(g) == CUDA_SUCCESS);
+  cuStreamDestroy(s);
+}
+
+TEST_CASE("cuGetProcAddress and the plain names resolve to the emulation", "[sim][cuda]") {
+  void* fn = nullptr;
+  CUdriverProcAddressQueryResult q;
+  REQUIRE(cuGetProcAddress("cuStreamWriteValue64", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &q) == CUDA_SUCCESS);
+  CHECK(q == CU_GET_PROC_ADDRESS_SUCCESS);
+  CHECK(fn == reinterpret_cast<void*>(&cuStreamWriteValue64_v2));
+  REQUIRE(cuGetProcAddress("cuInit", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &q) == CUDA_SUCCESS);
+  CHECK(fn == reinterpret_cast<void*>(&cuInit));
+  CHECK(cuGetProcAddress("cuNoSuchThing", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &q) == CUDA_ERROR_NOT_FOUND);
+  CHECK(q == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+  // dlsym by the plain names, as an agent resolving the driver at run time does.
+  void* self = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(self != nullptr);
+  for (const char* name : {"cuStreamWriteValue64", "cuStreamWriteValue64_v2", "cuMemHostGetDevicePointer_v2",
+                           "cuMemHostRegister_v2", "cuCtxCreate_v4", "cuStreamGetCaptureInfo_v3", "cuEventElapsedTime_v2"}) {
+    INFO(name);
+    CHECK(dlsym(self, name) != nullptr);
+  }
+  dlclose(self);
+}
