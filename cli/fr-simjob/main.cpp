@@ -44,7 +44,10 @@ int main(int argc, char** argv) {
   app.add_option("--pp", o.shape.pp, "pipeline stages")->capture_default_str()->check(CLI::Range(1, 1024));
   app.add_option("--steps", o.shape.steps, "training steps")->required()->check(CLI::Range(1, 10000000));
   app.add_option("--fault", fault_specs, "inject a fault (repeatable; see below)");
-  app.add_option("--out", o.out_dir, "output directory (logs, dumps, result.json)")->required();
+  app.add_option("--out", o.out_dir,
+                 "output directory: nodeK/shm (flight logs), nodeK/rankR.log, dumps/, result.json; "
+                 "what an earlier run left there is replaced")
+      ->required();
   app.add_option("--snapshot-after", o.snapshot_after_s,
                  "take the dump set and stop once no rank has progressed for SEC seconds")
       ->check(CLI::PositiveNumber);

@@ -427,3 +427,41 @@ TEST_CASE("fr-simjob: bad usage exits 2 with one clear line", "[e2e]") {
     fr::e2e::remove_run(run);
   }
 }
+
+TEST_CASE("fr-simjob --daemons: the coordinator's verdict lands in result.json", "[e2e]") {
+  SimRun run = fr::e2e::run_simjob({"--nodes", "2", "--ranks-per-node", "4", "--tp", "2", "--pp",
+                                    "2", "--steps", "20", "--fault", "rank=5,step=3,kind=hang-host",
+                                    "--daemons", "--stall-after", "1", "--quiet"});
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
+  REQUIRE(run.result["stop_reason"] == "incident");
+  REQUIRE(run.result["completed"] == false);
+  REQUIRE(!run.result.contains("daemon_error"));
+  // The dump set is the coordinator's incident directory: manifest, dumps and analysis.json.
+  std::string incident = run.result["dump_set"].get<std::string>();
+  REQUIRE(incident.rfind(run.dir + "/incidents/" + run.result["job_id"].get<std::string>() + "/", 0) == 0);
+  REQUIRE(std::filesystem::exists(incident + "/analysis.json"));
+  const json& v = run.result["analysis"]["verdict"];
+  INFO("verdict " << v.dump());
+  REQUIRE(v["kind"] == "not_entered");
+  REQUIRE(v["culprit_ranks"] == json::array({5}));
+  // Every rank and every daemon is gone.
+  for (const auto& r : run.result["ranks"])
+    REQUIRE(!std::filesystem::exists("/proc/" + std::to_string(r["pid"].get<int>())));
+  fr::e2e::remove_run(run);
+}
+
+TEST_CASE("fr-simjob --daemons: a healthy job raises no incident", "[e2e]") {
+  SimRun run = fr::e2e::run_simjob({"--nodes", "2", "--ranks-per-node", "2", "--steps", "30",
+                                    "--daemons", "--stall-after", "1", "--quiet"});
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
+  REQUIRE(run.result["completed"] == true);
+  REQUIRE(run.result["stop_reason"] == "completed");
+  std::string job = run.result["job_id"].get<std::string>();
+  REQUIRE(!std::filesystem::exists(run.dir + "/incidents/" + job));
+  // fr-simjob's own dump set of the finished job says so.
+  REQUIRE(run.result["dump_set"] == run.dir + "/dumps");
+  if (run.result.contains("analysis")) REQUIRE(run.result["analysis"]["verdict"]["kind"] == "no_hang");
+  fr::e2e::remove_run(run);
+}
