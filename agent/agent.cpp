@@ -91,13 +91,6 @@ void debug_log(const char* fmt, ...) {
   (void)ignored;
 }
 
-void disable_recording(const char* why) {
-  if (__atomic_exchange_n(&g_ctx.mode, (int)kOff, __ATOMIC_ACQ_REL) == kRecording) {
-    if (g_ctx.hdr) __atomic_fetch_or(&g_ctx.hdr->flags, FR_LOG_F_DISABLED, __ATOMIC_RELEASE);
-    debug_log("recording disabled: %s", why);
-  }
-}
-
 void* resolve_real(const char* name, const char* pname, const void* self) {
   void* p = dlsym(RTLD_NEXT, name);
   if (p == nullptr || p == self) {

@@ -117,7 +117,6 @@ FR_HIDDEN GroupOp* thread_ops();
 // True when calls are being recorded; starts the agent on the first call.
 FR_HIDDEN bool recording();
 FR_HIDDEN void debug_log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-FR_HIDDEN void disable_recording(const char* why);
 FR_HIDDEN uint64_t now_ns();
 FR_HIDDEN uint32_t current_tid();
 

@@ -225,6 +225,18 @@ TEST_CASE("every wrapper forwards its exact arguments and result", "[agent]") {
   CHECK(ars.back().recvbuff == A(out));
   CHECK(log.header.nccl_version == 22809);
   CHECK(log.header.pid == getpid());
+  // ncclCommInitAll: one communicator, one entry per rank in this process, sharing the id.
+  const fr_comm_entry* a0 = entry_for(log, all[0]);
+  const fr_comm_entry* a1 = entry_for(log, all[1]);
+  REQUIRE(a0);
+  REQUIRE(a1);
+  CHECK(a0->id == a1->id);
+  CHECK(a0->origin == FR_ORIGIN_INIT_ALL);
+  CHECK(a0->rank == 0);
+  CHECK(a1->rank == 1);
+  CHECK(a0->cuda_dev == 4);
+  CHECK(a1->cuda_dev == 5);
+  CHECK(a1->state == FR_COMM_LIVE);  // its abort failed
 }
 
 TEST_CASE("members of one communicator agree on its id", "[agent]") {
