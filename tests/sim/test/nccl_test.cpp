@@ -78,6 +78,15 @@ TEST_CASE("a stalled stream delays the collective on every member", "[sim][nccl]
   require_all_ok(run_ranks("order", 3));
 }
 
+TEST_CASE("ncclBcast calls ncclBroadcast through the exported symbol", "[sim][nccl]") {
+  std::string lib = std::string(FR_BUILD_DIR) + "/tests/libfrsim_interpose.so";
+  require_all_ok(run_ranks("bcast-interpose", 2, "", 120, {"LD_PRELOAD=" + lib}));
+}
+
+TEST_CASE("a training-shaped loop over split communicators runs 16 ranks", "[sim][nccl]") {
+  require_all_ok(run_ranks("train", 16, "50"));
+}
+
 TEST_CASE("ncclCommInitAll drives several ranks from one process", "[sim][nccl]") {
   const int n = 4;
   std::vector<ncclComm_t> comms(n);

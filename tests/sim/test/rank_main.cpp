@@ -16,6 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <dlfcn.h>
+
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -511,6 +513,51 @@ void scenario_order(Env& e) {
   if (ms < 600) fail("collective finished %.0f ms after start; rank 0's stream was stalled 700 ms", ms);
 }
 
+// A training-shaped loop (what fr-simjob runs): TP groups of 2, two pipeline stages, DP over the
+// rest; per step TP all-gather and reduce-scatter, a pipeline send/recv, a DP all-reduce, a world
+// all-reduce and a world broadcast. ARG = steps. Used to measure the emulation's speed.
+void scenario_train(Env& e, int steps) {
+  const int n = g_n, me = g_rank;
+  const int tp = 2, pp = 2;
+  if (n % (tp * pp) != 0) fail("train needs a multiple of 4 ranks");
+  ncclComm_t tpc, ppc, dpc;
+  NCCLCHECK(ncclCommSplit(e.comm, me / tp, me, &tpc, nullptr));
+  int per_stage = n / pp, stage = me / per_stage;
+  NCCLCHECK(ncclCommSplit(e.comm, me % per_stage, me, &ppc, nullptr));
+  NCCLCHECK(ncclCommSplit(e.comm, stage * tp + me % tp, me, &dpc, nullptr));
+  std::vector<float> act(4096, 1.0f), gath(4096 * tp), grad(16384, 1.0f), loss(1, 1.0f), bc(256, 0.0f);
+  for (int s = 0; s < steps; ++s) {
+    NCCLCHECK(ncclAllGather(act.data(), gath.data(), act.size(), ncclFloat32, tpc, e.stream));
+    NCCLCHECK(ncclReduceScatter(gath.data(), act.data(), act.size(), ncclFloat32, ncclSum, tpc, e.stream));
+    NCCLCHECK(ncclGroupStart());
+    if (stage == 0) NCCLCHECK(ncclSend(act.data(), act.size(), ncclFloat32, 1, ppc, e.stream));
+    else NCCLCHECK(ncclRecv(act.data(), act.size(), ncclFloat32, 0, ppc, e.stream));
+    NCCLCHECK(ncclGroupEnd());
+    NCCLCHECK(ncclAllReduce(grad.data(), grad.data(), grad.size(), ncclFloat32, ncclAvg, dpc, e.stream));
+    NCCLCHECK(ncclAllReduce(loss.data(), loss.data(), 1, ncclFloat32, ncclAvg, e.comm, e.stream));
+    NCCLCHECK(ncclBroadcast(bc.data(), bc.data(), bc.size(), ncclFloat32, 0, e.comm, e.stream));
+    sync(e.stream);
+  }
+  if (loss[0] != 1.0f || grad[7] != 1.0f) fail("train: loss %g grad %g", loss[0], grad[7]);
+  for (ncclComm_t c : {tpc, ppc, dpc}) NCCLCHECK(ncclCommDestroy(c));
+}
+
+// Run with the ncclBroadcast interposer preloaded: ncclBcast must reach it, once per call.
+void scenario_bcast_interpose(Env& e) {
+  using Count = int (*)();
+  auto count = reinterpret_cast<Count>(dlsym(RTLD_DEFAULT, "frsim_test_broadcast_calls"));
+  if (count == nullptr) fail("the interposer is not preloaded");
+  std::vector<int32_t> b(8, g_rank);
+  NCCLCHECK(ncclBcast(b.data(), 8, ncclInt32, 0, e.comm, e.stream));
+  NCCLCHECK(pncclBcast(b.data(), 8, ncclInt32, 0, e.comm, e.stream));
+  sync(e.stream);
+  if (count() != 2) fail("ncclBcast reached the interposed ncclBroadcast %d times, want 2", count());
+  if (b[7] != 0) fail("bcast result %d", b[7]);
+  NCCLCHECK(ncclBroadcast(b.data(), b.data(), 8, ncclInt32, 0, e.comm, e.stream));
+  sync(e.stream);
+  if (count() != 3) fail("direct ncclBroadcast not interposed");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -570,6 +617,8 @@ int main(int argc, char** argv) {
   else if (scenario == "abort") scenario_abort(e);
   else if (scenario == "revoke") scenario_revoke(e);
   else if (scenario == "order") scenario_order(e);
+  else if (scenario == "bcast-interpose") scenario_bcast_interpose(e);
+  else if (scenario == "train") scenario_train(e, arg.empty() ? 100 : atoi(arg.c_str()));
   else fail("unknown scenario %s", scenario.c_str());
   if (e.comm != nullptr) {
     NCCLCHECK(ncclCommFinalize(e.comm));

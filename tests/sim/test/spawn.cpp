@@ -39,7 +39,8 @@ std::vector<std::string> leftover_shm(const std::string& prefix) {
   return out;
 }
 
-std::vector<RankResult> run_ranks(const std::string& scenario, int n, const std::string& arg, int deadline_s) {
+std::vector<RankResult> run_ranks(const std::string& scenario, int n, const std::string& arg, int deadline_s,
+                                  const std::vector<std::string>& extra_env) {
   // The id comes from the emulation's own ncclGetUniqueId, so its key is random.
   ncclUniqueId id;
   ncclGetUniqueId(&id);
@@ -61,6 +62,7 @@ std::vector<RankResult> run_ranks(const std::string& scenario, int n, const std:
   }
   env_store.push_back("LD_LIBRARY_PATH=" + libdir);
   env_store.push_back("FRSIM_SHM_PREFIX=" + g_prefix);
+  env_store.insert(env_store.end(), extra_env.begin(), extra_env.end());
 
   std::vector<pid_t> pids(n, -1);
   std::vector<std::string> logs(n);
