@@ -465,9 +465,10 @@ class DumpConverter {
       std::string_view rest = pname;
       size_t colon = rest.find(':');
       if (colon != std::string_view::npos) rest.remove_prefix(colon + 1);
-      std::string_view opname = rest.substr(0, rest.find(' '));
-      std::string_view meta =
-          rest.find(' ') == std::string_view::npos ? std::string_view() : rest.substr(rest.find(' ') + 1);
+      size_t space = rest.find(' ');
+      std::string_view opname = rest.substr(0, space);
+      std::string_view meta = space == std::string_view::npos ? std::string_view()
+                                                              : rest.substr(space + 1);
       x.op = torch_op_from_name(opname);
       if (x.op == -1) {
         w_.add(path_ + ": entries with unknown operation \"" + std::string(opname.substr(0, 48)) +
@@ -589,8 +590,6 @@ class DumpConverter {
         if (in->id == 0) in->id = e.group_id ? e.group_id : (uint64_t(1) << 63) | next_id++;
         e.group_id = in->id;
         e.state = std::max(e.state, in->marker_state);
-      } else if (e.group_id) {
-        // An fr_group_id on an op with no sequence number: keep it as given.
       }
       kept.push_back(e);
     }
@@ -681,7 +680,7 @@ class DumpConverter {
 
       if (g.comm_index < ncomm) {
         fr_comm_entry& c = f.comms[g.comm_index];
-        if (op_kind_p2p(e)) {
+        if (e.p2p) {
           c.p2p_seq = std::max<uint64_t>(c.p2p_seq, r.seq);
         } else {
           c.coll_seq = std::max<uint64_t>(c.coll_seq, r.seq);
@@ -741,8 +740,6 @@ class DumpConverter {
     if (host.empty()) host = as_text(field(d_, "host_name"));
     copy_name(h.hostname, host);
   }
-
-  static bool op_kind_p2p(const Entry& e) { return e.p2p; }
 
   int64_t world_size() const {
     int64_t ws;
