@@ -476,7 +476,8 @@ void CoordinatorState::assembled(const std::string& incident_id, const AssemblyR
   if (!inc) return;
   inc->analyzed_mono = now_mono;
   last_analysis_seconds_ = secs(now_mono - inc->collected_mono);
-  inc->error = r.ok ? "" : r.error;
+  // An upload error (a full disk) stays visible after a dump set written without that dump.
+  if (!r.ok) inc->error = r.error;
   inc->verdict_kind = r.verdict_kind;
   inc->verdict_summary = r.verdict_summary;
   inc->culprits = r.culprits;

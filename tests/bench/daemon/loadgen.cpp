@@ -1,0 +1,297 @@
+// frd-loadgen: N simulated node daemons x R ranks heartbeating against one coordinator, to
+// measure what the coordinator costs at scale. Every node is one stream on gRPC's callback API
+// (a few channels carry them all); heartbeats are spread evenly over the interval. After a
+// warm-up it measures the coordinator's CPU (from /proc/PID/stat) over a window, then triggers a
+// dump and measures the fan-out: the time until every node has received its dump request.
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/client.h"
+#include "daemon/convert.h"
+#include "fr/v1/frd.grpc.pb.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t real_now() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+class SimNode : public grpc::ClientBidiReactor<fr::v1::NodeMessage, fr::v1::CoordinatorMessage> {
+ public:
+  SimNode(fr::v1::Coordinator::Stub* stub, int index, int ranks) : index_(index) {
+    fr::daemon::NodeReport r;
+    for (int k = 0; k < ranks; ++k) {
+      fr::daemon::ProcessReport p;
+      p.log = "fr.load.node" + std::to_string(index) + "." + std::to_string(k) + ".frlog";
+      p.rank = index * ranks + k;
+      p.world_size = 1 << 20;
+      p.pid = 1000 + k;
+      p.alive = true;
+      p.job_id = "load";
+      p.host = "node" + std::to_string(index);
+      p.records = 100000;
+      for (int c = 0; c < 4; ++c) {
+        fr::daemon::CommProgress cp;
+        cp.comm_id = 0x1000 + uint64_t(c);
+        cp.size = 8;
+        cp.rank = k;
+        cp.state = 1;
+        cp.coll_seq = cp.enqueued = cp.started = cp.completed = 12345;
+        p.comms.push_back(cp);
+      }
+      r.processes.push_back(p);
+    }
+    fr::daemon::to_proto(r, hb_.mutable_heartbeat());
+    stub->async()->Connect(&ctx_, this);
+    fr::v1::NodeMessage hello;
+    hello.mutable_hello()->set_protocol(1);
+    hello.mutable_hello()->set_node_name("node" + std::to_string(index));
+    hello.mutable_hello()->set_host("node" + std::to_string(index));
+    StartRead(&in_);
+    queue(std::move(hello));
+    StartCall();
+  }
+
+  void heartbeat() {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (done_ || writing_) {
+      skipped++;
+      return;
+    }
+    auto* h = hb_.mutable_heartbeat();
+    h->set_seq(h->seq() + 1);
+    h->set_node_time_ns(real_now());
+    if (ping_t1_) {
+      h->mutable_echo()->set_t1_ns(ping_t1_);
+      h->mutable_echo()->set_t2_ns(ping_t2_);
+      h->mutable_echo()->set_t3_ns(real_now());
+      ping_t1_ = 0;
+    } else {
+      h->clear_echo();
+    }
+    out_ = hb_;
+    writing_ = true;
+    StartWrite(&out_);
+    sent++;
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    if (in_.has_dump_request()) {
+      asked_at = Clock::now().time_since_epoch().count();
+      fr::v1::NodeMessage st;
+      st.mutable_dump_status()->set_incident_id(in_.dump_request().incident_id());
+      st.mutable_dump_status()->set_ok(false);
+      st.mutable_dump_status()->set_error("load generator: no logs");
+      queue(std::move(st));
+    } else if (in_.has_ping()) {
+      std::lock_guard<std::mutex> lk(mu_);
+      ping_t1_ = in_.ping().t1_ns();
+      ping_t2_ = real_now();
+    } else if (in_.has_welcome()) {
+      welcomed = true;
+    }
+    StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    writing_ = false;
+    if (!ok) return;
+    if (!pending_.empty()) {
+      out_ = std::move(pending_.back());
+      pending_.pop_back();
+      writing_ = true;
+      StartWrite(&out_);
+    }
+  }
+
+  void OnDone(const grpc::Status& s) override {
+    std::lock_guard<std::mutex> lk(mu_);
+    done_ = true;
+    status_ = s;
+    cv_.notify_all();
+  }
+
+  void cancel() { ctx_.TryCancel(); }
+  void wait_done() {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return done_; });
+  }
+  bool failed() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return done_;
+  }
+
+  std::atomic<int64_t> asked_at{0};
+  std::atomic<bool> welcomed{false};
+  std::atomic<uint64_t> sent{0}, skipped{0};
+
+ private:
+  void queue(fr::v1::NodeMessage m) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (done_) return;
+    if (writing_) {
+      pending_.push_back(std::move(m));
+      return;
+    }
+    out_ = std::move(m);
+    writing_ = true;
+    StartWrite(&out_);
+  }
+
+  int index_;
+  grpc::ClientContext ctx_;
+  fr::v1::CoordinatorMessage in_;
+  fr::v1::NodeMessage hb_, out_;
+  std::vector<fr::v1::NodeMessage> pending_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool writing_ = false, done_ = false;
+  int64_t ping_t1_ = 0, ping_t2_ = 0;
+  grpc::Status status_;
+};
+
+double cpu_seconds(int pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string s((std::istreambuf_iterator<char>(f)), {});
+  size_t p = s.rfind(')');
+  if (p == std::string::npos) return -1;
+  std::istringstream in(s.substr(p + 2));
+  std::string tok;
+  long long ut = 0, st = 0;
+  for (int i = 3; i <= 15 && in >> tok; ++i) {
+    if (i == 14) ut = std::atoll(tok.c_str());
+    if (i == 15) st = std::atoll(tok.c_str());
+  }
+  return double(ut + st) / double(sysconf(_SC_CLK_TCK));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string addr;
+  int nodes = 512, ranks = 8, pid = 0, channels = 64;
+  double interval = 1.0, warmup = 4, window = 6;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i], v = argv[i + 1];
+    if (k == "--coordinator") addr = v;
+    else if (k == "--nodes") nodes = std::atoi(v.c_str());
+    else if (k == "--ranks") ranks = std::atoi(v.c_str());
+    else if (k == "--coordinator-pid") pid = std::atoi(v.c_str());
+    else if (k == "--channels") channels = std::atoi(v.c_str());
+    else if (k == "--interval") interval = std::atof(v.c_str());
+    else if (k == "--warmup") warmup = std::atof(v.c_str());
+    else if (k == "--window") window = std::atof(v.c_str());
+    else {
+      std::fprintf(stderr, "frd-loadgen: unknown option %s\n", k.c_str());
+      return 2;
+    }
+  }
+  if (addr.empty() || nodes < 1 || ranks < 1 || channels < 1) {
+    std::fprintf(stderr,
+                 "usage: frd-loadgen --coordinator HOST:PORT --coordinator-pid PID [--nodes N] "
+                 "[--ranks R] [--interval SEC] [--channels C] [--warmup SEC] [--window SEC]\n");
+    return 2;
+  }
+  std::vector<std::unique_ptr<fr::v1::Coordinator::Stub>> stubs;
+  for (int c = 0; c < channels; ++c) {
+    grpc::ChannelArguments args;
+    args.SetInt("fr.loadgen.channel", c);  // distinct arguments: a connection per channel
+    args.SetMaxReceiveMessageSize(8 << 20);
+    stubs.push_back(fr::v1::Coordinator::NewStub(
+        grpc::CreateCustomChannel(addr, grpc::InsecureChannelCredentials(), args)));
+  }
+  std::vector<std::unique_ptr<SimNode>> sims;
+  for (int n = 0; n < nodes; ++n)
+    sims.push_back(std::make_unique<SimNode>(stubs[size_t(n % channels)].get(), n, ranks));
+
+  std::atomic<bool> stop{false};
+  // Heartbeats spread over the interval: node n sends at n/nodes of each period.
+  std::thread ticker([&] {
+    auto start = Clock::now();
+    uint64_t tick = 0;
+    const auto period = std::chrono::duration<double>(interval);
+    while (!stop) {
+      for (int n = 0; n < nodes && !stop; ++n) {
+        auto due = start + std::chrono::duration_cast<Clock::duration>(
+                               period * (double(tick) + double(n) / nodes));
+        std::this_thread::sleep_until(due);
+        sims[size_t(n)]->heartbeat();
+      }
+      ++tick;
+    }
+  });
+
+  auto t_start = Clock::now();
+  while (Clock::now() - t_start < std::chrono::duration<double>(warmup))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  int welcomed = 0;
+  for (auto& s : sims) welcomed += s->welcomed;
+  double c0 = pid ? cpu_seconds(pid) : 0;
+  auto w0 = Clock::now();
+  uint64_t sent0 = 0;
+  for (auto& s : sims) sent0 += s->sent;
+  std::this_thread::sleep_for(std::chrono::duration<double>(window));
+  double c1 = pid ? cpu_seconds(pid) : 0;
+  double wsec = std::chrono::duration<double>(Clock::now() - w0).count();
+  uint64_t sent1 = 0, skipped = 0;
+  for (auto& s : sims) {
+    sent1 += s->sent;
+    skipped += s->skipped;
+  }
+
+  // Fan-out: trigger a dump, wait until every node has its request (or 10 s).
+  fr::daemon::ClientOptions co;
+  co.address = addr;
+  std::string id, error;
+  auto t0 = Clock::now();
+  bool triggered = fr::daemon::trigger_dump(co, "load generator fan-out", &id, &error);
+  int asked = 0;
+  int64_t last = 0;
+  while (triggered && Clock::now() - t0 < std::chrono::seconds(10)) {
+    asked = 0;
+    last = 0;
+    for (auto& s : sims) {
+      int64_t a = s->asked_at;
+      if (a) {
+        ++asked;
+        last = std::max(last, a);
+      }
+    }
+    if (asked == nodes) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  double fanout = last ? double(last - t0.time_since_epoch().count()) / 1e9 : -1;
+
+  stop = true;
+  ticker.join();
+  for (auto& s : sims) s->cancel();
+  for (auto& s : sims) s->wait_done();
+
+  std::printf("nodes %d x %d ranks (%d GPUs): %d/%d connected, %.0f heartbeats/s (%llu skipped)\n",
+              nodes, ranks, nodes * ranks, welcomed, nodes, double(sent1 - sent0) / wsec,
+              static_cast<unsigned long long>(skipped));
+  if (pid) std::printf("  coordinator CPU: %.3f cores over %.1f s\n", (c1 - c0) / wsec, wsec);
+  if (!triggered)
+    std::printf("  fan-out: trigger failed: %s\n", error.c_str());
+  else
+    std::printf("  fan-out: %d/%d nodes asked to dump within %.3f s\n", asked, nodes, fanout);
+  return triggered && asked == nodes ? 0 : 1;
+}

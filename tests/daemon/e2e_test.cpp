@@ -1,0 +1,476 @@
+// Whole jobs through the daemons, as real processes: every fault kind of fr-simjob run with
+// --daemons must come back with the right verdict and culprits, a healthy or merely slow job with
+// no incident; and our own faults: the coordinator killed and restarted mid-job, a node daemon
+// killed while its dump is wanted, a node daemon frozen until it counts as lost, a full dump
+// directory, a wrong token. Skips when fr-simjob or frd is not built.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fixture.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using fr::daemon::test::TempDir;
+
+namespace {
+
+const std::string kBuild = FR_BUILD_DIR;
+const std::string kFrd = kBuild + "/bin/frd";
+const std::string kSimjob = kBuild + "/bin/fr-simjob";
+
+bool built() {
+  if (access(kFrd.c_str(), X_OK) == 0 && access(kSimjob.c_str(), X_OK) == 0) return true;
+  WARN("skipped: " << kSimjob << " or " << kFrd << " is not built");
+  return false;
+}
+
+std::string slurp(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+bool wait_for(const std::function<bool()>& cond, double seconds) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return cond();
+}
+
+// A child process in its own process group, killed with its group when the test ends.
+struct Proc {
+  pid_t pid = -1;
+  int status = 0;
+  bool reaped = false;
+
+  Proc(const std::vector<std::string>& argv, const std::string& log) {
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      setpgid(0, 0);
+      int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+      }
+      std::vector<char*> a;
+      for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+      a.push_back(nullptr);
+      execv(a[0], a.data());
+      _exit(127);
+    }
+    setpgid(pid, pid);
+  }
+  ~Proc() { stop(SIGKILL); }
+  Proc(const Proc&) = delete;
+
+  void signal(int sig) {
+    if (!reaped) ::kill(-pid, sig);
+  }
+  bool running() {
+    if (reaped) return false;
+    if (waitpid(pid, &status, WNOHANG) == pid) reaped = true;
+    return !reaped;
+  }
+  int stop(int sig = SIGTERM) {
+    if (reaped) return status;
+    ::kill(-pid, sig);
+    if (!wait_for([&] { return !running(); }, 15)) {
+      ::kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      reaped = true;
+    }
+    ::kill(-pid, SIGKILL);  // whatever the group left behind
+    return status;
+  }
+  int wait(double seconds) {
+    if (!wait_for([&] { return !running(); }, seconds)) stop(SIGKILL);
+    return status;
+  }
+};
+
+int run(const std::vector<std::string>& argv, const std::string& log, double seconds = 120) {
+  Proc p(argv, log);
+  int st = p.wait(seconds);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+struct JobResult {
+  int rc = -1;
+  json result;
+  std::string out;
+};
+
+JobResult simjob_with_daemons(const TempDir& dir, const std::vector<std::string>& faults,
+                              int steps = 6) {
+  std::vector<std::string> argv = {kSimjob, "--nodes", "2", "--ranks-per-node", "4", "--tp", "2",
+                                   "--pp", "2", "--steps", std::to_string(steps), "--daemons",
+                                   "--stall-after", "2", "--quiet", "--out", dir.path + "/job"};
+  for (const auto& f : faults) {
+    argv.push_back("--fault");
+    argv.push_back(f);
+  }
+  JobResult r;
+  r.out = dir.path + "/job";
+  r.rc = run(argv, dir.path + "/simjob.log", 180);
+  std::string text = slurp(r.out + "/result.json");
+  r.result = json::parse(text, nullptr, false);
+  INFO("simjob: " << slurp(dir.path + "/simjob.log"));
+  INFO("coordinator: " << slurp(r.out + "/coordinator.log"));
+  REQUIRE_FALSE(r.result.is_discarded());
+  return r;
+}
+
+void check_verdict(const JobResult& r, const std::string& kind, std::set<int> culprits) {
+  INFO("result.json: " << r.result.dump(1).substr(0, 3000));
+  INFO("coordinator: " << slurp(r.out + "/coordinator.log"));
+  REQUIRE(r.rc == 0);
+  REQUIRE(r.result.contains("dump_set"));
+  REQUIRE(r.result["dump_set"].is_string());
+  std::string set = r.result["dump_set"];
+  REQUIRE(fs::exists(set + "/analysis.json"));
+  json manifest = json::parse(slurp(set + "/manifest.json"));
+  CHECK(manifest["source"] == "frd coordinator");
+  CHECK(manifest["processes"].size() == 8);
+  CHECK(manifest["nodes"].size() == 2);
+  const json& v = r.result["analysis"]["verdict"];
+  CHECK(v["kind"] == kind);
+  std::set<int> got;
+  for (const auto& c : v["culprit_ranks"]) got.insert(c.get<int>());
+  CHECK(got == culprits);
+}
+
+// Both incidents and healthy runs: the coordinator must not have opened any incident.
+void check_no_incident(const JobResult& r) {
+  INFO("result.json: " << r.result.dump(1).substr(0, 2000));
+  INFO("coordinator: " << slurp(r.out + "/coordinator.log"));
+  CHECK(r.rc == 0);
+  CHECK(r.result["dump_set"].is_null());
+  CHECK(slurp(r.out + "/coordinator.log").find("opened") == std::string::npos);
+}
+
+std::string read_port(const std::string& file) {
+  std::string p;
+  wait_for([&] {
+    p = slurp(file);
+    while (!p.empty() && (p.back() == '\n')) p.pop_back();
+    return !p.empty();
+  }, 30);
+  return p;
+}
+
+json status(const std::string& addr, const std::string& dir, const std::string& token_file = "") {
+  std::vector<std::string> argv = {kFrd, "status", "--coordinator", addr, "--json"};
+  if (!token_file.empty()) {
+    argv.push_back("--token-file");
+    argv.push_back(token_file);
+  }
+  std::string out = dir + "/status.out";
+  ::unlink(out.c_str());
+  if (run(argv, out, 20) != 0) return json();
+  return json::parse(slurp(out), nullptr, false);
+}
+
+int connected(const json& st) {
+  int n = 0;
+  if (st.is_object())
+    for (const auto& node : st["nodes"]) n += node["connected"].get<bool>();
+  return n;
+}
+
+// The first incident directory under dumps/<job>/ with an analysis.json.
+std::string find_analysis(const std::string& dumps) {
+  std::error_code ec;
+  std::vector<std::string> found;
+  for (const auto& job : fs::directory_iterator(dumps, ec))
+    for (const auto& inc : fs::directory_iterator(job.path(), ec))
+      if (fs::exists(inc.path() / "analysis.json", ec)) found.push_back(inc.path().string());
+  std::sort(found.begin(), found.end());
+  return found.empty() ? std::string() : found.front();
+}
+
+// A long job without daemons of its own (2 nodes x 2 ranks): rank 0 slows every step so the job
+// lasts; with `hang_step` >= 0 rank 1's GPU stalls for good at that step.
+std::unique_ptr<Proc> long_job(const TempDir& dir, int hang_step) {
+  std::vector<std::string> argv = {kSimjob, "--nodes", "2", "--ranks-per-node", "2", "--steps",
+                                   "1000000", "--fault", "rank=0,step=0,kind=slow,ms=50",
+                                   "--quiet", "--out", dir.path + "/job"};
+  if (hang_step >= 0) {
+    argv.push_back("--fault");
+    argv.push_back("rank=1,step=" + std::to_string(hang_step) + ",kind=gpu-stall");
+  }
+  auto p = std::make_unique<Proc>(argv, dir.path + "/simjob.log");
+  REQUIRE(wait_for([&] {
+    return fs::exists(dir.path + "/job/node0/shm") && fs::exists(dir.path + "/job/node1/shm");
+  }, 30));
+  return p;
+}
+
+std::unique_ptr<Proc> coordinator(const TempDir& dir, const std::string& dumps,
+                                  const std::string& listen, const std::string& deadline = "8",
+                                  std::vector<std::string> extra = {}) {
+  std::vector<std::string> argv = {kFrd, "coordinator", "--listen", listen, "--port-file",
+                                   dir.path + "/port", "--dump-dir", dumps, "--stall-after", "2",
+                                   "--heartbeat-timeout", "3", "--dump-deadline", deadline};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  ::unlink((dir.path + "/port").c_str());
+  return std::make_unique<Proc>(argv, dir.path + "/coordinator.log");
+}
+
+std::unique_ptr<Proc> node(const TempDir& dir, int n, const std::string& addr,
+                           std::vector<std::string> extra = {}) {
+  std::string name = "node" + std::to_string(n);
+  std::vector<std::string> argv = {kFrd, "node", "--coordinator", addr, "--log-dir",
+                                   dir.path + "/job/" + name + "/shm", "--node-name", name,
+                                   "--heartbeat-interval", "0.2", "--stall-after", "2",
+                                   "--dump-dir", dir.path + "/spool-" + name};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return std::make_unique<Proc>(argv, dir.path + "/" + name + ".log");
+}
+
+std::string logs(const TempDir& dir) {
+  return "coordinator:\n" + slurp(dir.path + "/coordinator.log") + "node0:\n" +
+         slurp(dir.path + "/node0.log") + "node1:\n" + slurp(dir.path + "/node1.log");
+}
+
+}  // namespace
+
+TEST_CASE("daemons: hang-host is not_entered on the hung rank", "[daemon][e2e]") {
+  if (!built()) return;
+  TempDir d;
+  check_verdict(simjob_with_daemons(d, {"rank=5,step=3,kind=hang-host"}), "not_entered", {5});
+}
+
+TEST_CASE("daemons: a crash is rank_dead", "[daemon][e2e]") {
+  if (!built()) return;
+  TempDir d;
+  check_verdict(simjob_with_daemons(d, {"rank=2,step=3,kind=crash"}), "rank_dead", {2});
+}
+
+TEST_CASE("daemons: a skipped all-reduce is not_entered", "[daemon][e2e]") {
+  if (!built()) return;
+  TempDir d;
+  check_verdict(simjob_with_daemons(d, {"rank=3,step=3,kind=skip,comm=dp"}), "not_entered", {3});
+}
+
+TEST_CASE("daemons: a stalled GPU is stuck_in_collective", "[daemon][e2e]") {
+  if (!built()) return;
+  TempDir d;
+  check_verdict(simjob_with_daemons(d, {"rank=6,step=3,kind=gpu-stall,comm=dp"}),
+                "stuck_in_collective", {6});
+}
+
+TEST_CASE("daemons: mismatches name the odd rank", "[daemon][e2e]") {
+  if (!built()) return;
+  struct Case {
+    const char* fault;
+    int culprit;
+  };
+  for (Case c : {Case{"rank=1,step=3,kind=mismatch-count,comm=tp", 1},
+                 Case{"rank=7,step=2,kind=mismatch-dtype,comm=dp", 7},
+                 Case{"rank=4,step=3,kind=mismatch-op,comm=world", 4},
+                 Case{"rank=0,step=3,kind=mismatch-root", 0}}) {
+    DYNAMIC_SECTION(c.fault) {
+      TempDir d;
+      check_verdict(simjob_with_daemons(d, {c.fault}), "mismatch", {c.culprit});
+    }
+  }
+}
+
+TEST_CASE("daemons: a skipped pipeline send blames its sender", "[daemon][e2e]") {
+  if (!built()) return;
+  TempDir d;
+  JobResult r = simjob_with_daemons(d, {"rank=2,step=3,kind=p2p-skip"});
+  REQUIRE(r.rc == 0);
+  const json& a = r.result["analysis"];
+  CHECK(a["verdict"]["culprit_ranks"] == json::array({2}));
+  bool reported = a["verdict"]["kind"] == "p2p_unmatched";
+  for (const auto& f : a["findings"])
+    reported |= f["kind"] == "p2p_unmatched" && f["culprit_ranks"] == json::array({2});
+  CHECK(reported);
+}
+
+TEST_CASE("daemons: a healthy job raises no incident", "[daemon][e2e]") {
+  if (!built()) return;
+  TempDir d;
+  check_no_incident(simjob_with_daemons(d, {}, 12));
+}
+
+TEST_CASE("daemons: a slow rank raises no incident", "[daemon][e2e]") {
+  if (!built()) return;
+  TempDir d;
+  check_no_incident(simjob_with_daemons(d, {"rank=3,step=1,kind=slow,ms=150"}));
+}
+
+TEST_CASE("daemons: the coordinator killed and restarted mid-job still catches the hang",
+          "[daemon][e2e]") {
+  if (!built()) return;
+  TempDir d;
+  std::string dumps = d.path + "/dumps";
+  auto job = long_job(d, 60);
+  auto coord = coordinator(d, dumps, "127.0.0.1:0");
+  std::string port = read_port(d.path + "/port");
+  REQUIRE(!port.empty());
+  std::string addr = "127.0.0.1:" + port;
+  auto n0 = node(d, 0, addr);
+  auto n1 = node(d, 1, addr);
+  REQUIRE(wait_for([&] { return connected(status(addr, d.path)) == 2; }, 30));
+  coord->stop(SIGKILL);
+  coord = coordinator(d, dumps, addr);
+  REQUIRE(read_port(d.path + "/port") == port);
+  INFO(logs(d));
+  std::string set;
+  REQUIRE(wait_for([&] { return !(set = find_analysis(dumps)).empty(); }, 90));
+  json a = json::parse(slurp(set + "/analysis.json"));
+  CHECK(a["verdict"]["kind"] == "stuck_in_collective");
+  CHECK(a["verdict"]["culprit_ranks"] == json::array({1}));
+  json manifest = json::parse(slurp(set + "/manifest.json"));
+  CHECK(manifest["processes"].size() == 4);
+}
+
+TEST_CASE("daemons: a node daemon killed while its dump is wanted delivers after its restart",
+          "[daemon][e2e]") {
+  if (!built()) return;
+  TempDir d;
+  std::string dumps = d.path + "/dumps";
+  auto job = long_job(d, 30);
+  auto coord = coordinator(d, dumps, "127.0.0.1:0", "60");
+  std::string addr = "127.0.0.1:" + read_port(d.path + "/port");
+  auto n0 = node(d, 0, addr);
+  auto n1 = node(d, 1, addr);
+  INFO(logs(d));
+  // The moment the incident opens, node1 dies.
+  REQUIRE(wait_for([&] {
+    return slurp(d.path + "/coordinator.log").find("opened") != std::string::npos;
+  }, 60));
+  n1->stop(SIGKILL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  CHECK(find_analysis(dumps).empty());  // still waiting for node1
+  n1 = node(d, 1, addr);
+  std::string set;
+  REQUIRE(wait_for([&] { return !(set = find_analysis(dumps)).empty(); }, 60));
+  json manifest = json::parse(slurp(set + "/manifest.json"));
+  CHECK(manifest["processes"].size() == 4);
+  json a = json::parse(slurp(set + "/analysis.json"));
+  CHECK(a["verdict"]["culprit_ranks"] == json::array({1}));
+}
+
+TEST_CASE("daemons: a frozen node daemon counts as lost and the others dump", "[daemon][e2e]") {
+  if (!built()) return;
+  TempDir d;
+  std::string dumps = d.path + "/dumps";
+  auto job = long_job(d, -1);
+  auto coord = coordinator(d, dumps, "127.0.0.1:0");
+  std::string addr = "127.0.0.1:" + read_port(d.path + "/port");
+  auto n0 = node(d, 0, addr);
+  auto n1 = node(d, 1, addr);
+  REQUIRE(wait_for([&] {
+    json st = status(addr, d.path);
+    return connected(st) == 2 && st["ranks"]["alive"] == 4;
+  }, 30));
+  n1->signal(SIGSTOP);
+  INFO(logs(d));
+  std::string set;
+  REQUIRE(wait_for([&] { return !(set = find_analysis(dumps)).empty(); }, 30));
+  n1->signal(SIGCONT);
+  json inc = json::parse(slurp(set + "/incident.json"));
+  CHECK(inc["kind"] == "node_lost");
+  CHECK(inc["nodes_asked"] == json::array({"node0"}));
+  json manifest = json::parse(slurp(set + "/manifest.json"));
+  CHECK(manifest["processes"].size() == 2);
+  for (const auto& p : manifest["processes"]) CHECK(p["host"] == "node0");
+  // Back from SIGCONT: known and connected again, no second incident.
+  CHECK(wait_for([&] { return connected(status(addr, d.path)) == 2; }, 20));
+  CHECK(status(addr, d.path)["incidents"].size() == 1);
+}
+
+TEST_CASE("daemons: a full dump directory is reported and loses nothing", "[daemon][e2e]") {
+  if (!built()) return;
+  TempDir d;
+  std::string dumps = d.path + "/dumps";
+  fs::create_directories(dumps);
+  if (mount("tmpfs", dumps.c_str(), "tmpfs", 0, "size=256k") != 0) {
+    WARN("skipped: cannot mount a small tmpfs (" << std::strerror(errno) << ")");
+    return;
+  }
+  struct Unmount {
+    std::string p;
+    ~Unmount() { umount2(p.c_str(), MNT_DETACH); }
+  } unmount{dumps};
+  auto job = long_job(d, 30);
+  auto coord = coordinator(d, dumps, "127.0.0.1:0", "4");
+  std::string addr = "127.0.0.1:" + read_port(d.path + "/port");
+  auto n0 = node(d, 0, addr);
+  auto n1 = node(d, 1, addr);
+  INFO(logs(d));
+  // Four dumps of a 2048-record ring do not fit in 256 KiB: some uploads fail.
+  REQUIRE(wait_for([&] {
+    json st = status(addr, d.path);
+    return st.is_object() && !st["incidents"].empty() &&
+           st["incidents"][0]["error"].get<std::string>().find("space") != std::string::npos;
+  }, 60));
+  // The coordinator keeps serving, and the undelivered dumps wait in the nodes' spools.
+  CHECK(coord->running());
+  bool kept = false;
+  std::error_code ec;
+  for (const char* n : {"/spool-node0", "/spool-node1"})
+    for (const auto& e : fs::recursive_directory_iterator(d.path + n, ec))
+      kept |= e.path().extension() == ".frlog";
+  CHECK(kept);
+  // Room again: the dumps arrive and the dump set is written whole.
+  umount2(dumps.c_str(), MNT_DETACH);
+  unmount.p.clear();
+  std::string set;
+  CHECK(wait_for([&] {
+    set = find_analysis(dumps);
+    if (set.empty()) return false;
+    json m = json::parse(slurp(set + "/manifest.json"), nullptr, false);
+    return m.is_object() && m["processes"].size() == 4;
+  }, 60));
+}
+
+TEST_CASE("daemons: a wrong token is refused", "[daemon][e2e]") {
+  if (!built()) return;
+  TempDir d;
+  std::string dumps = d.path + "/dumps";
+  std::ofstream(d.path + "/token") << "right-token\n";
+  std::ofstream(d.path + "/wrong") << "wrong-token\n";
+  auto coord = coordinator(d, dumps, "127.0.0.1:0", "8", {"--token-file", d.path + "/token"});
+  std::string addr = "127.0.0.1:" + read_port(d.path + "/port");
+  CHECK(run({kFrd, "status", "--coordinator", addr}, d.path + "/s1.log") == 1);
+  CHECK(slurp(d.path + "/s1.log").find("token") != std::string::npos);
+  CHECK(run({kFrd, "dump", "--coordinator", addr, "--token-file", d.path + "/wrong"},
+            d.path + "/s2.log") == 1);
+  fs::create_directories(d.path + "/job/node0/shm");
+  auto n0 = node(d, 0, addr, {"--token-file", d.path + "/wrong"});
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  json st = status(addr, d.path, d.path + "/token");
+  REQUIRE(st.is_object());
+  CHECK(st["nodes"].empty());
+  // Off loopback without a token the coordinator refuses to start.
+  CHECK(run({kFrd, "coordinator", "--listen", "0.0.0.0:0", "--dump-dir", dumps},
+            d.path + "/c2.log", 20) == 1);
+  CHECK(slurp(d.path + "/c2.log").find("token") != std::string::npos);
+}
