@@ -165,6 +165,21 @@ TEST_CASE("a full ring overwrites the oldest records and counts them", "[agent]"
   CHECK(only_log(dir3).header.ring_capacity == 16);
 }
 
+TEST_CASE("communicators beyond the table's capacity are counted, their calls still recorded",
+          "[agent]") {
+  TempDir dir;
+  RunResult r = run({kProbe, "manycomms", "300"}, env_for(dir));
+  REQUIRE(r.exit_code == 0);
+  auto log = only_log(dir);
+  CHECK(log.header.comm_count == FR_DEFAULT_COMM_CAPACITY);
+  CHECK(log.header.comm_dropped == 300 - FR_DEFAULT_COMM_CAPACITY);
+  auto ars = records_of(log, FR_OP_ALLREDUCE);
+  REQUIRE(ars.size() == 300);
+  CHECK(ars.front().comm_id != 0);
+  CHECK(ars.back().comm_id == 0);  // unattributed: its communicator is not in the table
+  CHECK(ars.back().result == 0);
+}
+
 TEST_CASE("a forked child never writes into its parent's log", "[agent]") {
   for (std::string mode : {"child-calls", "child-silent"}) {
     INFO(mode);

@@ -3,6 +3,8 @@
 // sequence numbers, groups, nonblocking launches, lifecycle states, many threads).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <set>
 #include <thread>
 #include <vector>
@@ -446,6 +448,25 @@ TEST_CASE("nonblocking communicators launch when the application sees success", 
     REQUIRE(ars.size() == 1);
     CHECK((ars[0].flags & FR_REC_F_LAUNCHED) != 0);
   }
+  // A group on a nonblocking communicator: GroupEnd answers ncclInProgress; launched on success.
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  REQUIRE(ncclAllReduce(b, b, 4, ncclFloat32, ncclSum, c, S(1)) == ncclSuccess);
+  fr_double_next_result(ncclInProgress);
+  REQUIRE(ncclGroupEnd() == ncclInProgress);
+  {
+    auto log = read_own_log();
+    auto ars = on_comm(log, comm_id, FR_OP_ALLREDUCE);
+    REQUIRE(ars.size() == 2);
+    CHECK((ars[1].flags & FR_REC_F_IN_GROUP) != 0);
+    CHECK((ars[1].flags & (FR_REC_F_LAUNCHED | FR_REC_F_NEVER_LAUNCHED)) == 0);
+  }
+  REQUIRE(ncclCommGetAsyncError(c, &err) == ncclSuccess);
+  {
+    auto log = read_own_log();
+    auto ars = on_comm(log, comm_id, FR_OP_ALLREDUCE);
+    REQUIRE(ars.size() == 2);
+    CHECK((ars[1].flags & FR_REC_F_LAUNCHED) != 0);
+  }
   // An asynchronous error is recorded once, and kept in the communicator entry.
   fr_double_set_async(c, ncclRemoteError);
   for (int i = 0; i < 3; ++i) {
@@ -517,4 +538,53 @@ TEST_CASE("many threads on many communicators keep exact sequences", "[agent]") 
     CHECK(on_comm(log, e->id, FR_OP_SEND).size() == kOps / 10);
     CHECK(e->p2p_seq == 2 * kOps / 10);
   }
+}
+
+TEST_CASE("a reader running alongside the writers never accepts a torn record", "[agent]") {
+  constexpr int kThreads = 3, kOps = 3000;
+  ncclComm_t comms[kThreads];
+  uint64_t ids[kThreads];
+  for (auto& c : comms) c = make_comm(1, 0);
+  {
+    auto log = read_own_log();
+    for (int t = 0; t < kThreads; ++t) ids[t] = entry_for(log, comms[t])->id;
+  }
+  std::atomic<bool> done{false};
+  std::vector<std::thread> writers;
+  for (int t = 0; t < kThreads; ++t) {
+    writers.emplace_back([&, t] {
+      // Every field follows from the sequence number, so a torn copy cannot look consistent.
+      for (uint64_t i = 1; i <= (uint64_t)kOps; ++i)
+        ncclAllReduce((void*)(i * 16), (void*)(i * 32), i, ncclFloat32, ncclSum, comms[t],
+                      S(i * 64));
+    });
+  }
+  std::thread closer([&] {
+    for (auto& w : writers) w.join();
+    done = true;
+  });
+  uint64_t checked = 0, reads = 0;
+  auto logs = log_dir().logs();
+  REQUIRE(logs.size() == 1);
+  do {
+    auto r = fr::log::read_log(logs[0]);
+    REQUIRE(r.ok());
+    ++reads;
+    for (const auto& rec : r.log->records) {
+      const fr_record& x = rec.raw;
+      if (x.op != FR_OP_ALLREDUCE || std::find(ids, ids + kThreads, x.comm_id) == ids + kThreads)
+        continue;
+      ++checked;
+      INFO("record " << x.id);
+      CHECK(x.count == x.seq);
+      CHECK(x.sendbuff == x.seq * 16);
+      CHECK(x.recvbuff == x.seq * 32);
+      CHECK(x.stream == x.seq * 64);
+      CHECK((x.result == FR_RESULT_PENDING || x.result == 0));
+      CHECK(((x.flags & FR_REC_F_IN_CALL) != 0) == (x.result == FR_RESULT_PENDING));
+    }
+  } while (!done.load());
+  closer.join();
+  CHECK(reads > 0);
+  CHECK(checked > 0);
 }
