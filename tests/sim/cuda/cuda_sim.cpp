@@ -124,12 +124,27 @@ struct State {
   unsigned long long next_capture_id = 1;
 };
 
-State& state() {
-  static State* s = new State();
-  return *s;
+thread_local std::vector<CUcontext> tls_ctx_stack;
+
+// A forked child has none of the parent's stream threads and may inherit a locked mutex: it starts
+// over with a fresh state, and the parent's handles are invalid there (as the driver refuses to
+// work in a forked child until it initializes again).
+std::atomic<State*> g_state{nullptr};
+void reset_in_child() {
+  g_state.store(new State());
+  tls_ctx_stack.clear();
 }
 
-thread_local std::vector<CUcontext> tls_ctx_stack;
+State& state() {
+  State* s = g_state.load(std::memory_order_acquire);
+  if (s != nullptr) return *s;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    g_state.store(new State());
+    pthread_atfork(nullptr, nullptr, reset_in_child);
+  });
+  return *g_state.load(std::memory_order_acquire);
+}
 
 std::vector<int> parse_visible() {
   std::vector<int> out;

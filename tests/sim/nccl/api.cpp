@@ -33,6 +33,10 @@ ncclResult_t check_comm(ncclComm_t comm, std::shared_ptr<CommState>* out) {
     set_last_error(c.get(), "communicator was aborted or revoked");
     return ncclInvalidUsage;
   }
+  if (c->suspended.load(std::memory_order_acquire)) {
+    set_last_error(c.get(), "communicator is suspended (ncclCommResume first)");
+    return ncclInvalidUsage;
+  }
   *out = std::move(c);
   return ncclSuccess;
 }

@@ -488,6 +488,84 @@ FRSIM_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude, int nexclud
   return run_maybe_async(child, false, body);
 }
 
+// NCCL 2.29 additions the agent wraps when present (not in the 2.28.9 nccl.h; signatures as in
+// NCCL's src/nccl.h.in). Grow: the coordinating member makes an id with ncclCommGetUniqueId and
+// hands it to the joining ranks; existing members pass their communicator and rank -1 and keep
+// their rank; joining ranks pass comm = NULL, the id and their new rank. The id's key is derived
+// from the parent's key and its grow counter, so existing members need no id at all.
+extern "C" {
+ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank, ncclComm_t* newcomm,
+                          ncclConfig_t* config);
+ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);
+ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags);
+ncclResult_t ncclCommResume(ncclComm_t comm);
+}
+
+static uint64_t grow_key(const CommState& parent, uint64_t number) {
+  return derive_key(parent.key, 0x47524f57ull, number, 0);
+}
+
+FRSIM_API ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* id) {
+  ncclResult_t err;
+  auto c = ready_comm(comm, &err);
+  if (!c) return err;
+  if (id == nullptr) return ncclInvalidArgument;
+  uint64_t key = grow_key(*c, c->grow_count);
+  memset(id->internal, 0, sizeof id->internal);
+  memcpy(id->internal, kIdMagic, sizeof kIdMagic);
+  memcpy(id->internal + 8, &key, sizeof key);
+  int32_t pid = getpid();
+  memcpy(id->internal + 16, &pid, sizeof pid);
+  return ncclSuccess;
+}
+
+FRSIM_API ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank,
+                                    ncclComm_t* newcomm, ncclConfig_t* config) {
+  if (newcomm == nullptr) return ncclInvalidArgument;
+  if (comm == nullptr) {  // a joining rank
+    if (uniqueId == nullptr) {
+      set_last_error(nullptr, "ncclCommGrow: a joining rank needs the unique id");
+      return ncclInvalidArgument;
+    }
+    return init_rank(newcomm, nRanks, *uniqueId, rank, config);
+  }
+  ncclResult_t err;
+  auto parent = ready_comm(comm, &err);
+  if (!parent) return err;
+  if (rank != -1 || nRanks < parent->nranks) {
+    set_last_error(parent.get(), "ncclCommGrow: existing members pass rank -1 and nRanks >= %d", parent->nranks);
+    return ncclInvalidArgument;
+  }
+  uint64_t key = grow_key(*parent, parent->grow_count++);
+  uint64_t given;
+  if (uniqueId != nullptr && (!parse_id(*uniqueId, &given) || given != key)) {
+    set_last_error(parent.get(), "ncclCommGrow: the unique id was not made by ncclCommGetUniqueId for this grow");
+    return ncclInvalidArgument;
+  }
+  ncclUniqueId id{};
+  memcpy(id.internal, kIdMagic, sizeof kIdMagic);
+  memcpy(id.internal + 8, &key, sizeof key);
+  return init_rank(newcomm, nRanks, id, parent->rank, config);
+}
+
+FRSIM_API ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags) {
+  (void)flags;
+  ncclResult_t err;
+  auto c = ready_comm(comm, &err);
+  if (!c) return err;
+  wait_pending(c.get());  // suspending releases resources once the queued work is done
+  c->suspended.store(true, std::memory_order_release);
+  return ncclSuccess;
+}
+
+FRSIM_API ncclResult_t ncclCommResume(ncclComm_t comm) {
+  ncclResult_t err;
+  auto c = ready_comm(comm, &err);
+  if (!c) return err;
+  c->suspended.store(false, std::memory_order_release);
+  return ncclSuccess;
+}
+
 FRSIM_API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   auto c = lookup(comm);
   if (!c) return ncclInvalidArgument;
@@ -633,3 +711,7 @@ FRSIM_ALIAS(ncclResult_t, ncclCommUserRank, (const ncclComm_t, int*))
 FRSIM_ALIAS(const char*, ncclGetErrorString, (ncclResult_t))
 FRSIM_ALIAS(const char*, ncclGetLastError, (ncclComm_t))
 FRSIM_ALIAS(void, ncclResetDebugInit, ())
+FRSIM_ALIAS(ncclResult_t, ncclCommGrow, (ncclComm_t, int, const ncclUniqueId*, int, ncclComm_t*, ncclConfig_t*))
+FRSIM_ALIAS(ncclResult_t, ncclCommGetUniqueId, (ncclComm_t, ncclUniqueId*))
+FRSIM_ALIAS(ncclResult_t, ncclCommSuspend, (ncclComm_t, int))
+FRSIM_ALIAS(ncclResult_t, ncclCommResume, (ncclComm_t))

@@ -182,6 +182,8 @@ struct CommState {
   uint64_t boot_stamp = 0;
   uint64_t split_count = 0;
   uint64_t shrink_count = 0;
+  uint64_t grow_count = 0;
+  std::atomic<bool> suspended{false};
   std::mutex mu;  // guards redops, last_error
   std::unordered_map<int, RedOpInfo> redops;
   int next_redop = ncclNumOps;

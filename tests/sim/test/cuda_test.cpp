@@ -6,6 +6,8 @@
 #include <cuda.h>
 #include <fr_sim.h>
 #include <dlfcn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -292,4 +294,27 @@ TEST_CASE("cuGetProcAddress and the plain names resolve to the emulation", "[sim
     CHECK(dlsym(self, name) != nullptr);
   }
   dlclose(self);
+}
+
+TEST_CASE("a forked child starts with a fresh emulated driver", "[sim][cuda]") {
+  CUstream s;
+  REQUIRE(cuStreamCreate(&s, 0) == CUDA_SUCCESS);
+  REQUIRE(frsim_stream_stall(s, 20) == CUDA_SUCCESS);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    // The parent's stream threads did not come along: its handles are invalid here, new work runs.
+    int bad = cuStreamQuery(s) == CUDA_ERROR_INVALID_HANDLE ? 0 : 1;
+    CUstream c;
+    if (cuStreamCreate(&c, 0) != CUDA_SUCCESS || frsim_stream_stall(c, 1) != CUDA_SUCCESS ||
+        cuStreamSynchronize(c) != CUDA_SUCCESS || cuStreamSynchronize(nullptr) != CUDA_SUCCESS)
+      bad |= 2;
+    _exit(bad);
+  }
+  int st = 0;
+  REQUIRE(waitpid(pid, &st, 0) == pid);
+  CHECK(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
+  REQUIRE(cuStreamSynchronize(s) == CUDA_SUCCESS);
+  cuStreamDestroy(s);
 }

@@ -6,6 +6,9 @@
 #include <fr_sim.h>
 #include <nccl.h>
 
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <string>
 #include <vector>
 
@@ -85,6 +88,15 @@ TEST_CASE("ncclBcast calls ncclBroadcast through the exported symbol", "[sim][nc
 
 TEST_CASE("a training-shaped loop over split communicators runs 16 ranks", "[sim][nccl]") {
   require_all_ok(run_ranks("train", 16, "50"));
+}
+
+TEST_CASE("grow adds a rank; suspend refuses work until resume", "[sim][nccl]") {
+  char tmpl[] = "/tmp/frsim_grow_XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  std::string path = dir + "/grow.id";
+  require_all_ok(run_ranks("grow", 4, path));
+  unlink(path.c_str());
+  rmdir(dir.c_str());
 }
 
 TEST_CASE("ncclCommInitAll drives several ranks from one process", "[sim][nccl]") {

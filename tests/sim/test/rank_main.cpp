@@ -558,6 +558,62 @@ void scenario_bcast_interpose(Env& e) {
   if (count() != 3) fail("direct ncclBroadcast not interposed");
 }
 
+extern "C" {
+ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank, ncclComm_t* newcomm,
+                          ncclConfig_t* config);
+ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);
+ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags);
+ncclResult_t ncclCommResume(ncclComm_t comm);
+}
+
+// Ranks 0..n-2 share a communicator; the last rank joins through ncclCommGrow. Rank 0 hands the
+// grow id to it through the file ARG (written whole, then renamed into place).
+void scenario_grow(const ncclUniqueId& id, const std::string& path, CUstream stream) {
+  const int n = g_n, me = g_rank;
+  ncclComm_t grown = nullptr;
+  if (me < n - 1) {
+    ncclComm_t base;
+    NCCLCHECK(ncclCommInitRank(&base, n - 1, id, me));
+    // Suspended communicators refuse work until resumed.
+    NCCLCHECK(ncclCommSuspend(base, 0));
+    int32_t v = 1, out = 0;
+    if (ncclAllReduce(&v, &out, 1, ncclInt32, ncclSum, base, stream) != ncclInvalidUsage) fail("suspended comm accepted work");
+    NCCLCHECK(ncclCommResume(base));
+    NCCLCHECK(ncclAllReduce(&v, &out, 1, ncclInt32, ncclSum, base, stream));
+    sync(stream);
+    if (out != n - 1) fail("base allreduce %d", out);
+    ncclUniqueId gid;
+    if (me == 0) {
+      NCCLCHECK(ncclCommGetUniqueId(base, &gid));
+      std::string tmp = path + ".tmp";
+      FILE* f = fopen(tmp.c_str(), "wb");
+      if (f == nullptr || fwrite(&gid, sizeof gid, 1, f) != 1 || fclose(f) != 0) fail("cannot write %s", tmp.c_str());
+      if (rename(tmp.c_str(), path.c_str()) != 0) fail("rename");
+    }
+    NCCLCHECK(ncclCommGrow(base, n, me == 0 ? &gid : nullptr, -1, &grown, nullptr));
+    NCCLCHECK(ncclCommDestroy(base));
+  } else {
+    ncclUniqueId gid;
+    auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    FILE* f = nullptr;
+    while ((f = fopen(path.c_str(), "rb")) == nullptr)
+      if (std::chrono::steady_clock::now() > end) fail("no grow id");
+      else std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (fread(&gid, sizeof gid, 1, f) != 1) fail("short grow id");
+    fclose(f);
+    NCCLCHECK(ncclCommGrow(nullptr, n, &gid, me, &grown, nullptr));
+  }
+  int cnt, ur;
+  NCCLCHECK(ncclCommCount(grown, &cnt));
+  NCCLCHECK(ncclCommUserRank(grown, &ur));
+  if (cnt != n || ur != me) fail("grown comm: count %d rank %d", cnt, ur);
+  int32_t v = me, out = 0;
+  NCCLCHECK(ncclAllReduce(&v, &out, 1, ncclInt32, ncclSum, grown, stream));
+  sync(stream);
+  if (out != n * (n - 1) / 2) fail("grown allreduce %d", out);
+  NCCLCHECK(ncclCommDestroy(grown));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -602,6 +658,11 @@ int main(int argc, char** argv) {
     } while (ae == ncclInProgress);
     if (ae != ncclSuccess) fail("finalize ended with %d", ae);
     NCCLCHECK(ncclCommDestroy(e.comm));
+    printf("OK\n");
+    return 0;
+  }
+  if (scenario == "grow") {
+    scenario_grow(id, arg, e.stream);
     printf("OK\n");
     return 0;
   }
