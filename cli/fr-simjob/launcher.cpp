@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -291,6 +292,7 @@ struct Job {
   json analysis;            // null: none
   std::string analysis_error, daemon_error;
   double stalled_for_s = 0;
+  double ranks_cpu_s = -1;  // user + system CPU of the reaped rank processes
 
   explicit Job(const LaunchOptions& opts) : o(opts) {}
 
@@ -682,6 +684,11 @@ void Job::analyze() {
 void Job::stop_everything() {
   kill_all(ranks, rank_pgid, SIGKILL);
   if (!reap_all(ranks, 10)) err("some rank processes did not die within 10 s of SIGKILL");
+  // Only ranks have been reaped so far (daemons are stopped below), so this is their CPU time.
+  struct rusage ru {};
+  if (::getrusage(RUSAGE_CHILDREN, &ru) == 0)
+    ranks_cpu_s = ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+                  (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
   if (!daemons.empty()) {
     kill_all(daemons, daemon_pgid, SIGTERM);
     if (!reap_all(daemons, 3)) {
@@ -739,6 +746,7 @@ json Job::result_json() const {
   if (!snapshot_info.is_null()) r["snapshot"] = snapshot_info;
   if (stalled_for_s > 0) r["stalled_for_s"] = stalled_for_s;
   r["duration_s"] = seconds_since(start);
+  if (ranks_cpu_s >= 0) r["ranks_cpu_s"] = ranks_cpu_s;
   if (ranks_ended > ranks_started && ranks_started != Clock::time_point{})
     r["job_s"] = std::chrono::duration<double>(ranks_ended - ranks_started).count();
   if (!analysis.is_null()) r["analysis"] = analysis;

@@ -356,6 +356,14 @@ TEST_CASE("fr-simjob: a slow rank finishes, no hang", "[e2e]") {
   auto ranks = fr::e2e::load_dump_set(run.result["dump_set"].get<std::string>());
   for (const auto& [r, v] : ranks) require_all_completed(v);
   check_verdict(run, "no_hang", {});
+  // The straggler shows up by rank in the skew finding.
+  if (run.result.contains("analysis")) {
+    bool named = false;
+    for (const auto& f : run.result["analysis"].value("findings", json::array()))
+      named |= f["kind"] == "skew" && f["culprit_ranks"] == json::array({3});
+    INFO("analysis " << run.result["analysis"].dump());
+    REQUIRE(named);
+  }
   fr::e2e::remove_run(run);
 }
 
@@ -451,9 +459,11 @@ TEST_CASE("fr-simjob --daemons: the coordinator's verdict lands in result.json",
   fr::e2e::remove_run(run);
 }
 
-TEST_CASE("fr-simjob --daemons: a healthy job raises no incident", "[e2e]") {
+TEST_CASE("fr-simjob --daemons: a healthy job with a straggler raises no incident", "[e2e]") {
+  // Long enough (30 steps x 60 ms) for many heartbeats past the 1 s stall threshold.
   SimRun run = fr::e2e::run_simjob({"--nodes", "2", "--ranks-per-node", "2", "--steps", "30",
-                                    "--daemons", "--stall-after", "1", "--quiet"});
+                                    "--fault", "rank=2,step=0,kind=slow,ms=60", "--daemons",
+                                    "--stall-after", "1", "--quiet"});
   INFO(describe(run));
   REQUIRE(run.exit_code == 0);
   REQUIRE(run.result["completed"] == true);
