@@ -203,13 +203,22 @@ void setup_comms(Rank& r) {
   bump(r);
   nccl_check(r, ncclCommInitRank(&r.world, r.shape.world(), id, r.pos.rank), "ncclCommInitRank");
   bump(r);
-  // Every member calls every split in the same order; the key keeps global-rank order.
-  nccl_check(r, ncclCommSplit(r.world, r.pos.tp_color, r.pos.rank, &r.tp, nullptr), "ncclCommSplit(tp)");
-  bump(r);
-  nccl_check(r, ncclCommSplit(r.world, r.pos.pp_color, r.pos.rank, &r.pp, nullptr), "ncclCommSplit(pp)");
-  bump(r);
-  nccl_check(r, ncclCommSplit(r.world, r.pos.dp_color, r.pos.rank, &r.dp, nullptr), "ncclCommSplit(dp)");
-  bump(r);
+  // Every member calls every split in the same order; the key keeps global-rank order. Each group
+  // gets a name (commName, as frameworks name their process groups) so verdicts read "tp2".
+  struct Split {
+    ncclComm_t* out;
+    int color;
+    std::string name;
+  } splits[] = {{&r.tp, r.pos.tp_color, "tp" + std::to_string(r.pos.tp_color)},
+                {&r.pp, r.pos.pp_color, "pp" + std::to_string(r.pos.pp_color)},
+                {&r.dp, r.pos.dp_color, "dp" + std::to_string(r.pos.dp_color)}};
+  for (Split& sp : splits) {
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.commName = sp.name.c_str();
+    std::string what = "ncclCommSplit(" + sp.name + ")";
+    nccl_check(r, ncclCommSplit(r.world, sp.color, r.pos.rank, sp.out, &cfg), what.c_str());
+    bump(r);
+  }
 }
 
 // ---- faults ------------------------------------------------------------------------------------

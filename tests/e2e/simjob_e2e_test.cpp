@@ -126,6 +126,12 @@ TEST_CASE("fr-simjob: healthy job completes and every op completes on every rank
     for (const Op& o : v.p2p.at("pp")) sends += o.op == FR_OP_SEND;
     REQUIRE(sends == steps);
     require_all_completed(v);
+    // Split communicators carry the group names the job gave them.
+    const fr_comm_entry* tp = v.log.find_comm(v.comm_ids.at("tp"));
+    REQUIRE(tp != nullptr);
+    REQUIRE(std::string(tp->name) == "tp" + std::to_string(r / 2));
+    REQUIRE(tp->size == 2);
+    REQUIRE(tp->rank == r % 2);
   }
   check_verdict(run, "no_hang", {});
   fr::e2e::remove_run(run);
