@@ -425,3 +425,20 @@ TEST_CASE("trace: one track per rank per communicator, the stall highlighted", "
   CHECK(!fr::analyzer::write_trace(model, doc, {}, t.sub("no/such/dir/trace.json"), &err));
   CHECK(!err.empty());
 }
+
+TEST_CASE("whole histories (no ring wrap): p2p paired from the first op", "[analyzer]") {
+  for (const char* spec : {"kind=p2p-skip,rank=2", "kind=p2p-skip,rank=7", "kind=hang-host,rank=4", "healthy"}) {
+    Spec s = spec_with(spec);
+    s.entries = 400;
+    s.steps = 20;
+    TempDir t;
+    json doc = run(s, t);
+    INFO(spec << ": " << doc["verdict"].dump());
+    if (std::string(spec) == "healthy") {
+      CHECK(doc["verdict"]["kind"] == "no_hang");
+      continue;
+    }
+    CHECK(doc["verdict"]["kind"] == (std::string(spec).find("p2p") != std::string::npos ? "p2p_unmatched" : "not_entered"));
+    CHECK(culprits(doc["verdict"]) == std::vector<int>{s.faults[0].rank});
+  }
+}
