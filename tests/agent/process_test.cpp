@@ -165,7 +165,7 @@ TEST_CASE("a full ring overwrites the oldest records and counts them", "[agent]"
   CHECK(only_log(dir3).header.ring_capacity == 16);
 }
 
-TEST_CASE("communicators beyond the table's capacity are counted, their calls still recorded",
+TEST_CASE("communicators beyond the table capacity are counted and their calls still recorded",
           "[agent]") {
   TempDir dir;
   RunResult r = run({kProbe, "manycomms", "300"}, env_for(dir));
@@ -314,6 +314,39 @@ TEST_CASE("GPU markers surround launches and never touch a capturing stream", "[
     CHECK((rec.flags & FR_REC_F_GPU_UNTRACKED) != 0);
     CHECK((rec.flags & FR_REC_F_LAUNCHED) != 0);
   }
+}
+
+TEST_CASE("under the CUDA emulation markers run on the stream in order", "[agent]") {
+  if (!FR_HAVE_SIM_CUDA) {
+    SUCCEED("the CUDA emulation is not part of this build");
+    return;
+  }
+  TempDir dir;
+  RunResult r = run({kDir + "/fr_agent_sim_gpu_probe"}, env_for(dir));
+  INFO(r.out);
+  REQUIRE(r.exit_code == 0);
+  // A stalled stream has not reached the op: neither marker has run.
+  CHECK(r.values["stalled.started"] == "0");
+  CHECK(r.values["stalled.completed"] == "0");
+  CHECK(r.values["released.started"] == "1");
+  CHECK(r.values["released.completed"] == "1");
+  CHECK(r.values["rc.EndCapture"] == "0");  // the capture was not broken
+  CHECK(r.values["group.started"] == "4");
+  CHECK(r.values["group.completed"] == "4");
+  auto log = only_log(dir);
+  CHECK((log.header.flags & FR_LOG_F_GPU_MARKERS) != 0);
+  std::vector<uint64_t> indices;
+  for (const auto& rec : log.records) {
+    if (rec.raw.op != FR_OP_ALLREDUCE && rec.raw.op != FR_OP_SEND && rec.raw.op != FR_OP_RECV)
+      continue;
+    if (rec.raw.flags & FR_REC_F_CAPTURED) {
+      CHECK(rec.raw.op_index == 0);
+      continue;
+    }
+    indices.push_back(rec.raw.op_index);
+    CHECK(rec.gpu_state == FR_GPU_COMPLETED);
+  }
+  CHECK(indices == std::vector<uint64_t>{1, 2, 3, 4});
 }
 
 TEST_CASE("libfr_agent.so exports the NCCL API and nothing else", "[agent]") {

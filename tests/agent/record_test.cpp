@@ -307,7 +307,7 @@ TEST_CASE("members of one communicator agree on its id", "[agent]") {
   CHECK(splits[splits.size() - 1].aux == 0);
 }
 
-TEST_CASE("sequence numbers count collectives and p2p apart, nested calls are recorded once",
+TEST_CASE("sequence numbers count collectives and p2p apart and nested calls are recorded once",
           "[agent]") {
   ncclComm_t c = make_comm(1, 0);
   static float b[4];
