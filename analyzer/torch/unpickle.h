@@ -27,7 +27,8 @@ namespace fr::analyzer::torch {
 
 struct UnpickleLimits {
   size_t max_depth = 128;                 // nesting of containers in the result
-  size_t max_objects = size_t{1} << 25;   // values built while running the pickle
+  size_t max_objects = size_t{1} << 24;   // values built while running the pickle (a
+                                          // 20,000-entry dump with stacks needs ~0.5M)
   size_t max_output_nodes = size_t{1} << 25;  // JSON nodes in the result (shared subtrees count
                                               // once per use)
   size_t max_output_bytes = size_t{1} << 30;  // str/bytes bytes in the result, same rule
