@@ -103,6 +103,9 @@ struct Frontier {
   bool tracked = true;
 };
 
+// More ranks than any job has: sizes beyond this come from damaged input.
+constexpr int kMaxRanks = 1 << 22;
+
 enum Prio { kMismatch = 0, kNotEntered = 1, kP2p = 2, kStuck = 3, kIncomplete = 4 };
 
 struct Stall {
@@ -194,7 +197,9 @@ struct Missing {
 // the missing members are those ranks.
 std::vector<Missing> missing_members(const Model& m, const Comm& c, const std::set<int>& job_missing) {
   std::vector<Missing> out;
-  if (c.size <= 0) return out;
+  // A size far beyond the job (a corrupt or hostile entry) is not worth listing rank by rank.
+  const int plausible = std::max({1024, 2 * static_cast<int>(m.procs.size()), std::min(m.expected_ranks, kMaxRanks)});
+  if (c.size <= 0 || c.size > plausible) return out;
   std::vector<char> present(c.size, 0);
   bool constant = !c.members.empty();
   const int d = c.members.empty() ? 0 : m.procs[c.members[0].proc].rank - c.members[0].rank_in_comm;
@@ -759,7 +764,10 @@ void accumulate_skew(const Model& m, const Comm& c, std::map<int, SkewAcc>* acc)
     }
   }
   if (lo > hi) return;
-  if (hi - lo + 1 > (1u << 24)) lo = hi - (1u << 24) + 1;
+  size_t total = 0;
+  for (const auto& mem : c.members) total += m.procs[mem.proc].comms[mem.pc].ops_end - m.procs[mem.proc].comms[mem.pc].ops_begin;
+  const uint64_t cap = std::max<uint64_t>(4 * total + 1024, 1 << 16);
+  if (hi - lo + 1 > cap) lo = hi - cap + 1;
   std::vector<int64_t> first(hi - lo + 1, INT64_MAX);
   std::vector<uint32_t> seen(hi - lo + 1, 0);
   for (const auto& mem : c.members) {
@@ -887,7 +895,7 @@ nlohmann::json analyze_model(const Model& m, const Options& opts) {
     found_set.insert(p.rank);
     if (!p.alive) dead.push_back(p.rank);
   }
-  int expected = std::max(m.expected_ranks, found.empty() ? 0 : found.back() + 1);
+  int expected = std::max(std::min(m.expected_ranks, kMaxRanks), found.empty() ? 0 : found.back() + 1);
   for (int r = 0; r < expected; ++r)
     if (!found_set.count(r)) missing.push_back(r);
   ctx.job_missing.insert(missing.begin(), missing.end());

@@ -352,10 +352,16 @@ Model load_model(const std::vector<std::string>& paths, unsigned threads) {
   }
   model.clock_aligned = hosts.size() <= 1 || all_offsets;
 
-  for (const auto& p : model.procs)
-    if (p.world_size > model.expected_ranks && !any_manifest) model.expected_ranks = p.world_size;
-  if (model.expected_ranks < 0)
-    for (const auto& p : model.procs) model.expected_ranks = std::max(model.expected_ranks, p.world_size);
+  // Without a manifest's count: the world size most processes report (one damaged header
+  // must not make thousands of ranks "missing").
+  if (model.expected_ranks < 0) {
+    std::map<int, size_t> votes;
+    for (const auto& p : model.procs)
+      if (p.world_size > 0) ++votes[p.world_size];
+    size_t best = 0;
+    for (const auto& [ws, n] : votes)
+      if (n >= best) best = n, model.expected_ranks = ws;
+  }
 
   // Communicators: one per id, members from every process that has it.
   std::unordered_map<uint64_t, int> comm_index;
