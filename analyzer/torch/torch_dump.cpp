@@ -6,7 +6,8 @@
 // 2.x dumps differ only by missing fields, which get the defaults noted below. A dump is a dict:
 //
 //   version            "2.10"                           -> checked; major > 2 gives a warning
-//   comm_lib_version   "2.21.5"                         -> header.nccl_version (NCCL_VERSION code)
+//   comm_lib_version   "2.21.5"                         -> header.nccl_version (NCCL_VERSION code);
+//                      "nccl_version" in dumps up to 2.7
 //   pg_config          {pg_name: {name, desc, ranks}}   -> one fr_comm_entry per process group:
 //                      ranks is a string "[0, 1]" (both forms) or a list
 //                        id   = torch_pg_comm_id(name, ranks): all members agree without talking
@@ -722,7 +723,9 @@ class DumpConverter {
     h.world_size = int32_t(world_size());
     h.local_rank = -1;
     h.flags = FR_LOG_F_SNAPSHOT | FR_LOG_F_GPU_EVENTS;
-    h.nccl_version = nccl_version_code(as_text(field(d_, "comm_lib_version")));
+    std::string lib = as_text(field(d_, "comm_lib_version"));
+    if (lib.empty()) lib = as_text(field(d_, "nccl_version"));  // its name up to version 2.7
+    h.nccl_version = nccl_version_code(lib);
     if (f.records.empty()) {
       h.record_counter = 0;
       h.overwritten = 0;

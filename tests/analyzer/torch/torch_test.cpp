@@ -399,6 +399,41 @@ TEST_CASE("torch: odd but readable dumps give warnings and keep the rest", "[tor
   CHECK(m.logs[1].header.global_rank == 1);
 }
 
+TEST_CASE("torch: older dumps without the newer fields", "[torch]") {
+  // As a 2.2-era dump: no is_p2p, no p2p_seq_id, no pg_status, the NCCL version under
+  // "nccl_version", ranks given as a list, discovered times only.
+  json d = json::parse(R"({
+    "version": "2.2", "nccl_version": "2.18.1",
+    "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": [0, 1, 2]}},
+    "entries": [
+      {"record_id": 0, "pg_id": 0, "process_group": ["0", "default_pg"], "collective_seq_id": 1,
+       "op_id": 1, "profiling_name": "nccl:all_reduce", "time_created_ns": 10,
+       "input_sizes": [[2, 3]], "output_sizes": [[2, 3]], "state": "scheduled",
+       "time_discovered_started_ns": 11, "time_discovered_completed_ns": null},
+      {"record_id": 1, "pg_id": 0, "process_group": ["0", "default_pg"], "collective_seq_id": 2,
+       "op_id": 2, "profiling_name": "nccl:recv 2<-0", "time_created_ns": 20,
+       "input_sizes": [[4]], "output_sizes": [[4]], "state": "scheduled"}
+    ]})");
+  auto r = t::convert_torch_document(d, "old/nccl_trace_rank_2");
+  INFO(r.error);
+  REQUIRE(r.logs.size() == 1);
+  const LogFile& f = r.logs[0];
+  CHECK(f.header.nccl_version == 21801);
+  CHECK(f.header.global_rank == 2);
+  CHECK(f.header.world_size == 3);
+  REQUIRE(f.records.size() == 2);
+  CHECK(f.records[0].raw.op == FR_OP_ALLREDUCE);
+  CHECK(f.records[0].raw.count == 6);
+  CHECK(f.records[0].raw.dtype == 255);  // no input_dtypes: unknown
+  CHECK(f.records[0].gpu_state == FR_GPU_STARTED);  // from the discovered-started time
+  CHECK(f.records[1].raw.op == FR_OP_RECV);
+  CHECK(f.records[1].raw.peer == 0);
+  CHECK(f.records[1].raw.seq == 2);  // p2p counted with the collectives then
+  CHECK(f.comms[0].rank == 2);
+  CHECK(f.comms[0].p2p_seq == 2);
+  CHECK(f.comms[0].coll_seq == 1);
+}
+
 namespace {
 
 // Three ranks: a world communicator, a two-member one (ranks 0 and 2) and one that only rank 0's
