@@ -141,6 +141,9 @@ struct ChildState {
   pid_t pid = -1;
   bool exited = false;
   int status = 0;
+  bool stopped = false;  // still running when the launcher stopped it
+  std::string role;      // daemons: "coordinator" or "node<K>"
+  std::string log;       // where its output went
 };
 
 // Reaps whatever has exited; returns how many are still running.
@@ -174,6 +177,9 @@ bool reap_all(std::vector<ChildState>& kids, double seconds) {
 }
 
 void kill_all(std::vector<ChildState>& kids, pid_t pgid, int sig) {
+  reap(kids);
+  for (auto& k : kids)
+    if (k.pid > 0 && !k.exited) k.stopped = true;
   if (pgid > 0) ::killpg(pgid, sig);
   for (auto& k : kids)
     if (k.pid > 0 && !k.exited) ::kill(k.pid, sig);
@@ -364,7 +370,13 @@ bool Job::prepare() {
   }
 
   job_id = fresh_job_id();
-  shm_prefix = "frsim-" + job_id + "-";  // FRSIM_SHM_PREFIX is this with a leading '/' 
+  shm_prefix = "frsim-" + job_id + "-";  // FRSIM_SHM_PREFIX is this with a leading '/'
+  // Kept for post-mortems: if the launcher itself is killed, this names what it left in /dev/shm.
+  std::string id_error;
+  if (!write_file_atomic(run_dir + "/job_id", job_id + "\n", &id_error)) {
+    err(id_error);
+    return false;
+  }
 
   // The progress board.
   std::string board_path = run_dir + "/board";
@@ -473,7 +485,10 @@ bool Job::start_daemons() {
     return false;
   }
   daemon_pgid = pid;
-  daemons.push_back({pid});
+  daemons.emplace_back();
+  daemons.back().pid = pid;
+  daemons.back().role = "coordinator";
+  daemons.back().log = coord.log_path;
 
   // The coordinator writes its port once it listens.
   std::string port;
@@ -506,7 +521,10 @@ bool Job::start_daemons() {
       daemon_error = std::string("cannot start frd node: ") + std::strerror(errno);
       return false;
     }
-    daemons.push_back({np});
+    daemons.emplace_back();
+    daemons.back().pid = np;
+    daemons.back().role = "node" + std::to_string(n);
+    daemons.back().log = node.log_path;
   }
   say("frd coordinator on 127.0.0.1:" + port + ", " + std::to_string(o.shape.nodes) +
       " node daemon(s), stall after " + stall + " s");
@@ -734,6 +752,7 @@ json Job::result_json() const {
     json jr = {{"rank", i}, {"node", position_of(o.shape, i).node}, {"pid", k.pid}};
     jr["exit_code"] = k.exited && WIFEXITED(k.status) ? json(WEXITSTATUS(k.status)) : json(nullptr);
     jr["signal"] = k.exited && WIFSIGNALED(k.status) ? json(WTERMSIG(k.status)) : json(nullptr);
+    jr["stopped"] = k.stopped;
     jr["steps_done"] = slot.steps_done.load();
     jr["check_failures"] = slot.check_failures.load();
     static const char* phases[] = {"starting", "init", "running", "finished", "failed"};
@@ -742,6 +761,16 @@ json Job::result_json() const {
     rs.push_back(jr);
   }
   r["ranks"] = rs;
+  if (o.daemons) {
+    json ds = json::array();
+    for (const ChildState& k : daemons) {
+      json jd = {{"role", k.role}, {"pid", k.pid}, {"log", k.log}, {"stopped", k.stopped}};
+      jd["exit_code"] = k.exited && WIFEXITED(k.status) ? json(WEXITSTATUS(k.status)) : json(nullptr);
+      jd["signal"] = k.exited && WIFSIGNALED(k.status) ? json(WTERMSIG(k.status)) : json(nullptr);
+      ds.push_back(jd);
+    }
+    r["daemon_processes"] = ds;
+  }
   r["dump_set"] = dump_set.empty() ? json(nullptr) : json(dump_set);
   if (!snapshot_info.is_null()) r["snapshot"] = snapshot_info;
   if (stalled_for_s > 0) r["stalled_for_s"] = stalled_for_s;

@@ -9,16 +9,23 @@
 // Per step s (counted from 0): TP all-gather (tp seq 2s+1) and reduce-scatter (2s+2), pipeline
 // send/recv, DP all-reduce (dp seq s+1), world all-reduce (world seq 2s+1) and broadcast from
 // rank 0 (2s+2).
+#include <fcntl.h>
 #include <nccl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <chrono>
 #include <set>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
+#include "progress.h"
 #include "simjob_run.h"
 
 using fr::e2e::Op;
@@ -184,8 +191,11 @@ TEST_CASE("fr-simjob: crash at rank 2, step 3", "[e2e]") {
     REQUIRE(ar != nullptr);
     REQUIRE(!done(ar));
   }
-  // The launcher saw the rank die by SIGKILL before it stopped the others.
-  REQUIRE(run.result["ranks"][2]["signal"] == SIGKILL);
+  // The launcher saw the rank die by SIGKILL on its own; it stopped the others.
+  for (const auto& r : run.result["ranks"]) {
+    REQUIRE(r["signal"] == SIGKILL);
+    REQUIRE(r["stopped"] == (r["rank"] != 2));
+  }
   REQUIRE(run.result["ranks"][2]["steps_done"] == 3);
   check_verdict(run, "rank_dead", {2});
   fr::e2e::remove_run(run);
@@ -406,7 +416,7 @@ TEST_CASE("fr-simjob: interrupted, it stops every rank and removes its shared me
     int pid = r["pid"].get<int>();
     REQUIRE(pid > 0);
     REQUIRE(r["signal"] == SIGKILL);
-    REQUIRE(!std::filesystem::exists("/proc/" + std::to_string(pid)));
+    REQUIRE(fr::e2e::process_gone(pid));
   }
   std::string prefix = "frsim-" + run.result["job_id"].get<std::string>() + "-";
   for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
@@ -460,8 +470,12 @@ TEST_CASE("fr-simjob --daemons: the coordinator's verdict lands in result.json",
   REQUIRE(v["kind"] == "not_entered");
   REQUIRE(v["culprit_ranks"] == json::array({5}));
   // Every rank and every daemon is gone.
-  for (const auto& r : run.result["ranks"])
-    REQUIRE(!std::filesystem::exists("/proc/" + std::to_string(r["pid"].get<int>())));
+  for (const auto& r : run.result["ranks"]) REQUIRE(fr::e2e::process_gone(r["pid"].get<int>()));
+  REQUIRE(run.result["daemon_processes"].size() == 3);
+  for (const auto& d : run.result["daemon_processes"]) {
+    REQUIRE(d["stopped"] == true);
+    REQUIRE(fr::e2e::process_gone(d["pid"].get<int>()));
+  }
   fr::e2e::remove_run(run);
 }
 
@@ -479,5 +493,64 @@ TEST_CASE("fr-simjob --daemons: a healthy job with a straggler raises no inciden
   // fr-simjob's own dump set of the finished job says so.
   REQUIRE(run.result["dump_set"] == run.dir + "/dumps");
   if (run.result.contains("analysis")) REQUIRE(run.result["analysis"]["verdict"]["kind"] == "no_hang");
+  fr::e2e::remove_run(run);
+}
+
+TEST_CASE("fr-simjob --daemons: interrupted, it stops the ranks and the daemons", "[e2e]") {
+  SimRun run = fr::e2e::run_simjob({"--nodes", "2", "--ranks-per-node", "2", "--steps", "200",
+                                    "--fault", "rank=1,step=0,kind=slow,ms=50", "--daemons",
+                                    "--stall-after", "5", "--quiet"},
+                                   120, 3.0, SIGINT);
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 128 + SIGINT);
+  REQUIRE(run.result["stop_reason"] == "interrupted");
+  for (const auto& r : run.result["ranks"]) REQUIRE(fr::e2e::process_gone(r["pid"].get<int>()));
+  REQUIRE(run.result["daemon_processes"].size() == 3);
+  for (const auto& d : run.result["daemon_processes"]) {
+    REQUIRE(d["stopped"] == true);
+    REQUIRE(fr::e2e::process_gone(d["pid"].get<int>()));
+  }
+  fr::e2e::remove_run(run);
+}
+
+TEST_CASE("fr-simjob killed outright: its ranks die with it", "[e2e]") {
+  // SIGKILL leaves no chance to clean up; the ranks must still not outlive the launcher.
+  SimRun run = fr::e2e::run_simjob({"--nodes", "1", "--ranks-per-node", "4", "--steps", "50",
+                                    "--fault", "rank=2,step=1,kind=hang-host", "--quiet"},
+                                   120, 3.0, SIGKILL);
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 128 + SIGKILL);
+  REQUIRE(run.result.is_null());
+  // The progress board names every rank's pid.
+  std::string board_path = run.dir + "/.simjob/board";
+  int fd = ::open(board_path.c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  size_t bytes = fr::simjob::ProgressBoard::bytes_for(4);
+  void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  REQUIRE(p != MAP_FAILED);
+  auto* board = static_cast<const fr::simjob::ProgressBoard*>(p);
+  REQUIRE(board->ranks == 4);
+  std::vector<int> pids;
+  for (int r = 0; r < 4; ++r) pids.push_back(board->slots[r].pid.load());
+  ::munmap(p, bytes);
+  for (int pid : pids) {
+    INFO("rank pid " << pid);
+    REQUIRE(pid > 0);
+    bool gone = false;
+    for (int i = 0; i < 500 && !gone; ++i) {
+      gone = fr::e2e::process_gone(pid);
+      if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    REQUIRE(gone);
+  }
+  // Nothing cleaned the emulation's shared memory this time: remove this run's objects by hand.
+  std::ifstream idf(run.dir + "/.simjob/job_id");
+  std::string job;
+  std::getline(idf, job);
+  REQUIRE(!job.empty());
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm"))
+    if (e.path().filename().string().rfind("frsim-" + job + "-", 0) == 0)
+      std::filesystem::remove(e.path());
   fr::e2e::remove_run(run);
 }

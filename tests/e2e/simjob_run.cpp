@@ -22,7 +22,8 @@ namespace fs = std::filesystem;
 
 std::string build_dir() { return FR_BUILD_DIR; }
 
-SimRun run_simjob(const std::vector<std::string>& args, double timeout_s, double interrupt_after_s) {
+SimRun run_simjob(const std::vector<std::string>& args, double timeout_s, double interrupt_after_s,
+                  int interrupt_signal) {
   SimRun run;
   std::string tmpl = (fs::temp_directory_path() / "fr-e2e-XXXXXX").string();
   REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
@@ -57,7 +58,7 @@ SimRun run_simjob(const std::vector<std::string>& args, double timeout_s, double
     double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (interrupt_after_s > 0 && !interrupted && elapsed > interrupt_after_s) {
       interrupted = true;
-      ::kill(pid, SIGTERM);
+      ::kill(pid, interrupt_signal);
     }
     if (!timed_out && elapsed > timeout_s) {
       timed_out = true;
@@ -80,6 +81,16 @@ SimRun run_simjob(const std::vector<std::string>& args, double timeout_s, double
     }
   }
   return run;
+}
+
+bool process_gone(int pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  if (!f) return true;
+  std::string line;
+  std::getline(f, line);
+  auto close = line.rfind(')');
+  return close == std::string::npos || line.size() < close + 3 || line[close + 2] == 'Z' ||
+         line[close + 2] == 'X';
 }
 
 void remove_run(const SimRun& run) {

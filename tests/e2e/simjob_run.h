@@ -25,9 +25,12 @@ struct SimRun {
 
 // Runs fr-simjob with `args` (without --out) in a new mkdtemp directory. A run that takes longer
 // than `timeout_s` is killed and reported with exit_code -2.
-// interrupt_after_s > 0 sends SIGTERM that long after the start (to test cleanup).
+// interrupt_after_s > 0 sends interrupt_signal that long after the start (to test cleanup).
 SimRun run_simjob(const std::vector<std::string>& args, double timeout_s = 120,
-                  double interrupt_after_s = 0);
+                  double interrupt_after_s = 0, int interrupt_signal = 15 /* SIGTERM */);
+
+// Whether a process is gone (or a zombie nobody reaped yet: it runs no more either way).
+bool process_gone(int pid);
 
 // Removes the temporary directory of a run (kept when the test failed, for a post-mortem).
 void remove_run(const SimRun& run);
