@@ -331,15 +331,43 @@ Stall mismatch_stall(const Model& m, int ci, uint64_t seq) {
       break;
     }
   }
-  // The majority value is the expected one; everyone else is a culprit. On a tie, the members
+  // The majority value is the expected one; everyone else is a culprit. On a tie (typically two
+  // members, one each), the communicator's own rhythm decides: training loops repeat, so the
+  // value all members agreed on one period earlier is the expected one. Failing that, the members
   // whose value changed from their own previous call of the same op are the odd ones.
   size_t best = 0, best_n = 0;
   for (const auto& [v, ranks] : groups) best = std::max(best, ranks.size());
   for (const auto& [v, ranks] : groups) best_n += ranks.size() == best;
-  std::set<int> culprits;
+  std::string expected;
   if (best_n == 1) {
     for (const auto& [v, ranks] : groups)
-      if (ranks.size() != best) culprits.insert(ranks.begin(), ranks.end());
+      if (ranks.size() == best) expected = v;
+  } else {
+    auto agreed = [&](uint64_t q, std::string* v) {
+      bool first = true;
+      for (const Row& r : rows) {
+        const Op* o = find_seq(*r.p, *r.pc, q, false);
+        if (!o) return false;
+        std::string x = field->get(*o);
+        if (first) *v = x, first = false;
+        else if (x != *v) return false;
+      }
+      return !first;
+    };
+    for (uint64_t period = 1; period <= 32 && expected.empty() && 2 * period < seq; ++period) {
+      bool periodic = true;
+      for (uint64_t j = 1; j <= period && periodic; ++j) {
+        std::string a, b;
+        periodic = agreed(seq - j, &a) && agreed(seq - j - period, &b) && a == b;
+      }
+      std::string e;
+      if (periodic && agreed(seq - period, &e) && groups.count(e)) expected = e;
+    }
+  }
+  std::set<int> culprits;
+  if (!expected.empty()) {
+    for (const auto& [v, ranks] : groups)
+      if (v != expected) culprits.insert(ranks.begin(), ranks.end());
   } else {
     for (const Row& r : rows) {
       const Op* prev = nullptr;
@@ -351,10 +379,7 @@ Stall mismatch_stall(const Model& m, int ci, uint64_t seq) {
     }
     if (culprits.empty() || culprits.size() == rows.size()) {
       culprits.clear();
-      for (const auto& [v, ranks] : groups)
-        if (ranks.size() != best) culprits.insert(ranks.begin(), ranks.end());
-      if (culprits.empty())
-        for (const Row& r : rows) culprits.insert(r.rank);
+      for (const Row& r : rows) culprits.insert(r.rank);
     }
   }
   Stall s;
@@ -364,12 +389,9 @@ Stall mismatch_stall(const Model& m, int ci, uint64_t seq) {
   s.seq = seq;
   s.culprits.assign(culprits.begin(), culprits.end());
   json values = json::array();
-  std::string expected;
-  for (const auto& [v, ranks] : groups) {
-    values.push_back({{"value", v}, {"ranks", ranks}});
-    if (ranks.size() == best) expected = v;
-  }
+  for (const auto& [v, ranks] : groups) values.push_back({{"value", v}, {"ranks", ranks}});
   s.mismatch = {{"field", field->name}, {"values", values}};
+  if (!expected.empty()) s.mismatch["expected"] = expected;
   // The op as the majority called it.
   for (const Row& r : rows) {
     if (!culprits.count(r.rank) || s.op.empty()) s.op = fr::log::op_name(r.op->op);
@@ -379,11 +401,11 @@ Stall mismatch_stall(const Model& m, int ci, uint64_t seq) {
     if (!culprits.count(r.rank) && (r.op->gpu_state != FR_GPU_COMPLETED)) s.blocked.push_back(r.rank);
   std::string odd;
   for (const auto& [v, ranks] : groups)
-    if (ranks.size() != best || best_n > 1) odd += (odd.empty() ? "" : ", ") + v + " on rank" +
-                                                   (ranks.size() > 1 ? "s " : " ") + ranks_text(ranks);
+    if (v != expected) odd += (odd.empty() ? "" : ", ") + v + " on rank" + (ranks.size() > 1 ? "s " : " ") +
+                              ranks_text(ranks);
   s.summary = "mismatch in " + s.op + " #" + std::to_string(seq) + " on comm " +
               (c.name.empty() ? comm_id_hex(c.id) : c.name) + ": " + field->name + " differs (" +
-              (best_n == 1 ? "expected " + expected + "; " : "") + odd + ")";
+              (expected.empty() ? "" : "expected " + expected + "; ") + odd + ")";
   return s;
 }
 

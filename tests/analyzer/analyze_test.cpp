@@ -139,7 +139,15 @@ TEST_CASE("faults on the tensor-parallel communicator", "[analyzer]") {
     doc = run(spec_with("kind=mismatch-count,comm=tp,rank=" + std::to_string(rank)), t2);
     CHECK(doc["verdict"]["kind"] == "mismatch");
     CHECK(doc["verdict"]["comm"]["name"] == "tp");
-    // Two members disagree one against one: the one whose count changed is the odd one.
+    // Two members disagree one against one: the communicator's rhythm says which is odd.
+    CHECK(culprits(doc["verdict"]) == std::vector<int>{rank});
+    CHECK(doc["verdict"]["mismatch"]["expected"] == "4096");
+
+    TempDir t3;
+    doc = run(spec_with("kind=mismatch-op,comm=tp,rank=" + std::to_string(rank)), t3);
+    CHECK(doc["verdict"]["kind"] == "mismatch");
+    CHECK(doc["verdict"]["mismatch"]["field"] == "op");
+    CHECK(doc["verdict"]["mismatch"]["expected"] == "AllReduce");
     CHECK(culprits(doc["verdict"]) == std::vector<int>{rank});
   }
 }
