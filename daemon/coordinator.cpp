@@ -315,8 +315,7 @@ Actions CoordinatorState::tick(int64_t now_mono) {
       if (n.lost) continue;
       if (n.alive) any_alive = true;
       if (!n.dead_since.empty()) any_dead = true;
-      int64_t since = now_mono - n.last_heartbeat_mono;
-      if (n.max_age_ns > 0 && n.max_age_ns + since >= cfg_.stall_after_ns) any_stall = true;
+      if (n.max_age_ns >= cfg_.stall_after_ns) any_stall = true;
       if (n.name == inc.trigger_node)
         for (const auto& p : n.last.processes)
           if (p.log == inc.trigger_log)
@@ -360,8 +359,10 @@ Actions CoordinatorState::tick(int64_t now_mono) {
     }
   }
   for (const auto& [name, n] : nodes_) {
+    // The age as last reported, not extrapolated: a node that stopped reporting (frozen) must
+    // count as lost, not make its last ops look stalled. Nodes report a crossing at once.
     if (n.lost || n.max_age_ns <= 0) continue;
-    int64_t age = n.max_age_ns + (now_mono - n.last_heartbeat_mono);
+    int64_t age = n.max_age_ns;
     if (age < cfg_.stall_after_ns) continue;
     int rank = -1;
     for (const auto& p : n.last.processes)

@@ -304,6 +304,21 @@ TEST_CASE("a dead rank while others run opens rank_dead after a grace", "[daemon
   }
 }
 
+TEST_CASE("a frozen node's last report does not age into a stall", "[daemon]") {
+  TempDir dir;
+  CoordinatorState st(config(dir.path));
+  std::string err;
+  uint64_t s0 = st.connect("n0", "h0", "job1", 0, &err);
+  uint64_t s1 = st.connect("n1", "h1", "job1", 0, &err);
+  st.heartbeat(s1, report({proc(1, true, kSec / 10)}), 0);  // then silence
+  for (int64_t t = 0; t <= 6 * kSec; t += kSec / 5) {
+    st.heartbeat(s0, report({proc(0, true, kSec / 10)}), t);
+    st.tick(t);
+  }
+  REQUIRE(st.incidents().size() == 1);
+  CHECK(st.incidents()[0].kind == IncidentKind::kNodeLost);
+}
+
 TEST_CASE("a silent node is lost and the others are asked to dump", "[daemon]") {
   TempDir dir;
   CoordinatorState st(config(dir.path));
