@@ -28,6 +28,7 @@ enum GpuMode : int { kGpuUndecided = 0, kGpuMarkers = 1, kGpuEvents = 2, kGpuNon
 inline constexpr uint32_t kMaxGroupOps = 128;
 inline constexpr uint32_t kOpCaptured = 0x1;  // the stream was capturing when the op was issued
 inline constexpr uint32_t kOpFailed = 0x2;    // the call itself failed: nothing to launch
+inline constexpr uint32_t kOpNoMarkers = 0x4; // the capture state is unknown: enqueue nothing
 struct GroupOp {
   uint64_t rec_id;
   uint64_t stream;
@@ -169,9 +170,11 @@ FR_HIDDEN uint64_t hash_finish(uint64_t h);
 inline constexpr uint64_t kHashSeed = 0xcbf29ce484222325ull;
 
 // ---- GPU progress (gpu.cpp) ------------------------------------------------------------------
-// Whether `stream` is being captured into a CUDA graph (loads the driver table at first use;
-// false when CUDA is not available).
-FR_HIDDEN bool gpu_stream_capturing(uint64_t stream);
+// Whether `stream` is being captured into a CUDA graph (loads the driver table at first use).
+// kCaptureUnknown when the driver cannot tell (e.g. the legacy stream while another stream
+// captures in global mode): nothing may be enqueued into it then.
+enum StreamCapture : int { kNotCapturing = 0, kCapturing = 1, kCaptureUnknown = 2 };
+FR_HIDDEN int gpu_stream_capture(uint64_t stream);
 // Decides the tracking mode once (loads libcuda, registers the log). Returns the mode.
 FR_HIDDEN int gpu_prepare();
 // Places the "started" marker for `index` on `stream` before a launch; false if untracked.

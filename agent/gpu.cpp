@@ -198,7 +198,7 @@ bool place(int32_t slot, uint64_t stream, uint64_t index, bool completed) {
 
 }  // namespace
 
-bool gpu_stream_capturing(uint64_t stream) {
+int gpu_stream_capture(uint64_t stream) {
   int loaded = __atomic_load_n(&g_cuda_loaded, __ATOMIC_ACQUIRE);
   if (loaded == 0) {
     // Only dlopen and dlsym here: no CUDA call may run before we know the stream is not capturing.
@@ -206,10 +206,11 @@ bool gpu_stream_capturing(uint64_t stream) {
     loaded = load_cuda() ? 1 : -1;
     pthread_mutex_unlock(&g_ctx.gpu_lock);
   }
-  if (loaded < 0 || g_cuda.stream_is_capturing == nullptr) return false;
+  if (loaded < 0) return kNotCapturing;  // no driver: nothing is enqueued anyway
+  if (g_cuda.stream_is_capturing == nullptr) return kCaptureUnknown;
   CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (g_cuda.stream_is_capturing((CUstream)stream, &st) != CUDA_SUCCESS) return false;
-  return st != CU_STREAM_CAPTURE_STATUS_NONE;
+  if (g_cuda.stream_is_capturing((CUstream)stream, &st) != CUDA_SUCCESS) return kCaptureUnknown;
+  return st == CU_STREAM_CAPTURE_STATUS_NONE ? kNotCapturing : kCapturing;
 }
 
 int gpu_prepare() {

@@ -161,6 +161,7 @@ struct OpState {
   CommRef c;
   bool in_group;
   bool captured;
+  bool no_markers;     // the stream's capture state is unknown: enqueue nothing into it
   uint32_t group_pos;  // index in the thread's group ops, or kMaxGroupOps
 };
 
@@ -180,11 +181,14 @@ void op_enter(const OpArgs& a, OpState& o) {
   r.redop = a.redop;
   r.peer = a.peer;
   o.in_group = t.group_depth > 0;
-  o.captured = gpu_stream_capturing(r.stream);
+  int capture = gpu_stream_capture(r.stream);
+  o.captured = capture == kCapturing;
+  o.no_markers = capture == kCaptureUnknown;
   o.group_pos = kMaxGroupOps;
   if (o.captured) r.flags |= FR_REC_F_CAPTURED;
 
-  if (!o.in_group && !o.captured && o.c.slot >= 0 && is_tracked(gpu_prepare())) {
+  if (!o.in_group && !o.captured && !o.no_markers && o.c.slot >= 0 &&
+      is_tracked(gpu_prepare())) {
     uint64_t index = __atomic_add_fetch(&o.c.entry->op_index, 1, __ATOMIC_RELAXED);
     if (gpu_before(o.c.slot, r.stream, index)) r.op_index = index;
   }
@@ -193,7 +197,8 @@ void op_enter(const OpArgs& a, OpState& o) {
     if (t.n_ops < kMaxGroupOps) {
       o.group_pos = t.n_ops++;
       thread_ops()[o.group_pos] =
-          GroupOp{r.id, r.stream, 0, o.c.slot, o.captured ? kOpCaptured : 0u};
+          GroupOp{r.id, r.stream, 0, o.c.slot,
+                  o.captured ? kOpCaptured : o.no_markers ? kOpNoMarkers : 0u};
     } else {
       t.overflow = 1;
     }
@@ -306,7 +311,7 @@ void group_after_launch(ThreadState& t, Pair* pairs, uint32_t n_pairs, ncclResul
   GroupOp* ops = thread_ops();
   for (uint32_t i = 0; i < t.n_ops; ++i) {
     const GroupOp& op = ops[i];
-    if (op.bits) continue;  // captured, or the call failed (already marked)
+    if (op.bits & (kOpCaptured | kOpFailed)) continue;  // not launched here, or already marked
     bool tracked = op.op_index != 0 && pair_tracked(pairs, n_pairs, op);
     uint64_t index = tracked ? op.op_index : 0;
     if (res == ncclSuccess) {

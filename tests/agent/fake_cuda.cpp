@@ -1,7 +1,8 @@
 // A tiny stand-in for libcuda.so.1: just the driver calls the agent makes for GPU progress.
 // Stream writes land in host memory at once (the "device pointer" is the host address), events
-// complete at once, and stream 0xCA97 is "being captured". Anything enqueued into the capturing
-// stream is counted as a violation, which the probe reports.
+// complete at once, stream 0xCA97 is "being captured", and the capture state of stream 0xBAD
+// cannot be queried (as for the legacy stream during a global-mode capture). Anything enqueued
+// into either stream is counted as a violation, which the probe reports.
 //
 // FAKE_CUDA_NO_WRITE=1 makes cuStreamWriteValue64 fail, so the agent falls back to events.
 #include <cuda.h>
@@ -11,6 +12,12 @@
 
 namespace {
 constexpr uint64_t kCapturing = 0xCA97;
+constexpr uint64_t kUnknown = 0xBAD;
+
+bool forbidden(CUstream s) {
+  uint64_t v = (uint64_t)(uintptr_t)s;
+  return v == kCapturing || v == kUnknown;
+}
 int g_violations;      // atomic
 int g_writes;          // atomic
 int g_events_live;     // atomic
@@ -45,13 +52,14 @@ API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* dptr, void* p, unsigned i
 API CUresult cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value,
                                      unsigned int) {
   if (no_write()) return CUDA_ERROR_NOT_SUPPORTED;
-  if ((uint64_t)(uintptr_t)stream == kCapturing) __atomic_fetch_add(&g_violations, 1, __ATOMIC_RELAXED);
+  if (forbidden(stream)) __atomic_fetch_add(&g_violations, 1, __ATOMIC_RELAXED);
   __atomic_store_n((uint64_t*)(uintptr_t)addr, value, __ATOMIC_RELEASE);
   __atomic_fetch_add(&g_writes, 1, __ATOMIC_RELAXED);
   return CUDA_SUCCESS;
 }
 
 API CUresult cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
+  if ((uint64_t)(uintptr_t)stream == kUnknown) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
   *status = (uint64_t)(uintptr_t)stream == kCapturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE
                                                       : CU_STREAM_CAPTURE_STATUS_NONE;
   return CUDA_SUCCESS;
@@ -65,7 +73,7 @@ API CUresult cuEventCreate(CUevent* ev, unsigned int) {
 }
 
 API CUresult cuEventRecord(CUevent, CUstream stream) {
-  if ((uint64_t)(uintptr_t)stream == kCapturing) __atomic_fetch_add(&g_violations, 1, __ATOMIC_RELAXED);
+  if (forbidden(stream)) __atomic_fetch_add(&g_violations, 1, __ATOMIC_RELAXED);
   return CUDA_SUCCESS;
 }
 

@@ -101,6 +101,8 @@ int scenario_gpu() {
   all_reduces(comm, 2);  // op index 1, 2
   check("AllReduceCaptured",
         ncclAllReduce(buf, buf, 16, ncclFloat32, ncclSum, comm, stream(0xCA97)));  // no index
+  check("AllReduceUnknownCapture",
+        ncclAllReduce(buf, buf, 16, ncclFloat32, ncclSum, comm, stream(0xBAD)));  // no index
   check("GroupStart", ncclGroupStart());
   check("AllReduceGrouped", ncclAllReduce(buf, buf, 16, ncclFloat32, ncclSum, comm, stream(0x10)));
   check("Send", ncclSend(buf, 16, ncclFloat32, 1, comm, stream(0x10)));
