@@ -554,3 +554,30 @@ TEST_CASE("fr-simjob killed outright: its ranks die with it", "[e2e]") {
       std::filesystem::remove(e.path());
   fr::e2e::remove_run(run);
 }
+
+TEST_CASE("fr-simjob: faults on the other communicators give the expected verdicts", "[e2e]") {
+  struct Case {
+    std::string fault;
+    std::string kind;
+    int culprit;
+    std::string field;  // mismatch verdicts: the field that differs
+  };
+  // A skipped world all-reduce makes rank 6 call the broadcast where the others call the
+  // all-reduce: at that sequence number the op itself differs.
+  auto c = GENERATE(Case{"rank=6,step=2,kind=skip,comm=world", "mismatch", 6, "op"},
+                    Case{"rank=4,step=2,kind=skip,comm=pp", "p2p_unmatched", 4, ""},
+                    Case{"rank=3,step=2,kind=gpu-stall,comm=tp", "stuck_in_collective", 3, ""},
+                    Case{"rank=7,step=2,kind=gpu-stall,comm=pp", "stuck_in_collective", 7, ""},
+                    Case{"rank=0,step=2,kind=mismatch-count,comm=world", "mismatch", 0, "count"});
+  SimRun run = fr::e2e::run_simjob(fr::e2e::small_job(5, {c.fault}));
+  INFO("fault " << c.fault);
+  auto ranks = stalled_dump(run);
+  INFO(describe(run));
+  // The faulty rank never completes step 2; nobody completes step 3's world all-reduce.
+  REQUIRE(run.result["ranks"][c.culprit]["steps_done"] == 2);
+  for (const auto& [r, v] : ranks) REQUIRE(!done(v.coll("world", 7)));
+  check_verdict(run, c.kind, {c.culprit});
+  if (!c.field.empty() && run.result.contains("analysis"))
+    REQUIRE(run.result["analysis"]["verdict"]["mismatch"]["field"] == c.field);
+  fr::e2e::remove_run(run);
+}
