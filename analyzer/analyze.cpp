@@ -104,7 +104,7 @@ struct Frontier {
 };
 
 // More ranks than any job has: sizes beyond this come from damaged input.
-constexpr int kMaxRanks = 1 << 22;
+constexpr int kMaxRanks = 1 << 20;
 
 enum Prio { kMismatch = 0, kNotEntered = 1, kP2p = 2, kStuck = 3, kIncomplete = 4 };
 

@@ -329,6 +329,10 @@ Model load_model(const std::vector<std::string>& paths, unsigned threads) {
       model.skipped.push_back({p.file, "the process never learned its rank"});
       continue;
     }
+    if (p.rank >= (1 << 20)) {
+      model.skipped.push_back({p.file, "corrupt: implausible global rank " + std::to_string(p.rank)});
+      continue;
+    }
     if (!model.procs.empty() && model.procs.back().rank == p.rank) {
       model.skipped.push_back({p.file, "duplicate rank " + std::to_string(p.rank) +
                                            " (kept the newer " + model.procs.back().file + ")"});

@@ -15,6 +15,7 @@
 
 #include "analyzer/analyze.h"
 #include "analyzer/synth.h"
+#include "fr/flight_log.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -260,4 +261,54 @@ TEST_CASE("fr-analyze: exit codes and output", "[analyzer][cli]") {
   CHECK(run_cli("--no-such-flag " + t.sub("set"), &out) == 2);
   CHECK(run_cli("--trace /no/such/dir/t.json " + t.sub("set"), &out) == 4);
   CHECK(run_cli("export --format yaml " + t.sub("set") + " " + t.sub("out"), &out) == 2);
+}
+
+TEST_CASE("damaged fields inside valid files never crash the analysis", "[analyzer]") {
+  // Geometry stays intact (the reader accepts the files); communicator entries and records get
+  // random values: ranks, sizes, sequence numbers, ops, peers, states, counters.
+  TempDir t;
+  auto files = make_set(t.sub("set"), "kind=p2p-skip,rank=3");
+  std::vector<std::string> originals;
+  for (const auto& f : files) originals.push_back(read_bytes(f));
+  uint64_t rng = 0x9e3779b97f4a7c15ull;
+  auto next = [&] {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return rng;
+  };
+  for (int round = 0; round < 40; ++round) {
+    for (size_t i = 0; i < files.size(); ++i) {
+      std::string b = originals[i];
+      fr_log_header h;
+      std::memcpy(&h, b.data(), sizeof h);
+      const int hits = 1 + static_cast<int>(next() % 24);
+      for (int k = 0; k < hits; ++k) {
+        // Skip lock words (offset 0 of each entry) so entries stay readable.
+        size_t off;
+        if (next() % 4 == 0 && h.comm_capacity > 0) {
+          off = h.comm_offset + (next() % h.comm_capacity) * h.comm_size + 8 + next() % (h.comm_size - 8);
+        } else {
+          off = h.ring_offset + (next() % h.ring_capacity) * h.record_size + 16 + next() % (h.record_size - 16);
+        }
+        if (off + 4 > b.size()) continue;
+        uint32_t v = static_cast<uint32_t>(next());
+        if (next() % 3 == 0) v = static_cast<uint32_t>(-1 - static_cast<int>(next() % 3));
+        std::memcpy(&b[off], &v, 4);
+      }
+      if (round % 7 == 3) {  // a hostile header value the reader does not police
+        int32_t r = static_cast<int32_t>(next());
+        std::memcpy(&b[76], &r, 4);  // global_rank
+        std::memcpy(&b[80], &r, 4);  // world_size
+      }
+      write_bytes(files[i], b);
+    }
+    std::string fatal;
+    json doc = analyze({t.sub("set")}, &fatal);
+    if (doc.is_null()) {
+      CHECK(!fatal.empty());
+      continue;
+    }
+    CHECK(doc["schema"] == "fr-analysis/1");
+    CHECK(doc["verdict"].contains("kind"));
+    CHECK(!fr::analyzer::render_text(doc, false).empty());
+  }
 }
