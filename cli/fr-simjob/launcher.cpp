@@ -660,6 +660,13 @@ bool Job::snapshot() {
     mn.has_offset = true;
     nodes.push_back(mn);
   }
+  if (procs.empty()) {
+    // No rank ever wrote a flight log (they died before their first NCCL call): nothing to keep.
+    err("no flight log to snapshot in " + out + "/node*/shm");
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    return false;
+  }
   std::string error;
   if (!log::write_manifest(dir, job_id, t, procs, skipped, nodes, "fr-simjob", o.shape.world(),
                            &error)) {
