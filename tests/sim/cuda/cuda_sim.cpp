@@ -115,6 +115,7 @@ struct State {
   std::unordered_map<CUstream, std::shared_ptr<CUstream_st>> streams;
   std::unordered_map<CUevent, std::shared_ptr<CUevent_st>> events;
   std::unordered_map<CUcontext, CUctx_st*> contexts;
+  std::vector<CUctx_st*> retired;  // destroyed contexts: streams made in them may still point there
   std::unordered_map<CUgraph, CUgraph_st*> graphs;
   std::unordered_map<CUgraphExec, CUgraphExec_st*> execs;
   std::map<uintptr_t, size_t> host_ranges;  // registered or host-allocated: start -> size
@@ -199,6 +200,7 @@ void worker_main(std::shared_ptr<CUstream_st> st) {
     std::function<void()>& item = st->queue.front();
     lk.unlock();
     item();
+    item = nullptr;  // drop what the work owns before the stream reports it finished
     lk.lock();
     st->queue.pop_front();
     ++st->finished;
@@ -495,11 +497,11 @@ FRSIM_API CUresult cuCtxDestroy_v2(CUcontext ctx) {
     State& s = state();
     std::lock_guard<std::mutex> g(s.mu);
     s.contexts.erase(ctx);
+    s.retired.push_back(c);
   }
   for (auto& e : tls_ctx_stack)
     if (e == ctx) e = nullptr;
   while (!tls_ctx_stack.empty() && tls_ctx_stack.back() == nullptr) tls_ctx_stack.pop_back();
-  // The object stays allocated: streams created in it may still refer to it.
   return CUDA_SUCCESS;
 }
 
@@ -1134,6 +1136,17 @@ FRSIM_API CUresult frsim_stream_launch(CUstream h, frsim_kernel_fn fn, void* arg
   auto st = get_stream(h);
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
   return enqueue(st, [fn, arg] { fn(arg); });
+}
+
+FRSIM_API CUresult frsim_stream_launch_owned(CUstream h, frsim_kernel_fn fn, void* arg, void (*release)(void*)) {
+  if (fn == nullptr || release == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto st = get_stream(h);
+  if (!st) {
+    release(arg);
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  std::shared_ptr<void> owned(arg, release);
+  return enqueue(st, [fn, owned] { fn(owned.get()); });
 }
 
 FRSIM_API CUresult frsim_stream_stall(CUstream h, int ms) {

@@ -105,6 +105,7 @@ void compute(Op& op, uint64_t a, uint64_t b, int p) {
   size_t esz = dtype_size(op.dtype);
   int n = c.nranks, me = c.rank;
   uint64_t len = b - a;
+  if (len == 0) return;  // an empty collective only synchronizes
   const void* bufs[1024];
   std::vector<const void*> big;
   const void** in = bufs;
@@ -316,8 +317,10 @@ void run_launch(void* arg) {
   }
   execute(l->ops);
   for (auto& op : l->ops) op.comm->pending.fetch_sub(1);
-  delete l;
+  l->ops.clear();  // the communicators' references go now; the stream frees the launch
 }
+
+void free_launch(void* arg) { delete static_cast<Launch*>(arg); }
 
 ncclResult_t launch(std::vector<Op> ops) {
   std::vector<std::pair<CUstream, std::vector<Op>>> parts;
@@ -342,10 +345,12 @@ ncclResult_t launch(std::vector<Op> ops) {
         assign_seq(op);
         op.comm->pending.fetch_add(1);
       }
-    if (frsim_stream_launch(stream, run_launch, l) != CUDA_SUCCESS) {
-      for (auto& op : l->ops)
-        if (!l->captured) op.comm->pending.fetch_sub(1);
-      delete l;
+    bool captured = l->captured;
+    std::vector<std::shared_ptr<CommState>> comms;
+    for (auto& op : l->ops) comms.push_back(op.comm);
+    if (frsim_stream_launch_owned(stream, run_launch, l, free_launch) != CUDA_SUCCESS) {  // l is freed
+      if (!captured)
+        for (auto& c : comms) c->pending.fetch_sub(1);
       res = ncclUnhandledCudaError;
     }
   }

@@ -190,7 +190,7 @@ void check_buf(const char* what, const void* buf, size_t n, ncclDataType_t t, au
 void scenario_colls(Env& e) {
   const int n = g_n, me = g_rank;
   // Large enough for several chunks of the emulation's buffers, odd to leave a partial chunk.
-  for (size_t count : {size_t{1}, size_t{37}, size_t{100003}}) {
+  for (size_t count : {size_t{0}, size_t{1}, size_t{37}, size_t{100003}}) {
     for (ncclDataType_t t : kTypes) {
       if (count > 1000 && t != ncclFloat32 && t != ncclBfloat16 && t != ncclInt64) continue;
       size_t es = tsize(t);
@@ -218,7 +218,7 @@ void scenario_colls(Env& e) {
       check_buf("bcast", b.data(), count, t, [&](size_t i) { return input(0, i, t); });
       // Reduce to rank 1 % n.
       root = 1 % n;
-      memset(recv.data(), 0, recv.size());
+      if (!recv.empty()) memset(recv.data(), 0, recv.size());
       NCCLCHECK(ncclReduce(send.data(), me == root ? recv.data() : nullptr, count, t, ncclMax, root, e.comm, e.stream));
       sync(e.stream);
       if (me == root) check_buf("reduce", recv.data(), count, t, [&](size_t i) { return expect_reduce(i, t, ncclMax); });

@@ -62,7 +62,11 @@ std::vector<RankResult> run_ranks(const std::string& scenario, int n, const std:
   }
   env_store.push_back("LD_LIBRARY_PATH=" + libdir);
   env_store.push_back("FRSIM_SHM_PREFIX=" + g_prefix);
-  env_store.insert(env_store.end(), extra_env.begin(), extra_env.end());
+  for (const auto& kv : extra_env) {  // an extra entry replaces an inherited one of the same name
+    std::string name = kv.substr(0, kv.find('=') + 1);
+    std::erase_if(env_store, [&](const std::string& e) { return e.compare(0, name.size(), name) == 0; });
+    env_store.push_back(kv);
+  }
 
   std::vector<pid_t> pids(n, -1);
   std::vector<std::string> logs(n);
