@@ -48,13 +48,15 @@ int main(int argc, char** argv) {
                  "output directory: nodeK/shm (flight logs), nodeK/rankR.log, dumps/, result.json; "
                  "what an earlier run left there is replaced")
       ->required();
-  app.add_option("--snapshot-after", o.snapshot_after_s,
-                 "take the dump set and stop once no rank has progressed for SEC seconds")
-      ->check(CLI::PositiveNumber);
+  auto* snapshot_after =
+      app.add_option("--snapshot-after", o.snapshot_after_s,
+                     "take the dump set and stop once no rank has progressed for SEC seconds")
+          ->check(CLI::PositiveNumber);
   app.add_flag("--no-agent", no_agent, "run the ranks without the agent (no flight logs)");
   auto* daemons = app.add_flag("--daemons", o.daemons,
                                "run an frd coordinator and one frd node per simulated node, and "
                                "stop at their first verdict");
+  daemons->excludes(snapshot_after);  // with the daemons, the coordinator decides when to dump
   app.add_option("--stall-after", o.stall_after_s,
                  "--daemons: the coordinator's stall threshold in seconds")
       ->capture_default_str()
