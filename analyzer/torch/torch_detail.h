@@ -26,6 +26,11 @@ TorchReadResult read_torch_dump_bytes(std::string_view bytes, const std::string&
 // A dump already parsed (a JSON document, or the result of unpickle()).
 TorchReadResult convert_torch_document(const nlohmann::json& doc, const std::string& name);
 
+// The file export_torch_json (pickle_form false) or export_torch_pickle (true) writes for
+// logs[index], in memory; membership of communicators is learned from all of `logs`.
+std::string torch_export_text(const std::vector<fr::log::LogFile>& logs, size_t index,
+                              bool pickle_form);
+
 // Whether the first bytes of a file look like a Flight Recorder dump (JSON or pickle).
 bool sniff_torch_dump(std::string_view head);
 

@@ -264,12 +264,18 @@ uint64_t element_count(const json* sizes, bool* ok) {
     if (!t.is_array()) return 0;
     uint64_t prod = 1;
     for (const auto& d : t) {
-      int64_t dim;
-      if (!as_int(&d, &dim) || dim < 0) return 0;
-      if (dim != 0 && prod > UINT64_MAX / uint64_t(dim))
+      uint64_t dim;
+      int64_t sdim;
+      if (d.is_number_unsigned())
+        dim = d.get<uint64_t>();
+      else if (as_int(&d, &sdim) && sdim >= 0)
+        dim = uint64_t(sdim);
+      else
+        return 0;
+      if (dim != 0 && prod > UINT64_MAX / dim)
         prod = UINT64_MAX;
       else
-        prod *= uint64_t(dim);
+        prod *= dim;
     }
     total = (total > UINT64_MAX - prod) ? UINT64_MAX : total + prod;
   }

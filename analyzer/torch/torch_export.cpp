@@ -386,6 +386,24 @@ class PickleWriter {
   }
 };
 
+// Membership of every communicator, from all the logs together.
+std::map<uint64_t, Membership> membership(const std::vector<fr::log::LogFile>& logs) {
+  std::map<uint64_t, Membership> members;
+  for (const auto& log : logs) {
+    for (const auto& c : log.comms) {
+      Membership& m = members[c.id];
+      m.size = std::max(m.size, c.size);
+      if (c.rank >= 0 && (c.size < 0 || c.rank < c.size)) m.members[c.rank] = log.header.global_rank;
+    }
+  }
+  return members;
+}
+
+std::string encode(const json& d, bool pickle_form) {
+  return pickle_form ? PickleWriter().take(d)
+                     : d.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 bool export_all(const std::vector<fr::log::LogFile>& logs, const std::string& out_dir,
                 bool pickle_form, std::string* error) {
   std::string err;
@@ -403,20 +421,10 @@ bool export_all(const std::vector<fr::log::LogFile>& logs, const std::string& ou
       return false;
     }
   }
-  // Membership of every communicator, from all the logs together.
-  std::map<uint64_t, Membership> members;
-  for (const auto& log : logs) {
-    for (const auto& c : log.comms) {
-      Membership& m = members[c.id];
-      m.size = std::max(m.size, c.size);
-      if (c.rank >= 0 && (c.size < 0 || c.rank < c.size)) m.members[c.rank] = log.header.global_rank;
-    }
-  }
+  std::map<uint64_t, Membership> members = membership(logs);
   if (!make_dirs(out_dir, error)) return false;
   for (const auto& log : logs) {
-    json d = dump_one(log, members, pickle_form);
-    std::string text = pickle_form ? PickleWriter().take(d)
-                                   : d.dump(-1, ' ', false, json::error_handler_t::replace);
+    std::string text = encode(dump_one(log, members, pickle_form), pickle_form);
     std::string path = out_dir + "/" + kTorchFilePrefix + std::to_string(log.header.global_rank);
     if (!write_atomic(path, text, error)) return false;
   }
@@ -428,6 +436,11 @@ bool export_all(const std::vector<fr::log::LogFile>& logs, const std::string& ou
 bool export_torch_json(const std::vector<fr::log::LogFile>& logs, const std::string& out_dir,
                        std::string* error) {
   return export_all(logs, out_dir, false, error);
+}
+
+std::string torch_export_text(const std::vector<fr::log::LogFile>& logs, size_t index,
+                              bool pickle_form) {
+  return encode(dump_one(logs.at(index), membership(logs), pickle_form), pickle_form);
 }
 
 bool export_torch_pickle(const std::vector<fr::log::LogFile>& logs, const std::string& out_dir,

@@ -6,6 +6,7 @@
 #include "analyzer/torch/torch_detail.h"
 #include "analyzer/torch/unpickle.h"
 #include "fuzz_common.h"
+#include "fuzz_torch.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view bytes(reinterpret_cast<const char*>(data), size);
@@ -16,9 +17,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto u = fr::analyzer::torch::unpickle(bytes, lim);
   if (!u.ok()) return 0;
   auto r = fr::analyzer::torch::convert_torch_document(u.value, "nccl_trace_rank_1");
-  for (const auto& log : r.logs) {
-    fr::fuzz::touch(log);
-    fr::fuzz::check_reencodes(log);
+  for (size_t i = 0; i < r.logs.size(); ++i) {
+    fr::fuzz::touch(r.logs[i]);
+    fr::fuzz::check_reencodes(r.logs[i]);
+    fr::fuzz::check_torch_round_trip(r.logs, i);
   }
   return 0;
 }
