@@ -40,12 +40,17 @@
 // become one group (FR_REC_F_IN_GROUP, a shared group_id) and take the marker's state; the
 // marker itself is dropped.
 //
-// The rank comes from a top-level "rank" when present (newer dumps, and ours), else from the
+// The rank comes from a top-level "rank" when present (our exports write it), else from the
 // trailing digits of the file name (<prefix><rank>, as PyTorch names the files). Header: job id
-// empty, hostname from "hostname" when present, FR_LOG_F_SNAPSHOT | FR_LOG_F_GPU_EVENTS (PyTorch
-// learns GPU progress by polling CUDA events), writer_alive 1 unless "writer_alive" says
-// otherwise. Fields starting with "fr_" are extras that export_torch_json writes so that our own
-// logs survive the round trip (group ids, communicator size and rank when membership is partial).
+// empty, FR_LOG_F_SNAPSHOT | FR_LOG_F_GPU_EVENTS (PyTorch learns GPU progress by polling CUDA
+// events), writer_alive 1 unless "writer_alive" says otherwise. "rank", "world_size",
+// "hostname", "pid", "writer_alive" and fields starting with "fr_" are extras PyTorch does not
+// write and export_torch_json does, so that our own logs survive the round trip (group ids,
+// communicator size and rank when membership is partial, snapshot time); process groups named
+// with 16 hex digits (our exports) keep that communicator id.
+//
+// One file holds one dump; a list of dumps or a dict {rank: dump} (several ranks gathered in one
+// file) is read as one log per dump.
 #include <sys/stat.h>
 
 #include <algorithm>
