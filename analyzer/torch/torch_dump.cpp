@@ -653,7 +653,7 @@ class DumpConverter {
       if (span > FR_MAX_RING_CAPACITY || span > 4 * entries_.size() + 1024) ascending = false;
     }
     if (!ascending) {
-      if (!entries_.empty()) w_.add(path_ + ": record ids not ascending; renumbered in file order");
+      if (!entries_.empty()) w_.add(path_ + ": record ids not ascending (or too sparse for a ring); renumbered in file order");
       first = 0;
       span = entries_.size();
     }
