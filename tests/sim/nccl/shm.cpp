@@ -47,7 +47,11 @@ Layout layout_for(uint32_t nranks) {
 const char* shm_prefix() {
   static const char* prefix = [] {
     const char* p = getenv("FRSIM_SHM_PREFIX");
-    if (p == nullptr || p[0] != '/' || strchr(p + 1, '/') != nullptr || strlen(p) > 200) return "/frsim";
+    if (p == nullptr) return "/frsim";
+    if (p[0] != '/' || strchr(p + 1, '/') != nullptr || strlen(p) > 200) {
+      fprintf(stderr, "frsim: FRSIM_SHM_PREFIX=\"%s\" is not a valid shm name prefix (\"/name\"); using /frsim\n", p);
+      return "/frsim";
+    }
     return p;
   }();
   return prefix;

@@ -101,6 +101,10 @@ TEST_CASE("grow adds a rank; suspend refuses work until resume", "[sim][nccl]") 
   rmdir(dir.c_str());
 }
 
+TEST_CASE("GPU progress markers around a collective move as on a GPU", "[sim][nccl]") {
+  require_all_ok(run_ranks("markers", 3));
+}
+
 TEST_CASE("ncclCommInitAll drives several ranks from one process", "[sim][nccl]") {
   const int n = 4;
   std::vector<ncclComm_t> comms(n);

@@ -614,6 +614,37 @@ void scenario_grow(const ncclUniqueId& id, const std::string& path, CUstream str
   NCCLCHECK(ncclCommDestroy(grown));
 }
 
+// The agent's GPU progress markers around a collective: "started" is written by the stream when
+// it reaches the collective, "completed" only once the collective is done, which here waits for
+// the last rank to arrive 600 ms late.
+void scenario_markers(Env& e) {
+  const int n = g_n, me = g_rank;
+  alignas(64) static uint64_t words[2] = {0, 0};
+  CUCHECK(cuMemHostRegister(words, sizeof words, 0));
+  CUdeviceptr d;
+  CUCHECK(cuMemHostGetDevicePointer(&d, words, 0));
+  if (me == n - 1) std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  int32_t v = 1, out = 0;
+  volatile uint32_t go = 0;
+  CUCHECK(frsim_stream_stall_until(e.stream, &go));  // a kernel before the op: nothing started yet
+  CUCHECK(cuStreamWriteValue64(e.stream, d, 1, 0));
+  NCCLCHECK(ncclAllReduce(&v, &out, 1, ncclInt32, ncclSum, e.comm, e.stream));
+  CUCHECK(cuStreamWriteValue64(e.stream, d + 8, 1, 0));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (__atomic_load_n(&words[0], __ATOMIC_ACQUIRE) != 0) fail("started before the stream reached the op");
+  __atomic_store_n(const_cast<uint32_t*>(&go), 1u, __ATOMIC_RELEASE);
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (__atomic_load_n(&words[0], __ATOMIC_ACQUIRE) != 1)
+    if (std::chrono::steady_clock::now() > end) fail("started never written");
+  if (me != n - 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the last rank is still away
+    if (__atomic_load_n(&words[1], __ATOMIC_ACQUIRE) != 0) fail("completed before every rank arrived");
+  }
+  sync(e.stream);
+  if (words[1] != 1 || out != n) fail("completed %llu, allreduce %d", static_cast<unsigned long long>(words[1]), out);
+  CUCHECK(cuMemHostUnregister(words));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -679,6 +710,7 @@ int main(int argc, char** argv) {
   else if (scenario == "revoke") scenario_revoke(e);
   else if (scenario == "order") scenario_order(e);
   else if (scenario == "bcast-interpose") scenario_bcast_interpose(e);
+  else if (scenario == "markers") scenario_markers(e);
   else if (scenario == "train") scenario_train(e, arg.empty() ? 100 : atoi(arg.c_str()));
   else fail("unknown scenario %s", scenario.c_str());
   if (e.comm != nullptr) {
