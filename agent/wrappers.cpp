@@ -477,11 +477,11 @@ const char kNoNccl[] = "fr: no NCCL library is loaded";
 }  // namespace
 
 #define FR_API extern "C" __attribute__((visibility("default")))
-#define FR_REAL_OR_FAIL(fn)           \
-  auto real = FR_REAL(fn);            \
-  if (real == nullptr) {              \
-    debug_log("%s: no real " #fn, #fn); \
-    return ncclSystemError;           \
+#define FR_REAL_OR_FAIL(fn)                                   \
+  auto real = FR_REAL(fn);                                    \
+  if (real == nullptr) {                                      \
+    debug_log("%s: no NCCL library provides it", #fn);        \
+    return ncclSystemError;                                   \
   }
 
 // ---- collectives -------------------------------------------------------------------------------

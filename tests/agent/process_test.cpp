@@ -227,6 +227,25 @@ TEST_CASE("NCCL loaded late with dlopen(RTLD_LOCAL) is found and recorded", "[ag
   }
 }
 
+TEST_CASE("without any NCCL the wrappers answer ncclSystemError and record nothing", "[agent]") {
+  std::vector<std::pair<std::string, std::string>> variants = {
+      {kDir + "/fr_agent_late_probe", ""}};
+  if (!kSanitized) variants.push_back({kDir + "/fr_agent_late_probe_plain", FR_AGENT_LIB});
+  for (const auto& [probe, preload] : variants) {
+    INFO(probe);
+    TempDir dir;
+    RunResult r = run({probe, "--no-nccl"}, env_for(dir, {{"LD_PRELOAD", preload}}));
+    INFO(r.out);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.values["wrappers"] == "1");
+    CHECK(r.values["GetVersion"] == "2");
+    CHECK(r.values["AllReduce"] == "2");
+    CHECK(!r.values["ErrorString"].empty());
+    CHECK(r.values["ErrorString"] != "(null)");
+    CHECK(dir.files().empty());
+  }
+}
+
 TEST_CASE("against the real NCCL the agent changes no return code", "[agent]") {
   if (!FR_HAVE_REAL_NCCL) {
     SUCCEED("no real libnccl.so.2 in the CUDA toolkit");
