@@ -123,12 +123,16 @@ bool DumpReceiver::begin(const std::string& dir, const DumpHeader& hdr, const Up
     *error = "dump too large (" + std::to_string(total) + " bytes)";
     return false;
   }
-  if (!make_dirs(dir, error)) return false;
+  if (!make_dirs(dir, error)) {
+    io_failure_ = true;
+    return false;
+  }
   dir_ = dir;
   std::random_device rd;
   staging_ = dir + "/.upload-" + sanitize_name(hdr.node_name) + "-" + std::to_string(rd());
   if (::mkdir(staging_.c_str(), 0755) != 0) {
     *error = errno_text("mkdir " + staging_);
+    io_failure_ = true;
     staging_.clear();
     return false;
   }
@@ -139,6 +143,7 @@ bool DumpReceiver::begin(const std::string& dir, const DumpHeader& hdr, const Up
                      0644);
     if (file.fd < 0) {
       *error = errno_text("create " + f.name);
+      io_failure_ = true;
       files_.push_back(file);
       abort();
       return false;
@@ -163,6 +168,7 @@ bool DumpReceiver::write(uint32_t index, uint64_t offset, const void* data, size
   }
   if (!write_all(f.fd, data, size)) {
     *error = errno_text("write " + f.info.name);
+    io_failure_ = true;
     return false;
   }
   f.crc = crc32c(f.crc, data, size);
@@ -184,6 +190,7 @@ bool DumpReceiver::finish(std::string* error) {
     }
     if (::fsync(f.fd) != 0) {
       *error = errno_text("fsync " + f.info.name);
+      io_failure_ = true;
       return false;
     }
     ::close(f.fd);
@@ -193,6 +200,7 @@ bool DumpReceiver::finish(std::string* error) {
     std::string from = staging_ + "/" + f.info.name, to = dir_ + "/" + f.info.name;
     if (::rename(from.c_str(), to.c_str()) != 0) {
       *error = errno_text("rename " + f.info.name);
+      io_failure_ = true;
       return false;
     }
   }

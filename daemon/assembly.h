@@ -40,6 +40,9 @@ class DumpReceiver {
   void abort();
 
   uint64_t bytes() const { return total_; }
+  // The last failure came from the file system (full disk, permissions), not from the peer's
+  // data: worth retrying later.
+  bool io_failure() const { return io_failure_; }
 
  private:
   struct File {
@@ -53,6 +56,7 @@ class DumpReceiver {
   std::vector<File> files_;
   uint64_t total_ = 0;
   bool done_ = false;
+  bool io_failure_ = false;
 };
 
 // Writes incident.json, manifest.json, report.txt and, last, analysis.json into job.dir.

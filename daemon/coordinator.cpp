@@ -311,7 +311,9 @@ Actions CoordinatorState::tick(int64_t now_mono) {
   for (auto& inc : incidents_) {
     if (inc.state != IncidentState::kOpen) continue;
     bool any_alive = false, any_stall = false, trigger_progressed = false, any_dead = false;
+    bool any_lost = false;
     for (const auto& [_, n] : nodes_) {
+      any_lost |= n.lost;
       if (n.lost) continue;
       if (n.alive) any_alive = true;
       if (!n.dead_since.empty()) any_dead = true;
@@ -330,6 +332,9 @@ Actions CoordinatorState::tick(int64_t now_mono) {
       inc.state = IncidentState::kClosedTransient;
       a.log.push_back("frd coordinator: " + inc.id +
                       " closed as transient: the stalled operations completed");
+    } else if (inc.kind == IncidentKind::kNodeLost && !any_lost && !any_stall && !any_dead) {
+      inc.state = IncidentState::kClosedTransient;
+      a.log.push_back("frd coordinator: " + inc.id + " closed as transient: every node is back");
     }
   }
 

@@ -312,13 +312,13 @@ class UploadStream : public grpc::ServerReadReactor<UploadChunk> {
         return;
       }
       if (!receiver_.begin(dir, hdr_, impl_->opts.limits, &error))
-        return fail(grpc::StatusCode::INVALID_ARGUMENT, error);
+        return fail(data_error(), error);
     } else if (chunk_.has_data()) {
       if (!have_header_) return fail(grpc::StatusCode::INVALID_ARGUMENT, "data before header");
       const auto& d = chunk_.data();
       std::string error;
       if (!receiver_.write(d.file_index(), d.offset(), d.data().data(), d.data().size(), &error))
-        return fail(grpc::StatusCode::INVALID_ARGUMENT, error);
+        return fail(data_error(), error);
     } else {
       return fail(grpc::StatusCode::INVALID_ARGUMENT, "empty chunk");
     }
@@ -337,7 +337,10 @@ class UploadStream : public grpc::ServerReadReactor<UploadChunk> {
   void end() {
     if (!have_header_) return fail(grpc::StatusCode::INVALID_ARGUMENT, "no header");
     std::string error;
-    if (!receiver_.finish(&error)) return fail(grpc::StatusCode::DATA_LOSS, error);
+    if (!receiver_.finish(&error))
+      return fail(receiver_.io_failure() ? grpc::StatusCode::UNAVAILABLE
+                                         : grpc::StatusCode::DATA_LOSS,
+                  error);
     {
       std::lock_guard<std::mutex> lk(impl_->mu);
       impl_->state.upload_done(hdr_, mono_ns());
@@ -346,6 +349,12 @@ class UploadStream : public grpc::ServerReadReactor<UploadChunk> {
     }
     reply_->set_ok(true);
     Finish(grpc::Status::OK);
+  }
+
+  // A full or failing disk is worth a retry (UNAVAILABLE); bad data from the peer is not.
+  grpc::StatusCode data_error() const {
+    return receiver_.io_failure() ? grpc::StatusCode::UNAVAILABLE
+                                  : grpc::StatusCode::INVALID_ARGUMENT;
   }
 
   void fail(grpc::StatusCode code, const std::string& error, bool note = true) {

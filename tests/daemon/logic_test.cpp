@@ -339,9 +339,17 @@ TEST_CASE("a silent node is lost and the others are asked to dump", "[daemon]") 
   // n0's dump completes the set at once: the lost node is not waited for.
   st.upload_done(header(inc.id, "n0"), 7 * kSec);
   CHECK(st.tick(7 * kSec).assemble.size() == 1);
-  // It comes back (SIGCONT): known again, no second incident.
+  AssemblyResult r;
+  r.ok = true;
+  Actions b;
+  st.assembled(inc.id, r, 7 * kSec, &b);
+  CHECK(st.incidents()[0].state == IncidentState::kOpen);
+  // It comes back (SIGCONT): known again, the incident closes, no second incident.
   CHECK(st.heartbeat(s1, report({proc(1, true, 0)}), 8 * kSec));
   CHECK(st.status(8 * kSec)["nodes"][1]["lost"] == false);
+  CHECK(st.tick(8 * kSec).dumps.empty());
+  CHECK(st.incidents()[0].state == IncidentState::kClosedTransient);
+  CHECK(st.incidents().size() == 1);
 }
 
 TEST_CASE("the dump deadline ends the wait for a node that never answers", "[daemon]") {

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -533,4 +534,57 @@ TEST_CASE("a node reconnects to a coordinator that comes back on the same port",
   CoordinatorServer second(coord_config(dumps.path), so);
   REQUIRE(second.start(&err));
   CHECK(wait_for([&] { return connected_nodes(second) == 1; }, 20));
+}
+
+TEST_CASE("TLS and mutual TLS", "[daemon][rpc]") {
+  TempDir certs, logs, dumps, spool;
+  const std::string d = certs.path;
+  std::string script =
+      "cd " + d + " && "
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout ca.key "
+      "-out ca.pem -days 2 -subj /CN=fr-test-ca && "
+      "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout server.key "
+      "-out server.csr -subj /CN=localhost && "
+      "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost' > ext && "
+      "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem "
+      "-days 2 -extfile ext && "
+      "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout client.key "
+      "-out client.csr -subj /CN=node0 && "
+      "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem "
+      "-days 2";
+  if (std::system((script + " >/dev/null 2>&1").c_str()) != 0) {
+    WARN("skipped: openssl could not make test certificates");
+    return;
+  }
+  std::string err;
+  ServerOptions so = server_options();
+  REQUIRE(read_text_file(d + "/server.pem", &so.tls_cert, &err));
+  REQUIRE(read_text_file(d + "/server.key", &so.tls_key, &err));
+  ClientOptions tls = client(0);
+  REQUIRE(read_text_file(d + "/ca.pem", &tls.tls_ca, &err));
+  nlohmann::json st;
+
+  SECTION("TLS") {
+    CoordinatorServer server(coord_config(dumps.path), so);
+    REQUIRE(server.start(&err));
+    tls.address = "127.0.0.1:" + std::to_string(server.port());
+    CHECK(fetch_status(tls, &st, &err));
+    CHECK_FALSE(fetch_status(client(server.port()), &st, &err));  // plain text is refused
+  }
+  SECTION("mutual TLS") {
+    REQUIRE(read_text_file(d + "/ca.pem", &so.tls_client_ca, &err));
+    CoordinatorServer server(coord_config(dumps.path), so);
+    REQUIRE(server.start(&err));
+    tls.address = "127.0.0.1:" + std::to_string(server.port());
+    CHECK_FALSE(fetch_status(tls, &st, &err));  // no client certificate
+    ClientOptions mtls = tls;
+    REQUIRE(read_text_file(d + "/client.pem", &mtls.tls_cert, &err));
+    REQUIRE(read_text_file(d + "/client.key", &mtls.tls_key, &err));
+    CHECK(fetch_status(mtls, &st, &err));
+    write_two_ranks(logs.path, 0);
+    NodeOptions no = node_options(server.port(), logs.path, spool.path);
+    no.client = mtls;
+    RunningNode node(no);
+    CHECK(wait_for([&] { return connected_nodes(server) == 1; }));
+  }
 }
