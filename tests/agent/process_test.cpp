@@ -26,7 +26,8 @@ using Env = std::vector<std::pair<std::string, std::string>>;
 // The environment every probe runs with: the log directory, and no launcher variables that the
 // test runner might have (they would change global_rank).
 Env env_for(const TempDir& dir, Env extra = {}) {
-  Env env = {{"FR_LOG_DIR", dir.path()}, {"FR_DISABLE", ""}, {"FR_BUFFER_ENTRIES", ""},
+  Env env = {{"FR_LOG_DIR", dir.path()}, {"FR_DISABLE", ""}, {"FR_BUFFER_ENTRIES", ""}, {"FR_DEBUG", ""},
+             {"FR_JOB_ID", ""}, {"TORCHELASTIC_RUN_ID", ""}, {"SLURM_JOB_ID", ""},
              {"RANK", ""}, {"WORLD_SIZE", ""}, {"OMPI_COMM_WORLD_RANK", ""}, {"PMI_RANK", ""},
              {"SLURM_PROCID", ""}, {"LOCAL_RANK", ""}, {"LD_PRELOAD", ""}};
   for (auto& e : extra) env.push_back(e);
@@ -59,6 +60,7 @@ TEST_CASE("a recorded run leaves a valid log that outlives the process", "[agent
                                                       {"LOCAL_RANK", "1"}}));
   INFO(r.out);
   REQUIRE(r.exit_code == 0);
+  CHECK(r.err.empty());  // silent without FR_DEBUG
   auto logs = dir.logs();
   REQUIRE(logs.size() == 1);
   std::string name = logs[0].substr(dir.path().size() + 1);
@@ -121,9 +123,10 @@ TEST_CASE("a process that never calls NCCL creates no file", "[agent]") {
 
 TEST_CASE("FR_DISABLE=1 forwards everything and records nothing", "[agent]") {
   TempDir dir;
-  RunResult r = run({kProbe, "basic"}, env_for(dir, {{"FR_DISABLE", "1"}}));
+  RunResult r = run({kProbe, "basic"}, env_for(dir, {{"FR_DISABLE", "1"}, {"FR_DEBUG", "1"}}));
   INFO(r.out);
   REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("FR_DISABLE is set") != std::string::npos);
   CHECK(r.values["rc.CommDestroy"] == "0");
   CHECK(dir.files().empty());
 }
@@ -133,8 +136,12 @@ TEST_CASE("an unwritable FR_LOG_DIR leaves the program running, unrecorded", "[a
   for (std::string bad : {std::string("/dev/null/fr"), dir.path() + "/missing/deeper"}) {
     RunResult r = run({kProbe, "basic"}, env_for(dir, {{"FR_LOG_DIR", bad}, {"FR_DEBUG", "1"}}));
     INFO(r.out);
+    INFO(r.err);
     CHECK(r.exit_code == 0);
     CHECK(r.values["rc.AllReduce"] == "0");
+    // FR_DEBUG=1 says why, in one line.
+    CHECK(r.err.find("cannot create " + bad) != std::string::npos);
+    CHECK(r.err.find("not recording") != std::string::npos);
   }
   CHECK(dir.files().empty());
 }

@@ -63,6 +63,7 @@ struct RunResult {
   int exit_code = -1;   // -1 when the child did not exit normally
   int signal = 0;
   std::string out;      // stdout
+  std::string err;      // stderr
   std::map<std::string, std::string> values;  // key=value lines of stdout
 };
 
@@ -72,9 +73,12 @@ inline RunResult run(const std::vector<std::string>& argv,
   RunResult res;
   int fds[2];
   if (pipe(fds) != 0) return res;
+  char err_path[] = "/tmp/fr-agent-test-stderr.XXXXXX";
+  int err_fd = mkstemp(err_path);
   pid_t pid = fork();
   if (pid == 0) {
     dup2(fds[1], 1);
+    if (err_fd >= 0) dup2(err_fd, 2);
     close(fds[0]);
     close(fds[1]);
     for (const auto& [k, v] : env) {
@@ -96,6 +100,12 @@ inline RunResult run(const std::vector<std::string>& argv,
   waitpid(pid, &status, 0);
   if (WIFEXITED(status)) res.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) res.signal = WTERMSIG(status);
+  if (err_fd >= 0) {
+    lseek(err_fd, 0, SEEK_SET);
+    while ((n = read(err_fd, buf, sizeof buf)) > 0) res.err.append(buf, (size_t)n);
+    close(err_fd);
+    unlink(err_path);
+  }
   size_t pos = 0;
   while (pos < res.out.size()) {
     size_t end = res.out.find('\n', pos);
