@@ -50,7 +50,7 @@ static void calibrate_clock() {
   if (t1 <= t0) return;
   g_ctx.ns_per_tick = (double)(m1 - m0) / (double)(t1 - t0);
   if (!(g_ctx.ns_per_tick > 0.01 && g_ctx.ns_per_tick < 100)) return;  // 10 MHz .. 100 GHz
-  g_ctx.reanchor_ticks = (uint64_t)(100e6 / g_ctx.ns_per_tick);       // every 100 ms
+  g_ctx.reanchor_ticks = (uint64_t)(100e6 / g_ctx.ns_per_tick);        // every 100 ms
   g_ctx.use_tsc = 1;
 #endif
 }

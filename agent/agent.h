@@ -26,27 +26,27 @@ enum GpuMode : int { kGpuUndecided = 0, kGpuMarkers = 1, kGpuEvents = 2, kGpuNon
 
 // Ops of one group, remembered per thread until the outermost GroupEnd launches them.
 inline constexpr uint32_t kMaxGroupOps = 128;
-inline constexpr uint32_t kOpCaptured = 0x1;  // the stream was capturing when the op was issued
-inline constexpr uint32_t kOpFailed = 0x2;    // the call itself failed: nothing to launch
-inline constexpr uint32_t kOpNoMarkers = 0x4; // the capture state is unknown: enqueue nothing
+inline constexpr uint32_t kOpCaptured = 0x1;   // the stream was capturing when the op was issued
+inline constexpr uint32_t kOpFailed = 0x2;     // the call itself failed: nothing to launch
+inline constexpr uint32_t kOpNoMarkers = 0x4;  // the capture state is unknown: enqueue nothing
 struct GroupOp {
   uint64_t rec_id;
   uint64_t stream;
-  uint64_t op_index;   // assigned at the outermost GroupEnd; 0 when untracked
-  int32_t comm_slot;   // -1 when the communicator is not in the table
-  uint32_t bits;       // kOp*
+  uint64_t op_index;  // assigned at the outermost GroupEnd; 0 when untracked
+  int32_t comm_slot;  // -1 when the communicator is not in the table
+  uint32_t bits;      // kOp*
 };
 
 // Small and touched by every call: kept in static TLS (initial-exec) so reaching it is one load.
 struct ThreadState {
-  uint32_t tid;             // gettid(), cached; 0 until first use (reset in a forked child)
-  int guard;                // > 0 while inside a wrapper: nested NCCL calls are plain forwards
-  int group_depth;          // ncclGroupStart nesting, as NCCL counts it per thread
-  uint32_t n_ops;           // entries of thread_ops() used by the open group
-  uint64_t group_id;        // id of the open group, 0 outside groups
-  uint32_t overflow;        // ops beyond kMaxGroupOps were issued in this group
+  uint32_t tid;       // gettid(), cached; 0 until first use (reset in a forked child)
+  int guard;          // > 0 while inside a wrapper: nested NCCL calls are plain forwards
+  int group_depth;    // ncclGroupStart nesting, as NCCL counts it per thread
+  uint32_t n_ops;     // entries of thread_ops() used by the open group
+  uint64_t group_id;  // id of the open group, 0 outside groups
+  uint32_t overflow;  // ops beyond kMaxGroupOps were issued in this group
   uint32_t pad;
-  uint64_t anchor_tsc;      // per-thread clock anchor (see now_ns)
+  uint64_t anchor_tsc;  // per-thread clock anchor (see now_ns)
   uint64_t anchor_ns;
 };
 
@@ -60,12 +60,12 @@ struct Deferred {
 
 // Per-communicator state that readers do not need (kept out of the shared file).
 struct CommPriv {
-  uint64_t split_calls;    // per-kind call counters for derived ids (atomic)
+  uint64_t split_calls;  // per-kind call counters for derived ids (atomic)
   uint64_t shrink_calls;
   uint64_t grow_calls;
-  uint32_t nonblocking;     // set before the handle is mapped, read-only after (atomic)
-  uint32_t ready;          // size/rank/device known (atomic)
-  int lock;                // spin lock over deferred (short critical sections only)
+  uint32_t nonblocking;  // set before the handle is mapped, read-only after (atomic)
+  uint32_t ready;        // size/rank/device known (atomic)
+  int lock;              // spin lock over deferred (short critical sections only)
   uint32_t n_deferred;
   Deferred deferred[kMaxDeferred];
 };
@@ -73,34 +73,34 @@ struct CommPriv {
 // The one context of the process. Zero-initialised (constinit), so loading the library does
 // nothing; start() fills it at the first NCCL call.
 struct Context {
-  int mode;                  // Mode (atomic)
-  int debug;                 // FR_DEBUG=1
+  int mode;   // Mode (atomic)
+  int debug;  // FR_DEBUG=1
   int fd;
   uint32_t ring_cap;
   uint32_t comm_cap;
   uint64_t map_size;
-  uint8_t* map;              // the shared mapping of the log file
+  uint8_t* map;  // the shared mapping of the log file
   fr_log_header* hdr;
   fr_comm_entry* comms;
   fr_record* ring;
   // Private tables, one anonymous mapping: handle map then CommPriv[comm_cap].
   uint8_t* priv_map;
   uint64_t priv_size;
-  uint64_t* handle_keys;     // open addressing: ncclComm_t value, 0 = empty (atomic)
-  int32_t* handle_slots;     // comm table slot for the key (atomic)
+  uint64_t* handle_keys;  // open addressing: ncclComm_t value, 0 = empty (atomic)
+  int32_t* handle_slots;  // comm table slot for the key (atomic)
   uint32_t handle_mask;
   CommPriv* priv;
-  uint32_t next_comm_slot;   // allocation counter of the comm table (atomic)
-  uint64_t next_group_id;    // (atomic)
-  uint64_t init_all_calls;   // (atomic) per-process counter for ncclCommInitAll ids
-  int32_t largest_comm;      // size of the communicator global_rank was taken from (under reg_lock)
+  uint32_t next_comm_slot;  // allocation counter of the comm table (atomic)
+  uint64_t next_group_id;   // (atomic)
+  uint64_t init_all_calls;  // (atomic) per-process counter for ncclCommInitAll ids
+  int32_t largest_comm;     // size of the communicator global_rank was taken from (under reg_lock)
   int rank_from_env;
   pthread_mutex_t reg_lock;  // communicator registration (rare, never on the op path)
   char path[512];
   // GPU tracking
-  int gpu_mode;              // GpuMode (atomic)
+  int gpu_mode;  // GpuMode (atomic)
   int gpu_tries;
-  uint64_t dev_base;         // device address of `map` (CUdeviceptr)
+  uint64_t dev_base;  // device address of `map` (CUdeviceptr)
   pthread_mutex_t gpu_lock;
   // Clock: CLOCK_REALTIME costs tens of ns on many machines; an invariant TSC, calibrated once
   // and re-anchored per thread, gives the same nanoseconds for a few.
@@ -137,11 +137,10 @@ inline void* real_cached(void** cache, const char* name, const char* pname, cons
 }
 
 // The real NCCL function `fn` (typed), or nullptr when no NCCL is loaded.
-#define FR_REAL(fn)                                                                     \
-  ([]() {                                                                               \
-    static void* cache_;                                                                \
-    return (decltype(&::fn))::fr::agent::real_cached(&cache_, #fn, "p" #fn,             \
-                                                     (const void*)&::fn);               \
+#define FR_REAL(fn)                                                                              \
+  ([]() {                                                                                        \
+    static void* cache_;                                                                         \
+    return (decltype(&::fn))::fr::agent::real_cached(&cache_, #fn, "p" #fn, (const void*)&::fn); \
   }())
 
 // ---- the log (log.cpp) -----------------------------------------------------------------------

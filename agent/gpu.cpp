@@ -66,8 +66,8 @@ bool load_cuda() {
       (decltype(g_cuda.mem_host_register))sym("cuMemHostRegister_v2", "cuMemHostRegister");
   g_cuda.mem_host_get_device_pointer = (decltype(g_cuda.mem_host_get_device_pointer))sym(
       "cuMemHostGetDevicePointer_v2", "cuMemHostGetDevicePointer");
-  g_cuda.stream_write_value64 = (decltype(g_cuda.stream_write_value64))sym(
-      "cuStreamWriteValue64_v2", "cuStreamWriteValue64");
+  g_cuda.stream_write_value64 =
+      (decltype(g_cuda.stream_write_value64))sym("cuStreamWriteValue64_v2", "cuStreamWriteValue64");
   g_cuda.stream_is_capturing =
       (decltype(g_cuda.stream_is_capturing))sym("cuStreamIsCapturing", nullptr);
   g_cuda.event_create = (decltype(g_cuda.event_create))sym("cuEventCreate", nullptr);
@@ -134,8 +134,8 @@ void choose(int mode) {
   uint32_t flag = mode == kGpuMarkers  ? FR_LOG_F_GPU_MARKERS
                   : mode == kGpuEvents ? FR_LOG_F_GPU_EVENTS
                                        : FR_LOG_F_NO_GPU_TRACKING;
-  set_log_flags(flag, (FR_LOG_F_GPU_MARKERS | FR_LOG_F_GPU_EVENTS | FR_LOG_F_NO_GPU_TRACKING) &
-                          ~flag);
+  set_log_flags(flag,
+                (FR_LOG_F_GPU_MARKERS | FR_LOG_F_GPU_EVENTS | FR_LOG_F_NO_GPU_TRACKING) & ~flag);
   debug_log("GPU progress: %s", mode == kGpuMarkers  ? "stream markers"
                                 : mode == kGpuEvents ? "polled events"
                                                      : "not tracked");
@@ -143,8 +143,10 @@ void choose(int mode) {
 
 // Under gpu_lock: markers failed or are missing; try events, else give up tracking.
 void fall_back() {
-  if (events_available() && start_poller()) choose(kGpuEvents);
-  else choose(kGpuNone);
+  if (events_available() && start_poller())
+    choose(kGpuEvents);
+  else
+    choose(kGpuNone);
 }
 
 uint64_t* counter(int32_t slot, bool completed) {
@@ -223,8 +225,8 @@ int gpu_prepare() {
       choose(kGpuNone);
     } else {
       CUcontext ctx = nullptr;
-      bool has_ctx = g_cuda.ctx_get_current && g_cuda.ctx_get_current(&ctx) == CUDA_SUCCESS &&
-                     ctx != nullptr;
+      bool has_ctx =
+          g_cuda.ctx_get_current && g_cuda.ctx_get_current(&ctx) == CUDA_SUCCESS && ctx != nullptr;
       if (!has_ctx && ++g_ctx.gpu_tries < 8) {
         // No context on this thread yet (the launch itself may create the primary one): decide
         // at a later launch, and leave this op untracked.

@@ -168,8 +168,10 @@ bool log_open() {
     what = "allocate";
   } else {
     void* m = mmap(nullptr, c.map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED) err = errno, what = "map";
-    else c.map = (uint8_t*)m;
+    if (m == MAP_FAILED)
+      err = errno, what = "map";
+    else
+      c.map = (uint8_t*)m;
   }
   if (what != nullptr) {
     debug_log("cannot %s %s: %s; not recording", what, c.path, strerror(err));

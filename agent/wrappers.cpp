@@ -171,8 +171,8 @@ void op_enter(const OpArgs& a, OpState& o) {
   fr_record& r = o.r;
   r = new_record(a.op, o.c);
   if (o.c.entry != nullptr)
-    r.seq = __atomic_add_fetch(a.p2p ? &o.c.entry->p2p_seq : &o.c.entry->coll_seq, 1,
-                               __ATOMIC_RELAXED);
+    r.seq =
+        __atomic_add_fetch(a.p2p ? &o.c.entry->p2p_seq : &o.c.entry->coll_seq, 1, __ATOMIC_RELAXED);
   r.count = a.count;
   r.stream = (uint64_t)(uintptr_t)a.stream;
   r.sendbuff = (uint64_t)(uintptr_t)a.send;
@@ -187,8 +187,7 @@ void op_enter(const OpArgs& a, OpState& o) {
   o.group_pos = kMaxGroupOps;
   if (o.captured) r.flags |= FR_REC_F_CAPTURED;
 
-  if (!o.in_group && !o.captured && !o.no_markers && o.c.slot >= 0 &&
-      is_tracked(gpu_prepare())) {
+  if (!o.in_group && !o.captured && !o.no_markers && o.c.slot >= 0 && is_tracked(gpu_prepare())) {
     uint64_t index = __atomic_add_fetch(&o.c.entry->op_index, 1, __ATOMIC_RELAXED);
     if (gpu_before(o.c.slot, r.stream, index)) r.op_index = index;
   }
@@ -196,9 +195,10 @@ void op_enter(const OpArgs& a, OpState& o) {
   if (o.in_group) {
     if (t.n_ops < kMaxGroupOps) {
       o.group_pos = t.n_ops++;
-      thread_ops()[o.group_pos] =
-          GroupOp{r.id, r.stream, 0, o.c.slot,
-                  o.captured ? kOpCaptured : o.no_markers ? kOpNoMarkers : 0u};
+      thread_ops()[o.group_pos] = GroupOp{r.id, r.stream, 0, o.c.slot,
+                                          o.captured     ? kOpCaptured
+                                          : o.no_markers ? kOpNoMarkers
+                                                         : 0u};
     } else {
       t.overflow = 1;
     }
@@ -413,7 +413,9 @@ void register_comm(const NewComm& n, ncclComm_t handle, ncclResult_t res, uint64
   e.flags = n.id_flags | (n.nonblocking ? FR_COMM_F_NONBLOCKING : 0u);
   e.derive_index = n.derive_index;
   config_name(n.config, e.name);
-  uint32_t state = !made ? FR_COMM_FAILED : res == ncclSuccess ? FR_COMM_LIVE : FR_COMM_INITIALIZING;
+  uint32_t state = !made                ? FR_COMM_FAILED
+                   : res == ncclSuccess ? FR_COMM_LIVE
+                                        : FR_COMM_INITIALIZING;
   int32_t slot = comm_register(e, state, made ? handle : nullptr, n.nonblocking);
   if (slot < 0) return;
   if (made && res == ncclSuccess) comm_learn_shape(slot, handle);
@@ -428,8 +430,10 @@ ncclResult_t run_create(fr_op op, const void* parent, Prepare prepare, ncclComm_
   CommRef c = comm_ref(parent);
   NewComm n = prepare(c);
   fr_record r = new_record(op, c);
-  if (parent == nullptr) r.comm_id = n.id;
-  else r.aux = n.id;
+  if (parent == nullptr)
+    r.comm_id = n.id;
+  else
+    r.aux = n.id;
   r.count = n.nranks > 0 ? (uint64_t)n.nranks : 0;
   record_begin(r);
   ncclResult_t res = call();
@@ -477,11 +481,11 @@ const char kNoNccl[] = "fr: no NCCL library is loaded";
 }  // namespace
 
 #define FR_API extern "C" __attribute__((visibility("default")))
-#define FR_REAL_OR_FAIL(fn)                                   \
-  auto real = FR_REAL(fn);                                    \
-  if (real == nullptr) {                                      \
-    debug_log("%s: no NCCL library provides it", #fn);        \
-    return ncclSystemError;                                   \
+#define FR_REAL_OR_FAIL(fn)                            \
+  auto real = FR_REAL(fn);                             \
+  if (real == nullptr) {                               \
+    debug_log("%s: no NCCL library provides it", #fn); \
+    return ncclSystemError;                            \
   }
 
 // ---- collectives -------------------------------------------------------------------------------
@@ -521,7 +525,8 @@ FR_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t coun
 FR_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                                   ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   FR_REAL_OR_FAIL(ncclAllGather);
-  OpArgs a = {FR_OP_ALLGATHER, false, sendbuff, recvbuff, sendcount, datatype, -1, -1, comm, stream};
+  OpArgs a = {FR_OP_ALLGATHER, false, sendbuff, recvbuff, sendcount,
+              datatype,        -1,    -1,       comm,     stream};
   return run_op(a, [&] { return real(sendbuff, recvbuff, sendcount, datatype, comm, stream); });
 }
 
@@ -529,10 +534,9 @@ FR_API ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size
                                       ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                       cudaStream_t stream) {
   FR_REAL_OR_FAIL(ncclReduceScatter);
-  OpArgs a = {FR_OP_REDUCESCATTER, false, sendbuff, recvbuff, recvcount, datatype, op, -1, comm,
-              stream};
-  return run_op(a,
-                [&] { return real(sendbuff, recvbuff, recvcount, datatype, op, comm, stream); });
+  OpArgs a = {
+      FR_OP_REDUCESCATTER, false, sendbuff, recvbuff, recvcount, datatype, op, -1, comm, stream};
+  return run_op(a, [&] { return real(sendbuff, recvbuff, recvcount, datatype, op, comm, stream); });
 }
 
 FR_API ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
@@ -654,8 +658,9 @@ FR_API ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId 
   n.rank = rank;
   n.origin = FR_ORIGIN_INIT_RANK;
   n.id_flags = FR_COMM_F_ID_FROM_UNIQUE_ID;
-  return run_create(FR_OP_COMM_INIT_RANK, nullptr, [&](const CommRef&) { return n; }, comm,
-                    [&] { return real(comm, nranks, commId, rank); });
+  return run_create(
+      FR_OP_COMM_INIT_RANK, nullptr, [&](const CommRef&) { return n; }, comm,
+      [&] { return real(comm, nranks, commId, rank); });
 }
 
 FR_API ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId,
@@ -669,8 +674,9 @@ FR_API ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUni
   n.id_flags = FR_COMM_F_ID_FROM_UNIQUE_ID;
   n.nonblocking = config_nonblocking(config, false);
   n.config = config;
-  return run_create(FR_OP_COMM_INIT_RANK_CONFIG, nullptr, [&](const CommRef&) { return n; }, comm,
-                    [&] { return real(comm, nranks, commId, rank, config); });
+  return run_create(
+      FR_OP_COMM_INIT_RANK_CONFIG, nullptr, [&](const CommRef&) { return n; }, comm,
+      [&] { return real(comm, nranks, commId, rank, config); });
 }
 
 FR_API ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
@@ -684,9 +690,9 @@ FR_API ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, in
   n.id_flags = FR_COMM_F_ID_FROM_UNIQUE_ID;
   n.nonblocking = config_nonblocking(config, false);
   n.config = config;
-  return run_create(FR_OP_COMM_INIT_RANK_SCALABLE, nullptr, [&](const CommRef&) { return n; },
-                    newcomm,
-                    [&] { return real(newcomm, nranks, myrank, nId, commIds, config); });
+  return run_create(
+      FR_OP_COMM_INIT_RANK_SCALABLE, nullptr, [&](const CommRef&) { return n; }, newcomm,
+      [&] { return real(newcomm, nranks, myrank, nId, commIds, config); });
 }
 
 // ncclCommInitAll makes ndev communicators of one clique inside this process; no unique id is
@@ -726,8 +732,8 @@ FR_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_
                                   ncclConfig_t* config) {
   FR_REAL_OR_FAIL(ncclCommSplit);
   auto prepare = [&](const CommRef& p) {
-    NewComm n = parent_derived(p, FR_ORIGIN_SPLIT,
-                               p.slot >= 0 ? &g_ctx.priv[p.slot].split_calls : nullptr);
+    NewComm n =
+        parent_derived(p, FR_ORIGIN_SPLIT, p.slot >= 0 ? &g_ctx.priv[p.slot].split_calls : nullptr);
     n.color = color;
     n.key = key;
     n.nonblocking = config_nonblocking(config, p.nonblocking);
@@ -773,8 +779,8 @@ FR_API ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId
     NewComm n = {};
     if (comm != nullptr) {
       n = parent_derived(p, FR_ORIGIN_GROW, p.slot >= 0 ? &g_ctx.priv[p.slot].grow_calls : nullptr);
-      n.id = hash_finish(hash_u64(hash_u64(hash_u64(kHashSeed, p.id), n.derive_index),
-                                  (uint64_t)(int64_t)nRanks));
+      n.id = hash_finish(
+          hash_u64(hash_u64(hash_u64(kHashSeed, p.id), n.derive_index), (uint64_t)(int64_t)nRanks));
     } else {
       n.origin = FR_ORIGIN_GROW;
       n.id = uniqueId != nullptr ? unique_id_hash(uniqueId, 1) : 1;
@@ -869,7 +875,8 @@ FR_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncEr
   return res;
 }
 
-// ---- registration, windows, memory, reduction ops ------------------------------------------------
+// ---- registration, windows, memory, reduction ops
+// ------------------------------------------------
 
 FR_API ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size,
                                      void** handle) {
@@ -930,12 +937,12 @@ FR_API ncclResult_t ncclMemFree(void* ptr) {
       [&](fr_record& r, const CommRef&) { r.recvbuff = (uint64_t)(uintptr_t)ptr; }, no_after);
 }
 
-FR_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar,
-                                             ncclDataType_t datatype,
+FR_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
                                              ncclScalarResidence_t residence, ncclComm_t comm) {
   FR_REAL_OR_FAIL(ncclRedOpCreatePreMulSum);
   return run_api(
-      FR_OP_REDOP_CREATE_PREMULSUM, comm, [&] { return real(op, scalar, datatype, residence, comm); },
+      FR_OP_REDOP_CREATE_PREMULSUM, comm,
+      [&] { return real(op, scalar, datatype, residence, comm); },
       [&](fr_record& r, const CommRef&) {
         r.sendbuff = (uint64_t)(uintptr_t)scalar;
         r.dtype = (uint8_t)datatype;
@@ -953,7 +960,8 @@ FR_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
       [&](fr_record& r, const CommRef&) { r.redop = (int32_t)op; }, no_after);
 }
 
-// ---- queries: forwarded, not recorded ------------------------------------------------------------
+// ---- queries: forwarded, not recorded
+// ------------------------------------------------------------
 
 FR_API ncclResult_t ncclGetVersion(int* version) {
   FR_REAL_OR_FAIL(ncclGetVersion);

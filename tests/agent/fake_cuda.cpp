@@ -18,9 +18,9 @@ bool forbidden(CUstream s) {
   uint64_t v = (uint64_t)(uintptr_t)s;
   return v == kCapturing || v == kUnknown;
 }
-int g_violations;      // atomic
-int g_writes;          // atomic
-int g_events_live;     // atomic
+int g_violations;   // atomic
+int g_writes;       // atomic
+int g_events_live;  // atomic
 int g_ctx_token;
 int event_pool[4096];  // events are addresses in this pool
 int g_next_event;      // atomic

@@ -22,7 +22,7 @@ struct FakeComm {
 constexpr uint32_t kMagic = 0xd0ab1e;
 constexpr int kPool = 4096;
 FakeComm g_pool[kPool];
-int g_used;  // atomic
+int g_used;        // atomic
 uint64_t g_calls;  // atomic
 int g_next_uid;    // atomic
 
@@ -73,8 +73,7 @@ uint64_t u(T v) {
 
 #define DBL extern "C" __attribute__((visibility("default")))
 // The pnccl alias of each function, as NCCL provides.
-#define ALIAS(ret, name, ...) \
-  DBL ret p##name(__VA_ARGS__) __attribute__((alias(#name)));
+#define ALIAS(ret, name, ...) DBL ret p##name(__VA_ARGS__) __attribute__((alias(#name)));
 
 DBL const fr_double_call* fr_double_last() { return &t_hist[(t_pos + kHistory - 1) % kHistory]; }
 DBL const fr_double_call* fr_double_find(const char* name) {
@@ -211,9 +210,9 @@ DBL ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* id) {
 ALIAS(ncclResult_t, ncclCommGetUniqueId, ncclComm_t, ncclUniqueId*)
 
 DBL const char* ncclGetErrorString(ncclResult_t result) {
-  static const char* const kNames[] = {"double:success", "double:cuda", "double:system",
-                                       "double:internal", "double:argument", "double:usage",
-                                       "double:remote", "double:inprogress"};
+  static const char* const kNames[] = {"double:success",  "double:cuda",      "double:system",
+                                       "double:internal", "double:argument",  "double:usage",
+                                       "double:remote",   "double:inprogress"};
   note("ncclGetErrorString", u(result));
   return (result >= 0 && result < 8) ? kNames[result] : "double:unknown";
 }
@@ -264,8 +263,8 @@ DBL ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
   return note("ncclCommDeregister", u(comm), u(handle));
 }
 ALIAS(ncclResult_t, ncclCommDeregister, const ncclComm_t, void*)
-DBL ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size,
-                                        ncclWindow_t* win, int flags) {
+DBL ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
+                                        int flags) {
   if (win) *win = (ncclWindow_t)0x3117;
   return note("ncclCommWindowRegister", u(comm), u(buff), u(size), u(win), u(flags));
 }

@@ -1,10 +1,9 @@
 // Out-of-process tests of the agent: each runs a probe program in a fresh temporary log directory
 // and reads what it left behind with the project's reader.
-#include <catch2/catch.hpp>
-
 #include <stdio.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <set>
 
 #include "test_util.h"
@@ -26,10 +25,13 @@ using Env = std::vector<std::pair<std::string, std::string>>;
 // The environment every probe runs with: the log directory, and no launcher variables that the
 // test runner might have (they would change global_rank).
 Env env_for(const TempDir& dir, Env extra = {}) {
-  Env env = {{"FR_LOG_DIR", dir.path()}, {"FR_DISABLE", ""}, {"FR_BUFFER_ENTRIES", ""}, {"FR_DEBUG", ""},
-             {"FR_JOB_ID", ""}, {"TORCHELASTIC_RUN_ID", ""}, {"SLURM_JOB_ID", ""},
-             {"RANK", ""}, {"WORLD_SIZE", ""}, {"OMPI_COMM_WORLD_RANK", ""}, {"PMI_RANK", ""},
-             {"SLURM_PROCID", ""}, {"LOCAL_RANK", ""}, {"LD_PRELOAD", ""}};
+  Env env = {{"FR_LOG_DIR", dir.path()}, {"FR_DISABLE", ""},
+             {"FR_BUFFER_ENTRIES", ""},  {"FR_DEBUG", ""},
+             {"FR_JOB_ID", ""},          {"TORCHELASTIC_RUN_ID", ""},
+             {"SLURM_JOB_ID", ""},       {"RANK", ""},
+             {"WORLD_SIZE", ""},         {"OMPI_COMM_WORLD_RANK", ""},
+             {"PMI_RANK", ""},           {"SLURM_PROCID", ""},
+             {"LOCAL_RANK", ""},         {"LD_PRELOAD", ""}};
   for (auto& e : extra) env.push_back(e);
   return env;
 }
@@ -56,8 +58,9 @@ std::string slurp(FILE* f) {
 TEST_CASE("a recorded run leaves a valid log that outlives the process", "[agent]") {
   TempDir dir;
   RunResult r = run({kProbe, "basic"}, env_for(dir, {{"FR_JOB_ID", "job/with spaces"},
-                                                      {"RANK", "3"}, {"WORLD_SIZE", "8"},
-                                                      {"LOCAL_RANK", "1"}}));
+                                                     {"RANK", "3"},
+                                                     {"WORLD_SIZE", "8"},
+                                                     {"LOCAL_RANK", "1"}}));
   INFO(r.out);
   REQUIRE(r.exit_code == 0);
   CHECK(r.err.empty());  // silent without FR_DEBUG
@@ -116,7 +119,8 @@ TEST_CASE("a process that never calls NCCL creates no file", "[agent]") {
   REQUIRE(r.exit_code == 0);
   CHECK(dir.files().empty());
   if (!kSanitized) {
-    REQUIRE(run({kProbePlain, "none"}, env_for(dir, {{"LD_PRELOAD", FR_AGENT_LIB}})).exit_code == 0);
+    REQUIRE(run({kProbePlain, "none"}, env_for(dir, {{"LD_PRELOAD", FR_AGENT_LIB}})).exit_code ==
+            0);
     CHECK(dir.files().empty());
   }
 }
@@ -165,7 +169,8 @@ TEST_CASE("a full ring overwrites the oldest records and counts them", "[agent]"
   }
   // Bad values of FR_BUFFER_ENTRIES fall back to the default, or are bounded.
   TempDir dir2;
-  REQUIRE(run({kProbe, "ring", "3"}, env_for(dir2, {{"FR_BUFFER_ENTRIES", "lots"}})).exit_code == 0);
+  REQUIRE(run({kProbe, "ring", "3"}, env_for(dir2, {{"FR_BUFFER_ENTRIES", "lots"}})).exit_code ==
+          0);
   CHECK(only_log(dir2).header.ring_capacity == FR_DEFAULT_RING_CAPACITY);
   TempDir dir3;
   REQUIRE(run({kProbe, "ring", "3"}, env_for(dir3, {{"FR_BUFFER_ENTRIES", "1"}})).exit_code == 0);
@@ -217,8 +222,7 @@ TEST_CASE("a forked child never writes into its parent's log", "[agent]") {
 }
 
 TEST_CASE("NCCL loaded late with dlopen(RTLD_LOCAL) is found and recorded", "[agent]") {
-  std::vector<std::pair<std::string, std::string>> variants = {
-      {kDir + "/fr_agent_late_probe", ""}};
+  std::vector<std::pair<std::string, std::string>> variants = {{kDir + "/fr_agent_late_probe", ""}};
   if (!kSanitized) variants.push_back({kDir + "/fr_agent_late_probe_plain", FR_AGENT_LIB});
   for (const auto& [probe, preload] : variants) {
     INFO(probe);
@@ -235,8 +239,7 @@ TEST_CASE("NCCL loaded late with dlopen(RTLD_LOCAL) is found and recorded", "[ag
 }
 
 TEST_CASE("without any NCCL the wrappers answer ncclSystemError and record nothing", "[agent]") {
-  std::vector<std::pair<std::string, std::string>> variants = {
-      {kDir + "/fr_agent_late_probe", ""}};
+  std::vector<std::pair<std::string, std::string>> variants = {{kDir + "/fr_agent_late_probe", ""}};
   if (!kSanitized) variants.push_back({kDir + "/fr_agent_late_probe_plain", FR_AGENT_LIB});
   for (const auto& [probe, preload] : variants) {
     INFO(probe);
@@ -267,8 +270,8 @@ TEST_CASE("against the real NCCL the agent changes no return code", "[agent]") {
   REQUIRE(agent.exit_code == 0);
   CHECK(plain.values["GetVersion"] == "0");
   CHECK(plain.values["CommInitRank"] != "0");  // no GPU here: the init must fail
-  for (const char* key : {"GetVersion", "version", "GetUniqueId", "CommInitRank", "comm_null",
-                          "ErrorString"}) {
+  for (const char* key :
+       {"GetVersion", "version", "GetUniqueId", "CommInitRank", "comm_null", "ErrorString"}) {
     INFO(key);
     CHECK(agent.values[key] == plain.values[key]);
   }
@@ -279,8 +282,8 @@ TEST_CASE("against the real NCCL the agent changes no return code", "[agent]") {
                         env_for(preload, {{"LD_PRELOAD", FR_AGENT_LIB}}));
     INFO(pre.out);
     REQUIRE(pre.exit_code == 0);
-    for (const char* key : {"GetVersion", "version", "GetUniqueId", "CommInitRank", "comm_null",
-                            "ErrorString"})
+    for (const char* key :
+         {"GetVersion", "version", "GetUniqueId", "CommInitRank", "comm_null", "ErrorString"})
       CHECK(pre.values[key] == plain.values[key]);
     recorded.push_back(&preload);
   }
@@ -338,8 +341,9 @@ TEST_CASE("GPU markers surround launches and never touch a capturing stream", "[
   }
   // Without libcuda (or a CUDA context) nothing is tracked, and the records say so.
   TempDir dir;
-  REQUIRE(run({kProbe, "ring", "2"}, env_for(dir, {{"LD_LIBRARY_PATH", "/nonexistent"}})).exit_code ==
-          0);
+  REQUIRE(
+      run({kProbe, "ring", "2"}, env_for(dir, {{"LD_LIBRARY_PATH", "/nonexistent"}})).exit_code ==
+      0);
   auto log = only_log(dir);
   CHECK((log.header.flags & (FR_LOG_F_GPU_MARKERS | FR_LOG_F_GPU_EVENTS)) == 0);
   for (const auto& rec : records_of(log, FR_OP_ALLREDUCE)) {
@@ -402,20 +406,50 @@ TEST_CASE("libfr_agent.so exports the NCCL API and nothing else", "[agent]") {
     if (type == "A") continue;  // version-script nodes
     names.insert(name);
   }
-  const std::set<std::string> api = {
-      "ncclMemAlloc", "ncclMemFree", "ncclGetVersion", "ncclGetUniqueId",
-      "ncclCommInitRankConfig", "ncclCommInitRank", "ncclCommInitAll", "ncclCommFinalize",
-      "ncclCommDestroy", "ncclCommAbort", "ncclCommRevoke", "ncclCommSplit", "ncclCommShrink",
-      "ncclCommInitRankScalable", "ncclGetErrorString", "ncclGetLastError", "ncclResetDebugInit",
-      "ncclCommGetAsyncError", "ncclCommCount", "ncclCommCuDevice", "ncclCommUserRank",
-      "ncclCommRegister", "ncclCommDeregister", "ncclCommWindowRegister",
-      "ncclCommWindowDeregister", "ncclRedOpCreatePreMulSum", "ncclRedOpDestroy", "ncclReduce",
-      "ncclBcast", "ncclBroadcast", "ncclAllReduce", "ncclReduceScatter", "ncclAllGather",
-      "ncclAlltoAll", "ncclGather", "ncclScatter", "ncclSend", "ncclRecv", "ncclGroupStart",
-      "ncclGroupEnd", "ncclGroupSimulateEnd"};
+  const std::set<std::string> api = {"ncclMemAlloc",
+                                     "ncclMemFree",
+                                     "ncclGetVersion",
+                                     "ncclGetUniqueId",
+                                     "ncclCommInitRankConfig",
+                                     "ncclCommInitRank",
+                                     "ncclCommInitAll",
+                                     "ncclCommFinalize",
+                                     "ncclCommDestroy",
+                                     "ncclCommAbort",
+                                     "ncclCommRevoke",
+                                     "ncclCommSplit",
+                                     "ncclCommShrink",
+                                     "ncclCommInitRankScalable",
+                                     "ncclGetErrorString",
+                                     "ncclGetLastError",
+                                     "ncclResetDebugInit",
+                                     "ncclCommGetAsyncError",
+                                     "ncclCommCount",
+                                     "ncclCommCuDevice",
+                                     "ncclCommUserRank",
+                                     "ncclCommRegister",
+                                     "ncclCommDeregister",
+                                     "ncclCommWindowRegister",
+                                     "ncclCommWindowDeregister",
+                                     "ncclRedOpCreatePreMulSum",
+                                     "ncclRedOpDestroy",
+                                     "ncclReduce",
+                                     "ncclBcast",
+                                     "ncclBroadcast",
+                                     "ncclAllReduce",
+                                     "ncclReduceScatter",
+                                     "ncclAllGather",
+                                     "ncclAlltoAll",
+                                     "ncclGather",
+                                     "ncclScatter",
+                                     "ncclSend",
+                                     "ncclRecv",
+                                     "ncclGroupStart",
+                                     "ncclGroupEnd",
+                                     "ncclGroupSimulateEnd"};
   REQUIRE(api.size() == 41);
-  const std::set<std::string> optional = {"ncclCommGrow", "ncclCommGetUniqueId",
-                                          "ncclCommSuspend", "ncclCommResume"};
+  const std::set<std::string> optional = {"ncclCommGrow", "ncclCommGetUniqueId", "ncclCommSuspend",
+                                          "ncclCommResume"};
   // Everything else (the static C++ runtime, our internals) must be local.
   const std::set<std::string>& ours = names;
   std::set<std::string> expected = api;

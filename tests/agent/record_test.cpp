@@ -1,10 +1,9 @@
 // In-process tests of the agent, linked ahead of the NCCL double: every wrapper forwards its exact
 // arguments and result, and the flight log holds what DESIGN.md says (ids that members agree on,
 // sequence numbers, groups, nonblocking launches, lifecycle states, many threads).
-#include <catch2/catch.hpp>
-
 #include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <set>
 #include <thread>
 #include <vector>
@@ -41,8 +40,10 @@ fr::log::LogFile read_own_log() {
 
 template <class T>
 uint64_t A(T v) {
-  if constexpr (std::is_pointer_v<T>) return (uint64_t)(uintptr_t)v;
-  else return (uint64_t)(int64_t)v;
+  if constexpr (std::is_pointer_v<T>)
+    return (uint64_t)(uintptr_t)v;
+  else
+    return (uint64_t)(int64_t)v;
 }
 
 template <class... T>
@@ -60,21 +61,21 @@ cudaStream_t S(uint64_t v) { return (cudaStream_t)(uintptr_t)v; }
 
 // Calls `call` with the double told to return `result`; checks the result came back untouched and
 // the double saw exactly `want` as the arguments of `name`.
-#define FORWARDS(result, name, call, ...)                          \
-  do {                                                             \
-    INFO(name);                                                    \
-    fr_double_forget();                                            \
-    fr_double_next_result(result);                                 \
-    auto rc_ = (call);                                             \
-    CHECK((int)rc_ == (result));                                   \
-    const fr_double_call* c_ = fr_double_find(name);               \
-    REQUIRE(c_ != nullptr);                                        \
-    std::vector<uint64_t> want_ = W(__VA_ARGS__);                   \
-    REQUIRE(c_->nargs == (int)want_.size());                       \
-    for (size_t i_ = 0; i_ < want_.size(); ++i_) {                 \
-      INFO("argument " << i_);                                     \
-      CHECK(c_->args[i_] == want_[i_]);                            \
-    }                                                              \
+#define FORWARDS(result, name, call, ...)            \
+  do {                                               \
+    INFO(name);                                      \
+    fr_double_forget();                              \
+    fr_double_next_result(result);                   \
+    auto rc_ = (call);                               \
+    CHECK((int)rc_ == (result));                     \
+    const fr_double_call* c_ = fr_double_find(name); \
+    REQUIRE(c_ != nullptr);                          \
+    std::vector<uint64_t> want_ = W(__VA_ARGS__);    \
+    REQUIRE(c_->nargs == (int)want_.size());         \
+    for (size_t i_ = 0; i_ < want_.size(); ++i_) {   \
+      INFO("argument " << i_);                       \
+      CHECK(c_->args[i_] == want_[i_]);              \
+    }                                                \
   } while (0)
 
 const fr_comm_entry* entry_for(const fr::log::LogFile& log, ncclComm_t comm) {
@@ -172,9 +173,8 @@ TEST_CASE("every wrapper forwards its exact arguments and result", "[agent]") {
            A(out), 12, (uint64_t)ncclFloat16, 0, A(c), 0x12);
   FORWARDS(4, "ncclAllReduce", ncclAllReduce(buf, out, 13, ncclBfloat16, ncclAvg, c, S(0x13)),
            A(buf), A(out), 13, (uint64_t)ncclBfloat16, (uint64_t)ncclAvg, A(c), 0x13);
-  FORWARDS(1, "ncclReduceScatter",
-           ncclReduceScatter(buf, out, 14, ncclInt64, ncclProd, c, S(0x14)), A(buf), A(out), 14,
-           (uint64_t)ncclInt64, (uint64_t)ncclProd, A(c), 0x14);
+  FORWARDS(1, "ncclReduceScatter", ncclReduceScatter(buf, out, 14, ncclInt64, ncclProd, c, S(0x14)),
+           A(buf), A(out), 14, (uint64_t)ncclInt64, (uint64_t)ncclProd, A(c), 0x14);
   FORWARDS(2, "ncclAllGather", ncclAllGather(buf, out, 15, ncclUint8, c, S(0x15)), A(buf), A(out),
            15, (uint64_t)ncclUint8, A(c), 0x15);
   FORWARDS(3, "ncclAlltoAll", ncclAlltoAll(buf, out, 16, ncclFloat64, c, S(0x16)), A(buf), A(out),
@@ -250,7 +250,7 @@ TEST_CASE("members of one communicator agree on its id", "[agent]") {
   ncclComm_t s0 = nullptr, s1 = nullptr, s0b = nullptr, other = nullptr, none = (ncclComm_t)0x1;
   REQUIRE(ncclCommSplit(r0, 5, 0, &s0, nullptr) == ncclSuccess);
   REQUIRE(ncclCommSplit(r1, 5, 1, &s1, nullptr) == ncclSuccess);
-  REQUIRE(ncclCommSplit(r0, 5, 0, &s0b, nullptr) == ncclSuccess);   // second split of r0
+  REQUIRE(ncclCommSplit(r0, 5, 0, &s0b, nullptr) == ncclSuccess);    // second split of r0
   REQUIRE(ncclCommSplit(r1, 6, 0, &other, nullptr) == ncclSuccess);  // r1's second, other color
   REQUIRE(ncclCommSplit(r0, NCCL_SPLIT_NOCOLOR, 0, &none, nullptr) == ncclSuccess);
   CHECK(none == nullptr);
@@ -300,7 +300,7 @@ TEST_CASE("members of one communicator agree on its id", "[agent]") {
   REQUIRE(ek1);
   CHECK(ek0->id == ek1->id);  // the exclusion list is a set
   CHECK(ek0->origin == FR_ORIGIN_SHRINK);
-  CHECK(ek0->size == 0);      // the double shrinks 2 ranks by 2
+  CHECK(ek0->size == 0);  // the double shrinks 2 ranks by 2
   // The split records carry the new communicator's id; the no-color split has none.
   auto splits = on_comm(log, e0->id, FR_OP_COMM_SPLIT);
   REQUIRE(splits.size() >= 3);

@@ -37,7 +37,8 @@ const fr_comm_entry* first_comm() {
   if (d == nullptr) return nullptr;
   std::string want = "." + std::to_string(getpid()) + ".", path;
   while (dirent* e = readdir(d))
-    if (std::string(e->d_name).find(want) != std::string::npos) path = std::string(dir) + "/" + e->d_name;
+    if (std::string(e->d_name).find(want) != std::string::npos)
+      path = std::string(dir) + "/" + e->d_name;
   closedir(d);
   int fd = open(path.c_str(), O_RDONLY);
   if (fd < 0) return nullptr;

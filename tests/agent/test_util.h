@@ -60,10 +60,10 @@ class TempDir {
 };
 
 struct RunResult {
-  int exit_code = -1;   // -1 when the child did not exit normally
+  int exit_code = -1;  // -1 when the child did not exit normally
   int signal = 0;
-  std::string out;      // stdout
-  std::string err;      // stderr
+  std::string out;                            // stdout
+  std::string err;                            // stderr
   std::map<std::string, std::string> values;  // key=value lines of stdout
 };
 
@@ -82,8 +82,10 @@ inline RunResult run(const std::vector<std::string>& argv,
     close(fds[0]);
     close(fds[1]);
     for (const auto& [k, v] : env) {
-      if (v.empty()) unsetenv(k.c_str());
-      else setenv(k.c_str(), v.c_str(), 1);
+      if (v.empty())
+        unsetenv(k.c_str());
+      else
+        setenv(k.c_str(), v.c_str(), 1);
     }
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));

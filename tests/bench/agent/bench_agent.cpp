@@ -3,8 +3,8 @@
 // batches, and the heap allocations made inside the timed loops (counted by interposing malloc),
 // which must be zero.
 #include <malloc.h>
-#include <stdint.h>
 #include <nccl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
