@@ -148,6 +148,38 @@ TEST_CASE("ncclCommInitAll drives several ranks from one process", "[sim][nccl]"
   }
 }
 
+TEST_CASE("grouped init of several ranks from one thread and InitRankScalable", "[sim][nccl]") {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  ncclComm_t c[2] = {nullptr, nullptr};
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  REQUIRE(ncclCommInitRank(&c[0], 2, id, 0) == ncclSuccess);  // would block outside a group
+  REQUIRE(ncclCommInitRank(&c[1], 2, id, 1) == ncclSuccess);
+  REQUIRE(ncclGroupEnd() == ncclSuccess);
+  std::vector<float> a(100, 1.0f), b(100, 2.0f);
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  REQUIRE(ncclAllReduce(a.data(), a.data(), 100, ncclFloat32, ncclSum, c[0], nullptr) == ncclSuccess);
+  REQUIRE(ncclAllReduce(b.data(), b.data(), 100, ncclFloat32, ncclSum, c[1], nullptr) == ncclSuccess);
+  REQUIRE(ncclGroupEnd() == ncclSuccess);
+  REQUIRE(cuStreamSynchronize(nullptr) == CUDA_SUCCESS);
+  CHECK(a[0] == 3.0f);
+  CHECK(b[99] == 3.0f);
+  for (auto x : c) CHECK(ncclCommDestroy(x) == ncclSuccess);
+
+  ncclUniqueId ids[2];
+  REQUIRE(ncclGetUniqueId(&ids[0]) == ncclSuccess);
+  REQUIRE(ncclGetUniqueId(&ids[1]) == ncclSuccess);
+  ncclComm_t one;
+  REQUIRE(ncclCommInitRankScalable(&one, 1, 0, 2, ids, nullptr) == ncclSuccess);
+  int n = 0;
+  REQUIRE(ncclCommCount(one, &n) == ncclSuccess);
+  CHECK(n == 1);
+  CHECK(ncclCommDestroy(one) == ncclSuccess);
+  ncclUniqueId bad[1] = {};
+  CHECK(ncclCommInitRankScalable(&one, 1, 0, 1, bad, nullptr) == ncclInvalidArgument);
+  CHECK(ncclCommInitRankScalable(&one, 1, 0, 0, ids, nullptr) == ncclInvalidArgument);
+}
+
 TEST_CASE("bad arguments get clear errors, never a crash", "[sim][nccl]") {
   int v = 0;
   CHECK(ncclGetVersion(&v) == ncclSuccess);

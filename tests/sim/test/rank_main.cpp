@@ -374,6 +374,24 @@ void scenario_split(Env& e) {
     NCCLCHECK(ncclCommDestroy(rest));
   }
   NCCLCHECK(ncclCommDestroy(sub));
+  // A nonblocking split reports ncclInProgress until the new communicator is ready.
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t nb = nullptr;
+  ncclResult_t r = ncclCommSplit(e.comm, me % 2, me, &nb, &cfg);
+  if (r != ncclInProgress && r != ncclSuccess) fail("nonblocking split: %d", r);
+  if (nb == nullptr) fail("nonblocking split gave no handle");
+  ncclResult_t ae = ncclInProgress;
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (ae == ncclInProgress && std::chrono::steady_clock::now() < end) {
+    NCCLCHECK(ncclCommGetAsyncError(nb, &ae));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  if (ae != ncclSuccess) fail("nonblocking split ended with %d", ae);
+  NCCLCHECK(ncclAllReduce(&v, &sum, 1, ncclInt32, ncclSum, nb, e.stream));
+  sync(e.stream);
+  if (sum != want) fail("nonblocking split allreduce %d, want %d", sum, want);
+  NCCLCHECK(ncclCommDestroy(nb));
   // Shrink: the last rank is excluded and does not take part.
   if (me == n - 1) return;
   int excl = n - 1;
