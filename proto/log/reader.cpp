@@ -145,6 +145,9 @@ ReadResult parse(const uint8_t* base, size_t size, const std::string& name, int 
       if (live || __atomic_load_n(&slot->lock, __ATOMIC_RELAXED) != 0) ++log.torn;
       continue;
     }
+    // An out-of-range state (hostile or newer writer) reads as unknown, never as an enum value
+    // no consumer handles.
+    if (rec.raw.gpu_state > FR_GPU_COMPLETED) rec.raw.gpu_state = FR_GPU_NONE;
     rec.gpu_state = static_cast<fr_gpu_state>(rec.raw.gpu_state);
     if (auto it = comm_index.find(rec.raw.comm_id); it != comm_index.end()) {
       const fr_comm_entry& c = log.comms[it->second];

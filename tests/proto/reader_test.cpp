@@ -192,6 +192,8 @@ TEST_CASE("garbage inside a well-formed log costs only the bad entries") {
   // Slot of id 3 now claims to be id 99 (stale), slot of id 5 is mid-write (odd lock).
   w.slot(3)->id = 99;
   w.slot(5)->lock |= 1;
+  // Slot of id 6 holds a GPU state no version defines: kept, read as unknown.
+  w.slot(6)->gpu_state = 7;
   // A communicator entry with a rank outside its size.
   fr_comm_entry bad{};
   bad.id = 42;
@@ -205,6 +207,8 @@ TEST_CASE("garbage inside a well-formed log costs only the bad entries") {
   CHECK(r.log->torn == 2);
   CHECK(r.log->comms.size() == 1);
   CHECK(r.log->comms_torn == 1);
+  for (const auto& rec : r.log->records)
+    if (rec.raw.id == 6) CHECK(rec.gpu_state == FR_GPU_NONE);
   w.header()->record_counter = ~0ull;
   r = fr::log::read_log(w.path);
   REQUIRE(r.ok());
