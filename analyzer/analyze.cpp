@@ -29,11 +29,8 @@ bool comm_matches(const Comm& c, const std::string& filter) {
   std::string f = filter;
   for (auto& ch : f) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   if (f.rfind("0x", 0) != 0) f = "0x" + f;
-  std::string id = comm_id_hex(c.id);
-  if (id.rfind(f, 0) == 0) return true;
-  // Also accept a prefix of the significant digits ("0xabc" for 0x0000000000000abc is unusual;
-  // users copy the id as printed, so the plain prefix rule covers them).
-  return false;
+  // Ids are matched by prefix of the printed form ("0x5eed" matches 0x5eed00000000a11c).
+  return comm_id_hex(c.id).rfind(f, 0) == 0;
 }
 
 namespace {
@@ -68,8 +65,7 @@ std::string plural(size_t n, const char* one, const char* many) { return n == 1 
 
 }  // namespace
 
-json op_json(const Op& o, const ProcComm& pc, int64_t clock_offset_ns) {
-  (void)pc;
+json op_json(const Op& o, int64_t clock_offset_ns) {
   json j;
   j["seq"] = o.seq;
   j["kind"] = fr::log::op_is_collective(o.op) ? "coll" : fr::log::op_is_p2p(o.op) ? "p2p" : "api";
@@ -214,14 +210,13 @@ std::vector<Missing> missing_members(const Model& m, const Comm& c, const std::s
 
 json member_evidence(const Model& m, const CommMember& mem, const Frontier& f, const std::string& state) {
   const Proc& p = m.procs[mem.proc];
-  const ProcComm& pc = p.comms[mem.pc];
   json e;
   e["rank"] = p.rank;
   e["rank_in_comm"] = mem.rank_in_comm;
   e["host"] = p.host;
   e["alive"] = p.alive;
   auto opj = [&](const Op* o, uint64_t seq) -> json {
-    if (o) return op_json(*o, pc, p.clock_offset_ns);
+    if (o) return op_json(*o, p.clock_offset_ns);
     if (seq == 0) return nullptr;
     return json{{"seq", seq}, {"op", "unknown"}, {"note", "record no longer in the ring"}};
   };
@@ -619,7 +614,6 @@ void analyze_p2p(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* frontier_jso
   std::set<int> culprits, blocked, not_started;
   std::vector<std::string> notes;
   const Op* first_unmatched = nullptr;
-  const Proc* first_proc = nullptr;
   std::vector<int> missing_peers;
   bool pending_any = false;
   std::map<int, int64_t> since;  // per blocked rank: its oldest pending p2p op here
@@ -674,7 +668,6 @@ void analyze_p2p(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* frontier_jso
       if (t < s.t_start || !first_unmatched) {
         s.t_start = std::min(s.t_start, t);
         first_unmatched = o;
-        first_proc = p;
       }
     };
     if (ns > nr) {
@@ -706,7 +699,6 @@ void analyze_p2p(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* frontier_jso
       if (a_started != b_started) not_started.insert(a_started ? dst->rank : src->rank);
       if (!first_unmatched && src) {
         first_unmatched = a;
-        first_proc = src;
         s.t_start = std::min(s.t_start, aligned(*src, a->call_ns));
       }
     }

@@ -122,7 +122,7 @@ nlohmann::json analyze_model(const Model& model, const Options& opts);
 
 // Helpers shared by the JSON builder, the text view and the trace writer.
 std::string comm_id_hex(uint64_t id);
-nlohmann::json op_json(const Op& op, const ProcComm& pc, int64_t clock_offset_ns);
+nlohmann::json op_json(const Op& op, int64_t clock_offset_ns);
 bool comm_matches(const Comm& c, const std::string& filter);
 
 }  // namespace fr::analyzer

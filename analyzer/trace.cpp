@@ -90,7 +90,7 @@ bool write_trace(const Model& m, const nlohmann::json& a, const Options& opts, c
         const int64_t ts = static_cast<int64_t>(o.call_ns) + p.clock_offset_ns - t0;
         std::string name = fr::log::op_name(o.op);
         if (coll || p2p) name += " #" + std::to_string(o.seq);
-        nlohmann::json args = op_json(o, pc, p.clock_offset_ns);
+        nlohmann::json args = op_json(o, p.clock_offset_ns);
         sep();
         std::fprintf(f, "{\"ph\":\"X\",\"name\":%s,\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":%s%s}",
                      esc(mk && waiting ? "STALL " + name : name).c_str(), coll ? "coll" : p2p ? "p2p" : "api", pid,
