@@ -29,6 +29,7 @@ struct CudaApi {
   CUresult (*event_record)(CUevent, CUstream);
   CUresult (*event_query)(CUevent);
   CUresult (*event_destroy)(CUevent);
+  CUresult (*exchange_capture_mode)(CUstreamCaptureMode*);
 };
 
 // Events waiting for the poller: one per marker that the stream could not write itself.
@@ -44,6 +45,27 @@ constinit int g_cuda_loaded = 0;  // 0 not tried, 1 loaded, -1 unavailable (atom
 constinit Pending g_pending[kMaxPending] = {};
 constinit uint32_t g_pending_used = 0;  // under g_ctx.gpu_lock
 constinit int g_poller_started = 0;
+
+// While another thread captures a graph in the (default) global mode, "unsafe" driver calls from
+// any thread in global mode invalidate that capture. The agent's own calls (registration, events)
+// run in relaxed mode so they can never break an application's capture.
+class RelaxedCapture {
+ public:
+  RelaxedCapture() {
+    if (g_cuda.exchange_capture_mode != nullptr &&
+        g_cuda.exchange_capture_mode(&mode_) == CUDA_SUCCESS)
+      active_ = true;
+  }
+  ~RelaxedCapture() {
+    if (active_) g_cuda.exchange_capture_mode(&mode_);
+  }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+  bool active_ = false;
+};
 
 void* sym(const char* a, const char* b) {
   void* p = dlsym(g_cuda.lib, a);
@@ -74,6 +96,8 @@ bool load_cuda() {
   g_cuda.event_record = (decltype(g_cuda.event_record))sym("cuEventRecord", nullptr);
   g_cuda.event_query = (decltype(g_cuda.event_query))sym("cuEventQuery", nullptr);
   g_cuda.event_destroy = (decltype(g_cuda.event_destroy))sym("cuEventDestroy_v2", "cuEventDestroy");
+  g_cuda.exchange_capture_mode = (decltype(g_cuda.exchange_capture_mode))sym(
+      "cuThreadExchangeStreamCaptureMode", nullptr);
   __atomic_store_n(&g_cuda_loaded, 1, __ATOMIC_RELEASE);
   return true;
 }
@@ -90,6 +114,8 @@ void raise_to(uint64_t* target, uint64_t index) {
 }
 
 void* poller_main(void*) {
+  CUstreamCaptureMode relaxed = CU_STREAM_CAPTURE_MODE_RELAXED;
+  if (g_cuda.exchange_capture_mode != nullptr) g_cuda.exchange_capture_mode(&relaxed);
   struct timespec tick = {0, 2000000};  // 2 ms: finer than any hang worth reporting
   for (;;) {
     nanosleep(&tick, nullptr);
@@ -155,6 +181,7 @@ uint64_t* counter(int32_t slot, bool completed) {
 }
 
 bool place_event(int32_t slot, uint64_t stream, uint64_t index, bool completed) {
+  RelaxedCapture relaxed;
   CUevent ev = nullptr;
   if (g_cuda.event_create(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS || ev == nullptr)
     return false;
@@ -234,6 +261,7 @@ int gpu_prepare() {
         return kGpuUndecided;
       }
       CUdeviceptr dev = 0;
+      RelaxedCapture relaxed;
       // PORTABLE: every context of the process sees the mapping (one process may drive several
       // devices); the mapping is page-aligned, as registration requires.
       if (has_ctx && g_cuda.mem_host_register && g_cuda.mem_host_get_device_pointer &&

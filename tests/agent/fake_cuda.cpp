@@ -4,6 +4,10 @@
 // cannot be queried (as for the legacy stream during a global-mode capture). Anything enqueued
 // into either stream is counted as a violation, which the probe reports.
 //
+// cuMemHostRegister, cuEventCreate and cuEventQuery count as "unsafe" calls (they would break a
+// global-mode capture running in another thread) unless the calling thread is in relaxed capture
+// mode; the probe reports how many were made in global mode.
+//
 // FAKE_CUDA_NO_WRITE=1 makes cuStreamWriteValue64 fail, so the agent falls back to events.
 #include <cuda.h>
 #include <stdint.h>
@@ -24,6 +28,14 @@ int g_events_live;  // atomic
 int g_ctx_token;
 int event_pool[4096];  // events are addresses in this pool
 int g_next_event;      // atomic
+int g_unsafe_global;   // atomic: "unsafe" calls made in global capture mode
+thread_local CUstreamCaptureMode t_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+// Calls that would break another thread's global-mode capture unless made in relaxed mode.
+void unsafe_call() {
+  if (t_mode != CU_STREAM_CAPTURE_MODE_RELAXED)
+    __atomic_fetch_add(&g_unsafe_global, 1, __ATOMIC_RELAXED);
+}
 
 bool no_write() {
   const char* v = getenv("FAKE_CUDA_NO_WRITE");
@@ -35,6 +47,7 @@ bool no_write() {
 
 API int fr_fake_cuda_violations() { return __atomic_load_n(&g_violations, __ATOMIC_RELAXED); }
 API int fr_fake_cuda_writes() { return __atomic_load_n(&g_writes, __ATOMIC_RELAXED); }
+API int fr_fake_cuda_unsafe_global() { return __atomic_load_n(&g_unsafe_global, __ATOMIC_RELAXED); }
 API int fr_fake_cuda_events_live() { return __atomic_load_n(&g_events_live, __ATOMIC_RELAXED); }
 
 API CUresult cuCtxGetCurrent(CUcontext* ctx) {
@@ -42,7 +55,17 @@ API CUresult cuCtxGetCurrent(CUcontext* ctx) {
   return CUDA_SUCCESS;
 }
 
-API CUresult cuMemHostRegister_v2(void*, size_t, unsigned int) { return CUDA_SUCCESS; }
+API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  CUstreamCaptureMode old = t_mode;
+  t_mode = *mode;
+  *mode = old;
+  return CUDA_SUCCESS;
+}
+
+API CUresult cuMemHostRegister_v2(void*, size_t, unsigned int) {
+  unsafe_call();
+  return CUDA_SUCCESS;
+}
 
 API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* dptr, void* p, unsigned int) {
   *dptr = (CUdeviceptr)(uintptr_t)p;
@@ -66,6 +89,7 @@ API CUresult cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status)
 }
 
 API CUresult cuEventCreate(CUevent* ev, unsigned int) {
+  unsafe_call();
   int i = __atomic_fetch_add(&g_next_event, 1, __ATOMIC_RELAXED) % 4096;
   *ev = (CUevent)&event_pool[i];
   __atomic_fetch_add(&g_events_live, 1, __ATOMIC_RELAXED);
@@ -77,7 +101,10 @@ API CUresult cuEventRecord(CUevent, CUstream stream) {
   return CUDA_SUCCESS;
 }
 
-API CUresult cuEventQuery(CUevent) { return CUDA_SUCCESS; }
+API CUresult cuEventQuery(CUevent) {
+  unsafe_call();
+  return CUDA_SUCCESS;
+}
 
 API CUresult cuEventDestroy_v2(CUevent) {
   __atomic_fetch_sub(&g_events_live, 1, __ATOMIC_RELAXED);

@@ -126,6 +126,8 @@ int scenario_gpu() {
   if (cuda != nullptr) {
     auto violations = (int (*)())dlsym(cuda, "fr_fake_cuda_violations");
     auto writes = (int (*)())dlsym(cuda, "fr_fake_cuda_writes");
+    auto unsafe = (int (*)())dlsym(cuda, "fr_fake_cuda_unsafe_global");
+    if (unsafe) printf("unsafe_global=%d\n", unsafe());
     if (violations) printf("violations=%d\n", violations());
     if (writes) printf("writes=%d\n", writes());
   }

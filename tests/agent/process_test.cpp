@@ -309,6 +309,7 @@ TEST_CASE("GPU markers surround launches and never touch a capturing stream", "[
     INFO(r.out);
     REQUIRE(r.exit_code == 0);
     CHECK(r.values["violations"] == "0");
+    CHECK(r.values["unsafe_global"] == "0");  // the agent's own driver calls run relaxed
     CHECK(r.values["gpu_completed"] == "5");
     CHECK(r.values["gpu_started"] == "5");
     if (!events) CHECK(r.values["writes"] == "8");  // 2 ops x 2, then 2 streams of the group x 2
