@@ -36,11 +36,18 @@
 #define FRSIM_API extern "C" __attribute__((visibility("default")))
 
 // Capture (graph) and stream state are declared first so the graph can hold stream work.
+// A captured piece of work: either fixed work, or a `prepare` that the host runs at each graph
+// launch to make that launch's work (what a captured NCCL call needs: a new sequence number per
+// launch, given in host order).
+struct GraphItem {
+  std::function<void()> run;
+  std::function<std::function<void()>()> prepare;
+};
 struct CUgraph_st {
-  std::vector<std::function<void()>> items;
+  std::vector<GraphItem> items;
 };
 struct CUgraphExec_st {
-  std::vector<std::function<void()>> items;
+  std::vector<GraphItem> items;
 };
 
 struct CUctx_st {
@@ -267,7 +274,7 @@ CUresult enqueue(const std::shared_ptr<CUstream_st>& st, std::function<void()> f
   std::lock_guard<std::mutex> g(st->mu);
   if (st->destroyed) return CUDA_ERROR_INVALID_HANDLE;
   if (st->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
-    st->graph->items.push_back(std::move(fn));
+    st->graph->items.push_back(GraphItem{std::move(fn), nullptr});
     if (ticket) *ticket = 0;
     return CUDA_SUCCESS;
   }
@@ -276,6 +283,19 @@ CUresult enqueue(const std::shared_ptr<CUstream_st>& st, std::function<void()> f
   if (ticket) *ticket = st->enqueued;
   st->work_cv.notify_one();
   return CUDA_SUCCESS;
+}
+
+// Work made by `prepare` on the host now, or at each launch of the graph being captured.
+CUresult enqueue_prepared(const std::shared_ptr<CUstream_st>& st, std::function<std::function<void()>()> prepare) {
+  {
+    std::lock_guard<std::mutex> g(st->mu);
+    if (st->destroyed) return CUDA_ERROR_INVALID_HANDLE;
+    if (st->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+      st->graph->items.push_back(GraphItem{nullptr, std::move(prepare)});
+      return CUDA_SUCCESS;
+    }
+  }
+  return enqueue(st, prepare());
 }
 
 void wait_stream(const std::shared_ptr<CUstream_st>& st) {
@@ -826,7 +846,7 @@ FRSIM_API CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph,
 FRSIM_API CUresult cuGraphLaunch(CUgraphExec exec, CUstream h) {
   auto st = get_stream(h);
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
-  std::vector<std::function<void()>> items;
+  std::vector<GraphItem> items;
   {
     State& s = state();
     std::lock_guard<std::mutex> g(s.mu);
@@ -834,8 +854,10 @@ FRSIM_API CUresult cuGraphLaunch(CUgraphExec exec, CUstream h) {
     if (it == s.execs.end()) return CUDA_ERROR_INVALID_HANDLE;
     items = it->second->items;
   }
-  for (auto& item : items)
-    if (CUresult r = enqueue(st, item); r != CUDA_SUCCESS) return r;
+  for (auto& item : items) {
+    CUresult r = item.prepare ? enqueue_prepared(st, item.prepare) : enqueue(st, item.run);
+    if (r != CUDA_SUCCESS) return r;
+  }
   return CUDA_SUCCESS;
 }
 
@@ -1147,6 +1169,14 @@ FRSIM_API CUresult frsim_stream_launch_owned(CUstream h, frsim_kernel_fn fn, voi
   }
   std::shared_ptr<void> owned(arg, release);
   return enqueue(st, [fn, owned] { fn(owned.get()); });
+}
+
+// For libnccl.so.2 (C++ on both sides, same toolchain): queue the work `prepare` makes, calling
+// prepare on the host now, or at every launch of the graph when the stream is capturing.
+FRSIM_API CUresult frsim_internal_launch_prepared(CUstream h, std::function<std::function<void()>()> prepare) {
+  auto st = get_stream(h);
+  if (!st) return CUDA_ERROR_INVALID_HANDLE;
+  return enqueue_prepared(st, std::move(prepare));
 }
 
 FRSIM_API CUresult frsim_stream_stall(CUstream h, int ms) {

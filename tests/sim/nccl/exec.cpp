@@ -22,13 +22,16 @@
 #include "fr_sim.h"
 #include "internal.h"
 
+#include <functional>
+
+// Exported by libcuda.so.1 for this library only (see cuda_sim.cpp).
+extern "C" CUresult frsim_internal_launch_prepared(CUstream stream,
+                                                  std::function<std::function<void()>()> prepare);
+
 namespace frsim {
 namespace {
 
-struct Launch {
-  std::vector<Op> ops;
-  bool captured = false;
-};
+
 
 thread_local int tl_depth = 0;
 thread_local std::vector<Op> tl_ops;
@@ -303,24 +306,15 @@ void assign_seq(Op& op) {
   else op.seq = c.coll_issued.fetch_add(1);
 }
 
-void run_launch(void* arg) {
-  auto* l = static_cast<Launch*>(arg);
-  if (l->captured) {  // a graph replay: every launch is a new operation with a new number
-    std::vector<Op> ops = l->ops;
-    for (auto& op : ops) {
-      assign_seq(op);
-      op.comm->pending.fetch_add(1);
-    }
-    execute(ops);
-    for (auto& op : ops) op.comm->pending.fetch_sub(1);
-    return;  // the graph keeps the launch for the next replay
-  }
-  execute(l->ops);
-  for (auto& op : l->ops) op.comm->pending.fetch_sub(1);
-  l->ops.clear();  // the communicators' references go now; the stream frees the launch
+// The work of one launch on its stream: run the ops, then let go of their communicators.
+std::function<void()> make_work(std::vector<Op> ops) {
+  auto shared = std::make_shared<std::vector<Op>>(std::move(ops));
+  return [shared] {
+    execute(*shared);
+    for (auto& op : *shared) op.comm->pending.fetch_sub(1);
+    shared->clear();
+  };
 }
-
-void free_launch(void* arg) { delete static_cast<Launch*>(arg); }
 
 ncclResult_t launch(std::vector<Op> ops) {
   std::vector<std::pair<CUstream, std::vector<Op>>> parts;
@@ -334,25 +328,18 @@ ncclResult_t launch(std::vector<Op> ops) {
   }
   ncclResult_t res = ncclSuccess;
   for (auto& [stream, part] : parts) {
-    CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (cuStreamIsCapturing(stream, &cap) != CUDA_SUCCESS) {
-      res = ncclInvalidArgument;
-      continue;
-    }
-    auto* l = new Launch{std::move(part), cap == CU_STREAM_CAPTURE_STATUS_ACTIVE};
-    if (!l->captured)
-      for (auto& op : l->ops) {
+    // Numbers are given on the host, in call order: now, or at each launch of a captured graph
+    // (every replay of a captured collective is a new collective).
+    auto tmpl = std::make_shared<const std::vector<Op>>(std::move(part));
+    auto prepare = [tmpl]() -> std::function<void()> {
+      std::vector<Op> ops = *tmpl;
+      for (auto& op : ops) {
         assign_seq(op);
         op.comm->pending.fetch_add(1);
       }
-    bool captured = l->captured;
-    std::vector<std::shared_ptr<CommState>> comms;
-    for (auto& op : l->ops) comms.push_back(op.comm);
-    if (frsim_stream_launch_owned(stream, run_launch, l, free_launch) != CUDA_SUCCESS) {  // l is freed
-      if (!captured)
-        for (auto& c : comms) c->pending.fetch_sub(1);
-      res = ncclUnhandledCudaError;
-    }
+      return make_work(std::move(ops));
+    };
+    if (frsim_internal_launch_prepared(stream, prepare) != CUDA_SUCCESS) res = ncclUnhandledCudaError;
   }
   return res;
 }
