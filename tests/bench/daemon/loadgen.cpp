@@ -18,7 +18,6 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/client.h"
 #include "daemon/convert.h"
 #include "fr/v1/frd.grpc.pb.h"
 
@@ -223,19 +222,17 @@ int main(int argc, char** argv) {
     sims.push_back(std::make_unique<SimNode>(stubs[size_t(n % channels)].get(), n, ranks));
 
   std::atomic<bool> stop{false};
-  // Heartbeats spread over the interval: node n sends at n/nodes of each period.
+  // Heartbeats spread over the interval: node n is due at (tick + n/nodes) periods. The ticker
+  // wakes every 5 ms and sends whatever is due, so a loaded machine delays but never drops them.
   std::thread ticker([&] {
     auto start = Clock::now();
-    uint64_t tick = 0;
-    const auto period = std::chrono::duration<double>(interval);
+    const double period = interval;
+    uint64_t next = 0;  // heartbeats sent so far, in schedule order
     while (!stop) {
-      for (int n = 0; n < nodes && !stop; ++n) {
-        auto due = start + std::chrono::duration_cast<Clock::duration>(
-                               period * (double(tick) + double(n) / nodes));
-        std::this_thread::sleep_until(due);
-        sims[size_t(n)]->heartbeat();
-      }
-      ++tick;
+      double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      uint64_t due = uint64_t(elapsed / period * nodes);
+      for (; next < due && !stop; ++next) sims[size_t(next % uint64_t(nodes))]->heartbeat();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   });
 
@@ -258,14 +255,24 @@ int main(int argc, char** argv) {
   }
 
   // Fan-out: trigger a dump, wait until every node has its request (or 10 s).
-  fr::daemon::ClientOptions co;
-  co.address = addr;
-  std::string id, error;
+  std::string error;
   auto t0 = Clock::now();
-  bool triggered = fr::daemon::trigger_dump(co, "load generator fan-out", &id, &error);
+  bool triggered = false;
+  double replied = -1;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    fr::v1::TriggerRequest req;
+    req.set_reason("load generator fan-out");
+    fr::v1::TriggerReply rep;
+    grpc::Status st = stubs[0]->TriggerDump(&ctx, req, &rep);
+    triggered = st.ok() && rep.ok();
+    if (!triggered) error = st.ok() ? rep.error() : st.error_message();
+    replied = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
   int asked = 0;
   int64_t last = 0;
-  while (triggered && Clock::now() - t0 < std::chrono::seconds(10)) {
+  while (triggered && Clock::now() - t0 < std::chrono::seconds(30)) {
     asked = 0;
     last = 0;
     for (auto& s : sims) {
@@ -292,6 +299,7 @@ int main(int argc, char** argv) {
   if (!triggered)
     std::printf("  fan-out: trigger failed: %s\n", error.c_str());
   else
-    std::printf("  fan-out: %d/%d nodes asked to dump within %.3f s\n", asked, nodes, fanout);
+    std::printf("  fan-out: %d/%d nodes asked to dump within %.3f s (trigger answered after %.3f s)\n",
+                asked, nodes, fanout, replied);
   return triggered && asked == nodes ? 0 : 1;
 }
