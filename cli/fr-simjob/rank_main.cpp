@@ -277,8 +277,11 @@ float step_tag(int step) { return static_cast<float>(step % 97); }
 void fill(Rank& r, int step) {
   int t = r.pos.tp_rank;
   for (size_t i = 0; i < kTpCount; ++i) hptr(r, r.ag_send)[i] = 1000.0f * (t + 1) + step_tag(step);
-  for (size_t i = 0; i < kTpCount * r.shape.tp; ++i)
+  for (size_t i = 0; i < kTpCount * r.shape.tp; ++i) {
     hptr(r, r.rs_send)[i] = static_cast<float>(t + 1 + static_cast<int>(i / kTpCount));
+    hptr(r, r.ag_recv)[i] = -1.0f;  // receive buffers start poisoned: an op that did not run shows
+  }
+  for (size_t i = 0; i < kTpCount; ++i) hptr(r, r.rs_recv)[i] = -1.0f;
   for (size_t i = 0; i < kPpCount; ++i) {
     hptr(r, r.fwd_send)[i] = 10.0f * r.pos.rank + step_tag(step);
     hptr(r, r.bwd_send)[i] = 10.0f * r.pos.rank + 5.0f;
