@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "agent.h"
 
@@ -175,6 +176,13 @@ void fall_back() {
     choose(kGpuNone);
 }
 
+// The mapping starts on a page; registration covers whole pages (the last one is mapped too).
+size_t page_rounded(uint64_t bytes) {
+  long page = sysconf(_SC_PAGESIZE);
+  uint64_t p = page > 0 ? (uint64_t)page : 4096u;
+  return (size_t)((bytes + p - 1) / p * p);
+}
+
 uint64_t* counter(int32_t slot, bool completed) {
   fr_comm_entry* e = &g_ctx.comms[slot];
   return completed ? &e->gpu_completed : &e->gpu_started;
@@ -266,7 +274,7 @@ int gpu_prepare() {
       // devices); the mapping is page-aligned, as registration requires.
       if (has_ctx && g_cuda.mem_host_register && g_cuda.mem_host_get_device_pointer &&
           g_cuda.stream_write_value64 &&
-          g_cuda.mem_host_register(g_ctx.map, g_ctx.map_size,
+          g_cuda.mem_host_register(g_ctx.map, page_rounded(g_ctx.map_size),
                                    CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE) ==
               CUDA_SUCCESS &&
           g_cuda.mem_host_get_device_pointer(&dev, g_ctx.map, 0) == CUDA_SUCCESS) {
