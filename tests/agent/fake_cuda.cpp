@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 namespace {
 constexpr uint64_t kCapturing = 0xCA97;
@@ -29,11 +31,15 @@ int g_ctx_token;
 int event_pool[4096];  // events are addresses in this pool
 int g_next_event;      // atomic
 int g_unsafe_global;   // atomic: "unsafe" calls made in global capture mode
-thread_local CUstreamCaptureMode t_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+// Each thread's capture mode, by thread id (no thread_local: this library is dlopen'ed, and
+// dynamic TLS trips LeakSanitizer's thread scan on some toolchains). 0 means the default, global.
+int g_mode_by_tid[4096];
+
+int& thread_mode() { return g_mode_by_tid[(unsigned)syscall(SYS_gettid) % 4096]; }
 
 // Calls that would break another thread's global-mode capture unless made in relaxed mode.
 void unsafe_call() {
-  if (t_mode != CU_STREAM_CAPTURE_MODE_RELAXED)
+  if (__atomic_load_n(&thread_mode(), __ATOMIC_RELAXED) != 1 + CU_STREAM_CAPTURE_MODE_RELAXED)
     __atomic_fetch_add(&g_unsafe_global, 1, __ATOMIC_RELAXED);
 }
 
@@ -56,9 +62,8 @@ API CUresult cuCtxGetCurrent(CUcontext* ctx) {
 }
 
 API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
-  CUstreamCaptureMode old = t_mode;
-  t_mode = *mode;
-  *mode = old;
+  int old = __atomic_exchange_n(&thread_mode(), 1 + (int)*mode, __ATOMIC_RELAXED);
+  *mode = old == 0 ? CU_STREAM_CAPTURE_MODE_GLOBAL : (CUstreamCaptureMode)(old - 1);
   return CUDA_SUCCESS;
 }
 
