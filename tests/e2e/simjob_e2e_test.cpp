@@ -455,7 +455,7 @@ TEST_CASE("fr-simjob: bad usage exits 2 with one clear line", "[e2e]") {
 TEST_CASE("fr-simjob --daemons: the coordinator's verdict lands in result.json", "[e2e]") {
   SimRun run = fr::e2e::run_simjob({"--nodes", "2", "--ranks-per-node", "4", "--tp", "2", "--pp",
                                     "2", "--steps", "20", "--fault", "rank=5,step=3,kind=hang-host",
-                                    "--daemons", "--stall-after", "1", "--quiet"});
+                                    "--daemons", "--stall-after", "2", "--quiet"});
   INFO(describe(run));
   REQUIRE(run.exit_code == 0);
   REQUIRE(run.result["stop_reason"] == "incident");
@@ -480,10 +480,10 @@ TEST_CASE("fr-simjob --daemons: the coordinator's verdict lands in result.json",
 }
 
 TEST_CASE("fr-simjob --daemons: a healthy job with a straggler raises no incident", "[e2e]") {
-  // Long enough (30 steps x 60 ms) for many heartbeats past the 1 s stall threshold.
-  SimRun run = fr::e2e::run_simjob({"--nodes", "2", "--ranks-per-node", "2", "--steps", "30",
+  // Long enough (40 steps x 60 ms) for many heartbeats past the 1.5 s stall threshold.
+  SimRun run = fr::e2e::run_simjob({"--nodes", "2", "--ranks-per-node", "2", "--steps", "40",
                                     "--fault", "rank=2,step=0,kind=slow,ms=60", "--daemons",
-                                    "--stall-after", "1", "--quiet"});
+                                    "--stall-after", "1.5", "--quiet"});
   INFO(describe(run));
   REQUIRE(run.exit_code == 0);
   REQUIRE(run.result["completed"] == true);
