@@ -581,3 +581,18 @@ TEST_CASE("fr-simjob: faults on the other communicators give the expected verdic
     REQUIRE(run.result["analysis"]["verdict"]["mismatch"]["field"] == c.field);
   fr::e2e::remove_run(run);
 }
+
+TEST_CASE("fr-simjob: faults repeat; a straggler does not hide the hung rank", "[e2e]") {
+  SimRun run = fr::e2e::run_simjob(fr::e2e::small_job(
+      6, {"rank=3,step=0,kind=slow,ms=40", "rank=6,step=2,kind=hang-host"}));
+  auto ranks = stalled_dump(run);
+  INFO(describe(run));
+  REQUIRE(run.result["faults"].size() == 2);
+  REQUIRE(run.result["faults"][0]["spec"] == "rank=3,step=0,kind=slow,ms=40");
+  REQUIRE(run.result["faults"][1]["kind"] == "hang-host");
+  REQUIRE(ranks.at(6).last_coll_seq("world") == 4);
+  require_all_completed(ranks.at(6));
+  REQUIRE(run.result["ranks"][6]["steps_done"] == 2);
+  check_verdict(run, "not_entered", {6});
+  fr::e2e::remove_run(run);
+}
