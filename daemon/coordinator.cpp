@@ -147,14 +147,14 @@ void CoordinatorState::disconnect(uint64_t session, int64_t now_mono) {
   n->connected = false;
 }
 
-bool CoordinatorState::heartbeat(uint64_t session, const NodeReport& report, int64_t now_mono) {
+bool CoordinatorState::heartbeat(uint64_t session, NodeReport report, int64_t now_mono) {
   Node* n = by_session(session);
   if (!n) return false;
   n->last_heartbeat_mono = now_mono;
   n->lost = false;
   n->heartbeats++;
   heartbeats_total_++;
-  n->last = report;
+  n->last = std::move(report);
   n->max_age_ns = 0;
   n->alive = 0;
   std::map<std::string, int64_t> dead;

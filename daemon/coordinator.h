@@ -136,7 +136,7 @@ class CoordinatorState {
   void resend_requests(uint64_t session, Actions* actions);
   void disconnect(uint64_t session, int64_t now_mono);
   // Heartbeat from a session; false when the session is unknown or stale.
-  bool heartbeat(uint64_t session, const NodeReport& report, int64_t now_mono);
+  bool heartbeat(uint64_t session, NodeReport report, int64_t now_mono);
   void clock_sample(uint64_t session, int64_t t1, int64_t t2, int64_t t3, int64_t t4);
   void dump_status(uint64_t session, const std::string& incident_id, bool ok,
                    const std::string& error, int64_t now_mono);

@@ -237,7 +237,7 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
       if ((!p.alive && !p.exited_cleanly) || p.oldest_age_ns() >= impl_->cfg.stall_after_ns)
         urgent = true;
     std::lock_guard<std::mutex> lk(impl_->mu);
-    if (!impl_->state.heartbeat(session_, report, now)) {
+    if (!impl_->state.heartbeat(session_, std::move(report), now)) {
       close(grpc::Status(grpc::StatusCode::ABORTED, "superseded by a newer connection"));
       return false;
     }

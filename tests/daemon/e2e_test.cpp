@@ -330,7 +330,17 @@ TEST_CASE("daemons: a healthy job raises no incident", "[daemon][e2e]") {
 TEST_CASE("daemons: a slow rank raises no incident", "[daemon][e2e]") {
   if (!built()) return;
   TempDir d;
-  check_no_incident(simjob_with_daemons(d, {"rank=3,step=1,kind=slow,ms=150"}));
+  JobResult r = simjob_with_daemons(d, {"rank=3,step=1,kind=slow,ms=150"});
+  check_no_incident(r);
+  // fr-simjob's own final dump set shows the slow rank first in the skew.
+  REQUIRE(r.result.contains("analysis"));
+  const json& a = r.result["analysis"];
+  REQUIRE(a["skew"].is_array());
+  REQUIRE(!a["skew"].empty());
+  CHECK(a["skew"][0]["rank"] == 3);
+  bool finding = false;
+  for (const auto& f : a["findings"]) finding |= f["kind"] == "skew";
+  CHECK(finding);
 }
 
 TEST_CASE("daemons: the coordinator killed and restarted mid-job still catches the hang",
