@@ -57,8 +57,14 @@ fr_record new_record(fr_op op, const CommRef& c) {
   return r;
 }
 
+// Host time since `since`; 0 if the wall clock stepped back meanwhile (NTP, re-anchoring).
+uint64_t elapsed_since(uint64_t since) {
+  uint64_t now = now_ns();
+  return now > since ? now - since : 0;
+}
+
 void finish(fr_record& r, ncclResult_t res) {
-  r.duration_ns = now_ns() - r.call_ns;
+  r.duration_ns = elapsed_since(r.call_ns);
   r.result = (int32_t)res;
   r.flags &= ~FR_REC_F_IN_CALL;
 }
@@ -866,7 +872,7 @@ FR_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncEr
       // Recorded once per distinct error; `result` holds the asynchronous error.
       fr_record r = new_record(FR_OP_COMM_GET_ASYNC_ERROR, c);
       r.call_ns = call_ns;
-      r.duration_ns = now_ns() - call_ns;
+      r.duration_ns = elapsed_since(call_ns);
       r.result = (int32_t)err;
       r.flags &= ~FR_REC_F_IN_CALL;
       record_begin(r);
