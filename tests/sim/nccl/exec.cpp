@@ -13,16 +13,16 @@
 // A member whose descriptor differs makes the collective wait forever (a mismatch hangs). Point-
 // to-point uses one channel per ordered pair with the same two-buffer scheme and an explicit
 // acknowledgement; a send finishes when the receiver has taken every chunk.
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 
 #include "fr_sim.h"
 #include "internal.h"
-
-#include <functional>
 
 // Exported by libcuda.so.1 for this library only (see cuda_sim.cpp).
 extern "C" CUresult frsim_internal_launch_prepared(CUstream stream,
@@ -30,8 +30,6 @@ extern "C" CUresult frsim_internal_launch_prepared(CUstream stream,
 
 namespace frsim {
 namespace {
-
-
 
 thread_local int tl_depth = 0;
 thread_local std::vector<Op> tl_ops;
