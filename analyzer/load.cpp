@@ -12,6 +12,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 
 #include "analyzer/model.h"
@@ -227,7 +228,10 @@ Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind) 
     o.comm = per_comm[i];
     o.op = r.op;
     o.dtype = r.dtype;
-    o.gpu_state = static_cast<uint8_t>(log.records[i].gpu_state);
+    // Copied as bytes: a damaged file may hold a value outside the enum, which reads as unknown.
+    std::underlying_type_t<fr_gpu_state> gs;
+    std::memcpy(&gs, &log.records[i].gpu_state, sizeof gs);
+    o.gpu_state = gs <= FR_GPU_COMPLETED ? static_cast<uint8_t>(gs) : static_cast<uint8_t>(FR_GPU_NONE);
     o.redop = r.redop;
     o.peer = r.peer;
     o.result = r.result;
