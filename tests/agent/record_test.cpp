@@ -307,6 +307,49 @@ TEST_CASE("members of one communicator agree on its id", "[agent]") {
   CHECK(splits[splits.size() - 1].aux == 0);
 }
 
+TEST_CASE("scalable init and grow ids follow the identity rules", "[agent]") {
+  ncclUniqueId ids[2];
+  REQUIRE(ncclGetUniqueId(&ids[0]) == ncclSuccess);
+  REQUIRE(ncclGetUniqueId(&ids[1]) == ncclSuccess);
+  ncclComm_t a = nullptr, b = nullptr, single = nullptr, plain = nullptr;
+  REQUIRE(ncclCommInitRankScalable(&a, 4, 0, 2, ids, nullptr) == ncclSuccess);
+  REQUIRE(ncclCommInitRankScalable(&b, 4, 3, 2, ids, nullptr) == ncclSuccess);
+  REQUIRE(ncclCommInitRankScalable(&single, 4, 1, 1, ids, nullptr) == ncclSuccess);
+  REQUIRE(ncclCommInitRank(&plain, 4, ids[0], 2) == ncclSuccess);
+
+  // Grow: a member of `a` and a joining rank (no parent) that got the coordinator's unique id.
+  ncclUniqueId grow_id;
+  REQUIRE(ncclCommGetUniqueId(a, &grow_id) == ncclSuccess);
+  ncclComm_t grown = nullptr, joined = nullptr, grown2 = nullptr;
+  REQUIRE(ncclCommGrow(a, 6, &grow_id, -1, &grown, nullptr) == ncclSuccess);
+  REQUIRE(ncclCommGrow(nullptr, 6, &grow_id, 5, &joined, nullptr) == ncclSuccess);
+  REQUIRE(ncclCommGrow(a, 8, nullptr, -1, &grown2, nullptr) == ncclSuccess);
+
+  auto log = read_own_log();
+  const fr_comm_entry *ea = entry_for(log, a), *eb = entry_for(log, b);
+  const fr_comm_entry *es = entry_for(log, single), *ep = entry_for(log, plain);
+  REQUIRE((ea && eb && es && ep));
+  CHECK(ea->id == eb->id);  // every member hashes all the ids
+  CHECK(ea->origin == FR_ORIGIN_INIT_RANK_SCALABLE);
+  CHECK(es->id != ea->id);
+  CHECK(es->id == ep->id);  // with one id, the same as a plain init with it
+  const fr_comm_entry *eg = entry_for(log, grown), *ej = entry_for(log, joined);
+  const fr_comm_entry* eg2 = entry_for(log, grown2);
+  REQUIRE((eg && ej && eg2));
+  CHECK(eg->origin == FR_ORIGIN_GROW);
+  CHECK(eg->parent_id == ea->id);
+  CHECK((eg->flags & FR_COMM_F_ID_DERIVED) != 0);
+  CHECK(eg->derive_index == 1);
+  CHECK(eg2->derive_index == 2);
+  CHECK(eg2->id != eg->id);
+  CHECK((ej->flags & FR_COMM_F_ID_FROM_UNIQUE_ID) != 0);
+  CHECK(ej->parent_id == 0);
+  // The CommGetUniqueId record names the id a joining rank will compute.
+  auto gets = on_comm(log, ea->id, FR_OP_COMM_GET_UNIQUE_ID);
+  REQUIRE(gets.size() == 1);
+  CHECK(gets[0].aux == ej->id);
+}
+
 TEST_CASE("sequence numbers count collectives and p2p apart and nested calls are recorded once",
           "[agent]") {
   ncclComm_t c = make_comm(1, 0);
