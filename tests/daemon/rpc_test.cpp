@@ -588,3 +588,59 @@ TEST_CASE("TLS and mutual TLS", "[daemon][rpc]") {
     CHECK(wait_for([&] { return connected_nodes(server) == 1; }));
   }
 }
+
+TEST_CASE("idle uploads are cancelled and cannot hold every upload slot", "[daemon][rpc]") {
+  TempDir dumps;
+  ServerOptions so = server_options();
+  so.max_uploads = 2;
+  so.upload_idle_ns = kSec;
+  CoordinatorServer server(coord_config(dumps.path), so);
+  std::string err;
+  REQUIRE(server.start(&err));
+  std::string id;
+  REQUIRE(trigger_dump(client(server.port()), "x", &id, &err));
+  auto stub = fr::v1::Coordinator::NewStub(make_channel(client(server.port())));
+  auto header = [&](const std::string& node) {
+    fr::v1::UploadChunk c;
+    c.mutable_header()->set_incident_id(id);
+    c.mutable_header()->set_node_name(node);
+    auto* f = c.mutable_header()->add_files();
+    f->set_name(node + "-rank0.frlog");
+    f->set_size(10);
+    return c;
+  };
+  // Two peers open uploads and go silent.
+  grpc::ClientContext c1, c2;
+  fr::v1::UploadReply r1, r2;
+  auto w1 = stub->Upload(&c1, &r1);
+  auto w2 = stub->Upload(&c2, &r2);
+  REQUIRE(w1->Write(header("a")));
+  REQUIRE(w2->Write(header("b")));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  {
+    grpc::ClientContext c3;
+    fr::v1::UploadReply r3;
+    auto w3 = stub->Upload(&c3, &r3);
+    w3->Write(header("c"));
+    w3->WritesDone();
+    CHECK(w3->Finish().error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  // The coordinator cancels them; the slots free up.
+  CHECK(w1->Finish().error_code() == grpc::StatusCode::CANCELLED);
+  CHECK(w2->Finish().error_code() == grpc::StatusCode::CANCELLED);
+  std::string data = "0123456789";
+  bool ok = wait_for([&] {
+    grpc::ClientContext c4;
+    fr::v1::UploadReply r4;
+    auto w4 = stub->Upload(&c4, &r4);
+    fr::v1::UploadChunk c = header("d");
+    c.mutable_header()->mutable_files(0)->set_crc32c(crc32c(0, data.data(), data.size()));
+    w4->Write(c);
+    fr::v1::UploadChunk d;
+    d.mutable_data()->set_data(data);
+    w4->Write(d);
+    w4->WritesDone();
+    return w4->Finish().ok() && r4.ok();
+  }, 10);
+  CHECK(ok);
+}
