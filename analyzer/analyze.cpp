@@ -110,6 +110,7 @@ struct Stall {
   int comm = -1;
   uint64_t seq = 0;
   bool p2p = false;
+  bool api = false;                 // a blocking host call (communicator creation), not a seq
   std::string op;
   std::vector<int> culprits;        // global ranks
   std::vector<int> blocked;         // global ranks waiting in it
@@ -551,6 +552,76 @@ void analyze_collectives(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* fron
   ctx.stalls.push_back(std::move(s));
 }
 
+// --- Blocking host calls (init, split, shrink, grow) ----------------------------------------
+
+bool is_joining_call(uint16_t op) {
+  return op == FR_OP_COMM_INIT_RANK || op == FR_OP_COMM_INIT_RANK_CONFIG ||
+         op == FR_OP_COMM_INIT_RANK_SCALABLE || op == FR_OP_COMM_SPLIT || op == FR_OP_COMM_SHRINK ||
+         op == FR_OP_COMM_GROW;
+}
+
+// Members still inside a call that every member must make (communicator creation) wait for the
+// members that never made it: a hang before the first collective, which sequence numbers miss.
+void analyze_joining(Ctx& ctx, int ci) {
+  const Model& m = ctx.m;
+  const Comm& c = m.comms[ci];
+  std::vector<int> waiting, absent;
+  const Op* sample = nullptr;
+  int64_t t0 = INT64_MAX;
+  for (const auto& mem : c.members) {
+    const Proc& p = m.procs[mem.proc];
+    const ProcComm& pc = p.comms[mem.pc];
+    const Op* in_call = nullptr;
+    for (uint32_t i = pc.ops_begin; i < pc.ops_end; ++i) {
+      const Op& o = p.ops[i];
+      if (is_joining_call(o.op) && (o.flags & FR_REC_F_IN_CALL) && o.result == FR_RESULT_PENDING) in_call = &o;
+    }
+    if (in_call) {
+      waiting.push_back(p.rank);
+      if (!sample) sample = in_call;
+      const int64_t t = aligned(p, in_call->call_ns);
+      t0 = std::min(t0, t);
+      ctx.blocked[p.rank].push_back({ci, t});
+    } else {
+      absent.push_back(p.rank);
+    }
+  }
+  if (waiting.empty()) return;
+  std::vector<int> missing_global;
+  size_t missing_n = 0;
+  for (const auto& mm : missing_members(m, c, ctx.job_missing)) {
+    ++missing_n;
+    if (mm.global >= 0) missing_global.push_back(mm.global);
+  }
+  if (absent.empty() && missing_n == 0) return;  // everyone is in it: it is about to return
+  Stall s;
+  s.comm = ci;
+  s.seq = 0;
+  s.api = true;
+  s.op = fr::log::op_name(sample->op);
+  s.t_start = t0;
+  s.blocked = waiting;
+  const std::string where = s.op + " on comm " + (c.name.empty() ? comm_id_hex(c.id) : c.name);
+  if (!absent.empty()) {
+    s.kind = "not_entered";
+    s.prio = kNotEntered;
+    s.culprits = absent;
+    s.culprits.insert(s.culprits.end(), missing_global.begin(), missing_global.end());
+    s.summary = "rank" + std::string(s.culprits.size() > 1 ? "s " : " ") + ranks_text(s.culprits) +
+                " never called " + where + "; " + std::to_string(waiting.size()) + " wait in it";
+  } else {
+    s.kind = missing_global.size() == missing_n ? "not_entered" : "incomplete";
+    s.prio = s.kind == "not_entered" ? kNotEntered : kIncomplete;
+    s.culprits = missing_global;
+    s.summary = std::to_string(waiting.size()) + " member" + (waiting.size() > 1 ? "s wait" : " waits") +
+                " in " + where + " for " + std::to_string(missing_n) + " that never joined" +
+                (missing_global.empty() ? "" : " (rank" + std::string(missing_global.size() > 1 ? "s " : " ") +
+                                                  ranks_text(missing_global) + ", no dump)");
+  }
+  s.fraction = static_cast<double>(s.culprits.size()) / static_cast<double>(std::max<size_t>(1, c.members.size()));
+  ctx.stalls.push_back(std::move(s));
+}
+
 // --- Point-to-point ---------------------------------------------------------------------------
 
 void analyze_p2p(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* frontier_json) {
@@ -841,7 +912,7 @@ json stall_json(const Ctx& ctx, const Stall& s, const std::vector<std::vector<Fr
     const Comm& c = m.comms[s.comm];
     j["comm"] = comm_json(c);
     j["seq"] = s.seq;
-    j["seq_kind"] = s.p2p ? "p2p" : "coll";
+    j["seq_kind"] = s.api ? "api" : s.p2p ? "p2p" : "coll";
     j["op"] = s.op;
   }
   j["culprit_ranks"] = s.culprits;
@@ -862,7 +933,8 @@ json stall_json(const Ctx& ctx, const Stall& s, const std::vector<std::vector<Fr
         continue;
       const Frontier& f = fr[i];
       std::string state;
-      if (!p.alive && p.snapshot && s.kind == "rank_dead") state = "dead";
+      if (s.api) state = std::find(s.blocked.begin(), s.blocked.end(), p.rank) != s.blocked.end() ? "in_call" : "not_entered";
+      else if (!p.alive && p.snapshot && s.kind == "rank_dead") state = "dead";
       else if (f.enq < s.seq && !s.p2p) state = "not_entered";
       else if (f.completed >= s.seq && !s.p2p) state = "completed";
       else if (!f.tracked) state = "entered";
@@ -922,6 +994,7 @@ nlohmann::json analyze_model(const Model& m, const Options& opts) {
     size_t before = ctx.stalls.size();
     analyze_collectives(ctx, ci, coll_fr[ci], &cf);
     analyze_p2p(ctx, ci, p2p_fr[ci], &pf);
+    analyze_joining(ctx, ci);
     if (!comm_matches(m.comms[ci], opts.comm)) continue;
     json cj = communicator_json(m, m.comms[ci]);
     cj["frontier"] = {{"coll", cf}, {"p2p", pf}, {"stalled", ctx.stalls.size() > before}};
@@ -997,7 +1070,7 @@ nlohmann::json analyze_model(const Model& m, const Options& opts) {
       bool hit = false;
       for (int r : st.culprits) hit |= std::binary_search(lost_ranks.begin(), lost_ranks.end(), r);
       if (hit || st.kind == "incomplete") {
-        s.comm = st.comm, s.seq = st.seq, s.p2p = st.p2p, s.op = st.op, s.extra = st.extra;
+        s.comm = st.comm, s.seq = st.seq, s.p2p = st.p2p, s.api = st.api, s.op = st.op, s.extra = st.extra;
         s.summary += "; the others wait in " + st.op + " #" + std::to_string(st.seq) + " on comm " +
                      (m.comms[st.comm].name.empty() ? comm_id_hex(m.comms[st.comm].id) : m.comms[st.comm].name);
         break;
@@ -1016,7 +1089,7 @@ nlohmann::json analyze_model(const Model& m, const Options& opts) {
         break;
       }
     }
-    s.comm = base->comm, s.seq = base->seq, s.p2p = base->p2p, s.op = base->op, s.extra = base->extra;
+    s.comm = base->comm, s.seq = base->seq, s.p2p = base->p2p, s.api = base->api, s.op = base->op, s.extra = base->extra;
     s.summary = "rank" + std::string(dead.size() > 1 ? "s " : " ") + ranks_text(dead) + " died (" +
                 (dead.size() > 1 ? "their writers were" : "its writer was") + " gone at the dump) while " +
                 "others wait in " + base->op + " #" + std::to_string(base->seq) + " on comm " +

@@ -450,3 +450,33 @@ TEST_CASE("whole histories (no ring wrap): p2p paired from the first op", "[anal
     CHECK(culprits(doc["verdict"]) == std::vector<int>{s.faults[0].rank});
   }
 }
+
+TEST_CASE("a rank that never joins a communicator's creation is named", "[analyzer]") {
+  // Every rank but 6 is inside ncclCommSplit on the world communicator (the host call has not
+  // returned); rank 6 never called it. No sequence number moves, only the call tells.
+  auto logs = fr::analyzer::synth::make_logs(spec_with(""));
+  for (auto& log : logs) {
+    if (log.header.global_rank == 6) continue;
+    fr::log::Record rec{};
+    rec.raw = log.records.back().raw;
+    rec.raw.id = log.header.record_counter++;
+    rec.raw.op = FR_OP_COMM_SPLIT;
+    rec.raw.seq = 0;
+    rec.raw.op_index = 0;
+    rec.raw.group_id = 0;
+    rec.raw.call_ns += 1'000'000;
+    rec.raw.flags = FR_REC_F_IN_CALL;
+    rec.raw.result = FR_RESULT_PENDING;
+    rec.raw.gpu_state = FR_GPU_NONE;
+    rec.gpu_state = FR_GPU_NONE;
+    log.records.push_back(rec);
+  }
+  TempDir t;
+  write_logs(logs, t.sub("set"));
+  json doc = analyze_dir(t.sub("set"));
+  INFO(doc["verdict"].dump());
+  CHECK(doc["verdict"]["kind"] == "not_entered");
+  CHECK(doc["verdict"]["op"] == "CommSplit");
+  CHECK(doc["verdict"]["seq_kind"] == "api");
+  CHECK(culprits(doc["verdict"]) == std::vector<int>{6});
+}
