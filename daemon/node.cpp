@@ -205,6 +205,7 @@ void NodeDaemon::connect_once(bool* welcomed) {
           *welcomed = true;
           job_filter_ = sanitize_name(m.welcome().job_id());
           if (m.welcome().job_id().empty()) job_filter_.clear();
+          coordinator_stall_ns_ = int64_t(m.welcome().stall_after_ms()) * 1'000'000;
           // Deliver what is still here (the coordinator may be a new one).
           for (const auto& p : pending_)
             if (std::find(queue_.begin(), queue_.end(), p) == queue_.end()) queue_.push_back(p);
@@ -234,8 +235,12 @@ void NodeDaemon::connect_once(bool* welcomed) {
     uint64_t seq = 0;
     while (!stopping_ && !reader_done) {
       {
+        // Report a crossing of whichever threshold is lower, ours or the coordinator's.
         std::lock_guard<std::mutex> lk(mu_);
         watcher.set_job_filter(job_filter_);
+        int64_t stall = opts_.stall_after_ns;
+        if (coordinator_stall_ns_ > 0 && coordinator_stall_ns_ < stall) stall = coordinator_stall_ns_;
+        watcher.set_stall_after(stall);
       }
       ScanResult scan = watcher.scan();
       int64_t now = mono_ns();

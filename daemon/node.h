@@ -65,6 +65,7 @@ class NodeDaemon {
   std::set<std::string> pending_;       // taken or queued, not yet delivered
   std::set<std::string> delivered_;
   std::string job_filter_;
+  int64_t coordinator_stall_ns_ = 0;    // the coordinator's threshold, from its Welcome
   Stream* stream_ = nullptr;            // the live control stream, guarded by mu_
   std::thread dumper_;
 };

@@ -217,6 +217,8 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
     w.mutable_welcome()->set_job_id(impl_->cfg.job_id);
     w.mutable_welcome()->set_heartbeat_interval_ms(
         uint32_t(impl_->cfg.heartbeat_interval_ns / 1'000'000));
+    w.mutable_welcome()->set_stall_after_ms(uint32_t(
+        std::min<int64_t>(impl_->cfg.stall_after_ns / 1'000'000, int64_t(UINT32_MAX))));
     send(std::move(w));
     send_ping();
     Actions a;

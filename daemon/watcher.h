@@ -34,6 +34,7 @@ class LogWatcher {
 
   // Only logs of this job (empty: all). Set from the coordinator's Welcome.
   void set_job_filter(std::string job_id) { job_filter_ = std::move(job_id); }
+  void set_stall_after(int64_t ns) { stall_after_ns_ = ns; }
 
   ScanResult scan();
 
