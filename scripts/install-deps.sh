@@ -8,7 +8,7 @@ packages=(
   clang libclang-rt-14-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   catch2 libcli11-dev nlohmann-json3-dev libbenchmark-dev
-  binutils procps
+  binutils procps bc time
 )
 
 missing=()

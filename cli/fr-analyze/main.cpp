@@ -1,7 +1,7 @@
 // fr-analyze: from a dump set (or single dumps, or PyTorch Flight Recorder dumps) to a verdict.
 //
 //   fr-analyze [--json] [--trace FILE] [--comm ID] [--rank R]... PATH...
-//   fr-analyze export --format torch-json DIR OUT
+//   fr-analyze export --format torch-json|torch-pickle DIR OUT
 //
 // Exit codes (docs/fr-analyze.md): 0 the analysis finished, whatever the verdict; 2 bad usage;
 // 3 unusable input (nothing readable); 4 an output could not be written; 1 an internal error.
@@ -32,8 +32,9 @@ constexpr int kExitInternal = 1;
 namespace fs = std::filesystem;
 
 int run_export(const std::string& format, const std::string& dir, const std::string& out) {
-  if (format != "torch-json") {
-    std::cerr << "fr-analyze export: unknown format '" << format << "' (known: torch-json)\n";
+  if (format != "torch-json" && format != "torch-pickle") {
+    std::cerr << "fr-analyze export: unknown format '" << format
+              << "' (known: torch-json, torch-pickle)\n";
     return kExitUsage;
   }
 #ifndef FR_HAVE_TORCH
@@ -76,12 +77,16 @@ int run_export(const std::string& format, const std::string& dir, const std::str
     std::cerr << "fr-analyze export: nothing readable in " << dir << "\n";
     return kExitInput;
   }
-  if (!fr::analyzer::torch::export_torch_json(logs, out, &err)) {
+  // fr_trace itself loads the pickle form; other tooling often reads the JSON form.
+  const bool pickle = format == "torch-pickle";
+  bool written = pickle ? fr::analyzer::torch::export_torch_pickle(logs, out, &err)
+                        : fr::analyzer::torch::export_torch_json(logs, out, &err);
+  if (!written) {
     std::cerr << "fr-analyze export: " << err << "\n";
     return kExitOutput;
   }
-  std::cout << "wrote " << logs.size() << " PyTorch Flight Recorder JSON file" << (logs.size() == 1 ? "" : "s")
-            << " to " << out << "\n";
+  std::cout << "wrote " << logs.size() << " PyTorch Flight Recorder " << (pickle ? "pickle" : "JSON")
+            << " file" << (logs.size() == 1 ? "" : "s") << " to " << out << "\n";
   return 0;
 #endif
 }
@@ -109,7 +114,7 @@ int main(int argc, char** argv) {
 
   auto* exp = app.add_subcommand("export", "write dumps in another tool's format");
   std::string format, exp_dir, exp_out;
-  exp->add_option("--format", format, "torch-json")->required();
+  exp->add_option("--format", format, "torch-json or torch-pickle (what fr_trace loads)")->required();
   exp->add_option("DIR", exp_dir, "dump set")->required();
   exp->add_option("OUT", exp_out, "output directory")->required();
 

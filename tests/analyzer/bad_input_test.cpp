@@ -267,6 +267,13 @@ TEST_CASE("fr-analyze: exit codes and output", "[analyzer][cli]") {
   for (const auto& e : fs::directory_iterator(t.sub("torch"))) n += e.is_regular_file();
   CHECK(n == 8);
   CHECK(run_cli("export --format torch-json " + t.sub("junk") + " " + t.sub("torch2"), &out) == 3);
+  // The pickle form is what PyTorch's fr_trace loads; fr-analyze reads it back too.
+  CHECK(run_cli("export --format torch-pickle " + t.sub("set") + " " + t.sub("pickles"), &out) == 0);
+  n = 0;
+  for (const auto& e : fs::directory_iterator(t.sub("pickles"))) n += e.is_regular_file();
+  CHECK(n == 8);
+  CHECK(run_cli("--json " + t.sub("pickles"), &out) == 0);
+  CHECK(out.find("\"fr-analysis/1\"") != std::string::npos);
 #endif
 }
 
