@@ -151,7 +151,12 @@ int main(int argc, char** argv) {
   dump_client.add(dump, false);
   dump->add_option("--reason", reason, "why (kept with the incident)")->capture_default_str();
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);  // prints help or the error
+    return rc == 0 ? 0 : 2;
+  }
   std::string error;
 
   if (snap->parsed()) return run_snapshot(log_dir, out, job);

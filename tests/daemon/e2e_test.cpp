@@ -499,3 +499,23 @@ TEST_CASE("daemons: a wrong token is refused", "[daemon][e2e]") {
             d.path + "/c2.log", 20) == 1);
   CHECK(slurp(d.path + "/c2.log").find("token") != std::string::npos);
 }
+
+TEST_CASE("frd: usage errors and an unreachable coordinator have distinct exit codes",
+          "[daemon][e2e]") {
+  if (access(kFrd.c_str(), X_OK) != 0) {
+    WARN("skipped: " << kFrd << " is not built");
+    return;
+  }
+  TempDir d;
+  const std::string log = d.path + "/out.log";
+  CHECK(run({kFrd, "node", "--log-dir", d.path}, log) == 2);
+  CHECK(run({kFrd, "coordinator"}, log) == 2);
+  CHECK(run({kFrd, "node", "--coordinator", "x:1", "--log-dir", d.path,
+             "--heartbeat-interval", "0"}, log) == 2);
+  CHECK(run({kFrd, "node", "--coordinator", "x:1", "--log-dir", d.path, "--tls-cert", "c"},
+            log) == 2);
+  CHECK(run({kFrd, "status", "--coordinator", "127.0.0.1:1"}, log) == 1);
+  CHECK(run({kFrd, "dump", "--coordinator", "127.0.0.1:1"}, log) == 1);
+  CHECK(run({kFrd, "status", "--token-file", d.path + "/missing"}, log) == 2);
+  CHECK(run({kFrd, "coordinator", "--listen", "256.1.1.1:1", "--dump-dir", d.path + "/x"}, log) == 1);
+}
