@@ -19,7 +19,7 @@ std::string sanitize_name(std::string_view in, size_t max_len) {
     out.push_back(keep(c) ? c : '_');
   }
   if (!out.empty() && out[0] == '.') out[0] = '_';
-  if (out.empty()) out = "_";
+  if (out.empty()) out.push_back('_');
   return out;
 }
 
