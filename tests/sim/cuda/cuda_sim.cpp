@@ -268,14 +268,24 @@ std::shared_ptr<CUevent_st> get_event(CUevent h) {
 }
 
 // Queues work on a stream, or appends it to the graph being captured. Returns the ticket the
-// stream reaches when this work is finished (0 when captured).
+// stream reaches when this work is finished (0 when captured). `run_if_idle` is for tiny,
+// non-blocking work (memory writes): on an idle stream it runs at once on the caller's thread,
+// as a GPU would execute it at once, which spares a wake-up of the stream's worker.
 CUresult enqueue(const std::shared_ptr<CUstream_st>& st, std::function<void()> fn,
-                 uint64_t* ticket = nullptr) {
+                 uint64_t* ticket = nullptr, bool run_if_idle = false) {
   std::lock_guard<std::mutex> g(st->mu);
   if (st->destroyed) return CUDA_ERROR_INVALID_HANDLE;
   if (st->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
     st->graph->items.push_back(GraphItem{std::move(fn), nullptr});
     if (ticket) *ticket = 0;
+    return CUDA_SUCCESS;
+  }
+  if (run_if_idle && st->queue.empty()) {  // the worker holds an item at the front while running it
+    fn();
+    ++st->enqueued;
+    ++st->finished;
+    if (ticket) *ticket = st->enqueued;
+    st->done_cv.notify_all();
     return CUDA_SUCCESS;
   }
   st->queue.push_back(std::move(fn));
@@ -728,7 +738,7 @@ FRSIM_API CUresult cuStreamWriteValue64_v2(CUstream h, CUdeviceptr addr, cuuint6
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
   if (CUresult r = check_mem_op(addr, 8); r != CUDA_SUCCESS) return r;
   auto* p = reinterpret_cast<uint64_t*>(static_cast<uintptr_t>(addr));
-  return enqueue(st, [p, value] { __atomic_store_n(p, value, __ATOMIC_SEQ_CST); });
+  return enqueue(st, [p, value] { __atomic_store_n(p, value, __ATOMIC_SEQ_CST); }, nullptr, true);
 }
 
 FRSIM_API CUresult cuStreamWriteValue32_v2(CUstream h, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
@@ -737,7 +747,7 @@ FRSIM_API CUresult cuStreamWriteValue32_v2(CUstream h, CUdeviceptr addr, cuuint3
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
   if (CUresult r = check_mem_op(addr, 4); r != CUDA_SUCCESS) return r;
   auto* p = reinterpret_cast<uint32_t*>(static_cast<uintptr_t>(addr));
-  return enqueue(st, [p, value] { __atomic_store_n(p, value, __ATOMIC_SEQ_CST); });
+  return enqueue(st, [p, value] { __atomic_store_n(p, value, __ATOMIC_SEQ_CST); }, nullptr, true);
 }
 
 FRSIM_API CUresult cuStreamWaitValue64_v2(CUstream h, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
