@@ -1,6 +1,7 @@
 // See coordinator.h.
 #include "daemon/coordinator.h"
 
+#include <dirent.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -412,6 +413,20 @@ bool CoordinatorState::begin_upload(const DumpHeader& hdr, std::string* dir, boo
     // A dump for an incident of a previous coordinator run (the node kept it): accept it into
     // that incident's directory if it is there, and write the dump set again.
     std::string d = cfg_.dump_dir + "/" + job_dir_name() + "/" + hdr.incident_id;
+    if (!is_dir(d) && cfg_.job_id.empty() && learned_job_.empty()) {
+      // The job is not known yet (no heartbeat since the restart): the incident's directory
+      // under exactly one job will do.
+      std::vector<std::string> found;
+      if (DIR* dd = opendir(cfg_.dump_dir.c_str())) {
+        while (dirent* e = readdir(dd)) {
+          std::string job = e->d_name;
+          if (is_safe_name(job) && is_dir(cfg_.dump_dir + "/" + job + "/" + hdr.incident_id))
+            found.push_back(cfg_.dump_dir + "/" + job + "/" + hdr.incident_id);
+        }
+        closedir(dd);
+      }
+      if (found.size() == 1) d = found[0];
+    }
     if (!is_dir(d)) {
       *error = "unknown incident " + hdr.incident_id;
       return false;

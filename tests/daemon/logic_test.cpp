@@ -404,6 +404,20 @@ TEST_CASE("incident ids left by a previous run are never reused", "[daemon]") {
   CHECK(where == dir.path + "/job1/incident-0001");
 }
 
+TEST_CASE("a restarted coordinator that does not know the job yet finds the incident", "[daemon]") {
+  TempDir dir;
+  std::string err;
+  REQUIRE(make_dirs(dir.path + "/jobX/incident-0003", &err));
+  CoordinatorConfig cfg = config(dir.path);
+  cfg.job_id.clear();
+  CoordinatorState st(cfg);
+  std::string where;
+  bool dup = false;
+  REQUIRE(st.begin_upload(header("incident-0003", "n0"), &where, &dup, &err));
+  CHECK(where == dir.path + "/jobX/incident-0003");
+  CHECK_FALSE(st.begin_upload(header("incident-0004", "n0"), &where, &dup, &err));
+}
+
 TEST_CASE("status and metrics describe nodes, ranks and incidents", "[daemon]") {
   TempDir dir;
   CoordinatorState st(config(dir.path));
