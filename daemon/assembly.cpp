@@ -91,8 +91,7 @@ DumpReceiver::~DumpReceiver() {
   if (!done_) abort();
 }
 
-bool DumpReceiver::begin(const std::string& dir, const DumpHeader& hdr, const UploadLimits& lim,
-                         std::string* error) {
+bool check_dump_header(const DumpHeader& hdr, const UploadLimits& lim, std::string* error) {
   if (hdr.files.size() > lim.max_files) {
     *error = "too many files (" + std::to_string(hdr.files.size()) + ")";
     return false;
@@ -123,6 +122,48 @@ bool DumpReceiver::begin(const std::string& dir, const DumpHeader& hdr, const Up
     *error = "dump too large (" + std::to_string(total) + " bytes)";
     return false;
   }
+  return true;
+}
+
+PlacedCheck check_placed(const std::string& dir, const DumpHeader& hdr, const UploadLimits& lim,
+                         std::string* error) {
+  if (!check_dump_header(hdr, lim, error)) return PlacedCheck::kBadHeader;
+  std::string buf(1 << 20, '\0');
+  for (const auto& f : hdr.files) {
+    std::string path = dir + "/" + f.name;
+    int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+      *error = errno_text(f.name + " is not in " + dir);
+      return PlacedCheck::kMismatch;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || uint64_t(st.st_size) != f.size) {
+      ::close(fd);
+      *error = f.name + " in " + dir + " is not a regular file of " + std::to_string(f.size) +
+               " bytes";
+      return PlacedCheck::kMismatch;
+    }
+    uint32_t crc = 0;
+    uint64_t got = 0;
+    for (;;) {
+      ssize_t n = ::read(fd, buf.data(), buf.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      crc = crc32c(crc, buf.data(), size_t(n));
+      got += uint64_t(n);
+    }
+    ::close(fd);
+    if (got != f.size || crc != f.crc32c) {
+      *error = f.name + " in " + dir + ": checksum mismatch";
+      return PlacedCheck::kMismatch;
+    }
+  }
+  return PlacedCheck::kOk;
+}
+
+bool DumpReceiver::begin(const std::string& dir, const DumpHeader& hdr, const UploadLimits& lim,
+                         std::string* error) {
+  if (!check_dump_header(hdr, lim, error)) return false;
   if (!make_dirs(dir, error)) {
     io_failure_ = true;
     return false;

@@ -19,6 +19,20 @@ struct UploadLimits {
   uint64_t max_dump_bytes = 4ull << 30;
 };
 
+// Whether a dump header may be received at all: safe `.frlog` file names, each listed once,
+// every process entry naming a listed file, sizes within the limits.
+bool check_dump_header(const DumpHeader& hdr, const UploadLimits& limits, std::string* error);
+
+// A dump a node wrote itself into `dir` (a shared file system): every listed file must be there
+// as a regular file (not a link) of the listed size and checksum.
+enum class PlacedCheck {
+  kOk,
+  kBadHeader,   // the header itself is refused (check_dump_header)
+  kMismatch,    // a file is missing, of another size or checksum, or not a regular file
+};
+PlacedCheck check_placed(const std::string& dir, const DumpHeader& hdr, const UploadLimits& limits,
+                         std::string* error);
+
 // One node's upload into one directory. Files go to a private staging folder inside `dir` and
 // are renamed into place only once complete and verified.
 class DumpReceiver {

@@ -93,6 +93,7 @@ void to_proto(const DumpHeader& in, fr::v1::UploadHeader* out) {
   out->set_incident_id(in.incident_id);
   out->set_node_name(in.node_name);
   out->set_snapshot_time_ns(in.snapshot_time_ns);
+  out->set_job_id(in.job_id);
   for (const auto& f : in.files) {
     auto* g = out->add_files();
     g->set_name(f.name);
@@ -126,6 +127,7 @@ DumpHeader from_proto(const fr::v1::UploadHeader& in) {
   h.incident_id = in.incident_id().substr(0, 256);
   h.node_name = in.node_name().substr(0, 256);
   h.snapshot_time_ns = in.snapshot_time_ns();
+  h.job_id = in.job_id().substr(0, 256);
   for (const auto& g : in.files()) h.files.push_back({g.name().substr(0, 256), g.size(), g.crc32c()});
   for (const auto& q : in.processes()) {
     if (h.processes.size() >= 4096) break;

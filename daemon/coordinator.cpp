@@ -135,7 +135,8 @@ void CoordinatorState::resend_requests(uint64_t session, Actions* actions) {
     if (inc.state != IncidentState::kCollecting || inc.uploaded.count(n->name)) continue;
     inc.asked.insert(n->name);
     inc.failed.erase(n->name);
-    actions->dumps.push_back({session, n->name, inc.id, inc.reason, cfg_.dump_deadline_ns / 1'000'000});
+    actions->dumps.push_back(
+        {session, n->name, inc.id, inc.job_id, inc.reason, cfg_.dump_deadline_ns / 1'000'000});
   }
 }
 
@@ -230,7 +231,7 @@ void CoordinatorState::open(IncidentKind kind, const std::string& reason, int64_
   for (auto& [name, n] : nodes_) {
     if (!n.connected || n.lost) continue;
     inc.asked.insert(name);
-    actions->dumps.push_back({n.session, name, inc.id, inc.reason,
+    actions->dumps.push_back({n.session, name, inc.id, inc.job_id, inc.reason,
                               cfg_.dump_deadline_ns / 1'000'000});
   }
   actions->log.push_back("frd coordinator: " + inc.id + " opened (" + incident_kind_name(kind) +
@@ -279,8 +280,9 @@ AssemblyJob CoordinatorState::make_job(const Incident& inc) const {
   nlohmann::json asked = nlohmann::json::array(), failed = nlohmann::json::object();
   for (const auto& a : inc.asked) asked.push_back(a);
   for (const auto& [k, v] : inc.failed) failed[k] = v;
-  nlohmann::json uploaded = nlohmann::json::array();
+  nlohmann::json uploaded = nlohmann::json::array(), placed = nlohmann::json::array();
   for (const auto& u : inc.uploaded) uploaded.push_back(u);
+  for (const auto& u : inc.placed) placed.push_back(u);
   j.incident = {{"schema", "frd-incident/1"},
                 {"id", inc.id},
                 {"job_id", inc.job_id},
@@ -290,6 +292,7 @@ AssemblyJob CoordinatorState::make_job(const Incident& inc) const {
                 {"coordinator_id", coordinator_id_},
                 {"nodes_asked", asked},
                 {"nodes_uploaded", uploaded},
+                {"nodes_placed", placed},
                 {"nodes_failed", failed},
                 {"collect_seconds", secs(inc.collected_mono - inc.opened_mono)}};
   return j;
@@ -408,25 +411,42 @@ bool CoordinatorState::begin_upload(const DumpHeader& hdr, std::string* dir, boo
     *error = "bad incident id or node name";
     return false;
   }
+  if (!hdr.job_id.empty() && !is_safe_name(hdr.job_id, kMaxNameLen)) {
+    *error = "bad job id";
+    return false;
+  }
   Incident* inc = find(hdr.incident_id);
+  if (inc && !hdr.job_id.empty() && hdr.job_id != inc->job_id) {
+    // Incident ids repeat across jobs: this is another job's dump that a node kept.
+    *error = "dump of job " + hdr.job_id + " for " + hdr.incident_id + " of job " + inc->job_id;
+    return false;
+  }
+  bool job_known = !cfg_.job_id.empty() || !learned_job_.empty();
+  if (!inc && !hdr.job_id.empty() && job_known && hdr.job_id != job_dir_name()) {
+    *error = "dump of job " + hdr.job_id + ", not of this coordinator's job " + job_dir_name();
+    return false;
+  }
   if (!inc) {
     // A dump for an incident of a previous coordinator run (the node kept it): accept it into
     // that incident's directory if it is there, and write the dump set again.
-    std::string d = cfg_.dump_dir + "/" + job_dir_name() + "/" + hdr.incident_id;
-    if (!is_dir(d) && cfg_.job_id.empty() && learned_job_.empty()) {
+    std::string job = hdr.job_id.empty() ? job_dir_name() : hdr.job_id;
+    auto dir_of = [&](const std::string& j) {
+      return cfg_.dump_dir + "/" + j + "/" + hdr.incident_id;
+    };
+    if (!is_dir(dir_of(job)) && !job_known && hdr.job_id.empty()) {
       // The job is not known yet (no heartbeat since the restart): the incident's directory
       // under exactly one job will do.
       std::vector<std::string> found;
       if (DIR* dd = opendir(cfg_.dump_dir.c_str())) {
         while (dirent* e = readdir(dd)) {
-          std::string job = e->d_name;
-          if (is_safe_name(job) && is_dir(cfg_.dump_dir + "/" + job + "/" + hdr.incident_id))
-            found.push_back(cfg_.dump_dir + "/" + job + "/" + hdr.incident_id);
+          std::string j = e->d_name;
+          if (is_safe_name(j) && is_dir(dir_of(j))) found.push_back(j);
         }
         closedir(dd);
       }
-      if (found.size() == 1) d = found[0];
+      if (found.size() == 1) job = found[0];
     }
+    std::string d = dir_of(job);
     if (!is_dir(d)) {
       *error = "unknown incident " + hdr.incident_id;
       return false;
@@ -436,7 +456,7 @@ bool CoordinatorState::begin_upload(const DumpHeader& hdr, std::string* dir, boo
     rec.kind = IncidentKind::kManual;
     rec.state = IncidentState::kClosed;
     rec.reason = "recovered after a coordinator restart";
-    rec.job_id = job_dir_name();
+    rec.job_id = job;
     rec.dir = d;
     rec.opened_mono = rec.collected_mono = mono_ns();
     rec.opened_real = real_ns();
@@ -460,10 +480,11 @@ bool CoordinatorState::begin_upload(const DumpHeader& hdr, std::string* dir, boo
   return true;
 }
 
-void CoordinatorState::upload_done(const DumpHeader& hdr, int64_t now_mono) {
+void CoordinatorState::upload_done(const DumpHeader& hdr, int64_t now_mono, bool placed) {
   Incident* inc = find(hdr.incident_id);
   if (!inc || inc->uploaded.count(hdr.node_name)) return;
   inc->uploaded.insert(hdr.node_name);
+  if (placed) inc->placed.insert(hdr.node_name);
   inc->failed.erase(hdr.node_name);
   for (const auto& p : hdr.processes) {
     bool dup = false;

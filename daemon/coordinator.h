@@ -62,6 +62,7 @@ struct Incident {
   int64_t analyzed_mono = 0;
   std::set<std::string> asked;              // node names asked to dump
   std::set<std::string> uploaded;
+  std::set<std::string> placed;             // of those, written by the node into a shared dir
   std::map<std::string, std::string> failed;  // node -> why
   std::vector<DumpProcess> processes;
   std::vector<DumpSkip> skipped;
@@ -111,6 +112,7 @@ struct Actions {
     uint64_t session = 0;
     std::string node;
     std::string incident_id;
+    std::string job_id;
     std::string reason;
     int64_t deadline_ms = 0;
   };
@@ -142,9 +144,10 @@ class CoordinatorState {
                    const std::string& error, int64_t now_mono);
 
   // Uploads. begin_upload says where the files of `hdr` go (the incident's directory) or why
-  // not; *duplicate when this node's dump is already in.
+  // not; *duplicate when this node's dump is already in. A dump of another job is refused.
   bool begin_upload(const DumpHeader& hdr, std::string* dir, bool* duplicate, std::string* error);
-  void upload_done(const DumpHeader& hdr, int64_t now_mono);
+  // `placed`: the node wrote the files into the incident's directory itself (shared dump dir).
+  void upload_done(const DumpHeader& hdr, int64_t now_mono, bool placed = false);
   void upload_failed(const std::string& incident_id, const std::string& node,
                      const std::string& error, int64_t now_mono);
 

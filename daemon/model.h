@@ -83,6 +83,7 @@ struct DumpHeader {
   std::vector<DumpProcess> processes;
   std::vector<DumpSkip> skipped;
   int64_t snapshot_time_ns = 0;
+  std::string job_id;              // the incident's job as the coordinator named it; may be empty
 };
 
 // Monotonic and realtime clocks in nanoseconds.

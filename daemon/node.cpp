@@ -3,11 +3,15 @@
 #include "daemon/node.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <random>
 
 #include <grpcpp/grpcpp.h>
 
@@ -40,6 +44,18 @@ void remove_dir(const std::string& dir) {
   ::rmdir(dir.c_str());
 }
 
+std::vector<std::string> list_dir(const std::string& dir) {
+  std::vector<std::string> out;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..") out.push_back(n);
+    }
+    closedir(d);
+  }
+  return out;
+}
+
 bool file_crc(const std::string& path, uint64_t* size, uint32_t* crc) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return false;
@@ -56,6 +72,50 @@ bool file_crc(const std::string& path, uint64_t* size, uint32_t* crc) {
   return true;
 }
 
+// Copies `from` to `to` (created, never overwritten), checking the copy's size and checksum.
+bool copy_checked(const std::string& from, const std::string& to, const DumpFile& f,
+                  std::string* error) {
+  int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) {
+    *error = "cannot read " + from + ": " + std::strerror(errno);
+    return false;
+  }
+  int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (out < 0) {
+    *error = "cannot create " + to + ": " + std::strerror(errno);
+    ::close(in);
+    return false;
+  }
+  std::string buf(1 << 20, '\0');
+  uint64_t size = 0;
+  uint32_t crc = 0;
+  bool ok = true;
+  for (;;) {
+    ssize_t n = ::read(in, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) ok = false;
+    if (n <= 0) break;
+    crc = crc32c(crc, buf.data(), size_t(n));
+    size += uint64_t(n);
+    for (ssize_t done = 0; ok && done < n;) {
+      ssize_t w = ::write(out, buf.data() + done, size_t(n - done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) ok = false;
+      else done += w;
+    }
+    if (!ok) break;
+  }
+  if (ok && ::fsync(out) != 0) ok = false;
+  if (!ok) *error = "cannot write " + to + ": " + std::strerror(errno);
+  ::close(in);
+  ::close(out);
+  if (ok && (size != f.size || crc != f.crc32c)) {
+    *error = from + " changed in the spool";
+    ok = false;
+  }
+  return ok;
+}
+
 nlohmann::json header_json(const DumpHeader& h) {
   nlohmann::json files = nlohmann::json::array(), procs = nlohmann::json::array(),
                  skipped = nlohmann::json::array();
@@ -66,7 +126,7 @@ nlohmann::json header_json(const DumpHeader& h) {
                      {"source", p.source}, {"alive", p.alive}, {"records", p.records},
                      {"overwritten", p.overwritten}, {"torn", p.torn}});
   for (const auto& s : h.skipped) skipped.push_back({{"file", s.file}, {"error", s.error}});
-  return {{"incident_id", h.incident_id}, {"node_name", h.node_name},
+  return {{"incident_id", h.incident_id}, {"node_name", h.node_name}, {"job_id", h.job_id},
           {"snapshot_time_ns", h.snapshot_time_ns}, {"files", files},
           {"processes", procs}, {"skipped", skipped}};
 }
@@ -76,6 +136,7 @@ bool header_from_json(const nlohmann::json& j, DumpHeader* h) {
     h->incident_id = j.at("incident_id").get<std::string>();
     h->node_name = j.at("node_name").get<std::string>();
     h->snapshot_time_ns = j.at("snapshot_time_ns").get<int64_t>();
+    h->job_id = j.value("job_id", std::string());
     for (const auto& f : j.at("files"))
       h->files.push_back({f.at("name").get<std::string>(), f.at("size").get<uint64_t>(),
                           f.at("crc32c").get<uint32_t>()});
@@ -124,18 +185,18 @@ void NodeDaemon::log(const std::string& line) {
 
 bool NodeDaemon::init(std::string* error) {
   if (!make_dirs(opts_.spool_dir, error)) return false;
-  // Dumps a previous run took and did not deliver.
-  if (DIR* d = opendir(opts_.spool_dir.c_str())) {
-    while (dirent* e = readdir(d)) {
-      std::string n = e->d_name;
+  // Dumps a previous run took and did not deliver: <spool>/<job>/<incident>/dump.json.
+  for (const std::string& job : list_dir(opts_.spool_dir)) {
+    if (!is_safe_name(job, kMaxNameLen)) continue;
+    for (const std::string& incident : list_dir(opts_.spool_dir + "/" + job)) {
+      Key k{job, incident};
       struct stat st;
-      if (!is_safe_name(n, kMaxNameLen)) continue;
-      if (stat((opts_.spool_dir + "/" + n + "/dump.json").c_str(), &st) == 0) {
-        pending_.insert(n);
-        queue_.push_back(n);
+      if (is_safe_name(incident, kMaxNameLen) &&
+          stat((spool_of(k) + "/dump.json").c_str(), &st) == 0) {
+        pending_.insert(k);
+        queue_.push_back(k);
       }
     }
-    closedir(d);
   }
   if (!pending_.empty()) log(std::to_string(pending_.size()) + " undelivered dump(s) in the spool");
   return true;
@@ -189,7 +250,7 @@ void NodeDaemon::connect_once(bool* welcomed) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     hello.mutable_hello()->set_job_id(job_filter_);
-    for (const auto& p : pending_) hello.mutable_hello()->add_pending()->set_incident_id(p);
+    for (const auto& p : pending_) hello.mutable_hello()->add_pending()->set_incident_id(p.incident);
   }
   std::atomic<bool> reader_done{false};
   std::mutex ping_mu;
@@ -206,9 +267,16 @@ void NodeDaemon::connect_once(bool* welcomed) {
           job_filter_ = sanitize_name(m.welcome().job_id());
           if (m.welcome().job_id().empty()) job_filter_.clear();
           coordinator_stall_ns_ = int64_t(m.welcome().stall_after_ms()) * 1'000'000;
-          // Deliver what is still here (the coordinator may be a new one).
-          for (const auto& p : pending_)
+          // Deliver what is still here (the coordinator may be a new one). Another job's dumps
+          // stay in the spool: this coordinator would refuse them.
+          for (const auto& p : pending_) {
+            if (!job_filter_.empty() && p.job != job_filter_) {
+              if (warned_foreign_.insert(p).second)
+                log("keeping dump " + p.job + "/" + p.incident + " of another job in the spool");
+              continue;
+            }
             if (std::find(queue_.begin(), queue_.end(), p) == queue_.end()) queue_.push_back(p);
+          }
           cv_.notify_all();
         } else if (m.has_ping()) {
           std::lock_guard<std::mutex> lk(ping_mu);
@@ -218,10 +286,12 @@ void NodeDaemon::connect_once(bool* welcomed) {
           std::string id = m.dump_request().incident_id();
           if (!is_safe_name(id, kMaxNameLen)) continue;
           std::lock_guard<std::mutex> lk(mu_);
-          if (pending_.count(id) || delivered_.count(id)) continue;
+          Key k{sanitize_name(m.dump_request().job_id()), id};
+          if (m.dump_request().job_id().empty()) k.job = job_filter_.empty() ? "job" : job_filter_;
+          if (pending_.count(k) || delivered_.count(k)) continue;
           log("dump requested for " + id + ": " + printable(m.dump_request().reason(), 200));
-          pending_.insert(id);
-          queue_.push_back(id);
+          pending_.insert(k);
+          queue_.push_back(k);
           cv_.notify_all();
         }
       }
@@ -292,8 +362,12 @@ void NodeDaemon::send_dump_status(const std::string& incident, bool ok, const st
   if (stream_) stream_->write(m);
 }
 
-bool NodeDaemon::take_dump(const std::string& incident, std::string* error) {
-  std::string dir = opts_.spool_dir + "/" + incident;
+std::string NodeDaemon::spool_of(const Key& k) const {
+  return opts_.spool_dir + "/" + k.job + "/" + k.incident;
+}
+
+bool NodeDaemon::take_dump(const Key& k, std::string* error) {
+  std::string dir = spool_of(k);
   struct stat st;
   if (stat((dir + "/dump.json").c_str(), &st) == 0) return true;  // taken before
   fr::log::SnapshotOptions so;
@@ -314,8 +388,9 @@ bool NodeDaemon::take_dump(const std::string& incident, std::string* error) {
     return false;
   }
   DumpHeader h;
-  h.incident_id = incident;
+  h.incident_id = k.incident;
   h.node_name = opts_.node_name;
+  h.job_id = k.job;
   h.snapshot_time_ns = int64_t(res.time_ns);
   for (const auto& p : res.processes) {
     DumpFile f;
@@ -332,8 +407,8 @@ bool NodeDaemon::take_dump(const std::string& incident, std::string* error) {
   return write_file_atomic(dir + "/dump.json", header_json(h).dump() + "\n", error);
 }
 
-int NodeDaemon::upload(const std::string& incident, std::string* error) {
-  std::string dir = opts_.spool_dir + "/" + incident;
+int NodeDaemon::deliver(const Key& k, std::string* error) {
+  std::string dir = spool_of(k);
   std::ifstream hf(dir + "/dump.json");
   nlohmann::json j = nlohmann::json::parse(hf, nullptr, false);
   DumpHeader h;
@@ -342,6 +417,71 @@ int NodeDaemon::upload(const std::string& incident, std::string* error) {
     return -1;
   }
   h.node_name = opts_.node_name;
+  h.job_id = k.job;
+  if (!opts_.shared_dump_dir.empty()) {
+    int r = place(k, h, error);
+    if (r != 2) return r;
+    log("dump " + k.incident + " not written to the shared dump dir (" + *error + "); uploading it");
+  }
+  return upload(k, h, error);
+}
+
+int NodeDaemon::place(const Key& k, const DumpHeader& h, std::string* error) {
+  // The coordinator made the incident's directory when it opened the incident: not seeing it
+  // here means this is not the coordinator's dump dir.
+  std::string target = opts_.shared_dump_dir + "/" + k.job + "/" + k.incident;
+  struct stat st;
+  if (stat(target.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    *error = target + " does not exist";
+    return 2;
+  }
+  std::random_device rd;
+  std::string staging = target + "/.placing-" + opts_.node_name + "-" + std::to_string(rd());
+  if (::mkdir(staging.c_str(), 0755) != 0) {
+    *error = "cannot create " + staging + ": " + std::strerror(errno);
+    return 2;
+  }
+  std::string src = spool_of(k);
+  for (const auto& f : h.files)
+    if (!copy_checked(src + "/" + f.name, staging + "/" + f.name, f, error)) {
+      remove_dir(staging);
+      return 2;
+    }
+  for (const auto& f : h.files)
+    if (::rename((staging + "/" + f.name).c_str(), (target + "/" + f.name).c_str()) != 0) {
+      *error = "cannot move " + f.name + " into " + target + ": " + std::strerror(errno);
+      remove_dir(staging);
+      return 2;
+    }
+  remove_dir(staging);
+
+  auto stub = fr::v1::Coordinator::NewStub(make_channel(opts_.client));
+  grpc::ClientContext ctx;
+  add_auth(&ctx, opts_.client);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
+  fr::v1::UploadHeader req;
+  to_proto(h, &req);
+  fr::v1::UploadReply reply;
+  grpc::Status st_rpc = stub->Placed(&ctx, req, &reply);
+  if (st_rpc.ok() && reply.ok()) return 1;
+  *error = st_rpc.ok() ? reply.error() : st_rpc.error_message();
+  switch (st_rpc.error_code()) {
+    case grpc::StatusCode::NOT_FOUND:
+      // Not the coordinator's directory after all: take back what was written here.
+      for (const auto& f : h.files) ::unlink((target + "/" + f.name).c_str());
+      return 2;
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return 2;  // a coordinator that only takes uploads
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return -1;
+    default:
+      return 0;
+  }
+}
+
+int NodeDaemon::upload(const Key& k, const DumpHeader& h, std::string* error) {
+  std::string dir = spool_of(k);
   auto stub = fr::v1::Coordinator::NewStub(make_channel(opts_.client));
   grpc::ClientContext ctx;
   add_auth(&ctx, opts_.client);
@@ -387,41 +527,42 @@ int NodeDaemon::upload(const std::string& incident, std::string* error) {
 void NodeDaemon::dump_loop() {
   int64_t backoff = 200'000'000;
   for (;;) {
-    std::string incident;
+    Key k;
     {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait(lk, [&] { return stopping_.load() || !queue_.empty(); });
       if (stopping_) return;
-      incident = queue_.front();
+      k = queue_.front();
       queue_.pop_front();
-      if (!pending_.count(incident)) continue;
+      if (!pending_.count(k)) continue;
     }
     std::string error;
-    if (!take_dump(incident, &error)) {
-      log("dump " + incident + " failed: " + error);
-      send_dump_status(incident, false, error);
+    if (!take_dump(k, &error)) {
+      log("dump " + k.incident + " failed: " + error);
+      send_dump_status(k.incident, false, error);
       std::lock_guard<std::mutex> lk(mu_);
-      pending_.erase(incident);
+      pending_.erase(k);
       continue;
     }
-    send_dump_status(incident, true, "");
-    int r = upload(incident, &error);
+    send_dump_status(k.incident, true, "");
+    int r = deliver(k, &error);
     if (r == 1) {
-      log("dump " + incident + " delivered");
-      remove_dir(opts_.spool_dir + "/" + incident);
+      log("dump " + k.incident + " delivered");
+      remove_dir(spool_of(k));
+      ::rmdir((opts_.spool_dir + "/" + k.job).c_str());  // only once empty
       std::lock_guard<std::mutex> lk(mu_);
-      pending_.erase(incident);
-      delivered_.insert(incident);
+      pending_.erase(k);
+      delivered_.insert(k);
       backoff = 200'000'000;
     } else if (r < 0) {
-      log("dump " + incident + " refused: " + error + " (kept in " + opts_.spool_dir + ")");
+      log("dump " + k.incident + " refused: " + error + " (kept in " + spool_of(k) + ")");
       std::lock_guard<std::mutex> lk(mu_);
-      pending_.erase(incident);
+      pending_.erase(k);
     } else {
-      log("dump " + incident + " not delivered yet: " + error);
+      log("dump " + k.incident + " not delivered yet: " + error);
       {
         std::lock_guard<std::mutex> lk(mu_);
-        queue_.push_back(incident);
+        queue_.push_back(k);
       }
       if (!sleep_for(backoff)) return;
       backoff = std::min<int64_t>(backoff * 2, 5'000'000'000);

@@ -1,9 +1,11 @@
 // `frd node`: the sidecar on each node. It watches the local flight logs (LogWatcher), holds one
 // stream to the coordinator with a heartbeat every interval (at once when a process dies or an op
 // crosses the stall threshold), and answers a dump request by snapshotting every local log into
-// its spool and uploading it, keeping it until the coordinator has it. When the coordinator is
-// away it reconnects with backoff; dumps not yet delivered are uploaded after the reconnect, so a
-// coordinator restart loses nothing.
+// its spool (`<spool>/<job>/<incident>/`) and delivering it, keeping it until the coordinator has
+// it. Delivery is an upload, or, with a shared dump dir, writing the files straight into the
+// incident's directory and telling the coordinator (which checks them; if it cannot see them the
+// node uploads after all). When the coordinator is away it reconnects with backoff; dumps not yet
+// delivered go out after the reconnect, so a coordinator restart loses nothing.
 #pragma once
 
 #include <atomic>
@@ -26,6 +28,7 @@ struct NodeOptions {
   std::string log_dir = "/dev/shm";
   std::string node_name;             // default: the host name
   std::string spool_dir;             // where dumps wait for delivery; default under /tmp
+  std::string shared_dump_dir;       // the coordinator's --dump-dir as mounted here; empty: upload
   int64_t heartbeat_interval_ns = 1'000'000'000;
   int64_t stall_after_ns = 30'000'000'000;
   size_t chunk_bytes = 1 << 20;
@@ -45,13 +48,27 @@ class NodeDaemon {
 
   const std::string& node_name() const { return opts_.node_name; }
 
+  // One dump: incident ids repeat across jobs, so the job is part of its name.
+  struct Key {
+    std::string job;
+    std::string incident;
+    bool operator<(const Key& o) const {
+      return job != o.job ? job < o.job : incident < o.incident;
+    }
+    bool operator==(const Key& o) const { return job == o.job && incident == o.incident; }
+  };
+
  private:
   struct Stream;
   void connect_once(bool* welcomed);
   void dump_loop();
-  bool take_dump(const std::string& incident, std::string* error);
+  std::string spool_of(const Key& k) const;
+  bool take_dump(const Key& k, std::string* error);
   // 1 delivered, 0 try again later, -1 refused for good.
-  int upload(const std::string& incident, std::string* error);
+  int deliver(const Key& k, std::string* error);
+  int upload(const Key& k, const DumpHeader& h, std::string* error);
+  // As upload, and 2: the coordinator cannot see the shared dir (upload instead).
+  int place(const Key& k, const DumpHeader& h, std::string* error);
   void send_dump_status(const std::string& incident, bool ok, const std::string& error);
   void log(const std::string& line);
   bool sleep_for(int64_t ns);
@@ -61,9 +78,10 @@ class NodeDaemon {
   std::atomic<bool> stopping_{false};
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::string> queue_;       // incidents to dump or to deliver
-  std::set<std::string> pending_;       // taken or queued, not yet delivered
-  std::set<std::string> delivered_;
+  std::deque<Key> queue_;               // dumps to take or to deliver
+  std::set<Key> pending_;               // taken or queued, not yet delivered
+  std::set<Key> delivered_;
+  std::set<Key> warned_foreign_;       // other jobs' dumps already named in the log
   std::string job_filter_;
   int64_t coordinator_stall_ns_ = 0;    // the coordinator's threshold, from its Welcome
   Stream* stream_ = nullptr;            // the live control stream, guarded by mu_

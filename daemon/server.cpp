@@ -51,12 +51,20 @@ struct CoordinatorServer::Impl {
   std::map<uint64_t, NodeStream*> streams;
   std::set<UploadStream*> uploads;
   std::deque<AssemblyJob> assembly_queue;
+  // Dumps nodes wrote into a shared dump dir, waiting for their files to be checked.
+  struct PlacedCall {
+    grpc::ServerUnaryReactor* reactor;
+    DumpHeader header;
+    UploadReply* reply;
+  };
+  std::deque<PlacedCall> placed_queue;
+  std::condition_variable placed_cv;
 
   std::unique_ptr<grpc::Service> service;  // declared before the server: outlives it
   std::unique_ptr<grpc::Server> server;
   int port = 0;
   MetricsServer metrics;
-  std::thread ticker, assembler;
+  std::thread ticker, assembler, placed_checker;
   bool started = false;
 
   Impl(CoordinatorConfig c, ServerOptions o) : cfg(c), opts(std::move(o)), state(std::move(c)) {}
@@ -78,6 +86,7 @@ struct CoordinatorServer::Impl {
   void dispatch(Actions& a);
   void ticker_loop();
   void assembler_loop();
+  void placed_loop();
 };
 
 namespace {
@@ -405,6 +414,24 @@ class Service final : public fr::v1::Coordinator::CallbackService {
     return u;
   }
 
+  // The files are read and checksummed on their own thread, not on gRPC's.
+  grpc::ServerUnaryReactor* Placed(grpc::CallbackServerContext* ctx,
+                                   const fr::v1::UploadHeader* req, UploadReply* reply) override {
+    auto* r = ctx->DefaultReactor();
+    if (!impl_->authorized(ctx)) {
+      r->Finish(unauthenticated());
+      return r;
+    }
+    std::lock_guard<std::mutex> lk(impl_->mu);
+    if (impl_->stopping || impl_->placed_queue.size() >= size_t(impl_->opts.max_uploads)) {
+      r->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "too many dumps at once"));
+      return r;
+    }
+    impl_->placed_queue.push_back({r, from_proto(*req), reply});
+    impl_->placed_cv.notify_one();
+    return r;
+  }
+
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
                                    const fr::v1::StatusRequest*,
                                    fr::v1::StatusReply* reply) override {
@@ -455,6 +482,7 @@ void CoordinatorServer::Impl::dispatch(Actions& a) {
     m.mutable_dump_request()->set_incident_id(d.incident_id);
     m.mutable_dump_request()->set_reason(d.reason);
     m.mutable_dump_request()->set_deadline_ms(d.deadline_ms);
+    m.mutable_dump_request()->set_job_id(d.job_id);
     it->second->send(std::move(m));
   }
   for (auto& j : a.assemble) assembly_queue.push_back(std::move(j));
@@ -494,6 +522,45 @@ void CoordinatorServer::Impl::assembler_loop() {
     Actions a;
     state.assembled(job.incident_id, r, mono_ns(), &a);
     dispatch(a);
+  }
+}
+
+void CoordinatorServer::Impl::placed_loop() {
+  std::unique_lock<std::mutex> lk(mu);
+  for (;;) {
+    placed_cv.wait(lk, [&] { return stopping || !placed_queue.empty(); });
+    if (placed_queue.empty()) return;
+    PlacedCall call = std::move(placed_queue.front());
+    placed_queue.pop_front();
+    const DumpHeader& h = call.header;
+    std::string dir, error;
+    bool dup = false;
+    grpc::Status st;
+    if (stopping) {
+      st = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is stopping");
+    } else if (!state.begin_upload(h, &dir, &dup, &error)) {
+      st = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, error);
+    } else if (dup) {
+      call.reply->set_duplicate(true);
+    } else {
+      lk.unlock();
+      PlacedCheck c = check_placed(dir, h, opts.limits, &error);
+      lk.lock();
+      if (c == PlacedCheck::kBadHeader) {
+        st = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, error);
+      } else if (c == PlacedCheck::kMismatch) {
+        st = grpc::Status(grpc::StatusCode::NOT_FOUND, error);
+      } else {
+        state.upload_done(h, mono_ns(), true);
+        log("frd coordinator: " + h.incident_id + ": node " + h.node_name +
+            " wrote its dump into the shared dump dir");
+        poke = true;
+        tick_cv.notify_one();
+      }
+    }
+    call.reply->set_ok(st.ok());
+    if (!st.ok()) call.reply->set_error(st.error_message());
+    call.reactor->Finish(st);
   }
 }
 
@@ -563,6 +630,7 @@ bool CoordinatorServer::start(std::string* error) {
   }
   m.ticker = std::thread([&m] { m.ticker_loop(); });
   m.assembler = std::thread([&m] { m.assembler_loop(); });
+  m.placed_checker = std::thread([&m] { m.placed_loop(); });
   m.started = true;
   if (!m.opts.port_file.empty() &&
       !write_file_atomic(m.opts.port_file, std::to_string(m.port) + "\n", error)) {
@@ -587,8 +655,10 @@ void CoordinatorServer::shutdown() {
   }
   m.tick_cv.notify_all();
   m.assemble_cv.notify_all();
+  m.placed_cv.notify_all();
   m.ticker.join();
   m.assembler.join();
+  m.placed_checker.join();
   m.metrics.stop();
 }
 

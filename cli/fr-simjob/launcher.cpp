@@ -512,7 +512,11 @@ bool Job::start_daemons() {
     ChildSpec node;
     node.argv = {frd_exe, "node", "--coordinator", "127.0.0.1:" + port, "--log-dir",
                  node_log_dir(n), "--node-name", "node" + std::to_string(n),
-                 "--heartbeat-interval", "0.2"};
+                 "--heartbeat-interval", "0.2", "--dump-dir", node_dir(n) + "/spool"};
+    if (o.shared_dump_dir) {
+      node.argv.push_back("--shared-dump-dir");
+      node.argv.push_back(incidents);
+    }
     node.envp = make_env({});
     node.log_path = node_dir(n) + "/frd-node.log";
     node.freeze();

@@ -27,6 +27,7 @@ struct LaunchOptions {
   bool daemons = false;
   double stall_after_s = 2;      // --daemons: the coordinator's --stall-after
   double verdict_timeout_s = 60; // --daemons: how long to wait for analysis.json
+  bool shared_dump_dir = false;  // --daemons: nodes write dumps into the coordinator's dump dir
   bool quiet = false;
 };
 

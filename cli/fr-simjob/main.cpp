@@ -67,6 +67,10 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber)
       ->needs(daemons);
+  app.add_flag("--shared-dump-dir", o.shared_dump_dir,
+               "--daemons: the node daemons write their dumps straight into the coordinator's "
+               "dump dir (frd node --shared-dump-dir) instead of uploading them")
+      ->needs(daemons);
   app.add_flag("--quiet", o.quiet, "print nothing but errors");
 
   try {

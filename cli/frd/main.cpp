@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
 
   // node
   ClientFlags node_client;
-  std::string node_log_dir, node_name, node_dump_dir;
+  std::string node_log_dir, node_name, node_dump_dir, node_shared_dir;
   double hb_interval = 1, node_stall_after = 30;
   CLI::App* node = app.add_subcommand("node", "run the node sidecar");
   node_client.add(node, true);
@@ -116,6 +116,9 @@ int main(int argc, char** argv) {
   node->add_option("--stall-after", node_stall_after, "seconds in flight before an op is reported at once")
       ->capture_default_str()->check(CLI::Range(0.1, 1e6));
   node->add_option("--dump-dir", node_dump_dir, "spool: dumps wait here until delivered");
+  node->add_option("--shared-dump-dir", node_shared_dir,
+                   "the coordinator's --dump-dir as mounted on this node: write dumps there "
+                   "instead of uploading them");
 
   // coordinator
   std::string listen = "127.0.0.1:7470", port_file, c_dump_dir, c_job, metrics_listen;
@@ -170,6 +173,7 @@ int main(int argc, char** argv) {
     o.log_dir = node_log_dir;
     o.node_name = node_name;
     o.spool_dir = node_dump_dir;
+    o.shared_dump_dir = node_shared_dir;
     o.heartbeat_interval_ns = to_ns(hb_interval);
     o.stall_after_ns = to_ns(node_stall_after);
     sigset_t set = block_stop_signals();

@@ -123,24 +123,34 @@ struct JobResult {
   std::string out;
 };
 
-JobResult simjob_with_daemons(const TempDir& dir, const std::vector<std::string>& faults,
-                              int steps = 6) {
+std::vector<std::string> simjob_argv(const TempDir& dir, const std::vector<std::string>& faults,
+                                     int steps, const std::vector<std::string>& extra) {
   std::vector<std::string> argv = {kSimjob, "--nodes", "2", "--ranks-per-node", "4", "--tp", "2",
                                    "--pp", "2", "--steps", std::to_string(steps), "--daemons",
                                    "--stall-after", "2", "--quiet", "--out", dir.path + "/job"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
   for (const auto& f : faults) {
     argv.push_back("--fault");
     argv.push_back(f);
   }
+  return argv;
+}
+
+JobResult job_result(const TempDir& dir, int rc) {
   JobResult r;
   r.out = dir.path + "/job";
-  r.rc = run(argv, dir.path + "/simjob.log", 180);
+  r.rc = rc;
   std::string text = slurp(r.out + "/result.json");
   r.result = json::parse(text, nullptr, false);
   INFO("simjob: " << slurp(dir.path + "/simjob.log"));
   INFO("coordinator: " << slurp(r.out + "/coordinator.log"));
   REQUIRE_FALSE(r.result.is_discarded());
   return r;
+}
+
+JobResult simjob_with_daemons(const TempDir& dir, const std::vector<std::string>& faults,
+                              int steps = 6, const std::vector<std::string>& extra = {}) {
+  return job_result(dir, run(simjob_argv(dir, faults, steps, extra), dir.path + "/simjob.log", 180));
 }
 
 void check_verdict(const JobResult& r, const std::string& kind, std::set<int> culprits) {
@@ -289,6 +299,28 @@ TEST_CASE("daemons: a stalled GPU is stuck_in_collective", "[daemon][e2e]") {
   TempDir d;
   check_verdict(simjob_with_daemons(d, {"rank=6,step=3,kind=gpu-stall,comm=dp"}),
                 "stuck_in_collective", {6});
+}
+
+TEST_CASE("daemons: nodes writing into a shared dump dir give the same verdict", "[daemon][e2e]") {
+  if (!built()) return;
+  TempDir d;
+  JobResult r = simjob_with_daemons(d, {"rank=6,step=3,kind=gpu-stall,comm=dp"}, 6,
+                                    {"--shared-dump-dir"});
+  check_verdict(r, "stuck_in_collective", {6});
+  json inc = json::parse(slurp(r.result["dump_set"].get<std::string>() + "/incident.json"));
+  CHECK(inc["nodes_placed"] == json::array({"node0", "node1"}));
+}
+
+TEST_CASE("daemons: two jobs at once on one machine keep their dumps apart", "[daemon][e2e]") {
+  if (!built()) return;
+  // Same node names, same incident ids: each node's spool lives under its own job's directory,
+  // so neither job's coordinator can receive the other's dump.
+  TempDir a, b;
+  Proc pa(simjob_argv(a, {"rank=3,step=3,kind=skip,comm=dp"}, 6, {}), a.path + "/simjob.log");
+  Proc pb(simjob_argv(b, {"rank=6,step=3,kind=gpu-stall,comm=dp"}, 6, {}), b.path + "/simjob.log");
+  int sa = pa.wait(180), sb = pb.wait(180);
+  check_verdict(job_result(a, WIFEXITED(sa) ? WEXITSTATUS(sa) : 128), "not_entered", {3});
+  check_verdict(job_result(b, WIFEXITED(sb) ? WEXITSTATUS(sb) : 128), "stuck_in_collective", {6});
 }
 
 TEST_CASE("daemons: mismatches name the odd rank", "[daemon][e2e]") {

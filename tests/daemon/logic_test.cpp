@@ -390,6 +390,69 @@ TEST_CASE("uploads are refused for unknown incidents and unsafe names", "[daemon
   CHECK(err.find("other-job") != std::string::npos);
 }
 
+TEST_CASE("a dump of another job is refused, even under an incident id this job has", "[daemon]") {
+  TempDir dir;
+  std::string err, where;
+  bool dup = false;
+  REQUIRE(make_dirs(dir.path + "/job0/incident-0001", &err));
+  CoordinatorState st(config(dir.path));
+  REQUIRE(st.connect("n1", "h", "job1", 0, &err) != 0);
+  Actions a;
+  REQUIRE(st.trigger("x", 0, &a) == "incident-0001");
+  // The request names the incident's job: incident ids repeat across jobs.
+  REQUIRE(a.dumps.size() == 1);
+  CHECK(a.dumps[0].job_id == "job1");
+  DumpHeader h = header("incident-0001", "n0");
+  h.job_id = "job0";
+  CHECK_FALSE(st.begin_upload(h, &where, &dup, &err));
+  CHECK(err.find("job0") != std::string::npos);
+  h.incident_id = "incident-0007";
+  CHECK_FALSE(st.begin_upload(h, &where, &dup, &err));
+  h.job_id = "../job1";
+  CHECK_FALSE(st.begin_upload(h, &where, &dup, &err));
+  h.job_id = "job1";
+  h.incident_id = "incident-0001";
+  CHECK(st.begin_upload(h, &where, &dup, &err));
+  CHECK(where == dir.path + "/job1/incident-0001");
+}
+
+TEST_CASE("a dump written into the incident's directory is checked file by file", "[daemon]") {
+  TempDir dir, outside;
+  std::string err;
+  std::string target = dir.path + "/job1/incident-0001";
+  REQUIRE(make_dirs(target, &err));
+  std::string bytes(5000, 'q');
+  uint32_t crc = crc32c(0, bytes.data(), bytes.size());
+  DumpHeader h = header("incident-0001", "n0");
+  h.files.push_back({"n0-a.frlog", bytes.size(), crc});
+  UploadLimits lim;
+  // Not there yet.
+  CHECK(check_placed(target, h, lim, &err) == PlacedCheck::kMismatch);
+  std::ofstream(target + "/n0-a.frlog", std::ios::binary) << bytes;
+  CHECK(check_placed(target, h, lim, &err) == PlacedCheck::kOk);
+  // Other contents of the same size.
+  std::ofstream(target + "/n0-a.frlog", std::ios::binary) << std::string(5000, 'r');
+  CHECK(check_placed(target, h, lim, &err) == PlacedCheck::kMismatch);
+  CHECK(err.find("checksum") != std::string::npos);
+  // A link to the right bytes elsewhere is not a placed file.
+  ::unlink((target + "/n0-a.frlog").c_str());
+  std::ofstream(outside.path + "/real.frlog", std::ios::binary) << bytes;
+  REQUIRE(::symlink((outside.path + "/real.frlog").c_str(), (target + "/n0-a.frlog").c_str()) == 0);
+  CHECK(check_placed(target, h, lim, &err) == PlacedCheck::kMismatch);
+  // A FIFO does not block the check.
+  ::unlink((target + "/n0-a.frlog").c_str());
+  REQUIRE(::mkfifo((target + "/n0-a.frlog").c_str(), 0644) == 0);
+  CHECK(check_placed(target, h, lim, &err) == PlacedCheck::kMismatch);
+  // Names outside the directory, or not dump files, are refused outright.
+  h.files[0].name = "../real.frlog";
+  CHECK(check_placed(target, h, lim, &err) == PlacedCheck::kBadHeader);
+  h.files[0].name = "n0-a.txt";
+  CHECK(check_placed(target, h, lim, &err) == PlacedCheck::kBadHeader);
+  h.files[0].name = "n0-a.frlog";
+  h.files[0].size = lim.max_file_bytes + 1;
+  CHECK(check_placed(target, h, lim, &err) == PlacedCheck::kBadHeader);
+}
+
 TEST_CASE("incident ids left by a previous run are never reused", "[daemon]") {
   TempDir dir;
   std::string err;

@@ -132,6 +132,41 @@ void write_two_ranks(const std::string& logs, int64_t stalled_for_ns) {
   fr::daemon::test::write_log(logs, "fr.job1.r1.frlog", r1);
 }
 
+// A dump a node took for `job`/`incident` and has not delivered: one file, rank 0's log.
+void spool_entry(const std::string& spool, const std::string& job, const std::string& incident,
+                 const std::string& log_file, const std::string& file_name) {
+  std::string err;
+  std::string d = spool + "/" + job + "/" + incident;
+  REQUIRE(make_dirs(d, &err));
+  std::string bytes = slurp(log_file);
+  std::ofstream(d + "/" + file_name, std::ios::binary) << bytes;
+  nlohmann::json h = {
+      {"incident_id", incident}, {"node_name", "n0"}, {"job_id", job}, {"snapshot_time_ns", 1},
+      {"files", {{{"name", file_name}, {"size", bytes.size()},
+                  {"crc32c", crc32c(0, bytes.data(), bytes.size())}}}},
+      {"processes", {{{"rank", 0}, {"world_size", 2}, {"pid", 11}, {"host", "n0"},
+                      {"job_id", job}, {"file", file_name}, {"source", "x"},
+                      {"alive", true}, {"records", 2}, {"overwritten", 0}, {"torn", 0}}}},
+      {"skipped", nlohmann::json::array()}};
+  std::ofstream(d + "/dump.json") << h.dump();
+}
+
+nlohmann::json read_json(const std::string& path) {
+  return nlohmann::json::parse(slurp(path), nullptr, false);
+}
+
+int count_frlogs(const std::string& dir) {
+  int n = 0;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string name = e->d_name;
+      n += name.size() > 6 && name.compare(name.size() - 6, 6, ".frlog") == 0;
+    }
+    closedir(d);
+  }
+  return n;
+}
+
 }  // namespace
 
 TEST_CASE("a stall seen by a node becomes a written dump set", "[daemon][rpc]") {
@@ -166,7 +201,7 @@ TEST_CASE("a stall seen by a node becomes a written dump set", "[daemon][rpc]") 
   CHECK(st["incidents"][0]["kind"] == "stall");
   CHECK(st["incidents"][0]["uploaded"] == 1);
   // The node drops its copy once delivered.
-  CHECK(wait_for([&] { return !exists(spool.path + "/incident-0001"); }, 10));
+  CHECK(wait_for([&] { return !exists(spool.path + "/job1/incident-0001"); }, 10));
   // Still one incident while the hang lasts.
   std::this_thread::sleep_for(std::chrono::milliseconds(600));
   CHECK(server.status()["incidents"].size() == 1);
@@ -487,7 +522,7 @@ TEST_CASE("a restarted coordinator receives the dumps a node kept", "[daemon][rp
   std::string err;
   REQUIRE(make_dirs(dumps.path + "/job1/incident-0001", &err));
   {
-    std::string d = spool.path + "/incident-0001";
+    std::string d = spool.path + "/job1/incident-0001";
     REQUIRE(make_dirs(d, &err));
     std::string bytes = slurp(logs.path + "/fr.job1.r0.frlog");
     std::ofstream(d + "/n0-rank0.n0.11.frlog", std::ios::binary) << bytes;
@@ -509,7 +544,7 @@ TEST_CASE("a restarted coordinator receives the dumps a node kept", "[daemon][rp
   CHECK(exists(dir + "/n0-rank0.n0.11.frlog"));
   auto manifest = nlohmann::json::parse(slurp(dir + "/manifest.json"));
   CHECK(manifest["processes"].size() == 1);
-  CHECK(wait_for([&] { return !exists(spool.path + "/incident-0001"); }, 10));
+  CHECK(wait_for([&] { return !exists(spool.path + "/job1/incident-0001"); }, 10));
   // New incidents do not reuse the id.
   std::string id;
   REQUIRE(trigger_dump(client(server.port()), "x", &id, &err));
@@ -643,4 +678,147 @@ TEST_CASE("idle uploads are cancelled and cannot hold every upload slot", "[daem
     return w4->Finish().ok() && r4.ok();
   }, 10);
   CHECK(ok);
+}
+
+TEST_CASE("a node with a shared dump dir writes its dump there and the coordinator checks it",
+          "[daemon][rpc]") {
+  TempDir logs, dumps, spool;
+  write_two_ranks(logs.path, 5 * kSec);
+  CoordinatorServer server(coord_config(dumps.path), server_options());
+  std::string err;
+  REQUIRE(server.start(&err));
+  NodeOptions o = node_options(server.port(), logs.path, spool.path);
+  o.shared_dump_dir = dumps.path;
+  RunningNode node(o);
+
+  std::string dir = dumps.path + "/job1/incident-0001";
+  REQUIRE(wait_for([&] { return exists(dir + "/analysis.json"); }));
+  auto inc = read_json(dir + "/incident.json");
+  CHECK(inc["nodes_uploaded"] == nlohmann::json::array({"n0"}));
+  CHECK(inc["nodes_placed"] == nlohmann::json::array({"n0"}));
+  auto manifest = read_json(dir + "/manifest.json");
+  REQUIRE(manifest["processes"].size() == 2);
+  for (const auto& p : manifest["processes"]) CHECK(exists(dir + "/" + p["file"].get<std::string>()));
+  // Rank 1 never called the op that rank 0 is stuck in.
+  CHECK(read_json(dir + "/analysis.json")["verdict"]["kind"] == "not_entered");
+  // No staging left behind, and the spool is emptied once the coordinator has the dump.
+  int hidden = 0;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) hidden += e->d_name[0] == '.' && std::string(e->d_name).size() > 2;
+    closedir(d);
+  }
+  CHECK(hidden == 0);
+  CHECK(wait_for([&] { return !exists(spool.path + "/job1/incident-0001"); }, 10));
+}
+
+TEST_CASE("a shared dump dir the coordinator cannot see falls back to uploading", "[daemon][rpc]") {
+  TempDir logs, dumps, spool, elsewhere;
+  write_two_ranks(logs.path, 5 * kSec);
+  std::string err;
+  // Same path layout, another file system: the node sees an incident directory, the coordinator
+  // never sees what the node writes there.
+  REQUIRE(make_dirs(elsewhere.path + "/job1/incident-0001", &err));
+  CoordinatorServer server(coord_config(dumps.path), server_options());
+  REQUIRE(server.start(&err));
+  NodeOptions o = node_options(server.port(), logs.path, spool.path);
+  o.shared_dump_dir = elsewhere.path;
+  RunningNode node(o);
+
+  std::string dir = dumps.path + "/job1/incident-0001";
+  REQUIRE(wait_for([&] { return exists(dir + "/analysis.json"); }));
+  auto inc = read_json(dir + "/incident.json");
+  CHECK(inc["nodes_uploaded"] == nlohmann::json::array({"n0"}));
+  CHECK(inc["nodes_placed"].empty());
+  CHECK(read_json(dir + "/manifest.json")["processes"].size() == 2);
+  CHECK(count_frlogs(dir) == 2);
+  // What the node wrote into the wrong place is taken back.
+  CHECK(count_frlogs(elsewhere.path + "/job1/incident-0001") == 0);
+
+  // The op completes: nothing else depends on where the dump went.
+  write_two_ranks(logs.path, 0);
+  REQUIRE(wait_for([&] { return server.status()["incidents"][0]["state"] == "closed_transient"; }, 10));
+}
+
+TEST_CASE("a dump of another job left in the spool is never delivered as this job's",
+          "[daemon][rpc]") {
+  TempDir logs, dumps, spool, other;
+  write_two_ranks(logs.path, 5 * kSec);
+  // An earlier job's node, under the same name and spool, took incident-0001 and never
+  // delivered it. Its file has a name this job's dump will not have.
+  FakeLog stale;
+  stale.rank = 0;
+  stale.pid = 99;
+  stale.job = "job0";
+  stale.ops = {{FR_OP_BROADCAST, 1, 1, 10 * kSec, true, false}};
+  std::string stale_log = fr::daemon::test::write_log(other.path, "fr.job0.r0.frlog", stale);
+  spool_entry(spool.path, "job0", "incident-0001", stale_log, "n0-stale.frlog");
+
+  CoordinatorServer server(coord_config(dumps.path), server_options());
+  std::string err;
+  REQUIRE(server.start(&err));
+  RunningNode node(node_options(server.port(), logs.path, spool.path));
+  std::string dir = dumps.path + "/job1/incident-0001";
+  REQUIRE(wait_for([&] { return exists(dir + "/analysis.json"); }));
+  auto manifest = read_json(dir + "/manifest.json");
+  REQUIRE(manifest["processes"].size() == 2);
+  for (const auto& p : manifest["processes"]) CHECK(p["job_id"] == "job1");
+  CHECK_FALSE(exists(dir + "/n0-stale.frlog"));
+  CHECK_FALSE(exists(dumps.path + "/job0"));
+  // The other job's dump is still kept for its own coordinator.
+  CHECK(exists(spool.path + "/job0/incident-0001/n0-stale.frlog"));
+}
+
+TEST_CASE("hostile Placed calls change nothing", "[daemon][rpc]") {
+  TempDir logs, dumps, outside;
+  write_two_ranks(logs.path, 0);
+  CoordinatorServer server(coord_config(dumps.path), server_options());
+  std::string err, id;
+  REQUIRE(server.start(&err));
+  REQUIRE(trigger_dump(client(server.port()), "x", &id, &err));
+  std::string dir = dumps.path + "/job1/" + id;
+  REQUIRE(exists(dir));
+  auto stub = fr::v1::Coordinator::NewStub(make_channel(client(server.port())));
+  std::string secret = "not for peers\n";
+  std::ofstream(outside.path + "/secret", std::ios::binary) << secret;
+  auto placed = [&](const std::string& incident, const std::string& job, const std::string& file,
+                    uint64_t size, uint32_t crc) {
+    fr::v1::UploadHeader h;
+    h.set_incident_id(incident);
+    h.set_node_name("evil");
+    h.set_job_id(job);
+    auto* f = h.add_files();
+    f->set_name(file);
+    f->set_size(size);
+    f->set_crc32c(crc);
+    grpc::ClientContext ctx;
+    fr::v1::UploadReply reply;
+    return stub->Placed(&ctx, h, &reply).error_code();
+  };
+  uint32_t crc = crc32c(0, secret.data(), secret.size());
+  CHECK(placed("incident-0099", "job1", "evil-a.frlog", secret.size(), crc) ==
+        grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(placed(id, "job2", "evil-a.frlog", secret.size(), crc) ==
+        grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(placed(id, "job1", "../../../secret", secret.size(), crc) ==
+        grpc::StatusCode::INVALID_ARGUMENT);
+  REQUIRE(::symlink((outside.path + "/secret").c_str(), (dir + "/evil-a.frlog").c_str()) == 0);
+  CHECK(placed(id, "job1", "evil-a.frlog", secret.size(), crc) == grpc::StatusCode::NOT_FOUND);
+  REQUIRE(::mkfifo((dir + "/evil-b.frlog").c_str(), 0644) == 0);
+  CHECK(placed(id, "job1", "evil-b.frlog", 0, 0) == grpc::StatusCode::NOT_FOUND);
+  CHECK(placed(id, "job1", "evil-c.frlog", 10, 0) == grpc::StatusCode::NOT_FOUND);
+  auto st = server.status();
+  REQUIRE(st["incidents"].size() == 1);
+  CHECK(st["incidents"][0]["uploaded"] == 0);
+
+  // With a token, a Placed call without it is refused like any other.
+  TempDir dumps2;
+  ServerOptions so = server_options();
+  so.token = "sesame";
+  CoordinatorServer locked(coord_config(dumps2.path), so);
+  REQUIRE(locked.start(&err));
+  auto stub2 = fr::v1::Coordinator::NewStub(make_channel(client(locked.port())));
+  grpc::ClientContext ctx;
+  fr::v1::UploadHeader h;
+  fr::v1::UploadReply reply;
+  CHECK(stub2->Placed(&ctx, h, &reply).error_code() == grpc::StatusCode::UNAUTHENTICATED);
 }
