@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -491,7 +492,13 @@ int NodeDaemon::upload(const Key& k, const DumpHeader& h, std::string* error) {
   fr::v1::UploadChunk c;
   to_proto(h, c.mutable_header());
   bool sending = w->Write(c);
-  std::string buf(opts_.chunk_bytes, '\0');
+  // With a rate limit, chunks are small enough (about 1/8 s each) that the pace stays even.
+  size_t chunk = opts_.chunk_bytes;
+  const uint64_t rate = opts_.upload_bytes_per_sec;
+  if (rate > 0) chunk = size_t(std::clamp<uint64_t>(rate / 8, 4096, chunk));
+  const int64_t t0 = mono_ns();
+  uint64_t sent = 0;
+  std::string buf(chunk, '\0');
   for (size_t i = 0; sending && i < h.files.size(); ++i) {
     std::ifstream f(dir + "/" + h.files[i].name, std::ios::binary);
     uint64_t off = 0;
@@ -505,6 +512,12 @@ int NodeDaemon::upload(const Key& k, const DumpHeader& h, std::string* error) {
       d.mutable_data()->set_data(buf.data(), size_t(n));
       off += uint64_t(n);
       sending = w->Write(d);
+      sent += uint64_t(n);
+      if (rate > 0 && sending) {
+        int64_t due = t0 + int64_t(double(sent) / double(rate) * 1e9);
+        int64_t now = mono_ns();
+        if (due > now) sleep_for(due - now);
+      }
       if (stopping_) {
         ctx.TryCancel();
         sending = false;

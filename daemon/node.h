@@ -32,6 +32,7 @@ struct NodeOptions {
   int64_t heartbeat_interval_ns = 1'000'000'000;
   int64_t stall_after_ns = 30'000'000'000;
   size_t chunk_bytes = 1 << 20;
+  uint64_t upload_bytes_per_sec = 0; // 0: as fast as the network goes
   bool quiet = false;
 };
 

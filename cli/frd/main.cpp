@@ -10,6 +10,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -51,6 +52,23 @@ sigset_t block_stop_signals() {
 }
 
 int64_t to_ns(double seconds) { return int64_t(seconds * 1e9); }
+
+// "65536", "512K", "1.5M", "2G" (powers of 1024): a positive byte count.
+bool parse_rate(const std::string& text, uint64_t* out) {
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || !(v > 0)) return false;
+  std::string unit(end);
+  double mult = 1;
+  if (unit == "K" || unit == "k") mult = 1024;
+  else if (unit == "M" || unit == "m") mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "g") mult = 1024.0 * 1024 * 1024;
+  else if (!unit.empty()) return false;
+  v *= mult;
+  if (v < 1 || v > 1e15) return false;
+  *out = uint64_t(v);
+  return true;
+}
 
 struct ClientFlags {
   std::string coordinator = "127.0.0.1:7470";
@@ -116,6 +134,9 @@ int main(int argc, char** argv) {
   node->add_option("--stall-after", node_stall_after, "seconds in flight before an op is reported at once")
       ->capture_default_str()->check(CLI::Range(0.1, 1e6));
   node->add_option("--dump-dir", node_dump_dir, "spool: dumps wait here until delivered");
+  std::string upload_rate;
+  node->add_option("--upload-rate", upload_rate,
+                   "most bytes per second an upload may send, e.g. 50M (default: no limit)");
   node->add_option("--shared-dump-dir", node_shared_dir,
                    "the coordinator's --dump-dir as mounted on this node: write dumps there "
                    "instead of uploading them");
@@ -174,6 +195,11 @@ int main(int argc, char** argv) {
     o.node_name = node_name;
     o.spool_dir = node_dump_dir;
     o.shared_dump_dir = node_shared_dir;
+    if (!upload_rate.empty() && !parse_rate(upload_rate, &o.upload_bytes_per_sec)) {
+      std::fprintf(stderr, "frd node: --upload-rate: '%s' is not a byte count like 65536, 512K or 50M\n",
+                   upload_rate.c_str());
+      return 2;
+    }
     o.heartbeat_interval_ns = to_ns(hb_interval);
     o.stall_after_ns = to_ns(node_stall_after);
     sigset_t set = block_stop_signals();

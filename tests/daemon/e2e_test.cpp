@@ -434,6 +434,53 @@ TEST_CASE("daemons: a node daemon killed while its dump is wanted delivers after
   CHECK(a["verdict"]["culprit_ranks"] == json::array({1}));
 }
 
+TEST_CASE("daemons: a node daemon killed mid-upload delivers whole after its restart",
+          "[daemon][e2e]") {
+  if (!built()) return;
+  TempDir d;
+  std::string dumps = d.path + "/dumps";
+  auto job = long_job(d, 30);
+  auto coord = coordinator(d, dumps, "127.0.0.1:0", "60", {}, "60");
+  std::string addr = "127.0.0.1:" + read_port(d.path + "/port");
+  auto n0 = node(d, 0, addr);
+  // node1 uploads slowly (its two logs take several seconds), so it can be killed mid-way.
+  auto n1 = node(d, 1, addr, {"--upload-rate", "16K"});
+  INFO(logs(d));
+  std::string inc_dir;
+  auto staging = [&] {
+    std::error_code ec;
+    for (const auto& job_dir : fs::directory_iterator(dumps, ec))
+      for (const auto& inc : fs::directory_iterator(job_dir.path(), ec))
+        for (const auto& e : fs::directory_iterator(inc.path(), ec))
+          if (e.path().filename().string().rfind(".upload-node1-", 0) == 0) {
+            inc_dir = inc.path().string();
+            for (const auto& f : fs::directory_iterator(e.path(), ec))
+              if (fs::file_size(f.path(), ec) > 0) return true;
+          }
+    return false;
+  };
+  REQUIRE(wait_for(staging, 90));
+  n1->stop(SIGKILL);
+  // The partial upload is dropped: no staging left, none of node1's files in the incident, and
+  // no dump set yet (node1 is still wanted).
+  CHECK(wait_for([&] { return !staging(); }, 40));
+  int node1_files = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(inc_dir, ec))
+    node1_files += e.path().filename().string().rfind("node1-", 0) == 0;
+  CHECK(node1_files == 0);
+  CHECK(find_analysis(dumps).empty());
+  // Restarted at full speed, node1 delivers from its spool and the dump set is whole.
+  n1 = node(d, 1, addr);
+  std::string set;
+  REQUIRE(wait_for([&] { return !(set = find_analysis(dumps)).empty(); }, 60));
+  json manifest = json::parse(slurp(set + "/manifest.json"));
+  CHECK(manifest["processes"].size() == 4);
+  json a = json::parse(slurp(set + "/analysis.json"));
+  CHECK(a["verdict"]["kind"] == "stuck_in_collective");
+  CHECK(a["verdict"]["culprit_ranks"] == json::array({1}));
+}
+
 TEST_CASE("daemons: a frozen node daemon counts as lost and the others dump", "[daemon][e2e]") {
   if (!built()) return;
   TempDir d;
@@ -546,6 +593,9 @@ TEST_CASE("frd: usage errors and an unreachable coordinator have distinct exit c
              "--heartbeat-interval", "0"}, log) == 2);
   CHECK(run({kFrd, "node", "--coordinator", "x:1", "--log-dir", d.path, "--tls-cert", "c"},
             log) == 2);
+  for (const char* rate : {"fast", "0", "-5K", "10X", "1e30"})
+    CHECK(run({kFrd, "node", "--coordinator", "x:1", "--log-dir", d.path, "--upload-rate", rate},
+              log) == 2);
   CHECK(run({kFrd, "status", "--coordinator", "127.0.0.1:1"}, log) == 1);
   CHECK(run({kFrd, "dump", "--coordinator", "127.0.0.1:1"}, log) == 1);
   CHECK(run({kFrd, "status", "--token-file", d.path + "/missing"}, log) == 2);

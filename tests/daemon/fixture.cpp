@@ -45,7 +45,9 @@ TempDir::TempDir() {
   path = p;
 }
 
-TempDir::~TempDir() { remove_tree(path); }
+TempDir::~TempDir() {
+  if (!getenv("FR_KEEP_TMP")) remove_tree(path);
+}
 
 fr::log::LogFile make_log(const FakeLog& f) {
   fr::log::LogFile log;
