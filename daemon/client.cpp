@@ -114,7 +114,8 @@ std::string render_status(const nlohmann::json& s) {
       o << "  rank " << p.value("rank", -1) << " pid " << p.value("pid", 0) << " "
         << (p.value("alive", false) ? "alive" : p.value("exited_cleanly", false) ? "exited" : "DEAD");
       for (const auto& c : p.value("comms", nlohmann::json::array())) {
-        o << "  [" << str(c, "id").substr(0, 8) << " coll " << c.value("coll_seq", 0) << " gpu "
+        std::string label = str(c, "name").empty() ? str(c, "id").substr(0, 8) : str(c, "name");
+        o << "  [" << label << " coll " << c.value("coll_seq", 0) << " gpu "
           << c.value("completed", 0) << "/" << c.value("enqueued", 0);
         double age = c.value("oldest_in_flight_s", 0.0);
         if (age > 0) o << " oldest " << age << " s";

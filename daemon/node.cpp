@@ -436,8 +436,14 @@ int NodeDaemon::place(const Key& k, const DumpHeader& h, std::string* error) {
     *error = target + " does not exist";
     return 2;
   }
+  // A staging folder of ours already there was left by a node daemon killed while writing.
+  const std::string prefix = ".placing-" + opts_.node_name + "-";
+  for (const std::string& n : list_dir(target))
+    if (n.size() > prefix.size() && n.rfind(prefix, 0) == 0 &&
+        n.find_first_not_of("0123456789", prefix.size()) == std::string::npos)
+      remove_dir(target + "/" + n);
   std::random_device rd;
-  std::string staging = target + "/.placing-" + opts_.node_name + "-" + std::to_string(rd());
+  std::string staging = target + "/" + prefix + std::to_string(rd());
   if (::mkdir(staging.c_str(), 0755) != 0) {
     *error = "cannot create " + staging + ": " + std::strerror(errno);
     return 2;

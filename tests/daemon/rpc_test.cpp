@@ -711,6 +711,32 @@ TEST_CASE("a node with a shared dump dir writes its dump there and the coordinat
   CHECK(wait_for([&] { return !exists(spool.path + "/job1/incident-0001"); }, 10));
 }
 
+TEST_CASE("a node killed while writing into the shared dump dir finishes the job after its restart",
+          "[daemon][rpc]") {
+  TempDir logs, dumps, spool;
+  write_two_ranks(logs.path, 0);
+  std::string err;
+  // The node took its dump of incident-0001 and died while copying it: its spool entry is whole,
+  // its staging folder in the incident's directory is not. Another node is still staging.
+  std::string dir = dumps.path + "/job1/incident-0001";
+  spool_entry(spool.path, "job1", "incident-0001", logs.path + "/fr.job1.r0.frlog",
+              "n0-rank0.n0.11.frlog");
+  REQUIRE(make_dirs(dir + "/.placing-n0-123", &err));
+  std::ofstream(dir + "/.placing-n0-123/n0-rank0.n0.11.frlog") << "half";
+  REQUIRE(make_dirs(dir + "/.placing-n0-x-456", &err));
+  CoordinatorServer server(coord_config(dumps.path), server_options());
+  REQUIRE(server.start(&err));
+  NodeOptions o = node_options(server.port(), logs.path, spool.path);
+  o.shared_dump_dir = dumps.path;
+  RunningNode node(o);
+  REQUIRE(wait_for([&] { return exists(dir + "/analysis.json"); }));
+  CHECK(read_json(dir + "/incident.json")["nodes_placed"] == nlohmann::json::array({"n0"}));
+  CHECK(slurp(dir + "/n0-rank0.n0.11.frlog") == slurp(logs.path + "/fr.job1.r0.frlog"));
+  CHECK_FALSE(exists(dir + "/.placing-n0-123"));
+  CHECK(exists(dir + "/.placing-n0-x-456"));
+  CHECK(wait_for([&] { return !exists(spool.path + "/job1/incident-0001"); }, 10));
+}
+
 TEST_CASE("a shared dump dir the coordinator cannot see falls back to uploading", "[daemon][rpc]") {
   TempDir logs, dumps, spool, elsewhere;
   write_two_ranks(logs.path, 5 * kSec);
