@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: deps build test test-unit test-sanitizers test-tsan test-asan fuzz bench demo clean
+.PHONY: deps build test test-unit test-sanitizers test-tsan test-asan test-asan-daemon fuzz bench demo clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -33,6 +33,16 @@ test-asan: deps
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS="detect_leaks=1" UBSAN_OPTIONS="print_stacktrace=1" ctest --output-on-failure -L agent -j $(JOBS)
 
+# Not part of `make test` (a second full build): the daemons, with whole simulated jobs through
+# them, under ASan+UBSan. The rank processes link the ASan runtime themselves and get the agent
+# preloaded before it, hence verify_asan_link_order=0.
+test-asan-daemon: deps
+	cmake -S . -B build-asan-all -DFR_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug
+	cmake --build build-asan-all -j $(JOBS) --target frd fr-simjob fr-simjob-rank fr_agent \
+	  daemon_logic_test daemon_rpc_test daemon_e2e_test
+	cd build-asan-all && ASAN_OPTIONS="detect_leaks=1:verify_asan_link_order=0" \
+	  UBSAN_OPTIONS="print_stacktrace=1" ctest --output-on-failure -L daemon -j $(JOBS)
+
 # libFuzzer targets, each run briefly on its seed corpus.
 fuzz: deps
 	@if [ -f tests/fuzz/CMakeLists.txt ]; then \
@@ -48,4 +58,4 @@ demo: build
 	bash examples/demo/run.sh $(BUILD)
 
 clean:
-	rm -rf build build-tsan build-asan build-fuzz
+	rm -rf build build-tsan build-asan build-asan-all build-fuzz

@@ -499,6 +499,7 @@ int main(int argc, char** argv) {
   for (ncclComm_t* c : {&r.dp, &r.pp, &r.tp, &r.world})
     nccl_check(r, ncclCommDestroy(*c), "ncclCommDestroy");
   cuMemHostUnregister(r.host);
+  std::free(r.host);
   cuStreamDestroy(r.stream);
   bump(r);
   uint64_t failures = r.slot ? r.slot->check_failures.load() : 0;

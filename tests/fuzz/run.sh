@@ -17,10 +17,11 @@ fi
 work=$(mktemp -d /tmp/fr-fuzz.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 "$bin/fr_fuzz_seeds" "$work/generated"
+if [ -x "$bin/fr_fuzz_frd_seeds" ]; then "$bin/fr_fuzz_frd_seeds" "$work/generated"; fi
 
 failed=0
 ran=0
-for target in flight_log manifest torch_json unpickle; do
+for target in flight_log manifest torch_json unpickle frd_peer; do
   exe="$bin/fr_fuzz_$target"
   if [ ! -x "$exe" ]; then
     echo "FAIL $target: $exe was not built" >&2
