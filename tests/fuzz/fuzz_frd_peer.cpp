@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include <google/protobuf/stubs/logging.h>
+
 #include "daemon/assembly.h"
 #include "daemon/convert.h"
 #include "daemon/coordinator.h"
@@ -203,6 +205,13 @@ struct Run {
 };
 
 }  // namespace
+
+// Protobuf logs every string field with invalid UTF-8 it refuses; the refusal is what matters.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  google::protobuf::SetLogHandler([](google::protobuf::LogLevel, const char*, int,
+                                     const std::string&) {});
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   char tmpl[] = "/tmp/fr-fuzz-frd-XXXXXX";
