@@ -11,6 +11,7 @@
 
 #include "daemon/assembly.h"
 #include "daemon/names.h"
+#include "log/reader.h"
 #include "log/snapshot.h"
 
 namespace fr::daemon {
@@ -169,6 +170,9 @@ bool CoordinatorState::heartbeat(uint64_t session, NodeReport report, int64_t no
           n->max_age_ns = c.oldest_age_ns;
           n->max_age_log = p.log;
           n->max_age_comm = c.comm_id;
+          n->max_age_comm_name = printable(c.name, 64);
+          n->max_age_op = c.oldest_op;
+          n->max_age_seq = c.oldest_seq;
           n->max_age_completed = c.completed;
         }
       }
@@ -376,10 +380,14 @@ Actions CoordinatorState::tick(int64_t now_mono) {
     int rank = -1;
     for (const auto& p : n.last.processes)
       if (p.log == n.max_age_log) rank = p.rank;
+    std::string op = n.max_age_op ? std::string(fr::log::op_name(uint16_t(n.max_age_op))) : "an op";
+    if (n.max_age_op && n.max_age_seq) op += " #" + std::to_string(n.max_age_seq);
+    std::string comm = n.max_age_comm_name.empty()
+                           ? hex_id(n.max_age_comm)
+                           : n.max_age_comm_name + " (" + hex_id(n.max_age_comm) + ")";
     open(IncidentKind::kStall,
-         "rank " + std::to_string(rank) + " on node " + name + ": an op on communicator " +
-             hex_id(n.max_age_comm) + " in flight for " + std::to_string(secs(age)).substr(0, 5) +
-             " s",
+         "rank " + std::to_string(rank) + " on node " + name + ": " + op + " on communicator " +
+             comm + " in flight for " + std::to_string(secs(age)).substr(0, 5) + " s",
          now_mono, &a, &n);
     return a;
   }

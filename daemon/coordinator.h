@@ -182,6 +182,9 @@ class CoordinatorState {
     int64_t max_age_ns = 0;          // oldest op in flight among live processes
     std::string max_age_log;
     uint64_t max_age_comm = 0;
+    std::string max_age_comm_name;
+    uint32_t max_age_op = 0;         // fr_op of that oldest op, and its sequence number
+    uint64_t max_age_seq = 0;
     uint64_t max_age_completed = 0;
     int alive = 0;
     std::map<std::string, int64_t> dead_since;  // log -> mono time first seen dead (unclean)

@@ -56,6 +56,11 @@ ProcessReport proc(int rank, bool alive, int64_t oldest_age_ns, uint64_t complet
   c.enqueued = completed + (oldest_age_ns ? 1 : 0);
   c.completed = completed;
   c.oldest_age_ns = oldest_age_ns;
+  if (oldest_age_ns) {
+    c.oldest_op = FR_OP_ALLREDUCE;
+    c.oldest_seq = completed + 1;
+  }
+  c.name = "dp0";
   p.comms.push_back(c);
   return p;
 }
@@ -228,6 +233,9 @@ TEST_CASE("a stall opens one incident, gathers every node and closes as transien
   CHECK(st.incidents()[0].kind == IncidentKind::kStall);
   CHECK(a.dumps[0].incident_id == id);
   CHECK(st.incidents()[0].dir == dir.path + "/job1/" + id);
+  // The reason names the op and the communicator a person knows.
+  CHECK(st.incidents()[0].reason.find("rank 0 on node n0: AllReduce #11 on communicator dp0 (") !=
+        std::string::npos);
 
   // No storm: the same hang seen again and again opens nothing new.
   for (int64_t t = kSec; t < 5 * kSec; t += kSec / 10) {
