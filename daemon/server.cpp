@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "daemon/convert.h"
+#include "daemon/hook.h"
 #include "daemon/metrics_http.h"
 #include "daemon/names.h"
 #include "fr/v1/frd.grpc.pb.h"
@@ -67,7 +68,11 @@ struct CoordinatorServer::Impl {
   std::thread ticker, assembler, placed_checker;
   bool started = false;
 
-  Impl(CoordinatorConfig c, ServerOptions o) : cfg(c), opts(std::move(o)), state(std::move(c)) {}
+  VerdictHook hook;
+
+  Impl(CoordinatorConfig c, ServerOptions o)
+      : cfg(c), opts(std::move(o)), state(std::move(c)),
+        hook(opts.on_verdict, opts.on_verdict_timeout_ns) {}
 
   bool authorized(grpc::CallbackServerContext* ctx) const {
     if (opts.token.empty()) return true;
@@ -501,6 +506,7 @@ void CoordinatorServer::Impl::ticker_loop() {
     Actions a = state.tick(now);
     dispatch(a);
     for (auto* u : uploads) u->cancel_if_idle(now, opts.upload_idle_ns);
+    for (const auto& line : hook.poll(now)) log(line);
   }
 }
 
@@ -521,6 +527,19 @@ void CoordinatorServer::Impl::assembler_loop() {
     lk.lock();
     Actions a;
     state.assembled(job.incident_id, r, mono_ns(), &a);
+    // The operator's command, once the dump set stands (not when it is about to be rewritten).
+    if (hook.enabled() && r.ok && a.assemble.empty()) {
+      std::string culprits, error;
+      for (int c : r.culprits) culprits += (culprits.empty() ? "" : ",") + std::to_string(c);
+      std::map<std::string, std::string> env = {
+          {"FR_INCIDENT_ID", job.incident_id}, {"FR_INCIDENT_DIR", job.dir},
+          {"FR_INCIDENT_KIND", job.kind},      {"FR_JOB_ID", job.job_id},
+          {"FR_VERDICT", r.verdict_kind},      {"FR_CULPRITS", culprits},
+          {"FR_SUMMARY", printable(r.verdict_summary, 1024)}};
+      if (!hook.start(job.incident_id, env, mono_ns(), &error))
+        a.log.push_back("frd coordinator: --on-verdict for " + job.incident_id + " not run: " +
+                        error);
+    }
     dispatch(a);
   }
 }

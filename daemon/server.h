@@ -22,6 +22,8 @@ struct ServerOptions {
   std::string tls_key;
   std::string tls_client_ca;   // PEM contents: mutual TLS when set
   std::string metrics_listen;  // HOST:PORT for Prometheus text; empty: none
+  std::string on_verdict;      // shell command run for every dump set written (hook.h)
+  int64_t on_verdict_timeout_ns = 300'000'000'000;
   UploadLimits limits;
   int max_message_bytes = 4 << 20;
   int max_uploads = 64;        // concurrent uploads

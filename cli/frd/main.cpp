@@ -159,6 +159,14 @@ int main(int argc, char** argv) {
   coord->add_option("--dump-deadline", dump_deadline, "seconds to wait for every node's dump")
       ->capture_default_str()->check(CLI::Range(0.5, 3600.0));
   coord->add_option("--metrics-listen", metrics_listen, "HOST:PORT for Prometheus metrics over HTTP");
+  std::string on_verdict;
+  double on_verdict_timeout = 300;
+  coord->add_option("--on-verdict", on_verdict,
+                    "shell command run for every dump set written, with FR_INCIDENT_DIR, "
+                    "FR_VERDICT, FR_CULPRITS, ... in its environment");
+  coord->add_option("--on-verdict-timeout", on_verdict_timeout,
+                    "seconds before the --on-verdict command is killed")
+      ->capture_default_str()->check(CLI::Range(0.1, 86400.0));
   coord->add_option("--token-file", c_token_file, "shared token every peer must present");
   coord->add_option("--tls-cert", c_tls_cert, "server certificate (PEM): TLS");
   coord->add_option("--tls-key", c_tls_key, "server key (PEM)");
@@ -229,6 +237,8 @@ int main(int argc, char** argv) {
     so.listen = listen;
     so.port_file = port_file;
     so.metrics_listen = metrics_listen;
+    so.on_verdict = on_verdict;
+    so.on_verdict_timeout_ns = to_ns(on_verdict_timeout);
     bool ok = true;
     if (!c_token_file.empty()) {
       ok = fr::daemon::read_text_file(c_token_file, &so.token, &error, true);

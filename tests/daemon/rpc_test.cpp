@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -847,4 +848,58 @@ TEST_CASE("hostile Placed calls change nothing", "[daemon][rpc]") {
   fr::v1::UploadHeader h;
   fr::v1::UploadReply reply;
   CHECK(stub2->Placed(&ctx, h, &reply).error_code() == grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST_CASE("the --on-verdict command runs once per dump set with the verdict, and is bounded",
+          "[daemon][rpc]") {
+  TempDir logs, dumps, spool, out;
+  write_two_ranks(logs.path, 5 * kSec);
+  ServerOptions so = server_options();
+  // Stop signals are blocked in frd's threads (it sigwaits); the command must not inherit that.
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &block, &old);
+  so.on_verdict = "echo \"$FR_INCIDENT_ID $FR_INCIDENT_KIND $FR_VERDICT [$FR_CULPRITS] $FR_JOB_ID\" "
+                  ">> " + out.path + "/calls; echo \"$FR_INCIDENT_DIR\" > " + out.path +
+                  "/dir; grep SigBlk /proc/self/status > " + out.path + "/sigblk";
+  CoordinatorServer server(coord_config(dumps.path), so);
+  std::string err;
+  REQUIRE(server.start(&err));
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  RunningNode node(node_options(server.port(), logs.path, spool.path));
+  std::string dir = dumps.path + "/job1/incident-0001";
+  REQUIRE(wait_for([&] { return exists(out.path + "/sigblk"); }));
+  CHECK(slurp(out.path + "/calls") == "incident-0001 stall not_entered [1] job1\n");
+  CHECK(slurp(out.path + "/dir") == dir + "\n");
+  CHECK(slurp(out.path + "/sigblk") == "SigBlk:\t0000000000000000\n");
+  CHECK(exists(dir + "/analysis.json"));  // the dump set is whole before the command runs
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  CHECK(slurp(out.path + "/calls") == "incident-0001 stall not_entered [1] job1\n");
+}
+
+TEST_CASE("an --on-verdict command past its time is killed with everything it started",
+          "[daemon][rpc]") {
+  TempDir dumps, out;
+  ServerOptions so = server_options();
+  so.on_verdict = "sleep 1000 & echo $! > " + out.path + "/child; wait";
+  so.on_verdict_timeout_ns = kSec / 2;
+  CoordinatorServer server(coord_config(dumps.path), so);
+  std::string err, id;
+  REQUIRE(server.start(&err));
+  REQUIRE(trigger_dump(client(server.port()), "x", &id, &err));
+  REQUIRE(wait_for([&] { return !slurp(out.path + "/child").empty(); }));
+  pid_t child = pid_t(std::stol(slurp(out.path + "/child")));
+  // The grandchild (sleep) goes with the command's process group; nobody reaps it here, so
+  // it is gone when it is a zombie or no longer exists.
+  auto gone = [&] {
+    std::string st = slurp("/proc/" + std::to_string(child) + "/stat");
+    return st.empty() || st.find(") Z ") != std::string::npos;
+  };
+  CHECK(wait_for(gone, 10));
+  // The coordinator keeps serving and a new incident runs the command again.
+  ::unlink((out.path + "/child").c_str());
+  REQUIRE(trigger_dump(client(server.port()), "y", &id, &err));
+  CHECK(id == "incident-0002");
+  CHECK(wait_for([&] { return !slurp(out.path + "/child").empty(); }));
 }
