@@ -901,5 +901,9 @@ TEST_CASE("an --on-verdict command past its time is killed with everything it st
   ::unlink((out.path + "/child").c_str());
   REQUIRE(trigger_dump(client(server.port()), "y", &id, &err));
   CHECK(id == "incident-0002");
-  CHECK(wait_for([&] { return !slurp(out.path + "/child").empty(); }));
+  REQUIRE(wait_for([&] { return !slurp(out.path + "/child").empty(); }));
+  // Commands outlive the coordinator (a stop-the-job script must finish): wait for this one's
+  // limit, so that it does not hold the test's output open.
+  child = pid_t(std::stol(slurp(out.path + "/child")));
+  CHECK(wait_for(gone, 10));
 }
