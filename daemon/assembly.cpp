@@ -128,7 +128,6 @@ bool check_dump_header(const DumpHeader& hdr, const UploadLimits& lim, std::stri
 PlacedCheck check_placed(const std::string& dir, const DumpHeader& hdr, const UploadLimits& lim,
                          std::string* error) {
   if (!check_dump_header(hdr, lim, error)) return PlacedCheck::kBadHeader;
-  std::string buf(1 << 20, '\0');
   for (const auto& f : hdr.files) {
     std::string path = dir + "/" + f.name;
     int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
@@ -145,15 +144,9 @@ PlacedCheck check_placed(const std::string& dir, const DumpHeader& hdr, const Up
     }
     uint32_t crc = 0;
     uint64_t got = 0;
-    for (;;) {
-      ssize_t n = ::read(fd, buf.data(), buf.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      crc = crc32c(crc, buf.data(), size_t(n));
-      got += uint64_t(n);
-    }
+    bool read_ok = crc32c_fd(fd, &got, &crc);
     ::close(fd);
-    if (got != f.size || crc != f.crc32c) {
+    if (!read_ok || got != f.size || crc != f.crc32c) {
       *error = f.name + " in " + dir + ": checksum mismatch";
       return PlacedCheck::kMismatch;
     }

@@ -1,7 +1,11 @@
 // CRC32C with a 256-entry table built once (reflected polynomial 0x82F63B78).
 #include "daemon/crc32c.h"
 
+#include <unistd.h>
+
 #include <array>
+#include <cerrno>
+#include <vector>
 
 namespace fr::daemon {
 namespace {
@@ -24,6 +28,20 @@ uint32_t crc32c(uint32_t crc, const void* data, size_t size) {
   crc = ~crc;
   for (size_t i = 0; i < size; ++i) crc = table[(crc ^ p[i]) & 0xffu] ^ (crc >> 8);
   return ~crc;
+}
+
+bool crc32c_fd(int fd, uint64_t* size, uint32_t* crc) {
+  std::vector<char> buf(1 << 20);
+  *size = 0;
+  *crc = 0;
+  for (;;) {
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    if (n == 0) return true;
+    *crc = crc32c(*crc, buf.data(), size_t(n));
+    *size += uint64_t(n);
+  }
 }
 
 }  // namespace fr::daemon

@@ -58,19 +58,11 @@ std::vector<std::string> list_dir(const std::string& dir) {
 }
 
 bool file_crc(const std::string& path, uint64_t* size, uint32_t* crc) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return false;
-  std::string buf(1 << 20, '\0');
-  *size = 0;
-  *crc = 0;
-  while (f) {
-    f.read(buf.data(), std::streamsize(buf.size()));
-    std::streamsize n = f.gcount();
-    if (n <= 0) break;
-    *crc = crc32c(*crc, buf.data(), size_t(n));
-    *size += uint64_t(n);
-  }
-  return true;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ok = crc32c_fd(fd, size, crc);
+  ::close(fd);
+  return ok;
 }
 
 // Copies `from` to `to` (created, never overwritten), checking the copy's size and checksum.

@@ -245,6 +245,18 @@ std::unique_ptr<Proc> long_job(const TempDir& dir, int hang_step) {
   return p;
 }
 
+// The hang of long_job (rank 1's GPU) as a whole dump set under `dumps`: all 4 ranks, the
+// right verdict.
+void check_long_job_set(const std::string& dumps, double seconds) {
+  std::string set;
+  REQUIRE(wait_for([&] { return !(set = find_analysis(dumps)).empty(); }, seconds));
+  json manifest = json::parse(slurp(set + "/manifest.json"));
+  CHECK(manifest["processes"].size() == 4);
+  json a = json::parse(slurp(set + "/analysis.json"));
+  CHECK(a["verdict"]["kind"] == "stuck_in_collective");
+  CHECK(a["verdict"]["culprit_ranks"] == json::array({1}));
+}
+
 std::unique_ptr<Proc> coordinator(const TempDir& dir, const std::string& dumps,
                                   const std::string& listen, const std::string& deadline = "8",
                                   std::vector<std::string> extra = {},
@@ -392,13 +404,7 @@ TEST_CASE("daemons: the coordinator killed and restarted mid-job still catches t
   coord = coordinator(d, dumps, addr);
   REQUIRE(read_port(d.path + "/port") == port);
   INFO(logs(d));
-  std::string set;
-  REQUIRE(wait_for([&] { return !(set = find_analysis(dumps)).empty(); }, 90));
-  json a = json::parse(slurp(set + "/analysis.json"));
-  CHECK(a["verdict"]["kind"] == "stuck_in_collective");
-  CHECK(a["verdict"]["culprit_ranks"] == json::array({1}));
-  json manifest = json::parse(slurp(set + "/manifest.json"));
-  CHECK(manifest["processes"].size() == 4);
+  check_long_job_set(dumps, 90);
 }
 
 TEST_CASE("daemons: a node daemon killed while its dump is wanted delivers after its restart",
@@ -425,13 +431,7 @@ TEST_CASE("daemons: a node daemon killed while its dump is wanted delivers after
   CHECK(find_analysis(dumps).empty());  // still waiting for node1
   // Restarted, it is asked again at once and the dump set completes with every rank.
   n1 = node(d, 1, addr);
-  std::string set;
-  REQUIRE(wait_for([&] { return !(set = find_analysis(dumps)).empty(); }, 60));
-  json manifest = json::parse(slurp(set + "/manifest.json"));
-  CHECK(manifest["processes"].size() == 4);
-  json a = json::parse(slurp(set + "/analysis.json"));
-  CHECK(a["verdict"]["kind"] == "stuck_in_collective");
-  CHECK(a["verdict"]["culprit_ranks"] == json::array({1}));
+  check_long_job_set(dumps, 60);
 }
 
 TEST_CASE("daemons: a node daemon killed mid-upload delivers whole after its restart",
@@ -472,13 +472,7 @@ TEST_CASE("daemons: a node daemon killed mid-upload delivers whole after its res
   CHECK(find_analysis(dumps).empty());
   // Restarted at full speed, node1 delivers from its spool and the dump set is whole.
   n1 = node(d, 1, addr);
-  std::string set;
-  REQUIRE(wait_for([&] { return !(set = find_analysis(dumps)).empty(); }, 60));
-  json manifest = json::parse(slurp(set + "/manifest.json"));
-  CHECK(manifest["processes"].size() == 4);
-  json a = json::parse(slurp(set + "/analysis.json"));
-  CHECK(a["verdict"]["kind"] == "stuck_in_collective");
-  CHECK(a["verdict"]["culprit_ranks"] == json::array({1}));
+  check_long_job_set(dumps, 60);
 }
 
 TEST_CASE("daemons: a frozen node daemon counts as lost and the others dump", "[daemon][e2e]") {

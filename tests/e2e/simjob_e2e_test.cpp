@@ -88,6 +88,16 @@ void check_verdict(const SimRun& run, const std::string& kind, std::set<int> cul
   REQUIRE(got == culprits);
 }
 
+// Every rank and each of the 3 daemons (coordinator, two nodes) of a --daemons run is gone.
+void require_ranks_and_daemons_gone(const SimRun& run) {
+  for (const auto& r : run.result["ranks"]) REQUIRE(fr::e2e::process_gone(r["pid"].get<int>()));
+  REQUIRE(run.result["daemon_processes"].size() == 3);
+  for (const auto& d : run.result["daemon_processes"]) {
+    REQUIRE(d["stopped"] == true);
+    REQUIRE(fr::e2e::process_gone(d["pid"].get<int>()));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("fr-simjob: healthy job completes and every op completes on every rank", "[e2e]") {
@@ -458,13 +468,7 @@ TEST_CASE("fr-simjob --daemons: the coordinator's verdict lands in result.json",
   INFO("verdict " << v.dump());
   REQUIRE(v["kind"] == "not_entered");
   REQUIRE(v["culprit_ranks"] == json::array({5}));
-  // Every rank and every daemon is gone.
-  for (const auto& r : run.result["ranks"]) REQUIRE(fr::e2e::process_gone(r["pid"].get<int>()));
-  REQUIRE(run.result["daemon_processes"].size() == 3);
-  for (const auto& d : run.result["daemon_processes"]) {
-    REQUIRE(d["stopped"] == true);
-    REQUIRE(fr::e2e::process_gone(d["pid"].get<int>()));
-  }
+  require_ranks_and_daemons_gone(run);
   fr::e2e::remove_run(run);
 }
 
@@ -493,12 +497,7 @@ TEST_CASE("fr-simjob --daemons: interrupted, it stops the ranks and the daemons"
   INFO(describe(run));
   REQUIRE(run.exit_code == 128 + SIGINT);
   REQUIRE(run.result["stop_reason"] == "interrupted");
-  for (const auto& r : run.result["ranks"]) REQUIRE(fr::e2e::process_gone(r["pid"].get<int>()));
-  REQUIRE(run.result["daemon_processes"].size() == 3);
-  for (const auto& d : run.result["daemon_processes"]) {
-    REQUIRE(d["stopped"] == true);
-    REQUIRE(fr::e2e::process_gone(d["pid"].get<int>()));
-  }
+  require_ranks_and_daemons_gone(run);
   fr::e2e::remove_run(run);
 }
 

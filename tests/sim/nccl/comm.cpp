@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "fr_sim.h"
+#include "fr_sim_nccl.h"
 #include "internal.h"
 
 #define FRSIM_API extern "C" __attribute__((visibility("default")))
@@ -488,18 +489,8 @@ FRSIM_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude, int nexclud
   return run_maybe_async(child, false, body);
 }
 
-// NCCL 2.29 additions the agent wraps when present (not in the 2.28.9 nccl.h; signatures as in
-// NCCL's src/nccl.h.in). Grow: the coordinating member makes an id with ncclCommGetUniqueId and
-// hands it to the joining ranks; existing members pass their communicator and rank -1 and keep
-// their rank; joining ranks pass comm = NULL, the id and their new rank. The id's key is derived
-// from the parent's key and its grow counter, so existing members need no id at all.
-extern "C" {
-ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank, ncclComm_t* newcomm,
-                          ncclConfig_t* config);
-ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);
-ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags);
-ncclResult_t ncclCommResume(ncclComm_t comm);
-}
+// NCCL 2.29 additions (fr_sim_nccl.h). A grow id's key is derived from the parent's key and its
+// grow counter, so existing members need no id at all.
 
 static uint64_t grow_key(const CommState& parent, uint64_t number) {
   return derive_key(parent.key, 0x47524f57ull, number, 0);

@@ -8,6 +8,7 @@
 // small integers every element type represents exactly.
 #include <cuda.h>
 #include <fr_sim.h>
+#include <fr_sim_nccl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <nccl.h>
@@ -574,14 +575,6 @@ void scenario_bcast_interpose(Env& e) {
   NCCLCHECK(ncclBroadcast(b.data(), b.data(), 8, ncclInt32, 0, e.comm, e.stream));
   sync(e.stream);
   if (count() != 3) fail("direct ncclBroadcast not interposed");
-}
-
-extern "C" {
-ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank, ncclComm_t* newcomm,
-                          ncclConfig_t* config);
-ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);
-ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags);
-ncclResult_t ncclCommResume(ncclComm_t comm);
 }
 
 // Ranks 0..n-2 share a communicator; the last rank joins through ncclCommGrow. Rank 0 hands the
