@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <set>
 
+#include "skip.h"
 #include "test_util.h"
 
 using fr::agent_test::records_of;
@@ -97,8 +98,8 @@ TEST_CASE("without launcher variables the rank comes from the largest communicat
 
 TEST_CASE("LD_PRELOAD records an unmodified program", "[agent]") {
   if (kSanitized) {
-    SUCCEED("sanitized libraries cannot be preloaded; the linked-in probes cover the agent");
-    return;
+    FR_SKIP("sanitizer build: sanitized libraries cannot be preloaded (the linked-in probes "
+            "cover the agent)");
   }
   TempDir dir;
   RunResult r = run({kProbePlain, "basic"}, env_for(dir, {{"LD_PRELOAD", FR_AGENT_LIB}}));
@@ -258,8 +259,7 @@ TEST_CASE("without any NCCL the wrappers answer ncclSystemError and record nothi
 
 TEST_CASE("against the real NCCL the agent changes no return code", "[agent]") {
   if (!FR_HAVE_REAL_NCCL) {
-    SUCCEED("no real libnccl.so.2 in the CUDA toolkit");
-    return;
+    FR_SKIP("no real NCCL: no libnccl.so.2 in the CUDA toolkit");
   }
   TempDir none, with, preload;
   RunResult plain = run({kDir + "/fr_agent_real_probe_plain"}, env_for(none));
@@ -356,8 +356,7 @@ TEST_CASE("GPU markers surround launches and never touch a capturing stream", "[
 
 TEST_CASE("under the CUDA emulation markers run on the stream in order", "[agent]") {
   if (!FR_HAVE_SIM_CUDA) {
-    SUCCEED("the CUDA emulation is not part of this build");
-    return;
+    FR_SKIP("not built: the CUDA emulation is not part of this build");
   }
   TempDir dir;
   RunResult r = run({kDir + "/fr_agent_sim_gpu_probe"}, env_for(dir));

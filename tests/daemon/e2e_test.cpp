@@ -2,7 +2,8 @@
 // --daemons must come back with the right verdict and culprits, a healthy or merely slow job with
 // no incident; and our own faults: the coordinator killed and restarted mid-job, a node daemon
 // killed while its dump is wanted, a node daemon frozen until it counts as lost, a full dump
-// directory, a wrong token. Skips when fr-simjob or frd is not built.
+// directory, a wrong token. Reported as skipped (never passed) when fr-simjob or frd is missing,
+// which building this test prevents: it depends on both.
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
@@ -26,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fixture.h"
+#include "skip.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -37,10 +39,10 @@ const std::string kBuild = FR_BUILD_DIR;
 const std::string kFrd = kBuild + "/bin/frd";
 const std::string kSimjob = kBuild + "/bin/fr-simjob";
 
-bool built() {
-  if (access(kFrd.c_str(), X_OK) == 0 && access(kSimjob.c_str(), X_OK) == 0) return true;
-  WARN("skipped: " << kSimjob << " or " << kFrd << " is not built");
-  return false;
+// Ends the test as skipped when the programs it runs are missing.
+void require_built() {
+  if (access(kFrd.c_str(), X_OK) == 0 && access(kSimjob.c_str(), X_OK) == 0) return;
+  FR_SKIP("not built: " << kSimjob << " or " << kFrd);
 }
 
 std::string slurp(const std::string& p) {
@@ -289,32 +291,32 @@ std::string logs(const TempDir& dir) {
 }  // namespace
 
 TEST_CASE("daemons: hang-host is not_entered on the hung rank", "[daemon][e2e]") {
-  if (!built()) return;
+  require_built();
   TempDir d;
   check_verdict(simjob_with_daemons(d, {"rank=5,step=3,kind=hang-host"}), "not_entered", {5});
 }
 
 TEST_CASE("daemons: a crash is rank_dead", "[daemon][e2e]") {
-  if (!built()) return;
+  require_built();
   TempDir d;
   check_verdict(simjob_with_daemons(d, {"rank=2,step=3,kind=crash"}), "rank_dead", {2});
 }
 
 TEST_CASE("daemons: a skipped all-reduce is not_entered", "[daemon][e2e]") {
-  if (!built()) return;
+  require_built();
   TempDir d;
   check_verdict(simjob_with_daemons(d, {"rank=3,step=3,kind=skip,comm=dp"}), "not_entered", {3});
 }
 
 TEST_CASE("daemons: a stalled GPU is stuck_in_collective", "[daemon][e2e]") {
-  if (!built()) return;
+  require_built();
   TempDir d;
   check_verdict(simjob_with_daemons(d, {"rank=6,step=3,kind=gpu-stall,comm=dp"}),
                 "stuck_in_collective", {6});
 }
 
 TEST_CASE("daemons: nodes writing into a shared dump dir give the same verdict", "[daemon][e2e]") {
-  if (!built()) return;
+  require_built();
   TempDir d;
   JobResult r = simjob_with_daemons(d, {"rank=6,step=3,kind=gpu-stall,comm=dp"}, 6,
                                     {"--shared-dump-dir"});
@@ -324,7 +326,7 @@ TEST_CASE("daemons: nodes writing into a shared dump dir give the same verdict",
 }
 
 TEST_CASE("daemons: two jobs at once on one machine keep their dumps apart", "[daemon][e2e]") {
-  if (!built()) return;
+  require_built();
   // Same node names, same incident ids: each node's spool lives under its own job's directory,
   // so neither job's coordinator can receive the other's dump.
   TempDir a, b;
@@ -336,7 +338,7 @@ TEST_CASE("daemons: two jobs at once on one machine keep their dumps apart", "[d
 }
 
 TEST_CASE("daemons: mismatches name the odd rank", "[daemon][e2e]") {
-  if (!built()) return;
+  require_built();
   struct Case {
     const char* fault;
     int culprit;
@@ -353,7 +355,7 @@ TEST_CASE("daemons: mismatches name the odd rank", "[daemon][e2e]") {
 }
 
 TEST_CASE("daemons: a skipped pipeline send blames its sender", "[daemon][e2e]") {
-  if (!built()) return;
+  require_built();
   TempDir d;
   JobResult r = simjob_with_daemons(d, {"rank=2,step=3,kind=p2p-skip"});
   REQUIRE(r.rc == 0);
@@ -366,13 +368,13 @@ TEST_CASE("daemons: a skipped pipeline send blames its sender", "[daemon][e2e]")
 }
 
 TEST_CASE("daemons: a healthy job raises no incident", "[daemon][e2e]") {
-  if (!built()) return;
+  require_built();
   TempDir d;
   check_no_incident(simjob_with_daemons(d, {}, 12));
 }
 
 TEST_CASE("daemons: a slow rank raises no incident", "[daemon][e2e]") {
-  if (!built()) return;
+  require_built();
   TempDir d;
   JobResult r = simjob_with_daemons(d, {"rank=3,step=1,kind=slow,ms=150"});
   check_no_incident(r);
@@ -389,7 +391,7 @@ TEST_CASE("daemons: a slow rank raises no incident", "[daemon][e2e]") {
 
 TEST_CASE("daemons: the coordinator killed and restarted mid-job still catches the hang",
           "[daemon][e2e]") {
-  if (!built()) return;
+  require_built();
   TempDir d;
   std::string dumps = d.path + "/dumps";
   auto job = long_job(d, 60);
@@ -409,7 +411,7 @@ TEST_CASE("daemons: the coordinator killed and restarted mid-job still catches t
 
 TEST_CASE("daemons: a node daemon killed while its dump is wanted delivers after its restart",
           "[daemon][e2e]") {
-  if (!built()) return;
+  require_built();
   TempDir d;
   std::string dumps = d.path + "/dumps";
   auto job = long_job(d, 40);
@@ -436,7 +438,7 @@ TEST_CASE("daemons: a node daemon killed while its dump is wanted delivers after
 
 TEST_CASE("daemons: a node daemon killed mid-upload delivers whole after its restart",
           "[daemon][e2e]") {
-  if (!built()) return;
+  require_built();
   TempDir d;
   std::string dumps = d.path + "/dumps";
   auto job = long_job(d, 30);
@@ -476,7 +478,7 @@ TEST_CASE("daemons: a node daemon killed mid-upload delivers whole after its res
 }
 
 TEST_CASE("daemons: a frozen node daemon counts as lost and the others dump", "[daemon][e2e]") {
-  if (!built()) return;
+  require_built();
   TempDir d;
   std::string dumps = d.path + "/dumps";
   auto job = long_job(d, -1);
@@ -505,13 +507,12 @@ TEST_CASE("daemons: a frozen node daemon counts as lost and the others dump", "[
 }
 
 TEST_CASE("daemons: a full dump directory is reported and loses nothing", "[daemon][e2e]") {
-  if (!built()) return;
+  require_built();
   TempDir d;
   std::string dumps = d.path + "/dumps";
   fs::create_directories(dumps);
   if (mount("tmpfs", dumps.c_str(), "tmpfs", 0, "size=16k") != 0) {
-    WARN("skipped: cannot mount a small tmpfs (" << std::strerror(errno) << ")");
-    return;
+    FR_SKIP("cannot mount a small tmpfs: " << std::strerror(errno));
   }
   struct Unmount {
     std::string p;
@@ -550,7 +551,7 @@ TEST_CASE("daemons: a full dump directory is reported and loses nothing", "[daem
 }
 
 TEST_CASE("daemons: a wrong token is refused", "[daemon][e2e]") {
-  if (!built()) return;
+  require_built();
   TempDir d;
   std::string dumps = d.path + "/dumps";
   std::ofstream(d.path + "/token") << "right-token\n";
@@ -575,10 +576,7 @@ TEST_CASE("daemons: a wrong token is refused", "[daemon][e2e]") {
 
 TEST_CASE("frd: usage errors and an unreachable coordinator have distinct exit codes",
           "[daemon][e2e]") {
-  if (access(kFrd.c_str(), X_OK) != 0) {
-    WARN("skipped: " << kFrd << " is not built");
-    return;
-  }
+  if (access(kFrd.c_str(), X_OK) != 0) FR_SKIP("not built: " << kFrd);
   TempDir d;
   const std::string log = d.path + "/out.log";
   CHECK(run({kFrd, "node", "--log-dir", d.path}, log) == 2);

@@ -17,6 +17,7 @@
 #include "analyzer/torch/torch_detail.h"
 #include "analyzer/torch/torch_dump.h"
 #include "log/reader.h"
+#include "skip.h"
 
 namespace t = fr::analyzer::torch;
 using fr::log::LogFile;
@@ -197,8 +198,7 @@ TEST_CASE("torch: pickle fixtures (PyTorch's pickle form) read like the JSON one
 
 TEST_CASE("torch: pickles written by python3 (protocols 2 to 5)", "[torch]") {
   if (!have_python_pickle()) {
-    WARN("python3 with pickle not available: skipped");
-    return;
+    FR_SKIP("no python3 with pickle");
   }
   TempDir tmp;
   LogFile j = read_one(kData + "/json/nccl_trace_rank_0");
