@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -262,7 +263,16 @@ void record_update(const fr_record& r) {
   fr_record* s;
   uint64_t before;
   if (!lock_record(r.id, &s, &before)) return;
+#ifdef FR_TEST_PARK_WRITER
+  // Test builds only (tests/agent): park the writer halfway, between the GPU state and the result
+  // (two words an update changes together), so that readers alongside meet half-written records.
+  constexpr size_t kHalf = offsetof(fr_record, redop) / 8;
+  fr_copy_words_in((uint64_t*)s + 1, (const uint64_t*)&r + 1, kHalf - 1);
+  sched_yield();
+  fr_copy_words_in((uint64_t*)s + kHalf, (const uint64_t*)&r + kHalf, sizeof(fr_record) / 8 - kHalf);
+#else
   fr_copy_words_in((uint64_t*)s + 1, (const uint64_t*)&r + 1, sizeof(fr_record) / 8 - 1);
+#endif
   fr_seq_end(&s->lock, before);
 }
 

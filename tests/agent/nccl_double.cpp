@@ -30,6 +30,7 @@ constexpr int kHistory = 16;
 thread_local fr_double_call t_hist[kHistory];
 thread_local unsigned t_pos;
 thread_local int t_next_result = -1;
+thread_local int t_inner_result = -1;
 
 ncclComm_t make_comm(int nranks, int rank, int dev) {
   int i = __atomic_fetch_add(&g_used, 1, __ATOMIC_RELAXED);
@@ -87,6 +88,7 @@ DBL void fr_double_forget() {
   for (auto& c : t_hist) c = fr_double_call{};
 }
 DBL void fr_double_next_result(int r) { t_next_result = r; }
+DBL void fr_double_next_inner_result(int r) { t_inner_result = r; }
 DBL uint64_t fr_double_calls() { return __atomic_load_n(&g_calls, __ATOMIC_RELAXED); }
 DBL void fr_double_set_async(ncclComm_t comm, ncclResult_t r) {
   if (FakeComm* f = fake(comm)) __atomic_store_n(&f->async, r, __ATOMIC_RELAXED);
@@ -312,7 +314,8 @@ ALIAS(ncclResult_t, ncclBroadcast, const void*, void*, size_t, ncclDataType_t, i
 DBL ncclResult_t ncclBcast(void* b, size_t n, ncclDataType_t t, int root, ncclComm_t comm,
                            cudaStream_t st) {
   int wanted = t_next_result;
-  t_next_result = -1;
+  t_next_result = t_inner_result;
+  t_inner_result = -1;
   ncclResult_t inner = ncclBroadcast(b, b, n, t, root, comm, st);
   t_next_result = wanted;
   ncclResult_t r = note("ncclBcast", u(b), u(n), u(t), u(root), u(comm), u(st));

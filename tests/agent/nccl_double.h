@@ -21,6 +21,9 @@ const fr_double_call* fr_double_find(const char* name);
 void fr_double_forget();
 // The result the next call on this thread returns (then back to ncclSuccess).
 void fr_double_next_result(int result);
+// The result the next nested call returns: the ncclBroadcast that ncclBcast makes through the
+// exported symbol, which reaches the agent re-entrantly (then back to ncclSuccess).
+void fr_double_next_inner_result(int result);
 // Calls received, all threads.
 uint64_t fr_double_calls();
 // What ncclCommGetAsyncError reports for `comm` from now on.

@@ -8,6 +8,8 @@
 //   probe fork MODE      init, 3 all-reduces, fork; the child calls NCCL (MODE=child-calls) or not
 //   probe manycomms N    N communicators with one all-reduce each
 //   probe gpu            launches on plain, capturing and grouped streams; waits for the counters
+//   probe codes          every kind of wrapper told to fail with its own non-zero code, also a
+//                        call that reaches the agent re-entrantly; exits 0 if each came back
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -24,6 +26,7 @@
 #include <string>
 
 #include "fr/flight_log.h"
+#include "nccl_double.h"
 
 namespace {
 
@@ -134,6 +137,58 @@ int scenario_gpu() {
   return g_failures == 0 ? 0 : 1;
 }
 
+// Checks a call returned exactly the code the double was told to return.
+void expect(const char* what, ncclResult_t got, ncclResult_t want) {
+  printf("rc.%s=%d\n", what, (int)got);
+  if (got != want) ++g_failures;
+}
+
+// One call of each wrapper family (op, group, API, create, lifecycle, query, async error), each
+// with a non-zero code of its own, so a wrapper answering ncclSuccess (or any fixed code) is seen.
+int scenario_codes() {
+  ncclComm_t comm = init_comm(2, 0);
+  static float buf[16];
+  auto next = [](ncclResult_t r) { fr_double_next_result((int)r); };
+  next(ncclUnhandledCudaError);
+  expect("AllReduce", ncclAllReduce(buf, buf, 16, ncclFloat32, ncclSum, comm, stream(0x10)),
+         ncclUnhandledCudaError);
+  next(ncclSystemError);
+  expect("Send", ncclSend(buf, 16, ncclFloat32, 1, comm, stream(0x10)), ncclSystemError);
+  next(ncclInternalError);
+  expect("GroupStart", ncclGroupStart(), ncclInternalError);
+  next(ncclInvalidArgument);
+  expect("GroupEnd", ncclGroupEnd(), ncclInvalidArgument);
+  ncclUniqueId id;
+  next(ncclInvalidUsage);
+  expect("GetUniqueId", ncclGetUniqueId(&id), ncclInvalidUsage);
+  ncclComm_t other = nullptr;
+  next(ncclRemoteError);
+  expect("CommInitRank", ncclCommInitRank(&other, 2, id, 1), ncclRemoteError);
+  ncclComm_t all[2] = {};
+  int devs[2] = {0, 1};
+  next(ncclSystemError);
+  expect("CommInitAll", ncclCommInitAll(all, 2, devs), ncclSystemError);
+  ncclComm_t sub = nullptr;
+  next(ncclInProgress);
+  expect("CommSplit", ncclCommSplit(comm, 0, 0, &sub, nullptr), ncclInProgress);
+  ncclResult_t async = ncclSuccess;
+  next(ncclInvalidUsage);
+  expect("CommGetAsyncError", ncclCommGetAsyncError(comm, &async), ncclInvalidUsage);
+  void* mem = nullptr;
+  next(ncclUnhandledCudaError);
+  expect("MemAlloc", ncclMemAlloc(&mem, 64), ncclUnhandledCudaError);
+  int version = 0;
+  next(ncclInternalError);
+  expect("GetVersion", ncclGetVersion(&version), ncclInternalError);
+  // ncclBcast calls ncclBroadcast through the exported symbol, which is the agent's wrapper again:
+  // the inner call's code must come back through both.
+  fr_double_next_inner_result((int)ncclRemoteError);
+  expect("BcastInner", ncclBcast(buf, 16, ncclFloat32, 0, comm, stream(0x10)), ncclRemoteError);
+  next(ncclInvalidArgument);
+  expect("CommDestroy", ncclCommDestroy(comm), ncclInvalidArgument);
+  return g_failures == 0 ? 0 : 1;
+}
+
 int scenario_fork(const char* mode) {
   ncclComm_t comm = init_comm(2, 0);
   all_reduces(comm, 3);
@@ -182,6 +237,7 @@ int main(int argc, char** argv) {
   }
   if (strcmp(what, "fork") == 0) return scenario_fork(argc > 2 ? argv[2] : "child-calls");
   if (strcmp(what, "gpu") == 0) return scenario_gpu();
+  if (strcmp(what, "codes") == 0) return scenario_codes();
   fprintf(stderr, "probe: unknown scenario %s\n", what);
   return 2;
 }

@@ -1,5 +1,6 @@
 // Out-of-process tests of the agent: each runs a probe program in a fresh temporary log directory
 // and reads what it left behind with the project's reader.
+#include <nccl.h>
 #include <stdio.h>
 
 #include <algorithm>
@@ -134,6 +135,43 @@ TEST_CASE("FR_DISABLE=1 forwards everything and records nothing", "[agent]") {
   CHECK(r.err.find("FR_DISABLE is set") != std::string::npos);
   CHECK(r.values["rc.CommDestroy"] == "0");
   CHECK(dir.files().empty());
+}
+
+// Non-zero codes: a disabled agent is a plain forward, and a wrapper that answered ncclSuccess (or
+// any code of its own) would hide the application's errors. `probe codes` exits 0 only when every
+// call, the re-entrant one included, returned the code the double was told to return.
+TEST_CASE("FR_DISABLE=1 hands back every non-zero NCCL code unchanged", "[agent]") {
+  TempDir dir;
+  RunResult r = run({kProbe, "codes"}, env_for(dir, {{"FR_DISABLE", "1"}}));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.values["rc.AllReduce"] == std::to_string(ncclUnhandledCudaError));
+  CHECK(r.values["rc.BcastInner"] == std::to_string(ncclRemoteError));
+  CHECK(r.values["rc.CommDestroy"] == std::to_string(ncclInvalidArgument));
+  CHECK(dir.files().empty());
+  if (!kSanitized) {
+    RunResult p = run({kProbePlain, "codes"},
+                      env_for(dir, {{"FR_DISABLE", "1"}, {"LD_PRELOAD", FR_AGENT_LIB}}));
+    INFO(p.out << p.err);
+    CHECK(p.exit_code == 0);
+    CHECK(dir.files().empty());
+  }
+}
+
+TEST_CASE("a recording agent hands back every non-zero NCCL code unchanged", "[agent]") {
+  TempDir dir;
+  RunResult r = run({kProbe, "codes"}, env_for(dir));
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  auto log = only_log(dir);
+  auto ars = records_of(log, FR_OP_ALLREDUCE);
+  REQUIRE(ars.size() == 1);
+  CHECK(ars[0].result == ncclUnhandledCudaError);
+  // The re-entrant ncclBroadcast is not recorded; the outer ncclBcast is, with the inner code.
+  CHECK(records_of(log, FR_OP_BROADCAST).empty());
+  auto bc = records_of(log, FR_OP_BCAST);
+  REQUIRE(bc.size() == 1);
+  CHECK(bc[0].result == ncclRemoteError);
 }
 
 TEST_CASE("an unwritable FR_LOG_DIR leaves the program running, unrecorded", "[agent]") {

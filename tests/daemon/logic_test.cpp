@@ -286,6 +286,151 @@ TEST_CASE("a stall opens one incident, gathers every node and closes as transien
   CHECK(st.incidents()[1].id != id);
 }
 
+namespace {
+
+// Two nodes, two ranks each; rank 0 stalls on comm 0x42 (10 completed) and the incident is taken
+// through collection and analysis to kOpen. Returns its index.
+struct OpenStall {
+  TempDir dir;
+  CoordinatorState st{config(dir.path)};
+  std::string err;
+  uint64_t s0 = 0, s1 = 0;
+  OpenStall() {
+    s0 = st.connect("n0", "h0", "job1", 0, &err);
+    s1 = st.connect("n1", "h1", "job1", 0, &err);
+    st.heartbeat(s0, report({proc(0, true, 3 * kSec), proc(1, true, 0)}), kSec);
+    st.heartbeat(s1, report({proc(2, true, 0), proc(3, true, 0)}), kSec);
+    REQUIRE(st.tick(kSec).dumps.size() == 2);
+    REQUIRE(st.incidents().size() == 1);
+    const std::string id = st.incidents()[0].id;
+    st.upload_done(header(id, "n0"), 2 * kSec);
+    st.upload_done(header(id, "n1"), 2 * kSec);
+    REQUIRE(st.tick(2 * kSec).assemble.size() == 1);
+    AssemblyResult r;
+    r.ok = true;
+    Actions b;
+    st.assembled(id, r, 3 * kSec, &b);
+    REQUIRE(st.incidents()[0].state == IncidentState::kOpen);
+  }
+  IncidentState after(std::vector<ProcessReport> n0, std::vector<ProcessReport> n1, int64_t t) {
+    REQUIRE(st.heartbeat(s0, report(std::move(n0)), t));
+    REQUIRE(st.heartbeat(s1, report(std::move(n1)), t));
+    st.tick(t);
+    REQUIRE(st.incidents().size() == 1);  // never a second incident while this one is open
+    return st.incidents()[0].state;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a stall incident closes as transient only when nothing is stalled any more",
+          "[daemon]") {
+  OpenStall o;
+  // The triggering op completed, but rank 2 is now stalled past the threshold: still hung.
+  CHECK(o.after({proc(0, true, 0, 11), proc(1, true, 0, 11)},
+                {proc(2, true, 3 * kSec, 11), proc(3, true, 0, 11)}, 4 * kSec) ==
+        IncidentState::kOpen);
+  // Nothing is past the threshold, but the triggering communicator has not moved: still open.
+  CHECK(o.after({proc(0, true, kSec / 10, 10), proc(1, true, 0, 10)},
+                {proc(2, true, 0, 10), proc(3, true, 0, 10)}, 5 * kSec) == IncidentState::kOpen);
+  // It moved, nothing is stalled, but a rank died uncleanly meanwhile: still open.
+  CHECK(o.after({proc(0, true, 0, 11), proc(1, false, 0, 11)},
+                {proc(2, true, 0, 11), proc(3, true, 0, 11)}, 6 * kSec) == IncidentState::kOpen);
+  // Moved, nothing stalled, everyone alive: transient.
+  CHECK(o.after({proc(0, true, 0, 12), proc(1, true, 0, 12)},
+                {proc(2, true, 0, 12), proc(3, true, 0, 12)}, 7 * kSec) ==
+        IncidentState::kClosedTransient);
+}
+
+TEST_CASE("a stall incident stays open while the stalled op stays in flight", "[daemon]") {
+  OpenStall o;
+  for (int64_t t = 4 * kSec; t < 20 * kSec; t += kSec) {
+    INFO("t=" << t / kSec << " s");
+    CHECK(o.after({proc(0, true, t, 10), proc(1, true, 0, 10)},
+                  {proc(2, true, 0, 10), proc(3, true, 0, 10)}, t) == IncidentState::kOpen);
+  }
+  // Every rank gone: closed, not transient.
+  CHECK(o.after({proc(0, false, 0, 10, true), proc(1, false, 0, 10, true)},
+                {proc(2, false, 0, 10, true), proc(3, false, 0, 10, true)}, 21 * kSec) ==
+        IncidentState::kClosed);
+}
+
+TEST_CASE("a node_lost incident closes as transient only when the node is back and nothing stalls",
+          "[daemon]") {
+  TempDir dir;
+  CoordinatorState st(config(dir.path));
+  std::string err;
+  uint64_t s0 = st.connect("n0", "h0", "job1", 0, &err);
+  uint64_t s1 = st.connect("n1", "h1", "job1", 0, &err);
+  st.heartbeat(s0, report({proc(0, true, 0)}), 0);
+  st.heartbeat(s1, report({proc(1, true, 0)}), 0);
+  for (int64_t t = kSec; t <= 6 * kSec; t += kSec) {
+    st.heartbeat(s0, report({proc(0, true, 0)}), t);
+    st.tick(t);
+  }
+  REQUIRE(st.incidents().size() == 1);
+  const std::string id = st.incidents()[0].id;
+  REQUIRE(st.incidents()[0].kind == IncidentKind::kNodeLost);
+  st.upload_done(header(id, "n0"), 7 * kSec);
+  REQUIRE(st.tick(7 * kSec).assemble.size() == 1);
+  AssemblyResult r;
+  r.ok = true;
+  Actions b;
+  st.assembled(id, r, 7 * kSec, &b);
+  REQUIRE(st.incidents()[0].state == IncidentState::kOpen);
+  // Back, but with an op stalled past the threshold: still open.
+  st.heartbeat(s0, report({proc(0, true, 0)}), 8 * kSec);
+  st.heartbeat(s1, report({proc(1, true, 3 * kSec)}), 8 * kSec);
+  st.tick(8 * kSec);
+  CHECK(st.incidents()[0].state == IncidentState::kOpen);
+  // Back and nothing stalled: transient.
+  st.heartbeat(s0, report({proc(0, true, 0)}), 9 * kSec);
+  st.heartbeat(s1, report({proc(1, true, 0, 11)}), 9 * kSec);
+  st.tick(9 * kSec);
+  CHECK(st.incidents()[0].state == IncidentState::kClosedTransient);
+  CHECK(st.incidents().size() == 1);
+}
+
+TEST_CASE("thresholds: a stall, a lost node and a dead rank open exactly at their limit",
+          "[daemon]") {
+  TempDir dir;
+  const CoordinatorConfig cfg = config(dir.path);
+  std::string err;
+  SECTION("stall_after") {
+    CoordinatorState st(cfg);
+    uint64_t s = st.connect("n0", "h0", "job1", 0, &err);
+    st.heartbeat(s, report({proc(0, true, cfg.stall_after_ns - 1)}), kSec);
+    CHECK(st.tick(kSec).dumps.empty());
+    st.heartbeat(s, report({proc(0, true, cfg.stall_after_ns)}), kSec + 1);
+    CHECK(st.tick(kSec + 1).dumps.size() == 1);
+    REQUIRE(st.incidents().size() == 1);
+    CHECK(st.incidents()[0].kind == IncidentKind::kStall);
+  }
+  SECTION("heartbeat_timeout") {
+    CoordinatorState st(cfg);
+    uint64_t s0 = st.connect("n0", "h0", "job1", 0, &err);
+    uint64_t s1 = st.connect("n1", "h1", "job1", 0, &err);
+    st.heartbeat(s1, report({proc(1, true, 0)}), 0);
+    st.heartbeat(s0, report({proc(0, true, 0)}), cfg.heartbeat_timeout_ns - 1);
+    CHECK(st.tick(cfg.heartbeat_timeout_ns - 1).dumps.empty());
+    st.heartbeat(s0, report({proc(0, true, 0)}), cfg.heartbeat_timeout_ns);
+    CHECK(st.tick(cfg.heartbeat_timeout_ns).dumps.size() == 1);
+    REQUIRE(st.incidents().size() == 1);
+    CHECK(st.incidents()[0].kind == IncidentKind::kNodeLost);
+  }
+  SECTION("dead_grace") {
+    CoordinatorState st(cfg);
+    uint64_t s = st.connect("n0", "h0", "job1", 0, &err);
+    st.heartbeat(s, report({proc(0, false, 0), proc(1, true, 0)}), kSec);
+    st.heartbeat(s, report({proc(0, false, 0), proc(1, true, 0)}), kSec + cfg.dead_grace_ns - 1);
+    CHECK(st.tick(kSec + cfg.dead_grace_ns - 1).dumps.empty());
+    st.heartbeat(s, report({proc(0, false, 0), proc(1, true, 0)}), kSec + cfg.dead_grace_ns);
+    CHECK(st.tick(kSec + cfg.dead_grace_ns).dumps.size() == 1);
+    REQUIRE(st.incidents().size() == 1);
+    CHECK(st.incidents()[0].kind == IncidentKind::kRankDead);
+  }
+}
+
 TEST_CASE("a dead rank while others run opens rank_dead after a grace", "[daemon]") {
   TempDir dir;
   CoordinatorState st(config(dir.path));
