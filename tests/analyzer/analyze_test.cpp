@@ -218,6 +218,7 @@ TEST_CASE("several communicators stalled: the one that explains the others is th
     }
   CHECK(tp);
   int stalled = 0;
+  REQUIRE(!doc["communicators"].empty());
   for (const auto& c : doc["communicators"]) stalled += c["frontier"]["stalled"].get<bool>();
   CHECK(stalled >= 2);
 
@@ -376,12 +377,15 @@ TEST_CASE("the fr-analysis/1 contract", "[analyzer]") {
   for (const char* k : {"kind", "summary", "comm", "seq", "seq_kind", "op", "culprit_ranks", "mismatch", "evidence"})
     CHECK(v.contains(k));
   for (const char* k : {"id", "name", "size"}) CHECK(v["comm"].contains(k));
+  REQUIRE(!v["evidence"].empty());
   const json& e = v["evidence"][0];
   for (const char* k : {"rank", "last_enqueued", "last_started", "last_completed", "state"}) CHECK(e.contains(k));
   const json& op = e["last_enqueued"];
   for (const char* k : {"seq", "op", "dtype", "count", "group_id", "state", "call_ns"}) CHECK(op.contains(k));
+  REQUIRE(!doc["communicators"].empty());
   const json& c = doc["communicators"][0];
   for (const char* k : {"id", "name", "size", "origin", "parent", "members", "frontier"}) CHECK(c.contains(k));
+  REQUIRE(!doc["skew"].empty());
   for (const auto& s : doc["skew"])
     for (const char* k : {"rank", "mean_late_ns", "max_late_ns", "collectives"}) CHECK(s.contains(k));
   CHECK(doc["ranks"]["expected"] == 8);
@@ -395,8 +399,8 @@ TEST_CASE("rank filter narrows the evidence, not the verdict", "[analyzer]") {
   o.ranks = {3, 4};
   json doc = analyze_dir(t.sub("set"), o);
   CHECK(culprits(doc["verdict"]) == std::vector<int>{3});
+  REQUIRE(doc["verdict"]["evidence"].size() == 2);
   for (const auto& e : doc["verdict"]["evidence"]) CHECK((e["rank"] == 3 || e["rank"] == 4));
-  CHECK(doc["verdict"]["evidence"].size() == 2);
 }
 
 TEST_CASE("text view: verdict first, colors only when asked", "[analyzer]") {

@@ -499,7 +499,7 @@ TEST_CASE("daemons: a frozen node daemon counts as lost and the others dump", "[
   CHECK(inc["kind"] == "node_lost");
   CHECK(inc["nodes_asked"] == json::array({"node0"}));
   json manifest = json::parse(slurp(set + "/manifest.json"));
-  CHECK(manifest["processes"].size() == 2);
+  REQUIRE(manifest["processes"].size() == 2);
   for (const auto& p : manifest["processes"]) CHECK(p["host"] == "node0");
   // Back from SIGCONT: known and connected again, no second incident.
   CHECK(wait_for([&] { return connected(status(addr, d.path)) == 2; }, 20));

@@ -202,6 +202,7 @@ TEST_CASE("fr-simjob: crash at rank 2, step 3", "[e2e]") {
     REQUIRE(!done(ar));
   }
   // The launcher saw the rank die by SIGKILL on its own; it stopped the others.
+  REQUIRE(run.result["ranks"].size() == kWorld);
   for (const auto& r : run.result["ranks"]) {
     REQUIRE(r["signal"] == SIGKILL);
     REQUIRE(r["stopped"] == (r["rank"] != 2));
@@ -369,6 +370,7 @@ TEST_CASE("fr-simjob: a slow rank finishes, no hang", "[e2e]") {
   REQUIRE(run.result["completed"] == true);
   REQUIRE(run.result["duration_s"].get<double>() >= 0.75);
   auto ranks = fr::e2e::load_dump_set(run.result["dump_set"].get<std::string>());
+  REQUIRE(ranks.size() == kWorld);
   for (const auto& [r, v] : ranks) require_all_completed(v);
   check_verdict(run, "no_hang", {});
   // The straggler shows up by rank in the skew finding.
@@ -390,6 +392,7 @@ TEST_CASE("fr-simjob: emulation smoke without the agent, 16 ranks", "[e2e]") {
   REQUIRE(run.result["completed"] == true);
   REQUIRE(run.result["dp"] == 4);
   REQUIRE(run.result["dump_set"].is_null());
+  REQUIRE(run.result["ranks"].size() == 16);
   for (const auto& r : run.result["ranks"]) {
     REQUIRE(r["exit_code"] == 0);
     REQUIRE(r["steps_done"] == 5);
@@ -411,6 +414,7 @@ TEST_CASE("fr-simjob: interrupted, it stops every rank and removes its shared me
   REQUIRE(run.exit_code == 128 + SIGTERM);
   REQUIRE(run.result["stop_reason"] == "interrupted");
   REQUIRE(run.result["completed"] == false);
+  REQUIRE(run.result["ranks"].size() == 4);
   for (const auto& r : run.result["ranks"]) {
     int pid = r["pid"].get<int>();
     REQUIRE(pid > 0);
