@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <dlfcn.h>
+#include <fcntl.h>
 
 #include <chrono>
 #include <cstdint>
@@ -160,6 +161,35 @@ struct Env {
   ncclComm_t comm = nullptr;
   CUstream stream = nullptr;
 };
+
+// Ordering between ranks by what they have observed, never by sleeping (process start skew on a
+// loaded machine is unbounded): a rank posts a flag, a file under /dev/shm named with the run's
+// FRSIM_SHM_PREFIX (so the test's leftover check sees one that stays); another waits for the
+// flags of every other rank and removes them.
+std::string flag_path(const char* what, int rank) {
+  const char* prefix = getenv("FRSIM_SHM_PREFIX");
+  return std::string("/dev/shm") + (prefix ? prefix : "/frsim") + "-flag-" + what + "-" +
+         std::to_string(rank);
+}
+
+void post_flag(const char* what) {
+  int fd = open(flag_path(what, g_rank).c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+  if (fd < 0) fail("cannot post flag %s", what);
+  close(fd);
+}
+
+void wait_flags_of_others(const char* what) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (int r = 0; r < g_n; ++r) {
+    if (r == g_rank) continue;
+    std::string path = flag_path(what, r);
+    while (access(path.c_str(), F_OK) != 0) {
+      if (std::chrono::steady_clock::now() > end) fail("rank %d never posted %s", r, what);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    unlink(path.c_str());
+  }
+}
 
 ncclUniqueId parse_id(const char* hex) {
   ncclUniqueId id{};
@@ -481,10 +511,14 @@ void scenario_dead(Env& e) {
 void scenario_abort(Env& e) {
   const int n = g_n, me = g_rank;
   int32_t v = 1, out = 0;
-  // Everyone but rank 0 enters; rank 0 waits, then aborts. The others see a remote error.
-  if (me != 0) NCCLCHECK(ncclAllReduce(&v, &out, 1, ncclInt32, ncclSum, e.comm, e.stream));
+  // Everyone but rank 0 enters; rank 0 waits until they have, then aborts. The others see a
+  // remote error.
+  if (me != 0) {
+    NCCLCHECK(ncclAllReduce(&v, &out, 1, ncclInt32, ncclSum, e.comm, e.stream));
+    post_flag("abort-entered");
+  }
   if (me == 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    wait_flags_of_others("abort-entered");
     NCCLCHECK(ncclCommAbort(e.comm));
     e.comm = nullptr;
     return;
@@ -506,12 +540,13 @@ void scenario_revoke(Env& e) {
   NCCLCHECK(ncclGroupStart());
   NCCLCHECK(ncclGroupEnd());
   if (g_rank == 0) {  // rank 0 never joins; the others revoke their own communicator
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    wait_flags_of_others("revoke-entered");
     NCCLCHECK(ncclCommAbort(e.comm));
     e.comm = nullptr;
     return;
   }
   NCCLCHECK(ncclAllReduce(&v, &out, 1, ncclInt32, ncclSum, e.comm, e.stream));
+  post_flag("revoke-entered");
   expect_hang(e.stream, 500, "collective missing rank 0");
   NCCLCHECK(ncclCommRevoke(e.comm, NCCL_REVOKE_DEFAULT));
   sync(e.stream);
@@ -627,14 +662,14 @@ void scenario_grow(const ncclUniqueId& id, const std::string& path, CUstream str
 
 // The agent's GPU progress markers around a collective: "started" is written by the stream when
 // it reaches the collective, "completed" only once the collective is done, which here waits for
-// the last rank to arrive 600 ms late.
+// the last rank: it enters only after every other rank has seen "started" and no "completed".
 void scenario_markers(Env& e) {
   const int n = g_n, me = g_rank;
   alignas(64) static uint64_t words[2] = {0, 0};
   CUCHECK(cuMemHostRegister(words, sizeof words, 0));
   CUdeviceptr d;
   CUCHECK(cuMemHostGetDevicePointer(&d, words, 0));
-  if (me == n - 1) std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  if (me == n - 1) wait_flags_of_others("markers-checked");
   int32_t v = 1, out = 0;
   volatile uint32_t go = 0;
   CUCHECK(frsim_stream_stall_until(e.stream, &go));  // a kernel before the op: nothing started yet
@@ -648,8 +683,11 @@ void scenario_markers(Env& e) {
   while (__atomic_load_n(&words[0], __ATOMIC_ACQUIRE) != 1)
     if (std::chrono::steady_clock::now() > end) fail("started never written");
   if (me != n - 1) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the last rank is still away
+    // The last rank is still away (it waits for this rank's flag): give a wrong early completion
+    // 200 ms to show.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
     if (__atomic_load_n(&words[1], __ATOMIC_ACQUIRE) != 0) fail("completed before every rank arrived");
+    post_flag("markers-checked");
   }
   sync(e.stream);
   if (words[1] != 1 || out != n) fail("completed %llu, allreduce %d", static_cast<unsigned long long>(words[1]), out);
@@ -673,7 +711,7 @@ int main(int argc, char** argv) {
   Env e;
   CUCHECK(cuStreamCreate(&e.stream, CU_STREAM_NON_BLOCKING));
   if (scenario == "nonblocking") {
-    if (g_rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the others see it pending
+    if (g_rank == 0) wait_flags_of_others("init-pending");  // the others have seen it pending
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
     ncclResult_t r = ncclCommInitRankConfig(&e.comm, g_n, id, g_rank, &cfg);
@@ -683,6 +721,7 @@ int main(int argc, char** argv) {
     auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (ae == ncclInProgress && std::chrono::steady_clock::now() < end) {
       NCCLCHECK(ncclCommGetAsyncError(e.comm, &ae));
+      if (ae == ncclInProgress && !saw_progress && g_rank != 0) post_flag("init-pending");
       if (ae == ncclInProgress) saw_progress = true;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
