@@ -14,6 +14,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -204,8 +205,11 @@ TEST_CASE("a stall seen by a node becomes a written dump set", "[daemon][rpc]") 
   CHECK(st["incidents"][0]["uploaded"] == 1);
   // The node drops its copy once delivered.
   CHECK(wait_for([&] { return !exists(spool.path + "/job1/incident-0001"); }, 10));
-  // Still one incident while the hang lasts.
-  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  // Still one incident while the hang lasts: three more heartbeats, each still reporting it.
+  const uint64_t beats = server.status()["nodes"][0]["heartbeats"].get<uint64_t>();
+  REQUIRE(wait_for([&] {
+    return server.status()["nodes"][0]["heartbeats"].get<uint64_t>() >= beats + 3;
+  }, 10));
   CHECK(server.status()["incidents"].size() == 1);
 
   // The op completes: the incident closes as transient.
@@ -233,8 +237,11 @@ TEST_CASE("status and a manual dump over the wire", "[daemon][rpc]") {
   REQUIRE(trigger_dump(client(server.port()), "operator asked", &id, &err));
   CHECK(id == "incident-0001");
   REQUIRE(wait_for([&] { return exists(dumps.path + "/job1/" + id + "/analysis.json"); }));
-  // Clock offsets on one machine are small.
-  CHECK(std::abs(server.status()["nodes"][0]["clock_offset_ns"].get<int64_t>()) < 50'000'000);
+  // On one machine the true offset is 0, and the estimate is off by at most half the round trip
+  // of the sample it came from.
+  const auto& n0 = server.status()["nodes"][0];
+  REQUIRE(n0["clock_rtt_ns"].get<int64_t>() >= 0);
+  CHECK(std::abs(n0["clock_offset_ns"].get<int64_t>()) <= n0["clock_rtt_ns"].get<int64_t>() / 2 + 1);
 
   ClientOptions nowhere;
   nowhere.address = "127.0.0.1:1";
@@ -242,7 +249,8 @@ TEST_CASE("status and a manual dump over the wire", "[daemon][rpc]") {
   CHECK(!err.empty());
 }
 
-TEST_CASE("the token is required when set, and off loopback", "[daemon][rpc]") {
+TEST_CASE("the token is required when set, and off loopback (a wrong token joins no node in 800 ms)",
+          "[daemon][rpc]") {
   TempDir logs, dumps, spool;
   write_two_ranks(logs.path, 0);
   ServerOptions so = server_options();
@@ -565,7 +573,6 @@ TEST_CASE("a node reconnects to a coordinator that comes back on the same port",
   REQUIRE(wait_for([&] { return connected_nodes(*first) == 1; }));
   first->shutdown();
   first.reset();
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   ServerOptions so = server_options();
   so.listen = "127.0.0.1:" + std::to_string(port);
   CoordinatorServer second(coord_config(dumps.path), so);
@@ -652,7 +659,14 @@ TEST_CASE("idle uploads are cancelled and cannot hold every upload slot", "[daem
   auto w2 = stub->Upload(&c2, &r2);
   REQUIRE(w1->Write(header("a")));
   REQUIRE(w2->Write(header("b")));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Both are registered once the coordinator has read their headers: their staging folders exist.
+  auto staging = [&](const std::string& node) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dumps.path + "/job1/" + id, ec))
+      if (e.path().filename().string().rfind(".upload-" + node + "-", 0) == 0) return true;
+    return false;
+  };
+  REQUIRE(wait_for([&] { return staging("a") && staging("b"); }, 10));
   {
     grpc::ClientContext c3;
     fr::v1::UploadReply r3;
@@ -850,7 +864,7 @@ TEST_CASE("hostile Placed calls change nothing", "[daemon][rpc]") {
   CHECK(stub2->Placed(&ctx, h, &reply).error_code() == grpc::StatusCode::UNAUTHENTICATED);
 }
 
-TEST_CASE("the --on-verdict command runs once per dump set with the verdict, and is bounded",
+TEST_CASE("the --on-verdict command runs once per dump set (no second run in 500 ms) with the verdict, and is bounded",
           "[daemon][rpc]") {
   TempDir logs, dumps, spool, out;
   write_two_ranks(logs.path, 5 * kSec);

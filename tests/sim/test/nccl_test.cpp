@@ -54,14 +54,14 @@ TEST_CASE("nonblocking init and finalize report ncclInProgress then ncclSuccess"
   require_all_ok(run_ranks("nonblocking", 4));
 }
 
-TEST_CASE("a mismatched collective hangs until aborted", "[sim][nccl]") {
+TEST_CASE("a mismatched collective hangs (1.5 s watched) until aborted", "[sim][nccl]") {
   for (const char* field : {"count", "dtype", "op", "root", "kind", "p2p-count"}) {
     INFO("mismatch in " << field);
     require_all_ok(run_ranks("mismatch", 3, field));
   }
 }
 
-TEST_CASE("a dead member leaves the others blocked; abort unblocks them", "[sim][nccl]") {
+TEST_CASE("a dead member leaves the others blocked (1.5 s watched); abort unblocks them", "[sim][nccl]") {
   auto res = run_ranks("dead", 4);
   for (size_t r = 0; r < res.size(); ++r) {
     INFO("rank " << r << " output:\n" << res[r].output);
@@ -73,7 +73,7 @@ TEST_CASE("a peer's abort is reported as ncclRemoteError", "[sim][nccl]") {
   require_all_ok(run_ranks("abort", 3));
 }
 
-TEST_CASE("revoke ends pending work and refuses new work", "[sim][nccl]") {
+TEST_CASE("revoke ends pending work (hung 0.5 s before) and refuses new work", "[sim][nccl]") {
   require_all_ok(run_ranks("revoke", 3));
 }
 
@@ -101,7 +101,7 @@ TEST_CASE("grow adds a rank; suspend refuses work until resume", "[sim][nccl]") 
   rmdir(dir.c_str());
 }
 
-TEST_CASE("GPU progress markers around a collective move as on a GPU", "[sim][nccl]") {
+TEST_CASE("GPU progress markers around a collective move as on a GPU (none early in 50 and 200 ms)", "[sim][nccl]") {
   require_all_ok(run_ranks("markers", 3));
 }
 

@@ -172,23 +172,41 @@ std::string flag_path(const char* what, int rank) {
          std::to_string(rank);
 }
 
-void post_flag(const char* what) {
-  int fd = open(flag_path(what, g_rank).c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
-  if (fd < 0) fail("cannot post flag %s", what);
-  close(fd);
+// A flag carries one number (0 when there is nothing to say), written before it becomes visible.
+void post_flag(const char* what, int64_t value = 0) {
+  std::string path = flag_path(what, g_rank), tmp = path + ".tmp";
+  FILE* f = fopen(tmp.c_str(), "w");
+  if (f == nullptr || fprintf(f, "%lld\n", static_cast<long long>(value)) < 0 || fclose(f) != 0 ||
+      rename(tmp.c_str(), path.c_str()) != 0)
+    fail("cannot post flag %s", what);
+}
+
+// Waits for rank `r`'s flag, removes it and returns its number.
+int64_t take_flag(const char* what, int r) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  std::string path = flag_path(what, r);
+  FILE* f;
+  while ((f = fopen(path.c_str(), "r")) == nullptr) {
+    if (std::chrono::steady_clock::now() > end) fail("rank %d never posted %s", r, what);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  long long v = 0;
+  if (fscanf(f, "%lld", &v) != 1) fail("flag %s of rank %d is unreadable", what, r);
+  fclose(f);
+  unlink(path.c_str());
+  return v;
 }
 
 void wait_flags_of_others(const char* what) {
-  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  for (int r = 0; r < g_n; ++r) {
-    if (r == g_rank) continue;
-    std::string path = flag_path(what, r);
-    while (access(path.c_str(), F_OK) != 0) {
-      if (std::chrono::steady_clock::now() > end) fail("rank %d never posted %s", r, what);
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    unlink(path.c_str());
-  }
+  for (int r = 0; r < g_n; ++r)
+    if (r != g_rank) take_flag(what, r);
+}
+
+// CLOCK_MONOTONIC in ns: one clock for every process of the machine.
+int64_t mono_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 ncclUniqueId parse_id(const char* hex) {
@@ -556,15 +574,23 @@ void scenario_revoke(Env& e) {
 }
 
 void scenario_order(Env& e) {
-  // A stalled kernel ahead of a collective keeps it from starting; the peers wait for it.
+  // A stalled kernel ahead of a collective keeps it from starting; the peers wait for it. Every
+  // rank measures from the moment rank 0 stalled its stream (posted to the others), so when each
+  // rank started does not matter.
   int32_t v = g_rank, out = -1;
-  if (g_rank == 0) NCCLCHECK(static_cast<ncclResult_t>(frsim_stream_stall(e.stream, 700) ? ncclUnhandledCudaError : ncclSuccess));
-  auto t0 = std::chrono::steady_clock::now();
+  int64_t t0 = 0;
+  if (g_rank == 0) {
+    t0 = mono_ns();
+    NCCLCHECK(static_cast<ncclResult_t>(frsim_stream_stall(e.stream, 700) ? ncclUnhandledCudaError : ncclSuccess));
+    for (int r = 1; r < g_n; ++r) post_flag(("order-stalled-for-" + std::to_string(r)).c_str(), t0);
+  } else {
+    t0 = take_flag(("order-stalled-for-" + std::to_string(g_rank)).c_str(), 0);
+  }
   NCCLCHECK(ncclAllReduce(&v, &out, 1, ncclInt32, ncclSum, e.comm, e.stream));
   sync(e.stream);
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  double ms = static_cast<double>(mono_ns() - t0) / 1e6;
   if (out != g_n * (g_n - 1) / 2) fail("allreduce after stall: %d", out);
-  if (ms < 600) fail("collective finished %.0f ms after start; rank 0's stream was stalled 700 ms", ms);
+  if (ms < 700) fail("collective finished %.0f ms after rank 0 stalled its stream for 700 ms", ms);
 }
 
 // A training-shaped loop (what fr-simjob runs): TP groups of 2, two pipeline stages, DP over the
