@@ -3,7 +3,8 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: deps build test test-unit test-sanitizers test-tsan test-asan test-asan-daemon fuzz bench demo clean
+.PHONY: deps build test test-unit test-sanitizers test-tsan test-asan test-asan-daemon fuzz-build \
+  fuzz-check fuzz fuzz-long bench demo clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -22,7 +23,7 @@ test: build
 	@status=0; \
 	$(MAKE) --no-print-directory test-unit REPORT= || status=1; \
 	$(MAKE) --no-print-directory test-sanitizers REPORT= || status=1; \
-	$(MAKE) --no-print-directory fuzz || status=1; \
+	$(MAKE) --no-print-directory fuzz-check || status=1; \
 	python3 tests/ctest_report.py $(BUILD)/$(JUNIT) build-tsan/$(JUNIT) build-asan/$(JUNIT) || status=1; \
 	exit $$status
 
@@ -58,13 +59,23 @@ test-asan-daemon: deps
 	cd build-asan-all && ASAN_OPTIONS="detect_leaks=1:verify_asan_link_order=0" \
 	  UBSAN_OPTIONS="print_stacktrace=1" ctest --output-on-failure -L daemon -j $(JOBS)
 
-# libFuzzer targets, each run briefly on its seed corpus.
-fuzz: deps
-	@if [ -f tests/fuzz/CMakeLists.txt ]; then \
-	  CC=clang CXX=clang++ cmake -S . -B build-fuzz -DFR_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug && \
-	  cmake --build build-fuzz -j $(JOBS) --target fr_fuzz_all && \
-	  bash tests/fuzz/run.sh build-fuzz; \
-	else echo "no fuzz targets"; fi
+# libFuzzer targets on their committed corpora (tests/fuzz/corpus/<target>/, see tests/fuzz/run.sh).
+# fuzz-check: the short run of `make test`, which replays every committed input and writes nothing.
+# fuzz: the same, then merges what it found into the corpus, minimized (commit the result).
+# fuzz-long: FUZZ_SECONDS per target (default 600), merged likewise; crashes become regress-* inputs.
+FUZZ_SECONDS ?= 600
+fuzz-build: deps
+	CC=clang CXX=clang++ cmake -S . -B build-fuzz -DFR_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug
+	cmake --build build-fuzz -j $(JOBS) --target fr_fuzz_all
+
+fuzz-check: fuzz-build
+	bash tests/fuzz/run.sh build-fuzz
+
+fuzz: fuzz-build
+	bash tests/fuzz/run.sh build-fuzz --merge
+
+fuzz-long: fuzz-build
+	FR_FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/fuzz/run.sh build-fuzz --merge
 
 bench: build
 	bash tests/bench/run.sh $(BUILD)

@@ -1,12 +1,29 @@
 #!/usr/bin/env bash
-# Runs every libFuzzer target of tests/fuzz briefly on a copy of its seed corpus (the committed
-# corpus/<target>/ plus the seeds fr_fuzz_seeds makes in the current format) and fails on any
-# crash, leak, sanitizer report or timeout. Crashing inputs are kept in BUILD/fuzz/crashes/.
+# Runs every libFuzzer target of tests/fuzz on its persistent corpus, tests/fuzz/corpus/<target>/
+# (committed: merged and minimized inputs, plus regress-* inputs that once crashed), together with
+# the seeds fr_fuzz_seeds makes in the current format, and fails on any crash, leak, sanitizer
+# report or timeout. Every input of the corpus runs first, so each regression input is replayed
+# on every run.
 #
-#   bash tests/fuzz/run.sh [BUILD_DIR]     (default build-fuzz; FR_FUZZ_SECONDS per target, 15)
+#   bash tests/fuzz/run.sh [BUILD_DIR] [--merge]     (default build-fuzz)
+#
+#   FR_FUZZ_SECONDS   seconds per target (default 15: the short run of `make test`)
+#   --merge           afterwards, merge what the run found into the committed corpus, minimized
+#                     (`make fuzz`, `make fuzz-long`); without it the source tree is never written
+#
+# A crashing input is kept in BUILD_DIR/fuzz/crashes/<target>/ and, with --merge, also copied to
+# tests/fuzz/corpus/<target>/regress-<sha1>: commit it with the fix, so the short run replays it.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${1:-build-fuzz}
+build=build-fuzz
+merge=0
+for arg in "$@"; do
+  case "$arg" in
+    --merge) merge=1 ;;
+    -*) echo "run.sh: unknown option $arg" >&2; exit 2 ;;
+    *) build=$arg ;;
+  esac
+done
 case "$build" in /*) ;; *) build="$root/$build" ;; esac
 secs=${FR_FUZZ_SECONDS:-15}
 bin="$build/fuzz"
@@ -19,6 +36,8 @@ trap 'rm -rf "$work"' EXIT
 "$bin/fr_fuzz_seeds" "$work/generated"
 if [ -x "$bin/fr_fuzz_frd_seeds" ]; then "$bin/fr_fuzz_frd_seeds" "$work/generated"; fi
 
+export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1" UBSAN_OPTIONS="print_stacktrace=1"
+common=(-rss_limit_mb=2048 -timeout=10)
 failed=0
 ran=0
 for target in flight_log manifest torch_json unpickle frd_peer; do
@@ -28,15 +47,16 @@ for target in flight_log manifest torch_json unpickle frd_peer; do
     failed=1
     continue
   fi
-  corpus="$work/corpus/$target"
-  mkdir -p "$corpus" "$work/artifacts/$target"
-  cp "$root/tests/fuzz/corpus/$target/"* "$corpus/" 2>/dev/null || true
-  if [ -d "$work/generated/$target" ]; then cp "$work/generated/$target/"* "$corpus/"; fi
+  committed="$root/tests/fuzz/corpus/$target"
+  # New inputs go to the first folder only; the committed corpus is read, never written here.
+  found="$work/found/$target"
+  mkdir -p "$found" "$work/artifacts/$target" "$committed"
+  seeds=("$committed")
+  if [ -d "$work/generated/$target" ]; then seeds+=("$work/generated/$target"); fi
   log="$work/$target.log"
   set +e
-  ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1" UBSAN_OPTIONS="print_stacktrace=1" \
-    "$exe" -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
-    -artifact_prefix="$work/artifacts/$target/" "$corpus" >"$log" 2>&1
+  "$exe" -max_total_time="$secs" "${common[@]}" -print_final_stats=1 \
+    -artifact_prefix="$work/artifacts/$target/" "$found" "${seeds[@]}" >"$log" 2>&1
   rc=$?
   set -e
   ran=$((ran + 1))
@@ -46,10 +66,28 @@ for target in flight_log manifest torch_json unpickle frd_peer; do
     echo "FAIL $target (exit $rc, $runs runs); last lines of its log:" >&2
     tail -n 40 "$log" >&2
     mkdir -p "$build/fuzz/crashes/$target"
-    cp "$work/artifacts/$target/"* "$build/fuzz/crashes/$target/" 2>/dev/null || true
+    for a in "$work/artifacts/$target/"*; do
+      [ -f "$a" ] || continue
+      cp "$a" "$build/fuzz/crashes/$target/"
+      if [ "$merge" -eq 1 ]; then
+        keep="$committed/regress-$(sha1sum "$a" | cut -c1-16)"
+        cp "$a" "$keep"
+        echo "     kept as $keep: commit it with the fix" >&2
+      fi
+    done
     failed=1
-  else
-    echo "ok   $target: $runs runs in ${secs}s, coverage $cov, $(ls "$corpus" | wc -l) corpus files"
+    continue
+  fi
+  echo "ok   $target: $runs runs in ${secs}s, coverage $cov, $(ls "$found" | wc -l) new inputs"
+  if [ "$merge" -eq 1 ]; then
+    # Minimize committed + found + generated into a fresh folder; regression inputs always stay.
+    merged="$work/merged/$target"
+    mkdir -p "$merged"
+    "$exe" -merge=1 "${common[@]}" "$merged" "${seeds[@]}" "$found" >"$work/$target.merge.log" 2>&1
+    before=$(du -sb "$committed" | cut -f1)
+    find "$committed" -maxdepth 1 -type f ! -name 'regress*' -delete
+    cp "$merged/"* "$committed/" 2>/dev/null || true
+    echo "     corpus/$target: $(ls "$committed" | wc -l) files, $before -> $(du -sb "$committed" | cut -f1) bytes"
   fi
 done
 if [ "$failed" -ne 0 ]; then
