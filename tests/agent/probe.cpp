@@ -8,6 +8,7 @@
 //   probe fork MODE      init, 3 all-reduces, fork; the child calls NCCL (MODE=child-calls) or not
 //   probe manycomms N    N communicators with one all-reduce each
 //   probe gpu            launches on plain, capturing and grouped streams; waits for the counters
+//   probe blocking       communicators from InitRank, and InitRankConfig with blocking = 1
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -178,6 +179,19 @@ int main(int argc, char** argv) {
     // More communicators than the table holds: the rest go unrecorded, the calls go on.
     int n = argc > 2 ? atoi(argv[2]) : 300;
     for (int i = 0; i < n; ++i) all_reduces(init_comm(2, 0), 1);
+    return g_failures == 0 ? 0 : 1;
+  }
+  if (strcmp(what, "blocking") == 0) {
+    ncclComm_t plain = init_comm(2, 0);
+    ncclUniqueId id;
+    check("GetUniqueId", ncclGetUniqueId(&id));
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 1;
+    cfg.commName = "configured-blocking";
+    ncclComm_t configured = nullptr;
+    check("CommInitRankConfig", ncclCommInitRankConfig(&configured, 2, id, 1, &cfg));
+    all_reduces(plain, 1);
+    all_reduces(configured, 1);
     return g_failures == 0 ? 0 : 1;
   }
   if (strcmp(what, "fork") == 0) return scenario_fork(argc > 2 ? argv[2] : "child-calls");
