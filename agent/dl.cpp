@@ -13,11 +13,11 @@
 //    dlerror untouched.
 // The real functions are found by reading the dynamic symbol tables of the loaded objects, not
 // with dlsym: the agent's own references to dlsym would bind to its own export (recursion), and
-// a versioned reference would too (an unversioned definition satisfies every version).
+// a versioned reference would too (an unversioned definition satisfies every version). This file
+// is built without sanitizer instrumentation: a sanitizer runtime calls dlsym while it starts.
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
-#include <string.h>
 
 #include "agent.h"
 #include "glibc_compat.h"  // this file alone: link-time optimization drops .symver elsewhere
@@ -48,16 +48,24 @@ uint32_t gnu_hash_count(const uint32_t* h) {
   return last + 1;
 }
 
-bool elf_obj(const dl_phdr_info* info, ElfObj* o) {
-  const ElfW(Dyn)* dyn = nullptr;
-  for (int i = 0; i < info->dlpi_phnum; ++i)
-    if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
-      dyn = (const ElfW(Dyn)*)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+// Plain byte comparisons: this code may run inside a sanitizer's start-up, before its
+// interceptors of the string functions work.
+bool same(const char* a, const char* b) {
+  while (*a != '\0' && *a == *b) ++a, ++b;
+  return *a == *b;
+}
+bool starts_with(const char* s, const char* prefix) {
+  while (*prefix != '\0' && *s == *prefix) ++s, ++prefix;
+  return *prefix == '\0';
+}
+
+bool elf_obj(const struct link_map* lm, ElfObj* o) {
+  const ElfW(Dyn)* dyn = lm->l_ld;
   if (dyn == nullptr) return false;
   // The loader relocates these entries in place on most targets, but not in every object (the
   // vDSO): an address below the load base is still relative.
-  auto fix = [&](ElfW(Addr) a) { return a < info->dlpi_addr ? a + info->dlpi_addr : a; };
-  *o = ElfObj{info->dlpi_addr, nullptr, nullptr, nullptr, 0};
+  auto fix = [&](ElfW(Addr) a) { return a < lm->l_addr ? a + lm->l_addr : a; };
+  *o = ElfObj{lm->l_addr, nullptr, nullptr, nullptr, 0};
   const uint32_t* hash = nullptr;
   const uint32_t* gnu = nullptr;
   for (; dyn->d_tag != DT_NULL; ++dyn) {
@@ -83,7 +91,7 @@ void* elf_find(const ElfObj& o, const char* name) {
     if (ELF64_ST_TYPE(s.st_info) != STT_FUNC && ELF64_ST_TYPE(s.st_info) != STT_GNU_IFUNC) continue;
     if (ELF64_ST_BIND(s.st_info) == STB_LOCAL) continue;
     if (o.versym != nullptr && (o.versym[i] & 0x8000)) continue;  // an older, hidden version
-    if (strcmp(o.strtab + s.st_name, name) != 0) continue;
+    if (!same(o.strtab + s.st_name, name)) continue;
     void* p = (void*)(o.base + s.st_value);
     if (ELF64_ST_TYPE(s.st_info) == STT_GNU_IFUNC) p = ((void* (*)())p)();
     return p;
@@ -91,48 +99,7 @@ void* elf_find(const ElfObj& o, const char* name) {
   return nullptr;
 }
 
-bool contains(const dl_phdr_info* info, const void* addr) {
-  uintptr_t a = (uintptr_t)addr;
-  for (int i = 0; i < info->dlpi_phnum; ++i) {
-    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
-    if (ph.p_type != PT_LOAD) continue;
-    uintptr_t lo = info->dlpi_addr + ph.p_vaddr;
-    if (a >= lo && a < lo + ph.p_memsz) return true;
-  }
-  return false;
-}
-
-struct Found {
-  bool past_self;
-  bool have_self;
-  ElfObj self;
-  void* dlsym_after;  // first definitions after the agent in load order, then any other
-  void* dlvsym_after;
-  void* dlsym_any;
-  void* dlvsym_any;
-};
-
-int scan(dl_phdr_info* info, size_t, void* arg) {
-  Found* f = (Found*)arg;
-  ElfObj o;
-  if (contains(info, (const void*)&scan)) {
-    f->past_self = true;
-    f->have_self = elf_obj(info, &f->self);
-    return 0;
-  }
-  if (!elf_obj(info, &o)) return 0;
-  void* s = elf_find(o, "dlsym");
-  void* v = elf_find(o, "dlvsym");
-  if (f->past_self) {
-    if (f->dlsym_after == nullptr) f->dlsym_after = s;
-    if (f->dlvsym_after == nullptr) f->dlvsym_after = v;
-  }
-  if (f->dlsym_any == nullptr) f->dlsym_any = s;
-  if (f->dlvsym_any == nullptr) f->dlvsym_any = v;
-  return 0;
-}
-
-ElfObj g_self;  // written before g_resolved is published
+ElfObj g_self;  // written before fr_dl_resolved is published
 
 }  // namespace
 
@@ -141,17 +108,33 @@ extern "C" {
 FR_HIDDEN void* fr_real_dlsym_fn;
 FR_HIDDEN void* fr_real_dlvsym_fn;
 FR_HIDDEN int fr_dl_resolved;
+// _DYNAMIC (link.h): the agent's own dynamic section, defined by the linker.
 
+// Walks the loader's list of objects (not dl_iterate_phdr: a sanitizer runtime intercepts that,
+// and asks for dlsym before its interceptors can run): the first dlsym and dlvsym defined after
+// the agent in load order, else anywhere but in the agent.
 FR_HIDDEN void fr_resolve_dl() {
   if (__atomic_load_n(&fr_dl_resolved, __ATOMIC_ACQUIRE)) return;
-  Found f = {};
-  dl_iterate_phdr(scan, &f);
-  if (f.have_self) g_self = f.self;
-  __atomic_store_n(&fr_real_dlsym_fn, f.dlsym_after ? f.dlsym_after : f.dlsym_any,
-                   __ATOMIC_RELEASE);
-  __atomic_store_n(&fr_real_dlvsym_fn, f.dlvsym_after ? f.dlvsym_after : f.dlvsym_any,
-                   __ATOMIC_RELEASE);
-  __atomic_store_n(&fr_dl_resolved, f.have_self ? 1 : 0, __ATOMIC_RELEASE);
+  void *s_after = nullptr, *v_after = nullptr, *s_any = nullptr, *v_any = nullptr;
+  bool past_self = false, have_self = false;
+  ElfObj o;
+  for (const struct link_map* lm = _r_debug.r_map; lm != nullptr; lm = lm->l_next) {
+    if (lm->l_ld == _DYNAMIC) {
+      past_self = true;
+      have_self = elf_obj(lm, &g_self);
+      continue;
+    }
+    if (!elf_obj(lm, &o)) continue;
+    void* s = elf_find(o, "dlsym");
+    void* v = elf_find(o, "dlvsym");
+    if (past_self && s_after == nullptr) s_after = s;
+    if (past_self && v_after == nullptr) v_after = v;
+    if (s_any == nullptr) s_any = s;
+    if (v_any == nullptr) v_any = v;
+  }
+  __atomic_store_n(&fr_real_dlsym_fn, s_after ? s_after : s_any, __ATOMIC_RELEASE);
+  __atomic_store_n(&fr_real_dlvsym_fn, v_after ? v_after : v_any, __ATOMIC_RELEASE);
+  __atomic_store_n(&fr_dl_resolved, have_self ? 1 : 0, __ATOMIC_RELEASE);
 }
 }
 
@@ -188,9 +171,10 @@ bool is_nccl_handle(void* handle) {
   struct link_map* lm = nullptr;
   if (dlinfo(handle, RTLD_DI_LINKMAP, &lm) != 0 || lm == nullptr || lm->l_name == nullptr)
     return false;
-  const char* base = strrchr(lm->l_name, '/');
-  base = base != nullptr ? base + 1 : lm->l_name;
-  return strncmp(base, "libnccl.so", 10) == 0;
+  const char* base = lm->l_name;
+  for (const char* c = lm->l_name; *c != '\0'; ++c)
+    if (*c == '/') base = c + 1;
+  return starts_with(base, "libnccl.so");
 }
 
 // The agent's own wrapper of `name`, when it exports one.
@@ -200,7 +184,7 @@ void* own_wrapper(const char* name) {
 }
 
 void* substitute(void* handle, const char* name, void* found) {
-  if (found == nullptr || name == nullptr || strncmp(name, "nccl", 4) != 0) return found;
+  if (found == nullptr || name == nullptr || !starts_with(name, "nccl")) return found;
   if (!is_nccl_handle(handle)) return found;
   void* w = own_wrapper(name);
   if (w != nullptr) debug_log("dlsym(libnccl, %s): answering the agent's wrapper", name);

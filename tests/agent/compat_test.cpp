@@ -111,6 +111,7 @@ TEST_CASE("the agent wraps every function of the nccl.h it was built against", "
 }
 
 TEST_CASE("the agent requires no glibc symbol version above 2.28", "[agent]") {
+  if (kSanitized) FR_SKIP("the shipped agent is the plain build; this one links a sanitizer runtime");
   int st = 0;
   std::string out = command_output("objdump -T '" + std::string(FR_AGENT_LIB) + "' 2>&1", &st);
   REQUIRE(st == 0);

@@ -1,7 +1,7 @@
 /* A C program that reaches NCCL only through dlopen and dlsym, as JAX/XLA, Paddle and NVSHMEM
- * do. Built twice: bound to dlsym@GLIBC_2.34 (today's default) and, with FR_DLSYM_OLD, to
- * dlsym@GLIBC_2.2.5 (what programs linked on older systems import). Run with the agent preloaded;
- * prints key=value lines that dlsym_test.cpp checks.
+ * do. Built twice: bound to dlsym@GLIBC_2.34 (today's default; run with the agent preloaded) and,
+ * with FR_DLSYM_OLD, to dlsym@GLIBC_2.2.5 (what programs linked on older systems import; linked
+ * with the agent first, as preloading puts it). Prints key=value lines for dlsym_test.cpp.
  *
  *   dlsym_probe direct NCCL      one-rank communicator, an AllReduce, through dlsym'ed pointers
  *   dlsym_probe trampoline NCCL  the same through a lazy table: each entry resolves on first call
@@ -17,6 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The old version is named explicitly (the probe linked with the agent first would otherwise
+ * bind unversioned, to the agent); the default build takes today's default, GLIBC_2.34. */
 #if defined(FR_DLSYM_OLD) && defined(__x86_64__)
 __asm__(".symver dlsym, dlsym@GLIBC_2.2.5");
 #endif
