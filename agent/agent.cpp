@@ -94,17 +94,17 @@ void debug_log(const char* fmt, ...) {
 }
 
 void* resolve_real(const char* name, const char* pname, const void* self) {
-  void* p = dlsym(RTLD_NEXT, name);
+  void* p = real_dlsym(RTLD_NEXT, name);
   if (p == nullptr || p == self) {
     // NCCL may have been dlopen'ed RTLD_LOCAL (e.g. as a dependency of a framework library):
     // invisible to RTLD_NEXT, but reachable through its own handle.
     p = nullptr;
-    void* h = dlopen("libnccl.so.2", RTLD_NOLOAD | RTLD_LAZY);
+    void* h = os_dlopen("libnccl.so.2", RTLD_NOLOAD | RTLD_LAZY);
     if (h != nullptr) {
-      p = dlsym(h, pname);
-      if (p == nullptr || p == self) p = dlsym(h, name);
+      p = real_dlsym(h, pname);
+      if (p == nullptr || p == self) p = real_dlsym(h, name);
       if (p == self) p = nullptr;
-      dlclose(h);
+      os_dlclose(h);
     }
   }
   return p;
@@ -144,8 +144,20 @@ static bool env_true(const char* name) {
          strcasecmp(v, "no") != 0 && strcasecmp(v, "off") != 0;
 }
 
+// NCCL_COMM_BLOCKING as NCCL reads it (an integer; 0 makes every communicator nonblocking,
+// whatever its config says). Anything else is ignored, as NCCL ignores it.
+static int comm_blocking_from_env() {
+  const char* v = getenv("NCCL_COMM_BLOCKING");
+  if (v == nullptr || v[0] == '\0') return 0;
+  char* end = nullptr;
+  long n = strtol(v, &end, 0);
+  if (end == v || *end != '\0') return 0;
+  return n == 0 ? 2 : 1;
+}
+
 static int start() {
   g_ctx.debug = env_true("FR_DEBUG");
+  g_ctx.env_blocking = comm_blocking_from_env();
   if (!g_atfork_registered) {
     pthread_mutex_init(&g_ctx.reg_lock, nullptr);
     pthread_mutex_init(&g_ctx.gpu_lock, nullptr);

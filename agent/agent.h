@@ -8,6 +8,7 @@
 
 #include <nccl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -95,6 +96,7 @@ struct Context {
   uint64_t init_all_calls;  // (atomic) per-process counter for ncclCommInitAll ids
   int32_t largest_comm;     // size of the communicator global_rank was taken from (under reg_lock)
   int rank_from_env;
+  int env_blocking;  // NCCL_COMM_BLOCKING (overrides every config): 0 unset, 1 blocking, 2 not
   pthread_mutex_t reg_lock;  // communicator registration (rare, never on the op path)
   char path[512];
   // GPU tracking
@@ -120,6 +122,19 @@ FR_HIDDEN bool recording();
 FR_HIDDEN void debug_log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 FR_HIDDEN uint64_t now_ns();
 FR_HIDDEN uint32_t current_tid();
+
+// ---- the dynamic linker (dl.cpp) ---------------------------------------------------------------
+// The real dlsym and dlvsym (the agent exports its own: lookups on NCCL's handle answer the
+// wrappers). The agent never calls dlsym by name.
+FR_HIDDEN void* real_dlsym(void* handle, const char* name);
+FR_HIDDEN void* real_dlvsym(void* handle, const char* name, const char* version);
+// dlopen, dlclose, pthread_create and pthread_sigmask bound to their oldest symbol versions, so
+// the agent loads on glibc 2.28 (glibc_compat.h). The rest of the agent calls only these.
+FR_HIDDEN void* os_dlopen(const char* file, int mode);
+FR_HIDDEN int os_dlclose(void* handle);
+FR_HIDDEN int os_pthread_create(pthread_t* th, const pthread_attr_t* attr, void* (*fn)(void*),
+                                void* arg);
+FR_HIDDEN int os_pthread_sigmask(int how, const sigset_t* set, sigset_t* old);
 
 // ---- real NCCL symbols (agent.cpp) -----------------------------------------------------------
 // The next definition of `name` after this library; if NCCL was loaded RTLD_LOCAL, the `pname`

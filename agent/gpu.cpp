@@ -69,8 +69,8 @@ class RelaxedCapture {
 };
 
 void* sym(const char* a, const char* b) {
-  void* p = dlsym(g_cuda.lib, a);
-  if (p == nullptr && b != nullptr) p = dlsym(g_cuda.lib, b);
+  void* p = real_dlsym(g_cuda.lib, a);
+  if (p == nullptr && b != nullptr) p = real_dlsym(g_cuda.lib, b);
   return p;
 }
 
@@ -78,7 +78,7 @@ void* sym(const char* a, const char* b) {
 bool load_cuda() {
   int loaded = __atomic_load_n(&g_cuda_loaded, __ATOMIC_ACQUIRE);
   if (loaded != 0) return loaded > 0;
-  g_cuda.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  g_cuda.lib = os_dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (g_cuda.lib == nullptr) {
     debug_log("libcuda.so.1 not found; no GPU progress tracking");
     __atomic_store_n(&g_cuda_loaded, -1, __ATOMIC_RELEASE);
@@ -143,14 +143,14 @@ bool start_poller() {
   if (g_poller_started) return true;
   sigset_t all, old;
   sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);  // the thread never takes the application's signals
+  os_pthread_sigmask(SIG_SETMASK, &all, &old);  // the thread never takes the application's signals
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   pthread_t th;
-  int rc = pthread_create(&th, &attr, poller_main, nullptr);
+  int rc = os_pthread_create(&th, &attr, poller_main, nullptr);
   pthread_attr_destroy(&attr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  os_pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (rc != 0) return false;
   g_poller_started = 1;
   return true;

@@ -1,15 +1,24 @@
-// The exported NCCL API: the 41 functions of NCCL 2.28's nccl.h plus ncclCommGrow,
-// ncclCommGetUniqueId, ncclCommSuspend and ncclCommResume. Every wrapper has the same shape:
-// resolve the real function, forward, record behind the per-thread guard, return the real result
-// untouched. Without a real NCCL the wrappers answer ncclSystemError (never crash).
+// The exported NCCL API: every function of NCCL 2.32's nccl.h that can take part in a hang, the
+// host calls of its device API (ncclDevCommCreate/Destroy, ncclCommQueryProperties), and the
+// 2.29+ functions older headers lack (nccl_extra.h). Every wrapper has the same shape: resolve the
+// real function, forward, record behind the per-thread guard, return the real result untouched.
+// Without any NCCL loaded the wrappers answer ncclSystemError; when the loaded NCCL lacks the
+// function (an older release), ncclInvalidUsage, NCCL's answer to a feature it cannot serve.
+// Neither ever crashes. Lookups through dlsym on NCCL's handle reach these wrappers too (dl.cpp).
 //
 // What a call records (fr/flight_log.h has the fields):
 //  - collectives and p2p: one record with the per-communicator sequence number; outside a group
-//    the op launches at its call, inside one at the outermost GroupEnd (GPU markers placed then);
+//    the op launches at its call, inside one at the outermost GroupEnd (GPU markers placed then).
+//    The *Config collectives are recorded exactly as their plain forms (flag FR_REC_F_COLL_CONFIG);
+//    the signal calls are one-sided point-to-point (peer, stream, signal index and context), one
+//    WaitSignal record per descriptor;
 //  - communicator lifecycle: a record, and the communicator table entry (id, parent, state);
-//  - groups, registration, windows, memory, reduction ops, unique ids: a record each;
-//  - queries (version, count, device, rank, error strings) are forwarded only; async errors are
-//    recorded once per distinct error.
+//  - groups, registration, windows, memory, reduction ops, unique ids, device communicators: a
+//    record each;
+//  - queries (version, count, device, rank, error strings, properties, memory statistics, a
+//    window's user pointer) are forwarded only; async errors are recorded once per distinct error.
+// Left out on purpose (not exported, so they bind straight to NCCL): the window address queries of
+// the device API and its requirement helpers, ncclParam*, ncclSetEncryption (docs/agent.md).
 #include <string.h>
 
 #include "agent.h"
@@ -160,6 +169,8 @@ struct OpArgs {
   int peer;
   const void* comm;
   cudaStream_t stream;
+  uint64_t aux = 0;    // signals: FR_SIGNAL_AUX
+  uint32_t flags = 0;  // FR_REC_F_* to add
 };
 
 struct OpState {
@@ -186,6 +197,8 @@ void op_enter(const OpArgs& a, OpState& o) {
   r.dtype = (uint8_t)a.dtype;
   r.redop = a.redop;
   r.peer = a.peer;
+  r.aux = a.aux;
+  r.flags |= a.flags;
   o.in_group = t.group_depth > 0;
   int capture = gpu_stream_capture(r.stream);
   o.captured = capture == kCapturing;
@@ -364,7 +377,9 @@ ncclResult_t run_api(fr_op op, const void* comm, Call call, Before before, After
 auto no_before = [](fr_record&, const CommRef&) {};
 auto no_after = [](fr_record&, const CommRef&, ncclResult_t) {};
 
+// NCCL_COMM_BLOCKING overrides every config, as in NCCL; then the config's `blocking` field.
 bool config_nonblocking(const ncclConfig_t* config, bool inherited) {
+  if (g_ctx.env_blocking != 0) return g_ctx.env_blocking == 2;
   if (config == nullptr || config->magic != kConfigMagic ||
       config->size < offsetof(ncclConfig_t, blocking) + sizeof(int))
     return inherited;
@@ -484,14 +499,23 @@ NewComm parent_derived(const CommRef& p, fr_comm_origin origin, uint64_t* counte
 
 const char kNoNccl[] = "fr: no NCCL library is loaded";
 
+// The answer of a wrapper whose real function is not there (rare path: it looks again each time).
+ncclResult_t missing_real(const char* fn) {
+  if (FR_REAL(ncclGetVersion) == nullptr) {
+    debug_log("%s: no NCCL library is loaded", fn);
+    return ncclSystemError;
+  }
+  debug_log("%s: the loaded NCCL does not have it", fn);
+  return ncclInvalidUsage;
+}
+
 }  // namespace
 
 #define FR_API extern "C" __attribute__((visibility("default")))
-#define FR_REAL_OR_FAIL(fn)                            \
-  auto real = FR_REAL(fn);                             \
-  if (real == nullptr) {                               \
-    debug_log("%s: no NCCL library provides it", #fn); \
-    return ncclSystemError;                            \
+#define FR_REAL_OR_FAIL(fn)   \
+  auto real = FR_REAL(fn);    \
+  if (real == nullptr) {      \
+    return missing_real(#fn); \
   }
 
 // ---- collectives -------------------------------------------------------------------------------
@@ -582,6 +606,143 @@ FR_API ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t dataty
   return run_op(a, [&] { return real(recvbuff, count, datatype, peer, comm, stream); });
 }
 
+// ---- collectives with a per-call config (NCCL 2.31+): recorded exactly as their plain forms --------
+
+FR_API ncclResult_t ncclAllReduceConfig(const void* sendbuff, void* recvbuff, size_t count,
+                                        ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                        cudaStream_t stream, const ncclCollConfig_t* config) {
+  FR_REAL_OR_FAIL(ncclAllReduceConfig);
+  OpArgs a = {FR_OP_ALLREDUCE, false, sendbuff, recvbuff, count, datatype, op, -1, comm, stream,
+              0,               FR_REC_F_COLL_CONFIG};
+  return run_op(
+      a, [&] { return real(sendbuff, recvbuff, count, datatype, op, comm, stream, config); });
+}
+
+FR_API ncclResult_t ncclBroadcastConfig(const void* sendbuff, void* recvbuff, size_t count,
+                                        ncclDataType_t datatype, int root, ncclComm_t comm,
+                                        cudaStream_t stream, const ncclCollConfig_t* config) {
+  FR_REAL_OR_FAIL(ncclBroadcastConfig);
+  OpArgs a = {FR_OP_BROADCAST, false, sendbuff, recvbuff, count, datatype, -1, root, comm, stream,
+              0,               FR_REC_F_COLL_CONFIG};
+  return run_op(
+      a, [&] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream, config); });
+}
+
+FR_API ncclResult_t ncclReduceConfig(const void* sendbuff, void* recvbuff, size_t count,
+                                     ncclDataType_t datatype, ncclRedOp_t op, int root,
+                                     ncclComm_t comm, cudaStream_t stream,
+                                     const ncclCollConfig_t* config) {
+  FR_REAL_OR_FAIL(ncclReduceConfig);
+  OpArgs a = {FR_OP_REDUCE, false, sendbuff, recvbuff, count, datatype, op, root, comm, stream,
+              0,            FR_REC_F_COLL_CONFIG};
+  return run_op(
+      a, [&] { return real(sendbuff, recvbuff, count, datatype, op, root, comm, stream, config); });
+}
+
+FR_API ncclResult_t ncclAllGatherConfig(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                        ncclDataType_t datatype, ncclComm_t comm,
+                                        cudaStream_t stream, const ncclCollConfig_t* config) {
+  FR_REAL_OR_FAIL(ncclAllGatherConfig);
+  OpArgs a = {FR_OP_ALLGATHER, false, sendbuff, recvbuff, sendcount, datatype, -1, -1, comm, stream,
+              0,               FR_REC_F_COLL_CONFIG};
+  return run_op(a,
+                [&] { return real(sendbuff, recvbuff, sendcount, datatype, comm, stream, config); });
+}
+
+FR_API ncclResult_t ncclReduceScatterConfig(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                            ncclDataType_t datatype, ncclRedOp_t op,
+                                            ncclComm_t comm, cudaStream_t stream,
+                                            const ncclCollConfig_t* config) {
+  FR_REAL_OR_FAIL(ncclReduceScatterConfig);
+  OpArgs a = {FR_OP_REDUCESCATTER, false, sendbuff, recvbuff, recvcount, datatype, op, -1, comm,
+              stream,              0,     FR_REC_F_COLL_CONFIG};
+  return run_op(
+      a, [&] { return real(sendbuff, recvbuff, recvcount, datatype, op, comm, stream, config); });
+}
+
+FR_API ncclResult_t ncclAlltoAllConfig(const void* sendbuff, void* recvbuff, size_t count,
+                                       ncclDataType_t datatype, ncclComm_t comm,
+                                       cudaStream_t stream, const ncclCollConfig_t* config) {
+  FR_REAL_OR_FAIL(ncclAlltoAllConfig);
+  OpArgs a = {FR_OP_ALLTOALL, false, sendbuff, recvbuff, count, datatype, -1, -1, comm, stream,
+              0,              FR_REC_F_COLL_CONFIG};
+  return run_op(a, [&] { return real(sendbuff, recvbuff, count, datatype, comm, stream, config); });
+}
+
+FR_API ncclResult_t ncclGatherConfig(const void* sendbuff, void* recvbuff, size_t count,
+                                     ncclDataType_t datatype, int root, ncclComm_t comm,
+                                     cudaStream_t stream, const ncclCollConfig_t* config) {
+  FR_REAL_OR_FAIL(ncclGatherConfig);
+  OpArgs a = {FR_OP_GATHER, false, sendbuff, recvbuff, count, datatype, -1, root, comm, stream,
+              0,            FR_REC_F_COLL_CONFIG};
+  return run_op(
+      a, [&] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream, config); });
+}
+
+FR_API ncclResult_t ncclScatterConfig(const void* sendbuff, void* recvbuff, size_t count,
+                                      ncclDataType_t datatype, int root, ncclComm_t comm,
+                                      cudaStream_t stream, const ncclCollConfig_t* config) {
+  FR_REAL_OR_FAIL(ncclScatterConfig);
+  OpArgs a = {FR_OP_SCATTER, false, sendbuff, recvbuff, count, datatype, -1, root, comm, stream,
+              0,             FR_REC_F_COLL_CONFIG};
+  return run_op(
+      a, [&] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream, config); });
+}
+
+// ---- signals: one-sided point-to-point ------------------------------------------------------------
+
+FR_API ncclResult_t ncclPutSignal(const void* localbuff, size_t count, ncclDataType_t datatype,
+                                  int peer, ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx,
+                                  int ctx, unsigned int flags, ncclComm_t comm,
+                                  cudaStream_t stream) {
+  FR_REAL_OR_FAIL(ncclPutSignal);
+  OpArgs a = {FR_OP_PUT_SIGNAL, true, localbuff, (const void*)peerWin, count, datatype, -1, peer,
+              comm,             stream, FR_SIGNAL_AUX(sigIdx, ctx)};
+  return run_op(a, [&] {
+    return real(localbuff, count, datatype, peer, peerWin, peerWinOffset, sigIdx, ctx, flags, comm,
+                stream);
+  });
+}
+
+FR_API ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
+                               cudaStream_t stream) {
+  FR_REAL_OR_FAIL(ncclSignal);
+  OpArgs a = {FR_OP_SIGNAL, true, nullptr, nullptr, 0, -1, -1, peer, comm, stream,
+              FR_SIGNAL_AUX(sigIdx, ctx)};
+  return run_op(a, [&] { return real(peer, sigIdx, ctx, flags, comm, stream); });
+}
+
+// One record per descriptor (the first kMaxWaitDescs), so each awaited peer is named; they share
+// the call's launch and each has its own op index on the stream.
+constexpr int kMaxWaitDescs = 16;
+
+FR_API ncclResult_t ncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclComm_t comm,
+                                   cudaStream_t stream) {
+  FR_REAL_OR_FAIL(ncclWaitSignal);
+  Scope s;
+  if (!s.active) return real(nDesc, signalDescs, comm, stream);
+  int n = signalDescs == nullptr || nDesc <= 0 ? 0 : nDesc < kMaxWaitDescs ? nDesc : kMaxWaitDescs;
+  OpState o[kMaxWaitDescs];
+  for (int i = 0; i < (n > 0 ? n : 1); ++i) {
+    const ncclWaitSignalDesc_t* d = n > 0 ? &signalDescs[i] : nullptr;
+    OpArgs a = {FR_OP_WAIT_SIGNAL,
+                true,
+                nullptr,
+                nullptr,
+                d != nullptr && d->opCnt > 0 ? (size_t)d->opCnt : 0,
+                -1,
+                -1,
+                d != nullptr ? d->peer : -1,
+                comm,
+                stream,
+                d != nullptr ? FR_SIGNAL_AUX(d->sigIdx, d->ctx) : 0};
+    op_enter(a, o[i]);
+  }
+  ncclResult_t res = real(nDesc, signalDescs, comm, stream);
+  for (int i = 0; i < (n > 0 ? n : 1); ++i) op_exit(o[i], res);
+  return res;
+}
+
 // ---- groups ------------------------------------------------------------------------------------
 
 FR_API ncclResult_t ncclGroupStart() {
@@ -664,8 +825,12 @@ FR_API ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId 
   n.rank = rank;
   n.origin = FR_ORIGIN_INIT_RANK;
   n.id_flags = FR_COMM_F_ID_FROM_UNIQUE_ID;
+  auto prepare = [&](const CommRef&) {
+    n.nonblocking = config_nonblocking(nullptr, false);
+    return n;
+  };
   return run_create(
-      FR_OP_COMM_INIT_RANK, nullptr, [&](const CommRef&) { return n; }, comm,
+      FR_OP_COMM_INIT_RANK, nullptr, prepare, comm,
       [&] { return real(comm, nranks, commId, rank); });
 }
 
@@ -678,10 +843,13 @@ FR_API ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUni
   n.rank = rank;
   n.origin = FR_ORIGIN_INIT_RANK_CONFIG;
   n.id_flags = FR_COMM_F_ID_FROM_UNIQUE_ID;
-  n.nonblocking = config_nonblocking(config, false);
   n.config = config;
+  auto prepare = [&](const CommRef&) {
+    n.nonblocking = config_nonblocking(config, false);
+    return n;
+  };
   return run_create(
-      FR_OP_COMM_INIT_RANK_CONFIG, nullptr, [&](const CommRef&) { return n; }, comm,
+      FR_OP_COMM_INIT_RANK_CONFIG, nullptr, prepare, comm,
       [&] { return real(comm, nranks, commId, rank, config); });
 }
 
@@ -694,10 +862,13 @@ FR_API ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, in
   n.rank = myrank;
   n.origin = FR_ORIGIN_INIT_RANK_SCALABLE;
   n.id_flags = FR_COMM_F_ID_FROM_UNIQUE_ID;
-  n.nonblocking = config_nonblocking(config, false);
   n.config = config;
+  auto prepare = [&](const CommRef&) {
+    n.nonblocking = config_nonblocking(config, false);
+    return n;
+  };
   return run_create(
-      FR_OP_COMM_INIT_RANK_SCALABLE, nullptr, [&](const CommRef&) { return n; }, newcomm,
+      FR_OP_COMM_INIT_RANK_SCALABLE, nullptr, prepare, newcomm,
       [&] { return real(newcomm, nranks, myrank, nId, commIds, config); });
 }
 
@@ -716,6 +887,7 @@ FR_API ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devli
   n.id = hash_finish(h);
   n.nranks = ndev;
   n.origin = FR_ORIGIN_INIT_ALL;
+  n.nonblocking = config_nonblocking(nullptr, false);
   fr_record r = new_record(FR_OP_COMM_INIT_ALL, CommRef{-1, n.id, nullptr, false});
   r.count = ndev > 0 ? (uint64_t)ndev : 0;
   record_begin(r);
@@ -966,6 +1138,27 @@ FR_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
       [&](fr_record& r, const CommRef&) { r.redop = (int32_t)op; }, no_after);
 }
 
+// ---- device communicators (NCCL's device API): communicator-level calls ------------------------
+
+FR_API ncclResult_t ncclDevCommCreate(ncclComm_t comm, const struct ncclDevCommRequirements* reqs,
+                                      struct ncclDevComm* outDevComm) {
+  FR_REAL_OR_FAIL(ncclDevCommCreate);
+  return run_api(
+      FR_OP_DEV_COMM_CREATE, comm, [&] { return real(comm, reqs, outDevComm); },
+      [&](fr_record& r, const CommRef&) {
+        r.sendbuff = (uint64_t)(uintptr_t)reqs;
+        r.recvbuff = (uint64_t)(uintptr_t)outDevComm;
+      },
+      no_after);
+}
+
+FR_API ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const struct ncclDevComm* devComm) {
+  FR_REAL_OR_FAIL(ncclDevCommDestroy);
+  return run_api(
+      FR_OP_DEV_COMM_DESTROY, comm, [&] { return real(comm, devComm); },
+      [&](fr_record& r, const CommRef&) { r.recvbuff = (uint64_t)(uintptr_t)devComm; }, no_after);
+}
+
 // ---- queries: forwarded, not recorded
 // ------------------------------------------------------------
 
@@ -987,6 +1180,21 @@ FR_API ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
 FR_API ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
   FR_REAL_OR_FAIL(ncclCommUserRank);
   return real(comm, rank);
+}
+
+FR_API ncclResult_t ncclCommQueryProperties(ncclComm_t comm, struct ncclCommProperties* props) {
+  FR_REAL_OR_FAIL(ncclCommQueryProperties);
+  return real(comm, props);
+}
+
+FR_API ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value) {
+  FR_REAL_OR_FAIL(ncclCommMemStats);
+  return real(comm, stat, value);
+}
+
+FR_API ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr) {
+  FR_REAL_OR_FAIL(ncclWinGetUserPtr);
+  return real(comm, win, outUserPtr);
 }
 
 FR_API const char* ncclGetErrorString(ncclResult_t result) {

@@ -9,6 +9,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "analyzer/model.h"
@@ -657,6 +658,7 @@ void analyze_p2p(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* frontier_jso
   // A member's whole point-to-point history on this communicator is at hand when nothing was
   // overwritten or its first p2p op (seq 1) is still in the ring.
   std::vector<char> p2p_full(n, 0);
+  std::vector<std::pair<size_t, const Op*>> signal_ops;  // (member, op): one-sided, paired below
   for (size_t i = 0; i < n; ++i) {
     const Proc& p = m.procs[c.members[i].proc];
     const ProcComm& pc = p.comms[c.members[i].pc];
@@ -668,6 +670,10 @@ void analyze_p2p(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* frontier_jso
       const Op& o = p.ops[k];
       if (!counts(o) || !fr::log::op_is_p2p(o.op)) continue;
       const int me = c.members[i].rank_in_comm;
+      if (o.op == FR_OP_PUT_SIGNAL || o.op == FR_OP_SIGNAL || o.op == FR_OP_WAIT_SIGNAL) {
+        signal_ops.push_back({i, &o});
+        continue;
+      }
       if (o.op == FR_OP_SEND) {
         auto& sd = pairs[{me, o.peer}].first;
         sd.ops.push_back(&o);
@@ -772,6 +778,61 @@ void analyze_p2p(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* frontier_jso
         first_unmatched = a;
         s.t_start = std::min(s.t_start, aligned(*src, a->call_ns));
       }
+    }
+  }
+  // Signals are one-sided: a WaitSignal on (peer, signal index, context) needs as many signals
+  // from that peer as the waits before it and itself ask for. A pending wait that needs more than
+  // the peer ever sent waits on that peer. Only decided on whole histories of both ranks: with a
+  // wrapped ring the signals already sent cannot be counted.
+  struct Channel {
+    uint64_t sent = 0;
+    std::vector<const Op*> waits;
+  };
+  std::map<std::tuple<int, int, uint64_t>, Channel> channels;  // (signaller, waiter, aux)
+  for (const auto& [i, o] : signal_ops) {
+    const int me = c.members[i].rank_in_comm;
+    if (o->op == FR_OP_WAIT_SIGNAL)
+      channels[{o->peer, me, o->aux}].waits.push_back(o);
+    else
+      ++channels[{me, o->peer, o->aux}].sent;
+  }
+  auto note_wait = [&](const Op* o, const Proc* p) {
+    pending_any = true;
+    blocked.insert(p->rank);
+    note_since(p, o);
+    const int64_t t = aligned(*p, o->call_ns);
+    if (t < s.t_start || !first_unmatched) {
+      s.t_start = std::min(s.t_start, t);
+      first_unmatched = o;
+    }
+  };
+  for (const auto& [key, ch] : channels) {
+    const auto [from, to, aux] = key;
+    auto waiter = by_rank.find(to);
+    if (waiter == by_rank.end() || !p2p_full[waiter->second]) continue;
+    auto signaller = by_rank.find(from);
+    const bool from_full = signaller != by_rank.end() && p2p_full[signaller->second];
+    const Proc* wp = &m.procs[c.members[waiter->second].proc];
+    uint64_t need = 0;
+    for (const Op* w : ch.waits) {
+      need += w->count;
+      if (w->gpu_state == FR_GPU_COMPLETED || need <= ch.sent) continue;
+      if (signaller == by_rank.end()) {
+        missing_peers.push_back(from);
+        note_wait(w, wp);
+        break;
+      }
+      if (!from_full) break;
+      const Proc* sp = &m.procs[c.members[signaller->second].proc];
+      culprits.insert(sp->rank);
+      note_wait(w, wp);
+      notes.push_back("rank " + std::to_string(wp->rank) + " waits for " + std::to_string(need) +
+                      " signal(s) from rank " + std::to_string(sp->rank) + " (WaitSignal #" +
+                      std::to_string(w->seq) + ", signal " +
+                      std::to_string(FR_SIGNAL_AUX_SIG_IDX(aux)) + ", context " +
+                      std::to_string(FR_SIGNAL_AUX_CTX(aux)) + "), which sent " +
+                      std::to_string(ch.sent) + " and owes the rest");
+      break;
     }
   }
   if (!pending_any) return;

@@ -3,6 +3,9 @@
 # The CUDA toolkit and NCCL headers are expected in /usr/local/cuda (they come with the machine).
 set -euo pipefail
 
+# The agent's NCCL headers and libraries and its Debian 11 test root (cached; never fails).
+bash "$(dirname "$0")/install-agent-deps.sh"
+
 packages=(
   build-essential cmake pkg-config git python3
   clang libclang-rt-14-dev

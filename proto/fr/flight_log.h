@@ -65,6 +65,9 @@ extern "C" {
   X(SCATTER, 9, "Scatter", COLL)                                      \
   X(SEND, 10, "Send", P2P)                                            \
   X(RECV, 11, "Recv", P2P)                                            \
+  X(PUT_SIGNAL, 12, "PutSignal", P2P)                                 \
+  X(SIGNAL, 13, "Signal", P2P)                                        \
+  X(WAIT_SIGNAL, 14, "WaitSignal", P2P)                               \
   X(GET_UNIQUE_ID, 32, "GetUniqueId", API)                            \
   X(COMM_INIT_RANK, 33, "CommInitRank", API)                          \
   X(COMM_INIT_RANK_CONFIG, 34, "CommInitRankConfig", API)             \
@@ -91,7 +94,9 @@ extern "C" {
   X(MEM_FREE, 55, "MemFree", API)                                     \
   X(REDOP_CREATE_PREMULSUM, 56, "RedOpCreatePreMulSum", API)          \
   X(REDOP_DESTROY, 57, "RedOpDestroy", API)                           \
-  X(COMM_GET_ASYNC_ERROR, 58, "CommGetAsyncError", API)
+  X(COMM_GET_ASYNC_ERROR, 58, "CommGetAsyncError", API)             \
+  X(DEV_COMM_CREATE, 59, "DevCommCreate", API)                        \
+  X(DEV_COMM_DESTROY, 60, "DevCommDestroy", API)
 
 typedef enum fr_op {
 #define FR_X_OP_ENUM(e, v, s, k) FR_OP_##e = v,
@@ -166,6 +171,12 @@ typedef enum fr_gpu_state {
 #define FR_REC_F_LAUNCHED 0x10u         /* the op was handed to the GPU (its group ended) */
 #define FR_REC_F_IN_CALL 0x20u          /* the host call has not returned yet */
 #define FR_REC_F_GPU_UNTRACKED 0x40u    /* no marker or event could be placed for it */
+#define FR_REC_F_COLL_CONFIG 0x80u      /* issued through the per-call-config form (ncclAllReduceConfig...) */
+
+/* Signals (PutSignal, Signal, WaitSignal) keep the signal index and context in fr_record.aux. */
+#define FR_SIGNAL_AUX(sig_idx, ctx) (((uint64_t)(uint32_t)(ctx) << 32) | (uint32_t)(sig_idx))
+#define FR_SIGNAL_AUX_SIG_IDX(aux) ((int32_t)(uint32_t)((aux) & 0xffffffffu))
+#define FR_SIGNAL_AUX_CTX(aux) ((int32_t)(uint32_t)((aux) >> 32))
 
 #define FR_RESULT_PENDING (-1)          /* fr_record.result while the host call is running */
 
@@ -242,7 +253,8 @@ typedef struct fr_record {
   uint64_t comm_id;         /*  16 communicator the call is on (the new one for init calls) */
   uint64_t seq;             /*  24 collective or p2p sequence number on comm_id; 0 for API calls */
   uint64_t op_index;        /*  32 per-communicator GPU op index; 0 when not tracked */
-  uint64_t count;           /*  40 element count (send count for AllGather) */
+  uint64_t count;           /*  40 element count (send count for AllGather); WaitSignal: the
+                                   signals awaited (opCnt) */
   uint64_t stream;          /*  48 cudaStream_t */
   uint64_t group_id;        /*  56 0 outside groups; the same for every op of one group */
   uint64_t call_ns;         /*  64 CLOCK_REALTIME at entry */
@@ -254,10 +266,12 @@ typedef struct fr_record {
   uint8_t dtype;            /* 102 ncclDataType_t */
   uint8_t gpu_state;        /* 103 fr_gpu_state as last stored; readers resolve it further */
   int32_t redop;            /* 104 ncclRedOp_t; -1 when none */
-  int32_t peer;             /* 108 root or peer rank in comm_id; -1 when none */
+  int32_t peer;             /* 108 root or peer rank in comm_id (signals: the rank signalled, or
+                                   waited on); -1 when none */
   int32_t result;           /* 112 ncclResult_t, FR_RESULT_PENDING while in the call */
   uint32_t flags;           /* 116 FR_REC_F_* */
-  uint64_t aux;             /* 120 split/shrink/grow: the new communicator's id; else 0 */
+  uint64_t aux;             /* 120 split/shrink/grow: the new communicator's id; signals:
+                                   FR_SIGNAL_AUX(signal index, context); else 0 */
 } fr_record;                /* 128 */
 
 #ifdef __cplusplus

@@ -52,7 +52,7 @@ ncclResult_t note(const char* name, A... args) {
   snprintf(c.name, sizeof c.name, "%s", name);
   uint64_t vals[] = {(uint64_t)args...};
   c.nargs = (int)sizeof...(A);
-  for (int i = 0; i < c.nargs && i < 8; ++i) c.args[i] = vals[i];
+  for (int i = 0; i < c.nargs && i < 12; ++i) c.args[i] = vals[i];
   t_hist[t_pos++ % kHistory] = c;
   int r = t_next_result;
   t_next_result = -1;
@@ -385,3 +385,68 @@ DBL ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* info) {
   return note("ncclGroupSimulateEnd", u(info));
 }
 ALIAS(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t*)
+
+// ---- NCCL 2.30+: signals, per-call-config collectives, device communicators, queries ----------
+
+DBL ncclResult_t ncclPutSignal(const void* b, size_t n, ncclDataType_t t, int peer, ncclWindow_t w,
+                               size_t off, int sig, int ctx, unsigned int flags, ncclComm_t comm,
+                               cudaStream_t st) {
+  return note("ncclPutSignal", u(b), u(n), u(t), u(peer), u(w), u(off), u(sig), u(ctx), u(flags),
+              u(comm), u(st));
+}
+DBL ncclResult_t ncclSignal(int peer, int sig, int ctx, unsigned int flags, ncclComm_t comm,
+                            cudaStream_t st) {
+  return note("ncclSignal", u(peer), u(sig), u(ctx), u(flags), u(comm), u(st));
+}
+DBL ncclResult_t ncclWaitSignal(int n, ncclWaitSignalDesc_t* d, ncclComm_t comm, cudaStream_t st) {
+  return note("ncclWaitSignal", u(n), u(d), u(comm), u(st));
+}
+#define CONFIG_COLL(name, ...) DBL ncclResult_t name(__VA_ARGS__)
+CONFIG_COLL(ncclAllReduceConfig, const void* s, void* r, size_t n, ncclDataType_t t, ncclRedOp_t op,
+            ncclComm_t comm, cudaStream_t st, const ncclCollConfig_t* cfg) {
+  return note("ncclAllReduceConfig", u(s), u(r), u(n), u(t), u(op), u(comm), u(st), u(cfg));
+}
+CONFIG_COLL(ncclBroadcastConfig, const void* s, void* r, size_t n, ncclDataType_t t, int root,
+            ncclComm_t comm, cudaStream_t st, const ncclCollConfig_t* cfg) {
+  return note("ncclBroadcastConfig", u(s), u(r), u(n), u(t), u(root), u(comm), u(st), u(cfg));
+}
+CONFIG_COLL(ncclReduceConfig, const void* s, void* r, size_t n, ncclDataType_t t, ncclRedOp_t op,
+            int root, ncclComm_t comm, cudaStream_t st, const ncclCollConfig_t* cfg) {
+  return note("ncclReduceConfig", u(s), u(r), u(n), u(t), u(op), u(root), u(comm), u(st), u(cfg));
+}
+CONFIG_COLL(ncclAllGatherConfig, const void* s, void* r, size_t n, ncclDataType_t t,
+            ncclComm_t comm, cudaStream_t st, const ncclCollConfig_t* cfg) {
+  return note("ncclAllGatherConfig", u(s), u(r), u(n), u(t), u(comm), u(st), u(cfg));
+}
+CONFIG_COLL(ncclReduceScatterConfig, const void* s, void* r, size_t n, ncclDataType_t t,
+            ncclRedOp_t op, ncclComm_t comm, cudaStream_t st, const ncclCollConfig_t* cfg) {
+  return note("ncclReduceScatterConfig", u(s), u(r), u(n), u(t), u(op), u(comm), u(st), u(cfg));
+}
+CONFIG_COLL(ncclAlltoAllConfig, const void* s, void* r, size_t n, ncclDataType_t t,
+            ncclComm_t comm, cudaStream_t st, const ncclCollConfig_t* cfg) {
+  return note("ncclAlltoAllConfig", u(s), u(r), u(n), u(t), u(comm), u(st), u(cfg));
+}
+CONFIG_COLL(ncclGatherConfig, const void* s, void* r, size_t n, ncclDataType_t t, int root,
+            ncclComm_t comm, cudaStream_t st, const ncclCollConfig_t* cfg) {
+  return note("ncclGatherConfig", u(s), u(r), u(n), u(t), u(root), u(comm), u(st), u(cfg));
+}
+CONFIG_COLL(ncclScatterConfig, const void* s, void* r, size_t n, ncclDataType_t t, int root,
+            ncclComm_t comm, cudaStream_t st, const ncclCollConfig_t* cfg) {
+  return note("ncclScatterConfig", u(s), u(r), u(n), u(t), u(root), u(comm), u(st), u(cfg));
+}
+DBL ncclResult_t ncclDevCommCreate(ncclComm_t comm, const struct ncclDevCommRequirements* reqs,
+                                   struct ncclDevComm* out) {
+  return note("ncclDevCommCreate", u(comm), u(reqs), u(out));
+}
+DBL ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const struct ncclDevComm* dc) {
+  return note("ncclDevCommDestroy", u(comm), u(dc));
+}
+DBL ncclResult_t ncclCommQueryProperties(ncclComm_t comm, struct ncclCommProperties* props) {
+  return note("ncclCommQueryProperties", u(comm), u(props));
+}
+DBL ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value) {
+  return note("ncclCommMemStats", u(comm), u(stat), u(value));
+}
+DBL ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** out) {
+  return note("ncclWinGetUserPtr", u(comm), u(win), u(out));
+}

@@ -12,7 +12,7 @@ extern "C" {
 struct fr_double_call {
   char name[48];
   int nargs;
-  uint64_t args[8];
+  uint64_t args[12];
 };
 const fr_double_call* fr_double_last();
 // The most recent call named `name` among this thread's last 16, or NULL.

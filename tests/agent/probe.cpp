@@ -10,6 +10,7 @@
 //   probe gpu            launches on plain, capturing and grouped streams; waits for the counters
 //   probe codes          every kind of wrapper told to fail with its own non-zero code, also a
 //                        call that reaches the agent re-entrantly; exits 0 if each came back
+//   probe blocking       communicators from InitRank, and InitRankConfig with blocking = 1
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -233,6 +234,19 @@ int main(int argc, char** argv) {
     // More communicators than the table holds: the rest go unrecorded, the calls go on.
     int n = argc > 2 ? atoi(argv[2]) : 300;
     for (int i = 0; i < n; ++i) all_reduces(init_comm(2, 0), 1);
+    return g_failures == 0 ? 0 : 1;
+  }
+  if (strcmp(what, "blocking") == 0) {
+    ncclComm_t plain = init_comm(2, 0);
+    ncclUniqueId id;
+    check("GetUniqueId", ncclGetUniqueId(&id));
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 1;
+    cfg.commName = "configured-blocking";
+    ncclComm_t configured = nullptr;
+    check("CommInitRankConfig", ncclCommInitRankConfig(&configured, 2, id, 1, &cfg));
+    all_reduces(plain, 1);
+    all_reduces(configured, 1);
     return g_failures == 0 ? 0 : 1;
   }
   if (strcmp(what, "fork") == 0) return scenario_fork(argc > 2 ? argv[2] : "child-calls");

@@ -14,6 +14,10 @@ using fr::agent_test::records_of;
 using fr::agent_test::run;
 using fr::agent_test::RunResult;
 using fr::agent_test::TempDir;
+using fr::agent_test::Env;
+using fr::agent_test::env_for;
+using fr::agent_test::only_log;
+using fr::agent_test::slurp;
 
 namespace {
 
@@ -21,39 +25,6 @@ const std::string kDir = FR_AGENT_TEST_DIR;
 const std::string kProbe = kDir + "/fr_agent_probe";
 const std::string kProbePlain = kDir + "/fr_agent_probe_plain";
 constexpr bool kSanitized = FR_AGENT_SANITIZED != 0;
-
-using Env = std::vector<std::pair<std::string, std::string>>;
-
-// The environment every probe runs with: the log directory, and no launcher variables that the
-// test runner might have (they would change global_rank).
-Env env_for(const TempDir& dir, Env extra = {}) {
-  Env env = {{"FR_LOG_DIR", dir.path()}, {"FR_DISABLE", ""},
-             {"FR_BUFFER_ENTRIES", ""},  {"FR_DEBUG", ""},
-             {"FR_JOB_ID", ""},          {"TORCHELASTIC_RUN_ID", ""},
-             {"SLURM_JOB_ID", ""},       {"RANK", ""},
-             {"WORLD_SIZE", ""},         {"OMPI_COMM_WORLD_RANK", ""},
-             {"PMI_RANK", ""},           {"SLURM_PROCID", ""},
-             {"LOCAL_RANK", ""},         {"LD_PRELOAD", ""}};
-  for (auto& e : extra) env.push_back(e);
-  return env;
-}
-
-fr::log::LogFile only_log(const TempDir& dir) {
-  auto logs = dir.logs();
-  REQUIRE(logs.size() == 1);
-  auto r = fr::log::read_log(logs[0]);
-  INFO(r.message);
-  REQUIRE(r.ok());
-  return *r.log;
-}
-
-std::string slurp(FILE* f) {
-  std::string s;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-  return s;
-}
 
 }  // namespace
 
@@ -113,6 +84,25 @@ TEST_CASE("LD_PRELOAD records an unmodified program", "[agent]") {
   TempDir plain;
   REQUIRE(run({kProbePlain, "basic"}, env_for(plain)).exit_code == 0);
   CHECK(plain.files().empty());
+}
+
+TEST_CASE("NCCL_COMM_BLOCKING=0 makes every communicator nonblocking, as in NCCL", "[agent]") {
+  for (const char* value : {"", "0", "1"}) {
+    TempDir dir;
+    RunResult r = run({kProbe, "blocking"}, env_for(dir, {{"NCCL_COMM_BLOCKING", value}}));
+    INFO("NCCL_COMM_BLOCKING=" << value << "\n" << r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    auto log = only_log(dir);
+    REQUIRE(log.comms.size() == 2);
+    for (const auto& c : log.comms) {
+      INFO("communicator " << c.name);
+      CHECK(((c.flags & FR_COMM_F_NONBLOCKING) != 0) == (std::string(value) == "0"));
+    }
+    auto ars = records_of(log, FR_OP_ALLREDUCE);
+    REQUIRE(ars.size() == 2);
+    for (const auto& rec : ars)
+      CHECK(((rec.flags & FR_REC_F_NONBLOCKING) != 0) == (std::string(value) == "0"));
+  }
 }
 
 TEST_CASE("a process that never calls NCCL creates no file", "[agent]") {
@@ -426,7 +416,7 @@ TEST_CASE("under the CUDA emulation markers run on the stream in order", "[agent
   CHECK(indices == std::vector<uint64_t>{1, 2, 3, 4});
 }
 
-TEST_CASE("libfr_agent.so exports the NCCL API and nothing else", "[agent]") {
+TEST_CASE("libfr_agent.so exports the NCCL API, dlsym and dlvsym, and nothing else", "[agent]") {
   std::string cmd = std::string("nm -D --defined-only '") + FR_AGENT_LIB + "' 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
@@ -488,8 +478,29 @@ TEST_CASE("libfr_agent.so exports the NCCL API and nothing else", "[agent]") {
                                      "ncclGroupEnd",
                                      "ncclGroupSimulateEnd"};
   REQUIRE(api.size() == 41);
-  const std::set<std::string> optional = {"ncclCommGrow", "ncclCommGetUniqueId", "ncclCommSuspend",
-                                          "ncclCommResume"};
+  // 2.29 and later, the device API's host calls, and the dynamic linker's lookups.
+  const std::set<std::string> optional = {"ncclCommGrow",
+                                          "ncclCommGetUniqueId",
+                                          "ncclCommSuspend",
+                                          "ncclCommResume",
+                                          "ncclCommMemStats",
+                                          "ncclWinGetUserPtr",
+                                          "ncclPutSignal",
+                                          "ncclSignal",
+                                          "ncclWaitSignal",
+                                          "ncclAllReduceConfig",
+                                          "ncclBroadcastConfig",
+                                          "ncclReduceConfig",
+                                          "ncclAllGatherConfig",
+                                          "ncclReduceScatterConfig",
+                                          "ncclAlltoAllConfig",
+                                          "ncclGatherConfig",
+                                          "ncclScatterConfig",
+                                          "ncclDevCommCreate",
+                                          "ncclDevCommDestroy",
+                                          "ncclCommQueryProperties",
+                                          "dlsym",
+                                          "dlvsym"};
   // Everything else (the static C++ runtime, our internals) must be local.
   const std::set<std::string>& ours = names;
   std::set<std::string> expected = api;

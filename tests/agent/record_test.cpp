@@ -186,6 +186,48 @@ TEST_CASE("every wrapper forwards its exact arguments and result", "[agent]") {
            (uint64_t)ncclUint64, 1, A(c), 0x19);
   FORWARDS(7, "ncclRecv", ncclRecv(out, 20, ncclFloat8e4m3, 2, c, S(0x1a)), A(out), 20,
            (uint64_t)ncclFloat8e4m3, 2, A(c), 0x1a);
+  // NCCL 2.30+: the per-call-config collectives, signals, device communicators, queries.
+  ncclCollConfig_t* ccfg = (ncclCollConfig_t*)0x7c;
+  FORWARDS(2, "ncclAllReduceConfig",
+           ncclAllReduceConfig(buf, out, 21, ncclFloat32, ncclSum, c, S(0x21), ccfg), A(buf),
+           A(out), 21, (uint64_t)ncclFloat32, (uint64_t)ncclSum, A(c), 0x21, 0x7c);
+  FORWARDS(3, "ncclBroadcastConfig",
+           ncclBroadcastConfig(buf, out, 22, ncclInt8, 1, c, S(0x22), ccfg), A(buf), A(out), 22,
+           (uint64_t)ncclInt8, 1, A(c), 0x22, 0x7c);
+  FORWARDS(4, "ncclReduceConfig",
+           ncclReduceConfig(buf, out, 23, ncclInt32, ncclMin, 2, c, S(0x23), ccfg), A(buf), A(out),
+           23, (uint64_t)ncclInt32, (uint64_t)ncclMin, 2, A(c), 0x23, 0x7c);
+  FORWARDS(5, "ncclAllGatherConfig",
+           ncclAllGatherConfig(buf, out, 24, ncclUint8, c, S(0x24), ccfg), A(buf), A(out), 24,
+           (uint64_t)ncclUint8, A(c), 0x24, 0x7c);
+  FORWARDS(6, "ncclReduceScatterConfig",
+           ncclReduceScatterConfig(buf, out, 25, ncclInt64, ncclProd, c, S(0x25), ccfg), A(buf),
+           A(out), 25, (uint64_t)ncclInt64, (uint64_t)ncclProd, A(c), 0x25, 0x7c);
+  FORWARDS(7, "ncclAlltoAllConfig",
+           ncclAlltoAllConfig(buf, out, 26, ncclFloat64, c, S(0x26), ccfg), A(buf), A(out), 26,
+           (uint64_t)ncclFloat64, A(c), 0x26, 0x7c);
+  FORWARDS(1, "ncclGatherConfig", ncclGatherConfig(buf, out, 27, ncclInt8, 3, c, S(0x27), ccfg),
+           A(buf), A(out), 27, (uint64_t)ncclInt8, 3, A(c), 0x27, 0x7c);
+  FORWARDS(2, "ncclScatterConfig", ncclScatterConfig(buf, out, 28, ncclUint32, 0, c, S(0x28), ccfg),
+           A(buf), A(out), 28, (uint64_t)ncclUint32, 0, A(c), 0x28, 0x7c);
+  FORWARDS(3, "ncclPutSignal",
+           ncclPutSignal(buf, 29, ncclFloat32, 2, (ncclWindow_t)0x55, 64, 3, 1, 0, c, S(0x29)),
+           A(buf), 29, (uint64_t)ncclFloat32, 2, 0x55, 64, 3, 1, 0, A(c), 0x29);
+  FORWARDS(4, "ncclSignal", ncclSignal(3, 5, 2, 0, c, S(0x2a)), 3, 5, 2, 0, A(c), 0x2a);
+  ncclWaitSignalDesc_t descs[2] = {{2, 1, 3, 0}, {1, 3, 4, 2}};
+  FORWARDS(5, "ncclWaitSignal", ncclWaitSignal(2, descs, c, S(0x2b)), 2, A(descs), A(c), 0x2b);
+  FORWARDS(6, "ncclDevCommCreate",
+           ncclDevCommCreate(c, (const ncclDevCommRequirements*)0x61, (ncclDevComm*)0x62), A(c),
+           0x61, 0x62);
+  FORWARDS(7, "ncclDevCommDestroy", ncclDevCommDestroy(c, (const ncclDevComm*)0x62), A(c), 0x62);
+  FORWARDS(1, "ncclCommQueryProperties", ncclCommQueryProperties(c, (ncclCommProperties*)0x63),
+           A(c), 0x63);
+  uint64_t stat = 0;
+  FORWARDS(2, "ncclCommMemStats", ncclCommMemStats(c, (ncclCommMemStat_t)3, &stat), A(c), 3,
+           A(&stat));
+  void* user = nullptr;
+  FORWARDS(3, "ncclWinGetUserPtr", ncclWinGetUserPtr(c, (ncclWindow_t)0x55, &user), A(c), 0x55,
+           A(&user));
   FORWARDS(0, "ncclGroupStart", ncclGroupStart());
   FORWARDS(2, "ncclGroupEnd", ncclGroupEnd());
   REQUIRE(ncclGroupStart() == ncclSuccess);
@@ -238,6 +280,68 @@ TEST_CASE("every wrapper forwards its exact arguments and result", "[agent]") {
   CHECK(a0->cuda_dev == 4);
   CHECK(a1->cuda_dev == 5);
   CHECK(a1->state == FR_COMM_LIVE);  // its abort failed
+}
+
+TEST_CASE("signals are one-sided p2p records and *Config collectives count as plain ones",
+          "[agent]") {
+  ncclComm_t c = make_comm(4, 1);
+  static float buf[8];
+  REQUIRE(ncclAllReduce(buf, buf, 8, ncclFloat32, ncclSum, c, S(0x31)) == ncclSuccess);
+  REQUIRE(ncclAllReduceConfig(buf, buf, 8, ncclFloat32, ncclSum, c, S(0x31), nullptr) ==
+          ncclSuccess);
+  REQUIRE(ncclBroadcastConfig(buf, buf, 8, ncclFloat32, 0, c, S(0x31), nullptr) == ncclSuccess);
+  REQUIRE(ncclSend(buf, 8, ncclFloat32, 2, c, S(0x31)) == ncclSuccess);
+  REQUIRE(ncclPutSignal(buf, 8, ncclFloat32, 2, (ncclWindow_t)0x55, 0, 3, 1, 0, c, S(0x32)) ==
+          ncclSuccess);
+  REQUIRE(ncclSignal(0, 4, 0, 0, c, S(0x32)) == ncclSuccess);
+  ncclWaitSignalDesc_t descs[2] = {{2, 2, 3, 1}, {1, 0, 4, 0}};
+  REQUIRE(ncclWaitSignal(2, descs, c, S(0x33)) == ncclSuccess);
+  REQUIRE(ncclDevCommCreate(c, nullptr, (ncclDevComm*)0x62) == ncclSuccess);
+  REQUIRE(ncclDevCommDestroy(c, (const ncclDevComm*)0x62) == ncclSuccess);
+
+  auto log = read_own_log();
+  const fr_comm_entry* e = entry_for(log, c);
+  REQUIRE(e);
+  auto ars = on_comm(log, e->id, FR_OP_ALLREDUCE);
+  REQUIRE(ars.size() == 2);
+  CHECK(ars[0].seq + 1 == ars[1].seq);
+  CHECK((ars[0].flags & FR_REC_F_COLL_CONFIG) == 0);
+  CHECK((ars[1].flags & FR_REC_F_COLL_CONFIG) != 0);
+  auto bcs = on_comm(log, e->id, FR_OP_BROADCAST);
+  REQUIRE(bcs.size() == 1);
+  CHECK(bcs[0].seq == ars[1].seq + 1);
+  CHECK(bcs[0].peer == 0);
+  CHECK(e->coll_seq == bcs[0].seq);
+
+  auto sends = on_comm(log, e->id, FR_OP_SEND);
+  auto puts = on_comm(log, e->id, FR_OP_PUT_SIGNAL);
+  auto sigs = on_comm(log, e->id, FR_OP_SIGNAL);
+  auto waits = on_comm(log, e->id, FR_OP_WAIT_SIGNAL);
+  REQUIRE(sends.size() == 1);
+  REQUIRE(puts.size() == 1);
+  REQUIRE(sigs.size() == 1);
+  REQUIRE(waits.size() == 2);  // one per descriptor
+  CHECK(puts[0].seq == sends[0].seq + 1);
+  CHECK(puts[0].peer == 2);
+  CHECK(puts[0].count == 8);
+  CHECK(puts[0].stream == 0x32);
+  CHECK(puts[0].recvbuff == 0x55);
+  CHECK(FR_SIGNAL_AUX_SIG_IDX(puts[0].aux) == 3);
+  CHECK(FR_SIGNAL_AUX_CTX(puts[0].aux) == 1);
+  CHECK(sigs[0].peer == 0);
+  CHECK(FR_SIGNAL_AUX_SIG_IDX(sigs[0].aux) == 4);
+  CHECK(waits[0].peer == 2);
+  CHECK(waits[0].count == 2);
+  CHECK(FR_SIGNAL_AUX_SIG_IDX(waits[0].aux) == 3);
+  CHECK(FR_SIGNAL_AUX_CTX(waits[0].aux) == 1);
+  CHECK(waits[1].peer == 0);
+  CHECK(waits[1].count == 1);
+  CHECK(waits[1].stream == 0x33);
+  CHECK(waits[1].seq == waits[0].seq + 1);
+  CHECK(e->p2p_seq == waits[1].seq);
+  for (const auto& w : waits) CHECK((w.flags & FR_REC_F_LAUNCHED) != 0);
+  CHECK(on_comm(log, e->id, FR_OP_DEV_COMM_CREATE).size() == 1);
+  CHECK(on_comm(log, e->id, FR_OP_DEV_COMM_DESTROY).size() == 1);
 }
 
 TEST_CASE("members of one communicator agree on its id", "[agent]") {

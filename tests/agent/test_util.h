@@ -3,6 +3,7 @@
 #pragma once
 
 #include <dirent.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <catch2/catch.hpp>
 
 #include "log/reader.h"
 
@@ -146,6 +149,39 @@ inline std::vector<fr_comm_entry> raw_comms(const std::string& path) {
   }
   close(fd);
   return out;
+}
+
+using Env = std::vector<std::pair<std::string, std::string>>;
+
+// The environment every probe runs with: the log directory, and no launcher variables that the
+// test runner might have (they would change global_rank).
+inline Env env_for(const TempDir& dir, Env extra = {}) {
+  Env env = {{"FR_LOG_DIR", dir.path()}, {"FR_DISABLE", ""},
+             {"FR_BUFFER_ENTRIES", ""},  {"FR_DEBUG", ""},
+             {"FR_JOB_ID", ""},          {"TORCHELASTIC_RUN_ID", ""},
+             {"SLURM_JOB_ID", ""},       {"RANK", ""},
+             {"WORLD_SIZE", ""},         {"OMPI_COMM_WORLD_RANK", ""},
+             {"PMI_RANK", ""},           {"SLURM_PROCID", ""},
+             {"LOCAL_RANK", ""},         {"LD_PRELOAD", ""}};
+  for (auto& e : extra) env.push_back(e);
+  return env;
+}
+
+inline fr::log::LogFile only_log(const TempDir& dir) {
+  auto logs = dir.logs();
+  REQUIRE(logs.size() == 1);
+  auto r = fr::log::read_log(logs[0]);
+  INFO(r.message);
+  REQUIRE(r.ok());
+  return *r.log;
+}
+
+inline std::string slurp(FILE* f) {
+  std::string s;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+  return s;
 }
 
 // Records of one op kind, oldest first.

@@ -484,3 +484,57 @@ TEST_CASE("a rank that never joins a communicator's creation is named", "[analyz
   CHECK(doc["verdict"]["seq_kind"] == "api");
   CHECK(culprits(doc["verdict"]) == std::vector<int>{6});
 }
+
+// Signals are one-sided: a WaitSignal needs that many signals from its peer on its (signal index,
+// context); a pending wait the peer never sent enough signals for names the peer.
+TEST_CASE("a wait no signal can satisfy names the rank that owes the signal", "[analyzer]") {
+  for (int sent : {1, 2}) {
+    Spec s = spec_with("");
+    s.entries = 400;
+    s.steps = 20;
+    auto logs = fr::analyzer::synth::make_logs(s);
+    // Appends a signal record on the world communicator of `rank`.
+    auto add = [&](int rank, fr_op op, int peer, int sig_idx, uint64_t count, bool done) {
+      auto& log = logs[rank];
+      fr_comm_entry* world = nullptr;
+      for (auto& c : log.comms)
+        if (c.size == s.ranks) world = &c;
+      REQUIRE(world);
+      fr::log::Record rec{};
+      rec.raw = log.records.back().raw;
+      rec.raw.id = log.header.record_counter++;
+      rec.raw.op = static_cast<uint16_t>(op);
+      rec.raw.comm_id = world->id;
+      rec.raw.seq = ++world->p2p_seq;
+      rec.raw.op_index = 0;
+      rec.raw.group_id = 0;
+      rec.raw.peer = peer;
+      rec.raw.count = count;
+      rec.raw.aux = FR_SIGNAL_AUX(sig_idx, 0);
+      rec.raw.call_ns += 1'000'000;
+      rec.raw.flags = FR_REC_F_LAUNCHED;
+      rec.raw.result = 0;
+      rec.raw.gpu_state = done ? FR_GPU_COMPLETED : FR_GPU_STARTED;
+      rec.gpu_state = static_cast<fr_gpu_state>(rec.raw.gpu_state);
+      log.records.push_back(rec);
+    };
+    add(0, FR_OP_PUT_SIGNAL, 2, 1, 16, true);  // paired: 0 -> 2 on signal 1
+    add(2, FR_OP_WAIT_SIGNAL, 0, 1, 1, true);
+    for (int k = 0; k < sent; ++k) add(3, FR_OP_SIGNAL, 1, 2, 0, true);
+    add(1, FR_OP_WAIT_SIGNAL, 3, 2, 2, false);  // rank 1 waits for two signals from rank 3
+    TempDir t;
+    write_logs(logs, t.sub("set"));
+    json doc = analyze_dir(t.sub("set"));
+    INFO("signals sent: " << sent << ": " << doc["verdict"].dump());
+    if (sent == 2) {
+      CHECK(doc["verdict"]["kind"] == "no_hang");
+      continue;
+    }
+    CHECK(doc["verdict"]["kind"] == "p2p_unmatched");
+    CHECK(culprits(doc["verdict"]) == std::vector<int>{3});
+    CHECK(doc["verdict"]["op"] == "WaitSignal");
+    const std::string summary = doc["verdict"]["summary"];
+    CHECK(summary.find("rank 1 waits for 2 signal(s) from rank 3") != std::string::npos);
+    CHECK(summary.find("sent 1") != std::string::npos);
+  }
+}
