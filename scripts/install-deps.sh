@@ -11,6 +11,9 @@ packages=(
   binutils procps bc time
 )
 
+# frd: the coordinator's HTTP listener (metrics) is cpp-httplib (header only).
+packages+=(libcpp-httplib-dev)
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
