@@ -47,13 +47,20 @@ bool has_magic(const std::string& path) {
   return magic == FR_LOG_MAGIC;
 }
 
+// The documents a dump set carries besides its dumps: the manifest, and what the coordinator
+// writes next to it (the incident, the analysis, the report). Never dumps, never foreign.
+bool is_dump_set_document(const std::string& name) {
+  return name == "manifest.json" || name == "incident.json" || name == "analysis.json" ||
+         name == "report.txt";
+}
+
 // Files in a directory that could be dumps, sorted by name for a stable order.
 std::vector<std::string> list_dir(const std::string& dir, std::string* error) {
   std::vector<std::string> out;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name.empty() || name[0] == '.' || name == "manifest.json") continue;
+    if (name.empty() || name[0] == '.' || is_dump_set_document(name)) continue;
     std::error_code sec;
     if (!it->is_regular_file(sec)) continue;
     out.push_back(it->path().string());

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <set>
@@ -232,7 +233,18 @@ bool DumpReceiver::finish(std::string* error) {
   }
   for (auto& f : files_) {
     std::string from = staging_ + "/" + f.info.name, to = dir_ + "/" + f.info.name;
-    if (::rename(from.c_str(), to.c_str()) != 0) {
+    // An accepted file is never replaced, whoever sends another of that name.
+    int rc = ::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE);
+    if (rc != 0 && errno == EINVAL) {
+      struct stat st;
+      rc = ::lstat(to.c_str(), &st) == 0 ? (errno = EEXIST, -1)
+                                         : ::rename(from.c_str(), to.c_str());
+    }
+    if (rc != 0) {
+      if (errno == EEXIST) {
+        *error = f.info.name + " is already in the dump set and is not replaced";
+        return false;
+      }
       *error = errno_text("rename " + f.info.name);
       io_failure_ = true;
       return false;
@@ -254,6 +266,42 @@ void DumpReceiver::abort() {
   done_ = true;
 }
 
+namespace {
+
+// A dump file as the analysis will find it: still a regular file, not a link, FIFO or device (a
+// node writing into a shared dump dir could have swapped it since it was checked). lstat does
+// not open, so it cannot block. A missing file is left to the analysis, which names it.
+bool still_regular(const std::string& path, std::string* why) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return true;
+  if (!S_ISREG(st.st_mode)) {
+    *why = "no longer a regular file (replaced since it was checked)";
+    return false;
+  }
+  return true;
+}
+
+// A verdict that blames nodes which are connected but whose dumps did not arrive would be wrong:
+// they are not lost. Say what happened instead.
+void note_undelivered(const AssemblyJob& job, nlohmann::json* analysis) {
+  if (job.undelivered.empty() || !analysis->is_object()) return;
+  auto& v = (*analysis)["verdict"];
+  if (!v.is_object() || v.value("kind", "") != "node_lost") return;
+  std::string names;
+  for (const auto& [n, why] : job.undelivered)
+    names += (names.empty() ? "" : "; ") + n + " (" + why + ")";
+  nlohmann::json was = v;
+  v = {{"kind", "incomplete"},
+       {"summary", "node(s) connected but their dumps did not arrive: " + names +
+                       "; they are not lost, so no node_lost verdict"},
+       {"culprit_ranks", nlohmann::json::array()}};
+  auto& findings = (*analysis)["findings"];
+  if (!findings.is_array()) findings = nlohmann::json::array();
+  findings.insert(findings.begin(), was);
+}
+
+}  // namespace
+
 AssemblyResult assemble(const AssemblyJob& job) {
   AssemblyResult r;
   std::string err;
@@ -266,7 +314,13 @@ AssemblyResult assemble(const AssemblyJob& job) {
     return r;
   }
   std::vector<fr::log::SnapshotProcess> procs;
+  std::vector<fr::log::SnapshotSkip> skipped;
   for (const auto& p : job.processes) {
+    std::string why;
+    if (!still_regular(job.dir + "/" + p.file, &why)) {
+      skipped.push_back({p.file, why});
+      continue;
+    }
     fr::log::SnapshotProcess s;
     s.rank = p.rank;
     s.world_size = p.world_size;
@@ -281,7 +335,6 @@ AssemblyResult assemble(const AssemblyJob& job) {
     s.torn = p.torn;
     procs.push_back(std::move(s));
   }
-  std::vector<fr::log::SnapshotSkip> skipped;
   for (const auto& s : job.skipped) skipped.push_back({s.file, s.error});
   std::vector<fr::log::ManifestNode> nodes;
   for (const auto& n : job.nodes) nodes.push_back({n.host, n.offset_ns, n.has_offset});
@@ -306,6 +359,7 @@ AssemblyResult assemble(const AssemblyJob& job) {
                   {"culprit_ranks", nlohmann::json::array()}}},
                 {"findings", nlohmann::json::array()}};
   }
+  note_undelivered(job, &analysis);
   std::string report;
   try {
     report = fr::analyzer::render_text(analysis, false);

@@ -94,6 +94,7 @@ void to_proto(const DumpHeader& in, fr::v1::UploadHeader* out) {
   out->set_node_name(in.node_name);
   out->set_snapshot_time_ns(in.snapshot_time_ns);
   out->set_job_id(in.job_id);
+  out->set_upload_key(in.upload_key);
   for (const auto& f : in.files) {
     auto* g = out->add_files();
     g->set_name(f.name);
@@ -128,6 +129,7 @@ DumpHeader from_proto(const fr::v1::UploadHeader& in) {
   h.node_name = in.node_name().substr(0, 256);
   h.snapshot_time_ns = in.snapshot_time_ns();
   h.job_id = in.job_id().substr(0, 256);
+  h.upload_key = in.upload_key().substr(0, 128);
   for (const auto& g : in.files()) h.files.push_back({g.name().substr(0, 256), g.size(), g.crc32c()});
   for (const auto& q : in.processes()) {
     if (h.processes.size() >= 4096) break;

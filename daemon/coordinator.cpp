@@ -2,7 +2,9 @@
 #include "daemon/coordinator.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -52,12 +54,190 @@ std::string hex_id(uint64_t v) {
   return b;
 }
 
+std::string random_key() {
+  std::random_device rd;
+  std::string k;
+  for (int i = 0; i < 4; ++i) k += hex_id((uint64_t(rd()) << 32) ^ rd());
+  return k;
+}
+
+// Estimated heap bytes of a kept report: what bounds the coordinator's memory per node.
+size_t report_bytes(const NodeReport& r) {
+  size_t b = sizeof(NodeReport);
+  for (const auto& p : r.processes) {
+    b += sizeof(ProcessReport) + p.log.size() + p.job_id.size() + p.host.size();
+    b += p.comms.capacity() * sizeof(CommProgress);
+    for (const auto& c : p.comms)
+      if (c.name.size() > 15) b += c.name.size() + 1;
+  }
+  for (const auto& u : r.unreadable) b += sizeof(std::string) + u.size();
+  return b;
+}
+
+bool is_closed(IncidentState s) {
+  return s == IncidentState::kClosed || s == IncidentState::kClosedTransient;
+}
+
+IncidentKind kind_of(const std::string& s) {
+  for (IncidentKind k : {IncidentKind::kStall, IncidentKind::kRankDead, IncidentKind::kNodeLost,
+                         IncidentKind::kManual})
+    if (s == incident_kind_name(k)) return k;
+  return IncidentKind::kManual;
+}
+
+bool state_of(const std::string& s, IncidentState* out) {
+  for (IncidentState st : {IncidentState::kCollecting, IncidentState::kAnalyzing,
+                           IncidentState::kOpen, IncidentState::kClosedTransient,
+                           IncidentState::kClosed})
+    if (s == incident_state_name(st)) {
+      *out = st;
+      return true;
+    }
+  return false;
+}
+
+// A small JSON file written by a coordinator (incident.json): a regular file, not a link or a
+// FIFO, bounded. Null when it is not there or not readable as such.
+nlohmann::json read_small_json(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return nullptr;
+  struct stat st;
+  std::string text;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= (4 << 20)) {
+    text.resize(size_t(st.st_size));
+    size_t got = 0;
+    while (got < text.size()) {
+      ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+      if (n <= 0) break;
+      got += size_t(n);
+    }
+    text.resize(got);
+  }
+  ::close(fd);
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return nullptr;
+  return j;
+}
+
+std::string jstr(const nlohmann::json& j, const char* k) {
+  auto it = j.find(k);
+  return it != j.end() && it->is_string() ? printable(it->get<std::string>(), 512) : std::string();
+}
+
+std::set<std::string> jnames(const nlohmann::json& j, const char* k) {
+  std::set<std::string> out;
+  auto it = j.find(k);
+  if (it == j.end() || !it->is_array()) return out;
+  for (const auto& v : *it)
+    if (v.is_string() && is_safe_name(v.get<std::string>(), kMaxNameLen) && out.size() < 65536)
+      out.insert(v.get<std::string>());
+  return out;
+}
+
+// Partial uploads a killed coordinator left behind (.upload-NODE-N/ inside an incident).
+void remove_staging(const std::string& incident_dir) {
+  DIR* d = opendir(incident_dir.c_str());
+  if (!d) return;
+  std::vector<std::string> stale;
+  while (dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (n.rfind(".upload-", 0) == 0) stale.push_back(incident_dir + "/" + n);
+  }
+  closedir(d);
+  for (const auto& s : stale) {
+    if (DIR* sd = opendir(s.c_str())) {
+      while (dirent* e = readdir(sd)) {
+        std::string n = e->d_name;
+        if (n != "." && n != "..") ::unlink((s + "/" + n).c_str());
+      }
+      closedir(sd);
+    }
+    ::rmdir(s.c_str());
+  }
+}
+
 }  // namespace
 
 CoordinatorState::CoordinatorState(CoordinatorConfig cfg) : cfg_(std::move(cfg)) {
   std::random_device rd;
   coordinator_id_ = hex_id((uint64_t(rd()) << 32) ^ rd() ^ uint64_t(real_ns()));
   if (!cfg_.job_id.empty()) cfg_.job_id = sanitize_name(cfg_.job_id);
+  recover();
+}
+
+void CoordinatorState::recover() {
+  // Every job's directory when the job is not given: its incidents are ours to finish.
+  std::vector<std::string> jobs;
+  if (!cfg_.job_id.empty()) {
+    jobs.push_back(cfg_.job_id);
+  } else if (DIR* d = opendir(cfg_.dump_dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (is_safe_name(e->d_name) && jobs.size() < 1024) jobs.push_back(e->d_name);
+    closedir(d);
+  }
+  int64_t now = mono_ns();
+  for (const auto& job : jobs) {
+    std::string jd = cfg_.dump_dir + "/" + job;
+    std::vector<std::string> ids;
+    if (DIR* d = opendir(jd.c_str())) {
+      while (dirent* e = readdir(d)) {
+        std::string n = e->d_name;
+        if (n.rfind("incident-", 0) == 0 && is_safe_name(n, kMaxNameLen)) ids.push_back(n);
+      }
+      closedir(d);
+    }
+    std::sort(ids.begin(), ids.end());
+    for (const auto& id : ids) {
+      std::string dir = jd + "/" + id;
+      if (!is_dir(dir)) continue;
+      remove_staging(dir);
+      nlohmann::json j = read_small_json(dir + "/incident.json");
+      if (j.is_null()) continue;
+      IncidentState state;
+      if (!state_of(jstr(j, "state"), &state) || is_closed(state)) continue;
+      Incident inc;
+      inc.id = id;
+      inc.recovered = true;
+      inc.kind = kind_of(jstr(j, "kind"));
+      inc.reason = jstr(j, "reason");
+      inc.job_id = job;
+      inc.dir = dir;
+      inc.opened_real = j.value("opened_ns", int64_t(0));
+      inc.opened_mono = inc.collected_mono = now;
+      inc.asked = jnames(j, "nodes_asked");
+      inc.uploaded = jnames(j, "nodes_uploaded");
+      inc.placed = jnames(j, "nodes_placed");
+      inc.hook_fired = j.value("hook_fired", false);
+      if (auto f = j.find("nodes_failed"); f != j.end() && f->is_object())
+        for (const auto& [k, v] : f->items())
+          if (is_safe_name(k, kMaxNameLen) && v.is_string()) inc.failed[k] = printable(v.get<std::string>(), 256);
+      if (auto t = j.find("trigger"); t != j.end() && t->is_object()) {
+        inc.trigger_node = jstr(*t, "node");
+        inc.trigger_log = jstr(*t, "log");
+        inc.trigger_comm = t->value("comm", uint64_t(0));
+        inc.trigger_completed = t->value("completed", uint64_t(0));
+      }
+      if (auto ps = j.find("processes"); ps != j.end() && ps->is_array())
+        for (const auto& p : *ps) {
+          if (!p.is_object() || inc.processes.size() >= 65536) break;
+          std::string file = jstr(p, "file");
+          if (!is_safe_name(file, 200)) continue;
+          inc.processes.push_back({p.value("rank", -1), p.value("world_size", -1),
+                                   p.value("pid", 0), jstr(p, "host"), jstr(p, "job_id"), file,
+                                   jstr(p, "source"), p.value("alive", false),
+                                   p.value("records", uint64_t(0)),
+                                   p.value("overwritten", uint64_t(0)),
+                                   p.value("torn", uint64_t(0))});
+        }
+      inc.verdict_kind = jstr(j, "verdict");
+      inc.verdict_summary = jstr(j, "summary");
+      // Collecting: the nodes reconnect and are asked again; analysing: written again now;
+      // open: stays the active incident, so the same hang does not open a second one.
+      inc.state = state == IncidentState::kAnalyzing ? IncidentState::kCollecting : state;
+      inc.deadline_mono = state == IncidentState::kAnalyzing ? now : now + cfg_.dump_deadline_ns;
+      incidents_.push_back(std::move(inc));
+    }
+  }
 }
 
 std::string CoordinatorState::job_dir_name() const {
@@ -102,7 +282,8 @@ std::vector<uint64_t> CoordinatorState::sessions() const {
 }
 
 uint64_t CoordinatorState::connect(const std::string& node_name, const std::string& host,
-                                   const std::string& job, int64_t now_mono, std::string* error) {
+                                   const std::string& job, const PeerAuth& auth,
+                                   int64_t now_mono, std::string* error) {
   std::string name = sanitize_name(node_name);
   if (!cfg_.job_id.empty() && !job.empty() && sanitize_name(job) != cfg_.job_id) {
     *error = "node " + name + " belongs to job " + printable(job, 64) + ", not " + cfg_.job_id;
@@ -118,7 +299,18 @@ uint64_t CoordinatorState::connect(const std::string& node_name, const std::stri
     it->second.name = name;
   }
   Node& n = it->second;
+  // A live holder (it heartbeated within a few intervals) keeps its name against a peer with
+  // other credentials, or none: two peers must not knock each other off.
+  const int64_t live_for = std::max<int64_t>(3 * cfg_.heartbeat_interval_ns, 1'000'000'000);
+  if (n.connected && now_mono - n.last_heartbeat_mono < live_for &&
+      (!auth.authenticated || !n.authenticated || auth.principal != n.principal)) {
+    *error = "node name " + name + " is held by a live connection";
+    return 0;
+  }
   if (n.connected) sessions_.erase(n.session);  // the old stream is stale from now on
+  n.authenticated = auth.authenticated;
+  n.principal = auth.principal;
+  n.upload_key = random_key();
   n.host = sanitize_name(host);
   n.session = next_session_++;
   n.connected = true;
@@ -127,6 +319,41 @@ uint64_t CoordinatorState::connect(const std::string& node_name, const std::stri
   n.last_heartbeat_mono = now_mono;
   sessions_[n.session] = name;
   return n.session;
+}
+
+std::string CoordinatorState::upload_key(uint64_t session) const {
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return "";
+  auto n = nodes_.find(it->second);
+  return n == nodes_.end() || n->second.session != session ? "" : n->second.upload_key;
+}
+
+bool CoordinatorState::check_uploader(const DumpHeader& hdr, const PeerAuth& auth,
+                                      std::string* error) const {
+  auto it = nodes_.find(hdr.node_name);
+  if (it == nodes_.end() || !it->second.connected) {
+    *error = "node " + printable(hdr.node_name, 64) + " is not connected";
+    return false;
+  }
+  const Node& n = it->second;
+  if (hdr.upload_key.empty() || !equal_secret(hdr.upload_key, n.upload_key) ||
+      auth.authenticated != n.authenticated || auth.principal != n.principal) {
+    *error = "this upload does not come from node " + n.name + "'s connection";
+    return false;
+  }
+  // Each node's files carry its name, so one node's dump never lands on another's.
+  for (const auto& f : hdr.files)
+    if (f.name.rfind(n.name + "-", 0) != 0) {
+      *error = "file '" + printable(f.name, 80) + "' is not named after node " + n.name;
+      return false;
+    }
+  for (const auto& inc : incidents_)
+    if (inc.id == hdr.incident_id && !inc.asked.empty() && !inc.asked.count(n.name) &&
+        !inc.recovered) {
+      *error = "node " + n.name + " was not asked to dump for " + inc.id;
+      return false;
+    }
+  return true;
 }
 
 void CoordinatorState::resend_requests(uint64_t session, Actions* actions) {
@@ -157,18 +384,24 @@ bool CoordinatorState::heartbeat(uint64_t session, NodeReport report, int64_t no
   n->lost = false;
   n->heartbeats++;
   heartbeats_total_++;
-  n->last = std::move(report);
   n->max_age_ns = 0;
+  n->max_age_rank = -1;
   n->alive = 0;
-  std::map<std::string, int64_t> dead;
-  for (const auto& p : n->last.processes) {
-    if (learned_job_.empty() && !p.job_id.empty()) learned_job_ = sanitize_name(p.job_id);
+  n->world_size = -1;
+  std::map<std::string, Node::Dead> dead;
+  // The detection summary comes from the whole report, before anything is cut from it.
+  for (const auto& p : report.processes) {
+    // Only an authenticated node may name the job (an anonymous first speaker could not).
+    if (learned_job_.empty() && !p.job_id.empty() && n->authenticated)
+      learned_job_ = sanitize_name(p.job_id);
+    if (p.world_size > 0 && p.world_size <= (1 << 24)) n->world_size = std::max(n->world_size, p.world_size);
     if (p.alive) {
       n->alive++;
       for (const auto& c : p.comms) {
         if (c.oldest_age_ns > n->max_age_ns) {
           n->max_age_ns = c.oldest_age_ns;
           n->max_age_log = p.log;
+          n->max_age_rank = p.rank;
           n->max_age_comm = c.comm_id;
           n->max_age_comm_name = printable(c.name, 64);
           n->max_age_op = c.oldest_op;
@@ -178,10 +411,37 @@ bool CoordinatorState::heartbeat(uint64_t session, NodeReport report, int64_t no
       }
     } else if (!p.exited_cleanly) {
       auto it = n->dead_since.find(p.log);
-      dead[p.log] = it == n->dead_since.end() ? now_mono : it->second;
+      dead[p.log] = {it == n->dead_since.end() ? now_mono : it->second.since, p.rank};
     }
   }
   n->dead_since = std::move(dead);
+  // Keep what the bounds allow: per node, and over all nodes. Past them the per-communicator
+  // detail goes, except for the process whose op is oldest and the one an incident watches.
+  retained_bytes_ -= n->retained;
+  size_t bytes = report_bytes(report);
+  auto over = [&] {
+    return bytes > cfg_.max_node_bytes || retained_bytes_ + bytes > cfg_.max_retained_bytes;
+  };
+  n->trimmed = false;
+  if (over()) {
+    n->trimmed = true;
+    reports_trimmed_++;
+    std::set<std::string> keep = {n->max_age_log};
+    for (const auto& inc : incidents_)
+      if (!is_closed(inc.state) && inc.trigger_node == n->name) keep.insert(inc.trigger_log);
+    for (auto& p : report.processes)
+      if (!keep.count(p.log)) std::vector<CommProgress>().swap(p.comms);
+    std::vector<std::string>().swap(report.unreadable);
+    bytes = report_bytes(report);
+    while (over() && !report.processes.empty()) {
+      report.processes.pop_back();
+      bytes = report_bytes(report);
+    }
+    report.processes.shrink_to_fit();
+  }
+  n->last = std::move(report);
+  n->retained = bytes;
+  retained_bytes_ += bytes;
   return true;
 }
 
@@ -193,8 +453,7 @@ void CoordinatorState::clock_sample(uint64_t session, int64_t t1, int64_t t2, in
 int CoordinatorState::expected_ranks() const {
   if (cfg_.expect_ranks > 0) return cfg_.expect_ranks;
   int ws = -1;
-  for (const auto& [_, n] : nodes_)
-    for (const auto& p : n.last.processes) ws = std::max(ws, p.world_size);
+  for (const auto& [_, n] : nodes_) ws = std::max(ws, n.world_size);
   return ws;
 }
 
@@ -242,7 +501,93 @@ void CoordinatorState::open(IncidentKind kind, const std::string& reason, int64_
                          "): " + inc.reason + "; asking " + std::to_string(inc.asked.size()) +
                          " node(s) to dump");
   incidents_.push_back(std::move(inc));
+  persist(incidents_.back(), actions);
   check_collected(incidents_.back(), now_mono, actions);
+}
+
+nlohmann::json CoordinatorState::incident_json(const Incident& inc) const {
+  nlohmann::json asked = nlohmann::json::array(), failed = nlohmann::json::object();
+  for (const auto& a : inc.asked) asked.push_back(a);
+  for (const auto& [k, v] : inc.failed) failed[k] = v;
+  nlohmann::json uploaded = nlohmann::json::array(), placed = nlohmann::json::array();
+  for (const auto& u : inc.uploaded) uploaded.push_back(u);
+  for (const auto& u : inc.placed) placed.push_back(u);
+  nlohmann::json procs = nlohmann::json::array();
+  for (const auto& p : inc.processes)
+    procs.push_back({{"rank", p.rank}, {"world_size", p.world_size}, {"pid", p.pid},
+                     {"host", p.host}, {"job_id", p.job_id}, {"file", p.file},
+                     {"source", p.source}, {"alive", p.alive}, {"records", p.records},
+                     {"overwritten", p.overwritten}, {"torn", p.torn}});
+  return {{"schema", "frd-incident/1"},
+          {"id", inc.id},
+          {"job_id", inc.job_id},
+          {"kind", incident_kind_name(inc.kind)},
+          {"state", incident_state_name(inc.state)},
+          {"reason", inc.reason},
+          {"opened_ns", inc.opened_real},
+          {"coordinator_id", coordinator_id_},
+          {"nodes_asked", asked},
+          {"nodes_uploaded", uploaded},
+          {"nodes_placed", placed},
+          {"nodes_failed", failed},
+          {"trigger",
+           {{"node", inc.trigger_node},
+            {"log", inc.trigger_log},
+            {"comm", inc.trigger_comm},
+            {"completed", inc.trigger_completed}}},
+          {"processes", procs},
+          {"verdict", inc.verdict_kind},
+          {"summary", inc.verdict_summary},
+          {"culprit_ranks", inc.culprits},
+          {"hook_fired", inc.hook_fired},
+          {"error", inc.error},
+          {"collect_seconds",
+           inc.collected_mono ? secs(inc.collected_mono - inc.opened_mono) : 0.0}};
+}
+
+void CoordinatorState::persist(const Incident& inc, Actions* actions) const {
+  if (inc.dir.empty()) return;
+  actions->persist.emplace_back(inc.dir + "/incident.json", incident_json(inc).dump(2) + "\n");
+}
+
+bool CoordinatorState::take_hook(const std::string& incident_id, Actions* actions) {
+  Incident* inc = find(incident_id);
+  if (!inc || inc->hook_fired) return false;
+  inc->hook_fired = true;
+  persist(*inc, actions);
+  return true;
+}
+
+bool CoordinatorState::needed_by_incident(const std::string& node) const {
+  for (const auto& inc : incidents_)
+    if (!is_closed(inc.state) && (inc.asked.count(node) || inc.trigger_node == node)) return true;
+  return false;
+}
+
+void CoordinatorState::forget(int64_t now_mono) {
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    const Node& n = it->second;
+    if (!n.connected && n.lost && now_mono - n.last_heartbeat_mono > cfg_.forget_after_ns &&
+        !needed_by_incident(n.name)) {
+      retained_bytes_ -= n.retained;
+      sessions_.erase(n.session);
+      nodes_forgotten_++;
+      it = nodes_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // Closed incidents stay on disk; memory keeps the latest few.
+  size_t closed = 0;
+  for (const auto& i : incidents_) closed += is_closed(i.state);
+  for (auto it = incidents_.begin(); closed > cfg_.max_closed_incidents && it != incidents_.end();) {
+    if (is_closed(it->state)) {
+      it = incidents_.erase(it);
+      closed--;
+    } else {
+      ++it;
+    }
+  }
 }
 
 void CoordinatorState::check_collected(Incident& inc, int64_t now_mono, Actions* actions) {
@@ -257,13 +602,18 @@ void CoordinatorState::check_collected(Incident& inc, int64_t now_mono, Actions*
   if (!all && now_mono < inc.deadline_mono) return;
   if (!all) {
     for (const auto& name : inc.asked)
-      if (!inc.uploaded.count(name) && !inc.failed.count(name))
-        inc.failed[name] = "no dump before the deadline";
+      if (!inc.uploaded.count(name) && !inc.failed.count(name)) {
+        auto n = nodes_.find(name);
+        inc.failed[name] = n != nodes_.end() && n->second.connected
+                               ? "connected, but its dump did not arrive before the deadline"
+                               : "no dump before the deadline";
+      }
   }
   inc.state = IncidentState::kAnalyzing;
   inc.collected_mono = now_mono;
   last_dump_seconds_ = secs(now_mono - inc.opened_mono);
   actions->assemble.push_back(make_job(inc));
+  persist(inc, actions);
 }
 
 AssemblyJob CoordinatorState::make_job(const Incident& inc) const {
@@ -281,24 +631,11 @@ AssemblyJob CoordinatorState::make_job(const Incident& inc) const {
   for (const auto& [name, n] : nodes_)
     if (inc.asked.count(name) || inc.uploaded.count(name))
       j.nodes.push_back({name, n.clock.offset_ns(), n.clock.has_offset()});
-  nlohmann::json asked = nlohmann::json::array(), failed = nlohmann::json::object();
-  for (const auto& a : inc.asked) asked.push_back(a);
-  for (const auto& [k, v] : inc.failed) failed[k] = v;
-  nlohmann::json uploaded = nlohmann::json::array(), placed = nlohmann::json::array();
-  for (const auto& u : inc.uploaded) uploaded.push_back(u);
-  for (const auto& u : inc.placed) placed.push_back(u);
-  j.incident = {{"schema", "frd-incident/1"},
-                {"id", inc.id},
-                {"job_id", inc.job_id},
-                {"kind", incident_kind_name(inc.kind)},
-                {"reason", inc.reason},
-                {"opened_ns", inc.opened_real},
-                {"coordinator_id", coordinator_id_},
-                {"nodes_asked", asked},
-                {"nodes_uploaded", uploaded},
-                {"nodes_placed", placed},
-                {"nodes_failed", failed},
-                {"collect_seconds", secs(inc.collected_mono - inc.opened_mono)}};
+  for (const auto& [name, why] : inc.failed) {
+    auto n = nodes_.find(name);
+    if (n != nodes_.end() && n->second.connected && !n->second.lost) j.undelivered[name] = why;
+  }
+  j.incident = incident_json(inc);
   return j;
 }
 
@@ -314,10 +651,18 @@ Actions CoordinatorState::tick(int64_t now_mono) {
     if (n.alive > 0) newly_lost.push_back(&n);
   }
   for (auto& inc : incidents_) check_collected(inc, now_mono, &a);
+  for (auto& inc : incidents_)
+    if (inc.dirty) {
+      inc.dirty = false;
+      persist(inc, &a);
+    }
 
   // Close incidents whose condition cleared.
   for (auto& inc : incidents_) {
     if (inc.state != IncidentState::kOpen) continue;
+    // Recovered after a restart: judged once the nodes report again, not before.
+    if (inc.recovered && nodes_.empty()) continue;
+    IncidentState before = inc.state;
     bool any_alive = false, any_stall = false, trigger_progressed = false, any_dead = false;
     bool any_lost = false;
     for (const auto& [_, n] : nodes_) {
@@ -344,7 +689,9 @@ Actions CoordinatorState::tick(int64_t now_mono) {
       inc.state = IncidentState::kClosedTransient;
       a.log.push_back("frd coordinator: " + inc.id + " closed as transient: every node is back");
     }
+    if (inc.state != before) persist(inc, &a);
   }
+  forget(now_mono);
 
   if (active()) return a;
   // Detection, most specific first.
@@ -359,11 +706,9 @@ Actions CoordinatorState::tick(int64_t now_mono) {
   int alive = total_alive();
   for (const auto& [name, n] : nodes_) {
     if (n.lost || alive == 0) continue;
-    for (const auto& [log, since] : n.dead_since) {
-      if (now_mono - since < cfg_.dead_grace_ns) continue;
-      int rank = -1;
-      for (const auto& p : n.last.processes)
-        if (p.log == log) rank = p.rank;
+    for (const auto& [log, dead] : n.dead_since) {
+      if (now_mono - dead.since < cfg_.dead_grace_ns) continue;
+      int rank = dead.rank;
       open(IncidentKind::kRankDead,
            "rank " + std::to_string(rank) + " on node " + name + " died while " +
                std::to_string(alive) + " rank(s) still run",
@@ -377,9 +722,7 @@ Actions CoordinatorState::tick(int64_t now_mono) {
     if (n.lost || n.max_age_ns <= 0) continue;
     int64_t age = n.max_age_ns;
     if (age < cfg_.stall_after_ns) continue;
-    int rank = -1;
-    for (const auto& p : n.last.processes)
-      if (p.log == n.max_age_log) rank = p.rank;
+    int rank = n.max_age_rank;
     std::string op = n.max_age_op ? std::string(fr::log::op_name(uint16_t(n.max_age_op))) : "an op";
     if (n.max_age_op && n.max_age_seq) op += " #" + std::to_string(n.max_age_seq);
     std::string comm = n.max_age_comm_name.empty()
@@ -406,8 +749,9 @@ void CoordinatorState::dump_status(uint64_t session, const std::string& incident
                                    const std::string& error, int64_t now_mono) {
   Node* n = by_session(session);
   Incident* inc = find(incident_id);
-  if (!n || !inc || ok) return;
+  if (!n || !inc || ok || inc->uploaded.count(n->name)) return;
   inc->failed[n->name] = printable(error, 256);
+  inc->dirty = true;
   upload_failures_++;
   (void)now_mono;
 }
@@ -434,9 +778,13 @@ bool CoordinatorState::begin_upload(const DumpHeader& hdr, std::string* dir, boo
     *error = "dump of job " + hdr.job_id + ", not of this coordinator's job " + job_dir_name();
     return false;
   }
+  if (inc && is_closed(inc->state) && !inc->uploaded.count(hdr.node_name)) {
+    *error = inc->id + " is closed";
+    return false;
+  }
   if (!inc) {
     // A dump for an incident of a previous coordinator run (the node kept it): accept it into
-    // that incident's directory if it is there, and write the dump set again.
+    // that incident's directory if it is there and not closed, and write the dump set again.
     std::string job = hdr.job_id.empty() ? job_dir_name() : hdr.job_id;
     auto dir_of = [&](const std::string& j) {
       return cfg_.dump_dir + "/" + j + "/" + hdr.incident_id;
@@ -459,11 +807,30 @@ bool CoordinatorState::begin_upload(const DumpHeader& hdr, std::string* dir, boo
       *error = "unknown incident " + hdr.incident_id;
       return false;
     }
+    nlohmann::json saved = read_small_json(d + "/incident.json");
+    IncidentState saved_state;
+    if (!saved.is_null() && state_of(jstr(saved, "state"), &saved_state) &&
+        is_closed(saved_state)) {
+      if (jnames(saved, "nodes_uploaded").count(hdr.node_name)) {
+        *duplicate = true;
+        return true;
+      }
+      *error = hdr.incident_id + " is closed";
+      return false;
+    }
     Incident rec;
     rec.id = hdr.incident_id;
+    rec.recovered = true;
     rec.kind = IncidentKind::kManual;
-    rec.state = IncidentState::kClosed;
+    rec.state = IncidentState::kOpen;
     rec.reason = "recovered after a coordinator restart";
+    if (!saved.is_null()) {
+      rec.kind = kind_of(jstr(saved, "kind"));
+      if (!jstr(saved, "reason").empty()) rec.reason = jstr(saved, "reason");
+      rec.asked = jnames(saved, "nodes_asked");
+      rec.uploaded = jnames(saved, "nodes_uploaded");
+      rec.hook_fired = saved.value("hook_fired", false);
+    }
     rec.job_id = job;
     rec.dir = d;
     rec.opened_mono = rec.collected_mono = mono_ns();
@@ -492,6 +859,7 @@ void CoordinatorState::upload_done(const DumpHeader& hdr, int64_t now_mono, bool
   Incident* inc = find(hdr.incident_id);
   if (!inc || inc->uploaded.count(hdr.node_name)) return;
   inc->uploaded.insert(hdr.node_name);
+  inc->dirty = true;
   if (placed) inc->placed.insert(hdr.node_name);
   inc->failed.erase(hdr.node_name);
   for (const auto& p : hdr.processes) {
@@ -502,6 +870,8 @@ void CoordinatorState::upload_done(const DumpHeader& hdr, int64_t now_mono, bool
   for (const auto& s : hdr.skipped) inc->skipped.push_back(s);
   if (inc->state == IncidentState::kAnalyzing) {
     inc->reassemble = true;
+  } else if (is_closed(inc->state)) {
+    // It closed while this upload ran: the file stays with the set, the verdict stands.
   } else if (inc->state != IncidentState::kCollecting) {
     // Late (after the deadline) or after a restart: write the dump set again with it.
     inc->state = IncidentState::kCollecting;
@@ -534,9 +904,11 @@ void CoordinatorState::assembled(const std::string& incident_id, const AssemblyR
   if (inc->reassemble) {
     inc->reassemble = false;
     actions->assemble.push_back(make_job(*inc));
+    persist(*inc, actions);
     return;
   }
   inc->state = inc->kind == IncidentKind::kManual ? IncidentState::kClosed : IncidentState::kOpen;
+  persist(*inc, actions);
   std::string culprits;
   for (int c : r.culprits) culprits += (culprits.empty() ? "" : ",") + std::to_string(c);
   if (r.ok)
@@ -547,11 +919,10 @@ void CoordinatorState::assembled(const std::string& incident_id, const AssemblyR
     actions->log.push_back("frd coordinator: " + inc->id + " dump set not written: " + r.error);
 }
 
-nlohmann::json CoordinatorState::status(int64_t now_mono) const {
-  nlohmann::json nodes = nlohmann::json::array();
-  int known = 0, alive = 0, dead = 0;
-  for (const auto& [name, n] : nodes_) {
-    nlohmann::json procs = nlohmann::json::array();
+void CoordinatorState::node_json(const Node& n, int64_t now_mono, bool summary,
+                                 std::string* out) const {
+  nlohmann::json procs = nlohmann::json::array();
+  if (!summary)
     for (const auto& p : n.last.processes) {
       nlohmann::json comms = nlohmann::json::array();
       for (const auto& c : p.comms)
@@ -565,9 +936,6 @@ nlohmann::json CoordinatorState::status(int64_t now_mono) const {
                          {"started", c.started},
                          {"completed", c.completed},
                          {"oldest_in_flight_s", secs(c.oldest_age_ns)}});
-      known++;
-      if (p.alive) alive++;
-      else if (!p.exited_cleanly) dead++;
       procs.push_back({{"rank", p.rank},
                        {"world_size", p.world_size},
                        {"pid", p.pid},
@@ -577,16 +945,47 @@ nlohmann::json CoordinatorState::status(int64_t now_mono) const {
                        {"records", p.records},
                        {"comms", comms}});
     }
-    nodes.push_back({{"name", name},
-                     {"host", n.host},
-                     {"connected", n.connected},
-                     {"lost", n.lost},
-                     {"heartbeat_age_s", secs(now_mono - n.last_heartbeat_mono)},
-                     {"heartbeats", n.heartbeats},
-                     {"clock_offset_ns", n.clock.offset_ns()},
-                     {"clock_rtt_ns", n.clock.delay_ns()},
-                     {"processes", procs}});
+  nlohmann::json j = {{"name", n.name},
+                      {"host", n.host},
+                      {"connected", n.connected},
+                      {"lost", n.lost},
+                      {"heartbeat_age_s", secs(now_mono - n.last_heartbeat_mono)},
+                      {"heartbeats", n.heartbeats},
+                      {"clock_offset_ns", n.clock.offset_ns()},
+                      {"clock_rtt_ns", n.clock.delay_ns()},
+                      {"ranks", n.last.processes.size()},
+                      {"alive", n.alive},
+                      {"trimmed", n.trimmed},
+                      {"processes", procs}};
+  *out += j.dump();
+}
+
+std::string CoordinatorState::status_text(int64_t now_mono, const StatusQuery& q) const {
+  // Counts over every node; entries for one page of them, bounded in bytes.
+  int known = 0, alive = 0, dead = 0;
+  size_t connected = 0, lost = 0;
+  for (const auto& [_, n] : nodes_) {
+    connected += n.connected;
+    lost += n.lost;
+    for (const auto& p : n.last.processes) {
+      known++;
+      if (p.alive) alive++;
+      else if (!p.exited_cleanly) dead++;
+    }
   }
+  std::string nodes = "[";
+  size_t index = 0, returned = 0;
+  bool more = false;
+  for (const auto& [_, n] : nodes_) {
+    if (index++ < q.node_offset) continue;
+    if (returned >= q.node_limit || nodes.size() >= q.max_bytes) {
+      more = true;
+      break;
+    }
+    if (returned++) nodes += ",";
+    node_json(n, now_mono, q.summary, &nodes);
+  }
+  nodes += "]";
   nlohmann::json incs = nlohmann::json::array();
   for (const auto& i : incidents_) {
     nlohmann::json failed = nlohmann::json::object();
@@ -605,13 +1004,27 @@ nlohmann::json CoordinatorState::status(int64_t now_mono) const {
                     {"culprit_ranks", i.culprits},
                     {"error", i.error}});
   }
-  return {{"schema", "frd-status/1"},
-          {"coordinator_id", coordinator_id_},
-          {"job_id", job_dir_name()},
-          {"ranks",
-           {{"expected", expected_ranks()}, {"known", known}, {"alive", alive}, {"dead", dead}}},
-          {"nodes", nodes},
-          {"incidents", incs}};
+  nlohmann::json head = {
+      {"schema", "frd-status/1"},
+      {"coordinator_id", coordinator_id_},
+      {"job_id", job_dir_name()},
+      {"ranks", {{"expected", expected_ranks()}, {"known", known}, {"alive", alive}, {"dead", dead}}},
+      {"node_counts",
+       {{"known", nodes_.size()}, {"connected", connected}, {"lost", lost},
+        {"forgotten", nodes_forgotten_}}},
+      {"page",
+       {{"offset", q.node_offset},
+        {"returned", returned},
+        {"next_offset", more ? nlohmann::json(q.node_offset + returned) : nlohmann::json()}}},
+      {"incidents", incs}};
+  std::string out = head.dump();
+  out.pop_back();  // the closing brace: the nodes go in as already rendered text
+  out += ",\"nodes\":" + nodes + "}";
+  return out;
+}
+
+nlohmann::json CoordinatorState::status(int64_t now_mono, const StatusQuery& q) const {
+  return nlohmann::json::parse(status_text(now_mono, q));
 }
 
 std::string CoordinatorState::metrics(int64_t now_mono) const {
@@ -661,6 +1074,15 @@ std::string CoordinatorState::metrics(int64_t now_mono) const {
     << last_analysis_seconds_ << "\n"
     << "# HELP frd_upload_failures_total Dumps that failed to arrive or to be written.\n"
     << "# TYPE frd_upload_failures_total counter\nfrd_upload_failures_total " << upload_failures_
+    << "\n"
+    << "# HELP frd_retained_report_bytes Estimated bytes kept of the nodes' last reports.\n"
+    << "# TYPE frd_retained_report_bytes gauge\nfrd_retained_report_bytes " << retained_bytes_
+    << "\n"
+    << "# HELP frd_reports_trimmed_total Reports cut to the memory bounds.\n"
+    << "# TYPE frd_reports_trimmed_total counter\nfrd_reports_trimmed_total " << reports_trimmed_
+    << "\n"
+    << "# HELP frd_nodes_forgotten_total Lost nodes forgotten (no open incident needed them).\n"
+    << "# TYPE frd_nodes_forgotten_total counter\nfrd_nodes_forgotten_total " << nodes_forgotten_
     << "\n";
   return o.str();
 }

@@ -8,6 +8,13 @@
 // One incident is active at a time: while one is collecting, being analysed or still open (its
 // condition persists), no new automatic incident is opened, so a hang gives one dump set, not a
 // storm of them.
+//
+// Peers are not trusted: what a node's heartbeat leaves behind is bounded per node and in total
+// (the detection summary is computed from the whole report first), nodes gone for a while and
+// not part of an open incident are forgotten, status is paged, a name held by a live connection
+// is not handed to a peer with other credentials, and a dump is taken only from the connection
+// of the node that was asked (its upload key). Incidents are written to incident.json when they
+// change, so a restarted coordinator recovers them as they were.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +41,27 @@ struct CoordinatorConfig {
   int64_t dead_grace_ns = 1'000'000'000;      // a dead rank while others still run, for this long
   int64_t heartbeat_interval_ns = 1'000'000'000;
   size_t max_nodes = 65536;
+  // What is kept of the nodes' last reports (estimated bytes), per node and over all nodes. Past
+  // either bound a report keeps its processes' summary and loses its per-communicator detail.
+  size_t max_node_bytes = 1 << 20;
+  size_t max_retained_bytes = 128 << 20;
+  int64_t forget_after_ns = 600'000'000'000;  // a lost node no incident needs is forgotten then
+  size_t max_closed_incidents = 256;          // kept in memory; all stay on disk
+};
+
+// Who is speaking: the credentials a connection presented. `authenticated` when a token or a
+// client certificate was checked; `principal` names them (equal for every holder of one token).
+struct PeerAuth {
+  bool authenticated = true;
+  std::string principal;
+};
+
+// Which part of the status document to build (one page of nodes).
+struct StatusQuery {
+  size_t node_offset = 0;
+  size_t node_limit = 256;
+  bool summary = false;                     // no per-process detail
+  size_t max_bytes = 4 << 20;               // stop adding nodes past this much text
 };
 
 enum class IncidentKind { kStall, kRankDead, kNodeLost, kManual };
@@ -72,6 +100,9 @@ struct Incident {
   uint64_t trigger_comm = 0;
   uint64_t trigger_completed = 0;
   bool reassemble = false;                  // a dump arrived while being analysed
+  bool hook_fired = false;                  // --on-verdict ran for it (at most once)
+  bool recovered = false;                   // read back from disk after a restart
+  bool dirty = false;                       // changed since incident.json was last written
   std::string verdict_kind;
   std::string verdict_summary;
   std::vector<int> culprits;
@@ -96,6 +127,8 @@ struct AssemblyJob {
   };
   std::vector<NodeOffset> nodes;
   nlohmann::json incident;                  // incident.json contents
+  // Nodes connected but whose dump did not arrive, with why: not lost, and said so.
+  std::map<std::string, std::string> undelivered;
 };
 
 struct AssemblyResult {
@@ -119,7 +152,11 @@ struct Actions {
   std::vector<Dump> dumps;
   std::vector<AssemblyJob> assemble;
   std::vector<std::string> log;             // lines for stderr
-  bool empty() const { return dumps.empty() && assemble.empty() && log.empty(); }
+  // Files to write (incident.json as the incident changes): path -> contents.
+  std::vector<std::pair<std::string, std::string>> persist;
+  bool empty() const {
+    return dumps.empty() && assemble.empty() && log.empty() && persist.empty();
+  }
 };
 
 class CoordinatorState {
@@ -131,8 +168,19 @@ class CoordinatorState {
 
   // A node said Hello. Returns its session id (never 0), or 0 with *error set when refused.
   // A node that reconnects under the same name takes over its entry; the old session is stale.
+  // A name held by a live connection (one that heartbeated lately) is taken over only by a peer
+  // with the same credentials; never without credentials.
   uint64_t connect(const std::string& node_name, const std::string& host, const std::string& job,
-                   int64_t now_mono, std::string* error);
+                   int64_t now_mono, std::string* error) {
+    return connect(node_name, host, job, PeerAuth{}, now_mono, error);
+  }
+  uint64_t connect(const std::string& node_name, const std::string& host, const std::string& job,
+                   const PeerAuth& auth, int64_t now_mono, std::string* error);
+  // The secret the node must put in its uploads while this session lasts.
+  std::string upload_key(uint64_t session) const;
+  // Whether an upload (or placed dump) with this header comes from the node it names: that node
+  // is connected now, its upload key matches and it was asked for the incident. False: *error.
+  bool check_uploader(const DumpHeader& hdr, const PeerAuth& auth, std::string* error) const;
   // After connect: dump requests the node missed (it was away, or restarted, while an incident
   // was collecting and its dump is not in yet).
   void resend_requests(uint64_t session, Actions* actions);
@@ -144,7 +192,8 @@ class CoordinatorState {
                    const std::string& error, int64_t now_mono);
 
   // Uploads. begin_upload says where the files of `hdr` go (the incident's directory) or why
-  // not; *duplicate when this node's dump is already in. A dump of another job is refused.
+  // not; *duplicate when this node's dump is already in. A dump of another job is refused, and
+  // so is one for a closed incident.
   bool begin_upload(const DumpHeader& hdr, std::string* dir, bool* duplicate, std::string* error);
   // `placed`: the node wrote the files into the incident's directory itself (shared dump dir).
   void upload_done(const DumpHeader& hdr, int64_t now_mono, bool placed = false);
@@ -158,7 +207,16 @@ class CoordinatorState {
   void assembled(const std::string& incident_id, const AssemblyResult& r, int64_t now_mono,
                  Actions* actions);
 
-  nlohmann::json status(int64_t now_mono) const;
+  nlohmann::json status(int64_t now_mono) const { return status(now_mono, StatusQuery{}); }
+  nlohmann::json status(int64_t now_mono, const StatusQuery& q) const;
+  // The same document as text, built node by node: its size is bounded by q.max_bytes plus one
+  // node's entry, and its cost is linear in what is kept.
+  std::string status_text(int64_t now_mono, const StatusQuery& q) const;
+  // The verdict hook may run for this incident (once per incident, also across restarts).
+  bool take_hook(const std::string& incident_id, Actions* actions);
+  // Estimated bytes kept of the nodes' reports, and the nodes known.
+  size_t retained_bytes() const { return retained_bytes_; }
+  size_t known_nodes() const { return nodes_.size(); }
   std::string metrics(int64_t now_mono) const;
 
   const std::vector<Incident>& incidents() const { return incidents_; }
@@ -170,6 +228,9 @@ class CoordinatorState {
   struct Node {
     std::string name;
     std::string host;
+    std::string principal;
+    std::string upload_key;
+    bool authenticated = false;
     uint64_t session = 0;
     bool connected = false;
     bool lost = false;
@@ -187,7 +248,15 @@ class CoordinatorState {
     uint64_t max_age_seq = 0;
     uint64_t max_age_completed = 0;
     int alive = 0;
-    std::map<std::string, int64_t> dead_since;  // log -> mono time first seen dead (unclean)
+    int max_age_rank = -1;
+    int world_size = -1;             // largest world size reported
+    size_t retained = 0;             // estimated bytes of `last`
+    bool trimmed = false;            // `last` lost detail to the bounds
+    struct Dead {
+      int64_t since = 0;             // mono time first seen dead (unclean)
+      int rank = -1;
+    };
+    std::map<std::string, Dead> dead_since;  // log -> when it was first seen dead
   };
 
   Incident* active();
@@ -198,6 +267,12 @@ class CoordinatorState {
             const Node* trigger);
   void check_collected(Incident& inc, int64_t now_mono, Actions* actions);
   AssemblyJob make_job(const Incident& inc) const;
+  nlohmann::json incident_json(const Incident& inc) const;
+  void persist(const Incident& inc, Actions* actions) const;
+  void recover();
+  bool needed_by_incident(const std::string& node) const;
+  void forget(int64_t now_mono);
+  void node_json(const Node& n, int64_t now_mono, bool summary, std::string* out) const;
   int expected_ranks() const;
   int total_alive() const;
 
@@ -213,6 +288,9 @@ class CoordinatorState {
   uint64_t upload_failures_ = 0;
   double last_dump_seconds_ = 0;
   double last_analysis_seconds_ = 0;
+  size_t retained_bytes_ = 0;
+  uint64_t nodes_forgotten_ = 0;
+  uint64_t reports_trimmed_ = 0;
 };
 
 }  // namespace fr::daemon

@@ -1,36 +1,44 @@
-// A tiny HTTP/1.0 responder for Prometheus scrapes: GET /metrics answers with the text the
-// callback returns, anything else 404. One thread, one connection at a time, each bounded in
-// time and size, so a slow or hostile client can delay a scrape but never grow memory or block
-// the coordinator.
+// The coordinator's HTTP listener, on cpp-httplib: a small server that answers GET routes
+// (Prometheus text at /metrics, and whatever pages are added next to it). Connections are served
+// by a pool of threads with short read and write timeouts, so idle or slow clients cannot hold
+// up a scrape, and requests are bounded in size.
 #pragma once
 
-#include <atomic>
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <thread>
 
 namespace fr::daemon {
 
-class MetricsServer {
+class HttpServer {
  public:
-  using Render = std::function<std::string()>;
-  MetricsServer() = default;
-  ~MetricsServer();
+  struct Response {
+    int status = 200;
+    std::string content_type = "text/plain; charset=utf-8";
+    std::string body;
+  };
+  using Handler = std::function<Response()>;
 
-  // addr is HOST:PORT (IPv4 or a name; port 0 picks one). Returns false with *error set.
-  bool start(const std::string& addr, Render render, std::string* error);
+  HttpServer();
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Routes are added before start(): an exact path, answered for GET.
+  void get(const std::string& path, Handler handler);
+  // addr is HOST:PORT (IPv4, [IPv6] or a name; port 0 picks one). False with *error set.
+  bool start(const std::string& addr, std::string* error);
   void stop();
   int port() const { return port_; }
 
  private:
-  void loop();
-  void serve(int fd);
-
-  Render render_;
-  int listen_fd_ = -1;
-  int wake_[2] = {-1, -1};
-  int port_ = 0;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::map<std::string, Handler> routes_;
   std::thread thread_;
+  int port_ = 0;
 };
 
 // Splits HOST:PORT (also [v6]:PORT). False when malformed.

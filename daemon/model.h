@@ -84,6 +84,7 @@ struct DumpHeader {
   std::vector<DumpSkip> skipped;
   int64_t snapshot_time_ns = 0;
   std::string job_id;              // the incident's job as the coordinator named it; may be empty
+  std::string upload_key;          // the connection's secret (Welcome.upload_key); not stored
 };
 
 // Monotonic and realtime clocks in nanoseconds.

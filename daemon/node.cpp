@@ -260,6 +260,7 @@ void NodeDaemon::connect_once(bool* welcomed) {
           job_filter_ = sanitize_name(m.welcome().job_id());
           if (m.welcome().job_id().empty()) job_filter_.clear();
           coordinator_stall_ns_ = int64_t(m.welcome().stall_after_ms()) * 1'000'000;
+          upload_key_ = m.welcome().upload_key();
           // Deliver what is still here (the coordinator may be a new one). Another job's dumps
           // stay in the spool: this coordinator would refuse them.
           for (const auto& p : pending_) {
@@ -460,6 +461,10 @@ int NodeDaemon::place(const Key& k, const DumpHeader& h, std::string* error) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
   fr::v1::UploadHeader req;
   to_proto(h, &req);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    req.set_upload_key(upload_key_);
+  }
   fr::v1::UploadReply reply;
   grpc::Status st_rpc = stub->Placed(&ctx, req, &reply);
   if (st_rpc.ok() && reply.ok()) return 1;
@@ -489,6 +494,10 @@ int NodeDaemon::upload(const Key& k, const DumpHeader& h, std::string* error) {
   auto w = stub->Upload(&ctx, &reply);
   fr::v1::UploadChunk c;
   to_proto(h, c.mutable_header());
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    c.mutable_header()->set_upload_key(upload_key_);
+  }
   bool sending = w->Write(c);
   // With a rate limit, chunks are small enough (about 1/8 s each) that the pace stays even.
   size_t chunk = opts_.chunk_bytes;

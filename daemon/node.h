@@ -85,6 +85,7 @@ class NodeDaemon {
   std::set<Key> warned_foreign_;       // other jobs' dumps already named in the log
   std::string job_filter_;
   int64_t coordinator_stall_ns_ = 0;    // the coordinator's threshold, from its Welcome
+  std::string upload_key_;  // the current connection's (Welcome.upload_key)
   Stream* stream_ = nullptr;            // the live control stream, guarded by mu_
   std::thread dumper_;
 };

@@ -2,9 +2,16 @@
 // queues; each NodeStream has its own write lock, always taken after Impl::mu, never before.
 #include "daemon/server.h"
 
+#include <arpa/inet.h>
+#include <malloc.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/security/server_credentials.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -25,7 +32,26 @@ bool is_loopback_address(const std::string& addr) {
   std::string host;
   int port = 0;
   if (!split_host_port(addr, &host, &port)) return false;
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+  // What the name resolves to, not how it is spelled: every address must be loopback.
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res) return false;
+  bool all = true;
+  for (addrinfo* a = res; a; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      auto* in = reinterpret_cast<sockaddr_in*>(a->ai_addr);
+      all &= (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    } else if (a->ai_family == AF_INET6) {
+      auto* in6 = reinterpret_cast<sockaddr_in6*>(a->ai_addr);
+      all &= IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr) != 0;
+    } else {
+      all = false;
+    }
+  }
+  freeaddrinfo(res);
+  return all;
 }
 
 namespace {
@@ -50,13 +76,20 @@ struct CoordinatorServer::Impl {
   bool stopping = false;
   CoordinatorState state;
   std::map<uint64_t, NodeStream*> streams;
-  std::set<UploadStream*> uploads;
+  std::set<UploadStream*> uploads;           // every upload stream, with a header or not
+  size_t uploads_active = 0;                 // of those, past a valid header: the slots
+  std::set<std::string> uploading;           // incident/node pairs with an upload in flight
+  std::map<std::string, int> waiting_by_peer;  // streams without a header yet, by peer host
   std::deque<AssemblyJob> assembly_queue;
+  // incident.json writes, in order, one pending entry per file (the latest contents).
+  std::deque<std::pair<std::string, std::string>> persist_queue;
+  std::condition_variable persist_cv;
   // Dumps nodes wrote into a shared dump dir, waiting for their files to be checked.
   struct PlacedCall {
     grpc::ServerUnaryReactor* reactor;
     DumpHeader header;
     UploadReply* reply;
+    PeerAuth auth;
   };
   std::deque<PlacedCall> placed_queue;
   std::condition_variable placed_cv;
@@ -64,8 +97,8 @@ struct CoordinatorServer::Impl {
   std::unique_ptr<grpc::Service> service;  // declared before the server: outlives it
   std::unique_ptr<grpc::Server> server;
   int port = 0;
-  MetricsServer metrics;
-  std::thread ticker, assembler, placed_checker;
+  HttpServer metrics;
+  std::thread ticker, assembler, placed_checker, persister;
   bool started = false;
 
   VerdictHook hook;
@@ -73,6 +106,22 @@ struct CoordinatorServer::Impl {
   Impl(CoordinatorConfig c, ServerOptions o)
       : cfg(c), opts(std::move(o)), state(std::move(c)),
         hook(opts.on_verdict, opts.on_verdict_timeout_ns) {}
+
+  // The credentials a call presented (checked already by authorized()).
+  PeerAuth peer_auth(grpc::CallbackServerContext* ctx) const {
+    PeerAuth a;
+    a.authenticated = !opts.token.empty() || !opts.tls_client_ca.empty();
+    if (!opts.tls_client_ca.empty()) {
+      auto ac = ctx->auth_context();
+      if (ac)
+        for (const auto& v : ac->GetPeerIdentity())
+          a.principal += std::string(v.data(), v.size()) + ";";
+      a.principal = "cert:" + a.principal;
+    } else if (!opts.token.empty()) {
+      a.principal = "token";
+    }
+    return a;
+  }
 
   bool authorized(grpc::CallbackServerContext* ctx) const {
     if (opts.token.empty()) return true;
@@ -92,7 +141,14 @@ struct CoordinatorServer::Impl {
   void ticker_loop();
   void assembler_loop();
   void placed_loop();
+  void persist_loop();
 };
+
+// The host part of a gRPC peer ("ipv4:127.0.0.1:5000" -> "ipv4:127.0.0.1").
+std::string peer_host(const std::string& peer) {
+  size_t c = peer.rfind(':');
+  return c == std::string::npos ? peer : peer.substr(0, c);
+}
 
 namespace {
 
@@ -219,7 +275,8 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
     const auto& h = in_.hello();
     std::string error;
     std::lock_guard<std::mutex> lk(impl_->mu);
-    uint64_t s = impl_->state.connect(h.node_name(), h.host(), h.job_id(), now, &error);
+    uint64_t s = impl_->state.connect(h.node_name(), h.host(), h.job_id(),
+                                      impl_->peer_auth(ctx_), now, &error);
     if (!s) {
       close(grpc::Status(grpc::StatusCode::PERMISSION_DENIED, error));
       return false;
@@ -233,6 +290,7 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
         uint32_t(impl_->cfg.heartbeat_interval_ns / 1'000'000));
     w.mutable_welcome()->set_stall_after_ms(uint32_t(
         std::min<int64_t>(impl_->cfg.stall_after_ns / 1'000'000, int64_t(UINT32_MAX))));
+    w.mutable_welcome()->set_upload_key(impl_->state.upload_key(s));
     send(std::move(w));
     send_ping();
     Actions a;
@@ -290,17 +348,26 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
   grpc::Status final_status_;
 };
 
+// An upload takes one of the limited slots only once a valid header from the node that was
+// asked has arrived; until then it is a waiting stream, bounded in number per peer host and
+// given a short deadline for its header.
 class UploadStream : public grpc::ServerReadReactor<UploadChunk> {
  public:
-  UploadStream(CoordinatorServer::Impl* impl, grpc::CallbackServerContext* ctx, UploadReply* reply)
-      : impl_(impl), ctx_(ctx), reply_(reply) {
-    last_activity_ = mono_ns();
+  // Called with impl->mu held.
+  UploadStream(CoordinatorServer::Impl* impl, grpc::CallbackServerContext* ctx, UploadReply* reply,
+               std::string peer)
+      : impl_(impl), ctx_(ctx), reply_(reply), peer_(std::move(peer)) {
+    last_activity_ = opened_ = mono_ns();
+    impl_->uploads.insert(this);
+    impl_->waiting_by_peer[peer_]++;
     StartRead(&chunk_);
   }
 
-  // Cancels an upload that stopped sending (called by the ticker with impl->mu held).
-  void cancel_if_idle(int64_t now, int64_t idle_ns) {
-    if (now - last_activity_.load() > idle_ns) ctx_->TryCancel();
+  // Cancels an upload that stopped sending, or never sent its header (called by the ticker with
+  // impl->mu held).
+  void cancel_if_idle(int64_t now, int64_t idle_ns, int64_t header_ns) {
+    if (!slot_ && now - opened_ > header_ns) ctx_->TryCancel();
+    else if (now - last_activity_.load() > idle_ns) ctx_->TryCancel();
   }
 
   void OnReadDone(bool ok) override {
@@ -315,12 +382,27 @@ class UploadStream : public grpc::ServerReadReactor<UploadChunk> {
       hdr_ = from_proto(chunk_.header());
       std::string dir, error;
       bool dup = false;
-      bool accepted;
+      grpc::StatusCode refused = grpc::StatusCode::OK;
       {
         std::lock_guard<std::mutex> lk(impl_->mu);
-        accepted = impl_->state.begin_upload(hdr_, &dir, &dup, &error);
+        const std::string key = hdr_.incident_id + "/" + hdr_.node_name;
+        if (!check_dump_header(hdr_, impl_->opts.limits, &error)) {
+          refused = grpc::StatusCode::INVALID_ARGUMENT;
+        } else if (!impl_->state.begin_upload(hdr_, &dir, &dup, &error)) {
+          refused = grpc::StatusCode::FAILED_PRECONDITION;
+        } else if (!impl_->state.check_uploader(hdr_, impl_->peer_auth(ctx_), &error)) {
+          refused = grpc::StatusCode::PERMISSION_DENIED;
+        } else if (!dup && impl_->uploads_active >= size_t(impl_->opts.max_uploads)) {
+          error = "too many uploads at once";
+          refused = grpc::StatusCode::RESOURCE_EXHAUSTED;
+        } else if (!dup && impl_->uploading.count(key)) {
+          error = "an upload of this dump is already in progress";
+          refused = grpc::StatusCode::RESOURCE_EXHAUSTED;
+        } else if (!dup) {
+          take_slot(key);
+        }
       }
-      if (!accepted) return fail(grpc::StatusCode::FAILED_PRECONDITION, error, false);
+      if (refused != grpc::StatusCode::OK) return fail(refused, error, false);
       if (dup) {
         reply_->set_ok(true);
         reply_->set_duplicate(true);
@@ -345,11 +427,26 @@ class UploadStream : public grpc::ServerReadReactor<UploadChunk> {
     {
       std::lock_guard<std::mutex> lk(impl_->mu);
       impl_->uploads.erase(this);
+      if (slot_) {
+        impl_->uploads_active--;
+        impl_->uploading.erase(key_);
+      } else if (--impl_->waiting_by_peer[peer_] <= 0) {
+        impl_->waiting_by_peer.erase(peer_);
+      }
     }
     delete this;
   }
 
  private:
+  // With impl->mu held.
+  void take_slot(const std::string& key) {
+    slot_ = true;
+    key_ = key;
+    impl_->uploads_active++;
+    impl_->uploading.insert(key);
+    if (--impl_->waiting_by_peer[peer_] <= 0) impl_->waiting_by_peer.erase(peer_);
+  }
+
   void end() {
     if (!have_header_) return fail(grpc::StatusCode::INVALID_ARGUMENT, "no header");
     std::string error;
@@ -387,10 +484,14 @@ class UploadStream : public grpc::ServerReadReactor<UploadChunk> {
   CoordinatorServer::Impl* impl_;
   grpc::CallbackServerContext* ctx_;
   UploadReply* reply_;
+  std::string peer_;
   UploadChunk chunk_;
   DumpHeader hdr_;
   bool have_header_ = false;
+  bool slot_ = false;
+  std::string key_;
   DumpReceiver receiver_;
+  int64_t opened_ = 0;
   std::atomic<int64_t> last_activity_{0};
 };
 
@@ -410,13 +511,18 @@ class Service final : public fr::v1::Coordinator::CallbackService {
                                                UploadReply* reply) override {
     if (!impl_->authorized(ctx))
       return new Refused<grpc::ServerReadReactor<UploadChunk>>(unauthenticated());
+    std::string peer = peer_host(ctx->peer());
     std::lock_guard<std::mutex> lk(impl_->mu);
-    if (impl_->uploads.size() >= size_t(impl_->opts.max_uploads))
-      return new Refused<grpc::ServerReadReactor<UploadChunk>>(
-          grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "too many uploads at once"));
-    auto* u = new UploadStream(impl_, ctx, reply);
-    impl_->uploads.insert(u);
-    return u;
+    // Streams that have not said what they carry are cheap but bounded: per peer host, and in
+    // all. They take no upload slot.
+    size_t waiting = impl_->uploads.size() - impl_->uploads_active;
+    auto it = impl_->waiting_by_peer.find(peer);
+    if (waiting >= size_t(impl_->opts.max_waiting_uploads) ||
+        (it != impl_->waiting_by_peer.end() &&
+         it->second >= impl_->opts.max_waiting_uploads_per_peer))
+      return new Refused<grpc::ServerReadReactor<UploadChunk>>(grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED, "too many uploads without a header"));
+    return new UploadStream(impl_, ctx, reply, peer);
   }
 
   // The files are read and checksummed on their own thread, not on gRPC's.
@@ -432,24 +538,33 @@ class Service final : public fr::v1::Coordinator::CallbackService {
       r->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "too many dumps at once"));
       return r;
     }
-    impl_->placed_queue.push_back({r, from_proto(*req), reply});
+    impl_->placed_queue.push_back({r, from_proto(*req), reply, impl_->peer_auth(ctx)});
     impl_->placed_cv.notify_one();
     return r;
   }
 
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
-                                   const fr::v1::StatusRequest*,
+                                   const fr::v1::StatusRequest* req,
                                    fr::v1::StatusReply* reply) override {
     auto* r = ctx->DefaultReactor();
     if (!impl_->authorized(ctx)) {
       r->Finish(unauthenticated());
       return r;
     }
+    StatusQuery q;
+    q.node_offset = req->node_offset();
+    if (req->node_limit() > 0) q.node_limit = std::min<size_t>(req->node_limit(), 4096);
+    q.summary = req->summary();
+    std::string text;
     {
       std::lock_guard<std::mutex> lk(impl_->mu);
-      reply->set_json(impl_->state.status(mono_ns()).dump());
+      text = impl_->state.status_text(mono_ns(), q);
     }
+    const bool big = text.size() > (1 << 20);
+    reply->set_json(std::move(text));
     r->Finish(grpc::Status::OK);
+    // A large page leaves freed memory behind in the allocator: give it back to the system.
+    if (big) malloc_trim(0);
     return r;
   }
 
@@ -492,6 +607,13 @@ void CoordinatorServer::Impl::dispatch(Actions& a) {
   }
   for (auto& j : a.assemble) assembly_queue.push_back(std::move(j));
   if (!a.assemble.empty()) assemble_cv.notify_one();
+  for (auto& [path, text] : a.persist) {
+    auto same = std::find_if(persist_queue.begin(), persist_queue.end(),
+                             [&](const auto& e) { return e.first == path; });
+    if (same != persist_queue.end()) same->second = std::move(text);
+    else persist_queue.emplace_back(path, std::move(text));
+  }
+  if (!a.persist.empty()) persist_cv.notify_one();
   for (const auto& l : a.log) log(l);
   a = Actions{};
 }
@@ -505,7 +627,7 @@ void CoordinatorServer::Impl::ticker_loop() {
     int64_t now = mono_ns();
     Actions a = state.tick(now);
     dispatch(a);
-    for (auto* u : uploads) u->cancel_if_idle(now, opts.upload_idle_ns);
+    for (auto* u : uploads) u->cancel_if_idle(now, opts.upload_idle_ns, opts.upload_header_ns);
     for (const auto& line : hook.poll(now)) log(line);
   }
 }
@@ -517,18 +639,60 @@ void CoordinatorServer::Impl::assembler_loop() {
     if (assembly_queue.empty()) return;  // stopping with nothing left to write
     AssemblyJob job = std::move(assembly_queue.front());
     assembly_queue.pop_front();
+    // The work runs on its own thread that owns everything it touches, so that a stop can leave
+    // it behind if it is stuck in I/O.
+    struct Work {
+      std::mutex mu;
+      std::condition_variable cv;
+      bool done = false;
+      AssemblyResult result;
+    };
+    auto work = std::make_shared<Work>();
+    std::thread([work, job] {
+      AssemblyResult r;
+      try {
+        r = assemble(job);
+      } catch (const std::exception& e) {
+        r.error = std::string("assembly failed: ") + e.what();
+      }
+      std::lock_guard<std::mutex> wl(work->mu);
+      work->result = std::move(r);
+      work->done = true;
+      work->cv.notify_all();
+    }).detach();
     lk.unlock();
-    AssemblyResult r;
-    try {
-      r = assemble(job);
-    } catch (const std::exception& e) {
-      r.error = std::string("assembly failed: ") + e.what();
+    bool finished;
+    {
+      std::unique_lock<std::mutex> wl(work->mu);
+      for (;;) {
+        if (work->done) break;
+        work->cv.wait_for(wl, std::chrono::milliseconds(100));
+        if (work->done) break;
+        bool stop;
+        {
+          wl.unlock();
+          std::lock_guard<std::mutex> g(mu);
+          stop = stopping;
+          wl.lock();
+        }
+        if (stop && !work->cv.wait_for(wl, std::chrono::nanoseconds(opts.stop_wait_ns),
+                                       [&] { return work->done; }))
+          break;
+      }
+      finished = work->done;
     }
     lk.lock();
+    if (!finished) {
+      log("frd coordinator: stopping without waiting for the analysis of " + job.incident_id +
+          " (stuck in I/O)");
+      return;
+    }
+    AssemblyResult r = work->result;
     Actions a;
     state.assembled(job.incident_id, r, mono_ns(), &a);
-    // The operator's command, once the dump set stands (not when it is about to be rewritten).
-    if (hook.enabled() && r.ok && a.assemble.empty()) {
+    // The operator's command, once the dump set stands (not when it is about to be rewritten),
+    // and once per incident, also across restarts.
+    if (hook.enabled() && r.ok && a.assemble.empty() && state.take_hook(job.incident_id, &a)) {
       std::string culprits, error;
       for (int c : r.culprits) culprits += (culprits.empty() ? "" : ",") + std::to_string(c);
       std::map<std::string, std::string> env = {
@@ -557,10 +721,14 @@ void CoordinatorServer::Impl::placed_loop() {
     grpc::Status st;
     if (stopping) {
       st = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is stopping");
+    } else if (!check_dump_header(h, opts.limits, &error)) {
+      st = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, error);
     } else if (!state.begin_upload(h, &dir, &dup, &error)) {
       st = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, error);
     } else if (dup) {
       call.reply->set_duplicate(true);
+    } else if (!state.check_uploader(h, call.auth, &error)) {
+      st = grpc::Status(grpc::StatusCode::PERMISSION_DENIED, error);
     } else {
       lk.unlock();
       PlacedCheck c = check_placed(dir, h, opts.limits, &error);
@@ -583,6 +751,21 @@ void CoordinatorServer::Impl::placed_loop() {
   }
 }
 
+void CoordinatorServer::Impl::persist_loop() {
+  std::unique_lock<std::mutex> lk(mu);
+  for (;;) {
+    persist_cv.wait(lk, [&] { return stopping || !persist_queue.empty(); });
+    if (persist_queue.empty()) return;
+    auto [path, text] = std::move(persist_queue.front());
+    persist_queue.pop_front();
+    lk.unlock();
+    std::string error;
+    bool ok = write_file_atomic(path, text, &error);
+    lk.lock();
+    if (!ok) log("frd coordinator: cannot write " + path + ": " + error);
+  }
+}
+
 CoordinatorServer::CoordinatorServer(CoordinatorConfig cfg, ServerOptions opts)
     : impl_(std::make_unique<Impl>(std::move(cfg), std::move(opts))) {}
 
@@ -593,11 +776,18 @@ int CoordinatorServer::metrics_port() const { return impl_->metrics.port(); }
 
 bool CoordinatorServer::start(std::string* error) {
   Impl& m = *impl_;
-  if (!is_loopback_address(m.opts.listen) && m.opts.token.empty()) {
+  const bool loopback = is_loopback_address(m.opts.listen);
+  if (!loopback && m.opts.token.empty() && m.opts.tls_client_ca.empty()) {
     *error = "listening on " + m.opts.listen +
-             " (not loopback) needs a shared token (--token-file)";
+             " (not loopback only, by what it resolves to) needs a shared token (--token-file)";
     return false;
   }
+  if (!loopback && !m.opts.token.empty() && m.opts.tls_cert.empty())
+    log("frd coordinator: warning: the token travels in cleartext on " + m.opts.listen +
+        " (not loopback) without TLS; anyone on the path can read it (use --tls-cert)");
+  if (!m.opts.metrics_listen.empty() && !is_loopback_address(m.opts.metrics_listen))
+    log("frd coordinator: warning: metrics on " + m.opts.metrics_listen +
+        " (not loopback) are readable by anyone who reaches it, without a token");
   if (m.opts.tls_cert.empty() != m.opts.tls_key.empty()) {
     *error = "TLS needs both a certificate and a key";
     return false;
@@ -635,14 +825,19 @@ bool CoordinatorServer::start(std::string* error) {
     m.server.reset();
     return false;
   }
-  if (!m.opts.metrics_listen.empty() &&
-      !m.metrics.start(
-          m.opts.metrics_listen,
-          [&m] {
-            std::lock_guard<std::mutex> lk(m.mu);
-            return m.state.metrics(mono_ns());
-          },
-          error)) {
+  m.metrics.get("/metrics", [&m] {
+    HttpServer::Response r;
+    r.content_type = "text/plain; version=0.0.4";
+    std::lock_guard<std::mutex> lk(m.mu);
+    r.body = m.state.metrics(mono_ns());
+    return r;
+  });
+  m.metrics.get("/", [] {
+    HttpServer::Response r;
+    r.body = "frd coordinator: metrics at /metrics\n";
+    return r;
+  });
+  if (!m.opts.metrics_listen.empty() && !m.metrics.start(m.opts.metrics_listen, error)) {
     m.server->Shutdown();
     m.server.reset();
     return false;
@@ -650,6 +845,7 @@ bool CoordinatorServer::start(std::string* error) {
   m.ticker = std::thread([&m] { m.ticker_loop(); });
   m.assembler = std::thread([&m] { m.assembler_loop(); });
   m.placed_checker = std::thread([&m] { m.placed_loop(); });
+  m.persister = std::thread([&m] { m.persist_loop(); });
   m.started = true;
   if (!m.opts.port_file.empty() &&
       !write_file_atomic(m.opts.port_file, std::to_string(m.port) + "\n", error)) {
@@ -675,9 +871,11 @@ void CoordinatorServer::shutdown() {
   m.tick_cv.notify_all();
   m.assemble_cv.notify_all();
   m.placed_cv.notify_all();
+  m.persist_cv.notify_all();
   m.ticker.join();
   m.assembler.join();
   m.placed_checker.join();
+  m.persister.join();
   m.metrics.stop();
 }
 

@@ -2,6 +2,10 @@
 // API (one reactor object per stream, no thread per stream); a ticker thread runs detection and
 // deadlines, and one assembler thread writes and analyses dump sets, so neither slows the
 // streams. Every call is checked against the shared token when one is set.
+//
+// Stopping never waits on analysis I/O for long: an analysis stuck in a read (a swapped file on
+// a broken shared file system) is left behind after a short wait, with nothing of the server it
+// could touch. Listen addresses are judged by what they resolve to.
 #pragma once
 
 #include <memory>
@@ -26,12 +30,17 @@ struct ServerOptions {
   int64_t on_verdict_timeout_ns = 300'000'000'000;
   UploadLimits limits;
   int max_message_bytes = 4 << 20;
-  int max_uploads = 64;        // concurrent uploads
+  int max_uploads = 64;        // concurrent uploads (past a valid header)
+  int max_waiting_uploads = 1024;          // upload streams without a header yet, in all
+  int max_waiting_uploads_per_peer = 256;  // ... and from one peer host
+  int64_t upload_header_ns = 5'000'000'000;  // a header must come this soon
   int64_t upload_idle_ns = 30'000'000'000;
+  int64_t stop_wait_ns = 2'000'000'000;    // how long stopping waits for a running analysis
   bool quiet = false;          // no log lines on stderr (benchmarks)
 };
 
-// Whether a listen address is loopback only (127.0.0.0/8, ::1, localhost).
+// Whether a listen address is loopback only: every address its host resolves to is in
+// 127.0.0.0/8 or ::1 (a name is resolved, not read as text). False when it does not resolve.
 bool is_loopback_address(const std::string& addr);
 
 class CoordinatorServer {

@@ -17,6 +17,8 @@ packages=(
 # The tests' own tools: openssl makes the TLS certificates of daemon_rpc_test. A test without them
 # reports itself skipped, and CI (FR_CI=1) fails on such a skip.
 packages+=(openssl)
+# frd: the coordinator's HTTP listener (metrics) is cpp-httplib (header only).
+packages+=(libcpp-httplib-dev)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -476,7 +476,9 @@ bool Job::start_daemons() {
   coord.argv = {frd_exe, "coordinator", "--listen", "127.0.0.1:0", "--port-file", port_file,
                 "--dump-dir", incidents, "--job-id", job_id, "--stall-after", stall,
                 "--expect-ranks", std::to_string(o.shape.world())};
-  coord.envp = make_env({});
+  // The daemons' token: a file of this run (the coordinator creates it), not the user's default.
+  const std::string token_env = run_dir + "/frd-token";
+  coord.envp = make_env({{"FR_TOKEN_FILE", token_env}});
   coord.log_path = out + "/coordinator.log";
   coord.freeze();
   pid_t pid = spawn(coord, 0);
@@ -517,7 +519,7 @@ bool Job::start_daemons() {
       node.argv.push_back("--shared-dump-dir");
       node.argv.push_back(incidents);
     }
-    node.envp = make_env({});
+    node.envp = make_env({{"FR_TOKEN_FILE", token_env}});
     node.log_path = node_dir(n) + "/frd-node.log";
     node.freeze();
     pid_t np = spawn(node, daemon_pgid);

@@ -6,6 +6,10 @@
 //   frd dump         open an incident by hand: every node dumps now
 // Exit codes: 0 done, 1 the work failed (cannot listen, cannot reach the coordinator, dump set not
 // written), 2 bad usage.
+//
+// Credentials: without --token-file and without --insecure, every role uses the per-user default
+// token file (daemon/client.h): the coordinator creates it (random, 0600) or reuses it; the
+// others read it. --insecure on a side means no token there.
 #include <CLI/CLI.hpp>
 
 #include <csignal>
@@ -13,6 +17,8 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+
+#include <sys/stat.h>
 
 #include "daemon/client.h"
 #include "daemon/node.h"
@@ -70,27 +76,43 @@ bool parse_rate(const std::string& text, uint64_t* out) {
   return true;
 }
 
+void warn_loose(const char* who, const std::string& path) {
+  std::fprintf(stderr,
+               "%s: warning: token file %s is readable by other users; chmod 600 it\n", who,
+               path.c_str());
+}
+
 struct ClientFlags {
   std::string coordinator = "127.0.0.1:7470";
   std::string token_file, tls_ca, tls_cert, tls_key;
+  bool insecure = false;
 
   void add(CLI::App* app, bool required_coordinator) {
     auto* o = app->add_option("--coordinator", coordinator, "coordinator address HOST:PORT");
     if (required_coordinator) o->required();
     else o->capture_default_str();
-    app->add_option("--token-file", token_file, "file holding the shared token");
+    app->add_option("--token-file", token_file,
+                    "file holding the shared token (default: the per-user token file the "
+                    "coordinator writes)");
+    app->add_flag("--insecure", insecure, "send no token (for a coordinator run with --insecure)");
     app->add_option("--tls-ca", tls_ca, "CA certificate (PEM) to verify the coordinator: TLS");
     app->add_option("--tls-cert", tls_cert, "client certificate (PEM) for mutual TLS");
     app->add_option("--tls-key", tls_key, "client key (PEM) for mutual TLS");
   }
 
-  bool resolve(fr::daemon::ClientOptions* out, std::string* error) const {
+  bool resolve(const char* who, fr::daemon::ClientOptions* out, std::string* error) const {
     out->address = coordinator;
-    if (!token_file.empty() && !fr::daemon::read_text_file(token_file, &out->token, error, true))
+    if (insecure && !token_file.empty()) {
+      *error = "--insecure and --token-file exclude each other";
       return false;
-    if (!token_file.empty() && out->token.empty()) {
-      *error = token_file + " is empty";
-      return false;
+    }
+    bool loose = false;
+    if (!token_file.empty()) {
+      if (!fr::daemon::read_token_file(token_file, &out->token, &loose, error)) return false;
+      if (loose) warn_loose(who, token_file);
+    } else if (!insecure) {
+      // Read at each call: the coordinator may create it after we start.
+      out->token_file = fr::daemon::default_token_file();
     }
     if (tls_cert.empty() != tls_key.empty()) {
       *error = "--tls-cert and --tls-key go together";
@@ -167,17 +189,26 @@ int main(int argc, char** argv) {
   coord->add_option("--on-verdict-timeout", on_verdict_timeout,
                     "seconds before the --on-verdict command is killed")
       ->capture_default_str()->check(CLI::Range(0.1, 86400.0));
-  coord->add_option("--token-file", c_token_file, "shared token every peer must present");
+  coord->add_option("--token-file", c_token_file,
+                    "shared token every peer must present (default: the per-user token file, "
+                    "created with a random token when absent)");
+  bool c_insecure = false;
+  coord->add_flag("--insecure", c_insecure,
+                  "no token: any local user may talk to the coordinator (loopback only)");
   coord->add_option("--tls-cert", c_tls_cert, "server certificate (PEM): TLS");
   coord->add_option("--tls-key", c_tls_key, "server key (PEM)");
   coord->add_option("--tls-client-ca", c_tls_client_ca, "CA (PEM) that client certificates must chain to: mutual TLS");
 
   // status, dump
   ClientFlags status_client, dump_client;
-  bool json = false;
+  bool json = false, status_summary = false;
+  size_t status_offset = 0, status_limit = 0;
   CLI::App* status = app.add_subcommand("status", "show nodes, ranks, progress and incidents");
   status_client.add(status, false);
   status->add_flag("--json", json, "print the frd-status/1 document");
+  status->add_option("--offset", status_offset, "first node to show (status is paged by nodes)");
+  status->add_option("--limit", status_limit, "most nodes to show (default: the coordinator's page)");
+  status->add_flag("--summary", status_summary, "nodes without their processes");
   std::string reason = "manual dump";
   CLI::App* dump = app.add_subcommand("dump", "ask every node to dump now");
   dump_client.add(dump, false);
@@ -195,7 +226,7 @@ int main(int argc, char** argv) {
 
   if (node->parsed()) {
     fr::daemon::NodeOptions o;
-    if (!node_client.resolve(&o.client, &error)) {
+    if (!node_client.resolve("frd node", &o.client, &error)) {
       std::fprintf(stderr, "frd node: %s\n", error.c_str());
       return 2;
     }
@@ -239,13 +270,20 @@ int main(int argc, char** argv) {
     so.metrics_listen = metrics_listen;
     so.on_verdict = on_verdict;
     so.on_verdict_timeout_ns = to_ns(on_verdict_timeout);
-    bool ok = true;
-    if (!c_token_file.empty()) {
-      ok = fr::daemon::read_text_file(c_token_file, &so.token, &error, true);
-      if (ok && so.token.empty()) {
-        error = c_token_file + " is empty";
-        ok = false;
-      }
+    bool ok = true, loose = false;
+    if (c_insecure && !c_token_file.empty()) {
+      error = "--insecure and --token-file exclude each other";
+      ok = false;
+    } else if (!c_token_file.empty()) {
+      ok = fr::daemon::read_token_file(c_token_file, &so.token, &loose, &error);
+      if (ok && loose) warn_loose("frd coordinator", c_token_file);
+    } else if (!c_insecure) {
+      std::string path = fr::daemon::default_token_file();
+      bool created = false;
+      ok = fr::daemon::ensure_token_file(path, &so.token, &created, &error);
+      if (ok)
+        std::fprintf(stderr, "frd coordinator: token %s %s\n", created ? "written to" : "read from",
+                     path.c_str());
     }
     if (ok && c_tls_cert.empty() != c_tls_key.empty()) {
       error = "--tls-cert and --tls-key go together";
@@ -282,12 +320,12 @@ int main(int argc, char** argv) {
 
   if (status->parsed()) {
     fr::daemon::ClientOptions o;
-    if (!status_client.resolve(&o, &error)) {
+    if (!status_client.resolve("frd status", &o, &error)) {
       std::fprintf(stderr, "frd status: %s\n", error.c_str());
       return 2;
     }
     nlohmann::json s;
-    if (!fr::daemon::fetch_status(o, &s, &error)) {
+    if (!fr::daemon::fetch_status(o, &s, &error, status_offset, status_limit, status_summary)) {
       std::fprintf(stderr, "frd status: %s\n", error.c_str());
       return 1;
     }
@@ -298,7 +336,7 @@ int main(int argc, char** argv) {
 
   if (dump->parsed()) {
     fr::daemon::ClientOptions o;
-    if (!dump_client.resolve(&o, &error)) {
+    if (!dump_client.resolve("frd dump", &o, &error)) {
       std::fprintf(stderr, "frd dump: %s\n", error.c_str());
       return 2;
     }

@@ -263,9 +263,16 @@ bool parse_manifest(const std::string& text, Manifest* out, std::string* error) 
   str(m, "job_id", &r.job_id);
   str(m, "source", &r.source);
   if (auto it = m.find("time_ns"); it != m.end() && it->is_number_unsigned()) r.time_ns = it->get<uint64_t>();
-  if (auto it = m.find("expected_ranks"); it != m.end() && it->is_number_integer()) {
-    int64_t v = it->get<int64_t>();
-    if (v >= 0 && v <= (1 << 24)) r.expected_ranks = int(v);
+  // A value that is not a rank count is left out, and said so (in the skipped list), not dropped
+  // silently.
+  if (auto it = m.find("expected_ranks"); it != m.end() && !it->is_null()) {
+    int64_t v = -1;
+    if (it->is_number_integer()) v = it->get<int64_t>();
+    if (v >= 0 && v <= (1 << 24))
+      r.expected_ranks = int(v);
+    else
+      r.skipped.push_back({"manifest.json", "expected_ranks " + it->dump().substr(0, 32) +
+                                                " is not a rank count (0 to 16777216): ignored"});
   }
   if (auto it = m.find("nodes"); it != m.end() && it->is_array()) {
     for (const auto& n : *it) {

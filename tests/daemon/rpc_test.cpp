@@ -30,6 +30,7 @@
 #include "fixture.h"
 #include "fr/v1/frd.grpc.pb.h"
 #include "skip.h"
+#include "peer.h"
 
 using namespace fr::daemon;
 using fr::daemon::test::FakeLog;
@@ -413,6 +414,7 @@ TEST_CASE("hostile peers cannot crash, stall or fill the coordinator", "[daemon]
   }
 
   SECTION("an upload cut off midway leaves nothing, and a full one then succeeds") {
+    fr::daemon::test::Peer n5(client(port), "n5");
     std::string id;
     REQUIRE(trigger_dump(client(port), "x", &id, &err));
     std::string data(100000, 'd');
@@ -421,6 +423,7 @@ TEST_CASE("hostile peers cannot crash, stall or fill the coordinator", "[daemon]
       fr::v1::UploadChunk c;
       c.mutable_header()->set_incident_id(id);
       c.mutable_header()->set_node_name("n5");
+      c.mutable_header()->set_upload_key(n5.key);
       auto* f = c.mutable_header()->add_files();
       f->set_name("n5-rank0.frlog");
       f->set_size(data.size());
@@ -462,6 +465,7 @@ TEST_CASE("hostile peers cannot crash, stall or fill the coordinator", "[daemon]
   }
 
   SECTION("a bad checksum is refused") {
+    fr::daemon::test::Peer n9(client(port), "n9");
     std::string id;
     REQUIRE(trigger_dump(client(port), "x", &id, &err));
     grpc::ClientContext ctx;
@@ -470,6 +474,7 @@ TEST_CASE("hostile peers cannot crash, stall or fill the coordinator", "[daemon]
     fr::v1::UploadChunk c;
     c.mutable_header()->set_incident_id(id);
     c.mutable_header()->set_node_name("n9");
+    c.mutable_header()->set_upload_key(n9.key);
     auto* f = c.mutable_header()->add_files();
     f->set_name("n9-rank0.frlog");
     f->set_size(4);
@@ -510,10 +515,10 @@ TEST_CASE("metrics are served as Prometheus text", "[daemon][rpc]") {
     return resp;
   };
   std::string m = get("/metrics");
-  CHECK(m.rfind("HTTP/1.0 200", 0) == 0);
+  CHECK(m.rfind("HTTP/1.1 200", 0) == 0);
   CHECK(m.find("frd_nodes{state=\"connected\"} 0") != std::string::npos);
   CHECK(m.find("frd_incidents_open 0") != std::string::npos);
-  CHECK(get("/nope").rfind("HTTP/1.0 404", 0) == 0);
+  CHECK(get("/nope").rfind("HTTP/1.1 404", 0) == 0);
   // A client that connects and says nothing does not block the next scrape for long.
   int idle = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
@@ -521,7 +526,7 @@ TEST_CASE("metrics are served as Prometheus text", "[daemon][rpc]") {
   a.sin_port = htons(uint16_t(server.metrics_port()));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   REQUIRE(connect(idle, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  CHECK(get("/metrics").rfind("HTTP/1.0 200", 0) == 0);
+  CHECK(get("/metrics").rfind("HTTP/1.1 200", 0) == 0);
   close(idle);
 }
 
@@ -640,6 +645,9 @@ TEST_CASE("idle uploads are cancelled and cannot hold every upload slot", "[daem
   CoordinatorServer server(coord_config(dumps.path), so);
   std::string err;
   REQUIRE(server.start(&err));
+  std::map<std::string, std::unique_ptr<fr::daemon::test::Peer>> peers;
+  for (const char* n : {"a", "b", "c", "d"})
+    peers[n] = std::make_unique<fr::daemon::test::Peer>(client(server.port()), n);
   std::string id;
   REQUIRE(trigger_dump(client(server.port()), "x", &id, &err));
   auto stub = fr::v1::Coordinator::NewStub(make_channel(client(server.port())));
@@ -647,6 +655,7 @@ TEST_CASE("idle uploads are cancelled and cannot hold every upload slot", "[daem
     fr::v1::UploadChunk c;
     c.mutable_header()->set_incident_id(id);
     c.mutable_header()->set_node_name(node);
+    c.mutable_header()->set_upload_key(peers[node]->key);
     auto* f = c.mutable_header()->add_files();
     f->set_name(node + "-rank0.frlog");
     f->set_size(10);
@@ -815,6 +824,7 @@ TEST_CASE("hostile Placed calls change nothing", "[daemon][rpc]") {
   CoordinatorServer server(coord_config(dumps.path), server_options());
   std::string err, id;
   REQUIRE(server.start(&err));
+  fr::daemon::test::Peer evil(client(server.port()), "evil");
   REQUIRE(trigger_dump(client(server.port()), "x", &id, &err));
   std::string dir = dumps.path + "/job1/" + id;
   REQUIRE(exists(dir));
@@ -826,6 +836,7 @@ TEST_CASE("hostile Placed calls change nothing", "[daemon][rpc]") {
     fr::v1::UploadHeader h;
     h.set_incident_id(incident);
     h.set_node_name("evil");
+    h.set_upload_key(evil.key);
     h.set_job_id(job);
     auto* f = h.add_files();
     f->set_name(file);

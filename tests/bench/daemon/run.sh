@@ -64,7 +64,7 @@ ulimit -n 65536 2>/dev/null || true
 for n in "${counts[@]}"; do
   dir=$tmp/load$n
   mkdir -p "$dir"
-  "$frd" coordinator --listen 127.0.0.1:0 --port-file "$dir/port" --dump-dir "$dir/dumps" \
+  "$frd" coordinator --insecure --listen 127.0.0.1:0 --port-file "$dir/port" --dump-dir "$dir/dumps" \
     --job-id load --stall-after 3600 --heartbeat-timeout 60 --dump-deadline 5 2>"$dir/coord.log" &
   cpid=$!
   pids+=("$cpid")
