@@ -10,6 +10,8 @@ packages=(
   catch2 libcli11-dev nlohmann-json3-dev libbenchmark-dev
   binutils procps bc time
 )
+# Packaging (cpack's .deb and its test): dpkg-shlibdeps computes the Depends line and needs file.
+packages+=(dpkg-dev file)
 
 missing=()
 for p in "${packages[@]}"; do
