@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
 .PHONY: deps build test test-unit test-sanitizers test-tsan test-asan test-asan-daemon fuzz-build \
-  fuzz-check fuzz fuzz-long bench demo clean
+  fuzz-check fuzz fuzz-long bench demo install package clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -80,8 +80,26 @@ fuzz-long: fuzz-build
 bench: build
 	bash tests/bench/run.sh $(BUILD)
 
-demo: build
-	bash examples/demo/run.sh $(BUILD)
+# The demo builds only what it runs, quietly: its output starts with the demo itself. The setup
+# and build go to $(BUILD)/demo-build.log, whose tail and path are shown if they fail.
+DEMO_TARGETS = fr-simjob fr-simjob-rank frsim_nccl frsim_cuda fr_agent fr-analyze frd
+demo:
+	@mkdir -p $(BUILD); log=$(BUILD)/demo-build.log; \
+	if ! { bash scripts/install-deps.sh && cmake -S . -B $(BUILD) $(CMAKE_FLAGS) && \
+	       cmake --build $(BUILD) -j $(JOBS) --target $(DEMO_TARGETS); } > $$log 2>&1; then \
+	  tail -n 40 $$log >&2; \
+	  echo "make demo: setting up or building failed; the whole log is $$log" >&2; exit 1; \
+	fi
+	@bash examples/demo/run.sh $(BUILD)
+
+# Install (PREFIX, default /usr/local) or build the .deb packages into $(BUILD)/packages (see
+# docs/install.md). COMPONENT=fr leaves out the emulation.
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX) --strip $(if $(COMPONENT),--component $(COMPONENT))
+
+package: build
+	cd $(BUILD) && cpack -B packages
 
 clean:
 	rm -rf build build-tsan build-asan build-asan-all build-fuzz

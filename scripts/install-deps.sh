@@ -13,6 +13,8 @@ packages=(
   catch2 libcli11-dev nlohmann-json3-dev libbenchmark-dev
   binutils procps bc time
 )
+# Packaging (cpack's .deb and its test): dpkg-shlibdeps computes the Depends line and needs file.
+packages+=(dpkg-dev file)
 
 # The tests' own tools: openssl makes the TLS certificates of daemon_rpc_test. A test without them
 # reports itself skipped, and CI (FR_CI=1) fails on such a skip.

@@ -17,6 +17,7 @@
 #include "analyzer/analyze.h"
 #include "analyzer/model.h"
 #include "analyzer/trace.h"
+#include "fr/version.h"
 #include "log/snapshot.h"
 #ifdef FR_HAVE_TORCH
 #include "analyzer/torch/torch_dump.h"
@@ -100,6 +101,7 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
   CLI::App app{"fr-analyze: name the communicator, the collective and the ranks that hung a job"};
+  app.set_version_flag("--version", FR_VERSION_LINE("fr-analyze"));
   bool json_out = false;
   std::string trace_file;
   fr::analyzer::Options opts;

@@ -9,9 +9,11 @@
 #include <CLI/CLI.hpp>
 
 #include "analyzer/synth.h"
+#include "fr/version.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"fr-gendumps: write a synthetic dump set with a planted fault"};
+  app.set_version_flag("--version", FR_VERSION_LINE("fr-gendumps"));
   fr::analyzer::synth::Spec spec;
   std::vector<std::string> faults;
   std::string out;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "fr/version.h"
 #include "job.h"
 #include "launcher.h"
 
@@ -17,6 +18,7 @@ int main(int argc, char** argv) {
   bool no_agent = false;
 
   CLI::App app{"fr-simjob: run a simulated NCCL training job with injected faults"};
+  app.set_version_flag("--version", FR_VERSION_LINE("fr-simjob"));
   app.footer(
       "Fault kinds (--fault rank=R,step=S,kind=K[,comm=world|tp|pp|dp][,ms=M], steps count from 0):\n"
       "  hang-host       rank R blocks forever on the host before step S's first call\n"

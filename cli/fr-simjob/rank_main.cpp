@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "fr/version.h"
 #include "job.h"
 #include "progress.h"
 
@@ -449,6 +450,10 @@ int usage(const std::string& msg) {
 int main(int argc, char** argv) {
   using namespace fr::simjob;
   Rank r;
+  if (argc == 2 && std::string(argv[1]) == "--version") {
+    std::printf("%s\n", FR_VERSION_LINE("fr-simjob-rank"));
+    return 0;
+  }
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (i + 1 >= argc) return usage("missing value after " + a);

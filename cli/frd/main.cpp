@@ -22,7 +22,9 @@
 
 #include "daemon/client.h"
 #include "daemon/node.h"
+#include "daemon/node_lock.h"
 #include "daemon/server.h"
+#include "fr/version.h"
 #include "log/snapshot.h"
 
 namespace {
@@ -135,6 +137,7 @@ struct ClientFlags {
 int main(int argc, char** argv) {
   CLI::App app{"frd: flight-recorder daemon for hung NCCL jobs"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", FR_VERSION_LINE("frd"));
 
   // snapshot
   std::string log_dir = "/dev/shm", out, job;
@@ -241,6 +244,16 @@ int main(int argc, char** argv) {
     }
     o.heartbeat_interval_ns = to_ns(hb_interval);
     o.stall_after_ns = to_ns(node_stall_after);
+    // One node daemon per log directory (fr-run relies on it); one that cannot make the lock
+    // file (say, the directory is missing yet) runs on unlocked.
+    fr::daemon::NodeLock node_lock;
+    auto locked = node_lock.acquire(node_log_dir, &error);
+    if (locked == fr::daemon::NodeLockOutcome::held) {
+      std::fprintf(stderr, "frd node: %s\n", error.c_str());
+      return 1;
+    }
+    if (locked == fr::daemon::NodeLockOutcome::failed)
+      std::fprintf(stderr, "frd node: %s; running without the node lock\n", error.c_str());
     sigset_t set = block_stop_signals();
     fr::daemon::NodeDaemon d(o);
     if (!d.init(&error)) {

@@ -1,0 +1,87 @@
+// fr-run: the launcher for one rank, or for a whole launcher. It preloads the agent into CMD and
+// everything CMD starts, sets the agent's environment (FR_LOG_DIR, FR_JOB_ID), makes sure one
+// `frd node` serves this node when a coordinator is given, then runs CMD as its child: signals
+// forwarded, stdio untouched, CMD's exit status passed on. Nothing fr-run does can keep CMD from
+// running: a missing agent or a daemon that will not start is said once on stderr, and CMD runs.
+//   fr-run --coordinator coord:7470 --job-id "$JOB" -- python train.py
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "child.h"
+#include "fr/version.h"
+#include "node_daemon.h"
+#include "options.h"
+
+extern char** environ;
+
+namespace {
+
+fr::run::Env current_env() {
+  fr::run::Env env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv = *e;
+    size_t eq = kv.find('=');
+    if (eq != std::string::npos) env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  return env;
+}
+
+std::string exe_dir() {
+  std::error_code ec;
+  std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : exe.parent_path().string();
+}
+
+bool regular_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace fr::run;
+  Options o;
+  std::string error;
+  if (!parse_args(std::vector<std::string>(argv + 1, argv + argc), &o, &error)) {
+    std::fprintf(stderr, "fr-run: %s\n%s", error.c_str(), usage_text().c_str());
+    return 2;
+  }
+  if (o.help) {
+    std::printf("%s", usage_text().c_str());
+    return 0;
+  }
+  if (o.version) {
+    std::printf("%s\n", FR_VERSION_LINE("fr-run"));
+    return 0;
+  }
+  Env env = current_env();
+  resolve(&o, env, exe_dir(), ::getuid(), regular_file);
+
+  bool agent_ok = regular_file(o.agent);
+  if (!agent_ok)
+    std::fprintf(stderr, "fr-run: no agent at %s: %s runs unrecorded\n", o.agent.c_str(),
+                 o.command[0].c_str());
+
+  if (!o.coordinator.empty() && !o.no_daemon) {
+    DaemonResult d = ensure_node_daemon(o);
+    if (d.outcome == DaemonOutcome::failed)
+      std::fprintf(stderr, "fr-run: no node daemon: %s\n", d.message.c_str());
+    else if (o.verbose)
+      std::fprintf(stderr, "fr-run: node daemon %s (pid %d) serves %s\n",
+                   d.outcome == DaemonOutcome::started ? "started" : "already running",
+                   int(d.pid), o.log_dir.c_str());
+  } else if (o.verbose) {
+    std::fprintf(stderr, "fr-run: no coordinator given: flight logs only, in %s\n",
+                 o.log_dir.c_str());
+  }
+  if (o.verbose && agent_ok)
+    std::fprintf(stderr, "fr-run: LD_PRELOAD=%s FR_LOG_DIR=%s%s%s\n", o.agent.c_str(),
+                 o.log_dir.c_str(), o.job_id.empty() ? "" : " FR_JOB_ID=", o.job_id.c_str());
+  return run_command(o.command, child_env(o, env, agent_ok));
+}

@@ -1,0 +1,173 @@
+// Starting the node daemon once per node (see node_daemon.h).
+#include "node_daemon.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "daemon/node_lock.h"
+
+namespace fr::run {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Closes the start lock on every way out.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Forks twice so the daemon is nobody's child here (never a zombie of fr-run, never in the
+// command's process group or session), and returns its pid through a pipe. 0 on failure.
+pid_t spawn_detached(const std::vector<std::string>& argv, const std::string& log_file,
+                     std::string* error) {
+  int pipefd[2];
+  if (::pipe2(pipefd, O_CLOEXEC) != 0) {
+    *error = std::string("pipe: ") + std::strerror(errno);
+    return 0;
+  }
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t mid = ::fork();
+  if (mid < 0) {
+    *error = std::string("fork: ") + std::strerror(errno);
+    ::close(pipefd[0]);
+    ::close(pipefd[1]);
+    return 0;
+  }
+  if (mid == 0) {
+    ::setsid();
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      for (int s = 1; s < NSIG; ++s) ::signal(s, SIG_DFL);
+      if (::chdir("/") != 0) _exit(126);
+      int in = ::open("/dev/null", O_RDONLY);
+      int out = ::open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0644);
+      if (out < 0) out = ::open("/dev/null", O_WRONLY);
+      if (in < 0 || out < 0) _exit(126);
+      ::dup2(in, 0);
+      ::dup2(out, 1);
+      ::dup2(out, 2);
+      ::execv(args[0], args.data());
+      dprintf(2, "fr-run: cannot run %s: %s\n", args[0], std::strerror(errno));
+      _exit(127);
+    }
+    ssize_t w = ::write(pipefd[1], &pid, sizeof pid);
+    _exit(w == sizeof pid && pid > 0 ? 0 : 1);
+  }
+  ::close(pipefd[1]);
+  pid_t pid = 0;
+  ssize_t n;
+  do n = ::read(pipefd[0], &pid, sizeof pid);
+  while (n < 0 && errno == EINTR);
+  ::close(pipefd[0]);
+  int st = 0;
+  while (::waitpid(mid, &st, 0) < 0 && errno == EINTR) {
+  }
+  if (n != sizeof pid || pid <= 0) {
+    *error = "cannot fork the node daemon";
+    return 0;
+  }
+  return pid;
+}
+
+// True once the process is gone (not counting a zombie: it has no parent here to reap it soon,
+// but init does; /proc tells a zombie apart).
+bool gone(pid_t pid) {
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  char path[64], state = 0;
+  std::snprintf(path, sizeof path, "/proc/%d/stat", int(pid));
+  if (FILE* f = std::fopen(path, "r")) {
+    int scanned = std::fscanf(f, "%*d (%*[^)]) %c", &state);
+    std::fclose(f);
+    return scanned == 1 && (state == 'Z' || state == 'X');
+  }
+  return true;
+}
+
+}  // namespace
+
+DaemonResult ensure_node_daemon(const Options& o, int timeout_ms) {
+  DaemonResult r;
+  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  std::error_code ec;
+  std::filesystem::create_directories(o.log_dir, ec);
+  if (ec) {
+    r.message = "cannot create " + o.log_dir + ": " + ec.message();
+    return r;
+  }
+  fr::daemon::NodeLockState s = fr::daemon::probe_node_lock(o.log_dir);
+  if (s.held) {
+    r.outcome = DaemonOutcome::running;
+    r.pid = s.pid;
+    return r;
+  }
+  // Take turns with the other fr-runs of this node.
+  Fd start;
+  std::string start_path = fr::daemon::node_lock_path(o.log_dir) + ".start";
+  start.fd = ::open(start_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  if (start.fd < 0) start.fd = ::open(start_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  struct stat st {};
+  if (start.fd < 0 || ::fstat(start.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    r.message = "cannot open " + start_path + (start.fd < 0 ? ": " + std::string(std::strerror(errno))
+                                                           : std::string(": not a regular file"));
+    return r;
+  }
+  while (::flock(start.fd, LOCK_EX | LOCK_NB) != 0) {
+    if (Clock::now() > deadline) {
+      r.message = "another fr-run has been starting the node daemon for too long (" + start_path + ")";
+      return r;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  s = fr::daemon::probe_node_lock(o.log_dir);
+  if (s.held) {  // the previous holder of the start lock started it
+    r.outcome = DaemonOutcome::running;
+    r.pid = s.pid;
+    return r;
+  }
+  if (::access(o.frd.c_str(), X_OK) != 0) {
+    r.message = "cannot run " + o.frd + ": " + std::strerror(errno);
+    return r;
+  }
+  pid_t pid = spawn_detached(frd_node_argv(o), o.daemon_log, &r.message);
+  if (!pid) return r;
+  r.pid = pid;
+  // Ready once it holds the node lock (it takes it before anything else).
+  while (true) {
+    s = fr::daemon::probe_node_lock(o.log_dir);
+    if (s.held) {
+      r.outcome = DaemonOutcome::started;
+      return r;
+    }
+    if (gone(pid)) {
+      r.message = "the node daemon exited at start (see " + o.daemon_log + ")";
+      return r;
+    }
+    if (Clock::now() > deadline) {
+      r.message = "the node daemon (pid " + std::to_string(pid) + ") took no lock on " +
+                  fr::daemon::node_lock_path(o.log_dir) + " in time (see " + o.daemon_log + ")";
+      return r;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+}  // namespace fr::run

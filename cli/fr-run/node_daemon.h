@@ -1,0 +1,32 @@
+// Exactly one `frd node` per node: fr-run starts one only when no process holds the node lock
+// (daemon/node_lock.h) of the log directory. Concurrent fr-runs (the ranks of a node) take turns
+// on a second lock file, LOG_DIR/frd-node.lock.start, so only the first starts a daemon and the
+// others find it holding the node lock. The daemon is started detached (its own session, stdin
+// from /dev/null, output appended to a log file, cwd /) and outlives the fr-run that started it:
+// the coordinator may still want a dump after the ranks are gone.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "options.h"
+
+namespace fr::run {
+
+enum class DaemonOutcome {
+  running,  // one already served the log directory
+  started,  // this fr-run started it
+  failed,   // could not start one (message says why); the command runs anyway
+};
+
+struct DaemonResult {
+  DaemonOutcome outcome = DaemonOutcome::failed;
+  pid_t pid = 0;
+  std::string message;
+};
+
+// Makes sure a node daemon serves o.log_dir, waiting at most `timeout_ms` for one to take the lock.
+DaemonResult ensure_node_daemon(const Options& o, int timeout_ms = 10000);
+
+}  // namespace fr::run

@@ -1,0 +1,61 @@
+// fr-run's command line and the environment it gives the command: pure functions over strings,
+// so the contract (which flags, which variables, what wins over what) is tested without
+// starting a process.
+//
+//   fr-run [--coordinator ADDR] [--job-id ID] [--log-dir DIR] [--token-file F] [--node-name N]
+//          [--agent PATH] [--frd PATH] [--daemon-log FILE] [--frd-arg ARG]... [--no-daemon]
+//          [--verbose] -- CMD ARGS...
+//
+// Each flag also has an environment variable (the flag wins): FR_COORDINATOR, FR_JOB_ID,
+// FR_LOG_DIR, FR_TOKEN_FILE, FR_AGENT. The first argument that is not a flag also starts the
+// command, so `fr-run python train.py` works; `--` is needed only when CMD itself starts with `-`.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace fr::run {
+
+struct Options {
+  std::string coordinator;  // empty: no node daemon is started
+  std::string job_id;       // empty: the agent's own rule (TORCHELASTIC_RUN_ID, SLURM_JOB_ID)
+  std::string log_dir;      // where the agent writes and the node daemon reads
+  std::string token_file;   // passed to the node daemon this fr-run starts
+  std::string node_name;    // passed to the node daemon
+  std::string agent;        // libfr_agent.so
+  std::string frd;          // the frd executable
+  std::string daemon_log;   // the started node daemon's stdout and stderr
+  std::vector<std::string> frd_args;  // more flags for `frd node` (TLS, --stall-after, ...)
+  bool no_daemon = false;
+  bool verbose = false;
+  bool help = false;
+  bool version = false;
+  std::vector<std::string> command;
+};
+
+using Env = std::map<std::string, std::string>;
+
+// Parses argv (without argv[0]). Returns false with *error on bad usage.
+bool parse_args(const std::vector<std::string>& args, Options* o, std::string* error);
+
+// Fills what flags left empty from the environment and from defaults: FR_* variables; the agent
+// in <exe_dir>/../lib and frd in <exe_dir>; the log directory /dev/shm; the daemon's log file
+// LOG_DIR/frd-node.log; the token file ${FR_TOKEN_FILE:-${XDG_RUNTIME_DIR:-/tmp}/frd-<uid>/token}
+// when that file exists (token_exists tells whether it does).
+void resolve(Options* o, const Env& env, const std::string& exe_dir, unsigned uid,
+             bool (*token_exists)(const std::string& path));
+
+// The default token file: ${XDG_RUNTIME_DIR:-/tmp}/frd-<uid>/token.
+std::string default_token_file(const Env& env, unsigned uid);
+
+// The command's environment: `env` with the agent prepended to LD_PRELOAD (once), FR_LOG_DIR,
+// and FR_JOB_ID when given. agent_ok false: the agent is missing, LD_PRELOAD stays as it was.
+Env child_env(const Options& o, const Env& env, bool agent_ok);
+
+// `frd node ...` for this node.
+std::vector<std::string> frd_node_argv(const Options& o);
+
+std::string usage_text();
+
+}  // namespace fr::run

@@ -1,0 +1,389 @@
+// fr-run: its flags and environment as pure functions; the node lock; then the real launcher on
+// the emulation: exit codes and signals passed on, stdio untouched, one node daemon for several
+// concurrent ranks, and a hung job under fr-run caught by the daemons with the right verdict.
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "daemon/node_lock.h"
+#include "options.h"
+#include "proc.h"
+#include "skip.h"
+
+namespace fs = std::filesystem;
+using namespace fr::clitest;
+using fr::run::Env;
+using fr::run::Options;
+
+namespace {
+
+const std::string kBuild = FR_BUILD_DIR;
+const std::string kFrRun = kBuild + "/bin/fr-run";
+const std::string kFrd = kBuild + "/bin/frd";
+const std::string kAgent = kBuild + "/lib/libfr_agent.so";
+
+void need(const std::vector<std::string>& paths) {
+  for (const auto& p : paths)
+    if (::access(p.c_str(), X_OK) != 0 && ::access(p.c_str(), R_OK) != 0)
+      FR_SKIP(p << " is not built (build the target first)");
+}
+
+Options parsed(const std::vector<std::string>& args) {
+  Options o;
+  std::string error;
+  REQUIRE(fr::run::parse_args(args, &o, &error));
+  return o;
+}
+
+std::string parse_error(const std::vector<std::string>& args) {
+  Options o;
+  std::string error;
+  CHECK_FALSE(fr::run::parse_args(args, &o, &error));
+  return error;
+}
+
+bool no_file(const std::string&) { return false; }
+bool any_file(const std::string&) { return true; }
+
+// Stops the node daemon serving `log_dir`, if any, and waits until it is gone.
+void stop_node_daemon(const std::string& log_dir) {
+  auto s = fr::daemon::probe_node_lock(log_dir);
+  if (s.held && s.pid > 0) {
+    ::kill(s.pid, SIGTERM);
+    wait_for([&] { return gone(s.pid); }, 20);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("fr-run: flags, then the command, with or without --", "[cli][fr-run]") {
+  Options o = parsed({"--coordinator", "c:1", "--job-id=j7", "--frd-arg", "--stall-after",
+                      "--frd-arg=5", "--", "python", "-u", "train.py", "--lr", "1"});
+  CHECK(o.coordinator == "c:1");
+  CHECK(o.job_id == "j7");
+  CHECK(o.frd_args == std::vector<std::string>{"--stall-after", "5"});
+  CHECK(o.command == std::vector<std::string>{"python", "-u", "train.py", "--lr", "1"});
+  // The first word that is not a flag starts the command; its own flags stay its own.
+  o = parsed({"--no-daemon", "python", "--coordinator", "x"});
+  CHECK(o.no_daemon);
+  CHECK(o.coordinator.empty());
+  CHECK(o.command == std::vector<std::string>{"python", "--coordinator", "x"});
+  CHECK(parsed({"--version"}).version);
+  CHECK(parsed({"-h"}).help);
+
+  CHECK(parse_error({}).find("no command") != std::string::npos);
+  CHECK(parse_error({"--job-id", "j"}).find("no command") != std::string::npos);
+  CHECK(parse_error({"--"}).find("no command") != std::string::npos);
+  CHECK(parse_error({"--bogus", "--", "x"}).find("unknown flag --bogus") != std::string::npos);
+  CHECK(parse_error({"--coordinator"}).find("needs a value") != std::string::npos);
+  CHECK(parse_error({"--log-dir=", "--", "x"}).find("non-empty") != std::string::npos);
+}
+
+TEST_CASE("fr-run: defaults from the environment; flags win", "[cli][fr-run]") {
+  Env env = {{"FR_COORDINATOR", "envc:7"}, {"FR_JOB_ID", "envjob"}, {"FR_LOG_DIR", "/logs/"},
+             {"XDG_RUNTIME_DIR", "/run/user/5"}};
+  Options o = parsed({"--job-id", "flagjob", "--", "x"});
+  fr::run::resolve(&o, env, "/opt/fr/bin", 5, any_file);
+  CHECK(o.coordinator == "envc:7");
+  CHECK(o.job_id == "flagjob");
+  CHECK(o.log_dir == "/logs");
+  CHECK(o.agent == "/opt/fr/bin/../lib/libfr_agent.so");
+  CHECK(o.frd == "/opt/fr/bin/frd");
+  CHECK(o.daemon_log == "/logs/frd-node.log");
+  CHECK(o.token_file == "/run/user/5/frd-5/token");  // the default, since it exists
+
+  o = parsed({"x"});
+  fr::run::resolve(&o, {}, "/b", 1000, no_file);
+  CHECK(o.log_dir == "/dev/shm");
+  CHECK(o.coordinator.empty());
+  CHECK(o.token_file.empty());  // no default file: frd gets no --token-file
+  CHECK(fr::run::default_token_file({}, 1000) == "/tmp/frd-1000/token");
+
+  o = parsed({"--token-file", "/t", "x"});
+  fr::run::resolve(&o, {{"FR_TOKEN_FILE", "/env-t"}}, "/b", 0, any_file);
+  CHECK(o.token_file == "/t");
+  o = parsed({"x"});
+  fr::run::resolve(&o, {{"FR_TOKEN_FILE", "/env-t"}, {"FR_AGENT", "/a.so"}}, "/b", 0, no_file);
+  CHECK(o.token_file == "/env-t");
+  CHECK(o.agent == "/a.so");
+}
+
+TEST_CASE("fr-run: the command's environment and the node daemon's command line", "[cli][fr-run]") {
+  Options o = parsed({"--coordinator", "c:1", "--node-name", "n3", "--frd-arg", "--tls-ca",
+                      "--frd-arg", "/ca.pem", "x"});
+  fr::run::resolve(&o, {}, "/opt/fr/bin", 0, no_file);
+  o.agent = "/opt/fr/lib/libfr_agent.so";
+
+  Env e = fr::run::child_env(o, {{"PATH", "/bin"}, {"LD_PRELOAD", "/other.so"}}, true);
+  CHECK(e["LD_PRELOAD"] == "/opt/fr/lib/libfr_agent.so:/other.so");
+  CHECK(e["FR_LOG_DIR"] == "/dev/shm");
+  CHECK(e.count("FR_JOB_ID") == 0);
+  CHECK(e["PATH"] == "/bin");
+  // Already preloaded (an fr-run inside an fr-run): not twice.
+  e = fr::run::child_env(o, {{"LD_PRELOAD", "/x.so /opt/fr/lib/libfr_agent.so"}}, true);
+  CHECK(e["LD_PRELOAD"] == "/x.so /opt/fr/lib/libfr_agent.so");
+  // The agent missing: LD_PRELOAD untouched.
+  e = fr::run::child_env(o, {}, false);
+  CHECK(e.count("LD_PRELOAD") == 0);
+  o.job_id = "j";
+  CHECK(fr::run::child_env(o, {}, true)["FR_JOB_ID"] == "j");
+
+  CHECK(fr::run::frd_node_argv(o) ==
+        std::vector<std::string>{"/opt/fr/bin/frd", "node", "--coordinator", "c:1", "--log-dir",
+                                 "/dev/shm", "--node-name", "n3", "--tls-ca", "/ca.pem"});
+  o.token_file = "/tok";
+  auto argv = fr::run::frd_node_argv(o);
+  CHECK(std::find(argv.begin(), argv.end(), "--token-file") + 1 ==
+        std::find(argv.begin(), argv.end(), "/tok"));
+}
+
+TEST_CASE("node lock: one holder, probes see it, bad files refused", "[cli][node-lock]") {
+  TempDir d;
+  CHECK_FALSE(fr::daemon::probe_node_lock(d.path).held);  // no file yet
+  std::string error;
+  {
+    fr::daemon::NodeLock a;
+    REQUIRE(a.acquire(d.path, &error) == fr::daemon::NodeLockOutcome::acquired);
+    auto s = fr::daemon::probe_node_lock(d.path);
+    CHECK(s.held);
+    CHECK(s.pid == ::getpid());
+    fr::daemon::NodeLock b;  // flock is per open file: a second open in one process conflicts too
+    CHECK(b.acquire(d.path, &error, 50) == fr::daemon::NodeLockOutcome::held);
+    CHECK(error.find("another frd node serves") != std::string::npos);
+    CHECK(error.find(std::to_string(::getpid())) != std::string::npos);
+  }
+  CHECK_FALSE(fr::daemon::probe_node_lock(d.path).held);  // released with its holder
+  fr::daemon::NodeLock c;
+  CHECK(c.acquire(d.path, &error) == fr::daemon::NodeLockOutcome::acquired);
+
+  // A missing directory, a symlink or a FIFO where the lock file belongs: a clear error.
+  fr::daemon::NodeLock e;
+  CHECK(e.acquire(d.path + "/missing", &error) == fr::daemon::NodeLockOutcome::failed);
+  CHECK(error.find("No such file") != std::string::npos);
+  fs::create_directories(d.path + "/link");
+  fs::create_symlink(d.path + "/elsewhere", d.path + "/link/frd-node.lock");
+  CHECK(e.acquire(d.path + "/link", &error) == fr::daemon::NodeLockOutcome::failed);
+  CHECK(error.find("symbolic link") != std::string::npos);
+  CHECK_FALSE(fs::exists(d.path + "/elsewhere"));
+  fs::create_directories(d.path + "/fifo");
+  REQUIRE(::mkfifo((d.path + "/fifo/frd-node.lock").c_str(), 0600) == 0);
+  CHECK(e.acquire(d.path + "/fifo", &error) == fr::daemon::NodeLockOutcome::failed);
+  CHECK(error.find("not a regular file") != std::string::npos);
+  CHECK_FALSE(fr::daemon::probe_node_lock(d.path + "/fifo").held);
+}
+
+TEST_CASE("fr-run: exit codes pass through, 128+N for a signal", "[cli][fr-run]") {
+  need({kFrRun, kAgent});
+  TempDir d;
+  Env env = {{"FR_LOG_DIR", d.path}};
+  CHECK(run({kFrRun, "--", "/bin/sh", "-c", "exit 0"}, env, d.path).status == 0);
+  CHECK(run({kFrRun, "--", "/bin/sh", "-c", "exit 3"}, env, d.path).status == 3);
+  CHECK(run({kFrRun, "/bin/sh", "-c", "exit 255"}, env, d.path).status == 255);
+  CHECK(run({kFrRun, "--", "/bin/sh", "-c", "kill -TERM $$"}, env, d.path).status == 128 + SIGTERM);
+  CHECK(run({kFrRun, "--", "/bin/sh", "-c", "kill -KILL $$"}, env, d.path).status == 128 + SIGKILL);
+  Result r = run({kFrRun, "--", "no-such-program-anywhere"}, env, d.path);
+  CHECK(r.status == 127);
+  CHECK(r.err.find("command not found") != std::string::npos);
+  spit(d.path + "/not-exec", "#!/bin/sh\n");
+  r = run({kFrRun, "--", d.path + "/not-exec"}, env, d.path);
+  CHECK(r.status == 126);
+  r = run({kFrRun}, env, d.path);
+  CHECK(r.status == 2);
+  CHECK(r.err.find("no command") != std::string::npos);
+  r = run({kFrRun, "--bogus", "--", "true"}, env, d.path);
+  CHECK(r.status == 2);
+  // CMD found on PATH, as the shell would.
+  CHECK(run({kFrRun, "--", "sh", "-c", "exit 4"}, env, d.path).status == 4);
+}
+
+TEST_CASE("fr-run: stdio untouched, the agent preloaded, the environment set", "[cli][fr-run]") {
+  need({kFrRun, kAgent});
+  TempDir d;
+  std::string input;
+  for (int i = 0; i < 70000; ++i) input += char(i * 7 % 256);  // binary, over a pipe's buffer
+  Result r = run({kFrRun, "--", "/bin/sh", "-c", "cat; printf 'to stderr\\n' >&2"},
+                 {{"FR_LOG_DIR", d.path}}, d.path, input);
+  CHECK(r.status == 0);
+  CHECK(r.out == input);
+  CHECK(r.err == "to stderr\n");  // nothing of fr-run's own
+
+  r = run({kFrRun, "--job-id", "jobA", "--log-dir", d.path + "/logs", "--", "/bin/sh", "-c",
+           "printf '%s|%s|%s' \"$LD_PRELOAD\" \"$FR_LOG_DIR\" \"$FR_JOB_ID\""},
+          {{"LD_PRELOAD", "<unset>"}}, d.path);
+  CHECK(r.status == 0);
+  std::string agent = kBuild + "/bin/../lib/libfr_agent.so";
+  CHECK(r.out == agent + "|" + d.path + "/logs|jobA");
+
+  // No agent: the command runs, unrecorded, and fr-run says so once.
+  r = run({kFrRun, "--agent", d.path + "/none.so", "--", "/bin/sh", "-c", "printf '[%s]' \"$LD_PRELOAD\""},
+          {{"LD_PRELOAD", "<unset>"}, {"FR_LOG_DIR", d.path}}, d.path);
+  CHECK(r.status == 0);
+  CHECK(r.out == "[]");
+  CHECK(r.err.find("runs unrecorded") != std::string::npos);
+}
+
+TEST_CASE("fr-run: signals are forwarded to the command", "[cli][fr-run]") {
+  need({kFrRun, kAgent});
+  TempDir d;
+  const char* script =
+      "trap 'echo got HUP' HUP; trap 'echo got USR1' USR1; trap 'echo got USR2' USR2; "
+      "trap 'echo got INT' INT; trap 'echo got TERM; exit 7' TERM; echo ready; "
+      "while :; do sleep 0.02; done";
+  Proc p({kFrRun, "--", "/bin/sh", "-c", script}, {{"FR_LOG_DIR", d.path}}, d.path, "sig");
+  REQUIRE(wait_for([&] { return p.out().find("ready") != std::string::npos; }, 20));
+  for (auto [sig, text] : {std::pair{SIGHUP, "got HUP"}, std::pair{SIGUSR1, "got USR1"},
+                           std::pair{SIGUSR2, "got USR2"}, std::pair{SIGINT, "got INT"}}) {
+    INFO(text);
+    ::kill(p.pid, sig);
+    CHECK(wait_for([&] { return p.out().find(text) != std::string::npos; }, 20));
+  }
+  ::kill(p.pid, SIGTERM);
+  REQUIRE(p.wait(20));
+  CHECK(p.status == 7);
+  CHECK(p.out() == "ready\ngot HUP\ngot USR1\ngot USR2\ngot INT\ngot TERM\n");
+
+  // A command that does not catch the signal dies of it: 128+N.
+  Proc q({kFrRun, "--", "/bin/sh", "-c", "echo ready; exec sleep 60"}, {{"FR_LOG_DIR", d.path}},
+         d.path, "sig2");
+  REQUIRE(wait_for([&] { return q.out().find("ready") != std::string::npos; }, 20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // sleep has replaced the shell
+  ::kill(q.pid, SIGINT);
+  REQUIRE(q.wait(20));
+  CHECK(q.status == 128 + SIGINT);
+}
+
+TEST_CASE("fr-run: concurrent ranks of a node share exactly one node daemon", "[cli][fr-run]") {
+  need({kFrRun, kAgent, kFrd});
+  TempDir d;
+  std::string logs = d.path + "/shm";
+  Proc coord({kFrd, "coordinator", "--listen", "127.0.0.1:0", "--port-file", d.path + "/port",
+              "--dump-dir", d.path + "/dumps"},
+             {}, d.path, "coordinator");
+  REQUIRE(wait_for([&] { return !slurp(d.path + "/port").empty(); }, 30));
+  std::string addr = "127.0.0.1:" + slurp(d.path + "/port");
+  while (!addr.empty() && (addr.back() == '\n' || addr.back() == ' ')) addr.pop_back();
+
+  std::vector<std::unique_ptr<Proc>> ranks;
+  for (int i = 0; i < 6; ++i)
+    ranks.push_back(std::make_unique<Proc>(
+        std::vector<std::string>{kFrRun, "--coordinator", addr, "--log-dir", logs, "--", "/bin/sh",
+                                 "-c", "sleep 0.5; echo rank $RANK done"},
+        std::map<std::string, std::string>{{"RANK", std::to_string(i)}}, d.path,
+        "rank" + std::to_string(i)));
+  for (int i = 0; i < 6; ++i) {
+    INFO("rank " << i << " stderr: " << ranks[i]->err());
+    REQUIRE(ranks[i]->wait(60));
+    CHECK(ranks[i]->status == 0);
+    CHECK(ranks[i]->out() == "rank " + std::to_string(i) + " done\n");
+    CHECK(ranks[i]->err().empty());
+  }
+  auto s = fr::daemon::probe_node_lock(logs);
+  INFO("daemon log: " << slurp(logs + "/frd-node.log"));
+  REQUIRE(s.held);
+  std::vector<pid_t> daemons = processes_with_args({kFrd, "node", logs});
+  CHECK(daemons == std::vector<pid_t>{s.pid});
+  // Its own session, away from the ranks' process group; it outlives the fr-runs.
+  CHECK(::getsid(s.pid) == s.pid);
+
+  // A later rank reuses it; a daemon started by hand meanwhile is refused.
+  CHECK(run({kFrRun, "--coordinator", addr, "--log-dir", logs, "--", "true"}, {}, d.path).status == 0);
+  Result second = run({kFrd, "node", "--coordinator", addr, "--log-dir", logs}, {}, d.path, "", 30);
+  CHECK(second.status == 1);
+  CHECK(second.err.find("another frd node serves") != std::string::npos);
+  CHECK(processes_with_args({kFrd, "node", logs}) == std::vector<pid_t>{s.pid});
+
+  stop_node_daemon(logs);
+  CHECK(gone(s.pid));
+  // Once it is gone, the next fr-run starts a new one.
+  CHECK(run({kFrRun, "--coordinator", addr, "--log-dir", logs, "--", "true"}, {}, d.path).status == 0);
+  auto s2 = fr::daemon::probe_node_lock(logs);
+  CHECK(s2.held);
+  CHECK(s2.pid != s.pid);
+  stop_node_daemon(logs);
+}
+
+TEST_CASE("fr-run: a daemon that cannot start does not stop the command", "[cli][fr-run]") {
+  need({kFrRun, kAgent});
+  TempDir d;
+  Result r = run({kFrRun, "--coordinator", "127.0.0.1:1", "--frd", d.path + "/no-frd", "--log-dir",
+                  d.path + "/shm", "--", "/bin/sh", "-c", "echo ran"},
+                 {}, d.path);
+  CHECK(r.status == 0);
+  CHECK(r.out == "ran\n");
+  CHECK(r.err.find("no node daemon: cannot run " + d.path + "/no-frd") != std::string::npos);
+}
+
+TEST_CASE("fr-run: a hung job run rank by rank under fr-run is caught by the daemons",
+          "[cli][fr-run][e2e]") {
+  std::string rank_exe = kBuild + "/bin/fr-simjob-rank";
+  need({kFrRun, kAgent, kFrd, rank_exe, kBuild + "/sim/lib/libnccl.so.2",
+        kBuild + "/sim/lib/libcuda.so.1"});
+  TempDir d;
+  std::string logs = d.path + "/shm", dumps = d.path + "/dumps";
+  fs::create_directories(d.path + "/run");
+  Proc coord({kFrd, "coordinator", "--listen", "127.0.0.1:0", "--port-file", d.path + "/port",
+              "--dump-dir", dumps, "--stall-after", "1", "--expect-ranks", "4"},
+             {}, d.path, "coordinator");
+  REQUIRE(wait_for([&] { return !slurp(d.path + "/port").empty(); }, 30));
+  std::string addr = "127.0.0.1:" + slurp(d.path + "/port");
+  while (!addr.empty() && (addr.back() == '\n' || addr.back() == ' ')) addr.pop_back();
+
+  std::string job = "frrun-" + std::to_string(::getpid());
+  std::vector<std::unique_ptr<Proc>> ranks;
+  for (int r = 0; r < 4; ++r)
+    ranks.push_back(std::make_unique<Proc>(
+        std::vector<std::string>{kFrRun, "--coordinator", addr, "--job-id", job, "--log-dir", logs,
+                                 "--frd-arg=--heartbeat-interval", "--frd-arg=0.2", "--",
+                                 rank_exe, "--nodes", "1", "--ranks-per-node", "4", "--tp", "2",
+                                 "--pp", "2", "--steps", "20", "--fault",
+                                 "rank=1,step=3,kind=hang-host"},
+        std::map<std::string, std::string>{
+            {"RANK", std::to_string(r)}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", std::to_string(r)},
+            {"LOCAL_WORLD_SIZE", "4"}, {"CUDA_VISIBLE_DEVICES", "0,1,2,3"},
+            {"LD_LIBRARY_PATH", kBuild + "/sim/lib"}, {"FRSIM_SHM_PREFIX", "/frrun" + job},
+            {"FRSIMJOB_RUN_DIR", d.path + "/run"}, {"FRSIMJOB_BOARD", "<unset>"}},
+        d.path, "rank" + std::to_string(r)));
+
+  std::string analysis;
+  bool found = wait_for([&] {
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(dumps, ec); !ec && it != fs::end(it);
+         it.increment(ec))
+      if (it->path().filename() == "analysis.json") analysis = it->path().string();
+    return !analysis.empty();
+  }, 90);
+  INFO("coordinator: " << coord.err() << "\nnode daemon: " << slurp(logs + "/frd-node.log")
+                       << "\nrank0: " << ranks[0]->err());
+  REQUIRE(found);
+  // The flight logs are the job's, in the log dir fr-run gave.
+  int frlogs = 0;
+  for (const auto& e : fs::directory_iterator(logs))
+    frlogs += e.path().extension() == ".frlog" && e.path().filename().string().find(job) != std::string::npos;
+  CHECK(frlogs == 4);
+  nlohmann::json a = nlohmann::json::parse(slurp(analysis));
+  INFO(a.dump(2).substr(0, 2000));
+  CHECK(a["verdict"]["kind"] == "not_entered");
+  CHECK(a["verdict"]["culprit_ranks"] == nlohmann::json::array({1}));
+
+  // SIGTERM to each fr-run reaches its rank, which dies of it.
+  for (auto& r : ranks) ::kill(r->pid, SIGTERM);
+  for (auto& r : ranks) {
+    REQUIRE(r->wait(30));
+    CHECK(r->status == 128 + SIGTERM);
+  }
+  stop_node_daemon(logs);
+  ::kill(coord.pid, SIGTERM);
+  coord.wait(20);
+}
