@@ -240,7 +240,8 @@ TEST_CASE("status and a manual dump over the wire", "[daemon][rpc]") {
   REQUIRE(wait_for([&] { return exists(dumps.path + "/job1/" + id + "/analysis.json"); }));
   // On one machine the true offset is 0, and the estimate is off by at most half the round trip
   // of the sample it came from.
-  const auto& n0 = server.status()["nodes"][0];
+  const nlohmann::json status_now = server.status();
+  const auto& n0 = status_now["nodes"][0];
   REQUIRE(n0["clock_rtt_ns"].get<int64_t>() >= 0);
   CHECK(std::abs(n0["clock_offset_ns"].get<int64_t>()) <= n0["clock_rtt_ns"].get<int64_t>() / 2 + 1);
 
@@ -894,7 +895,8 @@ TEST_CASE("the --on-verdict command runs once per dump set (no second run in 500
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   RunningNode node(node_options(server.port(), logs.path, spool.path));
   std::string dir = dumps.path + "/job1/incident-0001";
-  REQUIRE(wait_for([&] { return exists(out.path + "/sigblk"); }));
+  // The command's last step writes this file: wait until it has content, not just exists.
+  REQUIRE(wait_for([&] { return !slurp(out.path + "/sigblk").empty(); }));
   CHECK(slurp(out.path + "/calls") == "incident-0001 stall not_entered [1] job1\n");
   CHECK(slurp(out.path + "/dir") == dir + "\n");
   CHECK(slurp(out.path + "/sigblk") == "SigBlk:\t0000000000000000\n");
