@@ -788,13 +788,15 @@ void analyze_p2p(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* frontier_jso
     uint64_t sent = 0;
     std::vector<const Op*> waits;
   };
-  std::map<std::tuple<int, int, uint64_t>, Channel> channels;  // (signaller, waiter, aux)
+  // (signaller, waiter, signal index, context); load.cpp keeps the index in redop, the context
+  // in dtype.
+  std::map<std::tuple<int, int, int32_t, uint8_t>, Channel> channels;
   for (const auto& [i, o] : signal_ops) {
     const int me = c.members[i].rank_in_comm;
     if (o->op == FR_OP_WAIT_SIGNAL)
-      channels[{o->peer, me, o->aux}].waits.push_back(o);
+      channels[{o->peer, me, o->redop, o->dtype}].waits.push_back(o);
     else
-      ++channels[{me, o->peer, o->aux}].sent;
+      ++channels[{me, o->peer, o->redop, o->dtype}].sent;
   }
   auto note_wait = [&](const Op* o, const Proc* p) {
     pending_any = true;
@@ -807,7 +809,7 @@ void analyze_p2p(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* frontier_jso
     }
   };
   for (const auto& [key, ch] : channels) {
-    const auto [from, to, aux] = key;
+    const auto [from, to, sig_idx, sig_ctx] = key;
     auto waiter = by_rank.find(to);
     if (waiter == by_rank.end() || !p2p_full[waiter->second]) continue;
     auto signaller = by_rank.find(from);
@@ -828,9 +830,8 @@ void analyze_p2p(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* frontier_jso
       note_wait(w, wp);
       notes.push_back("rank " + std::to_string(wp->rank) + " waits for " + std::to_string(need) +
                       " signal(s) from rank " + std::to_string(sp->rank) + " (WaitSignal #" +
-                      std::to_string(w->seq) + ", signal " +
-                      std::to_string(FR_SIGNAL_AUX_SIG_IDX(aux)) + ", context " +
-                      std::to_string(FR_SIGNAL_AUX_CTX(aux)) + "), which sent " +
+                      std::to_string(w->seq) + ", signal " + std::to_string(sig_idx) +
+                      ", context " + std::to_string(sig_ctx) + "), which sent " +
                       std::to_string(ch.sent) + " and owes the rest");
       break;
     }

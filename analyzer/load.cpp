@@ -243,6 +243,13 @@ Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind) 
     o.peer = r.peer;
     o.result = r.result;
     o.flags = r.flags;
+    if (r.op == FR_OP_PUT_SIGNAL || r.op == FR_OP_SIGNAL || r.op == FR_OP_WAIT_SIGNAL) {
+      // Signals carry no reduction or data type worth keeping: their signal index goes in redop,
+      // their context in dtype (255 stands for 255 and above), so Op stays 64 bytes.
+      const int32_t ctx = FR_SIGNAL_AUX_CTX(r.aux);
+      o.redop = FR_SIGNAL_AUX_SIG_IDX(r.aux);
+      o.dtype = ctx >= 0 && ctx < 255 ? static_cast<uint8_t>(ctx) : uint8_t{255};
+    }
     // The table entry's counters may lag a record written just before the copy.
     if (fr::log::op_is_collective(r.op)) pc.coll_seq = std::max(pc.coll_seq, r.seq);
     if (fr::log::op_is_p2p(r.op)) pc.p2p_seq = std::max(pc.p2p_seq, r.seq);

@@ -257,15 +257,21 @@ TEST_CASE("every wrapper forwards its exact arguments and result", "[agent]") {
     if (e.id == inits[0].comm_id && e.state == FR_COMM_FAILED) failed_entry = true;
   CHECK(failed_entry);
   auto ars = records_of(log, FR_OP_ALLREDUCE);
-  REQUIRE(!ars.empty());
-  CHECK(ars.back().result == 4);
-  CHECK((ars.back().flags & FR_REC_F_NEVER_LAUNCHED) != 0);
-  CHECK(ars.back().count == 13);
-  CHECK(ars.back().dtype == ncclBfloat16);
-  CHECK(ars.back().redop == ncclAvg);
-  CHECK(ars.back().stream == 0x13);
-  CHECK(ars.back().sendbuff == A(buf));
-  CHECK(ars.back().recvbuff == A(out));
+  REQUIRE(ars.size() >= 2);
+  // ncclAllReduceConfig is the last AllReduce record: the same op, flagged.
+  const fr_record& ar = ars[ars.size() - 2];
+  CHECK(ar.result == 4);
+  CHECK((ar.flags & FR_REC_F_NEVER_LAUNCHED) != 0);
+  CHECK((ar.flags & FR_REC_F_COLL_CONFIG) == 0);
+  CHECK(ar.count == 13);
+  CHECK(ar.dtype == ncclBfloat16);
+  CHECK(ar.redop == ncclAvg);
+  CHECK(ar.stream == 0x13);
+  CHECK(ar.sendbuff == A(buf));
+  CHECK(ar.recvbuff == A(out));
+  CHECK((ars.back().flags & FR_REC_F_COLL_CONFIG) != 0);
+  CHECK(ars.back().count == 21);
+  CHECK(ars.back().seq == ar.seq + 6);  // five other collectives come between them
   CHECK(log.header.nccl_version == 22809);
   CHECK(log.header.pid == getpid());
   // ncclCommInitAll: one communicator, one entry per rank in this process, sharing the id.
