@@ -783,10 +783,10 @@ bool CoordinatorServer::start(std::string* error) {
     return false;
   }
   if (!loopback && !m.opts.token.empty() && m.opts.tls_cert.empty())
-    log("frd coordinator: warning: the token travels in cleartext on " + m.opts.listen +
+    m.log("frd coordinator: warning: the token travels in cleartext on " + m.opts.listen +
         " (not loopback) without TLS; anyone on the path can read it (use --tls-cert)");
   if (!m.opts.metrics_listen.empty() && !is_loopback_address(m.opts.metrics_listen))
-    log("frd coordinator: warning: metrics on " + m.opts.metrics_listen +
+    m.log("frd coordinator: warning: metrics on " + m.opts.metrics_listen +
         " (not loopback) are readable by anyone who reaches it, without a token");
   if (m.opts.tls_cert.empty() != m.opts.tls_key.empty()) {
     *error = "TLS needs both a certificate and a key";

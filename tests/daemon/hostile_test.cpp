@@ -611,7 +611,7 @@ TEST_CASE("hostile: the default token file is private, created once and shared",
   CHECK_FALSE(ensure_token_file(d.path + "/open/token", &again, &created, &err));
 }
 
-TEST_CASE("hostile: frd's roles share the default token; --insecure is explicit", "[daemon][hostile]") {
+TEST_CASE("hostile: frd's roles share the default token, and --insecure is explicit", "[daemon][hostile]") {
   const std::string frd = std::string(FR_BUILD_DIR) + "/bin/frd";
   if (access(frd.c_str(), X_OK) != 0) FR_SKIP(frd << " is not built");
   TempDir d;
