@@ -1012,6 +1012,7 @@ std::string CoordinatorState::status_text(int64_t now_mono, const StatusQuery& q
       {"node_counts",
        {{"known", nodes_.size()}, {"connected", connected}, {"lost", lost},
         {"forgotten", nodes_forgotten_}}},
+      {"retained_report_bytes", retained_bytes_},
       {"page",
        {{"offset", q.node_offset},
         {"returned", returned},

@@ -620,6 +620,7 @@ void CoordinatorServer::Impl::dispatch(Actions& a) {
 
 void CoordinatorServer::Impl::ticker_loop() {
   std::unique_lock<std::mutex> lk(mu);
+  int64_t last_trim = mono_ns();
   while (!stopping) {
     tick_cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return stopping || poke; });
     if (stopping) break;
@@ -629,6 +630,13 @@ void CoordinatorServer::Impl::ticker_loop() {
     dispatch(a);
     for (auto* u : uploads) u->cancel_if_idle(now, opts.upload_idle_ns, opts.upload_header_ns);
     for (const auto& line : hook.poll(now)) log(line);
+    // Decoding a large heartbeat leaves freed memory in the allocator's arenas: give it back.
+    if (now - last_trim >= 10'000'000'000) {
+      last_trim = now;
+      lk.unlock();
+      malloc_trim(0);
+      lk.lock();
+    }
   }
 }
 

@@ -11,7 +11,7 @@ packages=(
   binutils procps bc time
 )
 
-# frd: the coordinator's HTTP listener (metrics) is cpp-httplib (header only).
+# frd: the coordinator's HTTP listener (metrics) is cpp-httplib.
 packages+=(libcpp-httplib-dev)
 
 missing=()
