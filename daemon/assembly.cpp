@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -71,7 +72,13 @@ bool make_dirs(const std::string& path, std::string* error) {
 }
 
 bool write_file_atomic(const std::string& path, const std::string& data, std::string* error) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  // Unique per call (two threads may write the same file, incident.json, at once), and hidden
+  // ('.'-leading), so that a directory scan meanwhile does not take it for a dump.
+  static std::atomic<uint64_t> seq{0};
+  size_t slash = path.rfind('/');
+  std::string tmp = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) +
+                    "." + path.substr(slash == std::string::npos ? 0 : slash + 1) + ".tmp." +
+                    std::to_string(::getpid()) + "." + std::to_string(seq++);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     *error = errno_text("create " + tmp);

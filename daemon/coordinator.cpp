@@ -63,7 +63,7 @@ std::string random_key() {
 
 // Estimated heap bytes of a kept report: what bounds the coordinator's memory per node.
 size_t report_bytes(const NodeReport& r) {
-  size_t b = sizeof(NodeReport);
+  size_t b = 0;  // the report's own struct is part of the node's fixed cost
   for (const auto& p : r.processes) {
     b += sizeof(ProcessReport) + p.log.size() + p.job_id.size() + p.host.size();
     b += p.comms.capacity() * sizeof(CommProgress);
@@ -1012,6 +1012,7 @@ std::string CoordinatorState::status_text(int64_t now_mono, const StatusQuery& q
       {"node_counts",
        {{"known", nodes_.size()}, {"connected", connected}, {"lost", lost},
         {"forgotten", nodes_forgotten_}}},
+      {"retained_report_bytes", retained_bytes_},
       {"page",
        {{"offset", q.node_offset},
         {"returned", returned},

@@ -620,6 +620,7 @@ void CoordinatorServer::Impl::dispatch(Actions& a) {
 
 void CoordinatorServer::Impl::ticker_loop() {
   std::unique_lock<std::mutex> lk(mu);
+  int64_t last_trim = mono_ns();
   while (!stopping) {
     tick_cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return stopping || poke; });
     if (stopping) break;
@@ -629,6 +630,13 @@ void CoordinatorServer::Impl::ticker_loop() {
     dispatch(a);
     for (auto* u : uploads) u->cancel_if_idle(now, opts.upload_idle_ns, opts.upload_header_ns);
     for (const auto& line : hook.poll(now)) log(line);
+    // Decoding a large heartbeat leaves freed memory in the allocator's arenas: give it back.
+    if (now - last_trim >= 10'000'000'000) {
+      last_trim = now;
+      lk.unlock();
+      malloc_trim(0);
+      lk.lock();
+    }
   }
 }
 
@@ -783,10 +791,10 @@ bool CoordinatorServer::start(std::string* error) {
     return false;
   }
   if (!loopback && !m.opts.token.empty() && m.opts.tls_cert.empty())
-    log("frd coordinator: warning: the token travels in cleartext on " + m.opts.listen +
+    m.log("frd coordinator: warning: the token travels in cleartext on " + m.opts.listen +
         " (not loopback) without TLS; anyone on the path can read it (use --tls-cert)");
   if (!m.opts.metrics_listen.empty() && !is_loopback_address(m.opts.metrics_listen))
-    log("frd coordinator: warning: metrics on " + m.opts.metrics_listen +
+    m.log("frd coordinator: warning: metrics on " + m.opts.metrics_listen +
         " (not loopback) are readable by anyone who reaches it, without a token");
   if (m.opts.tls_cert.empty() != m.opts.tls_key.empty()) {
     *error = "TLS needs both a certificate and a key";

@@ -19,7 +19,7 @@ packages+=(dpkg-dev file)
 # The tests' own tools: openssl makes the TLS certificates of daemon_rpc_test. A test without them
 # reports itself skipped, and CI (FR_CI=1) fails on such a skip.
 packages+=(openssl)
-# frd: the coordinator's HTTP listener (metrics) is cpp-httplib (header only).
+# frd: the coordinator's HTTP listener (metrics) is cpp-httplib.
 packages+=(libcpp-httplib-dev)
 
 # --- examples and images (tests/examples): the linters, and buildah + debootstrap for

@@ -559,6 +559,9 @@ TEST_CASE("daemons: a wrong token is refused (no node joins within 1 s)", "[daem
   std::string dumps = d.path + "/dumps";
   std::ofstream(d.path + "/token") << "right-token\n";
   std::ofstream(d.path + "/wrong") << "wrong-token\n";
+  // Token files are private (a readable one works, with a warning on stderr).
+  fs::permissions(d.path + "/token", fs::perms::owner_read | fs::perms::owner_write);
+  fs::permissions(d.path + "/wrong", fs::perms::owner_read | fs::perms::owner_write);
   auto coord = coordinator(d, dumps, "127.0.0.1:0", "8", {"--token-file", d.path + "/token"});
   std::string addr = "127.0.0.1:" + read_port(d.path + "/port");
   CHECK(run({kFrd, "status", "--coordinator", addr}, d.path + "/s1.log") == 1);
@@ -571,8 +574,8 @@ TEST_CASE("daemons: a wrong token is refused (no node joins within 1 s)", "[daem
   json st = status(addr, d.path, d.path + "/token");
   REQUIRE(st.is_object());
   CHECK(st["nodes"].empty());
-  // Off loopback without a token the coordinator refuses to start.
-  CHECK(run({kFrd, "coordinator", "--listen", "0.0.0.0:0", "--dump-dir", dumps},
+  // Off loopback without a token (--insecure) the coordinator refuses to start.
+  CHECK(run({kFrd, "coordinator", "--insecure", "--listen", "0.0.0.0:0", "--dump-dir", dumps},
             d.path + "/c2.log", 20) == 1);
   CHECK(slurp(d.path + "/c2.log").find("token") != std::string::npos);
 }

@@ -171,8 +171,11 @@ TEST_CASE("hostile: heartbeats of the largest legal size keep memory bounded, st
   }
   const double after_status = rss_mib();
   std::printf("hostile heartbeats: RSS %.1f MiB before, %.1f MiB after 20 x 1024x40 heartbeats, "
-              "%.1f MiB after 3 Status calls (largest reply %zu bytes)\n",
-              before, after, after_status, largest);
+              "%.1f MiB after 3 Status calls (largest reply %zu bytes); reports kept: %zu bytes "
+              "(bound %zu); the RSS includes this test's own 20 peers\n",
+              before, after, after_status, largest,
+              st["retained_report_bytes"].get<size_t>(), cfg.max_retained_bytes);
+  CHECK(st["retained_report_bytes"].get<size_t>() <= cfg.max_retained_bytes);
   CHECK(largest < (8u << 20));
   CHECK(st["node_counts"]["known"] == 20);
   // What is kept stays within the bounds: each report was cut, and says so.
@@ -611,7 +614,7 @@ TEST_CASE("hostile: the default token file is private, created once and shared",
   CHECK_FALSE(ensure_token_file(d.path + "/open/token", &again, &created, &err));
 }
 
-TEST_CASE("hostile: frd's roles share the default token; --insecure is explicit", "[daemon][hostile]") {
+TEST_CASE("hostile: frd's roles share the default token, and --insecure is explicit", "[daemon][hostile]") {
   const std::string frd = std::string(FR_BUILD_DIR) + "/bin/frd";
   if (access(frd.c_str(), X_OK) != 0) FR_SKIP(frd << " is not built");
   TempDir d;
