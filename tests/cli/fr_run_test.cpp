@@ -278,8 +278,9 @@ TEST_CASE("fr-run: concurrent ranks of a node share exactly one node daemon", "[
   std::vector<std::unique_ptr<Proc>> ranks;
   for (int i = 0; i < 6; ++i)
     ranks.push_back(std::make_unique<Proc>(
-        std::vector<std::string>{kFrRun, "--coordinator", addr, "--log-dir", logs, "--", "/bin/sh",
-                                 "-c", "sleep 0.5; echo rank $RANK done"},
+        std::vector<std::string>{kFrRun, "--coordinator", addr, "--log-dir", logs,
+                                 "--frd-arg=--dump-dir", "--frd-arg=" + d.path + "/spool", "--",
+                                 "/bin/sh", "-c", "sleep 0.5; echo rank $RANK done"},
         std::map<std::string, std::string>{{"RANK", std::to_string(i)}}, d.path,
         "rank" + std::to_string(i)));
   for (int i = 0; i < 6; ++i) {
@@ -295,7 +296,8 @@ TEST_CASE("fr-run: concurrent ranks of a node share exactly one node daemon", "[
   std::vector<pid_t> daemons = processes_with_args({kFrd, "node", logs});
   CHECK(daemons == std::vector<pid_t>{s.pid});
   // Its own session, away from the ranks' process group; it outlives the fr-runs.
-  CHECK(::getsid(s.pid) == s.pid);
+  CHECK(::getsid(s.pid) != ::getsid(0));
+  CHECK(::getpgid(s.pid) != ::getpgrp());
 
   // A later rank reuses it; a daemon started by hand meanwhile is refused.
   CHECK(run({kFrRun, "--coordinator", addr, "--log-dir", logs, "--", "true"}, {}, d.path).status == 0);
@@ -307,7 +309,8 @@ TEST_CASE("fr-run: concurrent ranks of a node share exactly one node daemon", "[
   stop_node_daemon(logs);
   CHECK(gone(s.pid));
   // Once it is gone, the next fr-run starts a new one.
-  CHECK(run({kFrRun, "--coordinator", addr, "--log-dir", logs, "--", "true"}, {}, d.path).status == 0);
+  CHECK(run({kFrRun, "--coordinator", addr, "--log-dir", logs, "--frd-arg=--dump-dir",
+             "--frd-arg=" + d.path + "/spool", "--", "true"}, {}, d.path).status == 0);
   auto s2 = fr::daemon::probe_node_lock(logs);
   CHECK(s2.held);
   CHECK(s2.pid != s.pid);
@@ -345,7 +348,8 @@ TEST_CASE("fr-run: a hung job run rank by rank under fr-run is caught by the dae
   for (int r = 0; r < 4; ++r)
     ranks.push_back(std::make_unique<Proc>(
         std::vector<std::string>{kFrRun, "--coordinator", addr, "--job-id", job, "--log-dir", logs,
-                                 "--frd-arg=--heartbeat-interval", "--frd-arg=0.2", "--",
+                                 "--frd-arg=--heartbeat-interval", "--frd-arg=0.2",
+                                 "--frd-arg=--dump-dir", "--frd-arg=" + d.path + "/spool", "--",
                                  rank_exe, "--nodes", "1", "--ranks-per-node", "4", "--tp", "2",
                                  "--pp", "2", "--steps", "20", "--fault",
                                  "rank=1,step=3,kind=hang-host"},
