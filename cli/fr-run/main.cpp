@@ -68,6 +68,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fr-run: no agent at %s: %s runs unrecorded\n", o.agent.c_str(),
                  o.command[0].c_str());
 
+  // The agent records nothing into a missing directory: make it, as the daemon would need it too.
+  std::error_code ec;
+  std::filesystem::create_directories(o.log_dir, ec);
+  if (ec)
+    std::fprintf(stderr, "fr-run: cannot create the log directory %s: %s\n", o.log_dir.c_str(),
+                 ec.message().c_str());
+
   if (!o.coordinator.empty() && !o.no_daemon) {
     DaemonResult d = ensure_node_daemon(o);
     if (d.outcome == DaemonOutcome::failed)

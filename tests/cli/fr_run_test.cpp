@@ -91,7 +91,7 @@ TEST_CASE("fr-run: flags, then the command, with or without --", "[cli][fr-run]"
   CHECK(parse_error({"--log-dir=", "--", "x"}).find("non-empty") != std::string::npos);
 }
 
-TEST_CASE("fr-run: defaults from the environment; flags win", "[cli][fr-run]") {
+TEST_CASE("fr-run: defaults from the environment, flags win", "[cli][fr-run]") {
   Env env = {{"FR_COORDINATOR", "envc:7"}, {"FR_JOB_ID", "envjob"}, {"FR_LOG_DIR", "/logs/"},
              {"XDG_RUNTIME_DIR", "/run/user/5"}};
   Options o = parsed({"--job-id", "flagjob", "--", "x"});
