@@ -79,6 +79,12 @@ int main(int argc, char** argv) {
     DaemonResult d = ensure_node_daemon(o);
     if (d.outcome == DaemonOutcome::failed)
       std::fprintf(stderr, "fr-run: no node daemon: %s\n", d.message.c_str());
+    else if (!d.other_coordinator.empty())
+      std::fprintf(stderr,
+                   "fr-run: the node daemon serving %s (pid %d) follows %s, not %s; give this job "
+                   "its own --log-dir\n",
+                   o.log_dir.c_str(), int(d.pid), d.other_coordinator.c_str(),
+                   o.coordinator.c_str());
     else if (o.verbose)
       std::fprintf(stderr, "fr-run: node daemon %s (pid %d) serves %s\n",
                    d.outcome == DaemonOutcome::started ? "started" : "already running",

@@ -300,7 +300,13 @@ TEST_CASE("fr-run: concurrent ranks of a node share exactly one node daemon", "[
   CHECK(::getpgid(s.pid) != ::getpgrp());
 
   // A later rank reuses it; a daemon started by hand meanwhile is refused.
-  CHECK(run({kFrRun, "--coordinator", addr, "--log-dir", logs, "--", "true"}, {}, d.path).status == 0);
+  Result later = run({kFrRun, "--coordinator", addr, "--log-dir", logs, "--", "true"}, {}, d.path);
+  CHECK(later.status == 0);
+  CHECK(later.err.empty());
+  // A rank of another job pointed at the same directory is told that the daemon is not its own.
+  later = run({kFrRun, "--coordinator", "127.0.0.1:1", "--log-dir", logs, "--", "true"}, {}, d.path);
+  CHECK(later.status == 0);
+  CHECK(later.err.find("follows " + addr + ", not 127.0.0.1:1") != std::string::npos);
   Result second = run({kFrd, "node", "--coordinator", addr, "--log-dir", logs}, {}, d.path, "", 30);
   CHECK(second.status == 1);
   CHECK(second.err.find("another frd node serves") != std::string::npos);
