@@ -66,6 +66,9 @@ pid_t spawn_detached(const std::vector<std::string>& argv, const std::string& lo
       ::dup2(in, 0);
       ::dup2(out, 1);
       ::dup2(out, 2);
+      // Nothing else the launcher left open (a pipe someone reads to its end) stays open for as
+      // long as the daemon lives.
+      ::close_range(3, ~0U, 0);
       ::execv(args[0], args.data());
       dprintf(2, "fr-run: cannot run %s: %s\n", args[0], std::strerror(errno));
       _exit(127);

@@ -323,6 +323,23 @@ TEST_CASE("fr-run: concurrent ranks of a node share exactly one node daemon", "[
   stop_node_daemon(logs);
 }
 
+TEST_CASE("fr-run: the daemon it starts holds none of its caller's pipes", "[cli][fr-run]") {
+  need({kFrRun, kAgent, kFrd});
+  TempDir d;
+  std::string logs = d.path + "/shm";
+  // The shell reads fr-run's stdout, and a second pipe left open on fd 5, to their ends: both
+  // must close when fr-run exits although the node daemon it started lives on.
+  std::string script = "exec 5>&1; out=$(" + kFrRun + " --coordinator 127.0.0.1:1 --log-dir " +
+                       logs + " --frd-arg=--dump-dir --frd-arg=" + d.path +
+                       "/spool -- echo hi); echo \"[$out]\"";
+  Result r = run({"/bin/sh", "-c", "{ " + script + "; } | cat"}, {}, d.path, "", 60);
+  CHECK(r.status == 0);
+  CHECK(r.out == "[hi]\n");
+  auto s = fr::daemon::probe_node_lock(logs);
+  CHECK(s.held);
+  stop_node_daemon(logs);
+}
+
 TEST_CASE("fr-run: a daemon that cannot start does not stop the command", "[cli][fr-run]") {
   need({kFrRun, kAgent});
   TempDir d;
