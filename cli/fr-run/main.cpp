@@ -68,10 +68,23 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fr-run: no agent at %s: %s runs unrecorded\n", o.agent.c_str(),
                  o.command[0].c_str());
 
+  // The agent records nothing into a missing directory: make it, as the daemon would need it too.
+  std::error_code ec;
+  std::filesystem::create_directories(o.log_dir, ec);
+  if (ec)
+    std::fprintf(stderr, "fr-run: cannot create the log directory %s: %s\n", o.log_dir.c_str(),
+                 ec.message().c_str());
+
   if (!o.coordinator.empty() && !o.no_daemon) {
     DaemonResult d = ensure_node_daemon(o);
     if (d.outcome == DaemonOutcome::failed)
       std::fprintf(stderr, "fr-run: no node daemon: %s\n", d.message.c_str());
+    else if (!d.other_coordinator.empty())
+      std::fprintf(stderr,
+                   "fr-run: the node daemon serving %s (pid %d) follows %s, not %s; give this job "
+                   "its own --log-dir\n",
+                   o.log_dir.c_str(), int(d.pid), d.other_coordinator.c_str(),
+                   o.coordinator.c_str());
     else if (o.verbose)
       std::fprintf(stderr, "fr-run: node daemon %s (pid %d) serves %s\n",
                    d.outcome == DaemonOutcome::started ? "started" : "already running",

@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -65,6 +66,9 @@ pid_t spawn_detached(const std::vector<std::string>& argv, const std::string& lo
       ::dup2(in, 0);
       ::dup2(out, 1);
       ::dup2(out, 2);
+      // Nothing else the launcher left open (a pipe someone reads to its end) stays open for as
+      // long as the daemon lives.
+      ::close_range(3, ~0U, 0);
       ::execv(args[0], args.data());
       dprintf(2, "fr-run: cannot run %s: %s\n", args[0], std::strerror(errno));
       _exit(127);
@@ -102,6 +106,36 @@ bool gone(pid_t pid) {
   return true;
 }
 
+// The --coordinator value on a running frd's command line; empty when unreadable.
+std::string coordinator_of(pid_t pid) {
+  std::string path = "/proc/" + std::to_string(pid) + "/cmdline", text;
+  if (FILE* f = std::fopen(path.c_str(), "r")) {
+    char buf[4096];
+    size_t n = std::fread(buf, 1, sizeof buf, f);
+    std::fclose(f);
+    text.assign(buf, n);
+  }
+  std::vector<std::string> args;
+  for (size_t start = 0; start < text.size();) {
+    size_t end = text.find('\0', start);
+    if (end == std::string::npos) end = text.size();
+    args.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  for (size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == "--coordinator") return args[i + 1];
+  return {};
+}
+
+DaemonResult already_running(const Options& o, pid_t pid) {
+  DaemonResult r;
+  r.outcome = DaemonOutcome::running;
+  r.pid = pid;
+  std::string theirs = pid > 0 ? coordinator_of(pid) : std::string();
+  if (!theirs.empty() && theirs != o.coordinator) r.other_coordinator = theirs;
+  return r;
+}
+
 }  // namespace
 
 DaemonResult ensure_node_daemon(const Options& o, int timeout_ms) {
@@ -114,11 +148,7 @@ DaemonResult ensure_node_daemon(const Options& o, int timeout_ms) {
     return r;
   }
   fr::daemon::NodeLockState s = fr::daemon::probe_node_lock(o.log_dir);
-  if (s.held) {
-    r.outcome = DaemonOutcome::running;
-    r.pid = s.pid;
-    return r;
-  }
+  if (s.held) return already_running(o, s.pid);
   // Take turns with the other fr-runs of this node.
   Fd start;
   std::string start_path = fr::daemon::node_lock_path(o.log_dir) + ".start";
@@ -138,11 +168,7 @@ DaemonResult ensure_node_daemon(const Options& o, int timeout_ms) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   s = fr::daemon::probe_node_lock(o.log_dir);
-  if (s.held) {  // the previous holder of the start lock started it
-    r.outcome = DaemonOutcome::running;
-    r.pid = s.pid;
-    return r;
-  }
+  if (s.held) return already_running(o, s.pid);  // the previous holder of the start lock started it
   if (::access(o.frd.c_str(), X_OK) != 0) {
     r.message = "cannot run " + o.frd + ": " + std::strerror(errno);
     return r;

@@ -24,6 +24,9 @@ struct DaemonResult {
   DaemonOutcome outcome = DaemonOutcome::failed;
   pid_t pid = 0;
   std::string message;
+  // A running daemon that follows another coordinator than the one asked for (read from its
+  // command line when visible): the ranks are recorded, but that coordinator gets their news.
+  std::string other_coordinator;
 };
 
 // Makes sure a node daemon serves o.log_dir, waiting at most `timeout_ms` for one to take the lock.

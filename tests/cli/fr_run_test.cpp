@@ -91,7 +91,7 @@ TEST_CASE("fr-run: flags, then the command, with or without --", "[cli][fr-run]"
   CHECK(parse_error({"--log-dir=", "--", "x"}).find("non-empty") != std::string::npos);
 }
 
-TEST_CASE("fr-run: defaults from the environment; flags win", "[cli][fr-run]") {
+TEST_CASE("fr-run: defaults from the environment, flags win", "[cli][fr-run]") {
   Env env = {{"FR_COORDINATOR", "envc:7"}, {"FR_JOB_ID", "envjob"}, {"FR_LOG_DIR", "/logs/"},
              {"XDG_RUNTIME_DIR", "/run/user/5"}};
   Options o = parsed({"--job-id", "flagjob", "--", "x"});
@@ -278,8 +278,9 @@ TEST_CASE("fr-run: concurrent ranks of a node share exactly one node daemon", "[
   std::vector<std::unique_ptr<Proc>> ranks;
   for (int i = 0; i < 6; ++i)
     ranks.push_back(std::make_unique<Proc>(
-        std::vector<std::string>{kFrRun, "--coordinator", addr, "--log-dir", logs, "--", "/bin/sh",
-                                 "-c", "sleep 0.5; echo rank $RANK done"},
+        std::vector<std::string>{kFrRun, "--coordinator", addr, "--log-dir", logs,
+                                 "--frd-arg=--dump-dir", "--frd-arg=" + d.path + "/spool", "--",
+                                 "/bin/sh", "-c", "sleep 0.5; echo rank $RANK done"},
         std::map<std::string, std::string>{{"RANK", std::to_string(i)}}, d.path,
         "rank" + std::to_string(i)));
   for (int i = 0; i < 6; ++i) {
@@ -295,10 +296,17 @@ TEST_CASE("fr-run: concurrent ranks of a node share exactly one node daemon", "[
   std::vector<pid_t> daemons = processes_with_args({kFrd, "node", logs});
   CHECK(daemons == std::vector<pid_t>{s.pid});
   // Its own session, away from the ranks' process group; it outlives the fr-runs.
-  CHECK(::getsid(s.pid) == s.pid);
+  CHECK(::getsid(s.pid) != ::getsid(0));
+  CHECK(::getpgid(s.pid) != ::getpgrp());
 
   // A later rank reuses it; a daemon started by hand meanwhile is refused.
-  CHECK(run({kFrRun, "--coordinator", addr, "--log-dir", logs, "--", "true"}, {}, d.path).status == 0);
+  Result later = run({kFrRun, "--coordinator", addr, "--log-dir", logs, "--", "true"}, {}, d.path);
+  CHECK(later.status == 0);
+  CHECK(later.err.empty());
+  // A rank of another job pointed at the same directory is told that the daemon is not its own.
+  later = run({kFrRun, "--coordinator", "127.0.0.1:1", "--log-dir", logs, "--", "true"}, {}, d.path);
+  CHECK(later.status == 0);
+  CHECK(later.err.find("follows " + addr + ", not 127.0.0.1:1") != std::string::npos);
   Result second = run({kFrd, "node", "--coordinator", addr, "--log-dir", logs}, {}, d.path, "", 30);
   CHECK(second.status == 1);
   CHECK(second.err.find("another frd node serves") != std::string::npos);
@@ -307,10 +315,28 @@ TEST_CASE("fr-run: concurrent ranks of a node share exactly one node daemon", "[
   stop_node_daemon(logs);
   CHECK(gone(s.pid));
   // Once it is gone, the next fr-run starts a new one.
-  CHECK(run({kFrRun, "--coordinator", addr, "--log-dir", logs, "--", "true"}, {}, d.path).status == 0);
+  CHECK(run({kFrRun, "--coordinator", addr, "--log-dir", logs, "--frd-arg=--dump-dir",
+             "--frd-arg=" + d.path + "/spool", "--", "true"}, {}, d.path).status == 0);
   auto s2 = fr::daemon::probe_node_lock(logs);
   CHECK(s2.held);
   CHECK(s2.pid != s.pid);
+  stop_node_daemon(logs);
+}
+
+TEST_CASE("fr-run: the daemon it starts holds none of its caller's pipes", "[cli][fr-run]") {
+  need({kFrRun, kAgent, kFrd});
+  TempDir d;
+  std::string logs = d.path + "/shm";
+  // The shell reads fr-run's stdout, and a second pipe left open on fd 5, to their ends: both
+  // must close when fr-run exits although the node daemon it started lives on.
+  std::string script = "exec 5>&1; out=$(" + kFrRun + " --coordinator 127.0.0.1:1 --log-dir " +
+                       logs + " --frd-arg=--dump-dir --frd-arg=" + d.path +
+                       "/spool -- echo hi); echo \"[$out]\"";
+  Result r = run({"/bin/sh", "-c", "{ " + script + "; } | cat"}, {}, d.path, "", 60);
+  CHECK(r.status == 0);
+  CHECK(r.out == "[hi]\n");
+  auto s = fr::daemon::probe_node_lock(logs);
+  CHECK(s.held);
   stop_node_daemon(logs);
 }
 
@@ -345,7 +371,8 @@ TEST_CASE("fr-run: a hung job run rank by rank under fr-run is caught by the dae
   for (int r = 0; r < 4; ++r)
     ranks.push_back(std::make_unique<Proc>(
         std::vector<std::string>{kFrRun, "--coordinator", addr, "--job-id", job, "--log-dir", logs,
-                                 "--frd-arg=--heartbeat-interval", "--frd-arg=0.2", "--",
+                                 "--frd-arg=--heartbeat-interval", "--frd-arg=0.2",
+                                 "--frd-arg=--dump-dir", "--frd-arg=" + d.path + "/spool", "--",
                                  rank_exe, "--nodes", "1", "--ranks-per-node", "4", "--tp", "2",
                                  "--pp", "2", "--steps", "20", "--fault",
                                  "rank=1,step=3,kind=hang-host"},

@@ -82,7 +82,8 @@ TEST_CASE("the .deb installs into a scratch root and its tools run from there", 
   for (const char* tool :
        {"frd", "fr-analyze", "fr-run", "fr-simjob", "fr-simjob-rank", "fr-gendumps"}) {
     INFO(tool);
-    Result v = run({prefix + "/bin/" + tool, "--version"}, {}, d.path);
+    Result v = run({prefix + "/bin/" + tool, "--version"},
+                   {{"LD_LIBRARY_PATH", prefix + "/sim/lib"}}, d.path);
     CHECK(v.status == 0);
     CHECK(v.out == std::string(tool) + " " FR_VERSION "\n");
   }

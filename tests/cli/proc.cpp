@@ -64,6 +64,7 @@ Proc::Proc(const std::vector<std::string>& argv, const std::map<std::string, std
   envp.push_back(nullptr);
   pid = ::fork();
   if (pid == 0) {
+    ::setpgid(0, 0);  // its own group: a timeout kills whatever it started too
     int in = ::open(in_path.c_str(), O_RDONLY);
     int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -81,7 +82,7 @@ Proc::Proc(const std::vector<std::string>& argv, const std::map<std::string, std
 
 Proc::~Proc() {
   if (pid > 0 && !reaped) {
-    ::kill(pid, SIGKILL);
+    ::kill(-pid, SIGKILL);
     wait(10);
   }
 }
@@ -106,7 +107,7 @@ Result run(const std::vector<std::string>& argv, const std::map<std::string, std
   Proc p(argv, env, dir, "run" + std::to_string(++counter), stdin_text);
   Result r;
   if (!p.wait(timeout_s)) {
-    ::kill(p.pid, SIGKILL);
+    ::kill(-p.pid, SIGKILL);
     p.wait(10);
     r.status = -2;
   } else {
