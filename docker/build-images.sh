@@ -30,21 +30,26 @@ done
 # 1. The base: a minbase root, cached as a tarball, imported once into buildah's storage.
 mkdir -p "$cache/ccache"
 if ! "${bah[@]}" inspect --type image "$base" >/dev/null 2>&1; then
-  if [[ ! -s $cache/bookworm-minbase.tar ]]; then
+  tarball=$cache/bookworm-minbase.tar
+  if [[ -e $tarball || -L $tarball ]] && { [[ ! -f $tarball || -L $tarball ]] || ! tar -tf "$tarball" >/dev/null 2>&1; }; then
+    echo "images: the cached base $tarball is not a readable tar file; making it again" >&2
+    rm -rf "$tarball"
+  fi
+  if [[ ! -s $tarball ]]; then
     step "debootstrap --variant=minbase bookworm (once; cached in $cache)"
     root=$(mktemp -d "$cache/root-XXXXXX")
     trap 'rm -rf "$root"' EXIT
     debootstrap --variant=minbase bookworm "$root" "$mirror" >"$cache/debootstrap.log" 2>&1 || {
       tail -n 20 "$cache/debootstrap.log" >&2; exit 1; }
     rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
-    tar --numeric-owner -C "$root" -cf "$cache/bookworm-minbase.tar.tmp" .
-    mv "$cache/bookworm-minbase.tar.tmp" "$cache/bookworm-minbase.tar"
+    tar --numeric-owner -C "$root" -cf "$tarball.tmp" .
+    mv "$tarball.tmp" "$tarball"
     rm -rf "$root"
     trap - EXIT
   fi
   step "import the base as $base"
   ctr=$("${bah[@]}" from scratch)
-  "${bah[@]}" add "$ctr" "$cache/bookworm-minbase.tar" /
+  "${bah[@]}" add "$ctr" "$tarball" /
   "${bah[@]}" config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     --cmd /bin/bash "$ctr"
   "${bah[@]}" commit --rm "$ctr" "$base" >/dev/null

@@ -6,6 +6,7 @@
 // passed through, and the token and the coordinator gone on every way out. Where frd is built,
 // the torchrun and mpirun runs use the real coordinator and each rank proves the address and the
 // token with `frd status`.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -169,6 +170,23 @@ TEST_CASE("the Dockerfiles pass hadolint, and .dockerignore keeps build folders 
   CHECK(r.exit_code == 0);
 }
 
+TEST_CASE("build-images.sh without a built agent says so, a FIFO in its place included",
+          "[examples][images]") {
+  Scratch s(false);
+  std::string script = quote(kSrc + "/docker/build-images.sh");
+  Shell none = sh("bash " + script + " " + quote(s.dir + "/no-build"));
+  INFO(none.output);
+  CHECK(none.exit_code == 1);
+  CHECK(none.output.find("is missing") != std::string::npos);
+
+  fs::create_directories(s.dir + "/fifo-build/lib");
+  REQUIRE(::mkfifo((s.dir + "/fifo-build/lib/libfr_agent.so").c_str(), 0644) == 0);
+  Shell fifo = sh("bash " + script + " " + quote(s.dir + "/fifo-build"), 30);
+  INFO(fifo.output);
+  CHECK(fifo.exit_code == 1);
+  CHECK(fifo.output.find("is missing") != std::string::npos);
+}
+
 TEST_CASE("fr.sbatch under a fake srun: a free port, the token removed on every way out",
           "[examples][slurm]") {
   Scratch s(false);
@@ -215,6 +233,14 @@ TEST_CASE("fr.sbatch under a fake srun: a free port, the token removed on every 
     CHECK(r.exit_code == 0);
     CHECK(r.output.find("exit=143") != std::string::npos);
     check_common(r);
+  }
+  SECTION("the state directory cannot be made: a clear error, nothing started") {
+    std::ofstream(s.dir + "/not-a-dir") << "x";
+    Shell r = sh(env + "FR_STATE_DIR=" + quote(s.dir + "/not-a-dir") + " bash " + sbatch + " true");
+    INFO(r.output);
+    CHECK(r.exit_code != 0);
+    CHECK(r.output.find("not-a-dir") != std::string::npos);
+    CHECK_FALSE(fs::exists(s.log + "/frd"));
   }
   SECTION("the coordinator cannot start") {
     Shell r = sh(env + "FR_HOME=/nonexistent bash " + sbatch + " true");
