@@ -67,7 +67,12 @@ bud --layers=false -f docker/agent-init/Dockerfile -t "localhost/fr-agent-init:$
 
 # 3. frd from source. Layers are kept (the package installs are the slow steps, and with vfs
 # every layer is a full copy, so the Dockerfile has few); the builder's ccache is a volume.
+# The builder stage gets a tag of its own, so that pruning the images that earlier builds left
+# behind (with vfs each is a full copy: 13 GB after a dozen rebuilds) keeps its package layer.
 step "fr-frd:$version"
+bud --layers --target build -f docker/frd/Dockerfile -v "$cache/ccache:/ccache" \
+  -t localhost/fr-frd-builder:cache .
 bud --layers -f docker/frd/Dockerfile -v "$cache/ccache:/ccache" -t "localhost/fr-frd:$version" .
+"${bah[@]}" rmi --prune >/dev/null 2>&1 || true
 step "done"
 "${bah[@]}" images --filter reference='localhost/fr-*'
