@@ -106,9 +106,15 @@ clean:
 
 # Container images with buildah, no registry needed: the agent's init container (the agent from
 # this build) and frd built from source (docker/build-images.sh). The first run makes and caches a
-# debootstrap base; `ctest -L images` builds them again and runs the tools inside them.
-.PHONY: images
+# debootstrap base. `make test-images` builds them and runs the tools inside them (minutes, so
+# not part of `make test`; it turns FR_IMAGE_TESTS on in $(BUILD), after which `make test` runs it too).
+.PHONY: images test-images
 images: deps
 	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS) --target fr_agent
 	bash docker/build-images.sh $(BUILD)
+
+test-images: deps
+	cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DFR_IMAGE_TESTS=ON
+	cmake --build $(BUILD) -j $(JOBS) --target fr_images_tests
+	cd $(BUILD) && ctest -L images --output-on-failure

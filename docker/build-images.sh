@@ -30,21 +30,26 @@ done
 # 1. The base: a minbase root, cached as a tarball, imported once into buildah's storage.
 mkdir -p "$cache/ccache"
 if ! "${bah[@]}" inspect --type image "$base" >/dev/null 2>&1; then
-  if [[ ! -s $cache/bookworm-minbase.tar ]]; then
+  tarball=$cache/bookworm-minbase.tar
+  if [[ -e $tarball || -L $tarball ]] && { [[ ! -f $tarball || -L $tarball ]] || ! tar -tf "$tarball" >/dev/null 2>&1; }; then
+    echo "images: the cached base $tarball is not a readable tar file; making it again" >&2
+    rm -rf "$tarball"
+  fi
+  if [[ ! -s $tarball ]]; then
     step "debootstrap --variant=minbase bookworm (once; cached in $cache)"
     root=$(mktemp -d "$cache/root-XXXXXX")
     trap 'rm -rf "$root"' EXIT
     debootstrap --variant=minbase bookworm "$root" "$mirror" >"$cache/debootstrap.log" 2>&1 || {
       tail -n 20 "$cache/debootstrap.log" >&2; exit 1; }
     rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
-    tar --numeric-owner -C "$root" -cf "$cache/bookworm-minbase.tar.tmp" .
-    mv "$cache/bookworm-minbase.tar.tmp" "$cache/bookworm-minbase.tar"
+    tar --numeric-owner -C "$root" -cf "$tarball.tmp" .
+    mv "$tarball.tmp" "$tarball"
     rm -rf "$root"
     trap - EXIT
   fi
   step "import the base as $base"
   ctr=$("${bah[@]}" from scratch)
-  "${bah[@]}" add "$ctr" "$cache/bookworm-minbase.tar" /
+  "${bah[@]}" add "$ctr" "$tarball" /
   "${bah[@]}" config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     --cmd /bin/bash "$ctr"
   "${bah[@]}" commit --rm "$ctr" "$base" >/dev/null
@@ -62,7 +67,12 @@ bud --layers=false -f docker/agent-init/Dockerfile -t "localhost/fr-agent-init:$
 
 # 3. frd from source. Layers are kept (the package installs are the slow steps, and with vfs
 # every layer is a full copy, so the Dockerfile has few); the builder's ccache is a volume.
+# The builder stage gets a tag of its own, so that pruning the images that earlier builds left
+# behind (with vfs each is a full copy: 13 GB after a dozen rebuilds) keeps its package layer.
 step "fr-frd:$version"
+bud --layers --target build -f docker/frd/Dockerfile -v "$cache/ccache:/ccache" \
+  -t localhost/fr-frd-builder:cache .
 bud --layers -f docker/frd/Dockerfile -v "$cache/ccache:/ccache" -t "localhost/fr-frd:$version" .
+"${bah[@]}" rmi --prune >/dev/null 2>&1 || true
 step "done"
 "${bah[@]}" images --filter reference='localhost/fr-*'

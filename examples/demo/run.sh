@@ -14,6 +14,7 @@ for f in bin/fr-simjob bin/fr-simjob-rank lib/libfr_agent.so sim/lib/libnccl.so.
   [[ -e $build/$f ]] || { echo "demo: $build/$f is missing; run 'make build' first" >&2; exit 1; }
 done
 out=$(mktemp -d "${TMPDIR:-/tmp}/fr-demo-XXXXXX")
+# shellcheck disable=SC2054 # the commas belong to the --fault value
 job=(--nodes 2 --ranks-per-node 4 --tp 2 --pp 2 --steps 20 --fault rank=5,step=3,kind=hang-host)
 
 echo "== 1. A 2-node x 4-rank job (TP 2, PP 2); rank 5 hangs on the host before step 3"
