@@ -73,6 +73,7 @@ const char* kind_name(Kind k) {
 // keys and values interleaved, a key and its value always in the same segment).
 struct Obj {
   Kind kind;
+  uint8_t skip_key = 0;  // str: 0 not yet asked, 1 not a skipped key, 2 a skipped key
   uint32_t ref = 0;
   union {  // by kind: bool/int i, wide unsigned u, float/bigint f
     int64_t i = 0;
@@ -113,8 +114,8 @@ bool valid_utf8(std::string_view s) {
 class Machine {
  public:
   Machine(std::string_view in, const UnpickleLimits& lim) : in_(in), lim_(lim) {
-    // A dump's values are about a fifth of its bytes: reserve once rather than regrow.
-    objs_.reserve(std::min<size_t>(in.size() / 4 + 64, lim.max_objects));
+    // Values built (frames are scanned, not built) run about one per 50 bytes of a dump.
+    objs_.reserve(std::min<size_t>(in.size() / 48 + 64, lim.max_objects));
   }
 
   UnpickleResult run() {
@@ -400,8 +401,34 @@ class Machine {
     if (!push_new(k, &id)) return false;
     strs_[objs_[id].ref] = s;
     pos_ += n;
-    if (k == Kind::kStr && scan_ && skipped(s) && at_key_place()) return scan_value();
-    return true;
+    return maybe_scan();
+  }
+
+  // After a str was pushed (read or taken from the memo): when it is a skipped key, its own memo
+  // entries are made as usual, then the value that follows is scanned.
+  bool maybe_scan() {
+    Obj& o = objs_[stack_.back()];
+    if (!scan_ || o.kind != Kind::kStr) return true;
+    // Keys come back through the memo thousands of times: ask once per value.
+    if (o.skip_key == 0) o.skip_key = skipped(strs_[o.ref]) ? 2 : 1;
+    if (o.skip_key != 2 || !at_key_place()) return true;
+    while (pos_ < in_.size()) {
+      op_at_ = pos_;
+      op_ = static_cast<uint8_t>(in_[pos_]);
+      if (op_ == BINPUT) {
+        ++pos_;
+        if (!need(1) || !memo_put(read_le(1))) return false;
+      } else if (op_ == LONG_BINPUT) {
+        ++pos_;
+        if (!need(4) || !memo_put(read_le(4))) return false;
+      } else if (op_ == MEMOIZE) {
+        ++pos_;
+        if (!memo_put(memo_count_)) return false;
+      } else {
+        break;
+      }
+    }
+    return scan_value();
   }
 
   // LONG1/LONG4: little-endian two's complement of n bytes.
@@ -467,12 +494,12 @@ class Machine {
       return scan_wrong();
     if (idx < memo_dense_.size() && memo_dense_[idx] != 0) {
       stack_.push_back(memo_dense_[idx] - 1);
-      return true;
+      return maybe_scan();
     }
     auto it = memo_sparse_.find(idx);
     if (it == memo_sparse_.end()) return fail("memo key " + std::to_string(idx) + " was never stored");
     stack_.push_back(it->second);
-    return true;
+    return maybe_scan();
   }
   // Adds n items to a container's sequence as one segment.
   void seq_add(uint32_t ref, const uint32_t* items, size_t n) {

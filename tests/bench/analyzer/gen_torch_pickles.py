@@ -7,8 +7,9 @@ on every entry). No torch needed.
 Usage: gen_torch_pickles.py OUT RANKS ENTRIES FRAMES [CULPRIT]
 
 Every rank runs the same all_reduces on the default group; rank CULPRIT (default RANKS // 2 + 1)
-stays on the host before the last one, which the others enqueued and never finished: the
-verdict is not_entered, rank CULPRIT, at sequence number ENTRIES + 1. Each frame is its own dict
+stays on the host before the last one, which the others' GPUs started (the kernel waits for its
+peers) and never finished: the verdict is not_entered, rank CULPRIT, at sequence number
+ENTRIES + 1. Each frame is its own dict
 (as torch writes them, strings memoized), so the files are as large as real ones. Files are
 written by two processes."""
 import multiprocessing as mp
@@ -53,8 +54,8 @@ def one_rank(args):
             "input_dtypes": ["Float"],
             "output_sizes": [[1024, 1024]],
             "output_dtypes": ["Float"],
-            "state": "completed" if done else "scheduled",
-            "time_discovered_started_ns": t + 100_000 if done else None,
+            "state": "completed" if done else "started",
+            "time_discovered_started_ns": t + 100_000,
             "time_discovered_completed_ns": t + 600_000 if done else None,
             "retired": done,
             "timeout_ms": 600_000,
@@ -64,7 +65,7 @@ def one_rank(args):
         "version": "2.10",
         "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": ranks_text}},
         "pg_status": {"0": {"last_enqueued_collective": last,
-                            "last_started_collective": min(last, entries),
+                            "last_started_collective": last,
                             "last_completed_collective": min(last, entries)}},
         "comm_lib_version": "2.30.7",
         "entries": es,

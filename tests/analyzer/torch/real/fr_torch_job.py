@@ -37,6 +37,10 @@ WORLD = {"hang": 6, "group": 6}
 DEFAULT_WORLD = 4
 CULPRIT = 3
 LIMIT_S = 60
+# torch marks finished work retired a moment after the call returns; a dump taken at once can
+# show the last finished collective as unfinished on one rank. A hung job is dumped seconds
+# later, so every rank waits this long before it dumps.
+SETTLE_S = 1.0
 
 
 def free_port():
@@ -96,6 +100,7 @@ def rank_main(fault, rank, world, port, out):
         pending.append(dist.all_reduce(t, async_op=True))
         if fault == "skip":
             pending.append(dist.broadcast(t, src=0, async_op=True))
+    time.sleep(SETTLE_S)
     dump()
     wait_for([os.path.join(out, f"done_{r}") for r in range(world) if not (fault == "kill" and r == CULPRIT)],
              LIMIT_S)
