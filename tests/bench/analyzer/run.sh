@@ -81,7 +81,7 @@ if [[ ${FR_BENCH_TORCH:-1} != 0 ]]; then
       cpu=?
     fi
     printf '%-11s %-9s %-10s %-8.2f %-7s %-9s %s\n' "$label" "$t_ranks" "$((t_ranks * t_entries))" "$wall" "$cpu" \
-      "$(awk -v k="${rss_kb:-0}" 'BEGIN { printf "%.0f", k / 1024 }')" "$(tail -c 200 "$tmp/tout" | tr '\n' ' ' | cut -c1-80) (rc $rc)"
+      "$(awk -v k="${rss_kb:-0}" 'BEGIN { printf "%.0f", k / 1024 }')" "rc $rc"
   }
   echo
   printf 'torch pickles: %s ranks x %s entries x %s frames, %s MiB, generated in %.1f s\n' \
@@ -95,6 +95,7 @@ if [[ ${FR_BENCH_TORCH:-1} != 0 ]]; then
   if [[ ${FR_BENCH_FR_TRACE:-1} != 0 ]] && python3 -c 'import torch.distributed.flight_recorder.fr_trace' >/dev/null 2>&1; then
     measure fr_trace timeout "${FR_BENCH_FR_TRACE_LIMIT:-600}" python3 -m torch.distributed.flight_recorder.fr_trace \
       -p nccl_trace_rank_ "$tdir"
+    echo "fr_trace says: $(grep -m1 -E 'missing ranks|Error' "$tmp/tout" "$tmp/terr" | cut -c1-120)"
   else
     echo "fr_trace: not run (torch not importable, or FR_BENCH_FR_TRACE=0)"
   fi
