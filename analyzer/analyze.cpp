@@ -515,6 +515,13 @@ void analyze_collectives(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* fron
     s.summary = "rank" + std::string(not_entered.size() > 1 ? "s " : " ") + ranks_text(not_entered) +
                 " never entered " + where + "; " + std::to_string(s.blocked.size()) + " of " +
                 std::to_string(c.size > 0 ? c.size : static_cast<int>(present)) + " members wait in it";
+  } else if (c.size < 0 && not_started.empty() && !s.blocked.empty()) {
+    // Nobody knows the communicator's members (a PyTorch group its dumps do not describe): a
+    // member that never came leaves no trace, so nobody can be blamed.
+    s.kind = "incomplete";
+    s.prio = kIncomplete;
+    s.summary = "rank" + std::string(s.blocked.size() > 1 ? "s " : " ") + ranks_text(s.blocked) + " wait in " +
+                where + ", whose members no dump lists; a member that never entered it cannot be named";
   } else if (!missing.empty() && not_started.empty()) {
     s.kind = "incomplete";
     s.prio = kIncomplete;
@@ -1027,9 +1034,12 @@ nlohmann::json analyze_model(const Model& m, const Options& opts) {
   doc["schema"] = "fr-analysis/1";
   json skipped = json::array();
   for (const auto& s : m.skipped) skipped.push_back({{"file", s.file}, {"error", s.error}});
+  json warnings = json::array();  // files that were read: remarks, not failures
+  for (const auto& w : m.warnings) warnings.push_back({{"file", w.file}, {"warning", w.error}});
   doc["inputs"] = {{"paths", m.paths},
                    {"files_read", m.files_read},
                    {"skipped", skipped},
+                   {"warnings", warnings},
                    {"clock", m.clock_aligned ? "aligned" : "per_host"}};
   if (!m.job_id.empty()) doc["inputs"]["job_id"] = m.job_id;
   if (!opts.ranks.empty() || !opts.comm.empty())

@@ -111,6 +111,7 @@ void add_manifest_dir(const std::string& dir, Model* model, std::vector<Job>* jo
 struct Loaded {
   std::vector<Proc> procs;
   std::vector<Skip> skips;
+  std::vector<Skip> warnings;  // the file was read; something in it was odd or left out
 };
 
 Loaded load_one(const Job& job) {
@@ -123,10 +124,14 @@ Loaded load_one(const Job& job) {
 #ifdef FR_HAVE_TORCH
   if (!has_magic(job.path) && fr::analyzer::torch::looks_like_torch_dump(job.path)) {
     auto r = fr::analyzer::torch::read_torch_dump(job.path);
-    for (const auto& w : r.warnings) out.skips.push_back({job.path, w});
     if (!r.error.empty() && r.logs.empty()) {
       out.skips.push_back({job.path, r.error});
       return out;
+    }
+    for (const auto& w : r.warnings) {
+      // The reader's messages start with the file's name; the entry carries it apart.
+      const std::string lead = job.path + ": ";
+      out.warnings.push_back({job.path, w.rfind(lead, 0) == 0 ? w.substr(lead.size()) : w});
     }
     for (const auto& log : r.logs) out.procs.push_back(proc_from_log(log, "torch"));
     return out;
@@ -315,6 +320,7 @@ Model load_model(const std::vector<std::string>& paths, unsigned threads) {
   std::vector<Proc> procs;
   for (size_t i = 0; i < loaded.size(); ++i) {
     for (auto& s : loaded[i].skips) model.skipped.push_back(std::move(s));
+    for (auto& w : loaded[i].warnings) model.warnings.push_back(std::move(w));
     for (auto& p : loaded[i].procs) procs.push_back(std::move(p));
     loaded[i] = Loaded{};
   }

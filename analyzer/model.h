@@ -103,6 +103,7 @@ struct Model {
   std::vector<Proc> procs;          // ascending global rank
   std::vector<Comm> comms;
   std::vector<Skip> skipped;
+  std::vector<Skip> warnings;       // remarks on files that were read and are analysed
   int expected_ranks = -1;          // from manifests, else the largest world size seen
   bool clock_aligned = false;
   std::vector<std::string> manifest_hosts;  // hosts named by manifests (nodes and processes)

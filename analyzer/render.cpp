@@ -1,6 +1,7 @@
 // The text view of an fr-analysis/1 document: the verdict sentence first, then per stalled
-// communicator a compact table (ranks that look the same share a row), then findings and skipped
-// files. Works from the JSON alone, so the coordinator's report.txt and the CLI print the same.
+// communicator a compact table (ranks that look the same share a row), then findings, skipped
+// files and remarks on files that were read. Works from the JSON alone, so the coordinator's
+// report.txt and the CLI print the same.
 #include <algorithm>
 #include <map>
 #include <sstream>
@@ -150,6 +151,21 @@ std::string render_text(const json& a, bool color) {
   for (const auto& s : in.value("skipped", json::array()))
     out << st.yellow() << "skipped " << s.value("file", std::string()) << ": " << s.value("error", std::string())
         << st.reset() << "\n";
+  // Files that were read and analysed, with remarks: one line per distinct remark, naming the
+  // first file and how many more share it (a thousand ranks often say the same thing).
+  std::vector<std::pair<std::string, std::vector<std::string>>> notes;
+  std::map<std::string, size_t> note_index;
+  for (const auto& w : in.value("warnings", json::array())) {
+    std::string msg = w.value("warning", std::string());
+    auto [it, fresh] = note_index.emplace(msg, notes.size());
+    if (fresh) notes.push_back({msg, {}});
+    notes[it->second].second.push_back(w.value("file", std::string()));
+  }
+  for (const auto& [msg, files] : notes) {
+    out << "warning (read, analysed) " << files.front();
+    if (files.size() > 1) out << " and " << files.size() - 1 << " more file" << (files.size() > 2 ? "s" : "");
+    out << ": " << msg << "\n";
+  }
   return out.str();
 }
 

@@ -45,14 +45,25 @@ for p in "${packages[@]}"; do
 done
 if ((${#missing[@]} == 0)); then
   echo "install-deps: all packages present"
-  install_fr_tools
-  exit 0
-fi
-if [[ $(id -u) -ne 0 ]]; then
+elif [[ $(id -u) -ne 0 ]]; then
   echo "install-deps: missing packages (${missing[*]}); run this script as root" >&2
   exit 1
+else
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -q
-apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+# --- PyTorch (PyPI) --------------------------------------------------------------------------
+# torch 2.15.0 for the real-torch analyzer tests (gloo jobs dumped by torch itself) and the
+# fr_trace comparison in the analyzer benchmark. Installed with its dependencies (about 5 GB;
+# without them `import torch` fails on libcufile.so.0). Skipped when that version imports.
+torch_version=2.15.0
+if python3 -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '$torch_version')" \
+     >/dev/null 2>&1; then
+  echo "install-deps: torch $torch_version present"
+else
+  python3 -m pip --version >/dev/null 2>&1 || apt-get install -y -q --no-install-recommends python3-pip
+  PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --root-user-action=ignore "torch==$torch_version"
+fi
 install_fr_tools

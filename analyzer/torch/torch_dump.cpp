@@ -14,11 +14,21 @@
 //                        size = len(ranks), rank = position of our global rank in ranks
 //                        name = desc, origin unknown, state live
 //                        the default group (name "0" or desc "default_pg") gives world_size
-//   pg_status          {pg_id: {last_enqueued_collective, ...}}  -> comm coll_seq (at least)
+//                      PyTorch 2.15 with gloo writes one nameless entry {"": {"name": "",
+//                      "ranks": ...}} whatever groups exist, holding the ranks of the group
+//                      created last (a new_group's in its own numbering): no group's
+//                      membership. A list 0..n-1 there only hints the world size; the default
+//                      group named by entries is the world (rank = global rank); any other group
+//                      it does not list has unknown members (a warning per dump)
+//   pg_status          {pg_id: {last_enqueued_collective, last_started_collective,
+//                      last_completed_collective}} -> collectives of that group up to the last
+//                      started / completed one are started / completed; last enqueued -> comm
+//                      coll_seq (at least), with the progress counters when entries fell out
 //   entries            list of records, oldest first    -> fr_record each:
 //     record_id          -> id (renumbered with a warning when not ascending)
 //     process_group      (name, desc) -> comm_id of that group
-//     profiling_name     "nccl:all_reduce", "nccl:send 0->1", "nccl:recv 1<-0" -> op; peer for
+//     profiling_name     "nccl:all_reduce", "gloo:all_reduce", "nccl:send 0->1", "nccl:recv 1<-0"
+//                        -> op (any backend prefix); peer for
 //                        p2p (the other side's rank in the group)
 //     is_p2p             -> seq = p2p_seq_id when true, collective_seq_id otherwise (absent in
 //                        old dumps: true for send/recv)
@@ -27,11 +37,16 @@
 //                        reduce_scatter and scatter, whose NCCL count is the receive count)
 //     input_dtypes       dtype (ncclDataType_t of the first input's c10 name)
 //     state              scheduled -> enqueued, started, completed; the discovered-started /
-//                        completed timestamps raise it too
+//                        completed timestamps raise it too, and retired: true means completed
+//                        (gloo leaves every entry "scheduled"; retired is its only sign). When
+//                        nothing in the dump reports a start (gloo, NCCL without timing), the
+//                        oldest unfinished op per group and kind counts as started (see
+//                        apply_progress)
 //     time_created_ns    -> call_ns (create_ns / heartbeat_ns / snapshot_ns from the min and max
 //                        of all timestamps)
 //     thread_id          -> tid (low 32 bits when numeric)
-//     duration_ms, timeout_ms, retired, frames, thread_name, output_dtypes: not kept
+//     duration_ms, timeout_ms, frames, thread_name, op_id: not kept (a pickle's are never
+//                        even turned into values); output_dtypes only when inputs have none
 //   nccl_comm_state    NCCL's per-communicator dump strings: not kept
 //
 // Coalesced groups: every op of a group carries the same sequence number, and PyTorch adds a
@@ -59,6 +74,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 #include "analyzer/torch/torch_detail.h"
@@ -207,7 +223,7 @@ int rank_from_name(const std::string& name) {
   return std::stoi(base.substr(start));
 }
 
-// "[0, 1, 2]" or a list of ints.
+// "[0, 1, 2]", "[0..5]" or a list of ints.
 bool parse_ranks(const json* v, std::vector<int64_t>* out) {
   out->clear();
   if (!v) return false;
@@ -236,6 +252,18 @@ bool parse_ranks(const json* v, std::vector<int64_t>* out) {
     if (!parse_int_text(s.substr(start, i - start), &r) || r >= kMaxRanks) return false;
     out->push_back(r);
     skip_ws();
+    if (s.substr(i, 2) == "..") {  // a range "a..b", as some versions print a long list
+      i += 2;
+      skip_ws();
+      size_t end_start = i;
+      while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+      int64_t last;
+      if (!parse_int_text(s.substr(end_start, i - end_start), &last) || last < r ||
+          last >= kMaxRanks || out->size() + size_t(last - r) > size_t(kMaxRanks))
+        return false;
+      for (int64_t x = r + 1; x <= last; ++x) out->push_back(x);
+      skip_ws();
+    }
     if (i < s.size() && s[i] == ',') { ++i; continue; }
     if (i < s.size() && s[i] == ']') return true;
     return false;
@@ -313,6 +341,7 @@ struct Entry {
   uint32_t tid = 0;
   fr_gpu_state state = FR_GPU_NONE;
   uint64_t group_id = 0;  // "fr_group_id" when present
+  int64_t pg_id = -1;
 };
 
 fr_gpu_state state_from(const json& e, Warnings* w) {
@@ -330,6 +359,9 @@ fr_gpu_state state_from(const json& e, Warnings* w) {
   if (as_int(field(e, "time_discovered_completed_ns"), &t) && t > 0) st = FR_GPU_COMPLETED;
   if (st < FR_GPU_STARTED && as_int(field(e, "time_discovered_started_ns"), &t) && t > 0)
     st = FR_GPU_STARTED;
+  // Retired: the work finished and left the recorder's active set. The CPU backend (gloo) never
+  // moves its entries past "scheduled"; this flag is the only per-entry sign that they finished.
+  if (as_bool(field(e, "retired"), false)) st = FR_GPU_COMPLETED;
   return st;
 }
 
@@ -346,6 +378,7 @@ class DumpConverter {
     check_version();
     if (!read_pg_config(error)) return false;
     if (!read_entries(error)) return false;
+    apply_progress();
     apply_groups();
     build(out);
     return true;
@@ -362,6 +395,12 @@ class DumpConverter {
   std::map<int64_t, size_t> by_pg_id_;
   std::vector<Entry> entries_;
   uint64_t min_ns_ = 0, max_ns_ = 0;
+  int64_t anon_world_ = -1;  // world size hinted by a nameless pg_config entry
+  bool start_seen_ = false;  // some entry or pg_status reports the start of work
+  // pg_status per process group (index into groups_): the last collective enqueued, started
+  // and completed, -1 where the backend does not say.
+  struct Status { int64_t enqueued = -1, started = -1, completed = -1; };
+  std::map<size_t, Status> status_;
 
   void see_time(int64_t t) {
     if (t <= 0) return;
@@ -434,7 +473,15 @@ class DumpConverter {
       std::string name = as_text(field(v, "name"));
       if (name.empty()) name = key;
       if (name.empty()) {
-        w_.add(path_ + ": pg_config entry without a name skipped");
+        // PyTorch 2.15 with gloo writes one nameless entry whatever groups exist, holding the
+        // ranks of the group registered last (for a new_group, its own numbering). It is no
+        // group's membership; a list 0..n-1 is kept only as a hint of the world's size.
+        std::vector<int64_t> ranks;
+        if (parse_ranks(field(v, "ranks"), &ranks)) {
+          bool dense = true;
+          for (size_t i = 0; i < ranks.size(); ++i) dense = dense && ranks[i] == int64_t(i);
+          if (dense) anon_world_ = std::max<int64_t>(anon_world_, int64_t(ranks.size()));
+        }
         return;
       }
       if (by_name_.count(name)) {
@@ -503,9 +550,20 @@ class DumpConverter {
       }
       auto git = by_name_.find(gname);
       if (git == by_name_.end()) {
-        w_.add(path_ + ": process group " + gname.substr(0, 64) +
-               " is not in pg_config; its size and members are unknown");
         x.group = add_group(gname, gdesc, nullptr, nullptr);
+        Group& g = groups_[x.group];
+        if ((gname == "0" || gdesc == "default_pg") && rank_ >= 0) {
+          // The default group is the world: this process's rank in it is its global rank, and
+          // its size is at least what the nameless pg_config entry and the rank itself show.
+          g.rank = int32_t(rank_);
+          g.size = int32_t(std::max<int64_t>(anon_world_, rank_ + 1));
+          if (anon_world_ <= rank_)
+            w_.add(path_ + ": the default process group is not in pg_config; its size is unknown");
+        } else {
+          w_.add(path_ + ": process group " + gname.substr(0, 64) +
+                 (gdesc.empty() ? "" : " (" + gdesc.substr(0, 64) + ")") +
+                 " is not in pg_config; its size and members are unknown");
+        }
       } else {
         x.group = git->second;
       }
@@ -523,6 +581,10 @@ class DumpConverter {
       see_time(int_or(e, "time_discovered_started_ns", 0));
       see_time(int_or(e, "time_discovered_completed_ns", 0));
       x.state = state_from(e, &w_);
+      x.pg_id = pg_id;
+      if (as_text(field(e, "state")) == "started" ||
+          int_or(e, "time_discovered_started_ns", 0) > 0)
+        start_seen_ = true;
       int64_t tid;
       if (as_int(field(e, "thread_id"), &tid)) x.tid = uint32_t(uint64_t(tid));
       if (const json* gid = field(e, "fr_group_id"); gid && gid->is_number_unsigned())
@@ -559,6 +621,45 @@ class DumpConverter {
       entries_.push_back(x);
     }
     return true;
+  }
+
+  // Progress beyond the entries' own states. pg_status (keyed by pg_id, the entries' "pg_id")
+  // holds the last collective started and completed per process group: every collective at or
+  // below them has started or finished, even when its entry says "scheduled".
+  // A backend that never reports the start of work (gloo; NCCL without TORCH_NCCL_ENABLE_TIMING:
+  // no "started" state, no start time, last_started_collective -1 everywhere) cannot show a rank
+  // whose device never began an op, so no rank may be blamed for that: the oldest unfinished op of
+  // each group and kind counts as started (the work a CPU backend is running, or the one a GPU
+  // stream reached), the ones behind it stay enqueued.
+  void apply_progress() {
+    if (const json* st = field(d_, "pg_status"); st && st->is_object()) {
+      for (auto it = st->begin(); it != st->end(); ++it) {
+        int64_t pg_id;
+        if (!parse_int_text(it.key(), &pg_id)) continue;
+        auto g = by_pg_id_.find(pg_id);
+        if (g == by_pg_id_.end()) continue;
+        Status s;
+        s.enqueued = int_or(it.value(), "last_enqueued_collective", -1);
+        s.started = int_or(it.value(), "last_started_collective", -1);
+        s.completed = int_or(it.value(), "last_completed_collective", -1);
+        if (s.started >= 0) start_seen_ = true;
+        status_[g->second] = s;
+      }
+    }
+    for (auto& e : entries_) {
+      if (e.p2p || e.seq <= 0) continue;
+      auto it = status_.find(e.group);
+      if (it == status_.end()) continue;
+      if (e.seq <= it->second.completed) e.state = FR_GPU_COMPLETED;
+      else if (e.seq <= it->second.started) e.state = std::max(e.state, FR_GPU_STARTED);
+    }
+    if (start_seen_) return;
+    std::set<std::pair<size_t, bool>> oldest;
+    for (auto& e : entries_) {
+      if (e.op < 0 || e.state >= FR_GPU_COMPLETED || !oldest.insert({e.group, e.p2p}).second)
+        continue;
+      e.state = FR_GPU_STARTED;
+    }
   }
 
   // Coalesced groups: same process group, kind and sequence number; the marker's state wins.
@@ -701,18 +802,17 @@ class DumpConverter {
         if (r.call_ns && (!c.create_ns || r.call_ns < c.create_ns)) c.create_ns = r.call_ns;
       }
     }
-    // pg_status (keyed by pg_id) knows the last enqueued collective even when its entry was
-    // overwritten.
-    if (const json* st = field(d_, "pg_status"); st && st->is_object()) {
-      for (auto it = st->begin(); it != st->end(); ++it) {
-        int64_t pg_id, last;
-        if (!parse_int_text(it.key(), &pg_id)) continue;
-        auto g = by_pg_id_.find(pg_id);
-        if (g == by_pg_id_.end() || groups_[g->second].comm_index >= ncomm) continue;
-        if (as_int(field(it.value(), "last_enqueued_collective"), &last) && last > 0) {
-          fr_comm_entry& c = f.comms[groups_[g->second].comm_index];
-          c.coll_seq = std::max<uint64_t>(c.coll_seq, uint64_t(last));
-        }
+    // pg_status knows the last enqueued collective even when its entry was overwritten; then
+    // whether everything enqueued has finished is told by the communicator's counters (in
+    // collective sequence numbers here).
+    for (const auto& [gi, s] : status_) {
+      if (groups_[gi].comm_index >= ncomm || s.enqueued <= 0) continue;
+      fr_comm_entry& c = f.comms[groups_[gi].comm_index];
+      if (uint64_t(s.enqueued) > c.coll_seq) {
+        c.coll_seq = uint64_t(s.enqueued);
+        c.op_index = uint64_t(s.enqueued);
+        c.gpu_completed = s.completed > 0 ? uint64_t(s.completed) : 0;
+        c.gpu_started = std::max<uint64_t>(c.gpu_completed, s.started > 0 ? uint64_t(s.started) : 0);
       }
     }
 
@@ -934,10 +1034,17 @@ bool sniff_torch_dump(std::string_view head) {
 bool looks_like_torch_dump(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return false;
-  std::string head(kSniffBytes, '\0');
-  in.read(head.data(), std::streamsize(head.size()));
-  head.resize(size_t(in.gcount()));
-  return sniff_torch_dump(head);
+  // The keys sit near the start of PyTorch's dumps: look at 64 KiB first, then up to 1 MiB.
+  std::string head;
+  for (size_t want : {size_t(64) << 10, kSniffBytes}) {
+    size_t have = head.size();
+    head.resize(want);
+    in.read(head.data() + have, std::streamsize(want - have));
+    head.resize(have + size_t(in.gcount()));
+    if (sniff_torch_dump(head)) return true;
+    if (head.size() < want) return false;
+  }
+  return false;
 }
 
 TorchReadResult convert_torch_document(const json& doc, const std::string& name) {
@@ -987,7 +1094,10 @@ TorchReadResult read_torch_dump_bytes(std::string_view bytes, const std::string&
   }
   if (static_cast<unsigned char>(bytes[0]) == 0x80) {
     UnpickleLimits lim;
-    lim.skip_keys = {"frames"};  // stack traces: the bulk of a dump, not used
+    // Stack traces are the bulk of a dump; these and the other fields the reader does not keep
+    // are never turned into JSON.
+    lim.skip_keys = {"frames", "thread_name", "duration_ms", "timeout_ms", "op_id",
+                     "nccl_comm_state"};
     UnpickleResult u = unpickle(bytes, lim);
     if (!u.ok()) {
       r.error = name + ": " + u.error;

@@ -9,6 +9,8 @@
 //   - ranks of a group: the global ranks of its members in group-rank order, learned from all
 //     the logs exported together; members whose log is absent are left out, and the extra
 //     "fr_size" / "fr_rank" fields keep the group's size and this rank's place in it.
+//   - group descriptions: the communicator's name; an unnamed world communicator is
+//     "default_pg", as PyTorch describes its world group; other unnamed ones "undefined".
 //   - both sequence counters per entry: the op's own one, and the other kind's last value on that
 //     communicator at that point (as PyTorch records them).
 //   - sizes: one tensor per side, shaped so that PyTorch's size checks hold (all_gather output =
@@ -125,6 +127,17 @@ const char* state_text(uint32_t s) {
 
 json sizes(uint64_t count) { return json::array({json::array({count})}); }
 
+// A group's description: the communicator's name; an unnamed communicator that spans the world
+// in global-rank order is PyTorch's default group ("default_pg", as PyTorch describes its world
+// group, decided from every exported log so all ranks agree); any other unnamed one "undefined".
+std::string group_desc(const fr_comm_entry* c, const Membership* m, int32_t world_size) {
+  if (c && c->name[0]) return c_name(c->name);
+  if (!m || world_size <= 0 || m->size != world_size || m->members.empty()) return "undefined";
+  for (const auto& [crank, grank] : m->members)
+    if (crank != grank) return "undefined";
+  return "default_pg";
+}
+
 // The pickle form (FlightRecorder::dump_dict) differs from the JSON form only in value types:
 // pg_status counters are ints, absent discovered times are None, process_group is a tuple.
 json dump_one(const fr::log::LogFile& log, const std::map<uint64_t, Membership>& members,
@@ -164,20 +177,19 @@ json dump_one(const fr::log::LogFile& log, const std::map<uint64_t, Membership>&
       for (const auto& [crank, grank] : m->second.members) ranks.push_back(grank);
     json pg = json::object();
     std::string name = hex_id(id);
-    std::string desc = c ? c_name(c->name) : std::string();
     pg["name"] = name;
-    pg["desc"] = desc.empty() ? "undefined" : desc;
+    pg["desc"] = group_desc(c, m != members.end() ? &m->second : nullptr, h.world_size);
     pg["ranks"] = ranks_text(ranks);
     pg["fr_size"] = std::to_string(size);
     pg["fr_rank"] = std::to_string(c ? c->rank : -1);
     pg_config[name] = std::move(pg);
   }
-  d["pg_config"] = std::move(pg_config);
 
   struct Progress {
     int64_t enqueued = -1, started = -1, completed = -1;
     uint64_t coll = 0, p2p = 0, op_id = 0;
   };
+  d["pg_config"] = pg_config;  // entries below take their groups' descriptions from it
   std::map<uint64_t, Progress> prog;
   for (const auto& [id, c] : table)
     if (c && c->coll_seq) prog[id].enqueued = int64_t(c->coll_seq);
@@ -220,8 +232,7 @@ json dump_one(const fr::log::LogFile& log, const std::map<uint64_t, Membership>&
     json e = json::object();
     e["record_id"] = r.id;
     e["pg_id"] = pg_id[r.comm_id];
-    e["process_group"] = json::array({hex_id(r.comm_id), c && c->name[0] ? c_name(c->name)
-                                                                           : std::string("undefined")});
+    e["process_group"] = json::array({hex_id(r.comm_id), pg_config[hex_id(r.comm_id)]["desc"]});
     e["thread_name"] = "";
     e["thread_id"] = std::to_string(r.tid);
     e["collective_seq_id"] = p2p ? p.coll : r.seq;

@@ -2,7 +2,18 @@
 //
 // Values live in an arena addressed by index rather than behind shared pointers, so the memo and
 // the stack can share mutable containers the way pickle means them to (a list is memoized empty,
-// then filled) and a hostile file that builds a cycle leaks nothing. The tree is then copied out
+// then filled) and a hostile file that builds a cycle leaks nothing. Nothing is allocated per
+// value: strings are views into the input, a container's items are segments of one shared pool
+// (each APPENDS/SETITEMS adds one), the memo is a dense array (a map only for sparse indices).
+// A dump of 2,000 entries with 16 stack frames each runs ~300,000 values, a thousand ranks'
+// dumps a third of a billion.
+//
+// The value of a skipped key (UnpickleLimits::skip_keys: a dump's stack frames, four fifths of
+// its values) is not even built: right after such a key in a SETITEMS batch, the opcodes of the
+// one value that follows are only scanned (lengths checked, stack height and marks counted, memo
+// entries it makes marked as unusable) and one placeholder stands for it. Should the guess be
+// wrong (the str was no key, the value is shared through the memo, the scan meets anything
+// unusual), the whole pickle runs again building everything, so the result never depends on it. The tree is then copied out
 // to JSON with a depth limit (which also stops cycles) and output budgets (which stop a small file
 // from expanding a shared subtree exponentially).
 #include "analyzer/torch/unpickle.h"
@@ -10,8 +21,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <unordered_map>
-#include <unordered_set>
 
 namespace fr::analyzer::torch {
 
@@ -37,6 +48,7 @@ enum Op : uint8_t {
 enum class Kind : uint8_t {
   kNone, kBool, kInt, kUint, kBigInt, kFloat, kStr, kBytes, kList, kTuple, kDict, kSet,
   kFrozenSet,
+  kSkipped,  // stands for the value of a skipped key, which was scanned, not built
 };
 
 const char* kind_name(Kind k) {
@@ -52,19 +64,24 @@ const char* kind_name(Kind k) {
     case Kind::kDict: return "dict";
     case Kind::kSet: return "set";
     case Kind::kFrozenSet: return "frozenset";
+    case Kind::kSkipped: return "skipped value";
   }
   return "?";
 }
 
 // One value. `ref` indexes strs_ (str, bytes) or seqs_ (containers; a dict's sequence holds
-// keys and values interleaved).
+// keys and values interleaved, a key and its value always in the same segment).
 struct Obj {
   Kind kind;
+  uint8_t skip_key = 0;  // str: 0 not yet asked, 1 not a skipped key, 2 a skipped key
   uint32_t ref = 0;
-  int64_t i = 0;
-  uint64_t u = 0;
-  double f = 0;
+  union {  // by kind: bool/int i, wide unsigned u, float/bigint f
+    int64_t i = 0;
+    uint64_t u;
+    double f;
+  };
 };
+static_assert(sizeof(Obj) == 16, "one value stays small");
 
 bool valid_utf8(std::string_view s) {
   size_t i = 0, n = s.size();
@@ -97,10 +114,27 @@ bool valid_utf8(std::string_view s) {
 class Machine {
  public:
   Machine(std::string_view in, const UnpickleLimits& lim) : in_(in), lim_(lim) {
-    skip_.insert(lim.skip_keys.begin(), lim.skip_keys.end());
+    // Values built (frames are scanned, not built) run about one per 50 bytes of a dump.
+    objs_.reserve(std::min<size_t>(in.size() / 48 + 64, lim.max_objects));
   }
 
   UnpickleResult run() {
+    UnpickleResult r = run_once();
+    if (r.ok() || !rerun_) return r;
+    reset();
+    scan_ = false;  // build everything: the result cannot depend on the scan
+    return run_once();
+  }
+
+ private:
+  std::string_view in_;
+  const UnpickleLimits& lim_;
+  bool scan_ = true;    // scan the values of skipped keys instead of building them
+  bool rerun_ = false;  // a scan guessed wrong: run again with scan_ off
+  std::vector<int64_t> scan_marks_;
+  static constexpr uint32_t kPoison = UINT32_MAX;  // memo entry made inside a scanned value
+
+  UnpickleResult run_once() {
     UnpickleResult r;
     uint32_t top = 0;
     if (!execute(&top)) {
@@ -116,21 +150,168 @@ class Machine {
     return r;
   }
 
- private:
-  std::string_view in_;
-  const UnpickleLimits& lim_;
-  std::unordered_set<std::string> skip_;
+  void reset() {
+    pos_ = op_at_ = 0;
+    op_ = 0;
+    error_.clear();
+    rerun_ = false;
+    objs_.clear();
+    strs_.clear();
+    seqs_.clear();
+    segs_.clear();
+    pool_.clear();
+    stack_.clear();
+    marks_.clear();
+    memo_dense_.clear();
+    memo_sparse_.clear();
+    memo_count_ = 0;
+  }
+
+  // A guess of the scan did not hold: stop, and run() starts over without scanning.
+  bool scan_wrong() {
+    rerun_ = true;
+    if (error_.empty()) error_ = "pickle: internal: skipped value scan abandoned";
+    return false;
+  }
+
+  // The str just pushed is a skipped key when it is at a key's place in a SETITEMS batch (an
+  // even place above the mark, a dict below the mark).
+  bool at_key_place() const {
+    if (marks_.empty()) return false;
+    size_t m = marks_.back(), n = stack_.size();
+    return m >= 1 && n > m && (n - m) % 2 == 1 && objs_[stack_[m - 1]].kind == Kind::kDict;
+  }
+
+  bool memo_mark_poison(uint64_t idx) {
+    bool dense = idx < memo_dense_.size() + 4096 && idx < lim_.max_memo;
+    bool fresh = dense ? (idx >= memo_dense_.size() || memo_dense_[idx] == 0)
+                       : memo_sparse_.count(idx) == 0;
+    if (fresh && memo_count_ >= lim_.max_memo) return scan_wrong();
+    if (dense) {
+      if (idx >= memo_dense_.size()) memo_dense_.resize(idx + 1, 0);
+      memo_dense_[idx] = kPoison;
+    } else {
+      memo_sparse_[idx] = kPoison;
+    }
+    memo_count_ += fresh;
+    return true;
+  }
+  bool memo_known(uint64_t idx) const {
+    return (idx < memo_dense_.size() && memo_dense_[idx] != 0) || memo_sparse_.count(idx);
+  }
+
+  // Scans one complete value from pos_ (see the file comment) and pushes a placeholder for it.
+  bool scan_value() {
+    scan_marks_.clear();
+    int64_t h = 0;  // values above the stack as it was
+    auto skip_len = [&](size_t width) {
+      if (in_.size() - pos_ < width) return false;
+      uint64_t n = read_le(width);
+      if (n > in_.size() - pos_) return false;
+      pos_ += size_t(n);
+      return true;
+    };
+    while (true) {
+      if (pos_ >= in_.size()) return scan_wrong();
+      uint8_t op = static_cast<uint8_t>(in_[pos_]);
+      if (h == 1 && scan_marks_.empty() && op != MARK && op != BINPUT && op != LONG_BINPUT &&
+          op != MEMOIZE)
+        break;  // complete: the next opcode is no longer about this value
+      ++pos_;
+      switch (op) {
+        case NONE: case NEWTRUE: case NEWFALSE: case EMPTY_LIST: case EMPTY_DICT:
+        case EMPTY_TUPLE: case EMPTY_SET:
+          ++h;
+          break;
+        case BININT1: if (in_.size() - pos_ < 1) return scan_wrong(); pos_ += 1; ++h; break;
+        case BININT2: if (in_.size() - pos_ < 2) return scan_wrong(); pos_ += 2; ++h; break;
+        case BININT: if (in_.size() - pos_ < 4) return scan_wrong(); pos_ += 4; ++h; break;
+        case BINFLOAT: if (in_.size() - pos_ < 8) return scan_wrong(); pos_ += 8; ++h; break;
+        case LONG1: case SHORT_BINUNICODE: case SHORT_BINBYTES: case SHORT_BINSTRING:
+          if (!skip_len(1)) return scan_wrong();
+          ++h;
+          break;
+        case BINUNICODE: case BINBYTES:
+          if (!skip_len(4)) return scan_wrong();
+          ++h;
+          break;
+        case BINUNICODE8: case BINBYTES8:
+          if (!skip_len(8)) return scan_wrong();
+          ++h;
+          break;
+        case MARK: scan_marks_.push_back(h); break;
+        case APPENDS: case SETITEMS: case ADDITEMS:
+          if (scan_marks_.empty()) return scan_wrong();
+          h = scan_marks_.back();
+          scan_marks_.pop_back();
+          if (h < 1) return scan_wrong();
+          break;
+        case LIST: case TUPLE: case DICT: case FROZENSET:
+          if (scan_marks_.empty()) return scan_wrong();
+          h = scan_marks_.back() + 1;
+          scan_marks_.pop_back();
+          break;
+        case APPEND: h -= 1; if (h < 1) return scan_wrong(); break;
+        case SETITEM: h -= 2; if (h < 1) return scan_wrong(); break;
+        case TUPLE1: case TUPLE2: case TUPLE3: {
+          int64_t n = op - TUPLE1 + 1;
+          int64_t floor = scan_marks_.empty() ? 0 : scan_marks_.back();
+          if (h - n < floor) return scan_wrong();
+          h = h - n + 1;
+          break;
+        }
+        case BINGET:
+          if (in_.size() - pos_ < 1 || !memo_known(read_le(1))) return scan_wrong();
+          ++h;
+          break;
+        case LONG_BINGET:
+          if (in_.size() - pos_ < 4 || !memo_known(read_le(4))) return scan_wrong();
+          ++h;
+          break;
+        case BINPUT:
+          if (h < 1 || in_.size() - pos_ < 1 || !memo_mark_poison(read_le(1))) return scan_wrong();
+          break;
+        case LONG_BINPUT:
+          if (h < 1 || in_.size() - pos_ < 4 || !memo_mark_poison(read_le(4))) return scan_wrong();
+          break;
+        case MEMOIZE:
+          if (h < 1 || !memo_mark_poison(memo_count_)) return scan_wrong();
+          break;
+        case FRAME:
+          if (in_.size() - pos_ < 8) return scan_wrong();
+          if (read_le(8) > in_.size() - pos_) return scan_wrong();
+          break;
+        default:
+          return scan_wrong();  // anything else: the full run judges it
+      }
+      if (h < (scan_marks_.empty() ? 0 : scan_marks_.back())) return scan_wrong();
+    }
+    return push_new(Kind::kSkipped);
+  }
+
+  bool skipped(std::string_view key) const {
+    for (const auto& k : lim_.skip_keys)
+      if (key == k) return true;
+    return false;
+  }
   size_t pos_ = 0;
   size_t op_at_ = 0;  // offset of the opcode being run
   uint8_t op_ = 0;
   std::string error_;
 
   std::vector<Obj> objs_;
-  std::vector<std::string> strs_;
-  std::vector<std::vector<uint32_t>> seqs_;
+  static constexpr uint32_t kNoSeg = UINT32_MAX;
+  struct Seg { uint32_t begin, count, next; };  // pool_[begin, begin + count), then segs_[next]
+  struct Seq { uint32_t head = kNoSeg, tail = kNoSeg; };
+  std::vector<std::string_view> strs_;
+  std::vector<Seq> seqs_;
+  std::vector<Seg> segs_;
+  std::vector<uint32_t> pool_;
   std::vector<uint32_t> stack_;
   std::vector<size_t> marks_;  // stack sizes at each MARK
-  std::unordered_map<uint64_t, uint32_t> memo_;
+  std::vector<uint32_t> memo_dense_;  // memo index -> value + 1; 0: never stored
+  std::unordered_map<uint64_t, uint32_t> memo_sparse_;  // indices far beyond the dense part
+  size_t memo_count_ = 0;
   size_t out_nodes_ = 0;
   size_t out_bytes_ = 0;
 
@@ -171,7 +352,7 @@ class Machine {
     if (k == Kind::kStr || k == Kind::kBytes) {
       o.ref = static_cast<uint32_t>(strs_.size());
       strs_.emplace_back();
-    } else if (k >= Kind::kList) {
+    } else if (k >= Kind::kList && k <= Kind::kFrozenSet) {
       o.ref = static_cast<uint32_t>(seqs_.size());
       seqs_.emplace_back();
     }
@@ -218,9 +399,36 @@ class Machine {
     if (k == Kind::kStr && !valid_utf8(s)) return fail("str is not valid UTF-8");
     uint32_t id;
     if (!push_new(k, &id)) return false;
-    strs_[objs_[id].ref].assign(s.data(), s.size());
+    strs_[objs_[id].ref] = s;
     pos_ += n;
-    return true;
+    return maybe_scan();
+  }
+
+  // After a str was pushed (read or taken from the memo): when it is a skipped key, its own memo
+  // entries are made as usual, then the value that follows is scanned.
+  bool maybe_scan() {
+    Obj& o = objs_[stack_.back()];
+    if (!scan_ || o.kind != Kind::kStr) return true;
+    // Keys come back through the memo thousands of times: ask once per value.
+    if (o.skip_key == 0) o.skip_key = skipped(strs_[o.ref]) ? 2 : 1;
+    if (o.skip_key != 2 || !at_key_place()) return true;
+    while (pos_ < in_.size()) {
+      op_at_ = pos_;
+      op_ = static_cast<uint8_t>(in_[pos_]);
+      if (op_ == BINPUT) {
+        ++pos_;
+        if (!need(1) || !memo_put(read_le(1))) return false;
+      } else if (op_ == LONG_BINPUT) {
+        ++pos_;
+        if (!need(4) || !memo_put(read_le(4))) return false;
+      } else if (op_ == MEMOIZE) {
+        ++pos_;
+        if (!memo_put(memo_count_)) return false;
+      } else {
+        break;
+      }
+    }
+    return scan_value();
   }
 
   // LONG1/LONG4: little-endian two's complement of n bytes.
@@ -265,16 +473,47 @@ class Machine {
   bool memo_put(uint64_t idx) {
     uint32_t v = 0;
     if (!top(&v)) return false;
-    if (memo_.size() >= lim_.max_memo && !memo_.count(idx))
+    bool dense = idx < memo_dense_.size() + 4096 && idx < lim_.max_memo;
+    bool fresh = dense ? (idx >= memo_dense_.size() || memo_dense_[idx] == 0)
+                       : memo_sparse_.count(idx) == 0;
+    if (fresh && memo_count_ >= lim_.max_memo)
       return fail("memo too large (limit " + std::to_string(lim_.max_memo) + ")");
-    memo_[idx] = v;
+    if (dense) {
+      if (idx >= memo_dense_.size()) memo_dense_.resize(idx + 1, 0);
+      memo_dense_[idx] = v + 1;
+    } else {
+      memo_sparse_[idx] = v;
+    }
+    memo_count_ += fresh;
     return true;
   }
   bool memo_get(uint64_t idx) {
-    auto it = memo_.find(idx);
-    if (it == memo_.end()) return fail("memo key " + std::to_string(idx) + " was never stored");
+    if (idx < memo_dense_.size() && memo_dense_[idx] == kPoison)
+      return scan_wrong();  // shared with a value that was only scanned
+    if (auto sp = memo_sparse_.find(idx); sp != memo_sparse_.end() && sp->second == kPoison)
+      return scan_wrong();
+    if (idx < memo_dense_.size() && memo_dense_[idx] != 0) {
+      stack_.push_back(memo_dense_[idx] - 1);
+      return maybe_scan();
+    }
+    auto it = memo_sparse_.find(idx);
+    if (it == memo_sparse_.end()) return fail("memo key " + std::to_string(idx) + " was never stored");
     stack_.push_back(it->second);
-    return true;
+    return maybe_scan();
+  }
+  // Adds n items to a container's sequence as one segment.
+  void seq_add(uint32_t ref, const uint32_t* items, size_t n) {
+    if (n == 0) return;
+    Seg g{static_cast<uint32_t>(pool_.size()), static_cast<uint32_t>(n), kNoSeg};
+    pool_.insert(pool_.end(), items, items + n);
+    uint32_t gi = static_cast<uint32_t>(segs_.size());
+    segs_.push_back(g);
+    Seq& q = seqs_[ref];
+    if (q.tail == kNoSeg)
+      q.head = gi;
+    else
+      segs_[q.tail].next = gi;
+    q.tail = gi;
   }
   bool read_decimal_line(uint64_t* v) {
     size_t nl = in_.find('\n', pos_);
@@ -293,10 +532,12 @@ class Machine {
 
   bool seq_append(uint32_t container, const uint32_t* items, size_t n, Kind want) {
     Kind k = objs_[container].kind;
+    if (k == Kind::kSkipped) return scan_wrong();
     if (k != want)
       return fail(std::string("cannot add items to a ") + kind_name(k));
-    auto& seq = seqs_[objs_[container].ref];
-    seq.insert(seq.end(), items, items + n);
+    if (pool_.size() + n >= UINT32_MAX || segs_.size() >= UINT32_MAX - 1)
+      return fail("too many items");
+    seq_add(objs_[container].ref, items, n);
     return true;
   }
 
@@ -475,8 +716,8 @@ class Machine {
           if (kind == Kind::kDict && (stack_.size() - k) % 2)
             return fail("odd number of items for a dict");
           if (!new_obj(kind, &id)) return false;
-          seqs_[objs_[id].ref].assign(stack_.begin() + static_cast<std::ptrdiff_t>(k),
-                                      stack_.end());
+          if (pool_.size() + (stack_.size() - k) >= UINT32_MAX) return fail("too many items");
+          seq_add(objs_[id].ref, stack_.data() + k, stack_.size() - k);
           stack_.resize(k);
           stack_.push_back(id);
           break;
@@ -487,8 +728,7 @@ class Machine {
           size_t n = size_t(op_ - TUPLE1) + 1;
           if (stack_.size() < fence() + n) return fail("stack underflow");
           if (!new_obj(Kind::kTuple, &id)) return false;
-          seqs_[objs_[id].ref].assign(stack_.end() - static_cast<std::ptrdiff_t>(n),
-                                      stack_.end());
+          seq_add(objs_[id].ref, stack_.data() + stack_.size() - n, n);
           stack_.resize(stack_.size() - n);
           stack_.push_back(id);
           break;
@@ -502,7 +742,7 @@ class Machine {
           if (!memo_put(read_le(4))) return false;
           break;
         case MEMOIZE:
-          if (!memo_put(memo_.size())) return false;
+          if (!memo_put(memo_count_)) return false;
           break;
         case PUT: {
           uint64_t idx;
@@ -557,10 +797,11 @@ class Machine {
   bool key_text(uint32_t key, std::string* out) {
     const Obj& o = objs_[key];
     switch (o.kind) {
-      case Kind::kStr: *out = strs_[o.ref]; return true;
+      case Kind::kSkipped: return scan_wrong();
+      case Kind::kStr: out->assign(strs_[o.ref]); return true;
       case Kind::kBytes:
         if (!valid_utf8(strs_[o.ref])) break;
-        *out = strs_[o.ref];
+        out->assign(strs_[o.ref]);
         return true;
       case Kind::kInt: *out = std::to_string(o.i); return true;
       case Kind::kUint: *out = std::to_string(o.u); return true;
@@ -580,6 +821,7 @@ class Machine {
     }
     const Obj& o = objs_[id];
     switch (o.kind) {
+      case Kind::kSkipped: return scan_wrong();  // a placeholder where a value is used
       case Kind::kNone: *out = nullptr; return true;
       case Kind::kBool: *out = o.i != 0; return true;
       case Kind::kInt: *out = o.i; return true;
@@ -588,7 +830,7 @@ class Machine {
       case Kind::kFloat: *out = o.f; return true;
       case Kind::kStr:
       case Kind::kBytes: {
-        const std::string& s = strs_[o.ref];
+        std::string_view s = strs_[o.ref];
         out_bytes_ += s.size();
         if (out_bytes_ > lim_.max_output_bytes) {
           error_ = "pickle: result too large (more than " + std::to_string(lim_.max_output_bytes) +
@@ -596,7 +838,7 @@ class Machine {
           return false;
         }
         if (o.kind == Kind::kStr)
-          *out = s;
+          *out = std::string(s);
         else
           *out = nlohmann::json::binary(std::vector<uint8_t>(s.begin(), s.end()));
         return true;
@@ -608,25 +850,31 @@ class Machine {
                " levels (or a container that holds itself)";
       return false;
     }
-    // Copy the index list: the recursion below may not grow seqs_, but keep it independent.
-    const std::vector<uint32_t>& items = seqs_[o.ref];
+    const Seq q = seqs_[o.ref];
     if (o.kind == Kind::kDict) {
       *out = nlohmann::json::object();
-      for (size_t q = 0; q + 1 < items.size(); q += 2) {
-        std::string key;
-        if (!key_text(items[q], &key)) return false;
-        if (objs_[items[q]].kind == Kind::kStr && skip_.count(key)) continue;
-        nlohmann::json v;
-        if (!to_json(items[q + 1], depth + 1, &v)) return false;
-        (*out)[key] = std::move(v);
+      std::string key;
+      for (uint32_t g = q.head; g != kNoSeg; g = segs_[g].next) {
+        const Seg seg = segs_[g];
+        for (uint32_t k = 0; k + 1 < seg.count; k += 2) {
+          uint32_t kid = pool_[seg.begin + k], vid = pool_[seg.begin + k + 1];
+          if (objs_[kid].kind == Kind::kStr && skipped(strs_[objs_[kid].ref])) continue;
+          if (!key_text(kid, &key)) return false;
+          nlohmann::json v;
+          if (!to_json(vid, depth + 1, &v)) return false;
+          (*out)[key] = std::move(v);
+        }
       }
       return true;
     }
     *out = nlohmann::json::array();
-    for (uint32_t item : items) {
-      nlohmann::json v;
-      if (!to_json(item, depth + 1, &v)) return false;
-      out->push_back(std::move(v));
+    for (uint32_t g = q.head; g != kNoSeg; g = segs_[g].next) {
+      const Seg seg = segs_[g];
+      for (uint32_t k = 0; k < seg.count; ++k) {
+        nlohmann::json v;
+        if (!to_json(pool_[seg.begin + k], depth + 1, &v)) return false;
+        out->push_back(std::move(v));
+      }
     }
     return true;
   }

@@ -13,6 +13,7 @@
 #include "analyzer/synth.h"
 #include "analyzer/torch/torch_detail.h"
 #include "analyzer/torch/torch_dump.h"
+#include "real_torch_checks.h"
 
 namespace t = fr::analyzer::torch;
 using nlohmann::json;
@@ -204,4 +205,10 @@ TEST_CASE("torch analysis: exported synthetic jobs keep their verdict", "[torch]
       CHECK(theirs["verdict"]["comm"]["id"] == ours["verdict"]["comm"]["id"]);
     }
   }
+}
+
+TEST_CASE("torch analysis: dumps PyTorch 2.15 wrote on gloo, every fault and form", "[torch][analysis]") {
+  // data/torch-2.15-gloo/<fault>/{file,bytes,json}: written by real/fr_torch_job.py.
+  const std::string data = std::string(FR_SOURCE_DIR) + "/tests/analyzer/torch/data/torch-2.15-gloo";
+  for (const char* fault : fr_real_torch::kFaults) fr_real_torch::check_forms(fault, data + "/" + fault);
 }

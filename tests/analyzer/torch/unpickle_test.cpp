@@ -132,6 +132,52 @@ TEST_CASE("unpickle: skip_keys leaves entries out", "[torch][unpickle]") {
   CHECK(r.value == json({{"keep", 1}}));
 }
 
+TEST_CASE("unpickle: a skipped value is scanned, and the result never depends on the scan",
+          "[torch][unpickle]") {
+  UnpickleLimits lim;
+  lim.skip_keys = {"frames"};
+  const uint8_t kBinput = 'q', kBinget = 'h';
+  SECTION("a nested value with memo entries, as torch writes frames") {
+    P p;
+    p.proto(2).op('}').op('(').str("frames").op(']').op('(');
+    p.op('}').op('(').str("name").op(kBinput).u8(1).str("f").i1(3).op('u');
+    p.op('}').op('(').op(kBinget).u8(1).str("g").op('u').op('e');
+    p.str("keep").i1(1).op('u').stop();
+    auto r = unpickle(p.b, lim);
+    REQUIRE(r.ok());
+    CHECK(r.value == json({{"keep", 1}}));
+  }
+  SECTION("a memo entry made inside the skipped value and used outside it") {
+    P p;
+    p.proto(2).op('}').op('(').str("frames").op(']').str("shared").op(kBinput).u8(7).op('a');
+    p.str("keep").op(kBinget).u8(7).op('u').stop();
+    auto r = unpickle(p.b, lim);
+    INFO(r.error);
+    REQUIRE(r.ok());
+    CHECK(r.value == json({{"keep", "shared"}}));
+  }
+  SECTION("\"frames\" as a value, or in a list, is no key") {
+    P p;
+    p.proto(2).op('}').op('(').str("a").str("frames").str("b").i1(2).op('u').stop();
+    auto r = unpickle(p.b, lim);
+    REQUIRE(r.ok());
+    CHECK(r.value == json({{"a", "frames"}, {"b", 2}}));
+    P q;
+    q.proto(2).op(']').op('(').str("frames").i1(5).op('e').stop();
+    auto r2 = unpickle(q.b, lim);
+    REQUIRE(r2.ok());
+    CHECK(r2.value == json({"frames", 5}));
+  }
+  SECTION("a broken skipped value gives the same error as without skipping") {
+    P p;
+    p.proto(2).op('}').op('(').str("frames").op('c').raw("os\nsystem\n").op('u').stop();
+    auto with = unpickle(p.b, lim);
+    auto without = unpickle(p.b);
+    CHECK(!with.ok());
+    CHECK(with.error == without.error);
+  }
+}
+
 TEST_CASE("unpickle: code-running opcodes are refused and nothing runs", "[torch][unpickle]") {
   char dir[] = "/tmp/fr-unpickle-XXXXXX";
   REQUIRE(mkdtemp(dir));
