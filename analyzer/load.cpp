@@ -130,12 +130,16 @@ void add_manifest_dir(const std::string& dir, Model* model, std::vector<Job>* jo
     listed.insert(fs::path(p.file).lexically_normal().string());
     jobs->push_back(job_in(dir, p.file, h, false));
   }
-  // Dump files present but not listed (another taker added them) are still read.
+  // Dump files present but not listed (another taker added them) are still read. A listed
+  // entry that is not a regular file is named once, by load_one.
   std::string lerr;
-  for (auto& f : list_dir(dir, &lerr, &model->skipped)) {
+  std::vector<Skip> notes;
+  for (auto& f : list_dir(dir, &lerr, &notes)) {
     if (listed.count(fs::path(f).lexically_normal().string())) continue;
     jobs->push_back(job_in(dir, f, {}, true));
   }
+  for (auto& n : notes)
+    if (!listed.count(fs::path(n.file).filename().string())) model->skipped.push_back(std::move(n));
 }
 
 // One reader thread's output for one input file.
