@@ -221,7 +221,7 @@ LocalLogs list_local_logs(const LocalLogOptions& opts) {
   std::vector<bool> keep(found.size(), true);
   for (size_t i = 0; i < found.size(); ++i) {
     const LocalLog& l = found[i];
-    if (!l.locked || l.lock_pid == 0) continue;
+    if (!l.locked || l.lock_pid <= 0) continue;  // not visible here (or an open file lock)
     if (same_process(l.lock_pid, l.pid)) {
       shared_pid_ns = shared_pid_ns || l.lock_pid == l.pid;
       continue;
