@@ -62,8 +62,31 @@ static uint32_t ring_capacity() {
     return FR_DEFAULT_RING_CAPACITY;
   }
   if (x < 16) x = 16;
-  if (x > (long)FR_MAX_RING_CAPACITY) x = FR_MAX_RING_CAPACITY;
+  if (x > (long)FR_MAX_RING_CAPACITY) {
+    // Said once, at start: the cap costs memory the user may not expect.
+    debug_log("FR_BUFFER_ENTRIES=%s is above the maximum; using %u records (%llu MiB of shared "
+              "memory per process)",
+              v, FR_MAX_RING_CAPACITY,
+              (unsigned long long)(fr_log_file_size(FR_DEFAULT_COMM_CAPACITY, FR_MAX_RING_CAPACITY) >> 20));
+    x = FR_MAX_RING_CAPACITY;
+  }
   return (uint32_t)x;
+}
+
+// The log's file mode: FR_LOG_MODE in octal (e.g. 0640), 0600 by default, so other users of the
+// machine can neither read the calls nor copy the log. The owner keeps read and write whatever
+// is asked.
+static mode_t log_mode() {
+  const char* v = getenv("FR_LOG_MODE");
+  if (v == nullptr || v[0] == '\0') return 0600;
+  char* end = nullptr;
+  errno = 0;
+  long m = strtol(v, &end, 8);
+  if (errno != 0 || end == v || *end != '\0' || m < 0 || m > 0777) {
+    debug_log("FR_LOG_MODE=%s is not an octal file mode; using 0600", v);
+    return 0600;
+  }
+  return (mode_t)m | 0600;
 }
 
 static void fill_identity(fr_log_header* h) {
@@ -149,11 +172,14 @@ bool log_open() {
     debug_log("FR_LOG_DIR is too long; not recording");
     return false;
   }
-  int fd = open(c.path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+  const mode_t mode = log_mode();
+  int fd = open(c.path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
   if (fd < 0) {
     debug_log("cannot create %s: %s; not recording", c.path, strerror(errno));
     return false;
   }
+  // Exactly the mode asked for: the umask would only take bits away from an explicit FR_LOG_MODE.
+  if (fchmod(fd, mode) != 0) debug_log("cannot set mode %o on %s: %s", (unsigned)mode, c.path, strerror(errno));
   // Readers tell a live writer from a dead one by this lock; it lasts as long as the process.
   struct flock lk = {};
   lk.l_type = F_WRLCK;

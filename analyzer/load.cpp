@@ -1,13 +1,20 @@
 // Loading: finds the dump files behind each input path, reads them on parallel threads through
-// fr::log::read_log (which maps each file and validates every record), and reduces each log to a
-// compact Proc at once so the whole dump set never sits in memory twice. Files that cannot be
+// fr::log::read_log_fd (which maps each file and validates every record), and reduces each log to
+// a compact Proc at once so the whole dump set never sits in memory twice. Files that cannot be
 // used (corrupt, truncated, foreign, newer version, another job, a rank seen twice) are named in
 // Model::skipped with one line each; everything else is analysed.
+//
+// A dump set may have been written by a hostile peer, and may change while it is read. Every
+// file is opened once, through fr::log's safe_file (the type checked before the open, which never
+// blocks), and read from that descriptor: a FIFO, device or socket is named and skipped, never
+// opened, so the analysis never hangs. Links inside a dump set (in a listing or a manifest entry,
+// at any depth) are not followed; a path the user names on the command line may be a link.
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
@@ -16,9 +23,10 @@
 #include <unordered_map>
 
 #include "analyzer/model.h"
+#include "log/safe_file.h"
 #include "log/snapshot.h"
 #ifdef FR_HAVE_TORCH
-#include "analyzer/torch/torch_dump.h"
+#include "analyzer/torch/torch_detail.h"
 #endif
 
 namespace fs = std::filesystem;
@@ -35,16 +43,21 @@ struct FileHint {
 };
 
 struct Job {
-  std::string path;
+  std::string path;  // as shown in messages
   FileHint hint;
   bool from_listing = false;  // found by scanning a directory (not named by the user/manifest)
+  // Inside a dump set: `rel` under `dir`, opened following no link. Empty: a path the user named.
+  std::string dir;
+  std::string rel;
 };
 
-bool has_magic(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  uint64_t magic = 0;
-  if (!in.read(reinterpret_cast<char*>(&magic), sizeof magic)) return false;
-  return magic == FR_LOG_MAGIC;
+// A PyTorch dump is read whole; the same bound as the torch reader's own.
+constexpr size_t kMaxTorchBytes = size_t{1} << 30;
+constexpr size_t kTorchSniffBytes = size_t{1} << 20;
+
+std::string without_trailing_slash(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir;
 }
 
 // The documents a dump set carries besides its dumps: the manifest, and what the coordinator
@@ -54,20 +67,48 @@ bool is_dump_set_document(const std::string& name) {
          name == "report.txt";
 }
 
-// Files in a directory that could be dumps, sorted by name for a stable order.
-std::vector<std::string> list_dir(const std::string& dir, std::string* error) {
+Job job_in(const std::string& dir, const std::string& rel, FileHint hint, bool from_listing) {
+  std::string d = without_trailing_slash(dir);
+  return {d + "/" + rel, std::move(hint), from_listing, d, rel};
+}
+
+// Files in a directory that could be dumps, sorted by name for a stable order. Entries that are
+// neither files nor folders (links, FIFOs, devices, sockets) are named in `notes`, never opened.
+std::vector<std::string> list_dir(const std::string& dir, std::string* error,
+                                  std::vector<Skip>* notes) {
   std::vector<std::string> out;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (name.empty() || name[0] == '.' || is_dump_set_document(name)) continue;
     std::error_code sec;
-    if (!it->is_regular_file(sec)) continue;
-    out.push_back(it->path().string());
+    fs::file_status st = it->symlink_status(sec);
+    if (sec || fs::is_directory(st)) continue;
+    if (fs::is_symlink(st)) {
+      notes->push_back({it->path().string(), "a symbolic link: not followed out of the dump set"});
+      continue;
+    }
+    if (!fs::is_regular_file(st)) {
+      const char* kind = fs::is_fifo(st) ? "a FIFO (pipe)"
+                         : fs::is_character_file(st) ? "a character device"
+                         : fs::is_block_file(st) ? "a block device"
+                         : fs::is_socket(st) ? "a socket"
+                                             : "not a file";
+      notes->push_back({it->path().string(), std::string(kind) + ", not a regular file: not read"});
+      continue;
+    }
+    out.push_back(name);
   }
   if (ec) *error = ec.message();
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// Every file of a directory without a usable manifest.
+void add_listing(const std::string& dir, Model* model, std::vector<Job>* jobs) {
+  std::string err;
+  for (auto& f : list_dir(dir, &err, &model->skipped)) jobs->push_back(job_in(dir, f, {}, true));
+  if (!err.empty()) model->skipped.push_back({dir, "cannot list: " + err});
 }
 
 void add_manifest_dir(const std::string& dir, Model* model, std::vector<Job>* jobs,
@@ -76,9 +117,7 @@ void add_manifest_dir(const std::string& dir, Model* model, std::vector<Job>* jo
   std::string err;
   if (!fr::log::read_manifest(dir, &m, &err)) {
     model->skipped.push_back({(fs::path(dir) / "manifest.json").string(), err});
-    std::string lerr;
-    for (auto& f : list_dir(dir, &lerr)) jobs->push_back({f, {}, true});
-    if (!lerr.empty()) model->skipped.push_back({dir, "cannot list: " + lerr});
+    add_listing(dir, model, jobs);
     return;
   }
   if (m.expected_ranks > model->expected_ranks) model->expected_ranks = m.expected_ranks;
@@ -94,17 +133,20 @@ void add_manifest_dir(const std::string& dir, Model* model, std::vector<Job>* jo
     h.rank = p.rank;
     h.host = p.host;
     if (!p.host.empty()) model->manifest_hosts.push_back(p.host);
-    fs::path f = fs::path(p.file);
-    if (f.is_relative()) f = fs::path(dir) / f;
-    listed.insert(f.lexically_normal().string());
-    jobs->push_back({f.string(), h, false});
+    // parse_manifest made sure the entry is relative and stays inside the dump set.
+    listed.insert(fs::path(p.file).lexically_normal().string());
+    jobs->push_back(job_in(dir, p.file, h, false));
   }
-  // Dump files present but not listed (another taker added them) are still read.
+  // Dump files present but not listed (another taker added them) are still read. A listed
+  // entry that is not a regular file is named once, by load_one.
   std::string lerr;
-  for (auto& f : list_dir(dir, &lerr)) {
+  std::vector<Skip> notes;
+  for (auto& f : list_dir(dir, &lerr, &notes)) {
     if (listed.count(fs::path(f).lexically_normal().string())) continue;
-    jobs->push_back({f, {}, true});
+    jobs->push_back(job_in(dir, f, {}, true));
   }
+  for (auto& n : notes)
+    if (!listed.count(fs::path(n.file).filename().string())) model->skipped.push_back(std::move(n));
 }
 
 // One reader thread's output for one input file.
@@ -116,28 +158,48 @@ struct Loaded {
 
 Loaded load_one(const Job& job) {
   Loaded out;
-  std::error_code ec;
-  if (!fs::exists(job.path, ec)) {
-    out.skips.push_back({job.path, "missing: listed in the manifest but not in the dump set"});
+  // Opened here, at analysis time, whatever was checked before (a coordinator accepted the file
+  // earlier; it may have been swapped for a FIFO since).
+  fr::log::OpenedFile file = job.dir.empty() ? fr::log::open_regular(job.path, fr::log::Links::kFollow)
+                                             : fr::log::open_beneath(job.dir, job.rel);
+  if (!file.ok()) {
+    if (file.error == fr::log::OpenError::kMissing && !job.from_listing && !job.dir.empty())
+      out.skips.push_back({job.path, "missing: listed in the manifest but not in the dump set"});
+    else
+      out.skips.push_back({job.path, file.reason});
     return out;
   }
+  const int fd = file.fd.get();
 #ifdef FR_HAVE_TORCH
-  if (!has_magic(job.path) && fr::analyzer::torch::looks_like_torch_dump(job.path)) {
-    auto r = fr::analyzer::torch::read_torch_dump(job.path);
-    if (!r.error.empty() && r.logs.empty()) {
-      out.skips.push_back({job.path, r.error});
+  uint64_t magic = 0;
+  bool flight_log = ::pread(fd, &magic, sizeof magic, 0) == ssize_t(sizeof magic) &&
+                    magic == FR_LOG_MAGIC;
+  if (!flight_log) {
+    std::string head(std::min<size_t>(kTorchSniffBytes, size_t(file.st.st_size)), '\0');
+    ssize_t n = head.empty() ? 0 : ::pread(fd, head.data(), head.size(), 0);
+    head.resize(n > 0 ? size_t(n) : 0);
+    if (fr::analyzer::torch::sniff_torch_dump(head)) {
+      std::string bytes, err;
+      if (!fr::log::read_all(fd, kMaxTorchBytes, &bytes, &err, job.path)) {
+        out.skips.push_back({job.path, err.substr(std::min(err.size(), job.path.size() + 2))});
+        return out;
+      }
+      auto r = fr::analyzer::torch::read_torch_dump_bytes(bytes, job.path);
+      if (!r.error.empty() && r.logs.empty()) {
+        out.skips.push_back({job.path, r.error});
+        return out;
+      }
+      for (const auto& w : r.warnings) {
+        // The reader's messages start with the file's name; the entry carries it apart.
+        const std::string lead = job.path + ": ";
+        out.warnings.push_back({job.path, w.rfind(lead, 0) == 0 ? w.substr(lead.size()) : w});
+      }
+      for (const auto& log : r.logs) out.procs.push_back(proc_from_log(log, "torch"));
       return out;
     }
-    for (const auto& w : r.warnings) {
-      // The reader's messages start with the file's name; the entry carries it apart.
-      const std::string lead = job.path + ": ";
-      out.warnings.push_back({job.path, w.rfind(lead, 0) == 0 ? w.substr(lead.size()) : w});
-    }
-    for (const auto& log : r.logs) out.procs.push_back(proc_from_log(log, "torch"));
-    return out;
   }
 #endif
-  auto r = fr::log::read_log(job.path);
+  auto r = fr::log::read_log_fd(fd, file.st, job.path);
   if (!r.ok()) {
     std::string msg = r.message;
     // The reader's message names the file; the skip entry carries the file apart.
@@ -283,22 +345,21 @@ Model load_model(const std::vector<std::string>& paths, unsigned threads) {
   for (const auto& path : paths) {
     std::error_code ec;
     fs::path p(path);
+    // A manifest that is there in any form (even a link or a FIFO) is read, and refused with
+    // its reason, rather than silently ignored.
     if (fs::is_directory(p, ec)) {
-      if (fs::exists(p / "manifest.json", ec)) {
+      if (fs::symlink_status(p / "manifest.json", ec).type() != fs::file_type::not_found) {
         any_manifest = true;
         add_manifest_dir(path, &model, &jobs, &offsets);
       } else {
-        std::string err;
-        auto files = list_dir(path, &err);
-        if (!err.empty()) model.skipped.push_back({path, "cannot list: " + err});
-        for (auto& f : files) jobs.push_back({f, {}, true});
+        add_listing(path, &model, &jobs);
       }
     } else if (p.filename() == "manifest.json") {
       any_manifest = true;
       add_manifest_dir(p.parent_path().empty() ? "." : p.parent_path().string(), &model, &jobs,
                        &offsets);
-    } else if (fs::exists(p, ec)) {
-      jobs.push_back({path, {}, false});
+    } else if (fs::symlink_status(p, ec).type() != fs::file_type::not_found) {
+      jobs.push_back({path, {}, false, "", ""});  // load_one refuses what is not a regular file
     } else {
       model.skipped.push_back({path, "no such file or directory"});
     }

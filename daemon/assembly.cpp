@@ -16,6 +16,7 @@
 #include "analyzer/analyze.h"
 #include "daemon/crc32c.h"
 #include "daemon/names.h"
+#include "log/safe_file.h"
 #include "log/snapshot.h"
 
 namespace fr::daemon {
@@ -137,23 +138,20 @@ PlacedCheck check_placed(const std::string& dir, const DumpHeader& hdr, const Up
                          std::string* error) {
   if (!check_dump_header(hdr, lim, error)) return PlacedCheck::kBadHeader;
   for (const auto& f : hdr.files) {
-    std::string path = dir + "/" + f.name;
-    int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-      *error = errno_text(f.name + " is not in " + dir);
+    fr::log::OpenedFile file = fr::log::open_regular(dir + "/" + f.name);
+    if (!file.ok()) {
+      *error = file.error == fr::log::OpenError::kMissing ? f.name + " is not in " + dir
+                                                          : file.message;
       return PlacedCheck::kMismatch;
     }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || uint64_t(st.st_size) != f.size) {
-      ::close(fd);
+    if (uint64_t(file.st.st_size) != f.size) {
       *error = f.name + " in " + dir + " is not a regular file of " + std::to_string(f.size) +
                " bytes";
       return PlacedCheck::kMismatch;
     }
     uint32_t crc = 0;
     uint64_t got = 0;
-    bool read_ok = crc32c_fd(fd, &got, &crc);
-    ::close(fd);
+    bool read_ok = crc32c_fd(file.fd.get(), &got, &crc);
     if (!read_ok || got != f.size || crc != f.crc32c) {
       *error = f.name + " in " + dir + ": checksum mismatch";
       return PlacedCheck::kMismatch;

@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <random>
 
 #include <grpcpp/grpcpp.h>
@@ -22,11 +21,14 @@
 #include "daemon/names.h"
 #include "daemon/watcher.h"
 #include "fr/v1/frd.grpc.pb.h"
+#include "log/safe_file.h"
 #include "log/snapshot.h"
 
 namespace fr::daemon {
 
 namespace {
+
+constexpr size_t kMaxDumpJsonBytes = 64u << 20;
 
 std::string this_host() {
   char b[256] = {0};
@@ -57,26 +59,25 @@ std::vector<std::string> list_dir(const std::string& dir) {
   return out;
 }
 
+// Spool files are the node's own, but the spool may sit in a shared /tmp: every read of a dump
+// goes through open_regular (no link, FIFO or device is ever opened).
 bool file_crc(const std::string& path, uint64_t* size, uint32_t* crc) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  bool ok = crc32c_fd(fd, size, crc);
-  ::close(fd);
-  return ok;
+  fr::log::OpenedFile f = fr::log::open_regular(path);
+  return f.ok() && crc32c_fd(f.fd.get(), size, crc);
 }
 
 // Copies `from` to `to` (created, never overwritten), checking the copy's size and checksum.
 bool copy_checked(const std::string& from, const std::string& to, const DumpFile& f,
                   std::string* error) {
-  int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
-  if (in < 0) {
-    *error = "cannot read " + from + ": " + std::strerror(errno);
+  fr::log::OpenedFile src = fr::log::open_regular(from);
+  if (!src.ok()) {
+    *error = "cannot read " + src.message;
     return false;
   }
+  const int in = src.fd.get();
   int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (out < 0) {
     *error = "cannot create " + to + ": " + std::strerror(errno);
-    ::close(in);
     return false;
   }
   std::string buf(1 << 20, '\0');
@@ -100,7 +101,6 @@ bool copy_checked(const std::string& from, const std::string& to, const DumpFile
   }
   if (ok && ::fsync(out) != 0) ok = false;
   if (!ok) *error = "cannot write " + to + ": " + std::strerror(errno);
-  ::close(in);
   ::close(out);
   if (ok && (size != f.size || crc != f.crc32c)) {
     *error = from + " changed in the spool";
@@ -192,6 +192,7 @@ bool NodeDaemon::init(std::string* error) {
     }
   }
   if (!pending_.empty()) log(std::to_string(pending_.size()) + " undelivered dump(s) in the spool");
+  log("reading the logs in " + opts_.log_dir + " owned by " + opts_.log_owners.describe());
   return true;
 }
 
@@ -294,6 +295,7 @@ void NodeDaemon::connect_once(bool* welcomed) {
       cv_.notify_all();
     });
     LogWatcher watcher(opts_.log_dir, opts_.stall_after_ns);
+    watcher.set_owners(opts_.log_owners);
     const int64_t scan_every = std::min<int64_t>(opts_.heartbeat_interval_ns, 200'000'000);
     int64_t last_sent = 0;
     uint64_t seq = 0;
@@ -372,6 +374,7 @@ bool NodeDaemon::take_dump(const Key& k, std::string* error) {
   // exactly this node's files (several simulated nodes may share one machine).
   so.host = opts_.node_name;
   so.write_manifest = false;
+  so.owners = opts_.log_owners;
   {
     std::lock_guard<std::mutex> lk(mu_);
     so.job_id = job_filter_;
@@ -403,10 +406,12 @@ bool NodeDaemon::take_dump(const Key& k, std::string* error) {
 
 int NodeDaemon::deliver(const Key& k, std::string* error) {
   std::string dir = spool_of(k);
-  std::ifstream hf(dir + "/dump.json");
-  nlohmann::json j = nlohmann::json::parse(hf, nullptr, false);
+  std::string text, read_error;
+  nlohmann::json j;
+  if (fr::log::read_regular_file(dir + "/dump.json", kMaxDumpJsonBytes, &text, &read_error))
+    j = nlohmann::json::parse(text, nullptr, false);
   DumpHeader h;
-  if (j.is_discarded() || !header_from_json(j, &h)) {
+  if (!read_error.empty() || j.is_discarded() || !header_from_json(j, &h)) {
     *error = "spool entry " + dir + " is damaged";
     return -1;
   }
@@ -507,11 +512,16 @@ int NodeDaemon::upload(const Key& k, const DumpHeader& h, std::string* error) {
   uint64_t sent = 0;
   std::string buf(chunk, '\0');
   for (size_t i = 0; sending && i < h.files.size(); ++i) {
-    std::ifstream f(dir + "/" + h.files[i].name, std::ios::binary);
+    fr::log::OpenedFile f = fr::log::open_regular(dir + "/" + h.files[i].name);
+    if (!f.ok()) {
+      // The coordinator refuses the short file by its size and checksum; say why here.
+      log("dump " + k.incident + ": " + f.message);
+      break;
+    }
     uint64_t off = 0;
-    while (sending && f) {
-      f.read(buf.data(), std::streamsize(buf.size()));
-      std::streamsize n = f.gcount();
+    while (sending) {
+      ssize_t n = ::pread(f.fd.get(), buf.data(), buf.size(), off_t(off));
+      if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;
       fr::v1::UploadChunk d;
       d.mutable_data()->set_file_index(uint32_t(i));

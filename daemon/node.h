@@ -20,12 +20,15 @@
 
 #include "daemon/client.h"
 #include "daemon/model.h"
+#include "log/local_logs.h"
 
 namespace fr::daemon {
 
 struct NodeOptions {
   ClientOptions client;
   std::string log_dir = "/dev/shm";
+  // Whose logs count: default this daemon's user, every user when it runs as root (--log-owner).
+  fr::log::LogOwners log_owners = fr::log::LogOwners::defaults();
   std::string node_name;             // default: the host name
   std::string spool_dir;             // where dumps wait for delivery; default under /tmp
   std::string shared_dump_dir;       // the coordinator's --dump-dir as mounted here; empty: upload

@@ -2,14 +2,13 @@
 // is cheap enough to do for every local process several times a second.
 #include "daemon/watcher.h"
 
-#include <dirent.h>
-
 #include <algorithm>
 #include <cstring>
 #include <ctime>
 #include <set>
 
 #include "fr/flight_log.h"
+#include "log/local_logs.h"
 #include "log/reader.h"
 
 namespace fr::daemon {
@@ -101,26 +100,19 @@ LogWatcher::LogWatcher(std::string log_dir, int64_t stall_after_ns)
 
 ScanResult LogWatcher::scan() {
   ScanResult out;
-  std::vector<std::string> names;
-  if (DIR* d = opendir(log_dir_.c_str())) {
-    while (dirent* e = readdir(d)) {
-      std::string n = e->d_name;
-      const std::string suffix = FR_LOG_FILE_SUFFIX;
-      if (n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
-        names.push_back(n);
-    }
-    closedir(d);
-  } else {
-    out.unreadable.push_back(log_dir_ + ": cannot list the log directory");
-  }
-  std::sort(names.begin(), names.end());
+  fr::log::LocalLogOptions lo;
+  lo.dir = log_dir_;
+  lo.owners = owners_;
+  lo.job_id = job_filter_;
+  lo.max_logs = kMaxLogs;
+  fr::log::LocalLogs listed = fr::log::list_local_logs(lo);
+  if (!listed.error.empty()) out.unreadable.push_back(log_dir_ + ": cannot list the log directory");
+  // Links, foreign owners, copies and duplicate ranks: named, never counted as a process.
+  for (const auto& r : listed.refused) out.unreadable.push_back(r.name + ": " + r.why);
   std::map<std::string, Seen> now_seen;
-  for (const auto& n : names) {
-    if (out.processes.size() >= kMaxLogs) {
-      out.unreadable.push_back(n + ": more than " + std::to_string(kMaxLogs) + " logs, not read");
-      continue;
-    }
-    fr::log::ReadResult rr = fr::log::read_log(log_dir_ + "/" + n);
+  for (const auto& local : listed.logs) {
+    const std::string& n = local.name;
+    fr::log::ReadResult rr = fr::log::read_local_log(log_dir_, local);
     if (!rr.ok()) {
       out.unreadable.push_back(rr.message.empty() ? n + ": unreadable" : rr.message);
       continue;

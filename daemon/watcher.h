@@ -1,5 +1,7 @@
-// The node's view of its local flight logs. Every scan lists the log directory, reads each log
-// through fr_log (validated, never trusting the writer) and reduces it to a ProcessReport: is the
+// The node's view of its local flight logs. Every scan lists the log directory through
+// list_local_logs (which refuses links, devices, foreign owners, copies and duplicate ranks, so a
+// planted or copied file is never a dead rank), reads each accepted log through fr_log
+// (validated, never trusting the writer) and reduces it to a ProcessReport: is the
 // writer alive, and per communicator the enqueued, started and completed counters and the age of
 // the oldest op still in flight. It also notices what must be told at once: a process that died
 // since the last scan, or an op that crossed the stall threshold.
@@ -11,10 +13,7 @@
 #include <vector>
 
 #include "daemon/model.h"
-
-namespace fr::log {
-struct LogFile;
-}
+#include "log/local_logs.h"
 
 namespace fr::daemon {
 
@@ -35,6 +34,8 @@ class LogWatcher {
   // Only logs of this job (empty: all). Set from the coordinator's Welcome.
   void set_job_filter(std::string job_id) { job_filter_ = std::move(job_id); }
   void set_stall_after(int64_t ns) { stall_after_ns_ = ns; }
+  // Whose logs count (default: this process's user; every user as root).
+  void set_owners(fr::log::LogOwners owners) { owners_ = std::move(owners); }
 
   ScanResult scan();
 
@@ -48,6 +49,7 @@ class LogWatcher {
   };
   std::string log_dir_;
   std::string job_filter_;
+  fr::log::LogOwners owners_ = fr::log::LogOwners::defaults();
   int64_t stall_after_ns_;
   std::map<std::string, Seen> seen_;
 };

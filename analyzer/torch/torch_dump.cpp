@@ -67,6 +67,7 @@
 // One file holds one dump; a list of dumps or a dict {rank: dump} (several ranks gathered in one
 // file) is read as one log per dump.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -79,6 +80,7 @@
 
 #include "analyzer/torch/torch_detail.h"
 #include "analyzer/torch/unpickle.h"
+#include "log/safe_file.h"
 
 namespace fr::analyzer::torch {
 
@@ -886,34 +888,9 @@ bool json_too_deep(std::string_view text) {
   return false;
 }
 
+// Through fr::log's safe_file: a FIFO or device path is refused, never opened (it would block).
 bool read_file(const std::string& path, std::string* out, std::string* error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *error = path + ": cannot open: " + std::strerror(errno);
-    return false;
-  }
-  struct stat st{};
-  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    *error = path + ": is a directory";
-    return false;
-  }
-  in.seekg(0, std::ios::end);
-  std::streamoff n = in.tellg();
-  if (n < 0) {
-    *error = path + ": cannot read";
-    return false;
-  }
-  if (uint64_t(n) > kMaxFileBytes) {
-    *error = path + ": larger than " + std::to_string(kMaxFileBytes >> 20) + " MiB";
-    return false;
-  }
-  in.seekg(0);
-  out->resize(size_t(n));
-  if (n && !in.read(out->data(), n)) {
-    *error = path + ": read failed";
-    return false;
-  }
-  return true;
+  return fr::log::read_regular_file(path, kMaxFileBytes, out, error, fr::log::Links::kFollow);
 }
 
 }  // namespace
@@ -1032,19 +1009,12 @@ bool sniff_torch_dump(std::string_view head) {
 }
 
 bool looks_like_torch_dump(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  // The keys sit near the start of PyTorch's dumps: look at 64 KiB first, then up to 1 MiB.
-  std::string head;
-  for (size_t want : {size_t(64) << 10, kSniffBytes}) {
-    size_t have = head.size();
-    head.resize(want);
-    in.read(head.data() + have, std::streamsize(want - have));
-    head.resize(have + size_t(in.gcount()));
-    if (sniff_torch_dump(head)) return true;
-    if (head.size() < want) return false;
-  }
-  return false;
+  fr::log::OpenedFile f = fr::log::open_regular(path, fr::log::Links::kFollow);
+  if (!f.ok()) return false;
+  std::string head(kSniffBytes, '\0');
+  ssize_t n = ::pread(f.fd.get(), head.data(), head.size(), 0);
+  head.resize(n > 0 ? size_t(n) : 0);
+  return sniff_torch_dump(head);
 }
 
 TorchReadResult convert_torch_document(const json& doc, const std::string& name) {

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <sys/stat.h>
 
@@ -29,8 +30,24 @@
 
 namespace {
 
-int run_snapshot(const std::string& log_dir, const std::string& out, const std::string& job) {
+// --log-owner USER (repeated): whose logs are read; without it, this user's (any user's as root).
+bool log_owners(const std::vector<std::string>& users, fr::log::LogOwners* out, std::string* error) {
+  if (users.empty()) return true;
+  fr::log::LogOwners o;
+  for (const auto& u : users)
+    if (!o.add(u, error)) return false;
+  *out = o;
+  return true;
+}
+
+int run_snapshot(const std::string& log_dir, const std::string& out, const std::string& job,
+                 const std::vector<std::string>& owners) {
   fr::log::SnapshotOptions opts;
+  std::string error;
+  if (!log_owners(owners, &opts.owners, &error)) {
+    std::fprintf(stderr, "frd snapshot: --log-owner: %s\n", error.c_str());
+    return 2;
+  }
   opts.log_dir = log_dir;
   opts.out_dir = out;
   opts.job_id = job;
@@ -145,6 +162,10 @@ int main(int argc, char** argv) {
   snap->add_option("--log-dir", log_dir, "directory holding the flight logs")->capture_default_str();
   snap->add_option("--out", out, "dump set directory to write")->required();
   snap->add_option("--job-id", job, "only logs of this job");
+  std::vector<std::string> snap_owners, node_owners;
+  const char* owner_help = "read only logs owned by this user (name or uid; repeat for several). "
+                           "Default: the user frd runs as; any user when frd runs as root";
+  snap->add_option("--log-owner", snap_owners, owner_help);
 
   // node
   ClientFlags node_client;
@@ -153,6 +174,7 @@ int main(int argc, char** argv) {
   CLI::App* node = app.add_subcommand("node", "run the node sidecar");
   node_client.add(node, true);
   node->add_option("--log-dir", node_log_dir, "directory holding the flight logs")->required();
+  node->add_option("--log-owner", node_owners, owner_help);
   node->add_option("--node-name", node_name, "this node's name (default: the host name)");
   node->add_option("--heartbeat-interval", hb_interval, "seconds between heartbeats")
       ->capture_default_str()->check(CLI::Range(0.05, 3600.0));
@@ -225,7 +247,7 @@ int main(int argc, char** argv) {
   }
   std::string error;
 
-  if (snap->parsed()) return run_snapshot(log_dir, out, job);
+  if (snap->parsed()) return run_snapshot(log_dir, out, job, snap_owners);
 
   if (node->parsed()) {
     fr::daemon::NodeOptions o;
@@ -234,6 +256,10 @@ int main(int argc, char** argv) {
       return 2;
     }
     o.log_dir = node_log_dir;
+    if (!log_owners(node_owners, &o.log_owners, &error)) {
+      std::fprintf(stderr, "frd node: --log-owner: %s\n", error.c_str());
+      return 2;
+    }
     o.node_name = node_name;
     o.spool_dir = node_dump_dir;
     o.shared_dump_dir = node_shared_dir;

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "log/safe_file.h"
+
 namespace fr::log {
 
 namespace {
@@ -164,7 +166,10 @@ ReadResult parse(const uint8_t* base, size_t size, const std::string& name, int 
       fl.l_whence = SEEK_SET;
       fl.l_start = 0;
       fl.l_len = 1;
-      if (fcntl(fd, F_GETLK, &fl) == 0) log.writer_alive = fl.l_type != F_UNLCK;
+      if (fcntl(fd, F_GETLK, &fl) == 0 && fl.l_type != F_UNLCK) {
+        log.writer_alive = true;
+        log.lock_pid = fl.l_pid;
+      }
     }
   } else {
     log.writer_alive = h.writer_alive == 1;
@@ -200,30 +205,26 @@ std::string LogFile::job_id() const { return fixed_string(header.job_id, FR_NAME
 std::string LogFile::hostname() const { return fixed_string(header.hostname, FR_NAME_LEN); }
 
 ReadResult read_log(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return fail(ReadError::kIo, path, std::string("cannot open: ") + std::strerror(errno));
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return fail(ReadError::kIo, path, "not a regular file");
-  }
+  OpenedFile f = open_regular(path);
+  if (!f.ok()) return fail(ReadError::kIo, path, f.reason);
+  return read_log_fd(f.fd.get(), f.st, path);
+}
+
+ReadResult read_log_fd(int fd, const struct stat& st, const std::string& name) {
+  if (!S_ISREG(st.st_mode)) return fail(ReadError::kIo, name, "not a regular file");
   size_t size = static_cast<size_t>(st.st_size);
   if (size < sizeof(fr_log_header)) {
     // Too small to map usefully: read what is there and let parse() name the problem.
     uint8_t buf[sizeof(fr_log_header)] = {};
     ssize_t n = size ? ::pread(fd, buf, size, 0) : 0;
-    ::close(fd);
-    if (n < 0) return fail(ReadError::kIo, path, std::string("cannot read: ") + std::strerror(errno));
-    return parse(buf, static_cast<size_t>(n), path, -1);
+    if (n < 0) return fail(ReadError::kIo, name, std::string("cannot read: ") + std::strerror(errno));
+    return parse(buf, static_cast<size_t>(n), name, -1);
   }
   void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-  if (map == MAP_FAILED) {
-    ::close(fd);
-    return fail(ReadError::kIo, path, std::string("cannot map: ") + std::strerror(errno));
-  }
-  ReadResult r = parse(static_cast<const uint8_t*>(map), size, path, fd);
+  if (map == MAP_FAILED)
+    return fail(ReadError::kIo, name, std::string("cannot map: ") + std::strerror(errno));
+  ReadResult r = parse(static_cast<const uint8_t*>(map), size, name, fd);
   ::munmap(map, size);
-  ::close(fd);
   return r;
 }
 
@@ -238,16 +239,15 @@ ReadResult read_log_bytes(const void* data, size_t size, const std::string& name
 }
 
 std::optional<bool> writer_alive(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return std::nullopt;
+  OpenedFile f = open_regular(path);
+  if (!f.ok()) return std::nullopt;
   struct flock fl {};
   fl.l_type = F_WRLCK;
   fl.l_whence = SEEK_SET;
   fl.l_start = 0;
   fl.l_len = 1;
   std::optional<bool> alive;
-  if (fcntl(fd, F_GETLK, &fl) == 0) alive = fl.l_type != F_UNLCK;
-  ::close(fd);
+  if (fcntl(f.fd.get(), F_GETLK, &fl) == 0) alive = fl.l_type != F_UNLCK;
   return alive;
 }
 

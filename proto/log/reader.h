@@ -3,6 +3,8 @@
 // only through here, so the validation rules live in one place.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -42,6 +44,8 @@ struct LogFile {
   uint32_t comms_torn = 0;           // communicator entries refused
   bool writer_alive = false;         // live log: writer holds its lock now; dump: as recorded
   bool is_snapshot = false;          // FR_LOG_F_SNAPSHOT
+  int lock_pid = 0;                  // live log: the pid holding the writer's lock, as this
+                                     // reader's pid namespace sees it (0: none, or not visible)
 
   const fr_comm_entry* find_comm(uint64_t id) const;
   std::string job_id() const;
@@ -56,8 +60,12 @@ struct ReadResult {
 };
 
 // Reads a live log (a consistent snapshot: records overwritten while copying are dropped) or a
-// dump file. Never throws on bad input; never trusts any size in the file.
+// dump file. Never throws on bad input; never trusts any size in the file. The path is opened
+// through open_regular (safe_file.h): a link, FIFO or device is refused, never opened.
 ReadResult read_log(const std::string& path);
+
+// The same from a descriptor already opened (and checked) by open_regular; `st` is its fstat.
+ReadResult read_log_fd(int fd, const struct stat& st, const std::string& name);
 
 // Parses a log from bytes already in memory (used by fuzzers and by the dump receivers).
 ReadResult read_log_bytes(const void* data, size_t size, const std::string& name);

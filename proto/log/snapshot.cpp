@@ -1,9 +1,10 @@
 // Snapshots of a directory of flight logs into a dump set, and the dump set's manifest.json.
-// A log that cannot be read is named in `skipped` and the others are still taken; every file is
-// written to a temporary name and renamed, so a full disk never leaves a half dump behind.
+// Which files are taken is decided by list_local_logs (links, FIFOs, devices, foreign owners,
+// copies and duplicate ranks are refused); a log that cannot be read is named in `skipped` and
+// the others are still taken; every file is written to a temporary name and renamed, so a full
+// disk never leaves a half dump behind.
 #include "log/snapshot.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,13 +14,14 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <type_traits>
 
+#include "log/local_logs.h"
 #include "log/reader.h"
+#include "log/safe_file.h"
 
 namespace fr::log {
 
@@ -115,10 +117,6 @@ bool write_atomic(const std::string& path, const std::string& data, std::string*
   return true;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // A manifest's file entry must stay inside the dump set.
 bool safe_relative_path(const std::string& p) {
   if (p.empty() || p[0] == '/' || p.size() > 4096) return false;
@@ -136,22 +134,23 @@ SnapshotResult snapshot_dir(const SnapshotOptions& opts) {
   res.time_ns = realtime_ns();
   if (!mkdir_p(opts.out_dir, &res.error)) return res;
 
-  DIR* d = ::opendir(opts.log_dir.c_str());
-  if (!d) {
-    res.error = "cannot read log directory " + opts.log_dir + ": " + std::strerror(errno);
+  LocalLogOptions lo;
+  lo.dir = opts.log_dir;
+  lo.owners = opts.owners;
+  lo.job_id = opts.job_id;
+  LocalLogs listed = list_local_logs(lo);
+  if (!listed.error.empty()) {
+    res.error = listed.error;
     return res;
   }
-  std::vector<std::string> names;
-  while (dirent* e = ::readdir(d))
-    if (ends_with(e->d_name, FR_LOG_FILE_SUFFIX)) names.push_back(e->d_name);
-  ::closedir(d);
-  std::sort(names.begin(), names.end());
+  for (const LocalRefusal& r : listed.refused)
+    res.skipped.push_back({opts.log_dir + "/" + r.name, r.why});
 
   std::set<std::string> used;
   std::string job_id = opts.job_id;
-  for (const std::string& name : names) {
-    std::string path = opts.log_dir + "/" + name;
-    ReadResult rr = read_log(path);
+  for (const LocalLog& local : listed.logs) {
+    std::string path = opts.log_dir + "/" + local.name;
+    ReadResult rr = read_local_log(opts.log_dir, local);
     if (!rr.ok()) {
       res.skipped.push_back({path, rr.message});
       continue;
@@ -342,21 +341,15 @@ bool parse_manifest(const std::string& text, Manifest* out, std::string* error) 
 }
 
 bool read_manifest(const std::string& dump_set_dir, Manifest* out, std::string* error) {
+  // Inside a dump set: a linked, FIFO or device manifest is refused, never opened.
   std::string path = dump_set_dir + "/manifest.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *error = path + ": cannot open: " + std::strerror(errno);
+  OpenedFile f = open_beneath(dump_set_dir, "manifest.json");
+  if (!f.ok()) {
+    *error = f.message;
     return false;
   }
   std::string text;
-  char buf[65536];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    text.append(buf, size_t(in.gcount()));
-    if (text.size() > kMaxManifestBytes) {
-      *error = path + ": larger than " + std::to_string(kMaxManifestBytes >> 20) + " MiB";
-      return false;
-    }
-  }
+  if (!read_all(f.fd.get(), kMaxManifestBytes, &text, error, path)) return false;
   if (!parse_manifest(text, out, error)) {
     *error = dump_set_dir + "/" + *error;  // parse errors start with "manifest.json"
     return false;

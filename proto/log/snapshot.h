@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "log/local_logs.h"
+
 namespace fr::log {
 
 struct SnapshotOptions {
@@ -15,6 +17,7 @@ struct SnapshotOptions {
   std::string job_id;       // only logs of this job when non-empty
   std::string file_prefix;  // prefix for dump file names (e.g. "node0-") to keep nodes apart
   bool write_manifest = true;
+  LogOwners owners = LogOwners::defaults();  // whose logs are taken (local_logs.h)
 };
 
 struct SnapshotProcess {
