@@ -10,17 +10,16 @@
 using fr::agent_test::run;
 using fr::agent_test::RunResult;
 using fr::agent_test::TempDir;
+using fr::agent_test::Env;
+using fr::agent_test::env_for;
 
 namespace {
 
 const std::string kProbe = std::string(FR_AGENT_TEST_DIR) + "/fr_agent_probe";
 
-using Env = std::vector<std::pair<std::string, std::string>>;
-
-Env env_for(const TempDir& dir, Env extra = {}) {
-  Env env = {{"FR_LOG_DIR", dir.path()}, {"FR_DISABLE", ""},  {"FR_BUFFER_ENTRIES", ""},
-             {"FR_DEBUG", ""},           {"FR_LOG_MODE", ""}, {"FR_JOB_ID", ""},
-             {"RANK", ""},               {"WORLD_SIZE", ""},  {"LD_PRELOAD", ""}};
+// test_util.h's environment, with the log mode unset too.
+Env mode_env(const TempDir& dir, Env extra = {}) {
+  Env env = env_for(dir, {{"FR_LOG_MODE", ""}});
   for (auto& e : extra) env.push_back(e);
   return env;
 }
@@ -44,20 +43,20 @@ size_t count(const std::string& text, const std::string& part) {
 TEST_CASE("flight logs are 0600 unless FR_LOG_MODE says otherwise", "[agent]") {
   mode_t old = umask(0);  // a permissive umask must not widen the default
   TempDir a;
-  REQUIRE(run({kProbe, "basic"}, env_for(a)).exit_code == 0);
+  REQUIRE(run({kProbe, "basic"}, mode_env(a)).exit_code == 0);
   CHECK(only_log_mode(a) == 0600);
 
   umask(077);  // nor narrow an explicit mode
   TempDir b;
-  REQUIRE(run({kProbe, "basic"}, env_for(b, {{"FR_LOG_MODE", "0640"}})).exit_code == 0);
+  REQUIRE(run({kProbe, "basic"}, mode_env(b, {{"FR_LOG_MODE", "0640"}})).exit_code == 0);
   CHECK(only_log_mode(b) == 0640);
 
   // The owner keeps read and write; a bad value is said once and ignored.
   TempDir c;
-  REQUIRE(run({kProbe, "basic"}, env_for(c, {{"FR_LOG_MODE", "0044"}})).exit_code == 0);
+  REQUIRE(run({kProbe, "basic"}, mode_env(c, {{"FR_LOG_MODE", "0044"}})).exit_code == 0);
   CHECK(only_log_mode(c) == 0644);
   TempDir d;
-  RunResult r = run({kProbe, "basic"}, env_for(d, {{"FR_LOG_MODE", "rw-r--r--"}, {"FR_DEBUG", "1"}}));
+  RunResult r = run({kProbe, "basic"}, mode_env(d, {{"FR_LOG_MODE", "rw-r--r--"}, {"FR_DEBUG", "1"}}));
   umask(old);
   REQUIRE(r.exit_code == 0);
   CHECK(only_log_mode(d) == 0600);
@@ -68,7 +67,7 @@ TEST_CASE("flight logs are 0600 unless FR_LOG_MODE says otherwise", "[agent]") {
 TEST_CASE("an FR_BUFFER_ENTRIES above the cap is capped and said once", "[agent]") {
   TempDir dir;
   RunResult r = run({kProbe, "ring", "3"},
-                    env_for(dir, {{"FR_BUFFER_ENTRIES", "1000000000000"}, {"FR_DEBUG", "1"}}));
+                    mode_env(dir, {{"FR_BUFFER_ENTRIES", "1000000000000"}, {"FR_DEBUG", "1"}}));
   REQUIRE(r.exit_code == 0);
   INFO(r.err);
   CHECK(count(r.err, "FR_BUFFER_ENTRIES=1000000000000 is above the maximum") == 1);
@@ -80,7 +79,7 @@ TEST_CASE("an FR_BUFFER_ENTRIES above the cap is capped and said once", "[agent]
   CHECK(log.log->header.ring_capacity == FR_MAX_RING_CAPACITY);
   // Without FR_DEBUG the program's stderr stays untouched.
   TempDir quiet;
-  RunResult q = run({kProbe, "ring", "3"}, env_for(quiet, {{"FR_BUFFER_ENTRIES", "1000000000000"}}));
+  RunResult q = run({kProbe, "ring", "3"}, mode_env(quiet, {{"FR_BUFFER_ENTRIES", "1000000000000"}}));
   REQUIRE(q.exit_code == 0);
   CHECK(q.err.empty());
 }
