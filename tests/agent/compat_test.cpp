@@ -111,7 +111,7 @@ TEST_CASE("the agent wraps every function of the nccl.h it was built against", "
 }
 
 TEST_CASE("the agent requires no glibc symbol version above 2.28", "[agent]") {
-  if (kSanitized) FR_SKIP("the shipped agent is the plain build; this one links a sanitizer runtime");
+  if (kSanitized) FR_SKIP("sanitizer build: the shipped agent is the plain build; this one links a sanitizer runtime");
   int st = 0;
   std::string out = command_output("objdump -T '" + std::string(FR_AGENT_LIB) + "' 2>&1", &st);
   REQUIRE(st == 0);
@@ -139,7 +139,7 @@ TEST_CASE("the agent requires no glibc symbol version above 2.28", "[agent]") {
 
 // The root is made once by scripts/install-deps.sh (debootstrap bullseye) and cached.
 TEST_CASE("a program with the agent preloaded starts and records in a Debian 11 root", "[agent]") {
-  if (kSanitized) FR_SKIP("a sanitized agent cannot be preloaded into another program");
+  if (kSanitized) FR_SKIP("sanitizer build: a sanitized agent cannot be preloaded into another program");
   if (geteuid() != 0) FR_SKIP("chroot needs root");
   const char* env_root = getenv("FR_BULLSEYE_ROOT");
   const std::string root = env_root && *env_root ? env_root : "/var/cache/fr/bullseye-root";

@@ -124,7 +124,7 @@ TEST_CASE("lookups NCCL does not answer, on other libraries, or relative to the 
 }
 
 TEST_CASE("a Python ctypes program (pynccl's shape) is recorded", "[agent]") {
-  if (kSanitized) FR_SKIP("a sanitized agent cannot be preloaded into python");
+  if (kSanitized) FR_SKIP("sanitizer build: a sanitized agent cannot be preloaded into python");
   const std::string python = FR_PYTHON;
   if (python.empty() || access(python.c_str(), X_OK) != 0)
     FR_SKIP("no python3 interpreter found at configure time");
