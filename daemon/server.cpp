@@ -607,11 +607,12 @@ void CoordinatorServer::Impl::dispatch(Actions& a) {
   }
   for (auto& j : a.assemble) assembly_queue.push_back(std::move(j));
   if (!a.assemble.empty()) assemble_cv.notify_one();
-  for (auto& [path, text] : a.persist) {
+  for (auto& entry : a.persist) {
+    const std::string& path = entry.first;
     auto same = std::find_if(persist_queue.begin(), persist_queue.end(),
                              [&](const auto& e) { return e.first == path; });
-    if (same != persist_queue.end()) same->second = std::move(text);
-    else persist_queue.emplace_back(path, std::move(text));
+    if (same != persist_queue.end()) same->second = std::move(entry.second);
+    else persist_queue.emplace_back(path, std::move(entry.second));
   }
   if (!a.persist.empty()) persist_cv.notify_one();
   for (const auto& l : a.log) log(l);
