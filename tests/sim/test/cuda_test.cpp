@@ -100,10 +100,16 @@ TEST_CASE("a stream runs its work in order, asynchronously", "[sim][cuda]") {
   Recorder rec;
   std::vector<Item> items;
   for (int i = 0; i < 20; ++i) items.push_back({&rec, i, i % 3 == 0 ? 5 : 0});
-  auto t0 = std::chrono::steady_clock::now();
+  // Everything is queued behind a gate the test holds: queueing returns while nothing has run.
+  volatile uint32_t gate = 0;
+  REQUIRE(frsim_stream_stall_until(s, &gate) == CUDA_SUCCESS);
   for (auto& it : items) REQUIRE(cuLaunchHostFunc(s, record_item, &it) == CUDA_SUCCESS);
-  // Queueing returned before the sleeping items ran.
-  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(35));
+  CHECK(cuStreamQuery(s) == CUDA_ERROR_NOT_READY);
+  {
+    std::lock_guard<std::mutex> g(rec.mu);
+    CHECK(rec.seen.empty());
+  }
+  __atomic_store_n(const_cast<uint32_t*>(&gate), 1u, __ATOMIC_RELEASE);
   REQUIRE(cuStreamSynchronize(s) == CUDA_SUCCESS);
   REQUIRE(rec.seen.size() == 20);
   for (int i = 0; i < 20; ++i) CHECK(rec.seen[i] == i);
@@ -119,7 +125,7 @@ TEST_CASE("a stream runs its work in order, asynchronously", "[sim][cuda]") {
   CHECK(cuLaunchHostFunc(s, record_item, &one) == CUDA_ERROR_INVALID_HANDLE);
 }
 
-TEST_CASE("a stalled kernel holds everything queued behind it", "[sim][cuda]") {
+TEST_CASE("a stalled kernel holds everything queued behind it (watched for 100 ms)", "[sim][cuda]") {
   CUstream s;
   REQUIRE(cuStreamCreate(&s, 0) == CUDA_SUCCESS);
   volatile uint32_t release = 0;
@@ -144,7 +150,7 @@ TEST_CASE("a stalled kernel holds everything queued behind it", "[sim][cuda]") {
   cuStreamDestroy(s);
 }
 
-TEST_CASE("events complete when the stream reaches them", "[sim][cuda]") {
+TEST_CASE("events complete when the stream reaches them (a stalled one stays pending for 50 ms)", "[sim][cuda]") {
   CUstream s;
   REQUIRE(cuStreamCreate(&s, 0) == CUDA_SUCCESS);
   CUevent a, b, nt;
