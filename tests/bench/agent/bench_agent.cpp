@@ -2,11 +2,16 @@
 // both) against a no-op NCCL, so the difference is what the agent adds. Prints the median of many
 // batches, and the heap allocations made inside the timed loops (counted by interposing malloc),
 // which must be zero.
+//
+// `fr_bench_agent --calls allreduce|group N` instead makes N calls (after the same warm-up) and
+// prints nothing: run.sh runs it under callgrind with two values of N, so the difference in
+// instructions, divided by the difference in N, is the exact count per call, free of start-up.
 #include <malloc.h>
 #include <nccl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <algorithm>
@@ -66,7 +71,12 @@ double median_ns(std::vector<double>& v, int batches, int per_batch, F f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int batches = argc > 1 ? atoi(argv[1]) : 200;
+  const bool count_mode = argc == 4 && strcmp(argv[1], "--calls") == 0;
+  if (argc > 1 && !count_mode && (argc != 2 || atoi(argv[1]) <= 0)) {
+    fprintf(stderr, "usage: fr_bench_agent [BATCHES] | --calls allreduce|group N\n");
+    return 2;
+  }
+  int batches = argc == 2 ? atoi(argv[1]) : 200;
   const int per_batch = 1000;
   ncclUniqueId id;
   ncclComm_t comm;
@@ -87,6 +97,16 @@ int main(int argc, char** argv) {
   v.reserve((size_t)batches + 20);
   median_ns(v, 20, per_batch, allreduce);  // warm up: first-call resolution, page faults
   median_ns(v, 20, per_batch, group);
+  if (count_mode) {
+    const bool is_group = strcmp(argv[2], "group") == 0;
+    const long n = atol(argv[3]);
+    if ((!is_group && strcmp(argv[2], "allreduce") != 0) || n < 0) {
+      fprintf(stderr, "bench: --calls takes allreduce or group, and a count\n");
+      return 2;
+    }
+    for (long i = 0; i < n; ++i) is_group ? group() : allreduce();
+    return 0;
+  }
   g_counting = true;
   double ar = median_ns(v, batches, per_batch, allreduce);
   double gr = median_ns(v, batches / 4 + 1, per_batch, group);
