@@ -30,6 +30,9 @@ namespace {
 
 constexpr uint32_t kConfigMagic = 0xcafebeef;
 
+// The call path's helpers are inlined into each wrapper whole.
+#define FR_INLINE inline __attribute__((always_inline))
+
 struct CommRef {
   int32_t slot;
   uint64_t id;
@@ -39,8 +42,6 @@ struct CommRef {
 
 // The communicator's slot: this thread's last one when it is the same handle and no handle was
 // mapped since (the common case, one compare), else the shared table.
-#define FR_INLINE inline __attribute__((always_inline))
-
 FR_INLINE CommRef comm_ref(const void* comm) {
   ThreadState& t = thread_state();
   const uint64_t key = (uint64_t)(uintptr_t)comm;
@@ -98,13 +99,13 @@ void finish(fr_record& r, ncclResult_t res) {
 struct Scope {
   ThreadState& t;
   bool active;
-  Scope() : t(thread_state()), active(false) {
+  __attribute__((always_inline)) Scope() : t(thread_state()), active(false) {
     if (t.guard != 0) return;
-    ++t.guard;
+    ++t.guard;  // held while the agent starts, too: its own NCCL calls are never recorded
     active = recording();
     if (!active) --t.guard;
   }
-  ~Scope() {
+  __attribute__((always_inline)) ~Scope() {
     if (active) --t.guard;
   }
 };
