@@ -25,7 +25,10 @@ constinit thread_local ThreadState t_state __attribute__((tls_model("initial-exe
 static constinit thread_local GroupOp t_ops[kMaxGroupOps] = {};
 static int g_atfork_registered;  // survives fork: handlers are inherited by the child
 
-GroupOp* thread_ops() { return t_ops; }
+GroupOp* thread_ops_slow() {
+  t_state.ops = t_ops;
+  return t_state.ops;
+}
 
 static uint64_t clock_ns(clockid_t id) {
   struct timespec ts;

@@ -56,6 +56,7 @@ struct ThreadState {
   uint64_t cache_id;
   int32_t cache_slot;
   uint32_t cache_nonblocking;
+  GroupOp* ops;  // this thread's group ops (thread_ops), 0 until first used
 };
 
 // Completion markers of a nonblocking launch, held until the application sees it succeed.
@@ -127,8 +128,14 @@ FR_HIDDEN extern Context g_ctx;
 // tells every user that no dynamic initialisation (no TLS wrapper call) is needed.
 FR_HIDDEN extern constinit thread_local ThreadState t_state __attribute__((tls_model("initial-exec")));
 inline ThreadState& thread_state() { return t_state; }
-// The open group's ops on this thread (kMaxGroupOps entries), only touched inside groups.
-FR_HIDDEN GroupOp* thread_ops();
+// The open group's ops on this thread (kMaxGroupOps entries), only touched inside groups. They
+// live in dynamic TLS (too large for the static block); the address is kept in ThreadState, so
+// the TLS lookup happens once per thread.
+FR_HIDDEN GroupOp* thread_ops_slow();
+inline GroupOp* thread_ops() {
+  GroupOp* ops = t_state.ops;
+  return __builtin_expect(ops != nullptr, 1) ? ops : thread_ops_slow();
+}
 
 // ---- lifecycle (agent.cpp) -------------------------------------------------------------------
 // True when calls are being recorded; starts the agent on the first call.
