@@ -54,6 +54,7 @@ struct ThreadState {
   uint64_t cache_handle;
   uint64_t cache_gen;
   uint64_t cache_id;
+  fr_comm_entry* cache_entry;
   int32_t cache_slot;
   uint32_t cache_nonblocking;
   GroupOp* ops;  // this thread's group ops (thread_ops), 0 until first used

@@ -47,7 +47,7 @@ FR_INLINE CommRef comm_ref(const void* comm) {
   const uint64_t key = (uint64_t)(uintptr_t)comm;
   const uint64_t gen = __atomic_load_n(&g_ctx.comm_gen, __ATOMIC_ACQUIRE);
   if (__builtin_expect(key == t.cache_handle && gen == t.cache_gen && key != 0, 1))
-    return CommRef{t.cache_slot, t.cache_id, &g_ctx.comms[t.cache_slot], t.cache_nonblocking != 0};
+    return CommRef{t.cache_slot, t.cache_id, t.cache_entry, t.cache_nonblocking != 0};
   CommRef c = {-1, 0, nullptr, false};
   c.slot = comm_lookup(comm);
   if (c.slot >= 0) {
@@ -57,6 +57,7 @@ FR_INLINE CommRef comm_ref(const void* comm) {
     t.cache_handle = key;
     t.cache_gen = gen;
     t.cache_id = c.id;
+    t.cache_entry = c.entry;
     t.cache_slot = c.slot;
     t.cache_nonblocking = c.nonblocking;
   }
@@ -199,11 +200,8 @@ struct OpState {
   uint64_t stream;
   uint64_t op_index;   // 0 when untracked
   RecTidOp tid_op;     // as written at entry
-  uint32_t flags;      // as written at entry
-  bool in_group;
-  bool captured;
-  bool no_markers;     // the stream's capture state is unknown: enqueue nothing into it
-  uint32_t group_pos;  // index in the thread's group ops, or kMaxGroupOps
+  uint32_t flags;      // as written at entry: FR_REC_F_IN_GROUP and _CAPTURED say how it launches
+  uint32_t group_pos;  // in a group: index in the thread's group ops, or kMaxGroupOps
 };
 
 // Every word of a record entering its call, stored into its slot (held) directly.
@@ -234,30 +232,29 @@ FR_INLINE void op_enter(const OpArgs& a, OpState& o) {
   o.c = comm_ref(a.comm);
   o.call_ns = now_ns();
   o.stream = (uint64_t)(uintptr_t)a.stream;
-  o.in_group = t.group_depth > 0;
+  const bool in_group = t.group_depth > 0;
   uint64_t seq = 0;
   if (o.c.entry != nullptr) {
     seq = __atomic_add_fetch(a.p2p ? &o.c.entry->p2p_seq : &o.c.entry->coll_seq, 1,
                              __ATOMIC_RELAXED);
     __atomic_store_n(&o.c.entry->last_call_ns, o.call_ns, __ATOMIC_RELAXED);
   }
-  o.captured = false;
-  o.no_markers = false;
-  o.group_pos = kMaxGroupOps;
+  bool captured = false;
+  bool no_markers = false;  // the stream's capture state is unknown: enqueue nothing into it
   o.op_index = 0;
+  o.group_pos = kMaxGroupOps;
   // Without a CUDA driver nothing can be captured or tracked: one load decides it.
   if (!__atomic_load_n(&g_ctx.cuda_absent, __ATOMIC_RELAXED)) {
     int capture = gpu_stream_capture(o.stream);
-    o.captured = capture == kCapturing;
-    o.no_markers = capture == kCaptureUnknown;
-    if (!o.in_group && !o.captured && !o.no_markers && o.c.slot >= 0 &&
-        is_tracked(gpu_prepare())) {
+    captured = capture == kCapturing;
+    no_markers = capture == kCaptureUnknown;
+    if (!in_group && !captured && !no_markers && o.c.slot >= 0 && is_tracked(gpu_prepare())) {
       uint64_t index = __atomic_add_fetch(&o.c.entry->op_index, 1, __ATOMIC_RELAXED);
       if (gpu_before(o.c.slot, o.stream, index)) o.op_index = index;
     }
   }
   o.flags = FR_REC_F_IN_CALL | a.flags | (o.c.nonblocking ? FR_REC_F_NONBLOCKING : 0u) |
-            (o.in_group ? FR_REC_F_IN_GROUP : 0u) | (o.captured ? FR_REC_F_CAPTURED : 0u);
+            (in_group ? FR_REC_F_IN_GROUP : 0u) | (captured ? FR_REC_F_CAPTURED : 0u);
   o.tid_op = RecTidOp{current_tid(), (uint16_t)a.op, (uint8_t)a.dtype, FR_GPU_NONE};
 
   HeldRecord h;
@@ -265,18 +262,18 @@ FR_INLINE void op_enter(const OpArgs& a, OpState& o) {
   o.slot = __builtin_expect(h.slot != nullptr, 1) ? h.slot : record_slot(o.id);
   if (h.slot != nullptr) {
     store_entry(h.slot, o.id, o.c.id, seq, o.op_index, (uint64_t)a.count, o.stream,
-                o.in_group ? t.group_id : 0, o.call_ns, (uint64_t)(uintptr_t)a.send,
+                in_group ? t.group_id : 0, o.call_ns, (uint64_t)(uintptr_t)a.send,
                 (uint64_t)(uintptr_t)a.recv, o.tid_op, RecRedopPeer{a.redop, a.peer}, o.flags,
                 a.aux);
     record_release(h);
   }
-  if (o.in_group) {
+  if (in_group) {
     if (t.n_ops < kMaxGroupOps) {
       o.group_pos = t.n_ops++;
       thread_ops()[o.group_pos] = GroupOp{o.id, o.stream, 0, o.c.slot,
-                                          o.captured     ? kOpCaptured
-                                          : o.no_markers ? kOpNoMarkers
-                                                         : 0u};
+                                          captured     ? kOpCaptured
+                                          : no_markers ? kOpNoMarkers
+                                                       : 0u};
     } else {
       t.overflow = 1;
     }
@@ -289,24 +286,21 @@ FR_INLINE void op_exit(OpState& o, ncclResult_t res) {
   uint64_t duration = elapsed_since(o.call_ns);
   uint32_t flags = o.flags & ~FR_REC_F_IN_CALL;
   bool launched = false;
-  bool ok = res == ncclSuccess || res == ncclInProgress;
-  if (o.in_group) {
-    // Launched (or not) at the outermost GroupEnd.
-    if (!ok) {
-      flags |= FR_REC_F_NEVER_LAUNCHED;
-      if (o.group_pos < kMaxGroupOps) thread_ops()[o.group_pos].bits |= kOpFailed;
-    }
-  } else if (o.captured) {
-    // Part of a CUDA graph: it runs when the graph is launched, never counted in flight here.
-    if (!ok) flags |= FR_REC_F_NEVER_LAUNCHED;
-  } else if (res == ncclSuccess) {
+  if (__builtin_expect(res == ncclSuccess && !(o.flags & (FR_REC_F_IN_GROUP | FR_REC_F_CAPTURED)), 1)) {
     launched = true;
     flags |= FR_REC_F_LAUNCHED;
     if (o.op_index == 0 || !gpu_after(o.c.slot, o.stream, o.op_index))
       flags |= FR_REC_F_GPU_UNTRACKED;
-  } else if (res != ncclInProgress) {
+  } else if (res != ncclSuccess && res != ncclInProgress) {
+    // Failed: never launched. In a group, the outermost GroupEnd must not launch it either; a
+    // captured op would have run when its graph was launched.
     flags |= FR_REC_F_NEVER_LAUNCHED;
+    if ((o.flags & FR_REC_F_IN_GROUP) && o.group_pos < kMaxGroupOps)
+      thread_ops()[o.group_pos].bits |= kOpFailed;
   }
+  // Otherwise: in a group it launches (or not) at the outermost GroupEnd; captured into a CUDA
+  // graph it runs when the graph is launched, never counted in flight here; in progress on a
+  // nonblocking communicator, it launches once the application sees success (deferred below).
   HeldRecord h;
   if (record_take_in(o.slot, o.id, &h)) {
     set_record_word(h.slot, offsetof(fr_record, duration_ns), duration);
@@ -326,7 +320,7 @@ FR_INLINE void op_exit(OpState& o, ncclResult_t res) {
   }
   // Nonblocking: the launch may still fail; wait until the application sees it succeed. Deferred
   // after the exit's own store, so a release on another thread cannot be overwritten by it.
-  if (!o.in_group && !o.captured && res == ncclInProgress)
+  if (res == ncclInProgress && !(o.flags & (FR_REC_F_IN_GROUP | FR_REC_F_CAPTURED)))
     defer(o.c.slot, o.id, o.stream, o.op_index);
 }
 
