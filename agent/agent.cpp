@@ -21,14 +21,14 @@
 namespace fr::agent {
 
 constinit Context g_ctx = {};
-// Static TLS: the agent is loaded at start-up (LD_PRELOAD or linked), where static TLS is sized
-// for it, and the state is small.
-static constinit thread_local ThreadState t_state __attribute__((tls_model("initial-exec"))) = {};
+constinit thread_local ThreadState t_state __attribute__((tls_model("initial-exec"))) = {};
 static constinit thread_local GroupOp t_ops[kMaxGroupOps] = {};
 static int g_atfork_registered;  // survives fork: handlers are inherited by the child
 
-ThreadState& thread_state() { return t_state; }
-GroupOp* thread_ops() { return t_ops; }
+GroupOp* thread_ops_slow() {
+  t_state.ops = t_ops;
+  return t_state.ops;
+}
 
 static uint64_t clock_ns(clockid_t id) {
   struct timespec ts;
@@ -39,7 +39,9 @@ static uint64_t clock_ns(clockid_t id) {
 // Whether the TSC ticks at a constant rate through sleep states (cpuid "invariant TSC"), and if
 // so its rate, measured against CLOCK_MONOTONIC_RAW over 0.5 ms at start: every rank process
 // pays this once, so it is kept short; the rate error (~2e-4) moves times by at most ~20 us
-// before the next re-anchor.
+// before the next re-anchor. The rate is kept in fixed point (32 fraction bits), so a time is one
+// multiply and one shift from the tick count: cheaper than the vDSO's clock_gettime, which reads
+// the same TSC and converts it with more work.
 static void calibrate_clock() {
 #if defined(__x86_64__)
   unsigned a = 0, b = 0, c = 0, d = 0;
@@ -50,21 +52,22 @@ static void calibrate_clock() {
   while (m1 - m0 < 500000);
   uint64_t t1 = __rdtsc();
   if (t1 <= t0) return;
-  g_ctx.ns_per_tick = (double)(m1 - m0) / (double)(t1 - t0);
-  if (!(g_ctx.ns_per_tick > 0.01 && g_ctx.ns_per_tick < 100)) return;  // 10 MHz .. 100 GHz
-  g_ctx.reanchor_ticks = (uint64_t)(100e6 / g_ctx.ns_per_tick);        // every 100 ms
+  double ns_per_tick = (double)(m1 - m0) / (double)(t1 - t0);
+  if (!(ns_per_tick > 0.01 && ns_per_tick < 100)) return;  // 10 MHz .. 100 GHz
+  g_ctx.ns_per_tick_q32 = (uint64_t)(ns_per_tick * 4294967296.0);
+  // Every 100 ms; ticks * ns_per_tick_q32 stays below 100e6 * 2^32 < 2^59, so it never overflows.
+  g_ctx.reanchor_ticks = (uint64_t)(100e6 / ns_per_tick);
   g_ctx.use_tsc = 1;
 #endif
 }
 
-uint64_t now_ns() {
+// now_ns (agent.h) past its fast path: a thread's first call, a re-anchor, or no invariant TSC.
+uint64_t now_ns_slow() {
 #if defined(__x86_64__)
-  if (__builtin_expect(g_ctx.use_tsc, 1)) {
+  if (g_ctx.use_tsc) {
+    // Re-anchor to the wall clock now and then (and at a thread's first call, whose anchor is 0),
+    // so NTP adjustments are followed.
     ThreadState& t = t_state;
-    uint64_t d = __rdtsc() - t.anchor_tsc;
-    if (__builtin_expect(t.anchor_tsc != 0 && d < g_ctx.reanchor_ticks, 1))
-      return t.anchor_ns + (uint64_t)((double)d * g_ctx.ns_per_tick);
-    // Re-anchor to the wall clock now and then, so NTP adjustments are followed.
     t.anchor_ns = clock_ns(CLOCK_REALTIME);
     t.anchor_tsc = __rdtsc();
     return t.anchor_ns;
@@ -73,10 +76,9 @@ uint64_t now_ns() {
   return clock_ns(CLOCK_REALTIME);
 }
 
-uint32_t current_tid() {
-  ThreadState& t = t_state;
-  if (t.tid == 0) t.tid = (uint32_t)syscall(SYS_gettid);
-  return t.tid;
+uint32_t current_tid_slow() {
+  t_state.tid = (uint32_t)syscall(SYS_gettid);
+  return t_state.tid;
 }
 
 void debug_log(const char* fmt, ...) {
@@ -129,6 +131,7 @@ static void atfork_child() {
   gpu_forget_in_child();
   t_state.tid = 0;
   t_state.anchor_tsc = 0;
+  t_state.cache_handle = 0;  // the child's communicator table starts empty
   t_state.group_depth = 0;
   t_state.group_id = 0;
   t_state.n_ops = 0;
@@ -177,9 +180,9 @@ static int start() {
   return kRecording;
 }
 
-bool recording() {
+bool recording_slow() {
   int m = __atomic_load_n(&g_ctx.mode, __ATOMIC_ACQUIRE);
-  if (__builtin_expect(m == kRecording, 1)) return true;
+  if (m == kRecording) return true;
   if (m == kOff) return false;
   int expected = kUninit;
   if (m == kUninit && __atomic_compare_exchange_n(&g_ctx.mode, &expected, (int)kStarting, false,

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "fr/flight_log.h"
 #include "nccl_extra.h"
@@ -49,6 +50,14 @@ struct ThreadState {
   uint32_t pad;
   uint64_t anchor_tsc;  // per-thread clock anchor (see now_ns)
   uint64_t anchor_ns;
+  // The communicator this thread called last (comm_ref): valid while comm_gen is unchanged.
+  uint64_t cache_handle;
+  uint64_t cache_gen;
+  uint64_t cache_id;
+  fr_comm_entry* cache_entry;
+  int32_t cache_slot;
+  uint32_t cache_nonblocking;
+  GroupOp* ops;  // this thread's group ops (thread_ops), 0 until first used
 };
 
 // Completion markers of a nonblocking launch, held until the application sees it succeed.
@@ -90,6 +99,8 @@ struct Context {
   uint64_t* handle_keys;  // open addressing: ncclComm_t value, 0 = empty (atomic)
   int32_t* handle_slots;  // comm table slot for the key (atomic)
   uint32_t handle_mask;
+  uint64_t comm_gen;  // bumped whenever a handle is (re)mapped: per-thread caches see it (atomic)
+  uint32_t ring_mask;  // ring_cap - 1 when ring_cap is a power of two, else 0
   CommPriv* priv;
   uint32_t next_comm_slot;  // allocation counter of the comm table (atomic)
   uint64_t next_group_id;   // (atomic)
@@ -101,27 +112,58 @@ struct Context {
   char path[512];
   // GPU tracking
   int gpu_mode;  // GpuMode (atomic)
+  int cuda_absent;  // libcuda.so.1 could not be loaded: no capture check, no marker (atomic)
   int gpu_tries;
   uint64_t dev_base;  // device address of `map` (CUdeviceptr)
   pthread_mutex_t gpu_lock;
   // Clock: CLOCK_REALTIME costs tens of ns on many machines; an invariant TSC, calibrated once
   // and re-anchored per thread, gives the same nanoseconds for a few.
   int use_tsc;
-  double ns_per_tick;
+  uint64_t ns_per_tick_q32;  // nanoseconds per tick, fixed point with 32 fraction bits
   uint64_t reanchor_ticks;
 };
 
 FR_HIDDEN extern Context g_ctx;
-FR_HIDDEN ThreadState& thread_state();
-// The open group's ops on this thread (kMaxGroupOps entries), only touched inside groups.
-FR_HIDDEN GroupOp* thread_ops();
+// Static TLS: the agent is loaded at start-up (LD_PRELOAD or linked), where static TLS is sized
+// for it, and the state is small. Reaching it is one load from the thread pointer; `constinit`
+// tells every user that no dynamic initialisation (no TLS wrapper call) is needed.
+FR_HIDDEN extern constinit thread_local ThreadState t_state __attribute__((tls_model("initial-exec")));
+inline ThreadState& thread_state() { return t_state; }
+// The open group's ops on this thread (kMaxGroupOps entries), only touched inside groups. They
+// live in dynamic TLS (too large for the static block); the address is kept in ThreadState, so
+// the TLS lookup happens once per thread.
+FR_HIDDEN GroupOp* thread_ops_slow();
+inline GroupOp* thread_ops() {
+  GroupOp* ops = t_state.ops;
+  return __builtin_expect(ops != nullptr, 1) ? ops : thread_ops_slow();
+}
 
 // ---- lifecycle (agent.cpp) -------------------------------------------------------------------
 // True when calls are being recorded; starts the agent on the first call.
-FR_HIDDEN bool recording();
+FR_HIDDEN bool recording_slow();
+inline bool recording() {
+  if (__builtin_expect(__atomic_load_n(&g_ctx.mode, __ATOMIC_ACQUIRE) == kRecording, 1))
+    return true;
+  return recording_slow();
+}
 FR_HIDDEN void debug_log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-FR_HIDDEN uint64_t now_ns();
-FR_HIDDEN uint32_t current_tid();
+// CLOCK_REALTIME in ns: the TSC, anchored per thread to the wall clock (see calibrate_clock), so
+// the call path reads one clock and does one multiply.
+FR_HIDDEN uint64_t now_ns_slow();
+inline uint64_t now_ns() {
+#if defined(__x86_64__)
+  ThreadState& t = t_state;
+  uint64_t d = __builtin_ia32_rdtsc() - t.anchor_tsc;
+  if (__builtin_expect(d < g_ctx.reanchor_ticks, 1))  // 0 without an invariant TSC
+    return t.anchor_ns + ((d * g_ctx.ns_per_tick_q32) >> 32);
+#endif
+  return now_ns_slow();
+}
+FR_HIDDEN uint32_t current_tid_slow();
+inline uint32_t current_tid() {
+  uint32_t tid = t_state.tid;
+  return __builtin_expect(tid != 0, 1) ? tid : current_tid_slow();
+}
 
 // ---- the dynamic linker (dl.cpp) ---------------------------------------------------------------
 // The real dlsym and dlvsym (the agent exports its own: lookups on NCCL's handle answer the
@@ -161,6 +203,92 @@ inline void* real_cached(void** cache, const char* name, const char* pname, cons
 // ---- the log (log.cpp) -----------------------------------------------------------------------
 FR_HIDDEN bool log_open();
 FR_HIDDEN void log_forget_in_child();
+
+// A record slot held under its sequence lock: the call path stores the fields into it directly
+// (never building a record and copying it), and at exit only the words that changed.
+struct HeldRecord {
+  fr_record* slot;
+  uint64_t before;  // the lock's even value when taken
+};
+// Reserves the next record id (returned) and takes its slot's lock; `heartbeat_ns` becomes the
+// log's heartbeat. held->slot is nullptr when the slot was busy with another thread's write (the
+// ring lapped it): the record is counted lost and nothing is written.
+inline fr_record* record_slot(uint64_t id) {
+  const Context& c = g_ctx;
+  return &c.ring[__builtin_expect(c.ring_mask != 0, 1) ? (id & c.ring_mask) : id % c.ring_cap];
+}
+__attribute__((always_inline)) inline uint64_t record_take_new(uint64_t heartbeat_ns, HeldRecord* held) {
+  fr_log_header* h = g_ctx.hdr;
+  uint64_t id = __atomic_fetch_add(&h->record_counter, 1, __ATOMIC_ACQ_REL);
+  if (__builtin_expect(id >= g_ctx.ring_cap, 1)) __atomic_fetch_add(&h->overwritten, 1, __ATOMIC_RELAXED);
+  __atomic_store_n(&h->heartbeat_ns, heartbeat_ns, __ATOMIC_RELAXED);
+  held->slot = record_slot(id);
+  if (__builtin_expect(!fr_seq_try_begin(&held->slot->lock, &held->before), 0)) {
+    // Busy with another thread's write (the ring lapped it): this record is lost; count it.
+    __atomic_fetch_add(&h->overwritten, 1, __ATOMIC_RELAXED);
+    held->slot = nullptr;
+  }
+  return id;
+}
+// Takes the lock of record `id` again, in its slot `s`; false if the slot is busy or holds a newer
+// record.
+__attribute__((always_inline)) inline bool record_take_in(fr_record* s, uint64_t id,
+                                                          HeldRecord* held) {
+  if (__builtin_expect(!fr_seq_try_begin(&s->lock, &held->before), 0)) return false;
+  if (__builtin_expect(__atomic_load_n(&s->id, __ATOMIC_RELAXED) != id, 0)) {
+    // Lapped: leave the newer record as it is (the lock value still moves on, which is harmless).
+    fr_seq_end(&s->lock, held->before);
+    return false;
+  }
+  held->slot = s;
+  return true;
+}
+inline bool record_take(uint64_t id, HeldRecord* held) {
+  return record_take_in(record_slot(id), id, held);
+}
+inline void record_release(const HeldRecord& held) { fr_seq_end(&held.slot->lock, held.before); }
+
+// One 64-bit word of a held record, read or written with relaxed atomic accesses (the lock orders
+// them for readers), seen through a struct that mirrors the record's fields at `offset`.
+template <class T>
+inline T record_word(const fr_record* r, size_t offset) {
+  static_assert(sizeof(T) == 8, "one record word");
+  uint64_t v = __atomic_load_n((const uint64_t*)((const uint8_t*)r + offset), __ATOMIC_RELAXED);
+  T t;
+  memcpy(&t, &v, sizeof t);
+  return t;
+}
+template <class T>
+inline void set_record_word(fr_record* r, size_t offset, const T& t) {
+  static_assert(sizeof(T) == 8, "one record word");
+  uint64_t v;
+  memcpy(&v, &t, sizeof v);
+  __atomic_store_n((uint64_t*)((uint8_t*)r + offset), v, __ATOMIC_RELAXED);
+}
+// The record's words made of smaller fields, in the record's own order.
+struct RecTidOp {
+  uint32_t tid;
+  uint16_t op;
+  uint8_t dtype;
+  uint8_t gpu_state;
+};
+struct RecRedopPeer {
+  int32_t redop;
+  int32_t peer;
+};
+struct RecResultFlags {
+  int32_t result;
+  uint32_t flags;
+};
+static_assert(offsetof(fr_record, op) == offsetof(fr_record, tid) + 4 &&
+                  offsetof(fr_record, dtype) == offsetof(fr_record, tid) + 6 &&
+                  offsetof(fr_record, gpu_state) == offsetof(fr_record, tid) + 7 &&
+                  offsetof(fr_record, peer) == offsetof(fr_record, redop) + 4 &&
+                  offsetof(fr_record, flags) == offsetof(fr_record, result) + 4 &&
+                  offsetof(fr_record, tid) % 8 == 0 && offsetof(fr_record, redop) % 8 == 0 &&
+                  offsetof(fr_record, result) % 8 == 0,
+              "the word structs mirror fr_record");
+
 // Reserves a record id and publishes `r` (whose id it fills in). Returns the id.
 FR_HIDDEN uint64_t record_begin(fr_record& r);
 // Republishes a record already begun, if its slot still holds it.

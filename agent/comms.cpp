@@ -56,11 +56,13 @@ static bool map_handle(uint64_t key, int32_t slot) {
     uint64_t k = __atomic_load_n(&c.handle_keys[i], __ATOMIC_RELAXED);
     if (k == key) {
       __atomic_store_n(&c.handle_slots[i], slot, __ATOMIC_RELEASE);
+      __atomic_add_fetch(&c.comm_gen, 1, __ATOMIC_RELEASE);  // threads' cached slots go stale
       return true;
     }
     if (k == 0) {
       __atomic_store_n(&c.handle_slots[i], slot, __ATOMIC_RELAXED);
       __atomic_store_n(&c.handle_keys[i], key, __ATOMIC_RELEASE);
+      __atomic_add_fetch(&c.comm_gen, 1, __ATOMIC_RELEASE);
       return true;
     }
   }

@@ -82,6 +82,7 @@ bool load_cuda() {
   if (g_cuda.lib == nullptr) {
     debug_log("libcuda.so.1 not found; no GPU progress tracking");
     __atomic_store_n(&g_cuda_loaded, -1, __ATOMIC_RELEASE);
+    __atomic_store_n(&g_ctx.cuda_absent, 1, __ATOMIC_RELEASE);
     return false;
   }
   g_cuda.ctx_get_current = (decltype(g_cuda.ctx_get_current))sym("cuCtxGetCurrent", nullptr);

@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +136,7 @@ static void* map_private(uint64_t size) {
 bool log_open() {
   Context& c = g_ctx;
   c.ring_cap = ring_capacity();
+  c.ring_mask = (c.ring_cap & (c.ring_cap - 1)) == 0 ? c.ring_cap - 1 : 0;
   c.comm_cap = FR_DEFAULT_COMM_CAPACITY;
   c.map_size = fr_log_file_size(c.comm_cap, c.ring_cap);
 
@@ -260,57 +260,30 @@ void set_log_flags(uint32_t set, uint32_t clear) {
 }
 
 uint64_t record_begin(fr_record& r) {
-  Context& c = g_ctx;
-  fr_log_header* h = c.hdr;
-  uint64_t id = __atomic_fetch_add(&h->record_counter, 1, __ATOMIC_ACQ_REL);
-  r.id = id;
-  if (id >= c.ring_cap) __atomic_fetch_add(&h->overwritten, 1, __ATOMIC_RELAXED);
-  // A slot busy with another thread's write (the ring lapped it) loses this record; count it.
-  if (!fr_record_publish(&c.ring[id % c.ring_cap], &r))
-    __atomic_fetch_add(&h->overwritten, 1, __ATOMIC_RELAXED);
-  __atomic_store_n(&h->heartbeat_ns, r.call_ns, __ATOMIC_RELAXED);
-  return id;
-}
-
-// Takes the slot lock of record `id`; false if the slot is busy or holds a newer record.
-static bool lock_record(uint64_t id, fr_record** slot, uint64_t* before) {
-  fr_record* s = &g_ctx.ring[id % g_ctx.ring_cap];
-  if (!fr_seq_try_begin(&s->lock, before)) return false;
-  if (__atomic_load_n(&s->id, __ATOMIC_RELAXED) != id) {
-    // Lapped: leave the newer record as it is (the lock value still moves on, which is harmless).
-    fr_seq_end(&s->lock, *before);
-    return false;
+  HeldRecord held;
+  r.id = record_take_new(r.call_ns, &held);
+  if (held.slot != nullptr) {
+    fr_copy_words_in((uint64_t*)held.slot + 1, (const uint64_t*)&r + 1, sizeof(fr_record) / 8 - 1);
+    record_release(held);
   }
-  *slot = s;
-  return true;
+  return r.id;
 }
 
 void record_update(const fr_record& r) {
-  fr_record* s;
-  uint64_t before;
-  if (!lock_record(r.id, &s, &before)) return;
-#ifdef FR_TEST_PARK_WRITER
-  // Test builds only (tests/agent): park the writer halfway, between the GPU state and the result
-  // (two words an update changes together), so that readers alongside meet half-written records.
-  constexpr size_t kHalf = offsetof(fr_record, redop) / 8;
-  fr_copy_words_in((uint64_t*)s + 1, (const uint64_t*)&r + 1, kHalf - 1);
-  sched_yield();
-  fr_copy_words_in((uint64_t*)s + kHalf, (const uint64_t*)&r + kHalf, sizeof(fr_record) / 8 - kHalf);
-#else
-  fr_copy_words_in((uint64_t*)s + 1, (const uint64_t*)&r + 1, sizeof(fr_record) / 8 - 1);
-#endif
-  fr_seq_end(&s->lock, before);
+  HeldRecord held;
+  if (!record_take(r.id, &held)) return;
+  fr_copy_words_in((uint64_t*)held.slot + 1, (const uint64_t*)&r + 1, sizeof(fr_record) / 8 - 1);
+  record_release(held);
 }
 
 void record_modify(uint64_t id, void (*fn)(fr_record&, const void*), const void* arg) {
-  fr_record* s;
-  uint64_t before;
-  if (!lock_record(id, &s, &before)) return;
+  HeldRecord held;
+  if (!record_take(id, &held)) return;
   fr_record copy;
-  fr_copy_words_out((uint64_t*)&copy + 1, (const uint64_t*)s + 1, sizeof(fr_record) / 8 - 1);
+  fr_copy_words_out((uint64_t*)&copy + 1, (const uint64_t*)held.slot + 1, sizeof(fr_record) / 8 - 1);
   fn(copy, arg);
-  fr_copy_words_in((uint64_t*)s + 1, (const uint64_t*)&copy + 1, sizeof(fr_record) / 8 - 1);
-  fr_seq_end(&s->lock, before);
+  fr_copy_words_in((uint64_t*)held.slot + 1, (const uint64_t*)&copy + 1, sizeof(fr_record) / 8 - 1);
+  record_release(held);
 }
 
 }  // namespace fr::agent

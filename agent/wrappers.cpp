@@ -19,6 +19,7 @@
 //    window's user pointer) are forwarded only; async errors are recorded once per distinct error.
 // Left out on purpose (not exported, so they bind straight to NCCL): the window address queries of
 // the device API and its requirement helpers, ncclParam*, ncclSetEncryption (docs/agent.md).
+#include <sched.h>
 #include <string.h>
 
 #include "agent.h"
@@ -29,6 +30,9 @@ namespace {
 
 constexpr uint32_t kConfigMagic = 0xcafebeef;
 
+// The call path's helpers are inlined into each wrapper whole.
+#define FR_INLINE inline __attribute__((always_inline))
+
 struct CommRef {
   int32_t slot;
   uint64_t id;
@@ -36,13 +40,26 @@ struct CommRef {
   bool nonblocking;
 };
 
-CommRef comm_ref(const void* comm) {
+// The communicator's slot: this thread's last one when it is the same handle and no handle was
+// mapped since (the common case, one compare), else the shared table.
+FR_INLINE CommRef comm_ref(const void* comm) {
+  ThreadState& t = thread_state();
+  const uint64_t key = (uint64_t)(uintptr_t)comm;
+  const uint64_t gen = __atomic_load_n(&g_ctx.comm_gen, __ATOMIC_ACQUIRE);
+  if (__builtin_expect(key == t.cache_handle && gen == t.cache_gen && key != 0, 1))
+    return CommRef{t.cache_slot, t.cache_id, t.cache_entry, t.cache_nonblocking != 0};
   CommRef c = {-1, 0, nullptr, false};
   c.slot = comm_lookup(comm);
   if (c.slot >= 0) {
     c.entry = &g_ctx.comms[c.slot];
     c.id = __atomic_load_n(&c.entry->id, __ATOMIC_RELAXED);
     c.nonblocking = __atomic_load_n(&g_ctx.priv[c.slot].nonblocking, __ATOMIC_ACQUIRE) != 0;
+    t.cache_handle = key;
+    t.cache_gen = gen;
+    t.cache_id = c.id;
+    t.cache_entry = c.entry;
+    t.cache_slot = c.slot;
+    t.cache_nonblocking = c.nonblocking;
   }
   return c;
 }
@@ -83,13 +100,13 @@ void finish(fr_record& r, ncclResult_t res) {
 struct Scope {
   ThreadState& t;
   bool active;
-  Scope() : t(thread_state()), active(false) {
+  __attribute__((always_inline)) Scope() : t(thread_state()), active(false) {
     if (t.guard != 0) return;
-    ++t.guard;
+    ++t.guard;  // held while the agent starts, too: its own NCCL calls are never recorded
     active = recording();
     if (!active) --t.guard;
   }
-  ~Scope() {
+  __attribute__((always_inline)) ~Scope() {
     if (active) --t.guard;
   }
 };
@@ -98,21 +115,23 @@ bool is_tracked(int mode) { return mode == kGpuMarkers || mode == kGpuEvents; }
 
 // ---- record updates applied in place ---------------------------------------------------------
 
-struct LaunchUpdate {
-  uint32_t set_flags;
-  uint64_t op_index;
-};
-
-void apply_launch(fr_record& r, const void* arg) {
-  const LaunchUpdate* u = (const LaunchUpdate*)arg;
-  r.flags |= u->set_flags;
-  if (u->set_flags & FR_REC_F_LAUNCHED) r.gpu_state = FR_GPU_ENQUEUED;
-  if (u->op_index != 0) r.op_index = u->op_index;
-}
-
+// Sets `flags` on a record already written (and the GPU state to enqueued when they say it
+// launched), and its op index when non-zero: only those words are stored.
 void mark(uint64_t rec_id, uint32_t flags, uint64_t op_index) {
-  LaunchUpdate u = {flags, op_index};
-  record_modify(rec_id, apply_launch, &u);
+  HeldRecord h;
+  if (!record_take(rec_id, &h)) return;
+  if (op_index != 0) set_record_word(h.slot, offsetof(fr_record, op_index), op_index);
+  if (flags & FR_REC_F_LAUNCHED) {
+    RecTidOp w = record_word<RecTidOp>(h.slot, offsetof(fr_record, tid));
+    w.gpu_state = FR_GPU_ENQUEUED;
+    set_record_word(h.slot, offsetof(fr_record, tid), w);
+  }
+  if (flags != 0) {
+    RecResultFlags w = record_word<RecResultFlags>(h.slot, offsetof(fr_record, result));
+    w.flags |= flags;
+    set_record_word(h.slot, offsetof(fr_record, result), w);
+  }
+  record_release(h);
 }
 
 // ---- nonblocking launches --------------------------------------------------------------------
@@ -174,86 +193,140 @@ struct OpArgs {
 };
 
 struct OpState {
-  fr_record r;
   CommRef c;
-  bool in_group;
-  bool captured;
-  bool no_markers;     // the stream's capture state is unknown: enqueue nothing into it
-  uint32_t group_pos;  // index in the thread's group ops, or kMaxGroupOps
+  uint64_t id;         // the record's id
+  fr_record* slot;     // its ring slot
+  uint64_t call_ns;
+  uint64_t stream;
+  uint64_t op_index;   // 0 when untracked
+  RecTidOp tid_op;     // as written at entry
+  uint32_t flags;      // as written at entry: FR_REC_F_IN_GROUP and _CAPTURED say how it launches
+  uint32_t group_pos;  // in a group: index in the thread's group ops, or kMaxGroupOps
 };
 
-void op_enter(const OpArgs& a, OpState& o) {
+// Every word of a record entering its call, stored into its slot (held) directly.
+FR_INLINE void store_entry(fr_record* s, uint64_t id, uint64_t comm_id, uint64_t seq,
+                           uint64_t op_index, uint64_t count, uint64_t stream, uint64_t group_id,
+                           uint64_t call_ns, uint64_t send, uint64_t recv, RecTidOp tid_op,
+                           RecRedopPeer redop_peer, uint32_t flags, uint64_t aux) {
+  set_record_word(s, offsetof(fr_record, id), id);
+  set_record_word(s, offsetof(fr_record, comm_id), comm_id);
+  set_record_word(s, offsetof(fr_record, seq), seq);
+  set_record_word(s, offsetof(fr_record, op_index), op_index);
+  set_record_word(s, offsetof(fr_record, count), count);
+  set_record_word(s, offsetof(fr_record, stream), stream);
+  set_record_word(s, offsetof(fr_record, group_id), group_id);
+  set_record_word(s, offsetof(fr_record, call_ns), call_ns);
+  set_record_word(s, offsetof(fr_record, duration_ns), uint64_t{0});
+  set_record_word(s, offsetof(fr_record, sendbuff), send);
+  set_record_word(s, offsetof(fr_record, recvbuff), recv);
+  set_record_word(s, offsetof(fr_record, tid), tid_op);
+  set_record_word(s, offsetof(fr_record, redop), redop_peer);
+  set_record_word(s, offsetof(fr_record, result), RecResultFlags{FR_RESULT_PENDING, flags});
+  set_record_word(s, offsetof(fr_record, aux), aux);
+}
+
+// Entry: every field of the record is stored into its slot directly, under the slot's lock.
+FR_INLINE void op_enter(const OpArgs& a, OpState& o) {
   ThreadState& t = thread_state();
   o.c = comm_ref(a.comm);
-  fr_record& r = o.r;
-  r = new_record(a.op, o.c);
-  if (o.c.entry != nullptr)
-    r.seq =
-        __atomic_add_fetch(a.p2p ? &o.c.entry->p2p_seq : &o.c.entry->coll_seq, 1, __ATOMIC_RELAXED);
-  r.count = a.count;
-  r.stream = (uint64_t)(uintptr_t)a.stream;
-  r.sendbuff = (uint64_t)(uintptr_t)a.send;
-  r.recvbuff = (uint64_t)(uintptr_t)a.recv;
-  r.dtype = (uint8_t)a.dtype;
-  r.redop = a.redop;
-  r.peer = a.peer;
-  r.aux = a.aux;
-  r.flags |= a.flags;
-  o.in_group = t.group_depth > 0;
-  int capture = gpu_stream_capture(r.stream);
-  o.captured = capture == kCapturing;
-  o.no_markers = capture == kCaptureUnknown;
-  o.group_pos = kMaxGroupOps;
-  if (o.captured) r.flags |= FR_REC_F_CAPTURED;
-
-  if (!o.in_group && !o.captured && !o.no_markers && o.c.slot >= 0 && is_tracked(gpu_prepare())) {
-    uint64_t index = __atomic_add_fetch(&o.c.entry->op_index, 1, __ATOMIC_RELAXED);
-    if (gpu_before(o.c.slot, r.stream, index)) r.op_index = index;
+  o.call_ns = now_ns();
+  o.stream = (uint64_t)(uintptr_t)a.stream;
+  const bool in_group = t.group_depth > 0;
+  uint64_t seq = 0;
+  if (o.c.entry != nullptr) {
+    seq = __atomic_add_fetch(a.p2p ? &o.c.entry->p2p_seq : &o.c.entry->coll_seq, 1,
+                             __ATOMIC_RELAXED);
+    __atomic_store_n(&o.c.entry->last_call_ns, o.call_ns, __ATOMIC_RELAXED);
   }
-  record_begin(r);
-  if (o.in_group) {
+  bool captured = false;
+  bool no_markers = false;  // the stream's capture state is unknown: enqueue nothing into it
+  o.op_index = 0;
+  o.group_pos = kMaxGroupOps;
+  // Without a CUDA driver nothing can be captured or tracked: one load decides it.
+  if (!__atomic_load_n(&g_ctx.cuda_absent, __ATOMIC_RELAXED)) {
+    int capture = gpu_stream_capture(o.stream);
+    captured = capture == kCapturing;
+    no_markers = capture == kCaptureUnknown;
+    if (!in_group && !captured && !no_markers && o.c.slot >= 0 && is_tracked(gpu_prepare())) {
+      uint64_t index = __atomic_add_fetch(&o.c.entry->op_index, 1, __ATOMIC_RELAXED);
+      if (gpu_before(o.c.slot, o.stream, index)) o.op_index = index;
+    }
+  }
+  o.flags = FR_REC_F_IN_CALL | a.flags | (o.c.nonblocking ? FR_REC_F_NONBLOCKING : 0u) |
+            (in_group ? FR_REC_F_IN_GROUP : 0u) | (captured ? FR_REC_F_CAPTURED : 0u);
+  o.tid_op = RecTidOp{current_tid(), (uint16_t)a.op, (uint8_t)a.dtype, FR_GPU_NONE};
+
+  HeldRecord h;
+  o.id = record_take_new(o.call_ns, &h);
+  o.slot = __builtin_expect(h.slot != nullptr, 1) ? h.slot : record_slot(o.id);
+  if (h.slot != nullptr) {
+    store_entry(h.slot, o.id, o.c.id, seq, o.op_index, (uint64_t)a.count, o.stream,
+                in_group ? t.group_id : 0, o.call_ns, (uint64_t)(uintptr_t)a.send,
+                (uint64_t)(uintptr_t)a.recv, o.tid_op, RecRedopPeer{a.redop, a.peer}, o.flags,
+                a.aux);
+    record_release(h);
+  }
+  if (in_group) {
     if (t.n_ops < kMaxGroupOps) {
       o.group_pos = t.n_ops++;
-      thread_ops()[o.group_pos] = GroupOp{r.id, r.stream, 0, o.c.slot,
-                                          o.captured     ? kOpCaptured
-                                          : o.no_markers ? kOpNoMarkers
-                                                         : 0u};
+      thread_ops()[o.group_pos] = GroupOp{o.id, o.stream, 0, o.c.slot,
+                                          captured     ? kOpCaptured
+                                          : no_markers ? kOpNoMarkers
+                                                       : 0u};
     } else {
       t.overflow = 1;
     }
   }
 }
 
-void op_exit(OpState& o, ncclResult_t res) {
-  fr_record& r = o.r;
-  finish(r, res);
-  bool ok = res == ncclSuccess || res == ncclInProgress;
-  if (o.in_group) {
-    // Launched (or not) at the outermost GroupEnd.
-    if (!ok) {
-      r.flags |= FR_REC_F_NEVER_LAUNCHED;
-      if (o.group_pos < kMaxGroupOps) thread_ops()[o.group_pos].bits |= kOpFailed;
-    }
-  } else if (o.captured) {
-    // Part of a CUDA graph: it runs when the graph is launched, never counted in flight here.
-    if (!ok) r.flags |= FR_REC_F_NEVER_LAUNCHED;
-  } else if (res == ncclSuccess) {
-    r.flags |= FR_REC_F_LAUNCHED;
-    r.gpu_state = FR_GPU_ENQUEUED;
-    if (r.op_index == 0 || !gpu_after(o.c.slot, r.stream, r.op_index)) {
-      r.flags |= FR_REC_F_GPU_UNTRACKED;
-    }
-  } else if (res == ncclInProgress) {
-    // Nonblocking: the launch may still fail; wait until the application sees it succeed.
-    defer(o.c.slot, r.id, r.stream, r.op_index);
-  } else {
-    r.flags |= FR_REC_F_NEVER_LAUNCHED;
+// Exit: only the words that change are stored (duration, result and flags, and the GPU state when
+// the op launched).
+FR_INLINE void op_exit(OpState& o, ncclResult_t res) {
+  uint64_t duration = elapsed_since(o.call_ns);
+  uint32_t flags = o.flags & ~FR_REC_F_IN_CALL;
+  bool launched = false;
+  if (__builtin_expect(res == ncclSuccess && !(o.flags & (FR_REC_F_IN_GROUP | FR_REC_F_CAPTURED)), 1)) {
+    launched = true;
+    flags |= FR_REC_F_LAUNCHED;
+    if (o.op_index == 0 || !gpu_after(o.c.slot, o.stream, o.op_index))
+      flags |= FR_REC_F_GPU_UNTRACKED;
+  } else if (res != ncclSuccess && res != ncclInProgress) {
+    // Failed: never launched. In a group, the outermost GroupEnd must not launch it either; a
+    // captured op would have run when its graph was launched.
+    flags |= FR_REC_F_NEVER_LAUNCHED;
+    if ((o.flags & FR_REC_F_IN_GROUP) && o.group_pos < kMaxGroupOps)
+      thread_ops()[o.group_pos].bits |= kOpFailed;
   }
-  record_update(r);
+  // Otherwise: in a group it launches (or not) at the outermost GroupEnd; captured into a CUDA
+  // graph it runs when the graph is launched, never counted in flight here; in progress on a
+  // nonblocking communicator, it launches once the application sees success (deferred below).
+  HeldRecord h;
+  if (record_take_in(o.slot, o.id, &h)) {
+    set_record_word(h.slot, offsetof(fr_record, duration_ns), duration);
+    if (launched) {
+      RecTidOp w = o.tid_op;
+      w.gpu_state = FR_GPU_ENQUEUED;
+      set_record_word(h.slot, offsetof(fr_record, tid), w);
+    }
+#ifdef FR_TEST_PARK_WRITER
+    // Test builds only (tests/agent): park the writer halfway, between the GPU state and the
+    // result (two words an exit changes together), so that readers alongside meet half-written
+    // records.
+    sched_yield();
+#endif
+    set_record_word(h.slot, offsetof(fr_record, result), RecResultFlags{(int32_t)res, flags});
+    record_release(h);
+  }
+  // Nonblocking: the launch may still fail; wait until the application sees it succeed. Deferred
+  // after the exit's own store, so a release on another thread cannot be overwritten by it.
+  if (res == ncclInProgress && !(o.flags & (FR_REC_F_IN_GROUP | FR_REC_F_CAPTURED)))
+    defer(o.c.slot, o.id, o.stream, o.op_index);
 }
 
+// Inlined into each wrapper whole, so the arguments stay in registers on their way to the record.
 template <class Call>
-ncclResult_t run_op(const OpArgs& a, Call call) {
+FR_INLINE ncclResult_t run_op(const OpArgs& a, Call call) {
   Scope s;
   if (!s.active) return call();
   OpState o;
@@ -264,6 +337,40 @@ ncclResult_t run_op(const OpArgs& a, Call call) {
 }
 
 // ---- groups ------------------------------------------------------------------------------------
+
+// The record of a GroupStart, GroupEnd or GroupSimulateEnd, written in place like an op's.
+struct GroupRec {
+  uint64_t id;
+  fr_record* slot;
+  uint64_t call_ns;
+  uint32_t flags;
+};
+
+void group_rec_enter(fr_op op, uint64_t group_id, GroupRec& r) {
+  r.call_ns = now_ns();
+  r.flags = FR_REC_F_IN_CALL | (group_id != 0 ? FR_REC_F_IN_GROUP : 0u);
+  HeldRecord h;
+  r.id = record_take_new(r.call_ns, &h);
+  r.slot = h.slot != nullptr ? h.slot : record_slot(r.id);
+  if (h.slot != nullptr) {
+    store_entry(h.slot, r.id, 0, 0, 0, 0, 0, group_id, r.call_ns, 0, 0,
+                RecTidOp{current_tid(), (uint16_t)op, 0, FR_GPU_NONE}, RecRedopPeer{-1, -1},
+                r.flags, 0);
+    record_release(h);
+  }
+}
+
+// `end_ns`: when the call returned (0: now).
+void group_rec_exit(const GroupRec& r, ncclResult_t res, uint64_t end_ns = 0) {
+  if (end_ns == 0) end_ns = now_ns();
+  HeldRecord h;
+  if (!record_take_in(r.slot, r.id, &h)) return;
+  set_record_word(h.slot, offsetof(fr_record, duration_ns),
+                  end_ns > r.call_ns ? end_ns - r.call_ns : uint64_t{0});
+  set_record_word(h.slot, offsetof(fr_record, result),
+                  RecResultFlags{(int32_t)res, r.flags & ~FR_REC_F_IN_CALL});
+  record_release(h);
+}
 
 void apply_group_flags(fr_record& r, const void* arg) {
   const uint64_t* a = (const uint64_t*)arg;  // {group_id, tid, flags}
@@ -754,14 +861,11 @@ FR_API ncclResult_t ncclGroupStart() {
     group_reset(t);
     t.group_id = __atomic_add_fetch(&g_ctx.next_group_id, 1, __ATOMIC_RELAXED);
   }
-  fr_record r = new_record(FR_OP_GROUP_START, CommRef{-1, 0, nullptr, false});
-  r.group_id = t.group_id;
-  r.flags |= FR_REC_F_IN_GROUP;
-  record_begin(r);
+  GroupRec r;
+  group_rec_enter(FR_OP_GROUP_START, t.group_id, r);
   ncclResult_t res = real();
-  finish(r, res);
   if (res == ncclSuccess) ++t.group_depth;
-  record_update(r);
+  group_rec_exit(r, res);
   return res;
 }
 
@@ -771,14 +875,14 @@ ncclResult_t run_group_end(fr_op op, Call call) {
   Scope s;
   if (!s.active) return call();
   ThreadState& t = s.t;
-  fr_record r = new_record(op, CommRef{-1, 0, nullptr, false});
+  GroupRec r;
+  group_rec_enter(op, t.group_depth > 0 ? t.group_id : 0, r);
   bool outermost = t.group_depth == 1;
-  record_begin(r);
   Pair pairs[kMaxPairs];
   uint32_t n_pairs = 0;
   if (outermost && op == FR_OP_GROUP_END) n_pairs = group_before_launch(t, pairs);
   ncclResult_t res = call();
-  finish(r, res);
+  uint64_t end_ns = now_ns();
   if (t.group_depth > 0) --t.group_depth;  // NCCL ends the group level even when the call fails
   if (outermost) {
     if (op == FR_OP_GROUP_END) {
@@ -791,7 +895,7 @@ ncclResult_t run_group_end(fr_op op, Call call) {
     }
     group_reset(t);
   }
-  record_update(r);
+  group_rec_exit(r, res, end_ns);
   return res;
 }
 

@@ -508,6 +508,17 @@ bool write_dump_set(const Spec& spec, const std::string& dir, std::string* error
     return false;
   }
   Job job = make_job(spec);
+  const int hosts = job.host_of(job.n - 1) + 1;
+  auto set_dir = [&](int h) {
+    return spec.dir_per_host ? (fs::path(dir) / ("node" + std::to_string(h))).string() : dir;
+  };
+  for (int h = 0; spec.dir_per_host && h < hosts; ++h) {
+    fs::create_directories(set_dir(h), ec);
+    if (ec) {
+      *error = set_dir(h) + ": cannot create: " + ec.message();
+      return false;
+    }
+  }
   auto late = run_job(job);
   const uint64_t snap_ns = job.call_ns(0, job.steps + 1, 0) + 1'000'000'000ull;
   std::vector<fr::log::SnapshotProcess> procs(job.n);
@@ -524,11 +535,12 @@ bool write_dump_set(const Spec& spec, const std::string& dir, std::string* error
       const std::string host = log.hostname();
       const std::string name = "rank" + std::to_string(r) + "." + host + "." + std::to_string(log.header.pid) + FR_LOG_FILE_SUFFIX;
       std::string bytes = fr::log::encode_snapshot(log, snap_ns);
-      std::ofstream out(fs::path(dir) / name, std::ios::binary | std::ios::trunc);
+      const fs::path file = fs::path(set_dir(job.host_of(r))) / name;
+      std::ofstream out(file, std::ios::binary | std::ios::trunc);
       out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
       if (!out) {
         std::lock_guard<std::mutex> g(err_mu);
-        first_error = (fs::path(dir) / name).string() + ": write failed";
+        first_error = file.string() + ": write failed";
         failed = true;
         return;
       }
@@ -555,18 +567,30 @@ bool write_dump_set(const Spec& spec, const std::string& dir, std::string* error
     *error = first_error;
     return false;
   }
-  std::vector<fr::log::SnapshotProcess> listed;
-  for (int r = 0; r < job.n; ++r)
-    if (ok[r]) listed.push_back(procs[r]);
-  std::vector<fr::log::ManifestNode> nodes;
-  const int hosts = job.host_of(job.n - 1) + 1;
-  for (int h = 0; h < hosts; ++h) {
+  auto node_of = [&](int h) {
     fr::log::ManifestNode node;
     node.host = "node" + std::to_string(h);
     node.clock_offset_ns = -static_cast<int64_t>(h) * spec.host_skew_ns;
     node.has_offset = true;
-    nodes.push_back(node);
+    return node;
+  };
+  if (spec.dir_per_host) {
+    // Each host's set names its own processes and node; every one expects the whole job.
+    for (int h = 0; h < hosts; ++h) {
+      std::vector<fr::log::SnapshotProcess> listed;
+      for (int r = 0; r < job.n; ++r)
+        if (ok[r] && job.host_of(r) == h) listed.push_back(procs[r]);
+      if (!fr::log::write_manifest(set_dir(h), spec.job_id, snap_ns, listed, {}, {node_of(h)},
+                                   "fr-gendumps", job.n, error))
+        return false;
+    }
+    return true;
   }
+  std::vector<fr::log::SnapshotProcess> listed;
+  for (int r = 0; r < job.n; ++r)
+    if (ok[r]) listed.push_back(procs[r]);
+  std::vector<fr::log::ManifestNode> nodes;
+  for (int h = 0; h < hosts; ++h) nodes.push_back(node_of(h));
   return fr::log::write_manifest(dir, spec.job_id, snap_ns, listed, {}, nodes, "fr-gendumps", job.n, error);
 }
 

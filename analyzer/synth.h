@@ -43,13 +43,16 @@ struct Spec {
   std::string job_id = "synthetic";
   uint64_t base_ns = 1796205600000000000ull;
   unsigned threads = 0;
+  bool dir_per_host = false;   // one dump set per host (DIR/node<h>/, each with its manifest), as
+                               // node daemons write them, instead of one for the whole job
 };
 
 // The logs, one per rank (ascending), as a snapshot would have captured them.
 std::vector<fr::log::LogFile> make_logs(const Spec& spec);
 
-// Writes the dump set: one dump file per rank (through fr::log::encode_snapshot) and the manifest.
-// Streams rank by rank, so large sets never sit in memory whole.
+// Writes the dump set: one dump file per rank (through fr::log::encode_snapshot) and the manifest;
+// with Spec::dir_per_host, one such set per host under `dir`. Streams rank by rank, so large sets
+// never sit in memory whole.
 bool write_dump_set(const Spec& spec, const std::string& dir, std::string* error);
 
 }  // namespace fr::analyzer::synth

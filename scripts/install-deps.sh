@@ -11,7 +11,7 @@ packages=(
   clang libclang-rt-14-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   catch2 libcli11-dev nlohmann-json3-dev libbenchmark-dev
-  binutils procps bc time
+  binutils procps bc time valgrind
 )
 # Packaging (cpack's .deb and its test): dpkg-shlibdeps computes the Depends line and needs file.
 packages+=(dpkg-dev file)

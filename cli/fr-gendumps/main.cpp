@@ -28,6 +28,8 @@ int main(int argc, char** argv) {
   app.add_option("--job-id", spec.job_id, "job id written in the logs");
   app.add_option("--threads", spec.threads, "writer threads (0: one per core)");
   bool no_gpu = false;
+  app.add_flag("--dir-per-node", spec.dir_per_host,
+               "one dump set per node (OUT/node<N>/, each with its manifest), as node daemons write them");
   app.add_flag("--no-gpu-tracking", no_gpu, "logs without GPU progress (as when markers are unavailable)");
   app.add_option("--out", out, "dump-set directory to write")->required();
   try {

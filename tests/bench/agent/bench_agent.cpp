@@ -2,11 +2,16 @@
 // both) against a no-op NCCL, so the difference is what the agent adds. Prints the median of many
 // batches, and the heap allocations made inside the timed loops (counted by interposing malloc),
 // which must be zero.
+//
+// `fr_bench_agent --calls allreduce|group|group16 N` instead makes N calls (after the same warm-up) and
+// prints nothing: run.sh runs it under callgrind with two values of N, so the difference in
+// instructions, divided by the difference in N, is the exact count per call, free of start-up.
 #include <malloc.h>
 #include <nccl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <algorithm>
@@ -66,7 +71,12 @@ double median_ns(std::vector<double>& v, int batches, int per_batch, F f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int batches = argc > 1 ? atoi(argv[1]) : 200;
+  const bool count_mode = argc == 4 && strcmp(argv[1], "--calls") == 0;
+  if (argc > 1 && !count_mode && (argc != 2 || atoi(argv[1]) <= 0)) {
+    fprintf(stderr, "usage: fr_bench_agent [BATCHES] | --calls allreduce|group|group16 N\n");
+    return 2;
+  }
+  int batches = argc == 2 ? atoi(argv[1]) : 200;
   const int per_batch = 1000;
   ncclUniqueId id;
   ncclComm_t comm;
@@ -83,16 +93,44 @@ int main(int argc, char** argv) {
     ncclRecv(buf, 256, ncclFloat32, 0, comm, s);
     ncclGroupEnd();
   };
+  // An exchange with 8 peers (an all-to-all's shape): 16 ops between one GroupStart and GroupEnd.
+  auto group16 = [&] {
+    ncclGroupStart();
+    for (int p = 0; p < 8; ++p) {
+      ncclSend(buf, 256, ncclFloat32, 0, comm, s);
+      ncclRecv(buf, 256, ncclFloat32, 0, comm, s);
+    }
+    ncclGroupEnd();
+  };
   std::vector<double> v;
   v.reserve((size_t)batches + 20);
   median_ns(v, 20, per_batch, allreduce);  // warm up: first-call resolution, page faults
   median_ns(v, 20, per_batch, group);
+  median_ns(v, 4, per_batch, group16);
+  if (count_mode) {
+    const long n = atol(argv[3]);
+    void (*run)(decltype(allreduce)&, decltype(group)&, decltype(group16)&) = nullptr;
+    if (strcmp(argv[2], "allreduce") == 0)
+      run = [](auto& a, auto&, auto&) { a(); };
+    else if (strcmp(argv[2], "group") == 0)
+      run = [](auto&, auto& g, auto&) { g(); };
+    else if (strcmp(argv[2], "group16") == 0)
+      run = [](auto&, auto&, auto& g16) { g16(); };
+    if (run == nullptr || n < 0) {
+      fprintf(stderr, "bench: --calls takes allreduce, group or group16, and a count\n");
+      return 2;
+    }
+    for (long i = 0; i < n; ++i) run(allreduce, group, group16);
+    return 0;
+  }
   g_counting = true;
   double ar = median_ns(v, batches, per_batch, allreduce);
   double gr = median_ns(v, batches / 4 + 1, per_batch, group);
+  double g16 = median_ns(v, batches / 8 + 1, per_batch, group16);
   g_counting = false;
   printf("allreduce_ns=%.1f\n", ar);
   printf("group_send_recv_ns=%.1f\n", gr);
+  printf("group_16_ops_ns=%.1f\n", g16);
   printf("allocs_in_loop=%lu\n", g_allocs);
   return 0;
 }

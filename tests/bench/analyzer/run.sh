@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# fr-analyze speed: synthetic dump sets of 256, 1,024 and 4,096 ranks x 2,048 records with a
-# planted host hang, each analysed once; prints wall time, peak memory and seconds per million
-# records, and checks the 4,096-rank target (<= 5 s, <= 2 GiB). Then the same for PyTorch Flight
-# Recorder pickles, beside PyTorch's fr_trace on the same files (see below). Dump sets live in a temporary
-# directory that is removed on exit (the largest is 1 GiB).
+# fr-analyze speed: synthetic dump sets of 1,024, 4,096 and 16,384 ranks x 2,048 records with a
+# planted host hang (256 ranks a node), each analysed once; prints wall and CPU time, peak memory (whole and per
+# rank), and seconds per million records, whose spread over the sizes says how linear the
+# analysis is in ranks. Checks the 4,096-rank target (<= 5 s, <= 2 GiB) and prints the 16,384-rank
+# one (<= 3 s, <= 1 GiB, <= 64 KiB per rank). Then, at the largest size, the same job written as
+# one dump set per node (fr-gendumps --dir-per-node, 256 ranks a node) and analysed in one
+# fr-analyze over all of them must give the same analysis as the single dump set. Then the same
+# for PyTorch Flight Recorder pickles, beside PyTorch's fr_trace on the same files (see below).
+# Dump sets live in a temporary directory that is removed on exit (the largest is 5.5 GB); a size
+# the free disk cannot hold is scaled down, with a note saying so.
 set -euo pipefail
 build=${1:-build}
 build=$(cd "$build" && pwd)
@@ -13,41 +18,111 @@ for b in "$gen" "$analyze"; do
   [[ -x $b ]] || { echo "missing $b: build fr-gendumps and fr-analyze first" >&2; exit 2; }
 done
 entries=${FR_BENCH_ENTRIES:-2048}
-sizes=${FR_BENCH_RANKS:-"256 1024 4096"}
+sizes=${FR_BENCH_RANKS:-"1024 4096 16384"}
+per_node=${FR_BENCH_RANKS_PER_NODE:-256}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/fr-bench-analyzer.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
 have_time=0
 [[ -x /usr/bin/time ]] && have_time=1
 status=0
-printf '%-7s %-8s %-12s %-9s %-11s %-10s %s\n' ranks records gen_s analyze_s peak_MiB s/Mrec verdict
-for n in $sizes; do
-  dir=$tmp/d$n
-  t0=$(date +%s.%N)
-  "$gen" --ranks "$n" --entries "$entries" --fault "kind=hang-host,rank=$((n / 2 + 1))" --out "$dir" >/dev/null
-  t1=$(date +%s.%N)
+
+# Disk a dump set of n ranks takes (a dump holds the ring, the communicator table and a header),
+# with 10% to spare; and what the disk under $tmp has free, less 1 GiB for everyone else.
+set_mib() { echo $(( ($1 * (entries * 128 + 256 * 256 + 4096) * 11 / 10) >> 20 )); }
+free_mib() { echo $(( $(df -Pk "$tmp" | awk 'NR == 2 { print $4 }') / 1024 - 1024 )); }
+
+# Runs fr-analyze once: sets wall, cpu and rss_kb, writes the JSON to $2.
+run_analyze() {
+  local out=$1
+  shift
   if (( have_time )); then
-    /usr/bin/time -f "%e %M" -o "$tmp/time" "$analyze" --json "$dir" >"$tmp/out.json"
-    read -r wall rss_kb <"$tmp/time"
+    /usr/bin/time -f "%e %M %U %S" -o "$tmp/time" "$analyze" --json "$@" >"$out"
+    read -r wall rss_kb usr sys <"$tmp/time"
+    cpu=$(awk -v u="$usr" -v s="$sys" 'BEGIN { printf "%.2f", u + s }')
   else
+    local s
     s=$(date +%s.%N)
-    "$analyze" --json "$dir" >"$tmp/out.json"
+    "$analyze" --json "$@" >"$out"
     wall=$(echo "$(date +%s.%N) - $s" | bc)
     rss_kb=0
+    cpu=?
   fi
-  verdict=$(python3 -c 'import json,sys; v=json.load(open(sys.argv[1]))["verdict"]; print(v["kind"], v["culprit_ranks"])' "$tmp/out.json" 2>/dev/null || echo "?")
+}
+
+# The analysis less what names the inputs (paths differ between one dump set and per-node sets).
+normalized() {
+  python3 - "$1" <<'PY'
+import json, sys
+def strip(v):
+    if isinstance(v, dict):
+        return {k: strip(x) for k, x in v.items() if k not in ("paths", "file", "files", "path", "dir")}
+    if isinstance(v, list):
+        return [strip(x) for x in v]
+    return v
+print(json.dumps(strip(json.load(open(sys.argv[1]))), sort_keys=True))
+PY
+}
+
+# s/Mrec: wall seconds per million records; cpu/Mrec the same in CPU seconds, which a busy machine
+# moves less.
+printf '%-7s %-9s %-8s %-9s %-7s %-9s %-9s %-8s %-9s %s\n' ranks records gen_s analyze_s cpu_s peak_MiB KiB/rank s/Mrec cpu/Mrec verdict
+largest=0
+for n in $sizes; do
+  need=$(set_mib "$n")
+  avail=$(free_mib)
+  if (( need > avail )); then
+    m=$n
+    while (( m > 1 && $(set_mib "$m") > avail )); do m=$((m / 2)); done
+    echo "note: $n ranks need about $need MiB of disk, $avail MiB are free: scaled down to $m ranks"
+    n=$m
+  fi
+  dir=$tmp/d$n
+  t0=$(date +%s.%N)
+  "$gen" --ranks "$n" --entries "$entries" --fault "kind=hang-host,rank=$((n / 2 + 1))" \
+    --ranks-per-host "$per_node" --out "$dir" >/dev/null
+  t1=$(date +%s.%N)
+  run_analyze "$tmp/out$n.json" "$dir"
+  verdict=$(python3 -c 'import json,sys; v=json.load(open(sys.argv[1]))["verdict"]; print(v["kind"], v["culprit_ranks"])' "$tmp/out$n.json" 2>/dev/null || echo "?")
   records=$((n * entries))
   per_m=$(awk -v w="$wall" -v r="$records" 'BEGIN { printf "%.3f", w / (r / 1e6) }')
-  printf '%-7s %-8s %-12.2f %-9.2f %-11.0f %-10s %s\n' "$n" "$records" "$(echo "$t1 - $t0" | bc)" "$wall" \
-    "$(awk -v k="$rss_kb" 'BEGIN { print k / 1024 }')" "$per_m" "$verdict"
+  cpu_m=$(awk -v c="$cpu" -v r="$records" 'BEGIN { printf "%.3f", c / (r / 1e6) }')
+  printf '%-7s %-9s %-8.2f %-9.2f %-7s %-9.0f %-9.1f %-8s %-9s %s\n' "$n" "$records" "$(echo "$t1 - $t0" | bc)" "$wall" "$cpu" \
+    "$(awk -v k="$rss_kb" 'BEGIN { print k / 1024 }')" "$(awk -v k="$rss_kb" -v n="$n" 'BEGIN { print k / n }')" "$per_m" "$cpu_m" "$verdict"
   if [[ $n == 4096 && $entries == 2048 ]]; then
     ok_t=$(awk -v w="$wall" 'BEGIN { print (w <= 5.0) ? "yes" : "no" }')
     ok_m=$(awk -v k="$rss_kb" 'BEGIN { print (k <= 2 * 1024 * 1024) ? "yes" : "no" }')
     echo "target 4096 x 2048: time <= 5 s: $ok_t; peak memory <= 2 GiB: $ok_m"
     [[ $ok_t == yes && $ok_m == yes ]] || status=1
   fi
+  if [[ $n == 16384 && $entries == 2048 ]]; then
+    ok_t=$(awk -v w="$wall" 'BEGIN { print (w <= 3.0) ? "yes" : "no" }')
+    ok_m=$(awk -v k="$rss_kb" 'BEGIN { print (k <= 1024 * 1024) ? "yes" : "no" }')
+    ok_r=$(awk -v k="$rss_kb" -v n="$n" 'BEGIN { print (k / n <= 64) ? "yes" : "no" }')
+    echo "target 16384 x 2048: time <= 3 s: $ok_t; peak memory <= 1 GiB: $ok_m; <= 64 KiB per rank: $ok_r"
+  fi
   rm -rf "$dir"
+  (( n > largest )) && largest=$n
 done
+
+# One dump set per node, read in one run: the same analysis as the one set of the same job.
+if (( largest >= 2 )); then
+  n=$largest
+  dir=$tmp/nodes$n
+  "$gen" --ranks "$n" --entries "$entries" --fault "kind=hang-host,rank=$((n / 2 + 1))" \
+    --ranks-per-host "$per_node" --dir-per-node --out "$dir" >/dev/null
+  sets=("$dir"/node*)
+  run_analyze "$tmp/nodes$n.json" "${sets[@]}"
+  rm -rf "$dir"
+  if [[ "$(normalized "$tmp/out$n.json")" == "$(normalized "$tmp/nodes$n.json")" ]]; then
+    same=yes
+  else
+    same=no
+    status=1
+  fi
+  printf '%s ranks as %s per-node dump sets in one run: %.2f s, %s MiB peak; same analysis as one dump set: %s\n' \
+    "$n" "${#sets[@]}" "$wall" "$(awk -v k="$rss_kb" 'BEGIN { printf "%.0f", k / 1024 }')" "$same"
+fi
 
 # PyTorch Flight Recorder pickles: 1,024 ranks x 2,000 entries with 16 stack frames each (as
 # torch's own test-dump generator shapes them), written by gen_torch_pickles.py; fr-analyze's
