@@ -229,6 +229,40 @@ json member_evidence(const Model& m, const CommMember& mem, const Frontier& f, c
   return e;
 }
 
+// The verdict's timeline: each member's last records on the verdict's communicator (what the
+// incident page draws), with the time its log was read, so a page needs the JSON alone. Culprits
+// first; a few hundred rows are more than a person reads.
+void add_recent_ops(const Model& m, json* verdict) {
+  constexpr size_t kOpsPerRank = 8, kMaxRanks = 256;
+  if (!verdict->contains("comm") || !verdict->contains("evidence")) return;
+  const std::string id = (*verdict)["comm"].value("id", std::string());
+  const Comm* comm = nullptr;
+  for (const auto& c : m.comms)
+    if (comm_id_hex(c.id) == id) comm = &c;
+  if (!comm) return;
+  std::map<int, const CommMember*> by_rank;
+  for (const auto& mem : comm->members) by_rank[m.procs[mem.proc].rank] = &mem;
+  json& ev = (*verdict)["evidence"];
+  std::vector<size_t> order(ev.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_partition(order.begin(), order.end(), [&](size_t i) { return ev[i].value("culprit", false); });
+  if (order.size() > kMaxRanks) order.resize(kMaxRanks);
+  for (size_t i : order) {
+    json& e = ev[i];
+    if (!e.contains("rank") || !e["rank"].is_number_integer()) continue;
+    auto it = by_rank.find(e["rank"].get<int>());
+    if (it == by_rank.end()) continue;
+    const Proc& p = m.procs[it->second->proc];
+    const ProcComm& pc = p.comms[it->second->pc];
+    json ops = json::array();
+    const uint32_t first = pc.ops_end - std::min<uint32_t>(pc.ops_end - pc.ops_begin, kOpsPerRank);
+    for (uint32_t k = first; k < pc.ops_end; ++k) ops.push_back(op_json(p.ops[k], p.clock_offset_ns));
+    e["recent_ops"] = std::move(ops);
+    const uint64_t read_ns = p.snapshot_ns ? p.snapshot_ns : p.heartbeat_ns;
+    if (read_ns) e["read_ns"] = static_cast<int64_t>(read_ns) + p.clock_offset_ns;
+  }
+}
+
 json comm_json(const Comm& c) {
   return json{{"id", comm_id_hex(c.id)}, {"name", c.name}, {"size", c.size}};
 }
@@ -1249,6 +1283,7 @@ nlohmann::json analyze_model(const Model& m, const Options& opts) {
   doc["ranks"] = {{"expected", expected}, {"found", found}, {"missing", missing},
                   {"dead", all_dead && !any_stall ? std::vector<int>{} : dead}};
   if (all_dead && !any_stall) doc["ranks"]["exited"] = dead;
+  add_recent_ops(m, &verdict);
   doc["verdict"] = verdict;
   doc["findings"] = findings;
   doc["communicators"] = comms;
