@@ -21,10 +21,14 @@ namespace {
 constexpr size_t kMaxTableRows = 512;
 constexpr size_t kMaxTimelineRows = 48;
 
-// A member by reference (nlohmann's value() copies), or an empty array when absent.
+// A member by reference (nlohmann's value() copies): an array or object as asked, else an empty one.
 const json& member(const json& j, const char* key) {
   static const json empty = json::array();
-  return j.is_object() && j.contains(key) ? j[key] : empty;
+  return j.is_object() && j.contains(key) && j[key].is_array() ? j[key] : empty;
+}
+const json& object_member(const json& j, const char* key) {
+  static const json empty = json::object();
+  return j.is_object() && j.contains(key) && j[key].is_object() ? j[key] : empty;
 }
 
 std::string str(const json& j, const char* key) {
@@ -169,7 +173,8 @@ std::string fmt_span(double ns) {
 void timeline(std::ostringstream& o, const json& v) {
   std::vector<const json*> rows;
   for (const auto& e : member(v, "evidence"))
-    if (e.contains("recent_ops") && !e["recent_ops"].empty()) rows.push_back(&e);
+    if (e.is_object() && e.contains("recent_ops") && e["recent_ops"].is_array() && !e["recent_ops"].empty())
+      rows.push_back(&e);
   if (rows.empty()) return;
   std::stable_partition(rows.begin(), rows.end(), [](const json* e) { return e->value("culprit", false); });
   const size_t hidden = rows.size() > kMaxTimelineRows ? rows.size() - kMaxTimelineRows : 0;
@@ -271,7 +276,8 @@ void evidence_table(std::ostringstream& o, const json& item, const char* caption
     << html_escape(str(item, "op")) << " #" << seq
     << "</th><th>last enqueued</th><th>last started</th><th>last completed</th></tr></thead><tbody>";
   std::vector<const json*> rows;
-  for (const auto& e : ev) rows.push_back(&e);
+  for (const auto& e : ev)
+    if (e.is_object()) rows.push_back(&e);
   std::stable_partition(rows.begin(), rows.end(), [](const json* e) { return e->value("culprit", false); });
   size_t shown = 0;
   for (const json* e : rows) {
@@ -314,8 +320,8 @@ void frames(std::ostringstream& o, const json& fs) {
 void stacks(std::ostringstream& o, const json& a) {
   const json& groups = member(a, "stack_groups");
   std::vector<const json*> single;
-  for (const auto& e : member(member(a, "verdict"), "evidence"))
-    if (e.contains("stack") && e["stack"].is_array() && !e["stack"].empty()) single.push_back(&e);
+  for (const auto& e : member(object_member(a, "verdict"), "evidence"))
+    if (e.is_object() && e.contains("stack") && e["stack"].is_array() && !e["stack"].empty()) single.push_back(&e);
   if (groups.empty() && single.empty()) return;
   o << "<h2>Stacks</h2><div class=\"card\">";
   if (!groups.empty()) {
@@ -440,21 +446,31 @@ std::string html_close() {
 
 std::string render_incident_html(const json& a, const HtmlPage& page_in) {
   HtmlPage page = page_in;
-  const json& v = member(a, "verdict");
+  const json& v = object_member(a, "verdict");
   if (page.title.empty()) page.title = "fr: " + (str(v, "kind").empty() ? std::string("no analysis") : str(v, "kind"));
   std::ostringstream o;
   o << html_open(page);
-  if (!a.is_object() || !a.contains("verdict")) {
+  if (v.empty()) {
     o << "<section class=\"card verdict\"><p class=\"sentence\" id=\"verdict-sentence\">no analysis</p></section>";
     o << html_close();
     return o.str();
   }
-  verdict_card(o, v);
-  timeline(o, v);
-  evidence_table(o, v, "Evidence: every member at the verdict's op");
-  stacks(o, a);
-  findings(o, a);
-  inputs(o, a);
+  std::ostringstream body;
+  try {
+    verdict_card(body, v);
+    timeline(body, v);
+    evidence_table(body, v, "Evidence: every member at the verdict's op");
+    stacks(body, a);
+    findings(body, a);
+    inputs(body, a);
+    o << body.str();
+  } catch (const json::exception& e) {
+    // A document this renderer does not understand (hand-made, or from a newer writer): say so.
+    o << "<section class=\"card verdict\"><p class=\"sentence\" id=\"verdict-sentence\">"
+      << html_escape(str(v, "summary").empty() ? "the analysis document cannot be shown" : str(v, "summary"))
+      << "</p><p class=\"muted\">" << html_escape(std::string("malformed analysis document: ") + e.what())
+      << "</p></section>";
+  }
   o << html_close();
   return o.str();
 }

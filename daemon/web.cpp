@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 #include <sstream>
+#include <vector>
 
 #include "analyzer/html.h"
 
@@ -50,6 +51,13 @@ std::string incident_row(const json& i) {
   return o.str();
 }
 
+// frd-status/1 gives communicator ids as bare hex; pages write them as the analysis does.
+json comm_of(const json& c) {
+  std::string id = str(c, "id");
+  if (!id.empty() && id.rfind("0x", 0) != 0) id = "0x" + id;
+  return {{"id", id}, {"name", str(c, "name")}};
+}
+
 struct CommProgress {
   json comm;           // {"id", "name"} for the label
   int size = -1;
@@ -82,7 +90,7 @@ std::string render_live_page(const json& s) {
     for (const auto& p : n.value("processes", json::array()))
       for (const auto& c : p.value("comms", json::array())) {
         CommProgress& cp = comms[str(c, "id")];
-        cp.comm = {{"id", str(c, "id")}, {"name", str(c, "name")}};
+        cp.comm = comm_of(c);
         cp.size = c.value("size", -1);
         cp.members++;
         const uint64_t done = c.value("completed", uint64_t(0));
@@ -99,8 +107,9 @@ std::string render_live_page(const json& s) {
       }
 
   o << "<h1>Job " << html_escape(str(s, "job_id").empty() ? "(not named yet)" : str(s, "job_id")) << "</h1>";
-  o << "<section class=\"card verdict" << (open ? "" : " ok") << "\"><span class=\"kind\">"
-    << (open ? "incident open" : "running") << "</span><p class=\"sentence\" id=\"job-sentence\">";
+  const int dead = r.value("dead", 0);
+  o << "<section class=\"card verdict" << (open || dead ? "" : " ok") << "\"><span class=\"kind\">"
+    << (open ? "incident open" : dead ? "ranks dead" : "running") << "</span><p class=\"sentence\" id=\"job-sentence\">";
   if (open) {
     for (const auto& i : incidents)
       if (is_open(i)) {
@@ -110,7 +119,7 @@ std::string render_live_page(const json& s) {
       }
   } else {
     o << r.value("alive", 0) << " of " << (r.value("expected", -1) > 0 ? r.value("expected", -1) : r.value("known", 0))
-      << " ranks alive, no incident open";
+      << " ranks alive" << (dead ? ", " + std::to_string(dead) + " dead" : std::string()) << ", no incident open";
   }
   o << "</p><div class=\"facts\"><span>ranks <b>" << r.value("alive", 0) << "</b> alive, <b>" << r.value("dead", 0)
     << "</b> dead, <b>" << r.value("known", 0) << "</b> known";
@@ -140,7 +149,13 @@ std::string render_live_page(const json& s) {
   } else {
     o << "<table class=\"grid\"><thead><tr><th>communicator</th><th>members seen</th><th>completed (slowest / "
          "fastest member)</th><th>progress of the slowest</th><th>oldest op in flight</th></tr></thead><tbody>";
-    for (const auto& [id, cp] : comms) {
+    std::vector<const CommProgress*> sorted;
+    for (const auto& [id, cp] : comms) sorted.push_back(&cp);
+    std::sort(sorted.begin(), sorted.end(), [](const CommProgress* a, const CommProgress* b) {
+      return fr::analyzer::comm_label(a->comm) < fr::analyzer::comm_label(b->comm);
+    });
+    for (const CommProgress* c : sorted) {
+      const CommProgress& cp = *c;
       const double frac = cp.max_enq ? double(cp.min_done) / double(cp.max_enq) : 1.0;
       o << "<tr><td class=\"mono\">" << html_escape(fr::analyzer::comm_label(cp.comm)) << "</td><td>" << cp.members
         << (cp.size > 0 ? " of " + std::to_string(cp.size) : "") << "</td><td>" << cp.min_done << " / " << cp.max_done
@@ -175,7 +190,7 @@ std::string render_live_page(const json& s) {
         << (alive ? " ok" : p.value("exited_cleanly", false) ? "" : " bad") << "\">"
         << (alive ? "alive" : p.value("exited_cleanly", false) ? "exited" : "dead") << "</span></td><td class=\"mono\">";
       for (const auto& c : p.value("comms", json::array())) {
-        o << html_escape(fr::analyzer::comm_label({{"id", str(c, "id")}, {"name", str(c, "name")}}));
+        o << html_escape(fr::analyzer::comm_label(comm_of(c)));
         if (c.value("rank", -1) >= 0) o << " <span class=\"muted\">(" << c.value("rank", -1) << ")</span>";
         o << ": " << c.value("completed", 0) << " / " << c.value("enqueued", 0);
         const double age = c.value("oldest_in_flight_s", 0.0);
@@ -199,7 +214,7 @@ std::string render_incident_page(const json& incident, const json& analysis) {
   fr::analyzer::HtmlPage page;
   const std::string id = str(incident, "id");
   page.title = "fr: incident " + id;
-  page.heading = "incident " + id + " · " + str(incident, "kind") + " · " + str(incident, "state") + " · " +
+  page.heading = id + " · " + str(incident, "kind") + " · " + str(incident, "state") + " · " +
                  str(incident, "reason") + " · " + str(incident, "dir");
   page.links = {{"/", "live job"}, {"/api/v1/status", "status JSON"}};
   if (!analysis.is_null()) return fr::analyzer::render_incident_html(analysis, page);
