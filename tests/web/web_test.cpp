@@ -349,7 +349,7 @@ TEST_CASE("frd coordinator: the live page, the incident page and /api/v1/status"
   CHECK(metrics.second.find("frd_incidents_total{kind=\"manual\"} 1") != std::string::npos);
 }
 
-TEST_CASE("HTTP listener off loopback: the token, as a header or a cookie; refused without one", "[web]") {
+TEST_CASE("HTTP listener off loopback: the token as a header or a cookie, refused without one", "[web]") {
   need({kFrd});
   TempDir tmp;
   spit(tmp.path + "/token", "s3cret-token\n");
@@ -412,4 +412,62 @@ TEST_CASE("frd node: /metrics, and no coordinator and no log dir said at once, t
   // The directory appears: said once.
   fs::create_directories(tmp.path + "/no-such-dir");
   REQUIRE(wait_for([&] { return node.err().find("is readable again") != std::string::npos; }, 10));
+}
+
+TEST_CASE("fr-analyze --trace: the slices of every track nest, and no track for a fake communicator", "[web][trace]") {
+  need({kAnalyze, kSimjob});
+  TempDir tmp;
+  // TP 2 and PP 2: collectives, grouped point-to-point exchanges, a rank stuck on the host.
+  Result r = run({kSimjob, "--nodes", "2", "--ranks-per-node", "4", "--tp", "2", "--pp", "2", "--steps", "8", "--fault",
+                  "rank=5,step=3,kind=hang-host", "--snapshot-after", "1", "--out", tmp.path + "/job", "--quiet"},
+                 {}, "/tmp", "", 180);
+  REQUIRE(r.status == 0);
+  const std::string trace = tmp.path + "/trace.json";
+  Result a = run({kAnalyze, "--trace", trace, tmp.path + "/job/dumps"}, {}, tmp.path);
+  REQUIRE(a.status == 0);
+  const json t = json::parse(slurp(trace));
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> tracks;  // (start, end) in us
+  std::map<std::string, int> async_open;
+  bool groups = false, stall = false;
+  for (const auto& e : t["traceEvents"]) {
+    const std::string ph = e["ph"];
+    if (ph == "M" && e["name"] == "process_name") {
+      const std::string name = e["args"]["name"];
+      INFO(name);
+      CHECK(name.find("0x0000000000000000") == std::string::npos);
+      CHECK(name.find("size -1") == std::string::npos);
+      groups |= name.rfind("NCCL groups", 0) == 0;
+    } else if (ph == "X") {
+      const double ts = std::stod(e["ts"].dump()), dur = std::stod(e["dur"].dump());
+      CHECK(dur >= 0);
+      tracks[{e["pid"].get<int>(), e["tid"].get<int>()}].push_back({ts, ts + dur});
+      stall |= e["name"].get<std::string>().rfind("STALL", 0) == 0;
+    } else if (ph == "b" || ph == "e") {
+      async_open[e["id"].get<std::string>()] += ph == "b" ? 1 : -1;
+    }
+  }
+  CHECK(groups);
+  CHECK(!tracks.empty());
+  size_t slices = 0, overlaps = 0;
+  for (auto& [track, s] : tracks) {
+    // Sorted by start, the longer first: each slice must end inside every slice it starts in.
+    std::sort(s.begin(), s.end(), [](const auto& x, const auto& y) {
+      return x.first != y.first ? x.first < y.first : x.second > y.second;
+    });
+    std::vector<double> ends;
+    for (const auto& [start, end] : s) {
+      ++slices;
+      while (!ends.empty() && ends.back() <= start + 1e-6) ends.pop_back();
+      if (!ends.empty() && end > ends.back() + 1e-6) {
+        ++overlaps;
+        UNSCOPED_INFO("track pid " << track.first << " tid " << track.second << ": [" << start << ", " << end
+                                   << ") crosses the end of its parent at " << ends.back());
+      }
+      ends.push_back(end);
+    }
+  }
+  INFO(slices << " slices");
+  CHECK(overlaps == 0);
+  for (const auto& [id, n] : async_open) CHECK(n == 0);  // every async slice ends
+  (void)stall;
 }
