@@ -127,6 +127,8 @@ std::string state_badge(const std::string& state) {
 const json* stalled_op(const json& e, uint64_t seq) {
   for (const char* k : {"last_enqueued", "last_started", "last_completed"})
     if (e.contains(k) && e[k].is_object() && e[k].value("seq", 0ull) == seq) return &e[k];
+  for (const auto& o : member(e, "recent_ops"))
+    if (o.is_object() && o.value("seq", 0ull) == seq && str(o, "kind") != "api") return &o;
   return nullptr;
 }
 
@@ -285,7 +287,8 @@ void evidence_table(std::ostringstream& o, const json& item, const char* caption
     const json* s = stalled_op(*e, seq);
     o << "<tr" << (e->value("culprit", false) ? " class=\"culprit\"" : "") << "><td>" << rank_cell(*e) << "</td><td>"
       << html_escape(str(*e, "host")) << "</td><td>" << state_badge(str(*e, "state")) << "</td><td class=\"mono\">"
-      << (s ? html_escape(str(*s, "state")) : "-") << "</td>";
+      << html_escape(s ? str(*s, "state") : str(*e, "state").rfind("not_entered", 0) == 0 ? "not called" : str(*e, "state"))
+      << "</td>";
     for (const char* k : {"last_enqueued", "last_started", "last_completed"})
       o << "<td class=\"mono\">" << html_escape(op_label(e->value(k, json()), globals)) << "</td>";
     o << "</tr>";

@@ -471,3 +471,41 @@ TEST_CASE("fr-analyze --trace: the slices of every track nest, and no track for 
   for (const auto& [id, n] : async_open) CHECK(n == 0);  // every async slice ends
   (void)stall;
 }
+
+TEST_CASE("one dialect: name (0x id), global ranks with comm-local ones, the op's state, consequences", "[web][dialect]") {
+  need({kAnalyze, kSimjob});
+  TempDir tmp;
+  Result r = run({kSimjob, "--nodes", "2", "--ranks-per-node", "4", "--tp", "2", "--pp", "2", "--steps", "8", "--fault",
+                  "rank=5,step=3,kind=hang-host", "--snapshot-after", "1", "--out", tmp.path + "/job", "--quiet"},
+                 {}, "/tmp", "", 180);
+  REQUIRE(r.status == 0);
+  Result j = run({kAnalyze, "--json", tmp.path + "/job/dumps"}, {}, tmp.path);
+  REQUIRE(j.status == 0);
+  const json a = json::parse(j.out);
+  REQUIRE(a["verdict"]["kind"] == "not_entered");
+  // Rank 5 hangs on the host: everything else that waits does so because of it.
+  size_t consequences = 0;
+  for (const auto& f : a["findings"]) {
+    INFO(f["summary"]);
+    if (f["kind"] == "skew") {
+      CHECK_FALSE(f.contains("consequence"));
+      continue;
+    }
+    CHECK(f.value("consequence", false));
+    CHECK(f["consequence_of"] == "not_entered");
+    ++consequences;
+    // Named communicators read `name (0x…)` in every sentence.
+    if (f.contains("comm") && !f["comm"]["name"].get<std::string>().empty())
+      CHECK(f["summary"].get<std::string>().find(f["comm"]["name"].get<std::string>() + " (0x") != std::string::npos);
+  }
+  CHECK(consequences >= 2);
+  Result t = run({kAnalyze, tmp.path + "/job/dumps"}, {}, tmp.path);
+  REQUIRE(t.status == 0);
+  INFO(t.out);
+  CHECK(t.out.find("(consequence of the verdict)") != std::string::npos);
+  CHECK(t.out.find("ranks: state | AllReduce #7 | last enqueued") != std::string::npos);
+  CHECK(t.out.find("AllReduce #7: not called") != std::string::npos);
+  // Peers are global ranks with the comm-local one in parentheses: never a bare comm-local number.
+  CHECK(std::regex_search(t.out, std::regex("(to|from) rank \\d+ \\(\\d+\\)")));
+  CHECK_FALSE(std::regex_search(t.out, std::regex("(to|from|root) \\d")));
+}
