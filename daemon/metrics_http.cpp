@@ -2,6 +2,7 @@
 #include "daemon/metrics_http.h"
 
 #include <httplib.h>
+#include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 
