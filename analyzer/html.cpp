@@ -241,15 +241,23 @@ void timeline(std::ostringstream& o, const json& v) {
       << "<text x=\"" << label_w << "\" y=\"" << y + 16 << "\" font-size=\"11\" fill=\"#667085\" text-anchor=\"end\">"
       << html_escape(str(e, "state")) << "</text>";
     const double read = e.contains("read_ns") ? e["read_ns"].get<double>() : t_max;
-    for (const auto& op : e["recent_ops"]) {
-      const double c = op.value("call_ns", 0.0), end = c + op.value("duration_ns", 0.0);
-      const bool stall = is_stalled(op), wait = pending(op);
-      std::string tip = op_label(op, {}) + " at " + fmt_span(c - t_zero);
-      if (wait && read > end) {
+    // In-flight bands first (the verdict's op last, on top: later ops queue behind it), then the
+    // host calls over them.
+    for (int pass = 0; pass < 2; ++pass)
+      for (const auto& op : e["recent_ops"]) {
+        if (!op.is_object() || is_stalled(op) != (pass == 1) || !pending(op)) continue;
+        const double c = op.value("call_ns", 0.0), end = c + op.value("duration_ns", 0.0);
+        if (read <= end) continue;
         o << "<rect x=\"" << X(end) << "\" y=\"" << y + 8 << "\" width=\"" << std::max(1.0, X(read) - X(end))
-          << "\" height=\"8\" rx=\"2\" fill=\"" << (stall ? "#ef9a9a" : "#ffcc80") << "\"><title>"
-          << html_escape(tip + ", in flight until the dump") << "</title></rect>";
+          << "\" height=\"8\" rx=\"2\" fill=\"" << (pass ? "#ef9a9a" : "#ffcc80") << "\"><title>"
+          << html_escape(op_label(op, {}) + " at " + fmt_span(c - t_zero) + ", in flight until the dump")
+          << "</title></rect>";
       }
+    for (const auto& op : e["recent_ops"]) {
+      if (!op.is_object()) continue;
+      const double c = op.value("call_ns", 0.0), end = c + op.value("duration_ns", 0.0);
+      const bool stall = is_stalled(op);
+      const std::string tip = op_label(op, {}) + " at " + fmt_span(c - t_zero);
       o << "<rect x=\"" << X(c) << "\" y=\"" << y + 5 << "\" width=\"" << std::max(3.0, X(end) - X(c))
         << "\" height=\"14\" rx=\"2\" fill=\"" << (stall ? "#c62828" : str(op, "kind") == "api" ? "#98a2b3" : "#1f4e8c")
         << "\"><title>" << html_escape(tip) << "</title></rect>";
@@ -358,7 +366,6 @@ void findings(std::ostringstream& o, const json& a) {
     o << "<li><span class=\"badge warn\">" << html_escape(str(f, "kind")) << "</span> ";
     if (f.value("consequence", false)) o << "<span class=\"badge\">consequence of the verdict</span> ";
     o << html_escape(str(f, "summary"));
-    if (f.contains("comm")) o << " <span class=\"muted\">on " << html_escape(comm_label(f["comm"])) << "</span>";
     o << "</li>";
   }
   o << "</ul></div>\n";
