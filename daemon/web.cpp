@@ -67,25 +67,18 @@ struct CommProgress {
   int oldest_rank = -1;
 };
 
-}  // namespace
-
-std::string render_live_page(const json& s) {
-  fr::analyzer::HtmlPage page;
-  page.title = "fr: job " + str(s, "job_id");
-  page.links = {{"/", "live job"}, {"/api/v1/status", "status JSON"}, {"/metrics", "metrics"}};
-  page.refresh_s = kRefreshSeconds;
-  std::ostringstream o;
-  o << fr::analyzer::html_open(page);
-  const json& r = s.value("ranks", json::object());
-  const json& nc = s.value("node_counts", json::object());
-  const json& incidents = s.value("incidents", json::array());
-  size_t open = 0;
-  for (const auto& i : incidents) open += is_open(i);
-
-  // Per communicator: progress across its members, and the oldest op in flight anywhere.
+// Per communicator: progress across its members; and the oldest op in flight anywhere.
+struct JobProgress {
   std::map<std::string, CommProgress> comms;
   double oldest_s = 0;
   std::string oldest_where;
+};
+
+JobProgress gather(const json& s) {
+  JobProgress jp;
+  auto& comms = jp.comms;
+  double& oldest_s = jp.oldest_s;
+  std::string& oldest_where = jp.oldest_where;
   for (const auto& n : s.value("nodes", json::array()))
     for (const auto& p : n.value("processes", json::array()))
       for (const auto& c : p.value("comms", json::array())) {
@@ -105,7 +98,18 @@ std::string render_live_page(const json& s) {
                          fr::analyzer::comm_label(cp.comm) + " (node " + str(n, "name") + ")";
         }
       }
+  return jp;
+}
 
+// The job at a glance: a sentence, the rank and node counts, the oldest op in flight.
+void job_card(std::ostringstream& o, const json& s, const JobProgress& jp) {
+  const json& r = s.value("ranks", json::object());
+  const json& nc = s.value("node_counts", json::object());
+  const json& incidents = s.value("incidents", json::array());
+  size_t open = 0;
+  for (const auto& i : incidents) open += is_open(i);
+  const double oldest_s = jp.oldest_s;
+  const std::string& oldest_where = jp.oldest_where;
   o << "<h1>Job " << html_escape(str(s, "job_id").empty() ? "(not named yet)" : str(s, "job_id")) << "</h1>";
   const int dead = r.value("dead", 0);
   o << "<section class=\"card verdict" << (open || dead ? "" : " ok") << "\"><span class=\"kind\">"
@@ -129,6 +133,10 @@ std::string render_live_page(const json& s) {
     << (oldest_s > 0 ? html_escape(secs_text(oldest_s)) + "</b> (" + html_escape(oldest_where) + ")" : "none</b>")
     << "</span></div></section>\n";
 
+}
+
+// Open incidents first, then the past ones, newest first.
+void incidents_table(std::ostringstream& o, const json& incidents) {
   o << "<h2>Incidents</h2><div class=\"card scroll\">";
   if (incidents.empty()) {
     o << "<p class=\"muted\">none so far</p>";
@@ -143,6 +151,9 @@ std::string render_live_page(const json& s) {
   }
   o << "</div>\n";
 
+}
+
+void comms_table(std::ostringstream& o, const std::map<std::string, CommProgress>& comms) {
   o << "<h2>Communicators</h2><div class=\"card scroll\">";
   if (comms.empty()) {
     o << "<p class=\"muted\">no communicator reported yet</p>";
@@ -170,6 +181,10 @@ std::string render_live_page(const json& s) {
   }
   o << "</div>\n";
 
+}
+
+// Every rank, by node, with its communicators' progress.
+void nodes_table(std::ostringstream& o, const json& s) {
   o << "<h2>Nodes and ranks</h2><div class=\"card scroll\"><table class=\"grid\"><thead><tr><th>node</th><th>state</th>"
        "<th>heartbeat</th><th>rank</th><th>pid</th><th>process</th><th>communicators: completed / enqueued</th></tr>"
        "</thead><tbody>";
@@ -206,7 +221,24 @@ std::string render_live_page(const json& s) {
   const json& pg = s.value("page", json::object());
   if (pg.contains("next_offset") && pg["next_offset"].is_number())
     o << "<p class=\"muted\">more nodes: /api/v1/status?offset=" << pg["next_offset"].get<size_t>() << "</p>";
-  o << "</div>\n" << fr::analyzer::html_close();
+  o << "</div>\n";
+}
+
+}  // namespace
+
+std::string render_live_page(const json& s) {
+  fr::analyzer::HtmlPage page;
+  page.title = "fr: job " + str(s, "job_id");
+  page.links = {{"/", "live job"}, {"/api/v1/status", "status JSON"}, {"/metrics", "metrics"}};
+  page.refresh_s = kRefreshSeconds;
+  std::ostringstream o;
+  o << fr::analyzer::html_open(page);
+  const JobProgress jp = gather(s);
+  job_card(o, s, jp);
+  incidents_table(o, s.value("incidents", json::array()));
+  comms_table(o, jp.comms);
+  nodes_table(o, s);
+  o << fr::analyzer::html_close();
   return o.str();
 }
 
