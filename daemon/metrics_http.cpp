@@ -141,6 +141,7 @@ bool HttpServer::start(const std::string& addr, const HttpSecurity& sec, std::st
                       "text/plain; charset=utf-8");
       return;
     }
+    for (const auto& [k, v] : req.params) r.query.emplace(k, v);
     Response out = h(r);
     res.status = out.status;
     res.set_content(out.body, out.content_type.c_str());
@@ -148,14 +149,14 @@ bool HttpServer::start(const std::string& addr, const HttpSecurity& sec, std::st
   for (const auto& [path, handler] : routes_) {
     Handler h = handler;
     std::string p = path;
-    s.Get(p, [serve, h, p](const httplib::Request& req, httplib::Response& res) { serve(h, {p, ""}, req, res); });
+    s.Get(p, [serve, h, p](const httplib::Request& req, httplib::Response& res) { serve(h, {p, "", {}}, req, res); });
   }
   for (const auto& [prefix, handler] : prefix_routes_) {
     Handler h = handler;
     std::string p = prefix;
     // One segment of letters, digits and - _ . after the prefix; anything else is not found.
     s.Get(p + "([A-Za-z0-9._-]+)", [serve, h](const httplib::Request& req, httplib::Response& res) {
-      serve(h, {req.path, req.matches[1].str()}, req, res);
+      serve(h, {req.path, req.matches[1].str(), {}}, req, res);
     });
   }
   s.set_error_handler([](const httplib::Request&, httplib::Response& res) {

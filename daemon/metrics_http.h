@@ -28,6 +28,7 @@ class HttpServer {
   struct Request {
     std::string path;
     std::string tail;  // for a prefix route: what follows the prefix
+    std::map<std::string, std::string> query;  // ?key=value (the first of a repeated key)
   };
   struct Response {
     int status = 200;

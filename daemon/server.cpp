@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <fstream>
 #include <map>
@@ -856,11 +857,30 @@ bool CoordinatorServer::start(std::string* error) {
     r.body = m.state.metrics(mono_ns());
     return r;
   });
-  m.metrics.get("/api/v1/status", [&m](const HttpServer::Request&) {
+  // Paged as `frd status` is: ?offset=N&limit=N&summary=1.
+  m.metrics.get("/api/v1/status", [&m](const HttpServer::Request& req) {
     HttpServer::Response r;
     r.content_type = "application/json";
+    StatusQuery q;
+    auto number = [&](const char* key, size_t* out) {
+      auto it = req.query.find(key);
+      if (it == req.query.end()) return true;
+      char* end = nullptr;
+      unsigned long long v = std::strtoull(it->second.c_str(), &end, 10);
+      if (it->second.empty() || *end != '\0' || it->second[0] == '-') return false;
+      *out = size_t(v);
+      return true;
+    };
+    size_t limit = q.node_limit;
+    if (!number("offset", &q.node_offset) || !number("limit", &limit)) {
+      r.status = 400;
+      r.body = "{\"error\":\"offset and limit are non-negative integers\"}\n";
+      return r;
+    }
+    if (limit > 0) q.node_limit = std::min(limit, q.node_limit);
+    q.summary = req.query.count("summary") && req.query.at("summary") != "0";
     std::lock_guard<std::mutex> lk(m.mu);
-    r.body = m.state.status_text(mono_ns(), StatusQuery{}) + "\n";
+    r.body = m.state.status_text(mono_ns(), q) + "\n";
     return r;
   });
   m.metrics.get("/", [&m](const HttpServer::Request&) {

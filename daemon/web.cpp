@@ -220,7 +220,7 @@ void nodes_table(std::ostringstream& o, const json& s) {
     o << "<p class=\"muted\">" << rows - kMaxRankRows << " more ranks: see /api/v1/status.</p>";
   const json& pg = s.value("page", json::object());
   if (pg.contains("next_offset") && pg["next_offset"].is_number())
-    o << "<p class=\"muted\">more nodes: /api/v1/status?offset=" << pg["next_offset"].get<size_t>() << "</p>";
+    o << "<p class=\"muted\">more nodes: <a href=\"/api/v1/status?offset=" << pg["next_offset"].get<size_t>() << "\">/api/v1/status?offset=" << pg["next_offset"].get<size_t>() << "</a></p>";
   o << "</div>\n";
 }
 

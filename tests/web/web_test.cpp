@@ -342,6 +342,12 @@ TEST_CASE("frd coordinator: the live page, the incident page and /api/v1/status"
   CHECK(live.dom.find("Communicators") != std::string::npos);
   CHECK(live.dom.find("rank 3") != std::string::npos);
 
+  auto paged = http_get(http, "/api/v1/status?offset=1&limit=1&summary=1");
+  CHECK(paged.first == 200);
+  CHECK(paged.second.find("\"returned\":1") != std::string::npos);
+  CHECK(paged.second.find("\"offset\":1") != std::string::npos);
+  CHECK(http_get(http, "/api/v1/status?offset=-1").first == 400);
+  CHECK(http_get(http, "/api/v1/status?limit=x").first == 400);
   CHECK(http_get(http, "/incidents/incident-9999").first == 404);
   CHECK(http_get(http, "/incidents/..%2F..%2Fetc").first == 404);
   auto metrics = http_get(http, "/metrics");
