@@ -515,3 +515,43 @@ TEST_CASE("one dialect: name (0x id), global ranks with comm-local ones, the op'
   CHECK(std::regex_search(t.out, std::regex("(to|from) rank \\d+ \\(\\d+\\)")));
   CHECK_FALSE(std::regex_search(t.out, std::regex("(to|from|root) \\d")));
 }
+
+TEST_CASE("HTTP listener with the coordinator's TLS: HTTPS, and client certificates under mutual TLS", "[web]") {
+  need({kFrd});
+  TempDir tmp;
+  const std::string d = tmp.path;
+  const std::string script =
+      "cd " + d + " && "
+      "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout ca.key -out ca.pem -days 2 "
+      "-subj /CN=fr-test-ca && "
+      "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout server.key -out server.csr "
+      "-subj /CN=localhost && printf 'subjectAltName=IP:127.0.0.1,DNS:localhost' > ext && "
+      "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile ext && "
+      "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout client.key -out client.csr "
+      "-subj /CN=node0 && "
+      "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 2";
+  if (run({"/bin/sh", "-c", script}, {}, d).status != 0) FR_SKIP("no openssl: it could not make test certificates");
+  Proc coord({kFrd, "coordinator", "--insecure", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+              "--dump-dir", d + "/dumps", "--tls-cert", d + "/server.pem", "--tls-key", d + "/server.key",
+              "--tls-client-ca", d + "/ca.pem"},
+             {}, d, "coord");
+  REQUIRE(wait_for([&] { return coord.err().find("metrics on port") != std::string::npos; }, 20));
+  std::smatch m;
+  const std::string log = coord.err();
+  REQUIRE(std::regex_search(log, m, std::regex("metrics on port (\\d+)")));
+  const std::string port = m[1];
+  auto https = [&](const std::string& client_flags) {
+    return run({"/bin/sh", "-c",
+                "cd " + d + " && printf 'GET /metrics HTTP/1.1\\r\\nHost: localhost\\r\\nConnection: close\\r\\n\\r\\n' | "
+                "timeout 10 openssl s_client -quiet -connect 127.0.0.1:" + port + " -CAfile ca.pem " + client_flags},
+               {}, d, "", 20);
+  };
+  Result with_cert = https("-cert client.pem -key client.key");
+  INFO(with_cert.out << with_cert.err);
+  CHECK(with_cert.out.find("HTTP/1.1 200") != std::string::npos);
+  CHECK(with_cert.out.find("frd_nodes") != std::string::npos);
+  Result without = https("");
+  CHECK(without.out.find("HTTP/1.1 200") == std::string::npos);
+  // Plain HTTP on the TLS port gets no page.
+  CHECK(http_get(std::stoi(port), "/metrics").first != 200);
+}
