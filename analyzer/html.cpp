@@ -19,7 +19,7 @@ using nlohmann::json;
 namespace {
 
 constexpr size_t kMaxTableRows = 512;
-constexpr size_t kMaxTimelineRows = 48;
+constexpr size_t kMaxTimelineRows = 32;
 
 // A member by reference (nlohmann's value() copies): an array or object as asked, else an empty one.
 const json& member(const json& j, const char* key) {
@@ -201,7 +201,7 @@ void timeline(std::ostringstream& o, const json& v) {
   if (!std::isfinite(t_zero)) t_zero = t_min;
   if (!(t_max > t_min)) t_max = t_min + 1e6;
   const double span = t_max - t_min;
-  const int label_w = 190, plot_x = label_w + 10, plot_w = 760, row_h = 24, top = 26;
+  const int label_w = 250, plot_x = label_w + 12, plot_w = 760, row_h = 24, top = 26;
   const int width = plot_x + plot_w + 30, height = top + int(rows.size()) * row_h + 34;
   auto X = [&](double t) { return plot_x + (t - t_min) / span * plot_w; };
   o << "<h2>Timeline: each rank's last ops on " << html_escape(comm_label(v.value("comm", json::object())))
