@@ -24,6 +24,10 @@ std::string comm_id_hex(uint64_t id) {
   return buf;
 }
 
+std::string comm_text(const Comm& c) {
+  return c.name.empty() ? comm_id_hex(c.id) : c.name + " (" + comm_id_hex(c.id) + ")";
+}
+
 bool comm_matches(const Comm& c, const std::string& filter) {
   if (filter.empty()) return true;
   if (c.name == filter) return true;
@@ -229,6 +233,67 @@ json member_evidence(const Model& m, const CommMember& mem, const Frontier& f, c
   return e;
 }
 
+// The verdict's timeline: each member's last records on the verdict's communicator (what the
+// incident page draws), with the time its log was read, so a page needs the JSON alone. Culprits
+// first; a few hundred rows are more than a person reads.
+void add_recent_ops(const Model& m, json* verdict) {
+  constexpr size_t kOpsPerRank = 8, kMaxRanks = 256;
+  if (!verdict->contains("comm") || !verdict->contains("evidence")) return;
+  const std::string id = (*verdict)["comm"].value("id", std::string());
+  const Comm* comm = nullptr;
+  for (const auto& c : m.comms)
+    if (comm_id_hex(c.id) == id) comm = &c;
+  if (!comm) return;
+  std::map<int, const CommMember*> by_rank;
+  for (const auto& mem : comm->members) by_rank[m.procs[mem.proc].rank] = &mem;
+  json& ev = (*verdict)["evidence"];
+  std::vector<size_t> order(ev.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_partition(order.begin(), order.end(), [&](size_t i) { return ev[i].value("culprit", false); });
+  if (order.size() > kMaxRanks) order.resize(kMaxRanks);
+  for (size_t i : order) {
+    json& e = ev[i];
+    if (!e.contains("rank") || !e["rank"].is_number_integer()) continue;
+    auto it = by_rank.find(e["rank"].get<int>());
+    if (it == by_rank.end()) continue;
+    const Proc& p = m.procs[it->second->proc];
+    const ProcComm& pc = p.comms[it->second->pc];
+    json ops = json::array();
+    const uint32_t first = pc.ops_end - std::min<uint32_t>(pc.ops_end - pc.ops_begin, kOpsPerRank);
+    for (uint32_t k = first; k < pc.ops_end; ++k) ops.push_back(op_json(p.ops[k], p.clock_offset_ns));
+    e["recent_ops"] = std::move(ops);
+    const uint64_t read_ns = p.snapshot_ns ? p.snapshot_ns : p.heartbeat_ns;
+    if (read_ns) e["read_ns"] = static_cast<int64_t>(read_ns) + p.clock_offset_ns;
+  }
+}
+
+// A finding is a consequence of the verdict when every rank it blames is one the verdict already
+// accounts for: a culprit of the verdict, or a member blocked in the verdict's op (a rank waiting
+// there can do nothing elsewhere). Stragglers (skew) stand on their own. Marked with
+// "consequence": true and "consequence_of": the verdict's kind.
+void mark_consequences(const json& verdict, std::vector<json>* findings) {
+  const std::string kind = verdict.value("kind", std::string());
+  if (kind == "no_hang" || kind == "incomplete") return;
+  std::set<int> held;
+  for (const auto& r : verdict.value("culprit_ranks", json::array()))
+    if (r.is_number_integer()) held.insert(r.get<int>());
+  for (const auto& e : verdict.value("evidence", json::array())) {
+    const std::string st = e.value("state", std::string());
+    if (e.contains("rank") && e["rank"].is_number_integer() && st.rfind("completed", 0) != 0 && st != "missing")
+      held.insert(e["rank"].get<int>());
+  }
+  for (auto& f : *findings) {
+    if (f.value("kind", std::string()) == "skew") continue;
+    const json& blamed = f.value("culprit_ranks", json::array());
+    bool all = !blamed.empty();
+    for (const auto& r : blamed) all = all && r.is_number_integer() && held.count(r.get<int>());
+    if (all) {
+      f["consequence"] = true;
+      f["consequence_of"] = kind;
+    }
+  }
+}
+
 json comm_json(const Comm& c) {
   return json{{"id", comm_id_hex(c.id)}, {"name", c.name}, {"size", c.size}};
 }
@@ -401,7 +466,7 @@ Stall mismatch_stall(const Model& m, int ci, uint64_t seq) {
     if (v != expected) odd += (odd.empty() ? "" : ", ") + v + " on rank" + (ranks.size() > 1 ? "s " : " ") +
                               ranks_text(ranks);
   s.summary = "mismatch in " + s.op + " #" + std::to_string(seq) + " on comm " +
-              (c.name.empty() ? comm_id_hex(c.id) : c.name) + ": " + field->name + " differs (" +
+              comm_text(c) + ": " + field->name + " differs (" +
               (expected.empty() ? "" : "expected " + expected + "; ") + odd + ")";
   return s;
 }
@@ -482,7 +547,7 @@ void analyze_collectives(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* fron
   }
   s.op = sample ? fr::log::op_name(sample->op) : "collective";
   const std::string where = s.op + " #" + std::to_string(t) + " on comm " +
-                            (c.name.empty() ? comm_id_hex(c.id) : c.name);
+                            comm_text(c);
   if (sample && sample->group_id != 0) {
     // A grouped launch is one unit: name every op of the group on the first member that has it.
     for (size_t i = 0; i < n; ++i) {
@@ -609,7 +674,7 @@ void analyze_joining(Ctx& ctx, int ci) {
   s.op = fr::log::op_name(sample->op);
   s.t_start = t0;
   s.blocked = waiting;
-  const std::string where = s.op + " on comm " + (c.name.empty() ? comm_id_hex(c.id) : c.name);
+  const std::string where = s.op + " on comm " + comm_text(c);
   if (!absent.empty()) {
     s.kind = "not_entered";
     s.prio = kNotEntered;
@@ -854,7 +919,7 @@ void analyze_p2p(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* frontier_jso
     s.seq = first_unmatched->seq;
     s.op = fr::log::op_name(first_unmatched->op);
   }
-  const std::string cname = c.name.empty() ? comm_id_hex(c.id) : c.name;
+  const std::string cname = comm_text(c);
   if (!culprits.empty()) {
     s.kind = "p2p_unmatched";
     s.prio = kP2p;
@@ -1144,7 +1209,7 @@ nlohmann::json analyze_model(const Model& m, const Options& opts) {
       if (hit || st.kind == "incomplete") {
         s.comm = st.comm, s.seq = st.seq, s.p2p = st.p2p, s.api = st.api, s.op = st.op, s.extra = st.extra;
         s.summary += "; the others wait in " + st.op + " #" + std::to_string(st.seq) + " on comm " +
-                     (m.comms[st.comm].name.empty() ? comm_id_hex(m.comms[st.comm].id) : m.comms[st.comm].name);
+                     comm_text(m.comms[st.comm]);
         break;
       }
     }
@@ -1165,7 +1230,7 @@ nlohmann::json analyze_model(const Model& m, const Options& opts) {
     s.summary = "rank" + std::string(dead.size() > 1 ? "s " : " ") + ranks_text(dead) + " died (" +
                 (dead.size() > 1 ? "their writers were" : "its writer was") + " gone at the dump) while " +
                 "others wait in " + base->op + " #" + std::to_string(base->seq) + " on comm " +
-                (m.comms[base->comm].name.empty() ? comm_id_hex(m.comms[base->comm].id) : m.comms[base->comm].name);
+                comm_text(m.comms[base->comm]);
     ordered.insert(ordered.begin(), std::move(s));
   }
 
@@ -1249,6 +1314,8 @@ nlohmann::json analyze_model(const Model& m, const Options& opts) {
   doc["ranks"] = {{"expected", expected}, {"found", found}, {"missing", missing},
                   {"dead", all_dead && !any_stall ? std::vector<int>{} : dead}};
   if (all_dead && !any_stall) doc["ranks"]["exited"] = dead;
+  add_recent_ops(m, &verdict);
+  mark_consequences(verdict, &findings);
   doc["verdict"] = verdict;
   doc["findings"] = findings;
   doc["communicators"] = comms;

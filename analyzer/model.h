@@ -123,6 +123,8 @@ nlohmann::json analyze_model(const Model& model, const Options& opts);
 
 // Helpers shared by the JSON builder, the text view and the trace writer.
 std::string comm_id_hex(uint64_t id);
+// How a communicator is written in every sentence: `name (0x…)`, the id alone without a name.
+std::string comm_text(const Comm& c);
 nlohmann::json op_json(const Op& op, int64_t clock_offset_ns);
 bool comm_matches(const Comm& c, const std::string& filter);
 

@@ -37,24 +37,62 @@ std::string ranks_text(std::vector<int> r) {
   return out;
 }
 
-std::string op_text(const json& o) {
+// comm-local rank -> global rank, from an item's evidence rows.
+using GlobalOf = std::map<int, int>;
+GlobalOf global_ranks(const json& item) {
+  GlobalOf out;
+  for (const auto& e : item.value("evidence", json::array()))
+    if (e.contains("rank") && e["rank"].is_number_integer() && e.contains("rank_in_comm") &&
+        e["rank_in_comm"].is_number_integer())
+      out[e["rank_in_comm"].get<int>()] = e["rank"].get<int>();
+  return out;
+}
+
+// A peer or root as a global rank, its comm-local rank in parentheses.
+std::string peer_text(int local, const GlobalOf& global) {
+  auto it = global.find(local);
+  return it == global.end() ? "comm rank " + std::to_string(local)
+                            : "rank " + std::to_string(it->second) + " (" + std::to_string(local) + ")";
+}
+
+std::string op_text(const json& o, const GlobalOf& global) {
   if (o.is_null()) return "-";
   std::string s = "#" + std::to_string(o.value("seq", 0ull)) + " " + o.value("op", std::string("?"));
   if (o.contains("dtype")) {
     s += "(" + o.value("dtype", std::string()) + " x" + std::to_string(o.value("count", 0ull));
     if (o.contains("redop")) s += ", " + o.value("redop", std::string());
-    if (o.contains("root")) s += ", root " + std::to_string(o.value("root", -1));
-    if (o.contains("peer")) s += std::string(o.value("op", std::string()) == "Send" ? ", to " : ", from ") +
-                                 std::to_string(o.value("peer", -1));
+    if (o.contains("root")) s += ", root " + peer_text(o.value("root", -1), global);
+    if (o.contains("peer"))
+      s += std::string(o.value("op", std::string()) == "Send" ? ", to " : ", from ") + peer_text(o.value("peer", -1), global);
     s += ")";
   }
   return s;
+}
+
+// The state of the item's own op (its sequence number) on one rank: what that record says.
+std::string stalled_state(const json& e, uint64_t seq) {
+  for (const char* k : {"last_enqueued", "last_started", "last_completed"}) {
+    const json& o = e.value(k, json());
+    if (o.is_object() && o.value("seq", 0ull) == seq) return o.value("state", std::string("?"));
+  }
+  for (const auto& o : e.value("recent_ops", json::array()))
+    if (o.is_object() && o.value("seq", 0ull) == seq && o.value("kind", std::string()) != "api")
+      return o.value("state", std::string("?"));
+  // No record of it left: what the member's frontier says.
+  const std::string st = e.value("state", std::string());
+  return st.rfind("not_entered", 0) == 0 ? "not called" : st;
 }
 
 void table(std::ostringstream& out, const json& item, const Style& st) {
   const json& ev = item.value("evidence", json::array());
   if (ev.empty() || !item.contains("comm")) return;
   // Rows that read the same are merged: the culprits stand out in a few lines even at 4,096 ranks.
+  const GlobalOf global = global_ranks(item);
+  const uint64_t seq = item.value("seq", 0ull);
+  // The item's own op, whose state each row shows first.
+  const std::string own = item.contains("op") && item.contains("seq")
+                              ? item.value("op", std::string()) + " #" + std::to_string(seq)
+                              : std::string();
   std::map<std::string, std::vector<int>> rows;
   std::map<std::string, bool> culprit_row;
   std::vector<std::string> order;
@@ -64,16 +102,18 @@ void table(std::ostringstream& out, const json& item, const Style& st) {
     if (e.value("state", std::string()) == "missing") {
       key = "missing | no dump";
     } else {
-      key = e.value("state", std::string("?")) + " | enq " + op_text(e.value("last_enqueued", json())) +
-            " | started " + op_text(e.value("last_started", json())) + " | done " +
-            op_text(e.value("last_completed", json()));
+      key = e.value("state", std::string("?")) + " | " + (own.empty() ? "" : own + ": " + stalled_state(e, seq) + " | ") +
+            "enq " + op_text(e.value("last_enqueued", json()), global) + " | started " +
+            op_text(e.value("last_started", json()), global) + " | done " +
+            op_text(e.value("last_completed", json()), global);
     }
     int r = e["rank"].is_number() ? e["rank"].get<int>() : -1 - e.value("rank_in_comm", 0);
     if (!rows.count(key)) order.push_back(key);
     rows[key].push_back(r);
     if (e.value("culprit", false)) culprit_row[key] = true;
   }
-  out << "  " << st.dim() << "ranks: state | last enqueued | last started | last completed" << st.reset() << "\n";
+  out << "  " << st.dim() << "ranks: state | " << (own.empty() ? "" : own + " | ")
+      << "last enqueued | last started | last completed" << st.reset() << "\n";
   // Culprits first, then the rest; a long table is cut (the JSON has every row).
   std::stable_partition(order.begin(), order.end(), [&](const std::string& k) { return culprit_row[k]; });
   const size_t limit = 12;
@@ -115,8 +155,8 @@ std::string render_text(const json& a, bool color) {
       << v.value("summary", std::string()) << st.reset() << "\n";
   if (v.contains("comm")) {
     const json& c = v["comm"];
-    out << "  comm " << c.value("id", std::string()) << (c.value("name", std::string()).empty() ? "" : " (" + c.value("name", std::string()) + ")")
-        << " size " << c.value("size", 0) << ", " << v.value("seq_kind", std::string()) << " seq " << v.value("seq", 0ull)
+    const std::string id = c.value("id", std::string()), name = c.value("name", std::string());
+    out << "  comm " << (name.empty() ? id : name + " (" + id + ")") << " size " << c.value("size", 0) << ", " << v.value("seq_kind", std::string()) << " seq " << v.value("seq", 0ull)
         << " " << v.value("op", std::string()) << "\n";
   }
   if (v.contains("culprit_ranks") && !v["culprit_ranks"].empty())
@@ -134,7 +174,8 @@ std::string render_text(const json& a, bool color) {
     out << "\n" << st.bold() << "findings (" << findings.size() << "):" << st.reset() << "\n";
     size_t shown = 0;
     for (const auto& f : findings) {
-      out << st.yellow() << "- " << f.value("kind", std::string()) << st.reset() << ": "
+      out << st.yellow() << "- " << f.value("kind", std::string()) << st.reset()
+          << (f.value("consequence", false) ? " (consequence of the verdict)" : "") << ": "
           << f.value("summary", std::string()) << "\n";
       // Tables for the first few only; the JSON has them all.
       if (++shown <= 4) table(out, f, st);

@@ -1,19 +1,180 @@
-// The timeline exporter. Each communicator is a trace "process" and each global rank a "thread"
-// in it, so Perfetto shows one track per rank per communicator. Ops are complete events ("X")
-// lasting their host call; an op still waiting at the dump lasts until the dump and is colored,
-// darker for the verdict's op; the verdict's culprits get an instant marker there.
+// The timeline exporter. Each communicator is a trace "process" (`name (0x…)`) and each global
+// rank a "thread" in it. Perfetto draws a thread track only when its slices nest, so each track
+// holds one kind of slice: the host calls, which follow one another (each is cut where the next
+// one starts, should two threads of a process have called at once). The time an op then spent
+// in flight on the GPU up to the dump is an async slice beside the track (async slices may
+// overlap). Group calls belong to no communicator: they get their own process, "NCCL groups",
+// where each group is one slice from its GroupStart to its GroupEnd, nested as the groups were.
+// The verdict's op is dark red, other waiting ops red, and the culprits get an instant marker.
 #include "analyzer/trace.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <numeric>
 #include <set>
+
+#include "analyzer/html.h"
 
 namespace fr::analyzer {
 
 namespace {
 
 std::string esc(const std::string& s) { return nlohmann::json(s).dump(); }
+
+// What to highlight: (comm id, seq, kind) of the verdict and of each finding.
+struct Mark {
+  std::string comm;
+  uint64_t seq;
+  bool p2p;
+  bool verdict;
+  std::set<int> culprits;
+};
+
+class Writer {
+ public:
+  Writer(FILE* f, int64_t t0) : f_(f), t0_(t0) {}
+
+  void meta(const char* what, int pid, int tid, const std::string& name) {
+    sep();
+    if (tid < 0)
+      std::fprintf(f_, "{\"ph\":\"M\",\"name\":\"%s\",\"pid\":%d,\"args\":{\"name\":%s}}", what, pid, esc(name).c_str());
+    else
+      std::fprintf(f_, "{\"ph\":\"M\",\"name\":\"%s\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":%s}}", what, pid, tid,
+                   esc(name).c_str());
+  }
+  // A complete slice: [start_ns, start_ns + dur_ns) in writer time (offset applied by the caller).
+  void slice(const std::string& name, const char* cat, int pid, int tid, int64_t start_ns, int64_t dur_ns,
+             const std::string& args, const char* cname) {
+    sep();
+    std::fprintf(f_, "{\"ph\":\"X\",\"name\":%s,\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":%s,\"dur\":%s,\"args\":%s%s%s%s}",
+                 esc(name).c_str(), cat, pid, tid, us(start_ns - t0_).c_str(), us(std::max<int64_t>(dur_ns, 0)).c_str(),
+                 args.c_str(), cname ? ",\"cname\":\"" : "", cname ? cname : "", cname ? "\"" : "");
+  }
+  // An async slice (its own track beside the thread's), begin and end.
+  void async(const std::string& name, int pid, int tid, int64_t start_ns, int64_t end_ns, const char* cname) {
+    const unsigned long long id = ++async_id_;
+    for (int end = 0; end < 2; ++end) {
+      sep();
+      std::fprintf(f_, "{\"ph\":\"%s\",\"name\":%s,\"cat\":\"gpu\",\"id\":\"0x%llx\",\"pid\":%d,\"tid\":%d,\"ts\":%s%s%s%s}",
+                   end ? "e" : "b", esc(name).c_str(), id, pid, tid, us((end ? end_ns : start_ns) - t0_).c_str(),
+                   cname ? ",\"cname\":\"" : "", cname ? cname : "", cname ? "\"" : "");
+    }
+  }
+  void instant(const char* name, int pid, int tid, int64_t at_ns) {
+    sep();
+    std::fprintf(f_, "{\"ph\":\"i\",\"s\":\"t\",\"name\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":%s}", name, pid, tid,
+                 us(at_ns - t0_).c_str());
+  }
+
+ private:
+  // Whole nanoseconds as microseconds with three decimals: exact, so slices that touch still touch.
+  static std::string us(int64_t ns) {
+    char buf[32];
+    const int64_t a = ns < 0 ? -ns : ns;
+    std::snprintf(buf, sizeof buf, "%s%lld.%03lld", ns < 0 ? "-" : "", static_cast<long long>(a / 1000),
+                  static_cast<long long>(a % 1000));
+    return buf;
+  }
+  void sep() {
+    if (!first_) std::fputs(",\n", f_);
+    first_ = false;
+  }
+  FILE* f_;
+  int64_t t0_;
+  bool first_ = true;
+  unsigned long long async_id_ = 0;
+};
+
+// One rank's records on one communicator, in time order.
+std::vector<uint32_t> by_time(const Proc& p, const ProcComm& pc) {
+  std::vector<uint32_t> idx(pc.ops_end - pc.ops_begin);
+  std::iota(idx.begin(), idx.end(), pc.ops_begin);
+  std::stable_sort(idx.begin(), idx.end(), [&](uint32_t a, uint32_t b) { return p.ops[a].call_ns < p.ops[b].call_ns; });
+  return idx;
+}
+
+void comm_tracks(Writer& w, const Model& m, const Comm& c, int pid, const std::vector<Mark>& marks,
+                 const std::set<int>& rank_filter) {
+  const std::string id = comm_id_hex(c.id);
+  w.meta("process_name", pid, -1,
+         comm_label({{"id", id}, {"name", c.name}}) + (c.size > 0 ? " size " + std::to_string(c.size) : ""));
+  for (const auto& mem : c.members) {
+    const Proc& p = m.procs[mem.proc];
+    if (!rank_filter.empty() && !rank_filter.count(p.rank)) continue;
+    const ProcComm& pc = p.comms[mem.pc];
+    w.meta("thread_name", pid, p.rank,
+           "rank " + std::to_string(p.rank) + " (" + std::to_string(mem.rank_in_comm) + ") " + p.host);
+    const int64_t dump_ns = static_cast<int64_t>(p.snapshot_ns ? p.snapshot_ns : p.heartbeat_ns) + p.clock_offset_ns;
+    const std::vector<uint32_t> order = by_time(p, pc);
+    for (size_t k = 0; k < order.size(); ++k) {
+      const Op& o = p.ops[order[k]];
+      const bool coll = fr::log::op_is_collective(o.op), p2p = fr::log::op_is_p2p(o.op);
+      const bool waiting = (coll || p2p) && o.gpu_state != FR_GPU_COMPLETED && !(o.flags & FR_REC_F_NEVER_LAUNCHED) &&
+                           p.gpu_tracked;
+      const Mark* mk = nullptr;
+      for (const auto& x : marks)
+        if (x.comm == id && x.seq == o.seq && x.p2p == p2p && (coll || p2p)) {
+          mk = &x;
+          break;
+        }
+      const int64_t start = static_cast<int64_t>(o.call_ns) + p.clock_offset_ns;
+      int64_t end = start + std::max<int64_t>(static_cast<int64_t>(o.duration_ns), 1000);
+      if (k + 1 < order.size())
+        end = std::min(end, static_cast<int64_t>(p.ops[order[k + 1]].call_ns) + p.clock_offset_ns);
+      std::string name = fr::log::op_name(o.op);
+      if (coll || p2p) name += " #" + std::to_string(o.seq);
+      const char* cname = mk && mk->verdict && waiting ? "terrible" : waiting ? "bad" : nullptr;
+      w.slice(mk && waiting ? "STALL " + name : name, coll ? "coll" : p2p ? "p2p" : "api", pid, p.rank, start, end - start,
+              op_json(o, p.clock_offset_ns).dump(), cname);
+      if (waiting && dump_ns > end) w.async("in flight: " + name, pid, p.rank, end, dump_ns, cname);
+      if (mk && mk->verdict && mk->culprits.count(p.rank)) w.instant("culprit", pid, p.rank, start);
+    }
+  }
+}
+
+// Calls outside any communicator (GroupStart/GroupEnd and the like), one track per rank.
+void group_tracks(Writer& w, const Model& m, const std::vector<const Comm*>& stubs, int pid,
+                  const std::set<int>& rank_filter) {
+  bool named = false;
+  for (const Comm* c : stubs)
+    for (const auto& mem : c->members) {
+      const Proc& p = m.procs[mem.proc];
+      if (!rank_filter.empty() && !rank_filter.count(p.rank)) continue;
+      const ProcComm& pc = p.comms[mem.pc];
+      if (pc.ops_end == pc.ops_begin) continue;
+      if (!named) w.meta("process_name", pid, -1, "NCCL groups (no communicator)");
+      named = true;
+      w.meta("thread_name", pid, p.rank, "rank " + std::to_string(p.rank) + " " + p.host);
+      const int64_t dump_ns = static_cast<int64_t>(p.snapshot_ns ? p.snapshot_ns : p.heartbeat_ns) + p.clock_offset_ns;
+      std::vector<int64_t> open;  // start times of the groups not yet ended, innermost last
+      int64_t last_end = INT64_MIN;
+      for (uint32_t i : by_time(p, pc)) {
+        const Op& o = p.ops[i];
+        const int64_t start = static_cast<int64_t>(o.call_ns) + p.clock_offset_ns;
+        const int64_t end = start + static_cast<int64_t>(o.duration_ns);
+        if (o.op == FR_OP_GROUP_START) {
+          open.push_back(start);
+        } else if (o.op == FR_OP_GROUP_END && !open.empty()) {
+          w.slice(open.size() > 1 ? "group (nested)" : "group", "group", pid, p.rank, open.back(), end - open.back(),
+                  "{}", nullptr);
+          open.pop_back();
+        } else if (open.empty() && start >= last_end) {
+          // Outside any group: a call of its own.
+          w.slice(fr::log::op_name(o.op), "api", pid, p.rank, start, std::max<int64_t>(end - start, 0),
+                  op_json(o, p.clock_offset_ns).dump(), nullptr);
+        }
+        last_end = std::max(last_end, end);
+      }
+      // Groups still open at the dump (the job hung inside one).
+      while (!open.empty()) {
+        w.slice("group open at the dump", "group", pid, p.rank, open.back(), std::max<int64_t>(dump_ns, last_end) - open.back(),
+                "{}", "bad");
+        open.pop_back();
+      }
+    }
+}
 
 }  // namespace
 
@@ -25,14 +186,6 @@ bool write_trace(const Model& m, const nlohmann::json& a, const Options& opts, c
     return false;
   }
   std::set<int> rank_filter(opts.ranks.begin(), opts.ranks.end());
-  // What to highlight: (comm id, seq, kind) of the verdict and of each finding.
-  struct Mark {
-    std::string comm;
-    uint64_t seq;
-    bool p2p;
-    bool verdict;
-    std::set<int> culprits;
-  };
   std::vector<Mark> marks;
   auto add_mark = [&](const nlohmann::json& v, bool verdict) {
     if (!v.is_object() || !v.contains("comm")) return;
@@ -53,57 +206,18 @@ bool write_trace(const Model& m, const nlohmann::json& a, const Options& opts, c
 
   std::fprintf(f, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"schema\":\"fr-trace/1\",\"t0_ns\":%lld},\"traceEvents\":[\n",
                static_cast<long long>(t0));
-  bool first = true;
-  auto sep = [&] {
-    if (!first) std::fputs(",\n", f);
-    first = false;
-  };
+  Writer w(f, t0);
+  std::vector<const Comm*> stubs;  // records that name no communicator
   for (size_t ci = 0; ci < m.comms.size(); ++ci) {
     const Comm& c = m.comms[ci];
-    if (!comm_matches(c, opts.comm)) continue;
-    const std::string id = comm_id_hex(c.id);
-    const int pid = static_cast<int>(ci) + 1;
-    sep();
-    std::fprintf(f, "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"args\":{\"name\":%s}}", pid,
-                 esc("comm " + (c.name.empty() ? id : c.name + " " + id) + " (size " + std::to_string(c.size) + ")").c_str());
-    for (const auto& mem : c.members) {
-      const Proc& p = m.procs[mem.proc];
-      if (!rank_filter.empty() && !rank_filter.count(p.rank)) continue;
-      const ProcComm& pc = p.comms[mem.pc];
-      sep();
-      std::fprintf(f, "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":%s}}", pid,
-                   p.rank, esc("rank " + std::to_string(p.rank) + " (" + p.host + ")").c_str());
-      const uint64_t end_ns = p.snapshot_ns ? p.snapshot_ns : p.heartbeat_ns;
-      for (uint32_t i = pc.ops_begin; i < pc.ops_end; ++i) {
-        const Op& o = p.ops[i];
-        const bool coll = fr::log::op_is_collective(o.op), p2p = fr::log::op_is_p2p(o.op);
-        const bool waiting = (coll || p2p) && o.gpu_state != FR_GPU_COMPLETED &&
-                             !(o.flags & FR_REC_F_NEVER_LAUNCHED) && p.gpu_tracked;
-        const Mark* mk = nullptr;
-        for (const auto& x : marks)
-          if (x.comm == id && x.seq == o.seq && x.p2p == p2p && (coll || p2p)) {
-            mk = &x;
-            break;
-          }
-        uint64_t dur = std::max<uint64_t>(o.duration_ns, 1000);
-        if (waiting && end_ns > o.call_ns) dur = end_ns - o.call_ns;
-        const int64_t ts = static_cast<int64_t>(o.call_ns) + p.clock_offset_ns - t0;
-        std::string name = fr::log::op_name(o.op);
-        if (coll || p2p) name += " #" + std::to_string(o.seq);
-        nlohmann::json args = op_json(o, p.clock_offset_ns);
-        sep();
-        std::fprintf(f, "{\"ph\":\"X\",\"name\":%s,\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":%s%s}",
-                     esc(mk && waiting ? "STALL " + name : name).c_str(), coll ? "coll" : p2p ? "p2p" : "api", pid,
-                     p.rank, static_cast<double>(ts) / 1e3, static_cast<double>(dur) / 1e3, args.dump().c_str(),
-                     mk && mk->verdict ? ",\"cname\":\"terrible\"" : waiting ? ",\"cname\":\"bad\"" : "");
-        if (mk && mk->verdict && mk->culprits.count(p.rank)) {
-          sep();
-          std::fprintf(f, "{\"ph\":\"i\",\"s\":\"t\",\"name\":\"culprit\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f}", pid, p.rank,
-                       static_cast<double>(ts) / 1e3);
-        }
-      }
+    if (c.id == 0) {
+      stubs.push_back(&c);
+      continue;
     }
+    if (!comm_matches(c, opts.comm)) continue;
+    comm_tracks(w, m, c, static_cast<int>(ci) + 1, marks, rank_filter);
   }
+  if (opts.comm.empty()) group_tracks(w, m, stubs, static_cast<int>(m.comms.size()) + 1, rank_filter);
   std::fputs("\n]}\n", f);
   if (std::fclose(f) != 0) {
     *error = path + ": writing the trace failed: " + std::strerror(errno);

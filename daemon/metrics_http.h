@@ -1,7 +1,12 @@
-// The coordinator's HTTP listener, on cpp-httplib: a small server that answers GET routes
-// (Prometheus text at /metrics, and whatever pages are added next to it). Connections are served
-// by a pool of threads with short read and write timeouts, so idle or slow clients cannot hold
-// up a scrape, and requests are bounded in size.
+// frd's HTTP listener, on cpp-httplib: a small server that answers GET routes (Prometheus text at
+// /metrics, the coordinator's pages and its JSON). Connections are served by a pool of threads
+// with short read and write timeouts, so idle or slow clients cannot hold up a scrape, and
+// requests are bounded in size.
+//
+// Credentials follow the gRPC listener's rules (docs/frd.md, Security): with a token, every
+// request must carry it (`Authorization: Bearer TOKEN`, or the `fr_token` cookie that visiting
+// any page with `?token=TOKEN` sets); with a certificate the listener speaks TLS, and with a client
+// CA it demands client certificates.
 #pragma once
 
 #include <functional>
@@ -9,34 +14,47 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace fr::daemon {
 
+struct HttpSecurity {
+  std::string token;          // empty: none asked for
+  std::string tls_cert, tls_key, tls_client_ca;  // PEM contents; empty: plain HTTP
+};
+
 class HttpServer {
  public:
+  struct Request {
+    std::string path;
+    std::string tail;  // for a prefix route: what follows the prefix
+    std::map<std::string, std::string> query;  // ?key=value (the first of a repeated key)
+  };
   struct Response {
     int status = 200;
     std::string content_type = "text/plain; charset=utf-8";
     std::string body;
   };
-  using Handler = std::function<Response()>;
+  using Handler = std::function<Response(const Request&)>;
 
   HttpServer();
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Routes are added before start(): an exact path, answered for GET.
+  // Routes are added before start(), answered for GET: an exact path, or every path under a
+  // prefix ending in '/' (one more path segment, in Request::tail).
   void get(const std::string& path, Handler handler);
+  void get_under(const std::string& prefix, Handler handler);
   // addr is HOST:PORT (IPv4, [IPv6] or a name; port 0 picks one). False with *error set.
-  bool start(const std::string& addr, std::string* error);
+  bool start(const std::string& addr, const HttpSecurity& security, std::string* error);
   void stop();
   int port() const { return port_; }
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
-  std::map<std::string, Handler> routes_;
+  std::map<std::string, Handler> routes_, prefix_routes_;
   std::thread thread_;
   int port_ = 0;
 };

@@ -172,8 +172,50 @@ NodeDaemon::~NodeDaemon() {
   if (dumper_.joinable()) dumper_.join();
 }
 
-void NodeDaemon::log(const std::string& line) {
-  if (!opts_.quiet) std::fprintf(stderr, "frd node %s: %s\n", opts_.node_name.c_str(), line.c_str());
+void NodeDaemon::log(const std::string& line, LogLevel level) {
+  if (!opts_.quiet) log_line(level, "frd node " + opts_.node_name + ": " + line);
+}
+
+void NodeDaemon::check_log_dir() {
+  struct stat st;
+  std::string why;
+  if (::stat(opts_.log_dir.c_str(), &st) != 0) why = std::strerror(errno);
+  else if (!S_ISDIR(st.st_mode)) why = "not a directory";
+  else if (::access(opts_.log_dir.c_str(), R_OK | X_OK) != 0) why = std::strerror(errno);
+  std::lock_guard<std::mutex> lk(mu_);
+  if (why.empty()) {
+    if (log_dir_missing_.clear()) log("the log directory " + opts_.log_dir + " is readable again");
+    return;
+  }
+  uint64_t again = 0;
+  if (log_dir_missing_.due(mono_ns(), &again))
+    log("cannot read the log directory " + opts_.log_dir + ": " + why + "; no rank on this node is watched" +
+            (again ? " (still so after " + std::to_string(again) + " more checks)" : ""),
+        LogLevel::kWarn);
+}
+
+std::string NodeDaemon::metrics() const {
+  std::string o;
+  auto metric = [&](const char* name, const char* type, const char* help, uint64_t v) {
+    o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
+         std::to_string(v) + "\n";
+  };
+  metric("frd_node_connected", "gauge", "1 while the stream to the coordinator is up.", connected_ ? 1 : 0);
+  metric("frd_node_connects_total", "counter", "Connections the coordinator welcomed.", connects_);
+  metric("frd_node_connect_failures_total", "counter", "Attempts to reach the coordinator that failed.",
+         connect_failures_);
+  metric("frd_node_heartbeats_total", "counter", "Heartbeats sent.", heartbeats_);
+  metric("frd_node_processes", "gauge", "Processes with a flight log in the last scan.", processes_);
+  metric("frd_node_processes_alive", "gauge", "Of those, alive.", processes_alive_);
+  metric("frd_node_dumps_delivered_total", "counter", "Dumps the coordinator accepted.", dumps_delivered_);
+  metric("frd_node_dumps_failed_total", "counter", "Dumps that could not be taken or were refused.", dumps_failed_);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    metric("frd_node_dumps_pending", "gauge", "Dumps taken or queued, not yet delivered.", pending_.size());
+    metric("frd_node_log_dir_readable", "gauge", "0 while the log directory cannot be read.",
+           log_dir_missing_.active() ? 0 : 1);
+  }
+  return o;
 }
 
 bool NodeDaemon::init(std::string* error) {
@@ -214,6 +256,7 @@ void NodeDaemon::run() {
   int64_t backoff = 100'000'000;
   while (!stopping_) {
     bool welcomed = false;
+    check_log_dir();
     connect_once(&welcomed);
     if (stopping_) break;
     backoff = welcomed ? 100'000'000 : std::min<int64_t>(backoff * 2, 5'000'000'000);
@@ -256,7 +299,12 @@ void NodeDaemon::connect_once(bool* welcomed) {
       while (s.rw->Read(&m)) {
         if (m.has_welcome()) {
           std::lock_guard<std::mutex> lk(mu_);
-          if (!*welcomed) log("connected to " + opts_.client.address);
+          if (!*welcomed) {
+            log("connected to " + opts_.client.address);
+            if (unreachable_.clear()) log("the coordinator at " + opts_.client.address + " is reachable again");
+            connects_++;
+            connected_ = true;
+          }
           *welcomed = true;
           job_filter_ = sanitize_name(m.welcome().job_id());
           if (m.welcome().job_id().empty()) job_filter_.clear();
@@ -297,7 +345,7 @@ void NodeDaemon::connect_once(bool* welcomed) {
     LogWatcher watcher(opts_.log_dir, opts_.stall_after_ns);
     watcher.set_owners(opts_.log_owners);
     const int64_t scan_every = std::min<int64_t>(opts_.heartbeat_interval_ns, 200'000'000);
-    int64_t last_sent = 0;
+    int64_t last_sent = 0, last_dir_check = 0;
     uint64_t seq = 0;
     while (!stopping_ && !reader_done) {
       {
@@ -310,6 +358,16 @@ void NodeDaemon::connect_once(bool* welcomed) {
       }
       ScanResult scan = watcher.scan();
       int64_t now = mono_ns();
+      {
+        uint64_t alive = 0;
+        for (const auto& p : scan.processes) alive += p.alive;
+        processes_ = scan.processes.size();
+        processes_alive_ = alive;
+      }
+      if (now - last_dir_check >= 1'000'000'000) {
+        check_log_dir();
+        last_dir_check = now;
+      }
       if (scan.urgent || now - last_sent >= opts_.heartbeat_interval_ns) {
         NodeReport r;
         r.seq = ++seq;
@@ -329,6 +387,7 @@ void NodeDaemon::connect_once(bool* welcomed) {
           }
         }
         if (!s.write(hb)) break;
+        heartbeats_++;
         last_sent = now;
       }
       std::unique_lock<std::mutex> lk(mu_);
@@ -343,10 +402,24 @@ void NodeDaemon::connect_once(bool* welcomed) {
     std::lock_guard<std::mutex> lk(mu_);
     stream_ = nullptr;
   }
-  if (!stopping_ && (*welcomed || st.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
-                     st.error_code() == grpc::StatusCode::PERMISSION_DENIED))
-    log("disconnected from " + opts_.client.address + ": " +
-        (st.ok() ? std::string("closed") : st.error_message()));
+  connected_ = false;
+  if (stopping_) return;
+  if (*welcomed) {
+    log("disconnected from " + opts_.client.address + ": " + (st.ok() ? std::string("closed") : st.error_message()),
+        LogLevel::kWarn);
+    return;
+  }
+  // Never welcomed: out of reach, or refused. Said at once, then every 30 s while it lasts.
+  connect_failures_++;
+  uint64_t again = 0;
+  std::unique_lock<std::mutex> lk(mu_);
+  if (unreachable_.due(mono_ns(), &again)) {
+    lk.unlock();
+    log("cannot reach the coordinator at " + opts_.client.address + ": " +
+            (st.ok() ? std::string("closed before its welcome") : st.error_message()) + "; retrying" +
+            (again ? " (" + std::to_string(again) + " more failed attempts since the last report)" : ""),
+        LogLevel::kWarn);
+  }
 }
 
 void NodeDaemon::send_dump_status(const std::string& incident, bool ok, const std::string& error) {
@@ -568,7 +641,8 @@ void NodeDaemon::dump_loop() {
     }
     std::string error;
     if (!take_dump(k, &error)) {
-      log("dump " + k.incident + " failed: " + error);
+      log("dump " + k.incident + " failed: " + error, LogLevel::kError);
+      dumps_failed_++;
       send_dump_status(k.incident, false, error);
       std::lock_guard<std::mutex> lk(mu_);
       pending_.erase(k);
@@ -578,6 +652,7 @@ void NodeDaemon::dump_loop() {
     int r = deliver(k, &error);
     if (r == 1) {
       log("dump " + k.incident + " delivered");
+      dumps_delivered_++;
       remove_dir(spool_of(k));
       ::rmdir((opts_.spool_dir + "/" + k.job).c_str());  // only once empty
       std::lock_guard<std::mutex> lk(mu_);
@@ -585,11 +660,12 @@ void NodeDaemon::dump_loop() {
       delivered_.insert(k);
       backoff = 200'000'000;
     } else if (r < 0) {
-      log("dump " + k.incident + " refused: " + error + " (kept in " + spool_of(k) + ")");
+      log("dump " + k.incident + " refused: " + error + " (kept in " + spool_of(k) + ")", LogLevel::kError);
+      dumps_failed_++;
       std::lock_guard<std::mutex> lk(mu_);
       pending_.erase(k);
     } else {
-      log("dump " + k.incident + " not delivered yet: " + error);
+      log("dump " + k.incident + " not delivered yet: " + error, LogLevel::kWarn);
       {
         std::lock_guard<std::mutex> lk(mu_);
         queue_.push_back(k);

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "daemon/client.h"
+#include "daemon/logger.h"
 #include "daemon/model.h"
 #include "log/local_logs.h"
 
@@ -34,6 +35,7 @@ struct NodeOptions {
   std::string shared_dump_dir;       // the coordinator's --dump-dir as mounted here; empty: upload
   int64_t heartbeat_interval_ns = 1'000'000'000;
   int64_t stall_after_ns = 30'000'000'000;
+  std::string metrics_listen;        // HOST:PORT for Prometheus text (frd's main serves it)
   size_t chunk_bytes = 1 << 20;
   uint64_t upload_bytes_per_sec = 0; // 0: as fast as the network goes
   bool quiet = false;
@@ -51,6 +53,8 @@ class NodeDaemon {
   void stop();
 
   const std::string& node_name() const { return opts_.node_name; }
+  // Prometheus text for `frd node --metrics-listen` (safe from any thread).
+  std::string metrics() const;
 
   // One dump: incident ids repeat across jobs, so the job is part of its name.
   struct Key {
@@ -74,13 +78,16 @@ class NodeDaemon {
   // As upload, and 2: the coordinator cannot see the shared dir (upload instead).
   int place(const Key& k, const DumpHeader& h, std::string* error);
   void send_dump_status(const std::string& incident, bool ok, const std::string& error);
-  void log(const std::string& line);
+  void log(const std::string& line, LogLevel level = LogLevel::kInfo);
+  // Says at once, then at a bounded rate, that the log directory cannot be read; and when it can
+  // again.
+  void check_log_dir();
   bool sleep_for(int64_t ns);
 
   NodeOptions opts_;
   std::string host_;
   std::atomic<bool> stopping_{false};
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Key> queue_;               // dumps to take or to deliver
   std::set<Key> pending_;               // taken or queued, not yet delivered
@@ -91,6 +98,12 @@ class NodeDaemon {
   std::string upload_key_;  // the current connection's (Welcome.upload_key)
   Stream* stream_ = nullptr;            // the live control stream, guarded by mu_
   std::thread dumper_;
+  // Conditions that persist, said at a bounded rate (guarded by mu_).
+  LogThrottle unreachable_{30'000'000'000}, log_dir_missing_{30'000'000'000};
+  // For metrics.
+  std::atomic<bool> connected_{false};
+  std::atomic<uint64_t> heartbeats_{0}, connects_{0}, connect_failures_{0}, dumps_delivered_{0},
+      dumps_failed_{0}, processes_{0}, processes_alive_{0};
 };
 
 }  // namespace fr::daemon

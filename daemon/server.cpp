@@ -14,7 +14,9 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
@@ -22,8 +24,10 @@
 
 #include "daemon/convert.h"
 #include "daemon/hook.h"
+#include "daemon/logger.h"
 #include "daemon/metrics_http.h"
 #include "daemon/names.h"
+#include "daemon/web.h"
 #include "fr/v1/frd.grpc.pb.h"
 
 namespace fr::daemon {
@@ -132,8 +136,8 @@ struct CoordinatorServer::Impl {
     return equal_secret(got, "Bearer " + opts.token);
   }
 
-  void log(const std::string& line) {
-    if (!opts.quiet) std::fprintf(stderr, "%s\n", line.c_str());
+  void log(const std::string& line, LogLevel level = LogLevel::kInfo) {
+    if (!opts.quiet) log_line(level, line);
   }
 
   // Carries out what the state asked for. Called with mu held.
@@ -771,7 +775,7 @@ void CoordinatorServer::Impl::persist_loop() {
     std::string error;
     bool ok = write_file_atomic(path, text, &error);
     lk.lock();
-    if (!ok) log("frd coordinator: cannot write " + path + ": " + error);
+    if (!ok) log("frd coordinator: cannot write " + path + ": " + error, LogLevel::kError);
   }
 }
 
@@ -792,11 +796,23 @@ bool CoordinatorServer::start(std::string* error) {
     return false;
   }
   if (!loopback && !m.opts.token.empty() && m.opts.tls_cert.empty())
-    m.log("frd coordinator: warning: the token travels in cleartext on " + m.opts.listen +
-        " (not loopback) without TLS; anyone on the path can read it (use --tls-cert)");
-  if (!m.opts.metrics_listen.empty() && !is_loopback_address(m.opts.metrics_listen))
-    m.log("frd coordinator: warning: metrics on " + m.opts.metrics_listen +
-        " (not loopback) are readable by anyone who reaches it, without a token");
+    m.log("frd coordinator: the token travels in cleartext on " + m.opts.listen +
+        " (not loopback) without TLS; anyone on the path can read it (use --tls-cert)", LogLevel::kWarn);
+  // The HTTP listener (metrics, pages, status JSON) follows the gRPC listener's rules: off
+  // loopback it asks for the token (or a client certificate), and it speaks TLS when gRPC does.
+  HttpSecurity http_sec{"", m.opts.tls_cert, m.opts.tls_key, m.opts.tls_client_ca};
+  if (!m.opts.metrics_listen.empty() && !is_loopback_address(m.opts.metrics_listen)) {
+    if (m.opts.token.empty() && m.opts.tls_client_ca.empty()) {
+      *error = "--metrics-listen " + m.opts.metrics_listen +
+               " (not loopback only) serves the job's status and incidents: it needs a shared token "
+               "(--token-file) or mutual TLS";
+      return false;
+    }
+    http_sec.token = m.opts.token;
+    if (m.opts.tls_cert.empty())
+      m.log("frd coordinator: the token travels in cleartext to the pages and metrics on " +
+            m.opts.metrics_listen + " (not loopback) without TLS (use --tls-cert)", LogLevel::kWarn);
+  }
   if (m.opts.tls_cert.empty() != m.opts.tls_key.empty()) {
     *error = "TLS needs both a certificate and a key";
     return false;
@@ -834,19 +850,76 @@ bool CoordinatorServer::start(std::string* error) {
     m.server.reset();
     return false;
   }
-  m.metrics.get("/metrics", [&m] {
+  m.metrics.get("/metrics", [&m](const HttpServer::Request&) {
     HttpServer::Response r;
     r.content_type = "text/plain; version=0.0.4";
     std::lock_guard<std::mutex> lk(m.mu);
     r.body = m.state.metrics(mono_ns());
     return r;
   });
-  m.metrics.get("/", [] {
+  // Paged as `frd status` is: ?offset=N&limit=N&summary=1.
+  m.metrics.get("/api/v1/status", [&m](const HttpServer::Request& req) {
     HttpServer::Response r;
-    r.body = "frd coordinator: metrics at /metrics\n";
+    r.content_type = "application/json";
+    StatusQuery q;
+    auto number = [&](const char* key, size_t* out) {
+      auto it = req.query.find(key);
+      if (it == req.query.end()) return true;
+      char* end = nullptr;
+      unsigned long long v = std::strtoull(it->second.c_str(), &end, 10);
+      if (it->second.empty() || *end != '\0' || it->second[0] == '-') return false;
+      *out = size_t(v);
+      return true;
+    };
+    size_t limit = q.node_limit;
+    if (!number("offset", &q.node_offset) || !number("limit", &limit)) {
+      r.status = 400;
+      r.body = "{\"error\":\"offset and limit are non-negative integers\"}\n";
+      return r;
+    }
+    if (limit > 0) q.node_limit = std::min(limit, q.node_limit);
+    q.summary = req.query.count("summary") && req.query.at("summary") != "0";
+    std::lock_guard<std::mutex> lk(m.mu);
+    r.body = m.state.status_text(mono_ns(), q) + "\n";
     return r;
   });
-  if (!m.opts.metrics_listen.empty() && !m.metrics.start(m.opts.metrics_listen, error)) {
+  m.metrics.get("/", [&m](const HttpServer::Request&) {
+    HttpServer::Response r;
+    r.content_type = "text/html; charset=utf-8";
+    nlohmann::json status;
+    {
+      std::lock_guard<std::mutex> lk(m.mu);
+      status = m.state.status(mono_ns());
+    }
+    r.body = render_live_page(status);
+    return r;
+  });
+  m.metrics.get_under("/incidents/", [&m](const HttpServer::Request& req) {
+    HttpServer::Response r;
+    r.content_type = "text/html; charset=utf-8";
+    nlohmann::json incident;
+    {
+      std::lock_guard<std::mutex> lk(m.mu);
+      for (const auto& i : m.state.status(mono_ns(), StatusQuery{0, 0, true}).value("incidents", nlohmann::json::array()))
+        if (i.value("id", std::string()) == req.tail) incident = i;
+    }
+    if (incident.is_null()) {
+      r.status = 404;
+      r.body = render_missing_incident_page(req.tail);
+      return r;
+    }
+    // The analysis is on disk once the dump set is analysed; read outside the lock.
+    nlohmann::json analysis;
+    const std::string state = incident.value("state", std::string());
+    if (state != "collecting" && state != "analyzing") {
+      std::ifstream in(incident.value("dir", std::string()) + "/analysis.json");
+      if (in) analysis = nlohmann::json::parse(in, nullptr, false);
+      if (analysis.is_discarded()) analysis = nullptr;
+    }
+    r.body = render_incident_page(incident, analysis);
+    return r;
+  });
+  if (!m.opts.metrics_listen.empty() && !m.metrics.start(m.opts.metrics_listen, http_sec, error)) {
     m.server->Shutdown();
     m.server.reset();
     return false;

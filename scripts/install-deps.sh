@@ -19,8 +19,10 @@ packages+=(dpkg-dev file)
 # The tests' own tools: openssl makes the TLS certificates of daemon_rpc_test. A test without them
 # reports itself skipped, and CI (FR_CI=1) fails on such a skip.
 packages+=(openssl)
-# frd: the coordinator's HTTP listener (metrics) is cpp-httplib.
-packages+=(libcpp-httplib-dev)
+# frd: the HTTP listener (metrics, the web pages) is cpp-httplib; its TLS is OpenSSL's.
+packages+=(libcpp-httplib-dev libssl-dev)
+# The web tests (tests/web) load the pages in headless Chromium.
+packages+=(chromium)
 
 # --- examples and images (tests/examples): the linters, and buildah + debootstrap for
 # `make images`. The PyPI linters go into their own virtual environment, /opt/fr-tools, below.

@@ -1,6 +1,6 @@
 // fr-analyze: from a dump set (or single dumps, or PyTorch Flight Recorder dumps) to a verdict.
 //
-//   fr-analyze [--json] [--trace FILE] [--comm ID] [--rank R]... PATH...
+//   fr-analyze [--json] [--trace FILE] [--html FILE] [--comm ID] [--rank R]... PATH...
 //   fr-analyze export --format torch-json|torch-pickle DIR OUT
 //
 // Exit codes (docs/fr-analyze.md): 0 the analysis finished, whatever the verdict; 2 bad usage;
@@ -8,13 +8,16 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
 
 #include "analyzer/analyze.h"
+#include "analyzer/html.h"
 #include "analyzer/model.h"
 #include "analyzer/trace.h"
 #include "fr/version.h"
@@ -31,6 +34,20 @@ constexpr int kExitOutput = 4;
 constexpr int kExitInternal = 1;
 
 namespace fs = std::filesystem;
+
+bool write_text_file(const std::string& path, const std::string& text, std::string* error) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) {
+    *error = path + ": cannot write: " + std::strerror(errno);
+    return false;
+  }
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !ok) {
+    *error = path + ": writing failed: " + std::strerror(errno);
+    return false;
+  }
+  return true;
+}
 
 int run_export(const std::string& format, const std::string& dir, const std::string& out) {
   if (format != "torch-json" && format != "torch-pickle") {
@@ -103,11 +120,12 @@ int main(int argc, char** argv) {
   CLI::App app{"fr-analyze: name the communicator, the collective and the ranks that hung a job"};
   app.set_version_flag("--version", FR_VERSION_LINE("fr-analyze"));
   bool json_out = false;
-  std::string trace_file;
+  std::string trace_file, html_file;
   fr::analyzer::Options opts;
   std::vector<std::string> paths;
   app.add_flag("--json", json_out, "print the fr-analysis/1 JSON document");
   app.add_option("--trace", trace_file, "write a Chrome trace / Perfetto timeline to FILE");
+  app.add_option("--html", html_file, "write the incident page (one self-contained HTML file) to FILE");
   app.add_option("--comm", opts.comm, "show only this communicator (hex id prefix or name)");
   app.add_option("--rank", opts.ranks, "show only these global ranks (repeatable)")
       ->allow_extra_args(false);
@@ -145,6 +163,15 @@ int main(int argc, char** argv) {
     if (!trace_file.empty()) {
       std::string err;
       if (!fr::analyzer::write_trace(model, doc, opts, trace_file, &err)) {
+        std::cerr << "fr-analyze: " << err << "\n";
+        return kExitOutput;
+      }
+    }
+    if (!html_file.empty()) {
+      fr::analyzer::HtmlPage page;
+      page.heading = "fr-analyze " + paths.front() + (paths.size() > 1 ? " and " + std::to_string(paths.size() - 1) + " more" : "");
+      std::string err;
+      if (!write_text_file(html_file, fr::analyzer::render_incident_html(doc, page), &err)) {
         std::cerr << "fr-analyze: " << err << "\n";
         return kExitOutput;
       }

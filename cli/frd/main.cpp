@@ -22,6 +22,8 @@
 #include <sys/stat.h>
 
 #include "daemon/client.h"
+#include "daemon/logger.h"
+#include "daemon/metrics_http.h"
 #include "daemon/node.h"
 #include "daemon/node_lock.h"
 #include "daemon/server.h"
@@ -96,9 +98,8 @@ bool parse_rate(const std::string& text, uint64_t* out) {
 }
 
 void warn_loose(const char* who, const std::string& path) {
-  std::fprintf(stderr,
-               "%s: warning: token file %s is readable by other users; chmod 600 it\n", who,
-               path.c_str());
+  fr::daemon::log_line(fr::daemon::LogLevel::kWarn, std::string(who) + ": token file " + path +
+                                                        " is readable by other users; chmod 600 it");
 }
 
 struct ClientFlags {
@@ -184,6 +185,9 @@ int main(int argc, char** argv) {
   std::string upload_rate;
   node->add_option("--upload-rate", upload_rate,
                    "most bytes per second an upload may send, e.g. 50M (default: no limit)");
+  std::string node_metrics_listen;
+  node->add_option("--metrics-listen", node_metrics_listen,
+                   "HOST:PORT for this node daemon's Prometheus metrics over HTTP");
   node->add_option("--shared-dump-dir", node_shared_dir,
                    "the coordinator's --dump-dir as mounted on this node: write dumps there "
                    "instead of uploading them");
@@ -205,7 +209,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(0.5, 1e6));
   coord->add_option("--dump-deadline", dump_deadline, "seconds to wait for every node's dump")
       ->capture_default_str()->check(CLI::Range(0.5, 3600.0));
-  coord->add_option("--metrics-listen", metrics_listen, "HOST:PORT for Prometheus metrics over HTTP");
+  coord->add_option("--metrics-listen", metrics_listen,
+                    "HOST:PORT for HTTP: the web page (/), incidents (/incidents/ID), status JSON "
+                    "(/api/v1/status) and Prometheus metrics (/metrics)");
   std::string on_verdict;
   double on_verdict_timeout = 300;
   coord->add_option("--on-verdict", on_verdict,
@@ -279,12 +285,37 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (locked == fr::daemon::NodeLockOutcome::failed)
-      std::fprintf(stderr, "frd node: %s; running without the node lock\n", error.c_str());
+      fr::daemon::log_line(fr::daemon::LogLevel::kWarn, "frd node: " + error + "; running without the node lock");
+    // Metrics off loopback follow the coordinator's rule: only behind the job's token.
+    fr::daemon::HttpSecurity http_sec;
+    if (!node_metrics_listen.empty() && !fr::daemon::is_loopback_address(node_metrics_listen)) {
+      if (o.client.token.empty()) {
+        std::fprintf(stderr, "frd node: --metrics-listen %s is not loopback only: it needs --token-file "
+                     "(scrapers then send 'Authorization: Bearer TOKEN')\n", node_metrics_listen.c_str());
+        return 2;
+      }
+      http_sec.token = o.client.token;
+    }
     sigset_t set = block_stop_signals();
     fr::daemon::NodeDaemon d(o);
     if (!d.init(&error)) {
       std::fprintf(stderr, "frd node: %s\n", error.c_str());
       return 1;
+    }
+    fr::daemon::HttpServer http;
+    if (!node_metrics_listen.empty()) {
+      http.get("/metrics", [&d](const fr::daemon::HttpServer::Request&) {
+        fr::daemon::HttpServer::Response r;
+        r.content_type = "text/plain; version=0.0.4";
+        r.body = d.metrics();
+        return r;
+      });
+      if (!http.start(node_metrics_listen, http_sec, &error)) {
+        std::fprintf(stderr, "frd node: %s\n", error.c_str());
+        return 1;
+      }
+      fr::daemon::log_line(fr::daemon::LogLevel::kInfo,
+                           "frd node: metrics on port " + std::to_string(http.port()));
     }
     std::thread runner([&] { d.run(); });
     int sig = 0;
@@ -321,8 +352,8 @@ int main(int argc, char** argv) {
       bool created = false;
       ok = fr::daemon::ensure_token_file(path, &so.token, &created, &error);
       if (ok)
-        std::fprintf(stderr, "frd coordinator: token %s %s\n", created ? "written to" : "read from",
-                     path.c_str());
+        fr::daemon::log_line(fr::daemon::LogLevel::kInfo, std::string("frd coordinator: token ") +
+                                                              (created ? "written to " : "read from ") + path);
     }
     if (ok && c_tls_cert.empty() != c_tls_key.empty()) {
       error = "--tls-cert and --tls-key go together";
@@ -347,10 +378,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "frd coordinator: %s\n", error.c_str());
       return 1;
     }
-    std::fprintf(stderr, "frd coordinator: serving on port %d%s\n", server.port(),
-                 so.tls_cert.empty() ? "" : so.tls_client_ca.empty() ? " (TLS)" : " (mutual TLS)");
+    fr::daemon::log_line(fr::daemon::LogLevel::kInfo,
+                         "frd coordinator: serving on port " + std::to_string(server.port()) +
+                             (so.tls_cert.empty() ? "" : so.tls_client_ca.empty() ? " (TLS)" : " (mutual TLS)"));
     if (server.metrics_port())
-      std::fprintf(stderr, "frd coordinator: metrics on port %d\n", server.metrics_port());
+      fr::daemon::log_line(fr::daemon::LogLevel::kInfo, "frd coordinator: web page and metrics on port " +
+                                                            std::to_string(server.metrics_port()));
     int sig = 0;
     sigwait(&set, &sig);
     server.shutdown();
