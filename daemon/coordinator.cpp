@@ -79,12 +79,15 @@ std::string threshold_note(int64_t threshold_ns, const CommModel* m, const Stall
   if (!p.automatic) return "";
   std::string t = std::to_string(secs(threshold_ns)).substr(0, 5);
   if (!m || !m->warm(p)) return " (threshold " + t + " s: not learned yet)";
+  std::string gap = "an op every " + std::to_string(secs(m->gap_ns)).substr(0, 5) + " s";
+  if (m->latency.count() == 0)
+    return " (threshold " + t + " s: learned p99 under 1 ms, no op seen in flight; " + gap + ")";
   return " (threshold " + t + " s: learned p99 " +
-         std::to_string(secs(m->latency.quantile(0.99))).substr(0, 5) + " s)";
+         std::to_string(secs(m->latency.quantile(0.99))).substr(0, 5) + " s; " + gap + ")";
 }
 
-uint64_t member_key(const std::string& log, uint64_t comm_id) {
-  return uint64_t(std::hash<std::string>()(log)) * 0x9E3779B97F4A7C15ull ^ comm_id;
+uint64_t member_key(uint64_t log_hash, uint64_t comm_id) {
+  return log_hash * 0x9E3779B97F4A7C15ull ^ comm_id;
 }
 
 bool is_closed(IncidentState s) {
@@ -442,6 +445,8 @@ bool CoordinatorState::heartbeat(uint64_t session, NodeReport report, int64_t no
     }
   }
   n->dead_since = std::move(dead);
+  set_hints(*n, n->max_age_ns > 0 && n->max_age_ns >= n->max_age_threshold_ns,
+            !n->dead_since.empty());
   // Keep what the bounds allow: per node, and over all nodes. Past them the per-communicator
   // detail goes, except for the process whose op is oldest and the one an incident watches.
   retained_bytes_ -= n->retained;
@@ -484,8 +489,10 @@ int64_t CoordinatorState::stall_threshold_ns(uint64_t comm_id) const {
 
 void CoordinatorState::learn(Node& n, const NodeReport& report, int64_t now_mono) {
   std::vector<MemberTrack> next;
+  std::vector<char> kept(n.members.size(), 0);  // old members that report again
   for (const auto& p : report.processes) {
     if (!p.alive) continue;
+    const uint64_t log_hash = std::hash<std::string>()(p.log);
     for (const auto& c : p.comms) {
       if (next.size() >= cfg_.max_members_per_node) break;
       auto model = models_.find(c.comm_id);
@@ -494,23 +501,26 @@ void CoordinatorState::learn(Node& n, const NodeReport& report, int64_t now_mono
         model = models_.emplace(c.comm_id, CommModel{}).first;
       }
       if (model->second.name.empty() && !c.name.empty()) model->second.name = printable(c.name, 64);
-      uint64_t key = member_key(p.log, c.comm_id);
+      uint64_t key = member_key(log_hash, c.comm_id);
       auto prev = std::lower_bound(n.members.begin(), n.members.end(), key,
                                    [](const MemberTrack& m, uint64_t k) { return m.key < k; });
       const MemberTrack* before = prev != n.members.end() && prev->key == key ? &*prev : nullptr;
+      // A process listing one communicator twice: its first entry counts.
+      if (before && kept[size_t(prev - n.members.begin())]) continue;
       next.push_back(observe(model->second, before, key, p.rank, c.comm_id, c.oldest_seq,
                              c.oldest_age_ns, c.completed, now_mono));
-      if (before) prev->key = 0;  // taken over: not a member that left
+      if (before) kept[size_t(prev - n.members.begin())] = 1;
       if (is_slow_member(model->second, next.back(), now_mono, 5 * cfg_.heartbeat_interval_ns))
         note_slow(n, next.back(), model->second, now_mono);
     }
   }
-  for (const auto& m : n.members)
-    if (m.key != 0)
-      if (auto model = models_.find(m.comm_id); model != models_.end()) leave(model->second, m);
+  for (size_t i = 0; i < n.members.size(); ++i)
+    if (!kept[i])
+      if (auto model = models_.find(n.members[i].comm_id); model != models_.end())
+        leave(model->second, n.members[i]);
   std::sort(next.begin(), next.end(),
             [](const MemberTrack& a, const MemberTrack& b) { return a.key < b.key; });
-  // A process listing one communicator twice: its first entry counts.
+  // ... and so for a new member listed twice: the second one leaves again.
   next.erase(std::unique(next.begin(), next.end(),
                          [&](const MemberTrack& a, const MemberTrack& b) {
                            if (a.key != b.key) return false;
@@ -520,6 +530,13 @@ void CoordinatorState::learn(Node& n, const NodeReport& report, int64_t now_mono
                          }),
              next.end());
   n.members = std::move(next);
+}
+
+void CoordinatorState::set_hints(Node& n, bool over_threshold, bool has_dead) {
+  over_threshold_nodes_ = over_threshold_nodes_ + size_t(over_threshold) - size_t(n.over_threshold);
+  dead_nodes_ = dead_nodes_ + size_t(has_dead) - size_t(n.has_dead);
+  n.over_threshold = over_threshold;
+  n.has_dead = has_dead;
 }
 
 void CoordinatorState::drop_members(Node& n) {
@@ -711,12 +728,20 @@ bool CoordinatorState::needed_by_incident(const std::string& node) const {
 }
 
 void CoordinatorState::forget(int64_t now_mono) {
-  for (auto it = nodes_.begin(); it != nodes_.end();) {
+  // Forgetting is measured in minutes: a walk over the nodes once a second is plenty.
+  const bool walk = !forget_walked_ || now_mono - last_forget_mono_ >= 1'000'000'000 ||
+                    now_mono < last_forget_mono_;
+  if (walk) {
+    forget_walked_ = true;
+    last_forget_mono_ = now_mono;
+  }
+  for (auto it = nodes_.begin(); walk && it != nodes_.end();) {
     const Node& n = it->second;
     if (!n.connected && n.lost && now_mono - n.last_heartbeat_mono > cfg_.forget_after_ns &&
         !needed_by_incident(n.name)) {
       retained_bytes_ -= n.retained;
       drop_members(it->second);
+      set_hints(it->second, false, false);
       sessions_.erase(n.session);
       nodes_forgotten_++;
       it = nodes_.erase(it);
@@ -725,7 +750,7 @@ void CoordinatorState::forget(int64_t now_mono) {
     }
   }
   // Communicators no member reported for as long as a lost node is kept.
-  for (auto it = models_.begin(); it != models_.end();) {
+  for (auto it = models_.begin(); walk && it != models_.end();) {
     if (it->second.waiting_members == 0 && now_mono - it->second.last_seen_mono > cfg_.forget_after_ns)
       it = models_.erase(it);
     else
@@ -874,8 +899,10 @@ Actions CoordinatorState::tick(int64_t now_mono) {
          now_mono, &a, nullptr);
     return a;
   }
-  int alive = total_alive();
+  if (dead_nodes_ == 0 && over_threshold_nodes_ == 0) return a;
+  int alive = dead_nodes_ ? total_alive() : 0;
   for (const auto& [name, n] : nodes_) {
+    if (dead_nodes_ == 0) break;
     if (n.lost || alive == 0) continue;
     for (const auto& [log, dead] : n.dead_since) {
       if (now_mono - dead.since < cfg_.dead_grace_ns) continue;

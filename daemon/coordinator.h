@@ -292,6 +292,8 @@ class CoordinatorState {
       int rank = -1;
     };
     std::map<std::string, Dead> dead_since;  // log -> when it was first seen dead
+    bool over_threshold = false;     // its oldest op is past its threshold (last report)
+    bool has_dead = false;           // dead_since is not empty
   };
 
   Incident* active();
@@ -314,6 +316,8 @@ class CoordinatorState {
   void learn(Node& n, const NodeReport& report, int64_t now_mono);
   void note_slow(const Node& n, const MemberTrack& m, const CommModel& model, int64_t now_mono);
   void drop_members(Node& n);
+  // Keeps the counts of nodes that tick() must look at (stalled, with dead ranks) in step.
+  void set_hints(Node& n, bool over_threshold, bool has_dead);
   std::string findings_path() const;
   nlohmann::json findings_json() const;
   std::string findings_text() const;
@@ -324,6 +328,12 @@ class CoordinatorState {
   std::unordered_map<uint64_t, CommModel> models_;
   std::vector<Finding> findings_;
   bool findings_dirty_ = false;
+  // Nodes whose last report shows an op past its threshold, or a dead rank: tick() walks the
+  // nodes for detection only when there are some (a walk over 16k nodes costs milliseconds).
+  size_t over_threshold_nodes_ = 0;
+  size_t dead_nodes_ = 0;
+  int64_t last_forget_mono_ = 0;
+  bool forget_walked_ = false;
   std::vector<std::string> pending_log_;
   std::map<std::string, Node> nodes_;
   std::map<uint64_t, std::string> sessions_;

@@ -106,6 +106,14 @@ struct CoordinatorServer::Impl {
   std::deque<FanoutSlice> fanout_queue;
   bool fanout_stopping = false;
   std::vector<std::thread> fanout_threads;
+  // Per incident being sent: when its requests were listed, slices left, streams in all.
+  struct FanoutRound {
+    int64_t listed_mono = 0;
+    size_t slices_left = 0;
+    size_t streams = 0;
+  };
+  std::map<std::string, FanoutRound> fanout_rounds;
+  double last_fanout_seconds = 0;                  // the last round: listed to handed to gRPC
 
   std::unique_ptr<grpc::Service> service;  // declared before the server: outlives it
   std::unique_ptr<grpc::Server> server;
@@ -669,8 +677,15 @@ void CoordinatorServer::Impl::dispatch(Actions& a) {
     slices.back().streams.push_back(it->second);
   }
   if (!slices.empty()) {
+    int64_t now = mono_ns();
     std::lock_guard<std::mutex> fl(fanout_mu);
-    for (auto& sl : slices) fanout_queue.push_back(std::move(sl));
+    for (auto& sl : slices) {
+      FanoutRound& r = fanout_rounds[sl.message->dump_request().incident_id()];
+      if (!r.slices_left) r.listed_mono = now;
+      r.slices_left++;
+      r.streams += sl.streams.size();
+      fanout_queue.push_back(std::move(sl));
+    }
     fanout_cv.notify_all();
   }
   for (auto& j : a.assemble) assembly_queue.push_back(std::move(j));
@@ -700,6 +715,16 @@ void CoordinatorServer::Impl::fanout_loop() {
       st->unpin();
     }
     lk.lock();
+    const std::string& id = sl.message->dump_request().incident_id();
+    auto r = fanout_rounds.find(id);
+    if (r != fanout_rounds.end() && --r->second.slices_left == 0) {
+      last_fanout_seconds = double(mono_ns() - r->second.listed_mono) / 1e9;
+      char line[200];
+      std::snprintf(line, sizeof line, "%zu dump request(s) handed to the node streams in %.3f s",
+                    r->second.streams, last_fanout_seconds);
+      log("frd coordinator: " + id + ": " + line);
+      fanout_rounds.erase(r);
+    }
   }
 }
 
@@ -923,6 +948,14 @@ bool CoordinatorServer::start(std::string* error) {
     r.content_type = "text/plain; version=0.0.4";
     std::lock_guard<std::mutex> lk(m.mu);
     r.body = m.state.metrics(mono_ns());
+    double fanout;
+    {
+      std::lock_guard<std::mutex> fl(m.fanout_mu);
+      fanout = m.last_fanout_seconds;
+    }
+    r.body += "# HELP frd_fanout_seconds Last incident: from listing its dump requests to handing "
+              "the last one to its node's stream.\n# TYPE frd_fanout_seconds gauge\n"
+              "frd_fanout_seconds " + std::to_string(fanout) + "\n";
     return r;
   });
   m.metrics.get("/", [] {

@@ -110,7 +110,7 @@ bool is_slow_member(const CommModel& model, const MemberTrack& m, int64_t now_mo
   if (model.last_progress_mono == 0 || now_mono - model.last_progress_mono > recent_ns)
     return false;
   double peers = peers_waiting(model, m);
-  return peers >= 0.5 && double(m.waiting) < peers / 3;
+  return peers >= 0.5 && double(m.waiting) < peers / 5;
 }
 
 }  // namespace fr::daemon

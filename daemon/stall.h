@@ -73,8 +73,10 @@ int64_t unlearned_threshold_ns(const StallPolicy& p);
 // One member (a process on one communicator) between two heartbeats: what it showed last time,
 // and its waiting average.
 struct MemberTrack {
-  static constexpr float kAlpha = 0.1f;   // weight of the newest heartbeat in `waiting`
-  static constexpr uint32_t kMinSamples = 10;
+  // Weight of the newest heartbeat in `waiting`, and the heartbeats before a member is judged:
+  // long enough that ranks with random jitter (each slow in turn) do not look slow by chance.
+  static constexpr float kAlpha = 0.05f;
+  static constexpr uint32_t kMinSamples = 20;
 
   uint64_t key = 0;             // hash of the process's log name and the communicator
   uint64_t comm_id = 0;
@@ -98,7 +100,7 @@ void leave(CommModel& model, const MemberTrack& m);
 
 // Whether this member is a slow rank of its communicator: it has enough samples, the
 // communicator completed ops lately (within `recent_ns`), its peers wait at most heartbeats (on
-// average at least half of them) and it waits less than a third as often as they do.
+// average at least half of them) and it waits less than a fifth as often as they do.
 bool is_slow_member(const CommModel& model, const MemberTrack& m, int64_t now_mono,
                     int64_t recent_ns);
 // The peers' waiting average, without this member.

@@ -104,6 +104,11 @@ else
   echo "  skipped: $simjob or $frd not built"
 fi
 
+echo "-- the coordinator's state machine alone (CPU time, no gRPC)"
+statebench=$build/tests/bench/daemon/frd-state-bench
+[[ -x $statebench ]] || statebench=$build/bin/frd-state-bench
+if [[ -x $statebench ]]; then "$statebench" "${counts[@]}"; else echo "  skipped: $statebench not built"; fi
+
 echo "-- one coordinator, N simulated nodes x 8 ranks at 1 Hz"
 if [[ ! -x $loadgen || ! -x $frd ]]; then
   echo "  skipped: $loadgen or $frd not built"
