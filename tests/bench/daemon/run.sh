@@ -127,6 +127,8 @@ for n in "${counts[@]}"; do
   warm=$((4 + n / 1000))
   "$loadgen" --coordinator "127.0.0.1:$port" --coordinator-pid "$cpid" --nodes "$n" --ranks 8 \
     --interval 1 --warmup "$warm" --window 6 || echo "  (some nodes were not asked in time)"
+  # The coordinator's own view: listing the requests to handing the last one to gRPC.
+  grep -h "handed to the node streams" "$dir/coord.log" | sed 's/^frd coordinator: /  coordinator: /' || true
   kill "$cpid" 2>/dev/null || true
   wait "$cpid" 2>/dev/null || true
 done
