@@ -510,8 +510,13 @@ void CoordinatorState::learn(Node& n, const NodeReport& report, int64_t now_mono
       next.push_back(observe(model->second, before, key, p.rank, c.comm_id, c.oldest_seq,
                              c.oldest_age_ns, c.completed, now_mono));
       if (before) kept[size_t(prev - n.members.begin())] = 1;
-      if (is_slow_member(model->second, next.back(), now_mono, 5 * cfg_.heartbeat_interval_ns))
-        note_slow(n, next.back(), model->second, now_mono);
+      // Reported once it held for a while: ranks slow in turn (random jitter) look slow briefly.
+      MemberTrack& m = next.back();
+      if (is_slow_member(model->second, m, now_mono, 5 * cfg_.heartbeat_interval_ns))
+        m.slow_streak++;
+      else
+        m.slow_streak = 0;
+      if (m.slow_streak >= MemberTrack::kSlowStreak) note_slow(n, m, model->second, now_mono);
     }
   }
   for (size_t i = 0; i < n.members.size(); ++i)

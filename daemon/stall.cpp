@@ -89,6 +89,7 @@ MemberTrack observe(CommModel& model, const MemberTrack* prev, uint64_t key, int
   }
   m.waiting = prev->waiting + MemberTrack::kAlpha * (in_flight - prev->waiting);
   m.samples = prev->samples + 1;
+  m.slow_streak = prev->slow_streak;
   model.waiting_sum += double(m.waiting) - double(prev->waiting);
   return m;
 }

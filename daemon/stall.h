@@ -76,7 +76,9 @@ struct MemberTrack {
   // Weight of the newest heartbeat in `waiting`, and the heartbeats before a member is judged:
   // long enough that ranks with random jitter (each slow in turn) do not look slow by chance.
   static constexpr float kAlpha = 0.05f;
-  static constexpr uint32_t kMinSamples = 20;
+  static constexpr uint32_t kMinSamples = 15;
+  // ... and it must look slow at this many heartbeats in a row before it is reported.
+  static constexpr uint32_t kSlowStreak = 10;
 
   uint64_t key = 0;             // hash of the process's log name and the communicator
   uint64_t comm_id = 0;
@@ -87,6 +89,7 @@ struct MemberTrack {
   int64_t at_mono = 0;
   float waiting = 0;            // average of "had an op in flight at the heartbeat"
   uint32_t samples = 0;
+  uint32_t slow_streak = 0;     // heartbeats in a row that is_slow_member held
 };
 
 // Learns from one member's new heartbeat, given what it showed the last time (`prev`, null for
@@ -98,7 +101,7 @@ MemberTrack observe(CommModel& model, const MemberTrack* prev, uint64_t key, int
 // A member that is gone: its waiting average leaves the model's sum.
 void leave(CommModel& model, const MemberTrack& m);
 
-// Whether this member is a slow rank of its communicator: it has enough samples, the
+// Whether this member looks like a slow rank of its communicator now: it has enough samples, the
 // communicator completed ops lately (within `recent_ns`), its peers wait at most heartbeats (on
 // average at least half of them) and it waits less than a fifth as often as they do.
 bool is_slow_member(const CommModel& model, const MemberTrack& m, int64_t now_mono,
