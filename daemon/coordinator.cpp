@@ -74,6 +74,22 @@ size_t report_bytes(const NodeReport& r) {
   return b;
 }
 
+// How an automatic threshold came about, for the incident's reason.
+std::string threshold_note(int64_t threshold_ns, const CommModel* m, const StallPolicy& p) {
+  if (!p.automatic) return "";
+  std::string t = std::to_string(secs(threshold_ns)).substr(0, 5);
+  if (!m || !m->warm(p)) return " (threshold " + t + " s: not learned yet)";
+  std::string gap = "an op every " + std::to_string(secs(m->gap_ns)).substr(0, 5) + " s";
+  if (m->latency.count() == 0)
+    return " (threshold " + t + " s: learned p99 under 1 ms, no op seen in flight; " + gap + ")";
+  return " (threshold " + t + " s: learned p99 " +
+         std::to_string(secs(m->latency.quantile(0.99))).substr(0, 5) + " s; " + gap + ")";
+}
+
+uint64_t member_key(uint64_t log_hash, uint64_t comm_id) {
+  return log_hash * 0x9E3779B97F4A7C15ull ^ comm_id;
+}
+
 bool is_closed(IncidentState s) {
   return s == IncidentState::kClosed || s == IncidentState::kClosedTransient;
 }
@@ -159,6 +175,12 @@ void remove_staging(const std::string& incident_dir) {
 }  // namespace
 
 CoordinatorState::CoordinatorState(CoordinatorConfig cfg) : cfg_(std::move(cfg)) {
+  policy_.automatic = cfg_.stall_auto;
+  policy_.fixed_ns = cfg_.stall_after_ns;
+  policy_.floor_ns = cfg_.stall_floor_ns;
+  policy_.cap_ns = std::max(cfg_.stall_cap_ns, cfg_.stall_floor_ns);
+  policy_.factor = cfg_.stall_factor;
+  policy_.warmup = cfg_.stall_warmup;
   std::random_device rd;
   coordinator_id_ = hex_id((uint64_t(rd()) << 32) ^ rd() ^ uint64_t(real_ns()));
   if (!cfg_.job_id.empty()) cfg_.job_id = sanitize_name(cfg_.job_id);
@@ -385,11 +407,15 @@ bool CoordinatorState::heartbeat(uint64_t session, NodeReport report, int64_t no
   n->heartbeats++;
   heartbeats_total_++;
   n->max_age_ns = 0;
+  n->max_age_threshold_ns = 0;
   n->max_age_rank = -1;
   n->alive = 0;
   n->world_size = -1;
   std::map<std::string, Node::Dead> dead;
-  // The detection summary comes from the whole report, before anything is cut from it.
+  // The detection summary comes from the whole report, before anything is cut from it. The op
+  // that counts is the one furthest past (or nearest to) its communicator's threshold.
+  learn(*n, report, now_mono);
+  int64_t worst_margin = INT64_MIN;
   for (const auto& p : report.processes) {
     // Only an authenticated node may name the job (an anonymous first speaker could not).
     if (learned_job_.empty() && !p.job_id.empty() && n->authenticated)
@@ -398,7 +424,11 @@ bool CoordinatorState::heartbeat(uint64_t session, NodeReport report, int64_t no
     if (p.alive) {
       n->alive++;
       for (const auto& c : p.comms) {
-        if (c.oldest_age_ns > n->max_age_ns) {
+        if (c.oldest_age_ns <= 0) continue;
+        int64_t threshold = stall_threshold_ns(c.comm_id);
+        if (c.oldest_age_ns - threshold > worst_margin) {
+          worst_margin = c.oldest_age_ns - threshold;
+          n->max_age_threshold_ns = threshold;
           n->max_age_ns = c.oldest_age_ns;
           n->max_age_log = p.log;
           n->max_age_rank = p.rank;
@@ -415,6 +445,8 @@ bool CoordinatorState::heartbeat(uint64_t session, NodeReport report, int64_t no
     }
   }
   n->dead_since = std::move(dead);
+  set_hints(*n, n->max_age_ns > 0 && n->max_age_ns >= n->max_age_threshold_ns,
+            !n->dead_since.empty());
   // Keep what the bounds allow: per node, and over all nodes. Past them the per-communicator
   // detail goes, except for the process whose op is oldest and the one an incident watches.
   retained_bytes_ -= n->retained;
@@ -443,6 +475,142 @@ bool CoordinatorState::heartbeat(uint64_t session, NodeReport report, int64_t no
   n->retained = bytes;
   retained_bytes_ += bytes;
   return true;
+}
+
+const CommModel* CoordinatorState::comm_model(uint64_t comm_id) const {
+  auto it = models_.find(comm_id);
+  return it == models_.end() ? nullptr : &it->second;
+}
+
+int64_t CoordinatorState::stall_threshold_ns(uint64_t comm_id) const {
+  const CommModel* m = comm_model(comm_id);
+  return m ? m->threshold_ns(policy_) : unlearned_threshold_ns(policy_);
+}
+
+void CoordinatorState::learn(Node& n, const NodeReport& report, int64_t now_mono) {
+  std::vector<MemberTrack> next;
+  std::vector<char> kept(n.members.size(), 0);  // old members that report again
+  for (const auto& p : report.processes) {
+    if (!p.alive) continue;
+    const uint64_t log_hash = std::hash<std::string>()(p.log);
+    for (const auto& c : p.comms) {
+      if (next.size() >= cfg_.max_members_per_node) break;
+      auto model = models_.find(c.comm_id);
+      if (model == models_.end()) {
+        if (models_.size() >= cfg_.max_comm_models) continue;
+        model = models_.emplace(c.comm_id, CommModel{}).first;
+      }
+      if (model->second.name.empty() && !c.name.empty()) model->second.name = printable(c.name, 64);
+      uint64_t key = member_key(log_hash, c.comm_id);
+      auto prev = std::lower_bound(n.members.begin(), n.members.end(), key,
+                                   [](const MemberTrack& m, uint64_t k) { return m.key < k; });
+      const MemberTrack* before = prev != n.members.end() && prev->key == key ? &*prev : nullptr;
+      // A process listing one communicator twice: its first entry counts.
+      if (before && kept[size_t(prev - n.members.begin())]) continue;
+      next.push_back(observe(model->second, before, key, p.rank, c.comm_id, c.oldest_seq,
+                             c.oldest_age_ns, c.completed, now_mono));
+      if (before) kept[size_t(prev - n.members.begin())] = 1;
+      // Reported once it held for a while: ranks slow in turn (random jitter) look slow briefly.
+      MemberTrack& m = next.back();
+      if (is_slow_member(model->second, m, now_mono, 5 * cfg_.heartbeat_interval_ns))
+        m.slow_streak++;
+      else
+        m.slow_streak = 0;
+      if (m.slow_streak >= MemberTrack::kSlowStreak) note_slow(n, m, model->second, now_mono);
+    }
+  }
+  for (size_t i = 0; i < n.members.size(); ++i)
+    if (!kept[i])
+      if (auto model = models_.find(n.members[i].comm_id); model != models_.end())
+        leave(model->second, n.members[i]);
+  std::sort(next.begin(), next.end(),
+            [](const MemberTrack& a, const MemberTrack& b) { return a.key < b.key; });
+  // ... and so for a new member listed twice: the second one leaves again.
+  next.erase(std::unique(next.begin(), next.end(),
+                         [&](const MemberTrack& a, const MemberTrack& b) {
+                           if (a.key != b.key) return false;
+                           if (auto model = models_.find(b.comm_id); model != models_.end())
+                             leave(model->second, b);
+                           return true;
+                         }),
+             next.end());
+  n.members = std::move(next);
+}
+
+void CoordinatorState::set_hints(Node& n, bool over_threshold, bool has_dead) {
+  over_threshold_nodes_ = over_threshold_nodes_ + size_t(over_threshold) - size_t(n.over_threshold);
+  dead_nodes_ = dead_nodes_ + size_t(has_dead) - size_t(n.has_dead);
+  n.over_threshold = over_threshold;
+  n.has_dead = has_dead;
+}
+
+void CoordinatorState::drop_members(Node& n) {
+  for (const auto& m : n.members)
+    if (auto model = models_.find(m.comm_id); model != models_.end()) leave(model->second, m);
+  n.members.clear();
+}
+
+void CoordinatorState::note_slow(const Node& n, const MemberTrack& m, const CommModel& model,
+                                 int64_t now_mono) {
+  double peers = peers_waiting(model, m);
+  for (auto& f : findings_)
+    if (f.node == n.name && f.rank == m.rank && f.comm_id == m.comm_id) {
+      if (!f.active) pending_log_.push_back("frd coordinator: rank " + std::to_string(m.rank) +
+                                            " is slow again on " + f.comm_name);
+      findings_dirty_ |= !f.active;
+      f.active = true;
+      f.last_real = real_ns();
+      f.last_mono = now_mono;
+      f.rank_waiting = m.waiting;
+      f.peers_waiting = peers;
+      return;
+    }
+  if (findings_.size() >= cfg_.max_findings) return;
+  Finding f;
+  f.rank = m.rank;
+  f.node = n.name;
+  f.comm_id = m.comm_id;
+  f.comm_name = model.name.empty() ? hex_id(m.comm_id) : model.name + " (" + hex_id(m.comm_id) + ")";
+  f.rank_waiting = m.waiting;
+  f.peers_waiting = peers;
+  f.first_real = f.last_real = real_ns();
+  f.last_mono = now_mono;
+  char line[160];
+  std::snprintf(line, sizeof line, "its peers wait at %.0f%% of heartbeats, it at %.0f%%",
+                100 * peers, 100 * double(m.waiting));
+  pending_log_.push_back("frd coordinator: slow rank " + std::to_string(m.rank) + " on node " +
+                         n.name + " (communicator " + f.comm_name + "): " + line +
+                         "; the job still progresses");
+  findings_.push_back(std::move(f));
+  findings_dirty_ = true;
+}
+
+std::string CoordinatorState::findings_path() const {
+  return cfg_.dump_dir + "/" + job_dir_name() + "/findings.json";
+}
+
+nlohmann::json CoordinatorState::findings_json() const {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& f : findings_)
+    list.push_back({{"kind", f.kind},
+                    {"rank", f.rank},
+                    {"node", f.node},
+                    {"comm", hex_id(f.comm_id)},
+                    {"comm_name", f.comm_name},
+                    {"rank_waiting", f.rank_waiting},
+                    {"peers_waiting", f.peers_waiting},
+                    {"first_ns", f.first_real},
+                    {"last_ns", f.last_real},
+                    {"active", f.active}});
+  return list;
+}
+
+std::string CoordinatorState::findings_text() const {
+  nlohmann::json j = {{"schema", "frd-findings/1"},
+                      {"job_id", job_dir_name()},
+                      {"coordinator_id", coordinator_id_},
+                      {"findings", findings_json()}};
+  return j.dump(2) + "\n";
 }
 
 void CoordinatorState::clock_sample(uint64_t session, int64_t t1, int64_t t2, int64_t t3,
@@ -565,17 +733,33 @@ bool CoordinatorState::needed_by_incident(const std::string& node) const {
 }
 
 void CoordinatorState::forget(int64_t now_mono) {
-  for (auto it = nodes_.begin(); it != nodes_.end();) {
+  // Forgetting is measured in minutes: a walk over the nodes once a second is plenty.
+  const bool walk = !forget_walked_ || now_mono - last_forget_mono_ >= 1'000'000'000 ||
+                    now_mono < last_forget_mono_;
+  if (walk) {
+    forget_walked_ = true;
+    last_forget_mono_ = now_mono;
+  }
+  for (auto it = nodes_.begin(); walk && it != nodes_.end();) {
     const Node& n = it->second;
     if (!n.connected && n.lost && now_mono - n.last_heartbeat_mono > cfg_.forget_after_ns &&
         !needed_by_incident(n.name)) {
       retained_bytes_ -= n.retained;
+      drop_members(it->second);
+      set_hints(it->second, false, false);
       sessions_.erase(n.session);
       nodes_forgotten_++;
       it = nodes_.erase(it);
     } else {
       ++it;
     }
+  }
+  // Communicators no member reported for as long as a lost node is kept.
+  for (auto it = models_.begin(); walk && it != models_.end();) {
+    if (it->second.waiting_members == 0 && now_mono - it->second.last_seen_mono > cfg_.forget_after_ns)
+      it = models_.erase(it);
+    else
+      ++it;
   }
   // Closed incidents stay on disk; memory keeps the latest few.
   size_t closed = 0;
@@ -646,6 +830,7 @@ Actions CoordinatorState::tick(int64_t now_mono) {
   for (auto& [name, n] : nodes_) {
     if (n.lost || now_mono - n.last_heartbeat_mono < cfg_.heartbeat_timeout_ns) continue;
     n.lost = true;
+    drop_members(n);
     a.log.push_back("frd coordinator: node " + name + " lost (silent for " +
                     std::to_string(secs(now_mono - n.last_heartbeat_mono)) + " s)");
     if (n.alive > 0) newly_lost.push_back(&n);
@@ -670,7 +855,7 @@ Actions CoordinatorState::tick(int64_t now_mono) {
       if (n.lost) continue;
       if (n.alive) any_alive = true;
       if (!n.dead_since.empty()) any_dead = true;
-      if (n.max_age_ns >= cfg_.stall_after_ns) any_stall = true;
+      if (n.max_age_ns > 0 && n.max_age_ns >= n.max_age_threshold_ns) any_stall = true;
       if (n.name == inc.trigger_node)
         for (const auto& p : n.last.processes)
           if (p.log == inc.trigger_log)
@@ -692,6 +877,22 @@ Actions CoordinatorState::tick(int64_t now_mono) {
     if (inc.state != before) persist(inc, &a);
   }
   forget(now_mono);
+  // Slow-rank findings: inactive once not seen for a while; written when they change.
+  for (auto& f : findings_)
+    if (f.active && now_mono - f.last_mono > 10 * cfg_.heartbeat_interval_ns) {
+      f.active = false;
+      findings_dirty_ = true;
+      a.log.push_back("frd coordinator: rank " + std::to_string(f.rank) + " on " + f.comm_name +
+                      " no longer slow");
+    }
+  for (auto& line : pending_log_) a.log.push_back(std::move(line));
+  pending_log_.clear();
+  if (findings_dirty_ && !cfg_.dump_dir.empty()) {
+    findings_dirty_ = false;
+    std::string mkerr;
+    if (make_dirs(cfg_.dump_dir + "/" + job_dir_name(), &mkerr))
+      a.persist.emplace_back(findings_path(), findings_text());
+  }
 
   if (active()) return a;
   // Detection, most specific first.
@@ -703,8 +904,10 @@ Actions CoordinatorState::tick(int64_t now_mono) {
          now_mono, &a, nullptr);
     return a;
   }
-  int alive = total_alive();
+  if (dead_nodes_ == 0 && over_threshold_nodes_ == 0) return a;
+  int alive = dead_nodes_ ? total_alive() : 0;
   for (const auto& [name, n] : nodes_) {
+    if (dead_nodes_ == 0) break;
     if (n.lost || alive == 0) continue;
     for (const auto& [log, dead] : n.dead_since) {
       if (now_mono - dead.since < cfg_.dead_grace_ns) continue;
@@ -721,7 +924,7 @@ Actions CoordinatorState::tick(int64_t now_mono) {
     // count as lost, not make its last ops look stalled. Nodes report a crossing at once.
     if (n.lost || n.max_age_ns <= 0) continue;
     int64_t age = n.max_age_ns;
-    if (age < cfg_.stall_after_ns) continue;
+    if (age < n.max_age_threshold_ns) continue;
     int rank = n.max_age_rank;
     std::string op = n.max_age_op ? std::string(fr::log::op_name(uint16_t(n.max_age_op))) : "an op";
     if (n.max_age_op && n.max_age_seq) op += " #" + std::to_string(n.max_age_seq);
@@ -730,7 +933,8 @@ Actions CoordinatorState::tick(int64_t now_mono) {
                            : n.max_age_comm_name + " (" + hex_id(n.max_age_comm) + ")";
     open(IncidentKind::kStall,
          "rank " + std::to_string(rank) + " on node " + name + ": " + op + " on communicator " +
-             comm + " in flight for " + std::to_string(secs(age)).substr(0, 5) + " s",
+             comm + " in flight for " + std::to_string(secs(age)).substr(0, 5) + " s" +
+             threshold_note(n.max_age_threshold_ns, comm_model(n.max_age_comm), policy_),
          now_mono, &a, &n);
     return a;
   }
@@ -935,7 +1139,8 @@ void CoordinatorState::node_json(const Node& n, int64_t now_mono, bool summary,
                          {"enqueued", c.enqueued},
                          {"started", c.started},
                          {"completed", c.completed},
-                         {"oldest_in_flight_s", secs(c.oldest_age_ns)}});
+                         {"oldest_in_flight_s", secs(c.oldest_age_ns)},
+                         {"stall_threshold_s", secs(stall_threshold_ns(c.comm_id))}});
       procs.push_back({{"rank", p.rank},
                        {"world_size", p.world_size},
                        {"pid", p.pid},
@@ -1013,6 +1218,14 @@ std::string CoordinatorState::status_text(int64_t now_mono, const StatusQuery& q
        {{"known", nodes_.size()}, {"connected", connected}, {"lost", lost},
         {"forgotten", nodes_forgotten_}}},
       {"retained_report_bytes", retained_bytes_},
+      {"stall",
+       {{"mode", policy_.automatic ? "auto" : "fixed"},
+        {"fixed_s", secs(policy_.fixed_ns)},
+        {"floor_s", secs(policy_.floor_ns)},
+        {"cap_s", secs(policy_.cap_ns)},
+        {"factor", policy_.factor},
+        {"learned_communicators", models_.size()}}},
+      {"findings", findings_json()},
       {"page",
        {{"offset", q.node_offset},
         {"returned", returned},
@@ -1046,6 +1259,8 @@ std::string CoordinatorState::metrics(int64_t now_mono) const {
         i.state == IncidentState::kOpen)
       open++;
   }
+  size_t slow = 0;
+  for (const auto& f : findings_) slow += f.active;
   std::ostringstream o;
   o << "# HELP frd_nodes Node daemons known to the coordinator.\n# TYPE frd_nodes gauge\n"
     << "frd_nodes{state=\"connected\"} " << connected << "\n"
@@ -1081,6 +1296,11 @@ std::string CoordinatorState::metrics(int64_t now_mono) const {
     << "\n"
     << "# HELP frd_reports_trimmed_total Reports cut to the memory bounds.\n"
     << "# TYPE frd_reports_trimmed_total counter\nfrd_reports_trimmed_total " << reports_trimmed_
+    << "\n"
+    << "# HELP frd_slow_ranks Ranks their peers keep waiting for, the job still progressing.\n"
+    << "# TYPE frd_slow_ranks gauge\nfrd_slow_ranks " << slow << "\n"
+    << "# HELP frd_learned_communicators Communicators whose normal op latency is learned.\n"
+    << "# TYPE frd_learned_communicators gauge\nfrd_learned_communicators " << models_.size()
     << "\n"
     << "# HELP frd_nodes_forgotten_total Lost nodes forgotten (no open incident needed them).\n"
     << "# TYPE frd_nodes_forgotten_total counter\nfrd_nodes_forgotten_total " << nodes_forgotten_

@@ -22,12 +22,14 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "daemon/clock.h"
 #include "daemon/model.h"
+#include "daemon/stall.h"
 
 namespace fr::daemon {
 
@@ -35,7 +37,17 @@ struct CoordinatorConfig {
   std::string dump_dir;
   std::string job_id;                      // empty: learned from the logs
   int expect_ranks = -1;
+  // Fixed threshold (stall_auto false): an op in flight this long opens an incident. Automatic:
+  // max(stall_floor_ns, stall_factor x the communicator's learned p99), capped (stall.h).
   int64_t stall_after_ns = 30'000'000'000;
+  bool stall_auto = false;
+  int64_t stall_floor_ns = 3'000'000'000;
+  int64_t stall_cap_ns = 30'000'000'000;
+  double stall_factor = 5;
+  uint32_t stall_warmup = 8;
+  size_t max_comm_models = 65536;             // communicators learned; past it: the cap
+  size_t max_members_per_node = 4096;         // (process, communicator) pairs tracked per node
+  size_t max_findings = 256;
   int64_t heartbeat_timeout_ns = 10'000'000'000;
   int64_t dump_deadline_ns = 20'000'000'000;  // how long to wait for every node's dump
   int64_t dead_grace_ns = 1'000'000'000;      // a dead rank while others still run, for this long
@@ -62,6 +74,22 @@ struct StatusQuery {
   size_t node_limit = 256;
   bool summary = false;                     // no per-process detail
   size_t max_bytes = 4 << 20;               // stop adding nodes past this much text
+};
+
+// A problem seen from the heartbeats that is not an incident: a slow rank (its peers keep
+// waiting for it while the communicator still progresses).
+struct Finding {
+  std::string kind = "slow_rank";
+  int rank = -1;
+  std::string node;
+  uint64_t comm_id = 0;
+  std::string comm_name;
+  double rank_waiting = 0;      // share of heartbeats with an op in flight, this rank
+  double peers_waiting = 0;     // ... and its peers on the communicator
+  int64_t first_real = 0;
+  int64_t last_real = 0;
+  int64_t last_mono = 0;
+  bool active = true;
 };
 
 enum class IncidentKind { kStall, kRankDead, kNodeLost, kManual };
@@ -164,6 +192,11 @@ class CoordinatorState {
   explicit CoordinatorState(CoordinatorConfig cfg);
 
   const CoordinatorConfig& config() const { return cfg_; }
+  const StallPolicy& stall_policy() const { return policy_; }
+  // What was learned of a communicator (null: nothing yet), and its threshold now.
+  const CommModel* comm_model(uint64_t comm_id) const;
+  int64_t stall_threshold_ns(uint64_t comm_id) const;
+  const std::vector<Finding>& findings() const { return findings_; }
   const std::string& coordinator_id() const { return coordinator_id_; }
 
   // A node said Hello. Returns its session id (never 0), or 0 with *error set when refused.
@@ -249,7 +282,9 @@ class CoordinatorState {
     uint64_t max_age_completed = 0;
     int alive = 0;
     int max_age_rank = -1;
+    int64_t max_age_threshold_ns = 0;  // the threshold of that op's communicator
     int world_size = -1;             // largest world size reported
+    std::vector<MemberTrack> members;  // by key: what each (process, comm) showed last
     size_t retained = 0;             // estimated bytes of `last`
     bool trimmed = false;            // `last` lost detail to the bounds
     struct Dead {
@@ -257,6 +292,8 @@ class CoordinatorState {
       int rank = -1;
     };
     std::map<std::string, Dead> dead_since;  // log -> when it was first seen dead
+    bool over_threshold = false;     // its oldest op is past its threshold (last report)
+    bool has_dead = false;           // dead_since is not empty
   };
 
   Incident* active();
@@ -275,9 +312,29 @@ class CoordinatorState {
   void node_json(const Node& n, int64_t now_mono, bool summary, std::string* out) const;
   int expected_ranks() const;
   int total_alive() const;
+  // Learning from one heartbeat of a node (before its report is cut to the bounds).
+  void learn(Node& n, const NodeReport& report, int64_t now_mono);
+  void note_slow(const Node& n, const MemberTrack& m, const CommModel& model, int64_t now_mono);
+  void drop_members(Node& n);
+  // Keeps the counts of nodes that tick() must look at (stalled, with dead ranks) in step.
+  void set_hints(Node& n, bool over_threshold, bool has_dead);
+  std::string findings_path() const;
+  nlohmann::json findings_json() const;
+  std::string findings_text() const;
 
   CoordinatorConfig cfg_;
+  StallPolicy policy_;
   std::string coordinator_id_;
+  std::unordered_map<uint64_t, CommModel> models_;
+  std::vector<Finding> findings_;
+  bool findings_dirty_ = false;
+  // Nodes whose last report shows an op past its threshold, or a dead rank: tick() walks the
+  // nodes for detection only when there are some (a walk over 16k nodes costs milliseconds).
+  size_t over_threshold_nodes_ = 0;
+  size_t dead_nodes_ = 0;
+  int64_t last_forget_mono_ = 0;
+  bool forget_walked_ = false;
+  std::vector<std::string> pending_log_;
   std::map<std::string, Node> nodes_;
   std::map<uint64_t, std::string> sessions_;
   uint64_t next_session_ = 1;

@@ -1,5 +1,6 @@
 // See server.h. Locking: Impl::mu guards the state, the stream and upload registries and the
-// queues; each NodeStream has its own write lock, always taken after Impl::mu, never before.
+// queues; each NodeStream has its own write lock, always taken after Impl::mu, never before, and
+// so is the fan-out queue's lock. Fan-out threads take a stream's write lock alone.
 #include "daemon/server.h"
 
 #include <arpa/inet.h>
@@ -98,6 +99,26 @@ struct CoordinatorServer::Impl {
   std::deque<PlacedCall> placed_queue;
   std::condition_variable placed_cv;
 
+  // Dump requests go out from a few fan-out threads, in slices of streams, outside `mu`: a
+  // fan-out to every node is neither serialized on one thread nor holding up the heartbeats.
+  struct FanoutSlice {
+    std::shared_ptr<const CoordinatorMessage> message;
+    std::vector<NodeStream*> streams;        // pinned: they stay alive until sent to
+  };
+  std::mutex fanout_mu;
+  std::condition_variable fanout_cv;
+  std::deque<FanoutSlice> fanout_queue;
+  bool fanout_stopping = false;
+  std::vector<std::thread> fanout_threads;
+  // Per incident being sent: when its requests were listed, slices left, streams in all.
+  struct FanoutRound {
+    int64_t listed_mono = 0;
+    size_t slices_left = 0;
+    size_t streams = 0;
+  };
+  std::map<std::string, FanoutRound> fanout_rounds;
+  double last_fanout_seconds = 0;                  // the last round: listed to handed to gRPC
+
   std::unique_ptr<grpc::Service> service;  // declared before the server: outlives it
   std::unique_ptr<grpc::Server> server;
   int port = 0;
@@ -146,6 +167,7 @@ struct CoordinatorServer::Impl {
   void assembler_loop();
   void placed_loop();
   void persist_loop();
+  void fanout_loop();
 };
 
 // The host part of a gRPC peer ("ipv4:127.0.0.1:5000" -> "ipv4:127.0.0.1").
@@ -175,10 +197,12 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
     StartRead(&in_);
   }
 
-  // Queues a message; called with impl->mu held (or before the stream is known to anyone).
-  void send(CoordinatorMessage m) {
+  // Queues a message; called with impl->mu held, or pinned (or before the stream is known to
+  // anyone).
+  void send(CoordinatorMessage m) { send(std::make_shared<const CoordinatorMessage>(std::move(m))); }
+  void send(std::shared_ptr<const CoordinatorMessage> m) {
     std::lock_guard<std::mutex> lk(wmu_);
-    if (finished_ || finish_pending_) return;
+    if (finished_ || finish_pending_ || done_) return;
     // A peer that does not read its commands gets dropped rather than grow our memory.
     if (out_.size() >= kMaxQueued) {
       close_locked(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "not reading commands"));
@@ -187,8 +211,23 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
     out_.push_back(std::move(m));
     if (!writing_) {
       writing_ = true;
-      StartWrite(&out_.front());
+      StartWrite(out_.front().get());
     }
+  }
+
+  // A fan-out thread holds the stream alive while it sends to it: pin() with impl->mu held while
+  // the stream is registered, unpin() when done with it (the last one out deletes it).
+  void pin() {
+    std::lock_guard<std::mutex> lk(wmu_);
+    pins_++;
+  }
+  void unpin() {
+    bool last;
+    {
+      std::lock_guard<std::mutex> lk(wmu_);
+      last = --pins_ == 0 && done_;
+    }
+    if (last) delete this;
   }
 
   void close(grpc::Status st) {
@@ -238,7 +277,7 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
       return;
     }
     if (!out_.empty()) {
-      StartWrite(&out_.front());
+      StartWrite(out_.front().get());
     } else {
       writing_ = false;
     }
@@ -253,7 +292,13 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
         if (it != impl_->streams.end() && it->second == this) impl_->streams.erase(it);
       }
     }
-    delete this;
+    bool last;
+    {
+      std::lock_guard<std::mutex> lk(wmu_);
+      done_ = true;
+      last = pins_ == 0;
+    }
+    if (last) delete this;
   }
 
  private:
@@ -292,8 +337,9 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
     w.mutable_welcome()->set_job_id(impl_->cfg.job_id);
     w.mutable_welcome()->set_heartbeat_interval_ms(
         uint32_t(impl_->cfg.heartbeat_interval_ns / 1'000'000));
-    w.mutable_welcome()->set_stall_after_ms(uint32_t(
-        std::min<int64_t>(impl_->cfg.stall_after_ns / 1'000'000, int64_t(UINT32_MAX))));
+    // Nodes report an op at once when it crosses the lowest threshold an op can have.
+    w.mutable_welcome()->set_stall_after_ms(uint32_t(std::min<int64_t>(
+        impl_->state.stall_policy().report_at_once_ns() / 1'000'000, int64_t(UINT32_MAX))));
     w.mutable_welcome()->set_upload_key(impl_->state.upload_key(s));
     send(std::move(w));
     send_ping();
@@ -311,10 +357,10 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
     const auto& hb = in_.heartbeat();
     NodeReport report = from_proto(hb);
     bool urgent = false;
-    for (const auto& p : report.processes)
-      if ((!p.alive && !p.exited_cleanly) || p.oldest_age_ns() >= impl_->cfg.stall_after_ns)
-        urgent = true;
     std::lock_guard<std::mutex> lk(impl_->mu);
+    const int64_t at_once = impl_->state.stall_policy().report_at_once_ns();
+    for (const auto& p : report.processes)
+      if ((!p.alive && !p.exited_cleanly) || p.oldest_age_ns() >= at_once) urgent = true;
     if (!impl_->state.heartbeat(session_, std::move(report), now)) {
       close(grpc::Status(grpc::StatusCode::ABORTED, "superseded by a newer connection"));
       return false;
@@ -345,7 +391,9 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
   int64_t last_ping_ = 0;
   int pings_ = 0;
   std::mutex wmu_;
-  std::deque<CoordinatorMessage> out_;
+  std::deque<std::shared_ptr<const CoordinatorMessage>> out_;
+  int pins_ = 0;
+  bool done_ = false;
   bool writing_ = false;
   bool finished_ = false;
   bool finish_pending_ = false;
@@ -434,7 +482,7 @@ class UploadStream : public grpc::ServerReadReactor<UploadChunk> {
       if (slot_) {
         impl_->uploads_active--;
         impl_->uploading.erase(key_);
-      } else if (--impl_->waiting_by_peer[peer_] <= 0) {
+      } else if (!released_ && --impl_->waiting_by_peer[peer_] <= 0) {
         impl_->waiting_by_peer.erase(peer_);
       }
     }
@@ -476,9 +524,18 @@ class UploadStream : public grpc::ServerReadReactor<UploadChunk> {
 
   void fail(grpc::StatusCode code, const std::string& error, bool note = true) {
     receiver_.abort();
-    if (note && have_header_) {
+    {
       std::lock_guard<std::mutex> lk(impl_->mu);
-      impl_->state.upload_failed(hdr_.incident_id, hdr_.node_name, error, mono_ns());
+      if (note && have_header_)
+        impl_->state.upload_failed(hdr_.incident_id, hdr_.node_name, error, mono_ns());
+      // The upload is over once its files are gone: the node may retry at once, before the
+      // stream is done.
+      if (slot_) {
+        slot_ = false;
+        released_ = true;
+        impl_->uploads_active--;
+        impl_->uploading.erase(key_);
+      }
     }
     reply_->set_ok(false);
     reply_->set_error(error);
@@ -493,6 +550,7 @@ class UploadStream : public grpc::ServerReadReactor<UploadChunk> {
   DumpHeader hdr_;
   bool have_header_ = false;
   bool slot_ = false;
+  bool released_ = false;   // the slot was given back early (fail)
   std::string key_;
   DumpReceiver receiver_;
   int64_t opened_ = 0;
@@ -599,15 +657,40 @@ class Service final : public fr::v1::Coordinator::CallbackService {
 }  // namespace
 
 void CoordinatorServer::Impl::dispatch(Actions& a) {
+  // One message per incident, shared by every stream it goes to; slices of streams to the
+  // fan-out threads.
+  constexpr size_t kSlice = 256;
+  std::deque<FanoutSlice> slices;
   for (auto& d : a.dumps) {
     auto it = streams.find(d.session);
     if (it == streams.end()) continue;
-    CoordinatorMessage m;
-    m.mutable_dump_request()->set_incident_id(d.incident_id);
-    m.mutable_dump_request()->set_reason(d.reason);
-    m.mutable_dump_request()->set_deadline_ms(d.deadline_ms);
-    m.mutable_dump_request()->set_job_id(d.job_id);
-    it->second->send(std::move(m));
+    if (slices.empty() || slices.back().streams.size() >= kSlice ||
+        slices.back().message->dump_request().incident_id() != d.incident_id) {
+      auto m = std::make_shared<CoordinatorMessage>();
+      m->mutable_dump_request()->set_incident_id(d.incident_id);
+      m->mutable_dump_request()->set_reason(d.reason);
+      m->mutable_dump_request()->set_deadline_ms(d.deadline_ms);
+      m->mutable_dump_request()->set_job_id(d.job_id);
+      // A slice of the same incident shares the message of the previous one.
+      if (!slices.empty() && slices.back().message->dump_request().incident_id() == d.incident_id)
+        slices.push_back({slices.back().message, {}});
+      else
+        slices.push_back({std::move(m), {}});
+    }
+    it->second->pin();
+    slices.back().streams.push_back(it->second);
+  }
+  if (!slices.empty()) {
+    int64_t now = mono_ns();
+    std::lock_guard<std::mutex> fl(fanout_mu);
+    for (auto& sl : slices) {
+      FanoutRound& r = fanout_rounds[sl.message->dump_request().incident_id()];
+      if (!r.slices_left) r.listed_mono = now;
+      r.slices_left++;
+      r.streams += sl.streams.size();
+      fanout_queue.push_back(std::move(sl));
+    }
+    fanout_cv.notify_all();
   }
   for (auto& j : a.assemble) assembly_queue.push_back(std::move(j));
   if (!a.assemble.empty()) assemble_cv.notify_one();
@@ -621,6 +704,32 @@ void CoordinatorServer::Impl::dispatch(Actions& a) {
   if (!a.persist.empty()) persist_cv.notify_one();
   for (const auto& l : a.log) log(l);
   a = Actions{};
+}
+
+void CoordinatorServer::Impl::fanout_loop() {
+  std::unique_lock<std::mutex> lk(fanout_mu);
+  for (;;) {
+    fanout_cv.wait(lk, [&] { return fanout_stopping || !fanout_queue.empty(); });
+    if (fanout_queue.empty()) return;  // stopping, every pinned stream released
+    FanoutSlice sl = std::move(fanout_queue.front());
+    fanout_queue.pop_front();
+    lk.unlock();
+    for (NodeStream* st : sl.streams) {
+      st->send(sl.message);
+      st->unpin();
+    }
+    lk.lock();
+    const std::string& id = sl.message->dump_request().incident_id();
+    auto r = fanout_rounds.find(id);
+    if (r != fanout_rounds.end() && --r->second.slices_left == 0) {
+      last_fanout_seconds = double(mono_ns() - r->second.listed_mono) / 1e9;
+      char line[200];
+      std::snprintf(line, sizeof line, "%zu dump request(s) handed to the node streams in %.3f s",
+                    r->second.streams, last_fanout_seconds);
+      log("frd coordinator: " + id + ": " + line);
+      fanout_rounds.erase(r);
+    }
+  }
 }
 
 void CoordinatorServer::Impl::ticker_loop() {
@@ -855,6 +964,14 @@ bool CoordinatorServer::start(std::string* error) {
     r.content_type = "text/plain; version=0.0.4";
     std::lock_guard<std::mutex> lk(m.mu);
     r.body = m.state.metrics(mono_ns());
+    double fanout;
+    {
+      std::lock_guard<std::mutex> fl(m.fanout_mu);
+      fanout = m.last_fanout_seconds;
+    }
+    r.body += "# HELP frd_fanout_seconds Last incident: from listing its dump requests to handing "
+              "the last one to its node's stream.\n# TYPE frd_fanout_seconds gauge\n"
+              "frd_fanout_seconds " + std::to_string(fanout) + "\n";
     return r;
   });
   // Paged as `frd status` is: ?offset=N&limit=N&summary=1.
@@ -928,6 +1045,8 @@ bool CoordinatorServer::start(std::string* error) {
   m.assembler = std::thread([&m] { m.assembler_loop(); });
   m.placed_checker = std::thread([&m] { m.placed_loop(); });
   m.persister = std::thread([&m] { m.persist_loop(); });
+  unsigned fanout = std::clamp(std::thread::hardware_concurrency(), 2u, 8u);
+  for (unsigned i = 0; i < fanout; ++i) m.fanout_threads.emplace_back([&m] { m.fanout_loop(); });
   m.started = true;
   if (!m.opts.port_file.empty() &&
       !write_file_atomic(m.opts.port_file, std::to_string(m.port) + "\n", error)) {
@@ -958,6 +1077,13 @@ void CoordinatorServer::shutdown() {
   m.assembler.join();
   m.placed_checker.join();
   m.persister.join();
+  {
+    std::lock_guard<std::mutex> fl(m.fanout_mu);
+    m.fanout_stopping = true;
+  }
+  m.fanout_cv.notify_all();
+  for (auto& t : m.fanout_threads) t.join();
+  m.fanout_threads.clear();
   m.metrics.stop();
 }
 

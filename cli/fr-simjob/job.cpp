@@ -191,6 +191,56 @@ bool parse_fault(const std::string& text, Fault* out, std::string* error) {
   return true;
 }
 
+int64_t host_ms(const Shape& shape, int rank, int step) {
+  int64_t ms = shape.step_ms;
+  if (shape.jitter > 1 && shape.step_ms > 0) {
+    // A fixed hash of (rank, step): reproducible, and independent between ranks.
+    uint64_t h = (uint64_t(uint32_t(rank)) << 32 | uint32_t(step)) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 32;
+    if (h % 10 == 0) {
+      double f = 1 + double((h >> 8) % 1000001) / 1e6 * (shape.jitter - 1);
+      ms = int64_t(double(shape.step_ms) * f);
+    }
+  }
+  if (step == shape.pause_step) ms += shape.pause_ms;
+  return ms;
+}
+
+bool parse_pause(const std::string& text, Shape* shape, std::string* error) {
+  int step = -1;
+  long long ms = -1;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    std::string kv = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    size_t eq = kv.find('=');
+    std::string k = kv.substr(0, eq), v = eq == std::string::npos ? "" : kv.substr(eq + 1);
+    char* end = nullptr;
+    long long x = v.empty() ? -1 : std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || x < 0 || x > (1LL << 30)) {
+      *error = "--pause " + text + ": '" + kv + "' is not step=N or ms=N";
+      return false;
+    }
+    if (k == "step") step = int(x);
+    else if (k == "ms") ms = x;
+    else {
+      *error = "--pause " + text + ": unknown key '" + k + "' (step=S,ms=M)";
+      return false;
+    }
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  if (step < 0 || ms < 0) {
+    *error = "--pause " + text + ": needs step=S and ms=M";
+    return false;
+  }
+  shape->pause_step = step;
+  shape->pause_ms = int(ms);
+  return true;
+}
+
 bool validate(const Shape& s, std::vector<Fault>* faults, std::string* error) {
   auto fail = [&](const std::string& m) {
     *error = m;
@@ -203,6 +253,11 @@ bool validate(const Shape& s, std::vector<Fault>* faults, std::string* error) {
   if (s.steps < 1) return fail("--steps must be at least 1");
   if (static_cast<int64_t>(s.nodes) * s.ranks_per_node > kMaxWorld)
     return fail("--nodes x --ranks-per-node must be at most " + std::to_string(kMaxWorld));
+  if (s.step_ms < 0 || s.step_ms > 3'600'000) return fail("--step-ms must be 0 to 3600000");
+  if (s.jitter < 1 || s.jitter > 1000) return fail("--step-jitter must be 1 to 1000");
+  if (s.pause_step >= s.steps)
+    return fail("--pause: step " + std::to_string(s.pause_step) + " is outside the job (0.." +
+                std::to_string(s.steps - 1) + ")");
   if (s.ranks_per_node % s.tp != 0)
     return fail("--tp " + std::to_string(s.tp) + " must divide --ranks-per-node " +
                 std::to_string(s.ranks_per_node) + " (a TP group lives inside one node)");

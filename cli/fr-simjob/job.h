@@ -58,6 +58,14 @@ struct Shape {
   int tp = 1;
   int pp = 1;
   int steps = 1;
+  // The host's work per step, as a training loop's forward and backward compute: every rank
+  // sleeps step_ms before the step's first call. With jitter J > 1 one step in ten of each rank
+  // takes longer, by a factor drawn evenly from 1 to J (the same draw on every run).
+  int step_ms = 0;
+  int jitter = 1;
+  // Every rank pauses pause_ms at the start of step pause_step, as for a checkpoint (-1: never).
+  int pause_step = -1;
+  int pause_ms = 0;
 
   int world() const { return nodes * ranks_per_node; }
   int dp() const { return world() / (tp * pp); }
@@ -84,6 +92,12 @@ Position position_of(const Shape& shape, int rank);
 
 // The global ranks of rank's group of a kind, in communicator-rank order.
 std::vector<int> group_of(const Shape& shape, int rank, CommKind kind);
+
+// How long `rank` works on the host before `step` (step time, jitter and the pause), in ms.
+int64_t host_ms(const Shape& shape, int rank, int step);
+
+// Parses --pause "step=S,ms=M" into the shape.
+bool parse_pause(const std::string& text, Shape* shape, std::string* error);
 
 // The steps after which results are no longer checked: a fault changes what peers receive.
 int first_fault_step(const std::vector<Fault>& faults);

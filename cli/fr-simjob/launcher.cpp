@@ -412,7 +412,11 @@ bool Job::start_ranks() {
                                    "--ranks-per-node", std::to_string(s.ranks_per_node),
                                    "--tp", std::to_string(s.tp),
                                    "--pp", std::to_string(s.pp),
-                                   "--steps", std::to_string(s.steps)};
+                                   "--steps", std::to_string(s.steps),
+                                   "--step-ms", std::to_string(s.step_ms),
+                                   "--step-jitter", std::to_string(s.jitter),
+                                   "--pause-step", std::to_string(s.pause_step),
+                                   "--pause-ms", std::to_string(s.pause_ms)};
   for (const Fault& f : o.faults) {
     args.push_back("--fault");
     args.push_back(f.to_spec());
@@ -470,8 +474,7 @@ bool Job::start_daemons() {
   std::string incidents = out + "/incidents";
   fs::create_directories(incidents, ec);
   std::string port_file = run_dir + "/coordinator.port";
-  char stall[32];
-  std::snprintf(stall, sizeof stall, "%g", o.stall_after_s);
+  const std::string& stall = o.stall_after;
   ChildSpec coord;
   coord.argv = {frd_exe, "coordinator", "--listen", "127.0.0.1:0", "--port-file", port_file,
                 "--dump-dir", incidents, "--job-id", job_id, "--stall-after", stall,
@@ -621,7 +624,7 @@ void Job::monitor() {
                   board->slots[r].phase.load() == static_cast<uint32_t>(RankPhase::kStarting);
     if (starting && seconds_since(start) < kStartGraceS) idle = 0;
     if (o.daemons) {
-      if (idle > o.stall_after_s + o.verdict_timeout_s) {
+      if (idle > stall_after_limit_s(o) + o.verdict_timeout_s) {
         daemon_error = "frd coordinator gave no verdict within " +
                        std::to_string(static_cast<int>(o.verdict_timeout_s)) +
                        " s after the stall threshold";
@@ -747,6 +750,11 @@ json Job::result_json() const {
   r["pp"] = o.shape.pp;
   r["dp"] = o.shape.dp();
   r["steps"] = o.shape.steps;
+  r["step_ms"] = o.shape.step_ms;
+  r["step_jitter"] = o.shape.jitter;
+  r["pause"] = o.shape.pause_step >= 0
+                   ? json{{"step", o.shape.pause_step}, {"ms", o.shape.pause_ms}}
+                   : json(nullptr);
   r["agent"] = o.agent;
   r["daemons"] = o.daemons;
   json faults = json::array();
@@ -783,6 +791,31 @@ json Job::result_json() const {
       ds.push_back(jd);
     }
     r["daemon_processes"] = ds;
+    r["stall_after"] = o.stall_after;
+    // What the coordinator opened and found, from its files: every incident (also those that
+    // closed as transient) and its findings (slow ranks).
+    json opened = json::array(), findings = json::array();
+    std::error_code ec;
+    fs::path job_dir = fs::path(out) / "incidents" / job_id;
+    std::vector<fs::path> dirs;
+    for (const auto& e : fs::directory_iterator(job_dir, ec))
+      if (e.is_directory(ec) && e.path().filename().string().rfind("incident-", 0) == 0)
+        dirs.push_back(e.path());
+    std::sort(dirs.begin(), dirs.end());
+    for (const auto& d : dirs) {
+      json inc = {{"id", d.filename().string()}};
+      std::ifstream f(d / "incident.json");
+      json j = json::parse(f, nullptr, false);
+      if (j.is_object())
+        for (const char* k : {"kind", "state", "reason", "verdict"})
+          if (j.contains(k)) inc[k] = j[k];
+      opened.push_back(inc);
+    }
+    std::ifstream ff(job_dir / "findings.json");
+    json fj = json::parse(ff, nullptr, false);
+    if (fj.is_object() && fj.contains("findings") && fj["findings"].is_array()) findings = fj["findings"];
+    r["incidents_opened"] = opened;
+    r["findings"] = findings;
   }
   r["dump_set"] = dump_set.empty() ? json(nullptr) : json(dump_set);
   if (!snapshot_info.is_null()) r["snapshot"] = snapshot_info;
@@ -798,6 +831,11 @@ json Job::result_json() const {
 }
 
 }  // namespace
+
+double stall_after_limit_s(const LaunchOptions& o) {
+  if (o.stall_after == "auto") return 30;
+  return std::strtod(o.stall_after.c_str(), nullptr);
+}
 
 int run_job(const LaunchOptions& o) {
   Job job(o);

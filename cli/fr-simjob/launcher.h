@@ -25,11 +25,15 @@ struct LaunchOptions {
   double snapshot_after_s = 0;   // 0: never snapshot a stalled job
   bool agent = true;
   bool daemons = false;
-  double stall_after_s = 2;      // --daemons: the coordinator's --stall-after
+  std::string stall_after = "auto";  // --daemons: the coordinator's --stall-after (auto or SEC)
   double verdict_timeout_s = 60; // --daemons: how long to wait for analysis.json
   bool shared_dump_dir = false;  // --daemons: nodes write dumps into the coordinator's dump dir
   bool quiet = false;
 };
+
+// The longest an op may be in flight before the coordinator opens an incident: --stall-after's
+// seconds, or under auto the cap (30 s).
+double stall_after_limit_s(const LaunchOptions& opts);
 
 // Runs the whole job; returns the process exit code. Never throws.
 int run_job(const LaunchOptions& opts);

@@ -59,11 +59,28 @@ int main(int argc, char** argv) {
                                "run an frd coordinator and one frd node per simulated node, and "
                                "stop at their first verdict");
   daemons->excludes(snapshot_after);  // with the daemons, the coordinator decides when to dump
-  app.add_option("--stall-after", o.stall_after_s,
-                 "--daemons: the coordinator's stall threshold in seconds")
+  app.add_option("--stall-after", o.stall_after,
+                 "--daemons: the coordinator's stall threshold: auto (learned per communicator, "
+                 "frd's default) or seconds")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber)
+      ->check([](const std::string& v) -> std::string {
+        if (v == "auto") return "";
+        char* end = nullptr;
+        double x = std::strtod(v.c_str(), &end);
+        return !v.empty() && *end == '\0' && x > 0 ? "" : "auto or a positive number of seconds";
+      })
       ->needs(daemons);
+  app.add_option("--step-ms", o.shape.step_ms,
+                 "host work per step in ms before its first call (0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3600000));
+  app.add_option("--step-jitter", o.shape.jitter,
+                 "J: one step in ten of each rank takes 1 to J times --step-ms")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  std::string pause;
+  app.add_option("--pause", pause,
+                 "step=S,ms=M: every rank pauses M ms at the start of step S (a checkpoint)");
   app.add_option("--verdict-timeout", o.verdict_timeout_s,
                  "--daemons: give up this many seconds after the stall threshold")
       ->capture_default_str()
@@ -96,6 +113,10 @@ int main(int argc, char** argv) {
     o.faults.push_back(f);
   }
   std::string error;
+  if (!pause.empty() && !parse_pause(pause, &o.shape, &error)) {
+    std::fprintf(stderr, "fr-simjob: %s\n", error.c_str());
+    return kExitUsage;
+  }
   if (!validate(o.shape, &o.faults, &error)) {
     std::fprintf(stderr, "fr-simjob: %s\n", error.c_str());
     return kExitUsage;

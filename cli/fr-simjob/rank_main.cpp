@@ -339,6 +339,8 @@ void run_step(Rank& r, int step) {
     ::kill(::getpid(), SIGKILL);
   }
   if (fault_at(r, step, FaultKind::kHangHost)) hang_forever();
+  if (int64_t ms = host_ms(r.shape, r.pos.rank, step); ms > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   for (const Fault& f : r.faults)
     if (f.rank == r.pos.rank && f.kind == FaultKind::kSlow && step >= f.step)
       std::this_thread::sleep_for(std::chrono::milliseconds(f.ms));
@@ -464,7 +466,18 @@ int main(int argc, char** argv) {
                   : a == "--pp"             ? &r.shape.pp
                   : a == "--steps"          ? &r.shape.steps
                                             : nullptr;
-    if (target) {
+    // Options that may be 0 (or -1 for the pause step).
+    int* zero_ok = a == "--step-ms"       ? &r.shape.step_ms
+                   : a == "--step-jitter" ? &r.shape.jitter
+                   : a == "--pause-step"  ? &r.shape.pause_step
+                   : a == "--pause-ms"    ? &r.shape.pause_ms
+                                          : nullptr;
+    if (zero_ok) {
+      char* end = nullptr;
+      long x = std::strtol(v.c_str(), &end, 10);
+      if (*end != '\0' || x < -1 || x > (1L << 30)) return usage("bad value for " + a + ": " + v);
+      *zero_ok = static_cast<int>(x);
+    } else if (target) {
       char* end = nullptr;
       long x = std::strtol(v.c_str(), &end, 10);
       if (*end != '\0' || x < 1 || x > (1L << 30)) return usage("bad value for " + a + ": " + v);

@@ -80,6 +80,24 @@ sigset_t block_stop_signals() {
 
 int64_t to_ns(double seconds) { return int64_t(seconds * 1e9); }
 
+// --stall-after: "auto" (learned per communicator) or seconds (0.1 to 1e6), as before.
+bool parse_stall_after(const std::string& text, fr::daemon::CoordinatorConfig* cfg,
+                       std::string* error) {
+  if (text == "auto") {
+    cfg->stall_auto = true;
+    return true;
+  }
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || !end || *end != '\0' || !(v >= 0.1 && v <= 1e6)) {
+    *error = "'" + text + "' is neither auto nor a number of seconds from 0.1 to 1000000";
+    return false;
+  }
+  cfg->stall_auto = false;
+  cfg->stall_after_ns = to_ns(v);
+  return true;
+}
+
 // "65536", "512K", "1.5M", "2G" (powers of 1024): a positive byte count.
 bool parse_rate(const std::string& text, uint64_t* out) {
   char* end = nullptr;
@@ -196,15 +214,21 @@ int main(int argc, char** argv) {
   std::string listen = "127.0.0.1:7470", port_file, c_dump_dir, c_job, metrics_listen;
   std::string c_token_file, c_tls_cert, c_tls_key, c_tls_client_ca;
   int expect_ranks = -1;
-  double c_stall_after = 30, hb_timeout = 10, dump_deadline = 20;
+  std::string c_stall_after = "auto";
+  double stall_factor = 5, hb_timeout = 10, dump_deadline = 20;
   CLI::App* coord = app.add_subcommand("coordinator", "run the job coordinator");
   coord->add_option("--listen", listen, "address to serve on (port 0: any free port)")->capture_default_str();
   coord->add_option("--port-file", port_file, "write the bound port here once serving");
   coord->add_option("--dump-dir", c_dump_dir, "where incidents are written: DIR/<job>/<incident>/")->required();
   coord->add_option("--job-id", c_job, "the job (default: learned from the logs)");
   coord->add_option("--expect-ranks", expect_ranks, "how many ranks the job has")->check(CLI::Range(1, 1 << 24));
-  coord->add_option("--stall-after", c_stall_after, "seconds an op may be in flight before an incident")
-      ->capture_default_str()->check(CLI::Range(0.1, 1e6));
+  coord->add_option("--stall-after", c_stall_after,
+                    "seconds an op may be in flight before an incident, or auto: "
+                    "max(3 s, factor x the communicator's learned p99), at most 30 s")
+      ->capture_default_str();
+  coord->add_option("--stall-factor", stall_factor,
+                    "with --stall-after auto: the factor over the learned p99")
+      ->capture_default_str()->check(CLI::Range(1.0, 1000.0));
   coord->add_option("--heartbeat-timeout", hb_timeout, "seconds of silence before a node counts as lost")
       ->capture_default_str()->check(CLI::Range(0.5, 1e6));
   coord->add_option("--dump-deadline", dump_deadline, "seconds to wait for every node's dump")
@@ -330,10 +354,15 @@ int main(int argc, char** argv) {
     cfg.dump_dir = c_dump_dir;
     cfg.job_id = c_job;
     cfg.expect_ranks = expect_ranks;
-    cfg.stall_after_ns = to_ns(c_stall_after);
+    if (!parse_stall_after(c_stall_after, &cfg, &error)) {
+      std::fprintf(stderr, "frd coordinator: --stall-after: %s\n", error.c_str());
+      return 2;
+    }
+    cfg.stall_factor = stall_factor;
     cfg.heartbeat_timeout_ns = to_ns(hb_timeout);
     cfg.dump_deadline_ns = to_ns(dump_deadline);
-    cfg.dead_grace_ns = std::min<int64_t>(1'000'000'000, cfg.stall_after_ns / 2);
+    cfg.dead_grace_ns = std::min<int64_t>(1'000'000'000, (cfg.stall_auto ? cfg.stall_floor_ns
+                                                                          : cfg.stall_after_ns) / 2);
     fr::daemon::ServerOptions so;
     so.listen = listen;
     so.port_file = port_file;

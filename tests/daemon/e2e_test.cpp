@@ -598,4 +598,15 @@ TEST_CASE("frd: usage errors and an unreachable coordinator have distinct exit c
   CHECK(run({kFrd, "dump", "--coordinator", "127.0.0.1:1"}, log) == 1);
   CHECK(run({kFrd, "status", "--token-file", d.path + "/missing"}, log) == 2);
   CHECK(run({kFrd, "coordinator", "--listen", "256.1.1.1:1", "--dump-dir", d.path + "/x"}, log) == 1);
+  // --stall-after: auto or seconds from 0.1; anything else is refused before serving.
+  for (const char* bad : {"soon", "0", "-3", "2s", "", "1e9", "Auto"}) {
+    INFO("--stall-after '" << bad << "'");
+    CHECK(run({kFrd, "coordinator", "--insecure", "--dump-dir", d.path + "/x", "--stall-after", bad},
+              log) == 2);
+  }
+  CHECK(run({kFrd, "coordinator", "--insecure", "--dump-dir", d.path + "/x", "--stall-after", "soon"},
+            log) == 2);
+  CHECK(slurp(log).find("'soon' is neither auto nor a number of seconds") != std::string::npos);
+  CHECK(run({kFrd, "coordinator", "--insecure", "--dump-dir", d.path + "/x", "--stall-factor", "0.5"},
+            log) == 2);
 }

@@ -459,7 +459,9 @@ TEST_CASE("hostile peers cannot crash, stall or fill the coordinator", "[daemon]
     d.mutable_data()->set_data(data);
     w->Write(d);
     w->WritesDone();
-    REQUIRE(w->Finish().ok());
+    grpc::Status fin = w->Finish();
+    INFO(fin.error_message());
+    REQUIRE(fin.ok());
     CHECK(reply.ok());
     CHECK_FALSE(reply.duplicate());
     CHECK(slurp(dir + "/n5-rank0.frlog") == data);

@@ -130,3 +130,51 @@ TEST_CASE("ranks are laid out in Megatron order: TP fastest, then DP, then PP", 
     REQUIRE(std::count(seen.begin(), seen.end(), 1) == big.world());
   }
 }
+
+TEST_CASE("step time, jitter and a pause: host work per step", "[simjob]") {
+  Shape s;
+  s.nodes = 1;
+  s.ranks_per_node = 4;
+  s.steps = 1000;
+  REQUIRE(host_ms(s, 0, 0) == 0);
+  s.step_ms = 100;
+  REQUIRE(host_ms(s, 3, 7) == 100);
+  // Jitter: one step in ten (about) takes 1 to J times longer; the draw is the same every time.
+  s.jitter = 20;
+  int longer = 0;
+  int64_t longest = 0;
+  for (int r = 0; r < 4; ++r)
+    for (int step = 0; step < 1000; ++step) {
+      int64_t ms = host_ms(s, r, step);
+      REQUIRE(ms >= 100);
+      REQUIRE(ms <= 2000);
+      REQUIRE(ms == host_ms(s, r, step));
+      longer += ms > 100;
+      longest = std::max(longest, ms);
+    }
+  REQUIRE(longer > 200);
+  REQUIRE(longer < 600);
+  REQUIRE(longest > 1500);
+  // The pause adds to its step only.
+  std::string err;
+  REQUIRE(parse_pause("step=500,ms=10000", &s, &err));
+  REQUIRE(s.pause_step == 500);
+  REQUIRE(host_ms(s, 1, 500) >= 10100);
+  REQUIRE(host_ms(s, 1, 501) < 10000);
+  std::vector<Fault> none;
+  REQUIRE(validate(s, &none, &err));
+
+  for (const char* bad : {"", "step=1", "ms=5", "step=-1,ms=5", "step=1,ms=x", "step=1,ms=5,x=2", "step"}) {
+    INFO(bad);
+    Shape t = s;
+    REQUIRE_FALSE(parse_pause(bad, &t, &err));
+    REQUIRE(err.find("--pause") != std::string::npos);
+  }
+  s.pause_step = 1000;
+  REQUIRE_FALSE(validate(s, &none, &err));
+  REQUIRE(err.find("outside the job") != std::string::npos);
+  s.pause_step = -1;
+  s.jitter = 0;
+  REQUIRE_FALSE(validate(s, &none, &err));
+  REQUIRE(err.find("--step-jitter") != std::string::npos);
+}

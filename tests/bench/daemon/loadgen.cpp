@@ -2,7 +2,12 @@
 // measure what the coordinator costs at scale. Every node is one stream on gRPC's callback API
 // (a few channels carry them all); heartbeats are spread evenly over the interval. After a
 // warm-up it measures the coordinator's CPU (from /proc/PID/stat) over a window, then triggers a
-// dump and measures the fan-out: the time until every node has received its dump request.
+// dump and measures the fan-out: the time until every node has received its dump request. It
+// also prints the coordinator's memory (resident now and at peak, from /proc/PID/status) and
+// what else shared the machine: the load generator runs beside the coordinator, on the same
+// cores, so the figures are an upper bound of what the coordinator alone would cost.
+#include <unistd.h>
+
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -182,6 +187,18 @@ double cpu_seconds(int pid) {
   return double(ut + st) / double(sysconf(_SC_CLK_TCK));
 }
 
+// A field of /proc/PID/status in MiB ("VmRSS", "VmHWM"); -1 when unknown.
+double status_mib(int pid, const char* field) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  std::string want = std::string(field) + ":";
+  while (std::getline(f, line))
+    if (line.rfind(want, 0) == 0) return std::atof(line.c_str() + want.size()) / 1024.0;
+  return -1;
+}
+
+double self_cpu_seconds() { return cpu_seconds(int(getpid())); }
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -242,12 +259,17 @@ int main(int argc, char** argv) {
   int welcomed = 0;
   for (auto& s : sims) welcomed += s->welcomed;
   double c0 = pid ? cpu_seconds(pid) : 0;
+  double self0 = self_cpu_seconds();
+  double load0[3] = {0, 0, 0};
+  getloadavg(load0, 3);
   auto w0 = Clock::now();
   uint64_t sent0 = 0;
   for (auto& s : sims) sent0 += s->sent;
   std::this_thread::sleep_for(std::chrono::duration<double>(window));
   double c1 = pid ? cpu_seconds(pid) : 0;
+  double self1 = self_cpu_seconds();
   double wsec = std::chrono::duration<double>(Clock::now() - w0).count();
+  double rss = pid ? status_mib(pid, "VmRSS") : -1;
   uint64_t sent1 = 0, skipped = 0;
   for (auto& s : sims) {
     sent1 += s->sent;
@@ -295,7 +317,15 @@ int main(int argc, char** argv) {
   std::printf("nodes %d x %d ranks (%d GPUs): %d/%d connected, %.0f heartbeats/s (%llu skipped)\n",
               nodes, ranks, nodes * ranks, welcomed, nodes, double(sent1 - sent0) / wsec,
               static_cast<unsigned long long>(skipped));
-  if (pid) std::printf("  coordinator CPU: %.3f cores over %.1f s\n", (c1 - c0) / wsec, wsec);
+  if (pid) {
+    std::printf("  coordinator CPU: %.3f cores over %.1f s (%.3f per 1k nodes)\n", (c1 - c0) / wsec,
+                wsec, (c1 - c0) / wsec / (nodes / 1000.0));
+    std::printf("  coordinator memory: %.0f MiB resident, %.0f MiB peak (%.1f KiB per node)\n", rss,
+                status_mib(pid, "VmHWM"), rss * 1024 / nodes);
+  }
+  std::printf("  measured on %ld cores shared with the load generator (%.2f cores) and whatever "
+              "else ran (load average %.1f at the start of the window)\n",
+              sysconf(_SC_NPROCESSORS_ONLN), (self1 - self0) / wsec, load0[0]);
   if (!triggered)
     std::printf("  fan-out: trigger failed: %s\n", error.c_str());
   else

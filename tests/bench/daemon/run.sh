@@ -3,15 +3,19 @@
 #  1. stall threshold -> written verdict, for a 16-rank simulated job (fr-simjob --daemons);
 #     target <= 2 s. Measured from the dump set itself: the threshold is the call time of the
 #     oldest op still in flight plus --stall-after; the verdict time is analysis.json's mtime.
-#  2. one coordinator against N simulated nodes x 8 ranks heartbeating at 1 Hz (frd-loadgen):
-#     coordinator CPU and dump fan-out time at 512, 2048 and 8192 nodes; target at 2048:
-#     <= 0.5 core and every node asked within 1 s.
-# Usage: run.sh <build-dir> [node counts...]
+#  2. the adaptive threshold (--stall-after auto) on fr-simjob --daemons, 4 ranks, 100 ms steps:
+#     time from a host hang to the written verdict (target <= 5 s), and false incidents per 1,000
+#     steps of a healthy job with 20x step jitter and a 10 s all-ranks pause (target 0).
+#  3. one coordinator against N simulated nodes x 8 ranks heartbeating at 1 Hz (frd-loadgen):
+#     coordinator CPU, memory and dump fan-out time at 2048, 8192 and 16384 nodes; targets at
+#     16384: <= 1 core, <= 2 GiB, every node asked within 1 s. Each count takes about 10 s plus
+#     one second per 1,000 nodes to connect; the load generator shares the machine.
+# Usage: run.sh <build-dir> [node counts...]   (FR_BENCH_HEALTHY_STEPS: steps of the healthy job)
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 shift || true
 counts=("$@")
-[[ ${#counts[@]} -gt 0 ]] || counts=(512 2048 8192)
+[[ ${#counts[@]} -gt 0 ]] || counts=(2048 8192 16384)
 frd=$build/bin/frd
 simjob=$build/bin/fr-simjob
 loadgen=$build/tests/bench/daemon/frd-loadgen
@@ -55,6 +59,56 @@ else
   echo "  skipped: $simjob or $frd not built"
 fi
 
+echo "-- --stall-after auto: host hang to written verdict (4 ranks, 100 ms steps)"
+if [[ -x $simjob && -x $frd ]]; then
+  for i in 1 2 3; do
+    out=$tmp/auto$i
+    "$simjob" --nodes 2 --ranks-per-node 2 --steps 400 --step-ms 100 \
+      --fault rank=3,step=40,kind=hang-host --daemons --quiet --out "$out" >/dev/null 2>&1 || true
+    python3 - "$out/result.json" <<'PY'
+import json, os, sys
+r = json.load(open(sys.argv[1]))
+d = r.get("dump_set")
+if r.get("stop_reason") != "incident" or not d:
+    print("  run: no verdict (%s)" % r.get("stop_reason")); sys.exit(0)
+v = r["analysis"]["verdict"]
+# The hang: the blocked collective's earliest call, on the dump set's clock.
+calls = [e["last_enqueued"]["call_ns"] for e in v.get("evidence", [])
+         if e.get("last_enqueued") and e["last_enqueued"].get("seq") == v.get("seq")]
+written = os.stat(os.path.join(d, "analysis.json")).st_mtime_ns
+reason = r["incidents_opened"][0].get("reason", "") if r.get("incidents_opened") else ""
+th = reason[reason.find("(threshold"):] if "(threshold" in reason else ""
+if calls:
+    print("  run: verdict %s culprits %s, written %.2f s after the hang %s"
+          % (v["kind"], v["culprit_ranks"], (written - min(calls)) / 1e9, th))
+else:
+    print("  run: verdict %s, %.2f s without progress before it %s"
+          % (v["kind"], r.get("stalled_for_s", -1), th))
+PY
+  done
+  steps=${FR_BENCH_HEALTHY_STEPS:-200}
+  echo "-- --stall-after auto: healthy job, 4 ranks, 100 ms steps, 20x jitter, 10 s pause, $steps steps"
+  out=$tmp/healthy
+  "$simjob" --nodes 2 --ranks-per-node 2 --steps "$steps" --step-ms 100 --step-jitter 20 \
+    --pause step=$((steps / 2)),ms=10000 --daemons --quiet --out "$out" >/dev/null 2>&1 || true
+  python3 - "$out/result.json" "$steps" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+steps = int(sys.argv[2])
+n = len(r.get("incidents_opened", []))
+print("  %s after %.0f s: %d incident(s) in %d steps = %.1f false incidents per 1,000 steps; "
+      "%d slow-rank finding(s)" % (r.get("stop_reason"), r.get("job_s", 0), n, steps,
+                                     1000.0 * n / steps, len(r.get("findings", []))))
+PY
+else
+  echo "  skipped: $simjob or $frd not built"
+fi
+
+echo "-- the coordinator's state machine alone (CPU time, no gRPC)"
+statebench=$build/tests/bench/daemon/frd-state-bench
+[[ -x $statebench ]] || statebench=$build/bin/frd-state-bench
+if [[ -x $statebench ]]; then "$statebench" "${counts[@]}"; else echo "  skipped: $statebench not built"; fi
+
 echo "-- one coordinator, N simulated nodes x 8 ranks at 1 Hz"
 if [[ ! -x $loadgen || ! -x $frd ]]; then
   echo "  skipped: $loadgen or $frd not built"
@@ -65,14 +119,16 @@ for n in "${counts[@]}"; do
   dir=$tmp/load$n
   mkdir -p "$dir"
   "$frd" coordinator --insecure --listen 127.0.0.1:0 --port-file "$dir/port" --dump-dir "$dir/dumps" \
-    --job-id load --stall-after 3600 --heartbeat-timeout 60 --dump-deadline 5 2>"$dir/coord.log" &
+    --job-id load --heartbeat-timeout 60 --dump-deadline 5 2>"$dir/coord.log" &
   cpid=$!
   pids+=("$cpid")
   for _ in $(seq 100); do [[ -s $dir/port ]] && break; sleep 0.1; done
   port=$(cat "$dir/port")
-  warm=$((4 + n / 1024))
+  warm=$((4 + n / 1000))
   "$loadgen" --coordinator "127.0.0.1:$port" --coordinator-pid "$cpid" --nodes "$n" --ranks 8 \
     --interval 1 --warmup "$warm" --window 6 || echo "  (some nodes were not asked in time)"
+  # The coordinator's own view: listing the requests to handing the last one to gRPC.
+  grep -h "handed to the node streams" "$dir/coord.log" | sed 's/^frd coordinator: /  coordinator: /' || true
   kill "$cpid" 2>/dev/null || true
   wait "$cpid" 2>/dev/null || true
 done
