@@ -179,7 +179,9 @@ struct OpState {
   bool in_group;
   bool captured;
   bool no_markers;     // the stream's capture state is unknown: enqueue nothing into it
+  bool p2p;
   uint32_t group_pos;  // index in the thread's group ops, or kMaxGroupOps
+  CaptureRef capture;  // captured: the op's place in its graph
 };
 
 void op_enter(const OpArgs& a, OpState& o) {
@@ -187,9 +189,6 @@ void op_enter(const OpArgs& a, OpState& o) {
   o.c = comm_ref(a.comm);
   fr_record& r = o.r;
   r = new_record(a.op, o.c);
-  if (o.c.entry != nullptr)
-    r.seq =
-        __atomic_add_fetch(a.p2p ? &o.c.entry->p2p_seq : &o.c.entry->coll_seq, 1, __ATOMIC_RELAXED);
   r.count = a.count;
   r.stream = (uint64_t)(uintptr_t)a.stream;
   r.sendbuff = (uint64_t)(uintptr_t)a.send;
@@ -204,7 +203,16 @@ void op_enter(const OpArgs& a, OpState& o) {
   o.captured = capture == kCapturing;
   o.no_markers = capture == kCaptureUnknown;
   o.group_pos = kMaxGroupOps;
-  if (o.captured) r.flags |= FR_REC_F_CAPTURED;
+  o.p2p = a.p2p;
+  o.capture = CaptureRef{-1, 0, false};
+  if (o.captured) {
+    // A captured op runs at each replay: it takes its sequence numbers there (graphs.cpp).
+    r.flags |= FR_REC_F_CAPTURED;
+    o.capture = graph_capture_op(r, o.c.slot, a.p2p, true);
+  } else if (o.c.entry != nullptr) {
+    r.seq =
+        __atomic_add_fetch(a.p2p ? &o.c.entry->p2p_seq : &o.c.entry->coll_seq, 1, __ATOMIC_RELAXED);
+  }
 
   if (!o.in_group && !o.captured && !o.no_markers && o.c.slot >= 0 && is_tracked(gpu_prepare())) {
     uint64_t index = __atomic_add_fetch(&o.c.entry->op_index, 1, __ATOMIC_RELAXED);
@@ -217,7 +225,8 @@ void op_enter(const OpArgs& a, OpState& o) {
       thread_ops()[o.group_pos] = GroupOp{r.id, r.stream, 0, o.c.slot,
                                           o.captured     ? kOpCaptured
                                           : o.no_markers ? kOpNoMarkers
-                                                         : 0u};
+                                                         : 0u,
+                                          o.capture};
     } else {
       t.overflow = 1;
     }
@@ -250,6 +259,8 @@ void op_exit(OpState& o, ncclResult_t res) {
     r.flags |= FR_REC_F_NEVER_LAUNCHED;
   }
   record_update(r);
+  // In a group, the graph's "finished" write follows the group's launch (group_after_launch).
+  if (o.captured) graph_capture_done(o.capture, o.c.slot, r.stream, r, ok, !o.in_group);
 }
 
 template <class Call>
@@ -330,6 +341,8 @@ void group_after_launch(ThreadState& t, Pair* pairs, uint32_t n_pairs, ncclResul
   GroupOp* ops = thread_ops();
   for (uint32_t i = 0; i < t.n_ops; ++i) {
     const GroupOp& op = ops[i];
+    if ((op.bits & kOpCaptured) && !(op.bits & kOpFailed))
+      graph_capture_finish_in_group(op.capture, op.comm_slot, op.stream, res);
     if (op.bits & (kOpCaptured | kOpFailed)) continue;  // not launched here, or already marked
     bool tracked = op.op_index != 0 && pair_tracked(pairs, n_pairs, op);
     uint64_t index = tracked ? op.op_index : 0;

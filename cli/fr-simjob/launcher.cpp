@@ -413,6 +413,7 @@ bool Job::start_ranks() {
                                    "--tp", std::to_string(s.tp),
                                    "--pp", std::to_string(s.pp),
                                    "--steps", std::to_string(s.steps)};
+  if (o.graphs) args.push_back("--graphs");
   for (const Fault& f : o.faults) {
     args.push_back("--fault");
     args.push_back(f.to_spec());
@@ -747,6 +748,7 @@ json Job::result_json() const {
   r["pp"] = o.shape.pp;
   r["dp"] = o.shape.dp();
   r["steps"] = o.shape.steps;
+  r["graphs"] = o.graphs;
   r["agent"] = o.agent;
   r["daemons"] = o.daemons;
   json faults = json::array();
