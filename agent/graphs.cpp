@@ -105,6 +105,17 @@ int launch(const void* exec, const void* stream, Call call) {
   r.result = FR_RESULT_PENDING;
   r.flags = FR_REC_F_IN_CALL;
   __atomic_store_n(&e->last_launch_ns, r.call_ns, __ATOMIC_RELAXED);
+  // Replay N starts from "no op reached" on each of its communicators; its own writes follow.
+  // (A replay launched while the previous one still runs takes over the positions that one
+  // writes: docs/flight-log-format.md.)
+  const GraphPriv& gp = c.graph_priv[g];
+  uint32_t n_comms = __atomic_load_n(&gp.n_comms, __ATOMIC_ACQUIRE);
+  const uint64_t zero = FR_GRAPH_POS(g + 1, 0);
+  for (uint32_t i = 0; i < n_comms; ++i) {
+    fr_comm_entry* ce = &c.comms[gp.comms[i].slot];
+    __atomic_store_n(&ce->graph_started, zero, __ATOMIC_RELAXED);
+    __atomic_store_n(&ce->graph_completed, zero, __ATOMIC_RELEASE);
+  }
   record_begin(r);
   int res = call();
   uint64_t end = now_ns();
@@ -112,12 +123,10 @@ int launch(const void* exec, const void* stream, Call call) {
   r.result = res;
   if (res == 0) {
     // The graph's ops take their sequence numbers now, in host order, as NCCL gives them.
-    const GraphPriv& p = c.graph_priv[g];
-    uint32_t n = __atomic_load_n(&p.n_comms, __ATOMIC_ACQUIRE);
-    for (uint32_t i = 0; i < n; ++i) {
-      fr_comm_entry* ce = &c.comms[p.comms[i].slot];
-      if (p.comms[i].n_coll) __atomic_add_fetch(&ce->coll_seq, p.comms[i].n_coll, __ATOMIC_RELAXED);
-      if (p.comms[i].n_p2p) __atomic_add_fetch(&ce->p2p_seq, p.comms[i].n_p2p, __ATOMIC_RELAXED);
+    for (uint32_t i = 0; i < n_comms; ++i) {
+      fr_comm_entry* ce = &c.comms[gp.comms[i].slot];
+      if (gp.comms[i].n_coll) __atomic_add_fetch(&ce->coll_seq, gp.comms[i].n_coll, __ATOMIC_RELAXED);
+      if (gp.comms[i].n_p2p) __atomic_add_fetch(&ce->p2p_seq, gp.comms[i].n_p2p, __ATOMIC_RELAXED);
     }
     r.flags = FR_REC_F_LAUNCHED;
     r.gpu_state = FR_GPU_ENQUEUED;
@@ -196,7 +205,6 @@ CaptureRef graph_capture_op(fr_record& r, int32_t comm_slot, bool p2p, bool) {
     out.graph = g;
     out.pos = ++p.next_op;
     __atomic_store_n(&e->n_ops, out.pos, __ATOMIC_RELAXED);
-    bool first_on_comm = false;
     GraphComm* gc = nullptr;
     if (comm_slot >= 0) {
       for (uint32_t i = 0; i < p.n_comms; ++i)
@@ -205,7 +213,6 @@ CaptureRef graph_capture_op(fr_record& r, int32_t comm_slot, bool p2p, bool) {
         gc = &p.comms[p.n_comms];
         *gc = GraphComm{comm_slot, 0, 0};
         __atomic_store_n(&p.n_comms, p.n_comms + 1, __ATOMIC_RELEASE);
-        first_on_comm = true;
       }
     }
     if (gc != nullptr) {
@@ -215,9 +222,8 @@ CaptureRef graph_capture_op(fr_record& r, int32_t comm_slot, bool p2p, bool) {
         ++gc->n_coll;
       fr_comm_entry* ce = &c.comms[comm_slot];
       uint32_t ord = e->ordinal;
-      // Each replay starts from "no op finished" on this communicator, then marks op K started.
-      bool ok = !first_on_comm || gpu_write_word(r.stream, &ce->graph_completed, FR_GRAPH_POS(ord, 0));
-      out.marked = ok && gpu_write_word(r.stream, &ce->graph_started, FR_GRAPH_POS(ord, out.pos));
+      // Each launch resets the positions (launch below); the replay then marks op K started.
+      out.marked = gpu_write_word(r.stream, &ce->graph_started, FR_GRAPH_POS(ord, out.pos));
     }
     if (!out.marked) clear_flag(g, FR_GRAPH_F_GPU_POSITION);
     r.aux = __atomic_load_n(&e->id, __ATOMIC_RELAXED);

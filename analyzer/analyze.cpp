@@ -210,6 +210,16 @@ std::vector<Missing> missing_members(const Model& m, const Comm& c, const std::s
   return out;
 }
 
+// The replay a graph op ran in, for verdicts and evidence.
+json replay_json(const ReplayTag& t) {
+  return json{{"graph", t.graph}, {"replay", t.replay}, {"captured_op", t.pos}, {"captured_ops", t.ops}};
+}
+
+std::string replay_text(const ReplayTag& t) {
+  return " (replay " + std::to_string(t.replay) + " of CUDA graph " + std::to_string(t.graph) +
+         ", captured op " + std::to_string(t.pos) + " of " + std::to_string(t.ops) + ")";
+}
+
 json member_evidence(const Model& m, const CommMember& mem, const Frontier& f, const std::string& state) {
   const Proc& p = m.procs[mem.proc];
   json e;
@@ -218,7 +228,11 @@ json member_evidence(const Model& m, const CommMember& mem, const Frontier& f, c
   e["host"] = p.host;
   e["alive"] = p.alive;
   auto opj = [&](const Op* o, uint64_t seq) -> json {
-    if (o) return op_json(*o, p.clock_offset_ns);
+    if (o) {
+      json j = op_json(*o, p.clock_offset_ns);
+      if (const ReplayTag* t = replay_of(p, o)) j["graph_replay"] = replay_json(*t);
+      return j;
+    }
     if (seq == 0) return nullptr;
     return json{{"seq", seq}, {"op", "unknown"}, {"note", "record no longer in the ring"}};
   };
@@ -400,8 +414,14 @@ Stall mismatch_stall(const Model& m, int ci, uint64_t seq) {
   for (const auto& [v, ranks] : groups)
     if (v != expected) odd += (odd.empty() ? "" : ", ") + v + " on rank" + (ranks.size() > 1 ? "s " : " ") +
                               ranks_text(ranks);
+  std::string replay;
+  for (const Row& r : rows)
+    if (const ReplayTag* t = replay_of(*r.p, r.op); t && replay.empty() && !culprits.count(r.rank)) {
+      replay = replay_text(*t);
+      s.extra["graph_replay"] = replay_json(*t);
+    }
   s.summary = "mismatch in " + s.op + " #" + std::to_string(seq) + " on comm " +
-              (c.name.empty() ? comm_id_hex(c.id) : c.name) + ": " + field->name + " differs (" +
+              (c.name.empty() ? comm_id_hex(c.id) : c.name) + replay + ": " + field->name + " differs (" +
               (expected.empty() ? "" : "expected " + expected + "; ") + odd + ")";
   return s;
 }
@@ -460,6 +480,7 @@ void analyze_collectives(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* fron
   s.seq = t;
   std::vector<int> not_entered, not_started, not_completed, started, unknown;
   const Op* sample = nullptr;
+  const ReplayTag* replay = nullptr;
   std::vector<const Op*> at(n, nullptr);
   for (size_t i = 0; i < n; ++i) {
     const Proc& p = m.procs[c.members[i].proc];
@@ -469,6 +490,7 @@ void analyze_collectives(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* fron
       continue;
     }
     at[i] = find_seq(p, p.comms[c.members[i].pc], t, false);
+    if (at[i] && !replay) replay = replay_of(p, at[i]);
     if (at[i]) {
       if (!sample) sample = at[i];
       s.t_start = std::min(s.t_start, aligned(p, at[i]->call_ns));
@@ -481,8 +503,11 @@ void analyze_collectives(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* fron
     else { not_completed.push_back(p.rank); started.push_back(p.rank); }
   }
   s.op = sample ? fr::log::op_name(sample->op) : "collective";
+  // An op of a CUDA graph is named with the replay it ran in and its place in the graph.
+  if (replay) s.extra["graph_replay"] = replay_json(*replay);
   const std::string where = s.op + " #" + std::to_string(t) + " on comm " +
-                            (c.name.empty() ? comm_id_hex(c.id) : c.name);
+                            (c.name.empty() ? comm_id_hex(c.id) : c.name) +
+                            (replay ? replay_text(*replay) : std::string());
   if (sample && sample->group_id != 0) {
     // A grouped launch is one unit: name every op of the group on the first member that has it.
     for (size_t i = 0; i < n; ++i) {
@@ -490,8 +515,13 @@ void analyze_collectives(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* fron
       const Proc& p = m.procs[c.members[i].proc];
       const ProcComm& pc = p.comms[c.members[i].pc];
       json ops = json::array();
+      const ReplayTag* own = replay_of(p, at[i]);
+      auto same_launch = [&](const Op& o) {  // a graph's group runs again at every replay
+        const ReplayTag* t = replay_of(p, &o);
+        return own == nullptr ? t == nullptr : t != nullptr && t->replay == own->replay && t->graph == own->graph;
+      };
       for (uint32_t k = pc.ops_begin; k < pc.ops_end; ++k)
-        if (p.ops[k].group_id == at[i]->group_id && counts(p.ops[k]))
+        if (p.ops[k].group_id == at[i]->group_id && counts(p.ops[k]) && same_launch(p.ops[k]))
           ops.push_back(json{{"op", fr::log::op_name(p.ops[k].op)}, {"seq", p.ops[k].seq},
                              {"kind", fr::log::op_is_p2p(p.ops[k].op) ? "p2p" : "coll"}});
       s.extra["group"] = {{"group_id", at[i]->group_id}, {"ops", ops}};
