@@ -253,12 +253,11 @@ std::vector<Entry> expand_replays(const fr::log::LogFile& log, uint32_t* n_graph
   struct Graph {
     const fr_graph_entry* entry;
     std::vector<const fr_record*> ops;  // by position
-    uint64_t newest = 0;                // newest replay in the ring
     bool positions = false;
   };
   std::unordered_map<uint64_t, Graph> graphs;
   for (const fr_graph_entry& g : log.graphs)
-    graphs[g.id] = Graph{&g, {}, 0, (g.flags & FR_GRAPH_F_GPU_POSITION) != 0};
+    graphs[g.id] = Graph{&g, {}, (g.flags & FR_GRAPH_F_GPU_POSITION) != 0};
   for (const fr_record& r : log.captures) {
     auto it = graphs.find(r.aux);
     if (it == graphs.end() || r.op_index == 0 || r.op_index > 65536) continue;
@@ -268,10 +267,11 @@ std::vector<Entry> expand_replays(const fr::log::LogFile& log, uint32_t* n_graph
     ops[r.op_index - 1] = &r;
   }
   *n_graphs = static_cast<uint32_t>(graphs.size());
+  // Each launch resets the positions of its communicators: they belong to the newest launch.
+  uint64_t newest_launch = UINT64_MAX;
   for (const auto& rec : log.records)
-    if (rec.raw.op == FR_OP_GRAPH_LAUNCH)
-      if (auto it = graphs.find(rec.raw.aux); it != graphs.end())
-        it->second.newest = std::max(it->second.newest, rec.raw.seq);
+    if (rec.raw.op == FR_OP_GRAPH_LAUNCH && !(rec.raw.flags & FR_REC_F_NEVER_LAUNCHED))
+      newest_launch = rec.raw.id;
 
   std::vector<Entry> out;
   out.reserve(log.records.size());
@@ -291,15 +291,15 @@ std::vector<Entry> expand_replays(const fr::log::LogFile& log, uint32_t* n_graph
                         static_cast<uint32_t>(g.ops.size())}};
       e.raw.id = rec.raw.id;
       e.raw.seq = 0;
-      e.raw.call_ns = rec.raw.call_ns;
+      e.raw.call_ns = rec.raw.call_ns + k;  // in graph order, for "which op waits longest"
       e.raw.duration_ns = 0;
       e.raw.result = 0;
       e.raw.flags = (t->flags & ~(FR_REC_F_CAPTURED | FR_REC_F_IN_CALL | FR_REC_F_GPU_POSITION)) |
                     FR_REC_F_LAUNCHED;
       if (!markers || !g.positions || !(t->flags & FR_REC_F_GPU_POSITION)) {
         e.raw.flags |= FR_REC_F_GPU_UNTRACKED;
-      } else if (rec.raw.seq < g.newest) {
-        e.gpu_state = FR_GPU_COMPLETED;  // the stream ran this replay before the newer one
+      } else if (rec.raw.id != newest_launch) {
+        e.gpu_state = FR_GPU_COMPLETED;  // a newer launch followed it on the stream
       } else {
         e.gpu_state = replay_state(log.find_comm(t->comm_id), g.entry->ordinal, e.tag.pos);
       }
