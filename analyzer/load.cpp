@@ -445,6 +445,21 @@ Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind) 
   }
   std::sort(p.replays.begin(), p.replays.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
+  // The coordinating member of a grow: the unique id it made on the parent names, for the joining
+  // ranks, the communicator its grow derived.
+  std::unordered_map<uint64_t, uint64_t> uid_on_parent;  // parent id -> unique id hash
+  for (const auto& rec : log.records) {
+    const fr_record& r = rec.raw;
+    if (r.op == FR_OP_COMM_GET_UNIQUE_ID && r.result == 0 && r.aux != 0) {
+      uid_on_parent[r.comm_id] = r.aux;
+    } else if (r.op == FR_OP_COMM_GROW && r.comm_id != 0 && r.aux != 0 &&
+               (r.result == 0 || r.result == 7 /* ncclInProgress */)) {
+      auto it = uid_on_parent.find(r.comm_id);
+      if (it == uid_on_parent.end()) continue;
+      p.grow_aliases.emplace_back(it->second, r.aux);
+      uid_on_parent.erase(it);  // each unique id serves one grow
+    }
+  }
   // A rank the writer never learned: its rank in the largest communicator (DESIGN.md "Identity").
   if (p.rank < 0) {
     int best = -1;
@@ -573,6 +588,16 @@ Model load_model(const std::vector<std::string>& paths, unsigned threads) {
     for (const auto& [ws, n] : votes)
       if (n >= best) best = n, model.expected_ranks = ws;
   }
+
+  // Grow: the joining ranks' view of a grown communicator is the members' one (DESIGN.md
+  // "Identity"): one communicator per NCCL communicator, whichever side a rank came from.
+  std::unordered_map<uint64_t, uint64_t> grow_alias;
+  for (const Proc& p : model.procs)
+    for (const auto& [uid, derived] : p.grow_aliases) grow_alias.emplace(uid, derived);
+  if (!grow_alias.empty())
+    for (Proc& p : model.procs)
+      for (ProcComm& pc : p.comms)
+        if (auto it = grow_alias.find(pc.id); it != grow_alias.end()) pc.id = it->second;
 
   // Communicators: one per id, members from every process that has it.
   std::unordered_map<uint64_t, int> comm_index;

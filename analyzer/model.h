@@ -90,6 +90,10 @@ struct Proc {
   std::vector<Op> ops;        // grouped by communicator, in record order within each
   // Ops made from graph replays (kOpReplayed): (index into ops, origin), ascending index.
   std::vector<std::pair<uint32_t, ReplayTag>> replays;
+  // ncclCommGrow: the id a joining rank gives the grown communicator (its unique id's hash) ->
+  // the id its members derive from their parent. Learned from the coordinating member, whose
+  // ncclCommGetUniqueId on the parent is followed by its grow.
+  std::vector<std::pair<uint64_t, uint64_t>> grow_aliases;
   uint32_t graphs = 0;        // CUDA graphs holding NCCL work
   uint64_t graph_replays = 0; // replays recorded in the ring
 };
