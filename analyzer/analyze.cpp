@@ -211,8 +211,11 @@ std::vector<Missing> missing_members(const Model& m, const Comm& c, const std::s
 }
 
 // The replay a graph op ran in, for verdicts and evidence.
-json replay_json(const ReplayTag& t) {
-  return json{{"graph", t.graph}, {"replay", t.replay}, {"captured_op", t.pos}, {"captured_ops", t.ops}};
+json replay_json(const ReplayTag& t, const Op& o) {
+  return json{{"graph", t.graph},   {"replay", t.replay},
+              {"captured_op", t.pos}, {"captured_ops", t.ops},
+              {"op", fr::log::op_name(o.op)}, {"seq", o.seq},
+              {"count", o.count},  {"dtype", fr::log::dtype_name(o.dtype)}};
 }
 
 std::string replay_text(const ReplayTag& t) {
@@ -230,7 +233,7 @@ json member_evidence(const Model& m, const CommMember& mem, const Frontier& f, c
   auto opj = [&](const Op* o, uint64_t seq) -> json {
     if (o) {
       json j = op_json(*o, p.clock_offset_ns);
-      if (const ReplayTag* t = replay_of(p, o)) j["graph_replay"] = replay_json(*t);
+      if (const ReplayTag* t = replay_of(p, o)) j["graph_replay"] = replay_json(*t, *o);
       return j;
     }
     if (seq == 0) return nullptr;
@@ -418,7 +421,7 @@ Stall mismatch_stall(const Model& m, int ci, uint64_t seq) {
   for (const Row& r : rows)
     if (const ReplayTag* t = replay_of(*r.p, r.op); t && replay.empty() && !culprits.count(r.rank)) {
       replay = replay_text(*t);
-      s.extra["graph_replay"] = replay_json(*t);
+      s.extra["graph_replay"] = replay_json(*t, *r.op);
     }
   s.summary = "mismatch in " + s.op + " #" + std::to_string(seq) + " on comm " +
               (c.name.empty() ? comm_id_hex(c.id) : c.name) + replay + ": " + field->name + " differs (" +
@@ -504,7 +507,7 @@ void analyze_collectives(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* fron
   }
   s.op = sample ? fr::log::op_name(sample->op) : "collective";
   // An op of a CUDA graph is named with the replay it ran in and its place in the graph.
-  if (replay) s.extra["graph_replay"] = replay_json(*replay);
+  if (replay && sample) s.extra["graph_replay"] = replay_json(*replay, *sample);
   const std::string where = s.op + " #" + std::to_string(t) + " on comm " +
                             (c.name.empty() ? comm_id_hex(c.id) : c.name) +
                             (replay ? replay_text(*replay) : std::string());
@@ -880,11 +883,17 @@ void analyze_p2p(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* frontier_jso
     s.blocked.push_back(p.rank);
     ctx.blocked[p.rank].push_back({ci, since.count(p.rank) ? since[p.rank] : s.t_start});
   }
+  std::string replay;
   if (first_unmatched) {
     s.seq = first_unmatched->seq;
     s.op = fr::log::op_name(first_unmatched->op);
+    for (size_t i = 0; i < n && replay.empty(); ++i)
+      if (const ReplayTag* t = replay_of(m.procs[c.members[i].proc], first_unmatched)) {
+        s.extra["graph_replay"] = replay_json(*t, *first_unmatched);
+        replay = replay_text(*t);
+      }
   }
-  const std::string cname = c.name.empty() ? comm_id_hex(c.id) : c.name;
+  const std::string cname = (c.name.empty() ? comm_id_hex(c.id) : c.name) + replay;
   if (!culprits.empty()) {
     s.kind = "p2p_unmatched";
     s.prio = kP2p;

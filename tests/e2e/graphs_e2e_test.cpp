@@ -55,6 +55,9 @@ void check(const SimRun& run, const std::string& kind, std::set<int> culprits, i
     REQUIRE(v.contains("graph_replay"));
     REQUIRE(v["graph_replay"]["replay"] == replay);
     REQUIRE(v["graph_replay"]["captured_ops"] == kGraphOps);
+    REQUIRE(v["graph_replay"]["seq"] == v["seq"]);
+    REQUIRE(v["graph_replay"].contains("count"));
+    REQUIRE(v["graph_replay"].contains("dtype"));
     if (op > 0) REQUIRE(v["graph_replay"]["captured_op"] == op);
     REQUIRE(v["summary"].get<std::string>().find("replay " + std::to_string(replay)) != std::string::npos);
   }
@@ -160,7 +163,12 @@ TEST_CASE("fr-simjob --graphs: the mismatch kinds capture a different op", "[e2e
 
 TEST_CASE("fr-simjob --graphs: p2p-skip captures a pipeline group without its send", "[e2e]") {
   SimRun run = stalled(graph_job(6, {"rank=1,step=3,kind=p2p-skip"}));
+  // Rank 1's own graph for step 3 is its first replay of that graph; its peer waits in replay 3
+  // of the faultless one, whose forward receive is captured op 3.
   check(run, "p2p_unmatched", {1});
+  const json& v = verdict_of(run);
+  REQUIRE(v.contains("graph_replay"));
+  CHECK(v["graph_replay"]["op"] == "Recv");
   fr::e2e::remove_run(run);
 }
 
