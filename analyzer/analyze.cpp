@@ -239,6 +239,17 @@ json member_evidence(const Model& m, const CommMember& mem, const Frontier& f, c
     if (seq == 0) return nullptr;
     return json{{"seq", seq}, {"op", "unknown"}, {"note", "record no longer in the ring"}};
   };
+  // Revoke, suspend, resume and abort change what a member can still do: shown with its state.
+  const ProcComm& pc = p.comms[mem.pc];
+  if (pc.has_entry && pc.state != FR_COMM_LIVE) e["comm_state"] = fr::log::comm_state_name(pc.state);
+  for (uint32_t k = pc.ops_end; k-- > pc.ops_begin;) {
+    const uint16_t op = p.ops[k].op;
+    if (op == FR_OP_COMM_REVOKE || op == FR_OP_COMM_SUSPEND || op == FR_OP_COMM_RESUME ||
+        op == FR_OP_COMM_ABORT) {
+      e["last_lifecycle_call"] = op_json(p.ops[k], p.clock_offset_ns);
+      break;
+    }
+  }
   e["last_enqueued"] = opj(f.last_enq, f.enq);
   e["last_started"] = opj(f.last_started, f.started);
   e["last_completed"] = opj(f.last_completed, f.completed);

@@ -102,6 +102,6 @@ TEST_CASE("captured ops that are never replayed are no hang", "[agent]") {
   REQUIRE(a.is_object());
   CHECK(a["verdict"]["kind"] == "no_hang");
 #else
-  FR_SKIP("not built: the analyzer is not part of this build, the verdict is not checked");
+  FR_SKIP("sanitizer build: the analyzer is not part of it, the verdict is not checked");
 #endif
 }

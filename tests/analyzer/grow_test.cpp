@@ -139,3 +139,34 @@ TEST_CASE("grow: a hang after the grow is decided on the grown communicator at f
   CHECK(v["comm"]["id"] == "0x0000000000002222");
   CHECK(v["comm"]["size"] == 4);
 }
+
+TEST_CASE("revoke shows in the evidence: the member's state and its revoke call", "[analyzer]") {
+  std::vector<fr::log::LogFile> logs;
+  for (int r = 0; r < 2; ++r) {
+    auto l = proc(r);
+    l.header.world_size = 2;
+    auto c = comm(kParent, 0, 2, r, FR_ORIGIN_INIT_RANK, r == 0 ? 2 : 1);
+    if (r == 1) c.state = FR_COMM_REVOKED;
+    l.comms.push_back(c);
+    add(l, rec(0, FR_OP_ALLREDUCE, kParent, 1, 0, FR_GPU_COMPLETED));
+    if (r == 0) add(l, rec(1, FR_OP_ALLREDUCE, kParent, 2, 0, FR_GPU_STARTED));
+    if (r == 1) add(l, rec(1, FR_OP_COMM_REVOKE, kParent, 0, 0, FR_GPU_NONE));
+    l.header.record_counter = 2;
+    logs.push_back(l);
+  }
+  json doc = analyze(logs);
+  const json& v = doc["verdict"];
+  INFO(v.dump(1));
+  CHECK(v["kind"] == "not_entered");
+  CHECK(v["culprit_ranks"] == json::array({1}));
+  bool seen = false;
+  for (const auto& e : v["evidence"])
+    if (e["rank"] == 1) {
+      seen = true;
+      CHECK(e["comm_state"] == "revoked");
+      CHECK(e["last_lifecycle_call"]["op"] == "CommRevoke");
+    } else {
+      CHECK(!e.contains("comm_state"));
+    }
+  CHECK(seen);
+}
