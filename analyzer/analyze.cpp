@@ -645,6 +645,22 @@ void analyze_joining(Ctx& ctx, int ci) {
     ++missing_n;
     if (mm.global >= 0) missing_global.push_back(mm.global);
   }
+  // A grow waits for ranks that are no members of the parent: the joiners. Its members know how
+  // many (nRanks, the record's count); the job's ranks that are in no dump, or members of no
+  // communicator of this lineage, are who they would be.
+  if (sample->op == FR_OP_COMM_GROW && c.size > 0 && sample->count > static_cast<uint64_t>(c.size) &&
+      absent.empty()) {
+    const size_t joiners = static_cast<size_t>(sample->count) - static_cast<size_t>(c.size);
+    std::set<int> members;
+    for (const auto& mem : c.members) members.insert(m.procs[mem.proc].rank);
+    std::vector<int> candidates(ctx.job_missing.begin(), ctx.job_missing.end());
+    for (const auto& p : m.procs)
+      if (!members.count(p.rank) && !p.alive && std::find(candidates.begin(), candidates.end(), p.rank) == candidates.end())
+        candidates.push_back(p.rank);  // an earlier process of a rank that left
+    std::sort(candidates.begin(), candidates.end());
+    missing_n += joiners;
+    for (size_t i = 0; i < candidates.size() && i < joiners; ++i) missing_global.push_back(candidates[i]);
+  }
   if (absent.empty() && missing_n == 0) return;  // everyone is in it: it is about to return
   Stall s;
   s.comm = ci;

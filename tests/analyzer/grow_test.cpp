@@ -170,3 +170,31 @@ TEST_CASE("revoke shows in the evidence: the member's state and its revoke call"
     }
   CHECK(seen);
 }
+
+TEST_CASE("grow: a joiner that never calls it is named, not_entered in CommGrow", "[analyzer]") {
+  // Ranks 0-2 (a shrunk world of 3) grow it to 4; the process that should take rank 3 never
+  // calls NCCL, so it leaves no dump. The members wait inside ncclCommGrow.
+  std::vector<fr::log::LogFile> logs;
+  for (int r = 0; r < 3; ++r) {
+    auto l = proc(r);
+    l.comms.push_back(comm(kParent, 0, 3, r, FR_ORIGIN_SHRINK, 1));
+    uint64_t id = 0;
+    add(l, rec(id++, FR_OP_ALLREDUCE, kParent, 1, 0, FR_GPU_COMPLETED));
+    if (r == 0) add(l, rec(id++, FR_OP_COMM_GET_UNIQUE_ID, kParent, 0, kUid, FR_GPU_NONE));
+    fr_record g = rec(id++, FR_OP_COMM_GROW, kParent, 0, kDerived, FR_GPU_NONE);
+    g.count = 4;
+    g.flags = FR_REC_F_IN_CALL;
+    g.result = FR_RESULT_PENDING;
+    add(l, g);
+    l.header.record_counter = id;
+    logs.push_back(l);
+  }
+  json doc = analyze(logs);
+  const json& v = doc["verdict"];
+  INFO(doc.dump(1));
+  CHECK(v["kind"] == "not_entered");
+  CHECK(v["op"] == "CommGrow");
+  CHECK(v["seq_kind"] == "api");
+  CHECK(v["culprit_ranks"] == json::array({3}));
+  CHECK(v["blocked_ranks"].size() == 3);
+}
