@@ -116,10 +116,12 @@ void* resolve_real(const char* name, const char* pname, const void* self) {
 
 static void atfork_prepare() {
   pthread_mutex_lock(&g_ctx.reg_lock);
+  pthread_mutex_lock(&g_ctx.graph_lock);
   pthread_mutex_lock(&g_ctx.gpu_lock);
 }
 static void atfork_parent() {
   pthread_mutex_unlock(&g_ctx.gpu_lock);
+  pthread_mutex_unlock(&g_ctx.graph_lock);
   pthread_mutex_unlock(&g_ctx.reg_lock);
 }
 // The child starts over: it never writes into the parent's log (it does not hold the parent's
@@ -127,8 +129,10 @@ static void atfork_parent() {
 static void atfork_child() {
   pthread_mutex_init(&g_ctx.reg_lock, nullptr);
   pthread_mutex_init(&g_ctx.gpu_lock, nullptr);
+  pthread_mutex_init(&g_ctx.graph_lock, nullptr);
   log_forget_in_child();
   gpu_forget_in_child();
+  graphs_forget_in_child();
   t_state.tid = 0;
   t_state.anchor_tsc = 0;
   t_state.cache_handle = 0;  // the child's communicator table starts empty
@@ -164,6 +168,7 @@ static int start() {
   if (!g_atfork_registered) {
     pthread_mutex_init(&g_ctx.reg_lock, nullptr);
     pthread_mutex_init(&g_ctx.gpu_lock, nullptr);
+    pthread_mutex_init(&g_ctx.graph_lock, nullptr);
     if (pthread_atfork(atfork_prepare, atfork_parent, atfork_child) != 0) {
       debug_log("pthread_atfork failed; not recording");
       return kOff;

@@ -31,12 +31,19 @@ inline constexpr uint32_t kMaxGroupOps = 128;
 inline constexpr uint32_t kOpCaptured = 0x1;   // the stream was capturing when the op was issued
 inline constexpr uint32_t kOpFailed = 0x2;     // the call itself failed: nothing to launch
 inline constexpr uint32_t kOpNoMarkers = 0x4;  // the capture state is unknown: enqueue nothing
+// A captured NCCL op's place in its graph (graphs.cpp).
+struct CaptureRef {
+  int32_t graph;  // graph slot, -1 untracked
+  uint32_t pos;   // 1-based position in the graph
+  bool marked;    // the graph writes its position around this op
+};
 struct GroupOp {
   uint64_t rec_id;
   uint64_t stream;
   uint64_t op_index;  // assigned at the outermost GroupEnd; 0 when untracked
   int32_t comm_slot;  // -1 when the communicator is not in the table
   uint32_t bits;      // kOp*
+  CaptureRef capture;  // kOpCaptured: the op's place in its graph
 };
 
 // Small and touched by every call: kept in static TLS (initial-exec) so reaching it is one load.
@@ -80,6 +87,29 @@ struct CommPriv {
   Deferred deferred[kMaxDeferred];
 };
 
+// A CUDA graph that holds NCCL work, as the agent tracks it privately (fr_graph_entry is the
+// shared part). Filled while the graph is captured (under graph_lock), read-only once launched.
+inline constexpr uint32_t kMaxGraphComms = 16;
+struct GraphComm {
+  int32_t slot;     // communicator table slot
+  uint32_t n_coll;  // collectives of the graph on it
+  uint32_t n_p2p;   // point-to-point ops of the graph on it
+};
+struct GraphPriv {
+  uint64_t handle;      // the CUgraph captured into (atomic)
+  uint64_t capture_id;  // the driver's capture id
+  uint32_t n_comms;     // entries of comms in use (atomic)
+  uint32_t next_op;     // captured ops numbered so far
+  GraphComm comms[kMaxGraphComms];
+};
+// CUgraphExec -> graph slot, open addressing (keys written under graph_lock, read lock-free).
+inline constexpr uint32_t kExecBuckets = 1024;
+struct ExecSlot {
+  uint64_t key;  // the CUgraphExec, 0 = empty (atomic)
+  int32_t graph;  // graph slot, -1: an exec of a graph without NCCL work (atomic)
+  uint32_t pad;
+};
+
 // The one context of the process. Zero-initialised (constinit), so loading the library does
 // nothing; start() fills it at the first NCCL call.
 struct Context {
@@ -102,6 +132,16 @@ struct Context {
   uint64_t comm_gen;  // bumped whenever a handle is (re)mapped: per-thread caches see it (atomic)
   uint32_t ring_mask;  // ring_cap - 1 when ring_cap is a power of two, else 0
   CommPriv* priv;
+  // CUDA graphs (graphs.cpp)
+  uint32_t graph_cap;
+  uint32_t capture_cap;
+  fr_graph_entry* graphs;
+  fr_record* captures;
+  GraphPriv* graph_priv;
+  ExecSlot* execs;
+  uint32_t next_graph_slot;    // under graph_lock
+  uint32_t next_capture_slot;  // (atomic)
+  pthread_mutex_t graph_lock;  // graph registration (capture and instantiate, never on a launch)
   uint32_t next_comm_slot;  // allocation counter of the comm table (atomic)
   uint64_t next_group_id;   // (atomic)
   uint64_t init_all_calls;  // (atomic) per-process counter for ncclCommInitAll ids
@@ -324,5 +364,23 @@ FR_HIDDEN bool gpu_before(int32_t slot, uint64_t stream, uint64_t index);
 // Places the "completed" marker after a launch; false if untracked.
 FR_HIDDEN bool gpu_after(int32_t slot, uint64_t stream, uint64_t index);
 FR_HIDDEN void gpu_forget_in_child();
+// Writes `value` to `word` (a word of the log) from `stream`: a stream memory write, captured into
+// the graph when the stream is capturing. False when markers are not in use or the write failed.
+FR_HIDDEN bool gpu_write_word(uint64_t stream, uint64_t* word, uint64_t value);
+// The driver's capture id and graph of a capturing stream; false when it cannot tell.
+FR_HIDDEN bool gpu_capture_info(uint64_t stream, uint64_t* capture_id, uint64_t* graph);
+
+// ---- CUDA graphs (graphs.cpp) ------------------------------------------------------------------
+// A captured NCCL op: its position in the graph being captured on `stream`. Fills the record's
+// graph id (aux) and position (op_index), places the "started" position write, and returns the
+// graph slot (-1 when the graph cannot be tracked).
+FR_HIDDEN CaptureRef graph_capture_op(fr_record& r, int32_t comm_slot, bool p2p, bool write_start);
+// After the captured call returned: the "completed" position write and the capture-table copy.
+FR_HIDDEN void graph_capture_done(const CaptureRef& c, int32_t comm_slot, uint64_t stream,
+                                  const fr_record& r, bool ok, bool write_end);
+// A captured group's launch returned `res`: the "finished" position write of one of its ops.
+FR_HIDDEN void graph_capture_finish_in_group(const CaptureRef& c, int32_t comm_slot,
+                                             uint64_t stream, ncclResult_t res);
+FR_HIDDEN void graphs_forget_in_child();
 
 }  // namespace fr::agent

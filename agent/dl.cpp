@@ -166,15 +166,15 @@ int os_pthread_sigmask(int how, const sigset_t* set, sigset_t* old) {
 
 namespace {
 
-// Whether `handle` (valid: a lookup on it just succeeded) is one of libnccl.so's.
-bool is_nccl_handle(void* handle) {
+// Whether `handle` (valid: a lookup on it just succeeded) is one of `lib`'s (a file name prefix).
+bool is_handle_of(void* handle, const char* lib) {
   struct link_map* lm = nullptr;
   if (dlinfo(handle, RTLD_DI_LINKMAP, &lm) != 0 || lm == nullptr || lm->l_name == nullptr)
     return false;
   const char* base = lm->l_name;
   for (const char* c = lm->l_name; *c != '\0'; ++c)
     if (*c == '/') base = c + 1;
-  return starts_with(base, "libnccl.so");
+  return starts_with(base, lib);
 }
 
 // The agent's own wrapper of `name`, when it exports one.
@@ -183,11 +183,18 @@ void* own_wrapper(const char* name) {
   return elf_find(g_self, name);
 }
 
+// NCCL's functions on its handles; the graph entries (and cuGetProcAddress, through which the
+// runtime reaches the driver) on the driver's and the runtime's handles.
 void* substitute(void* handle, const char* name, void* found) {
-  if (found == nullptr || name == nullptr || !starts_with(name, "nccl")) return found;
-  if (!is_nccl_handle(handle)) return found;
+  if (found == nullptr || name == nullptr) return found;
+  const char* lib = starts_with(name, "nccl")        ? "libnccl.so"
+                    : starts_with(name, "cudaGraph") ? "libcudart.so"
+                    : starts_with(name, "cuGraph") || starts_with(name, "cuGetProcAddress")
+                        ? "libcuda.so"
+                        : nullptr;
+  if (lib == nullptr || !is_handle_of(handle, lib)) return found;
   void* w = own_wrapper(name);
-  if (w != nullptr) debug_log("dlsym(libnccl, %s): answering the agent's wrapper", name);
+  if (w != nullptr) debug_log("dlsym(%s, %s): answering the agent's wrapper", lib, name);
   return w != nullptr ? w : found;
 }
 

@@ -31,6 +31,10 @@ struct CudaApi {
   CUresult (*event_query)(CUevent);
   CUresult (*event_destroy)(CUevent);
   CUresult (*exchange_capture_mode)(CUstreamCaptureMode*);
+  CUresult (*capture_info_v3)(CUstream, CUstreamCaptureStatus*, cuuint64_t*, CUgraph*,
+                              const CUgraphNode**, const CUgraphEdgeData**, size_t*);
+  CUresult (*capture_info_v2)(CUstream, CUstreamCaptureStatus*, cuuint64_t*, CUgraph*,
+                              const CUgraphNode**, size_t*);
 };
 
 // Events waiting for the poller: one per marker that the stream could not write itself.
@@ -100,6 +104,10 @@ bool load_cuda() {
   g_cuda.event_destroy = (decltype(g_cuda.event_destroy))sym("cuEventDestroy_v2", "cuEventDestroy");
   g_cuda.exchange_capture_mode = (decltype(g_cuda.exchange_capture_mode))sym(
       "cuThreadExchangeStreamCaptureMode", nullptr);
+  g_cuda.capture_info_v3 =
+      (decltype(g_cuda.capture_info_v3))sym("cuStreamGetCaptureInfo_v3", nullptr);
+  g_cuda.capture_info_v2 =
+      (decltype(g_cuda.capture_info_v2))sym("cuStreamGetCaptureInfo_v2", nullptr);
   __atomic_store_n(&g_cuda_loaded, 1, __ATOMIC_RELEASE);
   return true;
 }
@@ -299,6 +307,29 @@ bool gpu_before(int32_t slot, uint64_t stream, uint64_t index) {
 
 bool gpu_after(int32_t slot, uint64_t stream, uint64_t index) {
   return place(slot, stream, index, true);
+}
+
+bool gpu_write_word(uint64_t stream, uint64_t* word, uint64_t value) {
+  if (gpu_prepare() != kGpuMarkers) return false;
+  uint64_t off = (uint64_t)((uint8_t*)word - g_ctx.map);
+  return g_cuda.stream_write_value64((CUstream)stream, g_ctx.dev_base + off, value, 0) ==
+         CUDA_SUCCESS;
+}
+
+bool gpu_capture_info(uint64_t stream, uint64_t* capture_id, uint64_t* graph) {
+  if (__atomic_load_n(&g_cuda_loaded, __ATOMIC_ACQUIRE) <= 0) return false;
+  CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t id = 0;
+  CUgraph g = nullptr;
+  CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+  if (g_cuda.capture_info_v3 != nullptr)
+    r = g_cuda.capture_info_v3((CUstream)stream, &st, &id, &g, nullptr, nullptr, nullptr);
+  else if (g_cuda.capture_info_v2 != nullptr)
+    r = g_cuda.capture_info_v2((CUstream)stream, &st, &id, &g, nullptr, nullptr);
+  if (r != CUDA_SUCCESS || st != CU_STREAM_CAPTURE_STATUS_ACTIVE) return false;
+  *capture_id = (uint64_t)id;
+  *graph = (uint64_t)(uintptr_t)g;
+  return true;
 }
 
 void gpu_forget_in_child() {

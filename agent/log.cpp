@@ -66,7 +66,8 @@ static uint32_t ring_capacity() {
     debug_log("FR_BUFFER_ENTRIES=%s is above the maximum; using %u records (%llu MiB of shared "
               "memory per process)",
               v, FR_MAX_RING_CAPACITY,
-              (unsigned long long)(fr_log_file_size(FR_DEFAULT_COMM_CAPACITY, FR_MAX_RING_CAPACITY) >> 20));
+              (unsigned long long)(fr_log_file_size(FR_DEFAULT_COMM_CAPACITY, FR_MAX_RING_CAPACITY,
+                                                    FR_DEFAULT_GRAPH_CAPACITY, FR_DEFAULT_CAPTURE_CAPACITY) >> 20));
     x = FR_MAX_RING_CAPACITY;
   }
   return (uint32_t)x;
@@ -138,7 +139,9 @@ bool log_open() {
   c.ring_cap = ring_capacity();
   c.ring_mask = (c.ring_cap & (c.ring_cap - 1)) == 0 ? c.ring_cap - 1 : 0;
   c.comm_cap = FR_DEFAULT_COMM_CAPACITY;
-  c.map_size = fr_log_file_size(c.comm_cap, c.ring_cap);
+  c.graph_cap = FR_DEFAULT_GRAPH_CAPACITY;
+  c.capture_cap = FR_DEFAULT_CAPTURE_CAPACITY;
+  c.map_size = fr_log_file_size(c.comm_cap, c.ring_cap, c.graph_cap, c.capture_cap);
 
   // The private side tables first: if they fail there is no file to clean up.
   uint32_t buckets = 1;
@@ -146,7 +149,9 @@ bool log_open() {
   uint64_t keys_bytes = (uint64_t)buckets * sizeof(uint64_t);
   uint64_t slots_bytes = (uint64_t)buckets * sizeof(int32_t);
   uint64_t priv_off = (keys_bytes + slots_bytes + 63) & ~63ull;
-  c.priv_size = priv_off + (uint64_t)c.comm_cap * sizeof(CommPriv);
+  uint64_t graph_priv_off = (priv_off + (uint64_t)c.comm_cap * sizeof(CommPriv) + 63) & ~63ull;
+  uint64_t exec_off = graph_priv_off + (uint64_t)c.graph_cap * sizeof(GraphPriv);
+  c.priv_size = exec_off + (uint64_t)kExecBuckets * sizeof(ExecSlot);
   c.priv_map = (uint8_t*)map_private(c.priv_size);
   if (c.priv_map == nullptr) {
     debug_log("cannot map %llu bytes of private tables", (unsigned long long)c.priv_size);
@@ -156,6 +161,8 @@ bool log_open() {
   c.handle_slots = (int32_t*)(c.priv_map + keys_bytes);
   c.handle_mask = buckets - 1;
   c.priv = (CommPriv*)(c.priv_map + priv_off);
+  c.graph_priv = (GraphPriv*)(c.priv_map + graph_priv_off);
+  c.execs = (ExecSlot*)(c.priv_map + exec_off);
 
   fr_log_header id = {};
   fill_identity(&id);
@@ -210,6 +217,8 @@ bool log_open() {
   c.hdr = (fr_log_header*)c.map;
   c.comms = (fr_comm_entry*)(c.map + fr_log_comm_offset());
   c.ring = (fr_record*)(c.map + fr_log_ring_offset(c.comm_cap));
+  c.graphs = (fr_graph_entry*)(c.map + fr_log_graph_offset(c.comm_cap, c.ring_cap));
+  c.captures = (fr_record*)(c.map + fr_log_capture_offset(c.comm_cap, c.ring_cap, c.graph_cap));
 
   fr_log_header* h = c.hdr;  // the file is zero-filled: only non-zero fields are written
   h->version = FR_LOG_VERSION;
@@ -220,6 +229,11 @@ bool log_open() {
   h->ring_capacity = c.ring_cap;
   h->comm_offset = fr_log_comm_offset();
   h->ring_offset = fr_log_ring_offset(c.comm_cap);
+  h->graph_offset = fr_log_graph_offset(c.comm_cap, c.ring_cap);
+  h->graph_capacity = c.graph_cap;
+  h->graph_size = sizeof(fr_graph_entry);
+  h->capture_offset = fr_log_capture_offset(c.comm_cap, c.ring_cap, c.graph_cap);
+  h->capture_capacity = c.capture_cap;
   h->file_size = c.map_size;
   h->create_ns = create_ns;
   h->create_mono_ns = (uint64_t)mono.tv_sec * 1000000000ull + (uint64_t)mono.tv_nsec;

@@ -202,6 +202,8 @@ struct OpState {
   RecTidOp tid_op;     // as written at entry
   uint32_t flags;      // as written at entry: FR_REC_F_IN_GROUP and _CAPTURED say how it launches
   uint32_t group_pos;  // in a group: index in the thread's group ops, or kMaxGroupOps
+  CaptureRef capture;  // captured: the op's place in its graph
+  fr_record cap;       // captured: the whole record, for the graph's capture table (cold path)
 };
 
 // Every word of a record entering its call, stored into its slot (held) directly.
@@ -226,6 +228,30 @@ FR_INLINE void store_entry(fr_record* s, uint64_t id, uint64_t comm_id, uint64_t
   set_record_word(s, offsetof(fr_record, aux), aux);
 }
 
+// Capture time (cold): the op's place in its graph, and the graph's position write before it.
+__attribute__((noinline, cold)) void capture_enter(const OpArgs& a, OpState& o, uint64_t* aux,
+                                                   uint32_t* flags) {
+  fr_record r = {};
+  r.stream = o.stream;
+  r.call_ns = o.call_ns;
+  o.capture = graph_capture_op(r, o.c.slot, a.p2p, true);
+  if (o.capture.graph >= 0) {
+    *aux = r.aux;
+    o.op_index = r.op_index;
+    *flags = r.flags & FR_REC_F_GPU_POSITION;
+  }
+}
+
+// The captured op's whole record, as it returned, into the graph's capture table.
+__attribute__((noinline, cold)) void capture_exit(OpState& o, ncclResult_t res, uint64_t duration,
+                                                  uint32_t flags) {
+  o.cap.duration_ns = duration;
+  o.cap.result = (int32_t)res;
+  o.cap.flags = flags;
+  bool ok = res == ncclSuccess || res == ncclInProgress;
+  graph_capture_done(o.capture, o.c.slot, o.stream, o.cap, ok, !(o.flags & FR_REC_F_IN_GROUP));
+}
+
 // Entry: every field of the record is stored into its slot directly, under the slot's lock.
 FR_INLINE void op_enter(const OpArgs& a, OpState& o) {
   ThreadState& t = thread_state();
@@ -233,12 +259,7 @@ FR_INLINE void op_enter(const OpArgs& a, OpState& o) {
   o.call_ns = now_ns();
   o.stream = (uint64_t)(uintptr_t)a.stream;
   const bool in_group = t.group_depth > 0;
-  uint64_t seq = 0;
-  if (o.c.entry != nullptr) {
-    seq = __atomic_add_fetch(a.p2p ? &o.c.entry->p2p_seq : &o.c.entry->coll_seq, 1,
-                             __ATOMIC_RELAXED);
-    __atomic_store_n(&o.c.entry->last_call_ns, o.call_ns, __ATOMIC_RELAXED);
-  }
+  if (o.c.entry != nullptr) __atomic_store_n(&o.c.entry->last_call_ns, o.call_ns, __ATOMIC_RELAXED);
   bool captured = false;
   bool no_markers = false;  // the stream's capture state is unknown: enqueue nothing into it
   o.op_index = 0;
@@ -253,8 +274,20 @@ FR_INLINE void op_enter(const OpArgs& a, OpState& o) {
       if (gpu_before(o.c.slot, o.stream, index)) o.op_index = index;
     }
   }
+  // A captured op runs at each replay: it takes its sequence numbers there (graphs.cpp), and
+  // its record names the graph and its place in it.
+  uint64_t seq = 0;
+  uint64_t aux = a.aux;
+  uint32_t capture_flags = 0;
+  o.capture = CaptureRef{-1, 0, false};
+  if (__builtin_expect(captured, 0))
+    capture_enter(a, o, &aux, &capture_flags);
+  else if (o.c.entry != nullptr)
+    seq = __atomic_add_fetch(a.p2p ? &o.c.entry->p2p_seq : &o.c.entry->coll_seq, 1,
+                             __ATOMIC_RELAXED);
   o.flags = FR_REC_F_IN_CALL | a.flags | (o.c.nonblocking ? FR_REC_F_NONBLOCKING : 0u) |
-            (in_group ? FR_REC_F_IN_GROUP : 0u) | (captured ? FR_REC_F_CAPTURED : 0u);
+            (in_group ? FR_REC_F_IN_GROUP : 0u) | (captured ? FR_REC_F_CAPTURED : 0u) |
+            capture_flags;
   o.tid_op = RecTidOp{current_tid(), (uint16_t)a.op, (uint8_t)a.dtype, FR_GPU_NONE};
 
   HeldRecord h;
@@ -264,8 +297,14 @@ FR_INLINE void op_enter(const OpArgs& a, OpState& o) {
     store_entry(h.slot, o.id, o.c.id, seq, o.op_index, (uint64_t)a.count, o.stream,
                 in_group ? t.group_id : 0, o.call_ns, (uint64_t)(uintptr_t)a.send,
                 (uint64_t)(uintptr_t)a.recv, o.tid_op, RecRedopPeer{a.redop, a.peer}, o.flags,
-                a.aux);
+                aux);
     record_release(h);
+  }
+  if (__builtin_expect(captured, 0)) {
+    o.cap = fr_record{};
+    store_entry(&o.cap, o.id, o.c.id, 0, o.op_index, (uint64_t)a.count, o.stream,
+                in_group ? t.group_id : 0, o.call_ns, (uint64_t)(uintptr_t)a.send,
+                (uint64_t)(uintptr_t)a.recv, o.tid_op, RecRedopPeer{a.redop, a.peer}, o.flags, aux);
   }
   if (in_group) {
     if (t.n_ops < kMaxGroupOps) {
@@ -273,7 +312,8 @@ FR_INLINE void op_enter(const OpArgs& a, OpState& o) {
       thread_ops()[o.group_pos] = GroupOp{o.id, o.stream, 0, o.c.slot,
                                           captured     ? kOpCaptured
                                           : no_markers ? kOpNoMarkers
-                                                       : 0u};
+                                                       : 0u,
+                                          o.capture};
     } else {
       t.overflow = 1;
     }
@@ -322,6 +362,9 @@ FR_INLINE void op_exit(OpState& o, ncclResult_t res) {
   // after the exit's own store, so a release on another thread cannot be overwritten by it.
   if (res == ncclInProgress && !(o.flags & (FR_REC_F_IN_GROUP | FR_REC_F_CAPTURED)))
     defer(o.c.slot, o.id, o.stream, o.op_index);
+  // Captured: the record goes into the graph's capture table; in a group, the graph's "finished"
+  // write follows the group's launch (group_after_launch).
+  if (__builtin_expect(o.flags & FR_REC_F_CAPTURED, 0)) capture_exit(o, res, duration, flags);
 }
 
 // Inlined into each wrapper whole, so the arguments stay in registers on their way to the record.
@@ -437,6 +480,8 @@ void group_after_launch(ThreadState& t, Pair* pairs, uint32_t n_pairs, ncclResul
   GroupOp* ops = thread_ops();
   for (uint32_t i = 0; i < t.n_ops; ++i) {
     const GroupOp& op = ops[i];
+    if ((op.bits & kOpCaptured) && !(op.bits & kOpFailed))
+      graph_capture_finish_in_group(op.capture, op.comm_slot, op.stream, res);
     if (op.bits & (kOpCaptured | kOpFailed)) continue;  // not launched here, or already marked
     bool tracked = op.op_index != 0 && pair_tracked(pairs, n_pairs, op);
     uint64_t index = tracked ? op.op_index : 0;

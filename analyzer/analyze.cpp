@@ -214,6 +214,19 @@ std::vector<Missing> missing_members(const Model& m, const Comm& c, const std::s
   return out;
 }
 
+// The replay a graph op ran in, for verdicts and evidence.
+json replay_json(const ReplayTag& t, const Op& o) {
+  return json{{"graph", t.graph},   {"replay", t.replay},
+              {"captured_op", t.pos}, {"captured_ops", t.ops},
+              {"op", fr::log::op_name(o.op)}, {"seq", o.seq},
+              {"count", o.count},  {"dtype", fr::log::dtype_name(o.dtype)}};
+}
+
+std::string replay_text(const ReplayTag& t) {
+  return " (replay " + std::to_string(t.replay) + " of CUDA graph " + std::to_string(t.graph) +
+         ", captured op " + std::to_string(t.pos) + " of " + std::to_string(t.ops) + ")";
+}
+
 json member_evidence(const Model& m, const CommMember& mem, const Frontier& f, const std::string& state) {
   const Proc& p = m.procs[mem.proc];
   json e;
@@ -222,10 +235,25 @@ json member_evidence(const Model& m, const CommMember& mem, const Frontier& f, c
   e["host"] = p.host;
   e["alive"] = p.alive;
   auto opj = [&](const Op* o, uint64_t seq) -> json {
-    if (o) return op_json(*o, p.clock_offset_ns);
+    if (o) {
+      json j = op_json(*o, p.clock_offset_ns);
+      if (const ReplayTag* t = replay_of(p, o)) j["graph_replay"] = replay_json(*t, *o);
+      return j;
+    }
     if (seq == 0) return nullptr;
     return json{{"seq", seq}, {"op", "unknown"}, {"note", "record no longer in the ring"}};
   };
+  // Revoke, suspend, resume and abort change what a member can still do: shown with its state.
+  const ProcComm& pc = p.comms[mem.pc];
+  if (pc.has_entry && pc.state != FR_COMM_LIVE) e["comm_state"] = fr::log::comm_state_name(pc.state);
+  for (uint32_t k = pc.ops_end; k-- > pc.ops_begin;) {
+    const uint16_t op = p.ops[k].op;
+    if (op == FR_OP_COMM_REVOKE || op == FR_OP_COMM_SUSPEND || op == FR_OP_COMM_RESUME ||
+        op == FR_OP_COMM_ABORT) {
+      e["last_lifecycle_call"] = op_json(p.ops[k], p.clock_offset_ns);
+      break;
+    }
+  }
   e["last_enqueued"] = opj(f.last_enq, f.enq);
   e["last_started"] = opj(f.last_started, f.started);
   e["last_completed"] = opj(f.last_completed, f.completed);
@@ -465,8 +493,14 @@ Stall mismatch_stall(const Model& m, int ci, uint64_t seq) {
   for (const auto& [v, ranks] : groups)
     if (v != expected) odd += (odd.empty() ? "" : ", ") + v + " on rank" + (ranks.size() > 1 ? "s " : " ") +
                               ranks_text(ranks);
+  std::string replay;
+  for (const Row& r : rows)
+    if (const ReplayTag* t = replay_of(*r.p, r.op); t && replay.empty() && !culprits.count(r.rank)) {
+      replay = replay_text(*t);
+      s.extra["graph_replay"] = replay_json(*t, *r.op);
+    }
   s.summary = "mismatch in " + s.op + " #" + std::to_string(seq) + " on comm " +
-              comm_text(c) + ": " + field->name + " differs (" +
+              comm_text(c) + replay + ": " + field->name + " differs (" +
               (expected.empty() ? "" : "expected " + expected + "; ") + odd + ")";
   return s;
 }
@@ -525,6 +559,7 @@ void analyze_collectives(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* fron
   s.seq = t;
   std::vector<int> not_entered, not_started, not_completed, started, unknown;
   const Op* sample = nullptr;
+  const ReplayTag* replay = nullptr;
   std::vector<const Op*> at(n, nullptr);
   for (size_t i = 0; i < n; ++i) {
     const Proc& p = m.procs[c.members[i].proc];
@@ -534,6 +569,7 @@ void analyze_collectives(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* fron
       continue;
     }
     at[i] = find_seq(p, p.comms[c.members[i].pc], t, false);
+    if (at[i] && !replay) replay = replay_of(p, at[i]);
     if (at[i]) {
       if (!sample) sample = at[i];
       s.t_start = std::min(s.t_start, aligned(p, at[i]->call_ns));
@@ -546,8 +582,10 @@ void analyze_collectives(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* fron
     else { not_completed.push_back(p.rank); started.push_back(p.rank); }
   }
   s.op = sample ? fr::log::op_name(sample->op) : "collective";
+  // An op of a CUDA graph is named with the replay it ran in and its place in the graph.
+  if (replay && sample) s.extra["graph_replay"] = replay_json(*replay, *sample);
   const std::string where = s.op + " #" + std::to_string(t) + " on comm " +
-                            comm_text(c);
+                            comm_text(c) + (replay ? replay_text(*replay) : std::string());
   if (sample && sample->group_id != 0) {
     // A grouped launch is one unit: name every op of the group on the first member that has it.
     for (size_t i = 0; i < n; ++i) {
@@ -555,8 +593,13 @@ void analyze_collectives(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* fron
       const Proc& p = m.procs[c.members[i].proc];
       const ProcComm& pc = p.comms[c.members[i].pc];
       json ops = json::array();
+      const ReplayTag* own = replay_of(p, at[i]);
+      auto same_launch = [&](const Op& o) {  // a graph's group runs again at every replay
+        const ReplayTag* t = replay_of(p, &o);
+        return own == nullptr ? t == nullptr : t != nullptr && t->replay == own->replay && t->graph == own->graph;
+      };
       for (uint32_t k = pc.ops_begin; k < pc.ops_end; ++k)
-        if (p.ops[k].group_id == at[i]->group_id && counts(p.ops[k]))
+        if (p.ops[k].group_id == at[i]->group_id && counts(p.ops[k]) && same_launch(p.ops[k]))
           ops.push_back(json{{"op", fr::log::op_name(p.ops[k].op)}, {"seq", p.ops[k].seq},
                              {"kind", fr::log::op_is_p2p(p.ops[k].op) ? "p2p" : "coll"}});
       s.extra["group"] = {{"group_id", at[i]->group_id}, {"ops", ops}};
@@ -665,6 +708,22 @@ void analyze_joining(Ctx& ctx, int ci) {
   for (const auto& mm : missing_members(m, c, ctx.job_missing)) {
     ++missing_n;
     if (mm.global >= 0) missing_global.push_back(mm.global);
+  }
+  // A grow waits for ranks that are no members of the parent: the joiners. Its members know how
+  // many (nRanks, the record's count); the job's ranks that are in no dump, or members of no
+  // communicator of this lineage, are who they would be.
+  if (sample->op == FR_OP_COMM_GROW && c.size > 0 && sample->count > static_cast<uint64_t>(c.size) &&
+      absent.empty()) {
+    const size_t joiners = static_cast<size_t>(sample->count) - static_cast<size_t>(c.size);
+    std::set<int> members;
+    for (const auto& mem : c.members) members.insert(m.procs[mem.proc].rank);
+    std::vector<int> candidates(ctx.job_missing.begin(), ctx.job_missing.end());
+    for (const auto& p : m.procs)
+      if (!members.count(p.rank) && !p.alive && std::find(candidates.begin(), candidates.end(), p.rank) == candidates.end())
+        candidates.push_back(p.rank);  // an earlier process of a rank that left
+    std::sort(candidates.begin(), candidates.end());
+    missing_n += joiners;
+    for (size_t i = 0; i < candidates.size() && i < joiners; ++i) missing_global.push_back(candidates[i]);
   }
   if (absent.empty() && missing_n == 0) return;  // everyone is in it: it is about to return
   Stall s;
@@ -915,11 +974,17 @@ void analyze_p2p(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* frontier_jso
     s.blocked.push_back(p.rank);
     ctx.blocked[p.rank].push_back({ci, since.count(p.rank) ? since[p.rank] : s.t_start});
   }
+  std::string replay;
   if (first_unmatched) {
     s.seq = first_unmatched->seq;
     s.op = fr::log::op_name(first_unmatched->op);
+    for (size_t i = 0; i < n && replay.empty(); ++i)
+      if (const ReplayTag* t = replay_of(m.procs[c.members[i].proc], first_unmatched)) {
+        s.extra["graph_replay"] = replay_json(*t, *first_unmatched);
+        replay = replay_text(*t);
+      }
   }
-  const std::string cname = comm_text(c);
+  const std::string cname = comm_text(c) + replay;
   if (!culprits.empty()) {
     s.kind = "p2p_unmatched";
     s.prio = kP2p;

@@ -224,6 +224,123 @@ Loaded load_one(const Job& job) {
 
 }  // namespace
 
+namespace {
+
+// A record as the analysis sees it: one the program issued, or one made from a graph replay.
+struct Entry {
+  fr_record raw;
+  fr_gpu_state gpu_state;
+  bool replayed = false;
+  ReplayTag tag;
+};
+
+// The GPU state of captured op `pos` (on communicator `c`) in the newest replay of graph
+// `ordinal`, from the positions the graph writes into the communicator's entry.
+fr_gpu_state replay_state(const fr_comm_entry* c, uint32_t ordinal, uint32_t pos) {
+  if (c == nullptr) return FR_GPU_ENQUEUED;
+  if (FR_GRAPH_POS_ORDINAL(c->graph_completed) == ordinal && FR_GRAPH_POS_OP(c->graph_completed) >= pos)
+    return FR_GPU_COMPLETED;
+  if (FR_GRAPH_POS_ORDINAL(c->graph_started) == ordinal && FR_GRAPH_POS_OP(c->graph_started) >= pos)
+    return FR_GPU_STARTED;
+  return FR_GPU_ENQUEUED;
+}
+
+// Every record of the log, each graph replay followed by the ops it ran (the graph's captured ops,
+// from the capture table). Replayed ops take their sequence numbers from the communicator's
+// counters, which advance by the graph's ops at each replay: counted back from the newest
+// (the entry's counter), re-anchored at every op the program issued itself.
+std::vector<Entry> expand_replays(const fr::log::LogFile& log, uint32_t* n_graphs, uint64_t* n_replays) {
+  struct Graph {
+    const fr_graph_entry* entry;
+    std::vector<const fr_record*> ops;  // by position
+    bool positions = false;
+  };
+  std::unordered_map<uint64_t, Graph> graphs;
+  for (const fr_graph_entry& g : log.graphs)
+    graphs[g.id] = Graph{&g, {}, (g.flags & FR_GRAPH_F_GPU_POSITION) != 0};
+  for (const fr_record& r : log.captures) {
+    auto it = graphs.find(r.aux);
+    if (it == graphs.end() || r.op_index == 0 || r.op_index > 65536) continue;
+    if (!fr::log::op_is_collective(r.op) && !fr::log::op_is_p2p(r.op)) continue;
+    auto& ops = it->second.ops;
+    if (ops.size() < r.op_index) ops.resize(r.op_index, nullptr);
+    ops[r.op_index - 1] = &r;
+  }
+  *n_graphs = static_cast<uint32_t>(graphs.size());
+  // Each launch resets the positions of its communicators: they belong to the newest launch.
+  uint64_t newest_launch = UINT64_MAX;
+  for (const auto& rec : log.records)
+    if (rec.raw.op == FR_OP_GRAPH_LAUNCH && !(rec.raw.flags & FR_REC_F_NEVER_LAUNCHED))
+      newest_launch = rec.raw.id;
+
+  std::vector<Entry> out;
+  out.reserve(log.records.size());
+  const bool markers = (log.header.flags & FR_LOG_F_GPU_MARKERS) != 0;
+  for (const auto& rec : log.records) {
+    out.push_back(Entry{rec.raw, rec.gpu_state, false, ReplayTag{}});
+    if (rec.raw.op != FR_OP_GRAPH_LAUNCH || (rec.raw.flags & FR_REC_F_NEVER_LAUNCHED)) continue;
+    auto it = graphs.find(rec.raw.aux);
+    if (it == graphs.end()) continue;
+    ++*n_replays;
+    const Graph& g = it->second;
+    for (size_t k = 0; k < g.ops.size(); ++k) {
+      const fr_record* t = g.ops[k];
+      if (t == nullptr || (t->flags & FR_REC_F_NEVER_LAUNCHED)) continue;
+      Entry e{*t, FR_GPU_ENQUEUED, true,
+              ReplayTag{rec.raw.seq, g.entry->ordinal, static_cast<uint32_t>(k + 1),
+                        static_cast<uint32_t>(g.ops.size())}};
+      e.raw.id = rec.raw.id;
+      e.raw.seq = 0;
+      e.raw.call_ns = rec.raw.call_ns + k;  // in graph order, for "which op waits longest"
+      e.raw.duration_ns = 0;
+      e.raw.result = 0;
+      e.raw.flags = (t->flags & ~(FR_REC_F_CAPTURED | FR_REC_F_IN_CALL | FR_REC_F_GPU_POSITION)) |
+                    FR_REC_F_LAUNCHED;
+      if (!markers || !g.positions || !(t->flags & FR_REC_F_GPU_POSITION)) {
+        e.raw.flags |= FR_REC_F_GPU_UNTRACKED;
+      } else if (rec.raw.id != newest_launch) {
+        e.gpu_state = FR_GPU_COMPLETED;  // a newer launch followed it on the stream
+      } else {
+        e.gpu_state = replay_state(log.find_comm(t->comm_id), g.entry->ordinal, e.tag.pos);
+      }
+      e.raw.gpu_state = static_cast<uint8_t>(e.gpu_state);
+      out.push_back(e);
+    }
+  }
+  // Sequence numbers, per communicator and kind, counted back from the newest.
+  std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> next;  // comm -> (coll, p2p)
+  for (const fr_comm_entry& c : log.comms) next[c.id] = {c.coll_seq + 1, c.p2p_seq + 1};
+  for (size_t i = out.size(); i-- > 0;) {
+    Entry& e = out[i];
+    bool coll = fr::log::op_is_collective(e.raw.op), p2p = fr::log::op_is_p2p(e.raw.op);
+    if (!coll && !p2p) continue;
+    if (!e.replayed && (e.raw.flags & FR_REC_F_CAPTURED)) continue;
+    auto [it, fresh] = next.try_emplace(e.raw.comm_id, std::pair<uint64_t, uint64_t>{0, 0});
+    uint64_t& cur = coll ? it->second.first : it->second.second;
+    if (!e.replayed) {
+      if (e.raw.seq != 0) cur = e.raw.seq;
+    } else if (cur > 1) {
+      e.raw.seq = --cur;
+    } else {
+      e.raw.seq = 0;  // older than anything the counters can place: shown, never matched
+      e.raw.flags |= FR_REC_F_NEVER_LAUNCHED;
+    }
+    (void)fresh;
+  }
+  return out;
+}
+
+}  // namespace
+
+const ReplayTag* replay_of(const Proc& p, const Op* o) {
+  if (o == nullptr || !(o->flags & kOpReplayed) || p.ops.empty()) return nullptr;
+  if (o < p.ops.data() || o >= p.ops.data() + p.ops.size()) return nullptr;
+  uint32_t idx = static_cast<uint32_t>(o - p.ops.data());
+  auto it = std::lower_bound(p.replays.begin(), p.replays.end(), idx,
+                             [](const std::pair<uint32_t, ReplayTag>& a, uint32_t i) { return a.first < i; });
+  return it != p.replays.end() && it->first == idx ? &it->second : nullptr;
+}
+
 Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind) {
   Proc p;
   const fr_log_header& h = log.header;
@@ -244,6 +361,7 @@ Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind) 
   p.overwritten = h.overwritten;
   p.torn = log.torn + (log.is_snapshot ? h.torn_skipped : 0);
   p.records = log.records.size();
+  const std::vector<Entry> records = expand_replays(log, &p.graphs, &p.graph_replays);
 
   std::unordered_map<uint64_t, uint32_t> index;
   p.comms.reserve(log.comms.size());
@@ -269,8 +387,8 @@ Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind) 
   }
   // Records of communicators the table lost (dropped or torn) still count: a stub entry.
   std::vector<uint32_t> per_comm;
-  per_comm.reserve(log.records.size());
-  for (const auto& rec : log.records) {
+  per_comm.reserve(records.size());
+  for (const auto& rec : records) {
     auto it = index.find(rec.raw.comm_id);
     if (it == index.end()) {
       ProcComm pc;
@@ -288,12 +406,14 @@ Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind) 
     p.comms[i].ops_begin = start[i];
     p.comms[i].ops_end = start[i + 1];
   }
-  p.ops.resize(log.records.size());
+  p.ops.resize(records.size());
   std::vector<uint32_t> fill(start.begin(), start.end() - 1);
-  for (size_t i = 0; i < log.records.size(); ++i) {
-    const fr_record& r = log.records[i].raw;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const fr_record& r = records[i].raw;
     ProcComm& pc = p.comms[per_comm[i]];
-    Op& o = p.ops[fill[per_comm[i]]++];
+    const uint32_t at = fill[per_comm[i]]++;
+    Op& o = p.ops[at];
+    if (records[i].replayed) p.replays.emplace_back(at, records[i].tag);
     o.seq = r.seq;
     o.count = r.count;
     o.call_ns = r.call_ns;
@@ -304,12 +424,12 @@ Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind) 
     o.dtype = r.dtype;
     // Copied as bytes: a damaged file may hold a value outside the enum, which reads as unknown.
     std::underlying_type_t<fr_gpu_state> gs;
-    std::memcpy(&gs, &log.records[i].gpu_state, sizeof gs);
+    std::memcpy(&gs, &records[i].gpu_state, sizeof gs);
     o.gpu_state = gs <= FR_GPU_COMPLETED ? static_cast<uint8_t>(gs) : static_cast<uint8_t>(FR_GPU_NONE);
     o.redop = r.redop;
     o.peer = r.peer;
     o.result = r.result;
-    o.flags = r.flags;
+    o.flags = r.flags | (records[i].replayed ? kOpReplayed : 0u);
     if (r.op == FR_OP_PUT_SIGNAL || r.op == FR_OP_SIGNAL || r.op == FR_OP_WAIT_SIGNAL) {
       // Signals carry no reduction or data type worth keeping: their signal index goes in redop,
       // their context in dtype (255 stands for 255 and above), so Op stays 64 bytes.
@@ -322,6 +442,23 @@ Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind) 
     if (fr::log::op_is_p2p(r.op)) pc.p2p_seq = std::max(pc.p2p_seq, r.seq);
     if (!pc.has_entry && pc.size < 0) pc.size = -1;
     pc.last_call_ns = std::max(pc.last_call_ns, r.call_ns);
+  }
+  std::sort(p.replays.begin(), p.replays.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  // The coordinating member of a grow: the unique id it made on the parent names, for the joining
+  // ranks, the communicator its grow derived.
+  std::unordered_map<uint64_t, uint64_t> uid_on_parent;  // parent id -> unique id hash
+  for (const auto& rec : log.records) {
+    const fr_record& r = rec.raw;
+    if (r.op == FR_OP_COMM_GET_UNIQUE_ID && r.result == 0 && r.aux != 0) {
+      uid_on_parent[r.comm_id] = r.aux;
+    } else if (r.op == FR_OP_COMM_GROW && r.comm_id != 0 && r.aux != 0 &&
+               (r.result == 0 || r.result == 7 /* ncclInProgress */)) {
+      auto it = uid_on_parent.find(r.comm_id);
+      if (it == uid_on_parent.end()) continue;
+      p.grow_aliases.emplace_back(it->second, r.aux);
+      uid_on_parent.erase(it);  // each unique id serves one grow
+    }
   }
   // A rank the writer never learned: its rank in the largest communicator (DESIGN.md "Identity").
   if (p.rank < 0) {
@@ -451,6 +588,16 @@ Model load_model(const std::vector<std::string>& paths, unsigned threads) {
     for (const auto& [ws, n] : votes)
       if (n >= best) best = n, model.expected_ranks = ws;
   }
+
+  // Grow: the joining ranks' view of a grown communicator is the members' one (DESIGN.md
+  // "Identity"): one communicator per NCCL communicator, whichever side a rank came from.
+  std::unordered_map<uint64_t, uint64_t> grow_alias;
+  for (const Proc& p : model.procs)
+    for (const auto& [uid, derived] : p.grow_aliases) grow_alias.emplace(uid, derived);
+  if (!grow_alias.empty())
+    for (Proc& p : model.procs)
+      for (ProcComm& pc : p.comms)
+        if (auto it = grow_alias.find(pc.id); it != grow_alias.end()) pc.id = it->second;
 
   // Communicators: one per id, members from every process that has it.
   std::unordered_map<uint64_t, int> comm_index;

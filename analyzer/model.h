@@ -33,6 +33,18 @@ struct Op {
 };
 static_assert(sizeof(Op) == 64, "Op stays compact");
 
+// Op::flags bit the loader sets on an op it made from a graph replay (above every FR_REC_F_*).
+inline constexpr uint32_t kOpReplayed = 0x80000000u;
+
+// Where a replayed op comes from: replay `replay` of the process's graph `graph` (its ordinal),
+// captured op `pos` of `ops`.
+struct ReplayTag {
+  uint64_t replay = 0;
+  uint32_t graph = 0;
+  uint32_t pos = 0;
+  uint32_t ops = 0;
+};
+
 // A process's view of one communicator: its table entry (or a stub when only records name it).
 struct ProcComm {
   uint64_t id = 0;
@@ -76,7 +88,18 @@ struct Proc {
   int64_t clock_offset_ns = 0;
   std::vector<ProcComm> comms;
   std::vector<Op> ops;        // grouped by communicator, in record order within each
+  // Ops made from graph replays (kOpReplayed): (index into ops, origin), ascending index.
+  std::vector<std::pair<uint32_t, ReplayTag>> replays;
+  // ncclCommGrow: the id a joining rank gives the grown communicator (its unique id's hash) ->
+  // the id its members derive from their parent. Learned from the coordinating member, whose
+  // ncclCommGetUniqueId on the parent is followed by its grow.
+  std::vector<std::pair<uint64_t, uint64_t>> grow_aliases;
+  uint32_t graphs = 0;        // CUDA graphs holding NCCL work
+  uint64_t graph_replays = 0; // replays recorded in the ring
 };
+
+// The replay an op of `p` was made from, or nullptr for an op the program called itself.
+const ReplayTag* replay_of(const Proc& p, const Op* o);
 
 struct CommMember {
   int rank_in_comm = -1;

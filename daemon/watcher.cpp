@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <ctime>
+#include <map>
 #include <set>
 
 #include "fr/flight_log.h"
@@ -89,6 +90,33 @@ ProcessReport summarize_log(const fr::log::LogFile& log, const std::string& file
       cp.oldest_age_ns = std::max<int64_t>(1, now_real_ns - int64_t(r.raw.call_ns));
       cp.oldest_seq = r.raw.seq;
       cp.oldest_op = r.raw.op;
+    }
+  }
+  // A CUDA graph's ops run at its replays: the newest replay is in flight on each communicator
+  // whose last captured op the replay has not finished (the positions the graph writes).
+  const fr::log::Record* launch = nullptr;
+  for (const auto& r : log.records)
+    if (r.raw.op == FR_OP_GRAPH_LAUNCH && !(r.raw.flags & FR_REC_F_NEVER_LAUNCHED)) launch = &r;
+  const fr_graph_entry* graph = nullptr;
+  if (launch != nullptr)
+    for (const auto& g : log.graphs)
+      if (g.id == launch->raw.aux) graph = &g;
+  if (graph != nullptr && gpu_tracked && (graph->flags & FR_GRAPH_F_GPU_POSITION)) {
+    std::map<uint64_t, const fr_record*> last_on_comm;  // comm -> its last captured op
+    for (const fr_record& op : log.captures)
+      if (op.aux == graph->id) {
+        const fr_record*& last = last_on_comm[op.comm_id];
+        if (last == nullptr || op.op_index > last->op_index) last = &op;
+      }
+    for (auto& cp : p.comms) {
+      auto it = last_on_comm.find(cp.comm_id);
+      if (it == last_on_comm.end() || found.count(cp.comm_id)) continue;
+      const fr_comm_entry* c = log.find_comm(cp.comm_id);
+      if (c != nullptr && c->graph_completed == FR_GRAPH_POS(graph->ordinal, it->second->op_index))
+        continue;  // this communicator's part of the replay finished
+      cp.oldest_age_ns = std::max<int64_t>(1, now_real_ns - int64_t(launch->raw.call_ns));
+      cp.oldest_seq = fr::log::op_is_p2p(it->second->op) ? cp.p2p_seq : cp.coll_seq;
+      cp.oldest_op = it->second->op;
     }
   }
   p.exited_cleanly = !p.alive && all_closed;

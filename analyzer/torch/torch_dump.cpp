@@ -829,7 +829,7 @@ class DumpConverter {
     h.ring_capacity = uint32_t(std::max<uint64_t>(span, 1));
     h.comm_offset = fr_log_comm_offset();
     h.ring_offset = fr_log_ring_offset(h.comm_capacity);
-    h.file_size = fr_log_file_size(h.comm_capacity, h.ring_capacity);
+    h.file_size = fr_log_file_size(h.comm_capacity, h.ring_capacity, 0, 0);
     h.create_ns = min_ns_;
     h.pid = int32_t(int_or(d_, "pid", 0));
     h.global_rank = int32_t(rank_);

@@ -417,6 +417,7 @@ bool Job::start_ranks() {
                                    "--step-jitter", std::to_string(s.jitter),
                                    "--pause-step", std::to_string(s.pause_step),
                                    "--pause-ms", std::to_string(s.pause_ms)};
+  if (o.graphs) args.push_back("--graphs");
   for (const Fault& f : o.faults) {
     args.push_back("--fault");
     args.push_back(f.to_spec());
@@ -755,6 +756,7 @@ json Job::result_json() const {
   r["pause"] = o.shape.pause_step >= 0
                    ? json{{"step", o.shape.pause_step}, {"ms", o.shape.pause_ms}}
                    : json(nullptr);
+  r["graphs"] = o.graphs;
   r["agent"] = o.agent;
   r["daemons"] = o.daemons;
   json faults = json::array();

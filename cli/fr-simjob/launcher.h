@@ -23,6 +23,7 @@ struct LaunchOptions {
   std::vector<Fault> faults;
   std::string out_dir;
   double snapshot_after_s = 0;   // 0: never snapshot a stalled job
+  bool graphs = false;           // --graphs: steps after the first are CUDA-graph replays
   bool agent = true;
   bool daemons = false;
   std::string stall_after = "auto";  // --daemons: the coordinator's --stall-after (auto or SEC)

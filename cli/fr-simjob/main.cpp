@@ -54,6 +54,9 @@ int main(int argc, char** argv) {
       app.add_option("--snapshot-after", o.snapshot_after_s,
                      "take the dump set and stop once no rank has progressed for SEC seconds")
           ->check(CLI::PositiveNumber);
+  app.add_flag("--graphs", o.graphs,
+               "after one eager warm-up step, capture each rank's step into one CUDA graph and "
+               "replay it for every later step (faults then act on replays)");
   app.add_flag("--no-agent", no_agent, "run the ranks without the agent (no flight logs)");
   auto* daemons = app.add_flag("--daemons", o.daemons,
                                "run an frd coordinator and one frd node per simulated node, and "

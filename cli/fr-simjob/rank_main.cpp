@@ -7,7 +7,12 @@
 // direction one NCCL group), the DP all-reduce of gradients, the world all-reduce of the loss and
 // a world broadcast from rank 0; then the stream is synchronized and, until the first fault, the
 // data is checked. Faults are injected exactly where the specification says.
+//
+// With --graphs, step 0 runs eagerly (the warm-up), then the whole step, every communicator's ops
+// included, is captured into one CUDA graph through the CUDA runtime (as torch captures it) and
+// replayed for every later step. Faults then act on replays (see README.md).
 #include <cuda.h>
+#include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <nccl.h>
 #include <signal.h>
@@ -55,6 +60,13 @@ struct Rank {
   int check_until = 0;  // results are checked for steps below this
   RankSlot* slot = nullptr;
   std::string run_dir;
+
+  bool graphs = false;
+  cudaGraphExec_t graph = nullptr;  // --graphs: the step as captured once, replayed every step
+  // The gate kernel captured before each communicator's first op reads this when the replay
+  // reaches it: 1 + the CommKind whose ops stall (0: none), and for how long.
+  volatile int gate_comm = 0;
+  volatile int64_t gate_ms = -1;
 
   CUstream stream = nullptr;
   ncclComm_t world = nullptr, tp = nullptr, pp = nullptr, dp = nullptr;
@@ -248,6 +260,36 @@ void stall_stream(Rank& r, int64_t ms) {
              "cuLaunchHostFunc(stall)");
 }
 
+// --graphs: a kernel captured before a communicator's first op; it stalls the replay in which the
+// host armed it (a device flag read by a spinning kernel, on a real GPU).
+struct Gate {
+  Rank* r;
+  CommKind comm;
+};
+
+void gate_fn(void* p) {
+  auto* g = static_cast<Gate*>(p);
+  if (g->r->gate_comm != static_cast<int>(g->comm) + 1) return;
+  int64_t ms = g->r->gate_ms;
+  if (ms < 0) hang_forever();
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
+void CUDA_CB gate_host_fn(void* p) { gate_fn(p); }
+
+void capture_gate(Rank& r, CommKind comm) {
+  static Gate gates[4];
+  Gate* g = &gates[static_cast<int>(comm)];
+  *g = Gate{&r, comm};
+  using SimLaunch = CUresult (*)(CUstream, void (*)(void*), void*);
+  static SimLaunch sim = reinterpret_cast<SimLaunch>(dlsym(RTLD_DEFAULT, "frsim_stream_launch"));
+  if (sim) {
+    cuda_check(r, sim(r.stream, gate_fn, g), "frsim_stream_launch(gate)");
+    return;
+  }
+  cuda_check(r, cuLaunchHostFunc(r.stream, gate_host_fn, g), "cuLaunchHostFunc(gate)");
+}
+
 // The arguments of one collective after any mismatch fault is applied.
 struct CollArgs {
   size_t count;
@@ -266,7 +308,12 @@ CollArgs apply_mismatch(const Rank& r, int step, CommKind comm, CollArgs a) {
 
 // Before the first op of `comm` in `step`: a gpu-stall lands on the stream here; returns whether
 // a skip fault removes the op.
-bool before_op(Rank& r, int step, CommKind comm) {
+// While capturing (`capturing`), the gate kernel goes there instead: the stall happens in replays.
+bool before_op(Rank& r, int step, CommKind comm, bool capturing = false) {
+  if (capturing) {
+    capture_gate(r, comm);
+    return false;
+  }
   if (const Fault* f = fault_on(r, step, FaultKind::kGpuStall, comm)) stall_stream(r, f->ms);
   return fault_on(r, step, FaultKind::kSkip, comm) != nullptr;
 }
@@ -333,21 +380,14 @@ int check(Rank& r, int step) {
   return bad;
 }
 
-void run_step(Rank& r, int step) {
-  if (fault_at(r, step, FaultKind::kCrash)) {
-    std::fflush(nullptr);
-    ::kill(::getpid(), SIGKILL);
-  }
-  if (fault_at(r, step, FaultKind::kHangHost)) hang_forever();
-  if (int64_t ms = host_ms(r.shape, r.pos.rank, step); ms > 0)
-    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-  for (const Fault& f : r.faults)
-    if (f.rank == r.pos.rank && f.kind == FaultKind::kSlow && step >= f.step)
-      std::this_thread::sleep_for(std::chrono::milliseconds(f.ms));
-
-  bool checking = step < r.check_until;
-  fill(r, step);
+// Issues one step's NCCL ops on the stream, with the faults of `step` applied (eagerly), or
+// captured into a graph (`capturing`: stalls become gate kernels; mismatches and p2p-skip of
+// `step` change the captured ops; step -1 captures the faultless step).
+void issue_ops(Rank& r, int step, bool capturing) {
   cudaStream_t s = nccl_stream(r);
+  auto before_op = [&](Rank& rr, int st, CommKind comm) {
+    return fr::simjob::before_op(rr, st, comm, capturing);
+  };
 
   // Tensor parallel: gather activations, reduce-scatter their gradients.
   if (!before_op(r, step, CommKind::kTp)) {
@@ -418,9 +458,77 @@ void run_step(Rank& r, int step) {
                "ncclBroadcast(world)");
     bump(r);
   }
+}
+
+void rt_check(Rank& r, cudaError_t res, const char* what) {
+  if (res != cudaSuccess)
+    die(r, kExitCudaError, std::string(what) + " failed: " + cudaGetErrorString(res));
+}
+
+// The step's ops captured into one graph, instantiated (through the CUDA runtime, as torch does).
+cudaGraphExec_t capture_step(Rank& r, int fault_step) {
+  cudaStream_t s = nccl_stream(r);
+  rt_check(r, cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+  issue_ops(r, fault_step, true);
+  cudaGraph_t g = nullptr;
+  rt_check(r, cudaStreamEndCapture(s, &g), "cudaStreamEndCapture");
+  cudaGraphExec_t exec = nullptr;
+  rt_check(r, cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
+  rt_check(r, cudaGraphDestroy(g), "cudaGraphDestroy");
+  return exec;
+}
+
+bool captures_differently(const Rank& r, int step) {
+  for (FaultKind k : {FaultKind::kMismatchCount, FaultKind::kMismatchDtype, FaultKind::kMismatchOp,
+                      FaultKind::kMismatchRoot, FaultKind::kP2pSkip})
+    if (fault_at(r, step, k)) return true;
+  return false;
+}
+
+// One replay: the gate armed for a gpu-stall of this step, a graph of its own for a fault that
+// changes the ops, the faultless graph otherwise.
+void replay_step(Rank& r, int step) {
+  if (!r.graph) r.graph = capture_step(r, -1);
+  r.gate_comm = 0;
+  for (const Fault& f : r.faults)
+    if (f.rank == r.pos.rank && f.step == step && f.kind == FaultKind::kGpuStall) {
+      r.gate_ms = f.ms;
+      r.gate_comm = static_cast<int>(f.comm) + 1;
+    }
+  cudaGraphExec_t exec = r.graph;
+  if (captures_differently(r, step)) exec = capture_step(r, step);
+  rt_check(r, cudaGraphLaunch(exec, nccl_stream(r)), "cudaGraphLaunch");
+  bump(r);
+}
+
+void run_step(Rank& r, int step) {
+  if (fault_at(r, step, FaultKind::kCrash)) {
+    std::fflush(nullptr);
+    ::kill(::getpid(), SIGKILL);
+  }
+  if (fault_at(r, step, FaultKind::kHangHost)) hang_forever();
+  if (int64_t ms = host_ms(r.shape, r.pos.rank, step); ms > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  for (const Fault& f : r.faults)
+    if (f.rank == r.pos.rank && f.kind == FaultKind::kSlow && step >= f.step)
+      std::this_thread::sleep_for(std::chrono::milliseconds(f.ms));
+
+  bool replay = r.graphs && step > 0;
+  if (replay && fault_at(r, step, FaultKind::kSkip)) {  // the whole replay is skipped
+    if (r.slot) r.slot->steps_done.fetch_add(1);
+    bump(r);
+    return;
+  }
+  bool checking = step < r.check_until;
+  fill(r, step);
+  if (replay)
+    replay_step(r, step);
+  else
+    issue_ops(r, step, false);
 
   // The step ends where a real loop reads its loss: the host waits for the stream.
   cuda_check(r, cuStreamSynchronize(r.stream), "cuStreamSynchronize");
+  r.gate_comm = 0;
   if (checking) {
     int bad = check(r, step);
     if (bad && r.slot) r.slot->check_failures.fetch_add(bad);
@@ -441,7 +549,7 @@ int usage(const std::string& msg) {
   std::fprintf(stderr, "fr-simjob-rank: %s\n", msg.c_str());
   std::fprintf(stderr,
                "usage: fr-simjob-rank --nodes N --ranks-per-node R --tp T --pp P --steps S "
-               "[--fault SPEC]...\n(started by fr-simjob with RANK, WORLD_SIZE and %s set)\n",
+               "[--graphs] [--fault SPEC]...\n(started by fr-simjob with RANK, WORLD_SIZE and %s set)\n",
                kEnvRunDir);
   return kExitUsage;
 }
@@ -458,6 +566,10 @@ int main(int argc, char** argv) {
   }
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    if (a == "--graphs") {
+      r.graphs = true;
+      continue;
+    }
     if (i + 1 >= argc) return usage("missing value after " + a);
     std::string v = argv[++i];
     int* target = a == "--nodes"            ? &r.shape.nodes
@@ -512,6 +624,7 @@ int main(int argc, char** argv) {
   if (r.slot) r.slot->phase.store(static_cast<uint32_t>(RankPhase::kRunning));
   for (int step = 0; step < r.shape.steps; ++step) run_step(r, step);
 
+  if (r.graph) rt_check(r, cudaGraphExecDestroy(r.graph), "cudaGraphExecDestroy");
   for (ncclComm_t* c : {&r.dp, &r.pp, &r.tp, &r.world})
     nccl_check(r, ncclCommFinalize(*c), "ncclCommFinalize");
   for (ncclComm_t* c : {&r.dp, &r.pp, &r.tp, &r.world})

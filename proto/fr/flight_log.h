@@ -5,6 +5,13 @@
  * A flight log is a single file (by default in /dev/shm) made of three parts at fixed offsets:
  *
  *   [fr_log_header][fr_comm_entry x comm_capacity][fr_record x ring_capacity]
+ *   [fr_graph_entry x graph_capacity][fr_record x capture_capacity]      (version 2 on)
+ *
+ * The last two sections describe CUDA graphs that hold NCCL work: one entry per captured graph
+ * (its replay counter is live) and, in the capture table, one record per NCCL op captured into a
+ * graph, kept out of the ring so that thousands of replays never overwrite what a replay runs. A
+ * replay is one ring record (FR_OP_GRAPH_LAUNCH); the graph itself writes its position into the
+ * communicator entries (graph_started, graph_completed) through captured stream memory writes.
  *
  * There is exactly one writer per file (one process); readers live in other processes and never
  * trust the writer. Every record and every communicator entry is guarded by a sequence lock: the
@@ -36,13 +43,17 @@ extern "C" {
 #endif
 
 #define FR_LOG_MAGIC 0x314F4C5448474C46ull /* "FLGHTLO1" read as little-endian bytes */
-#define FR_LOG_VERSION 1u
+#define FR_LOG_VERSION 2u
 #define FR_LOG_FILE_SUFFIX ".frlog"
 
 #define FR_DEFAULT_RING_CAPACITY 2048u
 #define FR_DEFAULT_COMM_CAPACITY 256u
 #define FR_MAX_RING_CAPACITY (1u << 22)
 #define FR_MAX_COMM_CAPACITY 65536u
+#define FR_DEFAULT_GRAPH_CAPACITY 64u
+#define FR_DEFAULT_CAPTURE_CAPACITY 1024u
+#define FR_MAX_GRAPH_CAPACITY 65536u
+#define FR_MAX_CAPTURE_CAPACITY (1u << 20)
 
 #define FR_NAME_LEN 64
 
@@ -96,7 +107,8 @@ extern "C" {
   X(REDOP_DESTROY, 57, "RedOpDestroy", API)                           \
   X(COMM_GET_ASYNC_ERROR, 58, "CommGetAsyncError", API)             \
   X(DEV_COMM_CREATE, 59, "DevCommCreate", API)                        \
-  X(DEV_COMM_DESTROY, 60, "DevCommDestroy", API)
+  X(DEV_COMM_DESTROY, 60, "DevCommDestroy", API)                     \
+  X(GRAPH_LAUNCH, 61, "GraphLaunch", API)
 
 typedef enum fr_op {
 #define FR_X_OP_ENUM(e, v, s, k) FR_OP_##e = v,
@@ -172,6 +184,18 @@ typedef enum fr_gpu_state {
 #define FR_REC_F_IN_CALL 0x20u          /* the host call has not returned yet */
 #define FR_REC_F_GPU_UNTRACKED 0x40u    /* no marker or event could be placed for it */
 #define FR_REC_F_COLL_CONFIG 0x80u      /* issued through the per-call-config form (ncclAllReduceConfig...) */
+#define FR_REC_F_GPU_POSITION 0x100u    /* captured: the graph writes its position around this op */
+
+/* fr_graph_entry.flags */
+#define FR_GRAPH_F_OPS_DROPPED 0x1u     /* some captured ops did not fit in the capture table */
+#define FR_GRAPH_F_GPU_POSITION 0x2u    /* the graph writes its position (every op it holds) */
+
+/* A graph position, as the graph writes it into fr_comm_entry.graph_started/graph_completed:
+ * the graph's ordinal in the process (fr_graph_entry.ordinal) and the captured op's 1-based index
+ * in the graph (0: the graph started, no op of this communicator reached yet). */
+#define FR_GRAPH_POS(ordinal, k) (((uint64_t)(uint32_t)(ordinal) << 32) | (uint32_t)(k))
+#define FR_GRAPH_POS_ORDINAL(pos) ((uint32_t)((pos) >> 32))
+#define FR_GRAPH_POS_OP(pos) ((uint32_t)((pos)&0xffffffffu))
 
 /* Signals (PutSignal, Signal, WaitSignal) keep the signal index and context in fr_record.aux. */
 #define FR_SIGNAL_AUX(sig_idx, ctx) (((uint64_t)(uint32_t)(ctx) << 32) | (uint32_t)(sig_idx))
@@ -214,7 +238,16 @@ typedef struct fr_log_header {
   char job_id[FR_NAME_LEN];   /* 144 FR_JOB_ID, TORCHELASTIC_RUN_ID or SLURM_JOB_ID */
   char hostname[FR_NAME_LEN]; /* 208 */
   char exe[FR_NAME_LEN];      /* 272 program name (basename of /proc/self/exe) */
-  uint8_t reserved[176];      /* 336 zero */
+  /* Version 2 on; all zero in version 1 (no graph sections). */
+  uint64_t graph_offset;      /* 336 byte offset of the graph table */
+  uint32_t graph_capacity;    /* 344 entries in the graph table */
+  uint32_t graph_size;        /* 348 sizeof(fr_graph_entry) of the writer */
+  uint32_t graph_count;       /* 352 graph entries in use (atomic) */
+  uint32_t graph_dropped;     /* 356 graphs that did not fit in the table (atomic) */
+  uint64_t capture_offset;    /* 360 byte offset of the capture table (fr_record entries) */
+  uint32_t capture_capacity;  /* 368 records in the capture table */
+  uint32_t capture_count;     /* 372 capture records in use (atomic) */
+  uint8_t reserved[136];      /* 376 zero */
 } fr_log_header;              /* 512 */
 
 typedef struct fr_comm_entry {
@@ -244,7 +277,9 @@ typedef struct fr_comm_entry {
   /* Written by the GPU stream (or by the agent's event thread): own cache line. */
   uint64_t gpu_started;     /* 192 highest op index the stream has reached */
   uint64_t gpu_completed;   /* 200 highest op index the stream has finished */
-  uint8_t reserved[48];     /* 208 zero */
+  uint64_t graph_started;   /* 208 FR_GRAPH_POS of the last captured op a replay reached */
+  uint64_t graph_completed; /* 216 FR_GRAPH_POS of the last captured op a replay finished */
+  uint8_t reserved[32];     /* 224 zero */
 } fr_comm_entry;            /* 256 */
 
 typedef struct fr_record {
@@ -271,8 +306,28 @@ typedef struct fr_record {
   int32_t result;           /* 112 ncclResult_t, FR_RESULT_PENDING while in the call */
   uint32_t flags;           /* 116 FR_REC_F_* */
   uint64_t aux;             /* 120 split/shrink/grow: the new communicator's id; signals:
-                                   FR_SIGNAL_AUX(signal index, context); else 0 */
+                                   FR_SIGNAL_AUX(signal index, context); captured ops and
+                                   GraphLaunch: the graph's id; else 0 */
 } fr_record;                /* 128 */
+/* Captured ops (FR_REC_F_CAPTURED) have seq 0 (a replay gives them their numbers) and op_index =
+ * their 1-based position in the graph. A GraphLaunch record has seq = the replay number (1-based,
+ * per graph), count = the captured ops the graph holds, op_index = the graph's ordinal, comm_id 0.
+ * At each replay every communicator's coll_seq and p2p_seq advance by the graph's ops on it. */
+
+/* One CUDA graph holding NCCL work (version 2 on). */
+typedef struct fr_graph_entry {
+  uint64_t lock;            /*   0 sequence lock over bytes 8..39 */
+  uint64_t id;              /*   8 graph id: per process, never 0 (captured records' aux) */
+  uint64_t capture_ns;      /*  16 CLOCK_REALTIME of the first captured NCCL op */
+  uint64_t stream;          /*  24 the stream that was captured */
+  uint32_t ordinal;         /*  32 1-based index of the graph in the process (FR_GRAPH_POS) */
+  uint32_t reserved0;       /*  36 */
+  /* Live fields: each one atomic word. */
+  uint32_t n_ops;           /*  40 NCCL ops captured into the graph */
+  uint32_t flags;           /*  44 FR_GRAPH_F_* */
+  uint64_t replays;         /*  48 replays launched */
+  uint64_t last_launch_ns;  /*  56 CLOCK_REALTIME of the last launch */
+} fr_graph_entry;           /*  64 */
 
 #ifdef __cplusplus
 #define FR_STATIC_ASSERT(c, m) static_assert(c, m)
@@ -286,6 +341,10 @@ FR_STATIC_ASSERT(sizeof(fr_comm_entry) == 256, "fr_comm_entry is 256 bytes");
 FR_STATIC_ASSERT(offsetof(fr_comm_entry, state) == 144, "comm layout");
 FR_STATIC_ASSERT(offsetof(fr_comm_entry, gpu_started) == 192, "comm layout");
 FR_STATIC_ASSERT(sizeof(fr_record) == 128, "fr_record is 128 bytes");
+FR_STATIC_ASSERT(offsetof(fr_log_header, graph_offset) == 336, "header layout");
+FR_STATIC_ASSERT(offsetof(fr_comm_entry, graph_started) == 208, "comm layout");
+FR_STATIC_ASSERT(sizeof(fr_graph_entry) == 64, "fr_graph_entry is 64 bytes");
+FR_STATIC_ASSERT(offsetof(fr_graph_entry, n_ops) == 40, "graph layout");
 FR_STATIC_ASSERT(offsetof(fr_record, tid) == 96, "record layout");
 FR_STATIC_ASSERT(offsetof(fr_record, aux) == 120, "record layout");
 
@@ -294,8 +353,18 @@ static inline uint64_t fr_log_comm_offset(void) { return sizeof(fr_log_header); 
 static inline uint64_t fr_log_ring_offset(uint32_t comm_capacity) {
   return sizeof(fr_log_header) + (uint64_t)comm_capacity * sizeof(fr_comm_entry);
 }
-static inline uint64_t fr_log_file_size(uint32_t comm_capacity, uint32_t ring_capacity) {
+static inline uint64_t fr_log_graph_offset(uint32_t comm_capacity, uint32_t ring_capacity) {
   return fr_log_ring_offset(comm_capacity) + (uint64_t)ring_capacity * sizeof(fr_record);
+}
+static inline uint64_t fr_log_capture_offset(uint32_t comm_capacity, uint32_t ring_capacity,
+                                             uint32_t graph_capacity) {
+  return fr_log_graph_offset(comm_capacity, ring_capacity) +
+         (uint64_t)graph_capacity * sizeof(fr_graph_entry);
+}
+static inline uint64_t fr_log_file_size(uint32_t comm_capacity, uint32_t ring_capacity,
+                                        uint32_t graph_capacity, uint32_t capture_capacity) {
+  return fr_log_capture_offset(comm_capacity, ring_capacity, graph_capacity) +
+         (uint64_t)capture_capacity * sizeof(fr_record);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -390,11 +459,36 @@ static inline int fr_comm_read(const fr_comm_entry* slot, fr_comm_entry* out) {
   return 1;
 }
 
-/* The GPU state a reader should report for a launched record, from its communicator's counters. */
+/* The fixed part of a graph entry (bytes 8..39) has the same protocol. */
+#define FR_GRAPH_FIXED_WORDS ((offsetof(fr_graph_entry, n_ops) - 8) / 8)
+
+static inline int fr_graph_publish_fixed(fr_graph_entry* slot, const fr_graph_entry* g) {
+  uint64_t before;
+  if (!fr_seq_try_begin(&slot->lock, &before)) return 0;
+  fr_copy_words_in((uint64_t*)slot + 1, (const uint64_t*)g + 1, FR_GRAPH_FIXED_WORDS);
+  fr_seq_end(&slot->lock, before);
+  return 1;
+}
+
+static inline int fr_graph_read(const fr_graph_entry* slot, fr_graph_entry* out) {
+  uint64_t l1 = __atomic_load_n(&slot->lock, __ATOMIC_ACQUIRE);
+  if (l1 == 0 || (l1 & 1u)) return 0;
+  fr_copy_words_out((uint64_t*)out + 1, (const uint64_t*)slot + 1, FR_GRAPH_FIXED_WORDS);
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  uint64_t l2 = __atomic_load_n(&slot->lock, __ATOMIC_RELAXED);
+  if (l1 != l2) return 0;
+  out->lock = l1;
+  size_t live = (sizeof(fr_graph_entry) - offsetof(fr_graph_entry, n_ops)) / 8;
+  fr_copy_words_out((uint64_t*)&out->n_ops, (const uint64_t*)&slot->n_ops, live);
+  return 1;
+}
+
+/* The GPU state a reader should report for a launched record, from its communicator's counters.
+ * Captured ops keep their stored state: their progress is per replay (graph_started/completed). */
 static inline fr_gpu_state fr_resolve_gpu_state(const fr_record* r, uint64_t gpu_started,
                                                 uint64_t gpu_completed) {
   fr_gpu_state s = (fr_gpu_state)r->gpu_state;
-  if (r->op_index != 0) {
+  if (r->op_index != 0 && !(r->flags & FR_REC_F_CAPTURED)) {
     if (gpu_completed >= r->op_index) return FR_GPU_COMPLETED;
     if (gpu_started >= r->op_index && s < FR_GPU_STARTED) return FR_GPU_STARTED;
   }

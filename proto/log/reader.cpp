@@ -64,6 +64,20 @@ ReadError check_geometry(const fr_log_header& h, size_t size, std::string* why) 
   if (h.comm_offset < h.header_size || h.comm_offset > (1ull << 40) || h.ring_offset < comm_end ||
       h.ring_offset > (1ull << 40) || h.file_size < ring_end)
     return bad(ReadError::kCorrupt, "overlapping or out-of-order sections");
+  // Version 2's graph sections follow the ring; a capacity of 0 means there are none.
+  if (h.graph_capacity != 0 || h.capture_capacity != 0) {
+    if (h.graph_capacity > FR_MAX_GRAPH_CAPACITY || h.capture_capacity > FR_MAX_CAPTURE_CAPACITY)
+      return bad(ReadError::kCorrupt, "graph or capture capacity out of range");
+    if (h.graph_size < sizeof(fr_graph_entry) || h.graph_size % 8 || h.graph_size > (1u << 16) ||
+        h.graph_offset % 8 || h.capture_offset % 8)
+      return bad(ReadError::kCorrupt, "misaligned or implausible graph sections");
+    uint64_t graph_end = h.graph_offset + uint64_t{h.graph_capacity} * h.graph_size;
+    uint64_t capture_end = h.capture_offset + uint64_t{h.capture_capacity} * h.record_size;
+    if (h.graph_offset < ring_end || h.graph_offset > (1ull << 40) ||
+        h.capture_offset < graph_end || h.capture_offset > (1ull << 40) ||
+        h.file_size < capture_end)
+      return bad(ReadError::kCorrupt, "overlapping or out-of-order graph sections");
+  }
   if (h.file_size > size)
     return bad(ReadError::kTruncated, "file is " + std::to_string(size) + " bytes, header says " +
                                           std::to_string(h.file_size));
@@ -156,6 +170,29 @@ ReadResult parse(const uint8_t* base, size_t size, const std::string& name, int 
       rec.gpu_state = fr_resolve_gpu_state(&rec.raw, c.gpu_started, c.gpu_completed);
     }
     log.records.push_back(rec);
+  }
+
+  // Graphs and their captured ops (version 2 on; capacities are 0 before).
+  for (uint32_t i = 0; i < h.graph_capacity; ++i) {
+    auto* slot = reinterpret_cast<const fr_graph_entry*>(base + h.graph_offset + uint64_t{i} * h.graph_size);
+    if (__atomic_load_n(&slot->lock, __ATOMIC_RELAXED) == 0) continue;
+    fr_graph_entry g{};
+    if (!read_locked(slot, &g, live, fr_graph_read) || g.id == 0 || g.ordinal == 0) {
+      ++log.torn;
+      continue;
+    }
+    log.graphs.push_back(g);
+  }
+  for (uint32_t i = 0; i < h.capture_capacity; ++i) {
+    auto* slot = reinterpret_cast<const fr_record*>(base + h.capture_offset + uint64_t{i} * h.record_size);
+    if (__atomic_load_n(&slot->lock, __ATOMIC_RELAXED) == 0) continue;
+    fr_record r{};
+    if (!read_locked(slot, &r, live, fr_record_read) || !(r.flags & FR_REC_F_CAPTURED)) {
+      ++log.torn;
+      continue;
+    }
+    if (r.gpu_state > FR_GPU_COMPLETED) r.gpu_state = FR_GPU_NONE;
+    log.captures.push_back(r);
   }
 
   if (live) {
@@ -267,7 +304,10 @@ std::string encode_snapshot(const LogFile& log, uint64_t snapshot_ns) {
   const uint32_t ring_cap = static_cast<uint32_t>(std::max<uint64_t>(span, 1));
   const uint32_t comm_cap = static_cast<uint32_t>(std::min<size_t>(log.comms.size(), FR_MAX_COMM_CAPACITY));
 
-  std::string out(fr_log_file_size(comm_cap, ring_cap), '\0');
+  const uint32_t graph_cap = static_cast<uint32_t>(std::min<size_t>(log.graphs.size(), FR_MAX_GRAPH_CAPACITY));
+  const uint32_t capture_cap =
+      static_cast<uint32_t>(std::min<size_t>(log.captures.size(), FR_MAX_CAPTURE_CAPACITY));
+  std::string out(fr_log_file_size(comm_cap, ring_cap, graph_cap, capture_cap), '\0');
   auto* base = reinterpret_cast<uint8_t*>(out.data());
 
   fr_log_header h = log.header;
@@ -280,6 +320,13 @@ std::string encode_snapshot(const LogFile& log, uint64_t snapshot_ns) {
   h.ring_capacity = ring_cap;
   h.comm_offset = fr_log_comm_offset();
   h.ring_offset = fr_log_ring_offset(comm_cap);
+  h.graph_offset = fr_log_graph_offset(comm_cap, ring_cap);
+  h.graph_capacity = graph_cap;
+  h.graph_size = sizeof(fr_graph_entry);
+  h.graph_count = graph_cap;
+  h.capture_offset = fr_log_capture_offset(comm_cap, ring_cap, graph_cap);
+  h.capture_capacity = capture_cap;
+  h.capture_count = capture_cap;
   h.file_size = out.size();
   h.record_counter = counter;
   h.comm_count = comm_cap;
@@ -302,6 +349,16 @@ std::string encode_snapshot(const LogFile& log, uint64_t snapshot_ns) {
     r.lock = 2;
     r.gpu_state = static_cast<uint8_t>(rec.gpu_state);
     std::memcpy(base + h.ring_offset + (r.id % ring_cap) * sizeof r, &r, sizeof r);
+  }
+  for (uint32_t i = 0; i < graph_cap; ++i) {
+    fr_graph_entry g = log.graphs[i];
+    g.lock = 2;
+    std::memcpy(base + h.graph_offset + uint64_t{i} * sizeof g, &g, sizeof g);
+  }
+  for (uint32_t i = 0; i < capture_cap; ++i) {
+    fr_record r = log.captures[i];
+    r.lock = 2;
+    std::memcpy(base + h.capture_offset + uint64_t{i} * sizeof r, &r, sizeof r);
   }
   return out;
 }

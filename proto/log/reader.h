@@ -40,6 +40,8 @@ struct LogFile {
   fr_log_header header{};
   std::vector<fr_comm_entry> comms;  // entries that read whole, table order
   std::vector<Record> records;       // valid records, ascending id (oldest first)
+  std::vector<fr_graph_entry> graphs;  // CUDA graphs holding NCCL work (version 2 on)
+  std::vector<fr_record> captures;     // NCCL ops captured into those graphs, table order
   uint64_t torn = 0;                 // slots refused: torn, stale or inconsistent
   uint32_t comms_torn = 0;           // communicator entries refused
   bool writer_alive = false;         // live log: writer holds its lock now; dump: as recorded

@@ -407,7 +407,8 @@ TEST_CASE("under the CUDA emulation markers run on the stream in order", "[agent
     if (rec.raw.op != FR_OP_ALLREDUCE && rec.raw.op != FR_OP_SEND && rec.raw.op != FR_OP_RECV)
       continue;
     if (rec.raw.flags & FR_REC_F_CAPTURED) {
-      CHECK(rec.raw.op_index == 0);
+      CHECK(rec.raw.op_index == 1);  // its position in the graph, not a GPU op index
+      CHECK(rec.raw.seq == 0);        // numbered at each replay
       continue;
     }
     indices.push_back(rec.raw.op_index);
@@ -416,7 +417,8 @@ TEST_CASE("under the CUDA emulation markers run on the stream in order", "[agent
   CHECK(indices == std::vector<uint64_t>{1, 2, 3, 4});
 }
 
-TEST_CASE("libfr_agent.so exports the NCCL API, dlsym and dlvsym, and nothing else", "[agent]") {
+TEST_CASE("libfr_agent.so exports the NCCL API, dlsym and dlvsym, the graph entries, and nothing else",
+          "[agent]") {
   std::string cmd = std::string("nm -D --defined-only '") + FR_AGENT_LIB + "' 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
@@ -500,7 +502,22 @@ TEST_CASE("libfr_agent.so exports the NCCL API, dlsym and dlvsym, and nothing el
                                           "ncclDevCommDestroy",
                                           "ncclCommQueryProperties",
                                           "dlsym",
-                                          "dlvsym"};
+                                          "dlvsym",
+                                          // CUDA graph launches (driver, runtime, and the driver
+                                          // entries the runtime fetches)
+                                          "cuGraphLaunch",
+                                          "cuGraphLaunch_ptsz",
+                                          "cuGraphInstantiateWithFlags",
+                                          "cuGraphInstantiateWithParams",
+                                          "cuGraphInstantiateWithParams_ptsz",
+                                          "cuGetProcAddress",
+                                          "cuGetProcAddress_v2",
+                                          "cudaGraphLaunch",
+                                          "cudaGraphLaunch_ptsz",
+                                          "cudaGraphInstantiate",
+                                          "cudaGraphInstantiateWithFlags",
+                                          "cudaGraphInstantiateWithParams",
+                                          "cudaGraphInstantiateWithParams_ptsz"};
   // Everything else (the static C++ runtime, our internals) must be local.
   const std::set<std::string>& ours = names;
   std::set<std::string> expected = api;

@@ -31,7 +31,7 @@ struct TestLog {
   // Creates the file; lock=true takes the writer's advisory lock as the agent does.
   bool create(const std::string& p, uint32_t comms, uint32_t ring, int rank, bool lock = false) {
     path = p;
-    size = fr_log_file_size(comms, ring);
+    size = fr_log_file_size(comms, ring, 0, 0);
     fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0 || ::ftruncate(fd, off_t(size)) != 0) return false;
     void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

@@ -501,6 +501,12 @@ FRSIM_API ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* id) {
   auto c = ready_comm(comm, &err);
   if (!c) return err;
   if (id == nullptr) return ncclInvalidArgument;
+  // NCCL 2.30: no new id while the previous one is unconsumed; each grow consumes one.
+  if (c->grow_id_pending) {
+    set_last_error(c.get(), "ncclCommGetUniqueId: the previous id was not consumed by a grow yet");
+    return ncclInvalidUsage;
+  }
+  c->grow_id_pending = true;
   uint64_t key = grow_key(*c, c->grow_count);
   memset(id->internal, 0, sizeof id->internal);
   memcpy(id->internal, kIdMagic, sizeof kIdMagic);
@@ -527,12 +533,14 @@ FRSIM_API ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqu
     set_last_error(parent.get(), "ncclCommGrow: existing members pass rank -1 and nRanks >= %d", parent->nranks);
     return ncclInvalidArgument;
   }
-  uint64_t key = grow_key(*parent, parent->grow_count++);
+  uint64_t key = grow_key(*parent, parent->grow_count);
   uint64_t given;
   if (uniqueId != nullptr && (!parse_id(*uniqueId, &given) || given != key)) {
     set_last_error(parent.get(), "ncclCommGrow: the unique id was not made by ncclCommGetUniqueId for this grow");
     return ncclInvalidArgument;
   }
+  ++parent->grow_count;
+  parent->grow_id_pending = false;  // the id is consumed
   ncclUniqueId id{};
   memcpy(id.internal, kIdMagic, sizeof kIdMagic);
   memcpy(id.internal + 8, &key, sizeof key);
@@ -560,6 +568,10 @@ FRSIM_API ncclResult_t ncclCommResume(ncclComm_t comm) {
 FRSIM_API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   auto c = lookup(comm);
   if (!c) return ncclInvalidArgument;
+  if (c->revoked.load(std::memory_order_acquire)) {  // NCCL 2.30: destroy it instead
+    set_last_error(c.get(), "ncclCommFinalize: the communicator was revoked");
+    return ncclInvalidUsage;
+  }
   CommState* p = c.get();
   return run_maybe_async(c, c->blocking, [p] {
     wait_pending(p);
@@ -620,6 +632,10 @@ FRSIM_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* out)
     return ncclSuccess;
   }
   *out = static_cast<ncclResult_t>(c->async_error.load());
+  // Revoked: in progress until the operations it stopped have all ended (NCCL 2.30).
+  if (*out == ncclSuccess && c->revoked.load(std::memory_order_acquire) &&
+      c->pending.load(std::memory_order_acquire) > 0)
+    *out = ncclInProgress;
   if (*out == ncclSuccess) {
     for (int r = 0; r < c->nranks; ++r)
       if (r != c->rank && c->seg.slot(r)->state.load() == kSlotAborted) {

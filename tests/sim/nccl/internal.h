@@ -183,6 +183,7 @@ struct CommState {
   uint64_t split_count = 0;
   uint64_t shrink_count = 0;
   uint64_t grow_count = 0;
+  bool grow_id_pending = false;  // ncclCommGetUniqueId made an id no grow has consumed yet
   std::atomic<bool> suspended{false};
   std::mutex mu;  // guards redops, last_error
   std::unordered_map<int, RedOpInfo> redops;

@@ -568,6 +568,15 @@ void scenario_revoke(Env& e) {
   expect_hang(e.stream, 500, "collective missing rank 0");
   NCCLCHECK(ncclCommRevoke(e.comm, NCCL_REVOKE_DEFAULT));
   sync(e.stream);
+  // NCCL 2.30: in progress until the stopped operation has ended (then success, or here the
+  // error rank 0's abort left); finalize is no longer allowed, destroy is.
+  ncclResult_t async = ncclInProgress;
+  for (int i = 0; i < 2000 && async == ncclInProgress; ++i) {
+    NCCLCHECK(ncclCommGetAsyncError(e.comm, &async));
+    if (async == ncclInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (async == ncclInProgress) fail("revoked comm never quiescent");
+  if (ncclCommFinalize(e.comm) != ncclInvalidUsage) fail("finalize after revoke accepted");
   if (ncclAllReduce(&v, &out, 1, ncclInt32, ncclSum, e.comm, e.stream) != ncclInvalidUsage) fail("revoked comm accepted work");
   NCCLCHECK(ncclCommDestroy(e.comm));
   e.comm = nullptr;
@@ -657,6 +666,9 @@ void scenario_grow(const ncclUniqueId& id, const std::string& path, CUstream str
     ncclUniqueId gid;
     if (me == 0) {
       NCCLCHECK(ncclCommGetUniqueId(base, &gid));
+      // NCCL 2.30: one id at a time, until a grow consumes it.
+      ncclUniqueId again;
+      if (ncclCommGetUniqueId(base, &again) != ncclInvalidUsage) fail("second unconsumed grow id accepted");
       std::string tmp = path + ".tmp";
       FILE* f = fopen(tmp.c_str(), "wb");
       if (f == nullptr || fwrite(&gid, sizeof gid, 1, f) != 1 || fclose(f) != 0) fail("cannot write %s", tmp.c_str());
