@@ -111,9 +111,14 @@ bool valid_utf8(std::string_view s) {
   return true;
 }
 
+}  // namespace
+
+namespace unpickle_detail {
+
 class Machine {
  public:
-  Machine(std::string_view in, const UnpickleLimits& lim) : in_(in), lim_(lim) {
+  Machine(std::string_view in, const UnpickleLimits& lim, bool scan = true)
+      : in_(in), lim_(lim), scan_(scan) {
     // Values built (frames are scanned, not built) run about one per 50 bytes of a dump.
     objs_.reserve(std::min<size_t>(in.size() / 48 + 64, lim.max_objects));
   }
@@ -126,9 +131,57 @@ class Machine {
     return run_once();
   }
 
+  // For PickleDoc: runs to STOP without building JSON; the values stay readable below.
+  bool execute_only(std::string* error) {
+    if (execute(&top_)) return true;
+    *error = error_;
+    return false;
+  }
+  uint32_t top_value() const { return top_; }
+  Kind kind(uint32_t id) const { return objs_[id].kind; }
+  const Obj& obj(uint32_t id) const { return objs_[id]; }
+  std::string_view str(uint32_t id) const { return strs_[objs_[id].ref]; }
+  bool is_skipped_key(uint32_t id) const {
+    const Obj& o = objs_[id];
+    if (o.kind != Kind::kStr) return false;
+    return o.skip_key ? o.skip_key == 2 : skipped(strs_[o.ref]);  // asked once during the run
+  }
+  // Items of a container, in order (a dict's keys and values interleaved, pairs under skipped
+  // keys left out).
+  void items(uint32_t id, std::vector<PickleDoc::Ref>* out) const {
+    out->clear();
+    const Obj& o = objs_[id];
+    if (o.kind < Kind::kList || o.kind > Kind::kFrozenSet) return;
+    const Seq q = seqs_[o.ref];
+    bool dict = o.kind == Kind::kDict;
+    for (uint32_t g = q.head; g != kNoSeg; g = segs_[g].next) {
+      const Seg seg = segs_[g];
+      const uint32_t* p = pool_.data() + seg.begin;
+      if (!dict) {
+        for (uint32_t k = 0; k < seg.count; ++k) out->push_back(PickleDoc::Ref{p[k]});
+        continue;
+      }
+      for (uint32_t k = 0; k + 1 < seg.count; k += 2) {
+        if (is_skipped_key(p[k])) continue;
+        out->push_back(PickleDoc::Ref{p[k]});
+        out->push_back(PickleDoc::Ref{p[k + 1]});
+      }
+    }
+  }
+  bool json_of(uint32_t id, nlohmann::json* out, std::string* error) {
+    out_nodes_ = 0;
+    out_bytes_ = 0;
+    error_.clear();
+    if (to_json(id, 0, out)) return true;
+    *error = error_;
+    return false;
+  }
+  bool scan_guessed_wrong() const { return rerun_; }
+
  private:
   std::string_view in_;
-  const UnpickleLimits& lim_;
+  UnpickleLimits lim_;
+  uint32_t top_ = 0;
   bool scan_ = true;    // scan the values of skipped keys instead of building them
   bool rerun_ = false;  // a scan guessed wrong: run again with scan_ off
   std::vector<int64_t> scan_marks_;
@@ -488,16 +541,14 @@ class Machine {
     return true;
   }
   bool memo_get(uint64_t idx) {
-    if (idx < memo_dense_.size() && memo_dense_[idx] == kPoison)
-      return scan_wrong();  // shared with a value that was only scanned
-    if (auto sp = memo_sparse_.find(idx); sp != memo_sparse_.end() && sp->second == kPoison)
-      return scan_wrong();
     if (idx < memo_dense_.size() && memo_dense_[idx] != 0) {
+      if (memo_dense_[idx] == kPoison) return scan_wrong();  // shared with a scanned value
       stack_.push_back(memo_dense_[idx] - 1);
       return maybe_scan();
     }
     auto it = memo_sparse_.find(idx);
     if (it == memo_sparse_.end()) return fail("memo key " + std::to_string(idx) + " was never stored");
+    if (it->second == kPoison) return scan_wrong();
     stack_.push_back(it->second);
     return maybe_scan();
   }
@@ -880,7 +931,7 @@ class Machine {
   }
 };
 
-}  // namespace
+}  // namespace unpickle_detail
 
 const char* pickle_opcode_name(uint8_t op) {
   switch (op) {
@@ -906,8 +957,55 @@ const char* pickle_opcode_name(uint8_t op) {
 }
 
 UnpickleResult unpickle(std::string_view bytes, const UnpickleLimits& limits) {
-  Machine m(bytes, limits);
+  unpickle_detail::Machine m(bytes, limits);
   return m.run();
+}
+
+PickleDoc::PickleDoc() = default;
+PickleDoc::~PickleDoc() = default;
+
+bool PickleDoc::run(std::string_view bytes, const UnpickleLimits& limits, bool scan_skipped,
+                    std::string* error) {
+  wrong_guess_ = false;
+  m_ = std::make_unique<unpickle_detail::Machine>(bytes, limits, scan_skipped);
+  if (m_->execute_only(error)) return true;
+  wrong_guess_ = m_->scan_guessed_wrong();
+  return false;
+}
+
+PickleDoc::Ref PickleDoc::root() const { return Ref{m_->top_value()}; }
+
+PickleDoc::Type PickleDoc::type(Ref v) const {
+  switch (m_->kind(v.id)) {
+    case Kind::kNone: return Type::kNone;
+    case Kind::kBool: return Type::kBool;
+    case Kind::kInt: return Type::kInt;
+    case Kind::kUint: return Type::kUint;
+    case Kind::kBigInt: case Kind::kFloat: return Type::kFloat;
+    case Kind::kStr: return Type::kStr;
+    case Kind::kBytes: return Type::kBytes;
+    case Kind::kList: return Type::kList;
+    case Kind::kTuple: return Type::kTuple;
+    case Kind::kDict: return Type::kDict;
+    case Kind::kSet: case Kind::kFrozenSet: return Type::kSet;
+    case Kind::kSkipped: wrong_guess_ = true; return Type::kOther;
+  }
+  return Type::kOther;
+}
+
+int64_t PickleDoc::int_value(Ref v) const { return m_->obj(v.id).i; }
+uint64_t PickleDoc::uint_value(Ref v) const { return m_->obj(v.id).u; }
+double PickleDoc::float_value(Ref v) const { return m_->obj(v.id).f; }
+std::string_view PickleDoc::text(Ref v) const { return m_->str(v.id); }
+
+void PickleDoc::items(Ref v, std::vector<Ref>* out) const {
+  m_->items(v.id, out);
+}
+
+bool PickleDoc::to_json(Ref v, nlohmann::json* out, std::string* error) const {
+  bool ok = m_->json_of(v.id, out, error);
+  if (m_->scan_guessed_wrong()) wrong_guess_ = true;
+  return ok;
 }
 
 }  // namespace fr::analyzer::torch
