@@ -22,7 +22,9 @@
 #include <cstdio>
 #include <cstring>
 #include <algorithm>
+#include <iterator>
 #include <unordered_map>
+#include <utility>
 
 namespace fr::analyzer::torch {
 
@@ -184,7 +186,6 @@ class Machine {
   uint32_t top_ = 0;
   bool scan_ = true;    // scan the values of skipped keys instead of building them
   bool rerun_ = false;  // a scan guessed wrong: run again with scan_ off
-  std::vector<int64_t> scan_marks_;
   static constexpr uint32_t kPoison = UINT32_MAX;  // memo entry made inside a scanned value
 
   UnpickleResult run_once() {
@@ -217,6 +218,7 @@ class Machine {
     marks_.clear();
     memo_dense_.clear();
     memo_sparse_.clear();
+    poison_.clear();
     memo_count_ = 0;
   }
 
@@ -235,7 +237,34 @@ class Machine {
     return m >= 1 && n > m && (n - m) % 2 == 1 && objs_[stack_[m - 1]].kind == Kind::kDict;
   }
 
+  // Memo entries made inside scanned values, as ascending disjoint ranges [first, last]: a
+  // pickler numbers its memo in order, so one scanned value (a frames list) makes one range and
+  // nothing is written per entry. Indices out of order fall back to kPoison in the tables.
+  std::vector<std::pair<uint64_t, uint64_t>> poison_;
+  bool in_poison(uint64_t idx) const {
+    if (poison_.empty() || idx > poison_.back().second) return false;
+    auto it = std::upper_bound(poison_.begin(), poison_.end(), idx,
+                               [](uint64_t x, const std::pair<uint64_t, uint64_t>& r) {
+                                 return x < r.first;
+                               });
+    return it != poison_.begin() && idx <= std::prev(it)->second;
+  }
   bool memo_mark_poison(uint64_t idx) {
+    if (idx < memo_dense_.size() && memo_dense_[idx] != 0) {
+      memo_dense_[idx] = kPoison;  // a stored value overwritten by a scanned one
+      return true;
+    }
+    bool beyond = poison_.empty() || idx > poison_.back().second;
+    if (beyond && (memo_sparse_.empty() || !memo_sparse_.count(idx))) {
+      if (memo_count_ >= lim_.max_memo) return scan_wrong();
+      if (!poison_.empty() && idx == poison_.back().second + 1)
+        poison_.back().second = idx;
+      else
+        poison_.emplace_back(idx, idx);
+      ++memo_count_;
+      return true;
+    }
+    if (in_poison(idx)) return true;
     bool dense = idx < memo_dense_.size() + 4096 && idx < lim_.max_memo;
     bool fresh = dense ? (idx >= memo_dense_.size() || memo_dense_[idx] == 0)
                        : memo_sparse_.count(idx) == 0;
@@ -249,96 +278,146 @@ class Machine {
     memo_count_ += fresh;
     return true;
   }
-  bool memo_known(uint64_t idx) const {
-    return (idx < memo_dense_.size() && memo_dense_[idx] != 0) || memo_sparse_.count(idx);
+  bool memo_known(uint64_t idx) {
+    if (idx < memo_dense_.size() && memo_dense_[idx] != 0) return true;
+    if (in_poison(idx)) {
+      // Scanned values fetch the same keys thousands of times: the next look is one load.
+      if (idx < memo_dense_.size()) memo_dense_[idx] = kPoison;
+      return true;
+    }
+    return !memo_sparse_.empty() && memo_sparse_.count(idx);
+  }
+  // memo_mark_poison for the common case, inline in the scan: the next index of the range.
+  bool poison_next(uint64_t idx) {
+    if (!poison_.empty() && idx == poison_.back().second + 1 && memo_count_ < lim_.max_memo &&
+        (idx >= memo_dense_.size() || memo_dense_[idx] == 0) && memo_sparse_.empty()) {
+      poison_.back().second = idx;
+      ++memo_count_;
+      return true;
+    }
+    return memo_mark_poison(idx);
   }
 
-  // Scans one complete value from pos_ (see the file comment) and pushes a placeholder for it.
-  bool scan_value() {
-    scan_marks_.clear();
-    int64_t h = 0;  // values above the stack as it was
-    auto skip_len = [&](size_t width) {
-      if (in_.size() - pos_ < width) return false;
-      uint64_t n = read_le(width);
-      if (n > in_.size() - pos_) return false;
-      pos_ += size_t(n);
-      return true;
-    };
+  static uint64_t le_at(const unsigned char* q, size_t w) {
+    uint64_t v = 0;
+    for (size_t k = 0; k < w; ++k) v |= uint64_t(q[k]) << (8 * k);
+    return v;
+  }
+
+  // The scan itself, on plain pointers kept in registers: the offset just past the value, or
+  // SIZE_MAX when the scan cannot vouch for it.
+  size_t scan_ops(const unsigned char* p, const unsigned char* const end) {
+    const unsigned char* const begin = reinterpret_cast<const unsigned char*>(in_.data());
+    constexpr int kMaxMarks = 64;
+    int64_t marks[kMaxMarks];
+    int nmarks = 0;
+    int64_t floor = 0;  // stack height at the innermost mark
+    int64_t h = 0;      // values above the stack as it was
+    size_t width = 0;   // length prefix of the payload that follows
+    size_t fixed = 0;   // or bytes of the scalar
     while (true) {
-      if (pos_ >= in_.size()) return scan_wrong();
-      uint8_t op = static_cast<uint8_t>(in_[pos_]);
-      if (h == 1 && scan_marks_.empty() && op != MARK && op != BINPUT && op != LONG_BINPUT &&
+      if (p >= end) return SIZE_MAX;
+      uint8_t op = *p;
+      if (h == 1 && nmarks == 0 && op != MARK && op != BINPUT && op != LONG_BINPUT &&
           op != MEMOIZE)
-        break;  // complete: the next opcode is no longer about this value
-      ++pos_;
+        return size_t(p - begin);  // complete: the next opcode is no longer about this value
+      ++p;
       switch (op) {
         case NONE: case NEWTRUE: case NEWFALSE: case EMPTY_LIST: case EMPTY_DICT:
         case EMPTY_TUPLE: case EMPTY_SET:
           ++h;
-          break;
-        case BININT1: if (in_.size() - pos_ < 1) return scan_wrong(); pos_ += 1; ++h; break;
-        case BININT2: if (in_.size() - pos_ < 2) return scan_wrong(); pos_ += 2; ++h; break;
-        case BININT: if (in_.size() - pos_ < 4) return scan_wrong(); pos_ += 4; ++h; break;
-        case BINFLOAT: if (in_.size() - pos_ < 8) return scan_wrong(); pos_ += 8; ++h; break;
+          continue;
+        case BININT1: width = 0; fixed = 1; break;
+        case BININT2: width = 0; fixed = 2; break;
+        case BININT: width = 0; fixed = 4; break;
+        case BINFLOAT: width = 0; fixed = 8; break;
         case LONG1: case SHORT_BINUNICODE: case SHORT_BINBYTES: case SHORT_BINSTRING:
-          if (!skip_len(1)) return scan_wrong();
-          ++h;
+          width = 1;
+          fixed = 0;
           break;
         case BINUNICODE: case BINBYTES:
-          if (!skip_len(4)) return scan_wrong();
-          ++h;
+          width = 4;
+          fixed = 0;
           break;
         case BINUNICODE8: case BINBYTES8:
-          if (!skip_len(8)) return scan_wrong();
+          width = 8;
+          fixed = 0;
+          break;
+        case BINGET:
+          if (end - p < 1 || !memo_known(p[0])) return SIZE_MAX;
+          p += 1;
           ++h;
-          break;
-        case MARK: scan_marks_.push_back(h); break;
+          continue;
+        case LONG_BINGET:
+          if (end - p < 4 || !memo_known(le_at(p, 4))) return SIZE_MAX;
+          p += 4;
+          ++h;
+          continue;
+        case BINPUT:
+          if (h < 1 || end - p < 1 || !poison_next(p[0])) return SIZE_MAX;
+          p += 1;
+          continue;
+        case LONG_BINPUT:
+          if (h < 1 || end - p < 4 || !poison_next(le_at(p, 4))) return SIZE_MAX;
+          p += 4;
+          continue;
+        case MEMOIZE:
+          if (h < 1 || !memo_mark_poison(memo_count_)) return SIZE_MAX;
+          continue;
+        case MARK:
+          if (nmarks == kMaxMarks) return SIZE_MAX;
+          marks[nmarks++] = h;
+          floor = h;
+          continue;
         case APPENDS: case SETITEMS: case ADDITEMS:
-          if (scan_marks_.empty()) return scan_wrong();
-          h = scan_marks_.back();
-          scan_marks_.pop_back();
-          if (h < 1) return scan_wrong();
-          break;
+          if (nmarks == 0) return SIZE_MAX;
+          h = marks[--nmarks];
+          floor = nmarks ? marks[nmarks - 1] : 0;
+          if (h < 1) return SIZE_MAX;
+          continue;
         case LIST: case TUPLE: case DICT: case FROZENSET:
-          if (scan_marks_.empty()) return scan_wrong();
-          h = scan_marks_.back() + 1;
-          scan_marks_.pop_back();
-          break;
-        case APPEND: h -= 1; if (h < 1) return scan_wrong(); break;
-        case SETITEM: h -= 2; if (h < 1) return scan_wrong(); break;
+          if (nmarks == 0) return SIZE_MAX;
+          h = marks[--nmarks] + 1;
+          floor = nmarks ? marks[nmarks - 1] : 0;
+          continue;
+        case APPEND: h -= 1; if (h < 1 || h < floor) return SIZE_MAX; continue;
+        case SETITEM: h -= 2; if (h < 1 || h < floor) return SIZE_MAX; continue;
         case TUPLE1: case TUPLE2: case TUPLE3: {
           int64_t n = op - TUPLE1 + 1;
-          int64_t floor = scan_marks_.empty() ? 0 : scan_marks_.back();
-          if (h - n < floor) return scan_wrong();
+          if (h - n < floor) return SIZE_MAX;
           h = h - n + 1;
-          break;
+          continue;
         }
-        case BINGET:
-          if (in_.size() - pos_ < 1 || !memo_known(read_le(1))) return scan_wrong();
-          ++h;
-          break;
-        case LONG_BINGET:
-          if (in_.size() - pos_ < 4 || !memo_known(read_le(4))) return scan_wrong();
-          ++h;
-          break;
-        case BINPUT:
-          if (h < 1 || in_.size() - pos_ < 1 || !memo_mark_poison(read_le(1))) return scan_wrong();
-          break;
-        case LONG_BINPUT:
-          if (h < 1 || in_.size() - pos_ < 4 || !memo_mark_poison(read_le(4))) return scan_wrong();
-          break;
-        case MEMOIZE:
-          if (h < 1 || !memo_mark_poison(memo_count_)) return scan_wrong();
-          break;
         case FRAME:
-          if (in_.size() - pos_ < 8) return scan_wrong();
-          if (read_le(8) > in_.size() - pos_) return scan_wrong();
-          break;
+          if (end - p < 8 || le_at(p, 8) > uint64_t(end - p - 8)) return SIZE_MAX;
+          p += 8;
+          continue;
         default:
-          return scan_wrong();  // anything else: the full run judges it
+          return SIZE_MAX;  // anything else: the full run judges it
       }
-      if (h < (scan_marks_.empty() ? 0 : scan_marks_.back())) return scan_wrong();
+      // A scalar: fixed bytes, or a length-prefixed payload.
+      if (size_t(end - p) < fixed) return SIZE_MAX;
+      p += fixed;
+      if (width) {
+        if (size_t(end - p) < width) return SIZE_MAX;
+        uint64_t n = le_at(p, width);
+        p += width;
+        if (n > uint64_t(end - p)) return SIZE_MAX;
+        p += n;
+      }
+      ++h;
     }
+  }
+
+  // Scans one complete value from pos_ (see the file comment) and pushes a placeholder for it.
+  // The hot loop of a dump: a frames list is about 14 opcodes a frame, so each opcode costs a
+  // few instructions (lengths are skipped, never read as text; memo puts only extend a range).
+  bool scan_value() {
+    const unsigned char* const begin = reinterpret_cast<const unsigned char*>(in_.data());
+    const unsigned char* const end = begin + in_.size();
+    size_t at = scan_ops(begin + pos_, end);
+    if (at == SIZE_MAX) return scan_wrong();
+    pos_ = at;
     return push_new(Kind::kSkipped);
   }
 
@@ -529,6 +608,7 @@ class Machine {
     bool dense = idx < memo_dense_.size() + 4096 && idx < lim_.max_memo;
     bool fresh = dense ? (idx >= memo_dense_.size() || memo_dense_[idx] == 0)
                        : memo_sparse_.count(idx) == 0;
+    if (fresh && in_poison(idx)) fresh = false;  // counted when the scan made it
     if (fresh && memo_count_ >= lim_.max_memo)
       return fail("memo too large (limit " + std::to_string(lim_.max_memo) + ")");
     if (dense) {
@@ -547,7 +627,10 @@ class Machine {
       return maybe_scan();
     }
     auto it = memo_sparse_.find(idx);
-    if (it == memo_sparse_.end()) return fail("memo key " + std::to_string(idx) + " was never stored");
+    if (it == memo_sparse_.end()) {
+      if (in_poison(idx)) return scan_wrong();  // shared with a scanned value
+      return fail("memo key " + std::to_string(idx) + " was never stored");
+    }
     if (it->second == kPoison) return scan_wrong();
     stack_.push_back(it->second);
     return maybe_scan();
