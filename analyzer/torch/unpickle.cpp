@@ -463,11 +463,10 @@ class Machine {
     return false;
   }
 
-  bool need(size_t n) {
-    if (in_.size() - pos_ < n)
-      return fail("truncated (needs " + std::to_string(n) + " more bytes, " +
-                  std::to_string(in_.size() - pos_) + " left)");
-    return true;
+  bool need(size_t n) { return in_.size() - pos_ >= n || truncated(n); }
+  [[gnu::noinline, gnu::cold]] bool truncated(size_t n) {
+    return fail("truncated (needs " + std::to_string(n) + " more bytes, " +
+                std::to_string(in_.size() - pos_) + " left)");
   }
   uint64_t read_le(size_t n) {
     uint64_t v = 0;
@@ -612,7 +611,11 @@ class Machine {
     if (fresh && memo_count_ >= lim_.max_memo)
       return fail("memo too large (limit " + std::to_string(lim_.max_memo) + ")");
     if (dense) {
-      if (idx >= memo_dense_.size()) memo_dense_.resize(idx + 1, 0);
+      // Grown by half at a time: a pickler's memo is numbered in order.
+      if (idx >= memo_dense_.size())
+        memo_dense_.resize(std::min<size_t>(std::max(idx + 1, memo_dense_.size() * 3 / 2),
+                                            lim_.max_memo),
+                           0);
       memo_dense_[idx] = v + 1;
     } else {
       memo_sparse_[idx] = v;
