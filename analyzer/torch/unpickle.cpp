@@ -11,11 +11,12 @@
 // The value of a skipped key (UnpickleLimits::skip_keys: a dump's stack frames, four fifths of
 // its values) is not even built: right after such a key in a SETITEMS batch, the opcodes of the
 // one value that follows are only scanned (lengths checked, stack height and marks counted, memo
-// entries it makes marked as unusable) and one placeholder stands for it. Should the guess be
-// wrong (the str was no key, the value is shared through the memo, the scan meets anything
-// unusual), the whole pickle runs again building everything, so the result never depends on it. The tree is then copied out
-// to JSON with a depth limit (which also stops cycles) and output budgets (which stop a small file
-// from expanding a shared subtree exponentially).
+// entries it makes recorded as unusable, one range per value) and one placeholder stands for it.
+// Should the guess be wrong (the str was no key, the value is shared through the memo, the scan
+// meets anything unusual), the whole pickle runs again building everything, so the result never
+// depends on it. unpickle() then copies the tree out to JSON with a depth limit (which also stops
+// cycles) and output budgets (which stop a small file from expanding a shared subtree
+// exponentially); PickleDoc lets a reader walk it in place instead.
 #include "analyzer/torch/unpickle.h"
 
 #include <cmath>
@@ -318,7 +319,7 @@ class Machine {
     while (true) {
       if (p >= end) return SIZE_MAX;
       uint8_t op = *p;
-      if (h == 1 && nmarks == 0 && op != MARK && op != BINPUT && op != LONG_BINPUT &&
+      if (nmarks == 0 && h == 1 && op != MARK && op != BINPUT && op != LONG_BINPUT &&
           op != MEMOIZE)
         return size_t(p - begin);  // complete: the next opcode is no longer about this value
       ++p;
@@ -475,9 +476,11 @@ class Machine {
     return v;
   }
 
+  [[gnu::noinline, gnu::cold]] bool too_many() {
+    return fail("too many values (limit " + std::to_string(lim_.max_objects) + ")");
+  }
   bool new_obj(Kind k, uint32_t* id) {
-    if (objs_.size() >= lim_.max_objects || objs_.size() >= UINT32_MAX - 1)
-      return fail("too many values (limit " + std::to_string(lim_.max_objects) + ")");
+    if (objs_.size() >= lim_.max_objects || objs_.size() >= UINT32_MAX - 1) return too_many();
     Obj o;
     o.kind = k;
     if (k == Kind::kStr || k == Kind::kBytes) {
