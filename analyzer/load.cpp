@@ -13,7 +13,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
+#include <memory>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -51,9 +53,62 @@ struct Job {
   std::string rel;
 };
 
-// A PyTorch dump is read whole; the same bound as the torch reader's own.
+#ifdef FR_HAVE_TORCH
+// A PyTorch dump is read whole; the same bound as the torch reader's own. Its kind is told from
+// a first look at its head, then (when that says no and the file is longer) a larger one.
 constexpr size_t kMaxTorchBytes = size_t{1} << 30;
 constexpr size_t kTorchSniffBytes = size_t{1} << 20;
+constexpr size_t kTorchFirstSniffBytes = size_t{1} << 16;
+
+bool sniff_torch_file(int fd, uint64_t file_size) {
+  std::string head;
+  for (size_t want : {kTorchFirstSniffBytes, kTorchSniffBytes}) {
+    size_t n = size_t(std::min<uint64_t>(want, file_size));
+    if (n <= head.size()) break;
+    head.resize(n);
+    ssize_t got = ::pread(fd, head.data(), n, 0);
+    head.resize(got > 0 ? size_t(got) : 0);
+    if (fr::analyzer::torch::sniff_torch_dump(head)) return true;
+    if (size_t(got) < n) break;
+  }
+  return false;
+}
+
+// The whole file into one uninitialized buffer sized by fstat (dumps are gigabytes at scale: no
+// zero fill, no second copy); a file that grows meanwhile is read on up to `max_bytes`.
+bool read_whole(int fd, uint64_t size_hint, size_t max_bytes, std::unique_ptr<char[]>* buf,
+                size_t* len, std::string* error, const std::string& name) {
+  size_t cap = size_t(std::min<uint64_t>(size_hint, max_bytes)) + 1;
+  buf->reset(new char[cap]);
+  *len = 0;
+  for (;;) {
+    if (*len == cap) {
+      if (cap > max_bytes) {
+        *error = name + ": larger than " + std::to_string(max_bytes) + " bytes";
+        return false;
+      }
+      size_t bigger = std::min(cap * 2, max_bytes + 1);
+      std::unique_ptr<char[]> b(new char[bigger]);
+      std::memcpy(b.get(), buf->get(), *len);
+      *buf = std::move(b);
+      cap = bigger;
+    }
+    ssize_t n = ::pread(fd, buf->get() + *len, cap - *len, off_t(*len));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      *error = name + ": cannot read: " + std::strerror(errno);
+      return false;
+    }
+    if (n == 0) break;
+    *len += size_t(n);
+  }
+  if (*len > max_bytes) {
+    *error = name + ": larger than " + std::to_string(max_bytes) + " bytes";
+    return false;
+  }
+  return true;
+}
+#endif
 
 std::string without_trailing_slash(std::string dir) {
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
@@ -175,16 +230,16 @@ Loaded load_one(const Job& job) {
   bool flight_log = ::pread(fd, &magic, sizeof magic, 0) == ssize_t(sizeof magic) &&
                     magic == FR_LOG_MAGIC;
   if (!flight_log) {
-    std::string head(std::min<size_t>(kTorchSniffBytes, size_t(file.st.st_size)), '\0');
-    ssize_t n = head.empty() ? 0 : ::pread(fd, head.data(), head.size(), 0);
-    head.resize(n > 0 ? size_t(n) : 0);
-    if (fr::analyzer::torch::sniff_torch_dump(head)) {
-      std::string bytes, err;
-      if (!fr::log::read_all(fd, kMaxTorchBytes, &bytes, &err, job.path)) {
+    if (sniff_torch_file(fd, uint64_t(file.st.st_size))) {
+      std::unique_ptr<char[]> buf;
+      size_t len = 0;
+      std::string err;
+      if (!read_whole(fd, uint64_t(file.st.st_size), kMaxTorchBytes, &buf, &len, &err, job.path)) {
         out.skips.push_back({job.path, err.substr(std::min(err.size(), job.path.size() + 2))});
         return out;
       }
-      auto r = fr::analyzer::torch::read_torch_dump_bytes(bytes, job.path);
+      auto r = fr::analyzer::torch::read_torch_dump_bytes(std::string_view(buf.get(), len),
+                                                          job.path);
       if (!r.error.empty() && r.logs.empty()) {
         out.skips.push_back({job.path, r.error});
         return out;

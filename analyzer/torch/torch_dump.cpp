@@ -346,8 +346,261 @@ struct Entry {
   int64_t pg_id = -1;
 };
 
-fr_gpu_state state_from(const json& e, Warnings* w) {
-  std::string s = as_text(field(e, "state"));
+// The fields of one entry that the reader keeps, as the dump holds them: pulled out of a JSON
+// dict, or straight out of a pickle's values (no JSON built for the thousands of entries).
+struct RawEntry {
+  bool is_dict = true;
+  std::string profiling_name;
+  bool has_pg = false;
+  std::string pg_name, pg_desc;
+  int64_t pg_id = -1;
+  int is_p2p = -1;  // "is_p2p": 1 true, 0 false, -1 absent or unreadable
+  bool has_p2p_seq = false;
+  int64_t p2p_seq = 0, coll_seq = 0, record_id = -1;
+  int64_t created_ns = 0, started_ns = 0, completed_ns = 0;
+  std::string state;
+  bool retired = false;
+  bool has_tid = false;
+  int64_t tid = 0;
+  uint64_t group_id = 0;  // "fr_group_id" when a positive int
+  bool in_ok = false, out_ok = false;
+  uint64_t in_count = 0, out_count = 0;  // element counts of input_sizes and output_sizes
+  bool has_dtype = false;
+  std::string dtype;  // the first input dtype, else the first output dtype
+};
+
+RawEntry raw_from_json(const json& e) {
+  RawEntry x;
+  if (!e.is_object()) {
+    x.is_dict = false;
+    return x;
+  }
+  x.profiling_name = as_text(field(e, "profiling_name"));
+  if (const json* pg = field(e, "process_group"); pg && pg->is_array() && !pg->empty()) {
+    x.has_pg = true;
+    x.pg_name = as_text(&(*pg)[0]);
+    if (pg->size() > 1) x.pg_desc = as_text(&(*pg)[1]);
+  } else if (pg) {
+    x.has_pg = true;
+    x.pg_name = as_text(pg);
+  }
+  x.pg_id = int_or(e, "pg_id", -1);
+  if (const json* p = field(e, "is_p2p"))
+    x.is_p2p = as_bool(p, true) == as_bool(p, false) ? int(as_bool(p, false)) : -1;
+  x.has_p2p_seq = field(e, "p2p_seq_id") != nullptr;
+  x.p2p_seq = int_or(e, "p2p_seq_id", 0);
+  x.coll_seq = int_or(e, "collective_seq_id", 0);
+  x.record_id = int_or(e, "record_id", -1);
+  x.created_ns = int_or(e, "time_created_ns", 0);
+  x.started_ns = int_or(e, "time_discovered_started_ns", 0);
+  x.completed_ns = int_or(e, "time_discovered_completed_ns", 0);
+  x.state = as_text(field(e, "state"));
+  x.retired = as_bool(field(e, "retired"), false);
+  x.has_tid = as_int(field(e, "thread_id"), &x.tid);
+  if (const json* gid = field(e, "fr_group_id"); gid && gid->is_number_unsigned())
+    x.group_id = gid->get<uint64_t>();
+  else if (gid && gid->is_number_integer() && gid->get<int64_t>() > 0)
+    x.group_id = uint64_t(gid->get<int64_t>());
+  x.in_count = element_count(field(e, "input_sizes"), &x.in_ok);
+  x.out_count = element_count(field(e, "output_sizes"), &x.out_ok);
+  const json* dts = field(e, "input_dtypes");
+  if (!dts || !dts->is_array() || dts->empty()) dts = field(e, "output_dtypes");
+  if (dts && dts->is_array() && !dts->empty()) {
+    x.has_dtype = true;
+    x.dtype = as_text(&(*dts)[0]);
+  }
+  return x;
+}
+
+// The same readings of a value held in a pickle, in place; each gives what the JSON helpers
+// above give for the value unpickle() would make of it.
+using PType = PickleDoc::Type;
+using PRef = PickleDoc::Ref;
+
+bool p_int(const PickleDoc& d, PRef v, int64_t* out) {
+  switch (d.type(v)) {
+    case PType::kBool: case PType::kInt: *out = d.int_value(v); return true;
+    case PType::kUint: {
+      uint64_t u = d.uint_value(v);
+      *out = u > uint64_t(INT64_MAX) ? INT64_MAX : int64_t(u);
+      return true;
+    }
+    case PType::kFloat: {
+      double f = d.float_value(v);
+      if (!std::isfinite(f) || f > 9.2e18 || f < -9.2e18) return false;
+      *out = static_cast<int64_t>(f);
+      return true;
+    }
+    case PType::kStr: return parse_int_text(d.text(v), out);
+    default: return false;
+  }
+}
+
+std::string p_text(const PickleDoc& d, PRef v) {
+  switch (d.type(v)) {
+    case PType::kStr: case PType::kBytes: return std::string(d.text(v));
+    case PType::kInt: return std::to_string(d.int_value(v));
+    case PType::kUint: return std::to_string(d.uint_value(v));
+    default: return {};
+  }
+}
+
+bool p_bool(const PickleDoc& d, PRef v, bool dflt) {
+  PType t = d.type(v);
+  if (t == PType::kBool) return d.int_value(v) != 0;
+  int64_t i;
+  if ((t == PType::kInt || t == PType::kUint || t == PType::kFloat) && p_int(d, v, &i))
+    return i != 0;
+  if (t == PType::kStr) {
+    std::string_view s = d.text(v);
+    if (s == "true" || s == "True" || s == "1") return true;
+    if (s == "false" || s == "False" || s == "0") return false;
+  }
+  return dflt;
+}
+
+// What unpickle() turns into a JSON array.
+bool p_is_seq(PType t) { return t == PType::kList || t == PType::kTuple || t == PType::kSet; }
+
+// element_count() of a pickled list of shapes. `tmp` and `dims` are scratch lists.
+uint64_t p_element_count(const PickleDoc& d, PRef sizes, bool* ok, std::vector<PRef>* tmp,
+                         std::vector<PRef>* dims) {
+  *ok = false;
+  if (!p_is_seq(d.type(sizes))) return 0;
+  d.items(sizes, tmp);
+  uint64_t total = 0;
+  for (PRef t : *tmp) {
+    if (!p_is_seq(d.type(t))) return 0;
+    d.items(t, dims);
+    uint64_t prod = 1;
+    for (PRef x : *dims) {
+      uint64_t dim;
+      int64_t sdim;
+      if (d.type(x) == PType::kUint)
+        dim = d.uint_value(x);
+      else if (p_int(d, x, &sdim) && sdim >= 0)
+        dim = uint64_t(sdim);
+      else
+        return 0;
+      if (dim != 0 && prod > UINT64_MAX / dim)
+        prod = UINT64_MAX;
+      else
+        prod *= dim;
+    }
+    total = (total > UINT64_MAX - prod) ? UINT64_MAX : total + prod;
+  }
+  *ok = !tmp->empty();
+  return total;
+}
+
+// Pulls an entry's fields out of a pickled dict in one pass over its items (its stack frames
+// and other unkept fields were never built: see read_torch_dump_bytes).
+class PickleEntryReader {
+ public:
+  explicit PickleEntryReader(const PickleDoc& d) : d_(d) {}
+
+  RawEntry read(PRef e) {
+    RawEntry x;
+    if (d_.type(e) != PType::kDict) {
+      x.is_dict = false;
+      return x;
+    }
+    d_.items(e, &kv_);
+    PRef in_dt{}, out_dt{};
+    bool has_in_dt = false, has_out_dt = false;
+    PRef in_sz{}, out_sz{};
+    bool has_in_sz = false, has_out_sz = false;
+    // A key given twice keeps its last value, as a dict does.
+    for (size_t i = 0; i + 1 < kv_.size(); i += 2) {
+      PType kt = d_.type(kv_[i]);
+      if (kt != PType::kStr && kt != PType::kBytes) continue;
+      std::string_view k = d_.text(kv_[i]);
+      PRef v = kv_[i + 1];
+      int64_t n;
+      switch (k.size() ? k[0] : 0) {
+        case 'c':
+          if (k == "collective_seq_id") x.coll_seq = p_int(d_, v, &n) ? n : 0;
+          break;
+        case 'f':
+          if (k == "fr_group_id") {
+            PType t = d_.type(v);
+            x.group_id = t == PType::kUint ? d_.uint_value(v)
+                         : (t == PType::kInt && d_.int_value(v) > 0) ? uint64_t(d_.int_value(v))
+                                                                      : 0;
+          }
+          break;
+        case 'i':
+          if (k == "input_sizes") { in_sz = v; has_in_sz = true; }
+          else if (k == "input_dtypes") { in_dt = v; has_in_dt = true; }
+          else if (k == "is_p2p")
+            x.is_p2p = p_bool(d_, v, true) == p_bool(d_, v, false) ? int(p_bool(d_, v, false)) : -1;
+          break;
+        case 'o':
+          if (k == "output_sizes") { out_sz = v; has_out_sz = true; }
+          else if (k == "output_dtypes") { out_dt = v; has_out_dt = true; }
+          break;
+        case 'p':
+          if (k == "profiling_name") {
+            x.profiling_name = p_text(d_, v);
+          } else if (k == "process_group") {
+            x.has_pg = true;
+            x.pg_name.clear();
+            x.pg_desc.clear();
+            if (p_is_seq(d_.type(v))) {
+              d_.items(v, &tmp_);
+              if (tmp_.empty()) {
+                x.pg_name = p_text(d_, v);
+              } else {
+                x.pg_name = p_text(d_, tmp_[0]);
+                if (tmp_.size() > 1) x.pg_desc = p_text(d_, tmp_[1]);
+              }
+            } else {
+              x.pg_name = p_text(d_, v);
+            }
+          } else if (k == "pg_id") {
+            x.pg_id = p_int(d_, v, &n) ? n : -1;
+          } else if (k == "p2p_seq_id") {
+            x.has_p2p_seq = true;
+            x.p2p_seq = p_int(d_, v, &n) ? n : 0;
+          }
+          break;
+        case 'r':
+          if (k == "record_id") x.record_id = p_int(d_, v, &n) ? n : -1;
+          else if (k == "retired") x.retired = p_bool(d_, v, false);
+          break;
+        case 's':
+          if (k == "state") x.state = p_text(d_, v);
+          break;
+        case 't':
+          if (k == "time_created_ns") x.created_ns = p_int(d_, v, &n) ? n : 0;
+          else if (k == "time_discovered_started_ns") x.started_ns = p_int(d_, v, &n) ? n : 0;
+          else if (k == "time_discovered_completed_ns") x.completed_ns = p_int(d_, v, &n) ? n : 0;
+          else if (k == "thread_id") x.has_tid = p_int(d_, v, &x.tid);
+          break;
+        default:
+          break;
+      }
+    }
+    x.in_count = has_in_sz ? p_element_count(d_, in_sz, &x.in_ok, &tmp_, &dims_) : 0;
+    x.out_count = has_out_sz ? p_element_count(d_, out_sz, &x.out_ok, &tmp_, &dims_) : 0;
+    bool has = has_in_dt && p_is_seq(d_.type(in_dt)) && (d_.items(in_dt, &tmp_), !tmp_.empty());
+    if (!has) {
+      has = has_out_dt && p_is_seq(d_.type(out_dt)) && (d_.items(out_dt, &tmp_), !tmp_.empty());
+    }
+    if (has) {
+      x.has_dtype = true;
+      x.dtype = p_text(d_, tmp_[0]);
+    }
+    return x;
+  }
+
+ private:
+  const PickleDoc& d_;
+  std::vector<PRef> kv_, tmp_, dims_;
+};
+
+fr_gpu_state state_from(const RawEntry& e, Warnings* w) {
+  const std::string& s = e.state;
   fr_gpu_state st = FR_GPU_ENQUEUED;
   if (s == "completed")
     st = FR_GPU_COMPLETED;
@@ -357,13 +610,11 @@ fr_gpu_state state_from(const json& e, Warnings* w) {
     st = FR_GPU_ENQUEUED;
   else
     w->add("unknown entry state \"" + s.substr(0, 32) + "\" read as scheduled");
-  int64_t t;
-  if (as_int(field(e, "time_discovered_completed_ns"), &t) && t > 0) st = FR_GPU_COMPLETED;
-  if (st < FR_GPU_STARTED && as_int(field(e, "time_discovered_started_ns"), &t) && t > 0)
-    st = FR_GPU_STARTED;
+  if (e.completed_ns > 0) st = FR_GPU_COMPLETED;
+  if (st < FR_GPU_STARTED && e.started_ns > 0) st = FR_GPU_STARTED;
   // Retired: the work finished and left the recorder's active set. The CPU backend (gloo) never
   // moves its entries past "scheduled"; this flag is the only per-entry sign that they finished.
-  if (as_bool(field(e, "retired"), false)) st = FR_GPU_COMPLETED;
+  if (e.retired) st = FR_GPU_COMPLETED;
   return st;
 }
 
@@ -373,8 +624,10 @@ bool is_dump(const json& j) {
 
 class DumpConverter {
  public:
-  DumpConverter(const json& d, std::string path, int name_rank, Warnings* w)
-      : d_(d), path_(std::move(path)), name_rank_(name_rank), w_(*w) {}
+  // `raw`: the entries already pulled out of a pickle (then `d` has no "entries").
+  DumpConverter(const json& d, std::string path, int name_rank, Warnings* w,
+                const std::vector<RawEntry>* raw = nullptr)
+      : d_(d), path_(std::move(path)), name_rank_(name_rank), w_(*w), raw_(raw) {}
 
   bool run(fr::log::LogFile* out, std::string* error) {
     check_version();
@@ -391,6 +644,7 @@ class DumpConverter {
   std::string path_;
   int name_rank_;
   Warnings& w_;
+  const std::vector<RawEntry>* raw_;
   int64_t rank_ = -1;
   std::vector<Group> groups_;
   std::map<std::string, size_t> by_name_;
@@ -504,20 +758,27 @@ class DumpConverter {
   }
 
   bool read_entries(std::string* error) {
-    const json* es = field(d_, "entries");
-    if (!es) return true;  // dumps taken without collectives
-    if (!es->is_array()) {
-      *error = path_ + ": \"entries\" is not a list";
-      return false;
+    std::vector<RawEntry> own;
+    const std::vector<RawEntry>* list = raw_;
+    if (!list) {
+      const json* es = field(d_, "entries");
+      if (!es) return true;  // dumps taken without collectives
+      if (!es->is_array()) {
+        *error = path_ + ": \"entries\" is not a list";
+        return false;
+      }
+      own.reserve(es->size());
+      for (const auto& e : *es) own.push_back(raw_from_json(e));
+      list = &own;
     }
-    entries_.reserve(es->size());
-    for (const auto& e : *es) {
-      if (!e.is_object()) {
+    entries_.reserve(list->size());
+    for (const RawEntry& e : *list) {
+      if (!e.is_dict) {
         w_.add(path_ + ": entry that is not a dict skipped");
         continue;
       }
       Entry x;
-      std::string pname = as_text(field(e, "profiling_name"));
+      const std::string& pname = e.profiling_name;
       if (pname.empty()) {
         w_.add(path_ + ": entry without profiling_name skipped");
         continue;
@@ -537,15 +798,9 @@ class DumpConverter {
         continue;
       }
       // Process group: (name, desc).
-      const json* pg = field(e, "process_group");
-      std::string gname, gdesc;
-      if (pg && pg->is_array() && !pg->empty()) {
-        gname = as_text(&(*pg)[0]);
-        if (pg->size() > 1) gdesc = as_text(&(*pg)[1]);
-      } else if (pg) {
-        gname = as_text(pg);
-      }
-      int64_t pg_id = int_or(e, "pg_id", -1);
+      const std::string& gname = e.pg_name;
+      const std::string& gdesc = e.pg_desc;
+      int64_t pg_id = e.pg_id;
       if (gname.empty()) {
         w_.add(path_ + ": entry without process_group skipped");
         continue;
@@ -572,37 +827,27 @@ class DumpConverter {
       if (pg_id >= 0 && !by_pg_id_.count(pg_id)) by_pg_id_[pg_id] = x.group;
 
       bool named_p2p = x.op == FR_OP_SEND || x.op == FR_OP_RECV;
-      x.p2p = as_bool(field(e, "is_p2p"), named_p2p);
-      const json* p2p_seq = field(e, "p2p_seq_id");
-      x.seq = (x.p2p && p2p_seq) ? int_or(e, "p2p_seq_id", 0) : int_or(e, "collective_seq_id", 0);
+      x.p2p = e.is_p2p < 0 ? named_p2p : e.is_p2p == 1;
+      x.seq = (x.p2p && e.has_p2p_seq) ? e.p2p_seq : e.coll_seq;
       if (x.seq < 0) x.seq = 0;
-      x.record_id = int_or(e, "record_id", -1);
-      int64_t t = int_or(e, "time_created_ns", 0);
-      x.call_ns = t > 0 ? uint64_t(t) : 0;
-      see_time(t);
-      see_time(int_or(e, "time_discovered_started_ns", 0));
-      see_time(int_or(e, "time_discovered_completed_ns", 0));
+      x.record_id = e.record_id;
+      x.call_ns = e.created_ns > 0 ? uint64_t(e.created_ns) : 0;
+      see_time(e.created_ns);
+      see_time(e.started_ns);
+      see_time(e.completed_ns);
       x.state = state_from(e, &w_);
       x.pg_id = pg_id;
-      if (as_text(field(e, "state")) == "started" ||
-          int_or(e, "time_discovered_started_ns", 0) > 0)
-        start_seen_ = true;
-      int64_t tid;
-      if (as_int(field(e, "thread_id"), &tid)) x.tid = uint32_t(uint64_t(tid));
-      if (const json* gid = field(e, "fr_group_id"); gid && gid->is_number_unsigned())
-        x.group_id = gid->get<uint64_t>();
-      else if (gid && gid->is_number_integer() && gid->get<int64_t>() > 0)
-        x.group_id = uint64_t(gid->get<int64_t>());
+      if (e.state == "started" || e.started_ns > 0) start_seen_ = true;
+      if (e.has_tid) x.tid = uint32_t(uint64_t(e.tid));
+      x.group_id = e.group_id;
 
       if (x.op >= 0) {
-        bool ok = false;
         bool by_output = x.op == FR_OP_REDUCESCATTER || x.op == FR_OP_SCATTER;
-        x.count = element_count(field(e, by_output ? "output_sizes" : "input_sizes"), &ok);
-        if (!ok) x.count = element_count(field(e, by_output ? "input_sizes" : "output_sizes"), &ok);
-        const json* dts = field(e, "input_dtypes");
-        if (!dts || !dts->is_array() || dts->empty()) dts = field(e, "output_dtypes");
-        if (dts && dts->is_array() && !dts->empty()) {
-          std::string dn = as_text(&(*dts)[0]);
+        bool ok = by_output ? e.out_ok : e.in_ok;
+        x.count = by_output ? e.out_count : e.in_count;
+        if (!ok) x.count = by_output ? e.in_count : e.out_count;
+        if (e.has_dtype) {
+          const std::string& dn = e.dtype;
           x.dtype = torch_dtype_to_nccl(dn);
           if (x.dtype < 0) w_.add(path_ + ": dtype \"" + dn.substr(0, 32) + "\" has no NCCL type");
         }
@@ -1056,6 +1301,72 @@ TorchReadResult convert_torch_document(const json& doc, const std::string& name)
   return r;
 }
 
+namespace {
+
+// One dump pickled as a dict with an "entries" list (how PyTorch writes every rank's file): the
+// entries are read in place into RawEntry, only the small rest becomes JSON. Anything else (a
+// list or dict of dumps, keys that are not str) goes through JSON whole. False when the scan of
+// skipped values guessed wrong (the caller runs the pickle again, building everything).
+bool convert_pickle(const PickleDoc& doc, const std::string& name, TorchReadResult* r) {
+  *r = TorchReadResult{};
+  PRef root = doc.root();
+  std::vector<PRef> top;
+  PRef entries{};
+  bool has_entries = false, plain_keys = doc.type(root) == PType::kDict;
+  if (plain_keys) {
+    doc.items(root, &top);
+    for (size_t i = 0; i + 1 < top.size() && plain_keys; i += 2) {
+      plain_keys = doc.type(top[i]) == PType::kStr;
+      if (plain_keys && doc.text(top[i]) == "entries") {
+        entries = top[i + 1];
+        has_entries = true;
+      }
+    }
+  }
+  std::string err;
+  if (!plain_keys || !has_entries || !p_is_seq(doc.type(entries))) {
+    json whole;
+    if (!doc.to_json(root, &whole, &err)) {
+      r->error = name + ": " + err;
+      return !doc.wrong_guess();
+    }
+    *r = convert_torch_document(whole, name);
+    return !doc.wrong_guess();
+  }
+  json rest = json::object();
+  for (size_t i = 0; i + 1 < top.size(); i += 2) {
+    std::string_view key = doc.text(top[i]);
+    if (key == "entries") continue;
+    json v;
+    if (!doc.to_json(top[i + 1], &v, &err)) {
+      r->error = name + ": " + err;
+      return !doc.wrong_guess();
+    }
+    rest[std::string(key)] = std::move(v);
+  }
+  std::vector<RawEntry> raw;
+  std::vector<PRef> list;
+  doc.items(entries, &list);
+  raw.reserve(list.size());
+  PickleEntryReader reader(doc);
+  for (PRef e : list) raw.push_back(reader.read(e));
+  if (doc.wrong_guess()) return false;
+
+  Warnings w;
+  fr::log::LogFile f;
+  DumpConverter c(rest, name, rank_from_name(name), &w, &raw);
+  if (c.run(&f, &err))
+    r->logs.push_back(std::move(f));
+  else
+    w.add(err);
+  w.flush(&r->warnings);
+  if (r->logs.empty())
+    r->error = r->warnings.empty() ? name + ": no usable dump in the file" : r->warnings.back();
+  return true;
+}
+
+}  // namespace
+
 TorchReadResult read_torch_dump_bytes(std::string_view bytes, const std::string& name) {
   TorchReadResult r;
   if (bytes.empty()) {
@@ -1065,15 +1376,20 @@ TorchReadResult read_torch_dump_bytes(std::string_view bytes, const std::string&
   if (static_cast<unsigned char>(bytes[0]) == 0x80) {
     UnpickleLimits lim;
     // Stack traces are the bulk of a dump; these and the other fields the reader does not keep
-    // are never turned into JSON.
+    // are never even built.
     lim.skip_keys = {"frames", "thread_name", "duration_ms", "timeout_ms", "op_id",
                      "nccl_comm_state"};
-    UnpickleResult u = unpickle(bytes, lim);
-    if (!u.ok()) {
-      r.error = name + ": " + u.error;
-      return r;
+    PickleDoc doc;
+    std::string err;
+    for (bool scan : {true, false}) {
+      if (!doc.run(bytes, lim, scan, &err)) {
+        if (scan && doc.wrong_guess()) continue;
+        r.error = name + ": " + err;
+        return r;
+      }
+      if (convert_pickle(doc, name, &r) || !scan) return r;
     }
-    return convert_torch_document(u.value, name);
+    return r;
   }
   if (json_too_deep(bytes)) {
     r.error = name + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels";

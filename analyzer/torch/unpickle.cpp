@@ -11,18 +11,21 @@
 // The value of a skipped key (UnpickleLimits::skip_keys: a dump's stack frames, four fifths of
 // its values) is not even built: right after such a key in a SETITEMS batch, the opcodes of the
 // one value that follows are only scanned (lengths checked, stack height and marks counted, memo
-// entries it makes marked as unusable) and one placeholder stands for it. Should the guess be
-// wrong (the str was no key, the value is shared through the memo, the scan meets anything
-// unusual), the whole pickle runs again building everything, so the result never depends on it. The tree is then copied out
-// to JSON with a depth limit (which also stops cycles) and output budgets (which stop a small file
-// from expanding a shared subtree exponentially).
+// entries it makes recorded as unusable, one range per value) and one placeholder stands for it.
+// Should the guess be wrong (the str was no key, the value is shared through the memo, the scan
+// meets anything unusual), the whole pickle runs again building everything, so the result never
+// depends on it. unpickle() then copies the tree out to JSON with a depth limit (which also stops
+// cycles) and output budgets (which stop a small file from expanding a shared subtree
+// exponentially); PickleDoc lets a reader walk it in place instead.
 #include "analyzer/torch/unpickle.h"
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <algorithm>
+#include <iterator>
 #include <unordered_map>
+#include <utility>
 
 namespace fr::analyzer::torch {
 
@@ -111,9 +114,14 @@ bool valid_utf8(std::string_view s) {
   return true;
 }
 
+}  // namespace
+
+namespace unpickle_detail {
+
 class Machine {
  public:
-  Machine(std::string_view in, const UnpickleLimits& lim) : in_(in), lim_(lim) {
+  Machine(std::string_view in, const UnpickleLimits& lim, bool scan = true)
+      : in_(in), lim_(lim), scan_(scan) {
     // Values built (frames are scanned, not built) run about one per 50 bytes of a dump.
     objs_.reserve(std::min<size_t>(in.size() / 48 + 64, lim.max_objects));
   }
@@ -126,12 +134,59 @@ class Machine {
     return run_once();
   }
 
+  // For PickleDoc: runs to STOP without building JSON; the values stay readable below.
+  bool execute_only(std::string* error) {
+    if (execute(&top_)) return true;
+    *error = error_;
+    return false;
+  }
+  uint32_t top_value() const { return top_; }
+  Kind kind(uint32_t id) const { return objs_[id].kind; }
+  const Obj& obj(uint32_t id) const { return objs_[id]; }
+  std::string_view str(uint32_t id) const { return strs_[objs_[id].ref]; }
+  bool is_skipped_key(uint32_t id) const {
+    const Obj& o = objs_[id];
+    if (o.kind != Kind::kStr) return false;
+    return o.skip_key ? o.skip_key == 2 : skipped(strs_[o.ref]);  // asked once during the run
+  }
+  // Items of a container, in order (a dict's keys and values interleaved, pairs under skipped
+  // keys left out).
+  void items(uint32_t id, std::vector<PickleDoc::Ref>* out) const {
+    out->clear();
+    const Obj& o = objs_[id];
+    if (o.kind < Kind::kList || o.kind > Kind::kFrozenSet) return;
+    const Seq q = seqs_[o.ref];
+    bool dict = o.kind == Kind::kDict;
+    for (uint32_t g = q.head; g != kNoSeg; g = segs_[g].next) {
+      const Seg seg = segs_[g];
+      const uint32_t* p = pool_.data() + seg.begin;
+      if (!dict) {
+        for (uint32_t k = 0; k < seg.count; ++k) out->push_back(PickleDoc::Ref{p[k]});
+        continue;
+      }
+      for (uint32_t k = 0; k + 1 < seg.count; k += 2) {
+        if (is_skipped_key(p[k])) continue;
+        out->push_back(PickleDoc::Ref{p[k]});
+        out->push_back(PickleDoc::Ref{p[k + 1]});
+      }
+    }
+  }
+  bool json_of(uint32_t id, nlohmann::json* out, std::string* error) {
+    out_nodes_ = 0;
+    out_bytes_ = 0;
+    error_.clear();
+    if (to_json(id, 0, out)) return true;
+    *error = error_;
+    return false;
+  }
+  bool scan_guessed_wrong() const { return rerun_; }
+
  private:
   std::string_view in_;
-  const UnpickleLimits& lim_;
+  UnpickleLimits lim_;
+  uint32_t top_ = 0;
   bool scan_ = true;    // scan the values of skipped keys instead of building them
   bool rerun_ = false;  // a scan guessed wrong: run again with scan_ off
-  std::vector<int64_t> scan_marks_;
   static constexpr uint32_t kPoison = UINT32_MAX;  // memo entry made inside a scanned value
 
   UnpickleResult run_once() {
@@ -164,6 +219,7 @@ class Machine {
     marks_.clear();
     memo_dense_.clear();
     memo_sparse_.clear();
+    poison_.clear();
     memo_count_ = 0;
   }
 
@@ -182,7 +238,34 @@ class Machine {
     return m >= 1 && n > m && (n - m) % 2 == 1 && objs_[stack_[m - 1]].kind == Kind::kDict;
   }
 
+  // Memo entries made inside scanned values, as ascending disjoint ranges [first, last]: a
+  // pickler numbers its memo in order, so one scanned value (a frames list) makes one range and
+  // nothing is written per entry. Indices out of order fall back to kPoison in the tables.
+  std::vector<std::pair<uint64_t, uint64_t>> poison_;
+  bool in_poison(uint64_t idx) const {
+    if (poison_.empty() || idx > poison_.back().second) return false;
+    auto it = std::upper_bound(poison_.begin(), poison_.end(), idx,
+                               [](uint64_t x, const std::pair<uint64_t, uint64_t>& r) {
+                                 return x < r.first;
+                               });
+    return it != poison_.begin() && idx <= std::prev(it)->second;
+  }
   bool memo_mark_poison(uint64_t idx) {
+    if (idx < memo_dense_.size() && memo_dense_[idx] != 0) {
+      memo_dense_[idx] = kPoison;  // a stored value overwritten by a scanned one
+      return true;
+    }
+    bool beyond = poison_.empty() || idx > poison_.back().second;
+    if (beyond && (memo_sparse_.empty() || !memo_sparse_.count(idx))) {
+      if (memo_count_ >= lim_.max_memo) return scan_wrong();
+      if (!poison_.empty() && idx == poison_.back().second + 1)
+        poison_.back().second = idx;
+      else
+        poison_.emplace_back(idx, idx);
+      ++memo_count_;
+      return true;
+    }
+    if (in_poison(idx)) return true;
     bool dense = idx < memo_dense_.size() + 4096 && idx < lim_.max_memo;
     bool fresh = dense ? (idx >= memo_dense_.size() || memo_dense_[idx] == 0)
                        : memo_sparse_.count(idx) == 0;
@@ -196,96 +279,146 @@ class Machine {
     memo_count_ += fresh;
     return true;
   }
-  bool memo_known(uint64_t idx) const {
-    return (idx < memo_dense_.size() && memo_dense_[idx] != 0) || memo_sparse_.count(idx);
+  bool memo_known(uint64_t idx) {
+    if (idx < memo_dense_.size() && memo_dense_[idx] != 0) return true;
+    if (in_poison(idx)) {
+      // Scanned values fetch the same keys thousands of times: the next look is one load.
+      if (idx < memo_dense_.size()) memo_dense_[idx] = kPoison;
+      return true;
+    }
+    return !memo_sparse_.empty() && memo_sparse_.count(idx);
+  }
+  // memo_mark_poison for the common case, inline in the scan: the next index of the range.
+  bool poison_next(uint64_t idx) {
+    if (!poison_.empty() && idx == poison_.back().second + 1 && memo_count_ < lim_.max_memo &&
+        (idx >= memo_dense_.size() || memo_dense_[idx] == 0) && memo_sparse_.empty()) {
+      poison_.back().second = idx;
+      ++memo_count_;
+      return true;
+    }
+    return memo_mark_poison(idx);
   }
 
-  // Scans one complete value from pos_ (see the file comment) and pushes a placeholder for it.
-  bool scan_value() {
-    scan_marks_.clear();
-    int64_t h = 0;  // values above the stack as it was
-    auto skip_len = [&](size_t width) {
-      if (in_.size() - pos_ < width) return false;
-      uint64_t n = read_le(width);
-      if (n > in_.size() - pos_) return false;
-      pos_ += size_t(n);
-      return true;
-    };
+  static uint64_t le_at(const unsigned char* q, size_t w) {
+    uint64_t v = 0;
+    for (size_t k = 0; k < w; ++k) v |= uint64_t(q[k]) << (8 * k);
+    return v;
+  }
+
+  // The scan itself, on plain pointers kept in registers: the offset just past the value, or
+  // SIZE_MAX when the scan cannot vouch for it.
+  size_t scan_ops(const unsigned char* p, const unsigned char* const end) {
+    const unsigned char* const begin = reinterpret_cast<const unsigned char*>(in_.data());
+    constexpr int kMaxMarks = 64;
+    int64_t marks[kMaxMarks];
+    int nmarks = 0;
+    int64_t floor = 0;  // stack height at the innermost mark
+    int64_t h = 0;      // values above the stack as it was
+    size_t width = 0;   // length prefix of the payload that follows
+    size_t fixed = 0;   // or bytes of the scalar
     while (true) {
-      if (pos_ >= in_.size()) return scan_wrong();
-      uint8_t op = static_cast<uint8_t>(in_[pos_]);
-      if (h == 1 && scan_marks_.empty() && op != MARK && op != BINPUT && op != LONG_BINPUT &&
+      if (p >= end) return SIZE_MAX;
+      uint8_t op = *p;
+      if (nmarks == 0 && h == 1 && op != MARK && op != BINPUT && op != LONG_BINPUT &&
           op != MEMOIZE)
-        break;  // complete: the next opcode is no longer about this value
-      ++pos_;
+        return size_t(p - begin);  // complete: the next opcode is no longer about this value
+      ++p;
       switch (op) {
         case NONE: case NEWTRUE: case NEWFALSE: case EMPTY_LIST: case EMPTY_DICT:
         case EMPTY_TUPLE: case EMPTY_SET:
           ++h;
-          break;
-        case BININT1: if (in_.size() - pos_ < 1) return scan_wrong(); pos_ += 1; ++h; break;
-        case BININT2: if (in_.size() - pos_ < 2) return scan_wrong(); pos_ += 2; ++h; break;
-        case BININT: if (in_.size() - pos_ < 4) return scan_wrong(); pos_ += 4; ++h; break;
-        case BINFLOAT: if (in_.size() - pos_ < 8) return scan_wrong(); pos_ += 8; ++h; break;
+          continue;
+        case BININT1: width = 0; fixed = 1; break;
+        case BININT2: width = 0; fixed = 2; break;
+        case BININT: width = 0; fixed = 4; break;
+        case BINFLOAT: width = 0; fixed = 8; break;
         case LONG1: case SHORT_BINUNICODE: case SHORT_BINBYTES: case SHORT_BINSTRING:
-          if (!skip_len(1)) return scan_wrong();
-          ++h;
+          width = 1;
+          fixed = 0;
           break;
         case BINUNICODE: case BINBYTES:
-          if (!skip_len(4)) return scan_wrong();
-          ++h;
+          width = 4;
+          fixed = 0;
           break;
         case BINUNICODE8: case BINBYTES8:
-          if (!skip_len(8)) return scan_wrong();
+          width = 8;
+          fixed = 0;
+          break;
+        case BINGET:
+          if (end - p < 1 || !memo_known(p[0])) return SIZE_MAX;
+          p += 1;
           ++h;
-          break;
-        case MARK: scan_marks_.push_back(h); break;
+          continue;
+        case LONG_BINGET:
+          if (end - p < 4 || !memo_known(le_at(p, 4))) return SIZE_MAX;
+          p += 4;
+          ++h;
+          continue;
+        case BINPUT:
+          if (h < 1 || end - p < 1 || !poison_next(p[0])) return SIZE_MAX;
+          p += 1;
+          continue;
+        case LONG_BINPUT:
+          if (h < 1 || end - p < 4 || !poison_next(le_at(p, 4))) return SIZE_MAX;
+          p += 4;
+          continue;
+        case MEMOIZE:
+          if (h < 1 || !memo_mark_poison(memo_count_)) return SIZE_MAX;
+          continue;
+        case MARK:
+          if (nmarks == kMaxMarks) return SIZE_MAX;
+          marks[nmarks++] = h;
+          floor = h;
+          continue;
         case APPENDS: case SETITEMS: case ADDITEMS:
-          if (scan_marks_.empty()) return scan_wrong();
-          h = scan_marks_.back();
-          scan_marks_.pop_back();
-          if (h < 1) return scan_wrong();
-          break;
+          if (nmarks == 0) return SIZE_MAX;
+          h = marks[--nmarks];
+          floor = nmarks ? marks[nmarks - 1] : 0;
+          if (h < 1) return SIZE_MAX;
+          continue;
         case LIST: case TUPLE: case DICT: case FROZENSET:
-          if (scan_marks_.empty()) return scan_wrong();
-          h = scan_marks_.back() + 1;
-          scan_marks_.pop_back();
-          break;
-        case APPEND: h -= 1; if (h < 1) return scan_wrong(); break;
-        case SETITEM: h -= 2; if (h < 1) return scan_wrong(); break;
+          if (nmarks == 0) return SIZE_MAX;
+          h = marks[--nmarks] + 1;
+          floor = nmarks ? marks[nmarks - 1] : 0;
+          continue;
+        case APPEND: h -= 1; if (h < 1 || h < floor) return SIZE_MAX; continue;
+        case SETITEM: h -= 2; if (h < 1 || h < floor) return SIZE_MAX; continue;
         case TUPLE1: case TUPLE2: case TUPLE3: {
           int64_t n = op - TUPLE1 + 1;
-          int64_t floor = scan_marks_.empty() ? 0 : scan_marks_.back();
-          if (h - n < floor) return scan_wrong();
+          if (h - n < floor) return SIZE_MAX;
           h = h - n + 1;
-          break;
+          continue;
         }
-        case BINGET:
-          if (in_.size() - pos_ < 1 || !memo_known(read_le(1))) return scan_wrong();
-          ++h;
-          break;
-        case LONG_BINGET:
-          if (in_.size() - pos_ < 4 || !memo_known(read_le(4))) return scan_wrong();
-          ++h;
-          break;
-        case BINPUT:
-          if (h < 1 || in_.size() - pos_ < 1 || !memo_mark_poison(read_le(1))) return scan_wrong();
-          break;
-        case LONG_BINPUT:
-          if (h < 1 || in_.size() - pos_ < 4 || !memo_mark_poison(read_le(4))) return scan_wrong();
-          break;
-        case MEMOIZE:
-          if (h < 1 || !memo_mark_poison(memo_count_)) return scan_wrong();
-          break;
         case FRAME:
-          if (in_.size() - pos_ < 8) return scan_wrong();
-          if (read_le(8) > in_.size() - pos_) return scan_wrong();
-          break;
+          if (end - p < 8 || le_at(p, 8) > uint64_t(end - p - 8)) return SIZE_MAX;
+          p += 8;
+          continue;
         default:
-          return scan_wrong();  // anything else: the full run judges it
+          return SIZE_MAX;  // anything else: the full run judges it
       }
-      if (h < (scan_marks_.empty() ? 0 : scan_marks_.back())) return scan_wrong();
+      // A scalar: fixed bytes, or a length-prefixed payload.
+      if (size_t(end - p) < fixed) return SIZE_MAX;
+      p += fixed;
+      if (width) {
+        if (size_t(end - p) < width) return SIZE_MAX;
+        uint64_t n = le_at(p, width);
+        p += width;
+        if (n > uint64_t(end - p)) return SIZE_MAX;
+        p += n;
+      }
+      ++h;
     }
+  }
+
+  // Scans one complete value from pos_ (see the file comment) and pushes a placeholder for it.
+  // The hot loop of a dump: a frames list is about 14 opcodes a frame, so each opcode costs a
+  // few instructions (lengths are skipped, never read as text; memo puts only extend a range).
+  bool scan_value() {
+    const unsigned char* const begin = reinterpret_cast<const unsigned char*>(in_.data());
+    const unsigned char* const end = begin + in_.size();
+    size_t at = scan_ops(begin + pos_, end);
+    if (at == SIZE_MAX) return scan_wrong();
+    pos_ = at;
     return push_new(Kind::kSkipped);
   }
 
@@ -331,11 +464,10 @@ class Machine {
     return false;
   }
 
-  bool need(size_t n) {
-    if (in_.size() - pos_ < n)
-      return fail("truncated (needs " + std::to_string(n) + " more bytes, " +
-                  std::to_string(in_.size() - pos_) + " left)");
-    return true;
+  bool need(size_t n) { return in_.size() - pos_ >= n || truncated(n); }
+  [[gnu::noinline, gnu::cold]] bool truncated(size_t n) {
+    return fail("truncated (needs " + std::to_string(n) + " more bytes, " +
+                std::to_string(in_.size() - pos_) + " left)");
   }
   uint64_t read_le(size_t n) {
     uint64_t v = 0;
@@ -344,9 +476,11 @@ class Machine {
     return v;
   }
 
+  [[gnu::noinline, gnu::cold]] bool too_many() {
+    return fail("too many values (limit " + std::to_string(lim_.max_objects) + ")");
+  }
   bool new_obj(Kind k, uint32_t* id) {
-    if (objs_.size() >= lim_.max_objects || objs_.size() >= UINT32_MAX - 1)
-      return fail("too many values (limit " + std::to_string(lim_.max_objects) + ")");
+    if (objs_.size() >= lim_.max_objects || objs_.size() >= UINT32_MAX - 1) return too_many();
     Obj o;
     o.kind = k;
     if (k == Kind::kStr || k == Kind::kBytes) {
@@ -476,10 +610,15 @@ class Machine {
     bool dense = idx < memo_dense_.size() + 4096 && idx < lim_.max_memo;
     bool fresh = dense ? (idx >= memo_dense_.size() || memo_dense_[idx] == 0)
                        : memo_sparse_.count(idx) == 0;
+    if (fresh && in_poison(idx)) fresh = false;  // counted when the scan made it
     if (fresh && memo_count_ >= lim_.max_memo)
       return fail("memo too large (limit " + std::to_string(lim_.max_memo) + ")");
     if (dense) {
-      if (idx >= memo_dense_.size()) memo_dense_.resize(idx + 1, 0);
+      // Grown by half at a time: a pickler's memo is numbered in order.
+      if (idx >= memo_dense_.size())
+        memo_dense_.resize(std::min<size_t>(std::max(idx + 1, memo_dense_.size() * 3 / 2),
+                                            lim_.max_memo),
+                           0);
       memo_dense_[idx] = v + 1;
     } else {
       memo_sparse_[idx] = v;
@@ -488,16 +627,17 @@ class Machine {
     return true;
   }
   bool memo_get(uint64_t idx) {
-    if (idx < memo_dense_.size() && memo_dense_[idx] == kPoison)
-      return scan_wrong();  // shared with a value that was only scanned
-    if (auto sp = memo_sparse_.find(idx); sp != memo_sparse_.end() && sp->second == kPoison)
-      return scan_wrong();
     if (idx < memo_dense_.size() && memo_dense_[idx] != 0) {
+      if (memo_dense_[idx] == kPoison) return scan_wrong();  // shared with a scanned value
       stack_.push_back(memo_dense_[idx] - 1);
       return maybe_scan();
     }
     auto it = memo_sparse_.find(idx);
-    if (it == memo_sparse_.end()) return fail("memo key " + std::to_string(idx) + " was never stored");
+    if (it == memo_sparse_.end()) {
+      if (in_poison(idx)) return scan_wrong();  // shared with a scanned value
+      return fail("memo key " + std::to_string(idx) + " was never stored");
+    }
+    if (it->second == kPoison) return scan_wrong();
     stack_.push_back(it->second);
     return maybe_scan();
   }
@@ -880,7 +1020,7 @@ class Machine {
   }
 };
 
-}  // namespace
+}  // namespace unpickle_detail
 
 const char* pickle_opcode_name(uint8_t op) {
   switch (op) {
@@ -906,8 +1046,55 @@ const char* pickle_opcode_name(uint8_t op) {
 }
 
 UnpickleResult unpickle(std::string_view bytes, const UnpickleLimits& limits) {
-  Machine m(bytes, limits);
+  unpickle_detail::Machine m(bytes, limits);
   return m.run();
+}
+
+PickleDoc::PickleDoc() = default;
+PickleDoc::~PickleDoc() = default;
+
+bool PickleDoc::run(std::string_view bytes, const UnpickleLimits& limits, bool scan_skipped,
+                    std::string* error) {
+  wrong_guess_ = false;
+  m_ = std::make_unique<unpickle_detail::Machine>(bytes, limits, scan_skipped);
+  if (m_->execute_only(error)) return true;
+  wrong_guess_ = m_->scan_guessed_wrong();
+  return false;
+}
+
+PickleDoc::Ref PickleDoc::root() const { return Ref{m_->top_value()}; }
+
+PickleDoc::Type PickleDoc::type(Ref v) const {
+  switch (m_->kind(v.id)) {
+    case Kind::kNone: return Type::kNone;
+    case Kind::kBool: return Type::kBool;
+    case Kind::kInt: return Type::kInt;
+    case Kind::kUint: return Type::kUint;
+    case Kind::kBigInt: case Kind::kFloat: return Type::kFloat;
+    case Kind::kStr: return Type::kStr;
+    case Kind::kBytes: return Type::kBytes;
+    case Kind::kList: return Type::kList;
+    case Kind::kTuple: return Type::kTuple;
+    case Kind::kDict: return Type::kDict;
+    case Kind::kSet: case Kind::kFrozenSet: return Type::kSet;
+    case Kind::kSkipped: wrong_guess_ = true; return Type::kOther;
+  }
+  return Type::kOther;
+}
+
+int64_t PickleDoc::int_value(Ref v) const { return m_->obj(v.id).i; }
+uint64_t PickleDoc::uint_value(Ref v) const { return m_->obj(v.id).u; }
+double PickleDoc::float_value(Ref v) const { return m_->obj(v.id).f; }
+std::string_view PickleDoc::text(Ref v) const { return m_->str(v.id); }
+
+void PickleDoc::items(Ref v, std::vector<Ref>* out) const {
+  m_->items(v.id, out);
+}
+
+bool PickleDoc::to_json(Ref v, nlohmann::json* out, std::string* error) const {
+  bool ok = m_->json_of(v.id, out, error);
+  if (m_->scan_guessed_wrong()) wrong_guess_ = true;
+  return ok;
 }
 
 }  // namespace fr::analyzer::torch

@@ -13,10 +13,15 @@
 // The result is a nlohmann::json tree: tuples and sets become arrays, bytes become JSON binary
 // values, dict keys must be str or int (ints become their decimal text). Memory and nesting are
 // bounded by UnpickleLimits; shared (memoized) subtrees are expanded, within the same bounds.
+//
+// PickleDoc runs the same machine and leaves its values in place, for readers that pull a few
+// fields out of a large pickle (a dump's thousands of entries) without building a JSON tree:
+// values are handles, strs are views into the input.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,6 +50,45 @@ struct UnpickleResult {
 
 // Runs the pickle in `bytes` up to its STOP opcode. Never throws, never runs code.
 UnpickleResult unpickle(std::string_view bytes, const UnpickleLimits& limits = {});
+
+namespace unpickle_detail { class Machine; }
+
+// A pickle run to its STOP opcode, read in place. The values of skipped keys are only scanned
+// (UnpickleLimits::skip_keys) and dict items under them are left out of items(); should a reader
+// meet such a value anywhere else, the scan guessed wrong: wrong_guess() turns true and the
+// reader runs the pickle again with scan_skipped false, which builds every value.
+class PickleDoc {
+ public:
+  enum class Type : uint8_t { kNone, kBool, kInt, kUint, kFloat, kStr, kBytes, kList, kTuple,
+                              kDict, kSet, kOther };
+  struct Ref { uint32_t id = 0; };
+
+  PickleDoc();
+  ~PickleDoc();
+  PickleDoc(const PickleDoc&) = delete;
+  PickleDoc& operator=(const PickleDoc&) = delete;
+
+  // Runs `bytes` (which must outlive this object); on failure returns false with `error` set
+  // like UnpickleResult::error.
+  bool run(std::string_view bytes, const UnpickleLimits& limits, bool scan_skipped,
+           std::string* error);
+  Ref root() const;
+  Type type(Ref v) const;
+  int64_t int_value(Ref v) const;    // kBool, kInt
+  uint64_t uint_value(Ref v) const;  // kUint
+  double float_value(Ref v) const;   // kFloat (also ints wider than 64 bits)
+  std::string_view text(Ref v) const;  // kStr, kBytes
+  // Items of a list, tuple or set; a dict's keys and values interleaved, without the pairs of
+  // skipped keys. Replaces `out`.
+  void items(Ref v, std::vector<Ref>* out) const;
+  // The value as unpickle() gives it (same limits, skipped keys left out); false with `error`.
+  bool to_json(Ref v, nlohmann::json* out, std::string* error) const;
+  bool wrong_guess() const { return wrong_guess_; }
+
+ private:
+  std::unique_ptr<unpickle_detail::Machine> m_;
+  mutable bool wrong_guess_ = false;
+};
 
 // The name of a pickle opcode ("GLOBAL", "SHORT_BINUNICODE", ...), or nullptr when unknown.
 const char* pickle_opcode_name(uint8_t op);

@@ -2,8 +2,9 @@
 # fr-analyze speed: synthetic dump sets of 1,024, 4,096 and 16,384 ranks x 2,048 records with a
 # planted host hang (256 ranks a node), each analysed once; prints wall and CPU time, peak memory (whole and per
 # rank), and seconds per million records, whose spread over the sizes says how linear the
-# analysis is in ranks. Checks the 4,096-rank target (<= 5 s, <= 2 GiB) and prints the 16,384-rank
-# one (<= 3 s, <= 1 GiB, <= 64 KiB per rank). Then, at the largest size, the same job written as
+# analysis is in ranks. Says whether the 4,096-rank target (<= 5 s, <= 2 GiB) and the 16,384-rank
+# one (<= 3 s, <= 1 GiB, <= 64 KiB per rank) are met: figures only, a missed target is printed as
+# such and never fails the run (only a wrong analysis does). Then, at the largest size, the same job written as
 # one dump set per node (fr-gendumps --dir-per-node, 256 ranks a node) and analysed in one
 # fr-analyze over all of them must give the same analysis as the single dump set. Then the same
 # for PyTorch Flight Recorder pickles, beside PyTorch's fr_trace on the same files (see below).
@@ -26,6 +27,7 @@ trap 'rm -rf "$tmp"' EXIT
 have_time=0
 [[ -x /usr/bin/time ]] && have_time=1
 status=0
+met() { [[ $1 == yes ]] && echo "target met" || echo "target not met"; }
 
 # Disk a dump set of n ranks takes (a dump holds the ring, the communicator table and a header),
 # with 10% to spare; and what the disk under $tmp has free, less 1 GiB for everyone else.
@@ -92,14 +94,15 @@ for n in $sizes; do
   if [[ $n == 4096 && $entries == 2048 ]]; then
     ok_t=$(awk -v w="$wall" 'BEGIN { print (w <= 5.0) ? "yes" : "no" }')
     ok_m=$(awk -v k="$rss_kb" 'BEGIN { print (k <= 2 * 1024 * 1024) ? "yes" : "no" }')
-    echo "target 4096 x 2048: time <= 5 s: $ok_t; peak memory <= 2 GiB: $ok_m"
-    [[ $ok_t == yes && $ok_m == yes ]] || status=1
+    echo "target 4096 x 2048: time <= 5 s: $ok_t; peak memory <= 2 GiB: $ok_m;" \
+      "$(met "$([[ $ok_t == yes && $ok_m == yes ]] && echo yes)")"
   fi
   if [[ $n == 16384 && $entries == 2048 ]]; then
     ok_t=$(awk -v w="$wall" 'BEGIN { print (w <= 3.0) ? "yes" : "no" }')
     ok_m=$(awk -v k="$rss_kb" 'BEGIN { print (k <= 1024 * 1024) ? "yes" : "no" }')
     ok_r=$(awk -v k="$rss_kb" -v n="$n" 'BEGIN { print (k / n <= 64) ? "yes" : "no" }')
-    echo "target 16384 x 2048: time <= 3 s: $ok_t; peak memory <= 1 GiB: $ok_m; <= 64 KiB per rank: $ok_r"
+    echo "target 16384 x 2048: time <= 3 s: $ok_t; peak memory <= 1 GiB: $ok_m; <= 64 KiB per rank: $ok_r;" \
+      "$(met "$([[ $ok_t == yes && $ok_m == yes && $ok_r == yes ]] && echo yes)")"
   fi
   rm -rf "$dir"
   (( n > largest )) && largest=$n
@@ -166,7 +169,8 @@ if [[ ${FR_BENCH_TORCH:-1} != 0 ]]; then
   verdict=$(python3 -c 'import json,sys; v=json.load(open(sys.argv[1]))["verdict"]; print(v["kind"], v["culprit_ranks"], v.get("op"), v.get("seq"))' "$tmp/tout" 2>/dev/null || echo "?")
   ok_t=$(awk -v w="$wall" 'BEGIN { print (w <= 2.0) ? "yes" : "no" }')
   ok_m=$(awk -v k="${rss_kb:-0}" 'BEGIN { print (k <= 1024 * 1024) ? "yes" : "no" }')
-  echo "fr-analyze verdict: $verdict; target <= 2 s: $ok_t; peak <= 1 GiB: $ok_m"
+  echo "fr-analyze verdict: $verdict; target <= 2 s: $ok_t; peak <= 1 GiB: $ok_m;" \
+      "$(met "$([[ $ok_t == yes && $ok_m == yes ]] && echo yes)")"
   if [[ ${FR_BENCH_FR_TRACE:-1} != 0 ]] && python3 -c 'import torch.distributed.flight_recorder.fr_trace' >/dev/null 2>&1; then
     measure fr_trace timeout "${FR_BENCH_FR_TRACE_LIMIT:-600}" python3 -m torch.distributed.flight_recorder.fr_trace \
       -p nccl_trace_rank_ "$tdir"
