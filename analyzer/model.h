@@ -12,6 +12,7 @@
 
 #include "analyzer/analyze.h"
 #include "log/reader.h"
+#include "log/side_files.h"
 
 namespace fr::analyzer {
 
@@ -76,6 +77,8 @@ struct Proc {
   int64_t clock_offset_ns = 0;
   std::vector<ProcComm> comms;
   std::vector<Op> ops;        // grouped by communicator, in record order within each
+  bool has_stacks = false;    // a <dump>.stacks.json came with the dump
+  fr::log::ProcessStacks stacks;
 };
 
 struct CommMember {
@@ -109,6 +112,7 @@ struct Model {
   std::vector<std::string> manifest_hosts;  // hosts named by manifests (nodes and processes)
   std::string job_id;
   size_t files_read = 0;
+  std::vector<fr::log::NodeGpus> gpus;  // the dump sets' <node>.gpu.json files
 };
 
 // Converts a validated log into a compact Proc (used by loading and by the PyTorch reader path).
@@ -120,6 +124,11 @@ Model load_model(const std::vector<std::string>& paths, unsigned threads);
 
 // The full analysis of a loaded model: the fr-analysis/1 document.
 nlohmann::json analyze_model(const Model& model, const Options& opts);
+
+// Joins the stacks and GPU health of the dump set into a finished analysis (context.cpp).
+void add_context(const Model& model, nlohmann::json* doc);
+// One line for a stack: "hang_forever ← run_step ← main (rank_main.cpp:340)".
+std::string stack_line(const nlohmann::json& frames);
 
 // Helpers shared by the JSON builder, the text view and the trace writer.
 std::string comm_id_hex(uint64_t id);

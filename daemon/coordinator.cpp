@@ -1,6 +1,8 @@
 // See coordinator.h.
 #include "daemon/coordinator.h"
 
+#include "log/side_files.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -341,9 +343,10 @@ bool CoordinatorState::check_uploader(const DumpHeader& hdr, const PeerAuth& aut
     *error = "this upload does not come from node " + n.name + "'s connection";
     return false;
   }
-  // Each node's files carry its name, so one node's dump never lands on another's.
+  // Each node's files carry its name, so one node's dump never lands on another's (its GPU
+  // health is <node>.gpu.json).
   for (const auto& f : hdr.files)
-    if (f.name.rfind(n.name + "-", 0) != 0) {
+    if (f.name.rfind(n.name + "-", 0) != 0 && f.name != n.name + fr::log::kGpuSuffix) {
       *error = "file '" + printable(f.name, 80) + "' is not named after node " + n.name;
       return false;
     }

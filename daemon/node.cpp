@@ -193,6 +193,10 @@ bool NodeDaemon::init(std::string* error) {
   }
   if (!pending_.empty()) log(std::to_string(pending_.size()) + " undelivered dump(s) in the spool");
   log("reading the logs in " + opts_.log_dir + " owned by " + opts_.log_owners.describe());
+  // GPU health is optional: without NVML every dump says why, and nothing else changes.
+  std::string why;
+  if (gpus_.open(opts_.nvml_lib, &why)) log("GPU health from NVML (" + opts_.nvml_lib + ")");
+  else log(why + "; dumps carry no GPU health");
   return true;
 }
 
@@ -330,6 +334,7 @@ void NodeDaemon::connect_once(bool* welcomed) {
         }
         if (!s.write(hb)) break;
         last_sent = now;
+        check_gpus();
       }
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait_for(lk, std::chrono::nanoseconds(scan_every),
@@ -401,7 +406,50 @@ bool NodeDaemon::take_dump(const Key& k, std::string* error) {
                            p.alive, p.records, p.overwritten, p.torn});
   }
   for (const auto& s : res.skipped) h.skipped.push_back({s.file, s.error});
+  for (auto& f : take_context(dir, res.processes)) h.files.push_back(std::move(f));
   return write_file_atomic(dir + "/dump.json", header_json(h).dump() + "\n", error);
+}
+
+std::vector<DumpFile> NodeDaemon::take_context(const std::string& dir,
+                                               const std::vector<fr::log::SnapshotProcess>& procs) {
+  std::vector<DumpFile> out;
+  std::vector<std::string> names;
+  std::vector<StackTarget> targets;
+  for (const auto& p : procs) targets.push_back({p.pid, p.rank, p.file, p.alive});
+  StacksTaken st = take_stacks(opts_.stacks, targets, dir);
+  for (const auto& n : st.notes) log("no stacks for " + n);
+  if (!targets.empty()) {
+    char took[32];
+    std::snprintf(took, sizeof took, "%.2f", double(st.took_ns) / 1e9);
+    log("stacks of " + std::to_string(st.taken) + " of " + std::to_string(targets.size()) +
+        " process(es) in " + took + " s");
+  }
+  names = st.files;
+  fr::log::NodeGpus g = gpus_.read(true);
+  g.node = opts_.node_name;
+  std::string err, gname = opts_.node_name + fr::log::kGpuSuffix;
+  if (write_file_atomic(dir + "/" + gname, fr::log::gpus_to_text(g), &err)) names.push_back(gname);
+  else log(err);
+  for (const auto& n : names) {
+    DumpFile f;
+    f.name = n;
+    if (file_crc(dir + "/" + n, &f.size, &f.crc32c)) out.push_back(f);
+  }
+  return out;
+}
+
+void NodeDaemon::check_gpus() {
+  if (!gpus_.ready()) return;
+  fr::log::NodeGpus g = gpus_.read(false);
+  size_t n = 0;
+  for (const auto& d : g.gpus) n += d.xids.size();
+  if (n <= xids_seen_) return;
+  size_t k = 0;
+  for (const auto& d : g.gpus)
+    for (const auto& x : d.xids)
+      if (k++ >= xids_seen_)
+        log("GPU " + d.pci_bus_id + " reported Xid " + std::to_string(x.xid));
+  xids_seen_ = n;
 }
 
 int NodeDaemon::deliver(const Key& k, std::string* error) {

@@ -20,7 +20,10 @@
 
 #include "daemon/client.h"
 #include "daemon/model.h"
+#include "daemon/nvml.h"
+#include "daemon/stacks.h"
 #include "log/local_logs.h"
+#include "log/snapshot.h"
 
 namespace fr::daemon {
 
@@ -37,6 +40,8 @@ struct NodeOptions {
   size_t chunk_bytes = 1 << 20;
   uint64_t upload_bytes_per_sec = 0; // 0: as fast as the network goes
   bool quiet = false;
+  StackOptions stacks;               // every rank's stacks at each dump (stacks.h)
+  std::string nvml_lib = "libnvidia-ml.so.1";  // GPU health at each dump and heartbeat (nvml.h)
 };
 
 class NodeDaemon {
@@ -68,6 +73,11 @@ class NodeDaemon {
   void dump_loop();
   std::string spool_of(const Key& k) const;
   bool take_dump(const Key& k, std::string* error);
+  // The stacks and GPU health beside a dump's logs; returns the files written.
+  std::vector<DumpFile> take_context(const std::string& dir,
+                                     const std::vector<fr::log::SnapshotProcess>& procs);
+  // The cheap GPU reading of a heartbeat: new Xid events are logged at once.
+  void check_gpus();
   // 1 delivered, 0 try again later, -1 refused for good.
   int deliver(const Key& k, std::string* error);
   int upload(const Key& k, const DumpHeader& h, std::string* error);
@@ -91,6 +101,8 @@ class NodeDaemon {
   std::string upload_key_;  // the current connection's (Welcome.upload_key)
   Stream* stream_ = nullptr;            // the live control stream, guarded by mu_
   std::thread dumper_;
+  GpuMonitor gpus_;
+  size_t xids_seen_ = 0;
 };
 
 }  // namespace fr::daemon
