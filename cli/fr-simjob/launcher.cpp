@@ -309,6 +309,24 @@ struct Job {
   static void err(const std::string& line) { std::fprintf(stderr, "fr-simjob: %s\n", line.c_str()); }
 
   std::string node_dir(int node) const { return out + "/node" + std::to_string(node); }
+  // The node's emulated NVML (tests/sim/nvml): one GPU per local rank, with the rank's PID once
+  // it runs. The frd node reads it through the emulated libnvidia-ml.so.1.
+  std::string nvml_file(int node) const { return node_dir(node) + "/nvml.conf"; }
+  void write_nvml(int node) {
+    std::string text = "driver 550.54.15\n";
+    for (int l = 0; l < o.shape.ranks_per_node; ++l) {
+      int r = node * o.shape.ranks_per_node + l;
+      text += "gpu " + sim_gpu_bus_id(l) + " nvlinks=4";
+      if (r < static_cast<int>(ranks.size()) && ranks[r].pid > 0) text += " pids=" + std::to_string(ranks[r].pid);
+      text += "\n";
+    }
+    const std::string path = nvml_file(node), tmp = path + ".tmp";
+    FILE* f = std::fopen(tmp.c_str(), "w");
+    if (!f) return;
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+    std::rename(tmp.c_str(), path.c_str());
+  }
   std::string node_log_dir(int node) const { return node_dir(node) + "/shm"; }
 
   bool prepare();
@@ -436,6 +454,7 @@ bool Job::start_ranks() {
         {"CUDA_VISIBLE_DEVICES", visible_devices(p.node)},
         {kEnvBoard, run_dir + "/board"},
         {kEnvRunDir, run_dir},
+        {kEnvSimNvml, nvml_file(p.node)},
     };
     if (o.agent) {
       env.push_back({"LD_PRELOAD", agent_lib});
@@ -458,6 +477,8 @@ bool Job::start_ranks() {
     if (rank_pgid == 0) rank_pgid = pid;
     ranks[r].pid = pid;
   }
+  // Each emulated GPU now runs its rank: NVML lists the rank's PID on it.
+  for (int n = 0; n < s.nodes; ++n) write_nvml(n);
   say("job " + job_id + ": " + std::to_string(s.world()) + " ranks on " +
       std::to_string(s.nodes) + " node(s), tp " + std::to_string(s.tp) + ", pp " +
       std::to_string(s.pp) + ", dp " + std::to_string(s.dp()) + ", " + std::to_string(s.steps) +
@@ -511,15 +532,17 @@ bool Job::start_daemons() {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   for (int n = 0; n < o.shape.nodes; ++n) {
+    write_nvml(n);
     ChildSpec node;
     node.argv = {frd_exe, "node", "--coordinator", "127.0.0.1:" + port, "--log-dir",
                  node_log_dir(n), "--node-name", "node" + std::to_string(n),
-                 "--heartbeat-interval", "0.2", "--dump-dir", node_dir(n) + "/spool"};
+                 "--heartbeat-interval", "0.2", "--dump-dir", node_dir(n) + "/spool",
+                 "--nvml-lib", sim_lib + "/libnvidia-ml.so.1"};
     if (o.shared_dump_dir) {
       node.argv.push_back("--shared-dump-dir");
       node.argv.push_back(incidents);
     }
-    node.envp = make_env({{"FR_TOKEN_FILE", token_env}});
+    node.envp = make_env({{"FR_TOKEN_FILE", token_env}, {kEnvSimNvml, nvml_file(n)}});
     node.log_path = node_dir(n) + "/frd-node.log";
     node.freeze();
     pid_t np = spawn(node, daemon_pgid);

@@ -11,6 +11,7 @@
 //       nvlinks=4 nvlink_down=2 unsupported=ecc,remap            (all on one line)
 //   xid 0000:3b:00.0 79        an Xid event on that GPU, delivered once to each event set
 //                              registered for it
+// Xid lines may also come from "<file>.events", where processes append them as they happen.
 #include <unistd.h>
 
 #include <chrono>
@@ -18,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -79,7 +81,11 @@ Config load() {
   std::ifstream in(path);
   if (!in) return c;
   c.ok = true;
-  for (std::string line; std::getline(in, line);) {
+  std::ifstream events(std::string(path) + ".events");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text += "\n" + std::string((std::istreambuf_iterator<char>(events)), std::istreambuf_iterator<char>());
+  std::istringstream all(text);
+  for (std::string line; std::getline(all, line);) {
     line = line.substr(0, line.find('#'));
     std::istringstream ls(line);
     std::string what;
