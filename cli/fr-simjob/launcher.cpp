@@ -555,6 +555,24 @@ bool Job::start_daemons() {
     daemons.back().role = "node" + std::to_string(n);
     daemons.back().log = node.log_path;
   }
+  // As on a real cluster, the sidecars run before the job starts: each node daemon has read its
+  // GPUs (and registered for their Xid events) and reached the coordinator.
+  auto t1 = Clock::now();
+  for (size_t d = 1; d < daemons.size(); ++d) {
+    while (read_small_file(daemons[d].log).find("connected to") == std::string::npos) {
+      reap(daemons);
+      if (daemons[d].exited) {
+        daemon_error = "frd " + daemons[d].role + " exited at start (see " + daemons[d].log + ")";
+        return false;
+      }
+      if (seconds_since(t1) > 30 || g_signal) {
+        daemon_error = "frd " + daemons[d].role + " did not reach the coordinator within 30 s (see " +
+                       daemons[d].log + ")";
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
   say("frd coordinator on 127.0.0.1:" + port + ", " + std::to_string(o.shape.nodes) +
       " node daemon(s), stall after " + stall + " s");
   return true;
