@@ -43,7 +43,11 @@ json frames_json(const std::vector<StackFrame>& frames) {
 // the addresses, which differ per process.
 std::string signature(const std::vector<StackFrame>& frames) {
   std::string s;
-  for (const auto& f : frames) s += (f.function.empty() ? "?" + f.module : f.function) + "\n";
+  for (const auto& f : frames) {
+    // An unsymbolized frame (py-spy names it by its address) counts by its module.
+    const bool unnamed = f.function.empty() || f.function.rfind("0x", 0) == 0;
+    s += (unnamed ? "?" + f.module : f.function) + "\n";
+  }
   return s;
 }
 
@@ -226,16 +230,18 @@ std::string stack_line(const json& frames) {
   };
   std::string s;
   size_t shown = 0;
+  const json* where = nullptr;  // the first shown frame with a source position
   for (size_t i = start; i < frames.size() && shown < 3; ++i) {
     std::string fn = frames[i].value("function", std::string());
-    if (fn.empty()) continue;
+    if (fn.empty() || fn.rfind("0x", 0) == 0) continue;
     s += (shown ? " \u2190 " : "") + short_name(fn);
     ++shown;
+    if (!where && !frames[i].value("file", std::string()).empty()) where = &frames[i];
   }
-  const std::string file = frames[start].value("file", std::string());
-  if (!file.empty()) {
+  if (where) {
+    const std::string file = where->value("file", std::string());
     s += " (" + file.substr(file.find_last_of('/') + 1);
-    if (frames[start].value("line", 0) > 0) s += ":" + std::to_string(frames[start].value("line", 0));
+    if (where->value("line", 0) > 0) s += ":" + std::to_string(where->value("line", 0));
     s += ")";
   }
   return s;

@@ -459,21 +459,25 @@ bool is_python_process(int pid) {
   return read_small("/proc/" + std::to_string(pid) + "/maps").find("/libpython") != std::string::npos;
 }
 
-void add_python_frames(const std::string& py_spy, int64_t deadline_mono_ns, ProcessStacks* s) {
+namespace {
+
+// py-spy on one process, started; `fd` gives its JSON. -1 with s->python_error set when it cannot run.
+pid_t start_py_spy(const std::string& py_spy, ProcessStacks* s, int* fd) {
   s->python = true;
   std::string exe = find_on_path(py_spy.empty() ? "py-spy" : py_spy);
   if (exe.empty()) {
     s->python_error = py_spy.empty()
                           ? "py-spy not found on PATH (pip install py-spy, or give --py-spy PATH)"
                           : "py-spy " + py_spy + " is not an executable";
-    return;
+    return -1;
   }
-  int fd = -1;
-  pid_t child = spawn_reader({exe, "dump", "--pid", std::to_string(s->pid), "--native", "--json"}, &fd);
-  if (child < 0) {
-    s->python_error = std::string("cannot run py-spy: ") + std::strerror(errno);
-    return;
-  }
+  pid_t child = spawn_reader({exe, "dump", "--pid", std::to_string(s->pid), "--native", "--json"}, fd);
+  if (child < 0) s->python_error = std::string("cannot run py-spy: ") + std::strerror(errno);
+  return child;
+}
+
+// Reads what py-spy prints (until the deadline) and merges its threads into `s`.
+void finish_py_spy(pid_t child, int fd, int64_t deadline_mono_ns, ProcessStacks* s) {
   std::string out;
   bool eof = read_until(fd, deadline_mono_ns, &out, [](const std::string&) {});
   ::close(fd);
@@ -522,23 +526,57 @@ void add_python_frames(const std::string& py_spy, int64_t deadline_mono_ns, Proc
   else s->python_error = "py-spy found no Python thread";
 }
 
+bool emit(const ProcessStacks& s) {
+  std::string line = fr::log::stacks_to_text(s);
+  bool ok = std::fwrite(line.data(), 1, line.size(), stdout) == line.size();
+  std::fflush(stdout);
+  return ok;
+}
+
+}  // namespace
+
+void add_python_frames(const std::string& py_spy, int64_t deadline_mono_ns, ProcessStacks* s) {
+  int fd = -1;
+  pid_t child = start_py_spy(py_spy, s, &fd);
+  if (child >= 0) finish_py_spy(child, fd, deadline_mono_ns, s);
+}
+
 int run_stacks_helper(const std::vector<int>& pids, const std::vector<int>& ranks,
                       int64_t budget_ns, const std::string& py_spy, int64_t hold_ns) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   const int64_t deadline = mono_ns() + budget_ns;
+  // Native stacks one process after the other (each held briefly), each printed at once, so that
+  // a helper killed at the budget still gave what it had.
+  std::vector<ProcessStacks> all(pids.size());
   for (size_t i = 0; i < pids.size(); ++i) {
-    ProcessStacks s;
+    ProcessStacks& s = all[i];
     if (mono_ns() >= deadline) {
       s.pid = pids[i];
       s.error = "not taken: the stack budget of " + seconds_text(budget_ns) + " ran out";
     } else {
       s = capture_process(pids[i], deadline, hold_ns);
-      if (s.error.empty() && is_python_process(pids[i])) add_python_frames(py_spy, deadline, &s);
     }
     if (i < ranks.size()) s.rank = ranks[i];
-    std::string line = fr::log::stacks_to_text(s);
-    if (std::fwrite(line.data(), 1, line.size(), stdout) != line.size()) return 1;
-    std::fflush(stdout);
+    if (!emit(s)) return 1;
+  }
+  // Then py-spy on every Python process at once (each attaches to its own process), and their
+  // stacks again with the Python frames.
+  struct Run {
+    size_t index;
+    pid_t child;
+    int fd;
+  };
+  std::vector<Run> runs;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (!all[i].error.empty() || !is_python_process(all[i].pid)) continue;
+    int fd = -1;
+    pid_t child = start_py_spy(py_spy, &all[i], &fd);
+    if (child >= 0) runs.push_back({i, child, fd});
+    else if (!emit(all[i])) return 1;
+  }
+  for (const Run& r : runs) {
+    finish_py_spy(r.child, r.fd, deadline, &all[r.index]);
+    if (!emit(all[r.index])) return 1;
   }
   return 0;
 }
@@ -569,9 +607,12 @@ StacksTaken take_stacks(const StackOptions& opts, const std::vector<StackTarget>
     char self[4096];
     ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
     if (n > 0) {
-      self[n] = 0;
-      const char* base = std::strrchr(self, '/');
-      if (base && std::strcmp(base + 1, "frd") == 0) frd = self;
+      std::string exe(self, size_t(n));
+      // An frd replaced on disk since it started (an upgrade) is run by its path as it is now.
+      const std::string deleted = " (deleted)";
+      if (exe.size() > deleted.size() && exe.compare(exe.size() - deleted.size(), deleted.size(), deleted) == 0)
+        exe.resize(exe.size() - deleted.size());
+      if (exe.size() >= 4 && exe.compare(exe.size() - 4, 4, "/frd") == 0) frd = exe;
     }
     if (frd.empty()) common_error = "no frd binary to take stacks with";
   }

@@ -282,7 +282,7 @@ std::string dump_summary(const std::string& dir, int max_ranks) {
 struct Job {
   const LaunchOptions& o;
   std::string build, out, run_dir, job_id, shm_prefix;
-  std::string rank_exe, sim_lib, agent_lib, frd_exe;
+  std::string rank_exe, sim_lib, agent_lib, frd_exe, python_exe;
   ProgressBoard* board = nullptr;
   size_t board_bytes = 0;
   std::vector<ChildState> ranks;
@@ -349,11 +349,29 @@ bool Job::prepare() {
     return false;
   }
   rank_exe = build + "/bin/fr-simjob-rank";
+  if (o.python) {
+    rank_exe = build + "/bin/fr-simjob-rank.py";
+    // execve takes a path: python3 as the shell would find it.
+    const char* path = std::getenv("PATH");
+    std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+    for (size_t pos = 0; python_exe.empty() && pos <= dirs.size();) {
+      size_t end = dirs.find(':', pos);
+      if (end == std::string::npos) end = dirs.size();
+      std::string cand = dirs.substr(pos, end - pos) + "/python3";
+      if (end > pos && ::access(cand.c_str(), X_OK) == 0) python_exe = cand;
+      pos = end + 1;
+    }
+    if (python_exe.empty()) {
+      err("--python: no python3 on PATH");
+      return false;
+    }
+  }
   sim_lib = build + "/sim/lib";
   agent_lib = build + "/lib/libfr_agent.so";
   frd_exe = build + "/bin/frd";
   std::vector<std::pair<std::string, std::string>> needed = {
-      {rank_exe, "the rank program (build target fr-simjob-rank)"},
+      {rank_exe, o.python ? "the Python rank program (cli/fr-simjob/rank.py)"
+                          : "the rank program (build target fr-simjob-rank)"},
       {sim_lib + "/libnccl.so.2", "the NCCL emulation (tests/sim)"},
       {sim_lib + "/libcuda.so.1", "the CUDA driver emulation (tests/sim)"}};
   if (o.agent) needed.push_back({agent_lib, "the agent (agent/)"});
@@ -435,6 +453,7 @@ bool Job::start_ranks() {
     args.push_back("--fault");
     args.push_back(f.to_spec());
   }
+  if (o.python) args.insert(args.begin(), python_exe);
   const char* old_ld = std::getenv("LD_LIBRARY_PATH");
   std::string ld_path = sim_lib + (old_ld && *old_ld ? ":" + std::string(old_ld) : "");
   std::vector<ChildSpec> specs(s.world());

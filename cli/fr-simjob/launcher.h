@@ -29,6 +29,7 @@ struct LaunchOptions {
   double verdict_timeout_s = 60; // --daemons: how long to wait for analysis.json
   bool shared_dump_dir = false;  // --daemons: nodes write dumps into the coordinator's dump dir
   bool quiet = false;
+  bool python = false;           // ranks are Python programs on NCCL through ctypes (rank.py)
 };
 
 // Runs the whole job; returns the process exit code. Never throws.

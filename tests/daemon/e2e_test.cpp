@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -418,6 +419,36 @@ TEST_CASE("daemons: a GPU stall shows every rank in the stream synchronization, 
     }
   CHECK(found);
   CHECK(slurp(set + "/report.txt").find(want) != std::string::npos);
+}
+
+TEST_CASE("daemons: fr-simjob --python: the hung Python rank's time.sleep frame is named", "[daemon][e2e][stacks]") {
+  require_built();
+  if (std::system("command -v py-spy >/dev/null 2>&1") != 0)
+    FR_SKIP("py-spy is not installed (scripts/install-deps.sh installs it)");
+  TempDir d;
+  // Python ranks on NCCL through ctypes: the agent sees their calls through lookups on NCCL's own
+  // handle, so the verdict is the one of the C++ ranks.
+  JobResult r = simjob_with_daemons(d, {"rank=5,step=3,kind=hang-host"}, 6, {"--python"});
+  check_verdict(r, "not_entered", {5});
+  const std::string set = r.result["dump_set"];
+  json a = json::parse(slurp(set + "/analysis.json"));
+  json e = evidence_of(a["verdict"], 5);
+  REQUIRE(e.contains("stack"));
+  const json& st = e["stack"];
+  INFO("rank 5: " << frames_text(st));
+  size_t sleep = frame_index(st, "time_sleep"), hang = frame_index(st, "hang_forever"),
+         step = frame_index(st, "run_step");
+  REQUIRE(sleep < hang);
+  REQUIRE(hang < step);
+  REQUIRE(step < st.size());
+  CHECK(st[sleep]["kind"] == "native");
+  CHECK(st[hang]["kind"] == "python");
+  CHECK(st[hang]["file"].get<std::string>().find("fr-simjob-rank.py") != std::string::npos);
+  CHECK(st[hang]["line"].get<int>() > 0);
+  std::string report = slurp(set + "/report.txt");
+  INFO(report);
+  CHECK(report.find("rank 5 is in time_sleep \u2190 hang_forever \u2190 Rank.run_step (fr-simjob-rank.py:") !=
+        std::string::npos);
 }
 
 TEST_CASE("daemons: nodes writing into a shared dump dir give the same verdict", "[daemon][e2e]") {
