@@ -6,6 +6,9 @@
 #  2. one coordinator against N simulated nodes x 8 ranks heartbeating at 1 Hz (frd-loadgen):
 #     coordinator CPU and dump fan-out time at 512, 2048 and 8192 nodes; target at 2048:
 #     <= 0.5 core and every node asked within 1 s.
+#  3. the stacks of every rank of a node at a dump (8 ranks, frd node's "stacks of 8 of 8
+#     process(es) in X s"), native (fr-simjob-rank) and Python (fr-simjob --python, with py-spy
+#     when installed); target: 8 ranks within 2 s.
 # Usage: run.sh <build-dir> [node counts...]
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
@@ -53,6 +56,27 @@ PY
   done
 else
   echo "  skipped: $simjob or $frd not built"
+fi
+
+echo "-- stacks of 8 ranks of one node at a dump (frd node, 1 node x 8 ranks)"
+if [[ -x $simjob && -x $frd ]]; then
+  for mode in native python; do
+    extra=()
+    if [[ $mode == python ]]; then
+      command -v python3 >/dev/null || { echo "  python: no python3"; continue; }
+      command -v py-spy >/dev/null || echo "  (py-spy not installed: native frames only)"
+      extra=(--python)
+    fi
+    for i in 1 2 3; do
+      out=$tmp/stacks-$mode$i
+      "$simjob" --nodes 1 --ranks-per-node 8 --steps 20 --fault rank=5,step=4,kind=hang-host \
+        --daemons --stall-after 2 --quiet "${extra[@]}" --out "$out" >/dev/null 2>&1 || true
+      line=$(grep -o 'stacks of [0-9]* of [0-9]* process(es) in [0-9.]* s' "$out/node0/frd-node.log" | head -1)
+      echo "  $mode run $i: ${line:-no dump}"
+    done
+  done
+else
+  echo "  skipped: fr-simjob or frd not built"
 fi
 
 echo "-- one coordinator, N simulated nodes x 8 ranks at 1 Hz"
