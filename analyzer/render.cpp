@@ -125,8 +125,10 @@ void stacks_and_gpus(std::ostringstream& out, const json& a, const Style& st) {
   }
   const json& groups = a.value("stack_groups", json::array());
   if (groups.size() > 1) {
-    out << "  stacks: " << groups.size() << " groups; most ranks (" << ranks_text(groups[0]["ranks"].get<std::vector<int>>())
-        << ") are in " << stack_line(groups[0]["frames"]) << "\n";
+    const bool most = groups[0]["ranks"].size() > groups[1]["ranks"].size();
+    out << "  stacks: " << groups.size() << " groups; " << (most ? "most ranks (" : "ranks (")
+        << ranks_text(groups[0]["ranks"].get<std::vector<int>>()) << ") are in "
+        << stack_line(groups[0]["frames"]) << "\n";
     size_t n = 0;
     for (const auto& g : groups) {
       if (!g.value("outlier", false) || ++n > 6) continue;

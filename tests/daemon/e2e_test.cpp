@@ -385,6 +385,29 @@ TEST_CASE("daemons: a host hang shows the hung function in the culprit's stack",
   json b = json::parse(slurp(out));
   CHECK(evidence_of(b["verdict"], 5)["stack"] == st);
   CHECK(b["stack_groups"] == a["stack_groups"]);
+  // Damaged side files cost only themselves: a stacks file of another schema, a GPU file that is
+  // not JSON, a stacks file replaced by a FIFO (never opened). Each is named; the verdict stands.
+  std::vector<std::string> side;
+  for (const auto& f : fs::directory_iterator(copy)) {
+    std::string n = f.path().filename().string();
+    if (n.size() > 12 && n.compare(n.size() - 12, 12, ".stacks.json") == 0) side.push_back(f.path().string());
+  }
+  std::sort(side.begin(), side.end());
+  REQUIRE(side.size() == 8);
+  std::ofstream(side[0]) << "{\"schema\": \"fr-stacks/99\"}";
+  fs::remove(side[1]);
+  REQUIRE(::mkfifo(side[1].c_str(), 0644) == 0);
+  std::ofstream(copy + "/node0.gpu.json") << "not json";
+  REQUIRE(run({kBuild + "/bin/fr-analyze", "--json", copy}, out + ".2", 60) == 0);
+  json c = json::parse(slurp(out + ".2"));
+  CHECK(c["verdict"]["kind"] == "not_entered");
+  CHECK(c["verdict"]["culprit_ranks"] == json::array({5}));
+  CHECK(evidence_of(c["verdict"], 5)["stack"] == st);
+  std::string warnings = c["inputs"]["warnings"].dump();
+  INFO(warnings);
+  CHECK(warnings.find("stacks not read: schema 'fr-stacks/99', expected fr-stacks/1") != std::string::npos);
+  CHECK(warnings.find("stacks not read: a FIFO") != std::string::npos);
+  CHECK(warnings.find("GPU health not read: not a JSON object") != std::string::npos);
 }
 
 TEST_CASE("daemons: a GPU stall shows every rank in the stream synchronization, with the culprit's GPU health",
