@@ -415,7 +415,7 @@ std::vector<DumpFile> NodeDaemon::take_context(const std::string& dir,
   std::vector<DumpFile> out;
   std::vector<std::string> names;
   std::vector<StackTarget> targets;
-  for (const auto& p : procs) targets.push_back({p.pid, p.rank, p.file, p.alive});
+  for (const auto& p : procs) targets.push_back({p.pid, p.rank, p.file, p.alive, p.source});
   StacksTaken st = take_stacks(opts_.stacks, targets, dir);
   for (const auto& n : st.notes) log("no stacks for " + n);
   if (!targets.empty()) {

@@ -598,8 +598,19 @@ StacksTaken take_stacks(const StackOptions& opts, const std::vector<StackTarget>
   const int64_t t0 = mono_ns();
   std::map<int, ProcessStacks> got;
   std::vector<const StackTarget*> live;
-  for (const auto& t : targets)
-    if (t.alive && t.pid > 0) live.push_back(&t);
+  std::map<int, std::string> refused;  // pid -> why
+  for (const auto& t : targets) {
+    if (!t.alive || t.pid <= 0) continue;
+    struct stat log_st, proc_st;
+    if (!t.log_path.empty() && ::stat(t.log_path.c_str(), &log_st) == 0 &&
+        ::stat(("/proc/" + std::to_string(t.pid)).c_str(), &proc_st) == 0 &&
+        log_st.st_uid != proc_st.st_uid) {
+      refused[t.pid] = "not taken: the process belongs to " + user_name(proc_st.st_uid) +
+                       ", its flight log to " + user_name(log_st.st_uid);
+      continue;
+    }
+    live.push_back(&t);
+  }
   std::string common_error;
   if (!opts.enabled) common_error = "stacks are off (--no-stacks or a zero --stack-budget)";
   std::string frd = opts.frd_binary;
@@ -643,6 +654,9 @@ StacksTaken take_stacks(const StackOptions& opts, const std::vector<StackTarget>
     auto it = got.find(t.pid);
     if (it != got.end()) {
       s = std::move(it->second);
+    } else if (refused.count(t.pid)) {
+      s.pid = t.pid;
+      s.error = refused[t.pid];
     } else {
       s.pid = t.pid;
       s.error = !t.alive ? "the process had exited at the dump"

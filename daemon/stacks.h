@@ -34,6 +34,9 @@ struct StackTarget {
   int rank = -1;
   std::string dump_file;      // the rank's dump file in the dump set; the stacks go beside it
   bool alive = true;
+  // The live flight log the PID came from. Its owner must own the process too: a log written by
+  // one user cannot make frd (as root) read the stacks of another user's process.
+  std::string log_path;
 };
 
 struct StacksTaken {

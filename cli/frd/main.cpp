@@ -82,7 +82,7 @@ int run_snapshot(const std::string& log_dir, const std::string& out, const std::
     return 1;
   }
   std::vector<fr::daemon::StackTarget> targets;
-  for (const auto& p : res.processes) targets.push_back({p.pid, p.rank, p.file, p.alive});
+  for (const auto& p : res.processes) targets.push_back({p.pid, p.rank, p.file, p.alive, p.source});
   fr::daemon::StacksTaken st = fr::daemon::take_stacks(
       fr::daemon::stack_options(ctx.py_spy, ctx.stack_budget, ctx.no_stacks), targets, out);
   for (const auto& n : st.notes) std::fprintf(stderr, "frd snapshot: no stacks for %s\n", n.c_str());

@@ -168,7 +168,7 @@ TEST_CASE("stacks: the frd stacks helper writes one fr-stacks/1 file per rank be
   std::string dir = temp_dir();
   fr::daemon::StacksTaken got = fr::daemon::take_stacks(
       helper_options(),
-      {{a.pid, 0, "rank0.frlog", true}, {b.pid, 1, "rank1.frlog", true}, {999999, 2, "rank2.frlog", false}},
+      {{a.pid, 0, "rank0.frlog", true, ""}, {b.pid, 1, "rank1.frlog", true, ""}, {999999, 2, "rank2.frlog", false, ""}},
       dir);
   REQUIRE(got.files.size() == 3);
   REQUIRE(got.taken == 2);
@@ -193,7 +193,7 @@ TEST_CASE("stacks: a SIGSTOPped process is read and left stopped, with no stop o
   REQUIRE(wait_for([&] { return state_of(target.pid) == 'T'; }, 5));
   // Through the helper, as a daemon does: the tracer is not the process's parent.
   std::string dir = temp_dir();
-  fr::daemon::take_stacks(helper_options(), {{target.pid, 0, "r0.frlog", true}}, dir);
+  fr::daemon::take_stacks(helper_options(), {{target.pid, 0, "r0.frlog", true, ""}}, dir);
   ProcessStacks s;
   std::string err;
   REQUIRE(fr::log::parse_stacks(read_text(dir + "/r0.frlog.stacks.json"), &s, &err));
@@ -214,7 +214,7 @@ TEST_CASE("stacks: when the budget runs out, the rest say so and nothing is left
   o.hold_ns = 600'000'000;  // the first process alone outlasts the budget
   std::string dir = temp_dir();
   fr::daemon::StacksTaken got =
-      fr::daemon::take_stacks(o, {{a.pid, 0, "r0.frlog", true}, {b.pid, 1, "r1.frlog", true}}, dir);
+      fr::daemon::take_stacks(o, {{a.pid, 0, "r0.frlog", true, ""}, {b.pid, 1, "r1.frlog", true, ""}}, dir);
   REQUIRE(got.files.size() == 2);
   ProcessStacks s;
   std::string err;
@@ -235,7 +235,7 @@ TEST_CASE("stacks: a daemon killed during capture leaves no process stopped", "[
   if (daemon == 0) {
     fr::daemon::StackOptions o = helper_options();
     o.hold_ns = 30'000'000'000;
-    fr::daemon::take_stacks(o, {{target.pid, 0, "r0.frlog", true}}, dir);
+    fr::daemon::take_stacks(o, {{target.pid, 0, "r0.frlog", true, ""}}, dir);
     ::_exit(0);
   }
   // Kill it while the helper holds the target stopped.
@@ -297,6 +297,15 @@ TEST_CASE("stacks: another user's process yields a clear reason", "[stacks]") {
   REQUIRE(s.error.find("CAP_SYS_PTRACE") != std::string::npos);
   REQUIRE(s.error.find('\n') == std::string::npos);
   REQUIRE(state_of(target.pid) == 'S');
+  // And a flight log of that user naming root's process does not make frd (root) read it.
+  const std::string log = dir + "/fr.forged.frlog";
+  std::ofstream(log) << "x";
+  REQUIRE(::chown(log.c_str(), pw->pw_uid, pw->pw_gid) == 0);
+  fr::daemon::StacksTaken got =
+      fr::daemon::take_stacks(helper_options(), {{target.pid, 0, "r0.frlog", true, log}}, dir);
+  REQUIRE(got.taken == 0);
+  REQUIRE(fr::log::parse_stacks(read_text(dir + "/r0.frlog.stacks.json"), &s, &err));
+  REQUIRE(s.error == "not taken: the process belongs to root, its flight log to fr-stacks-test");
   fs::remove_all(dir);
 }
 
