@@ -211,8 +211,8 @@ std::string stack_line(const json& frames) {
   while (start < frames.size() && (system(frames[start]) || frames[start].value("function", std::string()).empty()))
     ++start;
   if (start == frames.size()) start = 0;
-  // The name without namespaces of its own making, template arguments or parameters:
-  // "(anonymous namespace)::hang_forever()" -> "hang_forever".
+  // The name without namespaces, template arguments or parameters:
+  // "fr::simjob::(anonymous namespace)::hang_forever()" -> "hang_forever".
   auto short_name = [](std::string n) {
     const std::string anon = "(anonymous namespace)::";
     for (size_t p; (p = n.find(anon)) != std::string::npos;) n.erase(p, anon.size());
@@ -226,6 +226,10 @@ std::string stack_line(const json& frames) {
       else if (angle == 0 && c == '(' && !out.empty()) break;
       else if (angle == 0) out += c;
     }
+    // The function's own name: namespaces and classes differ with inlining and build types
+    // (hang_forever, fr::simjob::(anonymous namespace)::hang_forever); the JSON has them whole.
+    size_t colon = out.rfind("::");
+    if (colon != std::string::npos && colon + 2 < out.size()) out = out.substr(colon + 2);
     return out.empty() ? std::string("??") : out;
   };
   std::string s;
