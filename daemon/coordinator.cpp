@@ -73,6 +73,7 @@ size_t report_bytes(const NodeReport& r) {
       if (c.name.size() > 15) b += c.name.size() + 1;
   }
   for (const auto& u : r.unreadable) b += sizeof(std::string) + u.size();
+  for (const auto& a : r.gpu_alerts) b += sizeof(std::string) + a.size();
   return b;
 }
 
@@ -959,6 +960,7 @@ void CoordinatorState::node_json(const Node& n, int64_t now_mono, bool summary,
                       {"ranks", n.last.processes.size()},
                       {"alive", n.alive},
                       {"trimmed", n.trimmed},
+                      {"gpu_alerts", n.last.gpu_alerts},
                       {"processes", procs}};
   *out += j.dump();
 }

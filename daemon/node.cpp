@@ -320,6 +320,7 @@ void NodeDaemon::connect_once(bool* welcomed) {
         r.node_time_ns = real_ns();
         r.processes = std::move(scan.processes);
         r.unreadable = std::move(scan.unreadable);
+        r.gpu_alerts = check_gpus();
         fr::v1::NodeMessage hb;
         to_proto(r, hb.mutable_heartbeat());
         {
@@ -334,7 +335,6 @@ void NodeDaemon::connect_once(bool* welcomed) {
         }
         if (!s.write(hb)) break;
         last_sent = now;
-        check_gpus();
       }
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait_for(lk, std::chrono::nanoseconds(scan_every),
@@ -438,18 +438,24 @@ std::vector<DumpFile> NodeDaemon::take_context(const std::string& dir,
   return out;
 }
 
-void NodeDaemon::check_gpus() {
-  if (!gpus_.ready()) return;
+std::vector<std::string> NodeDaemon::check_gpus() {
+  std::vector<std::string> alerts;
+  if (!gpus_.ready()) return alerts;
   fr::log::NodeGpus g = gpus_.read(false);
-  size_t n = 0;
-  for (const auto& d : g.gpus) n += d.xids.size();
-  if (n <= xids_seen_) return;
-  size_t k = 0;
-  for (const auto& d : g.gpus)
-    for (const auto& x : d.xids)
-      if (k++ >= xids_seen_)
-        log("GPU " + d.pci_bus_id + " reported Xid " + std::to_string(x.xid));
+  size_t n = 0, k = 0;
+  for (const auto& d : g.gpus) {
+    for (const auto& x : d.xids) {
+      std::string line = "GPU " + d.pci_bus_id + " reported Xid " + std::to_string(x.xid);
+      if (k++ >= xids_seen_) log(line);
+      if (alerts.size() < 64) alerts.push_back(line);
+      ++n;
+    }
+    for (const auto& t : d.throttle_names)
+      if ((t == "HwSlowdown" || t == "HwThermalSlowdown" || t == "HwPowerBrakeSlowdown") && alerts.size() < 64)
+        alerts.push_back("GPU " + d.pci_bus_id + " is throttled (" + t + ")");
+  }
   xids_seen_ = n;
+  return alerts;
 }
 
 int NodeDaemon::deliver(const Key& k, std::string* error) {

@@ -76,8 +76,9 @@ class NodeDaemon {
   // The stacks and GPU health beside a dump's logs; returns the files written.
   std::vector<DumpFile> take_context(const std::string& dir,
                                      const std::vector<fr::log::SnapshotProcess>& procs);
-  // The cheap GPU reading of a heartbeat: new Xid events are logged at once.
-  void check_gpus();
+  // The cheap GPU reading of a heartbeat: its problems, one line each; new Xid events are also
+  // logged at once.
+  std::vector<std::string> check_gpus();
   // 1 delivered, 0 try again later, -1 refused for good.
   int deliver(const Key& k, std::string* error);
   int upload(const Key& k, const DumpHeader& h, std::string* error);
