@@ -50,12 +50,13 @@ test-asan: deps
 	@$(call report,build-asan)
 
 # Not part of `make test` (a second full build): the daemons, with whole simulated jobs through
-# them, under ASan+UBSan. The rank processes link the ASan runtime themselves and get the agent
+# them, and the stack capture (ptrace, libdw, the frd stacks helper), under ASan+UBSan. The rank processes link the ASan runtime themselves and get the agent
 # preloaded before it, hence verify_asan_link_order=0.
 test-asan-daemon: deps
 	cmake -S . -B build-asan-all -DFR_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug
 	cmake --build build-asan-all -j $(JOBS) --target frd fr-simjob fr-simjob-rank fr_agent \
-	  daemon_logic_test daemon_rpc_test daemon_e2e_test
+	  fr-analyze frsim_nvml stack_target daemon_logic_test daemon_rpc_test daemon_e2e_test \
+	  daemon_context_test
 	cd build-asan-all && ASAN_OPTIONS="detect_leaks=1:verify_asan_link_order=0" \
 	  UBSAN_OPTIONS="print_stacktrace=1" ctest --output-on-failure -L daemon -j $(JOBS)
 

@@ -1385,6 +1385,7 @@ nlohmann::json analyze_model(const Model& m, const Options& opts) {
   doc["findings"] = findings;
   doc["communicators"] = comms;
   doc["skew"] = skew;
+  add_context(m, &doc);
   return doc;
 }
 

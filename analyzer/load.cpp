@@ -26,6 +26,7 @@
 
 #include "analyzer/model.h"
 #include "log/safe_file.h"
+#include "log/side_files.h"
 #include "log/snapshot.h"
 #ifdef FR_HAVE_TORCH
 #include "analyzer/torch/torch_detail.h"
@@ -119,7 +120,60 @@ std::string without_trailing_slash(std::string dir) {
 // writes next to it (the incident, the analysis, the report). Never dumps, never foreign.
 bool is_dump_set_document(const std::string& name) {
   return name == "manifest.json" || name == "incident.json" || name == "analysis.json" ||
-         name == "report.txt";
+         name == "report.txt" || fr::log::is_side_file(name);
+}
+
+// A side file's text, opened like every file of a dump set; "" with no error when it is absent.
+bool read_side_file(const std::string& dir, const std::string& rel, const std::string& path,
+                    std::string* text, std::string* error) {
+  fr::log::OpenedFile f = dir.empty() ? fr::log::open_regular(path) : fr::log::open_beneath(dir, rel);
+  if (!f.ok()) {
+    if (f.error != fr::log::OpenError::kMissing) *error = f.reason;
+    return false;
+  }
+  return fr::log::read_all(f.fd.get(), fr::log::kMaxSideFileBytes, text, error, path);
+}
+
+// The stacks that came with a dump (<dump>.stacks.json), when there are any.
+void load_stacks(const std::string& dir, const std::string& rel, const std::string& path,
+                 std::vector<Proc>* procs, std::vector<Skip>* warnings) {
+  if (procs->size() != 1) return;
+  const std::string side = fr::log::stacks_file_for(path);
+  std::string text, err;
+  if (!read_side_file(dir, fr::log::stacks_file_for(rel), side, &text, &err)) {
+    if (!err.empty()) warnings->push_back({side, "stacks not read: " + err});
+    return;
+  }
+  Proc& p = procs->front();
+  if (!fr::log::parse_stacks(text, &p.stacks, &err)) {
+    warnings->push_back({side, "stacks not read: " + err});
+    return;
+  }
+  p.has_stacks = true;
+}
+
+// Every <node>.gpu.json of a dump set.
+void load_gpus(const std::string& dir, Model* model) {
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const std::string suffix = fr::log::kGpuSuffix;
+    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  for (const auto& n : names) {
+    const std::string path = without_trailing_slash(dir) + "/" + n;
+    std::string text, err;
+    fr::log::NodeGpus g;
+    if (!read_side_file(dir, n, path, &text, &err) || !fr::log::parse_gpus(text, &g, &err)) {
+      if (!err.empty()) model->warnings.push_back({path, "GPU health not read: " + err});
+      continue;
+    }
+    if (g.node.empty()) g.node = n.substr(0, n.size() - std::string(fr::log::kGpuSuffix).size());
+    model->gpus.push_back(std::move(g));
+  }
 }
 
 Job job_in(const std::string& dir, const std::string& rel, FileHint hint, bool from_listing) {
@@ -274,6 +328,7 @@ Loaded load_one(const Job& job) {
   if (p.rank < 0 && job.hint.rank >= 0) p.rank = job.hint.rank;
   if (p.host.empty()) p.host = job.hint.host;
   out.procs.push_back(std::move(p));
+  load_stacks(job.dir, job.rel, job.path, &out.procs, &out.warnings);
   return out;
 }
 
@@ -540,6 +595,7 @@ Model load_model(const std::vector<std::string>& paths, unsigned threads) {
     // A manifest that is there in any form (even a link or a FIFO) is read, and refused with
     // its reason, rather than silently ignored.
     if (fs::is_directory(p, ec)) {
+      load_gpus(path, &model);
       if (fs::symlink_status(p / "manifest.json", ec).type() != fs::file_type::not_found) {
         any_manifest = true;
         add_manifest_dir(path, &model, &jobs, &offsets);
@@ -548,6 +604,7 @@ Model load_model(const std::vector<std::string>& paths, unsigned threads) {
       }
     } else if (p.filename() == "manifest.json") {
       any_manifest = true;
+      load_gpus(p.parent_path().empty() ? "." : p.parent_path().string(), &model);
       add_manifest_dir(p.parent_path().empty() ? "." : p.parent_path().string(), &model, &jobs,
                        &offsets);
     } else if (fs::symlink_status(p, ec).type() != fs::file_type::not_found) {

@@ -12,6 +12,7 @@
 
 #include "analyzer/analyze.h"
 #include "log/reader.h"
+#include "log/side_files.h"
 
 namespace fr::analyzer {
 
@@ -96,6 +97,8 @@ struct Proc {
   std::vector<std::pair<uint64_t, uint64_t>> grow_aliases;
   uint32_t graphs = 0;        // CUDA graphs holding NCCL work
   uint64_t graph_replays = 0; // replays recorded in the ring
+  bool has_stacks = false;    // a <dump>.stacks.json came with the dump
+  fr::log::ProcessStacks stacks;
 };
 
 // The replay an op of `p` was made from, or nullptr for an op the program called itself.
@@ -132,6 +135,7 @@ struct Model {
   std::vector<std::string> manifest_hosts;  // hosts named by manifests (nodes and processes)
   std::string job_id;
   size_t files_read = 0;
+  std::vector<fr::log::NodeGpus> gpus;  // the dump sets' <node>.gpu.json files
 };
 
 // Converts a validated log into a compact Proc (used by loading and by the PyTorch reader path).
@@ -143,6 +147,11 @@ Model load_model(const std::vector<std::string>& paths, unsigned threads);
 
 // The full analysis of a loaded model: the fr-analysis/1 document.
 nlohmann::json analyze_model(const Model& model, const Options& opts);
+
+// Joins the stacks and GPU health of the dump set into a finished analysis (context.cpp).
+void add_context(const Model& model, nlohmann::json* doc);
+// One line for a stack: "hang_forever ← run_step ← main (rank_main.cpp:340)".
+std::string stack_line(const nlohmann::json& frames);
 
 // Helpers shared by the JSON builder, the text view and the trace writer.
 std::string comm_id_hex(uint64_t id);

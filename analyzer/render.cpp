@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "analyzer/analyze.h"
+#include "analyzer/model.h"
 
 namespace fr::analyzer {
 namespace {
@@ -142,6 +143,43 @@ void table(std::ostringstream& out, const json& item, const Style& st) {
   }
 }
 
+// What the culprits were doing, the ranks whose stacks differ from the rest, and GPU problems.
+void stacks_and_gpus(std::ostringstream& out, const json& a, const Style& st) {
+  const json& v = a["verdict"];
+  std::vector<int> culprits;
+  if (v.contains("culprit_ranks") && v["culprit_ranks"].is_array())
+    for (const auto& c : v["culprit_ranks"])
+      if (c.is_number_integer()) culprits.push_back(c.get<int>());
+  size_t shown = 0;
+  for (const auto& e : v.value("evidence", json::array())) {
+    if (!e.is_object() || !e.contains("rank") || !e["rank"].is_number_integer()) continue;
+    const int r = e["rank"].get<int>();
+    if (std::find(culprits.begin(), culprits.end(), r) == culprits.end() || shown >= 8) continue;
+    if (e.contains("stack")) {
+      out << "  rank " << r << " is in " << st.bold() << stack_line(e["stack"]) << st.reset() << "\n";
+      ++shown;
+    } else if (e.contains("stack_error")) {
+      out << "  rank " << r << ": no stack (" << e["stack_error"].get<std::string>() << ")\n";
+      ++shown;
+    }
+  }
+  const json& groups = a.value("stack_groups", json::array());
+  if (groups.size() > 1) {
+    const bool most = groups[0]["ranks"].size() > groups[1]["ranks"].size();
+    out << "  stacks: " << groups.size() << " groups; " << (most ? "most ranks (" : "ranks (")
+        << ranks_text(groups[0]["ranks"].get<std::vector<int>>()) << ") are in "
+        << stack_line(groups[0]["frames"]) << "\n";
+    size_t n = 0;
+    for (const auto& g : groups) {
+      if (!g.value("outlier", false) || ++n > 6) continue;
+      out << "  " << st.yellow() << "outlier" << st.reset() << " ranks " << ranks_text(g["ranks"].get<std::vector<int>>())
+          << " are in " << stack_line(g["frames"]) << "\n";
+    }
+  }
+  for (const auto& p : v.value("gpu_problems", json::array()))
+    out << "  " << st.red() << p.value("summary", std::string()) << st.reset() << "\n";
+}
+
 }  // namespace
 
 std::string render_text(const json& a, bool color) {
@@ -168,6 +206,7 @@ std::string render_text(const json& a, bool color) {
     out << "\n";
   }
   table(out, v, st);
+  stacks_and_gpus(out, a, st);
 
   const json& findings = a.value("findings", json::array());
   if (!findings.empty()) {

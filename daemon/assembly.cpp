@@ -16,6 +16,7 @@
 #include "analyzer/analyze.h"
 #include "daemon/crc32c.h"
 #include "daemon/names.h"
+#include "log/side_files.h"
 #include "log/safe_file.h"
 #include "log/snapshot.h"
 
@@ -108,7 +109,7 @@ bool check_dump_header(const DumpHeader& hdr, const UploadLimits& lim, std::stri
   std::set<std::string> names;
   uint64_t total = 0;
   for (const auto& f : hdr.files) {
-    if (!is_safe_name(f.name, 200) || !ends_with(f.name, ".frlog")) {
+    if (!is_safe_name(f.name, 200) || !(ends_with(f.name, ".frlog") || fr::log::is_side_file(f.name))) {
       *error = "refused file name '" + printable(f.name, 80) + "'";
       return false;
     }

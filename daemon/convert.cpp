@@ -39,6 +39,7 @@ void to_proto(const NodeReport& in, fr::v1::Heartbeat* out) {
     }
   }
   for (const auto& u : in.unreadable) out->add_unreadable(u);
+  for (const auto& a : in.gpu_alerts) out->add_gpu_alerts(a);
 }
 
 NodeReport from_proto(const fr::v1::Heartbeat& in) {
@@ -85,6 +86,11 @@ NodeReport from_proto(const fr::v1::Heartbeat& in) {
   for (const auto& u : in.unreadable()) {
     if (nu++ >= 64) break;
     r.unreadable.push_back(printable(u, 256));
+  }
+  int na = 0;
+  for (const auto& a : in.gpu_alerts()) {
+    if (na++ >= 64) break;
+    r.gpu_alerts.push_back(printable(a, 256));
   }
   return r;
 }

@@ -1,6 +1,8 @@
 // See coordinator.h.
 #include "daemon/coordinator.h"
 
+#include "log/side_files.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -71,6 +73,7 @@ size_t report_bytes(const NodeReport& r) {
       if (c.name.size() > 15) b += c.name.size() + 1;
   }
   for (const auto& u : r.unreadable) b += sizeof(std::string) + u.size();
+  for (const auto& a : r.gpu_alerts) b += sizeof(std::string) + a.size();
   return b;
 }
 
@@ -363,9 +366,10 @@ bool CoordinatorState::check_uploader(const DumpHeader& hdr, const PeerAuth& aut
     *error = "this upload does not come from node " + n.name + "'s connection";
     return false;
   }
-  // Each node's files carry its name, so one node's dump never lands on another's.
+  // Each node's files carry its name, so one node's dump never lands on another's (its GPU
+  // health is <node>.gpu.json).
   for (const auto& f : hdr.files)
-    if (f.name.rfind(n.name + "-", 0) != 0) {
+    if (f.name.rfind(n.name + "-", 0) != 0 && f.name != n.name + fr::log::kGpuSuffix) {
       *error = "file '" + printable(f.name, 80) + "' is not named after node " + n.name;
       return false;
     }
@@ -1161,6 +1165,7 @@ void CoordinatorState::node_json(const Node& n, int64_t now_mono, bool summary,
                       {"ranks", n.last.processes.size()},
                       {"alive", n.alive},
                       {"trimmed", n.trimmed},
+                      {"gpu_alerts", n.last.gpu_alerts},
                       {"processes", procs}};
   *out += j.dump();
 }

@@ -47,6 +47,7 @@ struct NodeReport {
   int64_t node_time_ns = 0;
   std::vector<ProcessReport> processes;
   std::vector<std::string> unreadable;
+  std::vector<std::string> gpu_alerts;  // "GPU 0000:3b:00.0 reported Xid 79", ...
 };
 
 // The part of a node's snapshot the coordinator needs to write the manifest.

@@ -235,6 +235,10 @@ bool NodeDaemon::init(std::string* error) {
   }
   if (!pending_.empty()) log(std::to_string(pending_.size()) + " undelivered dump(s) in the spool");
   log("reading the logs in " + opts_.log_dir + " owned by " + opts_.log_owners.describe());
+  // GPU health is optional: without NVML every dump says why, and nothing else changes.
+  std::string why;
+  if (gpus_.open(opts_.nvml_lib, &why)) log("GPU health from NVML (" + opts_.nvml_lib + ")");
+  else log(why + "; dumps carry no GPU health");
   return true;
 }
 
@@ -374,6 +378,7 @@ void NodeDaemon::connect_once(bool* welcomed) {
         r.node_time_ns = real_ns();
         r.processes = std::move(scan.processes);
         r.unreadable = std::move(scan.unreadable);
+        r.gpu_alerts = check_gpus();
         fr::v1::NodeMessage hb;
         to_proto(r, hb.mutable_heartbeat());
         {
@@ -474,7 +479,56 @@ bool NodeDaemon::take_dump(const Key& k, std::string* error) {
                            p.alive, p.records, p.overwritten, p.torn});
   }
   for (const auto& s : res.skipped) h.skipped.push_back({s.file, s.error});
+  for (auto& f : take_context(dir, res.processes)) h.files.push_back(std::move(f));
   return write_file_atomic(dir + "/dump.json", header_json(h).dump() + "\n", error);
+}
+
+std::vector<DumpFile> NodeDaemon::take_context(const std::string& dir,
+                                               const std::vector<fr::log::SnapshotProcess>& procs) {
+  std::vector<DumpFile> out;
+  std::vector<std::string> names;
+  std::vector<StackTarget> targets;
+  for (const auto& p : procs) targets.push_back({p.pid, p.rank, p.file, p.alive, p.source});
+  StacksTaken st = take_stacks(opts_.stacks, targets, dir);
+  for (const auto& n : st.notes) log("no stacks for " + n);
+  if (!targets.empty()) {
+    char took[32];
+    std::snprintf(took, sizeof took, "%.2f", double(st.took_ns) / 1e9);
+    log("stacks of " + std::to_string(st.taken) + " of " + std::to_string(targets.size()) +
+        " process(es) in " + took + " s");
+  }
+  names = st.files;
+  fr::log::NodeGpus g = gpus_.read(true);
+  g.node = opts_.node_name;
+  std::string err, gname = opts_.node_name + fr::log::kGpuSuffix;
+  if (write_file_atomic(dir + "/" + gname, fr::log::gpus_to_text(g), &err)) names.push_back(gname);
+  else log(err);
+  for (const auto& n : names) {
+    DumpFile f;
+    f.name = n;
+    if (file_crc(dir + "/" + n, &f.size, &f.crc32c)) out.push_back(f);
+  }
+  return out;
+}
+
+std::vector<std::string> NodeDaemon::check_gpus() {
+  std::vector<std::string> alerts;
+  if (!gpus_.ready()) return alerts;
+  fr::log::NodeGpus g = gpus_.read(false);
+  size_t n = 0, k = 0;
+  for (const auto& d : g.gpus) {
+    for (const auto& x : d.xids) {
+      std::string line = "GPU " + d.pci_bus_id + " reported Xid " + std::to_string(x.xid);
+      if (k++ >= xids_seen_) log(line);
+      if (alerts.size() < 64) alerts.push_back(line);
+      ++n;
+    }
+    for (const auto& t : d.throttle_names)
+      if ((t == "HwSlowdown" || t == "HwThermalSlowdown" || t == "HwPowerBrakeSlowdown") && alerts.size() < 64)
+        alerts.push_back("GPU " + d.pci_bus_id + " is throttled (" + t + ")");
+  }
+  xids_seen_ = n;
+  return alerts;
 }
 
 int NodeDaemon::deliver(const Key& k, std::string* error) {

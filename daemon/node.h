@@ -21,7 +21,10 @@
 #include "daemon/client.h"
 #include "daemon/logger.h"
 #include "daemon/model.h"
+#include "daemon/nvml.h"
+#include "daemon/stacks.h"
 #include "log/local_logs.h"
+#include "log/snapshot.h"
 
 namespace fr::daemon {
 
@@ -39,6 +42,8 @@ struct NodeOptions {
   size_t chunk_bytes = 1 << 20;
   uint64_t upload_bytes_per_sec = 0; // 0: as fast as the network goes
   bool quiet = false;
+  StackOptions stacks;               // every rank's stacks at each dump (stacks.h)
+  std::string nvml_lib = "libnvidia-ml.so.1";  // GPU health at each dump and heartbeat (nvml.h)
 };
 
 class NodeDaemon {
@@ -72,6 +77,12 @@ class NodeDaemon {
   void dump_loop();
   std::string spool_of(const Key& k) const;
   bool take_dump(const Key& k, std::string* error);
+  // The stacks and GPU health beside a dump's logs; returns the files written.
+  std::vector<DumpFile> take_context(const std::string& dir,
+                                     const std::vector<fr::log::SnapshotProcess>& procs);
+  // The cheap GPU reading of a heartbeat: its problems, one line each; new Xid events are also
+  // logged at once.
+  std::vector<std::string> check_gpus();
   // 1 delivered, 0 try again later, -1 refused for good.
   int deliver(const Key& k, std::string* error);
   int upload(const Key& k, const DumpHeader& h, std::string* error);
@@ -104,6 +115,8 @@ class NodeDaemon {
   std::atomic<bool> connected_{false};
   std::atomic<uint64_t> heartbeats_{0}, connects_{0}, connect_failures_{0}, dumps_delivered_{0},
       dumps_failed_{0}, processes_{0}, processes_alive_{0};
+  GpuMonitor gpus_;
+  size_t xids_seen_ = 0;
 };
 
 }  // namespace fr::daemon

@@ -23,6 +23,9 @@ packages+=(openssl)
 packages+=(libcpp-httplib-dev libssl-dev)
 # The web tests (tests/web) load the pages in headless Chromium.
 packages+=(chromium)
+# frd: the coordinator's HTTP listener (metrics) is cpp-httplib; the stacks of every rank are
+# unwound and symbolized with elfutils' libdw.
+packages+=(libcpp-httplib-dev libdw-dev libelf-dev)
 
 # --- examples and images (tests/examples): the linters, and buildah + debootstrap for
 # `make images`. The PyPI linters go into their own virtual environment, /opt/fr-tools, below.
@@ -67,5 +70,12 @@ if python3 -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '$
 else
   python3 -m pip --version >/dev/null 2>&1 || apt-get install -y -q --no-install-recommends python3-pip
   PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --root-user-action=ignore "torch==$torch_version"
+fi
+# --- py-spy (PyPI): the Python frames of Python ranks in frd's stacks, and the tests of them.
+if command -v py-spy >/dev/null 2>&1; then
+  echo "install-deps: py-spy present"
+else
+  python3 -m pip --version >/dev/null 2>&1 || apt-get install -y -q --no-install-recommends python3-pip
+  PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --root-user-action=ignore py-spy
 fi
 install_fr_tools

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
@@ -111,7 +112,14 @@ std::string Fault::to_spec() const {
   o << "rank=" << rank << ",step=" << step << ",kind=" << fault_kind_name(kind);
   if (needs_comm(kind)) o << ",comm=" << comm_kind_name(comm);
   if (ms >= 0) o << ",ms=" << ms;
+  if (xid >= 0) o << ",xid=" << xid;
   return o.str();
+}
+
+std::string sim_gpu_bus_id(int local_rank) {
+  char b[32];
+  std::snprintf(b, sizeof b, "0000:%02x:00.0", (0x3b + local_rank) & 0xff);
+  return b;
 }
 
 bool parse_fault(const std::string& text, Fault* out, std::string* error) {
@@ -121,7 +129,7 @@ bool parse_fault(const std::string& text, Fault* out, std::string* error) {
   std::stringstream ss(text);
   std::string item;
   if (text.empty()) {
-    *error = "empty fault spec (expected rank=R,step=S,kind=K[,comm=C][,ms=M])";
+    *error = "empty fault spec (expected rank=R,step=S,kind=K[,comm=C][,ms=M][,xid=X])";
     return false;
   }
   while (std::getline(ss, item, ',')) {
@@ -174,16 +182,22 @@ bool parse_fault(const std::string& text, Fault* out, std::string* error) {
         return false;
       }
       f.ms = v;
+    } else if (key == "xid") {
+      if (!parse_int(value, 1, 1000000, &v)) {
+        *error = "fault spec '" + text + "': xid '" + value + "' is not an Xid number (1 or more)";
+        return false;
+      }
+      f.xid = v;
     } else {
       *error = "fault spec '" + text + "': unknown key '" + key +
-               "' (rank, step, kind, comm, ms)";
+               "' (rank, step, kind, comm, ms, xid)";
       return false;
     }
   }
   if (!have_rank || !have_step || !have_kind) {
     *error = "fault spec '" + text + "': missing " +
              std::string(!have_rank ? "rank" : !have_step ? "step" : "kind") +
-             " (expected rank=R,step=S,kind=K[,comm=C][,ms=M])";
+             " (expected rank=R,step=S,kind=K[,comm=C][,ms=M][,xid=X])";
     return false;
   }
   if (!f.comm_given) f.comm = default_comm(f.kind);

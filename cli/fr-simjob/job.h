@@ -45,8 +45,9 @@ struct Fault {
   CommKind comm = CommKind::kDp;
   bool comm_given = false;
   int64_t ms = -1;            // slow: sleep per step; gpu-stall: stall length (-1 = forever)
+  int64_t xid = -1;           // the rank's GPU reports this Xid when the fault strikes (-1: none)
 
-  std::string to_spec() const;  // canonical "rank=R,step=S,kind=K[,comm=C][,ms=M]"
+  std::string to_spec() const;  // canonical "rank=R,step=S,kind=K[,comm=C][,ms=M][,xid=X]"
 };
 
 // Parses one --fault value. Errors name the offending key or value.
@@ -98,6 +99,11 @@ int64_t host_ms(const Shape& shape, int rank, int step);
 
 // Parses --pause "step=S,ms=M" into the shape.
 bool parse_pause(const std::string& text, Shape* shape, std::string* error);
+// The emulated GPU of a local rank as the emulated NVML shows it (tests/sim/nvml): its PCI bus id,
+// "0000:3b:00.0" for local rank 0, one bus further per local rank.
+std::string sim_gpu_bus_id(int local_rank);
+// The environment variable naming a node's emulated NVML file; Xid events go to "<file>.events".
+inline constexpr const char* kEnvSimNvml = "FR_SIM_NVML";
 
 // The steps after which results are no longer checked: a fault changes what peers receive.
 int first_fault_step(const std::vector<Fault>& faults);

@@ -282,7 +282,7 @@ std::string dump_summary(const std::string& dir, int max_ranks) {
 struct Job {
   const LaunchOptions& o;
   std::string build, out, run_dir, job_id, shm_prefix;
-  std::string rank_exe, sim_lib, agent_lib, frd_exe;
+  std::string rank_exe, sim_lib, agent_lib, frd_exe, python_exe;
   ProgressBoard* board = nullptr;
   size_t board_bytes = 0;
   std::vector<ChildState> ranks;
@@ -309,6 +309,24 @@ struct Job {
   static void err(const std::string& line) { std::fprintf(stderr, "fr-simjob: %s\n", line.c_str()); }
 
   std::string node_dir(int node) const { return out + "/node" + std::to_string(node); }
+  // The node's emulated NVML (tests/sim/nvml): one GPU per local rank, with the rank's PID once
+  // it runs. The frd node reads it through the emulated libnvidia-ml.so.1.
+  std::string nvml_file(int node) const { return node_dir(node) + "/nvml.conf"; }
+  void write_nvml(int node) {
+    std::string text = "driver 550.54.15\n";
+    for (int l = 0; l < o.shape.ranks_per_node; ++l) {
+      int r = node * o.shape.ranks_per_node + l;
+      text += "gpu " + sim_gpu_bus_id(l) + " nvlinks=4";
+      if (r < static_cast<int>(ranks.size()) && ranks[r].pid > 0) text += " pids=" + std::to_string(ranks[r].pid);
+      text += "\n";
+    }
+    const std::string path = nvml_file(node), tmp = path + ".tmp";
+    FILE* f = std::fopen(tmp.c_str(), "w");
+    if (!f) return;
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+    std::rename(tmp.c_str(), path.c_str());
+  }
   std::string node_log_dir(int node) const { return node_dir(node) + "/shm"; }
 
   bool prepare();
@@ -331,11 +349,29 @@ bool Job::prepare() {
     return false;
   }
   rank_exe = build + "/bin/fr-simjob-rank";
+  if (o.python) {
+    rank_exe = build + "/bin/fr-simjob-rank.py";
+    // execve takes a path: python3 as the shell would find it.
+    const char* path = std::getenv("PATH");
+    std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+    for (size_t pos = 0; python_exe.empty() && pos <= dirs.size();) {
+      size_t end = dirs.find(':', pos);
+      if (end == std::string::npos) end = dirs.size();
+      std::string cand = dirs.substr(pos, end - pos) + "/python3";
+      if (end > pos && ::access(cand.c_str(), X_OK) == 0) python_exe = cand;
+      pos = end + 1;
+    }
+    if (python_exe.empty()) {
+      err("--python: no python3 on PATH");
+      return false;
+    }
+  }
   sim_lib = build + "/sim/lib";
   agent_lib = build + "/lib/libfr_agent.so";
   frd_exe = build + "/bin/frd";
   std::vector<std::pair<std::string, std::string>> needed = {
-      {rank_exe, "the rank program (build target fr-simjob-rank)"},
+      {rank_exe, o.python ? "the Python rank program (cli/fr-simjob/rank.py)"
+                          : "the rank program (build target fr-simjob-rank)"},
       {sim_lib + "/libnccl.so.2", "the NCCL emulation (tests/sim)"},
       {sim_lib + "/libcuda.so.1", "the CUDA driver emulation (tests/sim)"}};
   if (o.agent) needed.push_back({agent_lib, "the agent (agent/)"});
@@ -422,6 +458,7 @@ bool Job::start_ranks() {
     args.push_back("--fault");
     args.push_back(f.to_spec());
   }
+  if (o.python) args.insert(args.begin(), python_exe);
   const char* old_ld = std::getenv("LD_LIBRARY_PATH");
   std::string ld_path = sim_lib + (old_ld && *old_ld ? ":" + std::string(old_ld) : "");
   std::vector<ChildSpec> specs(s.world());
@@ -441,6 +478,7 @@ bool Job::start_ranks() {
         {"CUDA_VISIBLE_DEVICES", visible_devices(p.node)},
         {kEnvBoard, run_dir + "/board"},
         {kEnvRunDir, run_dir},
+        {kEnvSimNvml, nvml_file(p.node)},
     };
     if (o.agent) {
       env.push_back({"LD_PRELOAD", agent_lib});
@@ -463,6 +501,8 @@ bool Job::start_ranks() {
     if (rank_pgid == 0) rank_pgid = pid;
     ranks[r].pid = pid;
   }
+  // Each emulated GPU now runs its rank: NVML lists the rank's PID on it.
+  for (int n = 0; n < s.nodes; ++n) write_nvml(n);
   say("job " + job_id + ": " + std::to_string(s.world()) + " ranks on " +
       std::to_string(s.nodes) + " node(s), tp " + std::to_string(s.tp) + ", pp " +
       std::to_string(s.pp) + ", dp " + std::to_string(s.dp()) + ", " + std::to_string(s.steps) +
@@ -515,15 +555,17 @@ bool Job::start_daemons() {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   for (int n = 0; n < o.shape.nodes; ++n) {
+    write_nvml(n);
     ChildSpec node;
     node.argv = {frd_exe, "node", "--coordinator", "127.0.0.1:" + port, "--log-dir",
                  node_log_dir(n), "--node-name", "node" + std::to_string(n),
-                 "--heartbeat-interval", "0.2", "--dump-dir", node_dir(n) + "/spool"};
+                 "--heartbeat-interval", "0.2", "--dump-dir", node_dir(n) + "/spool",
+                 "--nvml-lib", sim_lib + "/libnvidia-ml.so.1"};
     if (o.shared_dump_dir) {
       node.argv.push_back("--shared-dump-dir");
       node.argv.push_back(incidents);
     }
-    node.envp = make_env({{"FR_TOKEN_FILE", token_env}});
+    node.envp = make_env({{"FR_TOKEN_FILE", token_env}, {kEnvSimNvml, nvml_file(n)}});
     node.log_path = node_dir(n) + "/frd-node.log";
     node.freeze();
     pid_t np = spawn(node, daemon_pgid);
@@ -535,6 +577,24 @@ bool Job::start_daemons() {
     daemons.back().pid = np;
     daemons.back().role = "node" + std::to_string(n);
     daemons.back().log = node.log_path;
+  }
+  // As on a real cluster, the sidecars run before the job starts: each node daemon has read its
+  // GPUs (and registered for their Xid events) and reached the coordinator.
+  auto t1 = Clock::now();
+  for (size_t d = 1; d < daemons.size(); ++d) {
+    while (read_small_file(daemons[d].log).find("connected to") == std::string::npos) {
+      reap(daemons);
+      if (daemons[d].exited) {
+        daemon_error = "frd " + daemons[d].role + " exited at start (see " + daemons[d].log + ")";
+        return false;
+      }
+      if (seconds_since(t1) > 30 || g_signal) {
+        daemon_error = "frd " + daemons[d].role + " did not reach the coordinator within 30 s (see " +
+                       daemons[d].log + ")";
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
   }
   say("frd coordinator on 127.0.0.1:" + port + ", " + std::to_string(o.shape.nodes) +
       " node daemon(s), stall after " + stall + " s");

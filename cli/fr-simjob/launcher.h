@@ -30,6 +30,7 @@ struct LaunchOptions {
   double verdict_timeout_s = 60; // --daemons: how long to wait for analysis.json
   bool shared_dump_dir = false;  // --daemons: nodes write dumps into the coordinator's dump dir
   bool quiet = false;
+  bool python = false;           // ranks are Python programs on NCCL through ctypes (rank.py)
 };
 
 // The longest an op may be in flight before the coordinator opens an incident: --stall-after's

@@ -93,6 +93,9 @@ int main(int argc, char** argv) {
                "--daemons: the node daemons write their dumps straight into the coordinator's "
                "dump dir (frd node --shared-dump-dir) instead of uploading them")
       ->needs(daemons);
+  app.add_flag("--python", o.python,
+               "the ranks are Python programs calling NCCL through ctypes, as vLLM's pynccl "
+               "does (bin/fr-simjob-rank.py, run by python3)");
   app.add_flag("--quiet", o.quiet, "print nothing but errors");
 
   try {

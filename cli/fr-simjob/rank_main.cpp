@@ -380,6 +380,22 @@ int check(Rank& r, int step) {
   return bad;
 }
 
+// A fault with xid=X: this rank's emulated GPU reports Xid X now (the emulated NVML hands it to
+// the node daemon's event set).
+void report_xids(const Rank& r, int step) {
+  const char* nvml = std::getenv(kEnvSimNvml);
+  if (!nvml || !*nvml) return;
+  for (const Fault& f : r.faults) {
+    if (f.rank != r.pos.rank || f.step != step || f.xid < 0) continue;
+    std::string line = "xid " + sim_gpu_bus_id(r.pos.local_rank) + " " + std::to_string(f.xid) + "\n";
+    int fd = ::open((std::string(nvml) + ".events").c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) continue;
+    ssize_t n = ::write(fd, line.data(), line.size());
+    (void)n;
+    ::close(fd);
+  }
+}
+
 // Issues one step's NCCL ops on the stream, with the faults of `step` applied (eagerly), or
 // captured into a graph (`capturing`: stalls become gate kernels; mismatches and p2p-skip of
 // `step` change the captured ops; step -1 captures the faultless step).
@@ -502,6 +518,7 @@ void replay_step(Rank& r, int step) {
 }
 
 void run_step(Rank& r, int step) {
+  report_xids(r, step);
   if (fault_at(r, step, FaultKind::kCrash)) {
     std::fflush(nullptr);
     ::kill(::getpid(), SIGKILL);

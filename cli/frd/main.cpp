@@ -4,6 +4,7 @@
 //   frd coordinator  one per job: detects hangs, gathers the dump set, writes the verdict
 //   frd status       what the coordinator knows: nodes, ranks, progress, incidents
 //   frd dump         open an incident by hand: every node dumps now
+//   frd stacks       the stack capture helper that snapshot and node run (one line per process)
 // Exit codes: 0 done, 1 the work failed (cannot listen, cannot reach the coordinator, dump set not
 // written), 2 bad usage.
 //
@@ -21,12 +22,15 @@
 
 #include <sys/stat.h>
 
+#include "daemon/assembly.h"
 #include "daemon/client.h"
 #include "daemon/logger.h"
 #include "daemon/metrics_http.h"
 #include "daemon/node.h"
 #include "daemon/node_lock.h"
+#include "daemon/nvml.h"
 #include "daemon/server.h"
+#include "daemon/stacks.h"
 #include "fr/version.h"
 #include "log/snapshot.h"
 
@@ -42,8 +46,27 @@ bool log_owners(const std::vector<std::string>& users, fr::log::LogOwners* out, 
   return true;
 }
 
+// How `frd snapshot` and `frd node` take stacks and GPU health (docs/frd.md, "Stacks").
+struct ContextFlags {
+  std::string py_spy;
+  double stack_budget = 5;
+  bool no_stacks = false;
+  std::string nvml_lib = "libnvidia-ml.so.1";
+
+  void add(CLI::App* app) {
+    app->add_option("--py-spy", py_spy,
+                    "py-spy to run for the Python frames of Python processes (default: py-spy on PATH)");
+    app->add_option("--stack-budget", stack_budget,
+                    "seconds all stacks of one dump may take together (0: no stacks)")
+        ->capture_default_str()->check(CLI::Range(0.0, 600.0));
+    app->add_flag("--no-stacks", no_stacks, "take no stacks");
+    app->add_option("--nvml-lib", nvml_lib, "the NVML library to read GPU health from")
+        ->capture_default_str();
+  }
+};
+
 int run_snapshot(const std::string& log_dir, const std::string& out, const std::string& job,
-                 const std::vector<std::string>& owners) {
+                 const std::vector<std::string>& owners, const ContextFlags& ctx) {
   fr::log::SnapshotOptions opts;
   std::string error;
   if (!log_owners(owners, &opts.owners, &error)) {
@@ -60,9 +83,25 @@ int run_snapshot(const std::string& log_dir, const std::string& out, const std::
     std::fprintf(stderr, "frd snapshot: %s\n", res.error.c_str());
     return 1;
   }
+  std::vector<fr::daemon::StackTarget> targets;
+  for (const auto& p : res.processes) targets.push_back({p.pid, p.rank, p.file, p.alive, p.source});
+  fr::daemon::StacksTaken st = fr::daemon::take_stacks(
+      fr::daemon::stack_options(ctx.py_spy, ctx.stack_budget, ctx.no_stacks), targets, out);
+  for (const auto& n : st.notes) std::fprintf(stderr, "frd snapshot: no stacks for %s\n", n.c_str());
+  // GPU health: Xid events are only those that arrive while we watch, so none here.
+  fr::daemon::GpuMonitor gpus;
+  std::string why;
+  gpus.open(ctx.nvml_lib, &why);
+  fr::log::NodeGpus g = gpus.read(true);
+  g.node = res.processes.empty() ? std::string() : res.processes.front().host;
+  if (g.node.empty()) g.node = "localhost";
+  std::string err;
+  if (!fr::daemon::write_file_atomic(out + "/" + g.node + fr::log::kGpuSuffix, fr::log::gpus_to_text(g), &err))
+    std::fprintf(stderr, "frd snapshot: %s\n", err.c_str());
   std::printf("frd snapshot: %zu process(es) into %s", res.processes.size(), out.c_str());
   if (!res.skipped.empty()) std::printf(" (%zu skipped)", res.skipped.size());
-  std::printf("\n");
+  std::printf("; stacks of %zu in %.2f s; %s\n", st.taken, double(st.took_ns) / 1e9,
+              g.error.empty() ? (std::to_string(g.gpus.size()) + " GPU(s)").c_str() : g.error.c_str());
   return 0;
 }
 
@@ -185,6 +224,8 @@ int main(int argc, char** argv) {
   const char* owner_help = "read only logs owned by this user (name or uid; repeat for several). "
                            "Default: the user frd runs as; any user when frd runs as root";
   snap->add_option("--log-owner", snap_owners, owner_help);
+  ContextFlags snap_ctx, node_ctx;
+  snap_ctx.add(snap);
 
   // node
   ClientFlags node_client;
@@ -209,6 +250,19 @@ int main(int argc, char** argv) {
   node->add_option("--shared-dump-dir", node_shared_dir,
                    "the coordinator's --dump-dir as mounted on this node: write dumps there "
                    "instead of uploading them");
+  node_ctx.add(node);
+  // stacks (the helper)
+  std::vector<std::string> stack_pids;
+  int64_t stack_budget_ms = 5000, stack_hold_ms = 0;
+  std::string stack_py_spy;
+  CLI::App* stacks = app.add_subcommand(
+      "stacks", "print the stacks of processes as fr-stacks/1 lines (run by snapshot and node)");
+  stacks->add_option("--pid", stack_pids, "PID or PID:RANK (repeat)")->required();
+  stacks->add_option("--budget-ms", stack_budget_ms, "milliseconds for all of them")
+      ->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(600000)));
+  stacks->add_option("--py-spy", stack_py_spy, "py-spy for Python processes (default: on PATH)");
+  stacks->add_option("--hold-ms", stack_hold_ms, "keep each process stopped this long (tests)")
+      ->check(CLI::Range(int64_t(0), int64_t(600000)));
 
   // coordinator
   std::string listen = "127.0.0.1:7470", port_file, c_dump_dir, c_job, metrics_listen;
@@ -277,7 +331,24 @@ int main(int argc, char** argv) {
   }
   std::string error;
 
-  if (snap->parsed()) return run_snapshot(log_dir, out, job, snap_owners);
+  if (snap->parsed()) return run_snapshot(log_dir, out, job, snap_owners, snap_ctx);
+  if (stacks->parsed()) {
+    std::vector<int> pids, ranks;
+    for (const auto& p : stack_pids) {
+      char* end = nullptr;
+      long pid = std::strtol(p.c_str(), &end, 10);
+      long rank = -1;
+      if (end && *end == ':') rank = std::strtol(end + 1, &end, 10);
+      if (pid <= 0 || !end || *end) {
+        std::fprintf(stderr, "frd stacks: --pid: '%s' is not PID or PID:RANK\n", p.c_str());
+        return 2;
+      }
+      pids.push_back(int(pid));
+      ranks.push_back(int(rank));
+    }
+    return fr::daemon::run_stacks_helper(pids, ranks, stack_budget_ms * 1'000'000, stack_py_spy,
+                                         stack_hold_ms * 1'000'000);
+  }
 
   if (node->parsed()) {
     fr::daemon::NodeOptions o;
@@ -300,6 +371,8 @@ int main(int argc, char** argv) {
     }
     o.heartbeat_interval_ns = to_ns(hb_interval);
     o.stall_after_ns = to_ns(node_stall_after);
+    o.stacks = fr::daemon::stack_options(node_ctx.py_spy, node_ctx.stack_budget, node_ctx.no_stacks);
+    o.nvml_lib = node_ctx.nvml_lib;
     // One node daemon per log directory (fr-run relies on it); one that cannot make the lock
     // file (say, the directory is missing yet) runs on unlocked.
     fr::daemon::NodeLock node_lock;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -313,6 +314,164 @@ TEST_CASE("daemons: a stalled GPU is stuck_in_collective", "[daemon][e2e]") {
   TempDir d;
   check_verdict(simjob_with_daemons(d, {"rank=6,step=3,kind=gpu-stall,comm=dp"}),
                 "stuck_in_collective", {6});
+}
+
+// The frames of a stack, "hang_forever <- run_step <- main <- ...", for messages.
+std::string frames_text(const json& frames) {
+  std::string s;
+  for (const auto& f : frames) s += f.value("function", std::string("?")) + " <- ";
+  return s;
+}
+
+// Where `name` first appears among the frames' functions (the frames' count when it does not).
+size_t frame_index(const json& frames, const std::string& name) {
+  for (size_t i = 0; i < frames.size(); ++i)
+    if (frames[i].value("function", std::string()).find(name) != std::string::npos) return i;
+  return frames.size();
+}
+
+json evidence_of(const json& verdict, int rank) {
+  for (const auto& e : verdict["evidence"])
+    if (e["rank"] == rank) return e;
+  return json();
+}
+
+TEST_CASE("daemons: a host hang shows the hung function in the culprit's stack", "[daemon][e2e][stacks]") {
+  require_built();
+  TempDir d;
+  JobResult r = simjob_with_daemons(d, {"rank=5,step=3,kind=hang-host"});
+  check_verdict(r, "not_entered", {5});
+  const std::string set = r.result["dump_set"];
+  json a = json::parse(slurp(set + "/analysis.json"));
+  json e = evidence_of(a["verdict"], 5);
+  REQUIRE(e.contains("stack"));
+  const json& st = e["stack"];
+  INFO("rank 5: " << frames_text(st));
+  size_t hang = frame_index(st, "hang_forever"), step = frame_index(st, "run_step"),
+         main = frame_index(st, "main");
+  REQUIRE(hang < step);
+  REQUIRE(step < main);
+  REQUIRE(main < st.size());
+  for (const auto& f : st) {
+    REQUIRE(f.contains("function"));
+    REQUIRE(f.contains("file"));
+    REQUIRE(f.contains("line"));
+    REQUIRE(f.contains("module"));
+    REQUIRE((f["kind"] == "native" || f["kind"] == "python" || f["kind"] == "kernel"));
+  }
+  CHECK(st[hang]["file"].get<std::string>().find("rank_main.cpp") != std::string::npos);
+  CHECK(st[hang]["line"].get<int>() > 0);
+  // Rank 5 alone stands apart from the others.
+  bool outlier = false;
+  for (const auto& g : a["stack_groups"])
+    if (g["outlier"] == true && g["ranks"] == json::array({5})) outlier = true;
+  CHECK(outlier);
+  std::string report = slurp(set + "/report.txt");
+  INFO(report);
+  CHECK(report.find("rank 5 is in hang_forever \u2190 run_step \u2190 main (rank_main.cpp:") != std::string::npos);
+  // Every rank's stacks and each node's GPU health are in the dump set, and travel with it.
+  size_t stacks = 0, gpus = 0;
+  for (const auto& f : fs::directory_iterator(set)) {
+    std::string n = f.path().filename().string();
+    stacks += n.size() > 12 && n.compare(n.size() - 12, 12, ".stacks.json") == 0;
+    gpus += n.size() > 9 && n.compare(n.size() - 9, 9, ".gpu.json") == 0;
+  }
+  CHECK(stacks == 8);
+  CHECK(gpus == 2);
+  const std::string copy = d.path + "/copied";
+  fs::copy(set, copy);
+  std::string out = d.path + "/copied.json";
+  REQUIRE(run({kBuild + "/bin/fr-analyze", "--json", copy}, out, 60) == 0);
+  json b = json::parse(slurp(out));
+  CHECK(evidence_of(b["verdict"], 5)["stack"] == st);
+  CHECK(b["stack_groups"] == a["stack_groups"]);
+  // Damaged side files cost only themselves: a stacks file of another schema, a GPU file that is
+  // not JSON, a stacks file replaced by a FIFO (never opened). Each is named; the verdict stands.
+  std::vector<std::string> side;
+  for (const auto& f : fs::directory_iterator(copy)) {
+    std::string n = f.path().filename().string();
+    if (n.size() > 12 && n.compare(n.size() - 12, 12, ".stacks.json") == 0) side.push_back(f.path().string());
+  }
+  std::sort(side.begin(), side.end());
+  REQUIRE(side.size() == 8);
+  std::ofstream(side[0]) << "{\"schema\": \"fr-stacks/99\"}";
+  fs::remove(side[1]);
+  REQUIRE(::mkfifo(side[1].c_str(), 0644) == 0);
+  std::ofstream(copy + "/node0.gpu.json") << "not json";
+  REQUIRE(run({kBuild + "/bin/fr-analyze", "--json", copy}, out + ".2", 60) == 0);
+  json c = json::parse(slurp(out + ".2"));
+  CHECK(c["verdict"]["kind"] == "not_entered");
+  CHECK(c["verdict"]["culprit_ranks"] == json::array({5}));
+  CHECK(evidence_of(c["verdict"], 5)["stack"] == st);
+  std::string warnings = c["inputs"]["warnings"].dump();
+  INFO(warnings);
+  CHECK(warnings.find("stacks not read: schema 'fr-stacks/99', expected fr-stacks/1") != std::string::npos);
+  CHECK(warnings.find("stacks not read: a FIFO") != std::string::npos);
+  CHECK(warnings.find("GPU health not read: not a JSON object") != std::string::npos);
+}
+
+TEST_CASE("daemons: a GPU stall shows every rank in the stream synchronization, with the culprit's GPU health",
+          "[daemon][e2e][stacks]") {
+  require_built();
+  TempDir d;
+  JobResult r = simjob_with_daemons(d, {"rank=6,step=3,kind=gpu-stall,comm=dp,xid=79"});
+  check_verdict(r, "stuck_in_collective", {6});
+  const std::string set = r.result["dump_set"];
+  json a = json::parse(slurp(set + "/analysis.json"));
+  std::set<int> syncing;
+  for (const auto& g : a["stack_groups"]) {
+    INFO("group " << g["ranks"].dump() << ": " << frames_text(g["frames"]));
+    if (frame_index(g["frames"], "cuStreamSynchronize") < g["frames"].size())
+      for (const auto& rank : g["ranks"]) syncing.insert(rank.get<int>());
+  }
+  CHECK(syncing == std::set<int>{0, 1, 2, 3, 4, 5, 6, 7});
+  // Rank 6 is local rank 2 of node 1: the emulated GPU 0000:3d:00.0, which reported Xid 79.
+  const json& v = a["verdict"];
+  REQUIRE(v.contains("gpu_problems"));
+  const std::string want = "rank 6's GPU 0000:3d:00.0 reported Xid 79 at ";
+  CHECK(v["gpu_problems"][0]["summary"].get<std::string>().rfind(want, 0) == 0);
+  CHECK(v["gpu_problems"][0]["ranks"] == json::array({6}));
+  json e = evidence_of(v, 6);
+  CHECK(e["gpu"]["pci_bus_id"] == "0000:3d:00.0");
+  bool found = false;
+  for (const auto& g : a["gpus"])
+    if (g["node"] == "node1" && g["pci_bus_id"] == "0000:3d:00.0") {
+      found = true;
+      CHECK(g["ranks"] == json::array({6}));
+      CHECK(g["xids"][0]["xid"] == 79);
+    }
+  CHECK(found);
+  CHECK(slurp(set + "/report.txt").find(want) != std::string::npos);
+}
+
+TEST_CASE("daemons: fr-simjob --python: the hung Python rank's time.sleep frame is named", "[daemon][e2e][stacks]") {
+  require_built();
+  if (std::system("command -v py-spy >/dev/null 2>&1") != 0)
+    FR_SKIP("py-spy is not installed (scripts/install-deps.sh installs it)");
+  TempDir d;
+  // Python ranks on NCCL through ctypes: the agent sees their calls through lookups on NCCL's own
+  // handle, so the verdict is the one of the C++ ranks.
+  JobResult r = simjob_with_daemons(d, {"rank=5,step=3,kind=hang-host"}, 6, {"--python"});
+  check_verdict(r, "not_entered", {5});
+  const std::string set = r.result["dump_set"];
+  json a = json::parse(slurp(set + "/analysis.json"));
+  json e = evidence_of(a["verdict"], 5);
+  REQUIRE(e.contains("stack"));
+  const json& st = e["stack"];
+  INFO("rank 5: " << frames_text(st));
+  size_t sleep = frame_index(st, "time_sleep"), hang = frame_index(st, "hang_forever"),
+         step = frame_index(st, "run_step");
+  REQUIRE(sleep < hang);
+  REQUIRE(hang < step);
+  REQUIRE(step < st.size());
+  CHECK(st[sleep]["kind"] == "native");
+  CHECK(st[hang]["kind"] == "python");
+  CHECK(st[hang]["file"].get<std::string>().find("fr-simjob-rank.py") != std::string::npos);
+  CHECK(st[hang]["line"].get<int>() > 0);
+  std::string report = slurp(set + "/report.txt");
+  INFO(report);
+  CHECK(report.find("rank 5 is in time_sleep \u2190 hang_forever \u2190 Rank.run_step (fr-simjob-rank.py:") !=
+        std::string::npos);
 }
 
 TEST_CASE("daemons: nodes writing into a shared dump dir give the same verdict", "[daemon][e2e]") {

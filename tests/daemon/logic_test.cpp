@@ -639,9 +639,12 @@ TEST_CASE("status and metrics describe nodes, ranks and incidents", "[daemon]") 
   CoordinatorState st(config(dir.path));
   std::string err;
   uint64_t s0 = st.connect("n0", "h0", "job1", 0, &err);
-  st.heartbeat(s0, report({proc(0, true, 0), proc(1, false, 0)}), 0);
+  NodeReport r0 = report({proc(0, true, 0), proc(1, false, 0)});
+  r0.gpu_alerts = {"GPU 0000:3b:00.0 reported Xid 79"};
+  st.heartbeat(s0, r0, 0);
   auto js = st.status(kSec);
   CHECK(js["schema"] == "frd-status/1");
+  CHECK(js["nodes"][0]["gpu_alerts"] == nlohmann::json::array({"GPU 0000:3b:00.0 reported Xid 79"}));
   CHECK(js["ranks"]["alive"] == 1);
   CHECK(js["ranks"]["dead"] == 1);
   CHECK(js["nodes"][0]["name"] == "n0");
@@ -649,6 +652,19 @@ TEST_CASE("status and metrics describe nodes, ranks and incidents", "[daemon]") 
   CHECK(m.find("frd_nodes{state=\"connected\"} 1") != std::string::npos);
   CHECK(m.find("frd_ranks{state=\"alive\"} 1") != std::string::npos);
   CHECK(m.find("frd_incidents_total{kind=\"stall\"} 0") != std::string::npos);
+}
+
+TEST_CASE("a dump's stacks and GPU health files pass the header check; other names do not", "[daemon]") {
+  UploadLimits lim;
+  std::string err;
+  DumpHeader h = header("incident-0001", "n0");
+  h.files.push_back({"n0-rank0.h.1.frlog", 10, 0});
+  h.files.push_back({"n0-rank0.h.1.frlog.stacks.json", 10, 0});
+  h.files.push_back({"n0.gpu.json", 10, 0});
+  CHECK(check_dump_header(h, lim, &err));
+  h.files.push_back({"n0-notes.txt", 10, 0});
+  CHECK_FALSE(check_dump_header(h, lim, &err));
+  CHECK(err == "refused file name 'n0-notes.txt'");
 }
 
 TEST_CASE("a dump is received whole and verified, or not at all", "[daemon]") {

@@ -11,6 +11,9 @@
 #     16384: <= 1 core, <= 2 GiB, every node asked within 1 s. Each count takes about 10 s plus
 #     one second per 1,000 nodes to connect; the load generator shares the machine.
 # Usage: run.sh <build-dir> [node counts...]   (FR_BENCH_HEALTHY_STEPS: steps of the healthy job)
+#  4. the stacks of every rank of a node at a dump (8 ranks, frd node's "stacks of 8 of 8
+#     process(es) in X s"), native (fr-simjob-rank) and Python (fr-simjob --python, with py-spy
+#     when installed); target: 8 ranks within 2 s.
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 shift || true
@@ -108,6 +111,27 @@ echo "-- the coordinator's state machine alone (CPU time, no gRPC)"
 statebench=$build/tests/bench/daemon/frd-state-bench
 [[ -x $statebench ]] || statebench=$build/bin/frd-state-bench
 if [[ -x $statebench ]]; then "$statebench" "${counts[@]}"; else echo "  skipped: $statebench not built"; fi
+
+echo "-- stacks of 8 ranks of one node at a dump (frd node, 1 node x 8 ranks)"
+if [[ -x $simjob && -x $frd ]]; then
+  for mode in native python; do
+    extra=()
+    if [[ $mode == python ]]; then
+      command -v python3 >/dev/null || { echo "  python: no python3"; continue; }
+      command -v py-spy >/dev/null || echo "  (py-spy not installed: native frames only)"
+      extra=(--python)
+    fi
+    for i in 1 2 3; do
+      out=$tmp/stacks-$mode$i
+      "$simjob" --nodes 1 --ranks-per-node 8 --steps 20 --fault rank=5,step=4,kind=hang-host \
+        --daemons --stall-after 2 --quiet "${extra[@]}" --out "$out" >/dev/null 2>&1 || true
+      line=$(grep -o 'stacks of [0-9]* of [0-9]* process(es) in [0-9.]* s' "$out/node0/frd-node.log" | head -1)
+      echo "  $mode run $i: ${line:-no dump}"
+    done
+  done
+else
+  echo "  skipped: fr-simjob or frd not built"
+fi
 
 echo "-- one coordinator, N simulated nodes x 8 ranks at 1 Hz"
 if [[ ! -x $loadgen || ! -x $frd ]]; then
