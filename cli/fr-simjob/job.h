@@ -58,6 +58,7 @@ struct Shape {
   int tp = 1;
   int pp = 1;
   int steps = 1;
+  int elastic = -1;  // --elastic STEP: the highest rank leaves at STEP and a fresh one joins; -1: no
 
   int world() const { return nodes * ranks_per_node; }
   int dp() const { return world() / (tp * pp); }
