@@ -567,6 +567,7 @@ struct NewComm {
   uint32_t id_flags;
   bool nonblocking;
   const ncclConfig_t* config;
+  uint64_t excluded[2];  // shrink: bitmap of the excluded parent ranks below 128 (the record's buffers)
 };
 
 // After a creating call: a table entry for the new communicator (or a failed one).
@@ -608,6 +609,8 @@ ncclResult_t run_create(fr_op op, const void* parent, Prepare prepare, ncclComm_
   else
     r.aux = n.id;
   r.count = n.nranks > 0 ? (uint64_t)n.nranks : 0;
+  r.sendbuff = n.excluded[0];
+  r.recvbuff = n.excluded[1];
   record_begin(r);
   ncclResult_t res = call();
   finish(r, res);
@@ -1075,6 +1078,9 @@ FR_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_
                     [&] { return real(comm, color, key, newcomm, config); });
 }
 
+// The record carries what the analysis needs to tell a member that never came from one that was
+// excluded: count = the shrunk size (when the parent's is known), sendbuff and recvbuff = the
+// excluded parent ranks below 128 as a bitmap (bit r of sendbuff, bit r-64 of recvbuff).
 FR_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
                                    ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
   FR_REAL_OR_FAIL(ncclCommShrink);
@@ -1083,9 +1089,19 @@ FR_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int e
                                p.slot >= 0 ? &g_ctx.priv[p.slot].shrink_calls : nullptr);
     // The exclusion list, order-independent: every member passes the same set.
     uint64_t excl = 0;
+    int32_t parent_size = p.entry != nullptr ? __atomic_load_n(&p.entry->size, __ATOMIC_RELAXED) : -1;
+    int32_t distinct = 0;
+    bool countable = excludeRanksCount <= 4096;  // a longer list is not worth counting here
     if (excludeRanksList != nullptr && excludeRanksCount > 0)
-      for (int i = 0; i < excludeRanksCount; ++i)
-        excl += hash_finish(hash_u64(kHashSeed, (uint64_t)(int64_t)excludeRanksList[i]));
+      for (int i = 0; i < excludeRanksCount; ++i) {
+        int x = excludeRanksList[i];
+        excl += hash_finish(hash_u64(kHashSeed, (uint64_t)(int64_t)x));
+        if (x >= 0 && x < 128) n.excluded[x / 64] |= 1ull << (x % 64);
+        bool repeated = false;
+        for (int j = 0; countable && j < i && !repeated; ++j) repeated = excludeRanksList[j] == x;
+        distinct += repeated ? 0 : 1;
+      }
+    if (countable && parent_size > distinct) n.nranks = parent_size - distinct;
     n.color = (int64_t)excl;
     n.nonblocking = config_nonblocking(config, p.nonblocking);
     n.config = config;

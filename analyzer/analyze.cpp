@@ -670,6 +670,29 @@ void analyze_collectives(Ctx& ctx, int ci, std::vector<Frontier>& fr, json* fron
 
 // --- Blocking host calls (init, split, shrink, grow) ----------------------------------------
 
+// A process that destroyed every communicator it had and was in no call when it went (a rank
+// leaving an elastic job) left in order: gone, but no death to blame.
+bool left_in_order(const Proc& p) {
+  bool any = false;
+  for (const auto& pc : p.comms) {
+    if (!pc.has_entry) continue;
+    if (pc.state != FR_COMM_DESTROYED) return false;
+    any = true;
+  }
+  for (const auto& o : p.ops)
+    if ((o.flags & FR_REC_F_IN_CALL) && o.result == FR_RESULT_PENDING) return false;
+  return any && !p.alive;
+}
+
+// The parent ranks a CommShrink record of `p` excludes (zero: none known).
+std::array<uint64_t, 2> shrink_excluded(const Proc& p, const Op* o) {
+  if (o == nullptr || o->op != FR_OP_COMM_SHRINK) return {0, 0};
+  const uint32_t at = static_cast<uint32_t>(o - p.ops.data());
+  auto it = std::lower_bound(p.shrinks.begin(), p.shrinks.end(), at,
+                             [](const auto& e, uint32_t i) { return e.first < i; });
+  return it != p.shrinks.end() && it->first == at ? it->second : std::array<uint64_t, 2>{0, 0};
+}
+
 bool is_joining_call(uint16_t op) {
   return op == FR_OP_COMM_INIT_RANK || op == FR_OP_COMM_INIT_RANK_CONFIG ||
          op == FR_OP_COMM_INIT_RANK_SCALABLE || op == FR_OP_COMM_SPLIT || op == FR_OP_COMM_SHRINK ||
@@ -681,8 +704,10 @@ bool is_joining_call(uint16_t op) {
 void analyze_joining(Ctx& ctx, int ci) {
   const Model& m = ctx.m;
   const Comm& c = m.comms[ci];
-  std::vector<int> waiting, absent;
+  std::vector<int> waiting;
+  std::vector<std::pair<int, int>> absent_members;  // (global rank, rank in comm)
   const Op* sample = nullptr;
+  const Proc* sample_proc = nullptr;
   int64_t t0 = INT64_MAX;
   for (const auto& mem : c.members) {
     const Proc& p = m.procs[mem.proc];
@@ -694,18 +719,27 @@ void analyze_joining(Ctx& ctx, int ci) {
     }
     if (in_call) {
       waiting.push_back(p.rank);
-      if (!sample) sample = in_call;
+      if (!sample) sample = in_call, sample_proc = &p;
       const int64_t t = aligned(p, in_call->call_ns);
       t0 = std::min(t0, t);
       ctx.blocked[p.rank].push_back({ci, t});
     } else {
-      absent.push_back(p.rank);
+      absent_members.emplace_back(p.rank, mem.rank_in_comm);
     }
   }
   if (waiting.empty()) return;
+  // A shrink waits only for the members it keeps: the ones its record excludes are not expected.
+  const std::array<uint64_t, 2> excluded = shrink_excluded(*sample_proc, sample);
+  auto is_excluded = [&](int rank_in_comm) {
+    return rank_in_comm >= 0 && rank_in_comm < 128 && (excluded[rank_in_comm / 64] >> (rank_in_comm % 64) & 1u);
+  };
+  std::vector<int> absent, excluded_global;
+  for (const auto& [global, in_comm] : absent_members)
+    (is_excluded(in_comm) ? excluded_global : absent).push_back(global);
   std::vector<int> missing_global;
   size_t missing_n = 0;
   for (const auto& mm : missing_members(m, c, ctx.job_missing)) {
+    if (is_excluded(mm.rank_in_comm)) continue;
     ++missing_n;
     if (mm.global >= 0) missing_global.push_back(mm.global);
   }
@@ -749,6 +783,15 @@ void analyze_joining(Ctx& ctx, int ci) {
                 " in " + where + " for " + std::to_string(missing_n) + " that never joined" +
                 (missing_global.empty() ? "" : " (rank" + std::string(missing_global.size() > 1 ? "s " : " ") +
                                                   ranks_text(missing_global) + ", no dump)");
+  }
+  if (excluded[0] | excluded[1]) {
+    json ex = json::array();
+    for (int r = 0; r < 128; ++r)
+      if (is_excluded(r)) ex.push_back(r);
+    s.extra["shrink_excluded"] = ex;  // ranks in the parent communicator
+    if (!excluded_global.empty())
+      s.summary += " (rank" + std::string(excluded_global.size() > 1 ? "s " : " ") + ranks_text(excluded_global) +
+                   " excluded by the shrink)";
   }
   s.fraction = static_cast<double>(s.culprits.size()) / static_cast<double>(std::max<size_t>(1, c.members.size()));
   ctx.stalls.push_back(std::move(s));
@@ -1176,12 +1219,14 @@ nlohmann::json analyze_model(const Model& m, const Options& opts) {
     doc["inputs"]["filters"] = {{"ranks", opts.ranks}, {"comm", opts.comm}};
 
   // Ranks: expected, found, missing, dead.
-  std::vector<int> found, missing, dead;
+  std::vector<int> found, missing, dead, died;  // died: dead without leaving in order
   std::set<int> found_set;
   for (const auto& p : m.procs) {
     found.push_back(p.rank);
     found_set.insert(p.rank);
     if (!p.alive) dead.push_back(p.rank);
+    if (!p.alive && !left_in_order(p) && std::find(died.begin(), died.end(), p.rank) == died.end())
+      died.push_back(p.rank);
   }
   int expected = std::max(std::min(m.expected_ranks, kMaxRanks), found.empty() ? 0 : found.back() + 1);
   for (int r = 0; r < expected; ++r)
@@ -1231,7 +1276,7 @@ nlohmann::json analyze_model(const Model& m, const Options& opts) {
   std::vector<json> findings;
   json verdict;
   const bool any_stall = !ctx.stalls.empty();
-  std::set<int> dead_set(dead.begin(), dead.end());
+  std::set<int> dead_set(died.begin(), died.end());
   const bool all_dead = !m.procs.empty() && dead.size() == m.procs.size();
 
   // Hosts wholly missing or dead.
@@ -1279,10 +1324,10 @@ nlohmann::json analyze_model(const Model& m, const Options& opts) {
       }
     }
     ordered.insert(ordered.begin(), std::move(s));
-  } else if (any_stall && !dead.empty() && !all_dead) {
+  } else if (any_stall && !died.empty() && !all_dead) {
     Stall s;
     s.kind = "rank_dead";
-    s.culprits = dead;
+    s.culprits = died;
     // The stall a dead rank is a culprit of, else the first one.
     const Stall* base = &ordered.front();
     for (const auto& st : ordered) {
@@ -1292,8 +1337,8 @@ nlohmann::json analyze_model(const Model& m, const Options& opts) {
       }
     }
     s.comm = base->comm, s.seq = base->seq, s.p2p = base->p2p, s.api = base->api, s.op = base->op, s.extra = base->extra;
-    s.summary = "rank" + std::string(dead.size() > 1 ? "s " : " ") + ranks_text(dead) + " died (" +
-                (dead.size() > 1 ? "their writers were" : "its writer was") + " gone at the dump) while " +
+    s.summary = "rank" + std::string(died.size() > 1 ? "s " : " ") + ranks_text(died) + " died (" +
+                (died.size() > 1 ? "their writers were" : "its writer was") + " gone at the dump) while " +
                 "others wait in " + base->op + " #" + std::to_string(base->seq) + " on comm " +
                 comm_text(m.comms[base->comm]);
     ordered.insert(ordered.begin(), std::move(s));

@@ -524,6 +524,7 @@ Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind) 
     const uint32_t at = fill[per_comm[i]]++;
     Op& o = p.ops[at];
     if (records[i].replayed) p.replays.emplace_back(at, records[i].tag);
+    if (r.op == FR_OP_COMM_SHRINK) p.shrinks.push_back({at, {r.sendbuff, r.recvbuff}});
     o.seq = r.seq;
     o.count = r.count;
     o.call_ns = r.call_ns;
@@ -554,6 +555,8 @@ Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind) 
     pc.last_call_ns = std::max(pc.last_call_ns, r.call_ns);
   }
   std::sort(p.replays.begin(), p.replays.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(p.shrinks.begin(), p.shrinks.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
   // The coordinating member of a grow: the unique id it made on the parent names, for the joining
   // ranks, the communicator its grow derived.

@@ -35,8 +35,12 @@ int64_t ProcessReport::oldest_age_ns() const {
 namespace {
 
 // Whether a record is an op that occupies the GPU (or the host call) and has not finished.
+// A shrink or grow blocks the host until every member (and joiner) is in it, as a collective
+// does: one still in the call counts too.
 bool in_flight(const fr::log::Record& r, bool gpu_tracked) {
   const fr_record& raw = r.raw;
+  if (raw.op == FR_OP_COMM_SHRINK || raw.op == FR_OP_COMM_GROW)
+    return (raw.flags & FR_REC_F_IN_CALL) && raw.result == FR_RESULT_PENDING;
   if (!fr::log::op_is_collective(raw.op) && !fr::log::op_is_p2p(raw.op)) return false;
   if (raw.flags & FR_REC_F_IN_CALL) return true;  // the host call itself has not returned
   if (raw.flags & (FR_REC_F_CAPTURED | FR_REC_F_NEVER_LAUNCHED)) return false;

@@ -278,6 +278,11 @@ bool validate(const Shape& s, std::vector<Fault>* faults, std::string* error) {
   if ((s.world() / s.tp) % s.pp != 0)
     return fail("--pp " + std::to_string(s.pp) + " must divide world size / tp = " +
                 std::to_string(s.world() / s.tp));
+  if (s.elastic >= 0 && s.world() < 2)
+    return fail("--elastic needs at least 2 ranks (the highest one leaves and is replaced)");
+  if (s.elastic >= s.steps)
+    return fail("--elastic " + std::to_string(s.elastic) + " is outside the job (0.." +
+                std::to_string(s.steps - 1) + ", steps count from 0)");
 
   for (Fault& f : *faults) {
     std::string where = "--fault " + f.to_spec() + ": ";

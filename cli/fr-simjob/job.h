@@ -67,6 +67,7 @@ struct Shape {
   // Every rank pauses pause_ms at the start of step pause_step, as for a checkpoint (-1: never).
   int pause_step = -1;
   int pause_ms = 0;
+  int elastic = -1;  // --elastic STEP: the highest rank leaves at STEP and a fresh one joins; -1: no
 
   int world() const { return nodes * ranks_per_node; }
   int dp() const { return world() / (tp * pp); }

@@ -82,7 +82,9 @@ struct ChildSpec {
   std::string log_path;
   std::vector<char*> argv_ptrs, envp_ptrs;
 
-  void freeze() {
+  void freeze() {  // again after a copy: the pointers must name this spec's own strings
+    argv_ptrs.clear();
+    envp_ptrs.clear();
     for (auto& s : argv) argv_ptrs.push_back(s.data());
     argv_ptrs.push_back(nullptr);
     for (auto& s : envp) envp_ptrs.push_back(s.data());
@@ -287,6 +289,10 @@ struct Job {
   size_t board_bytes = 0;
   std::vector<ChildState> ranks;
   pid_t rank_pgid = 0;
+  // --elastic: how the fresh process of the highest rank is started, and the process it replaced.
+  ChildSpec joiner_spec;
+  ChildState left;
+  Clock::time_point joiner_started;
   std::vector<ChildState> daemons;  // [0] coordinator, then one node per simulated node
   pid_t daemon_pgid = 0;
   Clock::time_point start = Clock::now();
@@ -332,6 +338,7 @@ struct Job {
   bool prepare();
   bool start_daemons();
   bool start_ranks();
+  bool start_joiner();
   void monitor();
   bool snapshot();
   void analyze();
@@ -454,6 +461,10 @@ bool Job::start_ranks() {
                                    "--pause-step", std::to_string(s.pause_step),
                                    "--pause-ms", std::to_string(s.pause_ms)};
   if (o.graphs) args.push_back("--graphs");
+  if (s.elastic >= 0) {
+    args.push_back("--elastic");
+    args.push_back(std::to_string(s.elastic));
+  }
   for (const Fault& f : o.faults) {
     args.push_back("--fault");
     args.push_back(f.to_spec());
@@ -490,6 +501,13 @@ bool Job::start_ranks() {
     specs[r].log_path = node_dir(p.node) + "/rank" + std::to_string(r) + ".log";
     specs[r].freeze();
   }
+  if (s.elastic >= 0) {  // the successor of the rank that leaves: same place, one flag more
+    joiner_spec = specs[s.world() - 1];
+    joiner_spec.argv.push_back("--join");
+    joiner_spec.log_path = node_dir(position_of(s, s.world() - 1).node) + "/rank" +
+                           std::to_string(s.world() - 1) + "-joiner.log";
+    joiner_spec.freeze();
+  }
   ranks.assign(s.world(), {});
   ranks_started = Clock::now();
   for (int r = 0; r < s.world(); ++r) {
@@ -507,6 +525,25 @@ bool Job::start_ranks() {
       std::to_string(s.nodes) + " node(s), tp " + std::to_string(s.tp) + ", pp " +
       std::to_string(s.pp) + ", dp " + std::to_string(s.dp()) + ", " + std::to_string(s.steps) +
       " steps" + (o.agent ? "" : ", no agent"));
+  return true;
+}
+
+// --elastic: the highest rank left (its exit code says so); a fresh process takes its place.
+bool Job::start_joiner() {
+  int r = o.shape.world() - 1;
+  left = ranks[r];
+  board->slots[r].phase.store(static_cast<uint32_t>(RankPhase::kStarting));
+  pid_t pid = spawn(joiner_spec, rank_pgid);
+  if (pid < 0) {
+    err("cannot start the joining rank " + std::to_string(r) + ": " + std::strerror(errno));
+    return false;
+  }
+  ranks[r] = ChildState{};
+  ranks[r].pid = pid;
+  ranks[r].log = joiner_spec.log_path;
+  joiner_started = Clock::now();
+  say("rank " + std::to_string(r) + " left at step " + std::to_string(o.shape.elastic) +
+      "; a fresh process (pid " + std::to_string(pid) + ") joins with ncclCommGrow");
   return true;
 }
 
@@ -629,6 +666,16 @@ void Job::monitor() {
       return;
     }
     int running = reap(ranks);
+    if (o.shape.elastic >= 0 && left.pid <= 0) {
+      const ChildState& k = ranks[o.shape.world() - 1];
+      if (k.exited && WIFEXITED(k.status) && WEXITSTATUS(k.status) == kRankExitLeft) {
+        if (!start_joiner()) {
+          stop_reason = "exited";
+          return;
+        }
+        ++running;
+      }
+    }
     uint64_t now = total_progress();
     if (now != last) {
       last = now;
@@ -683,7 +730,9 @@ void Job::monitor() {
     for (uint32_t r = 0; r < board->ranks; ++r)
       starting |= !ranks[r].exited &&
                   board->slots[r].phase.load() == static_cast<uint32_t>(RankPhase::kStarting);
-    if (starting && seconds_since(start) < kStartGraceS) idle = 0;
+    bool recent = seconds_since(start) < kStartGraceS ||
+                  (left.pid > 0 && seconds_since(joiner_started) < kStartGraceS);
+    if (starting && recent) idle = 0;
     if (o.daemons) {
       if (idle > stall_after_limit_s(o) + o.verdict_timeout_s) {
         daemon_error = "frd coordinator gave no verdict within " +
@@ -817,6 +866,7 @@ json Job::result_json() const {
                    ? json{{"step", o.shape.pause_step}, {"ms", o.shape.pause_ms}}
                    : json(nullptr);
   r["graphs"] = o.graphs;
+  r["elastic"] = o.shape.elastic >= 0 ? json(o.shape.elastic) : json(nullptr);
   r["agent"] = o.agent;
   r["daemons"] = o.daemons;
   json faults = json::array();
@@ -841,6 +891,11 @@ json Job::result_json() const {
     static const char* phases[] = {"starting", "init", "running", "finished", "failed"};
     uint32_t ph = slot.phase.load();
     jr["phase"] = ph < 5 ? phases[ph] : "unknown";
+    if (left.pid > 0 && i == o.shape.world() - 1) {
+      // --elastic: the process that left; the entry above is its successor.
+      jr["joined"] = true;
+      jr["left"] = {{"pid", left.pid}, {"exit_code", WEXITSTATUS(left.status)}};
+    }
     rs.push_back(jr);
   }
   r["ranks"] = rs;

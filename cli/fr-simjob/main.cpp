@@ -57,6 +57,11 @@ int main(int argc, char** argv) {
   app.add_flag("--graphs", o.graphs,
                "after one eager warm-up step, capture each rank's step into one CUDA graph and "
                "replay it for every later step (faults then act on replays)");
+  app.add_option("--elastic", o.shape.elastic,
+                 "at step STEP the highest rank leaves; the others revoke and shrink the world "
+                 "communicator, a fresh process takes the freed rank with ncclCommGrow, and the "
+                 "groups are split again (a fault on that rank at STEP or later hits the new process)")
+      ->check(CLI::Range(0, 10000000));
   app.add_flag("--no-agent", no_agent, "run the ranks without the agent (no flight logs)");
   auto* daemons = app.add_flag("--daemons", o.daemons,
                                "run an frd coordinator and one frd node per simulated node, and "

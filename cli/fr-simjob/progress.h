@@ -40,6 +40,9 @@ struct ProgressBoard {
   }
 };
 
+// The exit code of the rank that leaves the job at --elastic STEP: fr-simjob starts its successor.
+inline constexpr int kRankExitLeft = 10;
+
 // Environment variables the launcher hands to its rank processes (besides the launcher-standard
 // RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and FR_JOB_ID).
 inline constexpr const char* kEnvBoard = "FRSIMJOB_BOARD";      // the progress board file

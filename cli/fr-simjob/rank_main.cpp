@@ -11,6 +11,11 @@
 // With --graphs, step 0 runs eagerly (the warm-up), then the whole step, every communicator's ops
 // included, is captured into one CUDA graph through the CUDA runtime (as torch captures it) and
 // replayed for every later step. Faults then act on replays (see README.md).
+//
+// With --elastic STEP, the highest global rank leaves at step STEP; the survivors revoke the world
+// communicator, shrink it without that rank and grow it back with a fresh process (started by
+// fr-simjob with --join), which takes the freed rank through ncclCommGrow; then everyone splits
+// TP, PP and DP again from the grown world and training goes on.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -27,6 +32,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <thread>
 #include <vector>
@@ -61,6 +67,7 @@ struct Rank {
   RankSlot* slot = nullptr;
   std::string run_dir;
 
+  bool joiner = false;  // --join: the fresh process that takes the freed rank at --elastic STEP
   bool graphs = false;
   cudaGraphExec_t graph = nullptr;  // --graphs: the step as captured once, replayed every step
   // The gate kernel captured before each communicator's first op reads this when the replay
@@ -141,19 +148,21 @@ RankSlot* map_board(int rank) {
   return &board->slots[rank];
 }
 
-ncclUniqueId exchange_unique_id(Rank& r) {
+// A unique id travels through a file in the run directory: written once, atomically, by the rank
+// that made it; read by the others, who wait for it.
+void publish_id(Rank& r, const char* name, const ncclUniqueId& id) {
+  std::string final_path = r.run_dir + "/" + name;
+  std::string tmp = final_path + ".tmp." + std::to_string(::getpid());
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f || std::fwrite(&id, sizeof id, 1, f) != 1 || std::fclose(f) != 0)
+    die(r, kExitSetup, "cannot write " + tmp + ": " + std::strerror(errno));
+  if (std::rename(tmp.c_str(), final_path.c_str()) != 0)
+    die(r, kExitSetup, "cannot publish " + final_path + ": " + std::strerror(errno));
+}
+
+ncclUniqueId read_id(Rank& r, const char* name, const char* who) {
   ncclUniqueId id{};
-  std::string final_path = r.run_dir + "/world.uid";
-  if (r.pos.rank == 0) {
-    nccl_check(r, ncclGetUniqueId(&id), "ncclGetUniqueId");
-    std::string tmp = final_path + ".tmp." + std::to_string(::getpid());
-    FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (!f || std::fwrite(&id, sizeof id, 1, f) != 1 || std::fclose(f) != 0)
-      die(r, kExitSetup, "cannot write " + tmp + ": " + std::strerror(errno));
-    if (std::rename(tmp.c_str(), final_path.c_str()) != 0)
-      die(r, kExitSetup, "cannot publish " + final_path + ": " + std::strerror(errno));
-    return id;
-  }
+  std::string final_path = r.run_dir + "/" + name;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   for (;;) {
     FILE* f = std::fopen(final_path.c_str(), "rb");
@@ -163,9 +172,17 @@ ncclUniqueId exchange_unique_id(Rank& r) {
       if (got == 1) return id;
     }
     if (std::chrono::steady_clock::now() > deadline)
-      die(r, kExitSetup, "rank 0 never published the unique id in " + final_path);
+      die(r, kExitSetup, std::string(who) + " never published the unique id in " + final_path);
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+}
+
+ncclUniqueId exchange_unique_id(Rank& r) {
+  ncclUniqueId id{};
+  if (r.pos.rank != 0) return read_id(r, "world.uid", "rank 0");
+  nccl_check(r, ncclGetUniqueId(&id), "ncclGetUniqueId");
+  publish_id(r, "world.uid", id);
+  return id;
 }
 
 // ---- setup -------------------------------------------------------------------------------------
@@ -211,13 +228,9 @@ void setup_cuda(Rank& r) {
   cuda_check(r, cuMemHostGetDevicePointer(&r.dev, mem, 0), "cuMemHostGetDevicePointer");
 }
 
-void setup_comms(Rank& r) {
-  ncclUniqueId id = exchange_unique_id(r);
-  bump(r);
-  nccl_check(r, ncclCommInitRank(&r.world, r.shape.world(), id, r.pos.rank), "ncclCommInitRank");
-  bump(r);
-  // Every member calls every split in the same order; the key keeps global-rank order. Each group
-  // gets a name (commName, as frameworks name their process groups) so verdicts read "tp2".
+// Every member calls every split in the same order; the key keeps global-rank order. Each group
+// gets a name (commName, as frameworks name their process groups) so verdicts read "tp2".
+void split_groups(Rank& r) {
   struct Split {
     ncclComm_t* out;
     int color;
@@ -232,6 +245,14 @@ void setup_comms(Rank& r) {
     nccl_check(r, ncclCommSplit(r.world, sp.color, r.pos.rank, sp.out, &cfg), what.c_str());
     bump(r);
   }
+}
+
+void setup_comms(Rank& r) {
+  ncclUniqueId id = exchange_unique_id(r);
+  bump(r);
+  nccl_check(r, ncclCommInitRank(&r.world, r.shape.world(), id, r.pos.rank), "ncclCommInitRank");
+  bump(r);
+  split_groups(r);
 }
 
 // ---- faults ------------------------------------------------------------------------------------
@@ -554,6 +575,103 @@ void run_step(Rank& r, int step) {
   bump(r);
 }
 
+// ---- --elastic: leave, revoke, shrink, grow -------------------------------------------------------
+
+// ncclCommGrow and ncclCommGetUniqueId are NCCL 2.30 calls the SDK's nccl.h may lack: looked up at
+// run time (through the agent when it is preloaded, so they are recorded like every other call).
+using GrowFn = ncclResult_t (*)(ncclComm_t, int, const ncclUniqueId*, int, ncclComm_t*, ncclConfig_t*);
+using GetIdFn = ncclResult_t (*)(ncclComm_t, ncclUniqueId*);
+
+template <class Fn>
+Fn nccl_entry(Rank& r, const char* name) {
+  auto fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
+  if (!fn) die(r, kExitNcclError, std::string("the loaded NCCL has no ") + name + " (--elastic needs NCCL 2.30)");
+  return fn;
+}
+
+void finalize_and_destroy(Rank& r, std::initializer_list<ncclComm_t*> comms) {
+  for (ncclComm_t* c : comms) nccl_check(r, ncclCommFinalize(*c), "ncclCommFinalize");
+  for (ncclComm_t* c : comms) {
+    nccl_check(r, ncclCommDestroy(*c), "ncclCommDestroy");
+    *c = nullptr;
+  }
+}
+
+void drop_graph(Rank& r) {
+  if (r.graph) rt_check(r, cudaGraphExecDestroy(r.graph), "cudaGraphExecDestroy");
+  r.graph = nullptr;  // a graph captures communicators: the next replay captures the new ones
+}
+
+// The highest rank leaves the job at the elastic step, as a host that is taken away would.
+[[noreturn]] void leave(Rank& r) {
+  drop_graph(r);
+  finalize_and_destroy(r, {&r.dp, &r.pp, &r.tp, &r.world});
+  bump(r);
+  std::fprintf(stderr, "fr-simjob-rank %d: leaving at step %d (--elastic)\n", r.pos.rank, r.shape.elastic);
+  std::fflush(nullptr);
+  std::_Exit(kRankExitLeft);
+}
+
+// The grown world: every member and the joiner call ncclCommGrow with the same size; the
+// coordinating member (rank 0) makes the id and hands it to the joiner through the run directory.
+void grow_world(Rank& r, ncclComm_t shrunk) {
+  auto grow = nccl_entry<GrowFn>(r, "ncclCommGrow");
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.commName = "world";
+  int n = r.shape.world();
+  if (shrunk == nullptr) {  // the joiner: no parent, the coordinator's id, the freed rank
+    ncclUniqueId id = read_id(r, "grow.uid", "the coordinating rank 0");
+    nccl_check(r, grow(nullptr, n, &id, r.pos.rank, &r.world, &cfg), "ncclCommGrow(join)");
+  } else if (r.pos.rank == 0) {
+    ncclUniqueId id{};
+    nccl_check(r, nccl_entry<GetIdFn>(r, "ncclCommGetUniqueId")(shrunk, &id), "ncclCommGetUniqueId");
+    publish_id(r, "grow.uid", id);
+    nccl_check(r, grow(shrunk, n, &id, -1, &r.world, &cfg), "ncclCommGrow");
+  } else {
+    nccl_check(r, grow(shrunk, n, nullptr, -1, &r.world, &cfg), "ncclCommGrow");
+  }
+  bump(r);
+}
+
+// A survivor at the elastic step: revoke the world, wait until it is quiescent, shrink it without
+// the rank that left, drop the groups that held it, grow the world back and split the groups anew.
+// A crash fault of this step hits between the revoke and the shrink.
+void shrink_and_grow(Rank& r) {
+  drop_graph(r);
+  nccl_check(r, ncclCommRevoke(r.world, NCCL_REVOKE_DEFAULT), "ncclCommRevoke");
+  for (ncclResult_t st = ncclInProgress; st == ncclInProgress;) {
+    nccl_check(r, ncclCommGetAsyncError(r.world, &st), "ncclCommGetAsyncError");
+    if (st != ncclSuccess && st != ncclInProgress)
+      die(r, kExitNcclError, std::string("revoked world communicator: ") + ncclGetErrorString(st));
+    if (st == ncclInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  bump(r);
+  if (fault_at(r, r.shape.elastic, FaultKind::kCrash)) {
+    std::fflush(nullptr);
+    ::kill(::getpid(), SIGKILL);
+  }
+  int gone = r.shape.world() - 1;
+  ncclComm_t shrunk = nullptr;
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.commName = "world-shrunk";
+  nccl_check(r, ncclCommShrink(r.world, &gone, 1, &shrunk, &cfg, NCCL_SHRINK_DEFAULT), "ncclCommShrink");
+  bump(r);
+  nccl_check(r, ncclCommDestroy(r.world), "ncclCommDestroy(revoked world)");  // no finalize after a revoke
+  r.world = nullptr;
+  finalize_and_destroy(r, {&r.dp, &r.pp, &r.tp});
+  grow_world(r, shrunk);
+  finalize_and_destroy(r, {&shrunk});
+  split_groups(r);
+}
+
+// The fresh process of the freed rank: a hang-host at the elastic step keeps it from ever calling
+// ncclCommGrow; otherwise it joins and splits the groups with the others.
+void join(Rank& r) {
+  if (fault_at(r, r.shape.elastic, FaultKind::kHangHost)) hang_forever();
+  grow_world(r, nullptr);
+  split_groups(r);
+}
+
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
@@ -566,7 +684,7 @@ int usage(const std::string& msg) {
   std::fprintf(stderr, "fr-simjob-rank: %s\n", msg.c_str());
   std::fprintf(stderr,
                "usage: fr-simjob-rank --nodes N --ranks-per-node R --tp T --pp P --steps S "
-               "[--graphs] [--fault SPEC]...\n(started by fr-simjob with RANK, WORLD_SIZE and %s set)\n",
+               "[--graphs] [--elastic STEP [--join]] [--fault SPEC]...\n(started by fr-simjob with RANK, WORLD_SIZE and %s set)\n",
                kEnvRunDir);
   return kExitUsage;
 }
@@ -583,8 +701,8 @@ int main(int argc, char** argv) {
   }
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--graphs") {
-      r.graphs = true;
+    if (a == "--graphs" || a == "--join") {
+      (a == "--graphs" ? r.graphs : r.joiner) = true;
       continue;
     }
     if (i + 1 >= argc) return usage("missing value after " + a);
@@ -594,6 +712,7 @@ int main(int argc, char** argv) {
                   : a == "--tp"             ? &r.shape.tp
                   : a == "--pp"             ? &r.shape.pp
                   : a == "--steps"          ? &r.shape.steps
+                  : a == "--elastic"        ? &r.shape.elastic
                                             : nullptr;
     // Options that may be 0 (or -1 for the pause step).
     int* zero_ok = a == "--step-ms"       ? &r.shape.step_ms
@@ -609,7 +728,8 @@ int main(int argc, char** argv) {
     } else if (target) {
       char* end = nullptr;
       long x = std::strtol(v.c_str(), &end, 10);
-      if (*end != '\0' || x < 1 || x > (1L << 30)) return usage("bad value for " + a + ": " + v);
+      long least = a == "--elastic" ? 0 : 1;
+      if (*end != '\0' || x < least || x > (1L << 30)) return usage("bad value for " + a + ": " + v);
       *target = static_cast<int>(x);
     } else if (a == "--fault") {
       Fault f;
@@ -622,6 +742,7 @@ int main(int argc, char** argv) {
   }
   std::string err;
   if (!validate(r.shape, &r.faults, &err)) return usage(err);
+  if (r.joiner && r.shape.elastic < 0) return usage("--join needs --elastic STEP");
   int rank = env_int("RANK", -1), world = env_int("WORLD_SIZE", -1);
   if (rank < 0 || rank >= r.shape.world() || world != r.shape.world())
     return usage("RANK/WORLD_SIZE missing or not matching the job shape");
@@ -636,10 +757,21 @@ int main(int argc, char** argv) {
     r.slot->phase.store(static_cast<uint32_t>(RankPhase::kInit));
   }
 
+  if (r.joiner && rank != r.shape.world() - 1) return usage("--join: only the highest rank is replaced");
+
   setup_cuda(r);
-  setup_comms(r);
+  if (r.joiner)
+    join(r);
+  else
+    setup_comms(r);
   if (r.slot) r.slot->phase.store(static_cast<uint32_t>(RankPhase::kRunning));
-  for (int step = 0; step < r.shape.steps; ++step) run_step(r, step);
+  for (int step = r.joiner ? r.shape.elastic : 0; step < r.shape.steps; ++step) {
+    if (step == r.shape.elastic && !r.joiner) {
+      if (rank == r.shape.world() - 1) leave(r);
+      shrink_and_grow(r);
+    }
+    run_step(r, step);
+  }
 
   if (r.graph) rt_check(r, cudaGraphExecDestroy(r.graph), "cudaGraphExecDestroy");
   for (ncclComm_t* c : {&r.dp, &r.pp, &r.tp, &r.world})

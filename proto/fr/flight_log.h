@@ -309,7 +309,10 @@ typedef struct fr_record {
                                    FR_SIGNAL_AUX(signal index, context); captured ops and
                                    GraphLaunch: the graph's id; else 0 */
 } fr_record;                /* 128 */
-/* Captured ops (FR_REC_F_CAPTURED) have seq 0 (a replay gives them their numbers) and op_index =
+/* CommShrink: count = the shrunk size (0 when the parent's size was unknown), sendbuff and recvbuff
+ * = the excluded parent ranks below 128 as a bitmap (bit r of sendbuff, bit r-64 of recvbuff); a
+ * reader of an older writer finds zeros there: no exclusion known.
+ * Captured ops (FR_REC_F_CAPTURED) have seq 0 (a replay gives them their numbers) and op_index =
  * their 1-based position in the graph. A GraphLaunch record has seq = the replay number (1-based,
  * per graph), count = the captured ops the graph holds, op_index = the graph's ordinal, comm_id 0.
  * At each replay every communicator's coll_seq and p2p_seq advance by the graph's ops on it. */

@@ -416,6 +416,30 @@ TEST_CASE("members of one communicator agree on its id", "[agent]") {
   CHECK(splits[splits.size() - 1].aux == 0);
 }
 
+TEST_CASE("a shrink record carries the shrunk size and the excluded ranks", "[agent]") {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  ncclComm_t c = nullptr, k = nullptr, big = nullptr;
+  REQUIRE(ncclCommInitRank(&c, 4, id, 0) == ncclSuccess);
+  int excl[3] = {3, 70, 3};  // a repeated rank counts once; 70 lands in the second word
+  REQUIRE(ncclCommShrink(c, excl, 3, &k, nullptr, 0) == ncclSuccess);
+  std::vector<int> many(5000, 1);  // too long to count: size unknown, the bitmap still set
+  REQUIRE(ncclCommShrink(c, many.data(), static_cast<int>(many.size()), &big, nullptr, 0) == ncclSuccess);
+
+  auto log = read_own_log();
+  const fr_comm_entry* e = entry_for(log, c);
+  REQUIRE(e);
+  auto shrinks = on_comm(log, e->id, FR_OP_COMM_SHRINK);
+  REQUIRE(shrinks.size() == 2);
+  CHECK(shrinks[0].count == 2);
+  CHECK(shrinks[0].sendbuff == (1ull << 3));
+  CHECK(shrinks[0].recvbuff == (1ull << 6));
+  CHECK(shrinks[0].peer == -1);
+  CHECK(shrinks[1].count == 0);
+  CHECK(shrinks[1].sendbuff == (1ull << 1));
+  CHECK(shrinks[1].recvbuff == 0);
+}
+
 TEST_CASE("scalable init and grow ids follow the identity rules", "[agent]") {
   ncclUniqueId ids[2];
   REQUIRE(ncclGetUniqueId(&ids[0]) == ncclSuccess);

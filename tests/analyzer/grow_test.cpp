@@ -198,3 +198,77 @@ TEST_CASE("grow: a joiner that never calls it is named, not_entered in CommGrow"
   CHECK(v["culprit_ranks"] == json::array({3}));
   CHECK(v["blocked_ranks"].size() == 3);
 }
+
+TEST_CASE("shrink: a member that died before it is named, the excluded rank that left is not",
+          "[analyzer]") {
+  // A world of 4: rank 3 destroyed its communicators and left; ranks 0 and 2 shrink the world
+  // without it (its record excludes rank 3) and wait for rank 1, which died before calling it.
+  std::vector<fr::log::LogFile> logs;
+  for (int r = 0; r < 4; ++r) {
+    auto l = proc(r);
+    auto c = comm(kParent, 0, 4, r, FR_ORIGIN_INIT_RANK, 1);
+    uint64_t id = 0;
+    add(l, rec(id++, FR_OP_ALLREDUCE, kParent, 1, 0, FR_GPU_COMPLETED));
+    if (r == 3) {
+      c.state = FR_COMM_DESTROYED;
+      add(l, rec(id++, FR_OP_COMM_DESTROY, kParent, 0, 0, FR_GPU_NONE));
+    } else if (r != 1) {
+      add(l, rec(id++, FR_OP_COMM_REVOKE, kParent, 0, 0, FR_GPU_NONE));
+      c.state = FR_COMM_REVOKED;
+      fr_record s = rec(id++, FR_OP_COMM_SHRINK, kParent, 0, kDerived, FR_GPU_NONE);
+      s.count = 3;
+      s.sendbuff = 1ull << 3;
+      s.flags = FR_REC_F_IN_CALL;
+      s.result = FR_RESULT_PENDING;
+      add(l, s);
+    }
+    l.comms.push_back(c);
+    l.writer_alive = r == 0 || r == 2;
+    l.header.record_counter = id;
+    logs.push_back(l);
+  }
+  json doc = analyze(logs);
+  const json& v = doc["verdict"];
+  INFO(doc.dump(1));
+  CHECK(v["kind"] == "rank_dead");
+  CHECK(v["op"] == "CommShrink");
+  CHECK(v["culprit_ranks"] == json::array({1}));
+  bool named = false;
+  for (const auto& f : doc["findings"])
+    if (f["op"] == "CommShrink") {
+      named = true;
+      CHECK(f["kind"] == "not_entered");
+      CHECK(f["culprit_ranks"] == json::array({1}));
+      CHECK(f["shrink_excluded"] == json::array({3}));
+    }
+  CHECK(named);
+}
+
+TEST_CASE("shrink: without the excluded ranks (an older writer) the rank that left is named too",
+          "[analyzer]") {
+  // The same job from a writer that did not record the exclusion: nothing tells rank 3 apart.
+  std::vector<fr::log::LogFile> logs;
+  for (int r = 0; r < 3; ++r) {
+    auto l = proc(r);
+    l.header.world_size = 3;
+    l.comms.push_back(comm(kParent, 0, 3, r, FR_ORIGIN_INIT_RANK, 1));
+    uint64_t id = 0;
+    add(l, rec(id++, FR_OP_ALLREDUCE, kParent, 1, 0, FR_GPU_COMPLETED));
+    if (r != 2) {
+      fr_record s = rec(id++, FR_OP_COMM_SHRINK, kParent, 0, kDerived, FR_GPU_NONE);
+      s.count = 0;
+      s.flags = FR_REC_F_IN_CALL;
+      s.result = FR_RESULT_PENDING;
+      add(l, s);
+    }
+    l.header.record_counter = id;
+    logs.push_back(l);
+  }
+  json doc = analyze(logs);
+  const json& v = doc["verdict"];
+  INFO(doc.dump(1));
+  CHECK(v["kind"] == "not_entered");
+  CHECK(v["op"] == "CommShrink");
+  CHECK(v["culprit_ranks"] == json::array({2}));
+  CHECK(!v.contains("shrink_excluded"));
+}

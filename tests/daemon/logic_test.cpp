@@ -160,6 +160,18 @@ TEST_CASE("a log is reduced to progress and the oldest op in flight", "[daemon]"
     f.ops = {{FR_OP_ALLREDUCE, 1, 1, 5 * kSec, false, true}};
     CHECK(summarize_log(fr::daemon::test::make_log(f), "a", real_ns()).oldest_age_ns() > 4 * kSec);
   }
+  SECTION("a shrink or grow still in the call is in flight; one that returned is not") {
+    for (uint16_t op : {uint16_t(FR_OP_COMM_SHRINK), uint16_t(FR_OP_COMM_GROW)}) {
+      f.ops = {{op, 0, 0, 5 * kSec, false, true}};
+      ProcessReport r = summarize_log(fr::daemon::test::make_log(f), "a", real_ns());
+      CHECK(r.oldest_age_ns() > 4 * kSec);
+      CHECK(r.comms[0].oldest_op == op);
+      f.ops = {{op, 0, 0, 5 * kSec, true, false}};
+      CHECK(summarize_log(fr::daemon::test::make_log(f), "a", real_ns()).oldest_age_ns() == 0);
+    }
+    f.ops = {{FR_OP_COMM_SPLIT, 0, 0, 5 * kSec, false, true}};  // other creations: not watched
+    CHECK(summarize_log(fr::daemon::test::make_log(f), "a", real_ns()).oldest_age_ns() == 0);
+  }
   SECTION("a dead writer with its communicators destroyed exited cleanly") {
     f.alive = false;
     f.comm_state = FR_COMM_DESTROYED;

@@ -99,6 +99,18 @@ TEST_CASE("the shape must divide and faults must fit it", "[simjob]") {
   refuse(s, "rank=1,step=1,kind=mismatch-count,comm=pp", "acts on a collective");
   refuse(s, "rank=1,step=1,kind=mismatch-root,comm=dp", "comm=world");
   refuse({1, 1, 1, 1, 6}, "rank=0,step=1,kind=mismatch-root", "a mismatch needs two");
+
+  // --elastic STEP: a step of the job, and a rank that can leave while another stays.
+  Shape elastic = s;
+  for (int step : {0, 3, 5}) {
+    elastic.elastic = step;
+    REQUIRE(validate(elastic, &none, &err));
+  }
+  elastic.elastic = 6;
+  refuse_shape(elastic, "--elastic 6 is outside the job");
+  Shape lone{1, 1, 1, 1, 6};
+  lone.elastic = 1;
+  refuse_shape(lone, "--elastic needs at least 2 ranks");
 }
 
 TEST_CASE("ranks are laid out in Megatron order: TP fastest, then DP, then PP", "[simjob]") {
