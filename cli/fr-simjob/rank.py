@@ -256,6 +256,7 @@ class Rank:
 
 def main(argv):
     shape, faults, i = Shape(), [], 1
+    pacing = {"--step-ms": 0, "--step-jitter": 1, "--pause-step": -1, "--pause-ms": 0}
     names = {"--nodes": "nodes", "--ranks-per-node": "ranks_per_node", "--tp": "tp", "--pp": "pp",
              "--steps": "steps"}
     while i < len(argv):
@@ -264,6 +265,10 @@ def main(argv):
         key, value = argv[i], argv[i + 1]
         if key in names:
             setattr(shape, names[key], int(value))
+        elif key in ("--step-ms", "--step-jitter", "--pause-step", "--pause-ms"):
+            # Host work between steps (fr-simjob --step-ms, --pause); the Python ranks sleep the
+            # plain step time and the pause, without the C++ ranks' jitter draw.
+            pacing[key] = int(value)
         elif key == "--fault":
             faults.append(Fault(value))
         else:
@@ -278,6 +283,9 @@ def main(argv):
     r.setup_comms()
     r.board.phase(2)
     for step in range(shape.steps):
+        pause = pacing["--pause-ms"] if step == pacing["--pause-step"] else 0
+        if pacing["--step-ms"] + pause > 0:
+            time.sleep((pacing["--step-ms"] + pause) / 1000.0)
         r.run_step(step)
     for comm in (r.dp, r.pp, r.tp, r.world):
         r.nc("ncclCommDestroy", comm)
