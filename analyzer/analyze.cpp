@@ -12,6 +12,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "analyzer/html.h"
 #include "analyzer/model.h"
 
 namespace fr::analyzer {
@@ -49,22 +50,8 @@ bool has_redop(uint16_t op) {
 }
 bool counts(const Op& o) { return !(o.flags & (FR_REC_F_CAPTURED | FR_REC_F_NEVER_LAUNCHED)); }
 
-std::string ranks_text(const std::vector<int>& ranks) {
-  // Compact ranges: "0-3,7,9-10".
-  std::vector<int> r = ranks;
-  std::sort(r.begin(), r.end());
-  r.erase(std::unique(r.begin(), r.end()), r.end());
-  std::string out;
-  for (size_t i = 0; i < r.size();) {
-    size_t j = i;
-    while (j + 1 < r.size() && r[j + 1] == r[j] + 1) ++j;
-    if (!out.empty()) out += ",";
-    out += std::to_string(r[i]);
-    if (j > i) out += (j == i + 1 ? "," : "-") + std::to_string(r[j]);
-    i = j + 1;
-  }
-  return out;
-}
+// Compact ranges: "0-3,7,9-10" (the same text as the incident page's).
+std::string ranks_text(const std::vector<int>& ranks) { return rank_list_text(ranks); }
 
 std::string plural(size_t n, const char* one, const char* many) { return n == 1 ? one : many; }
 
