@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "analyzer/analyze.h"
+#include "analyzer/html.h"
 #include "analyzer/model.h"
 
 namespace fr::analyzer {
@@ -24,19 +25,7 @@ struct Style {
   std::string reset() const { return on ? "\033[0m" : ""; }
 };
 
-std::string ranks_text(std::vector<int> r) {
-  std::sort(r.begin(), r.end());
-  std::string out;
-  for (size_t i = 0; i < r.size();) {
-    size_t j = i;
-    while (j + 1 < r.size() && r[j + 1] == r[j] + 1) ++j;
-    if (!out.empty()) out += ",";
-    out += std::to_string(r[i]);
-    if (j > i) out += (j == i + 1 ? "," : "-") + std::to_string(r[j]);
-    i = j + 1;
-  }
-  return out;
-}
+std::string ranks_text(const std::vector<int>& r) { return rank_list_text(r); }
 
 // comm-local rank -> global rank, from an item's evidence rows.
 using GlobalOf = std::map<int, int>;
