@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "agent.h"
+#include "fr/hash.h"
 
 namespace fr::agent {
 
@@ -21,11 +22,7 @@ uint64_t hash_u64(uint64_t h, uint64_t v) { return hash_bytes(h, &v, sizeof v); 
 
 // FNV-1a followed by a 64-bit finalizer, so that close inputs land far apart; never 0.
 uint64_t hash_finish(uint64_t h) {
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ull;
-  h ^= h >> 33;
+  h = fr_mix64(h);
   return h == 0 ? 1 : h;
 }
 

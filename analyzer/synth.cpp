@@ -7,6 +7,7 @@
 // (a mismatch never finishes), a Send/Recv pair once both sides started. Then each rank's ring
 // (the newest `entries` records) is built and written, one rank at a time.
 #include "analyzer/synth.h"
+#include "fr/hash.h"
 
 #include <algorithm>
 #include <atomic>
@@ -45,14 +46,7 @@ struct Planned {
   bool stall_before = false;
 };
 
-uint64_t mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return x;
-}
+uint64_t mix(uint64_t x) { return fr_mix64(x); }
 
 struct Job {
   Spec spec;

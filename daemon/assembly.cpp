@@ -17,27 +17,16 @@
 #include "daemon/crc32c.h"
 #include "daemon/names.h"
 #include "log/side_files.h"
+#include "files/files.h"
 #include "log/safe_file.h"
 #include "log/snapshot.h"
 
 namespace fr::daemon {
 namespace {
 
-std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
+using files::errno_text;
+using files::write_all;
 
-bool write_all(int fd, const void* data, size_t size) {
-  const char* p = static_cast<const char*>(data);
-  while (size) {
-    ssize_t w = ::write(fd, p, size);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += w;
-    size -= size_t(w);
-  }
-  return true;
-}
 
 bool ends_with(const std::string& s, const std::string& suf) {
   return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
@@ -57,45 +46,7 @@ void remove_tree(const std::string& dir) {
 
 }  // namespace
 
-bool make_dirs(const std::string& path, std::string* error) {
-  std::string cur;
-  size_t i = 0;
-  while (i <= path.size()) {
-    size_t j = path.find('/', i);
-    if (j == std::string::npos) j = path.size();
-    cur = path.substr(0, j);
-    if (!cur.empty() && ::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) {
-      *error = errno_text("mkdir " + cur);
-      return false;
-    }
-    i = j + 1;
-  }
-  return true;
-}
 
-bool write_file_atomic(const std::string& path, const std::string& data, std::string* error) {
-  // Unique per call (two threads may write the same file, incident.json, at once), and hidden
-  // ('.'-leading), so that a directory scan meanwhile does not take it for a dump.
-  static std::atomic<uint64_t> seq{0};
-  size_t slash = path.rfind('/');
-  std::string tmp = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) +
-                    "." + path.substr(slash == std::string::npos ? 0 : slash + 1) + ".tmp." +
-                    std::to_string(::getpid()) + "." + std::to_string(seq++);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    *error = errno_text("create " + tmp);
-    return false;
-  }
-  bool ok = write_all(fd, data.data(), data.size()) && ::fsync(fd) == 0;
-  if (!ok) *error = errno_text("write " + tmp);
-  ::close(fd);
-  if (ok && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    *error = errno_text("rename " + tmp);
-    ok = false;
-  }
-  if (!ok) ::unlink(tmp.c_str());
-  return ok;
-}
 
 DumpReceiver::~DumpReceiver() {
   if (!done_) abort();
@@ -164,7 +115,7 @@ PlacedCheck check_placed(const std::string& dir, const DumpHeader& hdr, const Up
 bool DumpReceiver::begin(const std::string& dir, const DumpHeader& hdr, const UploadLimits& lim,
                          std::string* error) {
   if (!check_dump_header(hdr, lim, error)) return false;
-  if (!make_dirs(dir, error)) {
+  if (!fr::files::make_dirs(dir, error)) {
     io_failure_ = true;
     return false;
   }
@@ -311,11 +262,11 @@ void note_undelivered(const AssemblyJob& job, nlohmann::json* analysis) {
 AssemblyResult assemble(const AssemblyJob& job) {
   AssemblyResult r;
   std::string err;
-  if (!make_dirs(job.dir, &err)) {
+  if (!fr::files::make_dirs(job.dir, &err)) {
     r.error = err;
     return r;
   }
-  if (!write_file_atomic(job.dir + "/incident.json", job.incident.dump(2) + "\n", &err)) {
+  if (!fr::files::write_atomic(job.dir + "/incident.json", job.incident.dump(2) + "\n", &err)) {
     r.error = err;
     return r;
   }
@@ -372,8 +323,8 @@ AssemblyResult assemble(const AssemblyJob& job) {
   } catch (const std::exception& e) {
     report = std::string("report failed: ") + e.what() + "\n";
   }
-  if (!write_file_atomic(job.dir + "/report.txt", report, &err) ||
-      !write_file_atomic(job.dir + "/analysis.json", analysis.dump(2) + "\n", &err)) {
+  if (!fr::files::write_atomic(job.dir + "/report.txt", report, &err) ||
+      !fr::files::write_atomic(job.dir + "/analysis.json", analysis.dump(2) + "\n", &err)) {
     r.error = err;
     return r;
   }

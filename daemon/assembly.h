@@ -76,10 +76,4 @@ class DumpReceiver {
 // Writes incident.json, manifest.json, report.txt and, last, analysis.json into job.dir.
 AssemblyResult assemble(const AssemblyJob& job);
 
-// Writes `data` to `path` through a temporary file and a rename.
-bool write_file_atomic(const std::string& path, const std::string& data, std::string* error);
-
-// mkdir -p.
-bool make_dirs(const std::string& path, std::string* error);
-
 }  // namespace fr::daemon

@@ -1,5 +1,6 @@
 // See coordinator.h.
 #include "daemon/coordinator.h"
+#include "files/files.h"
 
 #include "log/side_files.h"
 
@@ -653,7 +654,7 @@ void CoordinatorState::open(IncidentKind kind, const std::string& reason, int64_
   // The directory exists from the start, so that a restarted coordinator still accepts the dumps
   // nodes took for this incident.
   std::string mkerr;
-  if (!make_dirs(inc.dir, &mkerr)) inc.error = mkerr;
+  if (!fr::files::make_dirs(inc.dir, &mkerr)) inc.error = mkerr;
   inc.opened_mono = now_mono;
   inc.opened_real = real_ns();
   inc.deadline_mono = now_mono + cfg_.dump_deadline_ns;
@@ -894,7 +895,7 @@ Actions CoordinatorState::tick(int64_t now_mono) {
   if (findings_dirty_ && !cfg_.dump_dir.empty()) {
     findings_dirty_ = false;
     std::string mkerr;
-    if (make_dirs(cfg_.dump_dir + "/" + job_dir_name(), &mkerr))
+    if (fr::files::make_dirs(cfg_.dump_dir + "/" + job_dir_name(), &mkerr))
       a.persist.emplace_back(findings_path(), findings_text());
   }
 

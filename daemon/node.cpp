@@ -1,6 +1,7 @@
 // See node.h. Threads: run() owns the control stream and sends heartbeats; a reader thread per
 // connection takes commands; one dump thread snapshots and uploads, retrying until delivered.
 #include "daemon/node.h"
+#include "files/files.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -219,7 +220,7 @@ std::string NodeDaemon::metrics() const {
 }
 
 bool NodeDaemon::init(std::string* error) {
-  if (!make_dirs(opts_.spool_dir, error)) return false;
+  if (!fr::files::make_dirs(opts_.spool_dir, error)) return false;
   // Dumps a previous run took and did not deliver: <spool>/<job>/<incident>/dump.json.
   for (const std::string& job : list_dir(opts_.spool_dir)) {
     if (!is_safe_name(job, kMaxNameLen)) continue;
@@ -480,7 +481,7 @@ bool NodeDaemon::take_dump(const Key& k, std::string* error) {
   }
   for (const auto& s : res.skipped) h.skipped.push_back({s.file, s.error});
   for (auto& f : take_context(dir, res.processes)) h.files.push_back(std::move(f));
-  return write_file_atomic(dir + "/dump.json", header_json(h).dump() + "\n", error);
+  return fr::files::write_atomic(dir + "/dump.json", header_json(h).dump() + "\n", error);
 }
 
 std::vector<DumpFile> NodeDaemon::take_context(const std::string& dir,
@@ -501,7 +502,7 @@ std::vector<DumpFile> NodeDaemon::take_context(const std::string& dir,
   fr::log::NodeGpus g = gpus_.read(true);
   g.node = opts_.node_name;
   std::string err, gname = opts_.node_name + fr::log::kGpuSuffix;
-  if (write_file_atomic(dir + "/" + gname, fr::log::gpus_to_text(g), &err)) names.push_back(gname);
+  if (fr::files::write_atomic(dir + "/" + gname, fr::log::gpus_to_text(g), &err)) names.push_back(gname);
   else log(err);
   for (const auto& n : names) {
     DumpFile f;

@@ -2,6 +2,7 @@
 // queues; each NodeStream has its own write lock, always taken after Impl::mu, never before, and
 // so is the fan-out queue's lock. Fan-out threads take a stream's write lock alone.
 #include "daemon/server.h"
+#include "files/files.h"
 
 #include <arpa/inet.h>
 #include <malloc.h>
@@ -882,7 +883,7 @@ void CoordinatorServer::Impl::persist_loop() {
     persist_queue.pop_front();
     lk.unlock();
     std::string error;
-    bool ok = write_file_atomic(path, text, &error);
+    bool ok = fr::files::write_atomic(path, text, &error);
     lk.lock();
     if (!ok) log("frd coordinator: cannot write " + path + ": " + error, LogLevel::kError);
   }
@@ -926,7 +927,7 @@ bool CoordinatorServer::start(std::string* error) {
     *error = "TLS needs both a certificate and a key";
     return false;
   }
-  if (!make_dirs(m.cfg.dump_dir, error)) return false;
+  if (!fr::files::make_dirs(m.cfg.dump_dir, error)) return false;
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (!m.opts.tls_cert.empty()) {
     grpc::SslServerCredentialsOptions ssl(
@@ -1049,7 +1050,7 @@ bool CoordinatorServer::start(std::string* error) {
   for (unsigned i = 0; i < fanout; ++i) m.fanout_threads.emplace_back([&m] { m.fanout_loop(); });
   m.started = true;
   if (!m.opts.port_file.empty() &&
-      !write_file_atomic(m.opts.port_file, std::to_string(m.port) + "\n", error)) {
+      !fr::files::write_atomic(m.opts.port_file, std::to_string(m.port) + "\n", error)) {
     shutdown();
     return false;
   }

@@ -1,5 +1,6 @@
 // See stacks.h. The helper side first (ptrace, libdw, py-spy), then the daemon side that runs it.
 #include "daemon/stacks.h"
+#include "files/files.h"
 
 #include <cxxabi.h>
 #include <dirent.h>
@@ -671,7 +672,7 @@ StacksTaken take_stacks(const StackOptions& opts, const std::vector<StackTarget>
                              "): " + (s.error.empty() ? "no frames" : s.error));
     const std::string name = fr::log::stacks_file_for(t.dump_file);
     std::string err;
-    if (write_file_atomic(out_dir + "/" + name, fr::log::stacks_to_text(s), &err)) res.files.push_back(name);
+    if (fr::files::write_atomic(out_dir + "/" + name, fr::log::stacks_to_text(s), &err)) res.files.push_back(name);
     else res.notes.push_back(err);
   }
   res.took_ns = mono_ns() - t0;

@@ -32,6 +32,7 @@
 #include <set>
 
 #include "analyzer/torch/torch_detail.h"
+#include "files/files.h"
 
 namespace fr::analyzer::torch {
 
@@ -84,26 +85,6 @@ std::string version_text(int code) {
   return std::to_string(x) + "." + std::to_string(y) + "." + std::to_string(z);
 }
 
-bool make_dirs(const std::string& dir, std::string* error) {
-  std::string cur;
-  size_t i = 0;
-  while (i <= dir.size()) {
-    size_t next = dir.find('/', i);
-    if (next == std::string::npos) next = dir.size();
-    cur = dir.substr(0, next);
-    if (!cur.empty() && mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) {
-      *error = dir + ": cannot create: " + std::strerror(errno);
-      return false;
-    }
-    i = next + 1;
-  }
-  struct stat st{};
-  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    *error = dir + ": not a directory";
-    return false;
-  }
-  return true;
-}
 
 struct Membership {
   int32_t size = -1;
@@ -269,29 +250,6 @@ json dump_one(const fr::log::LogFile& log, const std::map<uint64_t, Membership>&
   return d;
 }
 
-bool write_atomic(const std::string& path, const std::string& text, std::string* error) {
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) {
-      *error = tmp + ": cannot create: " + std::strerror(errno);
-      return false;
-    }
-    out.write(text.data(), std::streamsize(text.size()));
-    out.flush();
-    if (!out) {
-      *error = tmp + ": write failed";
-      std::remove(tmp.c_str());
-      return false;
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    *error = path + ": cannot rename into place: " + std::strerror(errno);
-    std::remove(tmp.c_str());
-    return false;
-  }
-  return true;
-}
 
 // Protocol 2 pickle of plain values, as torch's C++ pickler writes its dumps (without the memo:
 // readers do not need it). Arrays become lists, except process_group, which is a tuple.
@@ -433,11 +391,11 @@ bool export_all(const std::vector<fr::log::LogFile>& logs, const std::string& ou
     }
   }
   std::map<uint64_t, Membership> members = membership(logs);
-  if (!make_dirs(out_dir, error)) return false;
+  if (!fr::files::make_dirs(out_dir, error)) return false;
   for (const auto& log : logs) {
     std::string text = encode(dump_one(log, members, pickle_form), pickle_form);
     std::string path = out_dir + "/" + kTorchFilePrefix + std::to_string(log.header.global_rank);
-    if (!write_atomic(path, text, error)) return false;
+    if (!fr::files::write_atomic(path, text, error)) return false;
   }
   return true;
 }

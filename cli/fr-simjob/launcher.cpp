@@ -2,6 +2,7 @@
 // the progress board, the dump set, cleanup and result.json. Single-threaded until the analysis,
 // so everything a forked child needs is prepared before fork().
 #include "launcher.h"
+#include "files/files.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -199,24 +200,6 @@ int remove_shm(const std::string& prefix) {
   return removed;
 }
 
-bool write_file_atomic(const std::string& path, const std::string& text, std::string* error) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << text;
-    f.flush();
-    if (!f) {
-      *error = "cannot write " + tmp + ": " + std::strerror(errno);
-      return false;
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    *error = "cannot rename " + tmp + ": " + std::strerror(errno);
-    std::remove(tmp.c_str());
-    return false;
-  }
-  return true;
-}
 
 std::string read_small_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -326,12 +309,8 @@ struct Job {
       if (r < static_cast<int>(ranks.size()) && ranks[r].pid > 0) text += " pids=" + std::to_string(ranks[r].pid);
       text += "\n";
     }
-    const std::string path = nvml_file(node), tmp = path + ".tmp";
-    FILE* f = std::fopen(tmp.c_str(), "w");
-    if (!f) return;
-    std::fputs(text.c_str(), f);
-    std::fclose(f);
-    std::rename(tmp.c_str(), path.c_str());
+    std::string error;
+    if (!fr::files::write_atomic(nvml_file(node), text, &error)) Job::err(error);
   }
   std::string node_log_dir(int node) const { return node_dir(node) + "/shm"; }
 
@@ -416,7 +395,7 @@ bool Job::prepare() {
   shm_prefix = "frsim-" + job_id + "-";  // FRSIM_SHM_PREFIX is this with a leading '/'
   // Kept for post-mortems: if the launcher itself is killed, this names what it left in /dev/shm.
   std::string id_error;
-  if (!write_file_atomic(run_dir + "/job_id", job_id + "\n", &id_error)) {
+  if (!fr::files::write_atomic(run_dir + "/job_id", job_id + "\n", &id_error)) {
     err(id_error);
     return false;
   }
@@ -998,7 +977,7 @@ int run_job(const LaunchOptions& o) {
   std::string error;
   try {
     json r = job.result_json();
-    if (!write_file_atomic(job.out + "/result.json", r.dump(2) + "\n", &error)) Job::err(error);
+    if (!fr::files::write_atomic(job.out + "/result.json", r.dump(2) + "\n", &error)) Job::err(error);
   } catch (const std::exception& e) {
     Job::err(std::string("cannot write result.json: ") + e.what());
   }

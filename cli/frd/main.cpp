@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 
 #include "daemon/assembly.h"
+#include "files/files.h"
 #include "daemon/client.h"
 #include "daemon/logger.h"
 #include "daemon/metrics_http.h"
@@ -96,7 +97,7 @@ int run_snapshot(const std::string& log_dir, const std::string& out, const std::
   g.node = res.processes.empty() ? std::string() : res.processes.front().host;
   if (g.node.empty()) g.node = "localhost";
   std::string err;
-  if (!fr::daemon::write_file_atomic(out + "/" + g.node + fr::log::kGpuSuffix, fr::log::gpus_to_text(g), &err))
+  if (!fr::files::write_atomic(out + "/" + g.node + fr::log::kGpuSuffix, fr::log::gpus_to_text(g), &err))
     std::fprintf(stderr, "frd snapshot: %s\n", err.c_str());
   std::printf("frd snapshot: %zu process(es) into %s", res.processes.size(), out.c_str());
   if (!res.skipped.empty()) std::printf(" (%zu skipped)", res.skipped.size());

@@ -21,6 +21,7 @@
 
 #include "log/local_logs.h"
 #include "log/reader.h"
+#include "files/files.h"
 #include "log/safe_file.h"
 
 namespace fr::log {
@@ -63,59 +64,7 @@ std::string safe_name(const std::string& s) {
   return out;
 }
 
-bool mkdir_p(const std::string& dir, std::string* error) {
-  std::string cur;
-  std::stringstream ss(dir);
-  std::string part;
-  if (!dir.empty() && dir[0] == '/') cur = "/";
-  while (std::getline(ss, part, '/')) {
-    if (part.empty()) continue;
-    cur += part + "/";
-    if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) {
-      *error = "cannot create " + cur + ": " + std::strerror(errno);
-      return false;
-    }
-  }
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    *error = dir + " is not a directory";
-    return false;
-  }
-  return true;
-}
 
-// Writes `data` to `path` through a temporary file and a rename.
-bool write_atomic(const std::string& path, const std::string& data, std::string* error) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    *error = "cannot create " + tmp + ": " + std::strerror(errno);
-    return false;
-  }
-  size_t off = 0;
-  while (off < data.size()) {
-    ssize_t n = ::write(fd, data.data() + off, data.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      *error = "cannot write " + path + ": " + std::strerror(n < 0 ? errno : ENOSPC);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return false;
-    }
-    off += size_t(n);
-  }
-  if (::close(fd) != 0) {
-    *error = "cannot write " + path + ": " + std::strerror(errno);
-    ::unlink(tmp.c_str());
-    return false;
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    *error = "cannot rename into " + path + ": " + std::strerror(errno);
-    ::unlink(tmp.c_str());
-    return false;
-  }
-  return true;
-}
 
 // A manifest's file entry must stay inside the dump set.
 bool safe_relative_path(const std::string& p) {
@@ -132,7 +81,7 @@ bool safe_relative_path(const std::string& p) {
 SnapshotResult snapshot_dir(const SnapshotOptions& opts) {
   SnapshotResult res;
   res.time_ns = realtime_ns();
-  if (!mkdir_p(opts.out_dir, &res.error)) return res;
+  if (!files::make_dirs(opts.out_dir, &res.error)) return res;
 
   LocalLogOptions lo;
   lo.dir = opts.log_dir;
@@ -172,7 +121,7 @@ SnapshotResult snapshot_dir(const SnapshotOptions& opts) {
     for (int n = 1; used.count(file); ++n) file = base + "." + std::to_string(n) + FR_LOG_FILE_SUFFIX;
 
     std::string error;
-    if (!write_atomic(opts.out_dir + "/" + file, encode_snapshot(log, res.time_ns), &error)) {
+    if (!files::write_atomic(opts.out_dir + "/" + file, encode_snapshot(log, res.time_ns), &error)) {
       res.skipped.push_back({path, error});
       continue;
     }
@@ -235,7 +184,7 @@ bool write_manifest(const std::string& out_dir, const std::string& job_id, uint6
   for (const auto& s : skipped) js.push_back({{"file", s.file}, {"error", s.error}});
   m["skipped"] = js;
   // Names from logs may hold invalid UTF-8: replace rather than throw.
-  return write_atomic(out_dir + "/manifest.json",
+  return files::write_atomic(out_dir + "/manifest.json",
                       m.dump(2, ' ', false, json::error_handler_t::replace) + "\n", error);
 }
 

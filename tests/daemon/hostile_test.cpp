@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "daemon/assembly.h"
+#include "files/files.h"
 #include "daemon/client.h"
 #include "daemon/coordinator.h"
 #include "daemon/server.h"
@@ -475,7 +476,7 @@ TEST_CASE("hostile: partial uploads left by a killed coordinator are removed at 
   TempDir dumps;
   std::string err;
   std::string dir = dumps.path + "/job1/incident-0001";
-  REQUIRE(make_dirs(dir + "/.upload-n0-1234", &err));
+  REQUIRE(fr::files::make_dirs(dir + "/.upload-n0-1234", &err));
   std::ofstream(dir + "/.upload-n0-1234/n0-rank0.frlog") << "partial";
   nlohmann::json inc = {{"schema", "frd-incident/1"}, {"id", "incident-0001"},
                         {"kind", "manual"}, {"state", "collecting"}, {"reason", "x"},
@@ -550,7 +551,7 @@ TEST_CASE("hostile: the coordinator's own files in a dump set are not foreign", 
   j.time_ns = 1;
   j.incident = {{"id", j.incident_id}};
   std::string err;
-  REQUIRE(make_dirs(j.dir, &err));
+  REQUIRE(fr::files::make_dirs(j.dir, &err));
   flight_log(j.dir, "n0-rank0.frlog", 0);
   j.processes.push_back({0, 1, 100, "n0", "job1", "n0-rank0.frlog", "src", true, 1, 0, 0});
   REQUIRE(assemble(j).ok);
@@ -609,7 +610,7 @@ TEST_CASE("hostile: the default token file is private, created once and shared",
   REQUIRE(mkfifo((d.path + "/fifo").c_str(), 0600) == 0);
   CHECK_FALSE(read_token_file(d.path + "/fifo", &again, &loose, &err));
   // A directory others can write is not trusted.
-  REQUIRE(make_dirs(d.path + "/open", &err));
+  REQUIRE(fr::files::make_dirs(d.path + "/open", &err));
   REQUIRE(chmod((d.path + "/open").c_str(), 0777) == 0);
   CHECK_FALSE(ensure_token_file(d.path + "/open/token", &again, &created, &err));
 }

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "daemon/assembly.h"
+#include "files/files.h"
 #include "daemon/clock.h"
 #include "daemon/coordinator.h"
 #include "daemon/crc32c.h"
@@ -559,7 +560,7 @@ TEST_CASE("a dump of another job is refused, even under an incident id this job 
   TempDir dir;
   std::string err, where;
   bool dup = false;
-  REQUIRE(make_dirs(dir.path + "/job0/incident-0001", &err));
+  REQUIRE(fr::files::make_dirs(dir.path + "/job0/incident-0001", &err));
   CoordinatorState st(config(dir.path));
   REQUIRE(st.connect("n1", "h", "job1", 0, &err) != 0);
   Actions a;
@@ -585,7 +586,7 @@ TEST_CASE("a dump written into the incident's directory is checked file by file"
   TempDir dir, outside;
   std::string err;
   std::string target = dir.path + "/job1/incident-0001";
-  REQUIRE(make_dirs(target, &err));
+  REQUIRE(fr::files::make_dirs(target, &err));
   std::string bytes(5000, 'q');
   uint32_t crc = crc32c(0, bytes.data(), bytes.size());
   DumpHeader h = header("incident-0001", "n0");
@@ -621,7 +622,7 @@ TEST_CASE("a dump written into the incident's directory is checked file by file"
 TEST_CASE("incident ids left by a previous run are never reused", "[daemon]") {
   TempDir dir;
   std::string err;
-  REQUIRE(make_dirs(dir.path + "/job1/incident-0001", &err));
+  REQUIRE(fr::files::make_dirs(dir.path + "/job1/incident-0001", &err));
   CoordinatorState st(config(dir.path));
   Actions a;
   CHECK(st.trigger("x", 0, &a) == "incident-0002");
@@ -635,7 +636,7 @@ TEST_CASE("incident ids left by a previous run are never reused", "[daemon]") {
 TEST_CASE("a restarted coordinator that does not know the job yet finds the incident", "[daemon]") {
   TempDir dir;
   std::string err;
-  REQUIRE(make_dirs(dir.path + "/jobX/incident-0003", &err));
+  REQUIRE(fr::files::make_dirs(dir.path + "/jobX/incident-0003", &err));
   CoordinatorConfig cfg = config(dir.path);
   cfg.job_id.clear();
   CoordinatorState st(cfg);
@@ -766,7 +767,7 @@ TEST_CASE("assembly writes manifest, report and analysis last", "[daemon]") {
   FakeLog f;
   f.ops = {{FR_OP_ALLREDUCE, 1, 1, kSec, false, false}};
   std::string err;
-  REQUIRE(make_dirs(j.dir, &err));
+  REQUIRE(fr::files::make_dirs(j.dir, &err));
   fr::daemon::test::write_log(j.dir, "n0-rank0.n0.1000.frlog", f);
   j.processes.push_back({0, 2, 1000, "n0", "job1", "n0-rank0.n0.1000.frlog", "src", true, 1, 0, 0});
   AssemblyResult r = assemble(j);

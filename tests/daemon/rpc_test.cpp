@@ -23,6 +23,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "daemon/assembly.h"
+#include "files/files.h"
 #include "daemon/client.h"
 #include "daemon/crc32c.h"
 #include "daemon/node.h"
@@ -141,7 +142,7 @@ void spool_entry(const std::string& spool, const std::string& job, const std::st
                  const std::string& log_file, const std::string& file_name) {
   std::string err;
   std::string d = spool + "/" + job + "/" + incident;
-  REQUIRE(make_dirs(d, &err));
+  REQUIRE(fr::files::make_dirs(d, &err));
   std::string bytes = slurp(log_file);
   std::ofstream(d + "/" + file_name, std::ios::binary) << bytes;
   nlohmann::json h = {
@@ -538,10 +539,10 @@ TEST_CASE("a restarted coordinator receives the dumps a node kept", "[daemon][rp
   write_two_ranks(logs.path, 0);
   // The previous coordinator opened incident-0001 and went away before the node could deliver.
   std::string err;
-  REQUIRE(make_dirs(dumps.path + "/job1/incident-0001", &err));
+  REQUIRE(fr::files::make_dirs(dumps.path + "/job1/incident-0001", &err));
   {
     std::string d = spool.path + "/job1/incident-0001";
-    REQUIRE(make_dirs(d, &err));
+    REQUIRE(fr::files::make_dirs(d, &err));
     std::string bytes = slurp(logs.path + "/fr.job1.r0.frlog");
     std::ofstream(d + "/n0-rank0.n0.11.frlog", std::ios::binary) << bytes;
     nlohmann::json h = {
@@ -748,9 +749,9 @@ TEST_CASE("a node killed while writing into the shared dump dir finishes the job
   std::string dir = dumps.path + "/job1/incident-0001";
   spool_entry(spool.path, "job1", "incident-0001", logs.path + "/fr.job1.r0.frlog",
               "n0-rank0.n0.11.frlog");
-  REQUIRE(make_dirs(dir + "/.placing-n0-123", &err));
+  REQUIRE(fr::files::make_dirs(dir + "/.placing-n0-123", &err));
   std::ofstream(dir + "/.placing-n0-123/n0-rank0.n0.11.frlog") << "half";
-  REQUIRE(make_dirs(dir + "/.placing-n0-x-456", &err));
+  REQUIRE(fr::files::make_dirs(dir + "/.placing-n0-x-456", &err));
   CoordinatorServer server(coord_config(dumps.path), server_options());
   REQUIRE(server.start(&err));
   NodeOptions o = node_options(server.port(), logs.path, spool.path);
@@ -770,7 +771,7 @@ TEST_CASE("a shared dump dir the coordinator cannot see falls back to uploading"
   std::string err;
   // Same path layout, another file system: the node sees an incident directory, the coordinator
   // never sees what the node writes there.
-  REQUIRE(make_dirs(elsewhere.path + "/job1/incident-0001", &err));
+  REQUIRE(fr::files::make_dirs(elsewhere.path + "/job1/incident-0001", &err));
   CoordinatorServer server(coord_config(dumps.path), server_options());
   REQUIRE(server.start(&err));
   NodeOptions o = node_options(server.port(), logs.path, spool.path);
