@@ -117,5 +117,5 @@ images: deps
 
 test-images: deps
 	cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DFR_IMAGE_TESTS=ON
-	cmake --build $(BUILD) -j $(JOBS) --target fr_images_tests
+	cmake --build $(BUILD) -j $(JOBS) --target examples_images_test
 	cd $(BUILD) && ctest -L images --output-on-failure

@@ -1,7 +1,7 @@
 // The part of NVML's C API (libnvidia-ml.so.1, nvml.h of the CUDA toolkit) that frd uses, as
 // NVML declares it: the same names, argument types, struct layouts and return codes. frd never
 // links NVML: daemon/nvml.cpp resolves these by name at run time, so frd builds and runs where the
-// driver is absent. The emulation's libnvidia-ml.so.1 (tests/sim/nvml) defines them from here too.
+// driver is absent. The emulation's libnvidia-ml.so.1 (sim/nvml) defines them from here too.
 #pragma once
 
 #ifdef __cplusplus

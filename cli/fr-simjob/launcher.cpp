@@ -298,7 +298,7 @@ struct Job {
   static void err(const std::string& line) { std::fprintf(stderr, "fr-simjob: %s\n", line.c_str()); }
 
   std::string node_dir(int node) const { return out + "/node" + std::to_string(node); }
-  // The node's emulated NVML (tests/sim/nvml): one GPU per local rank, with the rank's PID once
+  // The node's emulated NVML (sim/nvml): one GPU per local rank, with the rank's PID once
   // it runs. The frd node reads it through the emulated libnvidia-ml.so.1.
   std::string nvml_file(int node) const { return node_dir(node) + "/nvml.conf"; }
   void write_nvml(int node) {
@@ -358,8 +358,8 @@ bool Job::prepare() {
   std::vector<std::pair<std::string, std::string>> needed = {
       {rank_exe, o.python ? "the Python rank program (cli/fr-simjob/rank.py)"
                           : "the rank program (build target fr-simjob-rank)"},
-      {sim_lib + "/libnccl.so.2", "the NCCL emulation (tests/sim)"},
-      {sim_lib + "/libcuda.so.1", "the CUDA driver emulation (tests/sim)"}};
+      {sim_lib + "/libnccl.so.2", "the NCCL emulation (sim/)"},
+      {sim_lib + "/libcuda.so.1", "the CUDA driver emulation (sim/)"}};
   if (o.agent) needed.push_back({agent_lib, "the agent (agent/)"});
   if (o.daemons) needed.push_back({frd_exe, "frd (cli/frd)"});
   for (auto& [path, what] : needed) {

@@ -262,7 +262,7 @@ void setup_comms(Rank& r) {
 }
 
 // The stream stalls in an emulated kernel: the emulation's stall kernel (frsim_stream_stall of
-// tests/sim/include/fr_sim.h, looked up at run time so the program also loads on a real driver),
+// sim/include/fr_sim.h, looked up at run time so the program also loads on a real driver),
 // otherwise a host function on the stream, which stalls a real stream the same way.
 void CUDA_CB stall_host_fn(void* p) {
   int64_t ms = static_cast<int64_t>(reinterpret_cast<intptr_t>(p));

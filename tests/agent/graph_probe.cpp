@@ -1,5 +1,5 @@
 // CUDA graphs under the agent, on the emulation (libcuda.so.1, libcudart.so.13, libnccl.so.2 of
-// tests/sim): one process, a one-rank communicator. Prints `key=value` lines for graph_test.cpp.
+// sim/): one process, a one-rank communicator. Prints `key=value` lines for graph_test.cpp.
 //
 //   runtime N     capture an all-reduce and a broadcast with the CUDA runtime (the versioned
 //                 cudaGraphLaunch@libcudart.so.13 reference torch has), replay N times, checking

@@ -1,6 +1,6 @@
 // What a dump carries besides the logs: the stacks of every rank (daemon/stacks.h, through the
 // real `frd stacks` helper where a daemon would use it) and GPU health from NVML (daemon/nvml.h,
-// on the emulated libnvidia-ml.so.1 of tests/sim/nvml). Real processes, real ptrace.
+// on the emulated libnvidia-ml.so.1 of sim/nvml). Real processes, real ptrace.
 #include <fcntl.h>
 #include <pwd.h>
 #include <signal.h>

@@ -33,6 +33,8 @@
 namespace fs = std::filesystem;
 using nlohmann::json;
 using fr::daemon::test::TempDir;
+using fr::daemon::test::slurp;
+using fr::daemon::test::wait_for;
 
 namespace {
 
@@ -44,22 +46,6 @@ const std::string kSimjob = kBuild + "/bin/fr-simjob";
 void require_built() {
   if (access(kFrd.c_str(), X_OK) == 0 && access(kSimjob.c_str(), X_OK) == 0) return;
   FR_SKIP("not built: " << kSimjob << " or " << kFrd);
-}
-
-std::string slurp(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-bool wait_for(const std::function<bool()>& cond, double seconds) {
-  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < end) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return cond();
 }
 
 // A child process in its own process group, killed with its group when the test ends.

@@ -5,10 +5,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <sstream>
+#include <thread>
 
 namespace fr::daemon::test {
 namespace {
@@ -117,6 +120,42 @@ std::string write_log(const std::string& dir, const std::string& name, const Fak
   }
   std::rename(tmp.c_str(), path.c_str());
   return path;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+bool wait_for(const std::function<bool()>& cond, double seconds) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return cond();
+}
+
+double rss_mib() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  return 0;
+}
+
+fr::daemon::CoordinatorConfig config(const std::string& dir) {
+  constexpr int64_t kSec = 1'000'000'000;
+  fr::daemon::CoordinatorConfig c;
+  c.dump_dir = dir;
+  c.job_id = "job1";
+  c.stall_after_ns = 2 * kSec;
+  c.heartbeat_timeout_ns = 5 * kSec;
+  c.dump_deadline_ns = 10 * kSec;
+  c.dead_grace_ns = 1 * kSec;
+  return c;
 }
 
 }  // namespace fr::daemon::test

@@ -1,11 +1,15 @@
 // Test helpers for the daemon tests: flight logs made in memory (through the reader's own
-// encoder, so they are valid by construction) and unique temporary directories.
+// encoder, so they are valid by construction), unique temporary directories, and the few helpers
+// every daemon test needs (read a file, wait for a condition, this process's memory, a coordinator
+// configuration). One copy here, so the tests cannot drift apart.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "daemon/coordinator.h"
 #include "fr/flight_log.h"
 #include "log/reader.h"
 
@@ -43,5 +47,16 @@ struct FakeLog {
 fr::log::LogFile make_log(const FakeLog& f);
 // Writes the log as a file (a dump file whose writer_alive says what `f.alive` says).
 std::string write_log(const std::string& dir, const std::string& name, const FakeLog& f);
+
+// The whole file ("" when it cannot be read).
+std::string slurp(const std::string& path);
+// Polls `cond` until it holds or `seconds` pass (a generous deadline, never a timing assertion);
+// returns whether it held.
+bool wait_for(const std::function<bool()>& cond, double seconds = 30);
+// Resident memory of this process, in MiB.
+double rss_mib();
+// A coordinator for job "job1" dumping into `dir`: stall after 2 s, nodes lost after 5 s of
+// silence, dump sets due in 10 s, a dead rank reported after 1 s.
+fr::daemon::CoordinatorConfig config(const std::string& dir);
 
 }  // namespace fr::daemon::test

@@ -37,6 +37,9 @@ using fr::daemon::test::FakeLog;
 using fr::daemon::test::Peer;
 using fr::daemon::test::TempDir;
 using fr::daemon::test::UploadFile;
+using fr::daemon::test::rss_mib;
+using fr::daemon::test::slurp;
+using fr::daemon::test::wait_for;
 
 namespace {
 
@@ -45,31 +48,6 @@ constexpr int64_t kSec = 1'000'000'000;
 bool exists(const std::string& p) {
   struct stat st;
   return lstat(p.c_str(), &st) == 0;
-}
-
-std::string slurp(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-bool wait_for(const std::function<bool()>& cond, double seconds = 30) {
-  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < end) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return cond();
-}
-
-// Resident memory of this process (the coordinator runs in it), in MiB.
-double rss_mib() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-  return 0;
 }
 
 CoordinatorConfig config(const std::string& dumps) {

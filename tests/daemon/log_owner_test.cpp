@@ -22,6 +22,7 @@
 using namespace fr::daemon;
 using fr::daemon::test::FakeLog;
 using fr::daemon::test::TempDir;
+using fr::daemon::test::config;
 
 namespace {
 
@@ -92,17 +93,6 @@ struct Rank {
 void copy_file(const std::string& from, const std::string& to) {
   std::ifstream in(from, std::ios::binary);
   std::ofstream(to, std::ios::binary) << in.rdbuf();
-}
-
-CoordinatorConfig config(const std::string& dir) {
-  CoordinatorConfig c;
-  c.dump_dir = dir;
-  c.job_id = "job1";
-  c.stall_after_ns = 2 * kSec;
-  c.heartbeat_timeout_ns = 5 * kSec;
-  c.dump_deadline_ns = 10 * kSec;
-  c.dead_grace_ns = 1 * kSec;
-  return c;
 }
 
 NodeReport report(ScanResult s) {

@@ -23,6 +23,8 @@ using namespace fr::daemon;
 using fr::daemon::test::FakeLog;
 using fr::daemon::test::FakeOp;
 using fr::daemon::test::TempDir;
+using fr::daemon::test::config;
+using fr::daemon::test::slurp;
 
 namespace {
 
@@ -31,13 +33,6 @@ constexpr int64_t kSec = 1'000'000'000;
 bool exists(const std::string& p) {
   struct stat st;
   return stat(p.c_str(), &st) == 0;
-}
-
-std::string slurp(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
 }
 
 ProcessReport proc(int rank, bool alive, int64_t oldest_age_ns, uint64_t completed = 10,
@@ -70,17 +65,6 @@ NodeReport report(std::vector<ProcessReport> ps) {
   NodeReport r;
   r.processes = std::move(ps);
   return r;
-}
-
-CoordinatorConfig config(const std::string& dir) {
-  CoordinatorConfig c;
-  c.dump_dir = dir;
-  c.job_id = "job1";
-  c.stall_after_ns = 2 * kSec;
-  c.heartbeat_timeout_ns = 5 * kSec;
-  c.dump_deadline_ns = 10 * kSec;
-  c.dead_grace_ns = 1 * kSec;
-  return c;
 }
 
 DumpHeader header(const std::string& incident, const std::string& node) {

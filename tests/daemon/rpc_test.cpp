@@ -37,6 +37,8 @@ using namespace fr::daemon;
 using fr::daemon::test::FakeLog;
 using fr::daemon::test::FakeOp;
 using fr::daemon::test::TempDir;
+using fr::daemon::test::slurp;
+using fr::daemon::test::wait_for;
 
 namespace {
 
@@ -45,22 +47,6 @@ constexpr int64_t kSec = 1'000'000'000;
 bool exists(const std::string& p) {
   struct stat st;
   return stat(p.c_str(), &st) == 0;
-}
-
-std::string slurp(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-bool wait_for(const std::function<bool()>& cond, double seconds = 30) {
-  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < end) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return cond();
 }
 
 CoordinatorConfig coord_config(const std::string& dumps) {

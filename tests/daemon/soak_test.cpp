@@ -30,26 +30,13 @@
 
 using namespace fr::daemon;
 using fr::daemon::test::TempDir;
+using fr::daemon::test::rss_mib;
+using fr::daemon::test::slurp;
 
 namespace {
 
 constexpr int64_t kSec = 1'000'000'000;
 using Clock = std::chrono::steady_clock;
-
-double rss_mib() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-  return 0;
-}
-
-std::string slurp(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 
 bool exists(const std::string& p) {
   struct stat st;
