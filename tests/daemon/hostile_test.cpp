@@ -34,6 +34,8 @@
 
 using namespace fr::daemon;
 using fr::daemon::test::FakeLog;
+using fr::daemon::test::loopback_config;
+using fr::daemon::test::loopback_options;
 using fr::daemon::test::Peer;
 using fr::daemon::test::TempDir;
 using fr::daemon::test::UploadFile;
@@ -48,24 +50,6 @@ constexpr int64_t kSec = 1'000'000'000;
 bool exists(const std::string& p) {
   struct stat st;
   return lstat(p.c_str(), &st) == 0;
-}
-
-CoordinatorConfig config(const std::string& dumps) {
-  CoordinatorConfig c;
-  c.dump_dir = dumps;
-  c.job_id = "job1";
-  c.stall_after_ns = 2 * kSec;
-  c.heartbeat_timeout_ns = 10 * kSec;
-  c.dump_deadline_ns = 10 * kSec;
-  c.heartbeat_interval_ns = kSec / 5;
-  return c;
-}
-
-ServerOptions options() {
-  ServerOptions o;
-  o.listen = "127.0.0.1:0";
-  o.quiet = true;
-  return o;
 }
 
 ClientOptions client(int port, const std::string& token = "") {
@@ -119,10 +103,10 @@ std::string flight_log(const std::string& dir, const std::string& name, int rank
 TEST_CASE("hostile: heartbeats of the largest legal size keep memory bounded, status paged",
           "[daemon][hostile]") {
   TempDir dumps;
-  CoordinatorConfig cfg = config(dumps.path);
+  CoordinatorConfig cfg = loopback_config(dumps.path);
   cfg.max_node_bytes = 256 << 10;
   cfg.max_retained_bytes = 2 << 20;
-  CoordinatorServer server(cfg, options());
+  CoordinatorServer server(cfg, loopback_options());
   std::string err;
   REQUIRE(server.start(&err));
   const double before = rss_mib();
@@ -176,7 +160,7 @@ TEST_CASE("hostile: heartbeats of the largest legal size keep memory bounded, st
 
 TEST_CASE("hostile: nodes gone and needed by no incident are forgotten", "[daemon][hostile]") {
   TempDir dumps;
-  CoordinatorConfig cfg = config(dumps.path);
+  CoordinatorConfig cfg = loopback_config(dumps.path);
   cfg.forget_after_ns = kSec;
   CoordinatorState st(cfg);
   std::string err;
@@ -196,7 +180,7 @@ TEST_CASE("hostile: nodes gone and needed by no incident are forgotten", "[daemo
 
 TEST_CASE("hostile: a name held by a live connection is not taken over", "[daemon][hostile]") {
   TempDir dumps;
-  CoordinatorServer server(config(dumps.path), options());
+  CoordinatorServer server(loopback_config(dumps.path), loopback_options());
   std::string err;
   REQUIRE(server.start(&err));
   Peer real(client(server.port()), "n0");
@@ -221,9 +205,9 @@ TEST_CASE("hostile: a name held by a live connection is not taken over", "[daemo
 
 TEST_CASE("hostile: with a token, nothing is served without it", "[daemon][hostile]") {
   TempDir dumps;
-  ServerOptions so = options();
+  ServerOptions so = loopback_options();
   so.token = "the-token";
-  CoordinatorServer server(config(dumps.path), so);
+  CoordinatorServer server(loopback_config(dumps.path), so);
   std::string err;
   REQUIRE(server.start(&err));
   Peer anon(client(server.port()), "n0");
@@ -240,11 +224,11 @@ TEST_CASE("hostile: with a token, nothing is served without it", "[daemon][hosti
 
 TEST_CASE("hostile: an anonymous first heartbeat does not name the job", "[daemon][hostile]") {
   TempDir dumps;
-  CoordinatorConfig cfg = config(dumps.path);
+  CoordinatorConfig cfg = loopback_config(dumps.path);
   cfg.job_id.clear();
   {
     // No token: nobody is authenticated, so nobody names the job.
-    CoordinatorServer server(cfg, options());
+    CoordinatorServer server(cfg, loopback_options());
     std::string err, id;
     REQUIRE(server.start(&err));
     Peer evil(client(server.port()), "evil", "evil-job");
@@ -258,7 +242,7 @@ TEST_CASE("hostile: an anonymous first heartbeat does not name the job", "[daemo
     // With a token, the nodes that present it name the job.
     TempDir dumps2;
     cfg.dump_dir = dumps2.path;
-    ServerOptions so = options();
+    ServerOptions so = loopback_options();
     so.token = "t0k3n";
     CoordinatorServer server(cfg, so);
     std::string err;
@@ -271,9 +255,9 @@ TEST_CASE("hostile: an anonymous first heartbeat does not name the job", "[daemo
 
 TEST_CASE("hostile: idle upload streams hold no upload slot", "[daemon][hostile]") {
   TempDir dumps, logs;
-  ServerOptions so = options();
+  ServerOptions so = loopback_options();
   so.upload_header_ns = kSec;
-  CoordinatorServer server(config(dumps.path), so);
+  CoordinatorServer server(loopback_config(dumps.path), so);
   std::string err, id;
   REQUIRE(server.start(&err));
   Peer n0(client(server.port()), "n0");
@@ -307,7 +291,7 @@ TEST_CASE("hostile: idle upload streams hold no upload slot", "[daemon][hostile]
 
 TEST_CASE("hostile: uploads are bound to the node that was asked", "[daemon][hostile]") {
   TempDir dumps, logs;
-  CoordinatorServer server(config(dumps.path), options());
+  CoordinatorServer server(loopback_config(dumps.path), loopback_options());
   std::string err, id;
   REQUIRE(server.start(&err));
   Peer a(client(server.port()), "nodeA");
@@ -349,7 +333,8 @@ TEST_CASE("hostile: uploads are bound to the node that was asked", "[daemon][hos
 TEST_CASE("hostile: a placed file swapped for a FIFO wedges neither the analysis nor the stop",
           "[daemon][hostile]") {
   TempDir dumps, logs;
-  auto server = std::make_unique<CoordinatorServer>(config(dumps.path), options());
+  auto server =
+      std::make_unique<CoordinatorServer>(loopback_config(dumps.path), loopback_options());
   std::string err, id;
   REQUIRE(server->start(&err));
   const int port = server->port();
@@ -400,14 +385,14 @@ TEST_CASE("hostile: a placed file swapped for a FIFO wedges neither the analysis
 TEST_CASE("hostile: a restarted coordinator recovers its incident exactly, and hooks fire once",
           "[daemon][hostile]") {
   TempDir dumps, logs, out;
-  ServerOptions so = options();
+  ServerOptions so = loopback_options();
   so.on_verdict = "echo \"$FR_INCIDENT_ID\" >> " + out.path + "/hooks";
   std::string err;
   std::string da = flight_log(logs.path, "a.frlog", 0), db = flight_log(logs.path, "b.frlog", 1);
   int port = 0;
   std::string dir;
   {
-    CoordinatorServer first(config(dumps.path), so);
+    CoordinatorServer first(loopback_config(dumps.path), so);
     REQUIRE(first.start(&err));
     port = first.port();
     Peer a(client(port), "nodeA"), b(client(port), "nodeB");
@@ -430,7 +415,7 @@ TEST_CASE("hostile: a restarted coordinator recovers its incident exactly, and h
   }
   // The same hang, seen by a new coordinator on the same directory.
   so.listen = "127.0.0.1:" + std::to_string(port);
-  CoordinatorServer second(config(dumps.path), so);
+  CoordinatorServer second(loopback_config(dumps.path), so);
   REQUIRE(second.start(&err));
   Peer a(client(port), "nodeA"), b(client(port), "nodeB");
   for (int i = 0; i < 10; ++i) {
@@ -460,7 +445,7 @@ TEST_CASE("hostile: partial uploads left by a killed coordinator are removed at 
                         {"kind", "manual"}, {"state", "collecting"}, {"reason", "x"},
                         {"nodes_asked", {"n0"}}, {"nodes_uploaded", nlohmann::json::array()}};
   std::ofstream(dir + "/incident.json") << inc.dump();
-  CoordinatorState st(config(dumps.path));
+  CoordinatorState st(loopback_config(dumps.path));
   CHECK_FALSE(exists(dir + "/.upload-n0-1234"));
   REQUIRE(st.incidents().size() == 1);
   CHECK(st.incidents()[0].state == IncidentState::kCollecting);
@@ -474,9 +459,9 @@ TEST_CASE("hostile: listen addresses are judged by what they resolve to", "[daem
   CHECK_FALSE(is_loopback_address("0.0.0.0:1"));
   CHECK_FALSE(is_loopback_address("127.attacker.invalid:1"));  // a name, and not even resolvable
   TempDir dumps;
-  ServerOptions so = options();
+  ServerOptions so = loopback_options();
   so.listen = "127.attacker.invalid:0";
-  CoordinatorServer server(config(dumps.path), so);
+  CoordinatorServer server(loopback_config(dumps.path), so);
   std::string err;
   CHECK_FALSE(server.start(&err));
   CHECK(err.find("token") != std::string::npos);
@@ -484,9 +469,9 @@ TEST_CASE("hostile: listen addresses are judged by what they resolve to", "[daem
 
 TEST_CASE("hostile: idle HTTP connections do not hold up a scrape", "[daemon][hostile]") {
   TempDir dumps;
-  ServerOptions so = options();
+  ServerOptions so = loopback_options();
   so.metrics_listen = "127.0.0.1:0";
-  CoordinatorServer server(config(dumps.path), so);
+  CoordinatorServer server(loopback_config(dumps.path), so);
   std::string err;
   REQUIRE(server.start(&err));
   auto open_socket = [&] {
@@ -541,7 +526,7 @@ TEST_CASE("hostile: the coordinator's own files in a dump set are not foreign", 
 
 TEST_CASE("hostile: a connected node that cannot deliver is not called lost", "[daemon][hostile]") {
   TempDir dumps;
-  CoordinatorConfig cfg = config(dumps.path);
+  CoordinatorConfig cfg = loopback_config(dumps.path);
   CoordinatorState st(cfg);
   std::string err;
   uint64_t s0 = st.connect("n0", "h", "job1", 0, &err);

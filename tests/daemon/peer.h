@@ -1,7 +1,8 @@
 // A node as a test plays it, from the generated gRPC client: it says Hello on its own stream,
 // keeps the Welcome's upload key, heartbeats when told, and collects the dump requests it gets.
 // Used to act as a real node (uploads must come from the connection that was asked) and as a
-// hostile one. Header only: the tests that use it link the gRPC adapters already.
+// hostile one. With it, the coordinator those tests run it against on loopback (loopback_config,
+// loopback_options). Header only: the tests that use it link the gRPC adapters already.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -15,9 +16,32 @@
 #include "daemon/client.h"
 #include "daemon/convert.h"
 #include "daemon/crc32c.h"
+#include "daemon/server.h"
 #include "fr/v1/frd.grpc.pb.h"
 
 namespace fr::daemon::test {
+
+// A coordinator for job "job1" dumping into `dumps`: stall after 2 s, nodes lost after 10 s of
+// silence, dump sets due in 10 s, heartbeats asked every 200 ms.
+inline CoordinatorConfig loopback_config(const std::string& dumps) {
+  constexpr int64_t kSec = 1'000'000'000;
+  CoordinatorConfig c;
+  c.dump_dir = dumps;
+  c.job_id = "job1";
+  c.stall_after_ns = 2 * kSec;
+  c.heartbeat_timeout_ns = 10 * kSec;
+  c.dump_deadline_ns = 10 * kSec;
+  c.heartbeat_interval_ns = kSec / 5;
+  return c;
+}
+
+// Its listener: an ephemeral port on loopback, quiet.
+inline ServerOptions loopback_options() {
+  ServerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.quiet = true;
+  return o;
+}
 
 class Peer {
  public:

@@ -36,6 +36,8 @@
 using namespace fr::daemon;
 using fr::daemon::test::FakeLog;
 using fr::daemon::test::FakeOp;
+using fr::daemon::test::loopback_config;
+using fr::daemon::test::loopback_options;
 using fr::daemon::test::TempDir;
 using fr::daemon::test::slurp;
 using fr::daemon::test::wait_for;
@@ -47,24 +49,6 @@ constexpr int64_t kSec = 1'000'000'000;
 bool exists(const std::string& p) {
   struct stat st;
   return stat(p.c_str(), &st) == 0;
-}
-
-CoordinatorConfig coord_config(const std::string& dumps) {
-  CoordinatorConfig c;
-  c.dump_dir = dumps;
-  c.job_id = "job1";
-  c.stall_after_ns = 2 * kSec;
-  c.heartbeat_timeout_ns = 10 * kSec;
-  c.dump_deadline_ns = 10 * kSec;
-  c.heartbeat_interval_ns = kSec / 5;
-  return c;
-}
-
-ServerOptions server_options() {
-  ServerOptions o;
-  o.listen = "127.0.0.1:0";
-  o.quiet = true;
-  return o;
 }
 
 // A node daemon on its own thread.
@@ -163,7 +147,7 @@ int count_frlogs(const std::string& dir) {
 TEST_CASE("a stall seen by a node becomes a written dump set", "[daemon][rpc]") {
   TempDir logs, dumps, spool;
   write_two_ranks(logs.path, 5 * kSec);
-  CoordinatorServer server(coord_config(dumps.path), server_options());
+  CoordinatorServer server(loopback_config(dumps.path), loopback_options());
   std::string err;
   REQUIRE(server.start(&err));
   RunningNode node(node_options(server.port(), logs.path, spool.path));
@@ -208,7 +192,7 @@ TEST_CASE("a stall seen by a node becomes a written dump set", "[daemon][rpc]") 
 TEST_CASE("status and a manual dump over the wire", "[daemon][rpc]") {
   TempDir logs, dumps, spool;
   write_two_ranks(logs.path, 0);
-  CoordinatorServer server(coord_config(dumps.path), server_options());
+  CoordinatorServer server(loopback_config(dumps.path), loopback_options());
   std::string err;
   REQUIRE(server.start(&err));
   RunningNode node(node_options(server.port(), logs.path, spool.path));
@@ -242,9 +226,9 @@ TEST_CASE("the token is required when set, and off loopback (a wrong token joins
           "[daemon][rpc]") {
   TempDir logs, dumps, spool;
   write_two_ranks(logs.path, 0);
-  ServerOptions so = server_options();
+  ServerOptions so = loopback_options();
   so.token = "s3cret-token";
-  CoordinatorServer server(coord_config(dumps.path), so);
+  CoordinatorServer server(loopback_config(dumps.path), so);
   std::string err;
   REQUIRE(server.start(&err));
 
@@ -272,24 +256,24 @@ TEST_CASE("the token is required when set, and off loopback (a wrong token joins
   RunningNode good(no);
   CHECK(wait_for([&] { return connected_nodes(server) == 1; }));
 
-  ServerOptions open = server_options();
+  ServerOptions open = loopback_options();
   open.listen = "0.0.0.0:0";
-  CoordinatorServer exposed(coord_config(dumps.path), open);
+  CoordinatorServer exposed(loopback_config(dumps.path), open);
   CHECK_FALSE(exposed.start(&err));
   CHECK(err.find("token") != std::string::npos);
   open.token = "t";
-  CoordinatorServer exposed_ok(coord_config(dumps.path), open);
+  CoordinatorServer exposed_ok(loopback_config(dumps.path), open);
   CHECK(exposed_ok.start(&err));
 
-  ServerOptions half = server_options();
+  ServerOptions half = loopback_options();
   half.tls_cert = "not a certificate";
-  CoordinatorServer half_tls(coord_config(dumps.path), half);
+  CoordinatorServer half_tls(loopback_config(dumps.path), half);
   CHECK_FALSE(half_tls.start(&err));
 }
 
 TEST_CASE("hostile peers cannot crash, stall or fill the coordinator", "[daemon][rpc]") {
   TempDir dumps;
-  CoordinatorServer server(coord_config(dumps.path), server_options());
+  CoordinatorServer server(loopback_config(dumps.path), loopback_options());
   std::string err;
   REQUIRE(server.start(&err));
   const int port = server.port();
@@ -482,9 +466,9 @@ TEST_CASE("hostile peers cannot crash, stall or fill the coordinator", "[daemon]
 
 TEST_CASE("metrics are served as Prometheus text", "[daemon][rpc]") {
   TempDir dumps;
-  ServerOptions so = server_options();
+  ServerOptions so = loopback_options();
   so.metrics_listen = "127.0.0.1:0";
-  CoordinatorServer server(coord_config(dumps.path), so);
+  CoordinatorServer server(loopback_config(dumps.path), so);
   std::string err;
   REQUIRE(server.start(&err));
   REQUIRE(server.metrics_port() > 0);
@@ -541,7 +525,7 @@ TEST_CASE("a restarted coordinator receives the dumps a node kept", "[daemon][rp
         {"skipped", nlohmann::json::array()}};
     std::ofstream(d + "/dump.json") << h.dump();
   }
-  CoordinatorServer server(coord_config(dumps.path), server_options());
+  CoordinatorServer server(loopback_config(dumps.path), loopback_options());
   REQUIRE(server.start(&err));
   RunningNode node(node_options(server.port(), logs.path, spool.path));
   std::string dir = dumps.path + "/job1/incident-0001";
@@ -561,16 +545,16 @@ TEST_CASE("a node reconnects to a coordinator that comes back on the same port",
   write_two_ranks(logs.path, 0);
   int port = 0;
   std::string err;
-  auto first = std::make_unique<CoordinatorServer>(coord_config(dumps.path), server_options());
+  auto first = std::make_unique<CoordinatorServer>(loopback_config(dumps.path), loopback_options());
   REQUIRE(first->start(&err));
   port = first->port();
   RunningNode node(node_options(port, logs.path, spool.path));
   REQUIRE(wait_for([&] { return connected_nodes(*first) == 1; }));
   first->shutdown();
   first.reset();
-  ServerOptions so = server_options();
+  ServerOptions so = loopback_options();
   so.listen = "127.0.0.1:" + std::to_string(port);
-  CoordinatorServer second(coord_config(dumps.path), so);
+  CoordinatorServer second(loopback_config(dumps.path), so);
   REQUIRE(second.start(&err));
   CHECK(wait_for([&] { return connected_nodes(second) == 1; }, 20));
 }
@@ -595,7 +579,7 @@ TEST_CASE("TLS and mutual TLS", "[daemon][rpc]") {
     FR_SKIP("no openssl: it could not make test certificates");
   }
   std::string err;
-  ServerOptions so = server_options();
+  ServerOptions so = loopback_options();
   REQUIRE(read_text_file(d + "/server.pem", &so.tls_cert, &err));
   REQUIRE(read_text_file(d + "/server.key", &so.tls_key, &err));
   ClientOptions tls = client(0);
@@ -603,7 +587,7 @@ TEST_CASE("TLS and mutual TLS", "[daemon][rpc]") {
   nlohmann::json st;
 
   SECTION("TLS") {
-    CoordinatorServer server(coord_config(dumps.path), so);
+    CoordinatorServer server(loopback_config(dumps.path), so);
     REQUIRE(server.start(&err));
     tls.address = "127.0.0.1:" + std::to_string(server.port());
     CHECK(fetch_status(tls, &st, &err));
@@ -611,7 +595,7 @@ TEST_CASE("TLS and mutual TLS", "[daemon][rpc]") {
   }
   SECTION("mutual TLS") {
     REQUIRE(read_text_file(d + "/ca.pem", &so.tls_client_ca, &err));
-    CoordinatorServer server(coord_config(dumps.path), so);
+    CoordinatorServer server(loopback_config(dumps.path), so);
     REQUIRE(server.start(&err));
     tls.address = "127.0.0.1:" + std::to_string(server.port());
     CHECK_FALSE(fetch_status(tls, &st, &err));  // no client certificate
@@ -629,10 +613,10 @@ TEST_CASE("TLS and mutual TLS", "[daemon][rpc]") {
 
 TEST_CASE("idle uploads are cancelled and cannot hold every upload slot", "[daemon][rpc]") {
   TempDir dumps;
-  ServerOptions so = server_options();
+  ServerOptions so = loopback_options();
   so.max_uploads = 2;
   so.upload_idle_ns = kSec;
-  CoordinatorServer server(coord_config(dumps.path), so);
+  CoordinatorServer server(loopback_config(dumps.path), so);
   std::string err;
   REQUIRE(server.start(&err));
   std::map<std::string, std::unique_ptr<fr::daemon::test::Peer>> peers;
@@ -698,7 +682,7 @@ TEST_CASE("a node with a shared dump dir writes its dump there and the coordinat
           "[daemon][rpc]") {
   TempDir logs, dumps, spool;
   write_two_ranks(logs.path, 5 * kSec);
-  CoordinatorServer server(coord_config(dumps.path), server_options());
+  CoordinatorServer server(loopback_config(dumps.path), loopback_options());
   std::string err;
   REQUIRE(server.start(&err));
   NodeOptions o = node_options(server.port(), logs.path, spool.path);
@@ -738,7 +722,7 @@ TEST_CASE("a node killed while writing into the shared dump dir finishes the job
   REQUIRE(fr::files::make_dirs(dir + "/.placing-n0-123", &err));
   std::ofstream(dir + "/.placing-n0-123/n0-rank0.n0.11.frlog") << "half";
   REQUIRE(fr::files::make_dirs(dir + "/.placing-n0-x-456", &err));
-  CoordinatorServer server(coord_config(dumps.path), server_options());
+  CoordinatorServer server(loopback_config(dumps.path), loopback_options());
   REQUIRE(server.start(&err));
   NodeOptions o = node_options(server.port(), logs.path, spool.path);
   o.shared_dump_dir = dumps.path;
@@ -758,7 +742,7 @@ TEST_CASE("a shared dump dir the coordinator cannot see falls back to uploading"
   // Same path layout, another file system: the node sees an incident directory, the coordinator
   // never sees what the node writes there.
   REQUIRE(fr::files::make_dirs(elsewhere.path + "/job1/incident-0001", &err));
-  CoordinatorServer server(coord_config(dumps.path), server_options());
+  CoordinatorServer server(loopback_config(dumps.path), loopback_options());
   REQUIRE(server.start(&err));
   NodeOptions o = node_options(server.port(), logs.path, spool.path);
   o.shared_dump_dir = elsewhere.path;
@@ -793,7 +777,7 @@ TEST_CASE("a dump of another job left in the spool is never delivered as this jo
   std::string stale_log = fr::daemon::test::write_log(other.path, "fr.job0.r0.frlog", stale);
   spool_entry(spool.path, "job0", "incident-0001", stale_log, "n0-stale.frlog");
 
-  CoordinatorServer server(coord_config(dumps.path), server_options());
+  CoordinatorServer server(loopback_config(dumps.path), loopback_options());
   std::string err;
   REQUIRE(server.start(&err));
   RunningNode node(node_options(server.port(), logs.path, spool.path));
@@ -811,7 +795,7 @@ TEST_CASE("a dump of another job left in the spool is never delivered as this jo
 TEST_CASE("hostile Placed calls change nothing", "[daemon][rpc]") {
   TempDir logs, dumps, outside;
   write_two_ranks(logs.path, 0);
-  CoordinatorServer server(coord_config(dumps.path), server_options());
+  CoordinatorServer server(loopback_config(dumps.path), loopback_options());
   std::string err, id;
   REQUIRE(server.start(&err));
   fr::daemon::test::Peer evil(client(server.port()), "evil");
@@ -854,9 +838,9 @@ TEST_CASE("hostile Placed calls change nothing", "[daemon][rpc]") {
 
   // With a token, a Placed call without it is refused like any other.
   TempDir dumps2;
-  ServerOptions so = server_options();
+  ServerOptions so = loopback_options();
   so.token = "sesame";
-  CoordinatorServer locked(coord_config(dumps2.path), so);
+  CoordinatorServer locked(loopback_config(dumps2.path), so);
   REQUIRE(locked.start(&err));
   auto stub2 = fr::v1::Coordinator::NewStub(make_channel(client(locked.port())));
   grpc::ClientContext ctx;
@@ -869,7 +853,7 @@ TEST_CASE("the --on-verdict command runs once per dump set (no second run in 500
           "[daemon][rpc]") {
   TempDir logs, dumps, spool, out;
   write_two_ranks(logs.path, 5 * kSec);
-  ServerOptions so = server_options();
+  ServerOptions so = loopback_options();
   // Stop signals are blocked in frd's threads (it sigwaits); the command must not inherit that.
   sigset_t block, old;
   sigemptyset(&block);
@@ -878,7 +862,7 @@ TEST_CASE("the --on-verdict command runs once per dump set (no second run in 500
   so.on_verdict = "echo \"$FR_INCIDENT_ID $FR_INCIDENT_KIND $FR_VERDICT [$FR_CULPRITS] $FR_JOB_ID\" "
                   ">> " + out.path + "/calls; echo \"$FR_INCIDENT_DIR\" > " + out.path +
                   "/dir; grep SigBlk /proc/self/status > " + out.path + "/sigblk";
-  CoordinatorServer server(coord_config(dumps.path), so);
+  CoordinatorServer server(loopback_config(dumps.path), so);
   std::string err;
   REQUIRE(server.start(&err));
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
@@ -897,10 +881,10 @@ TEST_CASE("the --on-verdict command runs once per dump set (no second run in 500
 TEST_CASE("an --on-verdict command past its time is killed with everything it started",
           "[daemon][rpc]") {
   TempDir dumps, out;
-  ServerOptions so = server_options();
+  ServerOptions so = loopback_options();
   so.on_verdict = "sleep 1000 & echo $! > " + out.path + "/child; wait";
   so.on_verdict_timeout_ns = kSec / 2;
-  CoordinatorServer server(coord_config(dumps.path), so);
+  CoordinatorServer server(loopback_config(dumps.path), so);
   std::string err, id;
   REQUIRE(server.start(&err));
   REQUIRE(trigger_dump(client(server.port()), "x", &id, &err));
