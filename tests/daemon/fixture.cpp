@@ -14,7 +14,6 @@
 #include <thread>
 
 namespace fr::daemon::test {
-namespace {
 
 void remove_tree(const std::string& p) {
   struct stat st;
@@ -32,6 +31,8 @@ void remove_tree(const std::string& p) {
     unlink(p.c_str());
   }
 }
+
+namespace {
 
 uint64_t now_real() {
   timespec ts;

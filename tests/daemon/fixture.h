@@ -15,6 +15,9 @@
 
 namespace fr::daemon::test {
 
+// Removes `path` and everything under it, never following a link.
+void remove_tree(const std::string& path);
+
 // A fresh directory under /tmp, removed by the destructor.
 struct TempDir {
   TempDir();

@@ -20,6 +20,7 @@
 #include "daemon/assembly.h"
 #include "daemon/convert.h"
 #include "daemon/coordinator.h"
+#include "fixture.h"
 #include "frd_peer_script.h"
 
 namespace {
@@ -31,23 +32,7 @@ using fr::daemon::CoordinatorState;
 using fr::daemon::DumpHeader;
 using fr::daemon::DumpReceiver;
 namespace script = fr::fuzz::frd_script;
-
-void remove_tree(const std::string& path) {
-  struct stat st;
-  if (lstat(path.c_str(), &st) != 0) return;
-  if (S_ISDIR(st.st_mode)) {
-    if (DIR* d = opendir(path.c_str())) {
-      while (dirent* e = readdir(d)) {
-        std::string n = e->d_name;
-        if (n != "." && n != "..") remove_tree(path + "/" + n);
-      }
-      closedir(d);
-    }
-    rmdir(path.c_str());
-  } else {
-    unlink(path.c_str());
-  }
-}
+using fr::daemon::test::remove_tree;
 
 // Every name below the run's directory is one the coordinator may write: no links, no devices.
 void check_tree(const std::string& path) {
