@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
 .PHONY: deps build test test-unit test-sanitizers test-tsan test-asan test-asan-daemon fuzz-build \
-  fuzz-check fuzz fuzz-long bench demo install package clean
+  fuzz-check fuzz fuzz-long bench demo install package clean shape
 
 deps:
 	@bash scripts/install-deps.sh
@@ -80,6 +80,11 @@ fuzz-long: fuzz-build
 
 bench: build
 	bash tests/bench/run.sh $(BUILD)
+
+# The shape check alone (also part of CTest, label `shape`): files over 700 lines, functions over
+# 100 lines, outside tests/ (docs/architecture.md).
+shape:
+	python3 scripts/check-shape
 
 # The demo builds only what it runs, quietly: its output starts with the demo itself. The setup
 # and build go to $(BUILD)/demo-build.log, whose tail and path are shown if they fail.
