@@ -41,11 +41,11 @@
 //                        reduce_scatter and scatter, whose NCCL count is the receive count)
 //     input_dtypes       dtype (ncclDataType_t of the first input's c10 name)
 //     state              scheduled -> enqueued, started, completed; the discovered-started /
-//                        completed timestamps raise it too, and retired: true means completed
-//                        (gloo leaves every entry "scheduled"; retired is its only sign). When
-//                        nothing in the dump reports a start (gloo, NCCL without timing), the
-//                        oldest unfinished op per group and kind counts as started (see
-//                        apply_progress)
+//                        completed timestamps raise it too, and (2.3 on) retired: true means
+//                        completed (gloo leaves every entry "scheduled"; retired is its only
+//                        sign). When nothing in the dump reports a start (gloo, NCCL without
+//                        timing), the oldest unfinished op per group and kind counts as
+//                        started (see apply_progress)
 //     time_created_ns    -> call_ns (create_ns / heartbeat_ns / snapshot_ns from the min and max
 //                        of all timestamps)
 //     thread_id          -> tid (low 32 bits when numeric)
@@ -268,7 +268,8 @@ class DumpConverter {
       return true;
     }
     if (pgc->is_object()) {
-      for (auto it = pgc->begin(); it != pgc->end(); ++it) read_pg_config_entry(it.key(), it.value());
+      for (auto it = pgc->begin(); it != pgc->end(); ++it)
+        read_pg_config_entry(it.key(), it.value());
     } else if (pgc->is_array()) {
       for (const auto& v : *pgc) read_pg_config_entry(std::string(), v);
     } else {
