@@ -27,7 +27,7 @@ struct Layout {
 // know, even those its version does not define, so a test sees whether the reader ignores them.
 class LayoutWriter {
  public:
-  explicit LayoutWriter(Layout lay) : lay_(lay) {
+  explicit LayoutWriter(Layout lay) {
     const bool graphs = lay.graph != 0;
     uint64_t comm_off = lay.header;
     uint64_t ring_off = comm_off + uint64_t{kComms} * lay.comm;
@@ -127,7 +127,6 @@ class LayoutWriter {
     return &r_;
   }
 
-  Layout lay_;
   std::vector<uint8_t> bytes_;
   fr_comm_entry c_{};
   fr_record r_{};
