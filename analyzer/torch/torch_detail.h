@@ -10,11 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include "analyzer/torch/torch_dump.h"
+#include "analyzer/torch/torch_schema.h"
 
 namespace fr::analyzer::torch {
 
-// The schema version this code follows (and writes).
-inline constexpr const char* kTorchSchemaVersion = "2.10";
 // PyTorch's default dump file prefix (TORCH_NCCL_DEBUG_INFO_TEMP_FILE = /tmp/nccl_trace_rank_):
 // each rank writes <prefix><rank>.
 inline constexpr const char* kTorchFilePrefix = "nccl_trace_rank_";

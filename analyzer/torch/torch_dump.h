@@ -1,10 +1,10 @@
 // PyTorch Flight Recorder interoperability: read the per-rank dumps PyTorch writes (JSON or
 // pickle) into our flight-log model, and write our logs in PyTorch's JSON schema.
 //
-// The schema followed is PyTorch's Flight Recorder dump version "2.10" (c10d FlightRecorder.hpp /
-// FlightRecorderDetail.hpp, torch/distributed/flight_recorder/components/*.py); older 2.x dumps
-// read the same way, fields they lack get defaults. What maps to what is written down in
-// torch_dump.cpp.
+// The dump versions read, and what each holds, are the table in torch_schema.h (PyTorch's
+// c10d FlightRecorder.hpp / FlightRecorderDetail.hpp, torch/distributed/flight_recorder); the
+// export writes kTorchExportVersion ("2.10"). What maps to what is written down in
+// torch_convert.cpp.
 #pragma once
 
 #include <string>

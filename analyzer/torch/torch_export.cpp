@@ -119,37 +119,33 @@ std::string group_desc(const fr_comm_entry* c, const Membership* m, int32_t worl
   return "default_pg";
 }
 
-// The pickle form (FlightRecorder::dump_dict) differs from the JSON form only in value types:
-// pg_status counters are ints, absent discovered times are None, process_group is a tuple.
-json dump_one(const fr::log::LogFile& log, const std::map<uint64_t, Membership>& members,
-              bool pickle_form) {
-  const fr_log_header& h = log.header;
-  json d = json::object();
-  d["version"] = kTorchSchemaVersion;
-  d["comm_lib_version"] = version_text(h.nccl_version);
-  d["rank"] = h.global_rank;
-  d["world_size"] = h.world_size;
-  d["hostname"] = c_name(h.hostname);
-  d["pid"] = h.pid;
-  d["writer_alive"] = log.writer_alive;
-  d["fr_snapshot_ns"] = h.snapshot_ns;
-
-  // Process groups: the communicator table, then any communicator only records mention.
+// The process groups of one log as exported: the communicator table, then any communicator only
+// records mention; pg_id numbers them in that order.
+struct ExportGroups {
   std::vector<uint64_t> order;
-  std::map<uint64_t, const fr_comm_entry*> table;
+  std::map<uint64_t, const fr_comm_entry*> table;  // nullptr: known from records only
+  std::map<uint64_t, size_t> pg_id;
+};
+
+ExportGroups export_groups(const fr::log::LogFile& log) {
+  ExportGroups g;
   for (const auto& c : log.comms) {
-    if (table.emplace(c.id, &c).second) order.push_back(c.id);
+    if (g.table.emplace(c.id, &c).second) g.order.push_back(c.id);
   }
   for (const auto& r : log.records)
-    if (torch_op_name(r.raw.op) && !table.count(r.raw.comm_id)) {
-      table.emplace(r.raw.comm_id, nullptr);
-      order.push_back(r.raw.comm_id);
+    if (torch_op_name(r.raw.op) && !g.table.count(r.raw.comm_id)) {
+      g.table.emplace(r.raw.comm_id, nullptr);
+      g.order.push_back(r.raw.comm_id);
     }
-  std::map<uint64_t, size_t> pg_id;
+  for (uint64_t id : g.order) g.pg_id[id] = g.pg_id.size();
+  return g;
+}
+
+json pg_config_json(const ExportGroups& g, const std::map<uint64_t, Membership>& members,
+                    int32_t world_size) {
   json pg_config = json::object();
-  for (uint64_t id : order) {
-    const fr_comm_entry* c = table[id];
-    pg_id[id] = pg_id.size();
+  for (uint64_t id : g.order) {
+    const fr_comm_entry* c = g.table.at(id);
     auto m = members.find(id);
     int32_t size = c ? c->size : -1;
     if (m != members.end()) size = std::max(size, m->second.size);
@@ -159,88 +155,116 @@ json dump_one(const fr::log::LogFile& log, const std::map<uint64_t, Membership>&
     json pg = json::object();
     std::string name = hex_id(id);
     pg["name"] = name;
-    pg["desc"] = group_desc(c, m != members.end() ? &m->second : nullptr, h.world_size);
+    pg["desc"] = group_desc(c, m != members.end() ? &m->second : nullptr, world_size);
     pg["ranks"] = ranks_text(ranks);
     pg["fr_size"] = std::to_string(size);
     pg["fr_rank"] = std::to_string(c ? c->rank : -1);
     pg_config[name] = std::move(pg);
   }
+  return pg_config;
+}
 
-  struct Progress {
-    int64_t enqueued = -1, started = -1, completed = -1;
-    uint64_t coll = 0, p2p = 0, op_id = 0;
-  };
+// Per process group while its entries are written: the pg_status counters and the numbering.
+struct Progress {
+  int64_t enqueued = -1, started = -1, completed = -1;
+  uint64_t coll = 0, p2p = 0, op_id = 0;
+};
+
+// One record as an entry; `p` is its group's progress, advanced by it.
+json entry_json(const fr::log::Record& rec, const fr_comm_entry* c, const Membership* m,
+                size_t pg_id, const json& desc, Progress& p, bool pickle_form) {
+  const fr_record& r = rec.raw;
+  bool p2p = r.op == FR_OP_SEND || r.op == FR_OP_RECV;
+  if (p2p) {
+    p.p2p = std::max(p.p2p, r.seq);
+  } else {
+    p.coll = std::max(p.coll, r.seq);
+    p.enqueued = std::max(p.enqueued, int64_t(r.seq));
+    if (rec.gpu_state >= FR_GPU_STARTED) p.started = std::max(p.started, int64_t(r.seq));
+    if (rec.gpu_state >= FR_GPU_COMPLETED) p.completed = std::max(p.completed, int64_t(r.seq));
+  }
+  int32_t self = c ? c->rank : -1;
+  int64_t gsize = 1;
+  if (c && c->size > 0) gsize = c->size;
+  if (gsize <= 1 && m && m->size > 0) gsize = m->size;
+  uint64_t wide = r.count > UINT64_MAX / uint64_t(gsize) ? UINT64_MAX : r.count * uint64_t(gsize);
+
+  std::string pname = std::string("nccl:") + torch_op_name(r.op);
+  if (r.op == FR_OP_SEND)
+    pname += " " + std::to_string(self) + "->" + std::to_string(r.peer);
+  else if (r.op == FR_OP_RECV)
+    pname += " " + std::to_string(self) + "<-" + std::to_string(r.peer);
+
+  json in = sizes(r.count), out = sizes(r.count);
+  if (r.op == FR_OP_ALLGATHER || r.op == FR_OP_GATHER) out = sizes(wide);
+  if (r.op == FR_OP_REDUCESCATTER || r.op == FR_OP_SCATTER) in = sizes(wide);
+  const char* dt = nccl_dtype_to_torch(r.dtype);
+  std::string dtype = dt ? dt : "Undefined";
+
+  json e = json::object();
+  e["record_id"] = r.id;
+  e["pg_id"] = pg_id;
+  e["process_group"] = json::array({hex_id(r.comm_id), desc});
+  e["thread_name"] = "";
+  e["thread_id"] = std::to_string(r.tid);
+  e["collective_seq_id"] = p2p ? p.coll : r.seq;
+  e["p2p_seq_id"] = p2p ? r.seq : p.p2p;
+  e["op_id"] = ++p.op_id;
+  e["profiling_name"] = pname;
+  e["time_created_ns"] = r.call_ns;
+  e["input_sizes"] = std::move(in);
+  e["input_dtypes"] = json::array({dtype});
+  e["output_sizes"] = std::move(out);
+  e["output_dtypes"] = json::array({dtype});
+  e["state"] = state_text(rec.gpu_state);
+  e["time_discovered_started_ns"] = pickle_form ? json(nullptr) : json(0);
+  e["time_discovered_completed_ns"] = pickle_form ? json(nullptr) : json(0);
+  e["retired"] = rec.gpu_state >= FR_GPU_COMPLETED;
+  e["timeout_ms"] = 0;
+  e["is_p2p"] = p2p;
+  if (r.group_id) e["fr_group_id"] = r.group_id;
+  return e;
+}
+
+// The pickle form (FlightRecorder::dump_dict) differs from the JSON form only in value types:
+// pg_status counters are ints, absent discovered times are None, process_group is a tuple.
+json dump_one(const fr::log::LogFile& log, const std::map<uint64_t, Membership>& members,
+              bool pickle_form) {
+  const fr_log_header& h = log.header;
+  json d = json::object();
+  d["version"] = kTorchExportVersion;
+  d["comm_lib_version"] = version_text(h.nccl_version);
+  d["rank"] = h.global_rank;
+  d["world_size"] = h.world_size;
+  d["hostname"] = c_name(h.hostname);
+  d["pid"] = h.pid;
+  d["writer_alive"] = log.writer_alive;
+  d["fr_snapshot_ns"] = h.snapshot_ns;
+
+  ExportGroups groups = export_groups(log);
+  json pg_config = pg_config_json(groups, members, h.world_size);
   d["pg_config"] = pg_config;  // entries below take their groups' descriptions from it
   std::map<uint64_t, Progress> prog;
-  for (const auto& [id, c] : table)
+  for (const auto& [id, c] : groups.table)
     if (c && c->coll_seq) prog[id].enqueued = int64_t(c->coll_seq);
 
   json entries = json::array();
   for (const auto& rec : log.records) {
     const fr_record& r = rec.raw;
-    const char* opname = torch_op_name(r.op);
-    if (!opname) continue;
-    const fr_comm_entry* c = table[r.comm_id];
-    Progress& p = prog[r.comm_id];
-    bool p2p = r.op == FR_OP_SEND || r.op == FR_OP_RECV;
-    if (p2p) {
-      p.p2p = std::max(p.p2p, r.seq);
-    } else {
-      p.coll = std::max(p.coll, r.seq);
-      p.enqueued = std::max(p.enqueued, int64_t(r.seq));
-      if (rec.gpu_state >= FR_GPU_STARTED) p.started = std::max(p.started, int64_t(r.seq));
-      if (rec.gpu_state >= FR_GPU_COMPLETED) p.completed = std::max(p.completed, int64_t(r.seq));
-    }
-    int32_t self = c ? c->rank : -1;
-    int64_t gsize = 1;
-    if (c && c->size > 0) gsize = c->size;
+    if (!torch_op_name(r.op)) continue;
     auto m = members.find(r.comm_id);
-    if (gsize <= 1 && m != members.end() && m->second.size > 0) gsize = m->second.size;
-    uint64_t wide = r.count > UINT64_MAX / uint64_t(gsize) ? UINT64_MAX : r.count * uint64_t(gsize);
-
-    std::string pname = std::string("nccl:") + opname;
-    if (r.op == FR_OP_SEND)
-      pname += " " + std::to_string(self) + "->" + std::to_string(r.peer);
-    else if (r.op == FR_OP_RECV)
-      pname += " " + std::to_string(self) + "<-" + std::to_string(r.peer);
-
-    json in = sizes(r.count), out = sizes(r.count);
-    if (r.op == FR_OP_ALLGATHER || r.op == FR_OP_GATHER) out = sizes(wide);
-    if (r.op == FR_OP_REDUCESCATTER || r.op == FR_OP_SCATTER) in = sizes(wide);
-    const char* dt = nccl_dtype_to_torch(r.dtype);
-    std::string dtype = dt ? dt : "Undefined";
-
-    json e = json::object();
-    e["record_id"] = r.id;
-    e["pg_id"] = pg_id[r.comm_id];
-    e["process_group"] = json::array({hex_id(r.comm_id), pg_config[hex_id(r.comm_id)]["desc"]});
-    e["thread_name"] = "";
-    e["thread_id"] = std::to_string(r.tid);
-    e["collective_seq_id"] = p2p ? p.coll : r.seq;
-    e["p2p_seq_id"] = p2p ? r.seq : p.p2p;
-    e["op_id"] = ++p.op_id;
-    e["profiling_name"] = pname;
-    e["time_created_ns"] = r.call_ns;
-    e["input_sizes"] = std::move(in);
-    e["input_dtypes"] = json::array({dtype});
-    e["output_sizes"] = std::move(out);
-    e["output_dtypes"] = json::array({dtype});
-    e["state"] = state_text(rec.gpu_state);
-    e["time_discovered_started_ns"] = pickle_form ? json(nullptr) : json(0);
-    e["time_discovered_completed_ns"] = pickle_form ? json(nullptr) : json(0);
-    e["retired"] = rec.gpu_state >= FR_GPU_COMPLETED;
-    e["timeout_ms"] = 0;
-    e["is_p2p"] = p2p;
-    if (r.group_id) e["fr_group_id"] = r.group_id;
-    entries.push_back(std::move(e));
+    entries.push_back(entry_json(rec, groups.table[r.comm_id],
+                                 m != members.end() ? &m->second : nullptr,
+                                 groups.pg_id[r.comm_id], pg_config[hex_id(r.comm_id)]["desc"],
+                                 prog[r.comm_id], pickle_form));
   }
   if (!entries.empty()) d["entries"] = std::move(entries);
 
   json status = json::object();
-  for (uint64_t id : order) {
+  for (uint64_t id : groups.order) {
     const Progress& p = prog[id];
     auto num = [&](int64_t v) { return pickle_form ? json(v) : json(std::to_string(v)); };
-    status[std::to_string(pg_id[id])] = {
+    status[std::to_string(groups.pg_id[id])] = {
         {"last_enqueued_collective", num(p.enqueued)},
         {"last_started_collective", num(p.started)},
         {"last_completed_collective", num(p.completed)},

@@ -30,7 +30,11 @@
  * Compatibility rule: a reader accepts every version up to its own FR_LOG_VERSION. Newer versions
  * only append fields (the *_size fields in the header say how much each structure holds), so a
  * reader copies min(stored size, its own size) and zero-fills the rest. A log whose version is
- * newer than the reader's is refused with a clear error, never guessed at.
+ * newer than the reader's is refused with a clear error, never guessed at. A structure stored
+ * smaller than the fields its version defines (FR_V<n>_*_BYTES below) is corrupt; fields its
+ * version did not define read as zero, whatever the writer left in those bytes.
+ * proto/log/reader.cpp implements the rule; tests/proto/compat_test.cpp writes logs at older,
+ * smaller and bigger layouts to hold it to it.
  */
 #ifndef FR_FLIGHT_LOG_H_
 #define FR_FLIGHT_LOG_H_
@@ -350,6 +354,23 @@ FR_STATIC_ASSERT(sizeof(fr_graph_entry) == 64, "fr_graph_entry is 64 bytes");
 FR_STATIC_ASSERT(offsetof(fr_graph_entry, n_ops) == 40, "graph layout");
 FR_STATIC_ASSERT(offsetof(fr_record, tid) == 96, "record layout");
 FR_STATIC_ASSERT(offsetof(fr_record, aux) == 120, "record layout");
+
+/* The bytes of each structure that each version defines: up to the end of its last field,
+ * trailing reserved bytes excluded. A new version adds its own set here and to the reader. */
+#define FR_V1_HEADER_BYTES 336u /* up to exe: no graph fields */
+#define FR_V1_COMM_BYTES 208u   /* up to gpu_completed: no graph position */
+#define FR_V1_RECORD_BYTES 128u
+#define FR_V1_GRAPH_BYTES 0u    /* no graph table */
+#define FR_V2_HEADER_BYTES 376u /* up to capture_count */
+#define FR_V2_COMM_BYTES 224u   /* up to graph_completed */
+#define FR_V2_RECORD_BYTES 128u
+#define FR_V2_GRAPH_BYTES 64u
+FR_STATIC_ASSERT(FR_V1_HEADER_BYTES == offsetof(fr_log_header, graph_offset), "v1 header");
+FR_STATIC_ASSERT(FR_V1_COMM_BYTES == offsetof(fr_comm_entry, graph_started), "v1 comm entry");
+FR_STATIC_ASSERT(FR_V2_HEADER_BYTES == offsetof(fr_log_header, reserved), "v2 header");
+FR_STATIC_ASSERT(FR_V2_COMM_BYTES == offsetof(fr_comm_entry, reserved), "v2 comm entry");
+FR_STATIC_ASSERT(FR_V2_RECORD_BYTES == sizeof(fr_record), "v2 record");
+FR_STATIC_ASSERT(FR_V2_GRAPH_BYTES == sizeof(fr_graph_entry), "v2 graph entry");
 
 /* Byte offsets and size of a log with the given capacities (current version). */
 static inline uint64_t fr_log_comm_offset(void) { return sizeof(fr_log_header); }

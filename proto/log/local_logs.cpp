@@ -186,13 +186,10 @@ std::string LogOwners::describe() const {
   return s.empty() ? "no user" : s;
 }
 
-LocalLogs list_local_logs(const LocalLogOptions& opts) {
-  LocalLogs out;
-  DIR* d = ::opendir(opts.dir.c_str());
-  if (!d) {
-    out.error = "cannot read log directory " + opts.dir + ": " + std::strerror(errno);
-    return out;
-  }
+namespace {
+
+// The logs of the directory that examine() accepts, in name order; the others are refused.
+std::vector<LocalLog> examine_dir(DIR* d, const LocalLogOptions& opts, LocalLogs* out) {
   std::vector<std::string> names;
   while (dirent* e = ::readdir(d))
     if (ends_with(e->d_name, FR_LOG_FILE_SUFFIX)) names.push_back(e->d_name);
@@ -202,7 +199,7 @@ LocalLogs list_local_logs(const LocalLogOptions& opts) {
   size_t examined = 0;
   for (const std::string& name : names) {
     if (opts.max_logs && examined >= opts.max_logs) {
-      out.refused.push_back({name, "more than " + std::to_string(opts.max_logs) + " logs, not read"});
+      out->refused.push_back({name, "more than " + std::to_string(opts.max_logs) + " logs, not read"});
       continue;
     }
     ++examined;
@@ -212,13 +209,16 @@ LocalLogs list_local_logs(const LocalLogOptions& opts) {
     if (examine(::dirfd(d), opts.dir, name, opts, &l, &other_job, &why))
       found.push_back(std::move(l));
     else if (!other_job)
-      out.refused.push_back({name, why});
+      out->refused.push_back({name, why});
   }
-  ::closedir(d);
+  return found;
+}
 
-  // A lock held by a process that is not the writer the header names: someone else's file.
+// A lock held by a process that is not the writer the header names: someone else's file.
+// Returns whether some writer's pid reads the same here (this reader shares its pid namespace).
+bool refuse_foreign_locks(const std::vector<LocalLog>& found, std::vector<bool>* keep,
+                          LocalLogs* out) {
   bool shared_pid_ns = false;
-  std::vector<bool> keep(found.size(), true);
   for (size_t i = 0; i < found.size(); ++i) {
     const LocalLog& l = found[i];
     if (!l.locked || l.lock_pid <= 0) continue;  // not visible here (or an open file lock)
@@ -226,15 +226,19 @@ LocalLogs list_local_logs(const LocalLogOptions& opts) {
       shared_pid_ns = shared_pid_ns || l.lock_pid == l.pid;
       continue;
     }
-    keep[i] = false;
-    out.refused.push_back({l.name, "its lock is held by pid " + std::to_string(l.lock_pid) +
-                                       ", but its header names pid " + std::to_string(l.pid) +
-                                       ": not that process's log"});
+    (*keep)[i] = false;
+    out->refused.push_back({l.name, "its lock is held by pid " + std::to_string(l.lock_pid) +
+                                        ", but its header names pid " + std::to_string(l.pid) +
+                                        ": not that process's log"});
   }
+  return shared_pid_ns;
+}
 
-  // Groups of logs that claim one process (a copy keeps the writer's pid and creation time) or
-  // one rank of one job: the log whose writer holds its lock wins, else the newest.
-  // Between copies of a dead writer's log, the one under the agent's own name for it.
+// Groups of logs that claim one process (a copy keeps the writer's pid and creation time) or
+// one rank of one job: the log whose writer holds its lock wins, else the newest.
+// Between copies of a dead writer's log, the one under the agent's own name for it.
+void refuse_duplicates(const std::vector<LocalLog>& found, std::vector<bool>* keep,
+                       LocalLogs* out) {
   auto agent_named = [&](const LocalLog& l) {
     return ends_with(l.name, "." + std::to_string(l.pid) + "." + std::to_string(l.create_ns) +
                                  FR_LOG_FILE_SUFFIX);
@@ -248,7 +252,7 @@ LocalLogs list_local_logs(const LocalLogOptions& opts) {
   auto resolve = [&](auto key_of, const char* what) {
     std::map<std::string, std::vector<size_t>> groups;
     for (size_t i = 0; i < found.size(); ++i) {
-      if (!keep[i] || !found[i].has_header) continue;
+      if (!(*keep)[i] || !found[i].has_header) continue;
       std::string key = key_of(found[i]);
       if (!key.empty()) groups[key].push_back(i);
     }
@@ -260,12 +264,12 @@ LocalLogs list_local_logs(const LocalLogOptions& opts) {
       for (size_t m : members) {
         // Two live writers of one rank are two processes, not a copy: both stay.
         if (m == best || (found[m].locked && found[best].locked)) continue;
-        keep[m] = false;
-        out.refused.push_back({found[m].name, std::string("duplicate: ") + what + " as " +
-                                                  found[best].name + ", which " +
-                                                  (found[best].locked ? "its live writer holds"
-                                                                      : "is newer") +
-                                                  "; not counted as a process"});
+        (*keep)[m] = false;
+        out->refused.push_back({found[m].name, std::string("duplicate: ") + what + " as " +
+                                                   found[best].name + ", which " +
+                                                   (found[best].locked ? "its live writer holds"
+                                                                       : "is newer") +
+                                                   "; not counted as a process"});
       }
     }
   };
@@ -277,21 +281,39 @@ LocalLogs list_local_logs(const LocalLogOptions& opts) {
   resolve([](const LocalLog& l) {
     return l.rank >= 0 ? l.job_id + "\n" + std::to_string(l.rank) : std::string();
   }, "claims the same rank");
+}
 
-  // An unlocked log whose claimed writer still runs and was there when the log was made.
-  if (shared_pid_ns) {
-    for (size_t i = 0; i < found.size(); ++i) {
-      const LocalLog& l = found[i];
-      if (!keep[i] || !l.has_header || l.locked || l.snapshot) continue;
-      uint64_t start = 0;
-      if (process_start_ns(l.pid, &start) && start <= l.create_ns + kStartSlackNs) {
-        keep[i] = false;
-        out.refused.push_back({l.name, "its writer, pid " + std::to_string(l.pid) +
-                                           ", is alive but does not hold this log (a copy, or "
-                                           "the process exec'd): not a dead process"});
-      }
+// An unlocked log whose claimed writer still runs and was there when the log was made.
+void refuse_live_copies(const std::vector<LocalLog>& found, std::vector<bool>* keep,
+                        LocalLogs* out) {
+  for (size_t i = 0; i < found.size(); ++i) {
+    const LocalLog& l = found[i];
+    if (!(*keep)[i] || !l.has_header || l.locked || l.snapshot) continue;
+    uint64_t start = 0;
+    if (process_start_ns(l.pid, &start) && start <= l.create_ns + kStartSlackNs) {
+      (*keep)[i] = false;
+      out->refused.push_back({l.name, "its writer, pid " + std::to_string(l.pid) +
+                                          ", is alive but does not hold this log (a copy, or "
+                                          "the process exec'd): not a dead process"});
     }
   }
+}
+
+}  // namespace
+
+LocalLogs list_local_logs(const LocalLogOptions& opts) {
+  LocalLogs out;
+  DIR* d = ::opendir(opts.dir.c_str());
+  if (!d) {
+    out.error = "cannot read log directory " + opts.dir + ": " + std::strerror(errno);
+    return out;
+  }
+  std::vector<LocalLog> found = examine_dir(d, opts, &out);
+  ::closedir(d);
+  std::vector<bool> keep(found.size(), true);
+  const bool shared_pid_ns = refuse_foreign_locks(found, &keep, &out);
+  refuse_duplicates(found, &keep, &out);
+  if (shared_pid_ns) refuse_live_copies(found, &keep, &out);
 
   for (size_t i = 0; i < found.size(); ++i)
     if (keep[i]) out.logs.push_back(std::move(found[i]));

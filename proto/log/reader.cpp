@@ -30,11 +30,29 @@ ReadResult fail(ReadError e, const std::string& name, const std::string& what) {
   return r;
 }
 
-// Copies the header with relaxed word loads: a live writer updates its counters concurrently.
-fr_log_header load_header(const uint8_t* base) {
-  fr_log_header h;
+// What one version of the format defines of each structure (flight_log.h, FR_V<n>_*_BYTES).
+struct Layout {
+  uint32_t header, comm, record, graph;
+};
+
+Layout layout_of(uint32_t version) {
+  if (version == 1) return {FR_V1_HEADER_BYTES, FR_V1_COMM_BYTES, FR_V1_RECORD_BYTES, FR_V1_GRAPH_BYTES};
+  return {FR_V2_HEADER_BYTES, FR_V2_COMM_BYTES, FR_V2_RECORD_BYTES, FR_V2_GRAPH_BYTES};
+}
+
+// The bytes of a structure this reader copies: min(stored size, its own size), and for an older
+// version no more than that version defines (what lies past it reads as zero).
+size_t bytes_kept(uint32_t stored, size_t own, uint32_t version, uint32_t defined) {
+  size_t keep = std::min<size_t>(stored, own);
+  return version < FR_LOG_VERSION ? std::min<size_t>(keep, defined) : keep;
+}
+
+// Copies the header with relaxed word loads (a live writer updates its counters concurrently),
+// `keep` bytes of it; the rest stays zero.
+fr_log_header load_header(const uint8_t* base, size_t keep) {
+  fr_log_header h{};
   fr_copy_words_out(reinterpret_cast<uint64_t*>(&h), reinterpret_cast<const uint64_t*>(base),
-                    sizeof h / 8);
+                    keep / 8);
   return h;
 }
 
@@ -44,14 +62,13 @@ ReadError check_geometry(const fr_log_header& h, size_t size, std::string* why) 
     *why = std::move(s);
     return e;
   };
-  if (h.header_size < sizeof(fr_log_header) || h.comm_size < sizeof(fr_comm_entry) ||
-      h.record_size < sizeof(fr_record))
+  const Layout defined = layout_of(h.version);
+  if (h.comm_size < defined.comm || h.record_size < defined.record)
     return bad(ReadError::kCorrupt, "structure sizes smaller than version " +
                                         std::to_string(h.version) + " defines");
-  if (h.header_size % 8 || h.comm_size % 8 || h.record_size % 8 || h.comm_offset % 8 ||
-      h.ring_offset % 8)
+  if (h.comm_size % 8 || h.record_size % 8 || h.comm_offset % 8 || h.ring_offset % 8)
     return bad(ReadError::kCorrupt, "misaligned structure sizes or offsets");
-  if (h.header_size > (1u << 20) || h.comm_size > (1u << 16) || h.record_size > (1u << 16))
+  if (h.comm_size > (1u << 16) || h.record_size > (1u << 16))
     return bad(ReadError::kCorrupt, "implausible structure sizes");
   if (h.ring_capacity == 0 || h.ring_capacity > FR_MAX_RING_CAPACITY)
     return bad(ReadError::kCorrupt, "ring capacity " + std::to_string(h.ring_capacity) +
@@ -68,8 +85,11 @@ ReadError check_geometry(const fr_log_header& h, size_t size, std::string* why) 
   if (h.graph_capacity != 0 || h.capture_capacity != 0) {
     if (h.graph_capacity > FR_MAX_GRAPH_CAPACITY || h.capture_capacity > FR_MAX_CAPTURE_CAPACITY)
       return bad(ReadError::kCorrupt, "graph or capture capacity out of range");
-    if (h.graph_size < sizeof(fr_graph_entry) || h.graph_size % 8 || h.graph_size > (1u << 16) ||
-        h.graph_offset % 8 || h.capture_offset % 8)
+    if (h.graph_size < std::max<uint32_t>(defined.graph, 8))
+      return bad(ReadError::kCorrupt, "graph entry size " + std::to_string(h.graph_size) +
+                                          " smaller than version " + std::to_string(h.version) +
+                                          " defines");
+    if (h.graph_size % 8 || h.graph_size > (1u << 16) || h.graph_offset % 8 || h.capture_offset % 8)
       return bad(ReadError::kCorrupt, "misaligned or implausible graph sections");
     uint64_t graph_end = h.graph_offset + uint64_t{h.graph_capacity} * h.graph_size;
     uint64_t capture_end = h.capture_offset + uint64_t{h.capture_capacity} * h.record_size;
@@ -91,74 +111,109 @@ bool plausible_comm(const fr_comm_entry& c) {
   return true;
 }
 
-// Reads a slot under its lock, retrying while a live writer is in the middle of it.
-template <typename T, typename ReadFn>
-bool read_locked(const T* slot, T* out, bool live, ReadFn fn) {
-  for (int i = 0; i < (live ? kLiveRetries : 1); ++i) {
-    if (fn(slot, out)) return true;
-    uint64_t l = __atomic_load_n(&slot->lock, __ATOMIC_RELAXED);
-    if (l == 0) return false;  // never written: retrying will not help
-  }
-  return false;
-}
+// How the entries of one table are read: where they are, the stride the writer used, the bytes
+// kept of each (bytes_kept) and where the part under the sequence lock ends.
+struct Table {
+  const uint8_t* start = nullptr;
+  uint64_t stride = 0;
+  size_t keep = 0;
+  size_t locked_end = 0;
+  bool live = false;
 
-ReadResult parse(const uint8_t* base, size_t size, const std::string& name, int fd) {
+  const uint8_t* slot(uint64_t i) const { return start + i * stride; }
+  uint64_t lock(uint64_t i) const {
+    return __atomic_load_n(reinterpret_cast<const uint64_t*>(slot(i)), __ATOMIC_RELAXED);
+  }
+  // The format's sequence-lock read (fr_record_read, fr_comm_read, fr_graph_read) for an entry
+  // of the stored size: the words up to locked_end under the lock, the live words after it one
+  // by one. Retried while a live writer is in the middle of the entry.
+  template <typename T>
+  bool read(uint64_t i, T* out) const {
+    static_assert(sizeof(T) % 8 == 0, "entries are whole words");
+    auto* src = reinterpret_cast<const uint64_t*>(slot(i));
+    auto* dst = reinterpret_cast<uint64_t*>(out);
+    const size_t locked = std::min(locked_end, keep) / 8;
+    for (int attempt = 0; attempt < (live ? kLiveRetries : 1); ++attempt) {
+      uint64_t l1 = __atomic_load_n(&src[0], __ATOMIC_ACQUIRE);
+      if (l1 == 0) return false;  // never written: retrying will not help
+      if (l1 & 1u) continue;
+      fr_copy_words_out(dst + 1, src + 1, locked - 1);
+      __atomic_thread_fence(__ATOMIC_ACQUIRE);
+      if (__atomic_load_n(&src[0], __ATOMIC_RELAXED) != l1) continue;
+      dst[0] = l1;
+      fr_copy_words_out(dst + locked, src + locked, keep / 8 - locked);
+      return true;
+    }
+    return false;
+  }
+};
+
+// The header's first words: magic, version and size, then the whole header at that size.
+ReadResult read_header(const uint8_t* base, size_t size, const std::string& name, LogFile* log) {
   if (size < 16) return fail(ReadError::kTooSmall, name, size ? "too small to be a flight log (" +
                                                                     std::to_string(size) + " bytes)"
                                                               : "empty file");
   uint64_t magic;
-  uint32_t version;
+  uint32_t version, header_size;
   std::memcpy(&magic, base, 8);
   std::memcpy(&version, base + 8, 4);
+  std::memcpy(&header_size, base + 12, 4);
   if (magic != FR_LOG_MAGIC) return fail(ReadError::kBadMagic, name, "not a flight log (bad magic)");
   if (version == 0) return fail(ReadError::kCorrupt, name, "format version 0");
   if (version > FR_LOG_VERSION)
     return fail(ReadError::kNewerVersion, name,
                 "format version " + std::to_string(version) + " is newer than this reader (" +
                     std::to_string(FR_LOG_VERSION) + "); upgrade fr");
-  if (size < sizeof(fr_log_header))
-    return fail(ReadError::kTruncated, name, "truncated inside the header");
-
-  LogFile log;
-  log.path = name;
-  log.header = load_header(base);
-  fr_log_header& h = log.header;
+  const uint32_t defined = layout_of(version).header;
+  if (header_size < defined || header_size % 8 || header_size > (1u << 20))
+    return fail(ReadError::kCorrupt, name,
+                "header size " + std::to_string(header_size) + " where version " +
+                    std::to_string(version) + " defines " + std::to_string(defined) + " bytes");
+  if (size < header_size) return fail(ReadError::kTruncated, name, "truncated inside the header");
+  log->path = name;
+  log->header = load_header(base, bytes_kept(header_size, sizeof(fr_log_header), version, defined));
+  fr_log_header& h = log->header;
   std::string why;
   if (ReadError e = check_geometry(h, size, &why); e != ReadError::kNone) return fail(e, name, why);
   h.job_id[FR_NAME_LEN - 1] = h.hostname[FR_NAME_LEN - 1] = h.exe[FR_NAME_LEN - 1] = '\0';
-  log.is_snapshot = (h.flags & FR_LOG_F_SNAPSHOT) != 0;
-  const bool live = !log.is_snapshot;
+  log->is_snapshot = (h.flags & FR_LOG_F_SNAPSHOT) != 0;
+  return ReadResult{};
+}
 
-  // Communicators. Entries of a newer, larger layout share our prefix, so we read that prefix.
-  std::unordered_map<uint64_t, size_t> comm_index;
-  for (uint32_t i = 0; i < h.comm_capacity; ++i) {
-    auto* slot = reinterpret_cast<const fr_comm_entry*>(base + h.comm_offset + uint64_t{i} * h.comm_size);
-    if (__atomic_load_n(&slot->lock, __ATOMIC_RELAXED) == 0) continue;
+// Communicators; a communicator registered twice keeps its newest entry. Returns id -> index.
+std::unordered_map<uint64_t, size_t> read_comms(const Table& t, uint32_t capacity, LogFile* log) {
+  std::unordered_map<uint64_t, size_t> index;
+  for (uint32_t i = 0; i < capacity; ++i) {
+    if (t.lock(i) == 0) continue;
     fr_comm_entry c{};
-    if (!read_locked(slot, &c, live, fr_comm_read) || !plausible_comm(c)) {
-      ++log.comms_torn;
+    if (!t.read(i, &c) || !plausible_comm(c)) {
+      ++log->comms_torn;
       continue;
     }
     c.name[FR_NAME_LEN - 1] = '\0';
-    if (comm_index.count(c.id)) {  // a communicator registered twice: keep the newest entry
-      log.comms[comm_index[c.id]] = c;
+    if (auto it = index.find(c.id); it != index.end()) {
+      log->comms[it->second] = c;
       continue;
     }
-    comm_index[c.id] = log.comms.size();
-    log.comms.push_back(c);
+    index[c.id] = log->comms.size();
+    log->comms.push_back(c);
   }
+  return index;
+}
 
-  // Records: ids [counter - capacity, counter) are in the ring, each in slot id % capacity.
+// Records: ids [counter - capacity, counter) are in the ring, each in slot id % capacity.
+void read_ring(const Table& t, const std::unordered_map<uint64_t, size_t>& comm_index,
+               LogFile* log) {
+  const fr_log_header& h = log->header;
   const uint64_t counter = h.record_counter;
   const uint64_t first = counter > h.ring_capacity ? counter - h.ring_capacity : 0;
-  log.records.reserve(counter - first);
+  log->records.reserve(counter - first);
   for (uint64_t id = first; id < counter; ++id) {
-    auto* slot = reinterpret_cast<const fr_record*>(base + h.ring_offset +
-                                                    (id % h.ring_capacity) * h.record_size);
+    const uint64_t slot = id % h.ring_capacity;
     Record rec{};
-    if (!read_locked(slot, &rec.raw, live, fr_record_read) || rec.raw.id != id) {
+    if (!t.read(slot, &rec.raw) || rec.raw.id != id) {
       // In a dump, an empty slot is a record the snapshot already refused (counted there).
-      if (live || __atomic_load_n(&slot->lock, __ATOMIC_RELAXED) != 0) ++log.torn;
+      if (t.live || t.lock(slot) != 0) ++log->torn;
       continue;
     }
     // An out-of-range state (hostile or newer writer) reads as unknown, never as an enum value
@@ -166,52 +221,79 @@ ReadResult parse(const uint8_t* base, size_t size, const std::string& name, int 
     if (rec.raw.gpu_state > FR_GPU_COMPLETED) rec.raw.gpu_state = FR_GPU_NONE;
     rec.gpu_state = static_cast<fr_gpu_state>(rec.raw.gpu_state);
     if (auto it = comm_index.find(rec.raw.comm_id); it != comm_index.end()) {
-      const fr_comm_entry& c = log.comms[it->second];
+      const fr_comm_entry& c = log->comms[it->second];
       rec.gpu_state = fr_resolve_gpu_state(&rec.raw, c.gpu_started, c.gpu_completed);
     }
-    log.records.push_back(rec);
+    log->records.push_back(rec);
   }
+}
 
-  // Graphs and their captured ops (version 2 on; capacities are 0 before).
+// Graphs and their captured ops (version 2 on; capacities are 0 before).
+void read_graphs(const Table& graphs, const Table& captures, LogFile* log) {
+  const fr_log_header& h = log->header;
   for (uint32_t i = 0; i < h.graph_capacity; ++i) {
-    auto* slot = reinterpret_cast<const fr_graph_entry*>(base + h.graph_offset + uint64_t{i} * h.graph_size);
-    if (__atomic_load_n(&slot->lock, __ATOMIC_RELAXED) == 0) continue;
+    if (graphs.lock(i) == 0) continue;
     fr_graph_entry g{};
-    if (!read_locked(slot, &g, live, fr_graph_read) || g.id == 0 || g.ordinal == 0) {
-      ++log.torn;
+    if (!graphs.read(i, &g) || g.id == 0 || g.ordinal == 0) {
+      ++log->torn;
       continue;
     }
-    log.graphs.push_back(g);
+    log->graphs.push_back(g);
   }
   for (uint32_t i = 0; i < h.capture_capacity; ++i) {
-    auto* slot = reinterpret_cast<const fr_record*>(base + h.capture_offset + uint64_t{i} * h.record_size);
-    if (__atomic_load_n(&slot->lock, __ATOMIC_RELAXED) == 0) continue;
+    if (captures.lock(i) == 0) continue;
     fr_record r{};
-    if (!read_locked(slot, &r, live, fr_record_read) || !(r.flags & FR_REC_F_CAPTURED)) {
-      ++log.torn;
+    if (!captures.read(i, &r) || !(r.flags & FR_REC_F_CAPTURED)) {
+      ++log->torn;
       continue;
     }
     if (r.gpu_state > FR_GPU_COMPLETED) r.gpu_state = FR_GPU_NONE;
-    log.captures.push_back(r);
+    log->captures.push_back(r);
   }
+}
 
-  if (live) {
-    log.writer_alive = false;
-    if (fd >= 0) {
-      struct flock fl {};
-      fl.l_type = F_WRLCK;
-      fl.l_whence = SEEK_SET;
-      fl.l_start = 0;
-      fl.l_len = 1;
-      if (fcntl(fd, F_GETLK, &fl) == 0 && fl.l_type != F_UNLCK) {
-        log.writer_alive = true;
-        log.lock_pid = fl.l_pid;
-      }
-    }
-  } else {
-    log.writer_alive = h.writer_alive == 1;
+// A live log's writer holds a POSIX lock on its first byte; a dump says whether it lived.
+void read_liveness(int fd, LogFile* log) {
+  if (log->is_snapshot) {
+    log->writer_alive = log->header.writer_alive == 1;
+    return;
   }
+  log->writer_alive = false;
+  if (fd < 0) return;
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = 0;
+  fl.l_len = 1;
+  if (fcntl(fd, F_GETLK, &fl) == 0 && fl.l_type != F_UNLCK) {
+    log->writer_alive = true;
+    log->lock_pid = fl.l_pid;
+  }
+}
 
+ReadResult parse(const uint8_t* base, size_t size, const std::string& name, int fd) {
+  LogFile log;
+  if (ReadResult bad = read_header(base, size, name, &log); !bad.message.empty()) return bad;
+  const fr_log_header& h = log.header;
+  const Layout defined = layout_of(h.version);
+  const bool live = !log.is_snapshot;
+  auto table = [&](uint64_t offset, uint32_t stored, size_t own, uint32_t version_bytes,
+                   size_t locked_end) {
+    return Table{base + offset, stored, bytes_kept(stored, own, h.version, version_bytes),
+                 locked_end, live};
+  };
+  const Table comms = table(h.comm_offset, h.comm_size, sizeof(fr_comm_entry), defined.comm,
+                            offsetof(fr_comm_entry, state));
+  const Table ring = table(h.ring_offset, h.record_size, sizeof(fr_record), defined.record,
+                           sizeof(fr_record));
+  const Table graphs = table(h.graph_offset, h.graph_size, sizeof(fr_graph_entry), defined.graph,
+                             offsetof(fr_graph_entry, n_ops));
+  const Table captures = table(h.capture_offset, h.record_size, sizeof(fr_record), defined.record,
+                               sizeof(fr_record));
+  auto comm_index = read_comms(comms, h.comm_capacity, &log);
+  read_ring(ring, comm_index, &log);
+  read_graphs(graphs, captures, &log);
+  read_liveness(fd, &log);
   ReadResult r;
   r.log = std::move(log);
   return r;

@@ -562,7 +562,7 @@ TEST_CASE("torch: export to PyTorch's JSON schema and read back", "[torch]") {
   // What PyTorch's fr_trace reads from each file holds: ranks parse as Python literals, the
   // profiling names split as its Op class splits them, p2p ranks are group ranks.
   json d0 = json::parse(read_text(tmp.path + "/out/nccl_trace_rank_0"));
-  CHECK(d0["version"] == t::kTorchSchemaVersion);
+  CHECK(d0["version"] == t::kTorchExportVersion);
   CHECK(d0["pg_config"]["1111222233334444"]["ranks"] == "[0, 1, 2]");
   CHECK(d0["pg_config"]["00000000000a0b0c"]["ranks"] == "[0, 2]");
   CHECK(d0["pg_config"]["00000000000a0b0c"]["desc"] == "pp");

@@ -1,0 +1,287 @@
+// One flight log reduced to the compact Proc the analysis reads (model.h): its communicators, its
+// records as Ops grouped by communicator, CUDA graph replays expanded into the ops they ran,
+// shrink exclusions and grow aliases. load.cpp calls it once per file, on its reading threads, so
+// a whole LogFile never outlives its reading.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+#include "analyzer/model.h"
+
+namespace fr::analyzer {
+
+namespace {
+
+// A record as the analysis sees it: one the program issued, or one made from a graph replay.
+struct Entry {
+  fr_record raw;
+  fr_gpu_state gpu_state;
+  bool replayed = false;
+  ReplayTag tag;
+};
+
+// The GPU state of captured op `pos` (on communicator `c`) in the newest replay of graph
+// `ordinal`, from the positions the graph writes into the communicator's entry.
+fr_gpu_state replay_state(const fr_comm_entry* c, uint32_t ordinal, uint32_t pos) {
+  if (c == nullptr) return FR_GPU_ENQUEUED;
+  if (FR_GRAPH_POS_ORDINAL(c->graph_completed) == ordinal && FR_GRAPH_POS_OP(c->graph_completed) >= pos)
+    return FR_GPU_COMPLETED;
+  if (FR_GRAPH_POS_ORDINAL(c->graph_started) == ordinal && FR_GRAPH_POS_OP(c->graph_started) >= pos)
+    return FR_GPU_STARTED;
+  return FR_GPU_ENQUEUED;
+}
+
+// Every record of the log, each graph replay followed by the ops it ran (the graph's captured ops,
+// from the capture table). Replayed ops take their sequence numbers from the communicator's
+// counters, which advance by the graph's ops at each replay: counted back from the newest
+// (the entry's counter), re-anchored at every op the program issued itself.
+std::vector<Entry> expand_replays(const fr::log::LogFile& log, uint32_t* n_graphs, uint64_t* n_replays) {
+  struct Graph {
+    const fr_graph_entry* entry;
+    std::vector<const fr_record*> ops;  // by position
+    bool positions = false;
+  };
+  std::unordered_map<uint64_t, Graph> graphs;
+  for (const fr_graph_entry& g : log.graphs)
+    graphs[g.id] = Graph{&g, {}, (g.flags & FR_GRAPH_F_GPU_POSITION) != 0};
+  for (const fr_record& r : log.captures) {
+    auto it = graphs.find(r.aux);
+    if (it == graphs.end() || r.op_index == 0 || r.op_index > 65536) continue;
+    if (!fr::log::op_is_collective(r.op) && !fr::log::op_is_p2p(r.op)) continue;
+    auto& ops = it->second.ops;
+    if (ops.size() < r.op_index) ops.resize(r.op_index, nullptr);
+    ops[r.op_index - 1] = &r;
+  }
+  *n_graphs = static_cast<uint32_t>(graphs.size());
+  // Each launch resets the positions of its communicators: they belong to the newest launch.
+  uint64_t newest_launch = UINT64_MAX;
+  for (const auto& rec : log.records)
+    if (rec.raw.op == FR_OP_GRAPH_LAUNCH && !(rec.raw.flags & FR_REC_F_NEVER_LAUNCHED))
+      newest_launch = rec.raw.id;
+
+  std::vector<Entry> out;
+  out.reserve(log.records.size());
+  const bool markers = (log.header.flags & FR_LOG_F_GPU_MARKERS) != 0;
+  for (const auto& rec : log.records) {
+    out.push_back(Entry{rec.raw, rec.gpu_state, false, ReplayTag{}});
+    if (rec.raw.op != FR_OP_GRAPH_LAUNCH || (rec.raw.flags & FR_REC_F_NEVER_LAUNCHED)) continue;
+    auto it = graphs.find(rec.raw.aux);
+    if (it == graphs.end()) continue;
+    ++*n_replays;
+    const Graph& g = it->second;
+    for (size_t k = 0; k < g.ops.size(); ++k) {
+      const fr_record* t = g.ops[k];
+      if (t == nullptr || (t->flags & FR_REC_F_NEVER_LAUNCHED)) continue;
+      Entry e{*t, FR_GPU_ENQUEUED, true,
+              ReplayTag{rec.raw.seq, g.entry->ordinal, static_cast<uint32_t>(k + 1),
+                        static_cast<uint32_t>(g.ops.size())}};
+      e.raw.id = rec.raw.id;
+      e.raw.seq = 0;
+      e.raw.call_ns = rec.raw.call_ns + k;  // in graph order, for "which op waits longest"
+      e.raw.duration_ns = 0;
+      e.raw.result = 0;
+      e.raw.flags = (t->flags & ~(FR_REC_F_CAPTURED | FR_REC_F_IN_CALL | FR_REC_F_GPU_POSITION)) |
+                    FR_REC_F_LAUNCHED;
+      if (!markers || !g.positions || !(t->flags & FR_REC_F_GPU_POSITION)) {
+        e.raw.flags |= FR_REC_F_GPU_UNTRACKED;
+      } else if (rec.raw.id != newest_launch) {
+        e.gpu_state = FR_GPU_COMPLETED;  // a newer launch followed it on the stream
+      } else {
+        e.gpu_state = replay_state(log.find_comm(t->comm_id), g.entry->ordinal, e.tag.pos);
+      }
+      e.raw.gpu_state = static_cast<uint8_t>(e.gpu_state);
+      out.push_back(e);
+    }
+  }
+  // Sequence numbers, per communicator and kind, counted back from the newest.
+  std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> next;  // comm -> (coll, p2p)
+  for (const fr_comm_entry& c : log.comms) next[c.id] = {c.coll_seq + 1, c.p2p_seq + 1};
+  for (size_t i = out.size(); i-- > 0;) {
+    Entry& e = out[i];
+    bool coll = fr::log::op_is_collective(e.raw.op), p2p = fr::log::op_is_p2p(e.raw.op);
+    if (!coll && !p2p) continue;
+    if (!e.replayed && (e.raw.flags & FR_REC_F_CAPTURED)) continue;
+    auto [it, fresh] = next.try_emplace(e.raw.comm_id, std::pair<uint64_t, uint64_t>{0, 0});
+    uint64_t& cur = coll ? it->second.first : it->second.second;
+    if (!e.replayed) {
+      if (e.raw.seq != 0) cur = e.raw.seq;
+    } else if (cur > 1) {
+      e.raw.seq = --cur;
+    } else {
+      e.raw.seq = 0;  // older than anything the counters can place: shown, never matched
+      e.raw.flags |= FR_REC_F_NEVER_LAUNCHED;
+    }
+    (void)fresh;
+  }
+  return out;
+}
+
+// The communicator table as ProcComms, then a stub for each communicator only records name (the
+// table lost it: dropped or torn). Returns, per record, the index of its communicator.
+std::vector<uint32_t> proc_comms(const fr::log::LogFile& log, const std::vector<Entry>& records,
+                                 Proc* p) {
+  std::unordered_map<uint64_t, uint32_t> index;
+  p->comms.reserve(log.comms.size());
+  for (const fr_comm_entry& c : log.comms) {
+    ProcComm pc;
+    pc.id = c.id;
+    pc.parent = c.parent_id;
+    pc.name = std::string(c.name, strnlen(c.name, FR_NAME_LEN));
+    pc.size = c.size;
+    pc.rank = c.rank;
+    pc.origin = c.origin;
+    pc.state = c.state;
+    pc.async_error = c.async_error;
+    pc.coll_seq = c.coll_seq;
+    pc.p2p_seq = c.p2p_seq;
+    pc.op_index = c.op_index;
+    pc.gpu_started = c.gpu_started;
+    pc.gpu_completed = c.gpu_completed;
+    pc.last_call_ns = c.last_call_ns;
+    pc.has_entry = true;
+    index.emplace(c.id, static_cast<uint32_t>(p->comms.size()));
+    p->comms.push_back(std::move(pc));
+  }
+  std::vector<uint32_t> per_comm;
+  per_comm.reserve(records.size());
+  for (const auto& rec : records) {
+    auto it = index.find(rec.raw.comm_id);
+    if (it == index.end()) {
+      ProcComm pc;
+      pc.id = rec.raw.comm_id;
+      it = index.emplace(rec.raw.comm_id, static_cast<uint32_t>(p->comms.size())).first;
+      p->comms.push_back(std::move(pc));
+    }
+    per_comm.push_back(it->second);
+  }
+  return per_comm;
+}
+
+// One record as an Op (of communicator `comm`).
+void fill_op(const Entry& e, uint32_t comm, Op* o) {
+  const fr_record& r = e.raw;
+  o->seq = r.seq;
+  o->count = r.count;
+  o->call_ns = r.call_ns;
+  o->duration_ns = r.duration_ns;
+  o->group_id = r.group_id;
+  o->comm = comm;
+  o->op = r.op;
+  o->dtype = r.dtype;
+  // Copied as bytes: a damaged file may hold a value outside the enum, which reads as unknown.
+  std::underlying_type_t<fr_gpu_state> gs;
+  std::memcpy(&gs, &e.gpu_state, sizeof gs);
+  o->gpu_state = gs <= FR_GPU_COMPLETED ? static_cast<uint8_t>(gs) : static_cast<uint8_t>(FR_GPU_NONE);
+  o->redop = r.redop;
+  o->peer = r.peer;
+  o->result = r.result;
+  o->flags = r.flags | (e.replayed ? kOpReplayed : 0u);
+  if (r.op == FR_OP_PUT_SIGNAL || r.op == FR_OP_SIGNAL || r.op == FR_OP_WAIT_SIGNAL) {
+    // Signals carry no reduction or data type worth keeping: their signal index goes in redop,
+    // their context in dtype (255 stands for 255 and above), so Op stays 64 bytes.
+    const int32_t ctx = FR_SIGNAL_AUX_CTX(r.aux);
+    o->redop = FR_SIGNAL_AUX_SIG_IDX(r.aux);
+    o->dtype = ctx >= 0 && ctx < 255 ? static_cast<uint8_t>(ctx) : uint8_t{255};
+  }
+}
+
+// The ops, grouped by communicator (a counting sort keeps record order inside each one).
+void proc_ops(const std::vector<Entry>& records, const std::vector<uint32_t>& per_comm, Proc* p) {
+  std::vector<uint32_t> start(p->comms.size() + 1, 0);
+  for (uint32_t c : per_comm) ++start[c + 1];
+  for (size_t i = 1; i < start.size(); ++i) start[i] += start[i - 1];
+  for (size_t i = 0; i < p->comms.size(); ++i) {
+    p->comms[i].ops_begin = start[i];
+    p->comms[i].ops_end = start[i + 1];
+  }
+  p->ops.resize(records.size());
+  std::vector<uint32_t> fill(start.begin(), start.end() - 1);
+  for (size_t i = 0; i < records.size(); ++i) {
+    const fr_record& r = records[i].raw;
+    ProcComm& pc = p->comms[per_comm[i]];
+    const uint32_t at = fill[per_comm[i]]++;
+    if (records[i].replayed) p->replays.emplace_back(at, records[i].tag);
+    if (r.op == FR_OP_COMM_SHRINK) p->shrinks.push_back({at, {r.sendbuff, r.recvbuff}});
+    fill_op(records[i], per_comm[i], &p->ops[at]);
+    // The table entry's counters may lag a record written just before the copy.
+    if (fr::log::op_is_collective(r.op)) pc.coll_seq = std::max(pc.coll_seq, r.seq);
+    if (fr::log::op_is_p2p(r.op)) pc.p2p_seq = std::max(pc.p2p_seq, r.seq);
+    if (!pc.has_entry && pc.size < 0) pc.size = -1;
+    pc.last_call_ns = std::max(pc.last_call_ns, r.call_ns);
+  }
+  std::sort(p->replays.begin(), p->replays.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(p->shrinks.begin(), p->shrinks.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+}
+
+// The coordinating member of a grow: the unique id it made on the parent names, for the joining
+// ranks, the communicator its grow derived.
+void proc_grow_aliases(const fr::log::LogFile& log, Proc* p) {
+  std::unordered_map<uint64_t, uint64_t> uid_on_parent;  // parent id -> unique id hash
+  for (const auto& rec : log.records) {
+    const fr_record& r = rec.raw;
+    if (r.op == FR_OP_COMM_GET_UNIQUE_ID && r.result == 0 && r.aux != 0) {
+      uid_on_parent[r.comm_id] = r.aux;
+    } else if (r.op == FR_OP_COMM_GROW && r.comm_id != 0 && r.aux != 0 &&
+               (r.result == 0 || r.result == 7 /* ncclInProgress */)) {
+      auto it = uid_on_parent.find(r.comm_id);
+      if (it == uid_on_parent.end()) continue;
+      p->grow_aliases.emplace_back(it->second, r.aux);
+      uid_on_parent.erase(it);  // each unique id serves one grow
+    }
+  }
+}
+
+}  // namespace
+
+const ReplayTag* replay_of(const Proc& p, const Op* o) {
+  if (o == nullptr || !(o->flags & kOpReplayed) || p.ops.empty()) return nullptr;
+  if (o < p.ops.data() || o >= p.ops.data() + p.ops.size()) return nullptr;
+  uint32_t idx = static_cast<uint32_t>(o - p.ops.data());
+  auto it = std::lower_bound(p.replays.begin(), p.replays.end(), idx,
+                             [](const std::pair<uint32_t, ReplayTag>& a, uint32_t i) { return a.first < i; });
+  return it != p.replays.end() && it->first == idx ? &it->second : nullptr;
+}
+
+Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind) {
+  Proc p;
+  const fr_log_header& h = log.header;
+  p.file = log.path;
+  p.host = log.hostname();
+  p.job_id = log.job_id();
+  p.source_kind = source_kind;
+  p.rank = h.global_rank;
+  p.world_size = h.world_size;
+  p.pid = h.pid;
+  p.alive = log.writer_alive;
+  p.snapshot = log.is_snapshot;
+  p.flags = h.flags;
+  p.gpu_tracked = (h.flags & FR_LOG_F_NO_GPU_TRACKING) == 0;
+  p.create_ns = h.create_ns;
+  p.snapshot_ns = h.snapshot_ns;
+  p.heartbeat_ns = h.heartbeat_ns;
+  p.overwritten = h.overwritten;
+  p.torn = log.torn + (log.is_snapshot ? h.torn_skipped : 0);
+  p.records = log.records.size();
+  const std::vector<Entry> records = expand_replays(log, &p.graphs, &p.graph_replays);
+  const std::vector<uint32_t> per_comm = proc_comms(log, records, &p);
+  proc_ops(records, per_comm, &p);
+  proc_grow_aliases(log, &p);
+  // A rank the writer never learned: its rank in the largest communicator (DESIGN.md "Identity").
+  if (p.rank < 0) {
+    int best = -1;
+    for (const auto& pc : p.comms)
+      if (pc.has_entry && pc.rank >= 0 && pc.size > best) {
+        best = pc.size;
+        p.rank = pc.rank;
+        if (p.world_size < 0) p.world_size = pc.size;
+      }
+  }
+  return p;
+}
+
+}  // namespace fr::analyzer
