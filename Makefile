@@ -55,8 +55,10 @@ test-asan: deps
 test-asan-daemon: deps
 	cmake -S . -B build-asan-all -DFR_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug
 	cmake --build build-asan-all -j $(JOBS) --target frd fr-simjob fr-simjob-rank fr_agent \
-	  fr-analyze frsim_nvml stack_target daemon_logic_test daemon_rpc_test daemon_e2e_test \
-	  daemon_context_test
+	  fr-analyze frsim_nvml stack_target daemon_crc32c_test daemon_names_test daemon_clock_test \
+	  daemon_watcher_test daemon_coordinator_test daemon_coordinator_uploads_test \
+	  daemon_coordinator_recovery_test daemon_coordinator_status_test daemon_assembly_test \
+	  daemon_node_state_test daemon_rpc_test daemon_e2e_test daemon_context_test
 	cd build-asan-all && ASAN_OPTIONS="detect_leaks=1:verify_asan_link_order=0" \
 	  UBSAN_OPTIONS="print_stacktrace=1" ctest --output-on-failure -L daemon -j $(JOBS)
 

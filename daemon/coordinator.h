@@ -303,10 +303,21 @@ class CoordinatorState {
   void open(IncidentKind kind, const std::string& reason, int64_t now_mono, Actions* actions,
             const Node* trigger);
   void check_collected(Incident& inc, int64_t now_mono, Actions* actions);
+  // tick()'s passes, in order: nodes gone silent, incidents whose condition cleared, slow-rank
+  // findings not seen lately, and (when no incident is active) detection of a new one.
+  std::vector<const Node*> mark_lost(int64_t now_mono, Actions* actions);
+  void close_if_cleared(Incident& inc, Actions* actions);
+  void age_findings(int64_t now_mono, Actions* actions);
+  void detect(const std::vector<const Node*>& newly_lost, int64_t now_mono, Actions* actions);
+  std::string stall_reason(const Node& n) const;
   AssemblyJob make_job(const Incident& inc) const;
   nlohmann::json incident_json(const Incident& inc) const;
   void persist(const Incident& inc, Actions* actions) const;
   void recover();
+  // begin_upload for an incident this run does not know: one a previous run left on disk.
+  // False: refused (*error); *duplicate: this node's dump is already in.
+  bool recover_incident(const DumpHeader& hdr, bool job_known, Incident** inc, bool* duplicate,
+                        std::string* error);
   bool needed_by_incident(const std::string& node) const;
   void forget(int64_t now_mono);
   void node_json(const Node& n, int64_t now_mono, bool summary, std::string* out) const;

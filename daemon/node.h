@@ -6,23 +6,26 @@
 // incident's directory and telling the coordinator (which checks them; if it cannot see them the
 // node uploads after all). When the coordinator is away it reconnects with backoff; dumps not yet
 // delivered go out after the reconnect, so a coordinator restart loses nothing.
+//
+// Every decision (the welcome, the job filter, which dump requests count, re-queueing, backoff)
+// is NodeState's (node_state.h); this class is its gRPC, file and thread adapter.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <thread>
 
 #include "daemon/client.h"
 #include "daemon/logger.h"
 #include "daemon/model.h"
+#include "daemon/node_state.h"
 #include "daemon/nvml.h"
 #include "daemon/stacks.h"
+#include "daemon/watcher.h"
 #include "log/local_logs.h"
 #include "log/snapshot.h"
 
@@ -61,20 +64,21 @@ class NodeDaemon {
   // Prometheus text for `frd node --metrics-listen` (safe from any thread).
   std::string metrics() const;
 
-  // One dump: incident ids repeat across jobs, so the job is part of its name.
-  struct Key {
-    std::string job;
-    std::string incident;
-    bool operator<(const Key& o) const {
-      return job != o.job ? job < o.job : incident < o.incident;
-    }
-    bool operator==(const Key& o) const { return job == o.job && incident == o.incident; }
-  };
+  using Key = DumpKey;
 
  private:
   struct Stream;
-  void connect_once(bool* welcomed);
+  static NodeOptions settle(NodeOptions o);
+  // One connection to the coordinator: hello, a reader thread for its commands, heartbeats
+  // until the stream ends.
+  void connect_once();
+  bool send_hello(Stream& s);
+  void read_commands(Stream& s, std::atomic<bool>* done);
+  void heartbeat_loop(Stream& s, const std::atomic<bool>& reader_done);
+  bool send_heartbeat(Stream& s, ScanResult scan);
   void dump_loop();
+  // Carries out what the state decided (called with mu_ held or not; logging takes no lock).
+  void apply(const NodeActions& a);
   std::string spool_of(const Key& k) const;
   bool take_dump(const Key& k, std::string* error);
   // The stacks and GPU health beside a dump's logs; returns the files written.
@@ -83,11 +87,12 @@ class NodeDaemon {
   // The cheap GPU reading of a heartbeat: its problems, one line each; new Xid events are also
   // logged at once.
   std::vector<std::string> check_gpus();
-  // 1 delivered, 0 try again later, -1 refused for good.
-  int deliver(const Key& k, std::string* error);
-  int upload(const Key& k, const DumpHeader& h, std::string* error);
-  // As upload, and 2: the coordinator cannot see the shared dir (upload instead).
-  int place(const Key& k, const DumpHeader& h, std::string* error);
+  DeliveryOutcome deliver(const Key& k, std::string* error);
+  DeliveryOutcome upload(const Key& k, const DumpHeader& h, std::string* error);
+  // Writes the files into the shared dump dir and tells the coordinator; kUploadInstead when
+  // the coordinator cannot see them there.
+  DeliveryOutcome place(const Key& k, const DumpHeader& h, std::string* error);
+  DeliveryOutcome placed_reply(const Key& k, const DumpHeader& h, std::string* error);
   void send_dump_status(const std::string& incident, bool ok, const std::string& error);
   void log(const std::string& line, LogLevel level = LogLevel::kInfo);
   // Says at once, then at a bounded rate, that the log directory cannot be read; and when it can
@@ -100,21 +105,12 @@ class NodeDaemon {
   std::atomic<bool> stopping_{false};
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Key> queue_;               // dumps to take or to deliver
-  std::set<Key> pending_;               // taken or queued, not yet delivered
-  std::set<Key> delivered_;
-  std::set<Key> warned_foreign_;       // other jobs' dumps already named in the log
-  std::string job_filter_;
-  int64_t coordinator_stall_ns_ = 0;    // the coordinator's threshold, from its Welcome
-  std::string upload_key_;  // the current connection's (Welcome.upload_key)
+  NodeState state_;                     // every decision (guarded by mu_)
   Stream* stream_ = nullptr;            // the live control stream, guarded by mu_
   std::thread dumper_;
-  // Conditions that persist, said at a bounded rate (guarded by mu_).
-  LogThrottle unreachable_{30'000'000'000}, log_dir_missing_{30'000'000'000};
   // For metrics.
   std::atomic<bool> connected_{false};
-  std::atomic<uint64_t> heartbeats_{0}, connects_{0}, connect_failures_{0}, dumps_delivered_{0},
-      dumps_failed_{0}, processes_{0}, processes_alive_{0};
+  std::atomic<uint64_t> heartbeats_{0}, processes_{0}, processes_alive_{0};
   GpuMonitor gpus_;
   size_t xids_seen_ = 0;
 };

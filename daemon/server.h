@@ -60,7 +60,7 @@ class CoordinatorServer {
 
   nlohmann::json status();
 
-  struct Impl;  // the reactors in server.cpp reach it
+  struct Impl;  // server_impl.h: shared by the server's units (server*.cpp)
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -1,0 +1,122 @@
+// frd node: the sidecar on each node (daemon/node.h). Turns the flags into NodeOptions, holds the
+// node lock of the log directory, serves the metrics when asked, and runs until SIGINT or SIGTERM.
+#include "commands.h"
+
+#include <cstdio>
+#include <thread>
+
+#include "daemon/logger.h"
+#include "daemon/metrics_http.h"
+#include "daemon/node.h"
+#include "daemon/node_lock.h"
+#include "daemon/server.h"
+#include "daemon/stacks.h"
+
+namespace frd {
+
+namespace {
+
+// "65536", "512K", "1.5M", "2G" (powers of 1024): a positive byte count.
+bool parse_rate(const std::string& text, uint64_t* out) {
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || !(v > 0)) return false;
+  std::string unit(end);
+  double mult = 1;
+  if (unit == "K" || unit == "k") mult = 1024;
+  else if (unit == "M" || unit == "m") mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "g") mult = 1024.0 * 1024 * 1024;
+  else if (!unit.empty()) return false;
+  v *= mult;
+  if (v < 1 || v > 1e15) return false;
+  *out = uint64_t(v);
+  return true;
+}
+
+int usage(const std::string& error) {
+  std::fprintf(stderr, "frd node: %s\n", error.c_str());
+  return 2;
+}
+
+int failed(const std::string& error) {
+  std::fprintf(stderr, "frd node: %s\n", error.c_str());
+  return 1;
+}
+
+}  // namespace
+
+void NodeCommand::add(CLI::App& parent) {
+  app = parent.add_subcommand("node", "run the node sidecar");
+  client.add(app, true);
+  app->add_option("--log-dir", log_dir, "directory holding the flight logs")->required();
+  app->add_option("--log-owner", owners, kOwnerHelp);
+  app->add_option("--node-name", node_name, "this node's name (default: the host name)");
+  app->add_option("--heartbeat-interval", heartbeat_interval, "seconds between heartbeats")
+      ->capture_default_str()->check(CLI::Range(0.05, 3600.0));
+  app->add_option("--stall-after", stall_after, "seconds in flight before an op is reported at once")
+      ->capture_default_str()->check(CLI::Range(0.1, 1e6));
+  app->add_option("--dump-dir", dump_dir, "spool: dumps wait here until delivered");
+  app->add_option("--upload-rate", upload_rate,
+                  "most bytes per second an upload may send, e.g. 50M (default: no limit)");
+  app->add_option("--metrics-listen", metrics_listen,
+                  "HOST:PORT for this node daemon's Prometheus metrics over HTTP");
+  app->add_option("--shared-dump-dir", shared_dump_dir,
+                  "the coordinator's --dump-dir as mounted on this node: write dumps there "
+                  "instead of uploading them");
+  context.add(app);
+}
+
+int NodeCommand::run() const {
+  fr::daemon::NodeOptions o;
+  std::string error;
+  if (!client.resolve("frd node", &o.client, &error)) return usage(error);
+  o.log_dir = log_dir;
+  if (!log_owners(owners, &o.log_owners, &error)) return usage("--log-owner: " + error);
+  o.node_name = node_name;
+  o.spool_dir = dump_dir;
+  o.shared_dump_dir = shared_dump_dir;
+  if (!upload_rate.empty() && !parse_rate(upload_rate, &o.upload_bytes_per_sec))
+    return usage("--upload-rate: '" + upload_rate + "' is not a byte count like 65536, 512K or 50M");
+  o.heartbeat_interval_ns = to_ns(heartbeat_interval);
+  o.stall_after_ns = to_ns(stall_after);
+  o.stacks = fr::daemon::stack_options(context.py_spy, context.stack_budget, context.no_stacks);
+  o.nvml_lib = context.nvml_lib;
+  // One node daemon per log directory (fr-run relies on it); one that cannot make the lock
+  // file (say, the directory is missing yet) runs on unlocked.
+  fr::daemon::NodeLock node_lock;
+  auto locked = node_lock.acquire(log_dir, &error);
+  if (locked == fr::daemon::NodeLockOutcome::held) return failed(error);
+  if (locked == fr::daemon::NodeLockOutcome::failed)
+    fr::daemon::log_line(fr::daemon::LogLevel::kWarn, "frd node: " + error + "; running without the node lock");
+  // Metrics off loopback follow the coordinator's rule: only behind the job's token.
+  fr::daemon::HttpSecurity http_sec;
+  if (!metrics_listen.empty() && !fr::daemon::is_loopback_address(metrics_listen)) {
+    if (o.client.token.empty())
+      return usage("--metrics-listen " + metrics_listen +
+                   " is not loopback only: it needs --token-file (scrapers then send "
+                   "'Authorization: Bearer TOKEN')");
+    http_sec.token = o.client.token;
+  }
+  sigset_t set = block_stop_signals();
+  fr::daemon::NodeDaemon d(o);
+  if (!d.init(&error)) return failed(error);
+  fr::daemon::HttpServer http;
+  if (!metrics_listen.empty()) {
+    http.get("/metrics", [&d](const fr::daemon::HttpServer::Request&) {
+      fr::daemon::HttpServer::Response r;
+      r.content_type = "text/plain; version=0.0.4";
+      r.body = d.metrics();
+      return r;
+    });
+    if (!http.start(metrics_listen, http_sec, &error)) return failed(error);
+    fr::daemon::log_line(fr::daemon::LogLevel::kInfo, "frd node: metrics on port " + std::to_string(http.port()));
+  }
+  std::thread runner([&d] { d.run(); });
+  int sig = 0;
+  sigwait(&set, &sig);
+  d.stop();
+  runner.join();
+  return 0;
+}
+
+}  // namespace frd

@@ -1,0 +1,145 @@
+// The coordinator server's inside (server.h), shared by its units and seen by nothing else:
+// server.cpp starts and stops it (listeners, HTTP pages, threads), server_streams.cpp holds the
+// gRPC reactors (node streams, uploads, placed dumps) and the threads that drive them (ticker,
+// fan-out), server_writers.cpp the threads that write to disk (dump sets, placed-dump checks,
+// incident.json). Locking: Impl::mu guards the state, the stream and upload registries and the
+// queues; each NodeStream has its own write lock, always taken after Impl::mu, never before, and
+// so is the fan-out queue's lock. Fan-out threads take a stream's write lock alone.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/hook.h"
+#include "daemon/logger.h"
+#include "daemon/metrics_http.h"
+#include "daemon/names.h"
+#include "daemon/server.h"
+#include "fr/v1/frd.grpc.pb.h"
+
+namespace fr::daemon {
+
+using fr::v1::CoordinatorMessage;
+using fr::v1::NodeMessage;
+using fr::v1::UploadChunk;
+using fr::v1::UploadReply;
+
+class NodeStream;    // one node's control stream (server_streams.cpp)
+class UploadStream;  // one node's upload (server_streams.cpp)
+
+struct CoordinatorServer::Impl {
+  CoordinatorConfig cfg;
+  ServerOptions opts;
+
+  std::mutex mu;
+  std::condition_variable tick_cv, assemble_cv;
+  bool poke = false;
+  bool stopping = false;
+  CoordinatorState state;
+  std::map<uint64_t, NodeStream*> streams;
+  std::set<UploadStream*> uploads;           // every upload stream, with a header or not
+  size_t uploads_active = 0;                 // of those, past a valid header: the slots
+  std::set<std::string> uploading;           // incident/node pairs with an upload in flight
+  std::map<std::string, int> waiting_by_peer;  // streams without a header yet, by peer host
+  std::deque<AssemblyJob> assembly_queue;
+  // incident.json writes, in order, one pending entry per file (the latest contents).
+  std::deque<std::pair<std::string, std::string>> persist_queue;
+  std::condition_variable persist_cv;
+  // Dumps nodes wrote into a shared dump dir, waiting for their files to be checked.
+  struct PlacedCall {
+    grpc::ServerUnaryReactor* reactor;
+    DumpHeader header;
+    UploadReply* reply;
+    PeerAuth auth;
+  };
+  std::deque<PlacedCall> placed_queue;
+  std::condition_variable placed_cv;
+
+  // Dump requests go out from a few fan-out threads, in slices of streams, outside `mu`: a
+  // fan-out to every node is neither serialized on one thread nor holding up the heartbeats.
+  struct FanoutSlice {
+    std::shared_ptr<const CoordinatorMessage> message;
+    std::vector<NodeStream*> streams;        // pinned: they stay alive until sent to
+  };
+  std::mutex fanout_mu;
+  std::condition_variable fanout_cv;
+  std::deque<FanoutSlice> fanout_queue;
+  bool fanout_stopping = false;
+  std::vector<std::thread> fanout_threads;
+  // Per incident being sent: when its requests were listed, slices left, streams in all.
+  struct FanoutRound {
+    int64_t listed_mono = 0;
+    size_t slices_left = 0;
+    size_t streams = 0;
+  };
+  std::map<std::string, FanoutRound> fanout_rounds;
+  double last_fanout_seconds = 0;                  // the last round: listed to handed to gRPC
+
+  std::unique_ptr<grpc::Service> service;  // declared before the server: outlives it
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+  HttpServer metrics;
+  std::thread ticker, assembler, placed_checker, persister;
+  bool started = false;
+
+  VerdictHook hook;
+
+  Impl(CoordinatorConfig c, ServerOptions o)
+      : cfg(c), opts(std::move(o)), state(std::move(c)),
+        hook(opts.on_verdict, opts.on_verdict_timeout_ns) {}
+
+  // The credentials a call presented (checked already by authorized()).
+  PeerAuth peer_auth(grpc::CallbackServerContext* ctx) const {
+    PeerAuth a;
+    a.authenticated = !opts.token.empty() || !opts.tls_client_ca.empty();
+    if (!opts.tls_client_ca.empty()) {
+      auto ac = ctx->auth_context();
+      if (ac)
+        for (const auto& v : ac->GetPeerIdentity())
+          a.principal += std::string(v.data(), v.size()) + ";";
+      a.principal = "cert:" + a.principal;
+    } else if (!opts.token.empty()) {
+      a.principal = "token";
+    }
+    return a;
+  }
+
+  bool authorized(grpc::CallbackServerContext* ctx) const {
+    if (opts.token.empty()) return true;
+    const auto& md = ctx->client_metadata();
+    auto it = md.find("authorization");
+    if (it == md.end()) return false;
+    std::string_view got(it->second.data(), it->second.size());
+    return equal_secret(got, "Bearer " + opts.token);
+  }
+
+  void log(const std::string& line, LogLevel level = LogLevel::kInfo) {
+    if (!opts.quiet) log_line(level, line);
+  }
+
+  // Carries out what the state asked for. Called with mu held.
+  void dispatch(Actions& a);
+  // The threads (server_streams.cpp).
+  void ticker_loop();
+  void fanout_loop();
+  // The threads that write (server_writers.cpp).
+  void assembler_loop();
+  void placed_loop();
+  void persist_loop();
+  // The HTTP pages: metrics, status JSON, the live page, incidents (server.cpp).
+  void add_pages();
+};
+
+// The gRPC service over an Impl (server_streams.cpp).
+std::unique_ptr<grpc::Service> make_service(CoordinatorServer::Impl* impl);
+
+}  // namespace fr::daemon

@@ -1,0 +1,29 @@
+// Names and secrets from peers (daemon/names.h): safe path components, printable text,
+// constant-time token comparison.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "daemon/names.h"
+
+using namespace fr::daemon;
+
+TEST_CASE("peer names are made safe path components", "[daemon]") {
+  CHECK(sanitize_name("node-7.a_b") == "node-7.a_b");
+  for (std::string bad : std::vector<std::string>{"../../etc", "..", ".", "", "a/b", std::string("x\0y", 3), "\n"}) {
+    std::string s = sanitize_name(bad);
+    INFO(s);
+    CHECK(!s.empty());
+    CHECK(s[0] != '.');
+    CHECK(s.find('/') == std::string::npos);
+    CHECK(is_safe_name(s));
+  }
+  CHECK(sanitize_name(std::string(500, 'a')).size() == kMaxNameLen);
+  CHECK_FALSE(is_safe_name("../x"));
+  CHECK_FALSE(is_safe_name(".hidden"));
+  CHECK(printable("a\x01" "b") == "a?b");
+  CHECK(equal_secret("token", "token"));
+  CHECK_FALSE(equal_secret("token", "tokem"));
+  CHECK_FALSE(equal_secret("token", "token2"));
+}
