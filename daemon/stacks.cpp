@@ -234,24 +234,6 @@ void add_kernel_frames(int pid, int tid, ThreadStack* t) {
   }
 }
 
-std::string find_on_path(const std::string& name) {
-  if (name.find('/') != std::string::npos) return ::access(name.c_str(), X_OK) == 0 ? name : "";
-  const char* path = std::getenv("PATH");
-  std::string p = path ? path : "/usr/local/bin:/usr/bin:/bin";
-  size_t pos = 0;
-  while (pos <= p.size()) {
-    size_t end = p.find(':', pos);
-    if (end == std::string::npos) end = p.size();
-    std::string dir = p.substr(pos, end - pos);
-    if (!dir.empty()) {
-      std::string full = dir + "/" + name;
-      if (::access(full.c_str(), X_OK) == 0) return full;
-    }
-    pos = end + 1;
-  }
-  return "";
-}
-
 }  // namespace
 
 // ---- shared with the daemon's side (stacks_internal.h) -------------------------------------------
@@ -473,7 +455,7 @@ namespace {
 // py-spy on one process, started; `fd` gives its JSON. -1 with s->python_error set when it cannot run.
 pid_t start_py_spy(const std::string& py_spy, ProcessStacks* s, int* fd) {
   s->python = true;
-  std::string exe = find_on_path(py_spy.empty() ? "py-spy" : py_spy);
+  std::string exe = fr::files::find_on_path(py_spy.empty() ? "py-spy" : py_spy);
   if (exe.empty()) {
     s->python_error = py_spy.empty()
                           ? "py-spy not found on PATH (pip install py-spy, or give --py-spy PATH)"

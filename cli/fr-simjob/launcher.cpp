@@ -125,16 +125,7 @@ bool Job::find_programs() {
   rank_exe = build + "/bin/fr-simjob-rank";
   if (o.python) {
     rank_exe = build + "/bin/fr-simjob-rank.py";
-    // execve takes a path: python3 as the shell would find it.
-    const char* path = std::getenv("PATH");
-    std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
-    for (size_t pos = 0; python_exe.empty() && pos <= dirs.size();) {
-      size_t end = dirs.find(':', pos);
-      if (end == std::string::npos) end = dirs.size();
-      std::string cand = dirs.substr(pos, end - pos) + "/python3";
-      if (end > pos && ::access(cand.c_str(), X_OK) == 0) python_exe = cand;
-      pos = end + 1;
-    }
+    python_exe = fr::files::find_on_path("python3");  // execve takes a path
     if (python_exe.empty()) {
       err("--python: no python3 on PATH");
       return false;
