@@ -15,18 +15,19 @@
 //    (peer, stream, signal index and context), one WaitSignal record per descriptor; window
 //    registration is a record each;
 //  - wrappers_groups.cpp: GroupStart, GroupEnd, GroupSimulateEnd, and the launch of the group's ops;
-//  - wrappers_comms.cpp, communicator creation (init, split, shrink, grow) and lifecycle
-//    (finalize, destroy, abort, revoke, suspend, resume): a record, and the communicator table
-//    entry (id, parent, state); async errors are recorded once per distinct error;
-//  - wrappers_resources.cpp: registration, memory, reduction ops, unique ids of a communicator,
-//    device communicators (a record each); queries (version, count, device, rank, error strings,
-//    properties, memory statistics, a window's user pointer) are forwarded only.
+//  - wrappers_comms.cpp, unique ids, communicator creation (init, split, shrink, grow) and
+//    lifecycle (finalize, destroy, abort, revoke, suspend, resume): a record, and the communicator
+//    table entry (id, parent, state); async errors are recorded once per distinct error;
+//  - wrappers_resources.cpp: registration, memory, reduction ops, device communicators (a record
+//    each); queries (version, count, device, rank, error strings, properties, memory statistics,
+//    a window's user pointer) are forwarded only.
 // Left out on purpose (not exported, so they bind straight to NCCL): the window address queries of
 // the device API and its requirement helpers, ncclParam*, ncclSetEncryption (docs/agent.md).
 //
-// The call path below is inlined into each wrapper whole (the helpers are header-inline; the cold
-// and rare parts live in wrappers.cpp), so an op's arguments stay in registers on their way to
-// its record without relying on the link-time optimizer.
+// The op path below is inlined into each wrapper whole (header-inline, always_inline), so an op's
+// arguments stay in registers on their way to its record without relying on the link-time
+// optimizer; what is called rather than inlined (other API calls' records, record updates,
+// deferred launches, capture) lives in wrappers.cpp.
 #pragma once
 
 #include <stddef.h>
