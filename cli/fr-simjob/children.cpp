@@ -1,4 +1,4 @@
-// See children.h.
+// Starting, reaping and stopping the launcher's child processes; see children.h.
 #include "children.h"
 
 #include <fcntl.h>
