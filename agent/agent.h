@@ -1,6 +1,6 @@
 // The agent's private interface: the process-wide context (the open flight log, the communicator
 // table, GPU tracking state) and the helpers the NCCL wrappers are built from. Nothing here is
-// exported from libfr_agent.so; only the wrappers in wrappers.cpp are.
+// exported from libfr_agent.so; only the wrappers (wrappers_*.cpp) are.
 //
 // The agent runs inside arbitrary training processes, so it never throws, never allocates from the
 // heap on the call path, and turns recording off (never the forwarded call) when anything fails.

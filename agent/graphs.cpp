@@ -283,6 +283,33 @@ using InstParamsFn = CUresult (*)(CUgraphExec*, CUgraph, CUDA_GRAPH_INSTANTIATE_
 using ProcFn = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
 using ProcV1Fn = CUresult (*)(const char*, void**, int, cuuint64_t);
 
+constexpr CUresult kNoDriver = CUDA_ERROR_NOT_INITIALIZED;
+constexpr cudaError_t kNoRuntime = cudaErrorInitializationError;
+
+// The one path of every graph entry point: the driver's exports, the driver pointers the agent
+// hands out through cuGetProcAddress, and the runtime's exports. Each forwards to `real`, or
+// answers `missing` when there is none. A launch records the replay; its real call runs flagged,
+// so the driver launch a runtime launch makes inside is the same replay, never a second one.
+template <class Result, class Fn, class Exec, class Stream>
+Result launch_entry(Fn real, Result missing, Exec exec, Stream stream) {
+  if (real == nullptr) return missing;
+  return (Result)launch(exec, stream, [&] {
+    ++t_in_graph_call;
+    int r = (int)real(exec, stream);
+    --t_in_graph_call;
+    return r;
+  });
+}
+
+// An instantiation maps the new exec to the graph it was captured from (0 is success in both APIs).
+template <class Result, class Fn, class Exec, class Graph, class Arg>
+Result instantiate_entry(Fn real, Result missing, Exec* exec, Graph graph, Arg arg) {
+  if (real == nullptr) return missing;
+  Result res = real(exec, graph, arg);
+  if ((int)res == 0) note_instantiate(exec, graph);
+  return res;
+}
+
 // Driver pointers handed out by cuGetProcAddress, behind the agent's own entries.
 void* g_proc_launch;
 void* g_proc_launch_ptsz;
@@ -304,26 +331,22 @@ void* g_proc_inst_params_ptsz;
 
 FR_CU_API CUresult fr_cuGraphLaunch(CUgraphExec exec, CUstream stream) __asm__("cuGraphLaunch");
 FR_CU_API CUresult fr_cuGraphLaunch(CUgraphExec exec, CUstream stream) {
-  auto real = FR_CU_REAL(LaunchFn, "cuGraphLaunch", &fr_cuGraphLaunch);
-  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  return (CUresult)launch(exec, stream, [&] { return (int)real(exec, stream); });
+  return launch_entry(FR_CU_REAL(LaunchFn, "cuGraphLaunch", &fr_cuGraphLaunch), kNoDriver, exec,
+                      stream);
 }
 
 FR_CU_API CUresult fr_cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) __asm__("cuGraphLaunch_ptsz");
 FR_CU_API CUresult fr_cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
-  auto real = FR_CU_REAL(LaunchFn, "cuGraphLaunch_ptsz", &fr_cuGraphLaunch_ptsz);
-  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  return (CUresult)launch(exec, stream, [&] { return (int)real(exec, stream); });
+  return launch_entry(FR_CU_REAL(LaunchFn, "cuGraphLaunch_ptsz", &fr_cuGraphLaunch_ptsz), kNoDriver,
+                      exec, stream);
 }
 
 FR_CU_API CUresult fr_cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long flags)
     __asm__("cuGraphInstantiateWithFlags");
 FR_CU_API CUresult fr_cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
-  auto real = FR_CU_REAL(InstFlagsFn, "cuGraphInstantiateWithFlags", &fr_cuGraphInstantiateWithFlags);
-  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  CUresult res = real(exec, graph, flags);
-  if (res == CUDA_SUCCESS) note_instantiate(exec, graph);
-  return res;
+  return instantiate_entry(
+      FR_CU_REAL(InstFlagsFn, "cuGraphInstantiateWithFlags", &fr_cuGraphInstantiateWithFlags),
+      kNoDriver, exec, graph, flags);
 }
 
 FR_CU_API CUresult fr_cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph graph,
@@ -331,11 +354,9 @@ FR_CU_API CUresult fr_cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph gr
     __asm__("cuGraphInstantiateWithParams");
 FR_CU_API CUresult fr_cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph graph,
                                                    CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
-  auto real = FR_CU_REAL(InstParamsFn, "cuGraphInstantiateWithParams", &fr_cuGraphInstantiateWithParams);
-  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  CUresult res = real(exec, graph, params);
-  if (res == CUDA_SUCCESS) note_instantiate(exec, graph);
-  return res;
+  return instantiate_entry(
+      FR_CU_REAL(InstParamsFn, "cuGraphInstantiateWithParams", &fr_cuGraphInstantiateWithParams),
+      kNoDriver, exec, graph, params);
 }
 
 FR_CU_API CUresult fr_cuGraphInstantiateWithParams_ptsz(CUgraphExec* exec, CUgraph graph,
@@ -343,42 +364,34 @@ FR_CU_API CUresult fr_cuGraphInstantiateWithParams_ptsz(CUgraphExec* exec, CUgra
     __asm__("cuGraphInstantiateWithParams_ptsz");
 FR_CU_API CUresult fr_cuGraphInstantiateWithParams_ptsz(CUgraphExec* exec, CUgraph graph,
                                                         CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
-  auto real = FR_CU_REAL(InstParamsFn, "cuGraphInstantiateWithParams_ptsz",
-                         &fr_cuGraphInstantiateWithParams_ptsz);
-  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  CUresult res = real(exec, graph, params);
-  if (res == CUDA_SUCCESS) note_instantiate(exec, graph);
-  return res;
+  return instantiate_entry(FR_CU_REAL(InstParamsFn, "cuGraphInstantiateWithParams_ptsz",
+                                      &fr_cuGraphInstantiateWithParams_ptsz),
+                           kNoDriver, exec, graph, params);
 }
 
 // ---- the driver entries the runtime fetches through cuGetProcAddress --------------------------
 
 namespace {
+template <class Fn>
+Fn proc_real(void** entry) {
+  return (Fn)__atomic_load_n(entry, __ATOMIC_ACQUIRE);
+}
 CUresult proc_launch(CUgraphExec exec, CUstream stream) {
-  auto real = (LaunchFn)__atomic_load_n(&g_proc_launch, __ATOMIC_ACQUIRE);
-  return (CUresult)launch(exec, stream, [&] { return (int)real(exec, stream); });
+  return launch_entry(proc_real<LaunchFn>(&g_proc_launch), kNoDriver, exec, stream);
 }
 CUresult proc_launch_ptsz(CUgraphExec exec, CUstream stream) {
-  auto real = (LaunchFn)__atomic_load_n(&g_proc_launch_ptsz, __ATOMIC_ACQUIRE);
-  return (CUresult)launch(exec, stream, [&] { return (int)real(exec, stream); });
+  return launch_entry(proc_real<LaunchFn>(&g_proc_launch_ptsz), kNoDriver, exec, stream);
 }
 CUresult proc_inst_flags(CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
-  auto real = (InstFlagsFn)__atomic_load_n(&g_proc_inst_flags, __ATOMIC_ACQUIRE);
-  CUresult res = real(exec, graph, flags);
-  if (res == CUDA_SUCCESS) note_instantiate(exec, graph);
-  return res;
+  return instantiate_entry(proc_real<InstFlagsFn>(&g_proc_inst_flags), kNoDriver, exec, graph,
+                           flags);
 }
 CUresult proc_inst_params(CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
-  auto real = (InstParamsFn)__atomic_load_n(&g_proc_inst_params, __ATOMIC_ACQUIRE);
-  CUresult res = real(exec, graph, p);
-  if (res == CUDA_SUCCESS) note_instantiate(exec, graph);
-  return res;
+  return instantiate_entry(proc_real<InstParamsFn>(&g_proc_inst_params), kNoDriver, exec, graph, p);
 }
 CUresult proc_inst_params_ptsz(CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
-  auto real = (InstParamsFn)__atomic_load_n(&g_proc_inst_params_ptsz, __ATOMIC_ACQUIRE);
-  CUresult res = real(exec, graph, p);
-  if (res == CUDA_SUCCESS) note_instantiate(exec, graph);
-  return res;
+  return instantiate_entry(proc_real<InstParamsFn>(&g_proc_inst_params_ptsz), kNoDriver, exec,
+                           graph, p);
 }
 
 // The agent's entry in place of the driver's, remembering the driver's; `fn` unchanged otherwise.
@@ -451,66 +464,44 @@ namespace {
 using RtLaunchFn = cudaError_t (*)(cudaGraphExec_t, cudaStream_t);
 using RtInstFn = cudaError_t (*)(cudaGraphExec_t*, cudaGraph_t, unsigned long long);
 using RtInstParamsFn = cudaError_t (*)(cudaGraphExec_t*, cudaGraph_t, cudaGraphInstantiateParams*);
-
-template <class Call>
-cudaError_t rt_launch(cudaGraphExec_t exec, cudaStream_t stream, Call call) {
-  return (cudaError_t)launch(exec, stream, [&] {
-    ++t_in_graph_call;  // the driver launch inside is this one
-    int r = (int)call();
-    --t_in_graph_call;
-    return r;
-  });
-}
 }  // namespace
 
 FR_CU_API cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
-  auto real = FR_RT_REAL(RtLaunchFn, "cudaGraphLaunch", &cudaGraphLaunch);
-  if (real == nullptr) return cudaErrorInitializationError;
-  return rt_launch(exec, stream, [&] { return real(exec, stream); });
+  return launch_entry(FR_RT_REAL(RtLaunchFn, "cudaGraphLaunch", &cudaGraphLaunch), kNoRuntime, exec,
+                      stream);
 }
 
 FR_CU_API cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t exec, cudaStream_t stream) {
-  auto real = FR_RT_REAL(RtLaunchFn, "cudaGraphLaunch_ptsz", &cudaGraphLaunch_ptsz);
-  if (real == nullptr) return cudaErrorInitializationError;
-  return rt_launch(exec, stream, [&] { return real(exec, stream); });
+  return launch_entry(FR_RT_REAL(RtLaunchFn, "cudaGraphLaunch_ptsz", &cudaGraphLaunch_ptsz),
+                      kNoRuntime, exec, stream);
 }
 
 FR_CU_API cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
                                            unsigned long long flags) {
-  auto real = FR_RT_REAL(RtInstFn, "cudaGraphInstantiate", (RtInstFn)&cudaGraphInstantiate);
-  if (real == nullptr) return cudaErrorInitializationError;
-  cudaError_t res = real(exec, graph, flags);
-  if (res == cudaSuccess) note_instantiate(exec, graph);
-  return res;
+  return instantiate_entry(
+      FR_RT_REAL(RtInstFn, "cudaGraphInstantiate", (RtInstFn)&cudaGraphInstantiate), kNoRuntime,
+      exec, graph, flags);
 }
 
 FR_CU_API cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t* exec, cudaGraph_t graph,
                                                     unsigned long long flags) {
-  auto real = FR_RT_REAL(RtInstFn, "cudaGraphInstantiateWithFlags", (RtInstFn)&cudaGraphInstantiateWithFlags);
-  if (real == nullptr) return cudaErrorInitializationError;
-  cudaError_t res = real(exec, graph, flags);
-  if (res == cudaSuccess) note_instantiate(exec, graph);
-  return res;
+  return instantiate_entry(FR_RT_REAL(RtInstFn, "cudaGraphInstantiateWithFlags",
+                                      (RtInstFn)&cudaGraphInstantiateWithFlags),
+                           kNoRuntime, exec, graph, flags);
 }
 
 FR_CU_API cudaError_t cudaGraphInstantiateWithParams(cudaGraphExec_t* exec, cudaGraph_t graph,
                                                      cudaGraphInstantiateParams* params) {
-  auto real = FR_RT_REAL(RtInstParamsFn, "cudaGraphInstantiateWithParams",
-                         (RtInstParamsFn)&cudaGraphInstantiateWithParams);
-  if (real == nullptr) return cudaErrorInitializationError;
-  cudaError_t res = real(exec, graph, params);
-  if (res == cudaSuccess) note_instantiate(exec, graph);
-  return res;
+  return instantiate_entry(FR_RT_REAL(RtInstParamsFn, "cudaGraphInstantiateWithParams",
+                                      (RtInstParamsFn)&cudaGraphInstantiateWithParams),
+                           kNoRuntime, exec, graph, params);
 }
 
 extern "C" cudaError_t cudaGraphInstantiateWithParams_ptsz(cudaGraphExec_t*, cudaGraph_t,
                                                            cudaGraphInstantiateParams*);
 FR_CU_API cudaError_t cudaGraphInstantiateWithParams_ptsz(cudaGraphExec_t* exec, cudaGraph_t graph,
                                                           cudaGraphInstantiateParams* params) {
-  auto real = FR_RT_REAL(RtInstParamsFn, "cudaGraphInstantiateWithParams_ptsz",
-                         (RtInstParamsFn)&cudaGraphInstantiateWithParams_ptsz);
-  if (real == nullptr) return cudaErrorInitializationError;
-  cudaError_t res = real(exec, graph, params);
-  if (res == cudaSuccess) note_instantiate(exec, graph);
-  return res;
+  return instantiate_entry(FR_RT_REAL(RtInstParamsFn, "cudaGraphInstantiateWithParams_ptsz",
+                                      (RtInstParamsFn)&cudaGraphInstantiateWithParams_ptsz),
+                           kNoRuntime, exec, graph, params);
 }

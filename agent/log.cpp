@@ -134,16 +134,9 @@ static void* map_private(uint64_t size) {
   return p == MAP_FAILED ? nullptr : p;
 }
 
-bool log_open() {
-  Context& c = g_ctx;
-  c.ring_cap = ring_capacity();
-  c.ring_mask = (c.ring_cap & (c.ring_cap - 1)) == 0 ? c.ring_cap - 1 : 0;
-  c.comm_cap = FR_DEFAULT_COMM_CAPACITY;
-  c.graph_cap = FR_DEFAULT_GRAPH_CAPACITY;
-  c.capture_cap = FR_DEFAULT_CAPTURE_CAPACITY;
-  c.map_size = fr_log_file_size(c.comm_cap, c.ring_cap, c.graph_cap, c.capture_cap);
-
-  // The private side tables first: if they fail there is no file to clean up.
+// The private side tables (communicator handle map, CommPriv, GraphPriv, the exec map) in one
+// anonymous mapping, laid out for the capacities already in `c`.
+static bool map_private_tables(Context& c) {
   uint32_t buckets = 1;
   while (buckets < c.comm_cap * 2) buckets <<= 1;
   uint64_t keys_bytes = (uint64_t)buckets * sizeof(uint64_t);
@@ -163,22 +156,12 @@ bool log_open() {
   c.priv = (CommPriv*)(c.priv_map + priv_off);
   c.graph_priv = (GraphPriv*)(c.priv_map + graph_priv_off);
   c.execs = (ExecSlot*)(c.priv_map + exec_off);
+  return true;
+}
 
-  fr_log_header id = {};
-  fill_identity(&id);
-  struct timespec rt, mono;
-  clock_gettime(CLOCK_REALTIME, &rt);
-  clock_gettime(CLOCK_MONOTONIC, &mono);
-  uint64_t create_ns = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
-
-  const char* dir = getenv("FR_LOG_DIR");
-  if (dir == nullptr || dir[0] == '\0') dir = "/dev/shm";
-  int n = snprintf(c.path, sizeof c.path, "%s/fr.%s.%s.%d.%llu%s", dir, id.job_id, id.hostname,
-                   (int)getpid(), (unsigned long long)create_ns, FR_LOG_FILE_SUFFIX);
-  if (n <= 0 || (size_t)n >= sizeof c.path) {
-    debug_log("FR_LOG_DIR is too long; not recording");
-    return false;
-  }
+// Creates the log file at c.path (never an existing one), takes the writer's lock, reserves its
+// pages and maps it. On failure nothing is left behind: no file, no descriptor.
+static bool create_log_file(Context& c) {
   const mode_t mode = log_mode();
   int fd = open(c.path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
   if (fd < 0) {
@@ -219,8 +202,12 @@ bool log_open() {
   c.ring = (fr_record*)(c.map + fr_log_ring_offset(c.comm_cap));
   c.graphs = (fr_graph_entry*)(c.map + fr_log_graph_offset(c.comm_cap, c.ring_cap));
   c.captures = (fr_record*)(c.map + fr_log_capture_offset(c.comm_cap, c.ring_cap, c.graph_cap));
+  return true;
+}
 
-  fr_log_header* h = c.hdr;  // the file is zero-filled: only non-zero fields are written
+// The header of the new (zero-filled) file: only non-zero fields are written, the magic last.
+static void fill_header(Context& c, const fr_log_header& id, uint64_t create_ns, uint64_t mono_ns) {
+  fr_log_header* h = c.hdr;
   h->version = FR_LOG_VERSION;
   h->header_size = sizeof(fr_log_header);
   h->comm_size = sizeof(fr_comm_entry);
@@ -236,7 +223,7 @@ bool log_open() {
   h->capture_capacity = c.capture_cap;
   h->file_size = c.map_size;
   h->create_ns = create_ns;
-  h->create_mono_ns = (uint64_t)mono.tv_sec * 1000000000ull + (uint64_t)mono.tv_nsec;
+  h->create_mono_ns = mono_ns;
   h->pid = (int32_t)getpid();
   h->global_rank = id.global_rank;
   h->world_size = id.world_size;
@@ -251,6 +238,37 @@ bool log_open() {
   h->heartbeat_ns = create_ns;
   // The magic last: a reader that sees it sees a whole header.
   __atomic_store_n(&h->magic, FR_LOG_MAGIC, __ATOMIC_RELEASE);
+}
+
+bool log_open() {
+  Context& c = g_ctx;
+  c.ring_cap = ring_capacity();
+  c.ring_mask = (c.ring_cap & (c.ring_cap - 1)) == 0 ? c.ring_cap - 1 : 0;
+  c.comm_cap = FR_DEFAULT_COMM_CAPACITY;
+  c.graph_cap = FR_DEFAULT_GRAPH_CAPACITY;
+  c.capture_cap = FR_DEFAULT_CAPTURE_CAPACITY;
+  c.map_size = fr_log_file_size(c.comm_cap, c.ring_cap, c.graph_cap, c.capture_cap);
+
+  // The private side tables first: if they fail there is no file to clean up.
+  if (!map_private_tables(c)) return false;
+
+  fr_log_header id = {};
+  fill_identity(&id);
+  struct timespec rt, mono;
+  clock_gettime(CLOCK_REALTIME, &rt);
+  clock_gettime(CLOCK_MONOTONIC, &mono);
+  uint64_t create_ns = (uint64_t)rt.tv_sec * 1000000000ull + (uint64_t)rt.tv_nsec;
+
+  const char* dir = getenv("FR_LOG_DIR");
+  if (dir == nullptr || dir[0] == '\0') dir = "/dev/shm";
+  int n = snprintf(c.path, sizeof c.path, "%s/fr.%s.%s.%d.%llu%s", dir, id.job_id, id.hostname,
+                   (int)getpid(), (unsigned long long)create_ns, FR_LOG_FILE_SUFFIX);
+  if (n <= 0 || (size_t)n >= sizeof c.path) {
+    debug_log("FR_LOG_DIR is too long; not recording");
+    return false;
+  }
+  if (!create_log_file(c)) return false;
+  fill_header(c, id, create_ns, (uint64_t)mono.tv_sec * 1000000000ull + (uint64_t)mono.tv_nsec);
   return true;
 }
 

@@ -2,7 +2,7 @@
 // nccl.h at hand (2.32.3; see agent/CMakeLists.txt); with an older one, the functions it lacks are
 // declared here, with the signatures of NCCL's own headers, so the wrappers always exist. Every
 // one is resolved at run time: a loaded NCCL that lacks it gets the answer described in
-// wrappers.cpp. The host functions of NCCL's device API (nccl_device/host.h, 2.28+) are declared
+// wrappers.h. The host functions of NCCL's device API (nccl_device/host.h, 2.28+) are declared
 // here in any case, with opaque pointer types: nccl.h does not include that header.
 #pragma once
 

@@ -163,6 +163,104 @@ std::string text(const GpuMonitor::Api* api, nvmlReturn_t r) {
   return s ? std::string(s) : "NVML error " + std::to_string(int(r));
 }
 
+// The reads of one GPU. Each calls NVML and, on failure, names the field and NVML's reason in the
+// GPU's `unavailable` list (a function this NVML lacks is named too).
+struct DeviceReader {
+  const GpuMonitor::Api& a;
+  nvmlDevice_t d;
+  fr::log::GpuHealth& g;
+
+  template <class Fn, class... Args>
+  bool get(const char* field, Fn fn, Args&&... args) {
+    if (!fn) {
+      g.unavailable.push_back(std::string(field) + ": not in this NVML");
+      return false;
+    }
+    nvmlReturn_t r = fn(d, args...);
+    if (r == NVML_SUCCESS) return true;
+    g.unavailable.push_back(std::string(field) + ": " + text(&a, r));
+    return false;
+  }
+
+  // What a heartbeat takes (besides identity and Xids): temperature, power, throttle reasons.
+  void read_cheap() {
+    unsigned int u = 0;
+    if (get("temperature", a.nvmlDeviceGetTemperature, NVML_TEMPERATURE_GPU, &u)) g.temperature_c = u;
+    if (get("power", a.nvmlDeviceGetPowerUsage, &u)) g.power_mw = u;
+    unsigned long long ull = 0;
+    if (get("throttle_reasons", a.nvmlDeviceGetCurrentClocksThrottleReasons, &ull)) {
+      g.throttle_reasons = int64_t(ull);
+      g.throttle_names = throttle_reason_names(ull);
+    }
+  }
+
+  // What an incident takes on top: name, ECC, retired pages, row remaps, PCIe replays.
+  void read_memory_and_pcie() {
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {0};
+    if (get("name", a.nvmlDeviceGetName, name, unsigned(sizeof name))) g.name = name;
+    unsigned long long ull = 0;
+    if (get("ecc", a.nvmlDeviceGetTotalEccErrors, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC, &ull))
+      g.ecc_volatile_corrected = int64_t(ull);
+    if (a.nvmlDeviceGetTotalEccErrors &&
+        a.nvmlDeviceGetTotalEccErrors(d, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &ull) == NVML_SUCCESS)
+      g.ecc_volatile_uncorrected = int64_t(ull);
+    nvmlEnableState_t pending = NVML_FEATURE_DISABLED;
+    if (get("retired_pages", a.nvmlDeviceGetRetiredPagesPendingStatus, &pending))
+      g.retired_pages_pending = pending == NVML_FEATURE_ENABLED;
+    unsigned int corr = 0, unc = 0, is_pending = 0, failed = 0;
+    if (get("remapped_rows", a.nvmlDeviceGetRemappedRows, &corr, &unc, &is_pending, &failed)) {
+      g.remapped_rows_pending = is_pending != 0;
+      g.remapped_rows_failed = failed != 0;
+    }
+    unsigned int u = 0;
+    if (get("pcie_replays", a.nvmlDeviceGetPcieReplayCounter, &u)) g.pcie_replays = u;
+  }
+
+  // Every NVLink's state and error counters, up to the first link NVML does not know.
+  void read_nvlinks() {
+    if (!a.nvmlDeviceGetNvLinkState) return;
+    for (unsigned int l = 0; l < NVML_NVLINK_MAX_LINKS; ++l) {
+      nvmlEnableState_t active = NVML_FEATURE_DISABLED;
+      nvmlReturn_t r = a.nvmlDeviceGetNvLinkState(d, l, &active);
+      if (r != NVML_SUCCESS) {
+        // Past the last link NVML says invalid argument; a GPU without NVLink, not supported.
+        if (l == 0 && r != NVML_ERROR_INVALID_ARGUMENT) g.unavailable.push_back("nvlink: " + text(&a, r));
+        break;
+      }
+      fr::log::NvLinkState ls;
+      ls.link = int(l);
+      ls.active = active == NVML_FEATURE_ENABLED;
+      if (a.nvmlDeviceGetNvLinkErrorCounter) {
+        unsigned long long v = 0;
+        if (a.nvmlDeviceGetNvLinkErrorCounter(d, l, NVML_NVLINK_ERROR_DL_REPLAY, &v) == NVML_SUCCESS) ls.replay_errors = v;
+        if (a.nvmlDeviceGetNvLinkErrorCounter(d, l, NVML_NVLINK_ERROR_DL_RECOVERY, &v) == NVML_SUCCESS) ls.recovery_errors = v;
+        if (a.nvmlDeviceGetNvLinkErrorCounter(d, l, NVML_NVLINK_ERROR_DL_CRC_FLIT, &v) == NVML_SUCCESS) ls.crc_flit_errors = v;
+        if (a.nvmlDeviceGetNvLinkErrorCounter(d, l, NVML_NVLINK_ERROR_DL_CRC_DATA, &v) == NVML_SUCCESS) ls.crc_data_errors = v;
+      }
+      g.nvlinks.push_back(ls);
+    }
+  }
+
+  // The PIDs of the compute processes running on the GPU.
+  void read_pids() {
+    if (!a.nvmlDeviceGetComputeRunningProcesses_v3) {
+      g.unavailable.push_back("pids: not in this NVML");
+      return;
+    }
+    std::vector<nvmlProcessInfo_t> procs(64);
+    unsigned int n = unsigned(procs.size());
+    nvmlReturn_t r = a.nvmlDeviceGetComputeRunningProcesses_v3(d, &n, procs.data());
+    if (r == NVML_ERROR_INSUFFICIENT_SIZE && n > 0 && n <= 65536) {
+      procs.resize(n + 16);
+      n = unsigned(procs.size());
+      r = a.nvmlDeviceGetComputeRunningProcesses_v3(d, &n, procs.data());
+    }
+    if (r == NVML_SUCCESS)
+      for (unsigned int k = 0; k < n && k < procs.size(); ++k) g.pids.push_back(int(procs[k].pid));
+    else g.unavailable.push_back("pids: " + text(&a, r));
+  }
+};
+
 }  // namespace
 
 fr::log::NodeGpus GpuMonitor::read(bool full) const {
@@ -186,87 +284,20 @@ fr::log::NodeGpus GpuMonitor::read(bool full) const {
       out.gpus.push_back(std::move(g));
       continue;
     }
-    // Each read: call, and on failure name the field and NVML's reason.
-    auto get = [&](const char* field, auto fn, auto&&... args) -> bool {
-      if (!fn) {
-        g.unavailable.push_back(std::string(field) + ": not in this NVML");
-        return false;
-      }
-      nvmlReturn_t r = fn(d, args...);
-      if (r == NVML_SUCCESS) return true;
-      g.unavailable.push_back(std::string(field) + ": " + text(&a, r));
-      return false;
-    };
+    DeviceReader reader{a, d, g};
     nvmlPciInfo_t pci{};
-    if (get("pci", a.nvmlDeviceGetPciInfo_v3, &pci)) g.pci_bus_id = pci.busId;
+    if (reader.get("pci", a.nvmlDeviceGetPciInfo_v3, &pci)) g.pci_bus_id = pci.busId;
     char buf[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {0};
-    if (get("uuid", a.nvmlDeviceGetUUID, buf, unsigned(sizeof buf))) g.uuid = buf;
+    if (reader.get("uuid", a.nvmlDeviceGetUUID, buf, unsigned(sizeof buf))) g.uuid = buf;
     {
       std::lock_guard<std::mutex> lk(mu_);
       g.xids = xids_[i];
     }
-    unsigned int u = 0;
-    if (get("temperature", a.nvmlDeviceGetTemperature, NVML_TEMPERATURE_GPU, &u)) g.temperature_c = u;
-    if (get("power", a.nvmlDeviceGetPowerUsage, &u)) g.power_mw = u;
-    unsigned long long ull = 0;
-    if (get("throttle_reasons", a.nvmlDeviceGetCurrentClocksThrottleReasons, &ull)) {
-      g.throttle_reasons = int64_t(ull);
-      g.throttle_names = throttle_reason_names(ull);
-    }
+    reader.read_cheap();
     if (full) {
-      char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {0};
-      if (get("name", a.nvmlDeviceGetName, name, unsigned(sizeof name))) g.name = name;
-      if (get("ecc", a.nvmlDeviceGetTotalEccErrors, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC, &ull))
-        g.ecc_volatile_corrected = int64_t(ull);
-      if (a.nvmlDeviceGetTotalEccErrors &&
-          a.nvmlDeviceGetTotalEccErrors(d, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &ull) == NVML_SUCCESS)
-        g.ecc_volatile_uncorrected = int64_t(ull);
-      nvmlEnableState_t pending = NVML_FEATURE_DISABLED;
-      if (get("retired_pages", a.nvmlDeviceGetRetiredPagesPendingStatus, &pending))
-        g.retired_pages_pending = pending == NVML_FEATURE_ENABLED;
-      unsigned int corr = 0, unc = 0, is_pending = 0, failed = 0;
-      if (get("remapped_rows", a.nvmlDeviceGetRemappedRows, &corr, &unc, &is_pending, &failed)) {
-        g.remapped_rows_pending = is_pending != 0;
-        g.remapped_rows_failed = failed != 0;
-      }
-      if (get("pcie_replays", a.nvmlDeviceGetPcieReplayCounter, &u)) g.pcie_replays = u;
-      if (a.nvmlDeviceGetNvLinkState) {
-        for (unsigned int l = 0; l < NVML_NVLINK_MAX_LINKS; ++l) {
-          nvmlEnableState_t active = NVML_FEATURE_DISABLED;
-          nvmlReturn_t r = a.nvmlDeviceGetNvLinkState(d, l, &active);
-          if (r != NVML_SUCCESS) {
-            // Past the last link NVML says invalid argument; a GPU without NVLink, not supported.
-            if (l == 0 && r != NVML_ERROR_INVALID_ARGUMENT) g.unavailable.push_back("nvlink: " + text(&a, r));
-            break;
-          }
-          fr::log::NvLinkState ls;
-          ls.link = int(l);
-          ls.active = active == NVML_FEATURE_ENABLED;
-          if (a.nvmlDeviceGetNvLinkErrorCounter) {
-            unsigned long long v = 0;
-            if (a.nvmlDeviceGetNvLinkErrorCounter(d, l, NVML_NVLINK_ERROR_DL_REPLAY, &v) == NVML_SUCCESS) ls.replay_errors = v;
-            if (a.nvmlDeviceGetNvLinkErrorCounter(d, l, NVML_NVLINK_ERROR_DL_RECOVERY, &v) == NVML_SUCCESS) ls.recovery_errors = v;
-            if (a.nvmlDeviceGetNvLinkErrorCounter(d, l, NVML_NVLINK_ERROR_DL_CRC_FLIT, &v) == NVML_SUCCESS) ls.crc_flit_errors = v;
-            if (a.nvmlDeviceGetNvLinkErrorCounter(d, l, NVML_NVLINK_ERROR_DL_CRC_DATA, &v) == NVML_SUCCESS) ls.crc_data_errors = v;
-          }
-          g.nvlinks.push_back(ls);
-        }
-      }
-      if (a.nvmlDeviceGetComputeRunningProcesses_v3) {
-        std::vector<nvmlProcessInfo_t> procs(64);
-        unsigned int n = unsigned(procs.size());
-        nvmlReturn_t r = a.nvmlDeviceGetComputeRunningProcesses_v3(d, &n, procs.data());
-        if (r == NVML_ERROR_INSUFFICIENT_SIZE && n > 0 && n <= 65536) {
-          procs.resize(n + 16);
-          n = unsigned(procs.size());
-          r = a.nvmlDeviceGetComputeRunningProcesses_v3(d, &n, procs.data());
-        }
-        if (r == NVML_SUCCESS)
-          for (unsigned int k = 0; k < n && k < procs.size(); ++k) g.pids.push_back(int(procs[k].pid));
-        else g.unavailable.push_back("pids: " + text(&a, r));
-      } else {
-        g.unavailable.push_back("pids: not in this NVML");
-      }
+      reader.read_memory_and_pcie();
+      reader.read_nvlinks();
+      reader.read_pids();
     }
     out.gpus.push_back(std::move(g));
   }

@@ -1,5 +1,7 @@
-// See stacks.h. The helper side first (ptrace, libdw, py-spy), then the daemon side that runs it.
+// See stacks.h. The helper side (`frd stacks`: ptrace, libdw, py-spy); the daemon side that runs
+// it is stacks_take.cpp, and what the two share is stacks_internal.h.
 #include "daemon/stacks.h"
+#include "daemon/stacks_internal.h"
 #include "files/files.h"
 
 #include <cxxabi.h>
@@ -32,6 +34,8 @@
 
 namespace fr::daemon {
 namespace {
+
+using namespace stacks;
 
 using fr::log::ProcessStacks;
 using fr::log::StackFrame;
@@ -76,13 +80,6 @@ std::vector<int> list_tasks(int pid) {
   auto it = std::find(out.begin(), out.end(), pid);
   if (it != out.end()) std::rotate(out.begin(), it, it + 1);
   return out;
-}
-
-std::string user_name(uid_t uid) {
-  passwd pw, *res = nullptr;
-  char buf[1024];
-  if (::getpwuid_r(uid, &pw, buf, sizeof buf, &res) == 0 && res) return res->pw_name;
-  return "uid " + std::to_string(uid);
 }
 
 // One line: why the kernel refused to let us trace `pid`.
@@ -236,6 +233,19 @@ void add_kernel_frames(int pid, int tid, ThreadStack* t) {
   }
 }
 
+}  // namespace
+
+// ---- shared with the daemon's side (stacks_internal.h) -------------------------------------------
+
+namespace stacks {
+
+std::string user_name(uid_t uid) {
+  passwd pw, *res = nullptr;
+  char buf[1024];
+  if (::getpwuid_r(uid, &pw, buf, sizeof buf, &res) == 0 && res) return res->pw_name;
+  return "uid " + std::to_string(uid);
+}
+
 // Starts `argv` with stdout to a pipe; returns the child's pid and the pipe's read end.
 pid_t spawn_reader(const std::vector<std::string>& argv, int* out_fd) {
   int p[2];
@@ -263,58 +273,11 @@ pid_t spawn_reader(const std::vector<std::string>& argv, int* out_fd) {
   return pid;
 }
 
-// Reads `fd` until EOF or the deadline; a line callback sees every complete line. Returns
-// whether EOF was reached.
-template <class OnLine>
-bool read_until(int fd, int64_t deadline_mono_ns, std::string* all, OnLine on_line) {
-  std::string buf;
-  char chunk[65536];
-  for (;;) {
-    int64_t left = deadline_mono_ns - mono_ns();
-    if (left <= 0) return false;
-    pollfd pfd{fd, POLLIN, 0};
-    int r = ::poll(&pfd, 1, int(std::min<int64_t>(left / 1'000'000 + 1, 1000)));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) continue;
-    ssize_t n = ::read(fd, chunk, sizeof chunk);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return true;
-    if (all) {
-      if (all->size() < fr::log::kMaxSideFileBytes) all->append(chunk, size_t(n));
-      continue;
-    }
-    buf.append(chunk, size_t(n));
-    size_t nl;
-    while ((nl = buf.find('\n')) != std::string::npos) {
-      on_line(buf.substr(0, nl));
-      buf.erase(0, nl + 1);
-    }
-  }
-}
-
 void reap(pid_t pid, bool kill_first) {
   if (kill_first) ::kill(pid, SIGKILL);
   int st;
   while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
   }
-}
-
-std::string find_on_path(const std::string& name) {
-  if (name.find('/') != std::string::npos) return ::access(name.c_str(), X_OK) == 0 ? name : "";
-  const char* path = std::getenv("PATH");
-  std::string p = path ? path : "/usr/local/bin:/usr/bin:/bin";
-  size_t pos = 0;
-  while (pos <= p.size()) {
-    size_t end = p.find(':', pos);
-    if (end == std::string::npos) end = p.size();
-    std::string dir = p.substr(pos, end - pos);
-    if (!dir.empty()) {
-      std::string full = dir + "/" + name;
-      if (::access(full.c_str(), X_OK) == 0) return full;
-    }
-    pos = end + 1;
-  }
-  return "";
 }
 
 std::string seconds_text(int64_t ns) {
@@ -323,48 +286,45 @@ std::string seconds_text(int64_t ns) {
   return b;
 }
 
-}  // namespace
+}  // namespace stacks
 
 // ---- the helper's side ---------------------------------------------------------------------------
 
-ProcessStacks capture_process(int pid, int64_t deadline_mono_ns, int64_t hold_ns) {
-  ProcessStacks s;
-  s.pid = pid;
-  s.taker = "libdw";
-  s.time_ns = real_ns();
-  const int64_t t0 = mono_ns();
-  std::vector<int> tids = list_tasks(pid);
-  if (tids.empty()) {
-    s.error = "the process exited before its stacks were taken";
-    return s;
-  }
-  struct Held {
-    int tid;
-    bool seized = false;
-    bool stopped = false;
-    int pending_signal = 0;  // a signal-delivery stop: the signal goes back on detach
-    bool gone = false;
-  };
-  std::vector<Held> held;
-  std::map<int, std::string> states;  // before we stop them
-  for (int tid : tids) states[tid] = thread_state(pid, tid);
+namespace {
+
+// One thread of the process being captured, as ptrace holds it.
+struct Held {
+  int tid;
+  bool seized = false;
+  bool stopped = false;
+  int pending_signal = 0;  // a signal-delivery stop: the signal goes back on detach
+  bool gone = false;
+};
+
+// Seizes every thread and asks each to stop. False (with `error` set) when ptrace refuses the
+// process itself; threads that ended meanwhile are left out.
+bool seize_threads(int pid, const std::vector<int>& tids, std::vector<Held>* held, std::string* error) {
   for (int tid : tids) {
     Held h{tid};
     if (::ptrace(PTRACE_SEIZE, tid, nullptr, nullptr) != 0) {
       int err = errno;
       if (err == ESRCH && tid != pid) continue;  // a thread that just ended
-      if (held.empty()) {
-        s.error = ptrace_refusal(pid, err);
-        return s;
+      if (held->empty()) {
+        *error = ptrace_refusal(pid, err);
+        return false;
       }
       continue;
     }
     h.seized = true;
     ::ptrace(PTRACE_INTERRUPT, tid, nullptr, nullptr);
-    held.push_back(h);
+    held->push_back(h);
   }
-  // Wait for each thread's stop: an interrupt stop, a group stop (the process was SIGSTOPped),
-  // or a signal-delivery stop, whose signal is handed back at the detach.
+  return true;
+}
+
+// Waits for each thread's stop: an interrupt stop, a group stop (the process was SIGSTOPped), or a
+// signal-delivery stop, whose signal is handed back at the detach.
+void wait_for_stops(std::vector<Held>& held, int64_t deadline_mono_ns) {
   const int64_t stop_deadline = std::min(deadline_mono_ns, mono_ns() + kStopWaitNs);
   for (;;) {
     bool waiting = false;
@@ -391,8 +351,12 @@ ProcessStacks capture_process(int pid, int64_t deadline_mono_ns, int64_t hold_ns
     if (!waiting || mono_ns() >= stop_deadline) break;
     ::usleep(500);
   }
-  if (hold_ns > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(hold_ns));
+}
 
+// Every held thread's native stack through libdw (the kernel's frames for one that never
+// stopped), with its name and the state it had before it was stopped.
+void unwind_threads(int pid, const std::vector<Held>& held, std::map<int, std::string>& states,
+                    ProcessStacks* s) {
   static char* debuginfo_path = nullptr;
   static const Dwfl_Callbacks callbacks = {dwfl_linux_proc_find_elf, dwfl_standard_find_debuginfo,
                                            nullptr, &debuginfo_path};
@@ -403,9 +367,9 @@ ProcessStacks capture_process(int pid, int64_t deadline_mono_ns, int64_t hold_ns
     int rc = dwfl_linux_proc_report(dwfl, pid);
     dwfl_report_end(dwfl, nullptr, nullptr);
     attached = rc == 0 && dwfl_linux_proc_attach(dwfl, pid, true) == 0;
-    if (!attached) s.error = std::string("libdw cannot read the process: ") + dwfl_errmsg(-1);
+    if (!attached) s->error = std::string("libdw cannot read the process: ") + dwfl_errmsg(-1);
   } else {
-    s.error = std::string("libdw: ") + dwfl_errmsg(-1);
+    s->error = std::string("libdw: ") + dwfl_errmsg(-1);
   }
   const std::string task_dir = "/proc/" + std::to_string(pid) + "/task/";
   for (const auto& h : held) {
@@ -423,11 +387,14 @@ ProcessStacks capture_process(int pid, int64_t deadline_mono_ns, int64_t hold_ns
       if (dwfl_getthread_frames(dwfl, h.tid, on_frame, &u) != 0 && t.frames.empty())
         t.error = std::string("unwinding failed: ") + dwfl_errmsg(-1);
     }
-    s.threads.push_back(std::move(t));
+    s->threads.push_back(std::move(t));
   }
   if (dwfl) dwfl_end(dwfl);
-  // Detach. A thread that never stopped cannot be detached now; it stays seized (not stopped)
-  // until this helper exits, when the kernel detaches it and clears the pending interrupt.
+}
+
+// Detach. A thread that never stopped cannot be detached now; it stays seized (not stopped) until
+// this helper exits, when the kernel detaches it and clears the pending interrupt.
+void release_threads(std::vector<Held>& held) {
   for (auto& h : held) {
     if (h.stopped) {
       ::ptrace(PTRACE_DETACH, h.tid, nullptr, reinterpret_cast<void*>(intptr_t(h.pending_signal)));
@@ -443,6 +410,29 @@ ProcessStacks capture_process(int pid, int64_t deadline_mono_ns, int64_t hold_ns
       ::ptrace(PTRACE_DETACH, h.tid, nullptr, reinterpret_cast<void*>(intptr_t(sig)));
     }
   }
+}
+
+}  // namespace
+
+ProcessStacks capture_process(int pid, int64_t deadline_mono_ns, int64_t hold_ns) {
+  ProcessStacks s;
+  s.pid = pid;
+  s.taker = "libdw";
+  s.time_ns = real_ns();
+  const int64_t t0 = mono_ns();
+  std::vector<int> tids = list_tasks(pid);
+  if (tids.empty()) {
+    s.error = "the process exited before its stacks were taken";
+    return s;
+  }
+  std::map<int, std::string> states;  // before we stop them
+  for (int tid : tids) states[tid] = thread_state(pid, tid);
+  std::vector<Held> held;
+  if (!seize_threads(pid, tids, &held, &s.error)) return s;
+  wait_for_stops(held, deadline_mono_ns);
+  if (hold_ns > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(hold_ns));
+  unwind_threads(pid, held, states, &s);
+  release_threads(held);
   s.took_ns = mono_ns() - t0;
   return s;
 }
@@ -464,7 +454,7 @@ namespace {
 // py-spy on one process, started; `fd` gives its JSON. -1 with s->python_error set when it cannot run.
 pid_t start_py_spy(const std::string& py_spy, ProcessStacks* s, int* fd) {
   s->python = true;
-  std::string exe = find_on_path(py_spy.empty() ? "py-spy" : py_spy);
+  std::string exe = fr::files::find_on_path(py_spy.empty() ? "py-spy" : py_spy);
   if (exe.empty()) {
     s->python_error = py_spy.empty()
                           ? "py-spy not found on PATH (pip install py-spy, or give --py-spy PATH)"
@@ -579,103 +569,6 @@ int run_stacks_helper(const std::vector<int>& pids, const std::vector<int>& rank
     if (!emit(all[r.index])) return 1;
   }
   return 0;
-}
-
-// ---- the daemon's side ---------------------------------------------------------------------------
-
-StackOptions stack_options(const std::string& py_spy_flag, double budget_seconds, bool disabled) {
-  StackOptions o;
-  o.enabled = !disabled && budget_seconds > 0;
-  o.py_spy = py_spy_flag;
-  o.budget_ns = int64_t(budget_seconds * 1e9);
-  if (const char* hold = std::getenv("FR_STACKS_HOLD_MS")) o.hold_ns = std::atoll(hold) * 1'000'000;
-  return o;
-}
-
-StacksTaken take_stacks(const StackOptions& opts, const std::vector<StackTarget>& targets,
-                        const std::string& out_dir) {
-  StacksTaken res;
-  const int64_t t0 = mono_ns();
-  std::map<int, ProcessStacks> got;
-  std::vector<const StackTarget*> live;
-  std::map<int, std::string> refused;  // pid -> why
-  for (const auto& t : targets) {
-    if (!t.alive || t.pid <= 0) continue;
-    struct stat log_st, proc_st;
-    if (!t.log_path.empty() && ::stat(t.log_path.c_str(), &log_st) == 0 &&
-        ::stat(("/proc/" + std::to_string(t.pid)).c_str(), &proc_st) == 0 &&
-        log_st.st_uid != proc_st.st_uid) {
-      refused[t.pid] = "not taken: the process belongs to " + user_name(proc_st.st_uid) +
-                       ", its flight log to " + user_name(log_st.st_uid);
-      continue;
-    }
-    live.push_back(&t);
-  }
-  std::string common_error;
-  if (!opts.enabled) common_error = "stacks are off (--no-stacks or a zero --stack-budget)";
-  std::string frd = opts.frd_binary;
-  if (common_error.empty() && frd.empty()) {
-    char self[4096];
-    ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n > 0) {
-      std::string exe(self, size_t(n));
-      // An frd replaced on disk since it started (an upgrade) is run by its path as it is now.
-      const std::string deleted = " (deleted)";
-      if (exe.size() > deleted.size() && exe.compare(exe.size() - deleted.size(), deleted.size(), deleted) == 0)
-        exe.resize(exe.size() - deleted.size());
-      if (exe.size() >= 4 && exe.compare(exe.size() - 4, 4, "/frd") == 0) frd = exe;
-    }
-    if (frd.empty()) common_error = "no frd binary to take stacks with";
-  }
-  if (common_error.empty() && !live.empty()) {
-    std::vector<std::string> argv = {frd, "stacks", "--budget-ms",
-                                     std::to_string(std::max<int64_t>(1, opts.budget_ns / 1'000'000))};
-    if (!opts.py_spy.empty()) argv.insert(argv.end(), {"--py-spy", opts.py_spy});
-    if (opts.hold_ns > 0) argv.insert(argv.end(), {"--hold-ms", std::to_string(opts.hold_ns / 1'000'000)});
-    for (const auto* t : live) argv.insert(argv.end(), {"--pid", std::to_string(t->pid) + ":" + std::to_string(t->rank)});
-    int fd = -1;
-    pid_t child = spawn_reader(argv, &fd);
-    if (child < 0) {
-      common_error = std::string("cannot start frd stacks: ") + std::strerror(errno);
-    } else {
-      // The helper keeps to the budget itself; a second more before it is killed.
-      bool eof = read_until(fd, t0 + opts.budget_ns + 1'000'000'000, nullptr, [&](const std::string& line) {
-        ProcessStacks s;
-        std::string err;
-        if (fr::log::parse_stacks(line, &s, &err)) got[s.pid] = std::move(s);
-      });
-      ::close(fd);
-      reap(child, !eof);
-    }
-  }
-  for (const auto& t : targets) {
-    if (t.pid <= 0 || t.dump_file.empty()) continue;
-    ProcessStacks s;
-    auto it = got.find(t.pid);
-    if (it != got.end()) {
-      s = std::move(it->second);
-    } else if (refused.count(t.pid)) {
-      s.pid = t.pid;
-      s.error = refused[t.pid];
-    } else {
-      s.pid = t.pid;
-      s.error = !t.alive ? "the process had exited at the dump"
-                : !common_error.empty() ? common_error
-                : "not taken: the stack budget of " + seconds_text(opts.budget_ns) + " ran out";
-    }
-    s.rank = t.rank;
-    bool any = false;
-    for (const auto& th : s.threads) any |= !th.frames.empty();
-    if (any) ++res.taken;
-    else res.notes.push_back("rank " + std::to_string(t.rank) + " (pid " + std::to_string(t.pid) +
-                             "): " + (s.error.empty() ? "no frames" : s.error));
-    const std::string name = fr::log::stacks_file_for(t.dump_file);
-    std::string err;
-    if (fr::files::write_atomic(out_dir + "/" + name, fr::log::stacks_to_text(s), &err)) res.files.push_back(name);
-    else res.notes.push_back(err);
-  }
-  res.took_ns = mono_ns() - t0;
-  return res;
 }
 
 }  // namespace fr::daemon

@@ -1,16 +1,17 @@
 // Stacks of every rank at a dump, taken from outside the process (docs/frd.md, "Stacks").
 //
 // Two halves, in two processes on purpose:
-//   - the capture (capture_process, run_stacks_helper) runs in `frd stacks`, a short-lived child
-//     of the daemon that dies with it (PR_SET_PDEATHSIG). It attaches to each thread with
-//     PTRACE_SEIZE + PTRACE_INTERRUPT (no SIGSTOP is ever sent), unwinds and symbolizes with
-//     elfutils' libdw, detaches, then asks py-spy for the Python frames of Python processes.
+//   - the capture (capture_process, run_stacks_helper; stacks.cpp) runs in `frd stacks`, a
+//     short-lived child of the daemon that dies with it (PR_SET_PDEATHSIG). It attaches to each
+//     thread with PTRACE_SEIZE + PTRACE_INTERRUPT (no SIGSTOP is ever sent), unwinds and
+//     symbolizes with elfutils' libdw, detaches, then asks py-spy for the Python frames of Python
+//     processes.
 //     Should the daemon be killed mid-capture, the helper dies too and the kernel detaches every
 //     thread it held: nothing is left stopped.
-//   - the daemon side (take_stacks) starts the helper for every rank process of a dump, reads
-//     one fr-stacks/1 document per process from it under the incident's time budget, kills it
-//     when the budget runs out, and writes `<dump file>.stacks.json` beside each dump, with a
-//     one-line reason for every process it could not take.
+//   - the daemon side (take_stacks; stacks_take.cpp) starts the helper for every rank process of a
+//     dump, reads one fr-stacks/1 document per process from it under the incident's time budget,
+//     kills it when the budget runs out, and writes `<dump file>.stacks.json` beside each dump,
+//     with a one-line reason for every process it could not take.
 #pragma once
 
 #include <cstdint>

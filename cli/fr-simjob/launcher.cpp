@@ -1,23 +1,15 @@
-// The launcher: fork/exec of the ranks (and the frd daemons with --daemons), stall detection from
-// the progress board, the dump set, cleanup and result.json. Single-threaded until the analysis,
-// so everything a forked child needs is prepared before fork().
+// The launcher: prepares the run (build outputs, output folders, the progress board), starts the
+// ranks (and the frd daemons with --daemons), stops and cleans up everything it made, and runs
+// the whole job in order (run_job). Single-threaded until the analysis, so everything a forked
+// child needs is prepared before fork().
 #include "launcher.h"
-#include "files/files.h"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cerrno>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -26,29 +18,14 @@
 #include <sstream>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
-#include "log/reader.h"
-#include "log/snapshot.h"
-#include "progress.h"
-
-#ifdef FR_SIMJOB_HAVE_ANALYZER
-#include "analyzer/analyze.h"
-#endif
-
-extern char** environ;
+#include "files/files.h"
+#include "launch.h"
 
 namespace fr::simjob {
-namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-using json = nlohmann::json;
-
-constexpr double kStartGraceS = 30;
 
 volatile sig_atomic_t g_signal = 0;
-void on_signal(int sig) { g_signal = sig; }
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -59,6 +36,17 @@ uint64_t realtime_ns() {
   clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
+
+std::string read_small_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+namespace {
+
+void on_signal(int sig) { g_signal = sig; }
 
 // The build directory is the parent of the directory holding this executable (build/bin).
 std::string build_dir() {
@@ -77,117 +65,6 @@ std::string fresh_job_id() {
   return buf;
 }
 
-// A prepared child: argv and envp as owned strings and the pointer arrays execve wants.
-struct ChildSpec {
-  std::vector<std::string> argv, envp;
-  std::string log_path;
-  std::vector<char*> argv_ptrs, envp_ptrs;
-
-  void freeze() {  // again after a copy: the pointers must name this spec's own strings
-    argv_ptrs.clear();
-    envp_ptrs.clear();
-    for (auto& s : argv) argv_ptrs.push_back(s.data());
-    argv_ptrs.push_back(nullptr);
-    for (auto& s : envp) envp_ptrs.push_back(s.data());
-    envp_ptrs.push_back(nullptr);
-  }
-};
-
-// The parent environment without the names we set, plus ours.
-std::vector<std::string> make_env(const std::vector<std::pair<std::string, std::string>>& set) {
-  std::vector<std::string> out;
-  for (char** e = environ; e && *e; ++e) {
-    std::string kv = *e;
-    std::string name = kv.substr(0, kv.find('='));
-    bool replaced = false;
-    for (auto& [k, v] : set) replaced |= (k == name);
-    if (!replaced) out.push_back(kv);
-  }
-  for (auto& [k, v] : set) out.push_back(k + "=" + v);
-  return out;
-}
-
-// fork + exec into process group `pgid` (0: a new group led by the child). The child dies with
-// the launcher (PR_SET_PDEATHSIG), writes its output to log_path, and starts with the default
-// signal mask. Returns the pid or -1.
-pid_t spawn(ChildSpec& c, pid_t pgid) {
-  pid_t parent = ::getpid();
-  int log_fd = ::open(c.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (log_fd < 0) return -1;
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(log_fd);
-    return -1;
-  }
-  if (pid == 0) {
-    ::setpgid(0, pgid);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::dup2(log_fd, 1);
-    ::dup2(log_fd, 2);
-    int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) ::dup2(devnull, 0);
-    ::execve(c.argv_ptrs[0], c.argv_ptrs.data(), c.envp_ptrs.data());
-    const char msg[] = "fr-simjob: exec failed\n";
-    (void)!::write(2, msg, sizeof msg - 1);
-    ::_exit(127);
-  }
-  ::setpgid(pid, pgid == 0 ? pid : pgid);  // both sides set it: no race with a later killpg
-  ::close(log_fd);
-  return pid;
-}
-
-struct ChildState {
-  pid_t pid = -1;
-  bool exited = false;
-  int status = 0;
-  bool stopped = false;  // still running when the launcher stopped it
-  std::string role;      // daemons: "coordinator" or "node<K>"
-  std::string log;       // where its output went
-};
-
-// Reaps whatever has exited; returns how many are still running.
-int reap(std::vector<ChildState>& kids) {
-  int running = 0;
-  for (auto& k : kids) {
-    if (k.pid <= 0 || k.exited) continue;
-    int st = 0;
-    pid_t r = ::waitpid(k.pid, &st, WNOHANG);
-    if (r == k.pid) {
-      k.exited = true;
-      k.status = st;
-    } else if (r < 0 && errno == ECHILD) {
-      k.exited = true;
-      k.status = 0;
-    } else {
-      ++running;
-    }
-  }
-  return running;
-}
-
-// Waits for every child, up to `seconds`; returns whether all were reaped.
-bool reap_all(std::vector<ChildState>& kids, double seconds) {
-  auto start = Clock::now();
-  while (reap(kids) > 0) {
-    if (seconds_since(start) > seconds) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
-}
-
-void kill_all(std::vector<ChildState>& kids, pid_t pgid, int sig) {
-  reap(kids);
-  for (auto& k : kids)
-    if (k.pid > 0 && !k.exited) k.stopped = true;
-  if (pgid > 0) ::killpg(pgid, sig);
-  for (auto& k : kids)
-    if (k.pid > 0 && !k.exited) ::kill(k.pid, sig);
-}
-
 // Removes every /dev/shm object whose name starts with `prefix` (the emulation's per-run prefix).
 int remove_shm(const std::string& prefix) {
   if (prefix.empty()) return 0;
@@ -200,133 +77,7 @@ int remove_shm(const std::string& prefix) {
   return removed;
 }
 
-
-std::string read_small_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-// The per-rank summary of a dump set: per communicator (by role: the world from init, then the
-// tp, pp, dp splits in creation order) the last op the rank called and how far its GPU got.
-std::string dump_summary(const std::string& dir, int max_ranks) {
-  log::Manifest m;
-  std::string error;
-  if (!log::read_manifest(dir, &m, &error)) return "  (cannot read the manifest: " + error + ")\n";
-  std::vector<const log::SnapshotProcess*> procs;
-  for (const auto& p : m.processes) procs.push_back(&p);
-  std::sort(procs.begin(), procs.end(), [](auto* a, auto* b) { return a->rank < b->rank; });
-  std::ostringstream out;
-  int shown = 0;
-  for (const auto* p : procs) {
-    if (shown++ == max_ranks) {
-      out << "  ... " << procs.size() - max_ranks << " more rank(s)\n";
-      break;
-    }
-    log::ReadResult rr = log::read_log(dir + "/" + p->file);
-    char head[96];
-    std::snprintf(head, sizeof head, "  rank %-3d %-6s %-5s", p->rank, p->host.c_str(),
-                  p->alive ? "alive" : "dead");
-    out << head;
-    if (!rr.ok()) {
-      out << " unreadable: " << rr.message << "\n";
-      continue;
-    }
-    const log::LogFile& lf = *rr.log;
-    std::vector<std::pair<std::string, uint64_t>> roles;
-    std::vector<const fr_comm_entry*> splits;
-    for (const auto& c : lf.comms) {
-      if (c.origin == FR_ORIGIN_INIT_RANK) roles.push_back({"world", c.id});
-      if (c.origin == FR_ORIGIN_SPLIT) splits.push_back(&c);
-    }
-    std::stable_sort(splits.begin(), splits.end(),
-                     [](auto* a, auto* b) { return a->create_ns < b->create_ns; });
-    const char* names[] = {"tp", "pp", "dp"};
-    for (size_t i = 0; i < splits.size() && i < 3; ++i) roles.push_back({names[i], splits[i]->id});
-    for (const auto& [role, id] : roles) {
-      const log::Record* last = nullptr;
-      for (const auto& rec : lf.records)
-        if (rec.raw.comm_id == id && (log::op_is_collective(rec.raw.op) || log::op_is_p2p(rec.raw.op)))
-          last = &rec;
-      out << " | " << role << " ";
-      if (!last) {
-        out << "-";
-        continue;
-      }
-      out << log::op_name(last->raw.op) << " #" << last->raw.seq << " "
-          << log::gpu_state_name(last->gpu_state);
-    }
-    out << "\n";
-  }
-  return out.str();
-}
-
-// ---- the job -----------------------------------------------------------------------------------
-
-struct Job {
-  const LaunchOptions& o;
-  std::string build, out, run_dir, job_id, shm_prefix;
-  std::string rank_exe, sim_lib, agent_lib, frd_exe, python_exe;
-  ProgressBoard* board = nullptr;
-  size_t board_bytes = 0;
-  std::vector<ChildState> ranks;
-  pid_t rank_pgid = 0;
-  // --elastic: how the fresh process of the highest rank is started, and the process it replaced.
-  ChildSpec joiner_spec;
-  ChildState left;
-  Clock::time_point joiner_started;
-  std::vector<ChildState> daemons;  // [0] coordinator, then one node per simulated node
-  pid_t daemon_pgid = 0;
-  Clock::time_point start = Clock::now();
-  Clock::time_point ranks_started, ranks_ended;  // job_s: from the first fork to the last exit
-
-  std::string stop_reason;  // completed | exited | stalled | incident | interrupted | no_verdict
-  std::string dump_set;     // empty: none
-  json snapshot_info;       // processes, skipped
-  json analysis;            // null: none
-  std::string analysis_error, daemon_error;
-  double stalled_for_s = 0;
-  double ranks_cpu_s = -1;  // user + system CPU of the reaped rank processes
-
-  explicit Job(const LaunchOptions& opts) : o(opts) {}
-
-  void say(const std::string& line) const {
-    if (!o.quiet) std::printf("fr-simjob: %s\n", line.c_str());
-    std::fflush(stdout);
-  }
-  static void err(const std::string& line) { std::fprintf(stderr, "fr-simjob: %s\n", line.c_str()); }
-
-  std::string node_dir(int node) const { return out + "/node" + std::to_string(node); }
-  // The node's emulated NVML (sim/nvml): one GPU per local rank, with the rank's PID once
-  // it runs. The frd node reads it through the emulated libnvidia-ml.so.1.
-  std::string nvml_file(int node) const { return node_dir(node) + "/nvml.conf"; }
-  void write_nvml(int node) {
-    std::string text = "driver 550.54.15\n";
-    for (int l = 0; l < o.shape.ranks_per_node; ++l) {
-      int r = node * o.shape.ranks_per_node + l;
-      text += "gpu " + sim_gpu_bus_id(l) + " nvlinks=4";
-      if (r < static_cast<int>(ranks.size()) && ranks[r].pid > 0) text += " pids=" + std::to_string(ranks[r].pid);
-      text += "\n";
-    }
-    std::string error;
-    if (!fr::files::write_atomic(nvml_file(node), text, &error)) Job::err(error);
-  }
-  std::string node_log_dir(int node) const { return node_dir(node) + "/shm"; }
-
-  bool prepare();
-  bool start_daemons();
-  bool start_ranks();
-  bool start_joiner();
-  void monitor();
-  bool snapshot();
-  void analyze();
-  void stop_everything();
-  void cleanup();
-  std::string find_incident_analysis() const;
-  json result_json() const;
-  uint64_t total_progress() const;
-};
+}  // namespace
 
 bool Job::prepare() {
   build = build_dir();
@@ -334,40 +85,7 @@ bool Job::prepare() {
     err("cannot locate the build directory from /proc/self/exe");
     return false;
   }
-  rank_exe = build + "/bin/fr-simjob-rank";
-  if (o.python) {
-    rank_exe = build + "/bin/fr-simjob-rank.py";
-    // execve takes a path: python3 as the shell would find it.
-    const char* path = std::getenv("PATH");
-    std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
-    for (size_t pos = 0; python_exe.empty() && pos <= dirs.size();) {
-      size_t end = dirs.find(':', pos);
-      if (end == std::string::npos) end = dirs.size();
-      std::string cand = dirs.substr(pos, end - pos) + "/python3";
-      if (end > pos && ::access(cand.c_str(), X_OK) == 0) python_exe = cand;
-      pos = end + 1;
-    }
-    if (python_exe.empty()) {
-      err("--python: no python3 on PATH");
-      return false;
-    }
-  }
-  sim_lib = build + "/sim/lib";
-  agent_lib = build + "/lib/libfr_agent.so";
-  frd_exe = build + "/bin/frd";
-  std::vector<std::pair<std::string, std::string>> needed = {
-      {rank_exe, o.python ? "the Python rank program (cli/fr-simjob/rank.py)"
-                          : "the rank program (build target fr-simjob-rank)"},
-      {sim_lib + "/libnccl.so.2", "the NCCL emulation (sim/)"},
-      {sim_lib + "/libcuda.so.1", "the CUDA driver emulation (sim/)"}};
-  if (o.agent) needed.push_back({agent_lib, "the agent (agent/)"});
-  if (o.daemons) needed.push_back({frd_exe, "frd (cli/frd)"});
-  for (auto& [path, what] : needed) {
-    if (::access(path.c_str(), R_OK) != 0) {
-      err("missing " + path + ": " + what + " is not built in " + build);
-      return false;
-    }
-  }
+  if (!find_programs()) return false;
 
   std::error_code ec;
   out = fs::absolute(o.out_dir, ec).lexically_normal().string();
@@ -399,8 +117,41 @@ bool Job::prepare() {
     err(id_error);
     return false;
   }
+  return map_board();
+}
 
-  // The progress board.
+// The programs and libraries the run needs, in the build directory; the first one missing is said.
+bool Job::find_programs() {
+  rank_exe = build + "/bin/fr-simjob-rank";
+  if (o.python) {
+    rank_exe = build + "/bin/fr-simjob-rank.py";
+    python_exe = fr::files::find_on_path("python3");  // execve takes a path
+    if (python_exe.empty()) {
+      err("--python: no python3 on PATH");
+      return false;
+    }
+  }
+  sim_lib = build + "/sim/lib";
+  agent_lib = build + "/lib/libfr_agent.so";
+  frd_exe = build + "/bin/frd";
+  std::vector<std::pair<std::string, std::string>> needed = {
+      {rank_exe, o.python ? "the Python rank program (cli/fr-simjob/rank.py)"
+                          : "the rank program (build target fr-simjob-rank)"},
+      {sim_lib + "/libnccl.so.2", "the NCCL emulation (sim/)"},
+      {sim_lib + "/libcuda.so.1", "the CUDA driver emulation (sim/)"}};
+  if (o.agent) needed.push_back({agent_lib, "the agent (agent/)"});
+  if (o.daemons) needed.push_back({frd_exe, "frd (cli/frd)"});
+  for (auto& [path, what] : needed) {
+    if (::access(path.c_str(), R_OK) != 0) {
+      err("missing " + path + ": " + what + " is not built in " + build);
+      return false;
+    }
+  }
+  return true;
+}
+
+// The progress board every rank writes into (progress.h), mapped shared.
+bool Job::map_board() {
   std::string board_path = run_dir + "/board";
   board_bytes = ProgressBoard::bytes_for(o.shape.world());
   int fd = ::open(board_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -419,6 +170,19 @@ bool Job::prepare() {
   board->ranks = static_cast<uint32_t>(o.shape.world());
   __atomic_store_n(&board->magic, kProgressMagic, __ATOMIC_RELEASE);
   return true;
+}
+
+// Written before the daemons start, and again once the ranks run (with their PIDs).
+void Job::write_nvml(int node) {
+  std::string text = "driver 550.54.15\n";
+  for (int l = 0; l < o.shape.ranks_per_node; ++l) {
+    int r = node * o.shape.ranks_per_node + l;
+    text += "gpu " + sim_gpu_bus_id(l) + " nvlinks=4";
+    if (r < static_cast<int>(ranks.size()) && ranks[r].pid > 0) text += " pids=" + std::to_string(ranks[r].pid);
+    text += "\n";
+  }
+  std::string error;
+  if (!fr::files::write_atomic(nvml_file(node), text, &error)) Job::err(error);
 }
 
 bool Job::start_ranks() {
@@ -617,193 +381,6 @@ bool Job::start_daemons() {
   return true;
 }
 
-uint64_t Job::total_progress() const {
-  uint64_t sum = 0;
-  for (uint32_t r = 0; r < board->ranks; ++r)
-    sum += board->slots[r].progress.load(std::memory_order_relaxed);
-  return sum;
-}
-
-// The first incident whose analysis.json exists (the coordinator writes it last, atomically).
-std::string Job::find_incident_analysis() const {
-  std::error_code ec;
-  fs::path job_dir = fs::path(out) / "incidents" / job_id;
-  std::vector<fs::path> found;
-  for (const auto& e : fs::directory_iterator(job_dir, ec))
-    if (e.is_directory(ec) && fs::exists(e.path() / "analysis.json", ec)) found.push_back(e.path());
-  if (found.empty()) return {};
-  std::sort(found.begin(), found.end());
-  return found.front().string();
-}
-
-void Job::monitor() {
-  uint64_t last = total_progress();
-  auto last_change = Clock::now();
-  for (;;) {
-    if (g_signal) {
-      stop_reason = "interrupted";
-      return;
-    }
-    int running = reap(ranks);
-    if (o.shape.elastic >= 0 && left.pid <= 0) {
-      const ChildState& k = ranks[o.shape.world() - 1];
-      if (k.exited && WIFEXITED(k.status) && WEXITSTATUS(k.status) == kRankExitLeft) {
-        if (!start_joiner()) {
-          stop_reason = "exited";
-          return;
-        }
-        ++running;
-      }
-    }
-    uint64_t now = total_progress();
-    if (now != last) {
-      last = now;
-      last_change = Clock::now();
-    }
-    if (o.daemons) {
-      std::string incident = find_incident_analysis();
-      if (!incident.empty()) {
-        stop_reason = "incident";
-        dump_set = incident;
-        stalled_for_s = seconds_since(last_change);
-        return;
-      }
-      reap(daemons);
-      if (!daemons.empty() && daemons[0].exited) {
-        daemon_error = "frd coordinator exited during the job (see " + out + "/coordinator.log)";
-        stop_reason = "no_verdict";
-        return;
-      }
-    }
-    if (running == 0) {
-      ranks_ended = Clock::now();
-      bool all_ok = true;
-      for (uint32_t r = 0; r < board->ranks; ++r) {
-        const ChildState& k = ranks[r];
-        all_ok &= WIFEXITED(k.status) && WEXITSTATUS(k.status) == 0 &&
-                  board->slots[r].steps_done.load() == static_cast<uint64_t>(o.shape.steps);
-      }
-      stop_reason = all_ok ? "completed" : "exited";
-      if (o.daemons && !all_ok) {
-        // Every rank is gone: give the coordinator its chance to report the deaths.
-        auto t0 = Clock::now();
-        while (seconds_since(t0) < o.verdict_timeout_s && !g_signal) {
-          std::string incident = find_incident_analysis();
-          if (!incident.empty()) {
-            stop_reason = "incident";
-            dump_set = incident;
-            return;
-          }
-          std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
-        daemon_error = "frd coordinator gave no verdict within " +
-                       std::to_string(static_cast<int>(o.verdict_timeout_s)) + " s";
-        stop_reason = "no_verdict";
-      }
-      return;
-    }
-    double idle = seconds_since(last_change);
-    // A rank that has not reached main yet (exec and library loading on a loaded machine) is
-    // slow, not stalled: it gets a longer grace before the job counts as stuck.
-    bool starting = false;
-    for (uint32_t r = 0; r < board->ranks; ++r)
-      starting |= !ranks[r].exited &&
-                  board->slots[r].phase.load() == static_cast<uint32_t>(RankPhase::kStarting);
-    bool recent = seconds_since(start) < kStartGraceS ||
-                  (left.pid > 0 && seconds_since(joiner_started) < kStartGraceS);
-    if (starting && recent) idle = 0;
-    if (o.daemons) {
-      if (idle > stall_after_limit_s(o) + o.verdict_timeout_s) {
-        daemon_error = "frd coordinator gave no verdict within " +
-                       std::to_string(static_cast<int>(o.verdict_timeout_s)) +
-                       " s after the stall threshold";
-        stop_reason = "no_verdict";
-        stalled_for_s = idle;
-        return;
-      }
-    } else if (o.snapshot_after_s > 0 && idle >= o.snapshot_after_s) {
-      stop_reason = "stalled";
-      stalled_for_s = idle;
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-}
-
-bool Job::snapshot() {
-  if (!o.agent) return false;  // no agent, no flight logs
-  std::string dir = out + "/dumps";
-  std::vector<log::SnapshotProcess> procs;
-  std::vector<log::SnapshotSkip> skipped;
-  std::vector<log::ManifestNode> nodes;
-  uint64_t t = realtime_ns();
-  for (int n = 0; n < o.shape.nodes; ++n) {
-    log::SnapshotOptions so;
-    so.log_dir = node_log_dir(n);
-    so.out_dir = dir;
-    so.host = "node" + std::to_string(n);
-    so.job_id = job_id;
-    so.file_prefix = "node" + std::to_string(n) + "-";
-    so.write_manifest = false;
-    log::SnapshotResult res = log::snapshot_dir(so);
-    if (!res.ok()) {
-      err("snapshot of " + so.log_dir + " failed: " + res.error);
-      return false;
-    }
-    procs.insert(procs.end(), res.processes.begin(), res.processes.end());
-    skipped.insert(skipped.end(), res.skipped.begin(), res.skipped.end());
-    log::ManifestNode mn;
-    mn.host = so.host;
-    mn.clock_offset_ns = 0;  // every simulated node runs on this machine's clock
-    mn.has_offset = true;
-    nodes.push_back(mn);
-  }
-  if (procs.empty()) {
-    // No rank ever wrote a flight log (they died before their first NCCL call): nothing to keep.
-    err("no flight log to snapshot in " + out + "/node*/shm");
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-    return false;
-  }
-  std::string error;
-  if (!log::write_manifest(dir, job_id, t, procs, skipped, nodes, "fr-simjob", o.shape.world(),
-                           &error)) {
-    err("cannot write the manifest of " + dir + ": " + error);
-    return false;
-  }
-  dump_set = dir;
-  snapshot_info = {{"processes", procs.size()}, {"skipped", json::array()}};
-  for (const auto& s : skipped) snapshot_info["skipped"].push_back({{"file", s.file}, {"error", s.error}});
-  return true;
-}
-
-void Job::analyze() {
-  if (dump_set.empty()) return;
-  if (o.daemons && stop_reason == "incident") {
-    std::string text = read_small_file(dump_set + "/analysis.json");
-    try {
-      analysis = json::parse(text);
-    } catch (const std::exception& e) {
-      analysis_error = "cannot parse " + dump_set + "/analysis.json: " + e.what();
-    }
-    return;
-  }
-#ifdef FR_SIMJOB_HAVE_ANALYZER
-  try {
-    std::string fatal;
-    analyzer::Options ao;
-    ao.threads = 2;
-    json a = analyzer::analyze_paths({dump_set}, ao, &fatal);
-    if (a.is_null())
-      analysis_error = fatal.empty() ? "the analyzer returned nothing" : fatal;
-    else
-      analysis = std::move(a);
-  } catch (const std::exception& e) {
-    analysis_error = std::string("analysis failed: ") + e.what();
-  }
-#endif
-}
-
 void Job::stop_everything() {
   kill_all(ranks, rank_pgid, SIGKILL);
   if (!reap_all(ranks, 10)) err("some rank processes did not die within 10 s of SIGKILL");
@@ -826,107 +403,6 @@ void Job::cleanup() {
   std::error_code ec;
   fs::remove(run_dir + "/world.uid", ec);
 }
-
-json Job::result_json() const {
-  json r;
-  r["completed"] = stop_reason == "completed";
-  r["stop_reason"] = stop_reason;
-  r["job_id"] = job_id;
-  r["nodes"] = o.shape.nodes;
-  r["ranks_per_node"] = o.shape.ranks_per_node;
-  r["world_size"] = o.shape.world();
-  r["tp"] = o.shape.tp;
-  r["pp"] = o.shape.pp;
-  r["dp"] = o.shape.dp();
-  r["steps"] = o.shape.steps;
-  r["step_ms"] = o.shape.step_ms;
-  r["step_jitter"] = o.shape.jitter;
-  r["pause"] = o.shape.pause_step >= 0
-                   ? json{{"step", o.shape.pause_step}, {"ms", o.shape.pause_ms}}
-                   : json(nullptr);
-  r["graphs"] = o.graphs;
-  r["elastic"] = o.shape.elastic >= 0 ? json(o.shape.elastic) : json(nullptr);
-  r["agent"] = o.agent;
-  r["daemons"] = o.daemons;
-  json faults = json::array();
-  for (const Fault& f : o.faults) {
-    json jf = {{"spec", f.to_spec()}, {"rank", f.rank}, {"step", f.step},
-               {"kind", fault_kind_name(f.kind)}};
-    if (f.to_spec().find("comm=") != std::string::npos) jf["comm"] = comm_kind_name(f.comm);
-    if (f.ms >= 0) jf["ms"] = f.ms;
-    faults.push_back(jf);
-  }
-  r["faults"] = faults;
-  json rs = json::array();
-  for (int i = 0; i < o.shape.world(); ++i) {
-    const ChildState& k = ranks.size() > static_cast<size_t>(i) ? ranks[i] : ChildState{};
-    const RankSlot& slot = board->slots[i];
-    json jr = {{"rank", i}, {"node", position_of(o.shape, i).node}, {"pid", k.pid}};
-    jr["exit_code"] = k.exited && WIFEXITED(k.status) ? json(WEXITSTATUS(k.status)) : json(nullptr);
-    jr["signal"] = k.exited && WIFSIGNALED(k.status) ? json(WTERMSIG(k.status)) : json(nullptr);
-    jr["stopped"] = k.stopped;
-    jr["steps_done"] = slot.steps_done.load();
-    jr["check_failures"] = slot.check_failures.load();
-    static const char* phases[] = {"starting", "init", "running", "finished", "failed"};
-    uint32_t ph = slot.phase.load();
-    jr["phase"] = ph < 5 ? phases[ph] : "unknown";
-    if (left.pid > 0 && i == o.shape.world() - 1) {
-      // --elastic: the process that left; the entry above is its successor.
-      jr["joined"] = true;
-      jr["left"] = {{"pid", left.pid}, {"exit_code", WEXITSTATUS(left.status)}};
-    }
-    rs.push_back(jr);
-  }
-  r["ranks"] = rs;
-  if (o.daemons) {
-    json ds = json::array();
-    for (const ChildState& k : daemons) {
-      json jd = {{"role", k.role}, {"pid", k.pid}, {"log", k.log}, {"stopped", k.stopped}};
-      jd["exit_code"] = k.exited && WIFEXITED(k.status) ? json(WEXITSTATUS(k.status)) : json(nullptr);
-      jd["signal"] = k.exited && WIFSIGNALED(k.status) ? json(WTERMSIG(k.status)) : json(nullptr);
-      ds.push_back(jd);
-    }
-    r["daemon_processes"] = ds;
-    r["stall_after"] = o.stall_after;
-    // What the coordinator opened and found, from its files: every incident (also those that
-    // closed as transient) and its findings (slow ranks).
-    json opened = json::array(), findings = json::array();
-    std::error_code ec;
-    fs::path job_dir = fs::path(out) / "incidents" / job_id;
-    std::vector<fs::path> dirs;
-    for (const auto& e : fs::directory_iterator(job_dir, ec))
-      if (e.is_directory(ec) && e.path().filename().string().rfind("incident-", 0) == 0)
-        dirs.push_back(e.path());
-    std::sort(dirs.begin(), dirs.end());
-    for (const auto& d : dirs) {
-      json inc = {{"id", d.filename().string()}};
-      std::ifstream f(d / "incident.json");
-      json j = json::parse(f, nullptr, false);
-      if (j.is_object())
-        for (const char* k : {"kind", "state", "reason", "verdict"})
-          if (j.contains(k)) inc[k] = j[k];
-      opened.push_back(inc);
-    }
-    std::ifstream ff(job_dir / "findings.json");
-    json fj = json::parse(ff, nullptr, false);
-    if (fj.is_object() && fj.contains("findings") && fj["findings"].is_array()) findings = fj["findings"];
-    r["incidents_opened"] = opened;
-    r["findings"] = findings;
-  }
-  r["dump_set"] = dump_set.empty() ? json(nullptr) : json(dump_set);
-  if (!snapshot_info.is_null()) r["snapshot"] = snapshot_info;
-  if (stalled_for_s > 0) r["stalled_for_s"] = stalled_for_s;
-  r["duration_s"] = seconds_since(start);
-  if (ranks_cpu_s >= 0) r["ranks_cpu_s"] = ranks_cpu_s;
-  if (ranks_ended > ranks_started && ranks_started != Clock::time_point{})
-    r["job_s"] = std::chrono::duration<double>(ranks_ended - ranks_started).count();
-  if (!analysis.is_null()) r["analysis"] = analysis;
-  if (!analysis_error.empty()) r["analysis_error"] = analysis_error;
-  if (!daemon_error.empty()) r["daemon_error"] = daemon_error;
-  return r;
-}
-
-}  // namespace
 
 double stall_after_limit_s(const LaunchOptions& o) {
   if (o.stall_after == "auto") return 30;
@@ -974,34 +450,7 @@ int run_job(const LaunchOptions& o) {
   job.cleanup();
   if (!g_signal) job.analyze();
 
-  std::string error;
-  try {
-    json r = job.result_json();
-    if (!fr::files::write_atomic(job.out + "/result.json", r.dump(2) + "\n", &error)) Job::err(error);
-  } catch (const std::exception& e) {
-    Job::err(std::string("cannot write result.json: ") + e.what());
-  }
-
-  std::string summary = job.stop_reason;
-  if (job.stop_reason == "stalled" || job.stop_reason == "incident") {
-    char b[64];
-    std::snprintf(b, sizeof b, " (no progress for %.1f s)", job.stalled_for_s);
-    summary += b;
-  }
-  job.say("job " + job.job_id + " " + summary + " after " +
-          std::to_string(seconds_since(job.start)).substr(0, 5) + " s");
-  if (!job.dump_set.empty()) {
-    job.say("dump set: " + job.dump_set);
-    if (!o.quiet)
-      std::printf("last op per rank and communicator (op #seq, GPU state):\n%s",
-                  dump_summary(job.dump_set, 64).c_str());
-  }
-  if (!job.analysis.is_null() && job.analysis.contains("verdict")) {
-    const json& v = job.analysis["verdict"];
-    job.say("verdict: " + v.value("kind", std::string("?")) + ": " + v.value("summary", std::string()));
-  }
-  if (!job.analysis_error.empty()) Job::err("analysis: " + job.analysis_error);
-  job.say("result: " + job.out + "/result.json");
+  job.report();
 
   if (g_signal) return 128 + g_signal;
   if (!started) return daemons_failed ? kExitNoVerdict : kExitSetup;

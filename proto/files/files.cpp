@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 namespace fr::files {
@@ -73,6 +74,24 @@ bool write_atomic(const std::string& path, const std::string& data, std::string*
   }
   if (!ok) ::unlink(tmp.c_str());
   return ok;
+}
+
+std::string find_on_path(const std::string& name) {
+  if (name.find('/') != std::string::npos) return ::access(name.c_str(), X_OK) == 0 ? name : "";
+  const char* path = std::getenv("PATH");
+  std::string p = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t pos = 0;
+  while (pos <= p.size()) {
+    size_t end = p.find(':', pos);
+    if (end == std::string::npos) end = p.size();
+    std::string dir = p.substr(pos, end - pos);
+    if (!dir.empty()) {
+      std::string full = dir + "/" + name;
+      if (::access(full.c_str(), X_OK) == 0) return full;
+    }
+    pos = end + 1;
+  }
+  return "";
 }
 
 }  // namespace fr::files

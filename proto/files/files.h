@@ -23,4 +23,8 @@ bool write_all(int fd, const void* data, size_t size);
 // "what: strerror(errno)".
 std::string errno_text(const std::string& what);
 
+// The executable `name` as a shell finds it: `name` itself when it holds a '/', else the first
+// directory of PATH (/usr/local/bin:/usr/bin:/bin when unset) where it is executable; "" if none.
+std::string find_on_path(const std::string& name);
+
 }  // namespace fr::files
