@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 
+#include "analyzer/verdicts.h"
 #include "fr/version.h"
 
 namespace fr::analyzer {
@@ -134,7 +135,7 @@ const json* stalled_op(const json& e, uint64_t seq) {
 
 void verdict_card(std::ostringstream& o, const json& v) {
   const std::string kind = str(v, "kind");
-  o << "<section class=\"card verdict" << (kind == "no_hang" ? " ok" : "") << "\" id=\"verdict\">"
+  o << "<section class=\"card verdict" << (is_verdict(kind, VerdictKind::kNoHang) ? " ok" : "") << "\" id=\"verdict\">"
     << "<span class=\"kind\">" << html_escape(kind.empty() ? "?" : kind) << "</span>"
     << "<p class=\"sentence\" id=\"verdict-sentence\">" << html_escape(str(v, "summary")) << "</p>"
     << "<div class=\"facts\">";

@@ -9,6 +9,7 @@
 #include "analyzer/analyze.h"
 #include "analyzer/html.h"
 #include "analyzer/model.h"
+#include "analyzer/verdicts.h"
 
 namespace fr::analyzer {
 namespace {
@@ -177,7 +178,7 @@ std::string render_text(const json& a, bool color) {
   if (!a.is_object() || !a.contains("verdict")) return "no analysis\n";
   const json& v = a["verdict"];
   const std::string kind = v.value("kind", std::string("?"));
-  const bool ok = kind == "no_hang";
+  const bool ok = is_verdict(kind, VerdictKind::kNoHang);
   out << (ok ? st.green() : st.red()) << "verdict: " << kind << st.reset() << " - " << st.bold()
       << v.value("summary", std::string()) << st.reset() << "\n";
   if (v.contains("comm")) {

@@ -14,6 +14,7 @@
 #include <set>
 
 #include "analyzer/analyze.h"
+#include "analyzer/verdicts.h"
 #include "daemon/crc32c.h"
 #include "daemon/names.h"
 #include "log/side_files.h"
@@ -243,12 +244,12 @@ bool still_regular(const std::string& path, std::string* why) {
 void note_undelivered(const AssemblyJob& job, nlohmann::json* analysis) {
   if (job.undelivered.empty() || !analysis->is_object()) return;
   auto& v = (*analysis)["verdict"];
-  if (!v.is_object() || v.value("kind", "") != "node_lost") return;
+  if (!v.is_object() || !fr::analyzer::is_verdict(v.value("kind", ""), fr::analyzer::VerdictKind::kNodeLost)) return;
   std::string names;
   for (const auto& [n, why] : job.undelivered)
     names += (names.empty() ? "" : "; ") + n + " (" + why + ")";
   nlohmann::json was = v;
-  v = {{"kind", "incomplete"},
+  v = {{"kind", fr::analyzer::verdict_name(fr::analyzer::VerdictKind::kIncomplete)},
        {"summary", "node(s) connected but their dumps did not arrive: " + names +
                        "; they are not lost, so no node_lost verdict"},
        {"culprit_ranks", nlohmann::json::array()}};
@@ -311,7 +312,7 @@ AssemblyResult assemble(const AssemblyJob& job) {
     // Still leave a document behind, so whoever waits for analysis.json is not left waiting.
     analysis = {{"schema", "fr-analysis/1"},
                 {"verdict",
-                 {{"kind", "incomplete"},
+                 {{"kind", fr::analyzer::verdict_name(fr::analyzer::VerdictKind::kIncomplete)},
                   {"summary", fatal.empty() ? "no analysis" : fatal},
                   {"culprit_ranks", nlohmann::json::array()}}},
                 {"findings", nlohmann::json::array()}};
