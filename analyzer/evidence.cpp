@@ -67,17 +67,15 @@ std::string replay_text(const ReplayTag& t) {
          ", captured op " + std::to_string(t.pos) + " of " + std::to_string(t.ops) + ")";
 }
 
-json comm_json(const Comm& c) { return json{{"id", comm_id_hex(c.id)}, {"name", c.name}, {"size", c.size}}; }
+CommRef comm_ref(const Comm& c) { return {comm_id_hex(c.id), c.name, c.size}; }
 
-json communicator_json(const Model& m, const Comm& c) {
-  json j = comm_json(c);
-  j["origin"] = fr::log::origin_name(c.origin);
-  j["parent"] = c.parent ? json(comm_id_hex(c.parent)) : json(nullptr);
-  json members = json::array();
-  for (const auto& mem : c.members)
-    members.push_back({{"rank_in_comm", mem.rank_in_comm}, {"global_rank", m.procs[mem.proc].rank}});
-  j["members"] = members;
-  return j;
+Communicator communicator_of(const Model& m, const Comm& c) {
+  Communicator out;
+  out.comm = comm_ref(c);
+  out.origin = fr::log::origin_name(c.origin);
+  if (c.parent) out.parent = comm_id_hex(c.parent);
+  for (const auto& mem : c.members) out.members.emplace_back(mem.rank_in_comm, m.procs[mem.proc].rank);
+  return out;
 }
 
 namespace {
@@ -160,38 +158,38 @@ json evidence_rows(const AnalysisState& state, const Stall& s) {
 
 }  // namespace
 
-json stall_json(const AnalysisState& state, const Stall& s) {
-  json j;
-  j["kind"] = verdict_name(s.kind);
-  j["summary"] = s.summary;
+Finding finding_of(const AnalysisState& state, const Stall& s) {
+  Finding f;
+  f.kind = s.kind;
+  f.summary = s.summary;
   if (s.comm >= 0) {
-    j["comm"] = comm_json(state.model.comms[s.comm]);
-    j["seq"] = s.seq;
-    j["seq_kind"] = s.host_call ? "api" : s.p2p ? "p2p" : "coll";
-    j["op"] = s.op;
+    f.comm = comm_ref(state.model.comms[s.comm]);
+    f.seq = s.seq;
+    f.seq_kind = s.host_call ? "api" : s.p2p ? "p2p" : "coll";
+    f.op = s.op;
   }
-  j["culprit_ranks"] = s.culprits;
-  if (!s.blocked.empty()) j["blocked_ranks"] = s.blocked;
-  if (!s.mismatch.is_null()) j["mismatch"] = s.mismatch;
-  for (auto& [k, v] : s.extra.items()) j[k] = v;
-  j["evidence"] = s.comm >= 0 ? evidence_rows(state, s) : json::array();
-  return j;
+  f.culprit_ranks = s.culprits;
+  f.blocked_ranks = s.blocked;
+  f.mismatch = s.mismatch;
+  f.details = s.extra;
+  f.evidence = s.comm >= 0 ? evidence_rows(state, s) : json::array();
+  return f;
 }
 
 // The verdict's timeline: each member's last records on the verdict's communicator (what the
 // incident page draws), with the time its log was read, so a page needs the JSON alone. Culprits
 // first; a few hundred rows are more than a person reads.
-void add_recent_ops(const Model& m, json* verdict) {
+void add_recent_ops(const Model& m, Finding* verdict) {
   constexpr size_t kOpsPerRank = 8, kMaxRows = 256;
-  if (!verdict->contains("comm") || !verdict->contains("evidence")) return;
-  const std::string id = (*verdict)["comm"].value("id", std::string());
+  if (!verdict->comm || !verdict->evidence.is_array()) return;
+  const std::string& id = verdict->comm->id;
   const Comm* comm = nullptr;
   for (const auto& c : m.comms)
     if (comm_id_hex(c.id) == id) comm = &c;
   if (!comm) return;
   std::map<int, const CommMember*> by_rank;
   for (const auto& mem : comm->members) by_rank[m.procs[mem.proc].rank] = &mem;
-  json& ev = (*verdict)["evidence"];
+  json& ev = verdict->evidence;
   std::vector<size_t> order(ev.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_partition(order.begin(), order.end(), [&](size_t i) { return ev[i].value("culprit", false); });
@@ -216,26 +214,20 @@ void add_recent_ops(const Model& m, json* verdict) {
 // accounts for: a culprit of the verdict, or a member blocked in the verdict's op (a rank waiting
 // there can do nothing elsewhere). Stragglers (skew) stand on their own. Marked with
 // "consequence": true and "consequence_of": the verdict's kind.
-void mark_consequences(const json& verdict, std::vector<json>* findings) {
-  const std::string kind = verdict.value("kind", std::string());
-  if (is_verdict(kind, VerdictKind::kNoHang) || is_verdict(kind, VerdictKind::kIncomplete)) return;
-  std::set<int> held;
-  for (const auto& r : verdict.value("culprit_ranks", json::array()))
-    if (r.is_number_integer()) held.insert(r.get<int>());
-  for (const auto& e : verdict.value("evidence", json::array())) {
-    const std::string st = e.value("state", std::string());
-    if (e.contains("rank") && e["rank"].is_number_integer() && st.rfind("completed", 0) != 0 && st != "missing")
-      held.insert(e["rank"].get<int>());
-  }
-  for (auto& f : *findings) {
-    if (is_verdict(f.value("kind", std::string()), VerdictKind::kSkew)) continue;
-    const json& blamed = f.value("culprit_ranks", json::array());
-    bool all = !blamed.empty();
-    for (const auto& r : blamed) all = all && r.is_number_integer() && held.count(r.get<int>());
-    if (all) {
-      f["consequence"] = true;
-      f["consequence_of"] = kind;
+void mark_consequences(const Finding& verdict, std::vector<Finding>* findings) {
+  if (verdict.kind == VerdictKind::kNoHang || verdict.kind == VerdictKind::kIncomplete) return;
+  std::set<int> held(verdict.culprit_ranks.begin(), verdict.culprit_ranks.end());
+  if (verdict.evidence.is_array())
+    for (const auto& e : verdict.evidence) {
+      const std::string st = e.value("state", std::string());
+      if (e.contains("rank") && e["rank"].is_number_integer() && st.rfind("completed", 0) != 0 && st != "missing")
+        held.insert(e["rank"].get<int>());
     }
+  for (auto& f : *findings) {
+    if (f.kind == VerdictKind::kSkew) continue;
+    bool all = !f.culprit_ranks.empty();
+    for (int r : f.culprit_ranks) all = all && held.count(r);
+    if (all) f.consequence = true, f.consequence_of = verdict.kind;
   }
 }
 

@@ -14,13 +14,13 @@ namespace {
 std::string plural(size_t n, const char* one, const char* many) { return n == 1 ? one : many; }
 
 // The members' frontiers, their spread, and the stalled sequence number (UINT64_MAX: none).
-struct Spread {
+struct Measure {
   uint64_t min_enq = UINT64_MAX, max_enq = 0, min_completed = UINT64_MAX, max_completed = 0;
   uint64_t stalled = UINT64_MAX;
 };
 
-Spread measure(const Model& m, const Comm& c, std::vector<Frontier>& frontiers) {
-  Spread s;
+Measure measure(const Model& m, const Comm& c, std::vector<Frontier>& frontiers) {
+  Measure s;
   frontiers.resize(c.members.size());
   for (size_t i = 0; i < c.members.size(); ++i) {
     const Proc& p = m.procs[c.members[i].proc];
@@ -39,10 +39,10 @@ Spread measure(const Model& m, const Comm& c, std::vector<Frontier>& frontiers) 
 void wait_in_mismatch(AnalysisState& state, int ci, uint64_t t, Stall& s) {
   const Model& m = state.model;
   const Comm& c = m.comms[ci];
-  const std::vector<Frontier>& fr = state.coll_frontiers[ci];
+  const std::vector<Frontier>& frontiers = state.coll_frontiers[ci];
   for (size_t i = 0; i < c.members.size(); ++i) {
     const Proc& p = m.procs[c.members[i].proc];
-    if (fr[i].enq < t || fr[i].completed >= t) continue;
+    if (frontiers[i].enq < t || frontiers[i].completed >= t) continue;
     if (std::find(s.blocked.begin(), s.blocked.end(), p.rank) == s.blocked.end()) s.blocked.push_back(p.rank);
     const Op* o = find_seq(p, p.comms[c.members[i].pc], t, Family::kCollective);
     state.blocked[p.rank].push_back({ci, o ? aligned(p, o->call_ns) : INT64_MAX});
@@ -60,12 +60,12 @@ struct Members {
 Members sort_members(AnalysisState& state, int ci, uint64_t t, Stall& s) {
   const Model& m = state.model;
   const Comm& c = m.comms[ci];
-  const std::vector<Frontier>& fr = state.coll_frontiers[ci];
+  const std::vector<Frontier>& frontiers = state.coll_frontiers[ci];
   Members out;
   out.at.assign(c.members.size(), nullptr);
   for (size_t i = 0; i < c.members.size(); ++i) {
     const Proc& p = m.procs[c.members[i].proc];
-    const Frontier& f = fr[i];
+    const Frontier& f = frontiers[i];
     if (f.enq < t) {
       out.not_entered.push_back(p.rank);
       continue;
@@ -159,14 +159,13 @@ void decide(const Comm& c, const Members& mb, const std::vector<Missing>& missin
 
 }  // namespace
 
-void analyze_collectives(AnalysisState& state, int ci, nlohmann::json* summary) {
+void analyze_collectives(AnalysisState& state, int ci, std::optional<Spread>* spread) {
   const Model& m = state.model;
   const Comm& c = m.comms[ci];
-  const Spread spread = measure(m, c, state.coll_frontiers[ci]);
+  const Measure got = measure(m, c, state.coll_frontiers[ci]);
   if (c.members.empty()) return;
-  *summary = {{"min_enqueued", spread.min_enq}, {"max_enqueued", spread.max_enq},
-              {"min_completed", spread.min_completed}, {"max_completed", spread.max_completed}};
-  const uint64_t t = spread.stalled;
+  *spread = Spread{got.min_enq, got.max_enq, got.min_completed, got.max_completed, std::nullopt};
+  const uint64_t t = got.stalled;
 
   // Mismatched arguments explain a hang better than anything else on the communicator.
   bool mismatch_found = false;
@@ -175,8 +174,8 @@ void analyze_collectives(AnalysisState& state, int ci, nlohmann::json* summary) 
     mismatch_found = true;
   }
   // Everyone completed everything (or nothing can be told without GPU tracking).
-  if (t == UINT64_MAX || t > spread.max_enq) return;
-  (*summary)["stalled_seq"] = t;
+  if (t == UINT64_MAX || t > got.max_enq) return;
+  (*spread)->stalled_seq = t;
   if (mismatch_found && state.stalls.back().seq <= t) {
     wait_in_mismatch(state, ci, t, state.stalls.back());
     return;
@@ -197,7 +196,7 @@ void analyze_collectives(AnalysisState& state, int ci, nlohmann::json* summary) 
   }
   const auto missing = missing_members(m, c, state.job_missing);
   if (!missing.empty()) s.extra["missing_members"] = missing_json(missing);
-  decide(c, mb, missing, where, t, spread.max_completed, s);
+  decide(c, mb, missing, where, t, got.max_completed, s);
   s.fraction = static_cast<double>(s.culprits.size()) / static_cast<double>(c.members.size());
   state.stalls.push_back(std::move(s));
 }

@@ -264,25 +264,25 @@ void decide(const AnalysisState& state, const Comm& c, const std::string& cname,
 
 }  // namespace
 
-void analyze_p2p(AnalysisState& state, int ci, nlohmann::json* summary) {
+void analyze_p2p(AnalysisState& state, int ci, std::optional<Spread>* spread) {
   const Model& m = state.model;
   const Comm& c = m.comms[ci];
   const size_t n = c.members.size();
-  std::vector<Frontier>& fr = state.p2p_frontiers[ci];
-  fr.resize(n);
+  std::vector<Frontier>& frontiers = state.p2p_frontiers[ci];
+  frontiers.resize(n);
   bool any = false;
   uint64_t min_e = UINT64_MAX, max_e = 0, min_c = UINT64_MAX, max_c = 0;
   for (size_t i = 0; i < n; ++i) {
     const Proc& p = m.procs[c.members[i].proc];
-    fr[i] = frontier(p, p.comms[c.members[i].pc], Family::kP2p);
-    any = any || fr[i].enq;
-    min_e = std::min(min_e, fr[i].enq);
-    max_e = std::max(max_e, fr[i].enq);
-    min_c = std::min(min_c, fr[i].completed);
-    max_c = std::max(max_c, fr[i].completed);
+    frontiers[i] = frontier(p, p.comms[c.members[i].pc], Family::kP2p);
+    any = any || frontiers[i].enq;
+    min_e = std::min(min_e, frontiers[i].enq);
+    max_e = std::max(max_e, frontiers[i].enq);
+    min_c = std::min(min_c, frontiers[i].completed);
+    max_c = std::max(max_c, frontiers[i].completed);
   }
   if (!any) return;
-  *summary = {{"min_enqueued", min_e}, {"max_enqueued", max_e}, {"min_completed", min_c}, {"max_completed", max_c}};
+  *spread = Spread{min_e, max_e, min_c, max_c, std::nullopt};
 
   Book book = sort_ops(m, c);
   Findings out;

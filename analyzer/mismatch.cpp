@@ -168,10 +168,8 @@ Stall mismatch_stall(const Model& m, int ci, uint64_t seq) {
   s.comm = ci;
   s.seq = seq;
   s.culprits.assign(culprits.begin(), culprits.end());
-  nlohmann::json values = nlohmann::json::array();
-  for (const auto& [v, ranks] : groups) values.push_back({{"value", v}, {"ranks", ranks}});
-  s.mismatch = {{"field", field.name}, {"values", values}};
-  if (!expected.empty()) s.mismatch["expected"] = expected;
+  s.mismatch = Mismatch{field.name, {}, expected};
+  for (const auto& [v, ranks] : groups) s.mismatch->values.push_back({v, ranks});
   // The op as the majority called it.
   for (const Row& r : rows) {
     if (!culprits.count(r.rank) || s.op.empty()) s.op = fr::log::op_name(r.op->op);

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 
 #include "analyzer/html.h"
 #include "analyzer/model.h"
+#include "analyzer/result.h"
 #include "analyzer/verdicts.h"
 
 namespace fr::analyzer {
@@ -112,7 +114,7 @@ struct Stall {
   std::vector<int> culprits;        // global ranks
   std::vector<int> blocked;         // global ranks waiting in it
   std::string summary;
-  nlohmann::json mismatch;          // kind == mismatch
+  std::optional<Mismatch> mismatch;
   nlohmann::json extra = nlohmann::json::object();  // group, missing members, graph replay...
   int64_t t_start = INT64_MAX;      // earliest aligned call time of the stalled op
   int tier = 2;
@@ -134,11 +136,11 @@ struct AnalysisState {
 
 // --- The matching passes, one communicator at a time (ci: index into Model::comms) ----------
 
-// Collectives: frontiers, the stalled sequence number, and its stall. *summary gets the
-// communicator's frontier summary (null when the members have no collective).
-void analyze_collectives(AnalysisState& state, int ci, nlohmann::json* summary);
+// Collectives: frontiers, the stalled sequence number, and its stall. *spread gets how far the
+// members got (left empty when the communicator has no member).
+void analyze_collectives(AnalysisState& state, int ci, std::optional<Spread>* spread);
 // Point-to-point: sends against receives, signals against waits.
-void analyze_p2p(AnalysisState& state, int ci, nlohmann::json* summary);
+void analyze_p2p(AnalysisState& state, int ci, std::optional<Spread>* spread);
 // Blocking host calls every member must make (communicator creation, split, shrink, grow).
 void analyze_joining(AnalysisState& state, int ci);
 
@@ -167,24 +169,24 @@ void apply_overrides(const Model& m, const RankCensus& census, std::vector<Stall
 
 // --- Evidence -----------------------------------------------------------------------------
 
-nlohmann::json comm_json(const Comm& c);
-nlohmann::json communicator_json(const Model& m, const Comm& c);
+CommRef comm_ref(const Comm& c);
+Communicator communicator_of(const Model& m, const Comm& c);
 nlohmann::json replay_json(const ReplayTag& t, const Op& o);
 std::string replay_text(const ReplayTag& t);
 // A stall as a verdict or finding: kind, summary, comm, culprits and per-member evidence.
-nlohmann::json stall_json(const AnalysisState& state, const Stall& s);
+Finding finding_of(const AnalysisState& state, const Stall& s);
 // Adds each member's last records on the verdict's communicator to its evidence.
-void add_recent_ops(const Model& m, nlohmann::json* verdict);
-// Marks findings the verdict already accounts for ("consequence": true).
-void mark_consequences(const nlohmann::json& verdict, std::vector<nlohmann::json>* findings);
+void add_recent_ops(const Model& m, Finding* verdict);
+// Marks findings the verdict already accounts for (consequence_of).
+void mark_consequences(const Finding& verdict, std::vector<Finding>* findings);
 
 // --- Skew ---------------------------------------------------------------------------------
 
 // Per rank, how late it arrives at collectives (filtered by state.rank_filter), and when some
 // ranks are much later than the rest, the straggler finding (null otherwise).
 struct SkewResult {
-  nlohmann::json table = nlohmann::json::array();
-  nlohmann::json straggler;
+  std::vector<SkewRow> table;
+  std::optional<Finding> straggler;
 };
 SkewResult measure_skew(const AnalysisState& state);
 

@@ -58,34 +58,36 @@ struct Row {
   uint64_t n;
 };
 
+SkewRow row_of(const Row& r) { return {r.rank, static_cast<int64_t>(r.mean), r.max, r.n}; }
+
 json row_json(const Row& r) {
   return {{"rank", r.rank}, {"mean_late_ns", static_cast<int64_t>(r.mean)}, {"max_late_ns", r.max}, {"collectives", r.n}};
 }
 
 // A straggler: arrives late by a millisecond or more on average, and several times later than
-// the typical rank. Null when there is none.
-json straggler(const std::vector<Row>& rows, bool clock_aligned) {
-  if (rows.size() < 2) return nullptr;
+// the typical rank. None when there is none.
+std::optional<Finding> straggler(const std::vector<Row>& rows, bool clock_aligned) {
+  if (rows.size() < 2) return std::nullopt;
   std::vector<double> means;
   for (const auto& r : rows) means.push_back(r.mean);
   std::nth_element(means.begin(), means.begin() + means.size() / 2, means.end());
   const double median = means[means.size() / 2];
   const double top = rows.front().mean;
-  if (top < 1e6 || top < 3 * median) return nullptr;
+  if (top < 1e6 || top < 3 * median) return std::nullopt;
   std::vector<int> slow;
   for (const auto& r : rows)
     if (r.mean >= top / 2 && r.mean >= 3 * median) slow.push_back(r.rank);
   char buf[96];
   std::snprintf(buf, sizeof buf, "%.1f ms late on average (max %.1f ms; typical rank %.2f ms)", top / 1e6,
                 static_cast<double>(rows.front().max) / 1e6, median / 1e6);
-  json f = {{"kind", verdict_name(VerdictKind::kSkew)},
-            {"summary", "straggler: " + ranks_word(slow.size()) + rank_list_text(slow) + " arrive" +
-                            (slow.size() > 1 ? "" : "s") + " last at collectives, " + buf +
-                            (clock_aligned ? "" : " (times per host)")},
-            {"culprit_ranks", slow},
-            {"evidence", json::array()}};
+  Finding f;
+  f.kind = VerdictKind::kSkew;
+  f.summary = "straggler: " + ranks_word(slow.size()) + rank_list_text(slow) + " arrive" + (slow.size() > 1 ? "" : "s") +
+              " last at collectives, " + buf + (clock_aligned ? "" : " (times per host)");
+  f.culprit_ranks = slow;
+  f.evidence = json::array();
   for (const auto& r : rows)
-    if (std::find(slow.begin(), slow.end(), r.rank) != slow.end()) f["evidence"].push_back(row_json(r));
+    if (std::find(slow.begin(), slow.end(), r.rank) != slow.end()) f.evidence.push_back(row_json(r));
   return f;
 }
 
@@ -102,7 +104,7 @@ SkewResult measure_skew(const AnalysisState& state) {
             [](const Row& a, const Row& b) { return a.mean != b.mean ? a.mean > b.mean : a.rank < b.rank; });
   SkewResult out;
   for (const auto& r : rows)
-    if (state.rank_filter.empty() || state.rank_filter.count(r.rank)) out.table.push_back(row_json(r));
+    if (state.rank_filter.empty() || state.rank_filter.count(r.rank)) out.table.push_back(row_of(r));
   out.straggler = straggler(rows, m.clock_aligned);
   return out;
 }
