@@ -5,8 +5,10 @@
 //     per kind of op, each turning what does not line up into Stalls;
 //   - ranking.cpp: orders the stalls (the one that explains the others first);
 //   - overrides.cpp: dead ranks and lost nodes, which override the ranked verdict;
-//   - evidence.cpp and skew.cpp: the JSON evidence of each stall, the per-rank lateness;
-//   - analyze.cpp: runs the passes in order and assembles the result.
+//   - evidence.cpp and skew.cpp: each stall as a Finding with its evidence rows, and the per-rank
+//     lateness at collectives;
+//   - context.cpp: stacks and GPU health joined in after the verdict;
+//   - analyze.cpp: runs the passes in order and assembles the Analysis (result.h).
 // The passes read the Model and add to one AnalysisState; nothing here is global.
 #pragma once
 
@@ -103,7 +105,8 @@ nlohmann::json missing_json(const std::vector<Missing>& missing);
 //   3. fraction: the share of the communicator's members blamed; fewer is more specific.
 //   4. t_start: the earliest, as the first thing to go wrong usually explains the rest.
 //   5. the communicator id, for a stable order.
-// `family` and `host_call` say which counter `seq` belongs to; they are no part of the ranking.
+// `p2p` and `host_call` say which counter `seq` belongs to; they are no part of the ranking
+// (a stall in a blocking host call has no sequence number: seq_kind "api" in the JSON).
 struct Stall {
   VerdictKind kind = VerdictKind::kStuckInCollective;
   int comm = -1;                    // index into Model::comms
