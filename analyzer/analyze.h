@@ -3,10 +3,13 @@
 // person reads. fr-analyze, fr-simjob and the frd coordinator all go through here.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "analyzer/result.h"
 
 namespace fr::analyzer {
 
@@ -16,14 +19,19 @@ struct Options {
   unsigned threads = 0;        // 0 = hardware concurrency
 };
 
-// Analyse dump sets, single log/dump files, or PyTorch Flight Recorder dumps. Returns the
-// fr-analysis/1 document. Unusable input as a whole (nothing readable) -> null json and
-// *fatal_error set to one clear line.
+// Analyse dump sets, single log/dump files, or PyTorch Flight Recorder dumps. Unusable input as
+// a whole (nothing readable) -> nothing, and *fatal_error set to one clear line.
+std::optional<Analysis> analyze(const std::vector<std::string>& paths, const Options& opts,
+                                std::string* fatal_error);
+// The same as the fr-analysis/1 document (null json when nothing is readable), for callers that
+// only pass the document on.
 nlohmann::json analyze_paths(const std::vector<std::string>& paths, const Options& opts,
                              std::string* fatal_error);
 
-// The human view of an fr-analysis/1 document: the verdict sentence first, then per stalled
-// communicator a compact rank table, then the findings. ANSI colors only when `color` is set.
+// The human view of an analysis: the verdict sentence first, then per stalled communicator a
+// compact rank table, then the findings. ANSI colors only when `color` is set. The second form
+// reads a stored fr-analysis/1 document.
+std::string render_text(const Analysis& analysis, bool color);
 std::string render_text(const nlohmann::json& analysis, bool color);
 
 }  // namespace fr::analyzer

@@ -78,9 +78,9 @@ std::vector<std::string> gpu_problems(const GpuHealth& g) {
   return out;
 }
 
-void add_stacks(const Model& m, json& item) {
-  if (!item.is_object() || !item.contains("evidence") || !item["evidence"].is_array()) return;
-  for (auto& e : item["evidence"]) {
+void add_stacks(const Model& m, Finding& item) {
+  if (!item.evidence.is_array()) return;
+  for (auto& e : item.evidence) {
     if (!e.is_object() || !e.contains("rank") || !e["rank"].is_number_integer()) continue;
     const int rank = e["rank"].get<int>();
     auto it = std::lower_bound(m.procs.begin(), m.procs.end(), rank,
@@ -92,15 +92,8 @@ void add_stacks(const Model& m, json& item) {
   }
 }
 
-}  // namespace
-
-void add_context(const Model& m, json* doc) {
-  json& verdict = (*doc)["verdict"];
-  add_stacks(m, verdict);
-  if (doc->contains("findings"))
-    for (auto& f : (*doc)["findings"]) add_stacks(m, f);
-
-  // Stack groups over every rank with a main-thread stack.
+// Stack groups over every rank with a main-thread stack.
+void add_stack_groups(const Model& m, json* context) {
   std::map<std::string, std::vector<int>> by_sig;
   std::map<std::string, const ThreadStack*> example;
   std::vector<json> unavailable;
@@ -127,19 +120,50 @@ void add_context(const Model& m, json* doc) {
                   {"outlier", outlier}});
   }
   if (!sg.empty() || !unavailable.empty()) {
-    (*doc)["stack_groups"] = sg;
-    if (!unavailable.empty()) (*doc)["stacks_unavailable"] = unavailable;
+    (*context)["stack_groups"] = sg;
+    if (!unavailable.empty()) (*context)["stacks_unavailable"] = unavailable;
   }
+}
 
-  // GPUs, joined to ranks through the PIDs running on them (PIDs are per host).
+// One GPU of a node: what NVML said, with the ranks running on it.
+json gpu_json(const std::string& node, const GpuHealth& g, const std::vector<int>& ranks,
+              const std::vector<std::string>& problems) {
+  json gj = {{"node", node}, {"index", g.index}, {"pci_bus_id", g.pci_bus_id},
+             {"uuid", g.uuid}, {"ranks", ranks}, {"pids", g.pids}, {"problems", problems}};
+  json xids = json::array();
+  for (const auto& x : g.xids) xids.push_back({{"xid", x.xid}, {"time_ns", x.time_ns}});
+  gj["xids"] = xids;
+  auto put = [&](const char* k, int64_t v) {
+    if (v >= 0) gj[k] = v;
+  };
+  put("temperature_c", g.temperature_c);
+  put("power_mw", g.power_mw);
+  put("ecc_volatile_uncorrected", g.ecc_volatile_uncorrected);
+  put("ecc_volatile_corrected", g.ecc_volatile_corrected);
+  put("remapped_rows_pending", g.remapped_rows_pending);
+  put("retired_pages_pending", g.retired_pages_pending);
+  put("pcie_replays", g.pcie_replays);
+  gj["throttle"] = g.throttle_names;
+  return gj;
+}
+
+// "rank 3's GPU 0000:…", "the GPU 0000:… of ranks 2,3" or "GPU 0000:… on node".
+std::string gpu_owner(const std::string& node, const GpuHealth& g, const std::vector<int>& ranks) {
+  if (ranks.empty()) return "GPU " + g.pci_bus_id + " on " + node;
+  if (ranks.size() == 1) return "rank " + std::to_string(ranks[0]) + "'s GPU " + g.pci_bus_id;
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ",") + std::to_string(r);
+  return "the GPU " + g.pci_bus_id + " of ranks " + s;
+}
+
+// GPUs, joined to ranks through the PIDs running on them (PIDs are per host).
+void add_gpus(const Model& m, Analysis* a) {
   if (m.gpus.empty()) return;
+  Finding& verdict = a->verdict;
   std::map<std::pair<std::string, int>, int> rank_of;  // (host, pid) -> rank
   for (const auto& p : m.procs) rank_of[{p.host, p.pid}] = p.rank;
   json gpus = json::array(), problems = json::array(), nodes_without = json::array();
-  std::set<int> culprits;
-  if (verdict.contains("culprit_ranks") && verdict["culprit_ranks"].is_array())
-    for (const auto& c : verdict["culprit_ranks"])
-      if (c.is_number_integer()) culprits.insert(c.get<int>());
+  const std::set<int> culprits(verdict.culprit_ranks.begin(), verdict.culprit_ranks.end());
   std::vector<json> culprit_first, others;
   for (const auto& node : m.gpus) {
     if (!node.error.empty()) nodes_without.push_back({{"node", node.node}, {"error", node.error}});
@@ -151,31 +175,9 @@ void add_context(const Model& m, json* doc) {
       }
       std::sort(ranks.begin(), ranks.end());
       std::vector<std::string> probs = gpu_problems(g);
-      json gj = {{"node", node.node}, {"index", g.index}, {"pci_bus_id", g.pci_bus_id},
-                 {"uuid", g.uuid}, {"ranks", ranks}, {"pids", g.pids}, {"problems", probs}};
-      json xids = json::array();
-      for (const auto& x : g.xids) xids.push_back({{"xid", x.xid}, {"time_ns", x.time_ns}});
-      gj["xids"] = xids;
-      auto put = [&](const char* k, int64_t v) {
-        if (v >= 0) gj[k] = v;
-      };
-      put("temperature_c", g.temperature_c);
-      put("power_mw", g.power_mw);
-      put("ecc_volatile_uncorrected", g.ecc_volatile_uncorrected);
-      put("ecc_volatile_corrected", g.ecc_volatile_corrected);
-      put("remapped_rows_pending", g.remapped_rows_pending);
-      put("retired_pages_pending", g.retired_pages_pending);
-      put("pcie_replays", g.pcie_replays);
-      gj["throttle"] = g.throttle_names;
-      gpus.push_back(gj);
+      gpus.push_back(gpu_json(node.node, g, ranks, probs));
       for (const auto& pr : probs) {
-        std::string who = ranks.empty() ? "GPU " + g.pci_bus_id + " on " + node.node
-                          : ranks.size() == 1 ? "rank " + std::to_string(ranks[0]) + "'s GPU " + g.pci_bus_id
-                                              : "the GPU " + g.pci_bus_id + " of ranks " + [&] {
-                                                  std::string s;
-                                                  for (int r : ranks) s += (s.empty() ? "" : ",") + std::to_string(r);
-                                                  return s;
-                                                }();
+        const std::string who = gpu_owner(node.node, g, ranks);
         json pj = {{"ranks", ranks}, {"node", node.node}, {"pci_bus_id", g.pci_bus_id},
                    {"summary", who + " " + pr}};
         bool is_culprit = std::any_of(ranks.begin(), ranks.end(), [&](int r) { return culprits.count(r) > 0; });
@@ -185,17 +187,26 @@ void add_context(const Model& m, json* doc) {
   }
   for (auto& p : culprit_first) problems.push_back(std::move(p));
   for (auto& p : others) problems.push_back(std::move(p));
-  (*doc)["gpus"] = gpus;
-  if (!nodes_without.empty()) (*doc)["gpus_unavailable"] = nodes_without;
-  if (!problems.empty()) verdict["gpu_problems"] = problems;
+  a->context["gpus"] = gpus;
+  if (!nodes_without.empty()) a->context["gpus_unavailable"] = nodes_without;
+  if (!problems.empty()) verdict.details["gpu_problems"] = problems;
   // Each evidence entry of the verdict names its rank's GPU.
-  if (verdict.contains("evidence") && verdict["evidence"].is_array())
-    for (auto& e : verdict["evidence"]) {
+  if (verdict.evidence.is_array())
+    for (auto& e : verdict.evidence) {
       if (!e.is_object() || !e.contains("rank") || !e["rank"].is_number_integer()) continue;
       for (const auto& g : gpus)
         for (const auto& r : g["ranks"])
           if (r == e["rank"]) e["gpu"] = {{"pci_bus_id", g["pci_bus_id"]}, {"problems", g["problems"]}};
     }
+}
+
+}  // namespace
+
+void add_context(const Model& m, Analysis* a) {
+  add_stacks(m, a->verdict);
+  for (auto& f : a->findings) add_stacks(m, f);
+  add_stack_groups(m, &a->context);
+  add_gpus(m, a);
 }
 
 // "hang_forever ← run_step ← main (rank_main.cpp:340)": from the first frame of the program's own

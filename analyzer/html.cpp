@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 
+#include "analyzer/verdicts.h"
 #include "fr/version.h"
 
 namespace fr::analyzer {
@@ -96,10 +97,15 @@ std::string op_label(const json& o, const std::map<int, int>& global_of_local) {
   return s;
 }
 
+const json& evidence_of(const Finding& item) {
+  static const json empty = json::array();
+  return item.evidence.is_array() ? item.evidence : empty;
+}
+
 // comm-local rank -> global rank, from an item's evidence rows.
-std::map<int, int> global_ranks(const json& item) {
+std::map<int, int> global_ranks(const Finding& item) {
   std::map<int, int> out;
-  for (const auto& e : item.value("evidence", json::array()))
+  for (const auto& e : evidence_of(item))
     if (e.contains("rank") && e["rank"].is_number_integer() && e.contains("rank_in_comm") &&
         e["rank_in_comm"].is_number_integer())
       out[e["rank_in_comm"].get<int>()] = e["rank"].get<int>();
@@ -132,28 +138,26 @@ const json* stalled_op(const json& e, uint64_t seq) {
   return nullptr;
 }
 
-void verdict_card(std::ostringstream& o, const json& v) {
-  const std::string kind = str(v, "kind");
-  o << "<section class=\"card verdict" << (kind == "no_hang" ? " ok" : "") << "\" id=\"verdict\">"
-    << "<span class=\"kind\">" << html_escape(kind.empty() ? "?" : kind) << "</span>"
-    << "<p class=\"sentence\" id=\"verdict-sentence\">" << html_escape(str(v, "summary")) << "</p>"
+void verdict_card(std::ostringstream& o, const Finding& v) {
+  const std::string kind = verdict_name(v.kind);
+  o << "<section class=\"card verdict" << (v.kind == VerdictKind::kNoHang ? " ok" : "") << "\" id=\"verdict\">"
+    << "<span class=\"kind\">" << html_escape(kind) << "</span>"
+    << "<p class=\"sentence\" id=\"verdict-sentence\">" << html_escape(v.summary) << "</p>"
     << "<div class=\"facts\">";
-  if (v.contains("comm"))
-    o << "<span>communicator <b>" << html_escape(comm_label(v["comm"])) << "</b>, size "
-      << v["comm"].value("size", 0) << "</span>";
-  if (v.contains("op"))
-    o << "<span>" << html_escape(str(v, "seq_kind")) << " seq <b>" << v.value("seq", 0ull) << " "
-      << html_escape(str(v, "op")) << "</b></span>";
-  const auto culprits = v.value("culprit_ranks", json::array());
+  if (v.comm) {
+    o << "<span>communicator <b>" << html_escape(comm_label(*v.comm)) << "</b>, size " << v.comm->size << "</span>";
+    o << "<span>" << html_escape(v.seq_kind) << " seq <b>" << v.seq << " " << html_escape(v.op) << "</b></span>";
+  }
+  const auto& culprits = v.culprit_ranks;
   if (!culprits.empty())
     o << "<span>culprit rank" << (culprits.size() > 1 ? "s" : "") << " <b style=\"color:var(--bad)\">"
-      << html_escape(rank_list_text(culprits.get<std::vector<int>>())) << "</b></span>";
+      << html_escape(rank_list_text(culprits)) << "</b></span>";
   o << "</div>";
-  if (v.contains("mismatch")) {
-    o << "<p>" << html_escape(str(v["mismatch"], "field")) << " differs:";
-    for (const auto& x : v["mismatch"].value("values", json::array()))
-      o << " <span class=\"badge\">" << html_escape(str(x, "value")) << " on ranks "
-        << html_escape(rank_list_text(x.value("ranks", json::array()).get<std::vector<int>>())) << "</span>";
+  if (v.mismatch) {
+    o << "<p>" << html_escape(v.mismatch->field) << " differs:";
+    for (const auto& x : v.mismatch->values)
+      o << " <span class=\"badge\">" << html_escape(x.value) << " on ranks " << html_escape(rank_list_text(x.ranks))
+        << "</span>";
     o << "</p>";
   }
   o << "</section>\n";
@@ -169,121 +173,140 @@ std::string fmt_span(double ns) {
   return buf;
 }
 
-// Every rank's last ops on the verdict's communicator, one row per rank, time across: the host
-// call as a solid bar, the time an op stayed in flight up to the dump as a lighter band, the
-// verdict's op in red, culprit rows marked.
-void timeline(std::ostringstream& o, const json& v) {
-  std::vector<const json*> rows;
-  for (const auto& e : member(v, "evidence"))
-    if (e.is_object() && e.contains("recent_ops") && e["recent_ops"].is_array() && !e["recent_ops"].empty())
-      rows.push_back(&e);
-  if (rows.empty()) return;
-  std::stable_partition(rows.begin(), rows.end(), [](const json* e) { return e->value("culprit", false); });
-  const size_t hidden = rows.size() > kMaxTimelineRows ? rows.size() - kMaxTimelineRows : 0;
-  rows.resize(rows.size() - hidden);
-  const uint64_t seq = v.value("seq", 0ull);
-  const std::string seq_kind = str(v, "seq_kind") == "p2p" ? "p2p" : "coll";
-  auto is_stalled = [&](const json& op) { return op.value("seq", 0ull) == seq && str(op, "kind") == seq_kind; };
-  auto pending = [](const json& op) {
-    const std::string s = str(op, "state");
-    return str(op, "kind") != "api" && s != "completed" && s != "never_launched";
-  };
+// Where the timeline's times fall: [t_min, t_max] across plot_w pixels, 0 at t_zero (the first
+// enqueue of the verdict's op).
+struct TimeScale {
   double t_min = INFINITY, t_max = -INFINITY, t_zero = INFINITY;
-  for (const json* e : rows) {
-    for (const auto& op : (*e)["recent_ops"]) {
-      const double c = op.value("call_ns", 0.0), end = c + op.value("duration_ns", 0.0);
-      t_min = std::min(t_min, c);
-      t_max = std::max(t_max, end);
-      if (is_stalled(op)) t_zero = std::min(t_zero, c);
-    }
-    if (e->contains("read_ns")) t_max = std::max(t_max, (*e)["read_ns"].get<double>());
-  }
-  if (!std::isfinite(t_zero)) t_zero = t_min;
-  if (!(t_max > t_min)) t_max = t_min + 1e6;
-  const double span = t_max - t_min;
-  const int label_w = 250, plot_x = label_w + 12, plot_w = 760, row_h = 24, top = 26;
-  const int width = plot_x + plot_w + 30, height = top + int(rows.size()) * row_h + 34;
-  auto X = [&](double t) { return plot_x + (t - t_min) / span * plot_w; };
-  o << "<h2>Timeline: each rank's last ops on " << html_escape(comm_label(v.value("comm", json::object())))
-    << "</h2><div class=\"card scroll\"><svg class=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\""
-    << width << "\" height=\"" << height << "\" viewBox=\"0 0 " << width << " " << height
-    << "\" role=\"img\" aria-label=\"timeline of each rank's last operations\">";
-  // Time axis: round steps, 0 at the verdict's op (its first enqueue).
+  static constexpr int kLabelW = 250, kPlotX = kLabelW + 12, kPlotW = 760, kRowH = 24, kTop = 26;
+  double x(double t) const { return kPlotX + (t - t_min) / (t_max - t_min) * kPlotW; }
+};
+
+// The verdict's own op in a row's recent ops.
+struct StalledOp {
+  uint64_t seq;
+  std::string kind;
+  bool operator()(const json& op) const { return op.value("seq", 0ull) == seq && str(op, "kind") == kind; }
+};
+
+bool pending(const json& op) {
+  const std::string s = str(op, "state");
+  return str(op, "kind") != "api" && s != "completed" && s != "never_launched";
+}
+
+// Round steps along the time axis, 0 at the verdict's op.
+void timeline_axis(std::ostringstream& o, const TimeScale& ts, int height) {
+  const double span = ts.t_max - ts.t_min;
   double step = std::pow(10.0, std::floor(std::log10(span / 6)));
   for (double m : {1.0, 2.0, 5.0, 10.0})
     if (span / (step * m) <= 8) {
       step *= m;
       break;
     }
-  const double first_tick = std::ceil((t_min - t_zero) / step) * step;
-  for (double t = first_tick; t_zero + t <= t_max; t += step) {
+  const double first_tick = std::ceil((ts.t_min - ts.t_zero) / step) * step;
+  for (double t = first_tick; ts.t_zero + t <= ts.t_max; t += step) {
     if (std::fabs(t) < step / 1e6) t = 0;  // no "-0 ns" from rounding
-    const double x = X(t_zero + t);
-    o << "<line x1=\"" << x << "\" x2=\"" << x << "\" y1=\"" << top - 4 << "\" y2=\"" << height - 28
+    const double x = ts.x(ts.t_zero + t);
+    o << "<line x1=\"" << x << "\" x2=\"" << x << "\" y1=\"" << TimeScale::kTop - 4 << "\" y2=\"" << height - 28
       << "\" stroke=\"#e3e7ee\"/><text x=\"" << x << "\" y=\"" << height - 12
       << "\" font-size=\"11\" fill=\"#667085\" text-anchor=\"middle\">" << (t > 0 ? "+" : "")
       << html_escape(fmt_span(t)) << "</text>";
   }
-  o << "<text x=\"" << plot_x << "\" y=\"14\" font-size=\"11\" fill=\"#667085\">time relative to the first enqueue of "
-    << html_escape(str(v, "op")) << " #" << seq << "</text>";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const json& e = *rows[i];
-    const bool culprit = e.value("culprit", false);
-    const int y = top + int(i) * row_h;
-    if (culprit)
-      o << "<rect x=\"0\" y=\"" << y << "\" width=\"" << width << "\" height=\"" << row_h << "\" fill=\"#fdecea\"/>";
-    else if (i % 2)
-      o << "<rect x=\"0\" y=\"" << y << "\" width=\"" << width << "\" height=\"" << row_h << "\" fill=\"#f8f9fb\"/>";
-    std::string label = "rank " + std::to_string(e.value("rank", -1));
-    if (e.contains("rank_in_comm")) label += " (" + std::to_string(e.value("rank_in_comm", -1)) + ")";
-    o << "<text x=\"8\" y=\"" << y + 16 << "\" font-size=\"12.5\"" << (culprit ? " fill=\"#c62828\" font-weight=\"700\"" : " fill=\"#1d2330\"")
-      << ">" << (culprit ? "▲ " : "") << html_escape(label) << "</text>"
-      << "<text x=\"" << label_w << "\" y=\"" << y + 16 << "\" font-size=\"11\" fill=\"#667085\" text-anchor=\"end\">"
-      << html_escape(str(e, "state")) << "</text>";
-    const double read = e.contains("read_ns") ? e["read_ns"].get<double>() : t_max;
-    // In-flight bands first (the verdict's op last, on top: later ops queue behind it), then the
-    // host calls over them.
-    for (int pass = 0; pass < 2; ++pass)
-      for (const auto& op : e["recent_ops"]) {
-        if (!op.is_object() || is_stalled(op) != (pass == 1) || !pending(op)) continue;
-        const double c = op.value("call_ns", 0.0), end = c + op.value("duration_ns", 0.0);
-        if (read <= end) continue;
-        o << "<rect x=\"" << X(end) << "\" y=\"" << y + 8 << "\" width=\"" << std::max(1.0, X(read) - X(end))
-          << "\" height=\"8\" rx=\"2\" fill=\"" << (pass ? "#ef9a9a" : "#ffcc80") << "\"><title>"
-          << html_escape(op_label(op, {}) + " at " + fmt_span(c - t_zero) + ", in flight until the dump")
-          << "</title></rect>";
-      }
+}
+
+// One rank's row: its label and state, the in-flight bands, then the host calls over them.
+void timeline_row(std::ostringstream& o, const json& e, size_t i, const TimeScale& ts, const StalledOp& is_stalled,
+                  int width) {
+  const bool culprit = e.value("culprit", false);
+  const int row_h = TimeScale::kRowH, y = TimeScale::kTop + int(i) * row_h;
+  if (culprit)
+    o << "<rect x=\"0\" y=\"" << y << "\" width=\"" << width << "\" height=\"" << row_h << "\" fill=\"#fdecea\"/>";
+  else if (i % 2)
+    o << "<rect x=\"0\" y=\"" << y << "\" width=\"" << width << "\" height=\"" << row_h << "\" fill=\"#f8f9fb\"/>";
+  std::string label = "rank " + std::to_string(e.value("rank", -1));
+  if (e.contains("rank_in_comm")) label += " (" + std::to_string(e.value("rank_in_comm", -1)) + ")";
+  o << "<text x=\"8\" y=\"" << y + 16 << "\" font-size=\"12.5\"" << (culprit ? " fill=\"#c62828\" font-weight=\"700\"" : " fill=\"#1d2330\"")
+    << ">" << (culprit ? "▲ " : "") << html_escape(label) << "</text>"
+    << "<text x=\"" << TimeScale::kLabelW << "\" y=\"" << y + 16 << "\" font-size=\"11\" fill=\"#667085\" text-anchor=\"end\">"
+    << html_escape(str(e, "state")) << "</text>";
+  const double read = e.contains("read_ns") ? e["read_ns"].get<double>() : ts.t_max;
+  // In-flight bands first (the verdict's op last, on top: later ops queue behind it), then the
+  // host calls over them.
+  for (int pass = 0; pass < 2; ++pass)
     for (const auto& op : e["recent_ops"]) {
-      if (!op.is_object()) continue;
+      if (!op.is_object() || is_stalled(op) != (pass == 1) || !pending(op)) continue;
       const double c = op.value("call_ns", 0.0), end = c + op.value("duration_ns", 0.0);
-      const bool stall = is_stalled(op);
-      const std::string tip = op_label(op, {}) + " at " + fmt_span(c - t_zero);
-      o << "<rect x=\"" << X(c) << "\" y=\"" << y + 5 << "\" width=\"" << std::max(3.0, X(end) - X(c))
-        << "\" height=\"14\" rx=\"2\" fill=\"" << (stall ? "#c62828" : str(op, "kind") == "api" ? "#98a2b3" : "#1f4e8c")
-        << "\"><title>" << html_escape(tip) << "</title></rect>";
+      if (read <= end) continue;
+      o << "<rect x=\"" << ts.x(end) << "\" y=\"" << y + 8 << "\" width=\"" << std::max(1.0, ts.x(read) - ts.x(end))
+        << "\" height=\"8\" rx=\"2\" fill=\"" << (pass ? "#ef9a9a" : "#ffcc80") << "\"><title>"
+        << html_escape(op_label(op, {}) + " at " + fmt_span(c - ts.t_zero) + ", in flight until the dump")
+        << "</title></rect>";
     }
+  for (const auto& op : e["recent_ops"]) {
+    if (!op.is_object()) continue;
+    const double c = op.value("call_ns", 0.0), end = c + op.value("duration_ns", 0.0);
+    const std::string tip = op_label(op, {}) + " at " + fmt_span(c - ts.t_zero);
+    o << "<rect x=\"" << ts.x(c) << "\" y=\"" << y + 5 << "\" width=\"" << std::max(3.0, ts.x(end) - ts.x(c))
+      << "\" height=\"14\" rx=\"2\" fill=\"" << (is_stalled(op) ? "#c62828" : str(op, "kind") == "api" ? "#98a2b3" : "#1f4e8c")
+      << "\"><title>" << html_escape(tip) << "</title></rect>";
   }
-  const double dump_x = X(t_max);
-  o << "<line x1=\"" << dump_x << "\" x2=\"" << dump_x << "\" y1=\"" << top - 4 << "\" y2=\"" << height - 28
+}
+
+// Every rank's last ops on the verdict's communicator, one row per rank, time across: the host
+// call as a solid bar, the time an op stayed in flight up to the dump as a lighter band, the
+// verdict's op in red, culprit rows marked.
+void timeline(std::ostringstream& o, const Finding& v) {
+  std::vector<const json*> rows;
+  for (const auto& e : evidence_of(v))
+    if (e.is_object() && e.contains("recent_ops") && e["recent_ops"].is_array() && !e["recent_ops"].empty())
+      rows.push_back(&e);
+  if (rows.empty()) return;
+  std::stable_partition(rows.begin(), rows.end(), [](const json* e) { return e->value("culprit", false); });
+  const size_t hidden = rows.size() > kMaxTimelineRows ? rows.size() - kMaxTimelineRows : 0;
+  rows.resize(rows.size() - hidden);
+  const StalledOp is_stalled{v.seq, v.seq_kind == "p2p" ? "p2p" : "coll"};
+  TimeScale ts;
+  for (const json* e : rows) {
+    for (const auto& op : (*e)["recent_ops"]) {
+      const double c = op.value("call_ns", 0.0), end = c + op.value("duration_ns", 0.0);
+      ts.t_min = std::min(ts.t_min, c);
+      ts.t_max = std::max(ts.t_max, end);
+      if (is_stalled(op)) ts.t_zero = std::min(ts.t_zero, c);
+    }
+    if (e->contains("read_ns")) ts.t_max = std::max(ts.t_max, (*e)["read_ns"].get<double>());
+  }
+  if (!std::isfinite(ts.t_zero)) ts.t_zero = ts.t_min;
+  if (!(ts.t_max > ts.t_min)) ts.t_max = ts.t_min + 1e6;
+  const int width = TimeScale::kPlotX + TimeScale::kPlotW + 30;
+  const int height = TimeScale::kTop + int(rows.size()) * TimeScale::kRowH + 34;
+  o << "<h2>Timeline: each rank's last ops on " << html_escape(v.comm ? comm_label(*v.comm) : std::string("?"))
+    << "</h2><div class=\"card scroll\"><svg class=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\""
+    << width << "\" height=\"" << height << "\" viewBox=\"0 0 " << width << " " << height
+    << "\" role=\"img\" aria-label=\"timeline of each rank's last operations\">";
+  timeline_axis(o, ts, height);
+  o << "<text x=\"" << TimeScale::kPlotX << "\" y=\"14\" font-size=\"11\" fill=\"#667085\">time relative to the first enqueue of "
+    << html_escape(v.op) << " #" << v.seq << "</text>";
+  for (size_t i = 0; i < rows.size(); ++i) timeline_row(o, *rows[i], i, ts, is_stalled, width);
+  const double dump_x = ts.x(ts.t_max);
+  o << "<line x1=\"" << dump_x << "\" x2=\"" << dump_x << "\" y1=\"" << TimeScale::kTop - 4 << "\" y2=\"" << height - 28
     << "\" stroke=\"#1d2330\" stroke-dasharray=\"3 3\"/><text x=\"" << dump_x - 4 << "\" y=\"14\" font-size=\"11\" "
     << "fill=\"#1d2330\" text-anchor=\"end\">dump</text></svg>";
   o << "<div class=\"legend\"><span><span class=\"sw\" style=\"background:#1f4e8c\"></span>host call</span>"
        "<span><span class=\"sw\" style=\"background:#ffcc80\"></span>in flight at the dump</span>"
-       "<span><span class=\"sw\" style=\"background:#c62828\"></span>the verdict's op (" << html_escape(str(v, "op"))
-    << " #" << seq << ")</span><span><span class=\"sw\" style=\"background:#98a2b3\"></span>other API call</span>"
+       "<span><span class=\"sw\" style=\"background:#c62828\"></span>the verdict's op (" << html_escape(v.op)
+    << " #" << v.seq << ")</span><span><span class=\"sw\" style=\"background:#98a2b3\"></span>other API call</span>"
        "<span style=\"color:#c62828;font-weight:700\">▲ culprit</span></div>";
   if (hidden) o << "<p class=\"muted\">" << hidden << " more ranks not drawn (the JSON has them all).</p>";
   o << "</div>\n";
 }
 
-void evidence_table(std::ostringstream& o, const json& item, const char* caption) {
-  const json& ev = member(item, "evidence");
-  if (ev.empty() || !item.contains("comm")) return;
+void evidence_table(std::ostringstream& o, const Finding& item, const char* caption) {
+  const json& ev = evidence_of(item);
+  if (ev.empty() || !item.comm) return;
   const auto globals = global_ranks(item);
-  const uint64_t seq = item.value("seq", 0ull);
+  const uint64_t seq = item.seq;
   o << "<h2>" << caption << "</h2><div class=\"card scroll\"><table class=\"grid evidence\"><thead><tr>"
        "<th>rank (in comm)</th><th>host</th><th>state</th><th>"
-    << html_escape(str(item, "op")) << " #" << seq
+    << html_escape(item.op) << " #" << seq
     << "</th><th>last enqueued</th><th>last started</th><th>last completed</th></tr></thead><tbody>";
   std::vector<const json*> rows;
   for (const auto& e : ev)
@@ -328,10 +351,10 @@ void frames(std::ostringstream& o, const json& fs) {
 }
 
 // Stacks: the analysis's groups (ranks that share a stack), else each evidence row's own.
-void stacks(std::ostringstream& o, const json& a) {
-  const json& groups = member(a, "stack_groups");
+void stacks(std::ostringstream& o, const Analysis& a) {
+  const json& groups = member(a.context, "stack_groups");
   std::vector<const json*> single;
-  for (const auto& e : member(object_member(a, "verdict"), "evidence"))
+  for (const auto& e : evidence_of(a.verdict))
     if (e.is_object() && e.contains("stack") && e["stack"].is_array() && !e["stack"].empty()) single.push_back(&e);
   if (groups.empty() && single.empty()) return;
   o << "<h2>Stacks</h2><div class=\"card\">";
@@ -358,43 +381,49 @@ void stacks(std::ostringstream& o, const json& a) {
   o << "<p class=\"muted\">innermost frame first</p></div>\n";
 }
 
-void findings(std::ostringstream& o, const json& a) {
-  const json& fs = member(a, "findings");
-  if (fs.empty()) return;
-  o << "<h2>Findings (" << fs.size() << ")</h2><div class=\"card\"><ul class=\"findings\">";
-  for (const auto& f : fs) {
-    o << "<li><span class=\"badge warn\">" << html_escape(str(f, "kind")) << "</span> ";
-    if (f.value("consequence", false)) o << "<span class=\"badge\">consequence of the verdict</span> ";
-    o << html_escape(str(f, "summary"));
+void findings(std::ostringstream& o, const Analysis& a) {
+  if (a.findings.empty()) return;
+  o << "<h2>Findings (" << a.findings.size() << ")</h2><div class=\"card\"><ul class=\"findings\">";
+  for (const auto& f : a.findings) {
+    o << "<li><span class=\"badge warn\">" << html_escape(verdict_name(f.kind)) << "</span> ";
+    if (f.consequence) o << "<span class=\"badge\">consequence of the verdict</span> ";
+    o << html_escape(f.summary);
     o << "</li>";
   }
   o << "</ul></div>\n";
 }
 
-void inputs(std::ostringstream& o, const json& a) {
-  const json& r = a.value("ranks", json::object());
-  const json& in = a.value("inputs", json::object());
-  o << "<h2>Ranks and inputs</h2><div class=\"card\"><div class=\"facts\"><span><b>"
-    << r.value("found", json::array()).size() << "</b> ranks found of <b>" << r.value("expected", 0) << "</b></span>";
-  for (const char* k : {"missing", "dead", "exited"})
-    if (r.contains(k) && r[k].is_array() && !r[k].empty())
-      o << "<span>" << k << " <b>" << html_escape(rank_list_text(r[k].get<std::vector<int>>())) << "</b></span>";
-  o << "<span>clock <b>" << html_escape(str(in, "clock").empty() ? "?" : str(in, "clock")) << "</b></span></div>";
-  const json& skipped = in.value("skipped", json::array());
-  const json& warnings = in.value("warnings", json::array());
-  if (!skipped.empty() || !warnings.empty()) {
+void inputs(std::ostringstream& o, const Analysis& a) {
+  const Ranks& r = a.ranks;
+  const Inputs& in = a.inputs;
+  o << "<h2>Ranks and inputs</h2><div class=\"card\"><div class=\"facts\"><span><b>" << r.found.size()
+    << "</b> ranks found of <b>" << r.expected << "</b></span>";
+  const std::vector<int> none;
+  for (const auto& [k, list] : {std::pair<const char*, const std::vector<int>*>{"missing", &r.missing},
+                                {"dead", &r.dead},
+                                {"exited", r.exited ? &*r.exited : &none}})
+    if (!list->empty()) o << "<span>" << k << " <b>" << html_escape(rank_list_text(*list)) << "</b></span>";
+  o << "<span>clock <b>" << html_escape(in.clock.empty() ? "?" : in.clock) << "</b></span></div>";
+  if (!in.skipped.empty() || !in.warnings.empty()) {
     o << "<ul>";
     size_t n = 0;
-    for (const auto& s : skipped)
-      if (++n <= 50) o << "<li><span class=\"badge bad\">skipped</span> <code>" << html_escape(str(s, "file")) << "</code>: "
-                       << html_escape(str(s, "error")) << "</li>";
-    for (const auto& w : warnings)
-      if (++n <= 50) o << "<li><span class=\"badge warn\">warning</span> <code>" << html_escape(str(w, "file")) << "</code>: "
-                       << html_escape(str(w, "warning")) << "</li>";
+    for (const auto& s : in.skipped)
+      if (++n <= 50) o << "<li><span class=\"badge bad\">skipped</span> <code>" << html_escape(s.file) << "</code>: "
+                       << html_escape(s.text) << "</li>";
+    for (const auto& w : in.warnings)
+      if (++n <= 50) o << "<li><span class=\"badge warn\">warning</span> <code>" << html_escape(w.file) << "</code>: "
+                       << html_escape(w.text) << "</li>";
     if (n > 50) o << "<li class=\"muted\">" << n - 50 << " more</li>";
     o << "</ul>";
   }
   o << "</div>\n";
+}
+
+// A document this renderer does not understand (hand-made, or from a newer writer): say so.
+std::string malformed(const std::string& summary, const std::string& why) {
+  return "<section class=\"card verdict\"><p class=\"sentence\" id=\"verdict-sentence\">" +
+         html_escape(summary.empty() ? "the analysis document cannot be shown" : summary) +
+         "</p><p class=\"muted\">" + html_escape("malformed analysis document: " + why) + "</p></section>";
 }
 
 }  // namespace
@@ -415,11 +444,12 @@ std::string html_escape(const std::string& s) {
   return out;
 }
 
-std::string comm_label(const json& comm) {
-  const std::string id = str(comm, "id"), name = str(comm, "name");
-  if (name.empty()) return id.empty() ? "?" : id;
-  return id.empty() ? name : name + " (" + id + ")";
+std::string comm_label(const CommRef& comm) {
+  if (comm.name.empty()) return comm.id.empty() ? "?" : comm.id;
+  return comm.id.empty() ? comm.name : comm.name + " (" + comm.id + ")";
 }
+
+std::string comm_label(const json& comm) { return comm_label(CommRef{str(comm, "id"), str(comm, "name"), -1}); }
 
 std::string rank_list_text(std::vector<int> r) {
   std::sort(r.begin(), r.end());
@@ -454,35 +484,43 @@ std::string html_close() {
   return "<p class=\"muted\" style=\"margin-top:30px\">fr " FR_VERSION "</p></main></body></html>\n";
 }
 
-std::string render_incident_html(const json& a, const HtmlPage& page_in) {
+std::string render_incident_html(const Analysis& a, const HtmlPage& page_in) {
   HtmlPage page = page_in;
-  const json& v = object_member(a, "verdict");
-  if (page.title.empty()) page.title = "fr: " + (str(v, "kind").empty() ? std::string("no analysis") : str(v, "kind"));
+  if (page.title.empty()) page.title = std::string("fr: ") + verdict_name(a.verdict.kind);
   std::ostringstream o;
   o << html_open(page);
-  if (v.empty()) {
-    o << "<section class=\"card verdict\"><p class=\"sentence\" id=\"verdict-sentence\">no analysis</p></section>";
-    o << html_close();
-    return o.str();
-  }
   std::ostringstream body;
   try {
-    verdict_card(body, v);
-    timeline(body, v);
-    evidence_table(body, v, "Evidence: every member at the verdict's op");
+    verdict_card(body, a.verdict);
+    timeline(body, a.verdict);
+    evidence_table(body, a.verdict, "Evidence: every member at the verdict's op");
     stacks(body, a);
     findings(body, a);
     inputs(body, a);
     o << body.str();
-  } catch (const json::exception& e) {
-    // A document this renderer does not understand (hand-made, or from a newer writer): say so.
-    o << "<section class=\"card verdict\"><p class=\"sentence\" id=\"verdict-sentence\">"
-      << html_escape(str(v, "summary").empty() ? "the analysis document cannot be shown" : str(v, "summary"))
-      << "</p><p class=\"muted\">" << html_escape(std::string("malformed analysis document: ") + e.what())
-      << "</p></section>";
+  } catch (const std::exception& e) {
+    o << malformed(a.verdict.summary, e.what());
   }
   o << html_close();
   return o.str();
+}
+
+std::string render_incident_html(const json& doc, const HtmlPage& page) {
+  const json& v = object_member(doc, "verdict");
+  if (v.empty()) {
+    HtmlPage empty = page;
+    if (empty.title.empty()) empty.title = "fr: no analysis";
+    return html_open(empty) +
+           "<section class=\"card verdict\"><p class=\"sentence\" id=\"verdict-sentence\">no analysis</p></section>" +
+           html_close();
+  }
+  try {
+    return render_incident_html(Analysis::from_json(doc), page);
+  } catch (const std::exception& e) {
+    HtmlPage odd = page;
+    if (odd.title.empty()) odd.title = "fr: " + (str(v, "kind").empty() ? std::string("no analysis") : str(v, "kind"));
+    return html_open(odd) + malformed(str(v, "summary"), e.what()) + html_close();
+  }
 }
 
 }  // namespace fr::analyzer

@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "analyzer/result.h"
+
 namespace fr::analyzer {
 
 struct HtmlPage {
@@ -23,7 +25,8 @@ struct HtmlPage {
 std::string html_escape(const std::string& text);
 
 // `name (0x…)`, or the id alone when the communicator has no name: the one way a communicator
-// is written everywhere. Takes the analysis's {"id", "name"} object.
+// is written everywhere. The second form takes a JSON {"id", "name"} object (frd's status).
+std::string comm_label(const CommRef& comm);
 std::string comm_label(const nlohmann::json& comm);
 
 // "0-3,7": a rank list as people write it.
@@ -33,7 +36,9 @@ std::string rank_list_text(std::vector<int> ranks);
 std::string html_open(const HtmlPage& page);
 std::string html_close();
 
-// The incident page: verdict, culprits, timeline, evidence table, stacks, findings, inputs.
+// The incident page: verdict, culprits, timeline, evidence table, stacks, findings, inputs. The
+// second form reads a stored fr-analysis/1 document (a page, not an exception, when it is odd).
+std::string render_incident_html(const Analysis& analysis, const HtmlPage& page);
 std::string render_incident_html(const nlohmann::json& analysis, const HtmlPage& page);
 
 }  // namespace fr::analyzer

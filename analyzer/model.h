@@ -149,11 +149,11 @@ Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind);
 // `threads` readers in parallel. Files that cannot be used are listed in Model::skipped.
 Model load_model(const std::vector<std::string>& paths, unsigned threads);
 
-// The full analysis of a loaded model: the fr-analysis/1 document.
-nlohmann::json analyze_model(const Model& model, const Options& opts);
+// The full analysis of a loaded model.
+Analysis analyze_model(const Model& model, const Options& opts);
 
 // Joins the stacks and GPU health of the dump set into a finished analysis (context.cpp).
-void add_context(const Model& model, nlohmann::json* doc);
+void add_context(const Model& model, Analysis* analysis);
 // One line for a stack: "hang_forever ← run_step ← main (rank_main.cpp:340)".
 std::string stack_line(const nlohmann::json& frames);
 

@@ -9,6 +9,7 @@
 #include "analyzer/analyze.h"
 #include "analyzer/html.h"
 #include "analyzer/model.h"
+#include "analyzer/verdicts.h"
 
 namespace fr::analyzer {
 namespace {
@@ -27,11 +28,16 @@ struct Style {
 
 std::string ranks_text(const std::vector<int>& r) { return rank_list_text(r); }
 
+const json& evidence_of(const Finding& item) {
+  static const json empty = json::array();
+  return item.evidence.is_array() ? item.evidence : empty;
+}
+
 // comm-local rank -> global rank, from an item's evidence rows.
 using GlobalOf = std::map<int, int>;
-GlobalOf global_ranks(const json& item) {
+GlobalOf global_ranks(const Finding& item) {
   GlobalOf out;
-  for (const auto& e : item.value("evidence", json::array()))
+  for (const auto& e : evidence_of(item))
     if (e.contains("rank") && e["rank"].is_number_integer() && e.contains("rank_in_comm") &&
         e["rank_in_comm"].is_number_integer())
       out[e["rank_in_comm"].get<int>()] = e["rank"].get<int>();
@@ -73,16 +79,14 @@ std::string stalled_state(const json& e, uint64_t seq) {
   return st.rfind("not_entered", 0) == 0 ? "not called" : st;
 }
 
-void table(std::ostringstream& out, const json& item, const Style& st) {
-  const json& ev = item.value("evidence", json::array());
-  if (ev.empty() || !item.contains("comm")) return;
+void table(std::ostringstream& out, const Finding& item, const Style& st) {
+  const json& ev = evidence_of(item);
+  if (ev.empty() || !item.comm) return;
   // Rows that read the same are merged: the culprits stand out in a few lines even at 4,096 ranks.
   const GlobalOf global = global_ranks(item);
-  const uint64_t seq = item.value("seq", 0ull);
+  const uint64_t seq = item.seq;
   // The item's own op, whose state each row shows first.
-  const std::string own = item.contains("op") && item.contains("seq")
-                              ? item.value("op", std::string()) + " #" + std::to_string(seq)
-                              : std::string();
+  const std::string own = item.op + " #" + std::to_string(seq);
   std::map<std::string, std::vector<int>> rows;
   std::map<std::string, bool> culprit_row;
   std::vector<std::string> order;
@@ -133,14 +137,11 @@ void table(std::ostringstream& out, const json& item, const Style& st) {
 }
 
 // What the culprits were doing, the ranks whose stacks differ from the rest, and GPU problems.
-void stacks_and_gpus(std::ostringstream& out, const json& a, const Style& st) {
-  const json& v = a["verdict"];
-  std::vector<int> culprits;
-  if (v.contains("culprit_ranks") && v["culprit_ranks"].is_array())
-    for (const auto& c : v["culprit_ranks"])
-      if (c.is_number_integer()) culprits.push_back(c.get<int>());
+void stacks_and_gpus(std::ostringstream& out, const Analysis& a, const Style& st) {
+  const Finding& v = a.verdict;
+  const std::vector<int>& culprits = v.culprit_ranks;
   size_t shown = 0;
-  for (const auto& e : v.value("evidence", json::array())) {
+  for (const auto& e : evidence_of(v)) {
     if (!e.is_object() || !e.contains("rank") || !e["rank"].is_number_integer()) continue;
     const int r = e["rank"].get<int>();
     if (std::find(culprits.begin(), culprits.end(), r) == culprits.end() || shown >= 8) continue;
@@ -152,7 +153,7 @@ void stacks_and_gpus(std::ostringstream& out, const json& a, const Style& st) {
       ++shown;
     }
   }
-  const json& groups = a.value("stack_groups", json::array());
+  const json groups = a.context.value("stack_groups", json::array());
   if (groups.size() > 1) {
     const bool most = groups[0]["ranks"].size() > groups[1]["ranks"].size();
     out << "  stacks: " << groups.size() << " groups; " << (most ? "most ranks (" : "ranks (")
@@ -165,77 +166,79 @@ void stacks_and_gpus(std::ostringstream& out, const json& a, const Style& st) {
           << " are in " << stack_line(g["frames"]) << "\n";
     }
   }
-  for (const auto& p : v.value("gpu_problems", json::array()))
+  for (const auto& p : v.details.value("gpu_problems", json::array()))
     out << "  " << st.red() << p.value("summary", std::string()) << st.reset() << "\n";
 }
 
-}  // namespace
-
-std::string render_text(const json& a, bool color) {
-  Style st{color};
-  std::ostringstream out;
-  if (!a.is_object() || !a.contains("verdict")) return "no analysis\n";
-  const json& v = a["verdict"];
-  const std::string kind = v.value("kind", std::string("?"));
-  const bool ok = kind == "no_hang";
-  out << (ok ? st.green() : st.red()) << "verdict: " << kind << st.reset() << " - " << st.bold()
-      << v.value("summary", std::string()) << st.reset() << "\n";
-  if (v.contains("comm")) {
-    const json& c = v["comm"];
-    const std::string id = c.value("id", std::string()), name = c.value("name", std::string());
-    out << "  comm " << (name.empty() ? id : name + " (" + id + ")") << " size " << c.value("size", 0) << ", " << v.value("seq_kind", std::string()) << " seq " << v.value("seq", 0ull)
-        << " " << v.value("op", std::string()) << "\n";
+// The verdict: its sentence, where it stands, its culprits, the mismatch, its table.
+void verdict_block(std::ostringstream& out, const Finding& v, const Style& st) {
+  const std::string kind = verdict_name(v.kind);
+  const bool ok = v.kind == VerdictKind::kNoHang;
+  out << (ok ? st.green() : st.red()) << "verdict: " << kind << st.reset() << " - " << st.bold() << v.summary
+      << st.reset() << "\n";
+  if (v.comm) {
+    const CommRef& c = *v.comm;
+    out << "  comm " << (c.name.empty() ? c.id : c.name + " (" + c.id + ")") << " size " << c.size << ", "
+        << v.seq_kind << " seq " << v.seq << " " << v.op << "\n";
   }
-  if (v.contains("culprit_ranks") && !v["culprit_ranks"].empty())
-    out << "  culprit ranks: " << ranks_text(v["culprit_ranks"].get<std::vector<int>>()) << "\n";
-  if (v.contains("mismatch")) {
-    out << "  " << v["mismatch"].value("field", std::string()) << " values:";
-    for (const auto& x : v["mismatch"]["values"])
-      out << " " << x.value("value", std::string()) << " on " << ranks_text(x["ranks"].get<std::vector<int>>()) << ";";
+  if (!v.culprit_ranks.empty()) out << "  culprit ranks: " << ranks_text(v.culprit_ranks) << "\n";
+  if (v.mismatch) {
+    out << "  " << v.mismatch->field << " values:";
+    for (const auto& x : v.mismatch->values) out << " " << x.value << " on " << ranks_text(x.ranks) << ";";
     out << "\n";
   }
   table(out, v, st);
-  stacks_and_gpus(out, a, st);
+}
 
-  const json& findings = a.value("findings", json::array());
-  if (!findings.empty()) {
-    out << "\n" << st.bold() << "findings (" << findings.size() << "):" << st.reset() << "\n";
-    size_t shown = 0;
-    for (const auto& f : findings) {
-      out << st.yellow() << "- " << f.value("kind", std::string()) << st.reset()
-          << (f.value("consequence", false) ? " (consequence of the verdict)" : "") << ": "
-          << f.value("summary", std::string()) << "\n";
-      // Tables for the first few only; the JSON has them all.
-      if (++shown <= 4) table(out, f, st);
-    }
-  }
-  const json& r = a.value("ranks", json::object());
-  out << "\nranks: " << r.value("found", json::array()).size() << " found of " << r.value("expected", 0);
-  if (!r.value("missing", json::array()).empty())
-    out << ", missing " << ranks_text(r["missing"].get<std::vector<int>>());
-  if (!r.value("dead", json::array()).empty())
-    out << ", dead " << ranks_text(r["dead"].get<std::vector<int>>());
-  const json& in = a.value("inputs", json::object());
-  out << "; clock " << in.value("clock", std::string("?")) << "\n";
-  for (const auto& s : in.value("skipped", json::array()))
-    out << st.yellow() << "skipped " << s.value("file", std::string()) << ": " << s.value("error", std::string())
-        << st.reset() << "\n";
+// Ranks found, missing and dead; skipped files; remarks on the files read.
+void inputs_block(std::ostringstream& out, const Analysis& a, const Style& st) {
+  const Ranks& r = a.ranks;
+  out << "\nranks: " << r.found.size() << " found of " << r.expected;
+  if (!r.missing.empty()) out << ", missing " << ranks_text(r.missing);
+  if (!r.dead.empty()) out << ", dead " << ranks_text(r.dead);
+  out << "; clock " << (a.complete ? a.inputs.clock : "?") << "\n";
+  for (const auto& s : a.inputs.skipped)
+    out << st.yellow() << "skipped " << s.file << ": " << s.text << st.reset() << "\n";
   // Files that were read and analysed, with remarks: one line per distinct remark, naming the
   // first file and how many more share it (a thousand ranks often say the same thing).
   std::vector<std::pair<std::string, std::vector<std::string>>> notes;
   std::map<std::string, size_t> note_index;
-  for (const auto& w : in.value("warnings", json::array())) {
-    std::string msg = w.value("warning", std::string());
-    auto [it, fresh] = note_index.emplace(msg, notes.size());
-    if (fresh) notes.push_back({msg, {}});
-    notes[it->second].second.push_back(w.value("file", std::string()));
+  for (const auto& w : a.inputs.warnings) {
+    auto [it, fresh] = note_index.emplace(w.text, notes.size());
+    if (fresh) notes.push_back({w.text, {}});
+    notes[it->second].second.push_back(w.file);
   }
   for (const auto& [msg, files] : notes) {
     out << "warning (read, analysed) " << files.front();
     if (files.size() > 1) out << " and " << files.size() - 1 << " more file" << (files.size() > 2 ? "s" : "");
     out << ": " << msg << "\n";
   }
+}
+
+}  // namespace
+
+std::string render_text(const Analysis& a, bool color) {
+  Style st{color};
+  std::ostringstream out;
+  verdict_block(out, a.verdict, st);
+  stacks_and_gpus(out, a, st);
+  if (!a.findings.empty()) {
+    out << "\n" << st.bold() << "findings (" << a.findings.size() << "):" << st.reset() << "\n";
+    size_t shown = 0;
+    for (const auto& f : a.findings) {
+      out << st.yellow() << "- " << verdict_name(f.kind) << st.reset()
+          << (f.consequence ? " (consequence of the verdict)" : "") << ": " << f.summary << "\n";
+      // Tables for the first few only; the JSON has them all.
+      if (++shown <= 4) table(out, f, st);
+    }
+  }
+  inputs_block(out, a, st);
   return out.str();
+}
+
+std::string render_text(const json& a, bool color) {
+  if (!a.is_object() || !a.contains("verdict")) return "no analysis\n";
+  return render_text(Analysis::from_json(a), color);
 }
 
 }  // namespace fr::analyzer

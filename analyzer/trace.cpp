@@ -99,7 +99,7 @@ void comm_tracks(Writer& w, const Model& m, const Comm& c, int pid, const std::v
                  const std::set<int>& rank_filter) {
   const std::string id = comm_id_hex(c.id);
   w.meta("process_name", pid, -1,
-         comm_label({{"id", id}, {"name", c.name}}) + (c.size > 0 ? " size " + std::to_string(c.size) : ""));
+         comm_label(CommRef{id, c.name, c.size}) + (c.size > 0 ? " size " + std::to_string(c.size) : ""));
   for (const auto& mem : c.members) {
     const Proc& p = m.procs[mem.proc];
     if (!rank_filter.empty() && !rank_filter.count(p.rank)) continue;
@@ -178,7 +178,7 @@ void group_tracks(Writer& w, const Model& m, const std::vector<const Comm*>& stu
 
 }  // namespace
 
-bool write_trace(const Model& m, const nlohmann::json& a, const Options& opts, const std::string& path,
+bool write_trace(const Model& m, const Analysis& a, const Options& opts, const std::string& path,
                  std::string* error) {
   FILE* f = std::fopen(path.c_str(), "w");
   if (!f) {
@@ -187,16 +187,12 @@ bool write_trace(const Model& m, const nlohmann::json& a, const Options& opts, c
   }
   std::set<int> rank_filter(opts.ranks.begin(), opts.ranks.end());
   std::vector<Mark> marks;
-  auto add_mark = [&](const nlohmann::json& v, bool verdict) {
-    if (!v.is_object() || !v.contains("comm")) return;
-    Mark mk{v["comm"].value("id", std::string()), v.value("seq", 0ull), v.value("seq_kind", std::string()) == "p2p",
-            verdict, {}};
-    for (const auto& r : v.value("culprit_ranks", nlohmann::json::array()))
-      if (r.is_number_integer()) mk.culprits.insert(r.get<int>());
-    marks.push_back(std::move(mk));
+  auto add_mark = [&](const Finding& f, bool verdict) {
+    if (!f.comm) return;
+    marks.push_back({f.comm->id, f.seq, f.seq_kind == "p2p", verdict, {f.culprit_ranks.begin(), f.culprit_ranks.end()}});
   };
-  add_mark(a.value("verdict", nlohmann::json()), true);
-  for (const auto& fnd : a.value("findings", nlohmann::json::array())) add_mark(fnd, false);
+  add_mark(a.verdict, true);
+  for (const auto& f : a.findings) add_mark(f, false);
 
   // Times relative to the earliest op keep the numbers readable (microseconds, as the format wants).
   int64_t t0 = INT64_MAX;

@@ -11,8 +11,8 @@
 namespace fr::analyzer {
 
 // Writes every op of the model (filtered by opts.ranks / opts.comm) as trace events. `analysis`
-// is analyze_model's document: its verdict and findings decide what is highlighted.
-bool write_trace(const Model& model, const nlohmann::json& analysis, const Options& opts,
+// is analyze_model's result: its verdict and findings decide what is highlighted.
+bool write_trace(const Model& model, const Analysis& analysis, const Options& opts,
                  const std::string& path, std::string* error);
 
 }  // namespace fr::analyzer

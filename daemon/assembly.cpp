@@ -14,6 +14,7 @@
 #include <set>
 
 #include "analyzer/analyze.h"
+#include "analyzer/verdicts.h"
 #include "daemon/crc32c.h"
 #include "daemon/names.h"
 #include "log/side_files.h"
@@ -240,21 +241,33 @@ bool still_regular(const std::string& path, std::string* why) {
 
 // A verdict that blames nodes which are connected but whose dumps did not arrive would be wrong:
 // they are not lost. Say what happened instead.
-void note_undelivered(const AssemblyJob& job, nlohmann::json* analysis) {
-  if (job.undelivered.empty() || !analysis->is_object()) return;
-  auto& v = (*analysis)["verdict"];
-  if (!v.is_object() || v.value("kind", "") != "node_lost") return;
+void note_undelivered(const AssemblyJob& job, analyzer::Analysis* analysis) {
+  if (job.undelivered.empty() || analysis->verdict.kind != analyzer::VerdictKind::kNodeLost) return;
   std::string names;
   for (const auto& [n, why] : job.undelivered)
     names += (names.empty() ? "" : "; ") + n + " (" + why + ")";
-  nlohmann::json was = v;
-  v = {{"kind", "incomplete"},
-       {"summary", "node(s) connected but their dumps did not arrive: " + names +
-                       "; they are not lost, so no node_lost verdict"},
-       {"culprit_ranks", nlohmann::json::array()}};
-  auto& findings = (*analysis)["findings"];
-  if (!findings.is_array()) findings = nlohmann::json::array();
-  findings.insert(findings.begin(), was);
+  analyzer::Finding instead;
+  instead.kind = analyzer::VerdictKind::kIncomplete;
+  instead.summary = "node(s) connected but their dumps did not arrive: " + names +
+                    "; they are not lost, so no node_lost verdict";
+  analysis->findings.insert(analysis->findings.begin(), std::move(analysis->verdict));
+  analysis->verdict = std::move(instead);
+}
+
+// The analysis of the incident's directory; when there is none, a document that says why, so
+// whoever waits for analysis.json is not left waiting.
+analyzer::Analysis analyze_incident(const std::string& dir) {
+  std::string fatal;
+  try {
+    if (auto a = analyzer::analyze({dir}, analyzer::Options{}, &fatal)) return std::move(*a);
+  } catch (const std::exception& e) {
+    fatal = std::string("analysis failed: ") + e.what();
+  }
+  analyzer::Analysis none;
+  none.complete = false;
+  none.verdict.kind = analyzer::VerdictKind::kIncomplete;
+  none.verdict.summary = fatal.empty() ? "no analysis" : fatal;
+  return none;
 }
 
 }  // namespace
@@ -300,42 +313,22 @@ AssemblyResult assemble(const AssemblyJob& job) {
     r.error = "manifest: " + err;
     return r;
   }
-  std::string fatal;
-  nlohmann::json analysis;
-  try {
-    analysis = fr::analyzer::analyze_paths({job.dir}, fr::analyzer::Options{}, &fatal);
-  } catch (const std::exception& e) {
-    fatal = std::string("analysis failed: ") + e.what();
-  }
-  if (analysis.is_null()) {
-    // Still leave a document behind, so whoever waits for analysis.json is not left waiting.
-    analysis = {{"schema", "fr-analysis/1"},
-                {"verdict",
-                 {{"kind", "incomplete"},
-                  {"summary", fatal.empty() ? "no analysis" : fatal},
-                  {"culprit_ranks", nlohmann::json::array()}}},
-                {"findings", nlohmann::json::array()}};
-  }
+  analyzer::Analysis analysis = analyze_incident(job.dir);
   note_undelivered(job, &analysis);
   std::string report;
   try {
-    report = fr::analyzer::render_text(analysis, false);
+    report = analyzer::render_text(analysis, false);
   } catch (const std::exception& e) {
     report = std::string("report failed: ") + e.what() + "\n";
   }
   if (!fr::files::write_atomic(job.dir + "/report.txt", report, &err) ||
-      !fr::files::write_atomic(job.dir + "/analysis.json", analysis.dump(2) + "\n", &err)) {
+      !fr::files::write_atomic(job.dir + "/analysis.json", analysis.to_json().dump(2) + "\n", &err)) {
     r.error = err;
     return r;
   }
-  const nlohmann::json& v = analysis.contains("verdict") ? analysis["verdict"] : nlohmann::json();
-  if (v.is_object()) {
-    if (v.contains("kind") && v["kind"].is_string()) r.verdict_kind = v["kind"];
-    if (v.contains("summary") && v["summary"].is_string()) r.verdict_summary = v["summary"];
-    if (v.contains("culprit_ranks") && v["culprit_ranks"].is_array())
-      for (const auto& c : v["culprit_ranks"])
-        if (c.is_number_integer()) r.culprits.push_back(c.get<int>());
-  }
+  r.verdict_kind = analyzer::verdict_name(analysis.verdict.kind);
+  r.verdict_summary = analysis.verdict.summary;
+  r.culprits = analysis.verdict.culprit_ranks;
   r.ok = true;
   return r;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "analyzer/html.h"
+#include "analyzer/verdicts.h"
 
 namespace fr::daemon {
 
@@ -43,7 +44,7 @@ std::string incident_row(const json& i) {
     << html_escape(str(i, "kind")) << "</td><td><span class=\"badge" << (is_open(i) ? " bad" : "") << "\">"
     << html_escape(str(i, "state")) << "</span></td><td>" << html_escape(str(i, "reason")) << "</td><td>";
   if (!verdict.empty())
-    o << "<span class=\"badge" << (verdict == "no_hang" ? " ok" : " bad") << "\">" << html_escape(verdict) << "</span> "
+    o << "<span class=\"badge" << (fr::analyzer::is_verdict(verdict, fr::analyzer::VerdictKind::kNoHang) ? " ok" : " bad") << "\">" << html_escape(verdict) << "</span> "
       << html_escape(str(i, "summary"));
   else
     o << "<span class=\"muted\">" << (str(i, "error").empty() ? "being gathered" : html_escape(str(i, "error"))) << "</span>";

@@ -159,10 +159,10 @@ int main(int argc, char** argv) {
       std::cerr << "fr-analyze: nothing readable in the input: " << why << "\n";
       return kExitInput;
     }
-    nlohmann::json doc = fr::analyzer::analyze_model(model, opts);
+    const fr::analyzer::Analysis analysis = fr::analyzer::analyze_model(model, opts);
     if (!trace_file.empty()) {
       std::string err;
-      if (!fr::analyzer::write_trace(model, doc, opts, trace_file, &err)) {
+      if (!fr::analyzer::write_trace(model, analysis, opts, trace_file, &err)) {
         std::cerr << "fr-analyze: " << err << "\n";
         return kExitOutput;
       }
@@ -171,15 +171,15 @@ int main(int argc, char** argv) {
       fr::analyzer::HtmlPage page;
       page.heading = "fr-analyze " + paths.front() + (paths.size() > 1 ? " and " + std::to_string(paths.size() - 1) + " more" : "");
       std::string err;
-      if (!write_text_file(html_file, fr::analyzer::render_incident_html(doc, page), &err)) {
+      if (!write_text_file(html_file, fr::analyzer::render_incident_html(analysis, page), &err)) {
         std::cerr << "fr-analyze: " << err << "\n";
         return kExitOutput;
       }
     }
     if (json_out) {
-      std::cout << doc.dump(2) << "\n";
+      std::cout << analysis.to_json().dump(2) << "\n";
     } else {
-      std::cout << fr::analyzer::render_text(doc, isatty(STDOUT_FILENO) == 1);
+      std::cout << fr::analyzer::render_text(analysis, isatty(STDOUT_FILENO) == 1);
     }
     std::cout.flush();
     if (!std::cout) return kExitOutput;

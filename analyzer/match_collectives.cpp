@@ -1,0 +1,204 @@
+// Cross-rank matching of collectives on one communicator. Every member counts collectives the
+// same way, so the members' frontiers give the stalled sequence number: the first one a member
+// never completed (or never enqueued). The members are then sorted by what they did with it,
+// and that decides the stall: a mismatch (mismatch.cpp) at or before it, members that never
+// entered it, members without a dump who would decide it, or all in and the GPUs that never
+// started or finished it.
+#include <algorithm>
+
+#include "analyzer/passes.h"
+
+namespace fr::analyzer {
+namespace {
+
+std::string plural(size_t n, const char* one, const char* many) { return n == 1 ? one : many; }
+
+// The members' frontiers, their spread, and the stalled sequence number (UINT64_MAX: none).
+struct Measure {
+  uint64_t min_enq = UINT64_MAX, max_enq = 0, min_completed = UINT64_MAX, max_completed = 0;
+  uint64_t stalled = UINT64_MAX;
+};
+
+Measure measure(const Model& m, const Comm& c, std::vector<Frontier>& frontiers) {
+  Measure s;
+  frontiers.resize(c.members.size());
+  for (size_t i = 0; i < c.members.size(); ++i) {
+    const Proc& p = m.procs[c.members[i].proc];
+    const Frontier& f = frontiers[i] = frontier(p, p.comms[c.members[i].pc], Family::kCollective);
+    s.min_enq = std::min(s.min_enq, f.enq);
+    s.max_enq = std::max(s.max_enq, f.enq);
+    s.min_completed = std::min(s.min_completed, f.completed);
+    s.max_completed = std::max(s.max_completed, f.completed);
+    if (f.tracked && f.enq > f.completed) s.stalled = std::min(s.stalled, f.completed + 1);
+  }
+  if (s.max_enq > s.min_enq) s.stalled = std::min(s.stalled, s.min_enq + 1);
+  return s;
+}
+
+// The mismatch is at or before the stall point: it is the stall. Records who waits there.
+void wait_in_mismatch(AnalysisState& state, int ci, uint64_t t, Stall& s) {
+  const Model& m = state.model;
+  const Comm& c = m.comms[ci];
+  const std::vector<Frontier>& frontiers = state.coll_frontiers[ci];
+  for (size_t i = 0; i < c.members.size(); ++i) {
+    const Proc& p = m.procs[c.members[i].proc];
+    if (frontiers[i].enq < t || frontiers[i].completed >= t) continue;
+    if (std::find(s.blocked.begin(), s.blocked.end(), p.rank) == s.blocked.end()) s.blocked.push_back(p.rank);
+    const Op* o = find_seq(p, p.comms[c.members[i].pc], t, Family::kCollective);
+    state.blocked[p.rank].push_back({ci, o ? aligned(p, o->call_ns) : INT64_MAX});
+  }
+}
+
+// The members sorted by what they did with the stalled sequence number.
+struct Members {
+  std::vector<int> not_entered, not_started, not_completed, unknown;  // global ranks
+  std::vector<const Op*> at;        // each member's record of it, when in the ring
+  const Op* sample = nullptr;       // the first such record
+  const ReplayTag* replay = nullptr;
+};
+
+Members sort_members(AnalysisState& state, int ci, uint64_t t, Stall& s) {
+  const Model& m = state.model;
+  const Comm& c = m.comms[ci];
+  const std::vector<Frontier>& frontiers = state.coll_frontiers[ci];
+  Members out;
+  out.at.assign(c.members.size(), nullptr);
+  for (size_t i = 0; i < c.members.size(); ++i) {
+    const Proc& p = m.procs[c.members[i].proc];
+    const Frontier& f = frontiers[i];
+    if (f.enq < t) {
+      out.not_entered.push_back(p.rank);
+      continue;
+    }
+    const Op* at = out.at[i] = find_seq(p, p.comms[c.members[i].pc], t, Family::kCollective);
+    if (at && !out.replay) out.replay = replay_of(p, at);
+    if (at) {
+      if (!out.sample) out.sample = at;
+      s.t_start = std::min(s.t_start, aligned(p, at->call_ns));
+    }
+    if (f.completed >= t) continue;
+    s.blocked.push_back(p.rank);
+    state.blocked[p.rank].push_back({ci, at ? aligned(p, at->call_ns) : INT64_MAX});
+    if (!f.tracked) out.unknown.push_back(p.rank);
+    else if (f.started < t) out.not_started.push_back(p.rank);
+    else out.not_completed.push_back(p.rank);
+  }
+  return out;
+}
+
+// A grouped launch is one unit: every op of the group, on the first member that has it.
+nlohmann::json group_json(const Model& m, const Comm& c, const Members& mb) {
+  for (size_t i = 0; i < c.members.size(); ++i) {
+    if (!mb.at[i]) continue;
+    const Proc& p = m.procs[c.members[i].proc];
+    const ProcComm& pc = p.comms[c.members[i].pc];
+    nlohmann::json ops = nlohmann::json::array();
+    const ReplayTag* own = replay_of(p, mb.at[i]);
+    auto same_launch = [&](const Op& o) {  // a graph's group runs again at every replay
+      const ReplayTag* t = replay_of(p, &o);
+      return own == nullptr ? t == nullptr : t != nullptr && t->replay == own->replay && t->graph == own->graph;
+    };
+    for (uint32_t k = pc.ops_begin; k < pc.ops_end; ++k)
+      if (p.ops[k].group_id == mb.at[i]->group_id && counts(p.ops[k]) && same_launch(p.ops[k]))
+        ops.push_back(nlohmann::json{{"op", fr::log::op_name(p.ops[k].op)}, {"seq", p.ops[k].seq},
+                                     {"kind", fr::log::op_is_p2p(p.ops[k].op) ? "p2p" : "coll"}});
+    return {{"group_id", mb.at[i]->group_id}, {"ops", ops}};
+  }
+  return nullptr;
+}
+
+// All members entered: the GPUs that never started or never finished it are the suspects.
+void decide_stuck(const Members& mb, const std::string& where, uint64_t t, uint64_t max_completed, Stall& s) {
+  s.kind = VerdictKind::kStuckInCollective;
+  if (!mb.not_started.empty()) {
+    s.culprits = mb.not_started;
+    s.summary = "all members entered " + where + "; the GPU of " + ranks_word(mb.not_started.size()) +
+                rank_list_text(mb.not_started) + " never started it";
+  } else if (!mb.not_completed.empty() && max_completed >= t) {
+    s.culprits = mb.not_completed;
+    s.summary = "all members entered " + where + "; " + ranks_word(mb.not_completed.size()) +
+                rank_list_text(mb.not_completed) + " never finished it while the others did";
+  } else if (!mb.unknown.empty() && mb.not_completed.empty()) {
+    s.summary = "all members entered " + where + " and none returned; GPU progress is not tracked, "
+                "so the stalled GPU cannot be named";
+  } else {
+    s.summary = "all members entered " + where + " and their GPUs started it, but none finished";
+  }
+}
+
+// The stall's kind, culprits and sentence, from how the members are sorted.
+void decide(const Comm& c, const Members& mb, const std::vector<Missing>& missing, const std::string& where,
+            uint64_t t, uint64_t max_completed, Stall& s) {
+  std::vector<int> missing_global;
+  for (const auto& x : missing)
+    if (x.global >= 0) missing_global.push_back(x.global);
+  const size_t present = c.members.size();
+  if (!mb.not_entered.empty()) {
+    s.kind = VerdictKind::kNotEntered;
+    s.culprits = mb.not_entered;
+    s.summary = ranks_word(mb.not_entered.size()) + rank_list_text(mb.not_entered) + " never entered " + where +
+                "; " + std::to_string(s.blocked.size()) + " of " +
+                std::to_string(c.size > 0 ? c.size : static_cast<int>(present)) + " members wait in it";
+  } else if (c.size < 0 && mb.not_started.empty() && !s.blocked.empty()) {
+    // Nobody knows the communicator's members (a PyTorch group its dumps do not describe): a
+    // member that never came leaves no trace, so nobody can be blamed.
+    s.kind = VerdictKind::kIncomplete;
+    s.summary = ranks_word(s.blocked.size()) + rank_list_text(s.blocked) + " wait in " + where +
+                ", whose members no dump lists; a member that never entered it cannot be named";
+  } else if (!missing.empty() && mb.not_started.empty()) {
+    s.kind = VerdictKind::kIncomplete;
+    s.culprits = missing_global;
+    s.summary = "every member with a dump is in " + where + "; " + std::to_string(missing.size()) +
+                plural(missing.size(), " member has", " members have") + " no dump" +
+                (missing_global.empty() ? "" : " (" + ranks_word(missing_global.size()) + rank_list_text(missing_global) + ")") +
+                " and would decide it";
+  } else {
+    decide_stuck(mb, where, t, max_completed, s);
+  }
+}
+
+}  // namespace
+
+void analyze_collectives(AnalysisState& state, int ci, std::optional<Spread>* spread) {
+  const Model& m = state.model;
+  const Comm& c = m.comms[ci];
+  const Measure got = measure(m, c, state.coll_frontiers[ci]);
+  if (c.members.empty()) return;
+  *spread = Spread{got.min_enq, got.max_enq, got.min_completed, got.max_completed, std::nullopt};
+  const uint64_t t = got.stalled;
+
+  // Mismatched arguments explain a hang better than anything else on the communicator.
+  bool mismatch_found = false;
+  if (uint64_t seq = earliest_mismatch(m, c)) {
+    state.stalls.push_back(mismatch_stall(m, ci, seq));
+    mismatch_found = true;
+  }
+  // Everyone completed everything (or nothing can be told without GPU tracking).
+  if (t == UINT64_MAX || t > got.max_enq) return;
+  (*spread)->stalled_seq = t;
+  if (mismatch_found && state.stalls.back().seq <= t) {
+    wait_in_mismatch(state, ci, t, state.stalls.back());
+    return;
+  }
+
+  Stall s;
+  s.comm = ci;
+  s.seq = t;
+  const Members mb = sort_members(state, ci, t, s);
+  s.op = mb.sample ? fr::log::op_name(mb.sample->op) : "collective";
+  // An op of a CUDA graph is named with the replay it ran in and its place in the graph.
+  if (mb.replay && mb.sample) s.extra["graph_replay"] = replay_json(*mb.replay, *mb.sample);
+  const std::string where = s.op + " #" + std::to_string(t) + " on comm " + comm_text(c) +
+                            (mb.replay ? replay_text(*mb.replay) : std::string());
+  if (mb.sample && mb.sample->group_id != 0) {
+    nlohmann::json group = group_json(m, c, mb);
+    if (!group.is_null()) s.extra["group"] = std::move(group);
+  }
+  const auto missing = missing_members(m, c, state.job_missing);
+  if (!missing.empty()) s.extra["missing_members"] = missing_json(missing);
+  decide(c, mb, missing, where, t, got.max_completed, s);
+  s.fraction = static_cast<double>(s.culprits.size()) / static_cast<double>(c.members.size());
+  state.stalls.push_back(std::move(s));
+}
+
+}  // namespace fr::analyzer

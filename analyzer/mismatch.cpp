@@ -1,0 +1,194 @@
+// Mismatched collectives: members that called the same sequence number of a communicator with a
+// different op, dtype, count, root or reduction. Finds the earliest such sequence number, which
+// field differs, the value the members were expected to call (the majority, else the
+// communicator's own rhythm) and so the culprits: everyone who called something else.
+#include <algorithm>
+
+#include "analyzer/passes.h"
+
+namespace fr::analyzer {
+namespace {
+
+// What the first member to call a sequence number called, and whether anyone differed.
+struct Signature {
+  uint16_t op = 0;
+  uint8_t dtype = 0;
+  bool set = false;
+  bool differs = false;
+  int32_t redop = -1;
+  int32_t root = -1;
+  uint64_t count = 0;
+};
+
+bool same_signature(const Signature& s, const Op& o) {
+  if (s.op != o.op || s.dtype != o.dtype || s.count != o.count) return false;
+  if (has_redop(o.op) && s.redop != o.redop) return false;
+  if (is_rooted(o.op) && s.root != o.peer) return false;
+  return true;
+}
+
+// One member's record of the mismatched sequence number.
+struct Row {
+  int rank;
+  const Op* op;
+  const Proc* p;
+  const ProcComm* pc;
+};
+
+// A compared field: its name in the JSON and its value as text.
+struct Field {
+  const char* name;
+  std::string (*get)(const Op&);
+};
+
+const Field kFields[] = {
+    {"op", [](const Op& o) { return std::string(fr::log::op_name(o.op)); }},
+    {"dtype", [](const Op& o) { return std::string(fr::log::dtype_name(o.dtype)); }},
+    {"count", [](const Op& o) { return std::to_string(o.count); }},
+    {"root", [](const Op& o) { return is_rooted(o.op) ? std::to_string(o.peer) : std::string("-"); }},
+    {"redop", [](const Op& o) { return has_redop(o.op) ? std::string(fr::log::redop_name(o.redop)) : std::string("-"); }},
+};
+
+using Groups = std::map<std::string, std::vector<int>>;  // value -> ranks that called it
+
+// The first field whose values differ among the rows, with the ranks per value.
+const Field* differing_field(const std::vector<Row>& rows, Groups* groups) {
+  for (const Field& f : kFields) {
+    groups->clear();
+    for (const Row& r : rows) (*groups)[f.get(*r.op)].push_back(r.rank);
+    if (groups->size() > 1) return &f;
+  }
+  return &kFields[0];  // nothing differs here (the groups are the last field's)
+}
+
+// The value everyone was expected to call. The majority value, when there is one. On a tie
+// (typically two members, one each), the communicator's own rhythm decides: training loops
+// repeat, so the value all members agreed on one period earlier is the expected one. Empty when
+// neither tells.
+std::string expected_value(const std::vector<Row>& rows, const Field& field, const Groups& groups, uint64_t seq) {
+  size_t best = 0, best_n = 0;
+  for (const auto& [v, ranks] : groups) best = std::max(best, ranks.size());
+  for (const auto& [v, ranks] : groups) best_n += ranks.size() == best;
+  if (best_n == 1) {
+    for (const auto& [v, ranks] : groups)
+      if (ranks.size() == best) return v;
+  }
+  auto agreed = [&](uint64_t q, std::string* v) {
+    bool first = true;
+    for (const Row& r : rows) {
+      const Op* o = find_seq(*r.p, *r.pc, q, Family::kCollective);
+      if (!o) return false;
+      std::string x = field.get(*o);
+      if (first) *v = x, first = false;
+      else if (x != *v) return false;
+    }
+    return !first;
+  };
+  for (uint64_t period = 1; period <= 32 && 2 * period < seq; ++period) {
+    bool periodic = true;
+    for (uint64_t j = 1; j <= period && periodic; ++j) {
+      std::string a, b;
+      periodic = agreed(seq - j, &a) && agreed(seq - j - period, &b) && a == b;
+    }
+    std::string e;
+    if (periodic && agreed(seq - period, &e) && groups.count(e)) return e;
+  }
+  return std::string();
+}
+
+// Everyone who called another value than the expected one. Without an expected value, the
+// members whose value changed from their own previous call of the same op; failing that, all.
+std::set<int> mismatch_culprits(const std::vector<Row>& rows, const Field& field, const Groups& groups,
+                                const std::string& expected, uint64_t seq) {
+  std::set<int> culprits;
+  if (!expected.empty()) {
+    for (const auto& [v, ranks] : groups)
+      if (v != expected) culprits.insert(ranks.begin(), ranks.end());
+    return culprits;
+  }
+  for (const Row& r : rows) {
+    const Op* prev = nullptr;
+    for_each_op(*r.p, *r.pc, Family::kCollective, [&](const Op& o) {
+      if (o.seq < seq && o.op == r.op->op) prev = &o;
+    });
+    if (prev && field.get(*prev) != field.get(*r.op)) culprits.insert(r.rank);
+  }
+  if (culprits.empty() || culprits.size() == rows.size()) {
+    culprits.clear();
+    for (const Row& r : rows) culprits.insert(r.rank);
+  }
+  return culprits;
+}
+
+}  // namespace
+
+uint64_t earliest_mismatch(const Model& m, const Comm& c) {
+  uint64_t lo = UINT64_MAX, hi = 0;
+  size_t total = 0;
+  for_each_member_op(m, c, Family::kCollective, [&](const CommMember&, const Proc&, const Op& o) {
+    if (o.seq == 0) return;
+    lo = std::min(lo, o.seq);
+    hi = std::max(hi, o.seq);
+    ++total;
+  });
+  if (total == 0) return 0;
+  // Rings wrapped far apart would make the table huge; the recent end is what matters.
+  const uint64_t cap = std::max<uint64_t>(4 * total + 1024, 1 << 20);
+  if (hi - lo + 1 > cap) lo = hi - cap + 1;
+  std::vector<Signature> signatures(hi - lo + 1);
+  uint64_t first = 0;
+  for_each_member_op(m, c, Family::kCollective, [&](const CommMember&, const Proc&, const Op& o) {
+    if (o.seq < lo || o.seq > hi) return;
+    Signature& s = signatures[o.seq - lo];
+    if (!s.set) {
+      s = Signature{o.op, o.dtype, true, false, o.redop, o.peer, o.count};
+    } else if (!s.differs && !same_signature(s, o)) {
+      s.differs = true;
+      if (first == 0 || o.seq < first) first = o.seq;
+    }
+  });
+  return first;
+}
+
+Stall mismatch_stall(const Model& m, int ci, uint64_t seq) {
+  const Comm& c = m.comms[ci];
+  std::vector<Row> rows;
+  for (const auto& mem : c.members) {
+    const Proc& p = m.procs[mem.proc];
+    const ProcComm& pc = p.comms[mem.pc];
+    if (const Op* o = find_seq(p, pc, seq, Family::kCollective)) rows.push_back({p.rank, o, &p, &pc});
+  }
+  Groups groups;
+  const Field& field = *differing_field(rows, &groups);
+  const std::string expected = expected_value(rows, field, groups, seq);
+  const std::set<int> culprits = mismatch_culprits(rows, field, groups, expected, seq);
+
+  Stall s;
+  s.kind = VerdictKind::kMismatch;
+  s.comm = ci;
+  s.seq = seq;
+  s.culprits.assign(culprits.begin(), culprits.end());
+  s.mismatch = Mismatch{field.name, {}, expected};
+  for (const auto& [v, ranks] : groups) s.mismatch->values.push_back({v, ranks});
+  // The op as the majority called it.
+  for (const Row& r : rows) {
+    if (!culprits.count(r.rank) || s.op.empty()) s.op = fr::log::op_name(r.op->op);
+    s.t_start = std::min(s.t_start, aligned(*r.p, r.op->call_ns));
+  }
+  for (const Row& r : rows)
+    if (!culprits.count(r.rank) && (r.op->gpu_state != FR_GPU_COMPLETED)) s.blocked.push_back(r.rank);
+  std::string odd;
+  for (const auto& [v, ranks] : groups)
+    if (v != expected) odd += (odd.empty() ? "" : ", ") + v + " on " + ranks_word(ranks.size()) + rank_list_text(ranks);
+  std::string replay;
+  for (const Row& r : rows)
+    if (const ReplayTag* t = replay_of(*r.p, r.op); t && replay.empty() && !culprits.count(r.rank)) {
+      replay = replay_text(*t);
+      s.extra["graph_replay"] = replay_json(*t, *r.op);
+    }
+  s.summary = "mismatch in " + s.op + " #" + std::to_string(seq) + " on comm " + comm_text(c) + replay + ": " +
+              field.name + " differs (" + (expected.empty() ? "" : "expected " + expected + "; ") + odd + ")";
+  return s;
+}
+
+}  // namespace fr::analyzer

@@ -1,0 +1,196 @@
+// What the analysis passes share (internal to the analyzer library). The analysis runs in passes,
+// one per unit:
+//   - frontier.cpp: where each member of a communicator stands (its frontier), and who is missing;
+//   - match_collectives.cpp, mismatch.cpp, match_joining.cpp, match_p2p.cpp: cross-rank matching
+//     per kind of op, each turning what does not line up into Stalls;
+//   - ranking.cpp: orders the stalls (the one that explains the others first);
+//   - overrides.cpp: dead ranks and lost nodes, which override the ranked verdict;
+//   - evidence.cpp and skew.cpp: each stall as a Finding with its evidence rows, and the per-rank
+//     lateness at collectives;
+//   - context.cpp: stacks and GPU health joined in after the verdict;
+//   - analyze.cpp: runs the passes in order and assembles the Analysis (result.h).
+// The passes read the Model and add to one AnalysisState; nothing here is global.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "analyzer/html.h"
+#include "analyzer/model.h"
+#include "analyzer/result.h"
+#include "analyzer/verdicts.h"
+
+namespace fr::analyzer {
+
+// More ranks than any job has: sizes beyond this come from damaged input.
+inline constexpr int kMaxRanks = 1 << 20;
+
+inline bool is_rooted(uint16_t op) {
+  return op == FR_OP_BROADCAST || op == FR_OP_BCAST || op == FR_OP_REDUCE || op == FR_OP_GATHER ||
+         op == FR_OP_SCATTER;
+}
+inline bool has_redop(uint16_t op) {
+  return op == FR_OP_ALLREDUCE || op == FR_OP_REDUCE || op == FR_OP_REDUCESCATTER;
+}
+// Captured ops (run by graph replays instead) and ops that never launched take no sequence number
+// of their own in the matching.
+inline bool counts(const Op& o) { return !(o.flags & (FR_REC_F_CAPTURED | FR_REC_F_NEVER_LAUNCHED)); }
+
+// The two sequence-number families NCCL counts per communicator.
+enum class Family { kCollective, kP2p };
+
+inline bool in_family(const Op& o, Family family) {
+  return counts(o) && (family == Family::kP2p ? fr::log::op_is_p2p(o.op) : fr::log::op_is_collective(o.op));
+}
+
+// Calls f(op) for every counted op of `family` a member recorded on one communicator, in record order.
+template <class F>
+void for_each_op(const Proc& p, const ProcComm& pc, Family family, F&& f) {
+  for (uint32_t i = pc.ops_begin; i < pc.ops_end; ++i)
+    if (in_family(p.ops[i], family)) f(p.ops[i]);
+}
+
+// Calls f(member, proc, op) for every counted op of `family` on communicator `c`, member by member.
+template <class F>
+void for_each_member_op(const Model& m, const Comm& c, Family family, F&& f) {
+  for (const auto& mem : c.members) {
+    const Proc& p = m.procs[mem.proc];
+    for_each_op(p, p.comms[mem.pc], family, [&](const Op& o) { f(mem, p, o); });
+  }
+}
+
+inline int64_t aligned(const Proc& p, uint64_t t) { return static_cast<int64_t>(t) + p.clock_offset_ns; }
+
+// "rank 3" or "ranks 3-5": the word agrees with the list.
+inline std::string ranks_word(size_t n) { return n > 1 ? "ranks " : "rank "; }
+
+// One member's frontier on one communicator, for one family: the highest sequence numbers it
+// enqueued, its GPU started and its GPU completed, with their records when still in the ring.
+struct Frontier {
+  uint64_t enq = 0, started = 0, completed = 0;
+  const Op* last_enq = nullptr;
+  const Op* last_started = nullptr;
+  const Op* last_completed = nullptr;
+  bool tracked = true;  // false: this member's GPU progress cannot be told
+};
+
+Frontier frontier(const Proc& p, const ProcComm& pc, Family family);
+// The member's record of sequence number `seq`, or nullptr when it is not in the ring.
+const Op* find_seq(const Proc& p, const ProcComm& pc, uint64_t seq, Family family);
+
+// A member of a communicator without a dump: its rank in the communicator, and its global rank
+// when it can be told (-1 otherwise).
+struct Missing {
+  int rank_in_comm;
+  int global;
+};
+std::vector<Missing> missing_members(const Model& m, const Comm& c, const std::set<int>& job_missing);
+nlohmann::json missing_json(const std::vector<Missing>& missing);
+
+// A problem found on one communicator: what the matching passes produce and the ranking orders.
+//
+// How stalls are ranked (ranks_before in ranking.cpp, in this order):
+//   1. tier: whether the culprits are the root of the hang. 0 when no culprit is explained by
+//      waiting in another communicator, 1 when some are, 2 when all are (or nobody is blamed).
+//      A culprit that waits elsewhere is a victim, not a cause; `explained` decides, and uses
+//      `fraction` and `t_start` to tell "never came because it was stuck elsewhere first".
+//   2. kind: the order of FR_VERDICT_KINDS (verdicts.h): a mismatch explains more than a member
+//      that never entered, which explains more than unmatched point-to-point, and so on.
+//   3. fraction: the share of the communicator's members blamed; fewer is more specific.
+//   4. t_start: the earliest, as the first thing to go wrong usually explains the rest.
+//   5. the communicator id, for a stable order.
+// `p2p` and `host_call` say which counter `seq` belongs to; they are no part of the ranking
+// (a stall in a blocking host call has no sequence number: seq_kind "api" in the JSON).
+struct Stall {
+  VerdictKind kind = VerdictKind::kStuckInCollective;
+  int comm = -1;                    // index into Model::comms
+  uint64_t seq = 0;
+  bool p2p = false;                 // seq counts point-to-point ops, not collectives
+  bool host_call = false;           // a blocking host call (communicator creation), no seq
+  std::string op;
+  std::vector<int> culprits;        // global ranks
+  std::vector<int> blocked;         // global ranks waiting in it
+  std::string summary;
+  std::optional<Mismatch> mismatch;
+  nlohmann::json extra = nlohmann::json::object();  // group, missing members, graph replay...
+  int64_t t_start = INT64_MAX;      // earliest aligned call time of the stalled op
+  int tier = 2;
+  double fraction = 1.0;
+};
+
+// The analysis state the passes share.
+struct AnalysisState {
+  const Model& model;
+  const Options& opts;
+  std::vector<Stall> stalls;
+  // Per global rank: where it waits (comm index, since aligned time).
+  std::map<int, std::vector<std::pair<int, int64_t>>> blocked;
+  std::set<int> rank_filter;
+  std::set<int> job_missing;        // global ranks expected but without a dump
+  // Per communicator, each member's frontier (in Comm::members order), per family.
+  std::vector<std::vector<Frontier>> coll_frontiers, p2p_frontiers;
+};
+
+// --- The matching passes, one communicator at a time (ci: index into Model::comms) ----------
+
+// Collectives: frontiers, the stalled sequence number, and its stall. *spread gets how far the
+// members got (left empty when the communicator has no member).
+void analyze_collectives(AnalysisState& state, int ci, std::optional<Spread>* spread);
+// Point-to-point: sends against receives, signals against waits.
+void analyze_p2p(AnalysisState& state, int ci, std::optional<Spread>* spread);
+// Blocking host calls every member must make (communicator creation, split, shrink, grow).
+void analyze_joining(AnalysisState& state, int ci);
+
+// The earliest sequence number where members called different things; 0 when none.
+uint64_t earliest_mismatch(const Model& m, const Comm& c);
+// The mismatch stall at `seq`: the field, the values with their ranks, the minority.
+Stall mismatch_stall(const Model& m, int ci, uint64_t seq);
+
+// --- Ranking and overrides ----------------------------------------------------------------
+
+// Sorts state.stalls, the one that explains the others first (see Stall).
+void rank_stalls(AnalysisState& state);
+
+// The job's ranks, as the overrides and the document need them.
+struct RankCensus {
+  std::vector<int> found, missing, dead;
+  std::vector<int> died;            // dead without leaving in order
+  int expected = 0;
+  bool all_dead = false;
+};
+RankCensus take_census(const Model& m);
+
+// Puts a node_lost or rank_dead stall in front of the ranked ones when nodes were lost or ranks
+// died while others wait.
+void apply_overrides(const Model& m, const RankCensus& census, std::vector<Stall>* ranked);
+
+// --- Evidence -----------------------------------------------------------------------------
+
+CommRef comm_ref(const Comm& c);
+Communicator communicator_of(const Model& m, const Comm& c);
+nlohmann::json replay_json(const ReplayTag& t, const Op& o);
+std::string replay_text(const ReplayTag& t);
+// A stall as a verdict or finding: kind, summary, comm, culprits and per-member evidence.
+Finding finding_of(const AnalysisState& state, const Stall& s);
+// Adds each member's last records on the verdict's communicator to its evidence.
+void add_recent_ops(const Model& m, Finding* verdict);
+// Marks findings the verdict already accounts for (consequence_of).
+void mark_consequences(const Finding& verdict, std::vector<Finding>* findings);
+
+// --- Skew ---------------------------------------------------------------------------------
+
+// Per rank, how late it arrives at collectives (filtered by state.rank_filter), and when some
+// ranks are much later than the rest, the straggler finding (null otherwise).
+struct SkewResult {
+  std::vector<SkewRow> table;
+  std::optional<Finding> straggler;
+};
+SkewResult measure_skew(const AnalysisState& state);
+
+}  // namespace fr::analyzer
