@@ -14,24 +14,6 @@
 
 namespace fr::daemon {
 
-int64_t mono_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-int64_t real_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-int64_t ProcessReport::oldest_age_ns() const {
-  int64_t m = 0;
-  for (const auto& c : comms) m = std::max(m, c.oldest_age_ns);
-  return m;
-}
-
 namespace {
 
 // Whether a record is an op that occupies the GPU (or the host call) and has not finished.
