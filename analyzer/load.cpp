@@ -334,14 +334,14 @@ Loaded load_one(const Job& job) {
 
 // Where the dump files behind each input path are: a directory (its manifest, else its
 // listing), a manifest, or a file. Per-host clock offsets come from the manifests.
-struct Inputs {
+struct FoundInputs {
   std::vector<Job> jobs;
   std::map<std::string, std::pair<int64_t, bool>> offsets;
   bool any_manifest = false;
 };
 
-Inputs find_inputs(const std::vector<std::string>& paths, Model* model) {
-  Inputs in;
+FoundInputs find_inputs(const std::vector<std::string>& paths, Model* model) {
+  FoundInputs in;
   for (const auto& path : paths) {
     std::error_code ec;
     fs::path p(path);
@@ -440,7 +440,7 @@ void keep_one_per_rank(std::vector<Proc> procs, Model* model) {
 // Clock alignment: from the manifests' per-host offsets when every host has one. Without a
 // manifest's count, the expected ranks are the world size most processes report (one damaged
 // header must not make thousands of ranks "missing").
-void align_and_count(const Inputs& in, Model* model) {
+void align_and_count(const FoundInputs& in, Model* model) {
   std::set<std::string> hosts;
   for (const auto& p : model->procs) hosts.insert(p.host);
   bool all_offsets = in.any_manifest && !hosts.empty();
@@ -509,7 +509,7 @@ void merge_comms(Model* model) {
 Model load_model(const std::vector<std::string>& paths, unsigned threads) {
   Model model;
   model.paths = paths;
-  Inputs in = find_inputs(paths, &model);
+  FoundInputs in = find_inputs(paths, &model);
   keep_one_per_rank(read_all(in.jobs, threads, &model), &model);
   align_and_count(in, &model);
   merge_comms(&model);
