@@ -160,8 +160,9 @@ void group_tracks(Writer& w, const Model& m, const std::vector<const Comm*>& stu
           w.slice(open.size() > 1 ? "group (nested)" : "group", "group", pid, p.rank, open.back(), end - open.back(),
                   "{}", nullptr);
           open.pop_back();
-        } else if (open.empty() && start >= last_end) {
-          // Outside any group: a call of its own.
+        } else if (start >= last_end) {
+          // A call of its own, or inside the open group, whose slice it nests in: it starts after
+          // the GroupStart and ends before the GroupEnd (or the dump) that closes the group.
           w.slice(fr::log::op_name(o.op), "api", pid, p.rank, start, std::max<int64_t>(end - start, 0),
                   op_json(o, p.clock_offset_ns).dump(), nullptr);
         }
