@@ -135,6 +135,7 @@ extern thread_local std::vector<CUcontext> tls_ctx_stack;
 State& state();
 // The state, with the devices and primary contexts set up (the emulation initializes itself).
 State& ready();
+// Whether d is the ordinal of a visible device.
 bool valid_device(CUdevice d);
 // The device of the calling thread's current context (0 without one).
 int current_device();

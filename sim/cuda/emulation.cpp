@@ -10,8 +10,6 @@
 
 using namespace frsim;
 
-// ---- the emulation-only API (fr_sim.h) ----------------------------------------------------------------
-
 FRSIM_API CUresult frsim_stream_launch(CUstream h, frsim_kernel_fn fn, void* arg) {
   if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto st = get_stream(h);

@@ -6,8 +6,6 @@
 
 using namespace frsim;
 
-// ---- stream capture and graphs ---------------------------------------------------------------------
-
 FRSIM_API CUresult cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode) {
   (void)mode;
   if (h == nullptr || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
