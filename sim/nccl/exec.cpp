@@ -24,7 +24,7 @@
 #include "fr_sim.h"
 #include "internal.h"
 
-// Exported by libcuda.so.1 for this library only (see cuda_sim.cpp).
+// Exported by libcuda.so.1 for this library only (see cuda/emulation.cpp).
 extern "C" CUresult frsim_internal_launch_prepared(CUstream stream,
                                                   std::function<std::function<void()>()> prepare);
 

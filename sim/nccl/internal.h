@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -214,6 +215,14 @@ constexpr uint32_t kCommMagic = 0x434f4d31;  // "COM1"
 std::shared_ptr<CommState> lookup(ncclComm_t c);
 void register_comm(ncclComm_t c);
 void unregister_comm(ncclComm_t c);
+
+// Registers a handle of the communicator for the caller (comm.cpp).
+ncclComm_t new_handle(std::shared_ptr<CommState> st);
+// The communicator of a handle whose init has finished; else nullptr, with *err the result to
+// return (ncclInProgress while a nonblocking init runs).
+std::shared_ptr<CommState> ready_comm(ncclComm_t comm, ncclResult_t* err);
+// Runs `body` now (blocking comm) or on a thread, reporting ncclInProgress until it is done.
+ncclResult_t run_maybe_async(const std::shared_ptr<CommState>& c, bool blocking, std::function<ncclResult_t()> body);
 
 void set_last_error(CommState* c, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 const char* last_error(CommState* c);

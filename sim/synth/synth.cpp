@@ -163,119 +163,153 @@ void count_op(Counters& c, const Planned& p) {
   ++c.op_index[p.comm];
 }
 
-// Simulates steps [first_fault, steps) for every rank; returns each rank's late ops.
-std::vector<std::vector<LateOp>> simulate(const Job& job, std::vector<Counters> ctr) {
-  const int n = job.n;
-  std::vector<std::vector<LateOp>> late(n);
+// Plays steps [first_fault, steps) of every rank. Each rank's stream holds units, run in order: one
+// op, a group's ops (which progress together), or a stalled kernel (never finishes). A unit
+// finishes once each of its ops is matched: a collective once every member started it with the
+// same arguments, a Send/Recv once both sides started.
+class Simulation {
+ public:
+  Simulation(const Job& job, std::vector<Counters> ctr)
+      : job_(job), ctr_(std::move(ctr)), late_(job.n), stream_(job.n) {}
+
+  // Returns each rank's late ops, in call order.
+  std::vector<std::vector<LateOp>> run() {
+    for (int k = job_.first_fault; k < job_.steps; ++k) {
+      for (int r = 0; r < job_.n; ++r) queue_step(r, k);
+      while (!work_.empty()) {
+        int r = work_.back();
+        work_.pop_back();
+        if (!stream_[r].empty()) reach_head(r);
+      }
+    }
+    return std::move(late_);
+  }
+
+ private:
   struct Unit {
     int rank;
-    std::vector<int> ops;  // index into late[rank]
+    std::vector<int> ops;  // index into late_[rank]
     int unmatched;
   };
-  std::vector<Unit> units;
-  std::vector<std::deque<int>> stream(n);
-  std::unordered_map<uint64_t, std::vector<std::pair<int, int>>> arrivals;          // (inst,seq)
-  std::map<std::tuple<int, int, int>, std::pair<std::deque<std::pair<int, int>>, std::deque<std::pair<int, int>>>> p2p;
-  std::vector<int> work;
+  using Waiting = std::deque<std::pair<int, int>>;  // (rank, op index) that started and wait
 
-  auto complete = [&](int u) {
-    Unit& un = units[u];
-    for (int oi : un.ops) late[un.rank][oi].state = FR_GPU_COMPLETED;
-    stream[un.rank].pop_front();
-    if (!stream[un.rank].empty()) work.push_back(un.rank);
-  };
-  auto match = [&](int rank, int oi) {
-    (void)oi;
-    int u = stream[rank].front();
-    if (--units[u].unmatched == 0) complete(u);
-  };
-  auto reach_head = [&](int r) {
-    int u = stream[r].front();
-    Unit& un = units[u];
-    for (int oi : std::vector<int>(un.ops)) {
-      LateOp& o = late[r][oi];
-      o.state = FR_GPU_STARTED;
-      const int inst = job.instance(o.p.comm, r);
-      if (fr::log::op_is_p2p(o.p.op)) {
-        const int me = job.rank_in(o.p.comm, r);
-        const bool send = o.p.op == FR_OP_SEND;
-        auto& q = p2p[{inst, send ? me : o.p.peer, send ? o.p.peer : me}];
-        auto& mine = send ? q.first : q.second;
-        auto& other = send ? q.second : q.first;
-        if (!other.empty()) {
-          auto [pr, po] = other.front();
-          other.pop_front();
-          match(pr, po);
-          if (stream[r].empty() || stream[r].front() != u) return;
-          match(r, oi);
-          if (stream[r].empty() || stream[r].front() != u) return;
-        } else {
-          mine.push_back({r, oi});
-        }
+  // Queues step k of rank r on its stream, unless the rank is still blocked in an earlier step's
+  // sync or stopped.
+  void queue_step(int r, int k) {
+    if (!stream_[r].empty()) return;  // blocked in the previous step's sync
+    auto plan = job_.plan(r, k);
+    if (plan.empty()) return;
+    int cur_unit = -1, cur_group = -1;
+    for (const auto& p : plan) {
+      if (p.stall_before) {
+        units_.push_back({r, {}, 1});  // an emulated kernel that never returns
+        stream_[r].push_back(static_cast<int>(units_.size()) - 1);
+        cur_unit = -1;
+      }
+      LateOp o;
+      o.p = p;
+      o.step = k;
+      count_op(ctr_[r], p);
+      o.seq = fr::log::op_is_p2p(p.op) ? ctr_[r].p2p[p.comm] : ctr_[r].coll[p.comm];
+      o.op_index = ctr_[r].op_index[p.comm];
+      o.group_id = p.group ? (static_cast<uint64_t>(k) << 8 | p.group) + 1 : 0;
+      late_[r].push_back(o);
+      const int oi = static_cast<int>(late_[r].size()) - 1;
+      if (p.group && p.group == cur_group && cur_unit >= 0) {
+        units_[cur_unit].ops.push_back(oi);
+        ++units_[cur_unit].unmatched;
       } else {
-        const uint64_t key = (static_cast<uint64_t>(inst) << 40) ^ o.seq;
-        auto& a = arrivals[key];
-        a.push_back({r, oi});
-        if (static_cast<int>(a.size()) == job.comm_size(o.p.comm)) {
-          bool same = true;
-          const Planned& f = late[a[0].first][a[0].second].p;
-          for (auto [ar, ao] : a) {
-            const Planned& x = late[ar][ao].p;
-            same &= x.op == f.op && x.dtype == f.dtype && x.count == f.count && x.redop == f.redop && x.peer == f.peer;
-          }
-          if (same) {
-            auto members = a;
-            arrivals.erase(key);
-            for (auto [ar, ao] : members) match(ar, ao);
-          }
-          if (stream[r].empty() || stream[r].front() != u) return;
-        }
+        units_.push_back({r, {oi}, 1});
+        cur_unit = static_cast<int>(units_.size()) - 1;
+        stream_[r].push_back(cur_unit);
       }
+      cur_group = p.group;
     }
-  };
+    work_.push_back(r);
+  }
 
-  for (int k = job.first_fault; k < job.steps; ++k) {
-    for (int r = 0; r < n; ++r) {
-      if (!stream[r].empty()) continue;  // blocked in the previous step's sync
-      auto plan = job.plan(r, k);
-      if (plan.empty()) continue;
-      const bool was_idle = stream[r].empty();
-      int cur_unit = -1, cur_group = -1;
-      for (const auto& p : plan) {
-        if (p.stall_before) {
-          units.push_back({r, {}, 1});  // an emulated kernel that never returns
-          stream[r].push_back(static_cast<int>(units.size()) - 1);
-          cur_unit = -1;
-        }
-        LateOp o;
-        o.p = p;
-        o.step = k;
-        count_op(ctr[r], p);
-        o.seq = fr::log::op_is_p2p(p.op) ? ctr[r].p2p[p.comm] : ctr[r].coll[p.comm];
-        o.op_index = ctr[r].op_index[p.comm];
-        o.group_id = p.group ? (static_cast<uint64_t>(k) << 8 | p.group) + 1 : 0;
-        late[r].push_back(o);
-        const int oi = static_cast<int>(late[r].size()) - 1;
-        if (p.group && p.group == cur_group && cur_unit >= 0) {
-          units[cur_unit].ops.push_back(oi);
-          ++units[cur_unit].unmatched;
-        } else {
-          units.push_back({r, {oi}, 1});
-          cur_unit = static_cast<int>(units.size()) - 1;
-          stream[r].push_back(cur_unit);
-        }
-        cur_group = p.group;
-      }
-      if (was_idle) work.push_back(r);
-    }
-    while (!work.empty()) {
-      int r = work.back();
-      work.pop_back();
-      if (!stream[r].empty()) reach_head(r);
+  bool at_head(int r, int u) const { return !stream_[r].empty() && stream_[r].front() == u; }
+
+  void complete(int u) {
+    Unit& un = units_[u];
+    for (int oi : un.ops) late_[un.rank][oi].state = FR_GPU_COMPLETED;
+    stream_[un.rank].pop_front();
+    if (!stream_[un.rank].empty()) work_.push_back(un.rank);
+  }
+
+  // One op of the unit at the head of rank's stream is matched.
+  void match(int rank) {
+    int u = stream_[rank].front();
+    if (--units_[u].unmatched == 0) complete(u);
+  }
+
+  // Starts the ops of the unit at the head of r's stream, matching what they meet.
+  void reach_head(int r) {
+    int u = stream_[r].front();
+    for (int oi : std::vector<int>(units_[u].ops)) {
+      LateOp& o = late_[r][oi];
+      o.state = FR_GPU_STARTED;
+      const bool moved_on = fr::log::op_is_p2p(o.p.op) ? start_p2p(r, oi) : start_collective(r, oi);
+      if (moved_on && !at_head(r, u)) return;
     }
   }
-  return late;
-}
+
+  // A Send or Recv meets the oldest waiting other side, or waits for it. Returns whether it met
+  // one (its unit may then have completed).
+  bool start_p2p(int r, int oi) {
+    const LateOp& o = late_[r][oi];
+    const int inst = job_.instance(o.p.comm, r);
+    const int me = job_.rank_in(o.p.comm, r);
+    const bool send = o.p.op == FR_OP_SEND;
+    auto& q = p2p_[{inst, send ? me : o.p.peer, send ? o.p.peer : me}];
+    Waiting& mine = send ? q.first : q.second;
+    Waiting& other = send ? q.second : q.first;
+    if (other.empty()) {
+      mine.push_back({r, oi});
+      return false;
+    }
+    const int peer_rank = other.front().first;
+    other.pop_front();
+    const int u = stream_[r].front();
+    match(peer_rank);
+    if (!at_head(r, u)) return true;
+    match(r);
+    return true;
+  }
+
+  // A collective arrives; once every member has, it completes everywhere when all called it with
+  // the same arguments (a mismatch never completes). Returns whether every member has arrived
+  // (its unit may then have completed).
+  bool start_collective(int r, int oi) {
+    const LateOp& o = late_[r][oi];
+    const int inst = job_.instance(o.p.comm, r);
+    const uint64_t key = (static_cast<uint64_t>(inst) << 40) ^ o.seq;
+    auto& a = arrivals_[key];
+    a.push_back({r, oi});
+    if (static_cast<int>(a.size()) != job_.comm_size(o.p.comm)) return false;
+    bool same = true;
+    const Planned& f = late_[a[0].first][a[0].second].p;
+    for (const auto& [ar, ao] : a) {
+      const Planned& x = late_[ar][ao].p;
+      same &= x.op == f.op && x.dtype == f.dtype && x.count == f.count && x.redop == f.redop && x.peer == f.peer;
+    }
+    if (same) {
+      auto members = a;
+      arrivals_.erase(key);
+      for (const auto& member : members) match(member.first);
+    }
+    return true;
+  }
+
+  const Job& job_;
+  std::vector<Counters> ctr_;
+  std::vector<std::vector<LateOp>> late_;
+  std::vector<Unit> units_;
+  std::vector<std::deque<int>> stream_;  // per rank: units, the head one running
+  std::unordered_map<uint64_t, std::vector<std::pair<int, int>>> arrivals_;  // (instance, seq) -> (rank, op)
+  std::map<std::tuple<int, int, int>, std::pair<Waiting, Waiting>> p2p_;  // (instance, src, dst) -> sends, recvs
+  std::vector<int> work_;  // ranks whose stream head may progress
+};
 
 fr::log::Record make_record(uint64_t id, uint64_t comm_id, uint64_t seq, uint64_t op_index, const Planned& p,
                             uint64_t call_ns, uint64_t group_id, uint8_t state, bool tracked) {
@@ -431,7 +465,7 @@ std::vector<std::vector<LateOp>> run_job(const Job& job) {
     for (int k = 0; k < std::min(job.first_fault, job.steps); ++k)
       for (const auto& p : job.plan(r, k)) count_op(ctr[r], p);
   if (job.first_fault >= job.steps) return std::vector<std::vector<LateOp>>(job.n);
-  return simulate(job, std::move(ctr));
+  return Simulation(job, std::move(ctr)).run();
 }
 
 }  // namespace
