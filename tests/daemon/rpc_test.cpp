@@ -75,7 +75,7 @@ NodeOptions node_options(int port, const std::string& logs, const std::string& s
   o.spool_dir = spool;
   o.heartbeat_interval_ns = kSec / 5;
   o.stall_after_ns = 2 * kSec;
-  o.quiet = true;
+  o.quiet = !getenv("FR_DEBUG");
   return o;
 }
 
