@@ -445,6 +445,7 @@ TEST_CASE("daemons: fr-simjob --python: the hung Python rank's time.sleep frame 
   REQUIRE(e.contains("stack"));
   const json& st = e["stack"];
   INFO("rank 5: " << frames_text(st));
+  INFO("python stack error: " << e.value("python_stack_error", std::string("none")));
   size_t sleep = frame_index(st, "time_sleep"), hang = frame_index(st, "hang_forever"),
          step = frame_index(st, "run_step");
   REQUIRE(sleep < hang);
