@@ -28,9 +28,7 @@
 #include "log/safe_file.h"
 #include "log/side_files.h"
 #include "log/snapshot.h"
-#ifdef FR_HAVE_TORCH
 #include "analyzer/torch/torch_detail.h"
-#endif
 
 namespace fs = std::filesystem;
 
@@ -54,7 +52,6 @@ struct Job {
   std::string rel;
 };
 
-#ifdef FR_HAVE_TORCH
 // A PyTorch dump is read whole; the same bound as the torch reader's own. Its kind is told from
 // a first look at its head, then (when that says no and the file is longer) a larger one.
 constexpr size_t kMaxTorchBytes = size_t{1} << 30;
@@ -109,7 +106,6 @@ bool read_whole(int fd, uint64_t size_hint, size_t max_bytes, std::unique_ptr<ch
   }
   return true;
 }
-#endif
 
 std::string without_trailing_slash(std::string dir) {
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
@@ -279,7 +275,6 @@ Loaded load_one(const Job& job) {
     return out;
   }
   const int fd = file.fd.get();
-#ifdef FR_HAVE_TORCH
   uint64_t magic = 0;
   bool flight_log = ::pread(fd, &magic, sizeof magic, 0) == ssize_t(sizeof magic) &&
                     magic == FR_LOG_MAGIC;
@@ -307,7 +302,6 @@ Loaded load_one(const Job& job) {
       return out;
     }
   }
-#endif
   auto r = fr::log::read_log_fd(fd, file.st, job.path);
   if (!r.ok()) {
     std::string msg = r.message;

@@ -19,12 +19,10 @@
 #include "analyzer/analyze.h"
 #include "analyzer/html.h"
 #include "analyzer/model.h"
+#include "analyzer/torch/torch_dump.h"
 #include "analyzer/trace.h"
 #include "fr/version.h"
 #include "log/snapshot.h"
-#ifdef FR_HAVE_TORCH
-#include "analyzer/torch/torch_dump.h"
-#endif
 
 namespace {
 
@@ -55,12 +53,6 @@ int run_export(const std::string& format, const std::string& dir, const std::str
               << "' (known: torch-json, torch-pickle)\n";
     return kExitUsage;
   }
-#ifndef FR_HAVE_TORCH
-  (void)dir;
-  (void)out;
-  std::cerr << "fr-analyze export: this build has no PyTorch support (analyzer/torch missing)\n";
-  return kExitInternal;
-#else
   // The dump files: those the manifest lists, else every flight log in the directory.
   std::vector<std::string> files;
   fr::log::Manifest m;
@@ -106,7 +98,6 @@ int run_export(const std::string& format, const std::string& dir, const std::str
   std::cout << "wrote " << logs.size() << " PyTorch Flight Recorder " << (pickle ? "pickle" : "JSON")
             << " file" << (logs.size() == 1 ? "" : "s") << " to " << out << "\n";
   return 0;
-#endif
 }
 
 }  // namespace

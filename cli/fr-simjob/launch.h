@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "analyzer/result.h"
 #include "children.h"
 #include "launcher.h"
 #include "progress.h"
@@ -34,15 +35,6 @@ std::string read_small_file(const std::string& path);
 // The per-rank summary of a dump set: per communicator (by role: the world from init, then the
 // tp, pp, dp splits in creation order) the last op the rank called and how far its GPU got.
 std::string dump_summary(const std::string& dir, int max_ranks);
-
-// The verdict of an analysis (fr-analysis/1): its kind and one-line summary; none when the
-// analysis has no verdict. The one place the launcher reads the analysis by its keys (result.json
-// carries the document whole).
-struct Verdict {
-  std::string kind;
-  std::string summary;
-};
-std::optional<Verdict> read_verdict(const nlohmann::json& analysis);
 
 struct Job {
   const LaunchOptions& o;
@@ -64,7 +56,7 @@ struct Job {
   std::string stop_reason;  // completed | exited | stalled | incident | interrupted | no_verdict
   std::string dump_set;     // empty: none
   json snapshot_info;       // processes, skipped
-  json analysis;            // null: none
+  std::optional<analyzer::Analysis> analysis;  // none: no dump set, or its analysis failed
   std::string analysis_error, daemon_error;
   double stalled_for_s = 0;
   double ranks_cpu_s = -1;  // user + system CPU of the reaped rank processes

@@ -8,14 +8,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "analyzer/analyze.h"
 #include "files/files.h"
 #include "launch.h"
 #include "log/reader.h"
 #include "log/snapshot.h"
-
-#ifdef FR_SIMJOB_HAVE_ANALYZER
-#include "analyzer/analyze.h"
-#endif
 
 namespace fr::simjob {
 
@@ -73,12 +70,6 @@ std::string dump_summary(const std::string& dir, int max_ranks) {
   return out.str();
 }
 
-std::optional<Verdict> read_verdict(const json& analysis) {
-  if (analysis.is_null() || !analysis.contains("verdict")) return std::nullopt;
-  const json& v = analysis.at("verdict");
-  return Verdict{v.value("kind", std::string("?")), v.value("summary", std::string())};
-}
-
 bool Job::snapshot() {
   if (!o.agent) return false;  // no agent, no flight logs
   std::string dir = out + "/dumps";
@@ -131,26 +122,21 @@ void Job::analyze() {
   if (o.daemons && stop_reason == "incident") {
     std::string text = read_small_file(dump_set + "/analysis.json");
     try {
-      analysis = json::parse(text);
+      analysis = analyzer::Analysis::from_json(json::parse(text));
     } catch (const std::exception& e) {
       analysis_error = "cannot parse " + dump_set + "/analysis.json: " + e.what();
     }
     return;
   }
-#ifdef FR_SIMJOB_HAVE_ANALYZER
   try {
     std::string fatal;
     analyzer::Options ao;
     ao.threads = 2;
-    json a = analyzer::analyze_paths({dump_set}, ao, &fatal);
-    if (a.is_null())
-      analysis_error = fatal.empty() ? "the analyzer returned nothing" : fatal;
-    else
-      analysis = std::move(a);
+    analysis = analyzer::analyze({dump_set}, ao, &fatal);
+    if (!analysis) analysis_error = fatal.empty() ? "the analyzer returned nothing" : fatal;
   } catch (const std::exception& e) {
     analysis_error = std::string("analysis failed: ") + e.what();
   }
-#endif
 }
 
 // result.json: the job's shape and faults, how each rank (and daemon) ended, the dump set, and the
@@ -194,7 +180,7 @@ json Job::result_json() const {
   if (ranks_cpu_s >= 0) r["ranks_cpu_s"] = ranks_cpu_s;
   if (ranks_ended > ranks_started && ranks_started != Clock::time_point{})
     r["job_s"] = std::chrono::duration<double>(ranks_ended - ranks_started).count();
-  if (!analysis.is_null()) r["analysis"] = analysis;
+  if (analysis) r["analysis"] = analysis->to_json();
   if (!analysis_error.empty()) r["analysis_error"] = analysis_error;
   if (!daemon_error.empty()) r["daemon_error"] = daemon_error;
   return r;
@@ -287,7 +273,9 @@ void Job::report() {
       std::printf("last op per rank and communicator (op #seq, GPU state):\n%s",
                   dump_summary(dump_set, 64).c_str());
   }
-  if (std::optional<Verdict> v = read_verdict(analysis)) say("verdict: " + v->kind + ": " + v->summary);
+  if (analysis)
+    say("verdict: " + std::string(analyzer::verdict_name(analysis->verdict.kind)) + ": " +
+        analysis->verdict.summary);
   if (!analysis_error.empty()) err("analysis: " + analysis_error);
   say("result: " + out + "/result.json");
 }

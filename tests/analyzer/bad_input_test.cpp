@@ -261,7 +261,6 @@ TEST_CASE("fr-analyze: exit codes and output", "[analyzer][cli]") {
   CHECK(run_cli("--no-such-flag " + t.sub("set"), &out) == 2);
   CHECK(run_cli("--trace /no/such/dir/t.json " + t.sub("set"), &out) == 4);
   CHECK(run_cli("export --format yaml " + t.sub("set") + " " + t.sub("out"), &out) == 2);
-#ifdef FR_HAVE_TORCH
   CHECK(run_cli("export --format torch-json " + t.sub("set") + " " + t.sub("torch"), &out) == 0);
   size_t n = 0;
   for (const auto& e : fs::directory_iterator(t.sub("torch"))) n += e.is_regular_file();
@@ -274,7 +273,6 @@ TEST_CASE("fr-analyze: exit codes and output", "[analyzer][cli]") {
   CHECK(n == 8);
   CHECK(run_cli("--json " + t.sub("pickles"), &out) == 0);
   CHECK(out.find("\"fr-analysis/1\"") != std::string::npos);
-#endif
 }
 
 TEST_CASE("damaged fields inside valid files never crash the analysis", "[analyzer]") {
