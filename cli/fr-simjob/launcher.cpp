@@ -341,6 +341,10 @@ bool Job::start_daemons() {
                  node_log_dir(n), "--node-name", "node" + std::to_string(n),
                  "--heartbeat-interval", "0.2", "--dump-dir", node_dir(n) + "/spool",
                  "--nvml-lib", sim_lib + "/libnvidia-ml.so.1"};
+    if (o.stack_budget_s > 0) {
+      node.argv.push_back("--stack-budget");
+      node.argv.push_back(std::to_string(o.stack_budget_s));
+    }
     if (o.shared_dump_dir) {
       node.argv.push_back("--shared-dump-dir");
       node.argv.push_back(incidents);

@@ -437,7 +437,9 @@ TEST_CASE("daemons: fr-simjob --python: the hung Python rank's time.sleep frame 
   TempDir d;
   // Python ranks on NCCL through ctypes: the agent sees their calls through lookups on NCCL's own
   // handle, so the verdict is the one of the C++ ranks.
-  JobResult r = simjob_with_daemons(d, {"rank=5,step=3,kind=hang-host"}, 6, {"--python"});
+  // py-spy attaches after the native stacks, in what is left of the node's stack budget: a
+  // generous one, so that a loaded test machine still leaves py-spy its time.
+  JobResult r = simjob_with_daemons(d, {"rank=5,step=3,kind=hang-host"}, 6, {"--python", "--stack-budget", "30"});
   check_verdict(r, "not_entered", {5});
   const std::string set = r.result["dump_set"];
   json a = json::parse(slurp(set + "/analysis.json"));
