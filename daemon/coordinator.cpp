@@ -376,7 +376,7 @@ void CoordinatorState::note_slow(const Node& n, const MemberTrack& m, const Comm
   f.rank = m.rank;
   f.node = n.name;
   f.comm_id = m.comm_id;
-  f.comm_name = model.name.empty() ? hex_id(m.comm_id) : model.name + " (" + hex_id(m.comm_id) + ")";
+  f.comm_name = model.name.empty() ? "0x" + hex_id(m.comm_id) : model.name + " (0x" + hex_id(m.comm_id) + ")";
   f.rank_waiting = m.waiting;
   f.peers_waiting = peers;
   f.first_real = f.last_real = real_ns();

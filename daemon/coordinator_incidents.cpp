@@ -354,8 +354,8 @@ std::string CoordinatorState::stall_reason(const Node& n) const {
   std::string op = n.max_age_op ? std::string(fr::log::op_name(uint16_t(n.max_age_op))) : "an op";
   if (n.max_age_op && n.max_age_seq) op += " #" + std::to_string(n.max_age_seq);
   std::string comm = n.max_age_comm_name.empty()
-                         ? hex_id(n.max_age_comm)
-                         : n.max_age_comm_name + " (" + hex_id(n.max_age_comm) + ")";
+                         ? "0x" + hex_id(n.max_age_comm)
+                         : n.max_age_comm_name + " (0x" + hex_id(n.max_age_comm) + ")";
   return "rank " + std::to_string(n.max_age_rank) + " on node " + n.name + ": " + op +
          " on communicator " + comm + " in flight for " + std::to_string(secs(n.max_age_ns)).substr(0, 5) +
          " s" + threshold_note(n.max_age_threshold_ns, comm_model(n.max_age_comm), policy_);
