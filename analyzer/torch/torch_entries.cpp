@@ -127,12 +127,9 @@ uint64_t p_element_count(const PickleDoc& d, PRef sizes, bool* ok, std::vector<P
         dim = uint64_t(sdim);
       else
         return 0;
-      if (dim != 0 && prod > UINT64_MAX / dim)
-        prod = UINT64_MAX;
-      else
-        prod *= dim;
+      prod = saturating_mul(prod, dim);
     }
-    total = (total > UINT64_MAX - prod) ? UINT64_MAX : total + prod;
+    total = saturating_add(total, prod);
   }
   *ok = !tmp->empty();
   return total;

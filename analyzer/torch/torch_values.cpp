@@ -180,12 +180,9 @@ uint64_t element_count(const json* sizes, bool* ok) {
         dim = uint64_t(sdim);
       else
         return 0;
-      if (dim != 0 && prod > UINT64_MAX / dim)
-        prod = UINT64_MAX;
-      else
-        prod *= dim;
+      prod = saturating_mul(prod, dim);
     }
-    total = (total > UINT64_MAX - prod) ? UINT64_MAX : total + prod;
+    total = saturating_add(total, prod);
   }
   *ok = !sizes->empty();
   return total;
