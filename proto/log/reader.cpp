@@ -279,8 +279,10 @@ ReadResult parse(const uint8_t* base, size_t size, const std::string& name, int 
   const bool live = !log.is_snapshot;
   auto table = [&](uint64_t offset, uint32_t stored, size_t own, uint32_t version_bytes,
                    size_t locked_end) {
-    return Table{base + offset, stored, bytes_kept(stored, own, h.version, version_bytes),
-                 locked_end, live};
+    // A table with no entries may have any offset (read_header checks offsets only of tables
+    // it will read): never form a pointer past the mapping.
+    const uint8_t* start = offset <= size ? base + offset : nullptr;
+    return Table{start, stored, bytes_kept(stored, own, h.version, version_bytes), locked_end, live};
   };
   const Table comms = table(h.comm_offset, h.comm_size, sizeof(fr_comm_entry), defined.comm,
                             offsetof(fr_comm_entry, state));
