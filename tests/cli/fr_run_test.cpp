@@ -243,8 +243,9 @@ TEST_CASE("fr-run: signals are forwarded to the command", "[cli][fr-run]") {
       "while :; do sleep 0.02; done";
   Proc p({kFrRun, "--", "/bin/sh", "-c", script}, {{"FR_LOG_DIR", d.path}}, d.path, "sig");
   REQUIRE(wait_for([&] { return p.out().find("ready") != std::string::npos; }, 20));
-  for (auto [sig, text] : {std::pair{SIGHUP, "got HUP"}, std::pair{SIGUSR1, "got USR1"},
+  for (auto [sig, said] : {std::pair{SIGHUP, "got HUP"}, std::pair{SIGUSR1, "got USR1"},
                            std::pair{SIGUSR2, "got USR2"}, std::pair{SIGINT, "got INT"}}) {
+    const std::string text = said;  // a plain variable: lambdas cannot capture a structured binding (C++17, clang)
     INFO(text);
     ::kill(p.pid, sig);
     CHECK(wait_for([&] { return p.out().find(text) != std::string::npos; }, 20));
