@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
 .PHONY: deps build test test-unit test-sanitizers test-tsan test-asan test-asan-daemon fuzz-build \
-  fuzz-check fuzz fuzz-long bench demo install package clean shape
+  fuzz-check fuzz fuzz-long bench demo install package clean shape gpu-check gpu-bundle
 
 deps:
 	@bash scripts/install-deps.sh
@@ -82,6 +82,16 @@ fuzz-long: fuzz-build
 
 bench: build
 	bash tests/bench/run.sh $(BUILD)
+
+# fr on a real GPU with a real torch and NCCL (tests/gpu/README.md): prints a table of figures, or
+# exits 77 with one line per missing prerequisite (no GPU, no torch with CUDA, no real NCCL). No
+# `build` prerequisite: a GPU machine may have no network for deps; run.sh builds what is missing.
+# gpu-bundle packs this build's tools for a bare GPU machine (BUILD/gpu-bundle, carried there).
+gpu-check:
+	bash tests/gpu/run.sh $(BUILD)
+
+gpu-bundle: build
+	bash tests/gpu/bundle.sh $(BUILD)
 
 # The shape check alone (also part of CTest, label `shape`): files over 700 lines, functions over
 # 100 lines, outside tests/ (docs/architecture.md).
