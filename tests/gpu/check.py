@@ -144,7 +144,10 @@ def stall(args):
 
 
 def frame_text(frames, n=6):
-    return " <- ".join(f"{fr.get('function') or '?'}[{fr.get('kind')}]" for fr in frames[:n])
+    def name(fr):
+        f = fr.get("function") or "?"
+        return f if len(f) <= 48 else f[:45] + "..."
+    return " <- ".join(f"{name(fr)}[{fr.get('kind')}]" for fr in frames[:n])
 
 
 def stacks(args):

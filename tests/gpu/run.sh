@@ -18,8 +18,10 @@
 #
 # Tools come from BUILD/gpu-bundle when present (tests/gpu/bundle.sh: the agent, frd, fr-analyze,
 # their libraries and py-spy, for a bare machine), else from BUILD, else they are built there.
-# FR_GPU_BACKEND (default nccl) is the backend of the graph and stuck-process checks;
+# FR_GPU_BACKEND (default nccl) is the backend of the graph and stuck-process checks (the graph
+# checks fall back to nccl-legacy when the first cannot capture an all-reduce);
 # FR_GPU_SAVE=DIR leaves DIR/gpu-check.tgz with every step's output and analysis.
+# FR_GPU_ASSUME=emulation (selftest.sh only) runs it all on the CPU emulation instead.
 # Exit: 0 every check passed; 1 a check failed or could not be set up; 77 no GPU here.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -27,20 +29,32 @@ root=$(cd "$here/../.." && pwd)
 build=$(realpath -m "${1:-$root/build}")
 limit=${FR_GPU_STEP_LIMIT:-180}
 backend=${FR_GPU_BACKEND:-nccl}
+graph_backend=$backend
 job=$here/torch_job.py
 check=$here/check.py
 
 # ---- prerequisites: a GPU, torch that sees it, the real NCCL ------------------------------------
+kv() { sed -n "s/^$1=//p" <<<"$2" | tail -n 1; }
 skips=()
-if ! command -v nvidia-smi >/dev/null; then
-  skips+=("no GPU: nvidia-smi is not on PATH")
-elif ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
-  skips+=("no GPU: nvidia-smi lists no GPU")
-fi
-if ! python3 -c 'import ctypes; ctypes.CDLL("libcuda.so.1")' 2>/dev/null; then
-  skips+=("no GPU: libcuda.so.1 cannot be loaded (no NVIDIA driver)")
-fi
-probe=$(python3 - 2>/dev/null <<'EOF'
+if [[ ${FR_GPU_ASSUME:-} == emulation ]]; then
+  # selftest.sh runs this script itself on the CPU emulation (sim/ on LD_LIBRARY_PATH), with
+  # emulated_job.py in place of torch and the emulated NVML, so that all of it has run before a
+  # GPU machine is lent.
+  job=$here/emulated_job.py
+  probe=$'nccl_version=emulated'
+  torch_version=emulation nccl="emulated libnccl.so.2"
+  gpu="emulated GPU"
+  nvml=$build/sim/lib/libnvidia-ml.so.1
+else
+  if ! command -v nvidia-smi >/dev/null; then
+    skips+=("no GPU: nvidia-smi is not on PATH")
+  elif ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+    skips+=("no GPU: nvidia-smi lists no GPU")
+  fi
+  if ! python3 -c 'import ctypes; ctypes.CDLL("libcuda.so.1")' 2>/dev/null; then
+    skips+=("no GPU: libcuda.so.1 cannot be loaded (no NVIDIA driver)")
+  fi
+  probe=$(python3 - 2>/dev/null <<'EOF'
 import ctypes, os
 try:
     import torch
@@ -68,16 +82,16 @@ for p in paths:
     print(f"nccl_include={os.path.join(os.path.dirname(os.path.dirname(p)), 'include')}")
     break
 EOF
-)
-kv() { sed -n "s/^$1=//p" <<<"$2" | tail -n 1; }
-torch_version=$(kv torch "$probe")
-nccl=$(kv nccl "$probe")
-if [[ -z $torch_version ]]; then
-  skips+=("no torch: $(kv torch_error "$probe")")
-elif [[ $(kv torch_cuda "$probe") != 1 ]]; then
-  skips+=("no torch with CUDA: torch $torch_version sees no CUDA device")
+  )
+  torch_version=$(kv torch "$probe")
+  nccl=$(kv nccl "$probe")
+  if [[ -z $torch_version ]]; then
+    skips+=("no torch: $(kv torch_error "$probe")")
+  elif [[ $(kv torch_cuda "$probe") != 1 ]]; then
+    skips+=("no torch with CUDA: torch $torch_version sees no CUDA device")
+  fi
+  [[ -n $nccl ]] || skips+=("no real NCCL: neither torch's nvidia-nccl wheel nor /usr/local/cuda has libnccl.so.2")
 fi
-[[ -n $nccl ]] || skips+=("no real NCCL: neither torch's nvidia-nccl wheel nor /usr/local/cuda has libnccl.so.2")
 if ((${#skips[@]})); then
   for s in "${skips[@]}"; do echo "FR-SKIPPED: $s"; done
   exit 77
@@ -119,7 +133,7 @@ else
 fi
 spy=$(command -v py-spy || true)
 [[ -x ${bundle}/bin/py-spy ]] && spy=$bundle/bin/py-spy
-nvml=$(ldconfig -p 2>/dev/null | awk '/libnvidia-ml.so.1 / { print $NF; exit }')
+[[ -n ${nvml:-} ]] || nvml=$(ldconfig -p 2>/dev/null | awk '/libnvidia-ml.so.1 / { print $NF; exit }')
 for d in /usr/local/nvidia/lib64 /usr/lib/x86_64-linux-gnu /usr/lib64; do
   [[ -z $nvml && -e $d/libnvidia-ml.so.1 ]] && nvml=$d/libnvidia-ml.so.1
 done
@@ -129,7 +143,7 @@ runs "$fra" || { echo "gpu-check: fr-analyze cannot run here: $(head -n 1 "$work
 frd_ok=1
 runs "$frd" || frd_ok=0
 
-gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n 1)
+[[ -n ${gpu:-} ]] || gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n 1)
 echo "== fr GPU check: $gpu; torch $torch_version; NCCL $(kv nccl_version "$probe") ($nccl)"
 echo "   agent $agent; py-spy ${spy:-none}; NVML ${nvml:-not found}; frd $([[ $frd_ok == 1 ]] && echo runs || echo "cannot run: $(head -n 1 "$work/version.frd")")"
 
@@ -189,13 +203,22 @@ check_graph() {
   mkdir -p "$d/logs"
   under_agent "$d/logs" "${bounded[@]}" python3 "$job" graph --backend "$backend" --replays 100 >"$d/job.out" 2>"$d/job.err"
   rc=$?
+  if ((rc == 3)) && [[ $backend != nccl-legacy ]]; then
+    # This torch cannot capture an all-reduce with that backend: say so, and try the legacy one.
+    row "#10 graph, backend $backend" SKIP "$(last_err "$d/job.err")"
+    graph_backend="nccl-legacy"
+    rm -rf "$d/logs" && mkdir -p "$d/logs"
+    under_agent "$d/logs" "${bounded[@]}" python3 "$job" graph --backend "$graph_backend" --replays 100 \
+      >"$d/job.out" 2>"$d/job.err"
+    rc=$?
+  fi
   if ((rc != 0)); then row "#10 graph, 100 replays" FAIL "exit $rc: $(last_err "$d/job.err")"; return; fi
   analyze --trace "$d/trace.json" "$d/logs" >"$d/analysis.json" 2>"$d/analyze.err"
   python3 "$check" graph --analysis "$d/analysis.json" --trace "$d/trace.json" --replays 100 >"$d/check.out" 2>&1
   rc=$?
   local c figures
   c=$(cat "$d/check.out")
-  figures="$(kv replays "$c") replays recorded; collectives enqueued $(kv enqueued "$c"), completed on the GPU $(kv completed "$c") (backend $backend, gate $(kv gate "$(cat "$d/job.out")"))"
+  figures="$(kv replays "$c") replays recorded; collectives enqueued $(kv enqueued "$c"), completed on the GPU $(kv completed "$c") (backend $graph_backend, gate $(kv gate "$(cat "$d/job.out")"))"
   if ((rc == 0)); then row "#10 graph, 100 replays" OK "$figures"
   else row "#10 graph, 100 replays" FAIL "$figures; $(grep '^check:' "$d/check.out")"; fi
 }
@@ -203,7 +226,7 @@ check_graph() {
 check_graph_stall() {
   local d=$work/graph-stall pid rc
   mkdir -p "$d/logs"
-  under_agent "$d/logs" "${bounded[@]}" python3 "$job" graph --backend "$backend" --replays 100 --stall-at 60 \
+  under_agent "$d/logs" "${bounded[@]}" python3 "$job" graph --backend "$graph_backend" --replays 100 --stall-at 60 \
     --ready "$d/ready" >"$d/job.out" 2>"$d/job.err" &
   pid=$!
   jobs_to_stop+=("$pid")

@@ -7,6 +7,7 @@
 #   stall    --graphs with a gpu-stall in replay 60, dumped by `frd snapshot` while it hangs
 #   stacks   a Python rank (--python) hung on the host, dumped by `frd snapshot` with py-spy and the
 #            emulated NVML: its stacks and its GPU joined to its rank
+#   run.sh   the whole GPU check on the emulation (emulated_job.py standing in for torch)
 # Also shellchecks the scripts when shellcheck is installed.
 #   bash tests/gpu/selftest.sh BUILD
 set -uo pipefail
@@ -112,6 +113,20 @@ if wait_for 60 hung; then
   expect fail stacks-other-rank stacks --analysis "$work/hang.json" --dump "$work/hang-dump" --pid "$pid" --rank 3
 else
   echo "FAIL stacks: the --python job never wrote its log"; failures=$((failures + 1))
+fi
+
+# run.sh itself, end to end on the emulation (emulated_job.py in place of torch): every check
+# passes but nccl-legacy, which the emulation answers as a torch without that backend.
+FR_GPU_ASSUME=emulation FR_SIM_NVML=$work/run-nvml.conf LD_LIBRARY_PATH=$build/sim/lib FR_GPU_STEP_LIMIT=60 \
+  bash "$here/run.sh" "$build" >"$work/run.out" 2>&1
+rc=$?
+oks=$(grep -c '^| #[0-9]* .*| OK   |' "$work/run.out")
+if [[ $rc == 0 && $oks == 4 ]] && grep -q '^| #9 agent, backend nccl-legacy | SKIP |' "$work/run.out"; then
+  echo "ok   run.sh on the emulation (4 checks OK, nccl-legacy skipped)"
+else
+  echo "FAIL run.sh on the emulation: exit $rc, $oks checks OK:"
+  sed 's/^/     /' "$work/run.out"
+  failures=$((failures + 1))
 fi
 
 if command -v shellcheck >/dev/null; then
