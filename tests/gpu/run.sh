@@ -203,9 +203,11 @@ check_graph() {
   mkdir -p "$d/logs"
   under_agent "$d/logs" "${bounded[@]}" python3 "$job" graph --backend "$backend" --replays 100 >"$d/job.out" 2>"$d/job.err"
   rc=$?
-  if ((rc == 3)) && [[ $backend != nccl-legacy ]]; then
-    # This torch cannot capture an all-reduce with that backend: say so, and try the legacy one.
-    row "#10 graph, backend $backend" SKIP "$(last_err "$d/job.err")"
+  if ((rc != 0)) && [[ $backend != nccl-legacy ]]; then
+    # Exit 3: this torch cannot capture an all-reduce with that backend (a SKIP); anything else
+    # is a failure. Either way the graph checks go on with the legacy backend.
+    if ((rc == 3)); then row "#10 graph, backend $backend" SKIP "$(last_err "$d/job.err")"
+    else row "#10 graph, backend $backend" FAIL "exit $rc: $(last_err "$d/job.err")"; fi
     graph_backend="nccl-legacy"
     rm -rf "$d/logs" && mkdir -p "$d/logs"
     under_agent "$d/logs" "${bounded[@]}" python3 "$job" graph --backend "$graph_backend" --replays 100 \

@@ -53,6 +53,10 @@ def init(backend):
     os.environ.setdefault("RANK", "0")
     os.environ.setdefault("WORLD_SIZE", "1")
     os.environ.setdefault("LOCAL_RANK", "0")
+    # torch 2.15 registers some backends (nccl-legacy, nccl2) on first use, from entry points.
+    register = getattr(dist.Backend, "_ensure_backend_registered", None)
+    if register is not None:
+        register(backend)
     if backend not in dist.Backend.backend_list:
         unsupported(f"torch {torch.__version__} has no backend {backend!r} "
                     f"(it has {', '.join(dist.Backend.backend_list)})")
@@ -84,6 +88,7 @@ def allreduce(args):
     if x[0].item() != 1.0:
         print(f"torch_job: wrong all-reduce result {x[0].item()}", file=sys.stderr)
         return 1
+    time.sleep(0.5)  # where the agent polls events instead of markers, its poller sees the last ones
     say("per_call_us", f"{best_host * 1e6:.2f}")
     say("e2e_us", f"{best_e2e * 1e6:.2f}")
     say("allreduces", warm + args.rounds * args.n)
@@ -194,6 +199,7 @@ def graph(args):
             return 1
         g.replay()
     torch.cuda.synchronize()
+    time.sleep(0.5)
     say("replays", args.replays)
     say("value", x[0].item())
     dist.destroy_process_group()
