@@ -2,7 +2,8 @@
 # The GPU check: fr on a real GPU with a real PyTorch and NCCL, in one command, printing a table
 # of figures to paste into a note. It is what issues #9, #10 and #13 ask of a session that is lent
 # a GPU machine for a few minutes; everywhere else it exits 77 (skipped), one line per missing
-# prerequisite. The checks (each bounded by FR_GPU_STEP_LIMIT seconds, default 180):
+# prerequisite. The checks (each step bounded by FR_GPU_STEP_LIMIT seconds, default 180, and all
+# of it by FR_GPU_TOTAL_LIMIT, default 540, inside a lent machine's 10 minutes per command):
 #
 #   #9   the agent under torch with backend nccl (ProcessGroupNCCL2 in torch 2.15) and then
 #        nccl-legacy, world size 1: every all-reduce recorded and completed on the GPU (markers),
@@ -28,6 +29,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=$(realpath -m "${1:-$root/build}")
 limit=${FR_GPU_STEP_LIMIT:-180}
+total=${FR_GPU_TOTAL_LIMIT:-540}
+deadline=$((SECONDS + total))
 backend=${FR_GPU_BACKEND:-nccl}
 graph_backend=$backend
 job=$here/torch_job.py
@@ -154,7 +157,15 @@ row() {  # row CHECK STATUS FIGURES
   [[ $2 == FAIL ]] && failed=1
   printf '%s: %s  %s\n' "$1" "$2" "$3"
 }
-bounded=(timeout -k 5 "$limit")
+# bound: sets `bounded`, the timeout of the next step (the step limit, or what is left of the total);
+# fails when too little is left to start one.
+bound() {
+  local left=$((deadline - SECONDS))
+  ((left < limit)) || left=$limit
+  bounded=(timeout -k 5 "$left")
+  ((left >= 20))
+}
+out_of_time() { row "$1" FAIL "not run: the total time (FR_GPU_TOTAL_LIMIT=$total s) ran out"; }
 # under_agent LOGDIR CMD...: CMD (a program, not a function) with the agent preloaded.
 under_agent() { env "FR_LOG_DIR=$1" FR_JOB_ID=gpu-check FR_BUFFER_ENTRIES=65536 FR_DEBUG=1 "LD_PRELOAD=$agent" "${@:2}"; }
 stop() {  # stop PID [PYTHON_PID]: the bounded job and the python under it
@@ -165,7 +176,7 @@ stop() {  # stop PID [PYTHON_PID]: the bounded job and the python under it
 analyze() { "${tool_env[@]}" "$fra" --json "$@"; }
 last_err() { grep -v '^\s*$' "$1" | grep -v -i warning | tail -n 1; }
 wait_file() {  # wait_file FILE PID: until FILE exists; fails if PID exits first or time runs out
-  local end=$((SECONDS + limit))
+  local end=$((SECONDS + limit < deadline ? SECONDS + limit : deadline))
   while [[ ! -s $1 ]]; do
     kill -0 "$2" 2>/dev/null && ((SECONDS < end)) || return 1
     sleep 0.5
@@ -176,10 +187,12 @@ wait_file() {  # wait_file FILE PID: until FILE exists; fails if PID exits first
 check_allreduce() {
   local b=$1 d=$work/allreduce-$1 rc
   mkdir -p "$d/logs"
+  bound || { out_of_time "#9 agent, backend $b"; return; }
   "${bounded[@]}" python3 "$job" allreduce --backend "$b" >"$d/plain.out" 2>"$d/plain.err"
   rc=$?
   if ((rc == 3)); then row "#9 agent, backend $b" SKIP "$(last_err "$d/plain.err")"; return; fi
   if ((rc != 0)); then row "#9 agent, backend $b" FAIL "without the agent: exit $rc: $(last_err "$d/plain.err")"; return; fi
+  bound || { out_of_time "#9 agent, backend $b"; return; }
   under_agent "$d/logs" "${bounded[@]}" python3 "$job" allreduce --backend "$b" >"$d/with.out" 2>"$d/with.err"
   rc=$?
   if ((rc != 0)); then row "#9 agent, backend $b" FAIL "with the agent: exit $rc: $(last_err "$d/with.err")"; return; fi
@@ -187,11 +200,12 @@ check_allreduce() {
   python3 "$check" records --analysis "$d/analysis.json" --trace "$d/trace.json" --log-dir "$d/logs" \
     --min "$(kv allreduces "$(cat "$d/with.out")")" >"$d/check.out" 2>&1
   rc=$?
+  grep -E '^(torch|nccl_loaded)=' "$d/with.out" >>"$d/check.out"
   local c w p
   c=$(cat "$d/check.out") w=$(cat "$d/with.out") p=$(cat "$d/plain.out")
   local figures
   figures=$(awk -v a="$(kv per_call_us "$p")" -v b="$(kv per_call_us "$w")" -v ea="$(kv e2e_us "$p")" \
-    -v eb="$(kv e2e_us "$w")" 'BEGIN { printf "host per all-reduce %.2f -> %.2f us (+%.2f us); to GPU done %.2f -> %.2f us", a, b, b - a, ea, eb }')
+    -v eb="$(kv e2e_us "$w")" 'BEGIN { printf "host per all-reduce %.2f -> %.2f us (%+.2f us); to GPU done %.2f -> %.2f us", a, b, b - a, ea, eb }')
   figures="$(kv recorded "$c") recorded, $(kv completed "$c") completed, tracking $(kv tracking "$c"); $figures"
   if ((rc == 0)); then row "#9 agent, backend $b" OK "$figures"
   else row "#9 agent, backend $b" FAIL "$figures; $(grep '^check:' "$d/check.out")"; fi
@@ -201,6 +215,7 @@ check_allreduce() {
 check_graph() {
   local d=$work/graph rc
   mkdir -p "$d/logs"
+  bound || { out_of_time "#10 graph, 100 replays"; return; }
   under_agent "$d/logs" "${bounded[@]}" python3 "$job" graph --backend "$backend" --replays 100 >"$d/job.out" 2>"$d/job.err"
   rc=$?
   if ((rc != 0)) && [[ $backend != nccl-legacy ]]; then
@@ -210,6 +225,7 @@ check_graph() {
     else row "#10 graph, backend $backend" FAIL "exit $rc: $(last_err "$d/job.err")"; fi
     graph_backend="nccl-legacy"
     rm -rf "$d/logs" && mkdir -p "$d/logs"
+    bound || { out_of_time "#10 graph, 100 replays"; return; }
     under_agent "$d/logs" "${bounded[@]}" python3 "$job" graph --backend "$graph_backend" --replays 100 \
       >"$d/job.out" 2>"$d/job.err"
     rc=$?
@@ -228,6 +244,7 @@ check_graph() {
 check_graph_stall() {
   local d=$work/graph-stall pid rc
   mkdir -p "$d/logs"
+  bound || { out_of_time "#10 graph, replay 60 stalls"; return; }
   under_agent "$d/logs" "${bounded[@]}" python3 "$job" graph --backend "$graph_backend" --replays 100 --stall-at 60 \
     --ready "$d/ready" >"$d/job.out" 2>"$d/job.err" &
   pid=$!
@@ -259,6 +276,7 @@ check_stuck() {
   local d=$work/stuck pid rc
   mkdir -p "$d/logs"
   if ((!frd_ok)); then row "#13 stacks + NVML" FAIL "frd cannot run here: $(head -n 1 "$work/version.frd")"; return; fi
+  bound || { out_of_time "#13 stacks + NVML"; return; }
   under_agent "$d/logs" "${bounded[@]}" python3 "$job" stuck --backend "$backend" --ready "$d/ready" >"$d/job.out" 2>"$d/job.err" &
   pid=$!
   jobs_to_stop+=("$pid")

@@ -65,6 +65,9 @@ def init(backend):
     say("torch", torch.__version__)
     say("backend", backend)
     say("device", torch.cuda.get_device_name(0).replace(" ", "_"))
+    with open("/proc/self/maps") as maps:  # which libnccl.so.2 this process really runs
+        loaded = sorted({line.split()[-1] for line in maps if "libnccl.so" in line})
+    say("nccl_loaded", ",".join(loaded) or "none")
     return torch, dist
 
 
