@@ -12,9 +12,10 @@ checks run on the emulation (tests/gpu/selftest.sh), so they are known to pass a
         them reached its last op
     check.py stall    --analysis A --replay K [--graph G] [--op AllReduce] [--rank R]
         the verdict is stuck_in_collective in replay K (of graph G) at that op, blaming rank R
-    check.py stacks   --dump DIR --analysis A --pid P [--rank R] [--python-frame F]
-        the process's stacks were taken (native frames; the Python frame F when py-spy ran), and
-        NVML was read for its GPU and joined to its rank
+    check.py stacks   --dump DIR --analysis A --pid P [--rank R] [--python-frame F] [--require-python]
+        the process's stacks were taken (native frames; the Python frame F when py-spy ran, and
+        py-spy must have run with --require-python), and NVML was read for its GPU and joined to
+        its rank
 
 Prints `key=value` figures, then `check: OK` or `check: FAILED: ...`; exit 0, 1 on a failed
 check, 2 on bad usage or unreadable input.
@@ -170,6 +171,7 @@ def stacks(args):
     if args.python_frame:
         if "python_error" in s:
             say("python_frames", f"not taken ({s['python_error']})")
+            c.expect(not args.require_python, f"no Python frames: {s['python_error']}")
         else:
             names = [f.get("function", "") for f in frames if f.get("kind") == "python"]
             say("python_frames", " <- ".join(names[:6]) or "none")
@@ -213,6 +215,8 @@ def main():
     k.add_argument("--pid", type=int, required=True)
     k.add_argument("--rank", type=int, default=0)
     k.add_argument("--python-frame", default="")
+    k.add_argument("--require-python", action="store_true",
+                   help="fail when the Python frames are missing (py-spy was given)")
     for p in (r, g, s, k):
         p.add_argument("--analysis", required=True)
     args = ap.parse_args()

@@ -293,7 +293,7 @@ check_stuck() {
   analyze "$d/dump" >"$d/analysis.json" 2>"$d/analyze.err"
   stop "$pid" "$spid"
   python3 "$check" stacks --dump "$d/dump" --analysis "$d/analysis.json" --pid "$spid" --rank 0 \
-    --python-frame wait_for_gpu >"$d/check.out" 2>&1
+    --python-frame wait_for_gpu ${spy:+--require-python} >"$d/check.out" 2>&1
   rc=$?
   local c figures
   c=$(cat "$d/check.out")

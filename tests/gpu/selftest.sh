@@ -106,9 +106,20 @@ if wait_for 60 hung; then
   expect pass stacks stacks --analysis "$work/hang.json" --dump "$work/hang-dump" --pid "$pid" \
     --python-frame hang_forever
   if command -v py-spy >/dev/null; then
+    expect pass stacks-python stacks --analysis "$work/hang.json" --dump "$work/hang-dump" --pid "$pid" \
+      --python-frame hang_forever --require-python
     expect fail stacks-other-frame stacks --analysis "$work/hang.json" --dump "$work/hang-dump" --pid "$pid" \
       --python-frame wait_for_gpu
   fi
+  # Without py-spy the Python frames are missing: reported, and a failure only when required.
+  FR_SIM_NVML=$work/hang/node0/nvml.conf "$frd" snapshot --log-dir "$work/hang/node0/shm" \
+    --out "$work/hang-nospy" --nvml-lib "$build/sim/lib/libnvidia-ml.so.1" --py-spy "$work/no-py-spy" \
+    >"$work/snap3.log" 2>&1
+  "$fra" --json "$work/hang-nospy" >"$work/hang-nospy.json"
+  expect pass stacks-no-py-spy stacks --analysis "$work/hang-nospy.json" --dump "$work/hang-nospy" \
+    --pid "$pid" --python-frame hang_forever
+  expect fail stacks-python-required stacks --analysis "$work/hang-nospy.json" --dump "$work/hang-nospy" \
+    --pid "$pid" --python-frame hang_forever --require-python
   expect fail stacks-other-pid stacks --analysis "$work/hang.json" --dump "$work/hang-dump" --pid 1
   expect fail stacks-other-rank stacks --analysis "$work/hang.json" --dump "$work/hang-dump" --pid "$pid" --rank 3
 else
