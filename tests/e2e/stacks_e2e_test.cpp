@@ -35,8 +35,10 @@ size_t frame_index(const json& frames, const std::string& name) {
 }  // namespace
 
 TEST_CASE("fr-simjob: its own dump set shows the hung rank's stack", "[e2e][stacks]") {
-  SimRun run = fr::e2e::run_simjob(
-      fr::e2e::small_job(6, {"rank=5,step=3,kind=hang-host"}, "2"));
+  // A generous budget, so that a loaded test machine still takes all 8 (about 4 s on 2 busy cores).
+  auto args = fr::e2e::small_job(6, {"rank=5,step=3,kind=hang-host"}, "2");
+  args.insert(args.end(), {"--stack-budget", "30"});
+  SimRun run = fr::e2e::run_simjob(args);
   INFO(describe(run));
   REQUIRE(run.exit_code == 0);
   REQUIRE(run.result.is_object());
