@@ -53,7 +53,8 @@ struct NewComm {
   uint32_t id_flags;
   bool nonblocking;
   const ncclConfig_t* config;
-  uint64_t excluded[2];  // shrink: bitmap of the excluded parent ranks below 128 (the record's buffers)
+  uint64_t excluded[2];  // shrink: bitmap of the excluded parent ranks below 128 (the record's
+                         // buffers; the others follow in CommShrinkExcluded records)
 };
 
 // After a creating call: a table entry for the new communicator (or a failed one).
@@ -81,10 +82,14 @@ void register_comm(const NewComm& n, ncclComm_t handle, ncclResult_t res, uint64
   if (made && res == ncclSuccess) comm_learn_shape(slot, handle);
 }
 
+inline constexpr auto no_follow = [](const fr_record&) {};
+
 // A creating call: `prepare` computes the new communicator's identity from its parent's entry
-// (inside the guard), then the call runs and the new entry is registered.
-template <class Prepare, class Call>
-ncclResult_t run_create(fr_op op, const void* parent, Prepare prepare, ncclComm_t* out, Call call) {
+// (inside the guard), the call's record is written, `follow` writes the records that complete it
+// (a shrink's excluded ranks from 128 on), then the call runs and the new entry is registered.
+template <class Prepare, class Call, class Follow = decltype(no_follow)>
+ncclResult_t run_create(fr_op op, const void* parent, Prepare prepare, ncclComm_t* out, Call call,
+                        Follow follow = no_follow) {
   Scope s;
   if (!s.active) return call();
   CommRef c = comm_ref(parent);
@@ -98,6 +103,7 @@ ncclResult_t run_create(fr_op op, const void* parent, Prepare prepare, ncclComm_
   r.sendbuff = n.excluded[0];
   r.recvbuff = n.excluded[1];
   record_begin(r);
+  follow(r);
   ncclResult_t res = call();
   finish(r, res);
   ncclComm_t made = out != nullptr ? *out : nullptr;
@@ -248,9 +254,43 @@ FR_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_
                     [&] { return real(comm, color, key, newcomm, config); });
 }
 
+// The excluded parent ranks from 128 on: one CommShrinkExcluded record per block of 128 ranks
+// that holds any, in ascending order, right after the CommShrink record `shrink` (flight_log.h).
+// Blocks are found by scanning the list once per block: no allocation, and a shrink is rare.
+void write_excluded_blocks(const fr_record& shrink, const int* list, int n) {
+  if (list == nullptr || n <= 0) return;
+  uint32_t cap = FR_SHRINK_EXCLUDED_MAX_RECORDS;
+  if (g_ctx.ring_cap / 4 < cap) cap = g_ctx.ring_cap / 4;
+  int64_t block = 0;  // the last block written (0: ranks below 128, in the CommShrink itself)
+  for (uint32_t written = 0; written < cap; ++written) {
+    int64_t next = INT64_MAX;
+    for (int i = 0; i < n; ++i) {
+      int64_t b = list[i] >= 0 ? list[i] / 128 : -1;
+      if (b > block && b < next) next = b;
+    }
+    if (next == INT64_MAX) return;
+    block = next;
+    fr_record x = shrink;
+    x.op = FR_OP_COMM_SHRINK_EXCLUDED;
+    x.count = 0;
+    x.peer = (int32_t)(block * 128);
+    x.sendbuff = x.recvbuff = 0;
+    for (int i = 0; i < n; ++i) {
+      if (list[i] < 0 || list[i] / 128 != block) continue;
+      int bit = list[i] % 128;
+      (bit < 64 ? x.sendbuff : x.recvbuff) |= 1ull << (bit % 64);
+    }
+    x.result = ncclSuccess;
+    x.flags &= ~FR_REC_F_IN_CALL;
+    x.duration_ns = 0;
+    record_begin(x);
+  }
+}
+
 // The record carries what the analysis needs to tell a member that never came from one that was
 // excluded: count = the shrunk size (when the parent's is known), sendbuff and recvbuff = the
-// excluded parent ranks below 128 as a bitmap (bit r of sendbuff, bit r-64 of recvbuff).
+// excluded parent ranks below 128 as a bitmap (bit r of sendbuff, bit r-64 of recvbuff); the
+// CommShrinkExcluded records after it carry the others (write_excluded_blocks).
 FR_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
                                    ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
   FR_REAL_OR_FAIL(ncclCommShrink);
@@ -278,9 +318,10 @@ FR_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int e
     n.id = hash_finish(hash_u64(hash_u64(hash_u64(kHashSeed, p.id), n.derive_index), excl));
     return n;
   };
-  return run_create(FR_OP_COMM_SHRINK, comm, prepare, newcomm, [&] {
-    return real(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
-  });
+  return run_create(
+      FR_OP_COMM_SHRINK, comm, prepare, newcomm,
+      [&] { return real(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags); },
+      [&](const fr_record& r) { write_excluded_blocks(r, excludeRanksList, excludeRanksCount); });
 }
 
 // Grow: members of `comm` derive the id from (parent, grow counter, new size); joining ranks

@@ -66,6 +66,7 @@ std::vector<Entry> expand_replays(const fr::log::LogFile& log, uint32_t* n_graph
   out.reserve(log.records.size());
   const bool markers = (log.header.flags & FR_LOG_F_GPU_MARKERS) != 0;
   for (const auto& rec : log.records) {
+    if (rec.raw.op == FR_OP_COMM_SHRINK_EXCLUDED) continue;  // part of its shrink (shrink_excluded)
     out.push_back(Entry{rec.raw, rec.gpu_state, false, ReplayTag{}});
     if (rec.raw.op != FR_OP_GRAPH_LAUNCH || (rec.raw.flags & FR_REC_F_NEVER_LAUNCHED)) continue;
     auto it = graphs.find(rec.raw.aux);
@@ -188,8 +189,35 @@ void fill_op(const Entry& e, uint32_t comm, Op* o) {
   }
 }
 
+// Adds the ranks a bitmap of 128 parent ranks from `first` on names.
+void add_block(int64_t first, uint64_t low, uint64_t high, std::vector<int32_t>* out) {
+  for (int bit = 0; bit < 128; ++bit)
+    if (((bit < 64 ? low : high) >> (bit % 64)) & 1u) out->push_back(static_cast<int32_t>(first + bit));
+}
+
+// The excluded parent ranks of every shrink, by the new communicator's id: the CommShrink record's
+// bitmap (ranks below 128) and the CommShrinkExcluded records that follow it (flight_log.h).
+std::unordered_map<uint64_t, std::vector<int32_t>> shrink_excluded(const fr::log::LogFile& log) {
+  std::unordered_map<uint64_t, std::vector<int32_t>> out;
+  for (const auto& rec : log.records) {
+    const fr_record& r = rec.raw;
+    if (r.aux == 0) continue;
+    if (r.op == FR_OP_COMM_SHRINK) {
+      add_block(0, r.sendbuff, r.recvbuff, &out[r.aux]);
+    } else if (r.op == FR_OP_COMM_SHRINK_EXCLUDED && r.peer >= 128 && r.peer % 128 == 0) {
+      add_block(r.peer, r.sendbuff, r.recvbuff, &out[r.aux]);
+    }
+  }
+  for (auto& [id, ranks] : out) {
+    std::sort(ranks.begin(), ranks.end());
+    ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  }
+  return out;
+}
+
 // The ops, grouped by communicator (a counting sort keeps record order inside each one).
-void proc_ops(const std::vector<Entry>& records, const std::vector<uint32_t>& per_comm, Proc* p) {
+void proc_ops(const std::vector<Entry>& records, const std::vector<uint32_t>& per_comm,
+              const std::unordered_map<uint64_t, std::vector<int32_t>>& excluded, Proc* p) {
   std::vector<uint32_t> start(p->comms.size() + 1, 0);
   for (uint32_t c : per_comm) ++start[c + 1];
   for (size_t i = 1; i < start.size(); ++i) start[i] += start[i - 1];
@@ -204,7 +232,10 @@ void proc_ops(const std::vector<Entry>& records, const std::vector<uint32_t>& pe
     ProcComm& pc = p->comms[per_comm[i]];
     const uint32_t at = fill[per_comm[i]]++;
     if (records[i].replayed) p->replays.emplace_back(at, records[i].tag);
-    if (r.op == FR_OP_COMM_SHRINK) p->shrinks.push_back({at, {r.sendbuff, r.recvbuff}});
+    if (r.op == FR_OP_COMM_SHRINK) {
+      auto it = excluded.find(r.aux);
+      p->shrinks.push_back({at, it != excluded.end() ? it->second : std::vector<int32_t>{}});
+    }
     fill_op(records[i], per_comm[i], &p->ops[at]);
     // The table entry's counters may lag a record written just before the copy.
     if (fr::log::op_is_collective(r.op)) pc.coll_seq = std::max(pc.coll_seq, r.seq);
@@ -269,7 +300,7 @@ Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind) 
   p.records = log.records.size();
   const std::vector<Entry> records = expand_replays(log, &p.graphs, &p.graph_replays);
   const std::vector<uint32_t> per_comm = proc_comms(log, records, &p);
-  proc_ops(records, per_comm, &p);
+  proc_ops(records, per_comm, shrink_excluded(log), &p);
   proc_grow_aliases(log, &p);
   // A rank the writer never learned: its rank in the largest communicator (DESIGN.md "Identity").
   if (p.rank < 0) {

@@ -3,20 +3,20 @@
 // hang before the first collective, which sequence numbers cannot show. A shrink waits only for
 // the members it keeps; a grow also waits for the ranks joining it.
 #include <algorithm>
-#include <array>
 
 #include "analyzer/passes.h"
 
 namespace fr::analyzer {
 namespace {
 
-// The parent ranks a CommShrink record of `p` excludes (zero: none known).
-std::array<uint64_t, 2> shrink_excluded(const Proc& p, const Op* o) {
-  if (o == nullptr || o->op != FR_OP_COMM_SHRINK) return {0, 0};
+// The parent ranks a CommShrink record of `p` excludes, ascending (empty: none known).
+const std::vector<int32_t>& shrink_excluded(const Proc& p, const Op* o) {
+  static const std::vector<int32_t> kNone;
+  if (o == nullptr || o->op != FR_OP_COMM_SHRINK) return kNone;
   const uint32_t at = static_cast<uint32_t>(o - p.ops.data());
   auto it = std::lower_bound(p.shrinks.begin(), p.shrinks.end(), at,
                              [](const auto& e, uint32_t i) { return e.first < i; });
-  return it != p.shrinks.end() && it->first == at ? it->second : std::array<uint64_t, 2>{0, 0};
+  return it != p.shrinks.end() && it->first == at ? it->second : kNone;
 }
 
 bool is_joining_call(uint16_t op) {
@@ -83,9 +83,9 @@ void analyze_joining(AnalysisState& state, int ci) {
   const Attendance a = take_attendance(state, ci);
   if (a.waiting.empty()) return;
   // A shrink waits only for the members it keeps: the ones its record excludes are not expected.
-  const std::array<uint64_t, 2> excluded = shrink_excluded(*a.sample_proc, a.sample);
+  const std::vector<int32_t>& excluded = shrink_excluded(*a.sample_proc, a.sample);
   auto is_excluded = [&](int rank_in_comm) {
-    return rank_in_comm >= 0 && rank_in_comm < 128 && (excluded[rank_in_comm / 64] >> (rank_in_comm % 64) & 1u);
+    return std::binary_search(excluded.begin(), excluded.end(), rank_in_comm);
   };
   std::vector<int> absent, excluded_global;
   for (const auto& [global, in_comm] : a.absent_members)
@@ -122,11 +122,8 @@ void analyze_joining(AnalysisState& state, int ci) {
                 where + " for " + std::to_string(missing_n) + " that never joined" +
                 (missing_global.empty() ? "" : " (" + ranks_word(missing_global.size()) + rank_list_text(missing_global) + ", no dump)");
   }
-  if (excluded[0] | excluded[1]) {
-    nlohmann::json parent_ranks = nlohmann::json::array();
-    for (int r = 0; r < 128; ++r)
-      if (is_excluded(r)) parent_ranks.push_back(r);
-    s.extra["shrink_excluded"] = parent_ranks;  // ranks in the parent communicator
+  if (!excluded.empty()) {
+    s.extra["shrink_excluded"] = excluded;  // ranks in the parent communicator
     if (!excluded_global.empty())
       s.summary += " (" + ranks_word(excluded_global.size()) + rank_list_text(excluded_global) + " excluded by the shrink)";
   }

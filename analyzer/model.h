@@ -96,9 +96,10 @@ struct Proc {
   // the id its members derive from their parent. Learned from the coordinating member, whose
   // ncclCommGetUniqueId on the parent is followed by its grow.
   std::vector<std::pair<uint64_t, uint64_t>> grow_aliases;
-  // ncclCommShrink records: (index into ops, the excluded parent ranks below 128 as a bitmap, bit
-  // r of [0] or r-64 of [1]), ascending index. Older writers leave the bitmap zero.
-  std::vector<std::pair<uint32_t, std::array<uint64_t, 2>>> shrinks;
+  // ncclCommShrink records: (index into ops, the excluded parent ranks, ascending), ascending
+  // index: from the record's bitmap and the CommShrinkExcluded records after it. Older writers
+  // leave the list empty.
+  std::vector<std::pair<uint32_t, std::vector<int32_t>>> shrinks;
   uint32_t graphs = 0;        // CUDA graphs holding NCCL work
   uint64_t graph_replays = 0; // replays recorded in the ring
   bool has_stacks = false;    // a <dump>.stacks.json came with the dump

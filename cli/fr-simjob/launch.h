@@ -17,6 +17,7 @@
 
 #include "analyzer/result.h"
 #include "children.h"
+#include "log/snapshot.h"
 #include "launcher.h"
 #include "progress.h"
 
@@ -91,6 +92,7 @@ struct Job {
   std::string find_incident_analysis() const;
   // What the job left (outcome.cpp).
   bool snapshot();
+  json take_stacks(const std::string& dir, const std::vector<log::SnapshotProcess>& procs);
   void analyze();
   json result_json() const;
   json rank_entries() const;

@@ -29,7 +29,8 @@ struct LaunchOptions {
   std::string stall_after = "auto";  // --daemons: the coordinator's --stall-after (auto or SEC)
   double verdict_timeout_s = 60; // --daemons: how long to wait for analysis.json
   bool shared_dump_dir = false;  // --daemons: nodes write dumps into the coordinator's dump dir
-  double stack_budget_s = 0;     // --daemons: the nodes' --stack-budget (0: frd's default)
+  double stack_budget_s = 0;     // stacks' budget per dump: the nodes' --stack-budget with
+                                 // --daemons, else fr-simjob's own dump set's (0: frd's default)
   bool quiet = false;
   bool python = false;           // ranks are Python programs on NCCL through ctypes (rank.py)
 };

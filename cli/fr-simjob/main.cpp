@@ -104,10 +104,10 @@ void add_options(CLI::App& app, CommandLine& c) {
                "dump dir (frd node --shared-dump-dir) instead of uploading them")
       ->needs(daemons);
   app.add_option("--stack-budget", c.o.stack_budget_s,
-                 "--daemons: the node daemons' time budget in seconds for all stacks of an "
-                 "incident (frd node --stack-budget; default: frd's)")
-      ->check(CLI::PositiveNumber)
-      ->needs(daemons);
+                 "time budget in seconds for all stacks of a dump: the node daemons' (frd node "
+                 "--stack-budget) with --daemons, else fr-simjob's own dump set's (default: "
+                 "frd's, 5 s)")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--python", c.o.python,
                "the ranks are Python programs calling NCCL through ctypes, as vLLM's pynccl "
                "does (bin/fr-simjob-rank.py, run by python3)");

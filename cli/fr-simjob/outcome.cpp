@@ -1,6 +1,7 @@
 // What a job left, once its ranks are stopped or done: the dump set (a snapshot of every node's
-// flight logs, unless the coordinator took one), its analysis (the coordinator's analysis.json, or
-// the analyzer run here), result.json, and the lines that tell the user how the job ended.
+// flight logs with every live rank's stacks, unless the coordinator took one), its analysis (the
+// coordinator's analysis.json, or the analyzer run here), result.json, and the lines that tell the
+// user how the job ended.
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <sstream>
 
 #include "analyzer/analyze.h"
+#include "daemon/stacks.h"
 #include "files/files.h"
 #include "launch.h"
 #include "log/reader.h"
@@ -70,6 +72,18 @@ std::string dump_summary(const std::string& dir, int max_ranks) {
   return out.str();
 }
 
+// Every live rank's stacks beside its dump, as the node daemon takes them (the `frd stacks`
+// helper, under one budget for the whole job: --stack-budget, else frd's 5 s); the ranks are
+// still stuck where the stall left them.
+json Job::take_stacks(const std::string& dir, const std::vector<log::SnapshotProcess>& procs) {
+  daemon::StackOptions so = daemon::stack_options("", o.stack_budget_s > 0 ? o.stack_budget_s : 5, false);
+  so.frd_binary = frd_exe;
+  std::vector<daemon::StackTarget> targets;
+  for (const auto& p : procs) targets.push_back({p.pid, p.rank, p.file, p.alive, p.source});
+  daemon::StacksTaken st = daemon::take_stacks(so, targets, dir);
+  return {{"taken", st.taken}, {"took_s", double(st.took_ns) / 1e9}, {"notes", st.notes}};
+}
+
 bool Job::snapshot() {
   if (!o.agent) return false;  // no agent, no flight logs
   std::string dir = out + "/dumps";
@@ -105,6 +119,7 @@ bool Job::snapshot() {
     fs::remove_all(dir, ec);
     return false;
   }
+  json stacks = take_stacks(dir, procs);
   std::string error;
   if (!log::write_manifest(dir, job_id, t, procs, skipped, nodes, "fr-simjob", o.shape.world(),
                            &error)) {
@@ -112,7 +127,7 @@ bool Job::snapshot() {
     return false;
   }
   dump_set = dir;
-  snapshot_info = {{"processes", procs.size()}, {"skipped", json::array()}};
+  snapshot_info = {{"processes", procs.size()}, {"skipped", json::array()}, {"stacks", stacks}};
   for (const auto& s : skipped) snapshot_info["skipped"].push_back({{"file", s.file}, {"error", s.error}});
   return true;
 }

@@ -21,6 +21,20 @@ EXIT_USAGE, EXIT_NCCL, EXIT_CUDA, EXIT_SETUP = 2, 4, 5, 6  # as rank_main.cpp
 PROGRESS_MAGIC = 0x4252414F42534A46
 
 
+NCCL_CONFIG_MAGIC, NCCL_CONFIG_UNDEF_INT = 0xCAFEBEEF, -2147483648
+
+
+class NcclConfig(ctypes.Structure):
+    # ncclConfig_t as nccl.h 2.28 lays it out; `size` tells a newer NCCL which fields it holds.
+    _fields_ = [("size", ctypes.c_size_t), ("magic", ctypes.c_uint), ("version", ctypes.c_uint),
+                ("blocking", ctypes.c_int), ("cgaClusterSize", ctypes.c_int), ("minCTAs", ctypes.c_int),
+                ("maxCTAs", ctypes.c_int), ("netName", ctypes.c_char_p), ("splitShare", ctypes.c_int),
+                ("trafficClass", ctypes.c_int), ("commName", ctypes.c_char_p),
+                ("collnetEnable", ctypes.c_int), ("CTAPolicy", ctypes.c_int), ("shrinkShare", ctypes.c_int),
+                ("nvlsCTAs", ctypes.c_int), ("nChannelsPerNetPeer", ctypes.c_int),
+                ("nvlinkCentricSched", ctypes.c_int)]
+
+
 def die(code, msg):
     sys.stderr.write(f"fr-simjob-rank.py: {msg}\n")
     sys.stderr.flush()
@@ -171,6 +185,19 @@ class Rank:
             time.sleep(0.002)
         die(EXIT_SETUP, f"rank 0 never published the unique id in {path}")
 
+    def config(self, name):
+        # NCCL_CONFIG_INITIALIZER with commName set, as rank_main.cpp names its groups (and as
+        # frameworks name their process groups), so verdicts read "tp2" here too.
+        version = ctypes.c_int()
+        if self.nccl.ncclGetVersion(ctypes.byref(version)) != 0:
+            die(EXIT_NCCL, "ncclGetVersion failed")
+        cfg = NcclConfig(ctypes.sizeof(NcclConfig), NCCL_CONFIG_MAGIC, version.value)
+        for field, kind in NcclConfig._fields_[3:]:
+            if kind is ctypes.c_int:
+                setattr(cfg, field, NCCL_CONFIG_UNDEF_INT)
+        cfg.commName = name.encode()
+        return cfg
+
     def setup_comms(self):
         class UniqueId(ctypes.Structure):
             _fields_ = [("internal", ctypes.c_byte * 128)]
@@ -179,8 +206,10 @@ class Rank:
         self.world = ctypes.c_void_p()
         self.nc("ncclCommInitRank", ctypes.byref(self.world), self.shape.world(), uid, self.rank)
         self.tp, self.pp, self.dp = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
-        for comm, color in ((self.tp, self.tp_color), (self.pp, self.pp_color), (self.dp, self.dp_color)):
-            self.nc("ncclCommSplit", self.world, color, self.rank, ctypes.byref(comm), None)
+        for comm, color, group in ((self.tp, self.tp_color, "tp"), (self.pp, self.pp_color, "pp"),
+                                   (self.dp, self.dp_color, "dp")):
+            cfg = self.config(f"{group}{color}")
+            self.nc("ncclCommSplit", self.world, color, self.rank, ctypes.byref(comm), ctypes.byref(cfg))
 
     def before_op(self, step, comm):
         f = self.fault(step, "gpu-stall", comm)

@@ -60,6 +60,7 @@ extern "C" {
 #define FR_MAX_CAPTURE_CAPACITY (1u << 20)
 
 #define FR_NAME_LEN 64
+#define FR_SHRINK_EXCLUDED_MAX_RECORDS 512u /* CommShrinkExcluded records per shrink, at most */
 
 /* ---------------------------------------------------------------------------------------------
  * Enumerations. Each comes from one X-macro list so that names and numbers cannot drift between
@@ -112,7 +113,8 @@ extern "C" {
   X(COMM_GET_ASYNC_ERROR, 58, "CommGetAsyncError", API)             \
   X(DEV_COMM_CREATE, 59, "DevCommCreate", API)                        \
   X(DEV_COMM_DESTROY, 60, "DevCommDestroy", API)                     \
-  X(GRAPH_LAUNCH, 61, "GraphLaunch", API)
+  X(GRAPH_LAUNCH, 61, "GraphLaunch", API)                            \
+  X(COMM_SHRINK_EXCLUDED, 62, "CommShrinkExcluded", API)
 
 typedef enum fr_op {
 #define FR_X_OP_ENUM(e, v, s, k) FR_OP_##e = v,
@@ -315,7 +317,13 @@ typedef struct fr_record {
 } fr_record;                /* 128 */
 /* CommShrink: count = the shrunk size (0 when the parent's size was unknown), sendbuff and recvbuff
  * = the excluded parent ranks below 128 as a bitmap (bit r of sendbuff, bit r-64 of recvbuff); a
- * reader of an older writer finds zeros there: no exclusion known.
+ * reader of an older writer finds zeros there: no exclusion known. Excluded ranks from 128 on
+ * follow in CommShrinkExcluded records, one per block of 128 parent ranks that holds any: written
+ * right after the CommShrink record by the same thread, same comm_id (the parent) and aux (the new
+ * communicator), peer = the block's first rank (a multiple of 128), sendbuff and recvbuff = the
+ * block's bitmap (bit r-peer of sendbuff, r-peer-64 of recvbuff), result 0. At most
+ * FR_SHRINK_EXCLUDED_MAX_RECORDS of them (a quarter of the ring when it is smaller); a reader
+ * finds them by aux, and the CommShrink's count tells it whether the list is whole.
  * Captured ops (FR_REC_F_CAPTURED) have seq 0 (a replay gives them their numbers) and op_index =
  * their 1-based position in the graph. A GraphLaunch record has seq = the replay number (1-based,
  * per graph), count = the captured ops the graph holds, op_index = the graph's ordinal, comm_id 0.

@@ -438,6 +438,43 @@ TEST_CASE("a shrink record carries the shrunk size and the excluded ranks", "[ag
   CHECK(shrinks[1].count == 0);
   CHECK(shrinks[1].sendbuff == (1ull << 1));
   CHECK(shrinks[1].recvbuff == 0);
+  // Nothing from 128 on: no CommShrinkExcluded record.
+  CHECK(on_comm(log, e->id, FR_OP_COMM_SHRINK_EXCLUDED).empty());
+}
+
+TEST_CASE("excluded ranks from 128 on follow the shrink record, one record per block of 128",
+          "[agent]") {
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  ncclComm_t c = nullptr, k = nullptr;
+  REQUIRE(ncclCommInitRank(&c, 4, id, 0) == ncclSuccess);
+  int excl[6] = {1000, 3, 200, 130, -5, 200};  // any order, repeats, a negative rank ignored
+  REQUIRE(ncclCommShrink(c, excl, 6, &k, nullptr, 0) == ncclSuccess);
+
+  auto log = read_own_log();
+  const fr_comm_entry* e = entry_for(log, c);
+  REQUIRE(e);
+  auto shrinks = on_comm(log, e->id, FR_OP_COMM_SHRINK);
+  REQUIRE(shrinks.size() == 1);
+  CHECK(shrinks[0].sendbuff == (1ull << 3));
+  CHECK(shrinks[0].recvbuff == 0);
+  auto blocks = on_comm(log, e->id, FR_OP_COMM_SHRINK_EXCLUDED);
+  REQUIRE(blocks.size() == 2);
+  // Ascending blocks, right after the shrink record, on the same parent and new communicator.
+  CHECK(blocks[0].id == shrinks[0].id + 1);
+  CHECK(blocks[1].id == shrinks[0].id + 2);
+  for (const auto& b : blocks) {
+    CHECK(b.aux == shrinks[0].aux);
+    CHECK(b.result == ncclSuccess);
+    CHECK((b.flags & FR_REC_F_IN_CALL) == 0);
+    CHECK(b.seq == 0);
+  }
+  CHECK(blocks[0].peer == 128);
+  CHECK(blocks[0].sendbuff == (1ull << 2));   // 130
+  CHECK(blocks[0].recvbuff == (1ull << 8));   // 200 = 128 + 64 + 8
+  CHECK(blocks[1].peer == 896);
+  CHECK(blocks[1].sendbuff == 0);
+  CHECK(blocks[1].recvbuff == (1ull << 40));  // 1000 = 896 + 64 + 40
 }
 
 TEST_CASE("scalable init and grow ids follow the identity rules", "[agent]") {

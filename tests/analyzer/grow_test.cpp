@@ -272,3 +272,53 @@ TEST_CASE("shrink: without the excluded ranks (an older writer) the rank that le
   CHECK(v["culprit_ranks"] == json::array({2}));
   CHECK(!v.contains("shrink_excluded"));
 }
+
+TEST_CASE("shrink: excluded ranks from 128 on come from the CommShrinkExcluded records",
+          "[analyzer]") {
+  // A world of 200 that shrinks to 3: ranks 0 and 1 call the shrink, excluding 3..199 but 150;
+  // rank 2 never calls it and rank 150 left no dump. Only ranks 0-2 have dumps. The shrink record
+  // names the excluded ranks below 128 (3..127), two CommShrinkExcluded records the others, as
+  // the agent writes them (flight_log.h): 128..191 but 150, and 192..199.
+  std::vector<fr::log::LogFile> logs;
+  for (int r = 0; r < 3; ++r) {
+    auto l = proc(r);
+    l.header.world_size = 200;
+    l.comms.push_back(comm(kParent, 0, 200, r, FR_ORIGIN_INIT_RANK, 1));
+    uint64_t id = 0;
+    add(l, rec(id++, FR_OP_ALLREDUCE, kParent, 1, 0, FR_GPU_COMPLETED));
+    if (r != 2) {
+      fr_record s = rec(id++, FR_OP_COMM_SHRINK, kParent, 0, kDerived, FR_GPU_NONE);
+      s.count = 4;
+      s.sendbuff = ~0ull << 3;
+      s.recvbuff = ~0ull;
+      s.flags = FR_REC_F_IN_CALL;
+      s.result = FR_RESULT_PENDING;
+      add(l, s);
+      fr_record x = rec(id++, FR_OP_COMM_SHRINK_EXCLUDED, kParent, 0, kDerived, FR_GPU_NONE);
+      x.peer = 128;
+      x.sendbuff = ~(1ull << (150 - 128));
+      x.recvbuff = 0xff;
+      add(l, x);
+      x = rec(id++, FR_OP_COMM_SHRINK_EXCLUDED, kParent, 0, kDerived, FR_GPU_NONE);
+      x.peer = 7 * 128;  // a block no rank of this communicator is in: harmless
+      x.sendbuff = 1;
+      x.recvbuff = 0;
+      add(l, x);
+    }
+    l.header.record_counter = id;
+    logs.push_back(l);
+  }
+  json doc = analyze(logs);
+  const json& v = doc["verdict"];
+  INFO(doc.dump(1));
+  CHECK(v["kind"] == "not_entered");
+  CHECK(v["op"] == "CommShrink");
+  CHECK(v["culprit_ranks"] == json::array({2, 150}));
+  json excluded = json::array();
+  for (int r = 3; r < 200; ++r)
+    if (r != 150) excluded.push_back(r);
+  excluded.push_back(7 * 128);
+  CHECK(v["shrink_excluded"] == excluded);
+  // The extension records are part of their shrink, not calls of their own.
+  for (const auto& e : v["evidence"]) CHECK(e.dump().find("CommShrinkExcluded") == std::string::npos);
+}
