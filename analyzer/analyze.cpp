@@ -85,13 +85,15 @@ Ranks ranks_of(const RankCensus& census, bool any_stall) {
 }  // namespace
 
 Analysis analyze_model(const Model& m, const Options& opts) {
-  AnalysisState state{m, opts, {}, {}, {opts.ranks.begin(), opts.ranks.end()}, {}, {}, {}};
+  AnalysisState state{m, opts, {}, {}, {opts.ranks.begin(), opts.ranks.end()}, {}, {}, {}, false};
   const RankCensus census = take_census(m);
   state.job_missing.insert(census.missing.begin(), census.missing.end());
 
   Analysis a;
   a.inputs = inputs_of(m, opts);
   a.communicators = match_communicators(state);
+  // The window loaded too little for this case: the same analysis from every record.
+  if (state.needs_history && m.windowed) return analyze_model(load_model(m.paths, opts.threads, LoadMode::kFull), opts);
   rank_stalls(state);
   const bool any_stall = !state.stalls.empty();
   std::vector<Stall> ranked = std::move(state.stalls);
@@ -123,7 +125,7 @@ std::optional<Analysis> analyze(const std::vector<std::string>& paths, const Opt
     if (fatal_error) *fatal_error = "no input: give a dump-set directory, a dump file or a PyTorch dump";
     return std::nullopt;
   }
-  Model m = load_model(paths, opts.threads);
+  Model m = load_model(paths, opts.threads, LoadMode::kWindow);
   if (m.procs.empty()) {
     if (fatal_error) {
       std::string why = m.skipped.empty() ? "no dump files found" : m.skipped.front().file + ": " + m.skipped.front().error;

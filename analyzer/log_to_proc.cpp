@@ -281,6 +281,7 @@ Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind) 
         if (p.world_size < 0) p.world_size = pc.size;
       }
   }
+  build_histories(&p);
   return p;
 }
 

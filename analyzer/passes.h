@@ -83,6 +83,8 @@ struct Frontier {
 Frontier frontier(const Proc& p, const ProcComm& pc, Family family);
 // The member's record of sequence number `seq`, or nullptr when it is not in the ring.
 const Op* find_seq(const Proc& p, const ProcComm& pc, uint64_t seq, Family family);
+// Whether find_seq(seq) answers the same from the window as from every record (window.cpp).
+bool window_reaches(const Proc& p, const ProcComm& pc, uint64_t seq, Family family);
 
 // A member of a communicator without a dump: its rank in the communicator, and its global rank
 // when it can be told (-1 otherwise).
@@ -135,6 +137,9 @@ struct AnalysisState {
   std::set<int> job_missing;        // global ranks expected but without a dump
   // Per communicator, each member's frontier (in Comm::members order), per family.
   std::vector<std::vector<Frontier>> coll_frontiers, p2p_frontiers;
+  // Set by a pass when the windowed records (LoadMode::kWindow) cannot decide its case exactly:
+  // the analysis is then made again from every record.
+  bool needs_history = false;
 };
 
 // --- The matching passes, one communicator at a time (ci: index into Model::comms) ----------

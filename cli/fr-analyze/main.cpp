@@ -142,7 +142,9 @@ int main(int argc, char** argv) {
                 << app.help();
       return kExitUsage;
     }
-    fr::analyzer::Model model = fr::analyzer::load_model(paths, opts.threads);
+    // The trace draws every record; the analysis alone reads the recent ones (docs/fr-analyze.md).
+    const auto mode = trace_file.empty() ? fr::analyzer::LoadMode::kWindow : fr::analyzer::LoadMode::kFull;
+    fr::analyzer::Model model = fr::analyzer::load_model(paths, opts.threads, mode);
     if (model.procs.empty()) {
       std::string why = model.skipped.empty() ? "no dump files found"
                                               : model.skipped.front().file + ": " + model.skipped.front().error;
