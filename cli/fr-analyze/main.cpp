@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <iomanip>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -160,6 +161,7 @@ int main(int argc, char** argv) {
         return kExitOutput;
       }
     }
+    model = fr::analyzer::Model{};  // the document and the views need the analysis alone
     if (!html_file.empty()) {
       fr::analyzer::HtmlPage page;
       page.heading = "fr-analyze " + paths.front() + (paths.size() > 1 ? " and " + std::to_string(paths.size() - 1) + " more" : "");
@@ -170,7 +172,8 @@ int main(int argc, char** argv) {
       }
     }
     if (json_out) {
-      std::cout << analysis.to_json().dump(2) << "\n";
+      // Streamed: at 16k ranks the document is tens of megabytes, not worth a second copy.
+      std::cout << std::setw(2) << analysis.to_json() << "\n";
     } else {
       std::cout << fr::analyzer::render_text(analysis, isatty(STDOUT_FILENO) == 1);
     }
