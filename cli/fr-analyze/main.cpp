@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -145,7 +146,10 @@ int main(int argc, char** argv) {
     }
     // The trace draws every record; the analysis alone reads the recent ones (docs/fr-analyze.md).
     const auto mode = trace_file.empty() ? fr::analyzer::LoadMode::kWindow : fr::analyzer::LoadMode::kFull;
+    auto T0 = std::chrono::steady_clock::now();
+    auto TT = [&](const char* w) { if (getenv("FRDBG")) fprintf(stderr, "%s %.3f\n", w, std::chrono::duration<double>(std::chrono::steady_clock::now() - T0).count()); };
     fr::analyzer::Model model = fr::analyzer::load_model(paths, opts.threads, mode);
+    TT("load");
     if (model.procs.empty()) {
       std::string why = model.skipped.empty() ? "no dump files found"
                                               : model.skipped.front().file + ": " + model.skipped.front().error;
@@ -161,6 +165,7 @@ int main(int argc, char** argv) {
         return kExitOutput;
       }
     }
+    TT("analyze");
     model = fr::analyzer::Model{};  // the document and the views need the analysis alone
     if (!html_file.empty()) {
       fr::analyzer::HtmlPage page;
@@ -178,6 +183,7 @@ int main(int argc, char** argv) {
       std::cout << fr::analyzer::render_text(analysis, isatty(STDOUT_FILENO) == 1);
     }
     std::cout.flush();
+    TT("out");
     if (!std::cout) return kExitOutput;
     return 0;
   } catch (const std::exception& e) {

@@ -341,7 +341,9 @@ ReadResult read_log_fd(int fd, const struct stat& st, const std::string& name) {
     if (n < 0) return fail(ReadError::kIo, name, std::string("cannot read: ") + std::strerror(errno));
     return parse(buf, static_cast<size_t>(n), name, -1);
   }
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  // Every page is read: mapping them all at once costs less than a fault per few pages (a
+  // 16k-rank dump set is 4.5 GB).
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (map == MAP_FAILED)
     return fail(ReadError::kIo, name, std::string("cannot map: ") + std::strerror(errno));
   ReadResult r = parse(static_cast<const uint8_t*>(map), size, name, fd);
