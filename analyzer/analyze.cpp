@@ -6,6 +6,7 @@
 #include "analyzer/analyze.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "analyzer/passes.h"
 
@@ -89,6 +90,17 @@ Analysis analyze_model(const Model& m, const Options& opts) {
   const RankCensus census = take_census(m);
   state.job_missing.insert(census.missing.begin(), census.missing.end());
 
+  // The skew reads every member's collective history and nothing the matching writes: it runs
+  // beside the matching, on a thread of its own.
+  SkewResult skew;
+  std::thread skew_thread([&state, &skew] { skew = measure_skew(state); });
+  struct Join {
+    std::thread& t;
+    ~Join() {
+      if (t.joinable()) t.join();  // also on the early return below
+    }
+  } join{skew_thread};
+
   Analysis a;
   a.inputs = inputs_of(m, opts);
   a.communicators = match_communicators(state);
@@ -108,7 +120,7 @@ Analysis analyze_model(const Model& m, const Options& opts) {
     if (i == 0) a.verdict = finding_of(state, s), have_verdict = true;
     else a.findings.push_back(finding_of(state, s));
   }
-  SkewResult skew = measure_skew(state);
+  skew_thread.join();
   if (skew.straggler) a.findings.push_back(std::move(*skew.straggler));
   if (!have_verdict) a.verdict = quiet_verdict(census, a.findings);
 

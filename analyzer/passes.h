@@ -38,6 +38,20 @@ inline bool is_rooted(uint16_t op) {
 inline bool has_redop(uint16_t op) {
   return op == FR_OP_ALLREDUCE || op == FR_OP_REDUCE || op == FR_OP_REDUCESCATTER;
 }
+// An op's kind from the format's list (fr::log::op_is_collective and op_is_p2p, inline: the
+// passes and the loading ask it for every record).
+enum class OpClass : uint8_t { API, COLL, P2P };
+inline OpClass op_class(uint16_t op) {
+  switch (op) {
+#define FR_X(e, v, s, kind) \
+  case v:                   \
+    return OpClass::kind;
+    FR_OP_LIST(FR_X)
+#undef FR_X
+  }
+  return OpClass::API;
+}
+
 // Captured ops (run by graph replays instead) and ops that never launched take no sequence number
 // of their own in the matching.
 inline bool counts(const Op& o) { return !(o.flags & (FR_REC_F_CAPTURED | FR_REC_F_NEVER_LAUNCHED)); }
@@ -46,7 +60,7 @@ inline bool counts(const Op& o) { return !(o.flags & (FR_REC_F_CAPTURED | FR_REC
 enum class Family { kCollective, kP2p };
 
 inline bool in_family(const Op& o, Family family) {
-  return counts(o) && (family == Family::kP2p ? fr::log::op_is_p2p(o.op) : fr::log::op_is_collective(o.op));
+  return counts(o) && op_class(o.op) == (family == Family::kP2p ? OpClass::P2P : OpClass::COLL);
 }
 
 // Calls f(op) for every counted op of `family` a member recorded on one communicator, in record order.

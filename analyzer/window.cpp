@@ -87,7 +87,7 @@ bool is_signal(uint16_t op) { return op == FR_OP_PUT_SIGNAL || op == FR_OP_SIGNA
 bool p2p_read_whole(const Proc& p, const ProcComm& pc) {
   for (uint32_t i = pc.ops_begin; i < pc.ops_end; ++i) {
     const Op& o = p.ops[i];
-    if (!fr::log::op_is_p2p(o.op)) continue;
+    if (op_class(o.op) != OpClass::P2P) continue;
     if (is_signal(o.op) || o.seq <= 1) return true;
   }
   return false;

@@ -9,11 +9,9 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <iomanip>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -146,10 +144,7 @@ int main(int argc, char** argv) {
     }
     // The trace draws every record; the analysis alone reads the recent ones (docs/fr-analyze.md).
     const auto mode = trace_file.empty() ? fr::analyzer::LoadMode::kWindow : fr::analyzer::LoadMode::kFull;
-    auto T0 = std::chrono::steady_clock::now();
-    auto TT = [&](const char* w) { if (getenv("FRDBG")) fprintf(stderr, "%s %.3f\n", w, std::chrono::duration<double>(std::chrono::steady_clock::now() - T0).count()); };
     fr::analyzer::Model model = fr::analyzer::load_model(paths, opts.threads, mode);
-    TT("load");
     if (model.procs.empty()) {
       std::string why = model.skipped.empty() ? "no dump files found"
                                               : model.skipped.front().file + ": " + model.skipped.front().error;
@@ -165,7 +160,6 @@ int main(int argc, char** argv) {
         return kExitOutput;
       }
     }
-    TT("analyze");
     model = fr::analyzer::Model{};  // the document and the views need the analysis alone
     if (!html_file.empty()) {
       fr::analyzer::HtmlPage page;
@@ -177,13 +171,11 @@ int main(int argc, char** argv) {
       }
     }
     if (json_out) {
-      // Streamed: at 16k ranks the document is tens of megabytes, not worth a second copy.
-      std::cout << std::setw(2) << analysis.to_json() << "\n";
+      std::cout << analysis.to_json().dump(2) << "\n";
     } else {
       std::cout << fr::analyzer::render_text(analysis, isatty(STDOUT_FILENO) == 1);
     }
     std::cout.flush();
-    TT("out");
     if (!std::cout) return kExitOutput;
     return 0;
   } catch (const std::exception& e) {
