@@ -93,32 +93,33 @@ bool p2p_read_whole(const Proc& p, const ProcComm& pc) {
   return false;
 }
 
-// The first record of `pc` the window keeps (an index into p.ops).
+// The first record of `pc` the window keeps (an index into p.ops), in one pass over its records.
 uint32_t window_start(const Proc& p, const ProcComm& pc) {
   uint32_t start = pc.ops_end - std::min(pc.ops_end - pc.ops_begin, kMargin);
-  auto keep = [&](uint32_t i) { start = std::min(start, i); };
-  for (Family fam : {Family::kCollective, Family::kP2p}) {
-    // The records frontier() picks: the last of the highest sequence number, per state.
-    uint64_t enq = 0, started = 0, completed = 0;
-    uint32_t i_enq = UINT32_MAX, i_started = UINT32_MAX, i_completed = UINT32_MAX;
-    for (uint32_t i = pc.ops_begin; i < pc.ops_end; ++i) {
-      const Op& o = p.ops[i];
-      if (!in_family(o, fam)) continue;
-      if (o.seq >= enq) enq = o.seq, i_enq = i;
-      if (o.gpu_state >= FR_GPU_STARTED && o.seq >= started) started = o.seq, i_started = i;
-      if (o.gpu_state == FR_GPU_COMPLETED && o.seq >= completed) completed = o.seq, i_completed = i;
-      if (fam == Family::kP2p && o.gpu_state != FR_GPU_COMPLETED) keep(i);  // still pending
+  // Per family, the records frontier() picks: the last of the highest sequence number, per state.
+  struct Pick {
+    uint64_t seq = 0;
+    uint32_t at = UINT32_MAX;
+    void see(uint64_t s, uint32_t i) {
+      if (s >= seq) seq = s, at = i;
     }
-    for (uint32_t i : {i_enq, i_started, i_completed})
-      if (i != UINT32_MAX) keep(i);
-  }
-  bool lifecycle = false;
-  for (uint32_t i = pc.ops_end; i-- > pc.ops_begin;) {
+  } picks[2][3];
+  uint32_t lifecycle = UINT32_MAX;
+  for (uint32_t i = pc.ops_begin; i < pc.ops_end; ++i) {
     const Op& o = p.ops[i];
-    if ((o.flags & FR_REC_F_IN_CALL) && o.result == FR_RESULT_PENDING) keep(i);  // inside a call
-    if (!lifecycle && is_lifecycle(o.op)) lifecycle = true, keep(i);
+    if ((o.flags & FR_REC_F_IN_CALL) && o.result == FR_RESULT_PENDING) start = std::min(start, i);  // inside a call
+    if (is_lifecycle(o.op)) lifecycle = i;
+    const OpClass kind = op_class(o.op);
+    if (kind == OpClass::API || !counts(o)) continue;
+    Pick* f = picks[kind == OpClass::P2P];
+    f[0].see(o.seq, i);
+    if (o.gpu_state >= FR_GPU_STARTED) f[1].see(o.seq, i);
+    if (o.gpu_state == FR_GPU_COMPLETED) f[2].see(o.seq, i);
+    else if (kind == OpClass::P2P) start = std::min(start, i);  // still pending
   }
-  return start;
+  for (const auto& family : picks)
+    for (const Pick& pick : family) start = std::min(start, pick.at);
+  return std::min(start, lifecycle);
 }
 
 // The dropped records' point-to-point digest, per direction and peer (all of them completed).
