@@ -6,6 +6,7 @@
 #include "analyzer/analyze.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "analyzer/passes.h"
 
@@ -85,13 +86,26 @@ Ranks ranks_of(const RankCensus& census, bool any_stall) {
 }  // namespace
 
 Analysis analyze_model(const Model& m, const Options& opts) {
-  AnalysisState state{m, opts, {}, {}, {opts.ranks.begin(), opts.ranks.end()}, {}, {}, {}};
+  AnalysisState state{m, opts, {}, {}, {opts.ranks.begin(), opts.ranks.end()}, {}, {}, {}, false};
   const RankCensus census = take_census(m);
   state.job_missing.insert(census.missing.begin(), census.missing.end());
+
+  // The skew reads every member's collective history and nothing the matching writes: it runs
+  // beside the matching, on a thread of its own.
+  SkewResult skew;
+  std::thread skew_thread([&state, &skew] { skew = measure_skew(state); });
+  struct Join {
+    std::thread& t;
+    ~Join() {
+      if (t.joinable()) t.join();  // also on the early return below
+    }
+  } join{skew_thread};
 
   Analysis a;
   a.inputs = inputs_of(m, opts);
   a.communicators = match_communicators(state);
+  // The window loaded too little for this case: the same analysis from every record.
+  if (state.needs_history && m.windowed) return analyze_model(load_model(m.paths, opts.threads, LoadMode::kFull), opts);
   rank_stalls(state);
   const bool any_stall = !state.stalls.empty();
   std::vector<Stall> ranked = std::move(state.stalls);
@@ -106,7 +120,7 @@ Analysis analyze_model(const Model& m, const Options& opts) {
     if (i == 0) a.verdict = finding_of(state, s), have_verdict = true;
     else a.findings.push_back(finding_of(state, s));
   }
-  SkewResult skew = measure_skew(state);
+  skew_thread.join();
   if (skew.straggler) a.findings.push_back(std::move(*skew.straggler));
   if (!have_verdict) a.verdict = quiet_verdict(census, a.findings);
 
@@ -123,7 +137,7 @@ std::optional<Analysis> analyze(const std::vector<std::string>& paths, const Opt
     if (fatal_error) *fatal_error = "no input: give a dump-set directory, a dump file or a PyTorch dump";
     return std::nullopt;
   }
-  Model m = load_model(paths, opts.threads);
+  Model m = load_model(paths, opts.threads, LoadMode::kWindow);
   if (m.procs.empty()) {
     if (fatal_error) {
       std::string why = m.skipped.empty() ? "no dump files found" : m.skipped.front().file + ": " + m.skipped.front().error;

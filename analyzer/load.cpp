@@ -259,9 +259,10 @@ struct Loaded {
   std::vector<Proc> procs;
   std::vector<Skip> skips;
   std::vector<Skip> warnings;  // the file was read; something in it was odd or left out
+  bool windowed = false;       // records older than the window were left out
 };
 
-Loaded load_one(const Job& job) {
+Loaded load_one(const Job& job, LoadMode mode) {
   Loaded out;
   // Opened here, at analysis time, whatever was checked before (a coordinator accepted the file
   // earlier; it may have been swapped for a FIFO since).
@@ -319,6 +320,8 @@ Loaded load_one(const Job& job) {
     return out;
   }
   Proc p = proc_from_log(*r.log, "fr");
+  r.log.reset();
+  if (mode == LoadMode::kWindow) out.windowed = window_proc(&p);
   if (p.rank < 0 && job.hint.rank >= 0) p.rank = job.hint.rank;
   if (p.host.empty()) p.host = job.hint.host;
   out.procs.push_back(std::move(p));
@@ -365,13 +368,13 @@ FoundInputs find_inputs(const std::vector<std::string>& paths, Model* model) {
 
 // Reads every file in parallel (each worker takes the next one); skips and warnings go to the
 // model, the processes are returned.
-std::vector<Proc> read_all(const std::vector<Job>& jobs, unsigned threads, Model* model) {
+std::vector<Proc> read_all(const std::vector<Job>& jobs, unsigned threads, LoadMode mode, Model* model) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   threads = std::min<unsigned>(threads, std::max<size_t>(1, jobs.size()));
   std::vector<Loaded> loaded(jobs.size());
   std::atomic<size_t> next{0};
   auto worker = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < jobs.size();) loaded[i] = load_one(jobs[i]);
+    for (size_t i; (i = next.fetch_add(1)) < jobs.size();) loaded[i] = load_one(jobs[i], mode);
   };
   std::vector<std::thread> pool;
   for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
@@ -383,6 +386,7 @@ std::vector<Proc> read_all(const std::vector<Job>& jobs, unsigned threads, Model
     for (auto& s : loaded[i].skips) model->skipped.push_back(std::move(s));
     for (auto& w : loaded[i].warnings) model->warnings.push_back(std::move(w));
     for (auto& p : loaded[i].procs) procs.push_back(std::move(p));
+    model->windowed = model->windowed || loaded[i].windowed;
     loaded[i] = Loaded{};
   }
   return procs;
@@ -500,11 +504,11 @@ void merge_comms(Model* model) {
 
 }  // namespace
 
-Model load_model(const std::vector<std::string>& paths, unsigned threads) {
+Model load_model(const std::vector<std::string>& paths, unsigned threads, LoadMode mode) {
   Model model;
   model.paths = paths;
   FoundInputs in = find_inputs(paths, &model);
-  keep_one_per_rank(read_all(in.jobs, threads, &model), &model);
+  keep_one_per_rank(read_all(in.jobs, threads, mode, &model), &model);
   align_and_count(in, &model);
   merge_comms(&model);
   return model;

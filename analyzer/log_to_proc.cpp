@@ -4,12 +4,13 @@
 // a whole LogFile never outlives its reading.
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
 #include <vector>
 
-#include "analyzer/model.h"
+#include "analyzer/passes.h"
 
 namespace fr::analyzer {
 
@@ -17,7 +18,8 @@ namespace {
 
 // A record as the analysis sees it: one the program issued, or one made from a graph replay.
 struct Entry {
-  fr_record raw;
+  const fr_record* raw;         // in the LogFile, or the replay's own copy (`own`)
+  fr_record* own;
   fr_gpu_state gpu_state;
   bool replayed = false;
   ReplayTag tag;
@@ -38,7 +40,9 @@ fr_gpu_state replay_state(const fr_comm_entry* c, uint32_t ordinal, uint32_t pos
 // from the capture table). Replayed ops take their sequence numbers from the communicator's
 // counters, which advance by the graph's ops at each replay: counted back from the newest
 // (the entry's counter), re-anchored at every op the program issued itself.
-std::vector<Entry> expand_replays(const fr::log::LogFile& log, uint32_t* n_graphs, uint64_t* n_replays) {
+// Replayed ops are copies kept in `store`; the others point into the log.
+std::vector<Entry> expand_replays(const fr::log::LogFile& log, std::deque<fr_record>* store, uint32_t* n_graphs,
+                                  uint64_t* n_replays) {
   struct Graph {
     const fr_graph_entry* entry;
     std::vector<const fr_record*> ops;  // by position
@@ -67,7 +71,7 @@ std::vector<Entry> expand_replays(const fr::log::LogFile& log, uint32_t* n_graph
   const bool markers = (log.header.flags & FR_LOG_F_GPU_MARKERS) != 0;
   for (const auto& rec : log.records) {
     if (rec.raw.op == FR_OP_COMM_SHRINK_EXCLUDED) continue;  // part of its shrink (shrink_excluded)
-    out.push_back(Entry{rec.raw, rec.gpu_state, false, ReplayTag{}});
+    out.push_back(Entry{&rec.raw, nullptr, rec.gpu_state, false, ReplayTag{}});
     if (rec.raw.op != FR_OP_GRAPH_LAUNCH || (rec.raw.flags & FR_REC_F_NEVER_LAUNCHED)) continue;
     auto it = graphs.find(rec.raw.aux);
     if (it == graphs.end()) continue;
@@ -76,46 +80,51 @@ std::vector<Entry> expand_replays(const fr::log::LogFile& log, uint32_t* n_graph
     for (size_t k = 0; k < g.ops.size(); ++k) {
       const fr_record* t = g.ops[k];
       if (t == nullptr || (t->flags & FR_REC_F_NEVER_LAUNCHED)) continue;
-      Entry e{*t, FR_GPU_ENQUEUED, true,
+      fr_record& copy = store->emplace_back(*t);
+      Entry e{&copy, &copy, FR_GPU_ENQUEUED, true,
               ReplayTag{rec.raw.seq, g.entry->ordinal, static_cast<uint32_t>(k + 1),
                         static_cast<uint32_t>(g.ops.size())}};
-      e.raw.id = rec.raw.id;
-      e.raw.seq = 0;
-      e.raw.call_ns = rec.raw.call_ns + k;  // in graph order, for "which op waits longest"
-      e.raw.duration_ns = 0;
-      e.raw.result = 0;
-      e.raw.flags = (t->flags & ~(FR_REC_F_CAPTURED | FR_REC_F_IN_CALL | FR_REC_F_GPU_POSITION)) |
-                    FR_REC_F_LAUNCHED;
+      copy.id = rec.raw.id;
+      copy.seq = 0;
+      copy.call_ns = rec.raw.call_ns + k;  // in graph order, for "which op waits longest"
+      copy.duration_ns = 0;
+      copy.result = 0;
+      copy.flags = (t->flags & ~(FR_REC_F_CAPTURED | FR_REC_F_IN_CALL | FR_REC_F_GPU_POSITION)) |
+                   FR_REC_F_LAUNCHED;
       if (!markers || !g.positions || !(t->flags & FR_REC_F_GPU_POSITION)) {
-        e.raw.flags |= FR_REC_F_GPU_UNTRACKED;
+        copy.flags |= FR_REC_F_GPU_UNTRACKED;
       } else if (rec.raw.id != newest_launch) {
         e.gpu_state = FR_GPU_COMPLETED;  // a newer launch followed it on the stream
       } else {
         e.gpu_state = replay_state(log.find_comm(t->comm_id), g.entry->ordinal, e.tag.pos);
       }
-      e.raw.gpu_state = static_cast<uint8_t>(e.gpu_state);
+      copy.gpu_state = static_cast<uint8_t>(e.gpu_state);
       out.push_back(e);
     }
   }
   // Sequence numbers, per communicator and kind, counted back from the newest.
   std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> next;  // comm -> (coll, p2p)
   for (const fr_comm_entry& c : log.comms) next[c.id] = {c.coll_seq + 1, c.p2p_seq + 1};
+  std::pair<uint64_t, uint64_t>* counters = nullptr;  // of the last communicator looked up
+  uint64_t counters_of = 0;
   for (size_t i = out.size(); i-- > 0;) {
     Entry& e = out[i];
-    bool coll = fr::log::op_is_collective(e.raw.op), p2p = fr::log::op_is_p2p(e.raw.op);
-    if (!coll && !p2p) continue;
-    if (!e.replayed && (e.raw.flags & FR_REC_F_CAPTURED)) continue;
-    auto [it, fresh] = next.try_emplace(e.raw.comm_id, std::pair<uint64_t, uint64_t>{0, 0});
-    uint64_t& cur = coll ? it->second.first : it->second.second;
-    if (!e.replayed) {
-      if (e.raw.seq != 0) cur = e.raw.seq;
-    } else if (cur > 1) {
-      e.raw.seq = --cur;
-    } else {
-      e.raw.seq = 0;  // older than anything the counters can place: shown, never matched
-      e.raw.flags |= FR_REC_F_NEVER_LAUNCHED;
+    const OpClass kind = op_class(e.raw->op);
+    if (kind == OpClass::API) continue;
+    if (!e.replayed && (e.raw->flags & FR_REC_F_CAPTURED)) continue;
+    if (!counters || counters_of != e.raw->comm_id) {
+      counters = &next.try_emplace(e.raw->comm_id, std::pair<uint64_t, uint64_t>{0, 0}).first->second;
+      counters_of = e.raw->comm_id;
     }
-    (void)fresh;
+    uint64_t& cur = kind == OpClass::COLL ? counters->first : counters->second;
+    if (!e.replayed) {
+      if (e.raw->seq != 0) cur = e.raw->seq;
+    } else if (cur > 1) {
+      e.own->seq = --cur;
+    } else {
+      e.own->seq = 0;  // older than anything the counters can place: shown, never matched
+      e.own->flags |= FR_REC_F_NEVER_LAUNCHED;
+    }
   }
   return out;
 }
@@ -148,22 +157,28 @@ std::vector<uint32_t> proc_comms(const fr::log::LogFile& log, const std::vector<
   }
   std::vector<uint32_t> per_comm;
   per_comm.reserve(records.size());
+  uint64_t last_id = 0;
+  uint32_t last = UINT32_MAX;  // records come in runs on one communicator
   for (const auto& rec : records) {
-    auto it = index.find(rec.raw.comm_id);
-    if (it == index.end()) {
-      ProcComm pc;
-      pc.id = rec.raw.comm_id;
-      it = index.emplace(rec.raw.comm_id, static_cast<uint32_t>(p->comms.size())).first;
-      p->comms.push_back(std::move(pc));
+    if (last == UINT32_MAX || rec.raw->comm_id != last_id) {
+      auto it = index.find(rec.raw->comm_id);
+      if (it == index.end()) {
+        ProcComm pc;
+        pc.id = rec.raw->comm_id;
+        it = index.emplace(rec.raw->comm_id, static_cast<uint32_t>(p->comms.size())).first;
+        p->comms.push_back(std::move(pc));
+      }
+      last_id = rec.raw->comm_id;
+      last = it->second;
     }
-    per_comm.push_back(it->second);
+    per_comm.push_back(last);
   }
   return per_comm;
 }
 
 // One record as an Op (of communicator `comm`).
 void fill_op(const Entry& e, uint32_t comm, Op* o) {
-  const fr_record& r = e.raw;
+  const fr_record& r = *e.raw;
   o->seq = r.seq;
   o->count = r.count;
   o->call_ns = r.call_ns;
@@ -228,7 +243,7 @@ void proc_ops(const std::vector<Entry>& records, const std::vector<uint32_t>& pe
   p->ops.resize(records.size());
   std::vector<uint32_t> fill(start.begin(), start.end() - 1);
   for (size_t i = 0; i < records.size(); ++i) {
-    const fr_record& r = records[i].raw;
+    const fr_record& r = *records[i].raw;
     ProcComm& pc = p->comms[per_comm[i]];
     const uint32_t at = fill[per_comm[i]]++;
     if (records[i].replayed) p->replays.emplace_back(at, records[i].tag);
@@ -238,8 +253,9 @@ void proc_ops(const std::vector<Entry>& records, const std::vector<uint32_t>& pe
     }
     fill_op(records[i], per_comm[i], &p->ops[at]);
     // The table entry's counters may lag a record written just before the copy.
-    if (fr::log::op_is_collective(r.op)) pc.coll_seq = std::max(pc.coll_seq, r.seq);
-    if (fr::log::op_is_p2p(r.op)) pc.p2p_seq = std::max(pc.p2p_seq, r.seq);
+    const OpClass kind = op_class(r.op);
+    if (kind == OpClass::COLL) pc.coll_seq = std::max(pc.coll_seq, r.seq);
+    if (kind == OpClass::P2P) pc.p2p_seq = std::max(pc.p2p_seq, r.seq);
     if (!pc.has_entry && pc.size < 0) pc.size = -1;
     pc.last_call_ns = std::max(pc.last_call_ns, r.call_ns);
   }
@@ -298,7 +314,8 @@ Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind) 
   p.overwritten = h.overwritten;
   p.torn = log.torn + (log.is_snapshot ? h.torn_skipped : 0);
   p.records = log.records.size();
-  const std::vector<Entry> records = expand_replays(log, &p.graphs, &p.graph_replays);
+  std::deque<fr_record> replayed;
+  const std::vector<Entry> records = expand_replays(log, &replayed, &p.graphs, &p.graph_replays);
   const std::vector<uint32_t> per_comm = proc_comms(log, records, &p);
   proc_ops(records, per_comm, shrink_excluded(log), &p);
   proc_grow_aliases(log, &p);
@@ -312,6 +329,7 @@ Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind) 
         if (p.world_size < 0) p.world_size = pc.size;
       }
   }
+  build_histories(&p);
   return p;
 }
 

@@ -13,6 +13,13 @@ namespace {
 
 std::string plural(size_t n, const char* one, const char* many) { return n == 1 ? one : many; }
 
+// Whether some member's records on `c` were left out of the loaded window.
+bool windowed(const Model& m, const Comm& c) {
+  for (const auto& mem : c.members)
+    if (m.procs[mem.proc].comms[mem.pc].dropped) return true;
+  return false;
+}
+
 // The members' frontiers, their spread, and the stalled sequence number (UINT64_MAX: none).
 struct Measure {
   uint64_t min_enq = UINT64_MAX, max_enq = 0, min_completed = UINT64_MAX, max_completed = 0;
@@ -86,12 +93,14 @@ Members sort_members(AnalysisState& state, int ci, uint64_t t, Stall& s) {
   return out;
 }
 
-// A grouped launch is one unit: every op of the group, on the first member that has it.
-nlohmann::json group_json(const Model& m, const Comm& c, const Members& mb) {
+// A grouped launch is one unit: every op of the group, on the first member that has it. Group ids
+// grow, so a group newer than every record left out of the window is whole in it.
+nlohmann::json group_json(const Model& m, const Comm& c, const Members& mb, bool* needs_history) {
   for (size_t i = 0; i < c.members.size(); ++i) {
     if (!mb.at[i]) continue;
     const Proc& p = m.procs[c.members[i].proc];
     const ProcComm& pc = p.comms[c.members[i].pc];
+    if (pc.dropped && mb.at[i]->group_id <= pc.dropped_max_group) *needs_history = true;
     nlohmann::json ops = nlohmann::json::array();
     const ReplayTag* own = replay_of(p, mb.at[i]);
     auto same_launch = [&](const Op& o) {  // a graph's group runs again at every replay
@@ -167,15 +176,22 @@ void analyze_collectives(AnalysisState& state, int ci, std::optional<Spread>* sp
   *spread = Spread{got.min_enq, got.max_enq, got.min_completed, got.max_completed, std::nullopt};
   const uint64_t t = got.stalled;
 
-  // Mismatched arguments explain a hang better than anything else on the communicator.
+  // Mismatched arguments explain a hang better than anything else on the communicator. Which
+  // value was expected is told from the records around it: every one of them is needed.
   bool mismatch_found = false;
   if (uint64_t seq = earliest_mismatch(m, c)) {
+    if (windowed(m, c)) state.needs_history = true;
     state.stalls.push_back(mismatch_stall(m, ci, seq));
     mismatch_found = true;
   }
   // Everyone completed everything (or nothing can be told without GPU tracking).
   if (t == UINT64_MAX || t > got.max_enq) return;
   (*spread)->stalled_seq = t;
+  for (size_t i = 0; i < c.members.size(); ++i) {
+    const Proc& p = m.procs[c.members[i].proc];
+    if (state.coll_frontiers[ci][i].enq >= t && !window_reaches(p, p.comms[c.members[i].pc], t, Family::kCollective))
+      state.needs_history = true;
+  }
   if (mismatch_found && state.stalls.back().seq <= t) {
     wait_in_mismatch(state, ci, t, state.stalls.back());
     return;
@@ -191,7 +207,7 @@ void analyze_collectives(AnalysisState& state, int ci, std::optional<Spread>* sp
   const std::string where = s.op + " #" + std::to_string(t) + " on comm " + comm_text(c) +
                             (mb.replay ? replay_text(*mb.replay) : std::string());
   if (mb.sample && mb.sample->group_id != 0) {
-    nlohmann::json group = group_json(m, c, mb);
+    nlohmann::json group = group_json(m, c, mb, &state.needs_history);
     if (!group.is_null()) s.extra["group"] = std::move(group);
   }
   const auto missing = missing_members(m, c, state.job_missing);

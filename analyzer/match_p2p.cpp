@@ -73,6 +73,7 @@ struct Findings {
   std::vector<int> missing_peers;   // comm ranks waited on that have no dump
   bool pending = false;
   std::map<int, int64_t> since;     // per blocked rank: its oldest pending p2p op here
+  bool needs_history = false;       // the loaded window cannot decide a pair
 
   void note_since(const Proc* p, const Op* o) {
     auto [it, fresh] = since.emplace(p->rank, aligned(*p, o->call_ns));
@@ -93,11 +94,15 @@ struct Findings {
 
 // Counting pending ops only: a grouped op stays pending until its whole group finishes, while
 // its counterpart may already be done. Counterparts completed within half the pair's usual
-// spacing of the first excess op are taken as its match.
+// spacing of the first excess op are taken as its match. `dropped`: the completed counterparts
+// older than the loaded window (model.h), which count when the window's own are too few; when
+// they might, the whole history is asked for (*needs_history).
 size_t absorbed(const std::vector<const Op*>& excess, size_t from, const Proc* pe,
-                const std::vector<const Op*>& done, const Proc* pd) {
-  if (from >= excess.size() || done.empty() || !pe || !pd) return 0;
-  int64_t gap = INT64_MAX;
+                const std::vector<const Op*>& done, const Proc* pd, const DroppedP2p* dropped,
+                bool* needs_history) {
+  const bool older = dropped && dropped->count > 0;
+  if (from >= excess.size() || (done.empty() && !older) || !pe || !pd) return 0;
+  int64_t gap = older ? dropped->min_gap : INT64_MAX;
   for (size_t k = 1; k < done.size(); ++k)
     gap = std::min<int64_t>(gap, static_cast<int64_t>(done[k]->call_ns - done[k - 1]->call_ns));
   const int64_t first = aligned(*pe, excess[from]->call_ns);
@@ -105,7 +110,9 @@ size_t absorbed(const std::vector<const Op*>& excess, size_t from, const Proc* p
   size_t n = 0;
   for (const Op* o : done)
     if (aligned(*pd, o->call_ns) >= first - slack) ++n;
-  return std::min(n, excess.size() - from);
+  const size_t wanted = excess.size() - from;
+  if (older && n < wanted && aligned(*pd, dropped->max_call_ns) >= first - slack) *needs_history = true;
+  return std::min(n, wanted);
 }
 
 // Moves the completed ops of `ops` to `done`.
@@ -116,18 +123,30 @@ void keep_pending(std::vector<const Op*>& ops, std::vector<const Op*>& done) {
             ops.end());
 }
 
+// The sends (or receives) of one pair that were left out of the loaded window, when any were.
+const DroppedP2p* dropped_of(const Model& m, const Comm& c, const Book& b, int member_rank, bool send, int peer) {
+  auto it = b.by_rank.find(member_rank);
+  if (it == b.by_rank.end()) return nullptr;
+  const CommMember& mem = c.members[it->second];
+  for (const DroppedP2p& d : m.procs[mem.proc].comms[mem.pc].dropped_p2p)
+    if (d.send == send && d.peer == peer) return &d;
+  return nullptr;
+}
+
 // The excess sends (or receives) of one pair: their counterpart was never posted.
-// `key` is the pair (source, destination) in communicator ranks.
+// `key` is the pair (source, destination) in communicator ranks; `sends_dropped` and
+// `recvs_dropped` what of each side the window left out.
 void match_counts(std::pair<int, int> key, std::vector<const Op*>& sends, std::vector<const Op*>& recvs,
-                  const Proc* src, const Proc* dst, bool full, Findings& out) {
+                  const Proc* src, const Proc* dst, bool full, const DroppedP2p* sends_dropped,
+                  const DroppedP2p* recvs_dropped, Findings& out) {
   std::vector<const Op*> sends_done, recvs_done;
   if (!full) {
     keep_pending(sends, sends_done);
     keep_pending(recvs, recvs_done);
   }
   size_t ns = sends.size(), nr = recvs.size();
-  if (!full && ns > nr) nr += absorbed(sends, nr, src, recvs_done, dst);
-  else if (!full && nr > ns) ns += absorbed(recvs, ns, dst, sends_done, src);
+  if (!full && ns > nr) nr += absorbed(sends, nr, src, recvs_done, dst, recvs_dropped, &out.needs_history);
+  else if (!full && nr > ns) ns += absorbed(recvs, ns, dst, sends_done, src, sends_dropped, &out.needs_history);
   if (ns > nr) {
     // Sends nobody receives: the destination never posted the receive.
     if (!dst) {
@@ -183,7 +202,8 @@ void match_pairs(const Model& m, const Comm& c, Book& book, Findings& out) {
     // pending ops on both sides whenever either wrapped.
     const bool full = src && dst && book.full[book.by_rank[key.first]] && book.full[book.by_rank[key.second]];
     const size_t missing_before = out.missing_peers.size();
-    match_counts(key, sends.ops, recvs.ops, src, dst, full, out);
+    match_counts(key, sends.ops, recvs.ops, src, dst, full, dropped_of(m, c, book, key.first, true, key.second),
+                 dropped_of(m, c, book, key.second, false, key.first), out);
     if (out.missing_peers.size() > missing_before) continue;  // the peer has no dump
     match_pending_pairs(sends.ops, recvs.ops, src, dst, out);
   }
@@ -290,6 +310,7 @@ void analyze_p2p(AnalysisState& state, int ci, std::optional<Spread>* spread) {
   out.stall.p2p = true;
   match_pairs(m, c, book, out);
   match_signals(m, c, book, out);
+  if (out.needs_history) state.needs_history = true;
   if (!out.pending) return;
   Stall& s = out.stall;
   for (size_t i = 0; i < n; ++i) {

@@ -9,24 +9,6 @@
 namespace fr::analyzer {
 namespace {
 
-// What the first member to call a sequence number called, and whether anyone differed.
-struct Signature {
-  uint16_t op = 0;
-  uint8_t dtype = 0;
-  bool set = false;
-  bool differs = false;
-  int32_t redop = -1;
-  int32_t root = -1;
-  uint64_t count = 0;
-};
-
-bool same_signature(const Signature& s, const Op& o) {
-  if (s.op != o.op || s.dtype != o.dtype || s.count != o.count) return false;
-  if (has_redop(o.op) && s.redop != o.redop) return false;
-  if (is_rooted(o.op) && s.root != o.peer) return false;
-  return true;
-}
-
 // One member's record of the mismatched sequence number.
 struct Row {
   int rank;
@@ -123,30 +105,40 @@ std::set<int> mismatch_culprits(const std::vector<Row>& rows, const Field& field
 }  // namespace
 
 uint64_t earliest_mismatch(const Model& m, const Comm& c) {
+  // From the members' collective histories, which loading keeps whole even when it leaves old
+  // records out: the signature of each sequence number, compared across members.
   uint64_t lo = UINT64_MAX, hi = 0;
   size_t total = 0;
-  for_each_member_op(m, c, Family::kCollective, [&](const CommMember&, const Proc&, const Op& o) {
-    if (o.seq == 0) return;
-    lo = std::min(lo, o.seq);
-    hi = std::max(hi, o.seq);
-    ++total;
-  });
+  for (const auto& mem : c.members)
+    m.procs[mem.proc].comms[mem.pc].history.for_each([&](uint64_t seq, uint64_t, uint32_t) {
+      lo = std::min(lo, seq);
+      hi = std::max(hi, seq);
+      ++total;
+    });
   if (total == 0) return 0;
   // Rings wrapped far apart would make the table huge; the recent end is what matters.
   const uint64_t cap = std::max<uint64_t>(4 * total + 1024, 1 << 20);
   if (hi - lo + 1 > cap) lo = hi - cap + 1;
-  std::vector<Signature> signatures(hi - lo + 1);
+  struct Slot {
+    const SigKey* first = nullptr;  // what the first member to call it called
+    bool differs = false;
+  };
+  std::vector<Slot> slots(hi - lo + 1);
   uint64_t first = 0;
-  for_each_member_op(m, c, Family::kCollective, [&](const CommMember&, const Proc&, const Op& o) {
-    if (o.seq < lo || o.seq > hi) return;
-    Signature& s = signatures[o.seq - lo];
-    if (!s.set) {
-      s = Signature{o.op, o.dtype, true, false, o.redop, o.peer, o.count};
-    } else if (!s.differs && !same_signature(s, o)) {
-      s.differs = true;
-      if (first == 0 || o.seq < first) first = o.seq;
-    }
-  });
+  for (const auto& mem : c.members) {
+    const Proc& p = m.procs[mem.proc];
+    p.comms[mem.pc].history.for_each([&](uint64_t seq, uint64_t, uint32_t sig) {
+      if (seq < lo || seq > hi) return;
+      Slot& s = slots[seq - lo];
+      const SigKey* k = &p.sigs[sig];
+      if (!s.first) {
+        s.first = k;
+      } else if (!s.differs && !(*s.first == *k)) {
+        s.differs = true;
+        if (first == 0 || seq < first) first = seq;
+      }
+    });
+  }
   return first;
 }
 

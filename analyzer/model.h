@@ -1,7 +1,15 @@
 // The analyzer's in-memory model of a dump set: one compact Proc per process (its communicator
 // entries and its records, grouped by communicator) and one Comm per communicator seen anywhere.
-// Loading reduces each validated fr::log::LogFile to this form right away, so thousands of ranks
-// with full rings fit in memory; the matching, the verdicts and the exporters all read it.
+// Loading reduces each validated fr::log::LogFile to this form right away; the matching, the
+// verdicts and the exporters all read it.
+//
+// Two ways to load (LoadMode). kFull keeps every record. kWindow, what analyze() uses, keeps per
+// communicator only the recent records a verdict reads (the frontier, what is still in flight,
+// a margin: window.cpp) and, of the older ones, a digest: every collective's sequence number,
+// call time and argument signature (CollHistory, for the mismatch and skew passes) and per
+// point-to-point direction what the pending-op matching needs. A pass that finds the window
+// too short for the case in front of it says so (AnalysisState::needs_history) and the analysis
+// is made again from a full load, so a windowed analysis always equals a full one.
 #pragma once
 
 #include <array>
@@ -47,6 +55,51 @@ struct ReplayTag {
   uint32_t ops = 0;
 };
 
+// Every counted collective of one member on one communicator with a sequence number, oldest first:
+// what the mismatch and skew passes compare across members, kept whole even when the records are
+// windowed. Dense (indexed by seq - base, holes marked kNoSig) when the sequence numbers ascend
+// without large gaps, as they do; explicit (`seqs`) otherwise.
+struct CollHistory {
+  static constexpr uint32_t kNoSig = UINT32_MAX;
+  uint64_t base = 0;
+  std::vector<uint64_t> seqs;     // explicit form: one per entry; empty in the dense form
+  std::vector<uint64_t> call_ns;  // writer's clock, as Op::call_ns
+  std::vector<uint32_t> sig;      // argument signature: an index into Proc::sigs
+
+  size_t size() const { return sig.size(); }
+  uint64_t seq_at(size_t i) const { return seqs.empty() ? base + i : seqs[i]; }
+  // f(seq, call_ns, sig) for every entry, oldest first.
+  template <class F>
+  void for_each(F&& f) const {
+    for (size_t i = 0; i < sig.size(); ++i)
+      if (sig[i] != kNoSig) f(seq_at(i), call_ns[i], sig[i]);
+  }
+};
+
+// What a collective's arguments are compared by (mismatch.cpp): reduction and root only for the
+// ops that have them.
+struct SigKey {
+  uint16_t op = 0;
+  uint8_t dtype = 0;
+  int32_t redop = -1;
+  int32_t root = -1;
+  uint64_t count = 0;
+  bool operator==(const SigKey& o) const {
+    return op == o.op && dtype == o.dtype && redop == o.redop && root == o.root && count == o.count;
+  }
+};
+
+// Point-to-point records of one direction (sends to, or receives from, one peer) that fell out of
+// the window: all completed. What the pending-op matching needs of them (match_p2p.cpp).
+struct DroppedP2p {
+  int32_t peer = -1;
+  bool send = false;
+  uint64_t count = 0;
+  int64_t min_gap = INT64_MAX;  // smallest call gap between consecutive completed ones, the
+                                // first completed one in the window included
+  uint64_t max_call_ns = 0;
+};
+
 // A process's view of one communicator: its table entry (or a stub when only records name it).
 struct ProcComm {
   uint64_t id = 0;
@@ -67,6 +120,11 @@ struct ProcComm {
   uint32_t ops_begin = 0;     // this communicator's records: Proc::ops[ops_begin, ops_end)
   uint32_t ops_end = 0;
   int comm = -1;              // index into Model::comms
+  uint32_t ops_total = 0;     // records on this communicator, those left out of the window too
+  uint32_t dropped = 0;       // records older than the window (0: every record is here)
+  uint64_t dropped_max_group = 0;  // the largest group id among them
+  CollHistory history;        // every collective, windowed or not
+  std::vector<DroppedP2p> dropped_p2p;
 };
 
 struct Proc {
@@ -104,6 +162,7 @@ struct Proc {
   uint64_t graph_replays = 0; // replays recorded in the ring
   bool has_stacks = false;    // a <dump>.stacks.json came with the dump
   fr::log::ProcessStacks stacks;
+  std::vector<SigKey> sigs;   // the signatures its CollHistory::sig entries name
 };
 
 // The replay an op of `p` was made from, or nullptr for an op the program called itself.
@@ -141,14 +200,23 @@ struct Model {
   std::string job_id;
   size_t files_read = 0;
   std::vector<fr::log::NodeGpus> gpus;  // the dump sets' <node>.gpu.json files
+  bool windowed = false;            // some records were left out (LoadMode::kWindow)
 };
+
+// kFull keeps every record (the trace view draws them all); kWindow the recent ones and a digest
+// of the rest (see the top of this file).
+enum class LoadMode { kFull, kWindow };
 
 // Converts a validated log into a compact Proc (used by loading and by the PyTorch reader path).
 Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind);
+// Builds a Proc's collective histories (every loaded Proc has them; window.cpp).
+void build_histories(Proc* p);
+// Leaves out the records of `p` older than its window (window.cpp); false when it keeps them all.
+bool window_proc(Proc* p);
 
 // Reads every input path (dump-set directories, manifest.json, single logs, PyTorch dumps) with
 // `threads` readers in parallel. Files that cannot be used are listed in Model::skipped.
-Model load_model(const std::vector<std::string>& paths, unsigned threads);
+Model load_model(const std::vector<std::string>& paths, unsigned threads, LoadMode mode = LoadMode::kFull);
 
 // The full analysis of a loaded model.
 Analysis analyze_model(const Model& model, const Options& opts);

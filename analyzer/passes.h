@@ -38,6 +38,20 @@ inline bool is_rooted(uint16_t op) {
 inline bool has_redop(uint16_t op) {
   return op == FR_OP_ALLREDUCE || op == FR_OP_REDUCE || op == FR_OP_REDUCESCATTER;
 }
+// An op's kind from the format's list (fr::log::op_is_collective and op_is_p2p, inline: the
+// passes and the loading ask it for every record).
+enum class OpClass : uint8_t { API, COLL, P2P };
+inline OpClass op_class(uint16_t op) {
+  switch (op) {
+#define FR_X(e, v, s, kind) \
+  case v:                   \
+    return OpClass::kind;
+    FR_OP_LIST(FR_X)
+#undef FR_X
+  }
+  return OpClass::API;
+}
+
 // Captured ops (run by graph replays instead) and ops that never launched take no sequence number
 // of their own in the matching.
 inline bool counts(const Op& o) { return !(o.flags & (FR_REC_F_CAPTURED | FR_REC_F_NEVER_LAUNCHED)); }
@@ -46,7 +60,7 @@ inline bool counts(const Op& o) { return !(o.flags & (FR_REC_F_CAPTURED | FR_REC
 enum class Family { kCollective, kP2p };
 
 inline bool in_family(const Op& o, Family family) {
-  return counts(o) && (family == Family::kP2p ? fr::log::op_is_p2p(o.op) : fr::log::op_is_collective(o.op));
+  return counts(o) && op_class(o.op) == (family == Family::kP2p ? OpClass::P2P : OpClass::COLL);
 }
 
 // Calls f(op) for every counted op of `family` a member recorded on one communicator, in record order.
@@ -83,6 +97,8 @@ struct Frontier {
 Frontier frontier(const Proc& p, const ProcComm& pc, Family family);
 // The member's record of sequence number `seq`, or nullptr when it is not in the ring.
 const Op* find_seq(const Proc& p, const ProcComm& pc, uint64_t seq, Family family);
+// Whether find_seq(seq) answers the same from the window as from every record (window.cpp).
+bool window_reaches(const Proc& p, const ProcComm& pc, uint64_t seq, Family family);
 
 // A member of a communicator without a dump: its rank in the communicator, and its global rank
 // when it can be told (-1 otherwise).
@@ -135,6 +151,9 @@ struct AnalysisState {
   std::set<int> job_missing;        // global ranks expected but without a dump
   // Per communicator, each member's frontier (in Comm::members order), per family.
   std::vector<std::vector<Frontier>> coll_frontiers, p2p_frontiers;
+  // Set by a pass when the windowed records (LoadMode::kWindow) cannot decide its case exactly:
+  // the analysis is then made again from every record.
+  bool needs_history = false;
 };
 
 // --- The matching passes, one communicator at a time (ci: index into Model::comms) ----------

@@ -18,37 +18,46 @@ struct Lateness {
   uint64_t n = 0;
 };
 
-void accumulate(const Model& m, const Comm& c, std::map<int, Lateness>* acc) {
+// From the members' collective histories (kept whole when old records are left out); `acc` is
+// indexed like Model::procs, one process per rank.
+void accumulate(const Model& m, const Comm& c, std::vector<Lateness>* acc) {
   if (c.members.size() < 2) return;
+  auto history = [&](const CommMember& mem) -> const CollHistory& { return m.procs[mem.proc].comms[mem.pc].history; };
   uint64_t lo = UINT64_MAX, hi = 0;
-  for_each_member_op(m, c, Family::kCollective, [&](const CommMember&, const Proc&, const Op& o) {
-    if (o.seq == 0) return;
-    lo = std::min(lo, o.seq);
-    hi = std::max(hi, o.seq);
-  });
-  if (lo > hi) return;
   size_t total = 0;
-  for (const auto& mem : c.members) total += m.procs[mem.proc].comms[mem.pc].ops_end - m.procs[mem.proc].comms[mem.pc].ops_begin;
+  for (const auto& mem : c.members) {
+    history(mem).for_each([&](uint64_t seq, uint64_t, uint32_t) {
+      lo = std::min(lo, seq);
+      hi = std::max(hi, seq);
+    });
+    total += m.procs[mem.proc].comms[mem.pc].ops_total;
+  }
+  if (lo > hi) return;
   const uint64_t cap = std::max<uint64_t>(4 * total + 1024, 1 << 16);
   if (hi - lo + 1 > cap) lo = hi - cap + 1;
   std::vector<int64_t> first(hi - lo + 1, INT64_MAX);
   std::vector<uint32_t> seen(hi - lo + 1, 0);
-  auto in_window = [&](const Op& o) { return o.seq >= lo && o.seq <= hi; };
-  for_each_member_op(m, c, Family::kCollective, [&](const CommMember&, const Proc& p, const Op& o) {
-    if (!in_window(o)) return;
-    first[o.seq - lo] = std::min(first[o.seq - lo], aligned(p, o.call_ns));
-    ++seen[o.seq - lo];
-  });
+  for (const auto& mem : c.members) {
+    const Proc& p = m.procs[mem.proc];
+    history(mem).for_each([&](uint64_t seq, uint64_t call_ns, uint32_t) {
+      if (seq < lo) return;
+      first[seq - lo] = std::min(first[seq - lo], aligned(p, call_ns));
+      ++seen[seq - lo];
+    });
+  }
   const uint32_t all = static_cast<uint32_t>(c.members.size());
-  for_each_member_op(m, c, Family::kCollective, [&](const CommMember&, const Proc& p, const Op& o) {
-    // Only collectives every member has on record.
-    if (!in_window(o) || seen[o.seq - lo] != all) return;
-    Lateness& a = (*acc)[p.rank];
-    const int64_t late = aligned(p, o.call_ns) - first[o.seq - lo];
-    a.sum += static_cast<double>(late);
-    a.max = std::max(a.max, late);
-    ++a.n;
-  });
+  for (const auto& mem : c.members) {
+    const Proc& p = m.procs[mem.proc];
+    Lateness& a = (*acc)[mem.proc];
+    history(mem).for_each([&](uint64_t seq, uint64_t call_ns, uint32_t) {
+      // Only collectives every member has on record.
+      if (seq < lo || seen[seq - lo] != all) return;
+      const int64_t late = aligned(p, call_ns) - first[seq - lo];
+      a.sum += static_cast<double>(late);
+      a.max = std::max(a.max, late);
+      ++a.n;
+    });
+  }
 }
 
 struct Row {
@@ -95,11 +104,11 @@ std::optional<Finding> straggler(const std::vector<Row>& rows, bool clock_aligne
 
 SkewResult measure_skew(const AnalysisState& state) {
   const Model& m = state.model;
-  std::map<int, Lateness> acc;
+  std::vector<Lateness> acc(m.procs.size());
   for (const auto& c : m.comms) accumulate(m, c, &acc);
   std::vector<Row> rows;
-  for (const auto& [r, a] : acc)
-    if (a.n) rows.push_back({r, a.sum / static_cast<double>(a.n), a.max, a.n});
+  for (size_t i = 0; i < acc.size(); ++i)
+    if (acc[i].n) rows.push_back({m.procs[i].rank, acc[i].sum / static_cast<double>(acc[i].n), acc[i].max, acc[i].n});
   std::sort(rows.begin(), rows.end(),
             [](const Row& a, const Row& b) { return a.mean != b.mean ? a.mean > b.mean : a.rank < b.rank; });
   SkewResult out;

@@ -142,7 +142,9 @@ int main(int argc, char** argv) {
                 << app.help();
       return kExitUsage;
     }
-    fr::analyzer::Model model = fr::analyzer::load_model(paths, opts.threads);
+    // The trace draws every record; the analysis alone reads the recent ones (docs/fr-analyze.md).
+    const auto mode = trace_file.empty() ? fr::analyzer::LoadMode::kWindow : fr::analyzer::LoadMode::kFull;
+    fr::analyzer::Model model = fr::analyzer::load_model(paths, opts.threads, mode);
     if (model.procs.empty()) {
       std::string why = model.skipped.empty() ? "no dump files found"
                                               : model.skipped.front().file + ": " + model.skipped.front().error;
@@ -158,6 +160,7 @@ int main(int argc, char** argv) {
         return kExitOutput;
       }
     }
+    model = fr::analyzer::Model{};  // the document and the views need the analysis alone
     if (!html_file.empty()) {
       fr::analyzer::HtmlPage page;
       page.heading = "fr-analyze " + paths.front() + (paths.size() > 1 ? " and " + std::to_string(paths.size() - 1) + " more" : "");
