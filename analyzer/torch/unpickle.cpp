@@ -322,35 +322,6 @@ bool PickleDoc::run(std::string_view bytes, const UnpickleLimits& limits, bool s
   return false;
 }
 
-PickleDoc::Ref PickleDoc::root() const { return Ref{m_->top_value()}; }
-
-PickleDoc::Type PickleDoc::type(Ref v) const {
-  switch (m_->kind(v.id)) {
-    case Kind::kNone: return Type::kNone;
-    case Kind::kBool: return Type::kBool;
-    case Kind::kInt: return Type::kInt;
-    case Kind::kUint: return Type::kUint;
-    case Kind::kBigInt: case Kind::kFloat: return Type::kFloat;
-    case Kind::kStr: return Type::kStr;
-    case Kind::kBytes: return Type::kBytes;
-    case Kind::kList: return Type::kList;
-    case Kind::kTuple: return Type::kTuple;
-    case Kind::kDict: return Type::kDict;
-    case Kind::kSet: case Kind::kFrozenSet: return Type::kSet;
-    case Kind::kSkipped: wrong_guess_ = true; return Type::kOther;
-  }
-  return Type::kOther;
-}
-
-int64_t PickleDoc::int_value(Ref v) const { return m_->obj(v.id).i; }
-uint64_t PickleDoc::uint_value(Ref v) const { return m_->obj(v.id).u; }
-double PickleDoc::float_value(Ref v) const { return m_->obj(v.id).f; }
-std::string_view PickleDoc::text(Ref v) const { return m_->str(v.id); }
-
-void PickleDoc::items(Ref v, std::vector<Ref>* out) const {
-  m_->items(v.id, out);
-}
-
 bool PickleDoc::to_json(Ref v, nlohmann::json* out, std::string* error) const {
   bool ok = m_->json_of(v.id, out, error);
   if (m_->scan_guessed_wrong()) wrong_guess_ = true;

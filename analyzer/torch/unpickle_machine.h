@@ -128,8 +128,14 @@ class Machine {
  public:
   Machine(std::string_view in, const UnpickleLimits& lim, bool scan = true)
       : in_(in), lim_(lim), scan_(scan) {
-    // Values built (frames are scanned, not built) run about one per 50 bytes of a dump.
-    objs_.reserve(std::min<size_t>(in.size() / 48 + 64, lim.max_objects));
+    // Sized for a dump whose frames are scanned, not built (about one value built per 32 bytes,
+    // one memo entry per 24), so that none of these tables is copied while it grows.
+    objs_.reserve(std::min<size_t>(in.size() / 32 + 64, lim.max_objects));
+    pool_.reserve(in.size() / 24 + 64);
+    segs_.reserve(in.size() / 128 + 16);
+    seqs_.reserve(in.size() / 128 + 16);
+    strs_.reserve(in.size() / 256 + 16);
+    memo_dense_.reserve(std::min<size_t>(in.size() / 24 + 64, lim.max_memo));
   }
 
   UnpickleResult run() {
@@ -603,3 +609,39 @@ class Machine {
 };
 
 }  // namespace fr::analyzer::torch::unpickle_detail
+
+namespace fr::analyzer::torch {
+
+// PickleDoc's readings, inline: a dump's reader asks them for every field of thousands of
+// entries (they are declared in unpickle.h; a reader includes this header to use them).
+inline PickleDoc::Ref PickleDoc::root() const { return Ref{m_->top_value()}; }
+
+inline PickleDoc::Type PickleDoc::type(Ref v) const {
+  using K = unpickle_detail::Kind;
+  switch (m_->kind(v.id)) {
+    case K::kNone: return Type::kNone;
+    case K::kBool: return Type::kBool;
+    case K::kInt: return Type::kInt;
+    case K::kUint: return Type::kUint;
+    case K::kBigInt: case K::kFloat: return Type::kFloat;
+    case K::kStr: return Type::kStr;
+    case K::kBytes: return Type::kBytes;
+    case K::kList: return Type::kList;
+    case K::kTuple: return Type::kTuple;
+    case K::kDict: return Type::kDict;
+    case K::kSet: case K::kFrozenSet: return Type::kSet;
+    case K::kSkipped: wrong_guess_ = true; return Type::kOther;
+  }
+  return Type::kOther;
+}
+
+inline int64_t PickleDoc::int_value(Ref v) const { return m_->obj(v.id).i; }
+inline uint64_t PickleDoc::uint_value(Ref v) const { return m_->obj(v.id).u; }
+inline double PickleDoc::float_value(Ref v) const { return m_->obj(v.id).f; }
+inline std::string_view PickleDoc::text(Ref v) const { return m_->str(v.id); }
+
+inline void PickleDoc::items(Ref v, std::vector<Ref>* out) const {
+  m_->items(v.id, out);
+}
+
+}  // namespace fr::analyzer::torch
