@@ -311,7 +311,7 @@ class Machine {
     uint64_t first = UINT64_MAX, next = UINT64_MAX;
     size_t added = 0, room = 0;
   };
-  ScanMemo scan_memo() const {
+  [[gnu::always_inline]] ScanMemo scan_memo() const {
     ScanMemo sm;
     sm.dense = memo_dense_.data();
     sm.dense_n = memo_dense_.size();
@@ -322,7 +322,7 @@ class Machine {
     }
     return sm;
   }
-  void scan_commit(ScanMemo* sm) {
+  [[gnu::always_inline]] void scan_commit(ScanMemo* sm) {
     if (sm->added == 0) return;
     poison_.back().second += sm->added;
     memo_count_ += sm->added;

@@ -35,7 +35,9 @@ namespace fr::analyzer::torch::unpickle_detail {
 // about 14 opcodes a frame): each opcode costs a handful of instructions. Lengths are skipped,
 // never read as text; a memo put that extends the open range of scanned memo indices, and a get
 // of a stored or scanned index, stay in locals (ScanMemo); anything else takes the members.
-size_t Machine::scan_ops(const unsigned char* p, const unsigned char* const end, ScanMemo* sm) {
+[[gnu::always_inline]] inline size_t Machine::scan_ops(const unsigned char* p,
+                                                      const unsigned char* const end,
+                                                      ScanMemo* sm) {
   const unsigned char* const begin = reinterpret_cast<const unsigned char*>(in_.data());
   constexpr int kMaxMarks = 64;
   int64_t marks[kMaxMarks];
