@@ -6,6 +6,20 @@
 
 namespace fr::analyzer::torch::unpickle_detail {
 
+namespace {
+
+// A W-byte little-endian argument at *p, which moves past it; false when the input ends first.
+template <size_t W>
+[[gnu::always_inline]] inline bool take(const unsigned char** p, const unsigned char* end,
+                                        uint64_t* v) {
+  if (size_t(end - *p) < W) return false;
+  *v = load_le<W>(*p);
+  *p += W;
+  return true;
+}
+
+}  // namespace
+
 // A memo get inside a scanned value: of a stored value, or of one made inside a scanned value.
 [[gnu::always_inline]] inline bool Machine::scan_get(uint64_t idx, ScanMemo* sm) {
   if ((idx < sm->dense_n && sm->dense[idx] != 0) || (idx >= sm->first && idx < sm->next))
@@ -36,8 +50,7 @@ namespace fr::analyzer::torch::unpickle_detail {
 // never read as text; a memo put that extends the open range of scanned memo indices, and a get
 // of a stored or scanned index, stay in locals (ScanMemo); anything else takes the members.
 [[gnu::always_inline]] inline size_t Machine::scan_ops(const unsigned char* p,
-                                                      const unsigned char* const end,
-                                                      ScanMemo* sm) {
+                                                      const unsigned char* const end, ScanMemo* sm) {
   const unsigned char* const begin = reinterpret_cast<const unsigned char*>(in_.data());
   constexpr int kMaxMarks = 64;
   int64_t marks[kMaxMarks];
@@ -63,39 +76,25 @@ namespace fr::analyzer::torch::unpickle_detail {
       case BININT: n = 4; goto fixed;
       case BINFLOAT: n = 8; goto fixed;
       case LONG1: case SHORT_BINUNICODE: case SHORT_BINBYTES: case SHORT_BINSTRING:
-        if (end - p < 1) return SIZE_MAX;
-        n = load_le<1>(p);
-        p += 1;
+        if (!take<1>(&p, end, &n)) return SIZE_MAX;
         goto fixed;
       case BINUNICODE: case BINBYTES:
-        if (end - p < 4) return SIZE_MAX;
-        n = load_le<4>(p);
-        p += 4;
+        if (!take<4>(&p, end, &n)) return SIZE_MAX;
         goto fixed;
       case BINUNICODE8: case BINBYTES8:
-        if (end - p < 8) return SIZE_MAX;
-        n = load_le<8>(p);
-        p += 8;
+        if (!take<8>(&p, end, &n)) return SIZE_MAX;
         goto fixed;
       case BINGET:
-        if (end - p < 1) return SIZE_MAX;
-        idx = load_le<1>(p);
-        p += 1;
+        if (!take<1>(&p, end, &idx)) return SIZE_MAX;
         goto get;
       case LONG_BINGET:
-        if (end - p < 4) return SIZE_MAX;
-        idx = load_le<4>(p);
-        p += 4;
+        if (!take<4>(&p, end, &idx)) return SIZE_MAX;
         goto get;
       case BINPUT:
-        if (h < 1 || end - p < 1) return SIZE_MAX;
-        idx = load_le<1>(p);
-        p += 1;
+        if (h < 1 || !take<1>(&p, end, &idx)) return SIZE_MAX;
         goto put;
       case LONG_BINPUT:
-        if (h < 1 || end - p < 4) return SIZE_MAX;
-        idx = load_le<4>(p);
-        p += 4;
+        if (h < 1 || !take<4>(&p, end, &idx)) return SIZE_MAX;
         goto put;
       case MEMOIZE:
         if (h < 1) return SIZE_MAX;
