@@ -171,6 +171,8 @@ class DumpConverter {
   std::vector<Group> groups_;
   std::map<std::string, size_t> by_name_;
   std::map<int64_t, size_t> by_pg_id_;
+  size_t last_group_ = SIZE_MAX;  // the group group_of() found last
+  int64_t last_pg_id_ = -1;       // the pg_id entry_from_raw() saw last
   std::vector<Entry> entries_;
   uint64_t min_ns_ = 0, max_ns_ = 0;
   int64_t anon_world_ = -1;  // world size hinted by a nameless pg_config entry
@@ -281,8 +283,10 @@ class DumpConverter {
 
   // The group an entry names, made when pg_config did not list it.
   size_t group_of(const std::string& gname, const std::string& gdesc) {
+    // Entries come in runs of one group: the last answer is asked first.
+    if (last_group_ < groups_.size() && groups_[last_group_].name == gname) return last_group_;
     auto git = by_name_.find(gname);
-    if (git != by_name_.end()) return git->second;
+    if (git != by_name_.end()) return last_group_ = git->second;
     size_t gi = add_group(gname, gdesc, nullptr, nullptr);
     Group& g = groups_[gi];
     if ((gname == "0" || gdesc == "default_pg") && rank_ >= 0) {
@@ -347,7 +351,10 @@ class DumpConverter {
       return false;
     }
     x->group = group_of(e.pg_name, e.pg_desc);
-    if (e.pg_id >= 0 && !by_pg_id_.count(e.pg_id)) by_pg_id_[e.pg_id] = x->group;
+    if (e.pg_id >= 0 && e.pg_id != last_pg_id_) {  // the first group an id names keeps it
+      by_pg_id_.emplace(e.pg_id, x->group);
+      last_pg_id_ = e.pg_id;
+    }
 
     // Before is_p2p and p2p_seq_id (torch_schema.h), p2p ops share the collectives' numbers.
     bool named_p2p = x->op == FR_OP_SEND || x->op == FR_OP_RECV;
@@ -435,8 +442,22 @@ class DumpConverter {
     }
   }
 
+  // Whether no entry belongs to a coalesced group: no marker, no group id, and every sequence
+  // number used once per process group and kind (seen when they ascend, as PyTorch writes them).
+  bool no_groups() const {
+    std::vector<int64_t> last(groups_.size() * 2, 0);
+    for (const auto& e : entries_) {
+      if (e.seq <= 0) continue;
+      int64_t& l = last[e.group * 2 + (e.p2p ? 1 : 0)];
+      if (e.op == -2 || e.group_id || e.seq <= l) return false;
+      l = e.seq;
+    }
+    return true;
+  }
+
   // Coalesced groups: same process group, kind and sequence number; the marker's state wins.
   void apply_groups() {
+    if (no_groups()) return;  // the common case, without building the map below
     struct Key {
       size_t group;
       bool p2p;

@@ -15,7 +15,7 @@
 
 #include "analyzer/torch/torch_convert.h"
 #include "analyzer/torch/torch_detail.h"
-#include "analyzer/torch/unpickle.h"
+#include "analyzer/torch/unpickle_machine.h"
 #include "log/safe_file.h"
 
 namespace fr::analyzer::torch {

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "analyzer/torch/torch_values.h"
+#include "analyzer/torch/unpickle_machine.h"
 
 namespace fr::analyzer::torch {
 
@@ -137,6 +138,35 @@ uint64_t p_element_count(const PickleDoc& d, PRef sizes, bool* ok, std::vector<P
 
 }  // namespace
 
+// The field a key names. Keys are memoized strs, so the same value comes back for every entry:
+// the answer is cached by value id (a small direct-mapped table) and the text compared once.
+PickleEntryReader::Field PickleEntryReader::field_of(PRef key) {
+  Slot& s = cache_[key.id % kCacheSlots];
+  if (s.id == key.id && s.valid) return s.field;
+  Field f = Field::kNone;
+  PType kt = d_.type(key);
+  if (kt == PType::kStr || kt == PType::kBytes) f = field_named(d_.text(key));
+  s = Slot{key.id, true, f};
+  return f;
+}
+
+PickleEntryReader::Field PickleEntryReader::field_named(std::string_view k) {
+  static const std::pair<const char*, Field> kFields[] = {
+      {"collective_seq_id", Field::kCollSeq}, {"fr_group_id", Field::kGroupId},
+      {"input_sizes", Field::kInSizes}, {"input_dtypes", Field::kInDtypes},
+      {"is_p2p", Field::kIsP2p}, {"output_sizes", Field::kOutSizes},
+      {"output_dtypes", Field::kOutDtypes}, {"profiling_name", Field::kProfilingName},
+      {"process_group", Field::kProcessGroup}, {"pg_id", Field::kPgId},
+      {"p2p_seq_id", Field::kP2pSeq}, {"record_id", Field::kRecordId},
+      {"retired", Field::kRetired}, {"state", Field::kState},
+      {"time_created_ns", Field::kCreated}, {"time_discovered_started_ns", Field::kStarted},
+      {"time_discovered_completed_ns", Field::kCompleted}, {"thread_id", Field::kThreadId},
+  };
+  for (const auto& [name, f] : kFields)
+    if (k == name) return f;
+  return Field::kNone;
+}
+
 RawEntry PickleEntryReader::read(PRef e) {
   RawEntry x;
   if (d_.type(e) != PType::kDict) {
@@ -150,73 +180,54 @@ RawEntry PickleEntryReader::read(PRef e) {
   bool has_in_sz = false, has_out_sz = false;
   // A key given twice keeps its last value, as a dict does.
   for (size_t i = 0; i + 1 < kv_.size(); i += 2) {
-    PType kt = d_.type(kv_[i]);
-    if (kt != PType::kStr && kt != PType::kBytes) continue;
-    std::string_view k = d_.text(kv_[i]);
     PRef v = kv_[i + 1];
     int64_t n;
-    switch (k.size() ? k[0] : 0) {
-      case 'c':
-        if (k == "collective_seq_id") x.coll_seq = p_int(d_, v, &n) ? n : 0;
+    switch (field_of(kv_[i])) {
+      case Field::kNone: break;
+      case Field::kCollSeq: x.coll_seq = p_int(d_, v, &n) ? n : 0; break;
+      case Field::kGroupId: {
+        PType t = d_.type(v);
+        x.group_id = t == PType::kUint ? d_.uint_value(v)
+                     : (t == PType::kInt && d_.int_value(v) > 0) ? uint64_t(d_.int_value(v))
+                                                                  : 0;
         break;
-      case 'f':
-        if (k == "fr_group_id") {
-          PType t = d_.type(v);
-          x.group_id = t == PType::kUint ? d_.uint_value(v)
-                       : (t == PType::kInt && d_.int_value(v) > 0) ? uint64_t(d_.int_value(v))
-                                                                    : 0;
-        }
+      }
+      case Field::kInSizes: in_sz = v; has_in_sz = true; break;
+      case Field::kInDtypes: in_dt = v; has_in_dt = true; break;
+      case Field::kIsP2p:
+        x.is_p2p = p_bool(d_, v, true) == p_bool(d_, v, false) ? int(p_bool(d_, v, false)) : -1;
         break;
-      case 'i':
-        if (k == "input_sizes") { in_sz = v; has_in_sz = true; }
-        else if (k == "input_dtypes") { in_dt = v; has_in_dt = true; }
-        else if (k == "is_p2p")
-          x.is_p2p = p_bool(d_, v, true) == p_bool(d_, v, false) ? int(p_bool(d_, v, false)) : -1;
-        break;
-      case 'o':
-        if (k == "output_sizes") { out_sz = v; has_out_sz = true; }
-        else if (k == "output_dtypes") { out_dt = v; has_out_dt = true; }
-        break;
-      case 'p':
-        if (k == "profiling_name") {
-          x.profiling_name = p_text(d_, v);
-        } else if (k == "process_group") {
-          x.has_pg = true;
-          x.pg_name.clear();
-          x.pg_desc.clear();
-          if (p_is_seq(d_.type(v))) {
-            d_.items(v, &tmp_);
-            if (tmp_.empty()) {
-              x.pg_name = p_text(d_, v);
-            } else {
-              x.pg_name = p_text(d_, tmp_[0]);
-              if (tmp_.size() > 1) x.pg_desc = p_text(d_, tmp_[1]);
-            }
-          } else {
+      case Field::kOutSizes: out_sz = v; has_out_sz = true; break;
+      case Field::kOutDtypes: out_dt = v; has_out_dt = true; break;
+      case Field::kProfilingName: x.profiling_name = p_text(d_, v); break;
+      case Field::kProcessGroup:
+        x.has_pg = true;
+        x.pg_name.clear();
+        x.pg_desc.clear();
+        if (p_is_seq(d_.type(v))) {
+          d_.items(v, &tmp_);
+          if (tmp_.empty()) {
             x.pg_name = p_text(d_, v);
+          } else {
+            x.pg_name = p_text(d_, tmp_[0]);
+            if (tmp_.size() > 1) x.pg_desc = p_text(d_, tmp_[1]);
           }
-        } else if (k == "pg_id") {
-          x.pg_id = p_int(d_, v, &n) ? n : -1;
-        } else if (k == "p2p_seq_id") {
-          x.has_p2p_seq = true;
-          x.p2p_seq = p_int(d_, v, &n) ? n : 0;
+        } else {
+          x.pg_name = p_text(d_, v);
         }
         break;
-      case 'r':
-        if (k == "record_id") x.record_id = p_int(d_, v, &n) ? n : -1;
-        else if (k == "retired") x.retired = p_bool(d_, v, false);
+      case Field::kPgId: x.pg_id = p_int(d_, v, &n) ? n : -1; break;
+      case Field::kP2pSeq:
+        x.has_p2p_seq = true;
+        x.p2p_seq = p_int(d_, v, &n) ? n : 0;
         break;
-      case 's':
-        if (k == "state") x.state = p_text(d_, v);
-        break;
-      case 't':
-        if (k == "time_created_ns") x.created_ns = p_int(d_, v, &n) ? n : 0;
-        else if (k == "time_discovered_started_ns") x.started_ns = p_int(d_, v, &n) ? n : 0;
-        else if (k == "time_discovered_completed_ns") x.completed_ns = p_int(d_, v, &n) ? n : 0;
-        else if (k == "thread_id") x.has_tid = p_int(d_, v, &x.tid);
-        break;
-      default:
-        break;
+      case Field::kRecordId: x.record_id = p_int(d_, v, &n) ? n : -1; break;
+      case Field::kRetired: x.retired = p_bool(d_, v, false); break;
+      case Field::kState: x.state = p_text(d_, v); break;
+      case Field::kCreated: x.created_ns = p_int(d_, v, &n) ? n : 0; break;
+      case Field::kStarted: x.started_ns = p_int(d_, v, &n) ? n : 0; break;
+      case Field::kCompleted: x.completed_ns = p_int(d_, v, &n) ? n : 0; break;
+      case Field::kThreadId: x.has_tid = p_int(d_, v, &x.tid); break;
     }
   }
   x.in_count = has_in_sz ? p_element_count(d_, in_sz, &x.in_ok, &tmp_, &dims_) : 0;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -56,8 +57,23 @@ class PickleEntryReader {
   RawEntry read(PickleDoc::Ref e);
 
  private:
+  enum class Field : uint8_t {
+    kNone, kCollSeq, kGroupId, kInSizes, kInDtypes, kIsP2p, kOutSizes, kOutDtypes,
+    kProfilingName, kProcessGroup, kPgId, kP2pSeq, kRecordId, kRetired, kState, kCreated,
+    kStarted, kCompleted, kThreadId,
+  };
+  struct Slot {
+    uint32_t id = 0;
+    bool valid = false;
+    Field field = Field::kNone;
+  };
+  static constexpr size_t kCacheSlots = 64;
+  Field field_of(PickleDoc::Ref key);
+  static Field field_named(std::string_view key);
+
   const PickleDoc& d_;
   std::vector<PickleDoc::Ref> kv_, tmp_, dims_;
+  Slot cache_[kCacheSlots];
 };
 
 }  // namespace fr::analyzer::torch

@@ -50,7 +50,7 @@ bool Machine::execute(uint32_t* result) {
       }
       case FRAME: {
         if (!need(8)) return false;
-        uint64_t n = read_le(8);
+        uint64_t n = read_le<8>();
         if (n > in_.size() - pos_) return fail("frame longer than the rest of the input");
         break;
       }
@@ -84,27 +84,27 @@ bool Machine::execute(uint32_t* result) {
       case BININT:
         if (!need(4)) return false;
         if (!push_new(Kind::kInt, &id)) return false;
-        objs_[id].i = static_cast<int32_t>(static_cast<uint32_t>(read_le(4)));
+        objs_[id].i = static_cast<int32_t>(static_cast<uint32_t>(read_le<4>()));
         break;
       case BININT1:
         if (!need(1)) return false;
         if (!push_new(Kind::kInt, &id)) return false;
-        objs_[id].i = static_cast<int64_t>(read_le(1));
+        objs_[id].i = static_cast<int64_t>(read_le<1>());
         break;
       case BININT2:
         if (!need(2)) return false;
         if (!push_new(Kind::kInt, &id)) return false;
-        objs_[id].i = static_cast<int64_t>(read_le(2));
+        objs_[id].i = static_cast<int64_t>(read_le<2>());
         break;
       case LONG1: {
         if (!need(1)) return false;
-        size_t n = static_cast<size_t>(read_le(1));
+        size_t n = static_cast<size_t>(read_le<1>());
         if (!push_long(n)) return false;
         break;
       }
       case LONG4: {
         if (!need(4)) return false;
-        int32_t n = static_cast<int32_t>(static_cast<uint32_t>(read_le(4)));
+        int32_t n = static_cast<int32_t>(static_cast<uint32_t>(read_le<4>()));
         if (n < 0) return fail("negative length");
         if (!push_long(static_cast<size_t>(n))) return false;
         break;
@@ -123,15 +123,15 @@ bool Machine::execute(uint32_t* result) {
       }
       case SHORT_BINUNICODE:
         if (!need(1)) return false;
-        if (!push_str(Kind::kStr, read_le(1))) return false;
+        if (!push_str(Kind::kStr, read_le<1>())) return false;
         break;
       case BINUNICODE:
         if (!need(4)) return false;
-        if (!push_str(Kind::kStr, read_le(4))) return false;
+        if (!push_str(Kind::kStr, read_le<4>())) return false;
         break;
       case BINUNICODE8: {
         if (!need(8)) return false;
-        uint64_t n = read_le(8);
+        uint64_t n = read_le<8>();
         if (n > in_.size()) return fail("length beyond the input");
         if (!push_str(Kind::kStr, static_cast<size_t>(n))) return false;
         break;
@@ -139,15 +139,15 @@ bool Machine::execute(uint32_t* result) {
       case SHORT_BINBYTES:
       case SHORT_BINSTRING:
         if (!need(1)) return false;
-        if (!push_str(Kind::kBytes, read_le(1))) return false;
+        if (!push_str(Kind::kBytes, read_le<1>())) return false;
         break;
       case BINBYTES:
         if (!need(4)) return false;
-        if (!push_str(Kind::kBytes, read_le(4))) return false;
+        if (!push_str(Kind::kBytes, read_le<4>())) return false;
         break;
       case BINSTRING: {
         if (!need(4)) return false;
-        int32_t n = static_cast<int32_t>(static_cast<uint32_t>(read_le(4)));
+        int32_t n = static_cast<int32_t>(static_cast<uint32_t>(read_le<4>()));
         if (n < 0) return fail("negative length");
         if (!push_str(Kind::kBytes, static_cast<size_t>(n))) return false;
         break;
@@ -155,7 +155,7 @@ bool Machine::execute(uint32_t* result) {
       case BINBYTES8:
       case BYTEARRAY8: {
         if (!need(8)) return false;
-        uint64_t n = read_le(8);
+        uint64_t n = read_le<8>();
         if (n > in_.size()) return fail("length beyond the input");
         if (!push_str(Kind::kBytes, static_cast<size_t>(n))) return false;
         break;
@@ -219,11 +219,11 @@ bool Machine::execute(uint32_t* result) {
       }
       case BINPUT:
         if (!need(1)) return false;
-        if (!memo_put(read_le(1))) return false;
+        if (!memo_put(read_le<1>())) return false;
         break;
       case LONG_BINPUT:
         if (!need(4)) return false;
-        if (!memo_put(read_le(4))) return false;
+        if (!memo_put(read_le<4>())) return false;
         break;
       case MEMOIZE:
         if (!memo_put(memo_count_)) return false;
@@ -235,11 +235,11 @@ bool Machine::execute(uint32_t* result) {
       }
       case BINGET:
         if (!need(1)) return false;
-        if (!memo_get(read_le(1))) return false;
+        if (!memo_get(read_le<1>())) return false;
         break;
       case LONG_BINGET:
         if (!need(4)) return false;
-        if (!memo_get(read_le(4))) return false;
+        if (!memo_get(read_le<4>())) return false;
         break;
       case GET: {
         uint64_t idx;
@@ -320,35 +320,6 @@ bool PickleDoc::run(std::string_view bytes, const UnpickleLimits& limits, bool s
   if (m_->execute_only(error)) return true;
   wrong_guess_ = m_->scan_guessed_wrong();
   return false;
-}
-
-PickleDoc::Ref PickleDoc::root() const { return Ref{m_->top_value()}; }
-
-PickleDoc::Type PickleDoc::type(Ref v) const {
-  switch (m_->kind(v.id)) {
-    case Kind::kNone: return Type::kNone;
-    case Kind::kBool: return Type::kBool;
-    case Kind::kInt: return Type::kInt;
-    case Kind::kUint: return Type::kUint;
-    case Kind::kBigInt: case Kind::kFloat: return Type::kFloat;
-    case Kind::kStr: return Type::kStr;
-    case Kind::kBytes: return Type::kBytes;
-    case Kind::kList: return Type::kList;
-    case Kind::kTuple: return Type::kTuple;
-    case Kind::kDict: return Type::kDict;
-    case Kind::kSet: case Kind::kFrozenSet: return Type::kSet;
-    case Kind::kSkipped: wrong_guess_ = true; return Type::kOther;
-  }
-  return Type::kOther;
-}
-
-int64_t PickleDoc::int_value(Ref v) const { return m_->obj(v.id).i; }
-uint64_t PickleDoc::uint_value(Ref v) const { return m_->obj(v.id).u; }
-double PickleDoc::float_value(Ref v) const { return m_->obj(v.id).f; }
-std::string_view PickleDoc::text(Ref v) const { return m_->str(v.id); }
-
-void PickleDoc::items(Ref v, std::vector<Ref>* out) const {
-  m_->items(v.id, out);
 }
 
 bool PickleDoc::to_json(Ref v, nlohmann::json* out, std::string* error) const {

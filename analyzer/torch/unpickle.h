@@ -68,6 +68,7 @@ class PickleDoc {
   PickleDoc(const PickleDoc&) = delete;
   PickleDoc& operator=(const PickleDoc&) = delete;
 
+  // The readings below are inline in unpickle_machine.h (include it to use them).
   // Runs `bytes` (which must outlive this object); on failure returns false with `error` set
   // like UnpickleResult::error.
   bool run(std::string_view bytes, const UnpickleLimits& limits, bool scan_skipped,

@@ -5,12 +5,14 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <iterator>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -74,6 +76,24 @@ struct Obj {
 };
 static_assert(sizeof(Obj) == 16, "one value stays small");
 
+// A little-endian unsigned of W bytes (1, 2, 4 or 8) at q: one load on a little-endian host.
+template <size_t W>
+inline uint64_t load_le(const unsigned char* q) {
+  static_assert(W == 1 || W == 2 || W == 4 || W == 8);
+  if constexpr (W == 1) {
+    return q[0];
+  } else if constexpr (std::endian::native == std::endian::little) {
+    using U = std::conditional_t<W == 2, uint16_t, std::conditional_t<W == 4, uint32_t, uint64_t>>;
+    U v;
+    std::memcpy(&v, q, W);
+    return v;
+  } else {
+    uint64_t v = 0;
+    for (size_t k = 0; k < W; ++k) v |= uint64_t(q[k]) << (8 * k);
+    return v;
+  }
+}
+
 inline bool valid_utf8(std::string_view s) {
   size_t i = 0, n = s.size();
   while (i < n) {
@@ -108,8 +128,14 @@ class Machine {
  public:
   Machine(std::string_view in, const UnpickleLimits& lim, bool scan = true)
       : in_(in), lim_(lim), scan_(scan) {
-    // Values built (frames are scanned, not built) run about one per 50 bytes of a dump.
-    objs_.reserve(std::min<size_t>(in.size() / 48 + 64, lim.max_objects));
+    // Sized for a dump whose frames are scanned, not built (about one value built per 32 bytes,
+    // one memo entry per 24), so that none of these tables is copied while it grows.
+    objs_.reserve(std::min<size_t>(in.size() / 32 + 64, lim.max_objects));
+    pool_.reserve(in.size() / 24 + 64);
+    segs_.reserve(in.size() / 128 + 16);
+    seqs_.reserve(in.size() / 128 + 16);
+    strs_.reserve(in.size() / 256 + 16);
+    memo_dense_.reserve(std::min<size_t>(in.size() / 24 + 64, lim.max_memo));
   }
 
   UnpickleResult run() {
@@ -274,26 +300,41 @@ class Machine {
     }
     return !memo_sparse_.empty() && memo_sparse_.count(idx);
   }
-  // memo_mark_poison for the common case, inline in the scan: the next index of the range.
-  bool poison_next(uint64_t idx) {
-    if (!poison_.empty() && idx == poison_.back().second + 1 && memo_count_ < lim_.max_memo &&
-        (idx >= memo_dense_.size() || memo_dense_[idx] == 0) && memo_sparse_.empty()) {
-      poison_.back().second = idx;
-      ++memo_count_;
-      return true;
+  // The memo as the scan sees it, held in locals: the dense table, and the range of memo indices
+  // made inside scanned values that is being extended, [first, next), `added` of them not yet
+  // committed to poison_ and memo_count_, `room` more allowed by the memo limit. With no range
+  // open (or a sparse memo in use) first and next are UINT64_MAX and every look takes the
+  // member functions above.
+  struct ScanMemo {
+    const uint32_t* dense = nullptr;
+    size_t dense_n = 0;
+    uint64_t first = UINT64_MAX, next = UINT64_MAX;
+    size_t added = 0, room = 0;
+  };
+  [[gnu::always_inline]] ScanMemo scan_memo() const {
+    ScanMemo sm;
+    sm.dense = memo_dense_.data();
+    sm.dense_n = memo_dense_.size();
+    sm.room = memo_count_ < lim_.max_memo ? lim_.max_memo - memo_count_ : 0;
+    if (!poison_.empty() && memo_sparse_.empty()) {
+      sm.first = poison_.back().first;
+      sm.next = poison_.back().second + 1;
     }
-    return memo_mark_poison(idx);
+    return sm;
   }
-
-  static uint64_t le_at(const unsigned char* q, size_t w) {
-    uint64_t v = 0;
-    for (size_t k = 0; k < w; ++k) v |= uint64_t(q[k]) << (8 * k);
-    return v;
+  [[gnu::always_inline]] void scan_commit(ScanMemo* sm) {
+    if (sm->added == 0) return;
+    poison_.back().second += sm->added;
+    memo_count_ += sm->added;
+    sm->room -= sm->added;
+    sm->added = 0;
   }
 
   // The scan itself, on plain pointers kept in registers: the offset just past the value, or
   // SIZE_MAX when the scan cannot vouch for it (unpickle_scan.cpp).
-  size_t scan_ops(const unsigned char* p, const unsigned char* const end);
+  size_t scan_ops(const unsigned char* p, const unsigned char* const end, ScanMemo* sm);
+  bool scan_get(uint64_t idx, ScanMemo* sm);
+  bool scan_put(uint64_t idx, ScanMemo* sm);
 
   // Scans one complete value from pos_ (see unpickle.cpp) and pushes a placeholder for it
   // (unpickle_scan.cpp).
@@ -346,10 +387,10 @@ class Machine {
     return fail("truncated (needs " + std::to_string(n) + " more bytes, " +
                 std::to_string(in_.size() - pos_) + " left)");
   }
-  uint64_t read_le(size_t n) {
-    uint64_t v = 0;
-    for (size_t k = 0; k < n; ++k) v |= uint64_t(static_cast<unsigned char>(in_[pos_ + k])) << (8 * k);
-    pos_ += n;
+  template <size_t W>
+  uint64_t read_le() {
+    uint64_t v = load_le<W>(reinterpret_cast<const unsigned char*>(in_.data()) + pos_);
+    pos_ += W;
     return v;
   }
 
@@ -428,10 +469,10 @@ class Machine {
       op_ = static_cast<uint8_t>(in_[pos_]);
       if (op_ == BINPUT) {
         ++pos_;
-        if (!need(1) || !memo_put(read_le(1))) return false;
+        if (!need(1) || !memo_put(read_le<1>())) return false;
       } else if (op_ == LONG_BINPUT) {
         ++pos_;
-        if (!need(4) || !memo_put(read_le(4))) return false;
+        if (!need(4) || !memo_put(read_le<4>())) return false;
       } else if (op_ == MEMOIZE) {
         ++pos_;
         if (!memo_put(memo_count_)) return false;
@@ -568,3 +609,39 @@ class Machine {
 };
 
 }  // namespace fr::analyzer::torch::unpickle_detail
+
+namespace fr::analyzer::torch {
+
+// PickleDoc's readings, inline: a dump's reader asks them for every field of thousands of
+// entries (they are declared in unpickle.h; a reader includes this header to use them).
+inline PickleDoc::Ref PickleDoc::root() const { return Ref{m_->top_value()}; }
+
+inline PickleDoc::Type PickleDoc::type(Ref v) const {
+  using K = unpickle_detail::Kind;
+  switch (m_->kind(v.id)) {
+    case K::kNone: return Type::kNone;
+    case K::kBool: return Type::kBool;
+    case K::kInt: return Type::kInt;
+    case K::kUint: return Type::kUint;
+    case K::kBigInt: case K::kFloat: return Type::kFloat;
+    case K::kStr: return Type::kStr;
+    case K::kBytes: return Type::kBytes;
+    case K::kList: return Type::kList;
+    case K::kTuple: return Type::kTuple;
+    case K::kDict: return Type::kDict;
+    case K::kSet: case K::kFrozenSet: return Type::kSet;
+    case K::kSkipped: wrong_guess_ = true; return Type::kOther;
+  }
+  return Type::kOther;
+}
+
+inline int64_t PickleDoc::int_value(Ref v) const { return m_->obj(v.id).i; }
+inline uint64_t PickleDoc::uint_value(Ref v) const { return m_->obj(v.id).u; }
+inline double PickleDoc::float_value(Ref v) const { return m_->obj(v.id).f; }
+inline std::string_view PickleDoc::text(Ref v) const { return m_->str(v.id); }
+
+inline void PickleDoc::items(Ref v, std::vector<Ref>* out) const {
+  m_->items(v.id, out);
+}
+
+}  // namespace fr::analyzer::torch

@@ -68,7 +68,10 @@ PY
 
 # s/Mrec: wall seconds per million records; cpu/Mrec the same in CPU seconds, which a busy machine
 # moves less.
-printf '%-7s %-9s %-8s %-9s %-7s %-9s %-9s %-8s %-9s %s\n' ranks records gen_s analyze_s cpu_s peak_MiB KiB/rank s/Mrec cpu/Mrec verdict
+# FR_BENCH_TORCH_ONLY=1 runs only the PyTorch part below.
+[[ ${FR_BENCH_TORCH_ONLY:-0} != 0 ]] && sizes=""
+[[ -n $sizes ]] &&
+  printf '%-7s %-9s %-8s %-9s %-7s %-9s %-9s %-8s %-9s %s\n' ranks records gen_s analyze_s cpu_s peak_MiB KiB/rank s/Mrec cpu/Mrec verdict
 largest=0
 for n in $sizes; do
   need=$(set_mib "$n")
@@ -130,7 +133,8 @@ fi
 # PyTorch Flight Recorder pickles: 1,024 ranks x 2,000 entries with 16 stack frames each (as
 # torch's own test-dump generator shapes them), written by gen_torch_pickles.py; fr-analyze's
 # time and peak memory (target <= 2 s, <= 1 GiB), then PyTorch's fr_trace on the same files when
-# torch imports (FR_BENCH_FR_TRACE=0 leaves it out; it is bounded by FR_BENCH_FR_TRACE_LIMIT s).
+# torch imports (FR_BENCH_FR_TRACE=0 leaves it out; it is bounded by FR_BENCH_FR_TRACE_LIMIT s),
+# and, where valgrind is installed, the instructions reading one rank file takes.
 # Figures only: this part never changes the exit status.
 if [[ ${FR_BENCH_TORCH:-1} != 0 ]]; then
   here=$(cd "$(dirname "$0")" && pwd)
@@ -171,6 +175,18 @@ if [[ ${FR_BENCH_TORCH:-1} != 0 ]]; then
   ok_m=$(awk -v k="${rss_kb:-0}" 'BEGIN { print (k <= 1024 * 1024) ? "yes" : "no" }')
   echo "fr-analyze verdict: $verdict; target <= 2 s: $ok_t; peak <= 1 GiB: $ok_m;" \
       "$(met "$([[ $ok_t == yes && $ok_m == yes ]] && echo yes)")"
+  # Instructions to read one rank file (callgrind's count inside the torch reader), a figure a busy
+  # machine does not move; and the CPU seconds of the whole run per rank file.
+  echo "fr-analyze CPU per rank file: $(awk -v c="$cpu" -v n="$t_ranks" 'BEGIN { printf "%.2f", 1000 * c / n }') ms"
+  if command -v valgrind >/dev/null 2>&1; then
+    valgrind --tool=callgrind --callgrind-out-file="$tmp/callgrind.out" \
+      --toggle-collect='fr::analyzer::torch::read_torch_dump_bytes*' \
+      "$analyze" --json "$tdir/nccl_trace_rank_0" >/dev/null 2>"$tmp/callgrind.err" || true
+    ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$tmp/callgrind.out" 2>/dev/null)
+    echo "reading one rank file: ${ir:-?} instructions (callgrind, inside the torch reader)"
+  else
+    echo "reading one rank file: instructions not counted (valgrind not installed)"
+  fi
   if [[ ${FR_BENCH_FR_TRACE:-1} != 0 ]] && python3 -c 'import torch.distributed.flight_recorder.fr_trace' >/dev/null 2>&1; then
     measure fr_trace timeout "${FR_BENCH_FR_TRACE_LIMIT:-600}" python3 -m torch.distributed.flight_recorder.fr_trace \
       -p nccl_trace_rank_ "$tdir"
