@@ -1,10 +1,11 @@
 // The coordinator server's inside (server.h), shared by its units and seen by nothing else:
 // server.cpp starts and stops it (listeners, HTTP pages, threads), server_streams.cpp holds the
 // gRPC reactors (node streams, uploads, placed dumps) and the threads that drive them (ticker,
-// fan-out), server_writers.cpp the threads that write to disk (dump sets, placed-dump checks,
-// incident.json). Locking: Impl::mu guards the state, the stream and upload registries and the
-// queues; each NodeStream has its own write lock, always taken after Impl::mu, never before, and
-// so is the fan-out queue's lock. Fan-out threads take a stream's write lock alone.
+// fan-out, heartbeats), server_writers.cpp the threads that write to disk (dump sets, placed-dump
+// checks, incident.json). Locking: Impl::mu guards the state, the stream and upload registries and
+// the queues; each NodeStream has its own write lock, always taken after Impl::mu, never before,
+// and so are the fan-out queue's lock and the heartbeat queue's lock (hb_mu). Fan-out threads take
+// a stream's write lock alone; gRPC's threads take hb_mu alone to hand a heartbeat over.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -84,6 +85,18 @@ struct CoordinatorServer::Impl {
   std::map<std::string, FanoutRound> fanout_rounds;
   double last_fanout_seconds = 0;                  // the last round: listed to handed to gRPC
 
+  // Heartbeats are applied to the state by one thread of ours, not on gRPC's few callback
+  // threads (two on a 2-core machine), which must stay free to read, to complete the dump
+  // requests' writes and to answer calls: a backlog of heartbeats never delays a fan-out. A
+  // stream holds at most one heartbeat waiting (a newer one replaces it, and is counted), so a
+  // coordinator short of CPU applies fewer, fresher reports instead of falling behind.
+  std::mutex hb_mu;
+  std::condition_variable hb_cv;
+  std::vector<NodeStream*> hb_ready;     // streams with a heartbeat waiting: pinned
+  bool hb_stopping = false;
+  uint64_t heartbeats_replaced = 0;      // waiting heartbeats a newer one replaced
+  std::thread applier;
+
   std::unique_ptr<grpc::Service> service;  // declared before the server: outlives it
   std::unique_ptr<grpc::Server> server;
   int port = 0;
@@ -131,6 +144,7 @@ struct CoordinatorServer::Impl {
   // The threads (server_streams.cpp).
   void ticker_loop();
   void fanout_loop();
+  void applier_loop();
   // The threads that write (server_writers.cpp).
   void assembler_loop();
   void placed_loop();

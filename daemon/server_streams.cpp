@@ -1,7 +1,8 @@
 // The coordinator's gRPC side (server_impl.h): a reactor per node stream (hello, heartbeats,
 // dump status, pings) and per upload (header, chunks, verified and moved into place), the
 // Placed call for dumps written into a shared dump dir, and the threads that drive them: the
-// ticker (the state's clock, idle uploads) and the fan-out threads that send dump requests.
+// ticker (the state's clock, idle uploads), the fan-out threads that send dump requests, and the
+// applier that applies heartbeats to the state.
 #include "daemon/server_impl.h"
 
 #include <malloc.h>
@@ -81,6 +82,14 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
     close_locked(std::move(st));
   }
 
+  // The heartbeat waiting for the applier, taken with impl->hb_mu held.
+  std::unique_ptr<NodeMessage> take_heartbeat(int64_t* t4) {
+    *t4 = hb_t4_;
+    return std::move(hb_);
+  }
+  // Set once, by the hello, before any heartbeat is handed over.
+  uint64_t session() const { return session_; }
+
   void OnReadDone(bool ok) override {
     if (!ok) {
       close(grpc::Status::OK);
@@ -151,7 +160,7 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
   static constexpr size_t kMaxQueued = 256;
 
   void close_locked(grpc::Status st) {
-    if (finished_ || finish_pending_) return;
+    if (finished_ || finish_pending_ || done_) return;
     if (writing_) {
       finish_pending_ = true;
       final_status_ = std::move(st);
@@ -195,30 +204,32 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
     return true;
   }
 
+  // Hands the heartbeat to the applier (applier_loop) and reads on: decoding it and the state's
+  // work happen there, off gRPC's threads. A heartbeat still waiting is replaced by this newer one.
   bool on_heartbeat(int64_t now, int64_t t4) {
     if (!session_) {
       close(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "heartbeat before hello"));
       return false;
     }
-    const auto& hb = in_.heartbeat();
-    NodeReport report = from_proto(hb);
-    bool urgent = false;
-    std::lock_guard<std::mutex> lk(impl_->mu);
-    const int64_t at_once = impl_->state.stall_policy().report_at_once_ns();
-    for (const auto& p : report.processes)
-      if ((!p.alive && !p.exited_cleanly) || p.oldest_age_ns() >= at_once) urgent = true;
-    if (!impl_->state.heartbeat(session_, std::move(report), now)) {
-      close(grpc::Status(grpc::StatusCode::ABORTED, "superseded by a newer connection"));
-      return false;
+    auto m = std::make_unique<NodeMessage>();
+    m->Swap(&in_);
+    std::unique_ptr<NodeMessage> replaced;  // freed outside the lock
+    bool first;
+    {
+      std::lock_guard<std::mutex> lk(impl_->hb_mu);
+      first = !hb_;
+      if (first) {
+        pin();
+        impl_->hb_ready.push_back(this);
+      } else {
+        impl_->heartbeats_replaced++;
+      }
+      replaced = std::move(hb_);
+      hb_ = std::move(m);
+      hb_t4_ = t4;
     }
-    if (hb.has_echo() && hb.echo().t1_ns() != 0)
-      impl_->state.clock_sample(session_, hb.echo().t1_ns(), hb.echo().t2_ns(),
-                                hb.echo().t3_ns(), t4);
+    if (first) impl_->hb_cv.notify_one();
     if (pings_ < 4 || now - last_ping_ >= 5'000'000'000) send_ping();
-    if (urgent) {
-      impl_->poke = true;
-      impl_->tick_cv.notify_one();
-    }
     return true;
   }
 
@@ -234,6 +245,8 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
   grpc::CallbackServerContext* ctx_;
   NodeMessage in_;
   uint64_t session_ = 0;
+  std::unique_ptr<NodeMessage> hb_;  // the heartbeat waiting for the applier (impl->hb_mu)
+  int64_t hb_t4_ = 0;                // ... and when it arrived (real time, for the clock)
   int64_t last_ping_ = 0;
   int pings_ = 0;
   std::mutex wmu_;
@@ -584,14 +597,88 @@ void CoordinatorServer::Impl::fanout_loop() {
   }
 }
 
+namespace {
+
+// One heartbeat on its way from a stream to the state.
+struct Arrived {
+  NodeStream* stream;  // pinned
+  std::unique_ptr<NodeMessage> message;
+  int64_t t4 = 0;
+  NodeReport report;
+};
+
+}  // namespace
+
+// Heartbeats applied in batches: decoded outside every lock, then applied under one hold of mu.
+void CoordinatorServer::Impl::applier_loop() {
+  constexpr size_t kBatch = 64;
+  std::vector<NodeStream*> ready;
+  std::vector<Arrived> batch;
+  std::vector<NodeStream*> superseded;
+  std::unique_lock<std::mutex> lk(hb_mu);
+  for (;;) {
+    hb_cv.wait(lk, [&] { return hb_stopping || !hb_ready.empty(); });
+    if (hb_ready.empty()) return;  // stopping, every pinned stream released
+    ready.swap(hb_ready);
+    for (size_t i = 0; i < ready.size(); i += kBatch) {
+      // Taken a batch at a time, so that what waits longer can still be replaced by newer.
+      if (!lk.owns_lock()) lk.lock();
+      for (size_t k = i; k < std::min(ready.size(), i + kBatch); ++k) {
+        batch.push_back({ready[k], nullptr, 0, {}});
+        batch.back().message = ready[k]->take_heartbeat(&batch.back().t4);
+      }
+      lk.unlock();
+      for (auto& a : batch) a.report = from_proto(a.message->heartbeat());
+      {
+        std::lock_guard<std::mutex> g(mu);
+        const int64_t at_once = state.stall_policy().report_at_once_ns();
+        bool urgent = false;
+        for (auto& a : batch) {
+          for (const auto& p : a.report.processes)
+            if ((!p.alive && !p.exited_cleanly) || p.oldest_age_ns() >= at_once) urgent = true;
+          const uint64_t session = a.stream->session();
+          if (!state.heartbeat(session, std::move(a.report), mono_ns())) {
+            superseded.push_back(a.stream);
+            continue;
+          }
+          const auto& hb = a.message->heartbeat();
+          if (hb.has_echo() && hb.echo().t1_ns() != 0)
+            state.clock_sample(session, hb.echo().t1_ns(), hb.echo().t2_ns(), hb.echo().t3_ns(),
+                               a.t4);
+        }
+        if (urgent) {
+          poke = true;
+          tick_cv.notify_one();
+        }
+      }
+      for (NodeStream* st : superseded)
+        st->close(grpc::Status(grpc::StatusCode::ABORTED, "superseded by a newer connection"));
+      superseded.clear();
+      for (auto& a : batch) a.stream->unpin();
+      batch.clear();
+    }
+    ready.clear();
+    if (!lk.owns_lock()) lk.lock();
+  }
+}
+
 void CoordinatorServer::Impl::ticker_loop() {
+  // Pokes come in floods (every node's dump status after a fan-out), and a tick of 16k nodes holds
+  // mu for milliseconds: poked ticks are at least this far apart.
+  constexpr int64_t kMinGapNs = 20'000'000;
   std::unique_lock<std::mutex> lk(mu);
   int64_t last_trim = mono_ns();
+  int64_t last_tick = 0;
   while (!stopping) {
     tick_cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return stopping || poke; });
     if (stopping) break;
+    int64_t since = mono_ns() - last_tick;
+    if (since < kMinGapNs &&
+        tick_cv.wait_for(lk, std::chrono::nanoseconds(kMinGapNs - since), [&] { return stopping; }))
+      break;
     poke = false;
     int64_t now = mono_ns();
+    last_tick = now;
     Actions a = state.tick(now);
     dispatch(a);
     for (auto* u : uploads) u->cancel_if_idle(now, opts.upload_idle_ns, opts.upload_header_ns);
