@@ -81,19 +81,23 @@ struct CoordinatorServer::Impl {
     int64_t listed_mono = 0;
     size_t slices_left = 0;
     size_t streams = 0;
+    int64_t cpu_ns = 0;                      // the fan-out threads' CPU time on it
   };
   std::map<std::string, FanoutRound> fanout_rounds;
+  size_t fanout_pending = 0;                       // slices queued or being sent (fanout_mu)
   double last_fanout_seconds = 0;                  // the last round: listed to handed to gRPC
 
   // Heartbeats are applied to the state by one thread of ours, not on gRPC's few callback
   // threads (two on a 2-core machine), which must stay free to read, to complete the dump
   // requests' writes and to answer calls: a backlog of heartbeats never delays a fan-out. A
   // stream holds at most one heartbeat waiting (a newer one replaces it, and is counted), so a
-  // coordinator short of CPU applies fewer, fresher reports instead of falling behind.
+  // coordinator short of CPU applies fewer, fresher reports instead of falling behind. While a
+  // fan-out is being sent the applier waits (up to kFanoutFirstNs): the requests come first.
   std::mutex hb_mu;
   std::condition_variable hb_cv;
   std::vector<NodeStream*> hb_ready;     // streams with a heartbeat waiting: pinned
   bool hb_stopping = false;
+  bool hb_fanout = false;                // a fan-out is being sent
   uint64_t heartbeats_replaced = 0;      // waiting heartbeats a newer one replaced
   std::thread applier;
 
