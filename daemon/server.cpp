@@ -1,6 +1,7 @@
 // See server.h. Starting and stopping the coordinator server: the listeners' rules (loopback,
 // token, TLS), the gRPC listener, the HTTP pages, and the threads; the reactors are in
-// server_streams.cpp, the threads that write in server_writers.cpp (server_impl.h).
+// server_streams.cpp and server_node_stream.h, the fan-out and heartbeat threads in
+// server_threads.cpp, the threads that write in server_writers.cpp (server_impl.h).
 #include "daemon/server.h"
 #include "daemon/server_impl.h"
 #include "files/files.h"

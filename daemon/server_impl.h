@@ -1,11 +1,13 @@
 // The coordinator server's inside (server.h), shared by its units and seen by nothing else:
 // server.cpp starts and stops it (listeners, HTTP pages, threads), server_streams.cpp holds the
-// gRPC reactors (node streams, uploads, placed dumps) and the threads that drive them (ticker,
-// fan-out, heartbeats), server_writers.cpp the threads that write to disk (dump sets, placed-dump
-// checks, incident.json). Locking: Impl::mu guards the state, the stream and upload registries and
-// the queues; each NodeStream has its own write lock, always taken after Impl::mu, never before,
-// and so are the fan-out queue's lock and the heartbeat queue's lock (hb_mu). Fan-out threads take
-// a stream's write lock alone; gRPC's threads take hb_mu alone to hand a heartbeat over.
+// gRPC service (uploads, placed dumps, status, trigger) and the ticker, server_node_stream.h the
+// node streams' reactor, server_threads.cpp the threads that drive the streams (fan-out,
+// heartbeats), server_writers.cpp the threads that write to disk (dump sets, placed-dump checks,
+// incident.json). Locking: Impl::mu guards the state, the stream and upload registries and the
+// queues; each NodeStream has its own write lock, always taken after Impl::mu, never before, and
+// so are the fan-out queue's lock and the heartbeat queue's lock (hb_mu); a stream's write lock
+// may be taken under hb_mu. Fan-out threads take a stream's write lock alone; gRPC's threads take
+// hb_mu alone to hand a heartbeat over.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -34,7 +36,7 @@ using fr::v1::NodeMessage;
 using fr::v1::UploadChunk;
 using fr::v1::UploadReply;
 
-class NodeStream;    // one node's control stream (server_streams.cpp)
+class NodeStream;    // one node's control stream (server_node_stream.h)
 class UploadStream;  // one node's upload (server_streams.cpp)
 
 struct CoordinatorServer::Impl {
@@ -145,7 +147,7 @@ struct CoordinatorServer::Impl {
 
   // Carries out what the state asked for. Called with mu held.
   void dispatch(Actions& a);
-  // The threads (server_streams.cpp).
+  // The threads: the ticker (server_streams.cpp), fan-out and applier (server_threads.cpp).
   void ticker_loop();
   void fanout_loop();
   void applier_loop();
