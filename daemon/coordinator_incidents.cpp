@@ -263,8 +263,12 @@ std::vector<const CoordinatorState::Node*> CoordinatorState::mark_lost(int64_t n
 
 void CoordinatorState::close_if_cleared(Incident& inc, Actions* a) {
   if (inc.state != IncidentState::kOpen) return;
-  // Recovered after a restart: judged once the nodes report again, not before.
+  // Recovered after a restart: judged once the nodes report again, not before. A node that said
+  // hello has not reported yet: its ranks are unknown, not dead.
   if (inc.recovered && nodes_.empty()) return;
+  if (inc.recovered)
+    for (const auto& [_, n] : nodes_)
+      if (n.connected && n.heartbeats == 0) return;
   IncidentState before = inc.state;
   bool any_alive = false, any_stall = false, trigger_progressed = false, any_dead = false;
   bool any_lost = false;

@@ -1,6 +1,7 @@
 // See server.h. Starting and stopping the coordinator server: the listeners' rules (loopback,
 // token, TLS), the gRPC listener, the HTTP pages, and the threads; the reactors are in
-// server_streams.cpp, the threads that write in server_writers.cpp (server_impl.h).
+// server_streams.cpp and server_node_stream.h, the fan-out and heartbeat threads in
+// server_threads.cpp, the threads that write in server_writers.cpp (server_impl.h).
 #include "daemon/server.h"
 #include "daemon/server_impl.h"
 #include "files/files.h"
@@ -61,9 +62,18 @@ void CoordinatorServer::Impl::add_pages() {
       std::lock_guard<std::mutex> fl(fanout_mu);
       fanout = last_fanout_seconds;
     }
+    uint64_t replaced;
+    {
+      std::lock_guard<std::mutex> hl(hb_mu);
+      replaced = heartbeats_replaced;
+    }
     r.body += "# HELP frd_fanout_seconds Last incident: from listing its dump requests to handing "
               "the last one to its node's stream.\n# TYPE frd_fanout_seconds gauge\n"
-              "frd_fanout_seconds " + std::to_string(fanout) + "\n";
+              "frd_fanout_seconds " + std::to_string(fanout) + "\n"
+              "# HELP frd_heartbeats_replaced_total Heartbeats replaced by a newer one from the "
+              "same node before they were applied (the coordinator short of CPU).\n"
+              "# TYPE frd_heartbeats_replaced_total counter\n"
+              "frd_heartbeats_replaced_total " + std::to_string(replaced) + "\n";
     return r;
   });
   // Paged as `frd status` is: ?offset=N&limit=N&summary=1.
@@ -229,8 +239,11 @@ bool CoordinatorServer::start(std::string* error) {
   m.assembler = std::thread([&m] { m.assembler_loop(); });
   m.placed_checker = std::thread([&m] { m.placed_loop(); });
   m.persister = std::thread([&m] { m.persist_loop(); });
-  unsigned fanout = std::clamp(std::thread::hardware_concurrency(), 2u, 8u);
+  // Eight, whatever the cores: where the coordinator is short of CPU the scheduler shares it out
+  // per thread, and the dump requests should get most of it ahead of gRPC's reading threads.
+  constexpr unsigned fanout = 8;
   for (unsigned i = 0; i < fanout; ++i) m.fanout_threads.emplace_back([&m] { m.fanout_loop(); });
+  m.applier = std::thread([&m] { m.applier_loop(); });
   m.started = true;
   if (!m.opts.port_file.empty() &&
       !fr::files::write_atomic(m.opts.port_file, std::to_string(m.port) + "\n", error)) {
@@ -268,6 +281,12 @@ void CoordinatorServer::shutdown() {
   m.fanout_cv.notify_all();
   for (auto& t : m.fanout_threads) t.join();
   m.fanout_threads.clear();
+  {
+    std::lock_guard<std::mutex> hl(m.hb_mu);
+    m.hb_stopping = true;
+  }
+  m.hb_cv.notify_all();
+  m.applier.join();
   m.metrics.stop();
 }
 

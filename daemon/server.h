@@ -1,9 +1,11 @@
 // The coordinator's gRPC service: a thin adapter over CoordinatorState. It uses gRPC's callback
 // API (one reactor object per stream, no thread per stream); a ticker thread runs detection and
 // deadlines, one assembler thread writes and analyses dump sets, so neither slows the streams,
-// and a few fan-out threads send an incident's dump requests (one shared message) to slices of
-// the streams outside the state's lock, so that asking 16k nodes neither waits on one thread nor
-// holds up their heartbeats. Every call is checked against the shared token when one is set.
+// an applier thread applies heartbeats to the state, so that gRPC's few callback threads only
+// read and write, and eight fan-out threads send an incident's dump requests (one shared message)
+// to slices of the streams outside the state's lock, ahead of heartbeat work, so that asking 16k
+// nodes neither waits on one thread nor behind their heartbeats. Every call is checked against
+// the shared token when one is set.
 //
 // Stopping never waits on analysis I/O for long: an analysis stuck in a read (a swapped file on
 // a broken shared file system) is left behind after a short wait, with nothing of the server it

@@ -1,10 +1,13 @@
 // The coordinator server's inside (server.h), shared by its units and seen by nothing else:
 // server.cpp starts and stops it (listeners, HTTP pages, threads), server_streams.cpp holds the
-// gRPC reactors (node streams, uploads, placed dumps) and the threads that drive them (ticker,
-// fan-out), server_writers.cpp the threads that write to disk (dump sets, placed-dump checks,
+// gRPC service (uploads, placed dumps, status, trigger) and the ticker, server_node_stream.h the
+// node streams' reactor, server_threads.cpp the threads that drive the streams (fan-out,
+// heartbeats), server_writers.cpp the threads that write to disk (dump sets, placed-dump checks,
 // incident.json). Locking: Impl::mu guards the state, the stream and upload registries and the
 // queues; each NodeStream has its own write lock, always taken after Impl::mu, never before, and
-// so is the fan-out queue's lock. Fan-out threads take a stream's write lock alone.
+// so are the fan-out queue's lock and the heartbeat queue's lock (hb_mu); a stream's write lock
+// may be taken under hb_mu. Fan-out threads take a stream's write lock alone; gRPC's threads take
+// hb_mu alone to hand a heartbeat over.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -33,7 +36,7 @@ using fr::v1::NodeMessage;
 using fr::v1::UploadChunk;
 using fr::v1::UploadReply;
 
-class NodeStream;    // one node's control stream (server_streams.cpp)
+class NodeStream;    // one node's control stream (server_node_stream.h)
 class UploadStream;  // one node's upload (server_streams.cpp)
 
 struct CoordinatorServer::Impl {
@@ -80,9 +83,25 @@ struct CoordinatorServer::Impl {
     int64_t listed_mono = 0;
     size_t slices_left = 0;
     size_t streams = 0;
+    int64_t cpu_ns = 0;                      // the fan-out threads' CPU time on it
   };
   std::map<std::string, FanoutRound> fanout_rounds;
+  size_t fanout_pending = 0;                       // slices queued or being sent (fanout_mu)
   double last_fanout_seconds = 0;                  // the last round: listed to handed to gRPC
+
+  // Heartbeats are applied to the state by one thread of ours, not on gRPC's few callback
+  // threads (two on a 2-core machine), which must stay free to read, to complete the dump
+  // requests' writes and to answer calls: a backlog of heartbeats never delays a fan-out. A
+  // stream holds at most one heartbeat waiting (a newer one replaces it, and is counted), so a
+  // coordinator short of CPU applies fewer, fresher reports instead of falling behind. While a
+  // fan-out is being sent the applier waits (up to kFanoutFirstNs): the requests come first.
+  std::mutex hb_mu;
+  std::condition_variable hb_cv;
+  std::vector<NodeStream*> hb_ready;     // streams with a heartbeat waiting: pinned
+  bool hb_stopping = false;
+  bool hb_fanout = false;                // a fan-out is being sent
+  uint64_t heartbeats_replaced = 0;      // waiting heartbeats a newer one replaced
+  std::thread applier;
 
   std::unique_ptr<grpc::Service> service;  // declared before the server: outlives it
   std::unique_ptr<grpc::Server> server;
@@ -128,9 +147,10 @@ struct CoordinatorServer::Impl {
 
   // Carries out what the state asked for. Called with mu held.
   void dispatch(Actions& a);
-  // The threads (server_streams.cpp).
+  // The threads: the ticker (server_streams.cpp), fan-out and applier (server_threads.cpp).
   void ticker_loop();
   void fanout_loop();
+  void applier_loop();
   // The threads that write (server_writers.cpp).
   void assembler_loop();
   void placed_loop();

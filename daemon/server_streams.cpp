@@ -1,14 +1,13 @@
-// The coordinator's gRPC side (server_impl.h): a reactor per node stream (hello, heartbeats,
-// dump status, pings) and per upload (header, chunks, verified and moved into place), the
-// Placed call for dumps written into a shared dump dir, and the threads that drive them: the
-// ticker (the state's clock, idle uploads) and the fan-out threads that send dump requests.
-#include "daemon/server_impl.h"
+// The coordinator's gRPC service (server_impl.h): the node streams' reactor
+// (server_node_stream.h), a reactor per upload (header, chunks, verified and moved into place),
+// the Placed call for dumps written into a shared dump dir, Status and TriggerDump, and the
+// ticker (the state's clock, idle uploads). The other threads are in server_threads.cpp.
+#include "daemon/server_node_stream.h"
 
 #include <malloc.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 
 #include "daemon/convert.h"
 
@@ -35,216 +34,6 @@ class Refused : public Base {
 };
 
 }  // namespace
-
-class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessage> {
- public:
-  NodeStream(CoordinatorServer::Impl* impl, grpc::CallbackServerContext* ctx)
-      : impl_(impl), ctx_(ctx) {
-    StartRead(&in_);
-  }
-
-  // Queues a message; called with impl->mu held, or pinned (or before the stream is known to
-  // anyone).
-  void send(CoordinatorMessage m) { send(std::make_shared<const CoordinatorMessage>(std::move(m))); }
-  void send(std::shared_ptr<const CoordinatorMessage> m) {
-    std::lock_guard<std::mutex> lk(wmu_);
-    if (finished_ || finish_pending_ || done_) return;
-    // A peer that does not read its commands gets dropped rather than grow our memory.
-    if (out_.size() >= kMaxQueued) {
-      close_locked(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "not reading commands"));
-      return;
-    }
-    out_.push_back(std::move(m));
-    if (!writing_) {
-      writing_ = true;
-      StartWrite(out_.front().get());
-    }
-  }
-
-  // A fan-out thread holds the stream alive while it sends to it: pin() with impl->mu held while
-  // the stream is registered, unpin() when done with it (the last one out deletes it).
-  void pin() {
-    std::lock_guard<std::mutex> lk(wmu_);
-    pins_++;
-  }
-  void unpin() {
-    bool last;
-    {
-      std::lock_guard<std::mutex> lk(wmu_);
-      last = --pins_ == 0 && done_;
-    }
-    if (last) delete this;
-  }
-
-  void close(grpc::Status st) {
-    std::lock_guard<std::mutex> lk(wmu_);
-    close_locked(std::move(st));
-  }
-
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      close(grpc::Status::OK);
-      return;
-    }
-    int64_t now = mono_ns();
-    int64_t t4 = real_ns();
-    bool keep_reading = true;
-    switch (in_.body_case()) {
-      case NodeMessage::kHello: keep_reading = on_hello(now); break;
-      case NodeMessage::kHeartbeat: keep_reading = on_heartbeat(now, t4); break;
-      case NodeMessage::kDumpStatus: {
-        std::lock_guard<std::mutex> lk(impl_->mu);
-        const auto& d = in_.dump_status();
-        impl_->state.dump_status(session_, printable(d.incident_id(), 64), d.ok(),
-                                 printable(d.error(), 256), now);
-        impl_->poke = true;
-        impl_->tick_cv.notify_one();
-        break;
-      }
-      default:
-        close(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "empty or unknown message"));
-        keep_reading = false;
-    }
-    if (keep_reading) StartRead(&in_);
-  }
-
-  void OnWriteDone(bool ok) override {
-    std::lock_guard<std::mutex> lk(wmu_);
-    out_.pop_front();
-    if (finish_pending_) {
-      finished_ = true;
-      Finish(final_status_);
-      return;
-    }
-    if (!ok) {
-      // The peer is gone; the read side will see it too.
-      writing_ = false;
-      out_.clear();
-      return;
-    }
-    if (!out_.empty()) {
-      StartWrite(out_.front().get());
-    } else {
-      writing_ = false;
-    }
-  }
-
-  void OnDone() override {
-    {
-      std::lock_guard<std::mutex> lk(impl_->mu);
-      if (session_) {
-        impl_->state.disconnect(session_, mono_ns());
-        auto it = impl_->streams.find(session_);
-        if (it != impl_->streams.end() && it->second == this) impl_->streams.erase(it);
-      }
-    }
-    bool last;
-    {
-      std::lock_guard<std::mutex> lk(wmu_);
-      done_ = true;
-      last = pins_ == 0;
-    }
-    if (last) delete this;
-  }
-
- private:
-  static constexpr size_t kMaxQueued = 256;
-
-  void close_locked(grpc::Status st) {
-    if (finished_ || finish_pending_) return;
-    if (writing_) {
-      finish_pending_ = true;
-      final_status_ = std::move(st);
-      ctx_->TryCancel();
-      return;
-    }
-    finished_ = true;
-    Finish(st);
-  }
-
-  bool on_hello(int64_t now) {
-    if (session_) {
-      close(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "hello sent twice"));
-      return false;
-    }
-    const auto& h = in_.hello();
-    std::string error;
-    std::lock_guard<std::mutex> lk(impl_->mu);
-    uint64_t s = impl_->state.connect(h.node_name(), h.host(), h.job_id(),
-                                      impl_->peer_auth(ctx_), now, &error);
-    if (!s) {
-      close(grpc::Status(grpc::StatusCode::PERMISSION_DENIED, error));
-      return false;
-    }
-    session_ = s;
-    impl_->streams[s] = this;
-    CoordinatorMessage w;
-    w.mutable_welcome()->set_coordinator_id(impl_->state.coordinator_id());
-    w.mutable_welcome()->set_job_id(impl_->cfg.job_id);
-    w.mutable_welcome()->set_heartbeat_interval_ms(
-        uint32_t(impl_->cfg.heartbeat_interval_ns / 1'000'000));
-    // Nodes report an op at once when it crosses the lowest threshold an op can have.
-    w.mutable_welcome()->set_stall_after_ms(uint32_t(std::min<int64_t>(
-        impl_->state.stall_policy().report_at_once_ns() / 1'000'000, int64_t(UINT32_MAX))));
-    w.mutable_welcome()->set_upload_key(impl_->state.upload_key(s));
-    send(std::move(w));
-    send_ping();
-    Actions a;
-    impl_->state.resend_requests(s, &a);
-    impl_->dispatch(a);
-    return true;
-  }
-
-  bool on_heartbeat(int64_t now, int64_t t4) {
-    if (!session_) {
-      close(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "heartbeat before hello"));
-      return false;
-    }
-    const auto& hb = in_.heartbeat();
-    NodeReport report = from_proto(hb);
-    bool urgent = false;
-    std::lock_guard<std::mutex> lk(impl_->mu);
-    const int64_t at_once = impl_->state.stall_policy().report_at_once_ns();
-    for (const auto& p : report.processes)
-      if ((!p.alive && !p.exited_cleanly) || p.oldest_age_ns() >= at_once) urgent = true;
-    if (!impl_->state.heartbeat(session_, std::move(report), now)) {
-      close(grpc::Status(grpc::StatusCode::ABORTED, "superseded by a newer connection"));
-      return false;
-    }
-    if (hb.has_echo() && hb.echo().t1_ns() != 0)
-      impl_->state.clock_sample(session_, hb.echo().t1_ns(), hb.echo().t2_ns(),
-                                hb.echo().t3_ns(), t4);
-    if (pings_ < 4 || now - last_ping_ >= 5'000'000'000) send_ping();
-    if (urgent) {
-      impl_->poke = true;
-      impl_->tick_cv.notify_one();
-    }
-    return true;
-  }
-
-  void send_ping() {
-    CoordinatorMessage p;
-    p.mutable_ping()->set_t1_ns(real_ns());
-    last_ping_ = mono_ns();
-    pings_++;
-    send(std::move(p));
-  }
-
-  CoordinatorServer::Impl* impl_;
-  grpc::CallbackServerContext* ctx_;
-  NodeMessage in_;
-  uint64_t session_ = 0;
-  int64_t last_ping_ = 0;
-  int pings_ = 0;
-  std::mutex wmu_;
-  std::deque<std::shared_ptr<const CoordinatorMessage>> out_;
-  int pins_ = 0;
-  bool done_ = false;
-  bool writing_ = false;
-  bool finished_ = false;
-  bool finish_pending_ = false;
-  grpc::Status final_status_;
-};
 
 // An upload takes one of the limited slots only once a valid header from the node that was
 // asked has arrived; until then it is a waiting stream, bounded in number per peer host and
@@ -507,91 +296,23 @@ class Service final : public fr::v1::Coordinator::CallbackService {
 std::unique_ptr<grpc::Service> make_service(CoordinatorServer::Impl* impl) {
   return std::make_unique<Service>(impl);
 }
-
-void CoordinatorServer::Impl::dispatch(Actions& a) {
-  // One message per incident, shared by every stream it goes to; slices of streams to the
-  // fan-out threads.
-  constexpr size_t kSlice = 256;
-  std::deque<FanoutSlice> slices;
-  for (auto& d : a.dumps) {
-    auto it = streams.find(d.session);
-    if (it == streams.end()) continue;
-    if (slices.empty() || slices.back().streams.size() >= kSlice ||
-        slices.back().message->dump_request().incident_id() != d.incident_id) {
-      auto m = std::make_shared<CoordinatorMessage>();
-      m->mutable_dump_request()->set_incident_id(d.incident_id);
-      m->mutable_dump_request()->set_reason(d.reason);
-      m->mutable_dump_request()->set_deadline_ms(d.deadline_ms);
-      m->mutable_dump_request()->set_job_id(d.job_id);
-      // A slice of the same incident shares the message of the previous one.
-      if (!slices.empty() && slices.back().message->dump_request().incident_id() == d.incident_id)
-        slices.push_back({slices.back().message, {}});
-      else
-        slices.push_back({std::move(m), {}});
-    }
-    it->second->pin();
-    slices.back().streams.push_back(it->second);
-  }
-  if (!slices.empty()) {
-    int64_t now = mono_ns();
-    std::lock_guard<std::mutex> fl(fanout_mu);
-    for (auto& sl : slices) {
-      FanoutRound& r = fanout_rounds[sl.message->dump_request().incident_id()];
-      if (!r.slices_left) r.listed_mono = now;
-      r.slices_left++;
-      r.streams += sl.streams.size();
-      fanout_queue.push_back(std::move(sl));
-    }
-    fanout_cv.notify_all();
-  }
-  for (auto& j : a.assemble) assembly_queue.push_back(std::move(j));
-  if (!a.assemble.empty()) assemble_cv.notify_one();
-  for (auto& entry : a.persist) {
-    const std::string& path = entry.first;
-    auto same = std::find_if(persist_queue.begin(), persist_queue.end(),
-                             [&](const auto& e) { return e.first == path; });
-    if (same != persist_queue.end()) same->second = std::move(entry.second);
-    else persist_queue.emplace_back(path, std::move(entry.second));
-  }
-  if (!a.persist.empty()) persist_cv.notify_one();
-  for (const auto& l : a.log) log(l);
-  a = Actions{};
-}
-
-void CoordinatorServer::Impl::fanout_loop() {
-  std::unique_lock<std::mutex> lk(fanout_mu);
-  for (;;) {
-    fanout_cv.wait(lk, [&] { return fanout_stopping || !fanout_queue.empty(); });
-    if (fanout_queue.empty()) return;  // stopping, every pinned stream released
-    FanoutSlice sl = std::move(fanout_queue.front());
-    fanout_queue.pop_front();
-    lk.unlock();
-    for (NodeStream* st : sl.streams) {
-      st->send(sl.message);
-      st->unpin();
-    }
-    lk.lock();
-    const std::string& id = sl.message->dump_request().incident_id();
-    auto r = fanout_rounds.find(id);
-    if (r != fanout_rounds.end() && --r->second.slices_left == 0) {
-      last_fanout_seconds = double(mono_ns() - r->second.listed_mono) / 1e9;
-      char line[200];
-      std::snprintf(line, sizeof line, "%zu dump request(s) handed to the node streams in %.3f s",
-                    r->second.streams, last_fanout_seconds);
-      log("frd coordinator: " + id + ": " + line);
-      fanout_rounds.erase(r);
-    }
-  }
-}
-
 void CoordinatorServer::Impl::ticker_loop() {
+  // Pokes come in floods (every node's dump status after a fan-out), and a tick of 16k nodes holds
+  // mu for milliseconds: poked ticks are at least this far apart.
+  constexpr int64_t kMinGapNs = 20'000'000;
   std::unique_lock<std::mutex> lk(mu);
   int64_t last_trim = mono_ns();
+  int64_t last_tick = 0;
   while (!stopping) {
     tick_cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return stopping || poke; });
     if (stopping) break;
+    int64_t since = mono_ns() - last_tick;
+    if (since < kMinGapNs &&
+        tick_cv.wait_for(lk, std::chrono::nanoseconds(kMinGapNs - since), [&] { return stopping; }))
+      break;
     poke = false;
     int64_t now = mono_ns();
+    last_tick = now;
     Actions a = state.tick(now);
     dispatch(a);
     for (auto* u : uploads) u->cancel_if_idle(now, opts.upload_idle_ns, opts.upload_header_ns);
@@ -605,5 +326,4 @@ void CoordinatorServer::Impl::ticker_loop() {
     }
   }
 }
-
 }  // namespace fr::daemon

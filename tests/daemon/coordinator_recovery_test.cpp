@@ -1,5 +1,5 @@
 // What a restarted coordinator recovers (daemon/coordinator_recovery.cpp): incident ids of a
-// previous run, and its incidents when the job is not known yet.
+// previous run, its incidents when the job is not known yet, and when it judges them.
 #include <catch2/catch.hpp>
 
 #include "coordinator_fixture.h"
@@ -36,4 +36,30 @@ TEST_CASE("a restarted coordinator that does not know the job yet finds the inci
   REQUIRE(st.begin_upload(header("incident-0003", "n0"), &where, &dup, &err));
   CHECK(where == dir.path + "/jobX/incident-0003");
   CHECK_FALSE(st.begin_upload(header("incident-0004", "n0"), &where, &dup, &err));
+}
+
+TEST_CASE("a recovered incident is not judged before its nodes report", "[daemon]") {
+  TempDir dir;
+  std::string err;
+  REQUIRE(fr::files::make_dirs(dir.path + "/job1/incident-0001", &err));
+  CoordinatorState st(config(dir.path));
+  auto state_of = [&](int64_t now) {
+    const nlohmann::json status = st.status(now);
+    for (const auto& i : status["incidents"])
+      if (i["id"] == "incident-0001") return i["state"].get<std::string>();
+    return std::string("none");
+  };
+  // The node is connected (its hello) and delivers its kept dump before its first heartbeat is
+  // applied: a tick meanwhile sees no live rank, yet must not close the incident.
+  uint64_t s = st.connect("n0", "h0", "job1", 0, &err);
+  REQUIRE(s);
+  std::string where;
+  bool dup = false;
+  REQUIRE(st.begin_upload(header("incident-0001", "n0"), &where, &dup, &err));
+  st.tick(kSec);
+  CHECK(state_of(kSec) == "open");
+  // Once it reports, the incident is judged on what it reports: its ranks are dead.
+  REQUIRE(st.heartbeat(s, report({proc(0, false, 0), proc(1, false, 0)}), 2 * kSec));
+  st.tick(2 * kSec);
+  CHECK(state_of(2 * kSec) != "open");
 }

@@ -2,14 +2,19 @@
 // measure what the coordinator costs at scale. Every node is one stream on gRPC's callback API
 // (a few channels carry them all); heartbeats are spread evenly over the interval. After a
 // warm-up it measures the coordinator's CPU (from /proc/PID/stat) over a window, then triggers a
-// dump and measures the fan-out: the time until every node has received its dump request. It
-// also prints the coordinator's memory (resident now and at peak, from /proc/PID/status) and
-// what else shared the machine: the load generator runs beside the coordinator, on the same
-// cores, so the figures are an upper bound of what the coordinator alone would cost.
+// dump and measures the fan-out: the time until every node has received its dump request, from
+// the trigger's send and from the coordinator's decision (the incident's opened_ns, read back
+// with Status; both processes read the same CLOCK_REALTIME). The trigger and Status calls travel
+// on a connection of their own, so they do not queue behind the heartbeats. It also prints the
+// coordinator's memory (resident now and at peak, from /proc/PID/status) and what else shared
+// the machine: the load generator runs beside the coordinator, on the same cores, so the figures
+// are an upper bound of what the coordinator alone would cost. Its own receiving is shown apart:
+// the CPU it used during the fan-out and when the median node had its request.
 #include <unistd.h>
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -22,6 +27,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "daemon/convert.h"
 #include "fr/v1/frd.grpc.pb.h"
@@ -98,6 +105,7 @@ class SimNode : public grpc::ClientBidiReactor<fr::v1::NodeMessage, fr::v1::Coor
   void OnReadDone(bool ok) override {
     if (!ok) return;
     if (in_.has_dump_request()) {
+      asked_real = real_now();
       asked_at = Clock::now().time_since_epoch().count();
       fr::v1::NodeMessage st;
       st.mutable_dump_status()->set_incident_id(in_.dump_request().incident_id());
@@ -144,6 +152,7 @@ class SimNode : public grpc::ClientBidiReactor<fr::v1::NodeMessage, fr::v1::Coor
   }
 
   std::atomic<int64_t> asked_at{0};
+  std::atomic<int64_t> asked_real{0};  // CLOCK_REALTIME, to compare with the coordinator's
   std::atomic<bool> welcomed{false};
   std::atomic<uint64_t> sent{0}, skipped{0};
 
@@ -199,6 +208,23 @@ double status_mib(int pid, const char* field) {
 
 double self_cpu_seconds() { return cpu_seconds(int(getpid())); }
 
+// The incident's opened_ns (the coordinator's decision, CLOCK_REALTIME) from Status; 0 when absent.
+int64_t incident_opened_ns(fr::v1::Coordinator::Stub* stub, const std::string& id,
+                           int deadline_s = 30) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(deadline_s));
+  fr::v1::StatusRequest req;
+  req.set_summary(true);
+  req.set_node_limit(1);
+  fr::v1::StatusReply rep;
+  if (!stub->Status(&ctx, req, &rep).ok()) return 0;
+  auto j = nlohmann::json::parse(rep.json(), nullptr, false);
+  if (j.is_discarded() || !j.contains("incidents")) return 0;
+  for (const auto& i : j["incidents"])
+    if (i.value("id", std::string()) == id) return i.value("opened_ns", int64_t(0));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -234,6 +260,23 @@ int main(int argc, char** argv) {
     stubs.push_back(fr::v1::Coordinator::NewStub(
         grpc::CreateCustomChannel(addr, grpc::InsecureChannelCredentials(), args)));
   }
+  // The trigger and Status calls: a connection of their own, as `frd trigger` would have.
+  grpc::ChannelArguments control_args;
+  control_args.SetInt("fr.loadgen.channel", -1);
+  control_args.SetMaxReceiveMessageSize(64 << 20);
+  auto control = fr::v1::Coordinator::NewStub(
+      grpc::CreateCustomChannel(addr, grpc::InsecureChannelCredentials(), control_args));
+  // Connected while the coordinator is idle, and kept in use (an idle connection is not read, so
+  // the coordinator's keepalive would close it): a coordinator short of CPU may not complete a
+  // new connection's handshake in time, and the trigger should not need one.
+  incident_opened_ns(control.get(), "");
+  std::atomic<bool> keep{true};
+  std::thread keeper([&] {
+    while (keep) {
+      incident_opened_ns(control.get(), "", 5);
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+  });
   std::vector<std::unique_ptr<SimNode>> sims;
   for (int n = 0; n < nodes; ++n)
     sims.push_back(std::make_unique<SimNode>(stubs[size_t(n % channels)].get(), n, ranks));
@@ -276,9 +319,17 @@ int main(int argc, char** argv) {
     skipped += s->skipped;
   }
 
-  // Fan-out: trigger a dump, wait until every node has its request (or 10 s).
-  std::string error;
+  keep = false;
+  // How long the coordinator takes to answer a call now (its backlog).
+  auto s0 = Clock::now();
+  incident_opened_ns(control.get(), "");
+  const double status_s = std::chrono::duration<double>(Clock::now() - s0).count();
+
+  // Fan-out: trigger a dump, wait until every node has its request (or 30 s).
+  std::string error, incident;
   auto t0 = Clock::now();
+  const int64_t t0_real = real_now();
+  const double fan_c0 = pid ? cpu_seconds(pid) : 0, fan_self0 = self_cpu_seconds();
   bool triggered = false;
   double replied = -1;
   {
@@ -287,8 +338,9 @@ int main(int argc, char** argv) {
     fr::v1::TriggerRequest req;
     req.set_reason("load generator fan-out");
     fr::v1::TriggerReply rep;
-    grpc::Status st = stubs[0]->TriggerDump(&ctx, req, &rep);
+    grpc::Status st = control->TriggerDump(&ctx, req, &rep);
     triggered = st.ok() && rep.ok();
+    incident = rep.incident_id();
     if (!triggered) error = st.ok() ? rep.error() : st.error_message();
     replied = std::chrono::duration<double>(Clock::now() - t0).count();
   }
@@ -308,9 +360,19 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   double fanout = last ? double(last - t0.time_since_epoch().count()) / 1e9 : -1;
+  const double fan_wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double fan_cpu = pid ? cpu_seconds(pid) - fan_c0 : 0;
+  const double fan_self = self_cpu_seconds() - fan_self0;
+  // When each node had its request, from the coordinator's decision.
+  std::vector<int64_t> asked_real;
+  for (auto& s : sims)
+    if (s->asked_real) asked_real.push_back(s->asked_real);
+  std::sort(asked_real.begin(), asked_real.end());
+  const int64_t opened = triggered ? incident_opened_ns(control.get(), incident) : 0;
 
   stop = true;
   ticker.join();
+  keeper.join();
   for (auto& s : sims) s->cancel();
   for (auto& s : sims) s->wait_done();
 
@@ -329,7 +391,20 @@ int main(int argc, char** argv) {
   if (!triggered)
     std::printf("  fan-out: trigger failed: %s\n", error.c_str());
   else
-    std::printf("  fan-out: %d/%d nodes asked to dump within %.3f s (trigger answered after %.3f s)\n",
-                asked, nodes, fanout, replied);
+    std::printf("  fan-out: %d/%d nodes asked to dump within %.3f s of the trigger's send (trigger "
+                "answered after %.3f s; a status call before it, %.3f s)\n",
+                asked, nodes, fanout, replied, status_s);
+  if (opened && !asked_real.empty()) {
+    auto since = [&](int64_t t) { return double(t - opened) / 1e9; };
+    std::printf("  fan-out from the coordinator's decision (%.3f s after the send): every node "
+                "asked within %.3f s; half within %.3f s, 99%% within %.3f s\n",
+                since(t0_real) * -1, since(asked_real.back()),
+                since(asked_real[asked_real.size() / 2]),
+                since(asked_real[std::min(asked_real.size() - 1, asked_real.size() * 99 / 100)]));
+  }
+  if (triggered)
+    std::printf("  during the fan-out (%.2f s): coordinator %.2f cores, load generator %.2f cores "
+                "(receiving the requests and answering them)\n",
+                fan_wall, pid ? fan_cpu / fan_wall : 0.0, fan_self / fan_wall);
   return triggered && asked == nodes ? 0 : 1;
 }

@@ -8,8 +8,11 @@
 #     steps of a healthy job with 20x step jitter and a 10 s all-ranks pause (target 0).
 #  3. one coordinator against N simulated nodes x 8 ranks heartbeating at 1 Hz (frd-loadgen):
 #     coordinator CPU, memory and dump fan-out time at 2048, 8192 and 16384 nodes; targets at
-#     16384: <= 1 core, <= 2 GiB, every node asked within 1 s. Each count takes about 10 s plus
-#     one second per 1,000 nodes to connect; the load generator shares the machine.
+#     16384: <= 1 core, <= 2 GiB, every node asked within 1 s of the coordinator's decision. Each
+#     count takes about 10 s plus one second per 1,000 nodes to connect; the load generator shares
+#     the machine. The coordinator and the load generator each run in a session of their own
+#     (setsid): with the kernel's autogroup scheduling each then gets one session's share of a
+#     shared machine, rather than splitting the share of the shell that runs this script.
 # Usage: run.sh <build-dir> [node counts...]   (FR_BENCH_HEALTHY_STEPS: steps of the healthy job)
 #  4. the stacks of every rank of a node at a dump (8 ranks, frd node's "stacks of 8 of 8
 #     process(es) in X s"), native (fr-simjob-rank) and Python (fr-simjob --python, with py-spy
@@ -142,14 +145,14 @@ ulimit -n 65536 2>/dev/null || true
 for n in "${counts[@]}"; do
   dir=$tmp/load$n
   mkdir -p "$dir"
-  "$frd" coordinator --insecure --listen 127.0.0.1:0 --port-file "$dir/port" --dump-dir "$dir/dumps" \
+  setsid "$frd" coordinator --insecure --listen 127.0.0.1:0 --port-file "$dir/port" --dump-dir "$dir/dumps" \
     --job-id load --heartbeat-timeout 60 --dump-deadline 5 2>"$dir/coord.log" &
   cpid=$!
   pids+=("$cpid")
   for _ in $(seq 100); do [[ -s $dir/port ]] && break; sleep 0.1; done
   port=$(cat "$dir/port")
   warm=$((4 + n / 1000))
-  "$loadgen" --coordinator "127.0.0.1:$port" --coordinator-pid "$cpid" --nodes "$n" --ranks 8 \
+  setsid -w "$loadgen" --coordinator "127.0.0.1:$port" --coordinator-pid "$cpid" --nodes "$n" --ranks 8 \
     --interval 1 --warmup "$warm" --window 6 || echo "  (some nodes were not asked in time)"
   # The coordinator's own view: listing the requests to handing the last one to gRPC.
   grep -h "handed to the node streams" "$dir/coord.log" | sed 's/^frd coordinator: /  coordinator: /' || true
