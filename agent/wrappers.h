@@ -53,20 +53,21 @@ FR_INLINE CommRef comm_ref(const void* comm) {
   ThreadState& t = thread_state();
   const uint64_t key = (uint64_t)(uintptr_t)comm;
   const uint64_t gen = __atomic_load_n(&g_ctx.comm_gen, __ATOMIC_ACQUIRE);
-  if (__builtin_expect(key == t.cache_handle && gen == t.cache_gen && key != 0, 1))
-    return CommRef{t.cache_slot, t.cache_id, t.cache_entry, t.cache_nonblocking != 0};
+  if (__builtin_expect(key == t.cache_handle && gen == t.cache_gen, 1))
+    return CommRef{t.cache_slot, t.cache_id, t.cache_entry, t.cache_flags != 0};
   CommRef c = {-1, 0, nullptr, false};
   c.slot = comm_lookup(comm);
   if (c.slot >= 0) {
     c.entry = &g_ctx.comms[c.slot];
     c.id = __atomic_load_n(&c.entry->id, __ATOMIC_RELAXED);
     c.nonblocking = __atomic_load_n(&g_ctx.priv[c.slot].nonblocking, __ATOMIC_ACQUIRE) != 0;
+    current_tid();  // the op path reads tid unchecked once the cache is filled
     t.cache_handle = key;
     t.cache_gen = gen;
     t.cache_id = c.id;
     t.cache_entry = c.entry;
     t.cache_slot = c.slot;
-    t.cache_nonblocking = c.nonblocking;
+    t.cache_flags = c.nonblocking ? FR_REC_F_NONBLOCKING : 0u;
   }
   return c;
 }
@@ -176,130 +177,187 @@ FR_HIDDEN __attribute__((noinline, cold)) void capture_enter(const OpArgs& a, Op
 FR_HIDDEN __attribute__((noinline, cold)) void capture_exit(OpState& o, ncclResult_t res,
                                                             uint64_t duration, uint32_t flags);
 
-// Entry: every field of the record is stored into its slot directly, under the slot's lock.
-FR_INLINE void op_enter(const OpArgs& a, OpState& o) {
-  ThreadState& t = thread_state();
-  o.c = comm_ref(a.comm);
-  o.call_ns = now_ns();
-  o.stream = (uint64_t)(uintptr_t)a.stream;
-  const bool in_group = t.group_depth > 0;
-  if (o.c.entry != nullptr) __atomic_store_n(&o.c.entry->last_call_ns, o.call_ns, __ATOMIC_RELAXED);
-  bool captured = false;
-  bool no_markers = false;  // the stream's capture state is unknown: enqueue nothing into it
-  o.op_index = 0;
-  o.group_pos = kMaxGroupOps;
-  // Without a CUDA driver nothing can be captured or tracked: one load decides it.
-  if (!__atomic_load_n(&g_ctx.cuda_absent, __ATOMIC_RELAXED)) {
-    int capture = gpu_stream_capture(o.stream);
-    captured = capture == kCapturing;
-    no_markers = capture == kCaptureUnknown;
-    if (!in_group && !captured && !no_markers && o.c.slot >= 0 && is_tracked(gpu_prepare())) {
-      uint64_t index = __atomic_add_fetch(&o.c.entry->op_index, 1, __ATOMIC_RELAXED);
-      if (gpu_before(o.c.slot, o.stream, index)) o.op_index = index;
-    }
-  }
-  // A captured op runs at each replay: it takes its sequence numbers there (graphs.cpp), and
-  // its record names the graph and its place in it.
-  uint64_t seq = 0;
-  uint64_t aux = a.aux;
-  uint32_t capture_flags = 0;
-  o.capture = CaptureRef{-1, 0, false};
-  if (__builtin_expect(captured, 0))
-    capture_enter(a, o, &aux, &capture_flags);
-  else if (o.c.entry != nullptr)
-    seq = __atomic_add_fetch(a.p2p ? &o.c.entry->p2p_seq : &o.c.entry->coll_seq, 1,
-                             __ATOMIC_RELAXED);
-  o.flags = FR_REC_F_IN_CALL | a.flags | (o.c.nonblocking ? FR_REC_F_NONBLOCKING : 0u) |
-            (in_group ? FR_REC_F_IN_GROUP : 0u) | (captured ? FR_REC_F_CAPTURED : 0u) |
-            capture_flags;
-  o.tid_op = RecTidOp{current_tid(), (uint16_t)a.op, (uint8_t)a.dtype, FR_GPU_NONE};
-
-  HeldRecord h;
-  o.id = record_take_new(o.call_ns, &h);
-  o.slot = __builtin_expect(h.slot != nullptr, 1) ? h.slot : record_slot(o.id);
-  if (h.slot != nullptr) {
-    store_entry(h.slot, o.id, o.c.id, seq, o.op_index, (uint64_t)a.count, o.stream,
-                in_group ? t.group_id : 0, o.call_ns, (uint64_t)(uintptr_t)a.send,
-                (uint64_t)(uintptr_t)a.recv, o.tid_op, RecRedopPeer{a.redop, a.peer}, o.flags,
-                aux);
-    record_release(h);
-  }
-  if (__builtin_expect(captured, 0)) {
-    o.cap = fr_record{};
-    store_entry(&o.cap, o.id, o.c.id, 0, o.op_index, (uint64_t)a.count, o.stream,
-                in_group ? t.group_id : 0, o.call_ns, (uint64_t)(uintptr_t)a.send,
-                (uint64_t)(uintptr_t)a.recv, o.tid_op, RecRedopPeer{a.redop, a.peer}, o.flags, aux);
-  }
-  if (in_group) {
-    if (t.n_ops < kMaxGroupOps) {
-      o.group_pos = t.n_ops++;
-      thread_ops()[o.group_pos] = GroupOp{o.id, o.stream, 0, o.c.slot,
-                                          captured     ? kOpCaptured
-                                          : no_markers ? kOpNoMarkers
-                                                       : 0u,
-                                          o.capture};
-    } else {
-      t.overflow = 1;
-    }
-  }
-}
-
+// The general op path (wrappers.cpp), for every case the fast lane below leaves out (a
+// communicator not in this thread's cache, a clock re-anchor, a capturing stream) and for
+// WaitSignal's records. Entry: every field of the record is stored into its slot directly, under
+// the slot's lock.
+FR_HIDDEN void op_enter(const OpArgs& a, OpState& o);
 // Exit: only the words that change are stored (duration, result and flags, and the GPU state when
 // the op launched).
-FR_INLINE void op_exit(OpState& o, ncclResult_t res) {
-  uint64_t duration = elapsed_since(o.call_ns);
-  uint32_t flags = o.flags & ~FR_REC_F_IN_CALL;
-  bool launched = false;
-  if (__builtin_expect(res == ncclSuccess && !(o.flags & (FR_REC_F_IN_GROUP | FR_REC_F_CAPTURED)), 1)) {
-    launched = true;
+FR_HIDDEN void op_exit(OpState& o, ncclResult_t res);
+
+// ---- the op path's fast lane -------------------------------------------------------------------
+// The common case, as few instructions as it can be: the communicator is this thread's cached one,
+// the TSC clock needs no re-anchor, and the stream is not capturing. Its record is the same, word
+// for word, as op_enter and op_exit write; anything else takes that general path, decided before
+// anything is written. The state between entry and exit is small, so it stays in registers.
+struct FastOp {
+  fr_record* slot;     // nullptr: the slot was busy, the record is lost (counted)
+  uint64_t lock;       // the slot's lock value after the entry's release
+  uint64_t id;         // the record's id
+  uint64_t tsc;        // the TSC at entry: the duration is the ticks since, converted once
+  uint64_t op_index;   // 0 when untracked
+  uint64_t stream;     // for the rare exits (GPU marker, nonblocking launch)
+  int32_t comm_slot;
+  uint32_t flags;      // as written at entry
+  uint32_t group_pos;  // in a group: index in the thread's group ops, or kMaxGroupOps
+};
+
+// GPU work at an op's entry, where a CUDA driver is loaded (wrappers.cpp): the stream's capture
+// state, and, for a launch that is not captured, the "started" marker (*op_index set when placed).
+// Nothing is placed when the stream captures: the op then takes the general path.
+FR_HIDDEN int op_gpu_enter(int32_t slot, uint64_t stream, bool in_group, uint64_t* op_index);
+// An op in a group takes its place in the thread's group ops (or sets the overflow).
+FR_INLINE uint32_t group_add(ThreadState& t, const GroupOp& op) {
+  if (__builtin_expect(t.n_ops >= kMaxGroupOps, 0)) {
+    t.overflow = 1;
+    return kMaxGroupOps;
+  }
+  uint32_t pos = t.n_ops++;
+  thread_ops()[pos] = op;
+  return pos;
+}
+
+// Takes the lock of the record this thread released with value `lock`: one compare-and-swap while
+// nothing else touched the slot since, else the general check (busy, or holding a newer record).
+FR_INLINE bool record_retake(fr_record* s, uint64_t lock, uint64_t id, HeldRecord* held) {
+  uint64_t v = lock;
+  if (__builtin_expect(__atomic_compare_exchange_n(&s->lock, &v, lock + 1u, false,
+                                                   __ATOMIC_ACQUIRE, __ATOMIC_RELAXED),
+                       1)) {
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    held->slot = s;
+    held->before = lock;
+    return true;
+  }
+  return record_take_in(s, id, held);
+}
+
+inline uint64_t tid_op_word(uint32_t tid, fr_op op, int dtype, uint8_t gpu_state) {
+  return (uint64_t)tid | (uint64_t)(uint16_t)op << 32 | (uint64_t)(uint8_t)dtype << 48 |
+         (uint64_t)gpu_state << 56;
+}
+static_assert(offsetof(RecTidOp, op) == 4 && offsetof(RecTidOp, dtype) == 6 &&
+                  offsetof(RecTidOp, gpu_state) == 7,
+              "tid_op_word packs RecTidOp (little-endian)");
+
+// Entry of the fast lane; false (nothing written) when the op must take the general path.
+FR_INLINE bool op_fast_enter(const OpArgs& a, ThreadState& t, FastOp& f) {
+#if defined(__x86_64__) && defined(__ORDER_LITTLE_ENDIAN__)
+  const uint64_t key = (uint64_t)(uintptr_t)a.comm;
+  if (__builtin_expect(key != t.cache_handle ||
+                           __atomic_load_n(&g_ctx.comm_gen, __ATOMIC_ACQUIRE) != t.cache_gen,
+                       0))
+    return false;
+  const uint64_t tsc = __builtin_ia32_rdtsc();
+  const uint64_t ticks = tsc - t.anchor_tsc;
+  if (__builtin_expect(ticks >= g_ctx.reanchor_ticks, 0)) return false;  // 0 without the TSC
+  const uint64_t call_ns = t.anchor_ns + ((ticks * g_ctx.ns_per_tick_q32) >> 32);
+  fr_comm_entry* e = t.cache_entry;
+  const bool in_group = t.group_depth > 0;
+  const uint64_t stream = (uint64_t)(uintptr_t)a.stream;
+  f.stream = stream;
+  f.comm_slot = t.cache_slot;
+  f.op_index = 0;
+  uint32_t bits = 0;
+  if (__builtin_expect(!__atomic_load_n(&g_ctx.cuda_absent, __ATOMIC_RELAXED), 0)) {
+    int capture = op_gpu_enter(t.cache_slot, stream, in_group, &f.op_index);
+    if (capture == kCapturing) return false;
+    if (capture == kCaptureUnknown) bits = kOpNoMarkers;
+  }
+  __atomic_store_n(&e->last_call_ns, call_ns, __ATOMIC_RELAXED);
+  const uint64_t seq = __atomic_add_fetch(a.p2p ? &e->p2p_seq : &e->coll_seq, 1, __ATOMIC_RELAXED);
+  f.flags = FR_REC_F_IN_CALL | a.flags | t.cache_flags | (in_group ? FR_REC_F_IN_GROUP : 0u);
+  f.tsc = tsc;
+  HeldRecord h;
+  f.slot = nullptr;
+  if (__builtin_expect(record_reserve(call_ns, &f.id, &h), 1)) {
+    f.slot = h.slot;
+    store_entry(h.slot, f.id, t.cache_id, seq, f.op_index, (uint64_t)a.count, stream,
+                in_group ? t.group_id : 0, call_ns, (uint64_t)(uintptr_t)a.send,
+                (uint64_t)(uintptr_t)a.recv,
+                record_word_of<RecTidOp>(tid_op_word(t.tid, a.op, a.dtype, FR_GPU_NONE)),
+                RecRedopPeer{a.redop, a.peer}, f.flags, a.aux);
+    record_release(h);
+    f.lock = h.before + 2u;
+  }
+  f.group_pos = in_group ? group_add(t, GroupOp{f.id, stream, 0, t.cache_slot, bits,
+                                                CaptureRef{-1, 0, false}})
+                         : kMaxGroupOps;
+  return true;
+#else
+  (void)a;
+  (void)t;
+  (void)f;
+  return false;
+#endif
+}
+
+// Exit of the fast lane: the words that change, as op_exit stores them. The tid word is read back
+// from the slot (held, so it is this record's), so that little lives across the call.
+FR_INLINE void op_fast_exit(const FastOp& f, ncclResult_t res) {
+#if defined(__x86_64__)
+  const uint64_t duration = (uint64_t)(((unsigned __int128)(__builtin_ia32_rdtsc() - f.tsc) *
+                                        g_ctx.ns_per_tick_q32) >> 32);
+  uint32_t flags = f.flags & ~FR_REC_F_IN_CALL;
+  const bool in_group = (f.flags & FR_REC_F_IN_GROUP) != 0;
+  const bool launched = res == ncclSuccess && !in_group;
+  if (launched) {
     flags |= FR_REC_F_LAUNCHED;
-    if (o.op_index == 0 || !gpu_after(o.c.slot, o.stream, o.op_index))
+    if (__builtin_expect(f.op_index == 0, 1) || !gpu_after(f.comm_slot, f.stream, f.op_index))
       flags |= FR_REC_F_GPU_UNTRACKED;
   } else if (res != ncclSuccess && res != ncclInProgress) {
-    // Failed: never launched. In a group, the outermost GroupEnd must not launch it either; a
-    // captured op would have run when its graph was launched.
-    flags |= FR_REC_F_NEVER_LAUNCHED;
-    if ((o.flags & FR_REC_F_IN_GROUP) && o.group_pos < kMaxGroupOps)
-      thread_ops()[o.group_pos].bits |= kOpFailed;
+    flags |= FR_REC_F_NEVER_LAUNCHED;  // and the outermost GroupEnd must not launch it either
+    if (in_group && f.group_pos < kMaxGroupOps) thread_ops()[f.group_pos].bits |= kOpFailed;
   }
-  // Otherwise: in a group it launches (or not) at the outermost GroupEnd; captured into a CUDA
-  // graph it runs when the graph is launched, never counted in flight here; in progress on a
-  // nonblocking communicator, it launches once the application sees success (deferred below).
   HeldRecord h;
-  if (record_take_in(o.slot, o.id, &h)) {
+  if (__builtin_expect(f.slot != nullptr, 1) && record_retake(f.slot, f.lock, f.id, &h)) {
     set_record_word(h.slot, offsetof(fr_record, duration_ns), duration);
-    if (launched) {
-      RecTidOp w = o.tid_op;
-      w.gpu_state = FR_GPU_ENQUEUED;
-      set_record_word(h.slot, offsetof(fr_record, tid), w);
-    }
+    if (launched)  // the GPU state goes from none (as written at entry) to enqueued
+      set_record_word(h.slot, offsetof(fr_record, tid),
+                      record_word<uint64_t>(h.slot, offsetof(fr_record, tid)) |
+                          (uint64_t)FR_GPU_ENQUEUED << 56);
 #ifdef FR_TEST_PARK_WRITER
-    // Test builds only (tests/agent): park the writer halfway, between the GPU state and the
-    // result (two words an exit changes together), so that readers alongside meet half-written
-    // records.
-    sched_yield();
+    sched_yield();  // as in op_exit
 #endif
     set_record_word(h.slot, offsetof(fr_record, result), RecResultFlags{(int32_t)res, flags});
     record_release(h);
   }
-  // Nonblocking: the launch may still fail; wait until the application sees it succeed. Deferred
-  // after the exit's own store, so a release on another thread cannot be overwritten by it.
-  if (res == ncclInProgress && !(o.flags & (FR_REC_F_IN_GROUP | FR_REC_F_CAPTURED)))
-    defer(o.c.slot, o.id, o.stream, o.op_index);
-  // Captured: the record goes into the graph's capture table; in a group, the graph's "finished"
-  // write follows the group's launch (group_after_launch).
-  if (__builtin_expect(o.flags & FR_REC_F_CAPTURED, 0)) capture_exit(o, res, duration, flags);
+  if (__builtin_expect(res == ncclInProgress, 0) && !in_group) defer(f.comm_slot, f.id, f.stream, f.op_index);
+#else
+  (void)f;
+  (void)res;
+#endif
 }
 
 // Inlined into each wrapper whole, so the arguments stay in registers on their way to the record.
+// The general path gets a copy of the arguments built field by field where it is taken, so that
+// nothing of it is built on the fast lane.
 template <class Call>
 FR_INLINE ncclResult_t run_op(const OpArgs& a, Call call) {
-  Scope s;
-  if (!s.active) return call();
+  ThreadState& t = thread_state();
+  if (t.guard != 0) return call();  // inside a wrapper: NCCL calling its own API
+  ++t.guard;  // held while the agent starts, too: its own NCCL calls are never recorded
+  FastOp f;
   OpState o;
-  op_enter(a, o);
+  // A hit in the communicator cache means the agent records (the mode never leaves kRecording
+  // once there, and a forked child starts with an empty cache): the fast lane skips that check.
+  const bool fast = op_fast_enter(a, t, f);
+  if (__builtin_expect(!fast, 0)) {
+    if (!recording()) {
+      --t.guard;
+      return call();
+    }
+    const OpArgs copy = {a.op,   a.p2p,  a.send,   a.recv,   a.count, a.dtype,
+                         a.redop, a.peer, a.comm, a.stream, a.aux,   a.flags};
+    op_enter(copy, o);
+  }
   ncclResult_t res = call();
-  op_exit(o, res);
+  if (__builtin_expect(fast, 1))
+    op_fast_exit(f, res);
+  else
+    op_exit(o, res);
+  --t.guard;
   return res;
 }
 
