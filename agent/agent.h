@@ -69,6 +69,12 @@ struct ThreadState {
   int32_t cache_slot;
   uint32_t cache_flags;  // FR_REC_F_NONBLOCKING or 0
   GroupOp* ops;  // this thread's group ops (thread_ops), 0 until first used
+  // The op in its call on this thread, as the fast lane's rare exits need it (wrappers.h): set
+  // only when the op is GPU-tracked or in a group. One at a time: nested calls are forwards.
+  uint64_t op_stream;
+  uint64_t op_index;
+  int32_t op_comm_slot;
+  uint32_t op_group_pos;
 };
 
 // Completion markers of a nonblocking launch, held until the application sees it succeed.

@@ -214,13 +214,13 @@ void op_exit(OpState& o, ncclResult_t res) {
 
 // ---- the GPU side of an op's entry (the fast lane, wrappers.h) ---------------------------------
 
-int op_gpu_enter(int32_t slot, uint64_t stream, bool in_group, uint64_t* op_index) {
-  int capture = gpu_stream_capture(stream);
-  if (capture == kNotCapturing && !in_group && is_tracked(gpu_prepare())) {
+GpuEnter op_gpu_enter(int32_t slot, uint64_t stream, bool in_group) {
+  GpuEnter g = {gpu_stream_capture(stream), 0};
+  if (g.capture == kNotCapturing && !in_group && is_tracked(gpu_prepare())) {
     uint64_t index = __atomic_add_fetch(&g_ctx.comms[slot].op_index, 1, __ATOMIC_RELAXED);
-    if (gpu_before(slot, stream, index)) *op_index = index;
+    if (gpu_before(slot, stream, index)) g.op_index = index;
   }
-  return capture;
+  return g;
 }
 
 // ---- ops issued on a capturing stream --------------------------------------------------------

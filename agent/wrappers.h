@@ -192,21 +192,28 @@ FR_HIDDEN void op_exit(OpState& o, ncclResult_t res);
 // for word, as op_enter and op_exit write; anything else takes that general path, decided before
 // anything is written. The state between entry and exit is small, so it stays in registers.
 struct FastOp {
-  fr_record* slot;     // nullptr: the slot was busy, the record is lost (counted)
-  uint64_t lock;       // the slot's lock value after the entry's release
-  uint64_t id;         // the record's id
-  uint64_t tsc;        // the TSC at entry: the duration is the ticks since, converted once
-  uint64_t op_index;   // 0 when untracked
-  uint64_t stream;     // for the rare exits (GPU marker, nonblocking launch)
-  int32_t comm_slot;
-  uint32_t flags;      // as written at entry
-  uint32_t group_pos;  // in a group: index in the thread's group ops, or kMaxGroupOps
+  fr_record* slot;  // nullptr: the slot was busy, the record is lost (counted)
+  uint64_t lock;    // the slot's lock value after the entry's release
+  uint64_t id;      // the record's id
+  uint64_t tsc;     // the TSC at entry: the duration is the ticks since, converted once
+  uint32_t flags;   // as written at entry, and kFastRare
 };
+// FastOp::flags (never written to a record): the op is GPU-tracked or in a group, so its exit
+// takes the rare branch, which finds the rest in ThreadState::op_*.
+inline constexpr uint32_t kFastRare = 0x80000000u;
+static_assert((FR_REC_F_IN_GROUP | FR_REC_F_CAPTURED | FR_REC_F_NONBLOCKING | FR_REC_F_NEVER_LAUNCHED |
+               FR_REC_F_LAUNCHED | FR_REC_F_IN_CALL | FR_REC_F_GPU_UNTRACKED |
+               FR_REC_F_COLL_CONFIG | FR_REC_F_GPU_POSITION) < kFastRare,
+              "kFastRare is no record flag");
 
 // GPU work at an op's entry, where a CUDA driver is loaded (wrappers.cpp): the stream's capture
 // state, and, for a launch that is not captured, the "started" marker (*op_index set when placed).
 // Nothing is placed when the stream captures: the op then takes the general path.
-FR_HIDDEN int op_gpu_enter(int32_t slot, uint64_t stream, bool in_group, uint64_t* op_index);
+struct GpuEnter {
+  int capture;        // StreamCapture
+  uint64_t op_index;  // 0 when no marker was placed
+};
+FR_HIDDEN GpuEnter op_gpu_enter(int32_t slot, uint64_t stream, bool in_group);
 // An op in a group takes its place in the thread's group ops (or sets the overflow).
 FR_INLINE uint32_t group_add(ThreadState& t, const GroupOp& op) {
   if (__builtin_expect(t.n_ops >= kMaxGroupOps, 0)) {
@@ -253,37 +260,47 @@ FR_INLINE bool op_fast_enter(const OpArgs& a, ThreadState& t, FastOp& f) {
   const uint64_t ticks = tsc - t.anchor_tsc;
   if (__builtin_expect(ticks >= g_ctx.reanchor_ticks, 0)) return false;  // 0 without the TSC
   const uint64_t call_ns = t.anchor_ns + ((ticks * g_ctx.ns_per_tick_q32) >> 32);
-  fr_comm_entry* e = t.cache_entry;
   const bool in_group = t.group_depth > 0;
-  const uint64_t stream = (uint64_t)(uintptr_t)a.stream;
-  f.stream = stream;
-  f.comm_slot = t.cache_slot;
-  f.op_index = 0;
+  uint64_t op_index = 0;
   uint32_t bits = 0;
   if (__builtin_expect(!__atomic_load_n(&g_ctx.cuda_absent, __ATOMIC_RELAXED), 0)) {
-    int capture = op_gpu_enter(t.cache_slot, stream, in_group, &f.op_index);
-    if (capture == kCapturing) return false;
-    if (capture == kCaptureUnknown) bits = kOpNoMarkers;
+    const GpuEnter g = op_gpu_enter(t.cache_slot, (uint64_t)(uintptr_t)a.stream, in_group);
+    if (g.capture == kCapturing) return false;
+    if (g.capture == kCaptureUnknown) bits = kOpNoMarkers;
+    op_index = g.op_index;
   }
+  fr_comm_entry* e = t.cache_entry;
   __atomic_store_n(&e->last_call_ns, call_ns, __ATOMIC_RELAXED);
   const uint64_t seq = __atomic_add_fetch(a.p2p ? &e->p2p_seq : &e->coll_seq, 1, __ATOMIC_RELAXED);
-  f.flags = FR_REC_F_IN_CALL | a.flags | t.cache_flags | (in_group ? FR_REC_F_IN_GROUP : 0u);
-  f.tsc = tsc;
+  const uint32_t flags = FR_REC_F_IN_CALL | a.flags | t.cache_flags;
   HeldRecord h;
   f.slot = nullptr;
   if (__builtin_expect(record_reserve(call_ns, &f.id, &h), 1)) {
     f.slot = h.slot;
-    store_entry(h.slot, f.id, t.cache_id, seq, f.op_index, (uint64_t)a.count, stream,
-                in_group ? t.group_id : 0, call_ns, (uint64_t)(uintptr_t)a.send,
+    store_entry(h.slot, f.id, t.cache_id, seq, op_index, (uint64_t)a.count,
+                (uint64_t)(uintptr_t)a.stream, 0, call_ns, (uint64_t)(uintptr_t)a.send,
                 (uint64_t)(uintptr_t)a.recv,
                 record_word_of<RecTidOp>(tid_op_word(t.tid, a.op, a.dtype, FR_GPU_NONE)),
-                RecRedopPeer{a.redop, a.peer}, f.flags, a.aux);
+                RecRedopPeer{a.redop, a.peer}, flags, a.aux);
+    if (in_group) {
+      set_record_word(h.slot, offsetof(fr_record, group_id), t.group_id);
+      set_record_word(h.slot, offsetof(fr_record, result),
+                      RecResultFlags{FR_RESULT_PENDING, flags | FR_REC_F_IN_GROUP});
+    }
     record_release(h);
     f.lock = h.before + 2u;
   }
-  f.group_pos = in_group ? group_add(t, GroupOp{f.id, stream, 0, t.cache_slot, bits,
-                                                CaptureRef{-1, 0, false}})
-                         : kMaxGroupOps;
+  f.tsc = tsc;
+  f.flags = flags;
+  if (__builtin_expect(in_group || op_index != 0, 0)) {
+    f.flags |= kFastRare | (in_group ? FR_REC_F_IN_GROUP : 0u);
+    t.op_stream = (uint64_t)(uintptr_t)a.stream;
+    t.op_index = op_index;
+    t.op_comm_slot = t.cache_slot;
+    t.op_group_pos = in_group ? group_add(t, GroupOp{f.id, (uint64_t)(uintptr_t)a.stream, 0,
+                                                     t.cache_slot, bits, CaptureRef{-1, 0, false}})
+                              : kMaxGroupOps;
+  }
   return true;
 #else
   (void)a;
@@ -293,22 +310,26 @@ FR_INLINE bool op_fast_enter(const OpArgs& a, ThreadState& t, FastOp& f) {
 #endif
 }
 
-// Exit of the fast lane: the words that change, as op_exit stores them. The tid word is read back
-// from the slot (held, so it is this record's), so that little lives across the call.
-FR_INLINE void op_fast_exit(const FastOp& f, ncclResult_t res) {
+// Exit of the fast lane: the words that change, as op_exit stores them. The common case (launched,
+// not GPU-tracked, not in a group) needs nothing but FastOp; the tid word is read back from the
+// slot (held, so it is this record's), so that little lives across the call.
+FR_INLINE void op_fast_exit(ThreadState& t, const FastOp& f, ncclResult_t res) {
 #if defined(__x86_64__)
   const uint64_t duration = (uint64_t)(((unsigned __int128)(__builtin_ia32_rdtsc() - f.tsc) *
                                         g_ctx.ns_per_tick_q32) >> 32);
-  uint32_t flags = f.flags & ~FR_REC_F_IN_CALL;
-  const bool in_group = (f.flags & FR_REC_F_IN_GROUP) != 0;
-  const bool launched = res == ncclSuccess && !in_group;
-  if (launched) {
+  uint32_t flags = f.flags & ~(FR_REC_F_IN_CALL | kFastRare);
+  bool launched = false;
+  if (__builtin_expect(res == ncclSuccess && !(f.flags & kFastRare), 1)) {
+    launched = true;
+    flags |= FR_REC_F_LAUNCHED | FR_REC_F_GPU_UNTRACKED;
+  } else if (res == ncclSuccess && !(f.flags & FR_REC_F_IN_GROUP)) {
+    launched = true;  // GPU-tracked
     flags |= FR_REC_F_LAUNCHED;
-    if (__builtin_expect(f.op_index == 0, 1) || !gpu_after(f.comm_slot, f.stream, f.op_index))
-      flags |= FR_REC_F_GPU_UNTRACKED;
+    if (!gpu_after(t.op_comm_slot, t.op_stream, t.op_index)) flags |= FR_REC_F_GPU_UNTRACKED;
   } else if (res != ncclSuccess && res != ncclInProgress) {
     flags |= FR_REC_F_NEVER_LAUNCHED;  // and the outermost GroupEnd must not launch it either
-    if (in_group && f.group_pos < kMaxGroupOps) thread_ops()[f.group_pos].bits |= kOpFailed;
+    if ((f.flags & FR_REC_F_IN_GROUP) && t.op_group_pos < kMaxGroupOps)
+      thread_ops()[t.op_group_pos].bits |= kOpFailed;
   }
   HeldRecord h;
   if (__builtin_expect(f.slot != nullptr, 1) && record_retake(f.slot, f.lock, f.id, &h)) {
@@ -323,8 +344,14 @@ FR_INLINE void op_fast_exit(const FastOp& f, ncclResult_t res) {
     set_record_word(h.slot, offsetof(fr_record, result), RecResultFlags{(int32_t)res, flags});
     record_release(h);
   }
-  if (__builtin_expect(res == ncclInProgress, 0) && !in_group) defer(f.comm_slot, f.id, f.stream, f.op_index);
+  // Nonblocking: launched once the application sees it succeed (the stream matters only with an
+  // op index).
+  if (__builtin_expect(res == ncclInProgress, 0) && !(f.flags & FR_REC_F_IN_GROUP)) {
+    const bool tracked = (f.flags & kFastRare) != 0;
+    defer(t.cache_slot, f.id, tracked ? t.op_stream : 0, tracked ? t.op_index : 0);
+  }
 #else
+  (void)t;
   (void)f;
   (void)res;
 #endif
@@ -354,7 +381,7 @@ FR_INLINE ncclResult_t run_op(const OpArgs& a, Call call) {
   }
   ncclResult_t res = call();
   if (__builtin_expect(fast, 1))
-    op_fast_exit(f, res);
+    op_fast_exit(t, f, res);
   else
     op_exit(o, res);
   --t.guard;
