@@ -68,6 +68,10 @@ struct ThreadState {
   fr_comm_entry* cache_entry;
   int32_t cache_slot;
   uint32_t cache_flags;  // FR_REC_F_NONBLOCKING or 0
+  // The record's result word of an op on it, made once: as entering its call, and as returned
+  // launched and untracked (the fast lane's common exit).
+  uint64_t cache_enter_word;
+  uint64_t cache_exit_word;
   GroupOp* ops;  // this thread's group ops (thread_ops), 0 until first used
   // The op in its call on this thread, as the fast lane's rare exits need it (wrappers.h): set
   // only when the op is GPU-tracked or in a group. One at a time: nested calls are forwards.

@@ -143,15 +143,16 @@ void op_enter(const OpArgs& a, OpState& o) {
   if (h.slot != nullptr) {
     store_entry(h.slot, o.id, o.c.id, seq, o.op_index, (uint64_t)a.count, o.stream,
                 in_group ? t.group_id : 0, o.call_ns, (uint64_t)(uintptr_t)a.send,
-                (uint64_t)(uintptr_t)a.recv, o.tid_op, RecRedopPeer{a.redop, a.peer}, o.flags,
-                aux);
+                (uint64_t)(uintptr_t)a.recv, o.tid_op, RecRedopPeer{a.redop, a.peer},
+                result_word(FR_RESULT_PENDING, o.flags), aux);
     record_release(h);
   }
   if (__builtin_expect(captured, 0)) {
     o.cap = fr_record{};
     store_entry(&o.cap, o.id, o.c.id, 0, o.op_index, (uint64_t)a.count, o.stream,
                 in_group ? t.group_id : 0, o.call_ns, (uint64_t)(uintptr_t)a.send,
-                (uint64_t)(uintptr_t)a.recv, o.tid_op, RecRedopPeer{a.redop, a.peer}, o.flags, aux);
+                (uint64_t)(uintptr_t)a.recv, o.tid_op, RecRedopPeer{a.redop, a.peer},
+                result_word(FR_RESULT_PENDING, o.flags), aux);
   }
   if (in_group) {
     if (t.n_ops < kMaxGroupOps) {
@@ -221,6 +222,40 @@ GpuEnter op_gpu_enter(int32_t slot, uint64_t stream, bool in_group) {
     if (gpu_before(slot, stream, index)) g.op_index = index;
   }
   return g;
+}
+
+void op_fast_exit_rare(FastOp f, ncclResult_t res, uint64_t duration, uint32_t op_flags) {
+  ThreadState& t = thread_state();
+  const bool in_group = (f.rare & kFastInGroup) != 0;
+  const bool tracked = (f.rare & kFastTracked) != 0;
+  uint32_t flags = t.cache_flags | op_flags | (in_group ? FR_REC_F_IN_GROUP : 0u);
+  const bool launched = res == ncclSuccess && !in_group;
+  if (launched) {
+    flags |= FR_REC_F_LAUNCHED;
+    if (!tracked || !gpu_after(t.op_comm_slot, t.op_stream, t.op_index))
+      flags |= FR_REC_F_GPU_UNTRACKED;
+  } else if (res != ncclSuccess && res != ncclInProgress) {
+    flags |= FR_REC_F_NEVER_LAUNCHED;  // and the outermost GroupEnd must not launch it either
+    if (in_group && t.op_group_pos < kMaxGroupOps) thread_ops()[t.op_group_pos].bits |= kOpFailed;
+  }
+  HeldRecord h;
+  if (f.slot != nullptr && record_retake(f.slot, f.lock, f.id, &h)) {
+    set_record_word(h.slot, offsetof(fr_record, duration_ns), duration);
+    if (launched) {
+      RecTidOp w = record_word<RecTidOp>(h.slot, offsetof(fr_record, tid));
+      w.gpu_state = FR_GPU_ENQUEUED;
+      set_record_word(h.slot, offsetof(fr_record, tid), w);
+    }
+#ifdef FR_TEST_PARK_WRITER
+    sched_yield();  // as in op_exit
+#endif
+    set_record_word(h.slot, offsetof(fr_record, result), RecResultFlags{(int32_t)res, flags});
+    record_release(h);
+  }
+  // Nonblocking: launched once the application sees it succeed (after the exit's own store, as
+  // op_exit does). The stream matters only with an op index.
+  if (res == ncclInProgress && !in_group)
+    defer(t.cache_slot, f.id, tracked ? t.op_stream : 0, tracked ? t.op_index : 0);
 }
 
 // ---- ops issued on a capturing stream --------------------------------------------------------

@@ -47,6 +47,12 @@ struct CommRef {
   bool nonblocking;
 };
 
+// The record's result word (result, flags) as one 64-bit value.
+inline uint64_t result_word(int32_t result, uint32_t flags) {
+  return (uint64_t)(uint32_t)result | (uint64_t)flags << 32;
+}
+static_assert(offsetof(RecResultFlags, flags) == 4, "result_word packs RecResultFlags");
+
 // The communicator's slot: this thread's last one when it is the same handle and no handle was
 // mapped since (the common case, one compare), else the shared table.
 FR_INLINE CommRef comm_ref(const void* comm) {
@@ -68,6 +74,9 @@ FR_INLINE CommRef comm_ref(const void* comm) {
     t.cache_entry = c.entry;
     t.cache_slot = c.slot;
     t.cache_flags = c.nonblocking ? FR_REC_F_NONBLOCKING : 0u;
+    t.cache_enter_word = result_word(FR_RESULT_PENDING, FR_REC_F_IN_CALL | t.cache_flags);
+    t.cache_exit_word =
+        result_word(ncclSuccess, FR_REC_F_LAUNCHED | FR_REC_F_GPU_UNTRACKED | t.cache_flags);
   }
   return c;
 }
@@ -147,11 +156,12 @@ struct OpState {
   fr_record cap;       // captured: the whole record, for the graph's capture table (cold path)
 };
 
-// Every word of a record entering its call, stored into its slot (held) directly.
+// Every word of a record entering its call, stored into its slot (held) directly; `result_flags`
+// is the result word (result_word).
 FR_INLINE void store_entry(fr_record* s, uint64_t id, uint64_t comm_id, uint64_t seq,
                            uint64_t op_index, uint64_t count, uint64_t stream, uint64_t group_id,
                            uint64_t call_ns, uint64_t send, uint64_t recv, RecTidOp tid_op,
-                           RecRedopPeer redop_peer, uint32_t flags, uint64_t aux) {
+                           RecRedopPeer redop_peer, uint64_t result_flags, uint64_t aux) {
   set_record_word(s, offsetof(fr_record, id), id);
   set_record_word(s, offsetof(fr_record, comm_id), comm_id);
   set_record_word(s, offsetof(fr_record, seq), seq);
@@ -165,7 +175,7 @@ FR_INLINE void store_entry(fr_record* s, uint64_t id, uint64_t comm_id, uint64_t
   set_record_word(s, offsetof(fr_record, recvbuff), recv);
   set_record_word(s, offsetof(fr_record, tid), tid_op);
   set_record_word(s, offsetof(fr_record, redop), redop_peer);
-  set_record_word(s, offsetof(fr_record, result), RecResultFlags{FR_RESULT_PENDING, flags});
+  set_record_word(s, offsetof(fr_record, result), result_flags);
   set_record_word(s, offsetof(fr_record, aux), aux);
 }
 
@@ -196,15 +206,10 @@ struct FastOp {
   uint64_t lock;    // the slot's lock value after the entry's release
   uint64_t id;      // the record's id
   uint64_t tsc;     // the TSC at entry: the duration is the ticks since, converted once
-  uint32_t flags;   // as written at entry, and kFastRare
+  uint32_t rare;    // kFastTracked, kFastInGroup: the exit takes the rare branch (ThreadState::op_*)
 };
-// FastOp::flags (never written to a record): the op is GPU-tracked or in a group, so its exit
-// takes the rare branch, which finds the rest in ThreadState::op_*.
-inline constexpr uint32_t kFastRare = 0x80000000u;
-static_assert((FR_REC_F_IN_GROUP | FR_REC_F_CAPTURED | FR_REC_F_NONBLOCKING | FR_REC_F_NEVER_LAUNCHED |
-               FR_REC_F_LAUNCHED | FR_REC_F_IN_CALL | FR_REC_F_GPU_UNTRACKED |
-               FR_REC_F_COLL_CONFIG | FR_REC_F_GPU_POSITION) < kFastRare,
-              "kFastRare is no record flag");
+inline constexpr uint32_t kFastTracked = 0x1;  // a "started" marker was placed: op_index is set
+inline constexpr uint32_t kFastInGroup = 0x2;
 
 // GPU work at an op's entry, where a CUDA driver is loaded (wrappers.cpp): the stream's capture
 // state, and, for a launch that is not captured, the "started" marker (*op_index set when placed).
@@ -272,28 +277,29 @@ FR_INLINE bool op_fast_enter(const OpArgs& a, ThreadState& t, FastOp& f) {
   fr_comm_entry* e = t.cache_entry;
   __atomic_store_n(&e->last_call_ns, call_ns, __ATOMIC_RELAXED);
   const uint64_t seq = __atomic_add_fetch(a.p2p ? &e->p2p_seq : &e->coll_seq, 1, __ATOMIC_RELAXED);
-  const uint32_t flags = FR_REC_F_IN_CALL | a.flags | t.cache_flags;
+  const uint64_t flags_word = (uint64_t)a.flags << 32;  // a constant of the wrapper
   HeldRecord h;
   f.slot = nullptr;
+  const bool rare = in_group || op_index != 0;
   if (__builtin_expect(record_reserve(call_ns, &f.id, &h), 1)) {
     f.slot = h.slot;
     store_entry(h.slot, f.id, t.cache_id, seq, op_index, (uint64_t)a.count,
                 (uint64_t)(uintptr_t)a.stream, 0, call_ns, (uint64_t)(uintptr_t)a.send,
                 (uint64_t)(uintptr_t)a.recv,
                 record_word_of<RecTidOp>(tid_op_word(t.tid, a.op, a.dtype, FR_GPU_NONE)),
-                RecRedopPeer{a.redop, a.peer}, flags, a.aux);
-    if (in_group) {
+                RecRedopPeer{a.redop, a.peer}, t.cache_enter_word | flags_word, a.aux);
+    if (__builtin_expect(in_group, 0)) {
       set_record_word(h.slot, offsetof(fr_record, group_id), t.group_id);
       set_record_word(h.slot, offsetof(fr_record, result),
-                      RecResultFlags{FR_RESULT_PENDING, flags | FR_REC_F_IN_GROUP});
+                      t.cache_enter_word | flags_word | (uint64_t)FR_REC_F_IN_GROUP << 32);
     }
     record_release(h);
     f.lock = h.before + 2u;
   }
   f.tsc = tsc;
-  f.flags = flags;
-  if (__builtin_expect(in_group || op_index != 0, 0)) {
-    f.flags |= kFastRare | (in_group ? FR_REC_F_IN_GROUP : 0u);
+  f.rare = 0;
+  if (__builtin_expect(rare, 0)) {
+    f.rare = (op_index != 0 ? kFastTracked : 0u) | (in_group ? kFastInGroup : 0u);
     t.op_stream = (uint64_t)(uintptr_t)a.stream;
     t.op_index = op_index;
     t.op_comm_slot = t.cache_slot;
@@ -310,50 +316,41 @@ FR_INLINE bool op_fast_enter(const OpArgs& a, ThreadState& t, FastOp& f) {
 #endif
 }
 
+// Exit of the fast lane, other than launched and untracked (wrappers.cpp): a GPU-tracked op, an
+// op in a group, a failed or nonblocking call. The same words as op_exit stores.
+FR_HIDDEN __attribute__((noinline)) void op_fast_exit_rare(FastOp f, ncclResult_t res,
+                                                          uint64_t duration, uint32_t op_flags);
+
 // Exit of the fast lane: the words that change, as op_exit stores them. The common case (launched,
 // not GPU-tracked, not in a group) needs nothing but FastOp; the tid word is read back from the
-// slot (held, so it is this record's), so that little lives across the call.
-FR_INLINE void op_fast_exit(ThreadState& t, const FastOp& f, ncclResult_t res) {
+// slot (held, so it is this record's), so that little lives across the call. `op_flags`: the
+// wrapper's own flags (OpArgs::flags, a constant).
+FR_INLINE void op_fast_exit(const ThreadState& t, const FastOp& f, ncclResult_t res,
+                            uint32_t op_flags) {
 #if defined(__x86_64__)
   const uint64_t duration = (uint64_t)(((unsigned __int128)(__builtin_ia32_rdtsc() - f.tsc) *
                                         g_ctx.ns_per_tick_q32) >> 32);
-  uint32_t flags = f.flags & ~(FR_REC_F_IN_CALL | kFastRare);
-  bool launched = false;
-  if (__builtin_expect(res == ncclSuccess && !(f.flags & kFastRare), 1)) {
-    launched = true;
-    flags |= FR_REC_F_LAUNCHED | FR_REC_F_GPU_UNTRACKED;
-  } else if (res == ncclSuccess && !(f.flags & FR_REC_F_IN_GROUP)) {
-    launched = true;  // GPU-tracked
-    flags |= FR_REC_F_LAUNCHED;
-    if (!gpu_after(t.op_comm_slot, t.op_stream, t.op_index)) flags |= FR_REC_F_GPU_UNTRACKED;
-  } else if (res != ncclSuccess && res != ncclInProgress) {
-    flags |= FR_REC_F_NEVER_LAUNCHED;  // and the outermost GroupEnd must not launch it either
-    if ((f.flags & FR_REC_F_IN_GROUP) && t.op_group_pos < kMaxGroupOps)
-      thread_ops()[t.op_group_pos].bits |= kOpFailed;
-  }
+  if (__builtin_expect(((uint32_t)res | f.rare) != 0, 0))
+    return op_fast_exit_rare(f, res, duration, op_flags);
   HeldRecord h;
   if (__builtin_expect(f.slot != nullptr, 1) && record_retake(f.slot, f.lock, f.id, &h)) {
     set_record_word(h.slot, offsetof(fr_record, duration_ns), duration);
-    if (launched)  // the GPU state goes from none (as written at entry) to enqueued
-      set_record_word(h.slot, offsetof(fr_record, tid),
-                      record_word<uint64_t>(h.slot, offsetof(fr_record, tid)) |
-                          (uint64_t)FR_GPU_ENQUEUED << 56);
+    // The GPU state goes from none (as written at entry) to enqueued.
+    set_record_word(h.slot, offsetof(fr_record, tid),
+                    record_word<uint64_t>(h.slot, offsetof(fr_record, tid)) |
+                        (uint64_t)FR_GPU_ENQUEUED << 56);
 #ifdef FR_TEST_PARK_WRITER
     sched_yield();  // as in op_exit
 #endif
-    set_record_word(h.slot, offsetof(fr_record, result), RecResultFlags{(int32_t)res, flags});
+    set_record_word(h.slot, offsetof(fr_record, result),
+                    t.cache_exit_word | (uint64_t)op_flags << 32);
     record_release(h);
-  }
-  // Nonblocking: launched once the application sees it succeed (the stream matters only with an
-  // op index).
-  if (__builtin_expect(res == ncclInProgress, 0) && !(f.flags & FR_REC_F_IN_GROUP)) {
-    const bool tracked = (f.flags & kFastRare) != 0;
-    defer(t.cache_slot, f.id, tracked ? t.op_stream : 0, tracked ? t.op_index : 0);
   }
 #else
   (void)t;
   (void)f;
   (void)res;
+  (void)op_flags;
 #endif
 }
 
@@ -381,7 +378,7 @@ FR_INLINE ncclResult_t run_op(const OpArgs& a, Call call) {
   }
   ncclResult_t res = call();
   if (__builtin_expect(fast, 1))
-    op_fast_exit(t, f, res);
+    op_fast_exit(t, f, res, a.flags);
   else
     op_exit(o, res);
   --t.guard;
