@@ -288,7 +288,7 @@ FR_INLINE bool op_fast_enter(const OpArgs& a, ThreadState& t, FastOp& f) {
                 (uint64_t)(uintptr_t)a.recv,
                 record_word_of<RecTidOp>(tid_op_word(t.tid, a.op, a.dtype, FR_GPU_NONE)),
                 RecRedopPeer{a.redop, a.peer}, t.cache_enter_word | flags_word, a.aux);
-    if (__builtin_expect(in_group, 0)) {
+    if (__builtin_expect(in_group, 0)) {  // the words that differ in a group
       set_record_word(h.slot, offsetof(fr_record, group_id), t.group_id);
       set_record_word(h.slot, offsetof(fr_record, result),
                       t.cache_enter_word | flags_word | (uint64_t)FR_REC_F_IN_GROUP << 32);
@@ -316,13 +316,13 @@ FR_INLINE bool op_fast_enter(const OpArgs& a, ThreadState& t, FastOp& f) {
 #endif
 }
 
-// Exit of the fast lane, other than launched and untracked (wrappers.cpp): a GPU-tracked op, an
-// op in a group, a failed or nonblocking call. The same words as op_exit stores.
+// Exit of the fast lane, other than its two common cases (wrappers.cpp): a GPU-tracked op, a
+// failed or nonblocking call. The same words as op_exit stores.
 FR_HIDDEN __attribute__((noinline)) void op_fast_exit_rare(FastOp f, ncclResult_t res,
                                                           uint64_t duration, uint32_t op_flags);
 
-// Exit of the fast lane: the words that change, as op_exit stores them. The common case (launched,
-// not GPU-tracked, not in a group) needs nothing but FastOp; the tid word is read back from the
+// Exit of the fast lane: the words that change, as op_exit stores them. The common cases
+// (launched and not GPU-tracked, or in a group) need nothing but FastOp; the tid word is read back from the
 // slot (held, so it is this record's), so that little lives across the call. `op_flags`: the
 // wrapper's own flags (OpArgs::flags, a constant).
 FR_INLINE void op_fast_exit(const ThreadState& t, const FastOp& f, ncclResult_t res,
@@ -330,20 +330,26 @@ FR_INLINE void op_fast_exit(const ThreadState& t, const FastOp& f, ncclResult_t 
 #if defined(__x86_64__)
   const uint64_t duration = (uint64_t)(((unsigned __int128)(__builtin_ia32_rdtsc() - f.tsc) *
                                         g_ctx.ns_per_tick_q32) >> 32);
-  if (__builtin_expect(((uint32_t)res | f.rare) != 0, 0))
+  // Launched and untracked, or issued in a group (it launches at the outermost GroupEnd): the
+  // two cases made here; the others out of line.
+  const bool grouped = f.rare == kFastInGroup;
+  if (__builtin_expect(res != ncclSuccess || (f.rare != 0 && !grouped), 0))
     return op_fast_exit_rare(f, res, duration, op_flags);
   HeldRecord h;
   if (__builtin_expect(f.slot != nullptr, 1) && record_retake(f.slot, f.lock, f.id, &h)) {
     set_record_word(h.slot, offsetof(fr_record, duration_ns), duration);
-    // The GPU state goes from none (as written at entry) to enqueued.
-    set_record_word(h.slot, offsetof(fr_record, tid),
-                    record_word<uint64_t>(h.slot, offsetof(fr_record, tid)) |
-                        (uint64_t)FR_GPU_ENQUEUED << 56);
+    if (__builtin_expect(!grouped, 1)) {
+      // The GPU state goes from none (as written at entry) to enqueued.
+      set_record_word(h.slot, offsetof(fr_record, tid),
+                      record_word<uint64_t>(h.slot, offsetof(fr_record, tid)) |
+                          (uint64_t)FR_GPU_ENQUEUED << 56);
+    }
 #ifdef FR_TEST_PARK_WRITER
     sched_yield();  // as in op_exit
 #endif
     set_record_word(h.slot, offsetof(fr_record, result),
-                    t.cache_exit_word | (uint64_t)op_flags << 32);
+                    grouped ? result_word(ncclSuccess, t.cache_flags | op_flags | FR_REC_F_IN_GROUP)
+                            : t.cache_exit_word | (uint64_t)op_flags << 32);
     record_release(h);
   }
 #else
