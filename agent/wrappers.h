@@ -24,10 +24,10 @@
 // Left out on purpose (not exported, so they bind straight to NCCL): the window address queries of
 // the device API and its requirement helpers, ncclParam*, ncclSetEncryption (docs/agent.md).
 //
-// The op path below is inlined into each wrapper whole (header-inline, always_inline), so an op's
-// arguments stay in registers on their way to its record without relying on the link-time
-// optimizer; what is called rather than inlined (other API calls' records, record updates,
-// deferred launches, capture) lives in wrappers.cpp.
+// The op path's fast lane below is inlined into each wrapper whole (header-inline, always_inline),
+// so an op's arguments stay in registers on their way to its record without relying on the
+// link-time optimizer; what is called rather than inlined (the general op path, other API calls'
+// records, record updates, deferred launches, capture) lives in wrappers.cpp.
 #pragma once
 
 #include <stddef.h>
@@ -233,11 +233,7 @@ FR_INLINE uint32_t group_add(ThreadState& t, const GroupOp& op) {
 // Takes the lock of the record this thread released with value `lock`: one compare-and-swap while
 // nothing else touched the slot since, else the general check (busy, or holding a newer record).
 FR_INLINE bool record_retake(fr_record* s, uint64_t lock, uint64_t id, HeldRecord* held) {
-  uint64_t v = lock;
-  if (__builtin_expect(__atomic_compare_exchange_n(&s->lock, &v, lock + 1u, false,
-                                                   __ATOMIC_ACQUIRE, __ATOMIC_RELAXED),
-                       1)) {
-    __atomic_thread_fence(__ATOMIC_RELEASE);
+  if (__builtin_expect(fr_seq_try_begin_from(&s->lock, lock), 1)) {
     held->slot = s;
     held->before = lock;
     return true;
