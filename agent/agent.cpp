@@ -136,6 +136,7 @@ static void atfork_child() {
   t_state.tid = 0;
   t_state.anchor_tsc = 0;
   t_state.cache_handle = 0;  // the child's communicator table starts empty
+  t_state.cache_gen = kNoCacheGen;
   t_state.group_depth = 0;
   t_state.group_id = 0;
   t_state.n_ops = 0;

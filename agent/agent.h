@@ -46,6 +46,8 @@ struct GroupOp {
   CaptureRef capture;  // kOpCaptured: the op's place in its graph
 };
 
+inline constexpr uint64_t kNoCacheGen = ~0ull;
+
 // Small and touched by every call: kept in static TLS (initial-exec) so reaching it is one load.
 struct ThreadState {
   uint32_t tid;       // gettid(), cached; 0 until first use (reset in a forked child)
@@ -57,14 +59,26 @@ struct ThreadState {
   uint32_t pad;
   uint64_t anchor_tsc;  // per-thread clock anchor (see now_ns)
   uint64_t anchor_ns;
-  // The communicator this thread called last (comm_ref): valid while comm_gen is unchanged.
+  // The communicator this thread called last (comm_ref): valid while comm_gen equals cache_gen,
+  // which starts (and restarts in a forked child) at kNoCacheGen, a value comm_gen never reaches;
+  // a filled cache also means tid is set.
   uint64_t cache_handle;
-  uint64_t cache_gen;
+  uint64_t cache_gen = kNoCacheGen;
   uint64_t cache_id;
   fr_comm_entry* cache_entry;
   int32_t cache_slot;
-  uint32_t cache_nonblocking;
+  uint32_t cache_flags;  // FR_REC_F_NONBLOCKING or 0
+  // The record's result word of an op on it, made once: as entering its call, and as returned
+  // launched and untracked (the fast lane's common exit).
+  uint64_t cache_enter_word;
+  uint64_t cache_exit_word;
   GroupOp* ops;  // this thread's group ops (thread_ops), 0 until first used
+  // The op in its call on this thread, as the fast lane's rare exits need it (wrappers.h): set
+  // only when the op is GPU-tracked or in a group. One at a time: nested calls are forwards.
+  uint64_t op_stream;
+  uint64_t op_index;
+  int32_t op_comm_slot;
+  uint32_t op_group_pos;
 };
 
 // Completion markers of a nonblocking launch, held until the application sees it succeed.
@@ -250,24 +264,30 @@ struct HeldRecord {
   fr_record* slot;
   uint64_t before;  // the lock's even value when taken
 };
-// Reserves the next record id (returned) and takes its slot's lock; `heartbeat_ns` becomes the
-// log's heartbeat. held->slot is nullptr when the slot was busy with another thread's write (the
-// ring lapped it): the record is counted lost and nothing is written.
+// The ring slot of record `id`.
 inline fr_record* record_slot(uint64_t id) {
   const Context& c = g_ctx;
   return &c.ring[__builtin_expect(c.ring_mask != 0, 1) ? (id & c.ring_mask) : id % c.ring_cap];
 }
-__attribute__((always_inline)) inline uint64_t record_take_new(uint64_t heartbeat_ns, HeldRecord* held) {
+// Reserves the next record id (*id) and takes its slot's lock; `heartbeat_ns` becomes the log's
+// heartbeat. False when the slot was busy with another thread's write (the ring lapped it): the
+// record is counted lost and nothing may be written.
+__attribute__((always_inline)) inline bool record_reserve(uint64_t heartbeat_ns, uint64_t* id,
+                                                          HeldRecord* held) {
   fr_log_header* h = g_ctx.hdr;
-  uint64_t id = __atomic_fetch_add(&h->record_counter, 1, __ATOMIC_ACQ_REL);
-  if (__builtin_expect(id >= g_ctx.ring_cap, 1)) __atomic_fetch_add(&h->overwritten, 1, __ATOMIC_RELAXED);
-  __atomic_store_n(&h->heartbeat_ns, heartbeat_ns, __ATOMIC_RELAXED);
-  held->slot = record_slot(id);
-  if (__builtin_expect(!fr_seq_try_begin(&held->slot->lock, &held->before), 0)) {
-    // Busy with another thread's write (the ring lapped it): this record is lost; count it.
+  *id = __atomic_fetch_add(&h->record_counter, 1, __ATOMIC_ACQ_REL);
+  if (__builtin_expect(*id >= g_ctx.ring_cap, 1))
     __atomic_fetch_add(&h->overwritten, 1, __ATOMIC_RELAXED);
-    held->slot = nullptr;
-  }
+  __atomic_store_n(&h->heartbeat_ns, heartbeat_ns, __ATOMIC_RELAXED);
+  held->slot = record_slot(*id);
+  if (__builtin_expect(fr_seq_try_begin(&held->slot->lock, &held->before), 1)) return true;
+  __atomic_fetch_add(&h->overwritten, 1, __ATOMIC_RELAXED);
+  return false;
+}
+// The same, for callers that test held->slot (nullptr when the record is lost). Returns the id.
+__attribute__((always_inline)) inline uint64_t record_take_new(uint64_t heartbeat_ns, HeldRecord* held) {
+  uint64_t id;
+  if (!record_reserve(heartbeat_ns, &id, held)) held->slot = nullptr;
   return id;
 }
 // Takes the lock of record `id` again, in its slot `s`; false if the slot is busy or holds a newer
@@ -304,6 +324,14 @@ inline void set_record_word(fr_record* r, size_t offset, const T& t) {
   uint64_t v;
   memcpy(&v, &t, sizeof v);
   __atomic_store_n((uint64_t*)((uint8_t*)r + offset), v, __ATOMIC_RELAXED);
+}
+// A record word's struct from its 64-bit value.
+template <class T>
+inline T record_word_of(uint64_t v) {
+  static_assert(sizeof(T) == 8, "one record word");
+  T t;
+  memcpy(&t, &v, sizeof t);
+  return t;
 }
 // The record's words made of smaller fields, in the record's own order.
 struct RecTidOp {

@@ -24,10 +24,10 @@
 // Left out on purpose (not exported, so they bind straight to NCCL): the window address queries of
 // the device API and its requirement helpers, ncclParam*, ncclSetEncryption (docs/agent.md).
 //
-// The op path below is inlined into each wrapper whole (header-inline, always_inline), so an op's
-// arguments stay in registers on their way to its record without relying on the link-time
-// optimizer; what is called rather than inlined (other API calls' records, record updates,
-// deferred launches, capture) lives in wrappers.cpp.
+// The op path's fast lane below is inlined into each wrapper whole (header-inline, always_inline),
+// so an op's arguments stay in registers on their way to its record without relying on the
+// link-time optimizer; what is called rather than inlined (the general op path, other API calls'
+// records, record updates, deferred launches, capture) lives in wrappers.cpp.
 #pragma once
 
 #include <stddef.h>
@@ -47,26 +47,36 @@ struct CommRef {
   bool nonblocking;
 };
 
+// The record's result word (result, flags) as one 64-bit value.
+inline uint64_t result_word(int32_t result, uint32_t flags) {
+  return (uint64_t)(uint32_t)result | (uint64_t)flags << 32;
+}
+static_assert(offsetof(RecResultFlags, flags) == 4, "result_word packs RecResultFlags");
+
 // The communicator's slot: this thread's last one when it is the same handle and no handle was
 // mapped since (the common case, one compare), else the shared table.
 FR_INLINE CommRef comm_ref(const void* comm) {
   ThreadState& t = thread_state();
   const uint64_t key = (uint64_t)(uintptr_t)comm;
   const uint64_t gen = __atomic_load_n(&g_ctx.comm_gen, __ATOMIC_ACQUIRE);
-  if (__builtin_expect(key == t.cache_handle && gen == t.cache_gen && key != 0, 1))
-    return CommRef{t.cache_slot, t.cache_id, t.cache_entry, t.cache_nonblocking != 0};
+  if (__builtin_expect(key == t.cache_handle && gen == t.cache_gen, 1))
+    return CommRef{t.cache_slot, t.cache_id, t.cache_entry, t.cache_flags != 0};
   CommRef c = {-1, 0, nullptr, false};
   c.slot = comm_lookup(comm);
   if (c.slot >= 0) {
     c.entry = &g_ctx.comms[c.slot];
     c.id = __atomic_load_n(&c.entry->id, __ATOMIC_RELAXED);
     c.nonblocking = __atomic_load_n(&g_ctx.priv[c.slot].nonblocking, __ATOMIC_ACQUIRE) != 0;
+    current_tid();  // the op path reads tid unchecked once the cache is filled
     t.cache_handle = key;
     t.cache_gen = gen;
     t.cache_id = c.id;
     t.cache_entry = c.entry;
     t.cache_slot = c.slot;
-    t.cache_nonblocking = c.nonblocking;
+    t.cache_flags = c.nonblocking ? FR_REC_F_NONBLOCKING : 0u;
+    t.cache_enter_word = result_word(FR_RESULT_PENDING, FR_REC_F_IN_CALL | t.cache_flags);
+    t.cache_exit_word =
+        result_word(ncclSuccess, FR_REC_F_LAUNCHED | FR_REC_F_GPU_UNTRACKED | t.cache_flags);
   }
   return c;
 }
@@ -146,11 +156,12 @@ struct OpState {
   fr_record cap;       // captured: the whole record, for the graph's capture table (cold path)
 };
 
-// Every word of a record entering its call, stored into its slot (held) directly.
+// Every word of a record entering its call, stored into its slot (held) directly; `result_flags`
+// is the result word (result_word).
 FR_INLINE void store_entry(fr_record* s, uint64_t id, uint64_t comm_id, uint64_t seq,
                            uint64_t op_index, uint64_t count, uint64_t stream, uint64_t group_id,
                            uint64_t call_ns, uint64_t send, uint64_t recv, RecTidOp tid_op,
-                           RecRedopPeer redop_peer, uint32_t flags, uint64_t aux) {
+                           RecRedopPeer redop_peer, uint64_t result_flags, uint64_t aux) {
   set_record_word(s, offsetof(fr_record, id), id);
   set_record_word(s, offsetof(fr_record, comm_id), comm_id);
   set_record_word(s, offsetof(fr_record, seq), seq);
@@ -164,7 +175,7 @@ FR_INLINE void store_entry(fr_record* s, uint64_t id, uint64_t comm_id, uint64_t
   set_record_word(s, offsetof(fr_record, recvbuff), recv);
   set_record_word(s, offsetof(fr_record, tid), tid_op);
   set_record_word(s, offsetof(fr_record, redop), redop_peer);
-  set_record_word(s, offsetof(fr_record, result), RecResultFlags{FR_RESULT_PENDING, flags});
+  set_record_word(s, offsetof(fr_record, result), result_flags);
   set_record_word(s, offsetof(fr_record, aux), aux);
 }
 
@@ -176,130 +187,203 @@ FR_HIDDEN __attribute__((noinline, cold)) void capture_enter(const OpArgs& a, Op
 FR_HIDDEN __attribute__((noinline, cold)) void capture_exit(OpState& o, ncclResult_t res,
                                                             uint64_t duration, uint32_t flags);
 
-// Entry: every field of the record is stored into its slot directly, under the slot's lock.
-FR_INLINE void op_enter(const OpArgs& a, OpState& o) {
-  ThreadState& t = thread_state();
-  o.c = comm_ref(a.comm);
-  o.call_ns = now_ns();
-  o.stream = (uint64_t)(uintptr_t)a.stream;
-  const bool in_group = t.group_depth > 0;
-  if (o.c.entry != nullptr) __atomic_store_n(&o.c.entry->last_call_ns, o.call_ns, __ATOMIC_RELAXED);
-  bool captured = false;
-  bool no_markers = false;  // the stream's capture state is unknown: enqueue nothing into it
-  o.op_index = 0;
-  o.group_pos = kMaxGroupOps;
-  // Without a CUDA driver nothing can be captured or tracked: one load decides it.
-  if (!__atomic_load_n(&g_ctx.cuda_absent, __ATOMIC_RELAXED)) {
-    int capture = gpu_stream_capture(o.stream);
-    captured = capture == kCapturing;
-    no_markers = capture == kCaptureUnknown;
-    if (!in_group && !captured && !no_markers && o.c.slot >= 0 && is_tracked(gpu_prepare())) {
-      uint64_t index = __atomic_add_fetch(&o.c.entry->op_index, 1, __ATOMIC_RELAXED);
-      if (gpu_before(o.c.slot, o.stream, index)) o.op_index = index;
-    }
-  }
-  // A captured op runs at each replay: it takes its sequence numbers there (graphs.cpp), and
-  // its record names the graph and its place in it.
-  uint64_t seq = 0;
-  uint64_t aux = a.aux;
-  uint32_t capture_flags = 0;
-  o.capture = CaptureRef{-1, 0, false};
-  if (__builtin_expect(captured, 0))
-    capture_enter(a, o, &aux, &capture_flags);
-  else if (o.c.entry != nullptr)
-    seq = __atomic_add_fetch(a.p2p ? &o.c.entry->p2p_seq : &o.c.entry->coll_seq, 1,
-                             __ATOMIC_RELAXED);
-  o.flags = FR_REC_F_IN_CALL | a.flags | (o.c.nonblocking ? FR_REC_F_NONBLOCKING : 0u) |
-            (in_group ? FR_REC_F_IN_GROUP : 0u) | (captured ? FR_REC_F_CAPTURED : 0u) |
-            capture_flags;
-  o.tid_op = RecTidOp{current_tid(), (uint16_t)a.op, (uint8_t)a.dtype, FR_GPU_NONE};
-
-  HeldRecord h;
-  o.id = record_take_new(o.call_ns, &h);
-  o.slot = __builtin_expect(h.slot != nullptr, 1) ? h.slot : record_slot(o.id);
-  if (h.slot != nullptr) {
-    store_entry(h.slot, o.id, o.c.id, seq, o.op_index, (uint64_t)a.count, o.stream,
-                in_group ? t.group_id : 0, o.call_ns, (uint64_t)(uintptr_t)a.send,
-                (uint64_t)(uintptr_t)a.recv, o.tid_op, RecRedopPeer{a.redop, a.peer}, o.flags,
-                aux);
-    record_release(h);
-  }
-  if (__builtin_expect(captured, 0)) {
-    o.cap = fr_record{};
-    store_entry(&o.cap, o.id, o.c.id, 0, o.op_index, (uint64_t)a.count, o.stream,
-                in_group ? t.group_id : 0, o.call_ns, (uint64_t)(uintptr_t)a.send,
-                (uint64_t)(uintptr_t)a.recv, o.tid_op, RecRedopPeer{a.redop, a.peer}, o.flags, aux);
-  }
-  if (in_group) {
-    if (t.n_ops < kMaxGroupOps) {
-      o.group_pos = t.n_ops++;
-      thread_ops()[o.group_pos] = GroupOp{o.id, o.stream, 0, o.c.slot,
-                                          captured     ? kOpCaptured
-                                          : no_markers ? kOpNoMarkers
-                                                       : 0u,
-                                          o.capture};
-    } else {
-      t.overflow = 1;
-    }
-  }
-}
-
+// The general op path (wrappers.cpp), for every case the fast lane below leaves out (a
+// communicator not in this thread's cache, a clock re-anchor, a capturing stream) and for
+// WaitSignal's records. Entry: every field of the record is stored into its slot directly, under
+// the slot's lock.
+FR_HIDDEN void op_enter(const OpArgs& a, OpState& o);
 // Exit: only the words that change are stored (duration, result and flags, and the GPU state when
 // the op launched).
-FR_INLINE void op_exit(OpState& o, ncclResult_t res) {
-  uint64_t duration = elapsed_since(o.call_ns);
-  uint32_t flags = o.flags & ~FR_REC_F_IN_CALL;
-  bool launched = false;
-  if (__builtin_expect(res == ncclSuccess && !(o.flags & (FR_REC_F_IN_GROUP | FR_REC_F_CAPTURED)), 1)) {
-    launched = true;
-    flags |= FR_REC_F_LAUNCHED;
-    if (o.op_index == 0 || !gpu_after(o.c.slot, o.stream, o.op_index))
-      flags |= FR_REC_F_GPU_UNTRACKED;
-  } else if (res != ncclSuccess && res != ncclInProgress) {
-    // Failed: never launched. In a group, the outermost GroupEnd must not launch it either; a
-    // captured op would have run when its graph was launched.
-    flags |= FR_REC_F_NEVER_LAUNCHED;
-    if ((o.flags & FR_REC_F_IN_GROUP) && o.group_pos < kMaxGroupOps)
-      thread_ops()[o.group_pos].bits |= kOpFailed;
+FR_HIDDEN void op_exit(OpState& o, ncclResult_t res);
+
+// ---- the op path's fast lane -------------------------------------------------------------------
+// The common case, as few instructions as it can be: the communicator is this thread's cached one,
+// the TSC clock needs no re-anchor, and the stream is not capturing. Its record is the same, word
+// for word, as op_enter and op_exit write; anything else takes that general path, decided before
+// anything is written. The state between entry and exit is small, so it stays in registers.
+struct FastOp {
+  fr_record* slot;  // nullptr: the slot was busy, the record is lost (counted)
+  uint64_t lock;    // the slot's lock value after the entry's release
+  uint64_t id;      // the record's id
+  uint64_t tsc;     // the TSC at entry: the duration is the ticks since, converted once
+  uint32_t rare;    // kFastTracked, kFastInGroup: the exit takes the rare branch (ThreadState::op_*)
+};
+inline constexpr uint32_t kFastTracked = 0x1;  // a "started" marker was placed: op_index is set
+inline constexpr uint32_t kFastInGroup = 0x2;
+
+// GPU work at an op's entry, where a CUDA driver is loaded (wrappers.cpp): the stream's capture
+// state, and, for a launch that is not captured, the "started" marker (*op_index set when placed).
+// Nothing is placed when the stream captures: the op then takes the general path.
+struct GpuEnter {
+  int capture;        // StreamCapture
+  uint64_t op_index;  // 0 when no marker was placed
+};
+FR_HIDDEN GpuEnter op_gpu_enter(int32_t slot, uint64_t stream, bool in_group);
+// An op in a group takes its place in the thread's group ops (or sets the overflow).
+FR_INLINE uint32_t group_add(ThreadState& t, const GroupOp& op) {
+  if (__builtin_expect(t.n_ops >= kMaxGroupOps, 0)) {
+    t.overflow = 1;
+    return kMaxGroupOps;
   }
-  // Otherwise: in a group it launches (or not) at the outermost GroupEnd; captured into a CUDA
-  // graph it runs when the graph is launched, never counted in flight here; in progress on a
-  // nonblocking communicator, it launches once the application sees success (deferred below).
+  uint32_t pos = t.n_ops++;
+  thread_ops()[pos] = op;
+  return pos;
+}
+
+// Takes the lock of the record this thread released with value `lock`: one compare-and-swap while
+// nothing else touched the slot since, else the general check (busy, or holding a newer record).
+FR_INLINE bool record_retake(fr_record* s, uint64_t lock, uint64_t id, HeldRecord* held) {
+  if (__builtin_expect(fr_seq_try_begin_from(&s->lock, lock), 1)) {
+    held->slot = s;
+    held->before = lock;
+    return true;
+  }
+  return record_take_in(s, id, held);
+}
+
+inline uint64_t tid_op_word(uint32_t tid, fr_op op, int dtype, uint8_t gpu_state) {
+  return (uint64_t)tid | (uint64_t)(uint16_t)op << 32 | (uint64_t)(uint8_t)dtype << 48 |
+         (uint64_t)gpu_state << 56;
+}
+static_assert(offsetof(RecTidOp, op) == 4 && offsetof(RecTidOp, dtype) == 6 &&
+                  offsetof(RecTidOp, gpu_state) == 7,
+              "tid_op_word packs RecTidOp (little-endian)");
+
+// Entry of the fast lane; false (nothing written) when the op must take the general path.
+FR_INLINE bool op_fast_enter(const OpArgs& a, ThreadState& t, FastOp& f) {
+#if defined(__x86_64__) && defined(__ORDER_LITTLE_ENDIAN__)
+  const uint64_t key = (uint64_t)(uintptr_t)a.comm;
+  if (__builtin_expect(key != t.cache_handle ||
+                           __atomic_load_n(&g_ctx.comm_gen, __ATOMIC_ACQUIRE) != t.cache_gen,
+                       0))
+    return false;
+  const uint64_t tsc = __builtin_ia32_rdtsc();
+  const uint64_t ticks = tsc - t.anchor_tsc;
+  if (__builtin_expect(ticks >= g_ctx.reanchor_ticks, 0)) return false;  // 0 without the TSC
+  const uint64_t call_ns = t.anchor_ns + ((ticks * g_ctx.ns_per_tick_q32) >> 32);
+  const bool in_group = t.group_depth > 0;
+  uint64_t op_index = 0;
+  uint32_t bits = 0;
+  if (__builtin_expect(!__atomic_load_n(&g_ctx.cuda_absent, __ATOMIC_RELAXED), 0)) {
+    const GpuEnter g = op_gpu_enter(t.cache_slot, (uint64_t)(uintptr_t)a.stream, in_group);
+    if (g.capture == kCapturing) return false;
+    if (g.capture == kCaptureUnknown) bits = kOpNoMarkers;
+    op_index = g.op_index;
+  }
+  fr_comm_entry* e = t.cache_entry;
+  __atomic_store_n(&e->last_call_ns, call_ns, __ATOMIC_RELAXED);
+  const uint64_t seq = __atomic_add_fetch(a.p2p ? &e->p2p_seq : &e->coll_seq, 1, __ATOMIC_RELAXED);
+  const uint64_t flags_word = (uint64_t)a.flags << 32;  // a constant of the wrapper
   HeldRecord h;
-  if (record_take_in(o.slot, o.id, &h)) {
+  f.slot = nullptr;
+  const bool rare = in_group || op_index != 0;
+  if (__builtin_expect(record_reserve(call_ns, &f.id, &h), 1)) {
+    f.slot = h.slot;
+    store_entry(h.slot, f.id, t.cache_id, seq, op_index, (uint64_t)a.count,
+                (uint64_t)(uintptr_t)a.stream, 0, call_ns, (uint64_t)(uintptr_t)a.send,
+                (uint64_t)(uintptr_t)a.recv,
+                record_word_of<RecTidOp>(tid_op_word(t.tid, a.op, a.dtype, FR_GPU_NONE)),
+                RecRedopPeer{a.redop, a.peer}, t.cache_enter_word | flags_word, a.aux);
+    if (__builtin_expect(in_group, 0)) {  // the words that differ in a group
+      set_record_word(h.slot, offsetof(fr_record, group_id), t.group_id);
+      set_record_word(h.slot, offsetof(fr_record, result),
+                      t.cache_enter_word | flags_word | (uint64_t)FR_REC_F_IN_GROUP << 32);
+    }
+    record_release(h);
+    f.lock = h.before + 2u;
+  }
+  f.tsc = tsc;
+  f.rare = 0;
+  if (__builtin_expect(rare, 0)) {
+    f.rare = (op_index != 0 ? kFastTracked : 0u) | (in_group ? kFastInGroup : 0u);
+    t.op_stream = (uint64_t)(uintptr_t)a.stream;
+    t.op_index = op_index;
+    t.op_comm_slot = t.cache_slot;
+    t.op_group_pos = in_group ? group_add(t, GroupOp{f.id, (uint64_t)(uintptr_t)a.stream, 0,
+                                                     t.cache_slot, bits, CaptureRef{-1, 0, false}})
+                              : kMaxGroupOps;
+  }
+  return true;
+#else
+  (void)a;
+  (void)t;
+  (void)f;
+  return false;
+#endif
+}
+
+// Exit of the fast lane, other than its two common cases (wrappers.cpp): a GPU-tracked op, a
+// failed or nonblocking call. The same words as op_exit stores.
+FR_HIDDEN __attribute__((noinline)) void op_fast_exit_rare(FastOp f, ncclResult_t res,
+                                                          uint64_t duration, uint32_t op_flags);
+
+// Exit of the fast lane: the words that change, as op_exit stores them. The common cases
+// (launched and not GPU-tracked, or in a group) need nothing but FastOp; the tid word is read back from the
+// slot (held, so it is this record's), so that little lives across the call. `op_flags`: the
+// wrapper's own flags (OpArgs::flags, a constant).
+FR_INLINE void op_fast_exit(const ThreadState& t, const FastOp& f, ncclResult_t res,
+                            uint32_t op_flags) {
+#if defined(__x86_64__)
+  const uint64_t duration = (uint64_t)(((unsigned __int128)(__builtin_ia32_rdtsc() - f.tsc) *
+                                        g_ctx.ns_per_tick_q32) >> 32);
+  // Launched and untracked, or issued in a group (it launches at the outermost GroupEnd): the
+  // two cases made here; the others out of line.
+  const bool grouped = f.rare == kFastInGroup;
+  if (__builtin_expect(res != ncclSuccess || (f.rare != 0 && !grouped), 0))
+    return op_fast_exit_rare(f, res, duration, op_flags);
+  HeldRecord h;
+  if (__builtin_expect(f.slot != nullptr, 1) && record_retake(f.slot, f.lock, f.id, &h)) {
     set_record_word(h.slot, offsetof(fr_record, duration_ns), duration);
-    if (launched) {
-      RecTidOp w = o.tid_op;
-      w.gpu_state = FR_GPU_ENQUEUED;
-      set_record_word(h.slot, offsetof(fr_record, tid), w);
+    if (__builtin_expect(!grouped, 1)) {
+      // The GPU state goes from none (as written at entry) to enqueued.
+      set_record_word(h.slot, offsetof(fr_record, tid),
+                      record_word<uint64_t>(h.slot, offsetof(fr_record, tid)) |
+                          (uint64_t)FR_GPU_ENQUEUED << 56);
     }
 #ifdef FR_TEST_PARK_WRITER
-    // Test builds only (tests/agent): park the writer halfway, between the GPU state and the
-    // result (two words an exit changes together), so that readers alongside meet half-written
-    // records.
-    sched_yield();
+    sched_yield();  // as in op_exit
 #endif
-    set_record_word(h.slot, offsetof(fr_record, result), RecResultFlags{(int32_t)res, flags});
+    set_record_word(h.slot, offsetof(fr_record, result),
+                    grouped ? result_word(ncclSuccess, t.cache_flags | op_flags | FR_REC_F_IN_GROUP)
+                            : t.cache_exit_word | (uint64_t)op_flags << 32);
     record_release(h);
   }
-  // Nonblocking: the launch may still fail; wait until the application sees it succeed. Deferred
-  // after the exit's own store, so a release on another thread cannot be overwritten by it.
-  if (res == ncclInProgress && !(o.flags & (FR_REC_F_IN_GROUP | FR_REC_F_CAPTURED)))
-    defer(o.c.slot, o.id, o.stream, o.op_index);
-  // Captured: the record goes into the graph's capture table; in a group, the graph's "finished"
-  // write follows the group's launch (group_after_launch).
-  if (__builtin_expect(o.flags & FR_REC_F_CAPTURED, 0)) capture_exit(o, res, duration, flags);
+#else
+  (void)t;
+  (void)f;
+  (void)res;
+  (void)op_flags;
+#endif
 }
 
 // Inlined into each wrapper whole, so the arguments stay in registers on their way to the record.
+// The general path gets a copy of the arguments built field by field where it is taken, so that
+// nothing of it is built on the fast lane.
 template <class Call>
 FR_INLINE ncclResult_t run_op(const OpArgs& a, Call call) {
-  Scope s;
-  if (!s.active) return call();
+  ThreadState& t = thread_state();
+  if (t.guard != 0) return call();  // inside a wrapper: NCCL calling its own API
+  ++t.guard;  // held while the agent starts, too: its own NCCL calls are never recorded
+  FastOp f;
   OpState o;
-  op_enter(a, o);
+  // A hit in the communicator cache means the agent records (the mode never leaves kRecording
+  // once there, and a forked child starts with an empty cache): the fast lane skips that check.
+  const bool fast = op_fast_enter(a, t, f);
+  if (__builtin_expect(!fast, 0)) {
+    if (!recording()) {
+      --t.guard;
+      return call();
+    }
+    const OpArgs copy = {a.op,   a.p2p,  a.send,   a.recv,   a.count, a.dtype,
+                         a.redop, a.peer, a.comm, a.stream, a.aux,   a.flags};
+    op_enter(copy, o);
+  }
   ncclResult_t res = call();
-  op_exit(o, res);
+  if (__builtin_expect(fast, 1))
+    op_fast_exit(t, f, res, a.flags);
+  else
+    op_exit(o, res);
+  --t.guard;
   return res;
 }
 

@@ -26,7 +26,7 @@ void group_rec_enter(fr_op op, uint64_t group_id, GroupRec& r) {
   if (h.slot != nullptr) {
     store_entry(h.slot, r.id, 0, 0, 0, 0, 0, group_id, r.call_ns, 0, 0,
                 RecTidOp{current_tid(), (uint16_t)op, 0, FR_GPU_NONE}, RecRedopPeer{-1, -1},
-                r.flags, 0);
+                result_word(FR_RESULT_PENDING, r.flags), 0);
     record_release(h);
   }
 }

@@ -12,7 +12,7 @@ FR_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t c
                                   cudaStream_t stream) {
   FR_REAL_OR_FAIL(ncclAllReduce);
   OpArgs a = {FR_OP_ALLREDUCE, false, sendbuff, recvbuff, count, datatype, op, -1, comm, stream};
-  return run_op(a, [&] { return real(sendbuff, recvbuff, count, datatype, op, comm, stream); });
+  return run_op(a, [=] { return real(sendbuff, recvbuff, count, datatype, op, comm, stream); });
 }
 
 FR_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
@@ -20,14 +20,14 @@ FR_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t c
                                   cudaStream_t stream) {
   FR_REAL_OR_FAIL(ncclBroadcast);
   OpArgs a = {FR_OP_BROADCAST, false, sendbuff, recvbuff, count, datatype, -1, root, comm, stream};
-  return run_op(a, [&] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream); });
+  return run_op(a, [=] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream); });
 }
 
 FR_API ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root,
                               ncclComm_t comm, cudaStream_t stream) {
   FR_REAL_OR_FAIL(ncclBcast);
   OpArgs a = {FR_OP_BCAST, false, buff, buff, count, datatype, -1, root, comm, stream};
-  return run_op(a, [&] { return real(buff, count, datatype, root, comm, stream); });
+  return run_op(a, [=] { return real(buff, count, datatype, root, comm, stream); });
 }
 
 FR_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count,
@@ -36,7 +36,7 @@ FR_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t coun
   FR_REAL_OR_FAIL(ncclReduce);
   OpArgs a = {FR_OP_REDUCE, false, sendbuff, recvbuff, count, datatype, op, root, comm, stream};
   return run_op(a,
-                [&] { return real(sendbuff, recvbuff, count, datatype, op, root, comm, stream); });
+                [=] { return real(sendbuff, recvbuff, count, datatype, op, root, comm, stream); });
 }
 
 FR_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
@@ -44,7 +44,7 @@ FR_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t s
   FR_REAL_OR_FAIL(ncclAllGather);
   OpArgs a = {FR_OP_ALLGATHER, false, sendbuff, recvbuff, sendcount,
               datatype,        -1,    -1,       comm,     stream};
-  return run_op(a, [&] { return real(sendbuff, recvbuff, sendcount, datatype, comm, stream); });
+  return run_op(a, [=] { return real(sendbuff, recvbuff, sendcount, datatype, comm, stream); });
 }
 
 FR_API ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
@@ -53,14 +53,14 @@ FR_API ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size
   FR_REAL_OR_FAIL(ncclReduceScatter);
   OpArgs a = {
       FR_OP_REDUCESCATTER, false, sendbuff, recvbuff, recvcount, datatype, op, -1, comm, stream};
-  return run_op(a, [&] { return real(sendbuff, recvbuff, recvcount, datatype, op, comm, stream); });
+  return run_op(a, [=] { return real(sendbuff, recvbuff, recvcount, datatype, op, comm, stream); });
 }
 
 FR_API ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                                  ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   FR_REAL_OR_FAIL(ncclAlltoAll);
   OpArgs a = {FR_OP_ALLTOALL, false, sendbuff, recvbuff, count, datatype, -1, -1, comm, stream};
-  return run_op(a, [&] { return real(sendbuff, recvbuff, count, datatype, comm, stream); });
+  return run_op(a, [=] { return real(sendbuff, recvbuff, count, datatype, comm, stream); });
 }
 
 FR_API ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count,
@@ -68,7 +68,7 @@ FR_API ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t coun
                                cudaStream_t stream) {
   FR_REAL_OR_FAIL(ncclGather);
   OpArgs a = {FR_OP_GATHER, false, sendbuff, recvbuff, count, datatype, -1, root, comm, stream};
-  return run_op(a, [&] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream); });
+  return run_op(a, [=] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream); });
 }
 
 FR_API ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count,
@@ -76,21 +76,21 @@ FR_API ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t cou
                                 cudaStream_t stream) {
   FR_REAL_OR_FAIL(ncclScatter);
   OpArgs a = {FR_OP_SCATTER, false, sendbuff, recvbuff, count, datatype, -1, root, comm, stream};
-  return run_op(a, [&] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream); });
+  return run_op(a, [=] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream); });
 }
 
 FR_API ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
                              ncclComm_t comm, cudaStream_t stream) {
   FR_REAL_OR_FAIL(ncclSend);
   OpArgs a = {FR_OP_SEND, true, sendbuff, nullptr, count, datatype, -1, peer, comm, stream};
-  return run_op(a, [&] { return real(sendbuff, count, datatype, peer, comm, stream); });
+  return run_op(a, [=] { return real(sendbuff, count, datatype, peer, comm, stream); });
 }
 
 FR_API ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
                              ncclComm_t comm, cudaStream_t stream) {
   FR_REAL_OR_FAIL(ncclRecv);
   OpArgs a = {FR_OP_RECV, true, nullptr, recvbuff, count, datatype, -1, peer, comm, stream};
-  return run_op(a, [&] { return real(recvbuff, count, datatype, peer, comm, stream); });
+  return run_op(a, [=] { return real(recvbuff, count, datatype, peer, comm, stream); });
 }
 
 // ---- collectives with a per-call config (NCCL 2.31+): recorded exactly as their plain forms --------
@@ -102,7 +102,7 @@ FR_API ncclResult_t ncclAllReduceConfig(const void* sendbuff, void* recvbuff, si
   OpArgs a = {FR_OP_ALLREDUCE, false, sendbuff, recvbuff, count, datatype, op, -1, comm, stream,
               0,               FR_REC_F_COLL_CONFIG};
   return run_op(
-      a, [&] { return real(sendbuff, recvbuff, count, datatype, op, comm, stream, config); });
+      a, [=] { return real(sendbuff, recvbuff, count, datatype, op, comm, stream, config); });
 }
 
 FR_API ncclResult_t ncclBroadcastConfig(const void* sendbuff, void* recvbuff, size_t count,
@@ -112,7 +112,7 @@ FR_API ncclResult_t ncclBroadcastConfig(const void* sendbuff, void* recvbuff, si
   OpArgs a = {FR_OP_BROADCAST, false, sendbuff, recvbuff, count, datatype, -1, root, comm, stream,
               0,               FR_REC_F_COLL_CONFIG};
   return run_op(
-      a, [&] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream, config); });
+      a, [=] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream, config); });
 }
 
 FR_API ncclResult_t ncclReduceConfig(const void* sendbuff, void* recvbuff, size_t count,
@@ -123,7 +123,7 @@ FR_API ncclResult_t ncclReduceConfig(const void* sendbuff, void* recvbuff, size_
   OpArgs a = {FR_OP_REDUCE, false, sendbuff, recvbuff, count, datatype, op, root, comm, stream,
               0,            FR_REC_F_COLL_CONFIG};
   return run_op(
-      a, [&] { return real(sendbuff, recvbuff, count, datatype, op, root, comm, stream, config); });
+      a, [=] { return real(sendbuff, recvbuff, count, datatype, op, root, comm, stream, config); });
 }
 
 FR_API ncclResult_t ncclAllGatherConfig(const void* sendbuff, void* recvbuff, size_t sendcount,
@@ -133,7 +133,7 @@ FR_API ncclResult_t ncclAllGatherConfig(const void* sendbuff, void* recvbuff, si
   OpArgs a = {FR_OP_ALLGATHER, false, sendbuff, recvbuff, sendcount, datatype, -1, -1, comm, stream,
               0,               FR_REC_F_COLL_CONFIG};
   return run_op(a,
-                [&] { return real(sendbuff, recvbuff, sendcount, datatype, comm, stream, config); });
+                [=] { return real(sendbuff, recvbuff, sendcount, datatype, comm, stream, config); });
 }
 
 FR_API ncclResult_t ncclReduceScatterConfig(const void* sendbuff, void* recvbuff, size_t recvcount,
@@ -144,7 +144,7 @@ FR_API ncclResult_t ncclReduceScatterConfig(const void* sendbuff, void* recvbuff
   OpArgs a = {FR_OP_REDUCESCATTER, false, sendbuff, recvbuff, recvcount, datatype, op, -1, comm,
               stream,              0,     FR_REC_F_COLL_CONFIG};
   return run_op(
-      a, [&] { return real(sendbuff, recvbuff, recvcount, datatype, op, comm, stream, config); });
+      a, [=] { return real(sendbuff, recvbuff, recvcount, datatype, op, comm, stream, config); });
 }
 
 FR_API ncclResult_t ncclAlltoAllConfig(const void* sendbuff, void* recvbuff, size_t count,
@@ -153,7 +153,7 @@ FR_API ncclResult_t ncclAlltoAllConfig(const void* sendbuff, void* recvbuff, siz
   FR_REAL_OR_FAIL(ncclAlltoAllConfig);
   OpArgs a = {FR_OP_ALLTOALL, false, sendbuff, recvbuff, count, datatype, -1, -1, comm, stream,
               0,              FR_REC_F_COLL_CONFIG};
-  return run_op(a, [&] { return real(sendbuff, recvbuff, count, datatype, comm, stream, config); });
+  return run_op(a, [=] { return real(sendbuff, recvbuff, count, datatype, comm, stream, config); });
 }
 
 FR_API ncclResult_t ncclGatherConfig(const void* sendbuff, void* recvbuff, size_t count,
@@ -163,7 +163,7 @@ FR_API ncclResult_t ncclGatherConfig(const void* sendbuff, void* recvbuff, size_
   OpArgs a = {FR_OP_GATHER, false, sendbuff, recvbuff, count, datatype, -1, root, comm, stream,
               0,            FR_REC_F_COLL_CONFIG};
   return run_op(
-      a, [&] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream, config); });
+      a, [=] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream, config); });
 }
 
 FR_API ncclResult_t ncclScatterConfig(const void* sendbuff, void* recvbuff, size_t count,
@@ -173,5 +173,5 @@ FR_API ncclResult_t ncclScatterConfig(const void* sendbuff, void* recvbuff, size
   OpArgs a = {FR_OP_SCATTER, false, sendbuff, recvbuff, count, datatype, -1, root, comm, stream,
               0,             FR_REC_F_COLL_CONFIG};
   return run_op(
-      a, [&] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream, config); });
+      a, [=] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream, config); });
 }

@@ -430,6 +430,17 @@ static inline int fr_seq_try_begin(uint64_t* lock, uint64_t* before) {
   return 1;
 }
 
+/* Writer: take the lock again only if it still holds `released`, the value this writer released it
+ * with: then nothing touched the entry since (lock values only grow), and one compare-and-swap
+ * does. Returns 0 otherwise; the caller falls back to fr_seq_try_begin and checks the entry. */
+static inline int fr_seq_try_begin_from(uint64_t* lock, uint64_t released) {
+  uint64_t v = released;
+  if (!__atomic_compare_exchange_n(lock, &v, released + 1u, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+    return 0;
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  return 1;
+}
+
 /* Writer: release the lock taken by fr_seq_try_begin; the entry is valid again. */
 static inline void fr_seq_end(uint64_t* lock, uint64_t before) {
   __atomic_store_n(lock, before + 2u, __ATOMIC_RELEASE);

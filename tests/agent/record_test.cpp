@@ -556,6 +556,47 @@ TEST_CASE("sequence numbers count collectives and p2p apart and nested calls are
   CHECK(e->p2p_seq == 4);
 }
 
+// An op takes the fast lane (wrappers.h) when its communicator is the one this thread called last,
+// else the general path; both must write the same record, launched, failed or in a group.
+TEST_CASE("the fast lane and the general path write the same records", "[agent]") {
+  ncclComm_t c = make_comm(1, 0), other = make_comm(1, 0);
+  static float b[4];
+  auto pair = [&](auto call) {  // the first call after `other` misses the cache, the second hits
+    REQUIRE(ncclAllGather(b, b, 1, ncclFloat32, other, S(1)) == ncclSuccess);
+    call();
+    call();
+  };
+  pair([&] { ncclAllReduce(b, b + 1, 4, ncclFloat32, ncclMax, c, S(7)); });
+  pair([&] {
+    fr_double_next_result(ncclInternalError);
+    CHECK(ncclReduce(b, b, 3, ncclInt8, ncclSum, 0, c, S(8)) == ncclInternalError);
+  });
+  pair([&] {
+    REQUIRE(ncclGroupStart() == ncclSuccess);
+    ncclSend(b, 2, ncclFloat32, 0, c, S(9));
+    REQUIRE(ncclGroupEnd() == ncclSuccess);
+  });
+  auto log = read_own_log();
+  const fr_comm_entry* e = entry_for(log, c);
+  REQUIRE(e);
+  for (fr_op op : {FR_OP_ALLREDUCE, FR_OP_REDUCE, FR_OP_SEND}) {
+    auto recs = on_comm(log, e->id, op);
+    REQUIRE(recs.size() == 2);
+    fr_record general = recs[0], fast = recs[1];
+    INFO("op " << op << " flags " << general.flags << " / " << fast.flags);
+    CHECK(fast.seq == general.seq + 1);
+    CHECK(fast.call_ns >= general.call_ns);
+    CHECK(general.result != FR_RESULT_PENDING);
+    if (op == FR_OP_SEND) {  // a group each
+      CHECK(general.group_id != 0);
+      CHECK(fast.group_id == general.group_id + 1);
+    }
+    for (fr_record* r : {&general, &fast}) r->id = r->seq = r->call_ns = r->duration_ns = r->group_id = 0;
+    general.lock = fast.lock = 0;
+    CHECK(memcmp(&general, &fast, sizeof general) == 0);
+  }
+}
+
 TEST_CASE("a re-entrant call hands back its non-zero code unchanged", "[agent]") {
   ncclComm_t c = make_comm(1, 0);
   static float b[4];
