@@ -16,6 +16,7 @@
 #include "analyzer/synth.h"
 #include "analyzer/trace.h"
 #include "log/snapshot.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using fr::analyzer::synth::Fault;
@@ -24,18 +25,7 @@ using nlohmann::json;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "fr-analyze-test.XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string sub(const std::string& name) const { return (fs::path(path) / name).string(); }
-};
+using fr::test::TempDir;
 
 Spec spec_with(const std::string& fault_spec, int ranks = 8) {
   Spec s;

@@ -16,24 +16,14 @@
 #include "analyzer/analyze.h"
 #include "analyzer/synth.h"
 #include "fr/flight_log.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "fr-analyze-bad.XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string sub(const std::string& name) const { return (fs::path(path) / name).string(); }
-};
+using fr::test::TempDir;
 
 // Writes an 8-rank set with rank 5 hung on the host; returns the dump file of each rank.
 std::vector<std::string> make_set(const std::string& dir, const std::string& fault = "kind=hang-host,rank=5") {

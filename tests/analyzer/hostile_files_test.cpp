@@ -18,6 +18,7 @@
 #include "analyzer/analyze.h"
 #include "analyzer/synth.h"
 #include "skip.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -29,18 +30,7 @@ struct HangGuard {
   ~HangGuard() { ::alarm(0); }
 };
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "fr-analyze-hostile.XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string sub(const std::string& name) const { return (fs::path(path) / name).string(); }
-};
+using fr::test::TempDir;
 
 // An 8-rank set with rank 5 hung on the host; returns the dump file of each rank.
 std::vector<std::string> make_set(const std::string& dir) {

@@ -11,6 +11,7 @@
 #include "analyzer/analyze.h"
 #include "analyzer/model.h"
 #include "analyzer/synth.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using fr::analyzer::LoadMode;
@@ -19,17 +20,7 @@ using fr::analyzer::synth::Spec;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "fr-window-test.XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using fr::test::TempDir;
 
 // A job of 16 ranks whose rings (400 records) wrapped several times.
 Spec wrapped(const std::string& fault, int tp) {

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "fr/flight_log.h"
+#include "temp_dir.h"
 
 namespace fr::test {
 
@@ -128,16 +129,6 @@ struct TestLog {
     fd = -1;
   }
   ~TestLog() { close(); }
-};
-
-// A fresh temporary directory, removed with its files at the end of the test.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/fr-test-XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
 };
 
 }  // namespace fr::test

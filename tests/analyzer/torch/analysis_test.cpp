@@ -14,21 +14,14 @@
 #include "analyzer/torch/torch_detail.h"
 #include "analyzer/torch/torch_dump.h"
 #include "real_torch_checks.h"
+#include "temp_dir.h"
 
 namespace t = fr::analyzer::torch;
 using nlohmann::json;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char buf[] = "/tmp/fr-torch-analysis-XXXXXX";
-    REQUIRE(mkdtemp(buf));
-    path = buf;
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-};
+using fr::test::TempDir;
 
 // One rank's dump in PyTorch's JSON form: `ops` are (profiling name, input size, dtype, state)
 // on the default group, one collective sequence number each from 1.

@@ -13,18 +13,11 @@
 
 #include "real_torch_checks.h"
 #include "skip.h"
+#include "temp_dir.h"
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char buf[] = "/tmp/fr-real-torch-XXXXXX";
-    REQUIRE(mkdtemp(buf));
-    path = buf;
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-};
+using fr::test::TempDir;
 
 // Output and exit status of a shell command.
 int run(const std::string& cmd, std::string* out) {

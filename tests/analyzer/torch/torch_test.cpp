@@ -19,6 +19,7 @@
 #include "analyzer/torch/unpickle.h"
 #include "log/reader.h"
 #include "skip.h"
+#include "temp_dir.h"
 
 namespace t = fr::analyzer::torch;
 using fr::log::LogFile;
@@ -28,15 +29,7 @@ namespace {
 
 const std::string kData = std::string(FR_SOURCE_DIR) + "/tests/analyzer/torch/data";
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char buf[] = "/tmp/fr-torch-test-XXXXXX";
-    REQUIRE(mkdtemp(buf));
-    path = buf;
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-};
+using fr::test::TempDir;
 
 void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
