@@ -29,6 +29,7 @@
 
 #include "fixture.h"
 #include "skip.h"
+#include "stack_frames.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -302,19 +303,8 @@ TEST_CASE("daemons: a stalled GPU is stuck_in_collective", "[daemon][e2e]") {
                 "stuck_in_collective", {6});
 }
 
-// The frames of a stack, "hang_forever <- run_step <- main <- ...", for messages.
-std::string frames_text(const json& frames) {
-  std::string s;
-  for (const auto& f : frames) s += f.value("function", std::string("?")) + " <- ";
-  return s;
-}
-
-// Where `name` first appears among the frames' functions (the frames' count when it does not).
-size_t frame_index(const json& frames, const std::string& name) {
-  for (size_t i = 0; i < frames.size(); ++i)
-    if (frames[i].value("function", std::string()).find(name) != std::string::npos) return i;
-  return frames.size();
-}
+using fr::test::frame_index;
+using fr::test::frames_text;
 
 json evidence_of(const json& verdict, int rank) {
   for (const auto& e : verdict["evidence"])

@@ -8,6 +8,7 @@
 
 #include "simjob_run.h"
 #include "skip.h"
+#include "stack_frames.h"
 
 using fr::e2e::SimRun;
 using nlohmann::json;
@@ -18,19 +19,8 @@ std::string describe(const SimRun& run) {
   return "out dir " + run.dir + ", exit " + std::to_string(run.exit_code) + "\n" + run.output;
 }
 
-// "hang_forever <- run_step <- main <- ...", for messages.
-std::string frames_text(const json& frames) {
-  std::string s;
-  for (const auto& f : frames) s += f.value("function", std::string("?")) + " <- ";
-  return s;
-}
-
-// Where `name` first appears among the frames' functions (the frames' count when it does not).
-size_t frame_index(const json& frames, const std::string& name) {
-  for (size_t i = 0; i < frames.size(); ++i)
-    if (frames[i].value("function", std::string()).find(name) != std::string::npos) return i;
-  return frames.size();
-}
+using fr::test::frame_index;
+using fr::test::frames_text;
 
 }  // namespace
 
