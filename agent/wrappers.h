@@ -202,12 +202,17 @@ FR_HIDDEN void op_exit(OpState& o, ncclResult_t res);
 // for word, as op_enter and op_exit write; anything else takes that general path, decided before
 // anything is written. The state between entry and exit is small, so it stays in registers.
 struct FastOp {
-  fr_record* slot;  // nullptr: the slot was busy, the record is lost (counted)
-  uint64_t lock;    // the slot's lock value after the entry's release
+  fr_record* slot;  // the record's ring slot
+  uint64_t lock;    // the slot's lock value after the entry's release; kLockLost when the slot
+                    // was busy and the record is lost (counted)
   uint64_t id;      // the record's id
   uint64_t tsc;     // the TSC at entry: the duration is the ticks since, converted once
   uint32_t rare;    // kFastTracked, kFastInGroup: the exit takes the rare branch (ThreadState::op_*)
 };
+// A lock value no slot reaches (it moves by 2 from 0 per write): the exit's retake then falls
+// back to record_take_in, which finds another record's id in the slot and stores nothing, as the
+// general path does for a lost record.
+inline constexpr uint64_t kLockLost = ~0ull;
 inline constexpr uint32_t kFastTracked = 0x1;  // a "started" marker was placed: op_index is set
 inline constexpr uint32_t kFastInGroup = 0x2;
 
@@ -258,9 +263,8 @@ FR_INLINE void fast_store(const OpArgs& a, ThreadState& t, FastOp& f, uint64_t c
   const uint64_t seq = __atomic_add_fetch(a.p2p ? &e->p2p_seq : &e->coll_seq, 1, __ATOMIC_RELAXED);
   const uint64_t flags_word = (uint64_t)a.flags << 32;  // a constant of the wrapper
   HeldRecord h;
-  f.slot = nullptr;
+  f.lock = kLockLost;
   if (__builtin_expect(record_reserve(call_ns, &f.id, &h), 1)) {
-    f.slot = h.slot;
     store_entry(h.slot, f.id, t.cache_id, seq, op_index, (uint64_t)a.count,
                 (uint64_t)(uintptr_t)a.stream, 0, call_ns, (uint64_t)(uintptr_t)a.send,
                 (uint64_t)(uintptr_t)a.recv,
@@ -274,6 +278,7 @@ FR_INLINE void fast_store(const OpArgs& a, ThreadState& t, FastOp& f, uint64_t c
     record_release(h);
     f.lock = h.before + 2u;
   }
+  f.slot = h.slot;  // set even when lost (record_reserve names the slot it tried)
 }
 
 // The fast lane's entry in a group, or where a CUDA driver is loaded: the capture check and the
@@ -290,6 +295,8 @@ FR_INLINE bool op_fast_enter_gpu_or_group(const OpArgs& a, ThreadState& t, FastO
     if (g.capture == kCapturing) return false;
     if (g.capture == kCaptureUnknown) bits = kOpNoMarkers;
     op_index = g.op_index;
+  } else {
+    t.cuda_unknown = 0;  // no driver, for good: the next ops outside a group take kLaneFast
   }
   fast_store(a, t, f, call_ns, op_index, in_group);
   f.tsc = tsc;
@@ -323,8 +330,7 @@ FR_INLINE Lane fast_lane(const OpArgs& a, const ThreadState& t, uint64_t* tsc, u
   const uint64_t ticks = *tsc - t.anchor_tsc;
   if (__builtin_expect(ticks >= g_ctx.reanchor_ticks, 0)) return kLaneGeneral;  // 0 without TSC
   *call_ns = t.anchor_ns + ((ticks * g_ctx.ns_per_tick_q32) >> 32);
-  if (__builtin_expect(
-          t.group_depth > 0 || !__atomic_load_n(&g_ctx.cuda_absent, __ATOMIC_RELAXED), 0))
+  if (__builtin_expect((t.group_depth | (int)t.cuda_unknown) != 0, 0))  // group_depth >= 0
     return kLaneFastGpuOrGroup;
   return kLaneFast;
 #else
@@ -356,13 +362,13 @@ FR_INLINE void op_fast_exit(const ThreadState& t, const FastOp& f, ncclResult_t 
   if (__builtin_expect(res != ncclSuccess || (f.rare != 0 && !grouped), 0))
     return op_fast_exit_rare(f, res, duration, op_flags);
   HeldRecord h;
-  if (__builtin_expect(f.slot != nullptr, 1) && record_retake(f.slot, f.lock, f.id, &h)) {
+  if (__builtin_expect(record_retake(f.slot, f.lock, f.id, &h), 1)) {
     set_record_word(h.slot, offsetof(fr_record, duration_ns), duration);
     if (__builtin_expect(!grouped, 1)) {
-      // The GPU state goes from none (as written at entry) to enqueued.
-      set_record_word(h.slot, offsetof(fr_record, tid),
-                      record_word<uint64_t>(h.slot, offsetof(fr_record, tid)) |
-                          (uint64_t)FR_GPU_ENQUEUED << 56);
+      // The GPU state goes from none (as written at entry) to enqueued: its byte alone (x86 only
+      // here, where a byte store inside a word the readers load whole is atomic with it).
+      __atomic_store_n((uint8_t*)h.slot + offsetof(fr_record, gpu_state),
+                       (uint8_t)FR_GPU_ENQUEUED, __ATOMIC_RELAXED);
     }
 #ifdef FR_TEST_PARK_WRITER
     sched_yield();  // as in op_exit
