@@ -210,8 +210,8 @@ struct FastOp {
   uint32_t rare;    // kFastTracked, kFastInGroup: the exit takes the rare branch (ThreadState::op_*)
 };
 // A lock value no slot reaches (it moves by 2 from 0 per write): the exit's retake then falls
-// back to record_take_in, which finds another record's id in the slot and stores nothing, as the
-// general path does for a lost record.
+// back to record_take_in, which finds another record's id in the slot (the lost one was never
+// stored) and stores nothing, as the general path does for a lost record.
 inline constexpr uint64_t kLockLost = ~0ull;
 inline constexpr uint32_t kFastTracked = 0x1;  // a "started" marker was placed: op_index is set
 inline constexpr uint32_t kFastInGroup = 0x2;
@@ -387,8 +387,6 @@ FR_INLINE void op_fast_exit(const ThreadState& t, const FastOp& f, ncclResult_t 
 }
 
 // Inlined into each wrapper whole, so the arguments stay in registers on their way to the record.
-// The general path gets a copy of the arguments built field by field where it is taken, so that
-// nothing of it is built on the fast lane.
 template <class Call>
 FR_INLINE ncclResult_t run_op(const OpArgs& a, Call call) {
   ThreadState& t = thread_state();
