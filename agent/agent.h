@@ -56,7 +56,9 @@ struct ThreadState {
   uint32_t n_ops;     // entries of thread_ops() used by the open group
   uint64_t group_id;  // id of the open group, 0 outside groups
   uint32_t overflow;  // ops beyond kMaxGroupOps were issued in this group
-  uint32_t pad;
+  // 1 until this thread saw g_ctx.cuda_absent set (it is never cleared): until then the fast
+  // lane checks for a CUDA driver. With group_depth, one test keeps the common case apart.
+  uint32_t cuda_unknown = 1;
   uint64_t anchor_tsc;  // per-thread clock anchor (see now_ns)
   uint64_t anchor_ns;
   // The communicator this thread called last (comm_ref): valid while comm_gen equals cache_gen,
@@ -271,7 +273,7 @@ inline fr_record* record_slot(uint64_t id) {
 }
 // Reserves the next record id (*id) and takes its slot's lock; `heartbeat_ns` becomes the log's
 // heartbeat. False when the slot was busy with another thread's write (the ring lapped it): the
-// record is counted lost and nothing may be written.
+// record is counted lost and nothing may be written (held->slot still names the slot).
 __attribute__((always_inline)) inline bool record_reserve(uint64_t heartbeat_ns, uint64_t* id,
                                                           HeldRecord* held) {
   fr_log_header* h = g_ctx.hdr;

@@ -239,7 +239,7 @@ void op_fast_exit_rare(FastOp f, ncclResult_t res, uint64_t duration, uint32_t o
     if (in_group && t.op_group_pos < kMaxGroupOps) thread_ops()[t.op_group_pos].bits |= kOpFailed;
   }
   HeldRecord h;
-  if (f.slot != nullptr && record_retake(f.slot, f.lock, f.id, &h)) {
+  if (record_retake(f.slot, f.lock, f.id, &h)) {
     set_record_word(h.slot, offsetof(fr_record, duration_ns), duration);
     if (launched) {
       RecTidOp w = record_word<RecTidOp>(h.slot, offsetof(fr_record, tid));

@@ -202,12 +202,17 @@ FR_HIDDEN void op_exit(OpState& o, ncclResult_t res);
 // for word, as op_enter and op_exit write; anything else takes that general path, decided before
 // anything is written. The state between entry and exit is small, so it stays in registers.
 struct FastOp {
-  fr_record* slot;  // nullptr: the slot was busy, the record is lost (counted)
-  uint64_t lock;    // the slot's lock value after the entry's release
+  fr_record* slot;  // the record's ring slot
+  uint64_t lock;    // the slot's lock value after the entry's release; kLockLost when the slot
+                    // was busy and the record is lost (counted)
   uint64_t id;      // the record's id
   uint64_t tsc;     // the TSC at entry: the duration is the ticks since, converted once
   uint32_t rare;    // kFastTracked, kFastInGroup: the exit takes the rare branch (ThreadState::op_*)
 };
+// A lock value no slot reaches (it moves by 2 from 0 per write): the exit's retake then falls
+// back to record_take_in, which finds another record's id in the slot (the lost one was never
+// stored) and stores nothing, as the general path does for a lost record.
+inline constexpr uint64_t kLockLost = ~0ull;
 inline constexpr uint32_t kFastTracked = 0x1;  // a "started" marker was placed: op_index is set
 inline constexpr uint32_t kFastInGroup = 0x2;
 
@@ -249,42 +254,23 @@ static_assert(offsetof(RecTidOp, op) == 4 && offsetof(RecTidOp, dtype) == 6 &&
                   offsetof(RecTidOp, gpu_state) == 7,
               "tid_op_word packs RecTidOp (little-endian)");
 
-// Entry of the fast lane; false (nothing written) when the op must take the general path.
-FR_INLINE bool op_fast_enter(const OpArgs& a, ThreadState& t, FastOp& f) {
-#if defined(__x86_64__) && defined(__ORDER_LITTLE_ENDIAN__)
-  const uint64_t key = (uint64_t)(uintptr_t)a.comm;
-  if (__builtin_expect(key != t.cache_handle ||
-                           __atomic_load_n(&g_ctx.comm_gen, __ATOMIC_ACQUIRE) != t.cache_gen,
-                       0))
-    return false;
-  const uint64_t tsc = __builtin_ia32_rdtsc();
-  const uint64_t ticks = tsc - t.anchor_tsc;
-  if (__builtin_expect(ticks >= g_ctx.reanchor_ticks, 0)) return false;  // 0 without the TSC
-  const uint64_t call_ns = t.anchor_ns + ((ticks * g_ctx.ns_per_tick_q32) >> 32);
-  const bool in_group = t.group_depth > 0;
-  uint64_t op_index = 0;
-  uint32_t bits = 0;
-  if (__builtin_expect(!__atomic_load_n(&g_ctx.cuda_absent, __ATOMIC_RELAXED), 0)) {
-    const GpuEnter g = op_gpu_enter(t.cache_slot, (uint64_t)(uintptr_t)a.stream, in_group);
-    if (g.capture == kCapturing) return false;
-    if (g.capture == kCaptureUnknown) bits = kOpNoMarkers;
-    op_index = g.op_index;
-  }
+// The fast lane's entry once its clock is read: the communicator's counters, the record's id and
+// slot, and every word of the record stored under the slot's lock (FastOp::slot, lock and id).
+FR_INLINE void fast_store(const OpArgs& a, ThreadState& t, FastOp& f, uint64_t call_ns,
+                          uint64_t op_index, bool in_group) {
   fr_comm_entry* e = t.cache_entry;
   __atomic_store_n(&e->last_call_ns, call_ns, __ATOMIC_RELAXED);
   const uint64_t seq = __atomic_add_fetch(a.p2p ? &e->p2p_seq : &e->coll_seq, 1, __ATOMIC_RELAXED);
   const uint64_t flags_word = (uint64_t)a.flags << 32;  // a constant of the wrapper
   HeldRecord h;
-  f.slot = nullptr;
-  const bool rare = in_group || op_index != 0;
+  f.lock = kLockLost;
   if (__builtin_expect(record_reserve(call_ns, &f.id, &h), 1)) {
-    f.slot = h.slot;
     store_entry(h.slot, f.id, t.cache_id, seq, op_index, (uint64_t)a.count,
                 (uint64_t)(uintptr_t)a.stream, 0, call_ns, (uint64_t)(uintptr_t)a.send,
                 (uint64_t)(uintptr_t)a.recv,
                 record_word_of<RecTidOp>(tid_op_word(t.tid, a.op, a.dtype, FR_GPU_NONE)),
                 RecRedopPeer{a.redop, a.peer}, t.cache_enter_word | flags_word, a.aux);
-    if (__builtin_expect(in_group, 0)) {  // the words that differ in a group
+    if (in_group) {  // the words that differ in a group
       set_record_word(h.slot, offsetof(fr_record, group_id), t.group_id);
       set_record_word(h.slot, offsetof(fr_record, result),
                       t.cache_enter_word | flags_word | (uint64_t)FR_REC_F_IN_GROUP << 32);
@@ -292,10 +278,30 @@ FR_INLINE bool op_fast_enter(const OpArgs& a, ThreadState& t, FastOp& f) {
     record_release(h);
     f.lock = h.before + 2u;
   }
+  f.slot = h.slot;  // set even when lost (record_reserve names the slot it tried)
+}
+
+// The fast lane's entry in a group, or where a CUDA driver is loaded: the capture check and the
+// "started" marker first (a capturing stream takes the general path: false, nothing written),
+// then the record, and what the exit's rare branch needs in ThreadState::op_*. Kept apart from
+// the common case so that its op index and group state are constants there.
+FR_INLINE bool op_fast_enter_gpu_or_group(const OpArgs& a, ThreadState& t, FastOp& f,
+                                          uint64_t tsc, uint64_t call_ns) {
+  const bool in_group = t.group_depth > 0;
+  uint64_t op_index = 0;
+  uint32_t bits = 0;
+  if (!__atomic_load_n(&g_ctx.cuda_absent, __ATOMIC_RELAXED)) {
+    const GpuEnter g = op_gpu_enter(t.cache_slot, (uint64_t)(uintptr_t)a.stream, in_group);
+    if (g.capture == kCapturing) return false;
+    if (g.capture == kCaptureUnknown) bits = kOpNoMarkers;
+    op_index = g.op_index;
+  } else {
+    t.cuda_unknown = 0;  // no driver, for good: the next ops outside a group take kLaneFast
+  }
+  fast_store(a, t, f, call_ns, op_index, in_group);
   f.tsc = tsc;
-  f.rare = 0;
-  if (__builtin_expect(rare, 0)) {
-    f.rare = (op_index != 0 ? kFastTracked : 0u) | (in_group ? kFastInGroup : 0u);
+  f.rare = (op_index != 0 ? kFastTracked : 0u) | (in_group ? kFastInGroup : 0u);
+  if (f.rare != 0) {
     t.op_stream = (uint64_t)(uintptr_t)a.stream;
     t.op_index = op_index;
     t.op_comm_slot = t.cache_slot;
@@ -304,11 +310,35 @@ FR_INLINE bool op_fast_enter(const OpArgs& a, ThreadState& t, FastOp& f) {
                               : kMaxGroupOps;
   }
   return true;
+}
+
+// Which way an op goes (fast_lane): the general path, the fast lane's common case (no GPU
+// driver, no group: no op index, nothing for the exit's rare branch), or the fast lane's entry in
+// a group or with a driver (op_fast_enter_gpu_or_group).
+enum Lane : int { kLaneGeneral = 0, kLaneFast = 1, kLaneFastGpuOrGroup = 2 };
+
+// The fast lane's checks, nothing written: the communicator is this thread's cached one and the
+// TSC clock needs no re-anchor; *tsc and *call_ns are the entry's clock then.
+FR_INLINE Lane fast_lane(const OpArgs& a, const ThreadState& t, uint64_t* tsc, uint64_t* call_ns) {
+#if defined(__x86_64__) && defined(__ORDER_LITTLE_ENDIAN__)
+  const uint64_t key = (uint64_t)(uintptr_t)a.comm;
+  if (__builtin_expect(key != t.cache_handle ||
+                           __atomic_load_n(&g_ctx.comm_gen, __ATOMIC_ACQUIRE) != t.cache_gen,
+                       0))
+    return kLaneGeneral;
+  *tsc = __builtin_ia32_rdtsc();
+  const uint64_t ticks = *tsc - t.anchor_tsc;
+  if (__builtin_expect(ticks >= g_ctx.reanchor_ticks, 0)) return kLaneGeneral;  // 0 without TSC
+  *call_ns = t.anchor_ns + ((ticks * g_ctx.ns_per_tick_q32) >> 32);
+  if (__builtin_expect((t.group_depth | (int)t.cuda_unknown) != 0, 0))  // group_depth >= 0
+    return kLaneFastGpuOrGroup;
+  return kLaneFast;
 #else
   (void)a;
   (void)t;
-  (void)f;
-  return false;
+  (void)tsc;
+  (void)call_ns;
+  return kLaneGeneral;
 #endif
 }
 
@@ -332,13 +362,13 @@ FR_INLINE void op_fast_exit(const ThreadState& t, const FastOp& f, ncclResult_t 
   if (__builtin_expect(res != ncclSuccess || (f.rare != 0 && !grouped), 0))
     return op_fast_exit_rare(f, res, duration, op_flags);
   HeldRecord h;
-  if (__builtin_expect(f.slot != nullptr, 1) && record_retake(f.slot, f.lock, f.id, &h)) {
+  if (__builtin_expect(record_retake(f.slot, f.lock, f.id, &h), 1)) {
     set_record_word(h.slot, offsetof(fr_record, duration_ns), duration);
     if (__builtin_expect(!grouped, 1)) {
-      // The GPU state goes from none (as written at entry) to enqueued.
-      set_record_word(h.slot, offsetof(fr_record, tid),
-                      record_word<uint64_t>(h.slot, offsetof(fr_record, tid)) |
-                          (uint64_t)FR_GPU_ENQUEUED << 56);
+      // The GPU state goes from none (as written at entry) to enqueued: its byte alone (x86 only
+      // here, where a byte store inside a word the readers load whole is atomic with it).
+      __atomic_store_n((uint8_t*)h.slot + offsetof(fr_record, gpu_state),
+                       (uint8_t)FR_GPU_ENQUEUED, __ATOMIC_RELAXED);
     }
 #ifdef FR_TEST_PARK_WRITER
     sched_yield();  // as in op_exit
@@ -357,32 +387,47 @@ FR_INLINE void op_fast_exit(const ThreadState& t, const FastOp& f, ncclResult_t 
 }
 
 // Inlined into each wrapper whole, so the arguments stay in registers on their way to the record.
-// The general path gets a copy of the arguments built field by field where it is taken, so that
-// nothing of it is built on the fast lane.
 template <class Call>
 FR_INLINE ncclResult_t run_op(const OpArgs& a, Call call) {
   ThreadState& t = thread_state();
   if (t.guard != 0) return call();  // inside a wrapper: NCCL calling its own API
   ++t.guard;  // held while the agent starts, too: its own NCCL calls are never recorded
-  FastOp f;
-  OpState o;
   // A hit in the communicator cache means the agent records (the mode never leaves kRecording
   // once there, and a forked child starts with an empty cache): the fast lane skips that check.
-  const bool fast = op_fast_enter(a, t, f);
-  if (__builtin_expect(!fast, 0)) {
-    if (!recording()) {
-      --t.guard;
-      return call();
-    }
-    const OpArgs copy = {a.op,   a.p2p,  a.send,   a.recv,   a.count, a.dtype,
-                         a.redop, a.peer, a.comm, a.stream, a.aux,   a.flags};
-    op_enter(copy, o);
-  }
-  ncclResult_t res = call();
-  if (__builtin_expect(fast, 1))
+  // Each lane has its own call and exit, so that the common one carries no group or GPU state
+  // across the call.
+  uint64_t tsc = 0, call_ns = 0;
+  const Lane lane = fast_lane(a, t, &tsc, &call_ns);
+  if (__builtin_expect(lane == kLaneFast, 1)) {
+    FastOp f;
+    fast_store(a, t, f, call_ns, 0, false);
+    f.tsc = tsc;
+    f.rare = 0;
+    const ncclResult_t res = call();
     op_fast_exit(t, f, res, a.flags);
-  else
-    op_exit(o, res);
+    --t.guard;
+    return res;
+  }
+  if (lane == kLaneFastGpuOrGroup) {
+    FastOp f;
+    if (op_fast_enter_gpu_or_group(a, t, f, tsc, call_ns)) {
+      const ncclResult_t res = call();
+      op_fast_exit(t, f, res, a.flags);
+      --t.guard;
+      return res;
+    }
+  } else if (!recording()) {
+    --t.guard;
+    return call();
+  }
+  // The general path gets a copy of the arguments built field by field here, so that nothing of
+  // it is built on the fast lane.
+  OpState o;
+  const OpArgs copy = {a.op,    a.p2p,  a.send, a.recv,   a.count, a.dtype,
+                       a.redop, a.peer, a.comm, a.stream, a.aux,   a.flags};
+  op_enter(copy, o);
+  const ncclResult_t res = call();
+  op_exit(o, res);
   --t.guard;
   return res;
 }

@@ -597,6 +597,51 @@ TEST_CASE("the fast lane and the general path write the same records", "[agent]"
   }
 }
 
+// A slot another writer still holds (the ring lapped it) loses the record that would take it:
+// counted as overwritten, its sequence number consumed, and nothing written into the slot at
+// entry or at exit. Here the slot is held from outside, through the file.
+TEST_CASE("the fast lane leaves a busy slot alone and counts its record lost", "[agent]") {
+  ncclComm_t c = make_comm(1, 0);
+  static float b[4];
+  for (int i = 0; i < 2; ++i)  // the cache filled, the fast lane taken from now on
+    REQUIRE(ncclAllReduce(b, b, 1, ncclFloat32, ncclSum, c, S(3)) == ncclSuccess);
+  auto logs = log_dir().logs();
+  REQUIRE(logs.size() == 1);
+  int fd = open(logs[0].c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  struct stat st;
+  REQUIRE(fstat(fd, &st) == 0);
+  void* m = mmap(nullptr, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  REQUIRE(m != MAP_FAILED);
+  auto* h = (fr_log_header*)m;
+  auto* ring = (fr_record*)((uint8_t*)m + h->ring_offset);
+  const uint64_t next = __atomic_load_n(&h->record_counter, __ATOMIC_ACQUIRE);
+  REQUIRE(next < h->ring_capacity);  // so `overwritten` moves only by the lost record
+  fr_record* slot = &ring[next % h->ring_capacity];
+  const uint64_t lock = __atomic_load_n(&slot->lock, __ATOMIC_ACQUIRE);
+  REQUIRE(lock % 2 == 0);
+  __atomic_store_n(&slot->lock, lock + 1, __ATOMIC_RELEASE);  // held by "another writer"
+  fr_record before;
+  memcpy(&before, slot, sizeof before);
+  const uint64_t lost = h->overwritten;
+  CHECK(ncclAllReduce(b, b, 2, ncclFloat32, ncclSum, c, S(3)) == ncclSuccess);
+  CHECK(memcmp(&before, slot, sizeof before) == 0);
+  CHECK(h->overwritten == lost + 1);
+  __atomic_store_n(&slot->lock, lock, __ATOMIC_RELEASE);
+  REQUIRE(ncclAllReduce(b, b, 3, ncclFloat32, ncclSum, c, S(3)) == ncclSuccess);
+  munmap(m, (size_t)st.st_size);
+  auto log = read_own_log();
+  const fr_comm_entry* e = entry_for(log, c);
+  REQUIRE(e);
+  auto recs = on_comm(log, e->id, FR_OP_ALLREDUCE);
+  REQUIRE(recs.size() == 3);  // the lost call is not there, and it consumed seq 3
+  CHECK(recs[2].seq == 4);
+  CHECK(recs[2].count == 3);
+  CHECK(recs[2].result == ncclSuccess);
+  CHECK(recs[2].gpu_state == FR_GPU_ENQUEUED);
+}
+
 TEST_CASE("a re-entrant call hands back its non-zero code unchanged", "[agent]") {
   ncclComm_t c = make_comm(1, 0);
   static float b[4];
