@@ -84,28 +84,7 @@ constexpr std::array<uint8_t, 256> kScanClass = scan_classes();
   return ok;
 }
 
-// The scan itself, on plain pointers and locals kept in registers: the offset just past the
-// value, or SIZE_MAX when the scan cannot vouch for it. The hot loop of a dump (a frames list is
-// about 12 opcodes a frame), bound by how well the CPU predicts the jump to the next opcode's
-// handler: so every handler ends in its own jump through the table (FR_SCAN_NEXT), which each
-// learns the opcode that usually follows its own, rather than one shared jump at the loop's top.
-// Lengths are skipped, never read as text; a memo put that extends the open range of scanned memo
-// indices, and a get of a stored or scanned index, stay in locals (ScanMemo); anything else takes
-// the members.
-size_t Machine::scan_ops(const unsigned char* p, const unsigned char* const end, ScanMemo* sm) {
-  static const void* const kHandlers[kScanClasses] = {
-      &&other, &&push, &&fixed1, &&fixed2, &&fixed4, &&fixed8, &&len1, &&len4, &&len8, &&get1,
-      &&get4, &&put1, &&put4, &&memoize, &&mark, &&pop_mark, &&build_mark, &&append, &&setitem,
-      &&tuple1, &&tuple2, &&tuple3, &&frame};
-  const unsigned char* const begin = reinterpret_cast<const unsigned char*>(in_.data());
-  constexpr int kMaxMarks = 64;
-  int64_t marks[kMaxMarks];
-  int nmarks = 0;
-  int64_t floor = 0;  // stack height at the innermost mark
-  int64_t h = 0;      // values above the stack as it was
-  uint64_t n = 0;     // a payload's length
-  uint64_t idx = 0;   // a memo index
-  uint8_t op = 0;
+// The scan's steps, as macros on scan_ops' locals (its handlers below).
 // The next opcode: the end of the value once it is complete and the opcode no longer about it.
 #define FR_SCAN_NEXT()                                                                       \
   do {                                                                                       \
@@ -148,6 +127,29 @@ size_t Machine::scan_ops(const unsigned char* p, const unsigned char* const end,
     h = h - (k) + 1;                               \
     FR_SCAN_NEXT();                                \
   } while (0)
+
+// The scan itself, on plain pointers and locals kept in registers: the offset just past the
+// value, or SIZE_MAX when the scan cannot vouch for it. The hot loop of a dump (a frames list is
+// about 12 opcodes a frame), bound by how well the CPU predicts the jump to the next opcode's
+// handler: so every handler ends in its own jump through the table (FR_SCAN_NEXT), which each
+// learns the opcode that usually follows its own, rather than one shared jump at the loop's top.
+// Lengths are skipped, never read as text; a memo put that extends the open range of scanned memo
+// indices, and a get of a stored or scanned index, stay in locals (ScanMemo); anything else takes
+// the members.
+size_t Machine::scan_ops(const unsigned char* p, const unsigned char* const end, ScanMemo* sm) {
+  static const void* const kHandlers[kScanClasses] = {
+      &&other, &&push, &&fixed1, &&fixed2, &&fixed4, &&fixed8, &&len1, &&len4, &&len8, &&get1,
+      &&get4, &&put1, &&put4, &&memoize, &&mark, &&pop_mark, &&build_mark, &&append, &&setitem,
+      &&tuple1, &&tuple2, &&tuple3, &&frame};
+  const unsigned char* const begin = reinterpret_cast<const unsigned char*>(in_.data());
+  constexpr int kMaxMarks = 64;
+  int64_t marks[kMaxMarks];
+  int nmarks = 0;
+  int64_t floor = 0;  // stack height at the innermost mark
+  int64_t h = 0;      // values above the stack as it was
+  uint64_t n = 0;     // a payload's length
+  uint64_t idx = 0;   // a memo index
+  uint8_t op = 0;
   FR_SCAN_NEXT();
 push: ++h; FR_SCAN_NEXT();
 fixed1: FR_SCAN_FIXED(1);
