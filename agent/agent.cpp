@@ -81,6 +81,12 @@ uint32_t current_tid_slow() {
   return t_state.tid;
 }
 
+void record_lost(uint64_t id) {
+  const uint64_t lost = __atomic_add_fetch(&g_ctx.records_lost, 1, __ATOMIC_RELAXED);
+  const uint64_t laps = id >= g_ctx.ring_cap ? id + 1 - g_ctx.ring_cap : 0;
+  __atomic_store_n(&g_ctx.hdr->overwritten, laps + lost, __ATOMIC_RELAXED);
+}
+
 void debug_log(const char* fmt, ...) {
   if (!g_ctx.debug) return;
   char line[512];

@@ -55,6 +55,11 @@ struct ThreadState {
   int group_depth;    // ncclGroupStart nesting, as NCCL counts it per thread
   uint32_t n_ops;     // entries of thread_ops() used by the open group
   uint64_t group_id;  // id of the open group, 0 outside groups
+  // Group ids this thread may hand out, [group_ids_next, group_ids_end): taken from
+  // g_ctx.next_group_id kGroupIdBlock at a time, so that a group costs no locked instruction for
+  // its id. Ids stay unique in the process and increase on each thread.
+  uint64_t group_ids_next;
+  uint64_t group_ids_end;
   uint32_t overflow;  // ops beyond kMaxGroupOps were issued in this group
   // 1 until this thread saw g_ctx.cuda_absent set (it is never cleared): until then the fast
   // lane checks for a CUDA driver. With group_depth, one test keeps the common case apart.
@@ -177,6 +182,7 @@ struct Context {
   int use_tsc;
   uint64_t ns_per_tick_q32;  // nanoseconds per tick, fixed point with 32 fraction bits
   uint64_t reanchor_ticks;
+  uint64_t records_lost;  // records lost to a busy slot (atomic; the header's overwritten adds laps)
 };
 
 FR_HIDDEN extern Context g_ctx;
@@ -271,6 +277,9 @@ inline fr_record* record_slot(uint64_t id) {
   const Context& c = g_ctx;
   return &c.ring[__builtin_expect(c.ring_mask != 0, 1) ? (id & c.ring_mask) : id % c.ring_cap];
 }
+// A record lost to a slot busy with another thread's write (rare): counted, and the header's
+// count updated (agent.cpp).
+FR_HIDDEN __attribute__((noinline, cold)) void record_lost(uint64_t id);
 // Reserves the next record id (*id) and takes its slot's lock; `heartbeat_ns` becomes the log's
 // heartbeat. False when the slot was busy with another thread's write (the ring lapped it): the
 // record is counted lost and nothing may be written (held->slot still names the slot).
@@ -278,12 +287,18 @@ __attribute__((always_inline)) inline bool record_reserve(uint64_t heartbeat_ns,
                                                           HeldRecord* held) {
   fr_log_header* h = g_ctx.hdr;
   *id = __atomic_fetch_add(&h->record_counter, 1, __ATOMIC_ACQ_REL);
+  // The header's count of lost records: the ring's laps plus the records lost to a busy slot,
+  // stored rather than added to, so that a record costs one locked instruction less. With several
+  // threads writing at once it can trail by the records being reserved at that moment, never lead;
+  // readers take the larger of it and record_counter - ring_capacity (proto/log/reader.cpp).
   if (__builtin_expect(*id >= g_ctx.ring_cap, 1))
-    __atomic_fetch_add(&h->overwritten, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->overwritten,
+                     *id + 1 - g_ctx.ring_cap + __atomic_load_n(&g_ctx.records_lost, __ATOMIC_RELAXED),
+                     __ATOMIC_RELAXED);
   __atomic_store_n(&h->heartbeat_ns, heartbeat_ns, __ATOMIC_RELAXED);
   held->slot = record_slot(*id);
   if (__builtin_expect(fr_seq_try_begin(&held->slot->lock, &held->before), 1)) return true;
-  __atomic_fetch_add(&h->overwritten, 1, __ATOMIC_RELAXED);
+  record_lost(*id);
   return false;
 }
 // The same, for callers that test held->slot (nullptr when the record is lost). Returns the id.

@@ -244,6 +244,7 @@ bool log_open() {
   Context& c = g_ctx;
   c.ring_cap = ring_capacity();
   c.ring_mask = (c.ring_cap & (c.ring_cap - 1)) == 0 ? c.ring_cap - 1 : 0;
+  c.records_lost = 0;  // a forked child's new log starts its own count
   c.comm_cap = FR_DEFAULT_COMM_CAPACITY;
   c.graph_cap = FR_DEFAULT_GRAPH_CAPACITY;
   c.capture_cap = FR_DEFAULT_CAPTURE_CAPACITY;

@@ -169,7 +169,9 @@ void op_enter(const OpArgs& a, OpState& o) {
 }
 
 void op_exit(OpState& o, ncclResult_t res) {
-  uint64_t duration = elapsed_since(o.call_ns);
+  // In a group the call only queues the op: its duration is not measured (as on the fast lane).
+  const bool queued = (o.flags & (FR_REC_F_IN_GROUP | FR_REC_F_CAPTURED)) == FR_REC_F_IN_GROUP;
+  uint64_t duration = queued ? 0 : elapsed_since(o.call_ns);
   uint32_t flags = o.flags & ~FR_REC_F_IN_CALL;
   bool launched = false;
   if (__builtin_expect(res == ncclSuccess && !(o.flags & (FR_REC_F_IN_GROUP | FR_REC_F_CAPTURED)), 1)) {

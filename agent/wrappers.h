@@ -260,7 +260,13 @@ FR_INLINE void fast_store(const OpArgs& a, ThreadState& t, FastOp& f, uint64_t c
                           uint64_t op_index, bool in_group) {
   fr_comm_entry* e = t.cache_entry;
   __atomic_store_n(&e->last_call_ns, call_ns, __ATOMIC_RELAXED);
-  const uint64_t seq = __atomic_add_fetch(a.p2p ? &e->p2p_seq : &e->coll_seq, 1, __ATOMIC_RELAXED);
+  // NCCL lets one thread at a time issue operations on a communicator (its "Thread Safety"
+  // rules), so the program's own synchronization orders every increment of its counters: a load
+  // and a store do, without a locked instruction. (A program breaking that rule, which NCCL does
+  // not survive either, may see a sequence number twice.)
+  uint64_t* const seq_word = a.p2p ? &e->p2p_seq : &e->coll_seq;
+  const uint64_t seq = __atomic_load_n(seq_word, __ATOMIC_RELAXED) + 1;
+  __atomic_store_n(seq_word, seq, __ATOMIC_RELAXED);
   const uint64_t flags_word = (uint64_t)a.flags << 32;  // a constant of the wrapper
   HeldRecord h;
   f.lock = kLockLost;
@@ -354,12 +360,15 @@ FR_HIDDEN __attribute__((noinline)) void op_fast_exit_rare(FastOp f, ncclResult_
 FR_INLINE void op_fast_exit(const ThreadState& t, const FastOp& f, ncclResult_t res,
                             uint32_t op_flags) {
 #if defined(__x86_64__)
-  const uint64_t duration = (uint64_t)(((unsigned __int128)(__builtin_ia32_rdtsc() - f.tsc) *
-                                        g_ctx.ns_per_tick_q32) >> 32);
   // Launched and untracked, or issued in a group (it launches at the outermost GroupEnd): the
-  // two cases made here; the others out of line.
-  const bool grouped = f.rare == kFastInGroup;
-  if (__builtin_expect(res != ncclSuccess || (f.rare != 0 && !grouped), 0))
+  // two cases made here; the others out of line. In a group the call only queues the op, so its
+  // duration is not measured (0, no clock read: see docs/agent.md, "Groups").
+  const bool grouped = (f.rare & kFastInGroup) != 0;
+  const uint64_t duration =
+      grouped ? 0
+              : (uint64_t)(((unsigned __int128)(__builtin_ia32_rdtsc() - f.tsc) *
+                            g_ctx.ns_per_tick_q32) >> 32);
+  if (__builtin_expect(res != ncclSuccess || (f.rare != 0 && f.rare != kFastInGroup), 0))
     return op_fast_exit_rare(f, res, duration, op_flags);
   HeldRecord h;
   if (__builtin_expect(record_retake(f.slot, f.lock, f.id, &h), 1)) {

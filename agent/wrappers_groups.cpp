@@ -31,6 +31,18 @@ void group_rec_enter(fr_op op, uint64_t group_id, GroupRec& r) {
   }
 }
 
+// A record written once, whole, after its call returned: its call time, no duration (0).
+void group_rec_whole(fr_op op, uint64_t group_id, uint64_t call_ns, ncclResult_t res) {
+  const uint32_t flags = group_id != 0 ? FR_REC_F_IN_GROUP : 0u;
+  HeldRecord h;
+  const uint64_t id = record_take_new(call_ns, &h);
+  if (h.slot == nullptr) return;
+  store_entry(h.slot, id, 0, 0, 0, 0, 0, group_id, call_ns, 0, 0,
+              RecTidOp{current_tid(), (uint16_t)op, 0, FR_GPU_NONE}, RecRedopPeer{-1, -1},
+              result_word(res, flags), 0);
+  record_release(h);
+}
+
 // `end_ns`: when the call returned (0: now).
 void group_rec_exit(const GroupRec& r, ncclResult_t res, uint64_t end_ns = 0) {
   if (end_ns == 0) end_ns = now_ns();
@@ -60,6 +72,9 @@ void mark_overflow(uint64_t group_id, uint32_t flags) {
   uint64_t begin = end > g_ctx.ring_cap ? end - g_ctx.ring_cap : 0;
   for (uint64_t id = begin; id < end; ++id) record_modify(id, apply_group_flags, arg);
 }
+
+// Group ids a thread takes at once (ThreadState::group_ids_next).
+constexpr uint64_t kGroupIdBlock = 4096;
 
 struct Pair {
   int32_t slot;
@@ -147,13 +162,19 @@ FR_API ncclResult_t ncclGroupStart() {
   ThreadState& t = s.t;
   if (t.group_depth == 0) {
     group_reset(t);
-    t.group_id = __atomic_add_fetch(&g_ctx.next_group_id, 1, __ATOMIC_RELAXED);
+    if (__builtin_expect(t.group_ids_next == t.group_ids_end, 0)) {
+      t.group_ids_next = __atomic_fetch_add(&g_ctx.next_group_id, kGroupIdBlock, __ATOMIC_RELAXED) + 1;
+      t.group_ids_end = t.group_ids_next + kGroupIdBlock;
+    }
+    t.group_id = t.group_ids_next++;
   }
-  GroupRec r;
-  group_rec_enter(FR_OP_GROUP_START, t.group_id, r);
+  // NCCL's GroupStart only opens a group level on this thread, so its record is written once,
+  // whole, when it returns (one record lock instead of two, one clock read): it is never seen in
+  // its call, and its duration is not measured.
+  const uint64_t call_ns = now_ns();
   ncclResult_t res = real();
   if (res == ncclSuccess) ++t.group_depth;
-  group_rec_exit(r, res);
+  group_rec_whole(FR_OP_GROUP_START, t.group_id, call_ns, res);
   return res;
 }
 

@@ -204,6 +204,11 @@ std::unordered_map<uint64_t, size_t> read_comms(const Table& t, uint32_t capacit
 // Records: ids [counter - capacity, counter) are in the ring, each in slot id % capacity.
 void read_ring(const Table& t, const std::unordered_map<uint64_t, size_t>& comm_index,
                LogFile* log) {
+  // A writer stores its count of lost records rather than adding to it (agent.h, record_reserve):
+  // with several threads writing it can trail the ring's laps, which the counter gives exactly.
+  if (log->header.record_counter > log->header.ring_capacity)
+    log->header.overwritten = std::max<uint64_t>(
+        log->header.overwritten, log->header.record_counter - log->header.ring_capacity);
   const fr_log_header& h = log->header;
   const uint64_t counter = h.record_counter;
   const uint64_t first = counter > h.ring_capacity ? counter - h.ring_capacity : 0;

@@ -717,6 +717,80 @@ TEST_CASE("ops of a group share its id and launch at the outermost GroupEnd", "[
   CHECK(ends == 2);
 }
 
+TEST_CASE("a GroupStart is recorded whole and queued ops carry no duration", "[agent]") {
+  ncclComm_t c = make_comm(1, 0);
+  static float b[4];
+  REQUIRE(ncclAllReduce(b, b, 4, ncclFloat32, ncclSum, c, S(1)) == ncclSuccess);  // the fast lane
+  REQUIRE(ncclGroupStart() == ncclSuccess);
+  REQUIRE(ncclSend(b, 4, ncclFloat32, 0, c, S(1)) == ncclSuccess);
+  REQUIRE(ncclRecv(b, 4, ncclFloat32, 0, c, S(1)) == ncclSuccess);
+  REQUIRE(ncclGroupEnd() == ncclSuccess);
+  auto log = read_own_log();
+  const uint64_t id = entry_for(log, c)->id;
+  auto sends = on_comm(log, id, FR_OP_SEND);
+  auto recvs = on_comm(log, id, FR_OP_RECV);
+  REQUIRE(sends.size() == 1);
+  REQUIRE(recvs.size() == 1);
+  const uint64_t g = sends[0].group_id;
+  REQUIRE(g != 0);
+  for (const auto& r : {sends[0], recvs[0]}) {
+    CHECK(r.result == ncclSuccess);
+    CHECK(r.duration_ns == 0);  // only queued by its call: it launches at GroupEnd
+    CHECK((r.flags & FR_REC_F_IN_CALL) == 0);
+    CHECK((r.flags & FR_REC_F_LAUNCHED) != 0);
+  }
+  const fr_record* start = nullptr;
+  const fr_record* end = nullptr;
+  for (const auto& r : log.records) {
+    if (r.raw.group_id != g) continue;
+    if (r.raw.op == FR_OP_GROUP_START) start = &r.raw;
+    if (r.raw.op == FR_OP_GROUP_END) end = &r.raw;
+  }
+  REQUIRE(start != nullptr);
+  REQUIRE(end != nullptr);
+  CHECK(start->result == ncclSuccess);
+  CHECK((start->flags & FR_REC_F_IN_CALL) == 0);
+  CHECK(start->duration_ns == 0);
+  CHECK(start->id < sends[0].id);  // written before the group's ops, as its call came first
+  CHECK(start->call_ns <= sends[0].call_ns);
+  CHECK(end->id > recvs[0].id);
+  CHECK((end->flags & FR_REC_F_IN_CALL) == 0);
+}
+
+TEST_CASE("group ids stay unique across threads", "[agent]") {
+  // Each thread takes its group ids a block at a time: ids never repeat in the process and
+  // increase on each thread.
+  constexpr int kThreads = 4, kGroups = 300;
+  std::vector<std::vector<uint64_t>> seen(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([t, &seen] {
+      ncclComm_t c = make_comm(1, 0);
+      static thread_local float b[4];
+      for (int i = 0; i < kGroups; ++i) {
+        ncclGroupStart();
+        ncclSend(b, 4, ncclFloat32, 0, c, S(t + 1));
+        ncclGroupEnd();
+      }
+      seen[t].push_back(entry_for(read_own_log(), c)->id);
+    });
+  }
+  for (auto& th : threads) th.join();
+  auto log = read_own_log();
+  std::set<uint64_t> ids;
+  size_t sends = 0;
+  for (int t = 0; t < kThreads; ++t) {
+    uint64_t last = 0;
+    for (const auto& r : on_comm(log, seen[t][0], FR_OP_SEND)) {
+      ++sends;
+      CHECK(r.group_id > last);
+      last = r.group_id;
+      CHECK(ids.insert(r.group_id).second);
+    }
+  }
+  CHECK(sends == size_t(kThreads) * kGroups);
+}
+
 TEST_CASE("nonblocking communicators launch when the application sees success", "[agent]") {
   ncclUniqueId id;
   REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
