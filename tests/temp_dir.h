@@ -21,6 +21,7 @@ struct TempDir {
     path = tmpl;
   }
   ~TempDir() {
+    if (::getenv("FR_KEEP_TMP") != nullptr) return;  // kept to look at after a failure
     std::error_code ec;
     std::filesystem::remove_all(path, ec);
   }

@@ -17,16 +17,6 @@ extern char** environ;
 
 namespace fr::clitest {
 
-TempDir::TempDir() {
-  char tmpl[] = "/tmp/fr-cli-test-XXXXXX";
-  if (char* p = ::mkdtemp(tmpl)) path = p;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  if (!path.empty()) std::filesystem::remove_all(path, ec);
-}
-
 std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   std::stringstream s;

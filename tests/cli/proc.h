@@ -8,12 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
+
 namespace fr::clitest {
 
-struct TempDir {
-  std::string path;
-  TempDir();
-  ~TempDir();  // removes the tree
+// A fresh directory under /tmp (fr-cli-test.XXXXXX), removed with its tree.
+struct TempDir : fr::test::TempDir {
+  TempDir() : fr::test::TempDir("fr-cli-test") {}
 };
 
 // A started process. Output goes to OUT.stdout and OUT.stderr in `dir`.

@@ -42,17 +42,6 @@ uint64_t now_real() {
 
 }  // namespace
 
-TempDir::TempDir() {
-  char tmpl[] = "/tmp/fr-daemon-test-XXXXXX";
-  char* p = mkdtemp(tmpl);
-  if (!p) std::abort();
-  path = p;
-}
-
-TempDir::~TempDir() {
-  if (!getenv("FR_KEEP_TMP")) remove_tree(path);
-}
-
 fr::log::LogFile make_log(const FakeLog& f) {
   fr::log::LogFile log;
   fr_log_header& h = log.header;

@@ -12,17 +12,17 @@
 #include "daemon/coordinator.h"
 #include "fr/flight_log.h"
 #include "log/reader.h"
+#include "temp_dir.h"
 
 namespace fr::daemon::test {
 
 // Removes `path` and everything under it, never following a link.
 void remove_tree(const std::string& path);
 
-// A fresh directory under /tmp, removed by the destructor.
-struct TempDir {
-  TempDir();
-  ~TempDir();
-  std::string path;
+// A fresh directory under /tmp (fr-daemon-test.XXXXXX), removed by the destructor unless
+// FR_KEEP_TMP is set.
+struct TempDir : fr::test::TempDir {
+  TempDir() : fr::test::TempDir("fr-daemon-test") {}
 };
 
 struct FakeOp {
