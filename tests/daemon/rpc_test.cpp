@@ -423,14 +423,22 @@ TEST_CASE("hostile peers cannot crash, stall or fill the coordinator", "[daemon]
       return clean;
     }, 10));
     CHECK_FALSE(exists(dir + "/n5-rank0.frlog"));
-    grpc::ClientContext ctx;
+    // The coordinator removes the cut upload's files, then gives its slot back: a retry in between
+    // is told the upload is still in progress (RESOURCE_EXHAUSTED, which a node retries), so this
+    // one retries too, for a bounded time.
     fr::v1::UploadReply reply;
-    auto w = start(&ctx, &reply);
-    fr::v1::UploadChunk d;
-    d.mutable_data()->set_data(data);
-    w->Write(d);
-    w->WritesDone();
-    grpc::Status fin = w->Finish();
+    grpc::Status fin;
+    REQUIRE(wait_for([&] {
+      grpc::ClientContext ctx;
+      reply.Clear();
+      auto w = start(&ctx, &reply);
+      fr::v1::UploadChunk d;
+      d.mutable_data()->set_data(data);
+      w->Write(d);
+      w->WritesDone();
+      fin = w->Finish();
+      return fin.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED;
+    }, 10));
     INFO(fin.error_message());
     REQUIRE(fin.ok());
     CHECK(reply.ok());
