@@ -53,6 +53,16 @@ fr_record rec(uint64_t id, uint16_t op, uint64_t comm_id, uint64_t seq, uint64_t
   return r;
 }
 
+// A communicator call still inside NCCL (in its call, result pending), as a blocked grow or shrink
+// looks; `count` is the new communicator's size.
+fr_record pending(uint64_t id, uint16_t op, uint64_t count) {
+  fr_record r = rec(id, op, kParent, 0, kDerived, FR_GPU_NONE);
+  r.count = count;
+  r.flags = FR_REC_F_IN_CALL;
+  r.result = FR_RESULT_PENDING;
+  return r;
+}
+
 fr::log::LogFile proc(int rank) {
   fr::log::LogFile l;
   l.header.magic = FR_LOG_MAGIC;
@@ -181,10 +191,7 @@ TEST_CASE("grow: a joiner that never calls it is named, not_entered in CommGrow"
     uint64_t id = 0;
     add(l, rec(id++, FR_OP_ALLREDUCE, kParent, 1, 0, FR_GPU_COMPLETED));
     if (r == 0) add(l, rec(id++, FR_OP_COMM_GET_UNIQUE_ID, kParent, 0, kUid, FR_GPU_NONE));
-    fr_record g = rec(id++, FR_OP_COMM_GROW, kParent, 0, kDerived, FR_GPU_NONE);
-    g.count = 4;
-    g.flags = FR_REC_F_IN_CALL;
-    g.result = FR_RESULT_PENDING;
+    fr_record g = pending(id++, FR_OP_COMM_GROW, 4);
     add(l, g);
     l.header.record_counter = id;
     logs.push_back(l);
@@ -215,11 +222,8 @@ TEST_CASE("shrink: a member that died before it is named, the excluded rank that
     } else if (r != 1) {
       add(l, rec(id++, FR_OP_COMM_REVOKE, kParent, 0, 0, FR_GPU_NONE));
       c.state = FR_COMM_REVOKED;
-      fr_record s = rec(id++, FR_OP_COMM_SHRINK, kParent, 0, kDerived, FR_GPU_NONE);
-      s.count = 3;
+      fr_record s = pending(id++, FR_OP_COMM_SHRINK, 3);
       s.sendbuff = 1ull << 3;
-      s.flags = FR_REC_F_IN_CALL;
-      s.result = FR_RESULT_PENDING;
       add(l, s);
     }
     l.comms.push_back(c);
@@ -255,10 +259,7 @@ TEST_CASE("shrink: without the excluded ranks (an older writer) the rank that le
     uint64_t id = 0;
     add(l, rec(id++, FR_OP_ALLREDUCE, kParent, 1, 0, FR_GPU_COMPLETED));
     if (r != 2) {
-      fr_record s = rec(id++, FR_OP_COMM_SHRINK, kParent, 0, kDerived, FR_GPU_NONE);
-      s.count = 0;
-      s.flags = FR_REC_F_IN_CALL;
-      s.result = FR_RESULT_PENDING;
+      fr_record s = pending(id++, FR_OP_COMM_SHRINK, 0);
       add(l, s);
     }
     l.header.record_counter = id;
@@ -287,12 +288,9 @@ TEST_CASE("shrink: excluded ranks from 128 on come from the CommShrinkExcluded r
     uint64_t id = 0;
     add(l, rec(id++, FR_OP_ALLREDUCE, kParent, 1, 0, FR_GPU_COMPLETED));
     if (r != 2) {
-      fr_record s = rec(id++, FR_OP_COMM_SHRINK, kParent, 0, kDerived, FR_GPU_NONE);
-      s.count = 4;
+      fr_record s = pending(id++, FR_OP_COMM_SHRINK, 4);
       s.sendbuff = ~0ull << 3;
       s.recvbuff = ~0ull;
-      s.flags = FR_REC_F_IN_CALL;
-      s.result = FR_RESULT_PENDING;
       add(l, s);
       fr_record x = rec(id++, FR_OP_COMM_SHRINK_EXCLUDED, kParent, 0, kDerived, FR_GPU_NONE);
       x.peer = 128;
