@@ -414,6 +414,10 @@ FR_HIDDEN void gpu_forget_in_child();
 FR_HIDDEN bool gpu_write_word(uint64_t stream, uint64_t* word, uint64_t value);
 // The driver's capture id and graph of a capturing stream; false when it cannot tell.
 FR_HIDDEN bool gpu_capture_info(uint64_t stream, uint64_t* capture_id, uint64_t* graph);
+// Captures the replay kernel (replay_kernel.h) into `stream`'s capture: each replay then adds one
+// to *counter (a word of the log) and resets the positions of graph `ordinal`. False when the
+// kernel cannot be had or launched; the graph's replays are then tracked from the host.
+FR_HIDDEN bool gpu_capture_replay_kernel(uint64_t stream, uint64_t* counter, uint32_t ordinal);
 
 // ---- CUDA graphs (graphs.cpp) ------------------------------------------------------------------
 // A captured NCCL op: its position in the graph being captured on `stream`. Fills the record's

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "replay_kernel.h"
 
 namespace fr::agent {
 namespace {
@@ -35,6 +36,12 @@ struct CudaApi {
                               const CUgraphNode**, const CUgraphEdgeData**, size_t*);
   CUresult (*capture_info_v2)(CUstream, CUstreamCaptureStatus*, cuuint64_t*, CUgraph*,
                               const CUgraphNode**, size_t*);
+  // The replay kernel (replay_kernel.h): optional, graphs fall back to host-side replay tracking.
+  CUresult (*stream_get_ctx)(CUstream, CUcontext*);
+  CUresult (*module_load_data)(CUmodule*, const void*);
+  CUresult (*module_get_function)(CUfunction*, CUmodule, const char*);
+  CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            unsigned, CUstream, void**, void**);
 };
 
 // Events waiting for the poller: one per marker that the stream could not write itself.
@@ -108,6 +115,11 @@ bool load_cuda() {
       (decltype(g_cuda.capture_info_v3))sym("cuStreamGetCaptureInfo_v3", nullptr);
   g_cuda.capture_info_v2 =
       (decltype(g_cuda.capture_info_v2))sym("cuStreamGetCaptureInfo_v2", nullptr);
+  g_cuda.stream_get_ctx = (decltype(g_cuda.stream_get_ctx))sym("cuStreamGetCtx", nullptr);
+  g_cuda.module_load_data = (decltype(g_cuda.module_load_data))sym("cuModuleLoadData", nullptr);
+  g_cuda.module_get_function =
+      (decltype(g_cuda.module_get_function))sym("cuModuleGetFunction", nullptr);
+  g_cuda.launch_kernel = (decltype(g_cuda.launch_kernel))sym("cuLaunchKernel", nullptr);
   __atomic_store_n(&g_cuda_loaded, 1, __ATOMIC_RELEASE);
   return true;
 }
@@ -242,7 +254,83 @@ bool place(int32_t slot, uint64_t stream, uint64_t index, bool completed) {
   return false;
 }
 
+// The replay kernel, loaded once per CUDA context (a module belongs to one context). Under
+// gpu_lock. Null when it cannot be had; then replay tracking stays on the host, for good.
+constexpr uint32_t kMaxKernelContexts = 16;
+struct KernelSlot {
+  CUcontext ctx;
+  CUfunction fn;
+};
+constinit KernelSlot g_kernels[kMaxKernelContexts] = {};
+constinit uint32_t g_kernels_used = 0;
+constinit int g_kernel_failed = 0;
+
+void kernel_failed(const char* why, int code) {
+  if (!g_kernel_failed)
+    debug_log("graph replay kernel unavailable (%s, %d); replays are tracked from the host", why,
+              code);
+  g_kernel_failed = 1;
+  set_log_flags(FR_LOG_F_GRAPH_REPLAY_HOST, FR_LOG_F_GRAPH_REPLAY_KERNEL);
+}
+
+CUfunction replay_kernel(CUcontext ctx) {
+  if (g_kernel_failed) return nullptr;
+  for (uint32_t i = 0; i < g_kernels_used; ++i)
+    if (g_kernels[i].ctx == ctx) return g_kernels[i].fn;
+  if (!g_cuda.module_load_data || !g_cuda.module_get_function || !g_cuda.launch_kernel) {
+    kernel_failed("no module support in the driver", 0);
+    return nullptr;
+  }
+  if (g_kernels_used == kMaxKernelContexts) return nullptr;  // this context only
+  // Relaxed mode: loading a module is not a stream operation and must not disturb a capture in
+  // global mode (this thread's own, or another thread's).
+  RelaxedCapture relaxed;
+  CUmodule mod = nullptr;
+  CUfunction fn = nullptr;
+  CUresult r = g_cuda.module_load_data(&mod, kReplayKernelPtx);
+  if (r != CUDA_SUCCESS) {
+    kernel_failed("cuModuleLoadData", (int)r);
+    return nullptr;
+  }
+  r = g_cuda.module_get_function(&fn, mod, kReplayKernelName);
+  if (r != CUDA_SUCCESS || fn == nullptr) {
+    kernel_failed("cuModuleGetFunction", (int)r);
+    return nullptr;
+  }
+  g_kernels[g_kernels_used++] = KernelSlot{ctx, fn};
+  return fn;
+}
+
 }  // namespace
+
+bool gpu_capture_replay_kernel(uint64_t stream, uint64_t* counter, uint32_t ordinal) {
+  if (gpu_prepare() != kGpuMarkers || g_cuda.ctx_get_current == nullptr) return false;
+  CUcontext ctx = nullptr, stream_ctx = nullptr;
+  if (g_cuda.ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return false;
+  // A stream of another context than the current one: its module is not at hand here.
+  if (g_cuda.stream_get_ctx != nullptr &&
+      (g_cuda.stream_get_ctx((CUstream)stream, &stream_ctx) != CUDA_SUCCESS || stream_ctx != ctx))
+    return false;
+  pthread_mutex_lock(&g_ctx.gpu_lock);
+  CUfunction fn = replay_kernel(ctx);
+  pthread_mutex_unlock(&g_ctx.gpu_lock);
+  if (fn == nullptr) return false;
+  unsigned long long counter_dev = g_ctx.dev_base + (uint64_t)((uint8_t*)counter - g_ctx.map);
+  unsigned long long comms_dev = g_ctx.dev_base + (uint64_t)((uint8_t*)g_ctx.comms - g_ctx.map);
+  unsigned n = g_ctx.comm_cap;
+  void* params[] = {&counter_dev, &comms_dev, &n, &ordinal};
+  unsigned blocks = (n + kReplayKernelBlock - 1) / kReplayKernelBlock;
+  CUresult r = g_cuda.launch_kernel(fn, blocks > 0 ? blocks : 1, 1, 1, kReplayKernelBlock, 1, 1, 0,
+                                    (CUstream)stream, params, nullptr);
+  if (r != CUDA_SUCCESS) {
+    pthread_mutex_lock(&g_ctx.gpu_lock);
+    kernel_failed("cuLaunchKernel", (int)r);
+    pthread_mutex_unlock(&g_ctx.gpu_lock);
+    return false;
+  }
+  set_log_flags(FR_LOG_F_GRAPH_REPLAY_KERNEL, 0);
+  return true;
+}
 
 int gpu_stream_capture(uint64_t stream) {
   int loaded = __atomic_load_n(&g_cuda_loaded, __ATOMIC_ACQUIRE);
@@ -340,6 +428,9 @@ void gpu_forget_in_child() {
   g_poller_started = 0;
   g_ctx.gpu_mode = kGpuUndecided;
   g_ctx.gpu_tries = 0;
+  memset(g_kernels, 0, sizeof g_kernels);  // modules belong to the parent's contexts
+  g_kernels_used = 0;
+  g_kernel_failed = 0;
   g_ctx.dev_base = 0;
 }
 

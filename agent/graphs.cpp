@@ -3,7 +3,10 @@
 //  - capture: each NCCL op issued on a capturing stream gets a position K in its graph; stream
 //    memory writes captured around it make every replay write "op K started / finished" into the
 //    communicator's entry (graph_started, graph_completed), and the op is kept in the capture table
-//    of the log, out of the ring, so replays never overwrite what they run;
+//    of the log, out of the ring, so replays never overwrite what they run; before the graph's
+//    first op, a small kernel (replay_kernel.h) is captured that counts the replays on the GPU and
+//    resets the graph's positions there, so they belong to the replay the GPU runs, not to the
+//    newest one the host launched (without the kernel, each launch resets them from the host);
 //  - instantiate (runtime and driver): the executable graph is mapped to the captured one;
 //  - launch (cudaGraphLaunch as torch calls it, with its libcudart.so.13 version, cuGraphLaunch,
 //    and the driver entries the runtime fetches through cuGetProcAddress): one ring record per
@@ -105,16 +108,18 @@ int launch(const void* exec, const void* stream, Call call) {
   r.result = FR_RESULT_PENDING;
   r.flags = FR_REC_F_IN_CALL;
   __atomic_store_n(&e->last_launch_ns, r.call_ns, __ATOMIC_RELAXED);
-  // Replay N starts from "no op reached" on each of its communicators; its own writes follow.
-  // (A replay launched while the previous one still runs takes over the positions that one
-  // writes: docs/flight-log-format.md.)
   const GraphPriv& gp = c.graph_priv[g];
   uint32_t n_comms = __atomic_load_n(&gp.n_comms, __ATOMIC_ACQUIRE);
-  const uint64_t zero = FR_GRAPH_POS(g + 1, 0);
-  for (uint32_t i = 0; i < n_comms; ++i) {
-    fr_comm_entry* ce = &c.comms[gp.comms[i].slot];
-    __atomic_store_n(&ce->graph_started, zero, __ATOMIC_RELAXED);
-    __atomic_store_n(&ce->graph_completed, zero, __ATOMIC_RELEASE);
+  // The graph's replay kernel resets its positions on the GPU, when the replay starts there; the
+  // host must not, or a replay launched while the previous one still runs would take over the
+  // positions that one writes. Without the kernel, replay N starts from "no op reached" here.
+  if (!(__atomic_load_n(&e->flags, __ATOMIC_RELAXED) & FR_GRAPH_F_GPU_REPLAYS)) {
+    const uint64_t zero = FR_GRAPH_POS(g + 1, 0);
+    for (uint32_t i = 0; i < n_comms; ++i) {
+      fr_comm_entry* ce = &c.comms[gp.comms[i].slot];
+      __atomic_store_n(&ce->graph_started, zero, __ATOMIC_RELAXED);
+      __atomic_store_n(&ce->graph_completed, zero, __ATOMIC_RELEASE);
+    }
   }
   record_begin(r);
   int res = call();
@@ -131,6 +136,8 @@ int launch(const void* exec, const void* stream, Call call) {
     r.flags = FR_REC_F_LAUNCHED;
     r.gpu_state = FR_GPU_ENQUEUED;
   } else {
+    // Not a replay: `replays` counts those the GPU will run, as its own counter does.
+    __atomic_sub_fetch(&e->replays, 1, __ATOMIC_RELAXED);
     r.flags = FR_REC_F_NEVER_LAUNCHED;
   }
   record_update(r);
@@ -194,7 +201,12 @@ CaptureRef graph_capture_op(fr_record& r, int32_t comm_slot, bool p2p, bool) {
     e.capture_ns = r.call_ns;
     e.stream = r.stream;
     fr_graph_publish_fixed(&c.graphs[g], &e);
-    __atomic_store_n(&c.graphs[g].flags, FR_GRAPH_F_GPU_POSITION, __ATOMIC_RELAXED);
+    // Before the first op's position write: the replay kernel counts the replay and resets the
+    // graph's positions (a kernel node, captured once; nothing per op).
+    uint32_t flags = FR_GRAPH_F_GPU_POSITION;
+    if (gpu_capture_replay_kernel(r.stream, &c.graphs[g].gpu_replays, e.ordinal))
+      flags |= FR_GRAPH_F_GPU_REPLAYS;
+    __atomic_store_n(&c.graphs[g].flags, flags, __ATOMIC_RELAXED);
     __atomic_fetch_add(&c.hdr->graph_count, 1, __ATOMIC_RELEASE);
   } else if (g < 0) {
     __atomic_fetch_add(&c.hdr->graph_dropped, 1, __ATOMIC_RELAXED);

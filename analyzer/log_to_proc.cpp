@@ -25,8 +25,8 @@ struct Entry {
   ReplayTag tag;
 };
 
-// The GPU state of captured op `pos` (on communicator `c`) in the newest replay of graph
-// `ordinal`, from the positions the graph writes into the communicator's entry.
+// The GPU state of captured op `pos` (on communicator `c`) in the replay of graph `ordinal` that
+// the positions the graph writes into the communicator's entry belong to.
 fr_gpu_state replay_state(const fr_comm_entry* c, uint32_t ordinal, uint32_t pos) {
   if (c == nullptr) return FR_GPU_ENQUEUED;
   if (FR_GRAPH_POS_ORDINAL(c->graph_completed) == ordinal && FR_GRAPH_POS_OP(c->graph_completed) >= pos)
@@ -47,10 +47,12 @@ std::vector<Entry> expand_replays(const fr::log::LogFile& log, std::deque<fr_rec
     const fr_graph_entry* entry;
     std::vector<const fr_record*> ops;  // by position
     bool positions = false;
+    bool gpu_counted = false;  // the graph counts its replays on the GPU (version 3 on)
   };
   std::unordered_map<uint64_t, Graph> graphs;
   for (const fr_graph_entry& g : log.graphs)
-    graphs[g.id] = Graph{&g, {}, (g.flags & FR_GRAPH_F_GPU_POSITION) != 0};
+    graphs[g.id] = Graph{&g, {}, (g.flags & FR_GRAPH_F_GPU_POSITION) != 0,
+                         (g.flags & FR_GRAPH_F_GPU_REPLAYS) != 0};
   for (const fr_record& r : log.captures) {
     auto it = graphs.find(r.aux);
     if (it == graphs.end() || r.op_index == 0 || r.op_index > 65536) continue;
@@ -60,7 +62,8 @@ std::vector<Entry> expand_replays(const fr::log::LogFile& log, std::deque<fr_rec
     ops[r.op_index - 1] = &r;
   }
   *n_graphs = static_cast<uint32_t>(graphs.size());
-  // Each launch resets the positions of its communicators: they belong to the newest launch.
+  // Without the GPU's replay counter, each launch resets the positions of its communicators from
+  // the host: they belong to the newest launch. With it, they belong to the replay it names.
   uint64_t newest_launch = UINT64_MAX;
   for (const auto& rec : log.records)
     if (rec.raw.op == FR_OP_GRAPH_LAUNCH && !(rec.raw.flags & FR_REC_F_NEVER_LAUNCHED))
@@ -93,6 +96,13 @@ std::vector<Entry> expand_replays(const fr::log::LogFile& log, std::deque<fr_rec
                    FR_REC_F_LAUNCHED;
       if (!markers || !g.positions || !(t->flags & FR_REC_F_GPU_POSITION)) {
         copy.flags |= FR_REC_F_GPU_UNTRACKED;
+      } else if (g.gpu_counted) {
+        // Replays before the GPU's are done (one graph's launches run in order); later ones
+        // wait behind it on the stream, whatever the host launched since.
+        const uint64_t gpu = g.entry->gpu_replays;
+        e.gpu_state = rec.raw.seq < gpu    ? FR_GPU_COMPLETED
+                      : rec.raw.seq > gpu  ? FR_GPU_ENQUEUED
+                                           : replay_state(log.find_comm(t->comm_id), g.entry->ordinal, e.tag.pos);
       } else if (rec.raw.id != newest_launch) {
         e.gpu_state = FR_GPU_COMPLETED;  // a newer launch followed it on the stream
       } else {

@@ -204,6 +204,7 @@ bool Job::start_ranks() {
                                    "--pause-step", std::to_string(s.pause_step),
                                    "--pause-ms", std::to_string(s.pause_ms)};
   if (o.graphs) args.push_back("--graphs");
+  if (o.run_ahead) args.push_back("--run-ahead");
   if (s.elastic >= 0) {
     args.push_back("--elastic");
     args.push_back(std::to_string(s.elastic));

@@ -24,6 +24,7 @@ struct LaunchOptions {
   std::string out_dir;
   double snapshot_after_s = 0;   // 0: never snapshot a stalled job
   bool graphs = false;           // --graphs: steps after the first are CUDA-graph replays
+  bool run_ahead = false;        // --run-ahead: replay S+1 is launched before replay S finished
   bool agent = true;
   bool daemons = false;
   std::string stall_after = "auto";  // --daemons: the coordinator's --stall-after (auto or SEC)

@@ -63,6 +63,11 @@ void add_options(CLI::App& app, CommandLine& c) {
   app.add_flag("--graphs", c.o.graphs,
                "after one eager warm-up step, capture each rank's step into one CUDA graph and "
                "replay it for every later step (faults then act on replays)");
+  app.add_flag("--run-ahead", c.o.run_ahead,
+               "with --graphs: launch each replay before the previous one has finished on the "
+               "stream (the host waits only for the replay before that), as a loop that never "
+               "reads its loss does; results are then not checked")
+      ->needs(app.get_option("--graphs"));
   app.add_option("--elastic", c.o.shape.elastic,
                  "at step STEP the highest rank leaves; the others revoke and shrink the world "
                  "communicator, a fresh process takes the freed rank with ncclCommGrow, and the "

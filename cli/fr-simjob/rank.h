@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <cstddef>
 #include <initializer_list>
 #include <string>
@@ -45,10 +46,15 @@ struct Rank {
   bool joiner = false;  // --join: the fresh process that takes the freed rank at --elastic STEP
   bool graphs = false;
   cudaGraphExec_t graph = nullptr;  // --graphs: the step as captured once, replayed every step
-  // The gate kernel captured before each communicator's first op reads this when the replay
-  // reaches it: 1 + the CommKind whose ops stall (0: none), and for how long.
-  volatile int gate_comm = 0;
-  volatile int64_t gate_ms = -1;
+  bool run_ahead = false;  // --run-ahead: the host waits for replay S-1, not S, after launching S
+  CUevent replay_done[2] = {nullptr, nullptr};  // --run-ahead: recorded after replays S-1 and S
+  // Replays launched so far. The gate kernel captured before each communicator's first op counts
+  // the replays that reach it (gate_runs) and stalls the one whose number the host armed
+  // (gate_at, 0: none) for gate_ms: armed per replay, so it holds while the host runs ahead.
+  uint64_t launches = 0;
+  std::atomic<uint64_t> gate_at[4] = {};
+  std::atomic<uint64_t> gate_runs[4] = {};
+  int64_t gate_ms[4] = {-1, -1, -1, -1};
 
   CUstream stream = nullptr;
   ncclComm_t world = nullptr, tp = nullptr, pp = nullptr, dp = nullptr;

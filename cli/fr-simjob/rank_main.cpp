@@ -125,6 +125,8 @@ void finalize_and_destroy(Rank& r, std::initializer_list<ncclComm_t*> comms) {
 }
 
 void drop_graph(Rank& r) {
+  // --run-ahead: a replay may still run on the stream (CUDA would let it finish, the job waits).
+  if (r.run_ahead && r.graph) cuda_check(r, cuStreamSynchronize(r.stream), "cuStreamSynchronize");
   if (r.graph) rt_check(r, cudaGraphExecDestroy(r.graph), "cudaGraphExecDestroy");
   r.graph = nullptr;  // a graph captures communicators: the next replay captures the new ones
 }
@@ -219,7 +221,7 @@ int usage(const std::string& msg) {
   std::fprintf(stderr, "fr-simjob-rank: %s\n", msg.c_str());
   std::fprintf(stderr,
                "usage: fr-simjob-rank --nodes N --ranks-per-node R --tp T --pp P --steps S "
-               "[--graphs] [--elastic STEP [--join]] [--fault SPEC]...\n(started by fr-simjob with RANK, WORLD_SIZE and %s set)\n",
+               "[--graphs [--run-ahead]] [--elastic STEP [--join]] [--fault SPEC]...\n(started by fr-simjob with RANK, WORLD_SIZE and %s set)\n",
                kEnvRunDir);
   return kExitUsage;
 }
@@ -229,8 +231,8 @@ int usage(const std::string& msg) {
 int parse_args(int argc, char** argv, Rank& r) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--graphs" || a == "--join") {
-      (a == "--graphs" ? r.graphs : r.joiner) = true;
+    if (a == "--graphs" || a == "--join" || a == "--run-ahead") {
+      (a == "--graphs" ? r.graphs : a == "--join" ? r.joiner : r.run_ahead) = true;
       continue;
     }
     if (i + 1 >= argc) return usage("missing value after " + a);

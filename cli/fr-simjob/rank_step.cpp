@@ -48,8 +48,9 @@ void stall_stream(Rank& r, int64_t ms) {
              "cuLaunchHostFunc(stall)");
 }
 
-// --graphs: a kernel captured before a communicator's first op; it stalls the replay in which the
-// host armed it (a device flag read by a spinning kernel, on a real GPU).
+// --graphs: a kernel captured before a communicator's first op; it counts the replays that reach
+// it and stalls the one the host armed (a device counter and flag read by a spinning kernel, on
+// a real GPU), wherever the host is by then.
 struct Gate {
   Rank* r;
   CommKind comm;
@@ -57,8 +58,10 @@ struct Gate {
 
 void gate_fn(void* p) {
   auto* g = static_cast<Gate*>(p);
-  if (g->r->gate_comm != static_cast<int>(g->comm) + 1) return;
-  int64_t ms = g->r->gate_ms;
+  const int c = static_cast<int>(g->comm);
+  uint64_t run = g->r->gate_runs[c].fetch_add(1) + 1;
+  if (run != g->r->gate_at[c].load()) return;
+  int64_t ms = g->r->gate_ms[c];
   if (ms < 0) hang_forever();
   std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
@@ -284,20 +287,30 @@ bool captures_differently(const Rank& r, int step) {
   return false;
 }
 
-// One replay: the gate armed for a gpu-stall of this step, a graph of its own for a fault that
-// changes the ops, the faultless graph otherwise.
+// One replay: the gate armed for a gpu-stall of this step (by the replay's launch number), a
+// graph of its own for a fault that changes the ops, the faultless graph otherwise.
 void replay_step(Rank& r, int step) {
   if (!r.graph) r.graph = capture_step(r, -1);
-  r.gate_comm = 0;
-  for (const Fault& f : r.faults)
-    if (f.rank == r.pos.rank && f.step == step && f.kind == FaultKind::kGpuStall) {
-      r.gate_ms = f.ms;
-      r.gate_comm = static_cast<int>(f.comm) + 1;
-    }
   cudaGraphExec_t exec = r.graph;
   if (captures_differently(r, step)) exec = capture_step(r, step);
+  const uint64_t launch = ++r.launches;
+  for (const Fault& f : r.faults)
+    if (f.rank == r.pos.rank && f.step == step && f.kind == FaultKind::kGpuStall) {
+      const int c = static_cast<int>(f.comm);
+      r.gate_ms[c] = f.ms;
+      r.gate_at[c].store(launch);
+    }
   rt_check(r, cudaGraphLaunch(exec, nccl_stream(r)), "cudaGraphLaunch");
   bump(r);
+}
+
+// --run-ahead: the step ends once the previous replay has finished; this one may still run.
+void wait_previous_replay(Rank& r, int step) {
+  CUevent& done = r.replay_done[step % 2];
+  if (!done) cuda_check(r, cuEventCreate(&done, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  cuda_check(r, cuEventRecord(done, r.stream), "cuEventRecord");
+  if (CUevent prev = r.replay_done[(step + 1) % 2])
+    cuda_check(r, cuEventSynchronize(prev), "cuEventSynchronize");
 }
 }  // namespace
 
@@ -320,16 +333,20 @@ void run_step(Rank& r, int step) {
     bump(r);
     return;
   }
-  bool checking = step < r.check_until;
-  fill(r, step);
+  // Running ahead, the buffers belong to a replay that may still run: left alone, not checked.
+  bool ahead = replay && r.run_ahead;
+  bool checking = step < r.check_until && !ahead;
+  if (!ahead) fill(r, step);
   if (replay)
     replay_step(r, step);
   else
     issue_ops(r, step, false);
 
   // The step ends where a real loop reads its loss: the host waits for the stream.
-  cuda_check(r, cuStreamSynchronize(r.stream), "cuStreamSynchronize");
-  r.gate_comm = 0;
+  if (ahead)
+    wait_previous_replay(r, step);
+  else
+    cuda_check(r, cuStreamSynchronize(r.stream), "cuStreamSynchronize");
   if (checking) {
     int bad = check(r, step);
     if (bad && r.slot) r.slot->check_failures.fetch_add(bad);

@@ -11,7 +11,10 @@
  * (its replay counter is live) and, in the capture table, one record per NCCL op captured into a
  * graph, kept out of the ring so that thousands of replays never overwrite what a replay runs. A
  * replay is one ring record (FR_OP_GRAPH_LAUNCH); the graph itself writes its position into the
- * communicator entries (graph_started, graph_completed) through captured stream memory writes.
+ * communicator entries (graph_started, graph_completed) through captured stream memory writes,
+ * and (version 3 on) counts its replays on the GPU (fr_graph_entry.gpu_replays) with a small
+ * captured kernel that also resets its positions, so the positions always belong to the replay
+ * that counter names, even while the host has launched newer replays.
  *
  * There is exactly one writer per file (one process); readers live in other processes and never
  * trust the writer. Every record and every communicator entry is guarded by a sequence lock: the
@@ -47,7 +50,7 @@ extern "C" {
 #endif
 
 #define FR_LOG_MAGIC 0x314F4C5448474C46ull /* "FLGHTLO1" read as little-endian bytes */
-#define FR_LOG_VERSION 2u
+#define FR_LOG_VERSION 3u
 #define FR_LOG_FILE_SUFFIX ".frlog"
 
 #define FR_DEFAULT_RING_CAPACITY 2048u
@@ -175,6 +178,9 @@ typedef enum fr_gpu_state {
 #define FR_LOG_F_NO_GPU_TRACKING 0x8u   /* neither was available: GPU state is unknown */
 #define FR_LOG_F_RANK_FROM_COMM 0x10u   /* global_rank/world_size learned from a communicator */
 #define FR_LOG_F_DISABLED 0x20u         /* the writer stopped recording after an internal error */
+#define FR_LOG_F_GRAPH_REPLAY_KERNEL 0x40u /* graphs count their replays on the GPU (gpu_replays) */
+#define FR_LOG_F_GRAPH_REPLAY_HOST 0x80u   /* the replay kernel could not be loaded or launched:
+                                              graph positions follow the host's launches */
 
 /* fr_comm_entry.flags */
 #define FR_COMM_F_NONBLOCKING 0x1u
@@ -195,6 +201,8 @@ typedef enum fr_gpu_state {
 /* fr_graph_entry.flags */
 #define FR_GRAPH_F_OPS_DROPPED 0x1u     /* some captured ops did not fit in the capture table */
 #define FR_GRAPH_F_GPU_POSITION 0x2u    /* the graph writes its position (every op it holds) */
+#define FR_GRAPH_F_GPU_REPLAYS 0x4u     /* the graph counts its replays on the GPU (gpu_replays) and
+                                           resets its positions there; the host does not */
 
 /* A graph position, as the graph writes it into fr_comm_entry.graph_started/graph_completed:
  * the graph's ordinal in the process (fr_graph_entry.ordinal) and the captured op's 1-based index
@@ -342,7 +350,12 @@ typedef struct fr_graph_entry {
   uint32_t flags;           /*  44 FR_GRAPH_F_* */
   uint64_t replays;         /*  48 replays launched */
   uint64_t last_launch_ns;  /*  56 CLOCK_REALTIME of the last launch */
-} fr_graph_entry;           /*  64 */
+  /* Version 3 on. Written by the graph itself (FR_GRAPH_F_GPU_REPLAYS), before its first NCCL op
+   * of each replay: the replay that graph_started/graph_completed positions of this graph belong
+   * to (1-based, as GraphLaunch's seq counts them); 0 before the first replay reached it. */
+  uint64_t gpu_replays;     /*  64 */
+  uint8_t reserved[56];     /*  72 zero */
+} fr_graph_entry;           /* 128 */
 
 #ifdef __cplusplus
 #define FR_STATIC_ASSERT(c, m) static_assert(c, m)
@@ -358,7 +371,8 @@ FR_STATIC_ASSERT(offsetof(fr_comm_entry, gpu_started) == 192, "comm layout");
 FR_STATIC_ASSERT(sizeof(fr_record) == 128, "fr_record is 128 bytes");
 FR_STATIC_ASSERT(offsetof(fr_log_header, graph_offset) == 336, "header layout");
 FR_STATIC_ASSERT(offsetof(fr_comm_entry, graph_started) == 208, "comm layout");
-FR_STATIC_ASSERT(sizeof(fr_graph_entry) == 64, "fr_graph_entry is 64 bytes");
+FR_STATIC_ASSERT(sizeof(fr_graph_entry) == 128, "fr_graph_entry is 128 bytes");
+FR_STATIC_ASSERT(offsetof(fr_graph_entry, gpu_replays) == 64, "graph layout");
 FR_STATIC_ASSERT(offsetof(fr_graph_entry, n_ops) == 40, "graph layout");
 FR_STATIC_ASSERT(offsetof(fr_record, tid) == 96, "record layout");
 FR_STATIC_ASSERT(offsetof(fr_record, aux) == 120, "record layout");
@@ -372,13 +386,18 @@ FR_STATIC_ASSERT(offsetof(fr_record, aux) == 120, "record layout");
 #define FR_V2_HEADER_BYTES 376u /* up to capture_count */
 #define FR_V2_COMM_BYTES 224u   /* up to graph_completed */
 #define FR_V2_RECORD_BYTES 128u
-#define FR_V2_GRAPH_BYTES 64u
+#define FR_V2_GRAPH_BYTES 64u   /* up to last_launch_ns */
+#define FR_V3_HEADER_BYTES 376u
+#define FR_V3_COMM_BYTES 224u
+#define FR_V3_RECORD_BYTES 128u
+#define FR_V3_GRAPH_BYTES 72u   /* up to gpu_replays */
 FR_STATIC_ASSERT(FR_V1_HEADER_BYTES == offsetof(fr_log_header, graph_offset), "v1 header");
 FR_STATIC_ASSERT(FR_V1_COMM_BYTES == offsetof(fr_comm_entry, graph_started), "v1 comm entry");
-FR_STATIC_ASSERT(FR_V2_HEADER_BYTES == offsetof(fr_log_header, reserved), "v2 header");
-FR_STATIC_ASSERT(FR_V2_COMM_BYTES == offsetof(fr_comm_entry, reserved), "v2 comm entry");
-FR_STATIC_ASSERT(FR_V2_RECORD_BYTES == sizeof(fr_record), "v2 record");
-FR_STATIC_ASSERT(FR_V2_GRAPH_BYTES == sizeof(fr_graph_entry), "v2 graph entry");
+FR_STATIC_ASSERT(FR_V2_GRAPH_BYTES == offsetof(fr_graph_entry, gpu_replays), "v2 graph entry");
+FR_STATIC_ASSERT(FR_V3_HEADER_BYTES == offsetof(fr_log_header, reserved), "v3 header");
+FR_STATIC_ASSERT(FR_V3_COMM_BYTES == offsetof(fr_comm_entry, reserved), "v3 comm entry");
+FR_STATIC_ASSERT(FR_V3_RECORD_BYTES == sizeof(fr_record), "v3 record");
+FR_STATIC_ASSERT(FR_V3_GRAPH_BYTES == offsetof(fr_graph_entry, reserved), "v3 graph entry");
 
 /* Byte offsets and size of a log with the given capacities (current version). */
 static inline uint64_t fr_log_comm_offset(void) { return sizeof(fr_log_header); }

@@ -37,7 +37,8 @@ struct Layout {
 
 Layout layout_of(uint32_t version) {
   if (version == 1) return {FR_V1_HEADER_BYTES, FR_V1_COMM_BYTES, FR_V1_RECORD_BYTES, FR_V1_GRAPH_BYTES};
-  return {FR_V2_HEADER_BYTES, FR_V2_COMM_BYTES, FR_V2_RECORD_BYTES, FR_V2_GRAPH_BYTES};
+  if (version == 2) return {FR_V2_HEADER_BYTES, FR_V2_COMM_BYTES, FR_V2_RECORD_BYTES, FR_V2_GRAPH_BYTES};
+  return {FR_V3_HEADER_BYTES, FR_V3_COMM_BYTES, FR_V3_RECORD_BYTES, FR_V3_GRAPH_BYTES};
 }
 
 // The bytes of a structure this reader copies: min(stored size, its own size), and for an older

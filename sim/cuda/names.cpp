@@ -29,6 +29,7 @@ const ErrorName kErrors[] = {
     {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
     {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
     {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {CUDA_ERROR_INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
     {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
     {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
     {CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
@@ -172,6 +173,10 @@ FRSIM_FORWARD(cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture_v2, (CUstream s
 FRSIM_FORWARD(cuEventRecord_ptsz, cuEventRecord, (CUevent e, CUstream s), (e, s))
 FRSIM_FORWARD(cuLaunchHostFunc_ptsz, cuLaunchHostFunc, (CUstream s, CUhostFn f, void* u), (s, f, u))
 FRSIM_FORWARD(cuGraphLaunch_ptsz, cuGraphLaunch, (CUgraphExec g, CUstream s), (g, s))
+FRSIM_FORWARD(cuLaunchKernel_ptsz, cuLaunchKernel,
+              (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+               unsigned sh, CUstream s, void** p, void** x),
+              (f, gx, gy, gz, bx, by, bz, sh, s, p, x))
 FRSIM_FORWARD(cuGraphInstantiate, cuGraphInstantiateWithFlags, (CUgraphExec * e, CUgraph g, unsigned long long f), (e, g, f))
 FRSIM_FORWARD(cuStreamGetCaptureInfo_v3_ptsz, cuStreamGetCaptureInfo_v3,
               (CUstream s, CUstreamCaptureStatus* c, cuuint64_t* i, CUgraph* g, const CUgraphNode** d,

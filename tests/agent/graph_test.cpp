@@ -52,6 +52,11 @@ TEST_CASE("10,000 runtime replays: one record each, exact counters and positions
   REQUIRE(log.graphs.size() == 1);
   CHECK(log.graphs[0].replays == 10000);
   CHECK((log.graphs[0].flags & FR_GRAPH_F_GPU_POSITION) != 0);
+  // The graph's replay kernel (run by the emulation's host-side version) counted every replay.
+  CHECK((log.header.flags & FR_LOG_F_GRAPH_REPLAY_KERNEL) != 0);
+  CHECK((log.header.flags & FR_LOG_F_GRAPH_REPLAY_HOST) == 0);
+  CHECK((log.graphs[0].flags & FR_GRAPH_F_GPU_REPLAYS) != 0);
+  CHECK(log.graphs[0].gpu_replays == 10000);
   // The captured ops outlive the ring's wrap-around in the capture table.
   REQUIRE(log.captures.size() == 2);
   CHECK(log.captures[0].op == FR_OP_ALLREDUCE);

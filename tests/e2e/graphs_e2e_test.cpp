@@ -192,3 +192,44 @@ TEST_CASE("fr-simjob --graphs --daemons: the coordinator names the replay", "[e2
     fr::e2e::remove_run(run);
   }
 }
+
+// --run-ahead: every host launches replay S+1 before replay S has finished on its stream, as a
+// loop that never reads its loss does. A stall inside replay 3 must still be named replay 3 (the
+// GPU's replay, counted by the graph itself), not replay 4, the newest one the hosts launched.
+TEST_CASE("fr-simjob --graphs --run-ahead: a gpu-stall inside replay 3 names replay 3, not 4",
+          "[e2e]") {
+  auto args = graph_job(8, {"rank=6,step=3,kind=gpu-stall,comm=dp"});
+  args.push_back("--run-ahead");
+  SimRun run = stalled(args);
+  check(run, "stuck_in_collective", {6}, 3, 5);
+  // The hosts did run ahead: the stalled rank launched replay 4 while its GPU was inside 3.
+  auto ranks = fr::e2e::load_dump_set(run.result["dump_set"].get<std::string>());
+  const fr::log::LogFile& log = ranks.at(6).log;
+  REQUIRE(log.graphs.size() == 1);
+  CHECK(log.graphs[0].replays == 4);
+  CHECK((log.graphs[0].flags & FR_GRAPH_F_GPU_REPLAYS) != 0);
+  CHECK(log.graphs[0].gpu_replays == 3);
+  fr::e2e::remove_run(run);
+}
+
+TEST_CASE("fr-simjob --graphs --run-ahead --daemons: the coordinator names replay 3", "[e2e]") {
+  SimRun run = fr::e2e::run_simjob({"--nodes", "2", "--ranks-per-node", "4", "--tp", "2", "--pp",
+                                    "2", "--steps", "20", "--graphs", "--run-ahead", "--fault",
+                                    "rank=6,step=3,kind=gpu-stall,comm=dp", "--daemons",
+                                    "--stall-after", "2", "--quiet"});
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
+  REQUIRE(run.result["stop_reason"] == "incident");
+  check(run, "stuck_in_collective", {6}, 3, 5);
+  fr::e2e::remove_run(run);
+}
+
+TEST_CASE("fr-simjob --graphs --run-ahead: a healthy job completes", "[e2e]") {
+  auto args = graph_job(12, {});
+  args.push_back("--run-ahead");
+  SimRun run = fr::e2e::run_simjob(args);
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
+  REQUIRE(run.result["completed"] == true);
+  fr::e2e::remove_run(run);
+}

@@ -1,9 +1,10 @@
 // The flight log's compatibility rule (flight_log.h), built and held: logs written at other
 // layouts than this reader's. A version 1 writer with the smallest structures version 1 defines,
-// a version 2 writer at its smallest, a writer of the next layout (version 3: every structure
-// bigger, with fields this reader does not know after its own) and structures smaller than their
-// version defines. The reader copies min(stored size, its own size) of each structure, reads what
-// the stored version did not define as zero, refuses a newer version and a structure too small.
+// version 2 and version 3 writers at their smallest, a writer of the next layout (version 4:
+// every structure bigger, with fields this reader does not know after its own) and structures
+// smaller than their version defines. The reader copies min(stored size, its own size) of each
+// structure, reads what the stored version did not define as zero, refuses a newer version and a
+// structure too small.
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <string>
@@ -76,6 +77,7 @@ class LayoutWriter {
       g.n_ops = 1;
       g.replays = 4;
       g.last_launch_ns = 777;
+      g.gpu_replays = 3;  // version 3 on
       put(graph_off, &g, sizeof g, lay.graph);
       fr_record* c = record(100, kCommA);
       c->flags |= FR_REC_F_CAPTURED;
@@ -220,7 +222,32 @@ TEST_CASE("compat: a version 2 log at the smallest sizes version 2 defines", "[p
   check_reencodes(*r.log);
 }
 
-TEST_CASE("compat: a log of the next layout (version 3, bigger structures) is refused", "[proto]") {
+TEST_CASE("compat: a version 2 log at full size reads version 3's fields as zero", "[proto]") {
+  // Our own graph entry size, but version 2 defined nothing past last_launch_ns.
+  LayoutWriter w({2, FR_V2_HEADER_BYTES, FR_V2_COMM_BYTES, FR_V2_RECORD_BYTES, sizeof(fr_graph_entry)});
+  auto r = w.read();
+  INFO(r.message);
+  REQUIRE(r.ok());
+  check_common(*r.log);
+  REQUIRE(r.log->graphs.size() == 1);
+  CHECK(r.log->graphs[0].replays == 4);
+  CHECK(r.log->graphs[0].gpu_replays == 0);
+  check_reencodes(*r.log);
+}
+
+TEST_CASE("compat: a version 3 log at the smallest sizes version 3 defines", "[proto]") {
+  LayoutWriter w({3, FR_V3_HEADER_BYTES, FR_V3_COMM_BYTES, FR_V3_RECORD_BYTES, FR_V3_GRAPH_BYTES});
+  auto r = w.read();
+  INFO(r.message);
+  REQUIRE(r.ok());
+  check_common(*r.log);
+  REQUIRE(r.log->graphs.size() == 1);
+  CHECK(r.log->graphs[0].replays == 4);
+  CHECK(r.log->graphs[0].gpu_replays == 3);
+  check_reencodes(*r.log);
+}
+
+TEST_CASE("compat: a log of the next layout (version 4, bigger structures) is refused", "[proto]") {
   const Layout next{FR_LOG_VERSION + 1, sizeof(fr_log_header) + 64, sizeof(fr_comm_entry) + 32,
                     sizeof(fr_record) + 32, sizeof(fr_graph_entry) + 16};
   auto r = LayoutWriter(next).read();
@@ -258,6 +285,8 @@ TEST_CASE("compat: a structure smaller than its version defines is corrupt", "[p
       {2, FR_V1_HEADER_BYTES, FR_V2_COMM_BYTES, FR_V2_RECORD_BYTES, FR_V2_GRAPH_BYTES},
       {2, FR_V2_HEADER_BYTES, FR_V1_COMM_BYTES, FR_V2_RECORD_BYTES, FR_V2_GRAPH_BYTES},
       {2, FR_V2_HEADER_BYTES, FR_V2_COMM_BYTES, FR_V2_RECORD_BYTES, FR_V2_GRAPH_BYTES - 8},
+      // Version 2's graph entry is too small for version 3.
+      {3, FR_V3_HEADER_BYTES, FR_V3_COMM_BYTES, FR_V3_RECORD_BYTES, FR_V2_GRAPH_BYTES},
   };
   for (const Layout& lay : too_small) {
     auto r = LayoutWriter(lay).read();
