@@ -5,6 +5,7 @@
 // The emulation cannot run PTX. A function runs only when the emulation has a host-side version of
 // it, registered below under the kernel's name and written to do what its PTX does; launching any
 // other function fails with CUDA_ERROR_NOT_SUPPORTED, and nothing is queued.
+#include <stdlib.h>
 #include <string.h>
 
 #include <string>
@@ -97,6 +98,9 @@ FRSIM_API CUresult cuModuleLoadData(CUmodule* module, const void* image) {
   if (module == nullptr || image == nullptr) return CUDA_ERROR_INVALID_VALUE;
   ready();
   if (tls_ctx_stack.empty() || tls_ctx_stack.back() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  // FRSIM_NO_MODULES: a driver that cannot load modules (tests of the callers' fallbacks).
+  const char* off = getenv("FRSIM_NO_MODULES");
+  if (off != nullptr && *off != '\0' && strcmp(off, "0") != 0) return CUDA_ERROR_NOT_SUPPORTED;
   auto* m = new CUmod_st();
   if (!ptx_entries(static_cast<const char*>(image), &m->entries)) {
     delete m;

@@ -21,9 +21,10 @@ namespace {
 
 const std::string kProbe = std::string(FR_AGENT_TEST_DIR) + "/fr_agent_graph_probe";
 
-RunResult probe(const TempDir& dir, std::vector<std::string> args) {
+RunResult probe(const TempDir& dir, std::vector<std::string> args,
+               fr::agent_test::Env extra = {}) {
   args.insert(args.begin(), kProbe);
-  RunResult r = run(args, env_for(dir));
+  RunResult r = run(args, env_for(dir, std::move(extra)));
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   REQUIRE(r.values["failures"] == "0");
@@ -71,6 +72,24 @@ TEST_CASE("10,000 runtime replays: one record each, exact counters and positions
   CHECK(launches.back().count == 2);
   for (size_t i = 1; i < launches.size(); ++i) CHECK(launches[i].seq == launches[i - 1].seq + 1);
   CHECK(log.header.overwritten > 0);  // the ring wrapped
+}
+
+TEST_CASE("without module support, replays are tracked from the host as before", "[agent]") {
+  // The emulated driver refuses cuModuleLoadData: the agent says so in the header, the graph
+  // does not count its replays on the GPU, and the host resets its positions at each launch.
+  TempDir dir;
+  RunResult r = probe(dir, {"runtime", "200"}, {{"FRSIM_NO_MODULES", "1"}});
+  CHECK(r.values["bad_positions"] == "0");
+  CHECK(r.values["end.replays"] == "200");
+  CHECK(r.values["end.completed"] == pos(1, 2));
+  auto log = only_log(dir);
+  CHECK((log.header.flags & FR_LOG_F_GRAPH_REPLAY_HOST) != 0);
+  CHECK((log.header.flags & FR_LOG_F_GRAPH_REPLAY_KERNEL) == 0);
+  REQUIRE(log.graphs.size() == 1);
+  CHECK((log.graphs[0].flags & FR_GRAPH_F_GPU_REPLAYS) == 0);
+  CHECK((log.graphs[0].flags & FR_GRAPH_F_GPU_POSITION) != 0);
+  CHECK(log.graphs[0].gpu_replays == 0);
+  CHECK(log.graphs[0].replays == 200);
 }
 
 TEST_CASE("driver launches through cuGetProcAddress's pointers are recorded once each", "[agent]") {

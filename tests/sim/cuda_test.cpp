@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "replay_kernel.h"
 #include "skip.h"
 
 namespace {
@@ -281,6 +282,78 @@ TEST_CASE("stream capture records work instead of running it", "[sim][cuda]") {
   REQUIRE(cuGraphExecDestroy(ex) == CUDA_SUCCESS);
   REQUIRE(cuGraphDestroy(g) == CUDA_SUCCESS);
   cuStreamDestroy(s);
+}
+
+TEST_CASE("modules: the agent's replay kernel runs at each graph launch; other PTX does not run",
+          "[sim][cuda]") {
+  REQUIRE(cuInit(0) == CUDA_SUCCESS);
+  CUcontext primary;
+  REQUIRE(cuDevicePrimaryCtxRetain(&primary, 0) == CUDA_SUCCESS);
+  REQUIRE(cuCtxSetCurrent(primary) == CUDA_SUCCESS);
+  CUmodule mod = nullptr;
+  CHECK(cuModuleLoadData(&mod, "not ptx") == CUDA_ERROR_INVALID_IMAGE);
+  REQUIRE(cuModuleLoadData(&mod, fr::agent::kReplayKernelPtx) == CUDA_SUCCESS);
+  CUfunction fn = nullptr;
+  CHECK(cuModuleGetFunction(&fn, mod, "no_such_kernel") == CUDA_ERROR_NOT_FOUND);
+  REQUIRE(cuModuleGetFunction(&fn, mod, fr::agent::kReplayKernelName) == CUDA_SUCCESS);
+
+  // A host-mapped counter and a two-entry communicator table: entry 0 holds graph 3's positions,
+  // entry 1 graph 4's.
+  struct alignas(64) Mapped {
+    uint64_t counter;
+    fr_comm_entry comms[2];
+  };
+  auto* m = new Mapped{};
+  REQUIRE(cuMemHostRegister(m, sizeof *m, CU_MEMHOSTREGISTER_DEVICEMAP) == CUDA_SUCCESS);
+  CUdeviceptr dev = 0;
+  REQUIRE(cuMemHostGetDevicePointer(&dev, m, 0) == CUDA_SUCCESS);
+  unsigned long long counter = dev, comms = dev + offsetof(Mapped, comms);
+  unsigned n = 2, ordinal = 3;
+  void* params[] = {&counter, &comms, &n, &ordinal};
+
+  CUstream s;
+  REQUIRE(cuStreamCreate(&s, 0) == CUDA_SUCCESS);
+  REQUIRE(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+  REQUIRE(cuLaunchKernel(fn, 1, 1, 1, 128, 1, 1, 0, s, params, nullptr) == CUDA_SUCCESS);
+  ordinal = 9;  // arguments are copied at the call
+  REQUIRE(cuStreamWriteValue64(s, dev + offsetof(Mapped, comms) + offsetof(fr_comm_entry, graph_started),
+                               FR_GRAPH_POS(3, 1), 0) == CUDA_SUCCESS);
+  CUgraph g;
+  REQUIRE(cuStreamEndCapture(s, &g) == CUDA_SUCCESS);
+  CHECK(m->counter == 0);  // captured, not run
+  CUgraphExec ex;
+  REQUIRE(cuGraphInstantiate(&ex, g, 0) == CUDA_SUCCESS);
+  for (uint64_t replay = 1; replay <= 3; ++replay) {
+    m->comms[0].graph_completed = FR_GRAPH_POS(3, 5);  // the previous replay's end
+    m->comms[1].graph_started = FR_GRAPH_POS(4, 2);
+    REQUIRE(cuGraphLaunch(ex, s) == CUDA_SUCCESS);
+    REQUIRE(cuStreamSynchronize(s) == CUDA_SUCCESS);
+    CHECK(m->counter == replay);
+    CHECK(m->comms[0].graph_completed == FR_GRAPH_POS(3, 0));  // this graph's: reset
+    CHECK(m->comms[0].graph_started == FR_GRAPH_POS(3, 1));    // then written by the replay
+    CHECK(m->comms[1].graph_started == FR_GRAPH_POS(4, 2));    // another graph's: untouched
+  }
+  // Launched on a stream directly, it runs once there.
+  REQUIRE(cuLaunchKernel(fn, 1, 1, 1, 128, 1, 1, 0, s, params, nullptr) == CUDA_SUCCESS);
+  REQUIRE(cuStreamSynchronize(s) == CUDA_SUCCESS);
+  CHECK(m->counter == 4);
+
+  // PTX the emulation has no host-side version of loads, but never runs.
+  CUmodule other = nullptr;
+  REQUIRE(cuModuleLoadData(&other, ".version 6.0\n.target sm_50\n.address_size 64\n"
+                                   ".visible .entry spin()\n{\n\tret;\n}\n") == CUDA_SUCCESS);
+  CUfunction spin = nullptr;
+  REQUIRE(cuModuleGetFunction(&spin, other, "spin") == CUDA_SUCCESS);
+  CHECK(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, s, nullptr, nullptr) == CUDA_ERROR_NOT_SUPPORTED);
+  CHECK(cuModuleUnload(other) == CUDA_SUCCESS);
+  CHECK(cuModuleUnload(other) == CUDA_ERROR_INVALID_HANDLE);
+
+  REQUIRE(cuGraphExecDestroy(ex) == CUDA_SUCCESS);
+  REQUIRE(cuGraphDestroy(g) == CUDA_SUCCESS);
+  CHECK(cuModuleUnload(mod) == CUDA_SUCCESS);
+  cuStreamDestroy(s);
+  REQUIRE(cuMemHostUnregister(m) == CUDA_SUCCESS);
+  delete m;
 }
 
 TEST_CASE("cuGetProcAddress and the plain names resolve to the emulation", "[sim][cuda]") {
