@@ -284,7 +284,7 @@ TEST_CASE("stream capture records work instead of running it", "[sim][cuda]") {
   cuStreamDestroy(s);
 }
 
-TEST_CASE("modules: the agent's replay kernel runs at each graph launch; other PTX does not run",
+TEST_CASE("modules: the agent's replay kernel runs at each graph launch, other PTX never runs",
           "[sim][cuda]") {
   REQUIRE(cuInit(0) == CUDA_SUCCESS);
   CUcontext primary;
