@@ -7,11 +7,14 @@ checks run on the emulation (tests/gpu/selftest.sh), so they are known to pass a
     check.py records  --analysis A --trace T --log-dir D --min N [--op AllReduce]
         the log holds at least N all-reduces, every one completed on the GPU, and the log's
         GPU tracking mode (read from its header) is markers or events
-    check.py graph    --analysis A --trace T --replays N
+    check.py graph    --analysis A --trace T --replays N [--log-dir D]
         exactly N graph replays were recorded, and the GPU markers of the communicator that ran
-        them reached its last op
-    check.py stall    --analysis A --replay K [--graph G] [--op AllReduce] [--rank R]
-        the verdict is stuck_in_collective in replay K (of graph G) at that op, blaming rank R
+        them reached its last op; with D, the graph's replay kernel was loaded and its GPU replay
+        counter (fr_graph_entry.gpu_replays, read from the logs) advanced once per replay: N
+    check.py stall    --analysis A --replay K [--graph G] [--op AllReduce] [--rank R] [--log-dir D]
+        the verdict is stuck_in_collective in replay K (of graph G) at that op, blaming rank R;
+        with D, graph G's GPU replay counter stopped at K (or K-1: the stall lies before the
+        graph's first NCCL op, where the counting kernel runs)
     check.py stacks   --dump DIR --analysis A --pid P [--rank R] [--python-frame F] [--require-python]
         the process's stacks were taken (native frames; the Python frame F when py-spy ran, and
         py-spy must have run with --require-python), and NVML was read for its GPU and joined to
@@ -32,6 +35,9 @@ LOG_MAGIC = 0x314F4C5448474C46
 LOG_FLAGS_OFFSET = 88
 LOG_F_GPU_MARKERS = 0x2
 LOG_F_GPU_EVENTS = 0x4
+LOG_F_GRAPH_REPLAY_KERNEL = 0x40
+LOG_F_GRAPH_REPLAY_HOST = 0x80
+GRAPH_F_GPU_REPLAYS = 0x4
 
 
 class Check:
@@ -83,6 +89,50 @@ def tracking_mode(log_dir):
     return ",".join(sorted(modes)) or "no log"
 
 
+def graph_entries(log_dir):
+    """The graph entries of the logs in log_dir: (header flags, [entry dicts]) per log, from the
+    header's graph table fields (offsets 336..352) and each entry's ordinal (32), flags (44),
+    replays (48) and, from version 3 on, gpu_replays (64)."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(log_dir, "*.frlog"))):
+        with open(path, "rb") as f:
+            data = f.read()
+        if len(data) < 512 or struct.unpack_from("<Q", data, 0)[0] != LOG_MAGIC:
+            continue
+        version = struct.unpack_from("<I", data, 8)[0]
+        flags = struct.unpack_from("<I", data, LOG_FLAGS_OFFSET)[0]
+        entries = []
+        if version >= 2:
+            offset, _cap, size, count = struct.unpack_from("<QIII", data, 336)
+            for i in range(count):
+                at = offset + i * size
+                if at + min(size, 72) > len(data):
+                    break
+                entries.append({
+                    "ordinal": struct.unpack_from("<I", data, at + 32)[0],
+                    "flags": struct.unpack_from("<I", data, at + 44)[0],
+                    "replays": struct.unpack_from("<Q", data, at + 48)[0],
+                    "gpu_replays": (struct.unpack_from("<Q", data, at + 64)[0]
+                                    if version >= 3 and size >= 72 else None),
+                })
+        out.append((flags, entries))
+    return out
+
+
+def counted_graphs(c, log_dir):
+    """The graphs of log_dir that count their replays on the GPU; fails the check when none do."""
+    logs = graph_entries(log_dir)
+    flags = 0
+    for f, _ in logs:
+        flags |= f
+    say("replay_kernel", "loaded" if flags & LOG_F_GRAPH_REPLAY_KERNEL
+        else "failed (host fallback)" if flags & LOG_F_GRAPH_REPLAY_HOST else "not used")
+    counted = [e for _, entries in logs for e in entries if e["flags"] & GRAPH_F_GPU_REPLAYS]
+    c.expect(bool(counted), f"no graph in {log_dir} counts its replays on the GPU "
+                            "(the replay kernel was not loaded or not captured)")
+    return counted
+
+
 def records(args):
     c = Check()
     a = load_json(args.analysis, "analysis")
@@ -122,6 +172,14 @@ def graph(args):
         c.expect(f["min_completed"] == f["max_enqueued"],
                  f"the GPU markers stopped at {f['min_completed']} of {f['max_enqueued']}")
     c.expect(a["verdict"]["kind"] == "no_hang", f"verdict {a['verdict']['kind']}, expected no_hang")
+    if args.log_dir:
+        counted = counted_graphs(c, args.log_dir)
+        if counted:
+            g = max(counted, key=lambda e: e["replays"])
+            say("gpu_replays", g["gpu_replays"])
+            c.expect(g["gpu_replays"] == args.replays and g["replays"] == args.replays,
+                     f"GPU replay counter {g['gpu_replays']}, host replays {g['replays']}, "
+                     f"expected {args.replays} each")
     return c.finish()
 
 
@@ -141,6 +199,13 @@ def stall(args):
              f"op {rep.get('op')}/{v.get('op')}, expected {args.op}")
     c.expect(args.rank in v.get("culprit_ranks", []),
              f"culprits {v.get('culprit_ranks')}, expected rank {args.rank} among them")
+    if args.log_dir:
+        counted = [e for e in counted_graphs(c, args.log_dir) if e["ordinal"] == (args.graph or 1)]
+        if c.expect(bool(counted), f"graph {args.graph or 1} does not count its replays on the GPU"):
+            gpu = counted[0]["gpu_replays"]
+            say("gpu_replays", gpu)
+            c.expect(gpu in (args.replay - 1, args.replay),
+                     f"GPU replay counter {gpu}, expected {args.replay} (or {args.replay - 1})")
     return c.finish()
 
 
@@ -205,11 +270,13 @@ def main():
     g = sub.add_parser("graph")
     g.add_argument("--trace", required=True)
     g.add_argument("--replays", type=int, required=True)
+    g.add_argument("--log-dir", default="")
     s = sub.add_parser("stall")
     s.add_argument("--replay", type=int, required=True)
     s.add_argument("--graph", type=int, default=0)
     s.add_argument("--op", default="AllReduce")
     s.add_argument("--rank", type=int, default=0)
+    s.add_argument("--log-dir", default="")
     k = sub.add_parser("stacks")
     k.add_argument("--dump", required=True)
     k.add_argument("--pid", type=int, required=True)

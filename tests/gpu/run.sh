@@ -9,7 +9,8 @@
 #        nccl-legacy, world size 1: every all-reduce recorded and completed on the GPU (markers),
 #        and the host time per small all-reduce with and without the agent (same script)
 #   #10  an all-reduce captured into a CUDA graph (torch.cuda.graph) and replayed 100 times under
-#        the agent: 100 replays recorded, the markers at the last op; then a run whose replay 60
+#        the agent: 100 replays recorded, the markers at the last op, the graph's replay kernel
+#        loaded and its GPU replay counter at 100 (one per replay); then a run whose replay 60
 #        stalls on a spinning gate kernel before the all-reduce: `frd snapshot` + fr-analyze name
 #        that replay and op
 #   #13  `frd snapshot` of a torch process stuck on a spinning kernel: its native and Python
@@ -232,11 +233,12 @@ check_graph() {
   fi
   if ((rc != 0)); then row "#10 graph, 100 replays" FAIL "exit $rc: $(last_err "$d/job.err")"; return; fi
   analyze --trace "$d/trace.json" "$d/logs" >"$d/analysis.json" 2>"$d/analyze.err"
-  python3 "$check" graph --analysis "$d/analysis.json" --trace "$d/trace.json" --replays 100 >"$d/check.out" 2>&1
+  python3 "$check" graph --analysis "$d/analysis.json" --trace "$d/trace.json" --replays 100 \
+    --log-dir "$d/logs" >"$d/check.out" 2>&1
   rc=$?
   local c figures
   c=$(cat "$d/check.out")
-  figures="$(kv replays "$c") replays recorded; collectives enqueued $(kv enqueued "$c"), completed on the GPU $(kv completed "$c") (backend $graph_backend, gate $(kv gate "$(cat "$d/job.out")"))"
+  figures="$(kv replays "$c") replays recorded; collectives enqueued $(kv enqueued "$c"), completed on the GPU $(kv completed "$c"); replay kernel $(kv replay_kernel "$c"), GPU replay counter $(kv gpu_replays "$c") (backend $graph_backend, gate $(kv gate "$(cat "$d/job.out")"))"
   if ((rc == 0)); then row "#10 graph, 100 replays" OK "$figures"
   else row "#10 graph, 100 replays" FAIL "$figures; $(grep '^check:' "$d/check.out")"; fi
 }
@@ -263,10 +265,11 @@ check_graph_stall() {
   stop "$pid" "$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["pid"])' "$expect")"
   replay=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["replay"])' "$expect")
   graph=$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["graph"])' "$expect")
-  python3 "$check" stall --analysis "$d/analysis.json" --replay "$replay" --graph "$graph" >"$d/check.out" 2>&1
+  python3 "$check" stall --analysis "$d/analysis.json" --replay "$replay" --graph "$graph" \
+    --log-dir "$src" >"$d/check.out" 2>&1
   rc=$?
   local figures
-  figures="$how: $(kv summary "$(cat "$d/check.out")")"
+  figures="$how: $(kv summary "$(cat "$d/check.out")"); GPU replay counter $(kv gpu_replays "$(cat "$d/check.out")")"
   if ((rc == 0)); then row "#10 graph, replay 60 stalls" OK "$figures"
   else row "#10 graph, replay 60 stalls" FAIL "$figures; $(grep '^check:' "$d/check.out")"; fi
 }

@@ -67,9 +67,17 @@ expect fail records-too-few records --analysis "$work/healthy.json" --trace "$wo
 # graph: 101 steps, the first eager, then 100 replays.
 simjob --steps 101 --graphs --out "$work/graphs" || { echo "selftest: fr-simjob --graphs failed" >&2; exit 1; }
 "$fra" --json --trace "$work/graphs.trace" "$work/graphs/dumps" >"$work/graphs.json"
-expect pass graph graph --analysis "$work/graphs.json" --trace "$work/graphs.trace" --replays 100
+expect pass graph graph --analysis "$work/graphs.json" --trace "$work/graphs.trace" --replays 100 \
+  --log-dir "$work/graphs/dumps"
 expect fail graph-count graph --analysis "$work/graphs.json" --trace "$work/graphs.trace" --replays 99
 expect fail graph-on-healthy-eager graph --analysis "$work/healthy.json" --trace "$work/healthy.trace" --replays 100
+# Without module support the replay kernel is never loaded: the counter check must fail.
+FRSIM_NO_MODULES=1 simjob --steps 11 --graphs --out "$work/graphs-nokernel" ||
+  { echo "selftest: fr-simjob --graphs (no modules) failed" >&2; exit 1; }
+"$fra" --json --trace "$work/nokernel.trace" "$work/graphs-nokernel/dumps" >"$work/nokernel.json"
+expect pass graph-nokernel-replays graph --analysis "$work/nokernel.json" --trace "$work/nokernel.trace" --replays 10
+expect fail graph-nokernel-counter graph --analysis "$work/nokernel.json" --trace "$work/nokernel.trace" \
+  --replays 10 --log-dir "$work/graphs-nokernel/dumps"
 
 # stall: replay 60 stalls before the world AllReduce; frd snapshot takes the live log.
 "$simjob" --nodes 1 --ranks-per-node 1 --steps 101 --graphs --snapshot-after 60 \
@@ -83,7 +91,9 @@ if wait_for 60 stalled; then
   "$frd" snapshot --log-dir "$work/stall/node0/shm" --out "$work/stall-dump" --no-stacks >"$work/snap1.log" 2>&1
   "$fra" --json "$work/stall-dump" >"$work/stall.json"
   kill -TERM "${bg[0]}" 2>/dev/null
-  expect pass stall stall --analysis "$work/stall.json" --replay 60 --graph 1
+  expect pass stall stall --analysis "$work/stall.json" --replay 60 --graph 1 --log-dir "$work/stall-dump"
+  expect fail stall-counter-other-replay stall --analysis "$work/stall.json" --replay 60 --graph 1 \
+    --log-dir "$work/graphs/dumps"
   expect fail stall-other-replay stall --analysis "$work/stall.json" --replay 59
   expect fail stall-other-op stall --analysis "$work/stall.json" --replay 60 --op Broadcast
   expect fail stall-on-healthy stall --analysis "$work/graphs.json" --replay 60
