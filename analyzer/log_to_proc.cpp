@@ -50,9 +50,10 @@ std::vector<Entry> expand_replays(const fr::log::LogFile& log, std::deque<fr_rec
     bool gpu_counted = false;  // the graph counts its replays on the GPU (version 3 on)
   };
   std::unordered_map<uint64_t, Graph> graphs;
+  const bool has_gpu_replays = log.header.version >= 3;  // the field exists from version 3 on
   for (const fr_graph_entry& g : log.graphs)
     graphs[g.id] = Graph{&g, {}, (g.flags & FR_GRAPH_F_GPU_POSITION) != 0,
-                         (g.flags & FR_GRAPH_F_GPU_REPLAYS) != 0};
+                         has_gpu_replays && (g.flags & FR_GRAPH_F_GPU_REPLAYS) != 0};
   for (const fr_record& r : log.captures) {
     auto it = graphs.find(r.aux);
     if (it == graphs.end() || r.op_index == 0 || r.op_index > 65536) continue;
