@@ -101,9 +101,10 @@ std::vector<Entry> expand_replays(const fr::log::LogFile& log, std::deque<fr_rec
         // Replays before the GPU's are done (one graph's launches run in order); later ones
         // wait behind it on the stream, whatever the host launched since.
         const uint64_t gpu = g.entry->gpu_replays;
-        e.gpu_state = rec.raw.seq < gpu    ? FR_GPU_COMPLETED
-                      : rec.raw.seq > gpu  ? FR_GPU_ENQUEUED
-                                           : replay_state(log.find_comm(t->comm_id), g.entry->ordinal, e.tag.pos);
+        if (rec.raw.seq != gpu)
+          e.gpu_state = rec.raw.seq < gpu ? FR_GPU_COMPLETED : FR_GPU_ENQUEUED;
+        else
+          e.gpu_state = replay_state(log.find_comm(t->comm_id), g.entry->ordinal, e.tag.pos);
       } else if (rec.raw.id != newest_launch) {
         e.gpu_state = FR_GPU_COMPLETED;  // a newer launch followed it on the stream
       } else {
