@@ -348,7 +348,7 @@ typedef struct fr_graph_entry {
   /* Live fields: each one atomic word. */
   uint32_t n_ops;           /*  40 NCCL ops captured into the graph */
   uint32_t flags;           /*  44 FR_GRAPH_F_* */
-  uint64_t replays;         /*  48 replays launched */
+  uint64_t replays;         /*  48 replays launched (successfully) */
   uint64_t last_launch_ns;  /*  56 CLOCK_REALTIME of the last launch */
   /* Version 3 on. Written by the graph itself (FR_GRAPH_F_GPU_REPLAYS), before its first NCCL op
    * of each replay: the replay that graph_started/graph_completed positions of this graph belong
