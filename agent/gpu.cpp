@@ -40,6 +40,7 @@ struct CudaApi {
   CUresult (*stream_get_ctx)(CUstream, CUcontext*);
   CUresult (*module_load_data)(CUmodule*, const void*);
   CUresult (*module_get_function)(CUfunction*, CUmodule, const char*);
+  CUresult (*func_load)(CUfunction);  // CUDA 12.4 on; optional
   CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                             unsigned, CUstream, void**, void**);
 };
@@ -120,6 +121,7 @@ bool load_cuda() {
   g_cuda.module_get_function =
       (decltype(g_cuda.module_get_function))sym("cuModuleGetFunction", nullptr);
   g_cuda.launch_kernel = (decltype(g_cuda.launch_kernel))sym("cuLaunchKernel", nullptr);
+  g_cuda.func_load = (decltype(g_cuda.func_load))sym("cuFuncLoad", nullptr);
   __atomic_store_n(&g_cuda_loaded, 1, __ATOMIC_RELEASE);
   return true;
 }
@@ -295,6 +297,12 @@ CUfunction replay_kernel(CUcontext ctx) {
   r = g_cuda.module_get_function(&fn, mod, kReplayKernelName);
   if (r != CUDA_SUCCESS || fn == nullptr) {
     kernel_failed("cuModuleGetFunction", (int)r);
+    return nullptr;
+  }
+  // With lazy loading (CUDA_MODULE_LOADING=LAZY, the default) the function would be loaded at
+  // its first launch, inside the capture: load it now, still in relaxed mode.
+  if (g_cuda.func_load != nullptr && (r = g_cuda.func_load(fn)) != CUDA_SUCCESS) {
+    kernel_failed("cuFuncLoad", (int)r);
     return nullptr;
   }
   g_kernels[g_kernels_used++] = KernelSlot{ctx, fn};

@@ -9,15 +9,13 @@
 #include <string.h>
 
 #include <string>
+#include <unordered_set>
 
 #include "driver.h"
 
 using namespace frsim;
 
 namespace {
-
-constexpr uint32_t kModuleMagic = 0x4D4F4431;    // "MOD1"
-constexpr uint32_t kFunctionMagic = 0x46554E31;  // "FUN1"
 
 // A host-side version of a kernel: its parameters' sizes (as the PTX declares them, in order) and
 // what one launch does with their values over the whole grid.
@@ -59,22 +57,24 @@ const Emulated* emulation_of(const std::string& name) {
 
 }  // namespace
 
-struct CUmod_st {
-  uint32_t magic = kModuleMagic;
-  std::vector<std::string> entries;
-  std::vector<CUfunc_st*> functions;
-};
-
 struct CUfunc_st {
-  uint32_t magic = kFunctionMagic;
-  CUmod_st* module;
   std::string name;
   const Emulated* emulated;  // null: the emulation cannot run it
 };
 
+struct CUmod_st {
+  std::vector<std::string> entries;
+  std::vector<std::unique_ptr<CUfunc_st>> functions;
+};
+
 namespace {
 
+// Live handles: a handle is checked against these before use, so a stale or foreign one is
+// refused (CUDA_ERROR_INVALID_HANDLE) instead of read. Queued and captured launches hold copies
+// of what they need, never a handle, so unloading frees the module and its functions at once.
 std::mutex g_modules_mu;
+std::unordered_set<CUmodule> g_modules;
+std::unordered_set<CUfunction> g_functions;
 
 // The `.entry NAME` names of PTX text; false when the text is not PTX (no `.version`).
 bool ptx_entries(const char* ptx, std::vector<std::string>* out) {
@@ -101,40 +101,39 @@ FRSIM_API CUresult cuModuleLoadData(CUmodule* module, const void* image) {
   // FRSIM_NO_MODULES: a driver that cannot load modules (tests of the callers' fallbacks).
   const char* off = getenv("FRSIM_NO_MODULES");
   if (off != nullptr && *off != '\0' && strcmp(off, "0") != 0) return CUDA_ERROR_NOT_SUPPORTED;
-  auto* m = new CUmod_st();
-  if (!ptx_entries(static_cast<const char*>(image), &m->entries)) {
-    delete m;
+  auto m = std::make_unique<CUmod_st>();
+  if (!ptx_entries(static_cast<const char*>(image), &m->entries))
     return CUDA_ERROR_INVALID_IMAGE;  // cubin and fatbin images are not emulated
-  }
-  *module = m;
+  std::lock_guard<std::mutex> g(g_modules_mu);
+  *module = m.release();
+  g_modules.insert(*module);
   return CUDA_SUCCESS;
 }
 
 FRSIM_API CUresult cuModuleGetFunction(CUfunction* fn, CUmodule module, const char* name) {
   if (fn == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (module == nullptr || module->magic != kModuleMagic) return CUDA_ERROR_INVALID_HANDLE;
   std::lock_guard<std::mutex> g(g_modules_mu);
-  for (CUfunc_st* f : module->functions)
+  if (!g_modules.count(module)) return CUDA_ERROR_INVALID_HANDLE;
+  for (const auto& f : module->functions)
     if (f->name == name) {
-      *fn = f;
+      *fn = f.get();
       return CUDA_SUCCESS;
     }
   for (const auto& e : module->entries)
     if (e == name) {
-      auto* f = new CUfunc_st{kFunctionMagic, module, e, emulation_of(e)};
-      module->functions.push_back(f);
-      *fn = f;
+      module->functions.push_back(std::make_unique<CUfunc_st>(CUfunc_st{e, emulation_of(e)}));
+      *fn = module->functions.back().get();
+      g_functions.insert(*fn);
       return CUDA_SUCCESS;
     }
   return CUDA_ERROR_NOT_FOUND;
 }
 
 FRSIM_API CUresult cuModuleUnload(CUmodule module) {
-  if (module == nullptr || module->magic != kModuleMagic) return CUDA_ERROR_INVALID_HANDLE;
   std::lock_guard<std::mutex> g(g_modules_mu);
-  module->magic = 0;
-  // Functions stay allocated: work already queued or captured may still run them, as a graph
-  // holding a kernel node of an unloaded module is the caller's error on a GPU.
+  if (!g_modules.erase(module)) return CUDA_ERROR_INVALID_HANDLE;
+  for (const auto& f : module->functions) g_functions.erase(f.get());
+  delete module;
   return CUDA_SUCCESS;
 }
 
@@ -142,14 +141,18 @@ FRSIM_API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsign
                                   unsigned by, unsigned bz, unsigned shared_bytes, CUstream h,
                                   void** params, void** extra) {
   (void)shared_bytes;
-  if (f == nullptr || f->magic != kFunctionMagic) return CUDA_ERROR_INVALID_HANDLE;
+  const Emulated* e = nullptr;
+  {
+    std::lock_guard<std::mutex> g(g_modules_mu);
+    if (!g_functions.count(f)) return CUDA_ERROR_INVALID_HANDLE;
+    e = f->emulated;
+  }
   if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || bx * by * bz > 1024)
     return CUDA_ERROR_INVALID_VALUE;
   if (extra != nullptr) return CUDA_ERROR_NOT_SUPPORTED;  // packed arguments: not emulated
-  if (f->emulated == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  if (e == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
   auto st = get_stream(h);
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
-  const Emulated* e = f->emulated;
   if (!e->params.empty() && params == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::vector<uint64_t> args;  // copied now: later changes to the caller's values do not count
   for (size_t i = 0; i < e->params.size(); ++i) {
