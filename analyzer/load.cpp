@@ -303,7 +303,9 @@ Loaded load_one(const Job& job, LoadMode mode) {
       return out;
     }
   }
-  auto r = fr::log::read_log_fd(fd, file.st, job.path);
+  // The log's vectors are handed from one file to the next on each reading thread.
+  thread_local fr::log::LogFile spare;
+  auto r = fr::log::read_log_fd(fd, file.st, job.path, &spare);
   if (!r.ok()) {
     std::string msg = r.message;
     // The reader's message names the file; the skip entry carries the file apart.
@@ -320,6 +322,7 @@ Loaded load_one(const Job& job, LoadMode mode) {
     return out;
   }
   Proc p = proc_from_log(*r.log, "fr");
+  spare = std::move(*r.log);
   r.log.reset();
   if (mode == LoadMode::kWindow) out.windowed = window_proc(&p);
   if (p.rank < 0 && job.hint.rank >= 0) p.rank = job.hint.rank;

@@ -40,9 +40,9 @@ fr_gpu_state replay_state(const fr_comm_entry* c, uint32_t ordinal, uint32_t pos
 // from the capture table). Replayed ops take their sequence numbers from the communicator's
 // counters, which advance by the graph's ops at each replay: counted back from the newest
 // (the entry's counter), re-anchored at every op the program issued itself.
-// Replayed ops are copies kept in `store`; the others point into the log.
-std::vector<Entry> expand_replays(const fr::log::LogFile& log, std::deque<fr_record>* store, uint32_t* n_graphs,
-                                  uint64_t* n_replays) {
+// Replayed ops are copies kept in `store`; the others point into the log. `entries` is emptied first.
+void expand_replays(const fr::log::LogFile& log, std::deque<fr_record>* store, uint32_t* n_graphs,
+                    uint64_t* n_replays, std::vector<Entry>* entries) {
   struct Graph {
     const fr_graph_entry* entry;
     std::vector<const fr_record*> ops;  // by position
@@ -66,7 +66,8 @@ std::vector<Entry> expand_replays(const fr::log::LogFile& log, std::deque<fr_rec
     if (rec.raw.op == FR_OP_GRAPH_LAUNCH && !(rec.raw.flags & FR_REC_F_NEVER_LAUNCHED))
       newest_launch = rec.raw.id;
 
-  std::vector<Entry> out;
+  std::vector<Entry>& out = *entries;
+  out.clear();
   out.reserve(log.records.size());
   const bool markers = (log.header.flags & FR_LOG_F_GPU_MARKERS) != 0;
   for (const auto& rec : log.records) {
@@ -126,13 +127,12 @@ std::vector<Entry> expand_replays(const fr::log::LogFile& log, std::deque<fr_rec
       e.own->flags |= FR_REC_F_NEVER_LAUNCHED;
     }
   }
-  return out;
 }
 
 // The communicator table as ProcComms, then a stub for each communicator only records name (the
-// table lost it: dropped or torn). Returns, per record, the index of its communicator.
-std::vector<uint32_t> proc_comms(const fr::log::LogFile& log, const std::vector<Entry>& records,
-                                 Proc* p) {
+// table lost it: dropped or torn). Fills `per_comm`: per record, the index of its communicator.
+void proc_comms(const fr::log::LogFile& log, const std::vector<Entry>& records, Proc* p,
+                std::vector<uint32_t>* per_comm_out) {
   std::unordered_map<uint64_t, uint32_t> index;
   p->comms.reserve(log.comms.size());
   for (const fr_comm_entry& c : log.comms) {
@@ -155,7 +155,8 @@ std::vector<uint32_t> proc_comms(const fr::log::LogFile& log, const std::vector<
     index.emplace(c.id, static_cast<uint32_t>(p->comms.size()));
     p->comms.push_back(std::move(pc));
   }
-  std::vector<uint32_t> per_comm;
+  std::vector<uint32_t>& per_comm = *per_comm_out;
+  per_comm.clear();
   per_comm.reserve(records.size());
   uint64_t last_id = 0;
   uint32_t last = UINT32_MAX;  // records come in runs on one communicator
@@ -173,7 +174,6 @@ std::vector<uint32_t> proc_comms(const fr::log::LogFile& log, const std::vector<
     }
     per_comm.push_back(last);
   }
-  return per_comm;
 }
 
 // One record as an Op (of communicator `comm`).
@@ -314,9 +314,12 @@ Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind) 
   p.overwritten = h.overwritten;
   p.torn = log.torn + (log.is_snapshot ? h.torn_skipped : 0);
   p.records = log.records.size();
+  // Scratch each reading thread keeps from one log to the next (a log is thousands of records).
+  thread_local std::vector<Entry> records;
+  thread_local std::vector<uint32_t> per_comm;
   std::deque<fr_record> replayed;
-  const std::vector<Entry> records = expand_replays(log, &replayed, &p.graphs, &p.graph_replays);
-  const std::vector<uint32_t> per_comm = proc_comms(log, records, &p);
+  expand_replays(log, &replayed, &p.graphs, &p.graph_replays, &records);
+  proc_comms(log, records, &p, &per_comm);
   proc_ops(records, per_comm, shrink_excluded(log), &p);
   proc_grow_aliases(log, &p);
   // A rank the writer never learned: its rank in the largest communicator (DESIGN.md "Identity").
