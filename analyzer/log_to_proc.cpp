@@ -18,9 +18,9 @@ namespace {
 
 // A record as the analysis sees it: one the program issued, or one made from a graph replay.
 struct Entry {
-  const fr_record* raw;         // in the LogFile, or the replay's own copy (`own`)
-  fr_record* own;
-  fr_gpu_state gpu_state;
+  const fr_record* raw = nullptr;  // in the LogFile, or the replay's own copy (`own`)
+  fr_record* own = nullptr;
+  fr_gpu_state gpu_state = FR_GPU_NONE;
   bool replayed = false;
   ReplayTag tag;
 };
@@ -72,7 +72,9 @@ void expand_replays(const fr::log::LogFile& log, std::deque<fr_record>* store, u
   const bool markers = (log.header.flags & FR_LOG_F_GPU_MARKERS) != 0;
   for (const auto& rec : log.records) {
     if (rec.raw.op == FR_OP_COMM_SHRINK_EXCLUDED) continue;  // part of its shrink (shrink_excluded)
-    out.push_back(Entry{&rec.raw, nullptr, rec.gpu_state, false, ReplayTag{}});
+    Entry& issued = out.emplace_back();  // built in place: no temporary to copy per record
+    issued.raw = &rec.raw;
+    issued.gpu_state = rec.gpu_state;
     if (rec.raw.op != FR_OP_GRAPH_LAUNCH || (rec.raw.flags & FR_REC_F_NEVER_LAUNCHED)) continue;
     auto it = graphs.find(rec.raw.aux);
     if (it == graphs.end()) continue;

@@ -229,8 +229,9 @@ void read_ring(const Table& t, const std::unordered_map<uint64_t, size_t>& comm_
   bool looked_up = false;
   for (uint64_t id = first; id < counter; ++id) {
     const uint64_t slot = id % h.ring_capacity;
-    Record rec{};
+    Record& rec = log->records.emplace_back();  // read in place; taken back when refused
     if (!t.read(slot, &rec.raw) || rec.raw.id != id) {
+      log->records.pop_back();
       // In a dump, an empty slot is a record the snapshot already refused (counted there).
       if (t.live || t.lock(slot) != 0) ++log->torn;
       continue;
@@ -246,7 +247,6 @@ void read_ring(const Table& t, const std::unordered_map<uint64_t, size_t>& comm_
       looked_up = true;
     }
     if (comm) rec.gpu_state = fr_resolve_gpu_state(&rec.raw, comm->gpu_started, comm->gpu_completed);
-    log->records.push_back(rec);
   }
 }
 
