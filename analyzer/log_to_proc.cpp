@@ -242,18 +242,23 @@ void proc_ops(const std::vector<Entry>& records, const std::vector<uint32_t>& pe
     p->comms[i].ops_begin = start[i];
     p->comms[i].ops_end = start[i + 1];
   }
-  p->ops.resize(records.size());
+  // Records in their place among the ops, then the ops written in that order: each op is
+  // built where it goes, with no pass that clears the vector first.
+  thread_local std::vector<uint32_t> order;
+  order.resize(records.size());
   std::vector<uint32_t> fill(start.begin(), start.end() - 1);
-  for (size_t i = 0; i < records.size(); ++i) {
+  for (size_t i = 0; i < records.size(); ++i) order[fill[per_comm[i]]++] = static_cast<uint32_t>(i);
+  p->ops.reserve(records.size());
+  for (uint32_t at = 0; at < order.size(); ++at) {
+    const size_t i = order[at];
     const fr_record& r = *records[i].raw;
     ProcComm& pc = p->comms[per_comm[i]];
-    const uint32_t at = fill[per_comm[i]]++;
     if (records[i].replayed) p->replays.emplace_back(at, records[i].tag);
     if (r.op == FR_OP_COMM_SHRINK) {
       auto it = excluded.find(r.aux);
       p->shrinks.push_back({at, it != excluded.end() ? it->second : std::vector<int32_t>{}});
     }
-    fill_op(records[i], per_comm[i], &p->ops[at]);
+    fill_op(records[i], per_comm[i], &p->ops.emplace_back());
     // The table entry's counters may lag a record written just before the copy.
     const OpClass kind = op_class(r.op);
     if (kind == OpClass::COLL) pc.coll_seq = std::max(pc.coll_seq, r.seq);
