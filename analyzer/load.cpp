@@ -1,7 +1,6 @@
 // Loading: finds the dump files behind each input path, reads them on parallel threads through
-// fr::log::read_log_fd (which copies or maps each file and validates every record), and reduces
-// each log to a compact Proc at once (log_to_proc.cpp) so the whole dump set never sits in memory
-// twice. Each reading thread hands its buffers from one file to the next.
+// fr::log::read_log_fd (which maps each file and validates every record), and reduces each log to
+// a compact Proc at once (log_to_proc.cpp) so the whole dump set never sits in memory twice.
 // Files that cannot be used (corrupt, truncated, foreign, newer version, another job, a rank seen
 // twice) are named in Model::skipped with one line each; everything else is analysed.
 //
@@ -21,7 +20,6 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <unordered_map>
@@ -400,9 +398,7 @@ FoundInputs find_inputs(const std::vector<std::string>& paths, Model* model) {
 }
 
 // Reads every file in parallel (each worker takes the next one); skips and warnings go to the
-// model, the processes are returned. The workers are threads of their own, so the buffers each
-// keeps from one file to the next (reader, reduction) go with them, never stay with the caller
-// (a coordinator analyses many dump sets).
+// model, the processes are returned.
 std::vector<Proc> read_all(const std::vector<Job>& jobs, unsigned threads, LoadMode mode, Model* model) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   threads = std::min<unsigned>(threads, std::max<size_t>(1, jobs.size()));
@@ -412,14 +408,8 @@ std::vector<Proc> read_all(const std::vector<Job>& jobs, unsigned threads, LoadM
     for (size_t i; (i = next.fetch_add(1)) < jobs.size();) loaded[i] = load_one(jobs[i], mode);
   };
   std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads && !jobs.empty(); ++t) {
-    try {
-      pool.emplace_back(worker);
-    } catch (const std::system_error&) {
-      break;  // no more threads to be had: those started (or the caller) read the rest
-    }
-  }
-  if (pool.empty()) worker();
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
   for (auto& t : pool) t.join();
 
   std::vector<Proc> procs;
