@@ -1,6 +1,7 @@
 // Loading: finds the dump files behind each input path, reads them on parallel threads through
-// fr::log::read_log_fd (which maps each file and validates every record), and reduces each log to
-// a compact Proc at once (log_to_proc.cpp) so the whole dump set never sits in memory twice.
+// fr::log::read_log_fd (which copies or maps each file and validates every record), and reduces
+// each log to a compact Proc at once (log_to_proc.cpp) so the whole dump set never sits in memory
+// twice. Each reading thread hands its buffers from one file to the next, while they are small.
 // Files that cannot be used (corrupt, truncated, foreign, newer version, another job, a rank seen
 // twice) are named in Model::skipped with one line each; everything else is analysed.
 //
@@ -350,7 +351,8 @@ Loaded load_one(const Job& job, LoadMode mode) {
     return out;
   }
   Proc p = proc_from_log(*r.log, "fr");
-  spare = std::move(*r.log);
+  // Kept for the next file while small (a default ring is 2,048 records).
+  if (r.log->records.capacity() <= (size_t{1} << 15)) spare = std::move(*r.log);
   r.log.reset();
   if (mode == LoadMode::kWindow) out.windowed = window_proc(&p);
   if (p.rank < 0 && job.hint.rank >= 0) p.rank = job.hint.rank;

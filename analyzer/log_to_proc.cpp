@@ -16,6 +16,9 @@ namespace fr::analyzer {
 
 namespace {
 
+// Scratch vectors longer than this many records are freed after use, not kept for the next log.
+constexpr size_t kScratchKeptRecords = size_t{1} << 15;
+
 // A record as the analysis sees it: one the program issued, or one made from a graph replay.
 struct Entry {
   const fr_record* raw = nullptr;  // in the LogFile, or the replay's own copy (`own`)
@@ -266,6 +269,7 @@ void proc_ops(const std::vector<Entry>& records, const std::vector<uint32_t>& pe
     if (!pc.has_entry && pc.size < 0) pc.size = -1;
     pc.last_call_ns = std::max(pc.last_call_ns, r.call_ns);
   }
+  if (order.capacity() > kScratchKeptRecords) order = {};
   std::sort(p->replays.begin(), p->replays.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
   std::sort(p->shrinks.begin(), p->shrinks.end(),
@@ -321,13 +325,15 @@ Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind) 
   p.overwritten = h.overwritten;
   p.torn = log.torn + (log.is_snapshot ? h.torn_skipped : 0);
   p.records = log.records.size();
-  // Scratch each reading thread keeps from one log to the next (a log is thousands of records).
+  // Scratch each reading thread keeps from one log to the next (a log is thousands of records),
+  // while it stays small: one huge log does not leave its size on the thread.
   thread_local std::vector<Entry> records;
   thread_local std::vector<uint32_t> per_comm;
   std::deque<fr_record> replayed;
   expand_replays(log, &replayed, &p.graphs, &p.graph_replays, &records);
   proc_comms(log, records, &p, &per_comm);
   proc_ops(records, per_comm, shrink_excluded(log), &p);
+  if (records.capacity() > kScratchKeptRecords) records = {}, per_comm = {};
   proc_grow_aliases(log, &p);
   // A rank the writer never learned: its rank in the largest communicator (DESIGN.md "Identity").
   if (p.rank < 0) {

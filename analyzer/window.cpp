@@ -25,6 +25,9 @@ namespace {
 // the recent-ops timeline shows (evidence.cpp, 8) and than a stall sits behind the frontier.
 constexpr uint32_t kMargin = 64;
 
+// build_history's scratch is freed rather than kept when it grew past this many entries.
+constexpr size_t kScratchKept = size_t{1} << 15;
+
 struct SigHash {
   size_t operator()(const SigKey& k) const {
     uint64_t h = k.count * 0x9e3779b97f4a7c15ull;
@@ -39,9 +42,10 @@ SigKey sig_of(const Op& o) {
 
 void build_history(const Proc& p, const ProcComm& pc, std::unordered_map<SigKey, uint32_t, SigHash>& ids,
                    std::vector<SigKey>& sigs, CollHistory* h) {
-  // Scratch each loading thread keeps from one communicator to the next.
+  // Scratch each loading thread keeps from one communicator to the next, while it stays small.
   thread_local std::vector<uint64_t> seqs;
   thread_local std::vector<uint32_t> order;
+  if (seqs.capacity() > kScratchKept) seqs = {}, order = {};
   seqs.clear();
   order.clear();
   bool ascending = true;
