@@ -43,7 +43,8 @@ fr_gpu_state replay_state(const fr_comm_entry* c, uint32_t ordinal, uint32_t pos
 // from the capture table). Replayed ops take their sequence numbers from the communicator's
 // counters, which advance by the graph's ops at each replay: counted back from the newest
 // (the entry's counter), re-anchored at every op the program issued itself.
-// Replayed ops are copies kept in `store`; the others point into the log. `entries` is emptied first.
+// Replayed ops are copies kept in `store`; the others point into the log. `entries` is emptied
+// first (a reading thread reuses it from one log to the next).
 void expand_replays(const fr::log::LogFile& log, std::deque<fr_record>* store, uint32_t* n_graphs,
                     uint64_t* n_replays, std::vector<Entry>* entries) {
   struct Graph {
