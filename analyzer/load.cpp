@@ -1,6 +1,7 @@
 // Loading: finds the dump files behind each input path, reads them on parallel threads through
-// fr::log::read_log_fd (which maps each file and validates every record), and reduces each log to
-// a compact Proc at once (log_to_proc.cpp) so the whole dump set never sits in memory twice.
+// fr::log::read_log_fd (which copies or maps each file and validates every record), and reduces
+// each log to a compact Proc at once (log_to_proc.cpp) so the whole dump set never sits in memory
+// twice. Each reading thread hands its buffers from one file to the next, while they are small.
 // Files that cannot be used (corrupt, truncated, foreign, newer version, another job, a rank seen
 // twice) are named in Model::skipped with one line each; everything else is analysed.
 //
@@ -50,6 +51,8 @@ struct Job {
   // Inside a dump set: `rel` under `dir`, opened following no link. Empty: a path the user named.
   std::string dir;
   std::string rel;
+  // The listing of `dir` showed no stacks file for `rel` (a file directly in it): none is opened.
+  bool no_stacks = false;
 };
 
 // A PyTorch dump is read whole; the same bound as the torch reader's own. Its kind is told from
@@ -177,14 +180,23 @@ Job job_in(const std::string& dir, const std::string& rel, FileHint hint, bool f
   return {d + "/" + rel, std::move(hint), from_listing, d, rel};
 }
 
-// Files in a directory that could be dumps, sorted by name for a stable order. Entries that are
-// neither files nor folders (links, FIFOs, devices, sockets) are named in `notes`, never opened.
-std::vector<std::string> list_dir(const std::string& dir, std::string* error,
-                                  std::vector<Skip>* notes) {
-  std::vector<std::string> out;
+// What a directory holds: the files that could be dumps, sorted by name for a stable order, and
+// the names of its side files.
+struct Listing {
+  std::vector<std::string> files;
+  std::set<std::string> side_files;
+  bool complete = false;  // listed to the end
+};
+
+// Files in a directory that could be dumps. Entries that are neither files nor folders (links,
+// FIFOs, devices, sockets) are named in `notes`, never opened.
+Listing list_dir(const std::string& dir, std::string* error, std::vector<Skip>* notes) {
+  Listing listing;
+  std::vector<std::string>& out = listing.files;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
+    if (!name.empty() && fr::log::is_side_file(name)) listing.side_files.insert(name);
     if (name.empty() || name[0] == '.' || is_dump_set_document(name)) continue;
     std::error_code sec;
     fs::file_status st = it->symlink_status(sec);
@@ -205,15 +217,29 @@ std::vector<std::string> list_dir(const std::string& dir, std::string* error,
     out.push_back(name);
   }
   if (ec) *error = ec.message();
+  listing.complete = !ec;
   std::sort(out.begin(), out.end());
-  return out;
+  return listing;
+}
+
+// Marks the jobs from `first` on whose stacks file the listing of their directory did not show.
+void mark_missing_stacks(const Listing& listing, std::vector<Job>* jobs, size_t first) {
+  if (!listing.complete) return;
+  for (size_t i = first; i < jobs->size(); ++i) {
+    Job& j = (*jobs)[i];
+    j.no_stacks = j.rel.find('/') == std::string::npos &&
+                  !listing.side_files.count(fr::log::stacks_file_for(j.rel));
+  }
 }
 
 // Every file of a directory without a usable manifest.
 void add_listing(const std::string& dir, Model* model, std::vector<Job>* jobs) {
   std::string err;
-  for (auto& f : list_dir(dir, &err, &model->skipped)) jobs->push_back(job_in(dir, f, {}, true));
+  const size_t first = jobs->size();
+  const Listing listing = list_dir(dir, &err, &model->skipped);
+  for (auto& f : listing.files) jobs->push_back(job_in(dir, f, {}, true));
   if (!err.empty()) model->skipped.push_back({dir, "cannot list: " + err});
+  mark_missing_stacks(listing, jobs, first);
 }
 
 void add_manifest_dir(const std::string& dir, Model* model, std::vector<Job>* jobs,
@@ -233,6 +259,7 @@ void add_manifest_dir(const std::string& dir, Model* model, std::vector<Job>* jo
   }
   for (const auto& s : m.skipped) model->skipped.push_back({s.file, s.error});
   std::set<std::string> listed;
+  const size_t first = jobs->size();
   for (const auto& p : m.processes) {
     FileHint h;
     h.rank = p.rank;
@@ -246,10 +273,12 @@ void add_manifest_dir(const std::string& dir, Model* model, std::vector<Job>* jo
   // entry that is not a regular file is named once, by load_one.
   std::string lerr;
   std::vector<Skip> notes;
-  for (auto& f : list_dir(dir, &lerr, &notes)) {
+  const Listing listing = list_dir(dir, &lerr, &notes);
+  for (auto& f : listing.files) {
     if (listed.count(fs::path(f).lexically_normal().string())) continue;
     jobs->push_back(job_in(dir, f, {}, true));
   }
+  mark_missing_stacks(listing, jobs, first);
   for (auto& n : notes)
     if (!listed.count(fs::path(n.file).filename().string())) model->skipped.push_back(std::move(n));
 }
@@ -303,7 +332,9 @@ Loaded load_one(const Job& job, LoadMode mode) {
       return out;
     }
   }
-  auto r = fr::log::read_log_fd(fd, file.st, job.path);
+  // The log's vectors are handed from one file to the next on each reading thread.
+  thread_local fr::log::LogFile spare;
+  auto r = fr::log::read_log_fd(fd, file.st, job.path, &spare);
   if (!r.ok()) {
     std::string msg = r.message;
     // The reader's message names the file; the skip entry carries the file apart.
@@ -320,12 +351,14 @@ Loaded load_one(const Job& job, LoadMode mode) {
     return out;
   }
   Proc p = proc_from_log(*r.log, "fr");
+  // Kept for the next file while small (a default ring is 2,048 records).
+  if (r.log->records.capacity() <= (size_t{1} << 15)) spare = std::move(*r.log);
   r.log.reset();
   if (mode == LoadMode::kWindow) out.windowed = window_proc(&p);
   if (p.rank < 0 && job.hint.rank >= 0) p.rank = job.hint.rank;
   if (p.host.empty()) p.host = job.hint.host;
   out.procs.push_back(std::move(p));
-  load_stacks(job.dir, job.rel, job.path, &out.procs, &out.warnings);
+  if (!job.no_stacks) load_stacks(job.dir, job.rel, job.path, &out.procs, &out.warnings);
   return out;
 }
 

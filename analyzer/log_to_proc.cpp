@@ -16,11 +16,14 @@ namespace fr::analyzer {
 
 namespace {
 
+// Scratch vectors longer than this many records are freed after use, not kept for the next log.
+constexpr size_t kScratchKeptRecords = size_t{1} << 15;
+
 // A record as the analysis sees it: one the program issued, or one made from a graph replay.
 struct Entry {
-  const fr_record* raw;         // in the LogFile, or the replay's own copy (`own`)
-  fr_record* own;
-  fr_gpu_state gpu_state;
+  const fr_record* raw = nullptr;  // in the LogFile, or the replay's own copy (`own`)
+  fr_record* own = nullptr;
+  fr_gpu_state gpu_state = FR_GPU_NONE;
   bool replayed = false;
   ReplayTag tag;
 };
@@ -40,9 +43,10 @@ fr_gpu_state replay_state(const fr_comm_entry* c, uint32_t ordinal, uint32_t pos
 // from the capture table). Replayed ops take their sequence numbers from the communicator's
 // counters, which advance by the graph's ops at each replay: counted back from the newest
 // (the entry's counter), re-anchored at every op the program issued itself.
-// Replayed ops are copies kept in `store`; the others point into the log.
-std::vector<Entry> expand_replays(const fr::log::LogFile& log, std::deque<fr_record>* store, uint32_t* n_graphs,
-                                  uint64_t* n_replays) {
+// Replayed ops are copies kept in `store`; the others point into the log. `entries` is emptied
+// first (a reading thread reuses it from one log to the next).
+void expand_replays(const fr::log::LogFile& log, std::deque<fr_record>* store, uint32_t* n_graphs,
+                    uint64_t* n_replays, std::vector<Entry>* entries) {
   struct Graph {
     const fr_graph_entry* entry;
     std::vector<const fr_record*> ops;  // by position
@@ -70,12 +74,15 @@ std::vector<Entry> expand_replays(const fr::log::LogFile& log, std::deque<fr_rec
     if (rec.raw.op == FR_OP_GRAPH_LAUNCH && !(rec.raw.flags & FR_REC_F_NEVER_LAUNCHED))
       newest_launch = rec.raw.id;
 
-  std::vector<Entry> out;
+  std::vector<Entry>& out = *entries;
+  out.clear();
   out.reserve(log.records.size());
   const bool markers = (log.header.flags & FR_LOG_F_GPU_MARKERS) != 0;
   for (const auto& rec : log.records) {
     if (rec.raw.op == FR_OP_COMM_SHRINK_EXCLUDED) continue;  // part of its shrink (shrink_excluded)
-    out.push_back(Entry{&rec.raw, nullptr, rec.gpu_state, false, ReplayTag{}});
+    Entry& issued = out.emplace_back();  // built in place: no temporary to copy per record
+    issued.raw = &rec.raw;
+    issued.gpu_state = rec.gpu_state;
     if (rec.raw.op != FR_OP_GRAPH_LAUNCH || (rec.raw.flags & FR_REC_F_NEVER_LAUNCHED)) continue;
     auto it = graphs.find(rec.raw.aux);
     if (it == graphs.end()) continue;
@@ -138,13 +145,12 @@ std::vector<Entry> expand_replays(const fr::log::LogFile& log, std::deque<fr_rec
       e.own->flags |= FR_REC_F_NEVER_LAUNCHED;
     }
   }
-  return out;
 }
 
 // The communicator table as ProcComms, then a stub for each communicator only records name (the
-// table lost it: dropped or torn). Returns, per record, the index of its communicator.
-std::vector<uint32_t> proc_comms(const fr::log::LogFile& log, const std::vector<Entry>& records,
-                                 Proc* p) {
+// table lost it: dropped or torn). Fills `per_comm`: per record, the index of its communicator.
+void proc_comms(const fr::log::LogFile& log, const std::vector<Entry>& records, Proc* p,
+                std::vector<uint32_t>* per_comm_out) {
   std::unordered_map<uint64_t, uint32_t> index;
   p->comms.reserve(log.comms.size());
   for (const fr_comm_entry& c : log.comms) {
@@ -167,7 +173,8 @@ std::vector<uint32_t> proc_comms(const fr::log::LogFile& log, const std::vector<
     index.emplace(c.id, static_cast<uint32_t>(p->comms.size()));
     p->comms.push_back(std::move(pc));
   }
-  std::vector<uint32_t> per_comm;
+  std::vector<uint32_t>& per_comm = *per_comm_out;
+  per_comm.clear();
   per_comm.reserve(records.size());
   uint64_t last_id = 0;
   uint32_t last = UINT32_MAX;  // records come in runs on one communicator
@@ -185,7 +192,6 @@ std::vector<uint32_t> proc_comms(const fr::log::LogFile& log, const std::vector<
     }
     per_comm.push_back(last);
   }
-  return per_comm;
 }
 
 // One record as an Op (of communicator `comm`).
@@ -252,18 +258,23 @@ void proc_ops(const std::vector<Entry>& records, const std::vector<uint32_t>& pe
     p->comms[i].ops_begin = start[i];
     p->comms[i].ops_end = start[i + 1];
   }
-  p->ops.resize(records.size());
+  // Records in their place among the ops, then the ops written in that order: each op is
+  // built where it goes, with no pass that clears the vector first.
+  thread_local std::vector<uint32_t> order;
+  order.resize(records.size());
   std::vector<uint32_t> fill(start.begin(), start.end() - 1);
-  for (size_t i = 0; i < records.size(); ++i) {
+  for (size_t i = 0; i < records.size(); ++i) order[fill[per_comm[i]]++] = static_cast<uint32_t>(i);
+  p->ops.reserve(records.size());
+  for (uint32_t at = 0; at < order.size(); ++at) {
+    const size_t i = order[at];
     const fr_record& r = *records[i].raw;
     ProcComm& pc = p->comms[per_comm[i]];
-    const uint32_t at = fill[per_comm[i]]++;
     if (records[i].replayed) p->replays.emplace_back(at, records[i].tag);
     if (r.op == FR_OP_COMM_SHRINK) {
       auto it = excluded.find(r.aux);
       p->shrinks.push_back({at, it != excluded.end() ? it->second : std::vector<int32_t>{}});
     }
-    fill_op(records[i], per_comm[i], &p->ops[at]);
+    fill_op(records[i], per_comm[i], &p->ops.emplace_back());
     // The table entry's counters may lag a record written just before the copy.
     const OpClass kind = op_class(r.op);
     if (kind == OpClass::COLL) pc.coll_seq = std::max(pc.coll_seq, r.seq);
@@ -271,6 +282,7 @@ void proc_ops(const std::vector<Entry>& records, const std::vector<uint32_t>& pe
     if (!pc.has_entry && pc.size < 0) pc.size = -1;
     pc.last_call_ns = std::max(pc.last_call_ns, r.call_ns);
   }
+  if (order.capacity() > kScratchKeptRecords) order = {};
   std::sort(p->replays.begin(), p->replays.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
   std::sort(p->shrinks.begin(), p->shrinks.end(),
@@ -326,10 +338,15 @@ Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind) 
   p.overwritten = h.overwritten;
   p.torn = log.torn + (log.is_snapshot ? h.torn_skipped : 0);
   p.records = log.records.size();
+  // Scratch each reading thread keeps from one log to the next (a log is thousands of records),
+  // while it stays small: one huge log does not leave its size on the thread.
+  thread_local std::vector<Entry> records;
+  thread_local std::vector<uint32_t> per_comm;
   std::deque<fr_record> replayed;
-  const std::vector<Entry> records = expand_replays(log, &replayed, &p.graphs, &p.graph_replays);
-  const std::vector<uint32_t> per_comm = proc_comms(log, records, &p);
+  expand_replays(log, &replayed, &p.graphs, &p.graph_replays, &records);
+  proc_comms(log, records, &p, &per_comm);
   proc_ops(records, per_comm, shrink_excluded(log), &p);
+  if (records.capacity() > kScratchKeptRecords) records = {}, per_comm = {};
   proc_grow_aliases(log, &p);
   // A rank the writer never learned: its rank in the largest communicator (DESIGN.md "Identity").
   if (p.rank < 0) {

@@ -3,6 +3,7 @@
 #include "analyzer/result.h"
 
 #include <stdexcept>
+#include <utility>
 
 namespace fr::analyzer {
 namespace {
@@ -198,18 +199,18 @@ json Analysis::to_json() const {
   doc["verdict"] = finding_to_json(verdict);
   json found = json::array();
   for (const auto& f : findings) found.push_back(finding_to_json(f));
-  doc["findings"] = found;
+  doc["findings"] = std::move(found);
   if (!complete) return doc;
   doc["inputs"] = inputs_to_json(inputs);
   doc["ranks"] = ranks_to_json(ranks);
   json comms = json::array();
   for (const auto& c : communicators) comms.push_back(communicator_to_json(c));
-  doc["communicators"] = comms;
+  doc["communicators"] = std::move(comms);
   json rows = json::array();
   for (const auto& r : skew)
     rows.push_back({{"rank", r.rank}, {"mean_late_ns", r.mean_late_ns}, {"max_late_ns", r.max_late_ns},
                     {"collectives", r.collectives}});
-  doc["skew"] = rows;
+  doc["skew"] = std::move(rows);
   return doc;
 }
 

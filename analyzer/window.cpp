@@ -25,6 +25,9 @@ namespace {
 // the recent-ops timeline shows (evidence.cpp, 8) and than a stall sits behind the frontier.
 constexpr uint32_t kMargin = 64;
 
+// build_history's scratch is freed rather than kept when it grew past this many entries.
+constexpr size_t kScratchKept = size_t{1} << 15;
+
 struct SigHash {
   size_t operator()(const SigKey& k) const {
     uint64_t h = k.count * 0x9e3779b97f4a7c15ull;
@@ -39,8 +42,12 @@ SigKey sig_of(const Op& o) {
 
 void build_history(const Proc& p, const ProcComm& pc, std::unordered_map<SigKey, uint32_t, SigHash>& ids,
                    std::vector<SigKey>& sigs, CollHistory* h) {
-  std::vector<uint64_t> seqs;
-  std::vector<uint32_t> order;
+  // Scratch each loading thread keeps from one communicator to the next, while it stays small.
+  thread_local std::vector<uint64_t> seqs;
+  thread_local std::vector<uint32_t> order;
+  if (seqs.capacity() > kScratchKept) seqs = {}, order = {};
+  seqs.clear();
+  order.clear();
   bool ascending = true;
   for (uint32_t i = pc.ops_begin; i < pc.ops_end; ++i) {
     const Op& o = p.ops[i];
@@ -51,10 +58,14 @@ void build_history(const Proc& p, const ProcComm& pc, std::unordered_map<SigKey,
   }
   *h = CollHistory{};
   if (seqs.empty()) return;
+  // A history repeats a few signatures: the one before is tried before the hash table.
+  uint32_t last = CollHistory::kNoSig;
   auto sig_id = [&](const Op& o) {
-    auto [it, fresh] = ids.try_emplace(sig_of(o), static_cast<uint32_t>(sigs.size()));
+    const SigKey key = sig_of(o);
+    if (last != CollHistory::kNoSig && sigs[last] == key) return last;
+    auto [it, fresh] = ids.try_emplace(key, static_cast<uint32_t>(sigs.size()));
     if (fresh) sigs.push_back(it->first);
-    return it->second;
+    return last = it->second;
   };
   const uint64_t span = seqs.back() - seqs.front() + 1;
   if (ascending && span <= 2 * seqs.size() + 16) {
@@ -68,7 +79,7 @@ void build_history(const Proc& p, const ProcComm& pc, std::unordered_map<SigKey,
     }
     return;
   }
-  h->seqs = std::move(seqs);
+  h->seqs = seqs;
   h->call_ns.reserve(order.size());
   h->sig.reserve(order.size());
   for (uint32_t i : order) {

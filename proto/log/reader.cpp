@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
+#include <memory>
 #include <unordered_map>
 
 #include "log/safe_file.h"
@@ -120,6 +122,7 @@ struct Table {
   size_t keep = 0;
   size_t locked_end = 0;
   bool live = false;
+  bool copied = false;  // the bytes are this reader's own copy: nothing writes them meanwhile
 
   const uint8_t* slot(uint64_t i) const { return start + i * stride; }
   uint64_t lock(uint64_t i) const {
@@ -133,6 +136,13 @@ struct Table {
     static_assert(sizeof(T) % 8 == 0, "entries are whole words");
     auto* src = reinterpret_cast<const uint64_t*>(slot(i));
     auto* dst = reinterpret_cast<uint64_t*>(out);
+    if (copied) {  // the same checks; a plain copy, which the compiler can widen
+      uint64_t l1;
+      std::memcpy(&l1, src, sizeof l1);
+      if (l1 == 0 || (l1 & 1u)) return false;
+      std::memcpy(dst, src, keep / 8 * 8);
+      return true;
+    }
     const size_t locked = std::min(locked_end, keep) / 8;
     for (int attempt = 0; attempt < (live ? kLiveRetries : 1); ++attempt) {
       uint64_t l1 = __atomic_load_n(&src[0], __ATOMIC_ACQUIRE);
@@ -220,8 +230,9 @@ void read_ring(const Table& t, const std::unordered_map<uint64_t, size_t>& comm_
   bool looked_up = false;
   for (uint64_t id = first; id < counter; ++id) {
     const uint64_t slot = id % h.ring_capacity;
-    Record rec{};
+    Record& rec = log->records.emplace_back();  // read in place; taken back when refused
     if (!t.read(slot, &rec.raw) || rec.raw.id != id) {
+      log->records.pop_back();
       // In a dump, an empty slot is a record the snapshot already refused (counted there).
       if (t.live || t.lock(slot) != 0) ++log->torn;
       continue;
@@ -237,7 +248,6 @@ void read_ring(const Table& t, const std::unordered_map<uint64_t, size_t>& comm_
       looked_up = true;
     }
     if (comm) rec.gpu_state = fr_resolve_gpu_state(&rec.raw, comm->gpu_started, comm->gpu_completed);
-    log->records.push_back(rec);
   }
 }
 
@@ -284,8 +294,10 @@ void read_liveness(int fd, LogFile* log) {
   }
 }
 
-ReadResult parse(const uint8_t* base, size_t size, const std::string& name, int fd) {
-  LogFile log;
+// Parses into `log`, whose vectors are empty (they may hold capacity from an earlier file).
+// `copied`: the bytes are a private copy of the file (read_fd's buffer), not shared memory.
+ReadResult parse(const uint8_t* base, size_t size, const std::string& name, int fd,
+                 LogFile log = LogFile{}, bool copied = false) {
   if (ReadResult bad = read_header(base, size, name, &log); !bad.message.empty()) return bad;
   const fr_log_header& h = log.header;
   const Layout defined = layout_of(h.version);
@@ -295,7 +307,8 @@ ReadResult parse(const uint8_t* base, size_t size, const std::string& name, int 
     // A table with no entries may have any offset (read_header checks offsets only of tables
     // it will read): never form a pointer past the mapping.
     const uint8_t* start = offset <= size ? base + offset : nullptr;
-    return Table{start, stored, bytes_kept(stored, own, h.version, version_bytes), locked_end, live};
+    return Table{start, stored, bytes_kept(stored, own, h.version, version_bytes), locked_end, live,
+                 copied && !live};
   };
   const Table comms = table(h.comm_offset, h.comm_size, sizeof(fr_comm_entry), defined.comm,
                             offsetof(fr_comm_entry, state));
@@ -344,7 +357,54 @@ ReadResult read_log(const std::string& path) {
   return read_log_fd(f.fd.get(), f.st, path);
 }
 
-ReadResult read_log_fd(int fd, const struct stat& st, const std::string& name) {
+namespace {
+
+// A recycled LogFile: its vectors emptied, their capacity kept.
+LogFile recycled(LogFile* spare) {
+  LogFile log;
+  if (spare == nullptr) return log;
+  log.comms = std::move(spare->comms);
+  log.records = std::move(spare->records);
+  log.graphs = std::move(spare->graphs);
+  log.captures = std::move(spare->captures);
+  log.comms.clear();
+  log.records.clear();
+  log.graphs.clear();
+  log.captures.clear();
+  return log;
+}
+
+// Reads up to `n` bytes at `offset`; the count read, or -1 with errno set.
+ssize_t pread_full(int fd, uint8_t* dst, size_t n, off_t offset) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::pread(fd, dst + got, n - got, offset + off_t(got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -1;
+    if (r == 0) break;
+    got += size_t(r);
+  }
+  return ssize_t(got);
+}
+
+// Dump files up to this size are copied with pread into a buffer their reading thread keeps
+// (a 16k-rank dump set is 16k files of 260 KB: mapping and unmapping each cost more than the
+// copy, and each unmap interrupts the other reading threads to flush their TLBs). Larger files
+// and live logs are mapped: a live log's records are read under their sequence locks, which
+// needs the writer's memory, not a copy.
+constexpr size_t kCopiedMaxBytes = size_t{4} << 20;
+
+uint8_t* thread_buffer(size_t bytes) {
+  thread_local std::unique_ptr<uint64_t[]> words;  // 8-byte aligned, as parse() needs
+  thread_local size_t capacity = 0;
+  if (bytes > capacity) {
+    capacity = std::max(bytes, size_t{1} << 18);
+    words.reset(new uint64_t[(capacity + 7) / 8]);
+  }
+  return reinterpret_cast<uint8_t*>(words.get());
+}
+
+ReadResult read_fd(int fd, const struct stat& st, const std::string& name, LogFile* spare) {
   if (!S_ISREG(st.st_mode)) return fail(ReadError::kIo, name, "not a regular file");
   size_t size = static_cast<size_t>(st.st_size);
   if (size < sizeof(fr_log_header)) {
@@ -352,16 +412,41 @@ ReadResult read_log_fd(int fd, const struct stat& st, const std::string& name) {
     uint8_t buf[sizeof(fr_log_header)] = {};
     ssize_t n = size ? ::pread(fd, buf, size, 0) : 0;
     if (n < 0) return fail(ReadError::kIo, name, std::string("cannot read: ") + std::strerror(errno));
-    return parse(buf, static_cast<size_t>(n), name, -1);
+    return parse(buf, static_cast<size_t>(n), name, -1, recycled(spare));
   }
-  // Every page is read: mapping them all at once costs less than a fault per few pages (a
-  // 16k-rank dump set is 4.5 GB).
+  if (size <= kCopiedMaxBytes) {
+    uint8_t* buf = thread_buffer(size);
+    const size_t head = sizeof(fr_log_header);
+    ssize_t n = pread_full(fd, buf, head, 0);
+    if (n < 0) return fail(ReadError::kIo, name, std::string("cannot read: ") + std::strerror(errno));
+    uint64_t magic;
+    uint32_t flags;
+    std::memcpy(&magic, buf, sizeof magic);
+    std::memcpy(&flags, buf + offsetof(fr_log_header, flags), sizeof flags);
+    // A file that shrank meanwhile is parsed at the length read: parse() names it truncated.
+    if (size_t(n) < head || magic != FR_LOG_MAGIC || (flags & FR_LOG_F_SNAPSHOT)) {
+      ssize_t rest = size_t(n) < head ? 0 : pread_full(fd, buf + head, size - head, off_t(head));
+      if (rest < 0) return fail(ReadError::kIo, name, std::string("cannot read: ") + std::strerror(errno));
+      return parse(buf, size_t(n) + size_t(rest), name, fd, recycled(spare), true);
+    }
+  }
+  // Every page is read: mapping them all at once costs less than a fault per few pages.
   void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (map == MAP_FAILED)
     return fail(ReadError::kIo, name, std::string("cannot map: ") + std::strerror(errno));
-  ReadResult r = parse(static_cast<const uint8_t*>(map), size, name, fd);
+  ReadResult r = parse(static_cast<const uint8_t*>(map), size, name, fd, recycled(spare));
   ::munmap(map, size);
   return r;
+}
+
+}  // namespace
+
+ReadResult read_log_fd(int fd, const struct stat& st, const std::string& name) {
+  return read_fd(fd, st, name, nullptr);
+}
+
+ReadResult read_log_fd(int fd, const struct stat& st, const std::string& name, LogFile* spare) {
+  return read_fd(fd, st, name, spare);
 }
 
 ReadResult read_log_bytes(const void* data, size_t size, const std::string& name) {

@@ -68,6 +68,9 @@ ReadResult read_log(const std::string& path);
 
 // The same from a descriptor already opened (and checked) by open_regular; `st` is its fstat.
 ReadResult read_log_fd(int fd, const struct stat& st, const std::string& name);
+// The same, building the log in the storage of `spare` (a log the caller is done with): a
+// caller reading many files hands each finished log back, so its vectors are allocated once.
+ReadResult read_log_fd(int fd, const struct stat& st, const std::string& name, LogFile* spare);
 
 // Parses a log from bytes already in memory (used by fuzzers and by the dump receivers).
 ReadResult read_log_bytes(const void* data, size_t size, const std::string& name);
