@@ -39,6 +39,20 @@ fr_gpu_state replay_state(const fr_comm_entry* c, uint32_t ordinal, uint32_t pos
   return FR_GPU_ENQUEUED;
 }
 
+// The GPU state of captured op `t` (at `pos` in graph `g`) in the replay `launch` recorded.
+// Without the GPU's replay counter, each launch resets the positions of its communicators from the
+// host: they belong to the newest launch, and older launches are done. With it, replays before
+// the GPU's are done (one graph's launches run in order), later ones wait behind it on the stream
+// whatever the host launched since, and the positions belong to the replay it names.
+fr_gpu_state replayed_state(const fr::log::LogFile& log, const fr_graph_entry& g, bool gpu_counted,
+                            const fr_record& launch, uint64_t newest_launch, const fr_record& t,
+                            uint32_t pos) {
+  if (gpu_counted && launch.seq != g.gpu_replays)
+    return launch.seq < g.gpu_replays ? FR_GPU_COMPLETED : FR_GPU_ENQUEUED;
+  if (!gpu_counted && launch.id != newest_launch) return FR_GPU_COMPLETED;
+  return replay_state(log.find_comm(t.comm_id), g.ordinal, pos);
+}
+
 // Every record of the log, each graph replay followed by the ops it ran (the graph's captured ops,
 // from the capture table). Replayed ops take their sequence numbers from the communicator's
 // counters, which advance by the graph's ops at each replay: counted back from the newest
@@ -67,8 +81,7 @@ void expand_replays(const fr::log::LogFile& log, std::deque<fr_record>* store, u
     ops[r.op_index - 1] = &r;
   }
   *n_graphs = static_cast<uint32_t>(graphs.size());
-  // Without the GPU's replay counter, each launch resets the positions of its communicators from
-  // the host: they belong to the newest launch. With it, they belong to the replay it names.
+  // The newest launch: without the GPU's replay counter, the positions are its (replayed_state).
   uint64_t newest_launch = UINT64_MAX;
   for (const auto& rec : log.records)
     if (rec.raw.op == FR_OP_GRAPH_LAUNCH && !(rec.raw.flags & FR_REC_F_NEVER_LAUNCHED))
@@ -102,21 +115,11 @@ void expand_replays(const fr::log::LogFile& log, std::deque<fr_record>* store, u
       copy.result = 0;
       copy.flags = (t->flags & ~(FR_REC_F_CAPTURED | FR_REC_F_IN_CALL | FR_REC_F_GPU_POSITION)) |
                    FR_REC_F_LAUNCHED;
-      if (!markers || !g.positions || !(t->flags & FR_REC_F_GPU_POSITION)) {
+      if (!markers || !g.positions || !(t->flags & FR_REC_F_GPU_POSITION))
         copy.flags |= FR_REC_F_GPU_UNTRACKED;
-      } else if (g.gpu_counted) {
-        // Replays before the GPU's are done (one graph's launches run in order); later ones
-        // wait behind it on the stream, whatever the host launched since.
-        const uint64_t gpu = g.entry->gpu_replays;
-        if (rec.raw.seq != gpu)
-          e.gpu_state = rec.raw.seq < gpu ? FR_GPU_COMPLETED : FR_GPU_ENQUEUED;
-        else
-          e.gpu_state = replay_state(log.find_comm(t->comm_id), g.entry->ordinal, e.tag.pos);
-      } else if (rec.raw.id != newest_launch) {
-        e.gpu_state = FR_GPU_COMPLETED;  // a newer launch followed it on the stream
-      } else {
-        e.gpu_state = replay_state(log.find_comm(t->comm_id), g.entry->ordinal, e.tag.pos);
-      }
+      else
+        e.gpu_state = replayed_state(log, *g.entry, g.gpu_counted, rec.raw, newest_launch, *t,
+                                     e.tag.pos);
       copy.gpu_state = static_cast<uint8_t>(e.gpu_state);
       out.push_back(e);
     }
