@@ -10,6 +10,7 @@
 #include "analyzer/model.h"
 #include "fr/flight_log.h"
 #include "log/reader.h"
+#include "proto/test_log.h"
 
 namespace {
 
@@ -19,27 +20,13 @@ constexpr uint64_t kCommId = 0xc0ffee, kGraphId = 0x9a9a;
 std::vector<uint8_t> make_log(uint32_t version, bool gpu_counted) {
   std::vector<uint8_t> buf(fr_log_file_size(kComms, kRing, kGraphs, kCaptures));
   auto* h = reinterpret_cast<fr_log_header*>(buf.data());
-  h->magic = FR_LOG_MAGIC;
-  h->version = version;
-  h->header_size = sizeof(fr_log_header);
-  h->comm_size = sizeof(fr_comm_entry);
-  h->record_size = sizeof(fr_record);
-  h->comm_capacity = kComms;
-  h->ring_capacity = kRing;
-  h->comm_offset = fr_log_comm_offset();
-  h->ring_offset = fr_log_ring_offset(kComms);
-  h->file_size = buf.size();
+  fr::test::fill_layout(h, version, kComms, kRing, kGraphs, kCaptures, buf.size());
   h->global_rank = 0;
   h->world_size = 1;
   h->flags = FR_LOG_F_SNAPSHOT | FR_LOG_F_GPU_MARKERS |
              (gpu_counted ? FR_LOG_F_GRAPH_REPLAY_KERNEL : FR_LOG_F_GRAPH_REPLAY_HOST);
   h->writer_alive = 1;
-  h->graph_offset = fr_log_graph_offset(kComms, kRing);
-  h->graph_capacity = kGraphs;
-  h->graph_size = sizeof(fr_graph_entry);
   h->graph_count = 1;
-  h->capture_offset = fr_log_capture_offset(kComms, kRing, kGraphs);
-  h->capture_capacity = kCaptures;
   h->capture_count = 2;
 
   auto* comms = reinterpret_cast<fr_comm_entry*>(buf.data() + h->comm_offset);

@@ -8,6 +8,7 @@
 
 #include "fr/flight_log.h"
 #include "log/reader.h"
+#include "test_log.h"
 
 namespace {
 
@@ -21,16 +22,7 @@ std::vector<uint8_t> make_log(uint32_t version) {
   std::vector<uint8_t> buf(graphs ? fr_log_file_size(kComms, kRing, kGraphs, kCaptures)
                                   : fr_log_graph_offset(kComms, kRing));
   auto* h = reinterpret_cast<fr_log_header*>(buf.data());
-  h->magic = FR_LOG_MAGIC;
-  h->version = version;
-  h->header_size = sizeof(fr_log_header);
-  h->comm_size = sizeof(fr_comm_entry);
-  h->record_size = sizeof(fr_record);
-  h->comm_capacity = kComms;
-  h->ring_capacity = kRing;
-  h->comm_offset = fr_log_comm_offset();
-  h->ring_offset = fr_log_ring_offset(kComms);
-  h->file_size = buf.size();
+  fr::test::fill_layout(h, version, kComms, kRing, graphs ? kGraphs : 0, kCaptures, buf.size());
   h->global_rank = 0;
   h->world_size = 1;
   h->flags = FR_LOG_F_SNAPSHOT | FR_LOG_F_GPU_MARKERS;
@@ -55,12 +47,7 @@ std::vector<uint8_t> make_log(uint32_t version) {
   put(&ring[0], eager);
   uint64_t next = 1;
   if (graphs) {
-    h->graph_offset = fr_log_graph_offset(kComms, kRing);
-    h->graph_capacity = kGraphs;
-    h->graph_size = sizeof(fr_graph_entry);
     h->graph_count = 1;
-    h->capture_offset = fr_log_capture_offset(kComms, kRing, kGraphs);
-    h->capture_capacity = kCaptures;
     h->capture_count = 2;
     auto* g = reinterpret_cast<fr_graph_entry*>(buf.data() + h->graph_offset);
     fr_graph_entry e{};

@@ -15,6 +15,29 @@
 
 namespace fr::test {
 
+// The layout fields of a header for a log of these capacities at `version`, `size` bytes long:
+// magic, version, structure sizes, capacities and offsets (the graph and capture tables only when
+// `graphs` is not 0; their counts are the caller's).
+inline void fill_layout(fr_log_header* h, uint32_t version, uint32_t comms, uint32_t ring,
+                        uint32_t graphs, uint32_t captures, uint64_t size) {
+  h->magic = FR_LOG_MAGIC;
+  h->version = version;
+  h->header_size = sizeof(fr_log_header);
+  h->comm_size = sizeof(fr_comm_entry);
+  h->record_size = sizeof(fr_record);
+  h->comm_capacity = comms;
+  h->ring_capacity = ring;
+  h->comm_offset = fr_log_comm_offset();
+  h->ring_offset = fr_log_ring_offset(comms);
+  h->file_size = size;
+  if (graphs == 0) return;
+  h->graph_offset = fr_log_graph_offset(comms, ring);
+  h->graph_capacity = graphs;
+  h->graph_size = sizeof(fr_graph_entry);
+  h->capture_offset = fr_log_capture_offset(comms, ring, graphs);
+  h->capture_capacity = captures;
+}
+
 struct TestLog {
   std::string path;
   int fd = -1;
@@ -39,16 +62,7 @@ struct TestLog {
     if (m == MAP_FAILED) return false;
     base = static_cast<uint8_t*>(m);
     fr_log_header* h = header();
-    h->magic = FR_LOG_MAGIC;
-    h->version = FR_LOG_VERSION;
-    h->header_size = sizeof(fr_log_header);
-    h->comm_size = sizeof(fr_comm_entry);
-    h->record_size = sizeof(fr_record);
-    h->comm_capacity = comms;
-    h->ring_capacity = ring;
-    h->comm_offset = fr_log_comm_offset();
-    h->ring_offset = fr_log_ring_offset(comms);
-    h->file_size = size;
+    fill_layout(h, FR_LOG_VERSION, comms, ring, 0, 0, size);
     h->pid = ::getpid();
     h->global_rank = rank;
     h->world_size = 8;
