@@ -75,6 +75,16 @@ namespace {
 std::mutex g_modules_mu;
 std::unordered_set<CUmodule> g_modules;
 std::unordered_set<CUfunction> g_functions;
+// Modules still loaded when the process ends are freed with it, as the driver frees a context's
+// modules when the context goes (a caller such as the agent keeps its module for its lifetime).
+struct FreeAtExit {
+  ~FreeAtExit() {
+    std::lock_guard<std::mutex> g(g_modules_mu);
+    for (CUmodule m : g_modules) delete m;
+    g_modules.clear();
+    g_functions.clear();
+  }
+} g_free_at_exit;
 
 // The `.entry NAME` names of PTX text; false when the text is not PTX (no `.version`).
 bool ptx_entries(const char* ptx, std::vector<std::string>* out) {
