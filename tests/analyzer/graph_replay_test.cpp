@@ -39,31 +39,14 @@ std::vector<uint8_t> make_log(uint32_t version, bool gpu_counted) {
   comms[0].graph_started = FR_GRAPH_POS(1, 2);
   comms[0].graph_completed = FR_GRAPH_POS(1, 1);
 
+  fr_record ops[2];
+  REQUIRE(fr::test::put_two_op_graph(buf.data(), h, kGraphId, kCommId, -1, -1, ops));
   auto* g = reinterpret_cast<fr_graph_entry*>(buf.data() + h->graph_offset);
-  fr_graph_entry e{};
-  e.id = kGraphId;
-  e.ordinal = 1;
-  REQUIRE(fr_graph_publish_fixed(&g[0], &e));
-  g[0].n_ops = 2;
   g[0].flags = FR_GRAPH_F_GPU_POSITION | (gpu_counted ? FR_GRAPH_F_GPU_REPLAYS : 0u);
   g[0].replays = 3;
   g[0].gpu_replays = 2;  // a version 2 reader's view never has it (read as zero)
 
   auto put = [](fr_record* slot, fr_record r) { REQUIRE(fr_record_publish(slot, &r)); };
-  auto* cap = reinterpret_cast<fr_record*>(buf.data() + h->capture_offset);
-  for (uint32_t k = 1; k <= 2; ++k) {
-    fr_record r{};
-    r.id = k - 1;
-    r.comm_id = kCommId;
-    r.op = k == 1 ? FR_OP_ALLREDUCE : FR_OP_BROADCAST;
-    r.op_index = k;
-    r.aux = kGraphId;
-    r.count = 10 * k;
-    r.redop = -1;
-    r.peer = -1;
-    r.flags = FR_REC_F_CAPTURED | FR_REC_F_GPU_POSITION;
-    put(&cap[k - 1], r);
-  }
   auto* ring = reinterpret_cast<fr_record*>(buf.data() + h->ring_offset);
   for (uint64_t n = 1; n <= 3; ++n) {
     fr_record l{};

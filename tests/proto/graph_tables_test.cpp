@@ -49,25 +49,13 @@ std::vector<uint8_t> make_log(uint32_t version) {
   if (graphs) {
     h->graph_count = 1;
     h->capture_count = 2;
+    fr_record ops[2];
+    REQUIRE(fr::test::put_two_op_graph(buf.data(), h, kGraphId, kCommId, 0, 0, ops));
     auto* g = reinterpret_cast<fr_graph_entry*>(buf.data() + h->graph_offset);
-    fr_graph_entry e{};
-    e.id = kGraphId;
-    e.ordinal = 1;
-    REQUIRE(fr_graph_publish_fixed(&g[0], &e));
-    g[0].n_ops = 2;
     g[0].flags = FR_GRAPH_F_GPU_POSITION;
     g[0].replays = 2;
-    auto* cap = reinterpret_cast<fr_record*>(buf.data() + h->capture_offset);
     for (uint32_t k = 1; k <= 2; ++k) {
-      fr_record r{};
-      r.id = k - 1;
-      r.comm_id = kCommId;
-      r.op = k == 1 ? FR_OP_ALLREDUCE : FR_OP_BROADCAST;
-      r.op_index = k;
-      r.aux = kGraphId;
-      r.count = 10 * k;
-      r.flags = FR_REC_F_CAPTURED | FR_REC_F_GPU_POSITION;
-      put(&cap[k - 1], r);
+      const fr_record& r = ops[k - 1];
       put(&ring[next], fr_record{r.lock, next, r.comm_id, 0, k, r.count, 0, 0, 0, 0, 0, 0, 0, r.op, 0,
                                  0, -1, -1, 0, r.flags, kGraphId});
       ++next;

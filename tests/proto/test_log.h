@@ -38,6 +38,37 @@ inline void fill_layout(fr_log_header* h, uint32_t version, uint32_t comms, uint
   h->capture_capacity = captures;
 }
 
+// A graph of two captured ops into the graph and capture tables `fill_layout` laid out: graph
+// `graph_id` (ordinal 1, 2 ops) holding an all-reduce of 10 and a broadcast of 20 on `comm_id`,
+// each captured with its GPU position, `redop` and `peer` as given. The captured records are
+// also copied to `ops`. False when an entry could not be published; the graph's flags and counts
+// are the caller's.
+inline bool put_two_op_graph(uint8_t* base, const fr_log_header* h, uint64_t graph_id,
+                             uint64_t comm_id, int32_t redop, int32_t peer, fr_record ops[2]) {
+  auto* g = reinterpret_cast<fr_graph_entry*>(base + h->graph_offset);
+  fr_graph_entry e{};
+  e.id = graph_id;
+  e.ordinal = 1;
+  if (!fr_graph_publish_fixed(&g[0], &e)) return false;
+  g[0].n_ops = 2;
+  auto* cap = reinterpret_cast<fr_record*>(base + h->capture_offset);
+  for (uint32_t k = 1; k <= 2; ++k) {
+    fr_record& r = ops[k - 1];
+    r = fr_record{};
+    r.id = k - 1;
+    r.comm_id = comm_id;
+    r.op = k == 1 ? FR_OP_ALLREDUCE : FR_OP_BROADCAST;
+    r.op_index = k;
+    r.aux = graph_id;
+    r.count = 10 * k;
+    r.redop = redop;
+    r.peer = peer;
+    r.flags = FR_REC_F_CAPTURED | FR_REC_F_GPU_POSITION;
+    if (!fr_record_publish(&cap[k - 1], &r)) return false;
+  }
+  return true;
+}
+
 struct TestLog {
   std::string path;
   int fd = -1;
