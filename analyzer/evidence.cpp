@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <set>
+#include <thread>
 
 #include "analyzer/passes.h"
 
@@ -114,13 +116,12 @@ json member_evidence(const Model& m, const CommMember& mem, const Frontier& f, c
   return e;
 }
 
-bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
-
 // What a member did with the stall's op: in_call, not_entered, completed, started, enqueued,
-// entered (GPU untracked) or dead, with ",dead" when its writer was gone at the dump.
-std::string member_state(const Stall& s, const Proc& p, const Frontier& f) {
+// entered (GPU untracked) or dead, with ",dead" when its writer was gone at the dump. `blocked`:
+// the stall's blocked ranks.
+std::string member_state(const Stall& s, const std::set<int>& blocked, const Proc& p, const Frontier& f) {
   std::string state;
-  if (s.host_call) state = contains(s.blocked, p.rank) ? "in_call" : "not_entered";
+  if (s.host_call) state = blocked.count(p.rank) ? "in_call" : "not_entered";
   else if (!p.alive && p.snapshot && s.kind == VerdictKind::kRankDead) state = "dead";
   else if (f.enq < s.seq && !s.p2p) state = "not_entered";
   else if (f.completed >= s.seq && !s.p2p) state = "completed";
@@ -132,21 +133,38 @@ std::string member_state(const Stall& s, const Proc& p, const Frontier& f) {
   return state;
 }
 
+// Members from which the evidence rows are made on two threads.
+constexpr size_t kRowsPerThread = 2048;
+
 // Per member of the stall's communicator (filtered by --rank), and the members without a dump.
 json evidence_rows(const AnalysisState& state, const Stall& s) {
   const Model& m = state.model;
   const Comm& c = m.comms[s.comm];
   const auto& frontiers = s.p2p ? state.p2p_frontiers[s.comm] : state.coll_frontiers[s.comm];
   const std::set<int> culprits(s.culprits.begin(), s.culprits.end());
+  const std::set<int> blocked(s.blocked.begin(), s.blocked.end());
+  auto add_rows = [&](size_t begin, size_t end, json* rows) {
+    for (size_t i = begin; i < end; ++i) {
+      const Proc& p = m.procs[c.members[i].proc];
+      if (!state.rank_filter.empty() && !state.rank_filter.count(p.rank)) continue;
+      // Point-to-point involves few members of a large communicator: show those.
+      if (s.p2p && !culprits.count(p.rank) && !blocked.count(p.rank)) continue;
+      json e = member_evidence(m, c.members[i], frontiers[i], member_state(s, blocked, p, frontiers[i]));
+      if (culprits.count(p.rank)) e["culprit"] = true;
+      rows->push_back(std::move(e));
+    }
+  };
+  const size_t n = std::min(c.members.size(), frontiers.size());
   json rows = json::array();
-  for (size_t i = 0; i < c.members.size() && i < frontiers.size(); ++i) {
-    const Proc& p = m.procs[c.members[i].proc];
-    if (!state.rank_filter.empty() && !state.rank_filter.count(p.rank)) continue;
-    // Point-to-point involves few members of a large communicator: show those.
-    if (s.p2p && !culprits.count(p.rank) && !contains(s.blocked, p.rank)) continue;
-    json e = member_evidence(m, c.members[i], frontiers[i], member_state(s, p, frontiers[i]));
-    if (culprits.count(p.rank)) e["culprit"] = true;
-    rows.push_back(std::move(e));
+  if (n < kRowsPerThread * 2) {
+    add_rows(0, n, &rows);
+  } else {
+    // A large communicator's rows in two halves, the second on a thread of its own.
+    json upper = json::array();
+    std::thread helper(add_rows, n / 2, n, &upper);
+    add_rows(0, n / 2, &rows);
+    helper.join();
+    for (auto& e : upper) rows.push_back(std::move(e));
   }
   if (s.extra.contains("missing_members"))
     for (const auto& x : s.extra["missing_members"])

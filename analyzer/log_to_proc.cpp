@@ -53,14 +53,31 @@ fr_gpu_state replayed_state(const fr::log::LogFile& log, const fr_graph_entry& g
   return replay_state(log.find_comm(t.comm_id), g.ordinal, pos);
 }
 
+// What expand_replays saw of the log: its graphs and replays, and whether the rarer passes over
+// its records have anything to find.
+struct Seen {
+  uint32_t graphs = 0;
+  uint64_t replays = 0;
+  bool shrinks = false;  // CommShrink or CommShrinkExcluded records (shrink_excluded)
+  bool grows = false;    // CommGetUniqueId or CommGrow records (proc_grow_aliases)
+};
+
+// The id of the log's newest graph launch that launched; UINT64_MAX if none did.
+uint64_t newest_launch_id(const fr::log::LogFile& log) {
+  for (size_t i = log.records.size(); i-- > 0;) {
+    const fr_record& r = log.records[i].raw;
+    if (r.op == FR_OP_GRAPH_LAUNCH && !(r.flags & FR_REC_F_NEVER_LAUNCHED)) return r.id;
+  }
+  return UINT64_MAX;
+}
+
 // Every record of the log, each graph replay followed by the ops it ran (the graph's captured ops,
 // from the capture table). Replayed ops take their sequence numbers from the communicator's
 // counters, which advance by the graph's ops at each replay: counted back from the newest
 // (the entry's counter), re-anchored at every op the program issued itself.
 // Replayed ops are copies kept in `store`; the others point into the log. `entries` is emptied
 // first (a reading thread reuses it from one log to the next).
-void expand_replays(const fr::log::LogFile& log, std::deque<fr_record>* store, uint32_t* n_graphs,
-                    uint64_t* n_replays, std::vector<Entry>* entries) {
+Seen expand_replays(const fr::log::LogFile& log, std::deque<fr_record>* store, std::vector<Entry>* entries) {
   struct Graph {
     const fr_graph_entry* entry;
     std::vector<const fr_record*> ops;  // by position
@@ -80,26 +97,29 @@ void expand_replays(const fr::log::LogFile& log, std::deque<fr_record>* store, u
     if (ops.size() < r.op_index) ops.resize(r.op_index, nullptr);
     ops[r.op_index - 1] = &r;
   }
-  *n_graphs = static_cast<uint32_t>(graphs.size());
+  Seen seen;
+  seen.graphs = static_cast<uint32_t>(graphs.size());
   // The newest launch: without the GPU's replay counter, the positions are its (replayed_state).
-  uint64_t newest_launch = UINT64_MAX;
-  for (const auto& rec : log.records)
-    if (rec.raw.op == FR_OP_GRAPH_LAUNCH && !(rec.raw.flags & FR_REC_F_NEVER_LAUNCHED))
-      newest_launch = rec.raw.id;
+  const uint64_t newest_launch = graphs.empty() ? UINT64_MAX : newest_launch_id(log);
 
   std::vector<Entry>& out = *entries;
   out.clear();
   out.reserve(log.records.size());
   const bool markers = (log.header.flags & FR_LOG_F_GPU_MARKERS) != 0;
   for (const auto& rec : log.records) {
-    if (rec.raw.op == FR_OP_COMM_SHRINK_EXCLUDED) continue;  // part of its shrink (shrink_excluded)
+    const uint16_t op = rec.raw.op;
+    if (op_class(op) == OpClass::API) {  // the rare kinds are all API calls: one test for most records
+      seen.shrinks |= op == FR_OP_COMM_SHRINK || op == FR_OP_COMM_SHRINK_EXCLUDED;
+      seen.grows |= op == FR_OP_COMM_GET_UNIQUE_ID || op == FR_OP_COMM_GROW;
+      if (op == FR_OP_COMM_SHRINK_EXCLUDED) continue;  // part of its shrink (shrink_excluded)
+    }
     Entry& issued = out.emplace_back();  // built in place: no temporary to copy per record
     issued.raw = &rec.raw;
     issued.gpu_state = rec.gpu_state;
-    if (rec.raw.op != FR_OP_GRAPH_LAUNCH || (rec.raw.flags & FR_REC_F_NEVER_LAUNCHED)) continue;
+    if (op != FR_OP_GRAPH_LAUNCH || (rec.raw.flags & FR_REC_F_NEVER_LAUNCHED)) continue;
     auto it = graphs.find(rec.raw.aux);
     if (it == graphs.end()) continue;
-    ++*n_replays;
+    ++seen.replays;
     const Graph& g = it->second;
     for (size_t k = 0; k < g.ops.size(); ++k) {
       const fr_record* t = g.ops[k];
@@ -124,6 +144,8 @@ void expand_replays(const fr::log::LogFile& log, std::deque<fr_record>* store, u
       out.push_back(e);
     }
   }
+  // Without replays the pass below would only read: each issued op keeps its own number.
+  if (seen.replays == 0) return seen;
   // Sequence numbers, per communicator and kind, counted back from the newest.
   std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> next;  // comm -> (coll, p2p)
   for (const fr_comm_entry& c : log.comms) next[c.id] = {c.coll_seq + 1, c.p2p_seq + 1};
@@ -148,6 +170,7 @@ void expand_replays(const fr::log::LogFile& log, std::deque<fr_record>* store, u
       e.own->flags |= FR_REC_F_NEVER_LAUNCHED;
     }
   }
+  return seen;
 }
 
 // The communicator table as ProcComms, then a stub for each communicator only records name (the
@@ -225,6 +248,9 @@ void fill_op(const Entry& e, uint32_t comm, Op* o) {
   }
 }
 
+// The excluded parent ranks of shrinks, by the new communicator's id.
+using ExcludedRanks = std::unordered_map<uint64_t, std::vector<int32_t>>;
+
 // Adds the ranks a bitmap of 128 parent ranks from `first` on names.
 void add_block(int64_t first, uint64_t low, uint64_t high, std::vector<int32_t>* out) {
   for (int bit = 0; bit < 128; ++bit)
@@ -233,8 +259,8 @@ void add_block(int64_t first, uint64_t low, uint64_t high, std::vector<int32_t>*
 
 // The excluded parent ranks of every shrink, by the new communicator's id: the CommShrink record's
 // bitmap (ranks below 128) and the CommShrinkExcluded records that follow it (flight_log.h).
-std::unordered_map<uint64_t, std::vector<int32_t>> shrink_excluded(const fr::log::LogFile& log) {
-  std::unordered_map<uint64_t, std::vector<int32_t>> out;
+ExcludedRanks shrink_excluded(const fr::log::LogFile& log) {
+  ExcludedRanks out;
   for (const auto& rec : log.records) {
     const fr_record& r = rec.raw;
     if (r.aux == 0) continue;
@@ -253,7 +279,7 @@ std::unordered_map<uint64_t, std::vector<int32_t>> shrink_excluded(const fr::log
 
 // The ops, grouped by communicator (a counting sort keeps record order inside each one).
 void proc_ops(const std::vector<Entry>& records, const std::vector<uint32_t>& per_comm,
-              const std::unordered_map<uint64_t, std::vector<int32_t>>& excluded, Proc* p) {
+              const ExcludedRanks& excluded, Proc* p) {
   std::vector<uint32_t> start(p->comms.size() + 1, 0);
   for (uint32_t c : per_comm) ++start[c + 1];
   for (size_t i = 1; i < start.size(); ++i) start[i] += start[i - 1];
@@ -346,11 +372,13 @@ Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind) 
   thread_local std::vector<Entry> records;
   thread_local std::vector<uint32_t> per_comm;
   std::deque<fr_record> replayed;
-  expand_replays(log, &replayed, &p.graphs, &p.graph_replays, &records);
+  const Seen seen = expand_replays(log, &replayed, &records);
+  p.graphs = seen.graphs;
+  p.graph_replays = seen.replays;
   proc_comms(log, records, &p, &per_comm);
-  proc_ops(records, per_comm, shrink_excluded(log), &p);
+  proc_ops(records, per_comm, seen.shrinks ? shrink_excluded(log) : ExcludedRanks{}, &p);
   if (records.capacity() > kScratchKeptRecords) records = {}, per_comm = {};
-  proc_grow_aliases(log, &p);
+  if (seen.grows) proc_grow_aliases(log, &p);
   // A rank the writer never learned: its rank in the largest communicator (DESIGN.md "Identity").
   if (p.rank < 0) {
     int best = -1;

@@ -58,14 +58,17 @@ void build_history(const Proc& p, const ProcComm& pc, std::unordered_map<SigKey,
   }
   *h = CollHistory{};
   if (seqs.empty()) return;
-  // A history repeats a few signatures: the one before is tried before the hash table.
-  uint32_t last = CollHistory::kNoSig;
+  // A history repeats a few signatures, often in turn: a small cache, indexed by a cheap mix of
+  // the operation and the count, is tried before the hash table.
+  uint32_t recent[16];
+  std::fill(std::begin(recent), std::end(recent), CollHistory::kNoSig);
   auto sig_id = [&](const Op& o) {
     const SigKey key = sig_of(o);
-    if (last != CollHistory::kNoSig && sigs[last] == key) return last;
+    uint32_t& cached = recent[(key.count ^ (key.count >> 7) ^ (uint64_t{key.op} * 5)) & 15];
+    if (cached != CollHistory::kNoSig && sigs[cached] == key) return cached;
     auto [it, fresh] = ids.try_emplace(key, static_cast<uint32_t>(sigs.size()));
     if (fresh) sigs.push_back(it->first);
-    return last = it->second;
+    return cached = it->second;
   };
   const uint64_t span = seqs.back() - seqs.front() + 1;
   if (ascending && span <= 2 * seqs.size() + 16) {

@@ -19,6 +19,7 @@
 
 #include "analyzer/analyze.h"
 #include "analyzer/html.h"
+#include "analyzer/json_text.h"
 #include "analyzer/model.h"
 #include "analyzer/torch/torch_dump.h"
 #include "analyzer/trace.h"
@@ -197,7 +198,8 @@ int main(int argc, char** argv) {
     }
     if (json_out) {
       const nlohmann::json doc = analysis.to_json();
-      std::cout << doc.dump(2) << "\n";
+      fr::analyzer::write_json(doc, 2, std::cout, opts.threads);
+      std::cout << "\n";
       finish();  // with the fast exit, `doc` and `analysis` are never freed
     } else {
       std::cout << fr::analyzer::render_text(analysis, isatty(STDOUT_FILENO) == 1);

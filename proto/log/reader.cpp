@@ -228,8 +228,9 @@ void read_ring(const Table& t, const std::unordered_map<uint64_t, size_t>& comm_
   const fr_comm_entry* comm = nullptr;
   uint64_t comm_of = 0;
   bool looked_up = false;
-  for (uint64_t id = first; id < counter; ++id) {
-    const uint64_t slot = id % h.ring_capacity;
+  // Record id's slot is id % capacity (never 0: check_geometry), counted rather than divided.
+  uint64_t slot = first % h.ring_capacity;
+  for (uint64_t id = first; id < counter; ++id, slot = slot + 1 == h.ring_capacity ? 0 : slot + 1) {
     Record& rec = log->records.emplace_back();  // read in place; taken back when refused
     if (!t.read(slot, &rec.raw) || rec.raw.id != id) {
       log->records.pop_back();
