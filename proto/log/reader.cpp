@@ -230,14 +230,29 @@ void read_ring(const Table& t, const std::unordered_map<uint64_t, size_t>& comm_
   bool looked_up = false;
   // Record id's slot is id % capacity (never 0: check_geometry), counted rather than divided.
   uint64_t slot = first % h.ring_capacity;
+  // A private copy of whole records (a dump read into memory): each is checked in place and
+  // copied once, as Table::read's copy would check and copy it.
+  const bool bytes = t.copied && t.keep == sizeof(fr_record);
   for (uint64_t id = first; id < counter; ++id, slot = slot + 1 == h.ring_capacity ? 0 : slot + 1) {
-    Record& rec = log->records.emplace_back();  // read in place; taken back when refused
-    if (!t.read(slot, &rec.raw) || rec.raw.id != id) {
-      log->records.pop_back();
-      // In a dump, an empty slot is a record the snapshot already refused (counted there).
-      if (t.live || t.lock(slot) != 0) ++log->torn;
-      continue;
+    if (bytes) {
+      uint64_t lock, rid;
+      std::memcpy(&lock, t.slot(slot), sizeof lock);
+      std::memcpy(&rid, t.slot(slot) + offsetof(fr_record, id), sizeof rid);
+      if (lock == 0 || (lock & 1u) || rid != id) {
+        if (lock != 0) ++log->torn;  // never written: a record the snapshot already refused
+        continue;
+      }
+      log->records.emplace_back(Record::FromBytes{}, t.slot(slot));
+    } else {
+      Record& rec = log->records.emplace_back();  // read in place; taken back when refused
+      if (!t.read(slot, &rec.raw) || rec.raw.id != id) {
+        log->records.pop_back();
+        // In a dump, an empty slot is a record the snapshot already refused (counted there).
+        if (t.live || t.lock(slot) != 0) ++log->torn;
+        continue;
+      }
     }
+    Record& rec = log->records.back();
     // An out-of-range state (hostile or newer writer) reads as unknown, never as an enum value
     // no consumer handles.
     if (rec.raw.gpu_state > FR_GPU_COMPLETED) rec.raw.gpu_state = FR_GPU_NONE;

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,10 +28,18 @@ enum class ReadError {
 
 const char* read_error_name(ReadError e);
 
-// One record with its GPU state resolved against its communicator's counters.
+// One record with its GPU state resolved against its communicator's counters. `Record{}` is all
+// zeros, as before it had constructors.
 struct Record {
   fr_record raw;             // as copied under its sequence lock
   fr_gpu_state gpu_state;    // resolved (fr_resolve_gpu_state)
+
+  Record() : raw{}, gpu_state(FR_GPU_NONE) {}
+  Record(const fr_record& r, fr_gpu_state s) : raw(r), gpu_state(s) {}
+  // The bytes of a whole current-version record, copied once (a reader's private copy of a dump
+  // holds its records as bytes).
+  struct FromBytes {};
+  Record(FromBytes, const void* bytes) : gpu_state(FR_GPU_NONE) { std::memcpy(&raw, bytes, sizeof raw); }
 };
 
 // An owned, validated copy of one log. Structures are normalized to this reader's version:
