@@ -12,8 +12,10 @@
 #include <cstring>
 #include <random>
 #include <set>
+#include <sstream>
 
 #include "analyzer/analyze.h"
+#include "analyzer/json_text.h"
 #include "analyzer/verdicts.h"
 #include "daemon/crc32c.h"
 #include "daemon/names.h"
@@ -321,8 +323,11 @@ AssemblyResult assemble(const AssemblyJob& job) {
   } catch (const std::exception& e) {
     report = std::string("report failed: ") + e.what() + "\n";
   }
+  std::ostringstream doc;  // a large job's document is made on several threads
+  analyzer::write_json(analysis.to_json(), 2, doc);
+  doc << "\n";
   if (!fr::files::write_atomic(job.dir + "/report.txt", report, &err) ||
-      !fr::files::write_atomic(job.dir + "/analysis.json", analysis.to_json().dump(2) + "\n", &err)) {
+      !fr::files::write_atomic(job.dir + "/analysis.json", doc.str(), &err)) {
     r.error = err;
     return r;
   }
