@@ -25,8 +25,6 @@ namespace {
 // the recent-ops timeline shows (evidence.cpp, 8) and than a stall sits behind the frontier.
 constexpr uint32_t kMargin = 64;
 
-// build_history's scratch is freed rather than kept when it grew past this many entries.
-constexpr size_t kScratchKept = size_t{1} << 15;
 
 struct SigHash {
   size_t operator()(const SigKey& k) const {
@@ -40,54 +38,78 @@ SigKey sig_of(const Op& o) {
   return SigKey{o.op, o.dtype, has_redop(o.op) ? o.redop : -1, is_rooted(o.op) ? o.peer : -1, o.count};
 }
 
-void build_history(const Proc& p, const ProcComm& pc, std::unordered_map<SigKey, uint32_t, SigHash>& ids,
-                   std::vector<SigKey>& sigs, CollHistory* h) {
-  // Scratch each loading thread keeps from one communicator to the next, while it stays small.
-  thread_local std::vector<uint64_t> seqs;
-  thread_local std::vector<uint32_t> order;
-  if (seqs.capacity() > kScratchKept) seqs = {}, order = {};
-  seqs.clear();
-  order.clear();
+// A process's signatures as ids: a hash table, and before it a small cache of the ops last
+// looked up, compared by their raw fields (a history repeats a few signatures, often in turn).
+class SigIds {
+ public:
+  explicit SigIds(std::vector<SigKey>* sigs) : sigs_(*sigs) {}
+
+  uint32_t id(const Op& o) {
+    Cached& c = recent_[(o.count ^ (o.count >> 7) ^ (uint64_t{o.op} * 5)) & 15];
+    if (c.id != CollHistory::kNoSig && c.count == o.count && c.op == o.op && c.dtype == o.dtype &&
+        c.redop == o.redop && c.peer == o.peer)
+      return c.id;
+    return miss(o, &c);
+  }
+
+ private:
+  struct Cached {
+    uint64_t count = 0;
+    int32_t redop = 0, peer = 0;
+    uint16_t op = 0;
+    uint8_t dtype = 0;
+    uint32_t id = CollHistory::kNoSig;
+  };
+
+  // Out of line, so that the cache's test above is inlined where it is called.
+  [[gnu::noinline]] uint32_t miss(const Op& o, Cached* c) {
+    auto [it, fresh] = ids_.try_emplace(sig_of(o), static_cast<uint32_t>(sigs_.size()));
+    if (fresh) sigs_.push_back(it->first);
+    *c = Cached{o.count, o.redop, o.peer, o.op, o.dtype, it->second};
+    return c->id;
+  }
+  std::vector<SigKey>& sigs_;
+  std::unordered_map<SigKey, uint32_t, SigHash> ids_;
+  Cached recent_[16];
+};
+
+bool in_history(const Op& o) { return o.seq != 0 && in_family(o, Family::kCollective); }
+
+void build_history(const Proc& p, const ProcComm& pc, SigIds& ids, CollHistory* h) {
+  *h = CollHistory{};
+  // First how many, from which number to which, and whether they ascend.
+  uint64_t lo = 0, last = 0;
+  size_t n = 0;
   bool ascending = true;
   for (uint32_t i = pc.ops_begin; i < pc.ops_end; ++i) {
     const Op& o = p.ops[i];
-    if (!in_family(o, Family::kCollective) || o.seq == 0) continue;
-    if (!seqs.empty() && o.seq <= seqs.back()) ascending = false;
-    seqs.push_back(o.seq);
-    order.push_back(i);
+    if (!in_history(o)) continue;
+    if (n++ == 0) lo = o.seq;
+    else if (o.seq <= last) ascending = false;
+    last = o.seq;
   }
-  *h = CollHistory{};
-  if (seqs.empty()) return;
-  // A history repeats a few signatures, often in turn: a small cache, indexed by a cheap mix of
-  // the operation and the count, is tried before the hash table.
-  uint32_t recent[16];
-  std::fill(std::begin(recent), std::end(recent), CollHistory::kNoSig);
-  auto sig_id = [&](const Op& o) {
-    const SigKey key = sig_of(o);
-    uint32_t& cached = recent[(key.count ^ (key.count >> 7) ^ (uint64_t{key.op} * 5)) & 15];
-    if (cached != CollHistory::kNoSig && sigs[cached] == key) return cached;
-    auto [it, fresh] = ids.try_emplace(key, static_cast<uint32_t>(sigs.size()));
-    if (fresh) sigs.push_back(it->first);
-    return cached = it->second;
-  };
-  const uint64_t span = seqs.back() - seqs.front() + 1;
-  if (ascending && span <= 2 * seqs.size() + 16) {
-    h->base = seqs.front();
-    h->call_ns.assign(span, 0);
-    h->sig.assign(span, CollHistory::kNoSig);
-    for (size_t k = 0; k < seqs.size(); ++k) {
-      const Op& o = p.ops[order[k]];
-      h->call_ns[seqs[k] - h->base] = o.call_ns;
-      h->sig[seqs[k] - h->base] = sig_id(o);
+  if (n == 0) return;
+  if (ascending && last - lo + 1 <= 2 * n + 16) {  // dense: indexed by sequence number
+    h->base = lo;
+    h->call_ns.assign(last - lo + 1, 0);
+    h->sig.assign(last - lo + 1, CollHistory::kNoSig);
+    for (uint32_t i = pc.ops_begin; i < pc.ops_end; ++i) {
+      const Op& o = p.ops[i];
+      if (!in_history(o)) continue;
+      h->call_ns[o.seq - lo] = o.call_ns;
+      h->sig[o.seq - lo] = ids.id(o);
     }
     return;
   }
-  h->seqs = seqs;
-  h->call_ns.reserve(order.size());
-  h->sig.reserve(order.size());
-  for (uint32_t i : order) {
-    h->call_ns.push_back(p.ops[i].call_ns);
-    h->sig.push_back(sig_id(p.ops[i]));
+  h->seqs.reserve(n);
+  h->call_ns.reserve(n);
+  h->sig.reserve(n);
+  for (uint32_t i = pc.ops_begin; i < pc.ops_end; ++i) {
+    const Op& o = p.ops[i];
+    if (!in_history(o)) continue;
+    h->seqs.push_back(o.seq);
+    h->call_ns.push_back(o.call_ns);
+    h->sig.push_back(ids.id(o));
   }
 }
 
@@ -96,18 +118,10 @@ bool is_lifecycle(uint16_t op) {
 }
 bool is_signal(uint16_t op) { return op == FR_OP_PUT_SIGNAL || op == FR_OP_SIGNAL || op == FR_OP_WAIT_SIGNAL; }
 
-// Whether some pass reads this communicator's point-to-point records whole: signals are counted
-// over whole histories, and a history that still starts at sequence number 1 is matched whole.
-bool p2p_read_whole(const Proc& p, const ProcComm& pc) {
-  for (uint32_t i = pc.ops_begin; i < pc.ops_end; ++i) {
-    const Op& o = p.ops[i];
-    if (op_class(o.op) != OpClass::P2P) continue;
-    if (is_signal(o.op) || o.seq <= 1) return true;
-  }
-  return false;
-}
-
 // The first record of `pc` the window keeps (an index into p.ops), in one pass over its records.
+// pc.ops_begin when some pass reads the communicator's point-to-point records whole: signals are
+// counted over whole histories, and a history that still starts at sequence number 1 is matched
+// whole.
 uint32_t window_start(const Proc& p, const ProcComm& pc) {
   uint32_t start = pc.ops_end - std::min(pc.ops_end - pc.ops_begin, kMargin);
   // Per family, the records frontier() picks: the last of the highest sequence number, per state.
@@ -122,9 +136,13 @@ uint32_t window_start(const Proc& p, const ProcComm& pc) {
   for (uint32_t i = pc.ops_begin; i < pc.ops_end; ++i) {
     const Op& o = p.ops[i];
     if ((o.flags & FR_REC_F_IN_CALL) && o.result == FR_RESULT_PENDING) start = std::min(start, i);  // inside a call
-    if (is_lifecycle(o.op)) lifecycle = i;
     const OpClass kind = op_class(o.op);
-    if (kind == OpClass::API || !counts(o)) continue;
+    if (kind == OpClass::API) {
+      if (is_lifecycle(o.op)) lifecycle = i;
+      continue;
+    }
+    if (kind == OpClass::P2P && (is_signal(o.op) || o.seq <= 1)) return pc.ops_begin;  // read whole
+    if (!counts(o)) continue;
     Pick* f = picks[kind == OpClass::P2P];
     f[0].see(o.seq, i);
     if (o.gpu_state >= FR_GPU_STARTED) f[1].see(o.seq, i);
@@ -172,11 +190,11 @@ void digest_dropped_p2p(const Proc& p, ProcComm* pc, uint32_t start) {
 }  // namespace
 
 void build_histories(Proc* p) {
-  std::unordered_map<SigKey, uint32_t, SigHash> ids;
   p->sigs.clear();
+  SigIds ids(&p->sigs);
   for (ProcComm& pc : p->comms) {
     pc.ops_total = pc.ops_end - pc.ops_begin;
-    build_history(*p, pc, ids, p->sigs, &pc.history);
+    build_history(*p, pc, ids, &pc.history);
   }
 }
 
@@ -189,7 +207,7 @@ bool window_proc(Proc* p) {
   for (size_t c = 0; c < p->comms.size(); ++c) {
     ProcComm& pc = p->comms[c];
     starts[c] = pc.ops_begin;
-    if (pc.ops_end - pc.ops_begin <= kMargin || p2p_read_whole(*p, pc)) continue;
+    if (pc.ops_end - pc.ops_begin <= kMargin) continue;
     starts[c] = window_start(*p, pc);
     if (starts[c] > pc.ops_begin) any = true;
   }
