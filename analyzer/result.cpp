@@ -214,6 +214,19 @@ json Analysis::to_json() const {
   return doc;
 }
 
+json Analysis::take_json() {
+  std::vector<json> evidence;  // the verdict's, then each finding's
+  evidence.push_back(std::exchange(verdict.evidence, nullptr));
+  for (auto& f : findings) evidence.push_back(std::exchange(f.evidence, nullptr));
+  json doc = to_json();  // writes no evidence where it is null
+  auto put = [](json& finding, json&& e) {
+    if (!e.is_null()) finding["evidence"] = std::move(e);
+  };
+  put(doc["verdict"], std::move(evidence[0]));
+  for (size_t i = 0; i < findings.size(); ++i) put(doc["findings"][i], std::move(evidence[i + 1]));
+  return doc;
+}
+
 Analysis Analysis::from_json(const json& doc) {
   Analysis a;
   a.verdict = finding_from_json(doc.at("verdict"));

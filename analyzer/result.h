@@ -115,6 +115,9 @@ struct Analysis {
 
   // The fr-analysis/1 document.
   nlohmann::json to_json() const;
+  // The same document, with each finding's evidence (the bulk of a large job's document) moved
+  // into it rather than copied: the findings are left without their evidence.
+  nlohmann::json take_json();
   // Reads a document back. Throws std::exception subclasses on a document that is not one
   // (wrong types, an unknown verdict kind).
   static Analysis from_json(const nlohmann::json& doc);

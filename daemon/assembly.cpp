@@ -324,7 +324,7 @@ AssemblyResult assemble(const AssemblyJob& job) {
     report = std::string("report failed: ") + e.what() + "\n";
   }
   std::ostringstream doc;  // a large job's document is made on several threads
-  analyzer::write_json(analysis.to_json(), 2, doc);
+  analyzer::write_json(analysis.take_json(), 2, doc);
   doc << "\n";
   if (!fr::files::write_atomic(job.dir + "/report.txt", report, &err) ||
       !fr::files::write_atomic(job.dir + "/analysis.json", doc.str(), &err)) {

@@ -178,7 +178,7 @@ int main(int argc, char** argv) {
       std::cerr << "fr-analyze: nothing readable in the input: " << why << "\n";
       return kExitInput;
     }
-    const fr::analyzer::Analysis analysis = fr::analyzer::analyze_model(model, opts);
+    fr::analyzer::Analysis analysis = fr::analyzer::analyze_model(model, opts);
     if (!trace_file.empty()) {
       std::string err;
       if (!fr::analyzer::write_trace(model, analysis, opts, trace_file, &err)) {
@@ -197,7 +197,7 @@ int main(int argc, char** argv) {
       }
     }
     if (json_out) {
-      const nlohmann::json doc = analysis.to_json();
+      const nlohmann::json doc = analysis.take_json();
       fr::analyzer::write_json(doc, 2, std::cout, opts.threads);
       std::cout << "\n";
       finish();  // with the fast exit, `doc` and `analysis` are never freed
