@@ -109,12 +109,14 @@ uint64_t earliest_mismatch(const Model& m, const Comm& c) {
   // records out: the signature of each sequence number, compared across members.
   uint64_t lo = UINT64_MAX, hi = 0;
   size_t total = 0;
-  for (const auto& mem : c.members)
-    m.procs[mem.proc].comms[mem.pc].history.for_each([&](uint64_t seq, uint64_t, uint32_t) {
-      lo = std::min(lo, seq);
-      hi = std::max(hi, seq);
-      ++total;
-    });
+  for (const auto& mem : c.members) {
+    uint64_t l, h;
+    size_t n;
+    if (!m.procs[mem.proc].comms[mem.pc].history.range(&l, &h, &n)) continue;
+    lo = std::min(lo, l);
+    hi = std::max(hi, h);
+    total += n;
+  }
   if (total == 0) return 0;
   // Rings wrapped far apart would make the table huge; the recent end is what matters.
   const uint64_t cap = std::max<uint64_t>(4 * total + 1024, 1 << 20);

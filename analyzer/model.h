@@ -12,6 +12,7 @@
 // is made again from a full load, so a windowed analysis always equals a full one.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -68,6 +69,24 @@ struct CollHistory {
 
   size_t size() const { return sig.size(); }
   uint64_t seq_at(size_t i) const { return seqs.empty() ? base + i : seqs[i]; }
+  // The lowest and highest sequence numbers on record and how many there are (false: none), as
+  // for_each would find them, without visiting every entry.
+  bool range(uint64_t* lo, uint64_t* hi, size_t* n) const {
+    if (!seqs.empty()) {  // the explicit form
+      *lo = UINT64_MAX, *hi = 0, *n = 0;
+      for (size_t i = 0; i < seqs.size(); ++i)
+        if (sig[i] != kNoSig) *lo = std::min(*lo, seqs[i]), *hi = std::max(*hi, seqs[i]), ++*n;
+      return *n > 0;
+    }
+    size_t first = 0, last = sig.size();
+    while (first < last && sig[first] == kNoSig) ++first;
+    while (last > first && sig[last - 1] == kNoSig) --last;
+    if (first == last) return false;
+    size_t count = 0;
+    for (size_t i = first; i < last; ++i) count += sig[i] != kNoSig;
+    *lo = base + first, *hi = base + last - 1, *n = count;
+    return true;
+  }
   // f(seq, call_ns, sig) for every entry, oldest first.
   template <class F>
   void for_each(F&& f) const {

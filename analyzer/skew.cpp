@@ -26,10 +26,9 @@ void accumulate(const Model& m, const Comm& c, std::vector<Lateness>* acc) {
   uint64_t lo = UINT64_MAX, hi = 0;
   size_t total = 0;
   for (const auto& mem : c.members) {
-    history(mem).for_each([&](uint64_t seq, uint64_t, uint32_t) {
-      lo = std::min(lo, seq);
-      hi = std::max(hi, seq);
-    });
+    uint64_t l, h;
+    size_t n;
+    if (history(mem).range(&l, &h, &n)) lo = std::min(lo, l), hi = std::max(hi, h);
     total += m.procs[mem.proc].comms[mem.pc].ops_total;
   }
   if (lo > hi) return;

@@ -4,6 +4,7 @@
 // leaves records out, and the cases it cannot decide (a mismatch) are made again from every record.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -98,4 +99,48 @@ TEST_CASE("window: a rank's digest keeps every collective it left out", "[analyz
       }
     }
   }
+}
+
+TEST_CASE("window: a history's range is what visiting every entry finds", "[analyzer]") {
+  using fr::analyzer::CollHistory;
+  constexpr uint32_t kNo = CollHistory::kNoSig;
+  auto visited = [](const CollHistory& h, uint64_t* lo, uint64_t* hi, size_t* n) {
+    *lo = UINT64_MAX, *hi = 0, *n = 0;
+    h.for_each([&](uint64_t seq, uint64_t, uint32_t) {
+      *lo = std::min(*lo, seq), *hi = std::max(*hi, seq), ++*n;
+    });
+    return *n > 0;
+  };
+  std::vector<CollHistory> cases(5);
+  cases[0].base = 100;  // dense, holes at both ends and inside
+  cases[0].sig = {kNo, kNo, 3, kNo, 4, 4, kNo};
+  cases[1].base = 7;  // dense, no holes
+  cases[1].sig = {0, 1, 2};
+  cases[2].base = 5;  // dense, holes only
+  cases[2].sig = {kNo, kNo};
+  cases[3].seqs = {40, 12, 90, 13};  // explicit, not ascending, one entry without a signature
+  cases[3].sig = {1, 2, kNo, 1};
+  // cases[4]: empty
+  for (auto& h : cases) h.call_ns.assign(h.sig.size(), 0);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    INFO("case " << i);
+    uint64_t lo = 0, hi = 0, lo2 = 0, hi2 = 0;
+    size_t n = 0, n2 = 0;
+    const bool any = cases[i].range(&lo, &hi, &n);
+    REQUIRE(any == visited(cases[i], &lo2, &hi2, &n2));
+    if (!any) continue;
+    CHECK(lo == lo2);
+    CHECK(hi == hi2);
+    CHECK(n == n2);
+  }
+  uint64_t lo = 0, hi = 0;
+  size_t n = 0;
+  REQUIRE(cases[0].range(&lo, &hi, &n));
+  CHECK(lo == 102);
+  CHECK(hi == 105);
+  CHECK(n == 3);
+  REQUIRE(cases[3].range(&lo, &hi, &n));
+  CHECK(lo == 12);
+  CHECK(hi == 40);
+  CHECK(n == 3);
 }
