@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <exception>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -20,6 +21,10 @@ using nlohmann::json;
 // Containers at most this deep are cut into their members (document, findings, a finding, its
 // evidence): deeper values are rendered whole.
 constexpr int kMaxDepth = 3;
+// Bytes that are not UTF-8 (a damaged or hostile dump's host or communicator name) are written as
+// U+FFFD rather than failing the whole document.
+constexpr auto kInvalidUtf8 = json::error_handler_t::replace;
+
 // A container with at least this many members is worth cutting.
 constexpr size_t kWideMembers = 64;
 // Values rendered per task.
@@ -53,7 +58,7 @@ class Parts {
     size_t i = 0;
     for (auto it = v.begin(); it != v.end(); ++it, ++i) {
       std::string lead(indent + step_, ' ');
-      if (object) lead += json(it.key()).dump() + ": ";
+      if (object) lead += json(it.key()).dump(-1, ' ', false, kInvalidUtf8) + ": ";
       literal(lead);
       add(*it, indent + step_, depth + 1);
       literal(i + 1 < v.size() ? ",\n" : "\n");
@@ -76,13 +81,13 @@ class Parts {
 struct Task {
   size_t begin = 0, end = 0;  // parts
   std::string text;
+  std::exception_ptr error;  // what rendering threw (out of memory): thrown by the writer
   bool done = false;
 };
 
 void render(const std::vector<Part>& parts, unsigned step, Task* t) {
   using Serializer = nlohmann::detail::serializer<json>;
-  Serializer s(nlohmann::detail::output_adapter<char, std::string>(t->text), ' ',
-               json::error_handler_t::strict);
+  Serializer s(nlohmann::detail::output_adapter<char, std::string>(t->text), ' ', kInvalidUtf8);
   for (size_t i = t->begin; i < t->end; ++i) {
     const Part& p = parts[i];
     if (p.value) s.dump(*p.value, true, false, step, p.indent);
@@ -93,7 +98,7 @@ void render(const std::vector<Part>& parts, unsigned step, Task* t) {
 }  // namespace
 
 bool write_json(const json& doc, int indent, std::ostream& out, unsigned threads) {
-  if (indent < 0) return static_cast<bool>(out << doc.dump(indent));
+  if (indent < 0) return static_cast<bool>(out << doc.dump(indent, ' ', false, kInvalidUtf8));
   const unsigned step = static_cast<unsigned>(indent);
   Parts cut(step);
   cut.add(doc, 0, 0);
@@ -114,7 +119,11 @@ bool write_json(const json& doc, int indent, std::ostream& out, unsigned threads
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t t; (t = next.fetch_add(1)) < tasks.size();) {
-      render(parts, step, &tasks[t]);
+      try {
+        render(parts, step, &tasks[t]);
+      } catch (...) {
+        tasks[t].error = std::current_exception();
+      }
       std::lock_guard<std::mutex> lock(mu);
       tasks[t].done = true;
       ready.notify_all();
@@ -122,16 +131,24 @@ bool write_json(const json& doc, int indent, std::ostream& out, unsigned threads
   };
   std::vector<std::thread> workers;
   for (unsigned k = 0; k < threads; ++k) workers.emplace_back(work);
-  // Written in order; each task's text is freed once written.
+  // Written in order; each task's text is freed once written. What a task threw is thrown here,
+  // as nlohmann's dump would have thrown it, once every worker has stopped.
+  std::exception_ptr error;
   for (Task& t : tasks) {
     {
       std::unique_lock<std::mutex> lock(mu);
       ready.wait(lock, [&] { return t.done; });
     }
+    if (t.error) {
+      error = t.error;
+      next = tasks.size();  // the workers take nothing more
+      break;
+    }
     if (out) out.write(t.text.data(), static_cast<std::streamsize>(t.text.size()));
     std::string().swap(t.text);
   }
   for (auto& w : workers) w.join();
+  if (error) std::rethrow_exception(error);
   return static_cast<bool>(out);
 }
 

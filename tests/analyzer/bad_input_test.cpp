@@ -234,6 +234,20 @@ TEST_CASE("fr-analyze: exit codes and output", "[analyzer][cli]") {
   json doc = json::parse(out);
   CHECK(doc["verdict"]["culprit_ranks"] == json({6}));
 
+  // A host name that is not UTF-8 (a damaged dump) is written as U+FFFD, not an internal error.
+  {
+    const std::string file = make_set(t.sub("bad-name"), "kind=gpu-stall,rank=6")[6];
+    std::string bytes = read_bytes(file);
+    const size_t at = bytes.find("node1");  // its header's host name
+    REQUIRE(at != std::string::npos);
+    bytes[at] = '\xff';
+    write_bytes(file, bytes);
+    CHECK(run_cli("--json " + t.sub("bad-name"), &out) == 0);
+    doc = json::parse(out);
+    CHECK(doc["verdict"]["culprit_ranks"] == json({6}));
+    CHECK(out.find("\xef\xbf\xbdode1") != std::string::npos);
+  }
+
   CHECK(run_cli("--json --rank 6 --rank 7 " + t.sub("set"), &out) == 0);
   doc = json::parse(out);
   CHECK(doc["verdict"]["evidence"].size() == 2);

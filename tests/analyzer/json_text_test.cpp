@@ -22,6 +22,7 @@ std::string written(const json& doc, int indent, unsigned threads) {
 }
 
 void check_same(const json& doc) {
+  // The document is valid UTF-8 here, so the text is dump's own.
   for (int indent : {-1, 0, 2, 4})
     for (unsigned threads : {0u, 1u, 2u, 3u, 16u}) {
       INFO("indent " << indent << ", threads " << threads);
@@ -104,4 +105,21 @@ TEST_CASE("write_json: a stream that fails is reported") {
   std::ostringstream out;
   out.setstate(std::ios::badbit);
   CHECK_FALSE(fr::analyzer::write_json(doc, 2, out, 2));
+}
+
+TEST_CASE("write_json: bytes that are not UTF-8 are written as U+FFFD, in any part") {
+  json doc = json::object();
+  json rows = json::array();
+  for (int i = 0; i < 3000; ++i) rows.push_back(row(i));
+  rows[2500]["host"] = std::string("bad \xff\xfe byte");  // in a late part, on a worker thread
+  doc["rows"] = rows;
+  doc["bad key \xc3"] = std::string("\x80");
+  REQUIRE_THROWS_AS(doc.dump(2), json::type_error);
+  const std::string want = doc.dump(2, ' ', false, json::error_handler_t::replace);
+  REQUIRE(want.find("bad \xef\xbf\xbd\xef\xbf\xbd byte") != std::string::npos);
+  for (unsigned threads : {1u, 2u, 4u}) {
+    INFO("threads " << threads);
+    CHECK(written(doc, 2, threads) == want);
+  }
+  CHECK(written(doc, -1, 2) == doc.dump(-1, ' ', false, json::error_handler_t::replace));
 }
