@@ -21,7 +21,10 @@ namespace fr::analyzer {
 
 namespace {
 
-std::string esc(const std::string& s) { return nlohmann::json(s).dump(); }
+// A JSON string; bytes that are not UTF-8 (a damaged dump's names) become U+FFFD.
+std::string esc(const std::string& s) {
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 // What to highlight: (comm id, seq, kind) of the verdict and of each finding.
 struct Mark {

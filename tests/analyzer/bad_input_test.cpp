@@ -246,6 +246,8 @@ TEST_CASE("fr-analyze: exit codes and output", "[analyzer][cli]") {
     doc = json::parse(out);
     CHECK(doc["verdict"]["culprit_ranks"] == json({6}));
     CHECK(out.find("\xef\xbf\xbdode1") != std::string::npos);
+    CHECK(run_cli("--trace " + t.sub("bad-name.trace.json") + " " + t.sub("bad-name"), &out) == 0);
+    CHECK(json::parse(read_bytes(t.sub("bad-name.trace.json"))).is_object());
   }
 
   CHECK(run_cli("--json --rank 6 --rank 7 " + t.sub("set"), &out) == 0);
