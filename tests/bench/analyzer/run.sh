@@ -87,6 +87,7 @@ for n in $sizes; do
   "$gen" --ranks "$n" --entries "$entries" --fault "kind=hang-host,rank=$((n / 2 + 1))" \
     --ranks-per-host "$per_node" --out "$dir" >/dev/null
   t1=$(date +%s.%N)
+  sync  # the set just written goes to disk first, not while it is analysed
   run_analyze "$tmp/out$n.json" "$dir"
   verdict=$(python3 -c 'import json,sys; v=json.load(open(sys.argv[1]))["verdict"]; print(v["kind"], v["culprit_ranks"])' "$tmp/out$n.json" 2>/dev/null || echo "?")
   records=$((n * entries))
@@ -117,6 +118,7 @@ if (( largest >= 2 )); then
   dir=$tmp/nodes$n
   "$gen" --ranks "$n" --entries "$entries" --fault "kind=hang-host,rank=$((n / 2 + 1))" \
     --ranks-per-host "$per_node" --dir-per-node --out "$dir" >/dev/null
+  sync
   sets=("$dir"/node*)
   run_analyze "$tmp/nodes$n.json" "${sets[@]}"
   rm -rf "$dir"
