@@ -28,6 +28,20 @@ build=$(cd "${1:-build}" && pwd)
 shift || true
 counts=("$@")
 [[ ${#counts[@]} -gt 0 ]] || counts=(2048 8192 16384)
+# Where the coordinator and the load generator run (section 3), checked before anything runs.
+ncpu=$(nproc)
+pin=${FR_BENCH_PIN:-auto}
+case $pin in
+  auto) if ((ncpu >= 2)) && command -v taskset >/dev/null; then modes=(pinned); else modes=(shared); fi ;;
+  1) modes=(pinned) ;;
+  0) modes=(shared) ;;
+  both) modes=(pinned shared) ;;
+  *) echo "FR_BENCH_PIN must be auto, 1, 0 or both (got '$pin')" >&2; exit 2 ;;
+esac
+if [[ " ${modes[*]} " == *" pinned "* ]] && { ((ncpu < 2)) || ! command -v taskset >/dev/null; }; then
+  echo "  pinning needs 2 cores and taskset (util-linux): measuring unpinned only"
+  modes=(shared)
+fi
 frd=$build/bin/frd
 simjob=$build/bin/fr-simjob
 loadgen=$build/tests/bench/daemon/frd-loadgen
@@ -154,19 +168,6 @@ if [[ ! -x $loadgen || ! -x $frd ]]; then
   exit 0
 fi
 ulimit -n 65536 2>/dev/null || true
-ncpu=$(nproc)
-pin=${FR_BENCH_PIN:-auto}
-case $pin in
-  auto) if ((ncpu >= 2)) && command -v taskset >/dev/null; then modes=(pinned); else modes=(shared); fi ;;
-  1) modes=(pinned) ;;
-  0) modes=(shared) ;;
-  both) modes=(pinned shared) ;;
-  *) echo "FR_BENCH_PIN must be auto, 1, 0 or both (got '$pin')" >&2; exit 2 ;;
-esac
-if [[ " ${modes[*]} " == *" pinned "* ]] && { ((ncpu < 2)) || ! command -v taskset >/dev/null; }; then
-  echo "  pinning needs 2 cores and taskset (util-linux): measuring unpinned only"
-  modes=(shared)
-fi
 # The coordinator gets the last CPU, the load generator the others.
 coord_cpus=$((ncpu - 1))
 gen_cpus=0-$((ncpu - 2))
