@@ -7,8 +7,9 @@
 // with Status; both processes read the same CLOCK_REALTIME). The trigger and Status calls travel
 // on a connection of their own, so they do not queue behind the heartbeats. It also prints the
 // coordinator's memory (resident now and at peak, from /proc/PID/status) and what else shared
-// the machine: the load generator runs beside the coordinator, on the same cores, so the figures
-// are an upper bound of what the coordinator alone would cost. Its own receiving is shown apart:
+// the machine: the load generator runs beside the coordinator, on the same machine (on other
+// cores when run.sh pins them, and then it prints which), so the figures are an upper bound of
+// what the coordinator alone would cost. Its own receiving is shown apart:
 // the CPU it used during the fan-out and when the median node had its request.
 #include <sched.h>
 #include <unistd.h>
