@@ -131,6 +131,7 @@ struct Incident {
   bool hook_fired = false;                  // --on-verdict ran for it (at most once)
   bool recovered = false;                   // read back from disk after a restart
   bool dirty = false;                       // changed since incident.json was last written
+  int64_t progress_written_mono = 0;        // when tick last wrote it for a dirty change
   std::string verdict_kind;
   std::string verdict_summary;
   std::vector<int> culprits;

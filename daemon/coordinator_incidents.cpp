@@ -187,6 +187,7 @@ void CoordinatorState::check_collected(Incident& inc, int64_t now_mono, Actions*
     auto n = nodes_.find(name);
     if (n != nodes_.end() && n->second.lost) continue;  // it will not answer
     all = false;
+    break;  // one is enough: this runs on every tick while thousands of nodes answer
   }
   if (!all && now_mono < inc.deadline_mono) return;
   if (!all) {
@@ -234,9 +235,16 @@ Actions CoordinatorState::tick(int64_t now_mono) {
   Actions a;
   std::vector<const Node*> newly_lost = mark_lost(now_mono, &a);
   for (auto& inc : incidents_) check_collected(inc, now_mono, &a);
+  // While dumps come in, each one (in or failed) rewrites the whole incident.json: at 16k nodes a
+  // rewrite per tick took most of a core. Then it is written at most once a second; a change of
+  // state (check_collected) is written at once.
+  constexpr int64_t kProgressGapNs = 1'000'000'000;
   for (auto& inc : incidents_)
-    if (inc.dirty) {
+    if (inc.dirty && (inc.state != IncidentState::kCollecting ||
+                      now_mono - inc.progress_written_mono >= kProgressGapNs ||
+                      now_mono < inc.progress_written_mono)) {
       inc.dirty = false;
+      inc.progress_written_mono = now_mono;
       persist(inc, &a);
     }
   for (auto& inc : incidents_) close_if_cleared(inc, &a);

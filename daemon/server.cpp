@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <sys/socket.h>
 
 #include <grpcpp/grpcpp.h>
@@ -242,8 +243,12 @@ bool CoordinatorServer::start(std::string* error) {
   // Eight, whatever the cores: where the coordinator is short of CPU the scheduler shares it out
   // per thread, and the dump requests should get most of it ahead of gRPC's reading threads.
   constexpr unsigned fanout = 8;
-  for (unsigned i = 0; i < fanout; ++i) m.fanout_threads.emplace_back([&m] { m.fanout_loop(); });
+  for (unsigned i = 0; i < fanout; ++i) {
+    m.fanout_threads.emplace_back([&m] { m.fanout_loop(); });
+    pthread_setname_np(m.fanout_threads.back().native_handle(), "frd-fanout");
+  }
   m.applier = std::thread([&m] { m.applier_loop(); });
+  pthread_setname_np(m.applier.native_handle(), "frd-applier");
   m.started = true;
   if (!m.opts.port_file.empty() &&
       !fr::files::write_atomic(m.opts.port_file, std::to_string(m.port) + "\n", error)) {
@@ -287,6 +292,7 @@ void CoordinatorServer::shutdown() {
   }
   m.hb_cv.notify_all();
   m.applier.join();
+  m.resume_reads(false);  // releases the streams still pinned for a deferred read
   m.metrics.stop();
 }
 

@@ -7,7 +7,7 @@
 // queues; each NodeStream has its own write lock, always taken after Impl::mu, never before, and
 // so are the fan-out queue's lock and the heartbeat queue's lock (hb_mu); a stream's write lock
 // may be taken under hb_mu. Fan-out threads take a stream's write lock alone; gRPC's threads take
-// hb_mu alone to hand a heartbeat over.
+// hb_mu alone to hand a heartbeat over (and, during a fan-out, to defer their next read).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -100,6 +100,11 @@ struct CoordinatorServer::Impl {
   std::vector<NodeStream*> hb_ready;     // streams with a heartbeat waiting: pinned
   bool hb_stopping = false;
   bool hb_fanout = false;                // a fan-out is being sent
+  // Streams that read a heartbeat while a fan-out was being sent and read no further until it is
+  // out (pinned): gRPC's threads then spend the fan-out completing its writes rather than
+  // decoding heartbeats that would wait for the applier anyway. The thread that hands the last
+  // slice to gRPC starts their reads again (resume_reads).
+  std::vector<NodeStream*> reads_deferred;
   uint64_t heartbeats_replaced = 0;      // waiting heartbeats a newer one replaced
   std::thread applier;
 
@@ -151,6 +156,9 @@ struct CoordinatorServer::Impl {
   void ticker_loop();
   void fanout_loop();
   void applier_loop();
+  // Starts the reads deferred during a fan-out again (hb_fanout false); at shutdown, only
+  // releases them.
+  void resume_reads(bool start);
   // The threads that write (server_writers.cpp).
   void assembler_loop();
   void placed_loop();

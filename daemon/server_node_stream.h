@@ -57,6 +57,29 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
     close_locked(std::move(st));
   }
 
+  // Starts the read that on_heartbeat deferred during a fan-out; called pinned, from a fan-out
+  // thread. The stream may be closed meanwhile: no read then. Finish is held back while the read
+  // is being started (a read started after Finish could outlive the call), and the read's
+  // reaction may run inside StartRead, so no lock is held across it.
+  void resume_read() {
+    {
+      std::lock_guard<std::mutex> lk(wmu_);
+      if (finished_ || finish_pending_ || done_) return;
+      resuming_ = true;
+    }
+    StartRead(&in_);
+    bool finish = false;
+    {
+      std::lock_guard<std::mutex> lk(wmu_);
+      resuming_ = false;
+      if (finish_pending_ && !writing_ && !finished_) finish = finished_ = true;
+    }
+    if (finish) Finish(final_status_);
+  }
+
+  // A stream whose read is deferred has no operation to fail when the call is cancelled.
+  void OnCancel() override { close(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled")); }
+
   // The heartbeat waiting for the applier, taken with impl->hb_mu held.
   std::unique_ptr<NodeMessage> take_heartbeat(int64_t* t4) {
     *t4 = hb_t4_;
@@ -96,6 +119,8 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
     std::lock_guard<std::mutex> lk(wmu_);
     out_.pop_front();
     if (finish_pending_) {
+      writing_ = false;
+      if (resuming_) return;  // resume_read finishes it
       finished_ = true;
       Finish(final_status_);
       return;
@@ -136,7 +161,7 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
 
   void close_locked(grpc::Status st) {
     if (finished_ || finish_pending_ || done_) return;
-    if (writing_) {
+    if (writing_ || resuming_) {
       finish_pending_ = true;
       final_status_ = std::move(st);
       ctx_->TryCancel();
@@ -181,6 +206,7 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
 
   // Hands the heartbeat to the applier (applier_loop) and reads on: decoding it and the state's
   // work happen there, off gRPC's threads. A heartbeat still waiting is replaced by this newer one.
+  // While a fan-out is being sent, the next read waits for its end (reads_deferred).
   bool on_heartbeat(int64_t now, int64_t t4) {
     if (!session_) {
       close(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "heartbeat before hello"));
@@ -189,9 +215,14 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
     auto m = std::make_unique<NodeMessage>();
     m->Swap(&in_);
     std::unique_ptr<NodeMessage> replaced;  // freed outside the lock
-    bool first;
+    bool first, defer;
     {
       std::lock_guard<std::mutex> lk(impl_->hb_mu);
+      defer = impl_->hb_fanout && !impl_->hb_stopping;
+      if (defer) {
+        pin();
+        impl_->reads_deferred.push_back(this);
+      }
       first = !hb_;
       if (first) {
         pin();
@@ -204,8 +235,9 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
       hb_t4_ = t4;
     }
     if (first) impl_->hb_cv.notify_one();
-    if (pings_ < 4 || now - last_ping_ >= 5'000'000'000) send_ping();
-    return true;
+    // A clock ping waits for the next heartbeat after a fan-out: the requests come first.
+    if (!defer && (pings_ < 4 || now - last_ping_ >= 5'000'000'000)) send_ping();
+    return !defer;
   }
 
   void send_ping() {
@@ -231,6 +263,7 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
   bool writing_ = false;
   bool finished_ = false;
   bool finish_pending_ = false;
+  bool resuming_ = false;  // resume_read is starting a read: Finish waits for it
   grpc::Status final_status_;
 };
 

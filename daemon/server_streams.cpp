@@ -298,8 +298,14 @@ std::unique_ptr<grpc::Service> make_service(CoordinatorServer::Impl* impl) {
 }
 void CoordinatorServer::Impl::ticker_loop() {
   // Pokes come in floods (every node's dump status after a fan-out), and a tick of 16k nodes holds
-  // mu for milliseconds: poked ticks are at least this far apart.
+  // mu for milliseconds: poked ticks are at least this far apart, and while a fan-out is being
+  // handed to gRPC only the regular tick runs (the requests come first).
   constexpr int64_t kMinGapNs = 20'000'000;
+  constexpr int64_t kFanoutGapNs = 100'000'000;
+  auto fanout_sending = [this] {
+    std::lock_guard<std::mutex> hl(hb_mu);  // taken under mu, as the lock order allows
+    return hb_fanout;
+  };
   std::unique_lock<std::mutex> lk(mu);
   int64_t last_trim = mono_ns();
   int64_t last_tick = 0;
@@ -307,8 +313,9 @@ void CoordinatorServer::Impl::ticker_loop() {
     tick_cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return stopping || poke; });
     if (stopping) break;
     int64_t since = mono_ns() - last_tick;
-    if (since < kMinGapNs &&
-        tick_cv.wait_for(lk, std::chrono::nanoseconds(kMinGapNs - since), [&] { return stopping; }))
+    const int64_t gap = fanout_sending() ? kFanoutGapNs : kMinGapNs;
+    if (since < gap &&
+        tick_cv.wait_for(lk, std::chrono::nanoseconds(gap - since), [&] { return stopping; }))
       break;
     poke = false;
     int64_t now = mono_ns();

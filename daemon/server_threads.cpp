@@ -94,13 +94,9 @@ void CoordinatorServer::Impl::fanout_loop() {
     const int64_t cpu = thread_cpu_ns() - cpu0;
     lk.lock();
     if (--fanout_pending == 0) {
-      // The last slice is out: heartbeats may be applied again.
+      // The last slice is out: heartbeats may be read and applied again.
       lk.unlock();
-      {
-        std::lock_guard<std::mutex> hl(hb_mu);
-        hb_fanout = false;
-      }
-      hb_cv.notify_all();
+      resume_reads(true);
       lk.lock();
     }
     const std::string& id = sl.message->dump_request().incident_id();
@@ -117,6 +113,20 @@ void CoordinatorServer::Impl::fanout_loop() {
       log("frd coordinator: " + id + ": " + line);
       fanout_rounds.erase(r);
     }
+  }
+}
+
+void CoordinatorServer::Impl::resume_reads(bool start) {
+  std::vector<NodeStream*> deferred;
+  {
+    std::lock_guard<std::mutex> hl(hb_mu);
+    if (start) hb_fanout = false;
+    deferred.swap(reads_deferred);
+  }
+  hb_cv.notify_all();
+  for (NodeStream* st : deferred) {
+    if (start) st->resume_read();
+    st->unpin();
   }
 }
 

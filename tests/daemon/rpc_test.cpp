@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -934,4 +935,83 @@ TEST_CASE("an --on-verdict command past its time is killed with everything it st
   // limit, so that it does not hold the test's output open.
   child = pid_t(std::stol(slurp(out.path + "/child")));
   CHECK(wait_for(gone, 10));
+}
+
+// While a fan-out is handed to gRPC, a stream that reads a heartbeat reads no further until it
+// is out (server_node_stream.h); every such read must start again. Nodes heartbeat without pause
+// through several fan-outs, so reads arrive during each; afterwards every node's heartbeats are
+// still applied, and every node got every request.
+TEST_CASE("heartbeats read during a fan-out keep being applied after it", "[daemon][rpc]") {
+  TempDir dumps;
+  auto cfg = loopback_config(dumps.path);
+  cfg.dump_deadline_ns = kSec;  // the peers never upload: each incident ends at its deadline
+  CoordinatorServer server(cfg, loopback_options());
+  std::string err;
+  REQUIRE(server.start(&err));
+  constexpr int kNodes = 48;
+  std::vector<std::unique_ptr<fr::daemon::test::Peer>> peers;
+  for (int i = 0; i < kNodes; ++i) {
+    peers.push_back(std::make_unique<fr::daemon::test::Peer>(client(server.port()),
+                                                             "n" + std::to_string(i)));
+    REQUIRE(peers.back()->welcomed);
+  }
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> senders;
+  struct Join {  // the senders stop however the test ends
+    std::atomic<bool>& stop;
+    std::vector<std::thread>& threads;
+    ~Join() {
+      stop = true;
+      for (auto& t : threads) t.join();
+    }
+  } join{stop, senders};
+  for (int t = 0; t < 4; ++t)
+    senders.emplace_back([&, t] {
+      NodeReport r;
+      ProcessReport p;
+      p.alive = true;
+      p.job_id = "job1";
+      p.world_size = kNodes;
+      r.processes.push_back(p);
+      // Bounded: 60 s at most, whatever happens.
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (!stop && std::chrono::steady_clock::now() < end)
+        for (int i = t; i < kNodes; i += 4) {
+          r.processes[0].rank = i;
+          r.processes[0].pid = 100 + i;
+          r.processes[0].host = "n" + std::to_string(i);
+          r.processes[0].log = "fr.job1.r" + std::to_string(i) + ".frlog";
+          peers[size_t(i)]->heartbeat(r);
+        }
+    });
+  auto heartbeats = [&] {
+    std::map<std::string, int64_t> n;
+    const nlohmann::json st = server.status();
+    for (const auto& node : st["nodes"])
+      n[node["name"].get<std::string>()] = node["heartbeats"].get<int64_t>();
+    return n;
+  };
+  REQUIRE(wait_for([&] { return heartbeats().size() == size_t(kNodes); }));
+  for (int round = 1; round <= 3; ++round) {
+    std::string id;
+    REQUIRE(wait_for([&] { return trigger_dump(client(server.port()), "fan-out", &id, &err) &&
+                                  id == "incident-000" + std::to_string(round); }));
+    REQUIRE(wait_for([&] {
+      for (auto& p : peers)
+        if (p->requests().size() < size_t(round)) return false;
+      return true;
+    }));
+    // Every node's count moves on after the fan-out: no read was left deferred.
+    const auto before = heartbeats();
+    REQUIRE(wait_for([&] {
+      const auto now = heartbeats();
+      for (const auto& [name, count] : before)
+        if (now.at(name) <= count + 2) return false;
+      return true;
+    }, 20));
+    REQUIRE(wait_for([&] { return exists(dumps.path + "/job1/" + id + "/incident.json") &&
+                                  read_json(dumps.path + "/job1/" + id + "/incident.json")
+                                          .value("state", "") != "collecting"; }));
+  }
+  for (auto& p : peers) CHECK(p->requests().size() == 3);
 }

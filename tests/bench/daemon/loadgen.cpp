@@ -7,9 +7,11 @@
 // with Status; both processes read the same CLOCK_REALTIME). The trigger and Status calls travel
 // on a connection of their own, so they do not queue behind the heartbeats. It also prints the
 // coordinator's memory (resident now and at peak, from /proc/PID/status) and what else shared
-// the machine: the load generator runs beside the coordinator, on the same cores, so the figures
-// are an upper bound of what the coordinator alone would cost. Its own receiving is shown apart:
+// the machine: the load generator runs beside the coordinator, on the same machine (on other
+// cores when run.sh pins them, and then it prints which), so the figures are an upper bound of
+// what the coordinator alone would cost. Its own receiving is shown apart:
 // the CPU it used during the fan-out and when the median node had its request.
+#include <sched.h>
 #include <unistd.h>
 
 #include <grpcpp/grpcpp.h>
@@ -208,6 +210,23 @@ double status_mib(int pid, const char* field) {
 
 double self_cpu_seconds() { return cpu_seconds(int(getpid())); }
 
+// The CPUs a process may run on ("0-1", "1"), from its affinity mask; "?" when unreadable.
+std::string cpus_of(int pid) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(pid, sizeof set, &set) != 0) return "?";
+  std::string out;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &set)) continue;
+    int e = c;
+    while (e + 1 < CPU_SETSIZE && CPU_ISSET(e + 1, &set)) ++e;
+    if (!out.empty()) out += ",";
+    out += e == c ? std::to_string(c) : std::to_string(c) + "-" + std::to_string(e);
+    c = e;
+  }
+  return out;
+}
+
 // The incident's opened_ns (the coordinator's decision, CLOCK_REALTIME) from Status; 0 when absent.
 int64_t incident_opened_ns(fr::v1::Coordinator::Stub* stub, const std::string& id,
                            int deadline_s = 30) {
@@ -385,9 +404,10 @@ int main(int argc, char** argv) {
     std::printf("  coordinator memory: %.0f MiB resident, %.0f MiB peak (%.1f KiB per node)\n", rss,
                 status_mib(pid, "VmHWM"), rss * 1024 / nodes);
   }
-  std::printf("  measured on %ld cores shared with the load generator (%.2f cores) and whatever "
-              "else ran (load average %.1f at the start of the window)\n",
-              sysconf(_SC_NPROCESSORS_ONLN), (self1 - self0) / wsec, load0[0]);
+  std::printf("  measured on %ld cores: the coordinator on CPU %s, the load generator (%.2f cores) "
+              "on CPU %s, and whatever else ran (load average %.1f at the start of the window)\n",
+              sysconf(_SC_NPROCESSORS_ONLN), pid ? cpus_of(pid).c_str() : "?",
+              (self1 - self0) / wsec, cpus_of(0).c_str(), load0[0]);
   if (!triggered)
     std::printf("  fan-out: trigger failed: %s\n", error.c_str());
   else

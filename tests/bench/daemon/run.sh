@@ -13,7 +13,13 @@
 #     the machine. The coordinator and the load generator each run in a session of their own
 #     (setsid): with the kernel's autogroup scheduling each then gets one session's share of a
 #     shared machine, rather than splitting the share of the shell that runs this script.
-# Usage: run.sh <build-dir> [node counts...]   (FR_BENCH_HEALTHY_STEPS: steps of the healthy job)
+#     FR_BENCH_PIN chooses where they run: "1" pins the coordinator to a core of its own (the
+#     last one) and the load generator to the others (taskset), as the sizing rule in docs/frd.md
+#     plans for a coordinator; "0" leaves both to the scheduler on every core; "both" measures
+#     each count both ways; the default ("auto") pins when the machine has 2 cores or more. The
+#     CPUs each side got are printed.
+# Usage: run.sh <build-dir> [node counts...]   (FR_BENCH_HEALTHY_STEPS: steps of the healthy job;
+#        FR_BENCH_LOAD_ONLY=1: only the state machine and the coordinator under load, 3.)
 #  4. the stacks of every rank of a node at a dump (8 ranks, frd node's "stacks of 8 of 8
 #     process(es) in X s"), native (fr-simjob-rank) and Python (fr-simjob --python, with py-spy
 #     when installed); target: 8 ranks within 2 s.
@@ -22,6 +28,20 @@ build=$(cd "${1:-build}" && pwd)
 shift || true
 counts=("$@")
 [[ ${#counts[@]} -gt 0 ]] || counts=(2048 8192 16384)
+# Where the coordinator and the load generator run (section 3), checked before anything runs.
+ncpu=$(nproc)
+pin=${FR_BENCH_PIN:-auto}
+case $pin in
+  auto) if ((ncpu >= 2)) && command -v taskset >/dev/null; then modes=(pinned); else modes=(shared); fi ;;
+  1) modes=(pinned) ;;
+  0) modes=(shared) ;;
+  both) modes=(pinned shared) ;;
+  *) echo "FR_BENCH_PIN must be auto, 1, 0 or both (got '$pin')" >&2; exit 2 ;;
+esac
+if [[ " ${modes[*]} " == *" pinned "* ]] && { ((ncpu < 2)) || ! command -v taskset >/dev/null; }; then
+  echo "  pinning needs 2 cores and taskset (util-linux): measuring unpinned only"
+  modes=(shared)
+fi
 frd=$build/bin/frd
 simjob=$build/bin/fr-simjob
 loadgen=$build/tests/bench/daemon/frd-loadgen
@@ -35,6 +55,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
+if [[ ${FR_BENCH_LOAD_ONLY:-0} != 1 ]]; then
 echo "-- stall threshold to written verdict (16 ranks: 2 nodes x 8, --stall-after 2)"
 if [[ -x $simjob && -x $frd ]]; then
   for i in 1 2 3; do
@@ -110,11 +131,14 @@ else
   echo "  skipped: $simjob or $frd not built"
 fi
 
+fi  # FR_BENCH_LOAD_ONLY
+
 echo "-- the coordinator's state machine alone (CPU time, no gRPC)"
 statebench=$build/tests/bench/daemon/frd-state-bench
 [[ -x $statebench ]] || statebench=$build/bin/frd-state-bench
 if [[ -x $statebench ]]; then "$statebench" "${counts[@]}"; else echo "  skipped: $statebench not built"; fi
 
+if [[ ${FR_BENCH_LOAD_ONLY:-0} != 1 ]]; then
 echo "-- stacks of 8 ranks of one node at a dump (frd node, 1 node x 8 ranks)"
 if [[ -x $simjob && -x $frd ]]; then
   for mode in native python; do
@@ -136,26 +160,43 @@ else
   echo "  skipped: fr-simjob or frd not built"
 fi
 
+fi  # FR_BENCH_LOAD_ONLY
+
 echo "-- one coordinator, N simulated nodes x 8 ranks at 1 Hz"
 if [[ ! -x $loadgen || ! -x $frd ]]; then
   echo "  skipped: $loadgen or $frd not built"
   exit 0
 fi
 ulimit -n 65536 2>/dev/null || true
+# The coordinator gets the last CPU, the load generator the others.
+coord_cpus=$((ncpu - 1))
+gen_cpus=0-$((ncpu - 2))
+((ncpu == 2)) && gen_cpus=0
 for n in "${counts[@]}"; do
-  dir=$tmp/load$n
+ for mode in "${modes[@]}"; do
+  dir=$tmp/load$n-$mode
   mkdir -p "$dir"
-  setsid "$frd" coordinator --insecure --listen 127.0.0.1:0 --port-file "$dir/port" --dump-dir "$dir/dumps" \
-    --job-id load --heartbeat-timeout 60 --dump-deadline 5 2>"$dir/coord.log" &
+  run_coord=(setsid)
+  run_gen=(setsid -w)
+  if [[ $mode == pinned ]]; then
+    run_coord=(setsid taskset -c "$coord_cpus")
+    run_gen=(setsid -w taskset -c "$gen_cpus")
+    echo "  $n nodes, pinned: coordinator on CPU $coord_cpus, load generator on CPU $gen_cpus (of $ncpu)"
+  else
+    echo "  $n nodes, unpinned: coordinator and load generator share CPUs 0-$((ncpu - 1))"
+  fi
+  "${run_coord[@]}" "$frd" coordinator --insecure --listen 127.0.0.1:0 --port-file "$dir/port" \
+    --dump-dir "$dir/dumps" --job-id load --heartbeat-timeout 60 --dump-deadline 5 2>"$dir/coord.log" &
   cpid=$!
   pids+=("$cpid")
   for _ in $(seq 100); do [[ -s $dir/port ]] && break; sleep 0.1; done
   port=$(cat "$dir/port")
   warm=$((4 + n / 1000))
-  setsid -w "$loadgen" --coordinator "127.0.0.1:$port" --coordinator-pid "$cpid" --nodes "$n" --ranks 8 \
-    --interval 1 --warmup "$warm" --window 6 || echo "  (some nodes were not asked in time)"
+  "${run_gen[@]}" "$loadgen" --coordinator "127.0.0.1:$port" --coordinator-pid "$cpid" --nodes "$n" \
+    --ranks 8 --interval 1 --warmup "$warm" --window 6 || echo "  (some nodes were not asked in time)"
   # The coordinator's own view: listing the requests to handing the last one to gRPC.
   grep -h "handed to the node streams" "$dir/coord.log" | sed 's/^frd coordinator: /  coordinator: /' || true
   kill "$cpid" 2>/dev/null || true
   wait "$cpid" 2>/dev/null || true
+ done
 done
