@@ -47,7 +47,7 @@ int64_t real_now() {
 
 class SimNode : public grpc::ClientBidiReactor<fr::v1::NodeMessage, fr::v1::CoordinatorMessage> {
  public:
-  SimNode(fr::v1::Coordinator::Stub* stub, int index, int ranks) : index_(index) {
+  SimNode(fr::v1::Coordinator::Stub* stub, int index, int ranks) {
     fr::daemon::NodeReport r;
     for (int k = 0; k < ranks; ++k) {
       fr::daemon::ProcessReport p;
@@ -171,7 +171,6 @@ class SimNode : public grpc::ClientBidiReactor<fr::v1::NodeMessage, fr::v1::Coor
     StartWrite(&out_);
   }
 
-  int index_;
   grpc::ClientContext ctx_;
   fr::v1::CoordinatorMessage in_;
   fr::v1::NodeMessage hb_, out_;
