@@ -520,6 +520,13 @@ bool parse_fault(const std::string& spec, Fault* out, std::string* error) {
   return true;
 }
 
+bool add_fault(const std::string& spec, Spec* out, std::string* error) {
+  Fault f;
+  if (!parse_fault(spec, &f, error)) return false;
+  out->faults.push_back(f);
+  return true;
+}
+
 std::vector<fr::log::LogFile> make_logs(const Spec& spec) {
   Job job = make_job(spec);
   auto late = run_job(job);

@@ -29,6 +29,11 @@ struct Fault {
 // "hang-host") is accepted too, with rank 0 and the last step.
 bool parse_fault(const std::string& spec, Fault* out, std::string* error);
 
+struct Spec;
+// Plants the fault `spec` (parse_fault's syntax) in `out`; false, with `error`, when it does not
+// parse.
+bool add_fault(const std::string& spec, Spec* out, std::string* error);
+
 struct Spec {
   int ranks = 8;
   int entries = 64;            // ring capacity per rank (records kept in each dump)

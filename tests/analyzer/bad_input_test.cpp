@@ -28,12 +28,9 @@ using fr::test::TempDir;
 // Writes an 8-rank set with rank 5 hung on the host; returns the dump file of each rank.
 std::vector<std::string> make_set(const std::string& dir, const std::string& fault = "kind=hang-host,rank=5") {
   fr::analyzer::synth::Spec s;
-  s.ranks = 8;
-  s.entries = 64;
-  fr::analyzer::synth::Fault f;
   std::string err;
-  REQUIRE(fr::analyzer::synth::parse_fault(fault, &f, &err));
-  s.faults.push_back(f);
+  REQUIRE(fr::analyzer::synth::add_fault(fault, &s, &err));
+  s.ranks = 8, s.entries = 64;
   REQUIRE(fr::analyzer::synth::write_dump_set(s, dir, &err));
   std::vector<std::string> files(8);
   for (const auto& e : fs::directory_iterator(dir)) {

@@ -35,12 +35,9 @@ using fr::test::TempDir;
 // An 8-rank set with rank 5 hung on the host; returns the dump file of each rank.
 std::vector<std::string> make_set(const std::string& dir) {
   fr::analyzer::synth::Spec s;
-  s.ranks = 8;
-  s.entries = 64;
-  fr::analyzer::synth::Fault f;
   std::string err;
-  REQUIRE(fr::analyzer::synth::parse_fault("kind=hang-host,rank=5", &f, &err));
-  s.faults.push_back(f);
+  REQUIRE(fr::analyzer::synth::add_fault("kind=hang-host,rank=5", &s, &err));
+  s.ranks = 8, s.entries = 64;
   REQUIRE(fr::analyzer::synth::write_dump_set(s, dir, &err));
   std::vector<std::string> files(8);
   for (const auto& e : fs::directory_iterator(dir)) {

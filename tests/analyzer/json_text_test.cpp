@@ -78,13 +78,9 @@ TEST_CASE("write_json: the analyzer's documents") {
   // (evidence.cpp): its rows come in member order, every member once.
   fr::test::TempDir t;
   fr::analyzer::synth::Spec spec;
-  spec.ranks = 4100;
-  spec.entries = 24;
-  spec.ranks_per_host = 256;
-  fr::analyzer::synth::Fault f;
   std::string error;
-  REQUIRE(fr::analyzer::synth::parse_fault("rank=2071,kind=hang-host", &f, &error));
-  spec.faults.push_back(f);
+  REQUIRE(fr::analyzer::synth::add_fault("rank=2071,kind=hang-host", &spec, &error));
+  spec.ranks = 4100, spec.entries = 24, spec.ranks_per_host = 256;
   REQUIRE(fr::analyzer::synth::write_dump_set(spec, t.sub("set"), &error));
   const json doc = fr::analyzer::analyze_paths({t.sub("set")}, {}, &error);
   INFO(error);

@@ -52,13 +52,9 @@ struct Analysed {
     root = mkdtemp(tmpl.data());
     dir = root + "/set";
     fr::analyzer::synth::Spec spec;
-    spec.ranks = 4;
-    spec.entries = 16;
-    spec.ranks_per_host = 2;
-    fr::analyzer::synth::Fault fault;
     std::string err;
-    REQUIRE(fr::analyzer::synth::parse_fault(f.fault, &fault, &err));
-    spec.faults.push_back(fault);
+    REQUIRE(fr::analyzer::synth::add_fault(f.fault, &spec, &err));
+    spec.ranks = 4, spec.entries = 16, spec.ranks_per_host = 2;
     REQUIRE(fr::analyzer::synth::write_dump_set(spec, dir, &err));
     auto a = fr::analyzer::analyze({dir}, {}, &err);
     INFO(err);
