@@ -29,15 +29,7 @@ std::vector<uint8_t> make_log(uint32_t version, bool gpu_counted) {
   h->graph_count = 1;
   h->capture_count = 2;
 
-  auto* comms = reinterpret_cast<fr_comm_entry*>(buf.data() + h->comm_offset);
-  fr_comm_entry c{};
-  c.id = kCommId;
-  c.size = 1;
-  c.rank = 0;
-  REQUIRE(fr_comm_publish_fixed(&comms[0], &c));
-  comms[0].coll_seq = 6;  // 3 replays x 2 ops
-  comms[0].graph_started = FR_GRAPH_POS(1, 2);
-  comms[0].graph_completed = FR_GRAPH_POS(1, 1);
+  REQUIRE(fr::test::put_graph_comm(buf.data(), h, kCommId, 6));  // 3 replays x 2 ops
 
   fr_record ops[2];
   REQUIRE(fr::test::put_two_op_graph(buf.data(), h, kGraphId, kCommId, -1, -1, ops));

@@ -27,15 +27,7 @@ std::vector<uint8_t> make_log(uint32_t version) {
   h->world_size = 1;
   h->flags = FR_LOG_F_SNAPSHOT | FR_LOG_F_GPU_MARKERS;
   h->writer_alive = 0;
-  auto* comms = reinterpret_cast<fr_comm_entry*>(buf.data() + h->comm_offset);
-  fr_comm_entry c{};
-  c.id = kCommId;
-  c.size = 1;
-  c.rank = 0;
-  fr_comm_publish_fixed(&comms[0], &c);
-  comms[0].coll_seq = 5;  // 1 eager + 2 replays x 2 ops
-  comms[0].graph_started = FR_GRAPH_POS(1, 2);
-  comms[0].graph_completed = FR_GRAPH_POS(1, 1);
+  fr::test::put_graph_comm(buf.data(), h, kCommId, 5);  // 1 eager + 2 replays x 2 ops
   auto* ring = reinterpret_cast<fr_record*>(buf.data() + h->ring_offset);
   auto put = [&](fr_record* slot, fr_record r) { REQUIRE(fr_record_publish(slot, &r)); };
   fr_record eager{};

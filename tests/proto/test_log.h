@@ -38,6 +38,22 @@ inline void fill_layout(fr_log_header* h, uint32_t version, uint32_t comms, uint
   h->capture_capacity = captures;
 }
 
+// The communicator of the two-op graph below, as the first entry of the table `fill_layout` laid
+// out: `comm_id`, one member (rank 0), `coll_seq` collectives, and the graph's positions in it
+// (ordinal 1: op 2 started, op 1 completed). False when the entry could not be published.
+inline bool put_graph_comm(uint8_t* base, const fr_log_header* h, uint64_t comm_id, uint64_t coll_seq) {
+  auto* comms = reinterpret_cast<fr_comm_entry*>(base + h->comm_offset);
+  fr_comm_entry c{};
+  c.id = comm_id;
+  c.size = 1;
+  c.rank = 0;
+  const bool published = fr_comm_publish_fixed(&comms[0], &c);
+  comms[0].coll_seq = coll_seq;
+  comms[0].graph_started = FR_GRAPH_POS(1, 2);
+  comms[0].graph_completed = FR_GRAPH_POS(1, 1);
+  return published;
+}
+
 // A graph of two captured ops into the graph and capture tables `fill_layout` laid out: graph
 // `graph_id` (ordinal 1, 2 ops) holding an all-reduce of 10 and a broadcast of 20 on `comm_id`,
 // each captured with its GPU position, `redop` and `peer` as given. The captured records are
