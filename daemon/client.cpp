@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <absl/synchronization/mutex.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -126,6 +127,10 @@ bool ensure_token_file(const std::string& path, std::string* token, bool* create
   if (ok && e == EEXIST) return read_token_file(path, token, &loose, error);
   *error = "cannot write " + path + ": " + std::strerror(e);
   return false;
+}
+
+void setup_grpc_process() {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 }
 
 std::shared_ptr<grpc::Channel> make_channel(const ClientOptions& opts) {

@@ -43,6 +43,13 @@ bool read_token_file(const std::string& path, std::string* token, bool* loose, s
 bool ensure_token_file(const std::string& path, std::string* token, bool* created,
                        std::string* error);
 
+// Process-wide settings for a process that runs gRPC, called first thing in main(): gRPC's locks
+// (absl::Mutex) skip the lock-order graph a debug build of absl keeps on every lock and on every
+// mutex destroyed. That graph is one global lock that every gRPC thread takes, and a debugging
+// aid for absl's own users; the daemon's own locks are std::mutex, which the sanitizer builds
+// check.
+void setup_grpc_process();
+
 std::shared_ptr<grpc::Channel> make_channel(const ClientOptions& opts);
 void add_auth(grpc::ClientContext* ctx, const ClientOptions& opts);
 

@@ -1,6 +1,8 @@
 // See convert.h.
 #include "daemon/convert.h"
 
+#include <algorithm>
+
 #include "daemon/names.h"
 
 namespace fr::daemon {
@@ -44,55 +46,60 @@ void to_proto(const NodeReport& in, fr::v1::Heartbeat* out) {
 
 NodeReport from_proto(const fr::v1::Heartbeat& in) {
   NodeReport r;
-  r.seq = in.seq();
-  r.node_time_ns = in.node_time_ns();
-  int np = 0;
-  for (const auto& q : in.processes()) {
-    if (size_t(np++) >= kMaxProcessesPerNode) break;
-    ProcessReport p;
-    p.log = sanitize_name(q.log(), 200);
-    p.rank = q.rank();
-    p.world_size = q.world_size();
-    p.pid = q.pid();
-    p.alive = q.alive();
-    p.exited_cleanly = q.exited_cleanly();
-    p.job_id = printable(q.job_id(), 64);
-    p.host = printable(q.host(), 64);
-    p.records = q.records();
-    p.last_record_age_ns = q.last_record_age_ns();
-    p.flags = q.flags();
-    int nc = 0;
-    for (const auto& d : q.comms()) {
-      if (size_t(nc++) >= kMaxCommsPerProcess) break;
-      CommProgress c;
-      c.comm_id = d.comm_id();
-      c.size = d.size();
-      c.rank = d.rank();
-      c.state = d.state();
-      c.coll_seq = d.coll_seq();
-      c.p2p_seq = d.p2p_seq();
-      c.enqueued = d.enqueued();
-      c.started = d.started();
-      c.completed = d.completed();
-      c.oldest_age_ns = d.oldest_in_flight_age_ns() < 0 ? 0 : d.oldest_in_flight_age_ns();
-      c.oldest_seq = d.oldest_in_flight_seq();
-      c.oldest_op = d.oldest_in_flight_op();
-      c.name = printable(d.name(), 64);
-      p.comms.push_back(std::move(c));
-    }
-    r.processes.push_back(std::move(p));
-  }
-  int nu = 0;
-  for (const auto& u : in.unreadable()) {
-    if (nu++ >= 64) break;
-    r.unreadable.push_back(printable(u, 256));
-  }
-  int na = 0;
-  for (const auto& a : in.gpu_alerts()) {
-    if (na++ >= 64) break;
-    r.gpu_alerts.push_back(printable(a, 256));
-  }
+  from_proto(in, &r);
   return r;
+}
+
+namespace {
+
+void from_proto(const fr::v1::CommProgress& d, CommProgress* c) {
+  c->comm_id = d.comm_id();
+  c->size = d.size();
+  c->rank = d.rank();
+  c->state = d.state();
+  c->coll_seq = d.coll_seq();
+  c->p2p_seq = d.p2p_seq();
+  c->enqueued = d.enqueued();
+  c->started = d.started();
+  c->completed = d.completed();
+  c->oldest_age_ns = d.oldest_in_flight_age_ns() < 0 ? 0 : d.oldest_in_flight_age_ns();
+  c->oldest_seq = d.oldest_in_flight_seq();
+  c->oldest_op = d.oldest_in_flight_op();
+  printable_into(d.name(), 64, &c->name);
+}
+
+void from_proto(const fr::v1::ProcessReport& q, ProcessReport* p) {
+  sanitize_name_into(q.log(), 200, &p->log);
+  p->rank = q.rank();
+  p->world_size = q.world_size();
+  p->pid = q.pid();
+  p->alive = q.alive();
+  p->exited_cleanly = q.exited_cleanly();
+  printable_into(q.job_id(), 64, &p->job_id);
+  printable_into(q.host(), 64, &p->host);
+  p->records = q.records();
+  p->last_record_age_ns = q.last_record_age_ns();
+  p->flags = q.flags();
+  p->comms.resize(std::min<size_t>(size_t(q.comms_size()), kMaxCommsPerProcess));
+  for (size_t i = 0; i < p->comms.size(); ++i) from_proto(q.comms(int(i)), &p->comms[i]);
+}
+
+// At most `max` strings, each made printable and cut at `max_len`.
+void printable_list(const google::protobuf::RepeatedPtrField<std::string>& in, size_t max,
+                    size_t max_len, std::vector<std::string>* out) {
+  out->resize(std::min<size_t>(size_t(in.size()), max));
+  for (size_t i = 0; i < out->size(); ++i) printable_into(in[int(i)], max_len, &(*out)[i]);
+}
+
+}  // namespace
+
+void from_proto(const fr::v1::Heartbeat& in, NodeReport* r) {
+  r->seq = in.seq();
+  r->node_time_ns = in.node_time_ns();
+  r->processes.resize(std::min<size_t>(size_t(in.processes_size()), kMaxProcessesPerNode));
+  for (size_t i = 0; i < r->processes.size(); ++i) from_proto(in.processes(int(i)), &r->processes[i]);
+  printable_list(in.unreadable(), 64, 256, &r->unreadable);
+  printable_list(in.gpu_alerts(), 64, 256, &r->gpu_alerts);
 }
 
 void to_proto(const DumpHeader& in, fr::v1::UploadHeader* out) {

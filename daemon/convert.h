@@ -13,6 +13,9 @@ constexpr size_t kMaxCommsPerProcess = 4096;
 
 void to_proto(const NodeReport& in, fr::v1::Heartbeat* out);
 NodeReport from_proto(const fr::v1::Heartbeat& in);
+// The same into *out, whatever it held before, reusing its memory: the coordinator decodes every
+// heartbeat into reports that the state hands back (CoordinatorState::heartbeat).
+void from_proto(const fr::v1::Heartbeat& in, NodeReport* out);
 
 void to_proto(const DumpHeader& in, fr::v1::UploadHeader* out);
 DumpHeader from_proto(const fr::v1::UploadHeader& in);

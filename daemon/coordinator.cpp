@@ -200,6 +200,12 @@ void CoordinatorState::disconnect(uint64_t session, int64_t now_mono) {
 
 
 bool CoordinatorState::heartbeat(uint64_t session, NodeReport report, int64_t now_mono) {
+  return heartbeat(session, &report, now_mono);
+}
+
+
+bool CoordinatorState::heartbeat(uint64_t session, NodeReport* given, int64_t now_mono) {
+  NodeReport& report = *given;
   Node* n = by_session(session);
   if (!n) return false;
   n->last_heartbeat_mono = now_mono;
@@ -271,7 +277,7 @@ bool CoordinatorState::heartbeat(uint64_t session, NodeReport report, int64_t no
     }
     report.processes.shrink_to_fit();
   }
-  n->last = std::move(report);
+  std::swap(n->last, report);
   n->retained = bytes;
   retained_bytes_ += bytes;
   return true;
@@ -291,8 +297,10 @@ int64_t CoordinatorState::stall_threshold_ns(uint64_t comm_id) const {
 
 
 void CoordinatorState::learn(Node& n, const NodeReport& report, int64_t now_mono) {
-  std::vector<MemberTrack> next;
-  std::vector<char> kept(n.members.size(), 0);  // old members that report again
+  std::vector<MemberTrack>& next = next_members_;
+  next.clear();
+  std::vector<char>& kept = members_kept_;  // old members that report again
+  kept.assign(n.members.size(), 0);
   for (const auto& p : report.processes) {
     if (!p.alive) continue;
     const uint64_t log_hash = std::hash<std::string>()(p.log);
@@ -337,7 +345,7 @@ void CoordinatorState::learn(Node& n, const NodeReport& report, int64_t now_mono
                            return true;
                          }),
              next.end());
-  n.members = std::move(next);
+  std::swap(n.members, next);  // the old tracks' memory is the next heartbeat's scratch
 }
 
 

@@ -219,8 +219,11 @@ class CoordinatorState {
   // was collecting and its dump is not in yet).
   void resend_requests(uint64_t session, Actions* actions);
   void disconnect(uint64_t session, int64_t now_mono);
-  // Heartbeat from a session; false when the session is unknown or stale.
+  // Heartbeat from a session; false when the session is unknown or stale. The second form keeps
+  // *report and leaves the node's previous report in its place, for the caller to decode the
+  // next heartbeat into (no allocation once the reports have grown to size).
   bool heartbeat(uint64_t session, NodeReport report, int64_t now_mono);
+  bool heartbeat(uint64_t session, NodeReport* report, int64_t now_mono);
   void clock_sample(uint64_t session, int64_t t1, int64_t t2, int64_t t3, int64_t t4);
   void dump_status(uint64_t session, const std::string& incident_id, bool ok,
                    const std::string& error, int64_t now_mono);
@@ -338,6 +341,9 @@ class CoordinatorState {
   StallPolicy policy_;
   std::string coordinator_id_;
   std::unordered_map<uint64_t, CommModel> models_;
+  // learn()'s scratch space, kept between heartbeats.
+  std::vector<MemberTrack> next_members_;
+  std::vector<char> members_kept_;
   std::vector<Finding> findings_;
   bool findings_dirty_ = false;
   // Nodes whose last report shows an op past its threshold, or a dead rank: tick() walks the

@@ -13,14 +13,16 @@ bool keep(char c) {
 
 std::string sanitize_name(std::string_view in, size_t max_len) {
   std::string out;
-  out.reserve(in.size() < max_len ? in.size() : max_len);
-  for (char c : in) {
-    if (out.size() >= max_len) break;
-    out.push_back(keep(c) ? c : '_');
-  }
-  if (!out.empty() && out[0] == '.') out[0] = '_';
-  if (out.empty()) out.push_back('_');
+  sanitize_name_into(in, max_len, &out);
   return out;
+}
+
+void sanitize_name_into(std::string_view in, size_t max_len, std::string* out) {
+  const size_t n = in.size() < max_len ? in.size() : max_len;
+  out->resize(n);
+  for (size_t i = 0; i < n; ++i) (*out)[i] = keep(in[i]) ? in[i] : '_';
+  if (!out->empty() && (*out)[0] == '.') (*out)[0] = '_';
+  if (out->empty()) out->push_back('_');
 }
 
 bool is_safe_name(std::string_view name, size_t max_len) {
@@ -32,14 +34,18 @@ bool is_safe_name(std::string_view name, size_t max_len) {
 
 std::string printable(std::string_view in, size_t max_len) {
   std::string out;
-  for (char c : in) {
-    if (out.size() >= max_len) {
-      out += "...";
-      break;
-    }
-    out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
-  }
+  printable_into(in, max_len, &out);
   return out;
+}
+
+void printable_into(std::string_view in, size_t max_len, std::string* out) {
+  const size_t n = in.size() < max_len ? in.size() : max_len;
+  out->resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const char c = in[i];
+    (*out)[i] = c >= 0x20 && c < 0x7f ? c : '?';
+  }
+  if (in.size() > max_len) *out += "...";
 }
 
 bool equal_secret(std::string_view a, std::string_view b) {

@@ -12,12 +12,15 @@ constexpr size_t kMaxNameLen = 64;
 // Keeps [A-Za-z0-9._-], maps anything else to '_', cuts at `max_len`, never returns "", "." or
 // "..", never starts with '.'. The result is usable as one path component.
 std::string sanitize_name(std::string_view in, size_t max_len = kMaxNameLen);
+// The same into *out, reusing its memory (the heartbeat path, which runs for every node).
+void sanitize_name_into(std::string_view in, size_t max_len, std::string* out);
 
 // Whether `name` is already a safe single path component (what sanitize_name would keep as is).
 bool is_safe_name(std::string_view name, size_t max_len = 255);
 
 // Text from peers that goes into logs and JSON: printable ASCII only, bounded.
 std::string printable(std::string_view in, size_t max_len = 256);
+void printable_into(std::string_view in, size_t max_len, std::string* out);
 
 // Constant-time comparison for tokens.
 bool equal_secret(std::string_view a, std::string_view b);

@@ -15,8 +15,8 @@ namespace fr::daemon {
 class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessage> {
  public:
   NodeStream(CoordinatorServer::Impl* impl, grpc::CallbackServerContext* ctx)
-      : impl_(impl), ctx_(ctx) {
-    StartRead(&in_);
+      : impl_(impl), ctx_(ctx), in_(std::make_unique<Received>()) {
+    StartRead(in_->message);
   }
 
   // Queues a message; called with impl->mu held, or pinned (or before the stream is known to
@@ -67,7 +67,7 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
       if (finished_ || finish_pending_ || done_) return;
       resuming_ = true;
     }
-    StartRead(&in_);
+    StartRead(in_->message);
     bool finish = false;
     {
       std::lock_guard<std::mutex> lk(wmu_);
@@ -81,7 +81,7 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
   void OnCancel() override { close(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled")); }
 
   // The heartbeat waiting for the applier, taken with impl->hb_mu held.
-  std::unique_ptr<NodeMessage> take_heartbeat(int64_t* t4) {
+  std::unique_ptr<Received> take_heartbeat(int64_t* t4) {
     *t4 = hb_t4_;
     return std::move(hb_);
   }
@@ -96,12 +96,12 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
     int64_t now = mono_ns();
     int64_t t4 = real_ns();
     bool keep_reading = true;
-    switch (in_.body_case()) {
+    switch (in_->message->body_case()) {
       case NodeMessage::kHello: keep_reading = on_hello(now); break;
       case NodeMessage::kHeartbeat: keep_reading = on_heartbeat(now, t4); break;
       case NodeMessage::kDumpStatus: {
         std::lock_guard<std::mutex> lk(impl_->mu);
-        const auto& d = in_.dump_status();
+        const auto& d = in_->message->dump_status();
         impl_->state.dump_status(session_, printable(d.incident_id(), 64), d.ok(),
                                  printable(d.error(), 256), now);
         impl_->poke = true;
@@ -112,7 +112,7 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
         close(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "empty or unknown message"));
         keep_reading = false;
     }
-    if (keep_reading) StartRead(&in_);
+    if (keep_reading) StartRead(in_->message);
   }
 
   void OnWriteDone(bool ok) override {
@@ -176,7 +176,7 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
       close(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "hello sent twice"));
       return false;
     }
-    const auto& h = in_.hello();
+    const auto& h = in_->message->hello();
     std::string error;
     std::lock_guard<std::mutex> lk(impl_->mu);
     uint64_t s = impl_->state.connect(h.node_name(), h.host(), h.job_id(),
@@ -212,9 +212,9 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
       close(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "heartbeat before hello"));
       return false;
     }
-    auto m = std::make_unique<NodeMessage>();
-    m->Swap(&in_);
-    std::unique_ptr<NodeMessage> replaced;  // freed outside the lock
+    std::unique_ptr<Received> m = std::move(in_);
+    in_ = std::make_unique<Received>();
+    std::unique_ptr<Received> replaced;  // freed outside the lock
     bool first, defer;
     {
       std::lock_guard<std::mutex> lk(impl_->hb_mu);
@@ -250,9 +250,9 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
 
   CoordinatorServer::Impl* impl_;
   grpc::CallbackServerContext* ctx_;
-  NodeMessage in_;
+  std::unique_ptr<Received> in_;  // what the pending read decodes into
   uint64_t session_ = 0;
-  std::unique_ptr<NodeMessage> hb_;  // the heartbeat waiting for the applier (impl->hb_mu)
+  std::unique_ptr<Received> hb_;  // the heartbeat waiting for the applier (impl->hb_mu)
   int64_t hb_t4_ = 0;                // ... and when it arrived (real time, for the clock)
   int64_t last_ping_ = 0;
   int pings_ = 0;

@@ -15,6 +15,21 @@ namespace fr::daemon {
 
 namespace {
 
+// The arena's first block holds a typical heartbeat (8 ranks, a few communicators each) whole.
+google::protobuf::ArenaOptions received_arena() {
+  google::protobuf::ArenaOptions o;
+  o.start_block_size = 8192;
+  o.max_block_size = 64 << 10;
+  return o;
+}
+
+}  // namespace
+
+Received::Received()
+    : arena(received_arena()), message(google::protobuf::Arena::CreateMessage<NodeMessage>(&arena)) {}
+
+namespace {
+
 // The host part of a gRPC peer ("ipv4:127.0.0.1:5000" -> "ipv4:127.0.0.1").
 std::string peer_host(const std::string& peer) {
   size_t c = peer.rfind(':');

@@ -135,9 +135,8 @@ namespace {
 // One heartbeat on its way from a stream to the state.
 struct Arrived {
   NodeStream* stream;  // pinned
-  std::unique_ptr<NodeMessage> message;
+  std::unique_ptr<Received> message;
   int64_t t4 = 0;
-  NodeReport report;
 };
 
 }  // namespace
@@ -148,6 +147,9 @@ void CoordinatorServer::Impl::applier_loop() {
   constexpr int64_t kFanoutFirstNs = 2'000'000'000;
   std::vector<NodeStream*> ready;
   std::vector<Arrived> batch;
+  // The batch's reports, decoded into what the state handed back from the previous batch: no
+  // allocation per heartbeat once they have grown to the nodes' size.
+  std::vector<NodeReport> reports(kBatch);
   std::vector<NodeStream*> superseded;
   std::unique_lock<std::mutex> lk(hb_mu);
   for (;;) {
@@ -162,24 +164,26 @@ void CoordinatorServer::Impl::applier_loop() {
       // Taken a batch at a time, so that what waits longer can still be replaced by newer.
       if (!lk.owns_lock()) lk.lock();
       for (size_t k = i; k < std::min(ready.size(), i + kBatch); ++k) {
-        batch.push_back({ready[k], nullptr, 0, {}});
+        batch.push_back({ready[k], nullptr, 0});
         batch.back().message = ready[k]->take_heartbeat(&batch.back().t4);
       }
       lk.unlock();
-      for (auto& a : batch) a.report = from_proto(a.message->heartbeat());
+      for (size_t k = 0; k < batch.size(); ++k)
+        from_proto(batch[k].message->message->heartbeat(), &reports[k]);
       {
         std::lock_guard<std::mutex> g(mu);
         const int64_t at_once = state.stall_policy().report_at_once_ns();
         bool urgent = false;
-        for (auto& a : batch) {
-          for (const auto& p : a.report.processes)
+        for (size_t k = 0; k < batch.size(); ++k) {
+          const Arrived& a = batch[k];
+          for (const auto& p : reports[k].processes)
             if ((!p.alive && !p.exited_cleanly) || p.oldest_age_ns() >= at_once) urgent = true;
           const uint64_t session = a.stream->session();
-          if (!state.heartbeat(session, std::move(a.report), mono_ns())) {
+          if (!state.heartbeat(session, &reports[k], mono_ns())) {
             superseded.push_back(a.stream);
             continue;
           }
-          const auto& hb = a.message->heartbeat();
+          const auto& hb = a.message->message->heartbeat();
           if (hb.has_echo() && hb.echo().t1_ns() != 0)
             state.clock_sample(session, hb.echo().t1_ns(), hb.echo().t2_ns(), hb.echo().t3_ns(),
                                a.t4);

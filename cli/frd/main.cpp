@@ -16,9 +16,11 @@
 // status.cpp; this file only picks the one named on the command line.
 #include "commands.h"
 
+#include "daemon/client.h"
 #include "fr/version.h"
 
 int main(int argc, char** argv) {
+  fr::daemon::setup_grpc_process();
   CLI::App app{"frd: flight-recorder daemon for hung NCCL jobs"};
   app.require_subcommand(1);
   app.set_version_flag("--version", FR_VERSION_LINE("frd"));

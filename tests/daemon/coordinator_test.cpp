@@ -28,6 +28,27 @@ TEST_CASE("a healthy job and a slow one raise no incident", "[daemon]") {
   CHECK(st.incidents().empty());
 }
 
+TEST_CASE("a heartbeat given by pointer hands the node's previous report back", "[daemon]") {
+  TempDir dir;
+  CoordinatorState st(config(dir.path));
+  std::string err;
+  uint64_t s0 = st.connect("n0", "h0", "job1", 0, &err);
+  REQUIRE(s0);
+  NodeReport r = report({proc(0, true, 0, 10), proc(1, true, 0, 10)});
+  CHECK(st.heartbeat(s0, &r, kSec));
+  CHECK(r.processes.empty());  // nothing came before
+  r = report({proc(0, true, 0, 11)});
+  CHECK(st.heartbeat(s0, &r, 2 * kSec));
+  REQUIRE(r.processes.size() == 2);  // the first report, back
+  CHECK(r.processes[1].comms[0].completed == 10);
+  // The node's view is the newest report, and progress was learned from both.
+  CHECK(st.status(3 * kSec)["nodes"][0]["ranks"] == 1);
+  // An unknown session keeps the report as it was.
+  r = report({proc(2, true, 0)});
+  CHECK_FALSE(st.heartbeat(s0 + 99, &r, 3 * kSec));
+  CHECK(r.processes.size() == 1);
+}
+
 TEST_CASE("a stall opens one incident, gathers every node and closes as transient", "[daemon]") {
   TempDir dir;
   CoordinatorState st(config(dir.path));

@@ -27,3 +27,21 @@ TEST_CASE("peer names are made safe path components", "[daemon]") {
   CHECK_FALSE(equal_secret("token", "tokem"));
   CHECK_FALSE(equal_secret("token", "token2"));
 }
+
+TEST_CASE("names and text made into a used string equal what a fresh one gets", "[daemon]") {
+  const std::vector<std::string> inputs = {"", ".x", "node-7", std::string(300, 'z'), "a/b\x01",
+                                           std::string(65, 'q'), std::string(64, 'q')};
+  for (const auto& before : inputs) {
+    for (const auto& in : inputs) {
+      INFO(before.size() << " then " << in.size());
+      std::string out = before;
+      sanitize_name_into(in, kMaxNameLen, &out);
+      CHECK(out == sanitize_name(in));
+      out = before;
+      printable_into(in, 64, &out);
+      CHECK(out == printable(in, 64));
+    }
+  }
+  CHECK(printable(std::string(65, 'q'), 64) == std::string(64, 'q') + "...");
+  CHECK(printable(std::string(64, 'q'), 64) == std::string(64, 'q'));
+}

@@ -59,6 +59,7 @@ struct Run {
   int64_t now = 1'000'000'000;
   std::unique_ptr<DumpReceiver> receiver;
   DumpHeader header;
+  NodeReport report;  // reused between heartbeats, as the coordinator reuses its reports
   bool receiving = false;
 
   static CoordinatorConfig config(const std::string& root) {
@@ -113,7 +114,9 @@ struct Run {
         uint64_t s = session(p);
         if (hb.has_echo())
           state.clock_sample(s, hb.echo().t1_ns(), hb.echo().t2_ns(), hb.echo().t3_ns(), now);
-        state.heartbeat(s, fr::daemon::from_proto(hb), now);
+        // As the coordinator's applier does: decoded into the report the state handed back.
+        fr::daemon::from_proto(hb, &report);
+        state.heartbeat(s, &report, now);
         break;
       }
       case script::kDumpStatus: {

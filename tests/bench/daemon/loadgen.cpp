@@ -32,6 +32,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/client.h"
 #include "daemon/convert.h"
 #include "fr/v1/frd.grpc.pb.h"
 
@@ -98,9 +99,9 @@ class SimNode : public grpc::ClientBidiReactor<fr::v1::NodeMessage, fr::v1::Coor
     } else {
       h->clear_echo();
     }
-    out_ = hb_;
+    // Written as it is, not copied: it changes only here, and only while no write is in flight.
     writing_ = true;
-    StartWrite(&out_);
+    StartWrite(&hb_);
     sent++;
   }
 
@@ -246,6 +247,7 @@ int64_t incident_opened_ns(fr::v1::Coordinator::Stub* stub, const std::string& i
 }  // namespace
 
 int main(int argc, char** argv) {
+  fr::daemon::setup_grpc_process();
   std::string addr;
   int nodes = 512, ranks = 8, pid = 0, channels = 64;
   double interval = 1.0, warmup = 4, window = 6;

@@ -1,0 +1,156 @@
+// The heartbeat's decoding (daemon/convert.h): what a node reports arrives bounded and printable,
+// and decoding into a report that held another node's heartbeat gives what a fresh decode gives.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "daemon/convert.h"
+
+using namespace fr::daemon;
+
+namespace {
+
+fr::v1::Heartbeat heartbeat(int processes, int comms, const std::string& word) {
+  NodeReport r;
+  r.seq = uint64_t(processes) * 100 + uint64_t(comms);
+  r.node_time_ns = 123456789;
+  for (int i = 0; i < processes; ++i) {
+    ProcessReport p;
+    p.log = word + ".rank" + std::to_string(i) + ".frlog";
+    p.rank = i;
+    p.world_size = processes;
+    p.pid = 4000 + i;
+    p.alive = i % 3 != 0;
+    p.exited_cleanly = i % 5 == 0;
+    p.job_id = "job-" + word;
+    p.host = "host-" + word;
+    p.records = 1000 + uint64_t(i);
+    p.last_record_age_ns = 7 * i;
+    p.flags = uint32_t(i);
+    for (int c = 0; c < comms; ++c) {
+      CommProgress cp;
+      cp.comm_id = 0x1000 + uint64_t(c);
+      cp.size = processes;
+      cp.rank = i;
+      cp.state = uint32_t(c % 3);
+      cp.coll_seq = 10 + uint64_t(c);
+      cp.p2p_seq = 20 + uint64_t(c);
+      cp.enqueued = 30 + uint64_t(c);
+      cp.started = 29 + uint64_t(c);
+      cp.completed = 28 + uint64_t(c);
+      cp.oldest_age_ns = c % 2 ? 5'000'000 : 0;
+      cp.oldest_seq = 29 + uint64_t(c);
+      cp.oldest_op = uint32_t(c);
+      cp.name = c % 2 ? word + "-comm" + std::to_string(c) : "";
+      p.comms.push_back(cp);
+    }
+    r.processes.push_back(p);
+  }
+  for (int i = 0; i < processes; ++i) r.unreadable.push_back(word + "-unreadable-" + std::to_string(i));
+  if (processes > 2) r.gpu_alerts.push_back("GPU 0000:3b:00.0 reported Xid 79 (" + word + ")");
+  fr::v1::Heartbeat hb;
+  to_proto(r, &hb);
+  return hb;
+}
+
+void check_same(const NodeReport& a, const NodeReport& b) {
+  CHECK(a.seq == b.seq);
+  CHECK(a.node_time_ns == b.node_time_ns);
+  CHECK(a.unreadable == b.unreadable);
+  CHECK(a.gpu_alerts == b.gpu_alerts);
+  REQUIRE(a.processes.size() == b.processes.size());
+  for (size_t i = 0; i < a.processes.size(); ++i) {
+    const ProcessReport& p = a.processes[i];
+    const ProcessReport& q = b.processes[i];
+    CHECK(p.log == q.log);
+    CHECK(p.rank == q.rank);
+    CHECK(p.world_size == q.world_size);
+    CHECK(p.pid == q.pid);
+    CHECK(p.alive == q.alive);
+    CHECK(p.exited_cleanly == q.exited_cleanly);
+    CHECK(p.job_id == q.job_id);
+    CHECK(p.host == q.host);
+    CHECK(p.records == q.records);
+    CHECK(p.last_record_age_ns == q.last_record_age_ns);
+    CHECK(p.flags == q.flags);
+    REQUIRE(p.comms.size() == q.comms.size());
+    for (size_t c = 0; c < p.comms.size(); ++c) {
+      const CommProgress& x = p.comms[c];
+      const CommProgress& y = q.comms[c];
+      CHECK(x.comm_id == y.comm_id);
+      CHECK(x.size == y.size);
+      CHECK(x.rank == y.rank);
+      CHECK(x.state == y.state);
+      CHECK(x.coll_seq == y.coll_seq);
+      CHECK(x.p2p_seq == y.p2p_seq);
+      CHECK(x.enqueued == y.enqueued);
+      CHECK(x.started == y.started);
+      CHECK(x.completed == y.completed);
+      CHECK(x.oldest_age_ns == y.oldest_age_ns);
+      CHECK(x.oldest_seq == y.oldest_seq);
+      CHECK(x.oldest_op == y.oldest_op);
+      CHECK(x.name == y.name);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a heartbeat decodes to what the node reported", "[daemon]") {
+  NodeReport r = from_proto(heartbeat(3, 2, "alpha"));
+  CHECK(r.seq == 302);
+  REQUIRE(r.processes.size() == 3);
+  CHECK(r.processes[1].log == "alpha.rank1.frlog");
+  CHECK(r.processes[1].alive);
+  CHECK_FALSE(r.processes[0].alive);
+  CHECK(r.processes[1].job_id == "job-alpha");
+  REQUIRE(r.processes[1].comms.size() == 2);
+  CHECK(r.processes[1].comms[1].name == "alpha-comm1");
+  CHECK(r.processes[1].comms[1].oldest_age_ns == 5'000'000);
+  CHECK(r.unreadable.size() == 3);
+  CHECK(r.gpu_alerts.size() == 1);
+}
+
+TEST_CASE("decoding into a used report gives what a fresh decode gives", "[daemon]") {
+  const fr::v1::Heartbeat big = heartbeat(9, 6, "a-rather-long-name-that-is-not-inline");
+  const fr::v1::Heartbeat small = heartbeat(2, 1, "b");
+  const fr::v1::Heartbeat none = heartbeat(0, 0, "c");
+  // Each order, so that every field shrinks and grows over a report that held something else.
+  using Order = std::vector<const fr::v1::Heartbeat*>;
+  for (const Order& order : {Order{&big, &small, &none, &big}, Order{&none, &small, &big, &small}}) {
+    NodeReport reused;
+    for (const fr::v1::Heartbeat* hb : order) {
+      from_proto(*hb, &reused);
+      check_same(reused, from_proto(*hb));
+    }
+  }
+}
+
+TEST_CASE("a heartbeat's names, text and counts arrive bounded", "[daemon]") {
+  fr::v1::Heartbeat hb = heartbeat(1, 1, "x");
+  auto* p = hb.mutable_processes(0);
+  p->set_log("../../etc/passwd" + std::string(300, 'a'));
+  p->set_host(std::string("h\x01\xff", 3) + std::string(100, 'b'));
+  p->mutable_comms(0)->set_oldest_in_flight_age_ns(-5);
+  for (size_t i = 0; i < kMaxCommsPerProcess + 3; ++i) p->add_comms()->set_comm_id(i);
+  for (int i = 0; i < 100; ++i) hb.add_unreadable(std::string(300, '\n'));
+  for (size_t i = 0; i < kMaxProcessesPerNode + 5; ++i) hb.add_processes()->set_log(".x");
+  NodeReport reused = from_proto(heartbeat(3, 3, "long-long-long-long-long-long-long"));
+  from_proto(hb, &reused);
+  const NodeReport fresh = from_proto(hb);
+  check_same(reused, fresh);
+  REQUIRE(fresh.processes.size() == kMaxProcessesPerNode);
+  const ProcessReport& q = fresh.processes[0];
+  CHECK(q.log.size() == 200);
+  CHECK(q.log.find('/') == std::string::npos);
+  CHECK(q.log[0] != '.');
+  CHECK(q.host.substr(0, 3) == "h??");
+  CHECK(q.host.size() == 64 + 3);  // cut, and marked as cut with "..."
+  CHECK(q.comms.size() == kMaxCommsPerProcess);
+  CHECK(q.comms[0].oldest_age_ns == 0);
+  CHECK(fresh.processes[1].log == "_x");
+  REQUIRE(fresh.unreadable.size() == 64);
+  CHECK(fresh.unreadable[0] == "x-unreadable-0");
+  CHECK(fresh.unreadable[1] == std::string(256, '?') + "...");
+}
