@@ -19,10 +19,14 @@ std::string sanitize_name(std::string_view in, size_t max_len) {
 
 void sanitize_name_into(std::string_view in, size_t max_len, std::string* out) {
   const size_t n = in.size() < max_len ? in.size() : max_len;
+  if (n == 0) {
+    out->assign(1, '_');
+    return;
+  }
   out->resize(n);
-  for (size_t i = 0; i < n; ++i) (*out)[i] = keep(in[i]) ? in[i] : '_';
-  if (!out->empty() && (*out)[0] == '.') (*out)[0] = '_';
-  if (out->empty()) out->push_back('_');
+  char* d = out->data();  // written through a plain pointer: the loop need not reload it
+  for (size_t i = 0; i < n; ++i) d[i] = keep(in[i]) ? in[i] : '_';
+  if (d[0] == '.') d[0] = '_';
 }
 
 bool is_safe_name(std::string_view name, size_t max_len) {
@@ -41,9 +45,10 @@ std::string printable(std::string_view in, size_t max_len) {
 void printable_into(std::string_view in, size_t max_len, std::string* out) {
   const size_t n = in.size() < max_len ? in.size() : max_len;
   out->resize(n);
+  char* d = out->data();
   for (size_t i = 0; i < n; ++i) {
     const char c = in[i];
-    (*out)[i] = c >= 0x20 && c < 0x7f ? c : '?';
+    d[i] = c >= 0x20 && c < 0x7f ? c : '?';
   }
   if (in.size() > max_len) *out += "...";
 }

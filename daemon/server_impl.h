@@ -27,6 +27,7 @@
 #include "daemon/metrics_http.h"
 #include "daemon/names.h"
 #include "daemon/server.h"
+#include "daemon/wire.h"
 #include "fr/v1/frd.grpc.pb.h"
 
 namespace fr::daemon {
@@ -35,17 +36,6 @@ using fr::v1::CoordinatorMessage;
 using fr::v1::NodeMessage;
 using fr::v1::UploadChunk;
 using fr::v1::UploadReply;
-
-// A message read from a node, in an arena of its own: decoding a heartbeat then takes a block or
-// two of memory rather than one allocation per string and submessage, and freeing it (on the
-// applier's thread, after gRPC's thread decoded it) is as few releases.
-struct Received {
-  Received();
-  Received(const Received&) = delete;
-  Received& operator=(const Received&) = delete;
-  google::protobuf::Arena arena;
-  NodeMessage* message;  // in `arena`
-};
 
 class NodeStream;    // one node's control stream (server_node_stream.h)
 class UploadStream;  // one node's upload (server_streams.cpp)
@@ -81,7 +71,8 @@ struct CoordinatorServer::Impl {
   // Dump requests go out from a few fan-out threads, in slices of streams, outside `mu`: a
   // fan-out to every node is neither serialized on one thread nor holding up the heartbeats.
   struct FanoutSlice {
-    std::shared_ptr<const CoordinatorMessage> message;
+    std::string incident_id;
+    std::shared_ptr<const grpc::ByteBuffer> message;  // the request, encoded once (wire.h)
     std::vector<NodeStream*> streams;        // pinned: they stay alive until sent to
   };
   std::mutex fanout_mu;

@@ -12,17 +12,17 @@
 
 namespace fr::daemon {
 
-class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessage> {
+class NodeStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   NodeStream(CoordinatorServer::Impl* impl, grpc::CallbackServerContext* ctx)
-      : impl_(impl), ctx_(ctx), in_(std::make_unique<Received>()) {
-    StartRead(in_->message);
+      : impl_(impl), ctx_(ctx) {
+    StartRead(&in_);
   }
 
   // Queues a message; called with impl->mu held, or pinned (or before the stream is known to
   // anyone).
-  void send(CoordinatorMessage m) { send(std::make_shared<const CoordinatorMessage>(std::move(m))); }
-  void send(std::shared_ptr<const CoordinatorMessage> m) {
+  void send(const CoordinatorMessage& m) { send(to_wire(m)); }
+  void send(std::shared_ptr<const grpc::ByteBuffer> m) {
     std::lock_guard<std::mutex> lk(wmu_);
     if (finished_ || finish_pending_ || done_) return;
     // A peer that does not read its commands gets dropped rather than grow our memory.
@@ -67,7 +67,7 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
       if (finished_ || finish_pending_ || done_) return;
       resuming_ = true;
     }
-    StartRead(in_->message);
+    StartRead(&in_);
     bool finish = false;
     {
       std::lock_guard<std::mutex> lk(wmu_);
@@ -81,7 +81,7 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
   void OnCancel() override { close(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled")); }
 
   // The heartbeat waiting for the applier, taken with impl->hb_mu held.
-  std::unique_ptr<Received> take_heartbeat(int64_t* t4) {
+  std::unique_ptr<grpc::ByteBuffer> take_heartbeat(int64_t* t4) {
     *t4 = hb_t4_;
     return std::move(hb_);
   }
@@ -95,13 +95,23 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
     }
     int64_t now = mono_ns();
     int64_t t4 = real_ns();
+    // A heartbeat goes to the applier as bytes; the rest is decoded here.
+    if (starts_with_heartbeat(in_)) {
+      if (on_heartbeat(now, t4)) StartRead(&in_);
+      return;
+    }
+    NodeMessage m;
+    if (!decode(in_, &m)) {
+      close(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a message that does not decode"));
+      return;
+    }
     bool keep_reading = true;
-    switch (in_->message->body_case()) {
-      case NodeMessage::kHello: keep_reading = on_hello(now); break;
+    switch (m.body_case()) {
+      case NodeMessage::kHello: keep_reading = on_hello(m.hello(), now); break;
       case NodeMessage::kHeartbeat: keep_reading = on_heartbeat(now, t4); break;
       case NodeMessage::kDumpStatus: {
         std::lock_guard<std::mutex> lk(impl_->mu);
-        const auto& d = in_->message->dump_status();
+        const auto& d = m.dump_status();
         impl_->state.dump_status(session_, printable(d.incident_id(), 64), d.ok(),
                                  printable(d.error(), 256), now);
         impl_->poke = true;
@@ -112,7 +122,7 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
         close(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "empty or unknown message"));
         keep_reading = false;
     }
-    if (keep_reading) StartRead(in_->message);
+    if (keep_reading) StartRead(&in_);
   }
 
   void OnWriteDone(bool ok) override {
@@ -171,12 +181,11 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
     Finish(st);
   }
 
-  bool on_hello(int64_t now) {
+  bool on_hello(const fr::v1::Hello& h, int64_t now) {
     if (session_) {
       close(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "hello sent twice"));
       return false;
     }
-    const auto& h = in_->message->hello();
     std::string error;
     std::lock_guard<std::mutex> lk(impl_->mu);
     uint64_t s = impl_->state.connect(h.node_name(), h.host(), h.job_id(),
@@ -196,7 +205,7 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
     w.mutable_welcome()->set_stall_after_ms(uint32_t(std::min<int64_t>(
         impl_->state.stall_policy().report_at_once_ns() / 1'000'000, int64_t(UINT32_MAX))));
     w.mutable_welcome()->set_upload_key(impl_->state.upload_key(s));
-    send(std::move(w));
+    send(w);
     send_ping();
     Actions a;
     impl_->state.resend_requests(s, &a);
@@ -212,9 +221,9 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
       close(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "heartbeat before hello"));
       return false;
     }
-    std::unique_ptr<Received> m = std::move(in_);
-    in_ = std::make_unique<Received>();
-    std::unique_ptr<Received> replaced;  // freed outside the lock
+    auto m = std::make_unique<grpc::ByteBuffer>();
+    m->Swap(&in_);
+    std::unique_ptr<grpc::ByteBuffer> replaced;  // freed outside the lock
     bool first, defer;
     {
       std::lock_guard<std::mutex> lk(impl_->hb_mu);
@@ -245,19 +254,19 @@ class NodeStream : public grpc::ServerBidiReactor<NodeMessage, CoordinatorMessag
     p.mutable_ping()->set_t1_ns(real_ns());
     last_ping_ = mono_ns();
     pings_++;
-    send(std::move(p));
+    send(p);
   }
 
   CoordinatorServer::Impl* impl_;
   grpc::CallbackServerContext* ctx_;
-  std::unique_ptr<Received> in_;  // what the pending read decodes into
+  grpc::ByteBuffer in_;  // what the pending read fills
   uint64_t session_ = 0;
-  std::unique_ptr<Received> hb_;  // the heartbeat waiting for the applier (impl->hb_mu)
+  std::unique_ptr<grpc::ByteBuffer> hb_;  // the heartbeat waiting for the applier (impl->hb_mu)
   int64_t hb_t4_ = 0;                // ... and when it arrived (real time, for the clock)
   int64_t last_ping_ = 0;
   int pings_ = 0;
   std::mutex wmu_;
-  std::deque<std::shared_ptr<const CoordinatorMessage>> out_;
+  std::deque<std::shared_ptr<const grpc::ByteBuffer>> out_;
   int pins_ = 0;
   bool done_ = false;
   bool writing_ = false;

@@ -15,21 +15,6 @@ namespace fr::daemon {
 
 namespace {
 
-// The arena's first block holds a typical heartbeat (8 ranks, a few communicators each) whole.
-google::protobuf::ArenaOptions received_arena() {
-  google::protobuf::ArenaOptions o;
-  o.start_block_size = 8192;
-  o.max_block_size = 64 << 10;
-  return o;
-}
-
-}  // namespace
-
-Received::Received()
-    : arena(received_arena()), message(google::protobuf::Arena::CreateMessage<NodeMessage>(&arena)) {}
-
-namespace {
-
 // The host part of a gRPC peer ("ipv4:127.0.0.1:5000" -> "ipv4:127.0.0.1").
 std::string peer_host(const std::string& peer) {
   size_t c = peer.rfind(':');
@@ -209,14 +194,20 @@ class UploadStream : public grpc::ServerReadReactor<UploadChunk> {
 
 namespace {
 
-class Service final : public fr::v1::Coordinator::CallbackService {
+// Connect is served raw (wire.h): heartbeats cross gRPC's threads as bytes.
+using ServiceBase = fr::v1::Coordinator::WithRawCallbackMethod_Connect<
+    fr::v1::Coordinator::WithCallbackMethod_Upload<fr::v1::Coordinator::WithCallbackMethod_Placed<
+        fr::v1::Coordinator::WithCallbackMethod_Status<
+            fr::v1::Coordinator::WithCallbackMethod_TriggerDump<fr::v1::Coordinator::Service>>>>>;
+
+class Service final : public ServiceBase {
  public:
   explicit Service(CoordinatorServer::Impl* impl) : impl_(impl) {}
 
-  grpc::ServerBidiReactor<NodeMessage, CoordinatorMessage>* Connect(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Connect(
       grpc::CallbackServerContext* ctx) override {
     if (!impl_->authorized(ctx))
-      return new Refused<grpc::ServerBidiReactor<NodeMessage, CoordinatorMessage>>(
+      return new Refused<grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>>(
           unauthenticated());
     return new NodeStream(impl_, ctx);
   }

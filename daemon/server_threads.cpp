@@ -32,17 +32,18 @@ void CoordinatorServer::Impl::dispatch(Actions& a) {
     auto it = streams.find(d.session);
     if (it == streams.end()) continue;
     if (slices.empty() || slices.back().streams.size() >= kSlice ||
-        slices.back().message->dump_request().incident_id() != d.incident_id) {
-      auto m = std::make_shared<CoordinatorMessage>();
-      m->mutable_dump_request()->set_incident_id(d.incident_id);
-      m->mutable_dump_request()->set_reason(d.reason);
-      m->mutable_dump_request()->set_deadline_ms(d.deadline_ms);
-      m->mutable_dump_request()->set_job_id(d.job_id);
-      // A slice of the same incident shares the message of the previous one.
-      if (!slices.empty() && slices.back().message->dump_request().incident_id() == d.incident_id)
-        slices.push_back({slices.back().message, {}});
-      else
-        slices.push_back({std::move(m), {}});
+        slices.back().incident_id != d.incident_id) {
+      // A slice of the same incident shares the bytes of the previous one.
+      if (!slices.empty() && slices.back().incident_id == d.incident_id) {
+        slices.push_back({d.incident_id, slices.back().message, {}});
+      } else {
+        CoordinatorMessage m;
+        m.mutable_dump_request()->set_incident_id(d.incident_id);
+        m.mutable_dump_request()->set_reason(d.reason);
+        m.mutable_dump_request()->set_deadline_ms(d.deadline_ms);
+        m.mutable_dump_request()->set_job_id(d.job_id);
+        slices.push_back({d.incident_id, to_wire(m), {}});
+      }
     }
     it->second->pin();
     slices.back().streams.push_back(it->second);
@@ -56,7 +57,7 @@ void CoordinatorServer::Impl::dispatch(Actions& a) {
     std::lock_guard<std::mutex> fl(fanout_mu);
     fanout_pending += slices.size();
     for (auto& sl : slices) {
-      FanoutRound& r = fanout_rounds[sl.message->dump_request().incident_id()];
+      FanoutRound& r = fanout_rounds[sl.incident_id];
       if (!r.slices_left) r.listed_mono = now;
       r.slices_left++;
       r.streams += sl.streams.size();
@@ -99,7 +100,7 @@ void CoordinatorServer::Impl::fanout_loop() {
       resume_reads(true);
       lk.lock();
     }
-    const std::string& id = sl.message->dump_request().incident_id();
+    const std::string& id = sl.incident_id;
     auto r = fanout_rounds.find(id);
     if (r != fanout_rounds.end()) r->second.cpu_ns += cpu;
     if (r != fanout_rounds.end() && --r->second.slices_left == 0) {
@@ -135,8 +136,10 @@ namespace {
 // One heartbeat on its way from a stream to the state.
 struct Arrived {
   NodeStream* stream;  // pinned
-  std::unique_ptr<Received> message;
+  std::unique_ptr<grpc::ByteBuffer> message;  // as it came, undecoded
   int64_t t4 = 0;
+  bool decoded = false;
+  fr::v1::PingEcho echo;  // the clock sample it carries, if any
 };
 
 }  // namespace
@@ -150,7 +153,8 @@ void CoordinatorServer::Impl::applier_loop() {
   // The batch's reports, decoded into what the state handed back from the previous batch: no
   // allocation per heartbeat once they have grown to the nodes' size.
   std::vector<NodeReport> reports(kBatch);
-  std::vector<NodeStream*> superseded;
+  HeartbeatDecoder decoder;
+  std::vector<std::pair<NodeStream*, grpc::Status>> refused;
   std::unique_lock<std::mutex> lk(hb_mu);
   for (;;) {
     hb_cv.wait(lk, [&] { return hb_stopping || !hb_ready.empty(); });
@@ -164,38 +168,44 @@ void CoordinatorServer::Impl::applier_loop() {
       // Taken a batch at a time, so that what waits longer can still be replaced by newer.
       if (!lk.owns_lock()) lk.lock();
       for (size_t k = i; k < std::min(ready.size(), i + kBatch); ++k) {
-        batch.push_back({ready[k], nullptr, 0});
+        batch.push_back({ready[k], nullptr, 0, false, {}});
         batch.back().message = ready[k]->take_heartbeat(&batch.back().t4);
       }
       lk.unlock();
-      for (size_t k = 0; k < batch.size(); ++k)
-        from_proto(batch[k].message->message->heartbeat(), &reports[k]);
+      for (size_t k = 0; k < batch.size(); ++k) {
+        Arrived& a = batch[k];
+        a.decoded = decoder.decode(*a.message, &reports[k], &a.echo);
+        a.message.reset();
+      }
       {
         std::lock_guard<std::mutex> g(mu);
         const int64_t at_once = state.stall_policy().report_at_once_ns();
         bool urgent = false;
         for (size_t k = 0; k < batch.size(); ++k) {
           const Arrived& a = batch[k];
+          if (!a.decoded) {
+            refused.emplace_back(a.stream, grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                                        "a heartbeat that does not decode"));
+            continue;
+          }
           for (const auto& p : reports[k].processes)
             if ((!p.alive && !p.exited_cleanly) || p.oldest_age_ns() >= at_once) urgent = true;
           const uint64_t session = a.stream->session();
           if (!state.heartbeat(session, &reports[k], mono_ns())) {
-            superseded.push_back(a.stream);
+            refused.emplace_back(a.stream, grpc::Status(grpc::StatusCode::ABORTED,
+                                                        "superseded by a newer connection"));
             continue;
           }
-          const auto& hb = a.message->message->heartbeat();
-          if (hb.has_echo() && hb.echo().t1_ns() != 0)
-            state.clock_sample(session, hb.echo().t1_ns(), hb.echo().t2_ns(), hb.echo().t3_ns(),
-                               a.t4);
+          if (a.echo.t1_ns() != 0)
+            state.clock_sample(session, a.echo.t1_ns(), a.echo.t2_ns(), a.echo.t3_ns(), a.t4);
         }
         if (urgent) {
           poke = true;
           tick_cv.notify_one();
         }
       }
-      for (NodeStream* st : superseded)
-        st->close(grpc::Status(grpc::StatusCode::ABORTED, "superseded by a newer connection"));
-      superseded.clear();
+      for (auto& [st, status] : refused) st->close(std::move(status));
+      refused.clear();
       for (auto& a : batch) a.stream->unpin();
       batch.clear();
     }

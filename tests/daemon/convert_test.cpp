@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "daemon/convert.h"
+#include "report_compare.h"
 
 using namespace fr::daemon;
 
@@ -55,44 +56,10 @@ fr::v1::Heartbeat heartbeat(int processes, int comms, const std::string& word) {
 }
 
 void check_same(const NodeReport& a, const NodeReport& b) {
-  CHECK(a.seq == b.seq);
-  CHECK(a.node_time_ns == b.node_time_ns);
-  CHECK(a.unreadable == b.unreadable);
-  CHECK(a.gpu_alerts == b.gpu_alerts);
-  REQUIRE(a.processes.size() == b.processes.size());
-  for (size_t i = 0; i < a.processes.size(); ++i) {
-    const ProcessReport& p = a.processes[i];
-    const ProcessReport& q = b.processes[i];
-    CHECK(p.log == q.log);
-    CHECK(p.rank == q.rank);
-    CHECK(p.world_size == q.world_size);
-    CHECK(p.pid == q.pid);
-    CHECK(p.alive == q.alive);
-    CHECK(p.exited_cleanly == q.exited_cleanly);
-    CHECK(p.job_id == q.job_id);
-    CHECK(p.host == q.host);
-    CHECK(p.records == q.records);
-    CHECK(p.last_record_age_ns == q.last_record_age_ns);
-    CHECK(p.flags == q.flags);
-    REQUIRE(p.comms.size() == q.comms.size());
-    for (size_t c = 0; c < p.comms.size(); ++c) {
-      const CommProgress& x = p.comms[c];
-      const CommProgress& y = q.comms[c];
-      CHECK(x.comm_id == y.comm_id);
-      CHECK(x.size == y.size);
-      CHECK(x.rank == y.rank);
-      CHECK(x.state == y.state);
-      CHECK(x.coll_seq == y.coll_seq);
-      CHECK(x.p2p_seq == y.p2p_seq);
-      CHECK(x.enqueued == y.enqueued);
-      CHECK(x.started == y.started);
-      CHECK(x.completed == y.completed);
-      CHECK(x.oldest_age_ns == y.oldest_age_ns);
-      CHECK(x.oldest_seq == y.oldest_seq);
-      CHECK(x.oldest_op == y.oldest_op);
-      CHECK(x.name == y.name);
-    }
-  }
+  std::string why;
+  const bool same = fr::daemon::test::same_report(a, b, &why);
+  INFO(why);
+  CHECK(same);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // uploads left behind, addresses that only look like loopback, idle HTTP connections, the
 // coordinator's own files taken as foreign, and the default token file.
 #include <catch2/catch.hpp>
+#include <google/protobuf/stubs/logging.h>
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -636,4 +637,51 @@ TEST_CASE("hostile: bad expected_ranks in a manifest are named, not dropped sile
     REQUIRE(m.skipped.size() == 1);
     CHECK(m.skipped[0].error.find("expected_ranks") != std::string::npos);
   }
+}
+
+TEST_CASE("hostile: messages that do not decode close that node's stream, and no other",
+          "[daemon][hostile]") {
+  google::protobuf::LogSilencer quiet;  // protobuf logs the text that is not UTF-8, both ends
+  TempDir dumps;
+  CoordinatorServer server(loopback_config(dumps.path), loopback_options());
+  std::string err;
+  REQUIRE(server.start(&err));
+  Peer good(client(server.port()), "good");
+  REQUIRE(good.heartbeat(report("good", 1, 1, 0)));
+  auto node = [&](const std::string& name) {
+    const nlohmann::json status = server.status();
+    for (const auto& n : status["nodes"])
+      if (n["name"] == name) return n;
+    return nlohmann::json::object();
+  };
+  // A heartbeat whose text is not UTF-8; a heartbeat with a hello after it in the same message
+  // (the hello is then the message's body); a message with no body this version knows.
+  fr::v1::NodeMessage not_utf8;
+  to_proto(report("bad0", 1, 1, 0), not_utf8.mutable_heartbeat());
+  not_utf8.mutable_heartbeat()->mutable_processes(0)->set_log("rank\xff.frlog");
+  fr::v1::NodeMessage two_bodies;
+  to_proto(report("bad1", 1, 1, 0), two_bodies.mutable_heartbeat());
+  fr::v1::Hello hello;
+  hello.set_node_name("bad1");
+  two_bodies.GetReflection()->MutableUnknownFields(&two_bodies)->AddLengthDelimited(
+      1, hello.SerializeAsString());
+  fr::v1::NodeMessage unknown;
+  unknown.GetReflection()->MutableUnknownFields(&unknown)->AddVarint(9, 1);
+  int i = 0;
+  for (const auto* m : {&not_utf8, &two_bodies, &unknown}) {
+    const std::string name = "bad" + std::to_string(i++);
+    INFO(name);
+    Peer bad(client(server.port()), name);
+    REQUIRE(bad.welcomed);
+    REQUIRE(bad.send(*m));
+    REQUIRE(wait_for([&] { return node(name).value("connected", true) == false; }, 10));
+    bad.wait_end();
+    // Refused, or cancelled when a write to it (the welcome's clock ping) was still in flight.
+    CHECK((bad.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+           bad.status.error_code() == grpc::StatusCode::CANCELLED));
+    CHECK(node(name).value("heartbeats", -1) == 0);
+  }
+  REQUIRE(good.heartbeat(report("good", 1, 1, 0)));
+  CHECK(wait_for([&] { return node("good").value("heartbeats", 0) == 2; }, 10));
+  CHECK(node("good")["connected"] == true);
 }

@@ -83,6 +83,14 @@ class Peer {
     status = rw_->Finish();
   }
 
+  // After the coordinator ended the stream: its status, as it sent it (close() cancels first).
+  void wait_end() {
+    if (finished_) return;
+    finished_ = true;
+    if (reader_.joinable()) reader_.join();
+    status = rw_->Finish();
+  }
+
   bool heartbeat(const NodeReport& r) {
     fr::v1::NodeMessage m;
     to_proto(r, m.mutable_heartbeat());

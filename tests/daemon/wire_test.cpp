@@ -1,0 +1,241 @@
+// The node stream's bytes (daemon/wire.h): HeartbeatDecoder gives exactly what protobuf's decoding
+// of the NodeMessage and from_proto give, for heartbeats as frd node sends them (taken by its fast
+// decoder, which the tests check), for the shapes it leaves to protobuf, and for damaged bytes,
+// where both must agree on refusing them.
+#include <catch2/catch.hpp>
+#include <google/protobuf/stubs/logging.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "daemon/convert.h"
+#include "daemon/wire.h"
+#include "report_compare.h"
+
+using namespace fr::daemon;
+
+namespace {
+
+// A heartbeat with varied values: negative and 64-bit numbers, empty and cut names, controls.
+fr::v1::NodeMessage sample(std::mt19937_64& rng, int processes, int comms, bool echo) {
+  NodeReport r;
+  r.seq = rng();
+  r.node_time_ns = int64_t(rng());
+  for (int i = 0; i < processes; ++i) {
+    ProcessReport p;
+    p.log = i % 4 == 3 ? "" : "fr.job.node" + std::to_string(rng() % 100000) + ".frlog";
+    p.rank = int(rng() % 3) - 1;
+    p.world_size = int(rng());
+    p.pid = int(rng() % 4000000);
+    p.alive = rng() % 2;
+    p.exited_cleanly = rng() % 2;
+    p.job_id = i % 3 == 0 ? std::string("job\t1", 5) : "job-" + std::string(rng() % 90, 'j');
+    p.host = "host" + std::to_string(i);
+    p.records = rng();
+    p.last_record_age_ns = int64_t(rng());
+    p.flags = uint32_t(rng());
+    for (int c = 0; c < comms; ++c) {
+      CommProgress cp;
+      cp.comm_id = rng();
+      cp.size = int(rng() % 70000) - 5;
+      cp.rank = int(rng() % 70000) - 5;
+      cp.state = uint32_t(rng() % 4);
+      cp.coll_seq = rng() % 1000000;
+      cp.p2p_seq = rng() % 3;
+      cp.enqueued = rng();
+      cp.started = rng() % 128;
+      cp.completed = 0;
+      cp.oldest_age_ns = int64_t(rng());  // negative half of the time: cut to 0
+      cp.oldest_seq = rng();
+      cp.oldest_op = uint32_t(rng() % 20);
+      cp.name = c % 2 ? "tp" + std::to_string(c) : "";
+      p.comms.push_back(cp);
+    }
+    r.processes.push_back(p);
+  }
+  for (int i = 0; i < processes % 3; ++i) r.unreadable.push_back("cannot read x" + std::to_string(i));
+  if (processes > 1) r.gpu_alerts.push_back("GPU 0000:3b:00.0 reported Xid 79");
+  fr::v1::NodeMessage m;
+  to_proto(r, m.mutable_heartbeat());
+  if (echo) {
+    m.mutable_heartbeat()->mutable_echo()->set_t1_ns(int64_t(rng()));
+    m.mutable_heartbeat()->mutable_echo()->set_t2_ns(-5);
+    m.mutable_heartbeat()->mutable_echo()->set_t3_ns(7);
+  }
+  return m;
+}
+
+grpc::ByteBuffer buffer(const std::string& bytes, size_t pieces = 1) {
+  std::vector<grpc::Slice> slices;
+  size_t step = pieces <= 1 ? bytes.size() : bytes.size() / pieces + 1;
+  for (size_t at = 0; at < bytes.size() || slices.empty(); at += std::max<size_t>(step, 1))
+    slices.emplace_back(bytes.data() + at, std::min(step, bytes.size() - at));
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+// What protobuf and from_proto make of the bytes: false when they refuse them or they hold
+// something other than a heartbeat.
+bool reference(const std::string& bytes, NodeReport* out, fr::v1::PingEcho* echo) {
+  fr::v1::NodeMessage m;
+  if (!m.ParseFromString(bytes) || !m.has_heartbeat()) return false;
+  *out = from_proto(m.heartbeat());
+  *echo = m.heartbeat().echo();
+  return true;
+}
+
+// Decodes `bytes` with `d` (which may have decoded anything before) and compares with the
+// reference. Returns whether the fast decoder took it.
+bool agrees(HeartbeatDecoder& d, NodeReport& reused, const std::string& bytes, size_t pieces = 1) {
+  NodeReport want;
+  fr::v1::PingEcho want_echo, echo;
+  const bool ok_ref = reference(bytes, &want, &want_echo);
+  const uint64_t fast_before = d.fast_decodes();
+  const bool ok = d.decode(buffer(bytes, pieces), &reused, &echo);
+  REQUIRE(ok == ok_ref);
+  const bool fast = d.fast_decodes() != fast_before;
+  if (!ok) {
+    CHECK_FALSE(fast);
+    return false;
+  }
+  std::string why;
+  const bool same = fr::daemon::test::same_report(reused, want, &why);
+  INFO(why);
+  CHECK(same);
+  CHECK(echo.t1_ns() == want_echo.t1_ns());
+  CHECK(echo.t2_ns() == want_echo.t2_ns());
+  CHECK(echo.t3_ns() == want_echo.t3_ns());
+  return fast;
+}
+
+std::string with_unknown_field(const fr::v1::NodeMessage& m, int field, const std::string& value) {
+  fr::v1::NodeMessage copy = m;
+  copy.mutable_heartbeat()->GetReflection()->MutableUnknownFields(copy.mutable_heartbeat())
+      ->AddLengthDelimited(field, value);
+  return copy.SerializeAsString();
+}
+
+}  // namespace
+
+TEST_CASE("heartbeats as nodes send them take the fast decoder and decode as protobuf does",
+          "[daemon]") {
+  std::mt19937_64 rng(7);
+  HeartbeatDecoder d;
+  NodeReport reused;
+  int fast = 0, n = 0;
+  for (int processes : {0, 1, 3, 8, 40})
+    for (int comms : {0, 1, 4, 9})
+      for (bool echo : {false, true})
+        for (size_t pieces : {size_t(1), size_t(3)}) {
+          ++n;
+          fast += agrees(d, reused, sample(rng, processes, comms, echo).SerializeAsString(), pieces);
+        }
+  CHECK(fast == n);
+  CHECK(d.fast_decodes() == uint64_t(n));
+}
+
+TEST_CASE("the shapes the fast decoder leaves to protobuf decode the same", "[daemon]") {
+  std::mt19937_64 rng(11);
+  HeartbeatDecoder d;
+  NodeReport reused;
+  const fr::v1::NodeMessage m = sample(rng, 3, 2, true);
+  const std::string plain = m.SerializeAsString();
+  REQUIRE(agrees(d, reused, plain));
+  auto slow = [&](const std::string& bytes) { CHECK_FALSE(agrees(d, reused, bytes)); };
+  // A field this version does not know, inside the heartbeat and around it.
+  slow(with_unknown_field(m, 99, "future"));
+  slow(plain + std::string("\xa0\x06\x01", 3));  // NodeMessage field 100, a varint
+  slow(std::string("\xa0\x06\x01", 3) + plain);
+  // Text that is UTF-8 but not ASCII.
+  fr::v1::NodeMessage utf8 = m;
+  utf8.mutable_heartbeat()->mutable_processes(0)->set_host("h\xc3\xa9te");
+  slow(utf8.SerializeAsString());
+  // The heartbeat field twice: protobuf merges the two.
+  slow(plain + sample(rng, 1, 1, false).SerializeAsString());
+  // Past from_proto's bounds, which cut.
+  fr::v1::NodeMessage many = m;
+  for (int i = 0; i < 70; ++i) many.mutable_heartbeat()->add_unreadable("u" + std::to_string(i));
+  slow(many.SerializeAsString());
+  // A varint in more bytes than it needs (seq = 1 as 0x81 0x00).
+  fr::v1::NodeMessage tiny;
+  tiny.mutable_heartbeat()->set_seq(1);
+  std::string padded = tiny.SerializeAsString();
+  REQUIRE(padded == std::string("\x12\x02\x08\x01", 4));
+  slow(std::string("\x12\x03\x08\x81\x00", 5));
+  // And the decoder still takes the usual shape after all of them.
+  CHECK(agrees(d, reused, plain));
+}
+
+TEST_CASE("damaged heartbeats are refused as protobuf refuses them", "[daemon]") {
+  google::protobuf::LogSilencer quiet;  // protobuf logs each string that is not UTF-8
+  std::mt19937_64 rng(13);
+  HeartbeatDecoder d;
+  NodeReport reused;
+  const fr::v1::NodeMessage m = sample(rng, 4, 3, true);
+  const std::string plain = m.SerializeAsString();
+  // Not UTF-8 (proto3 strings must be).
+  fr::v1::NodeMessage bad = m;
+  bad.mutable_heartbeat()->mutable_processes(1)->set_log("x\xff");
+  CHECK_FALSE(agrees(d, reused, bad.SerializeAsString()));
+  // Cut short, anywhere.
+  for (size_t len = 0; len < plain.size(); len += 7) agrees(d, reused, plain.substr(0, len));
+  // A heartbeat followed by a hello in the same message: the hello is the message's body.
+  fr::v1::NodeMessage hello;
+  hello.mutable_hello()->set_node_name("n");
+  CHECK_FALSE(agrees(d, reused, plain + hello.SerializeAsString()));
+  // Bytes that are no message at all.
+  CHECK_FALSE(agrees(d, reused, std::string("\x12\xff\xff\xff\xff\x0f", 6)));
+  CHECK_FALSE(agrees(d, reused, std::string("\x12\x05\x07\x07\x07\x07\x07", 7)));
+  CHECK_FALSE(agrees(d, reused, ""));
+}
+
+TEST_CASE("every mutation of a heartbeat decodes as protobuf decodes it, or is refused by both",
+          "[daemon]") {
+  google::protobuf::LogSilencer quiet;
+  std::mt19937_64 rng(17);
+  HeartbeatDecoder d;
+  NodeReport reused;
+  int taken = 0, refused = 0;
+  for (int round = 0; round < 3000; ++round) {
+    std::string bytes = sample(rng, int(rng() % 5), int(rng() % 4), rng() % 2).SerializeAsString();
+    const int edits = 1 + int(rng() % 3);
+    for (int e = 0; e < edits && !bytes.empty(); ++e) {
+      const size_t at = rng() % bytes.size();
+      switch (rng() % 4) {
+        case 0: bytes[at] = char(rng()); break;                      // a byte changed
+        case 1: bytes[at] = char(bytes[at] ^ (1 << (rng() % 8))); break;  // a bit flipped
+        case 2: bytes.erase(at, 1 + rng() % 3); break;               // bytes lost
+        default: bytes.insert(at, 1, char(rng())); break;            // a byte added
+      }
+    }
+    if (agrees(d, reused, bytes, 1 + rng() % 3)) ++taken;
+    else ++refused;
+  }
+  INFO("fast " << taken << ", protobuf or refused " << refused);
+  CHECK(taken > 100);  // the fast decoder met mutated messages it could take, and agreed
+}
+
+TEST_CASE("messages for nodes are encoded once and read back whole", "[daemon]") {
+  fr::v1::CoordinatorMessage m;
+  m.mutable_dump_request()->set_incident_id("incident-0001");
+  m.mutable_dump_request()->set_deadline_ms(5000);
+  auto wire = to_wire(m);
+  grpc::Slice one;
+  REQUIRE(wire->TrySingleSlice(&one).ok());
+  fr::v1::CoordinatorMessage back;
+  REQUIRE(back.ParseFromArray(one.begin(), int(one.size())));
+  CHECK(back.dump_request().incident_id() == "incident-0001");
+  CHECK(back.dump_request().deadline_ms() == 5000);
+
+  fr::v1::NodeMessage hb;
+  hb.mutable_heartbeat()->set_seq(3);
+  fr::v1::NodeMessage hello;
+  hello.mutable_hello()->set_node_name("n1");
+  CHECK(starts_with_heartbeat(buffer(hb.SerializeAsString(), 2)));
+  CHECK_FALSE(starts_with_heartbeat(buffer(hello.SerializeAsString())));
+  CHECK_FALSE(starts_with_heartbeat(buffer("")));
+  fr::v1::NodeMessage decoded;
+  REQUIRE(decode(buffer(hello.SerializeAsString(), 3), &decoded));
+  CHECK(decoded.hello().node_name() == "n1");
+  CHECK_FALSE(decode(buffer(std::string("\x0a\x05zz", 4)), &decoded));
+}
