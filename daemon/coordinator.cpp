@@ -163,6 +163,7 @@ uint64_t CoordinatorState::connect(const std::string& node_name, const std::stri
   n.lost = false;
   n.connected_mono = now_mono;
   n.last_heartbeat_mono = now_mono;
+  next_lost_check_mono_ = std::min(next_lost_check_mono_, lost_at(now_mono));
   sessions_[n.session] = name;
   return n.session;
 }
@@ -209,6 +210,8 @@ bool CoordinatorState::heartbeat(uint64_t session, NodeReport* given, int64_t no
   Node* n = by_session(session);
   if (!n) return false;
   n->last_heartbeat_mono = now_mono;
+  if (n->lost)
+    next_lost_check_mono_ = std::min(next_lost_check_mono_, lost_at(now_mono));
   n->lost = false;
   n->heartbeats++;
   heartbeats_total_++;

@@ -351,6 +351,15 @@ class CoordinatorState {
   size_t over_threshold_nodes_ = 0;
   size_t dead_nodes_ = 0;
   int64_t last_forget_mono_ = 0;
+  // No connected node can be past the heartbeat timeout before this (mark_lost walks then): the
+  // earliest a node not lost times out, lowered by every connect and every node found again.
+  int64_t next_lost_check_mono_ = INT64_MAX;
+  // When a node last heard from at `heartbeat_mono` times out (saturated: a huge timeout is never).
+  int64_t lost_at(int64_t heartbeat_mono) const {
+    return heartbeat_mono > INT64_MAX - cfg_.heartbeat_timeout_ns
+               ? INT64_MAX
+               : heartbeat_mono + cfg_.heartbeat_timeout_ns;
+  }
   bool forget_walked_ = false;
   std::vector<std::string> pending_log_;
   std::map<std::string, Node> nodes_;

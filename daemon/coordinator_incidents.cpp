@@ -257,8 +257,17 @@ Actions CoordinatorState::tick(int64_t now_mono) {
 
 std::vector<const CoordinatorState::Node*> CoordinatorState::mark_lost(int64_t now_mono, Actions* a) {
   std::vector<const Node*> newly_lost;
+  // No node can be past the timeout before the earliest time one could (a walk over 16k nodes
+  // at every tick cost more than the heartbeats' bookkeeping).
+  if (now_mono < next_lost_check_mono_) return newly_lost;
+  next_lost_check_mono_ = INT64_MAX;
   for (auto& [name, n] : nodes_) {
-    if (n.lost || now_mono - n.last_heartbeat_mono < cfg_.heartbeat_timeout_ns) continue;
+    if (n.lost) continue;
+    if (now_mono - n.last_heartbeat_mono < cfg_.heartbeat_timeout_ns) {
+      next_lost_check_mono_ =
+          std::min(next_lost_check_mono_, lost_at(n.last_heartbeat_mono));
+      continue;
+    }
     n.lost = true;
     drop_members(n);
     a->log.push_back("frd coordinator: node " + name + " lost (silent for " +

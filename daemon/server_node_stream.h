@@ -224,7 +224,7 @@ class NodeStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBu
     auto m = std::make_unique<grpc::ByteBuffer>();
     m->Swap(&in_);
     std::unique_ptr<grpc::ByteBuffer> replaced;  // freed outside the lock
-    bool first, defer;
+    bool first, defer, wake = false;
     {
       std::lock_guard<std::mutex> lk(impl_->hb_mu);
       defer = impl_->hb_fanout && !impl_->hb_stopping;
@@ -235,6 +235,8 @@ class NodeStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBu
       first = !hb_;
       if (first) {
         pin();
+        // Only the heartbeat that finds the queue empty wakes the applier: it takes them all.
+        wake = impl_->hb_ready.empty();
         impl_->hb_ready.push_back(this);
       } else {
         impl_->heartbeats_replaced++;
@@ -243,7 +245,7 @@ class NodeStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBu
       hb_ = std::move(m);
       hb_t4_ = t4;
     }
-    if (first) impl_->hb_cv.notify_one();
+    if (wake) impl_->hb_cv.notify_one();
     // A clock ping waits for the next heartbeat after a fan-out: the requests come first.
     if (!defer && (pings_ < 4 || now - last_ping_ >= 5'000'000'000)) send_ping();
     return !defer;

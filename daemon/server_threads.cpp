@@ -148,6 +148,7 @@ struct Arrived {
 void CoordinatorServer::Impl::applier_loop() {
   constexpr size_t kBatch = 64;
   constexpr int64_t kFanoutFirstNs = 2'000'000'000;
+  constexpr int64_t kGatherNs = 5'000'000;
   std::vector<NodeStream*> ready;
   std::vector<Arrived> batch;
   // The batch's reports, decoded into what the state handed back from the previous batch: no
@@ -210,7 +211,11 @@ void CoordinatorServer::Impl::applier_loop() {
       batch.clear();
     }
     ready.clear();
-    if (!lk.owns_lock()) lk.lock();
+    // Heartbeats gather a moment before the next round: one wake-up applies many, rather than
+    // each heartbeat waking the applier (at 16k nodes a wake-up each cost more than applying).
+    if (lk.owns_lock()) lk.unlock();
+    std::this_thread::sleep_for(std::chrono::nanoseconds(kGatherNs));
+    lk.lock();
   }
 }
 

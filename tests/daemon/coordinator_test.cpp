@@ -249,6 +249,34 @@ TEST_CASE("thresholds: a stall, a lost node and a dead rank open exactly at thei
     REQUIRE(st.incidents().size() == 1);
     CHECK(st.incidents()[0].kind == IncidentKind::kNodeLost);
   }
+  SECTION("heartbeat_timeout, for a node back and silent again, among nodes that tick often") {
+    CoordinatorState st(cfg);
+    const int64_t t = cfg.heartbeat_timeout_ns;
+    uint64_t s0 = st.connect("n0", "h0", "job1", 0, &err);
+    uint64_t s1 = st.connect("n1", "h1", "job1", 0, &err);
+    auto lost = [&](int64_t now) { return st.status(now)["nodes"][1]["lost"] == true; };
+    // n0 heartbeats and the coordinator ticks often; n1 reports once at 0, then at 3t.
+    st.heartbeat(s1, report({proc(1, true, 0)}), 0);
+    for (int64_t now = 0; now <= 6 * t; now += t / 8) {
+      st.heartbeat(s0, report({proc(0, true, 0)}), now);
+      if (now == 3 * t) st.heartbeat(s1, report({proc(1, true, 0)}), now);
+      st.tick(now);
+      INFO(now / (t / 8));
+      CHECK(lost(now) == ((now >= t && now < 3 * t) || now >= 4 * t));
+      CHECK(st.status(now)["nodes"][0]["lost"] == false);
+    }
+    // Every node lost, then one back: it is watched again.
+    CoordinatorState one(cfg);
+    uint64_t s = one.connect("n0", "h0", "job1", 0, &err);
+    one.heartbeat(s, report({proc(0, true, 0)}), 0);
+    one.tick(t);
+    CHECK(one.status(t)["nodes"][0]["lost"] == true);
+    one.heartbeat(s, report({proc(0, true, 0)}), 2 * t);
+    one.tick(2 * t);
+    CHECK(one.status(2 * t)["nodes"][0]["lost"] == false);
+    one.tick(3 * t);
+    CHECK(one.status(3 * t)["nodes"][0]["lost"] == true);
+  }
   SECTION("dead_grace") {
     CoordinatorState st(cfg);
     uint64_t s = st.connect("n0", "h0", "job1", 0, &err);
