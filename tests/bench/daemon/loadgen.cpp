@@ -1,6 +1,7 @@
 // frd-loadgen: N simulated node daemons x R ranks heartbeating against one coordinator, to
 // measure what the coordinator costs at scale. Every node is one stream on gRPC's callback API
-// (a few channels carry them all); heartbeats are spread evenly over the interval. After a
+// (a few channels carry them all), in one of --procs worker processes (run_worker); heartbeats
+// are spread evenly over the interval. After a
 // warm-up it measures the coordinator's CPU (from /proc/PID/stat) over a window, then triggers a
 // dump and measures the fan-out: the time until every node has received its dump request, from
 // the trigger's send and from the coordinator's decision (the incident's opened_ns, read back
@@ -12,6 +13,7 @@
 // what the coordinator alone would cost. Its own receiving is shown apart:
 // the CPU it used during the fan-out and when the median node had its request.
 #include <sched.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <grpcpp/grpcpp.h>
@@ -244,42 +246,181 @@ int64_t incident_opened_ns(fr::v1::Coordinator::Stub* stub, const std::string& i
   return 0;
 }
 
+struct Options {
+  std::string addr;
+  int nodes = 512, ranks = 8, pid = 0, channels = 64, procs = 4;
+  double interval = 1.0, warmup = 4, window = 6;
+};
+
+// A worker process: every procs-th simulated node, on connections of its own. gRPC queues every
+// stream's completions of a process on one queue and (as Debian builds it) checks each completion
+// against that queue's pending operations one by one, so one process for 16k nodes would spend
+// most of a core on that; several share it out. The parent drives it with one-line commands:
+//   count  -> "<welcomed> <heartbeats sent> <skipped>"
+//   asked  -> "<asked> <last asked, steady ns> <asked, real ns>..." once all its nodes have their
+//             dump request (or after 30 s)
+//   stop   -> it ends its streams and exits.
+int run_worker(const Options& o, int index, FILE* in, FILE* out) {
+  std::vector<std::unique_ptr<fr::v1::Coordinator::Stub>> stubs;
+  const int channels = std::max(1, o.channels / o.procs);
+  for (int c = 0; c < channels; ++c) {
+    grpc::ChannelArguments args;
+    args.SetInt("fr.loadgen.channel", index * channels + c);  // distinct: a connection each
+    args.SetMaxReceiveMessageSize(8 << 20);
+    stubs.push_back(fr::v1::Coordinator::NewStub(
+        grpc::CreateCustomChannel(o.addr, grpc::InsecureChannelCredentials(), args)));
+  }
+  std::vector<std::unique_ptr<SimNode>> sims;
+  for (int n = index; n < o.nodes; n += o.procs)
+    sims.push_back(std::make_unique<SimNode>(stubs[sims.size() % stubs.size()].get(), n, o.ranks));
+  std::atomic<bool> stop{false};
+  // Heartbeats spread over the interval: node n is due at (tick + n/nodes) periods, over all the
+  // workers. The ticker wakes every 5 ms and sends whatever is due, so a loaded machine delays
+  // but never drops them.
+  std::thread ticker([&] {
+    auto start = Clock::now();
+    uint64_t next = 0;  // heartbeats due so far, all nodes, in schedule order
+    while (!stop) {
+      double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      uint64_t due = uint64_t(elapsed / o.interval * o.nodes);
+      for (; next < due && !stop; ++next) {
+        const uint64_t node = next % uint64_t(o.nodes);
+        if (node % uint64_t(o.procs) == uint64_t(index)) sims[node / uint64_t(o.procs)]->heartbeat();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  char line[64];
+  while (std::fgets(line, sizeof line, in)) {
+    const std::string cmd(line);
+    if (cmd == "count\n") {
+      int welcomed = 0;
+      uint64_t sent = 0, skipped = 0;
+      for (auto& s : sims) {
+        welcomed += s->welcomed;
+        sent += s->sent;
+        skipped += s->skipped;
+      }
+      std::fprintf(out, "%d %llu %llu\n", welcomed, static_cast<unsigned long long>(sent),
+                   static_cast<unsigned long long>(skipped));
+    } else if (cmd == "asked\n") {
+      auto t0 = Clock::now();
+      int asked = 0;
+      int64_t last = 0;
+      while (Clock::now() - t0 < std::chrono::seconds(30)) {
+        asked = 0;
+        last = 0;
+        for (auto& s : sims)
+          if (int64_t a = s->asked_at) {
+            ++asked;
+            last = std::max(last, a);
+          }
+        if (asked == int(sims.size())) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      std::fprintf(out, "%d %lld", asked, static_cast<long long>(last));
+      for (auto& s : sims)
+        if (int64_t r = s->asked_real) std::fprintf(out, " %lld", static_cast<long long>(r));
+      std::fprintf(out, "\n");
+    } else {
+      break;  // "stop", or the parent is gone
+    }
+    std::fflush(out);
+  }
+  stop = true;
+  ticker.join();
+  for (auto& s : sims) s->cancel();
+  for (auto& s : sims) s->wait_done();
+  return 0;
+}
+
+struct Worker {
+  pid_t pid = 0;
+  FILE* to = nullptr;
+  FILE* from = nullptr;
+  // Sends a command; returns its one-line answer ("" when the worker is gone).
+  std::string ask(const char* cmd) {
+    std::fputs(cmd, to);
+    std::fflush(to);
+    char* buf = nullptr;
+    size_t cap = 0;
+    ssize_t n = getline(&buf, &cap, from);
+    std::string out = n > 0 ? std::string(buf, size_t(n)) : std::string();
+    std::free(buf);
+    return out;
+  }
+};
+
+// Starts the workers, before this process touches gRPC (it is not safe across fork).
+bool start_workers(const Options& o, std::vector<Worker>* workers) {
+  std::fflush(stdout);
+  for (int i = 0; i < o.procs; ++i) {
+    int down[2], up[2];
+    if (pipe(down) != 0 || pipe(up) != 0) return false;
+    pid_t pid = fork();
+    if (pid < 0) return false;
+    if (pid == 0) {
+      close(down[1]);
+      close(up[0]);
+      for (auto& w : *workers) {
+        std::fclose(w.to);
+        std::fclose(w.from);
+      }
+      FILE* in = fdopen(down[0], "r");
+      FILE* out = fdopen(up[1], "w");
+      _exit(run_worker(o, i, in, out));
+    }
+    close(down[0]);
+    close(up[1]);
+    workers->push_back({pid, fdopen(down[1], "w"), fdopen(up[0], "r")});
+  }
+  return true;
+}
+
+double workers_cpu_seconds(const std::vector<Worker>& workers) {
+  double sum = self_cpu_seconds();
+  for (const auto& w : workers) sum += cpu_seconds(int(w.pid));
+  return sum;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   fr::daemon::setup_grpc_process();
-  std::string addr;
-  int nodes = 512, ranks = 8, pid = 0, channels = 64;
-  double interval = 1.0, warmup = 4, window = 6;
+  Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
-    if (k == "--coordinator") addr = v;
-    else if (k == "--nodes") nodes = std::atoi(v.c_str());
-    else if (k == "--ranks") ranks = std::atoi(v.c_str());
-    else if (k == "--coordinator-pid") pid = std::atoi(v.c_str());
-    else if (k == "--channels") channels = std::atoi(v.c_str());
-    else if (k == "--interval") interval = std::atof(v.c_str());
-    else if (k == "--warmup") warmup = std::atof(v.c_str());
-    else if (k == "--window") window = std::atof(v.c_str());
+    if (k == "--coordinator") o.addr = v;
+    else if (k == "--nodes") o.nodes = std::atoi(v.c_str());
+    else if (k == "--ranks") o.ranks = std::atoi(v.c_str());
+    else if (k == "--coordinator-pid") o.pid = std::atoi(v.c_str());
+    else if (k == "--channels") o.channels = std::atoi(v.c_str());
+    else if (k == "--procs") o.procs = std::atoi(v.c_str());
+    else if (k == "--interval") o.interval = std::atof(v.c_str());
+    else if (k == "--warmup") o.warmup = std::atof(v.c_str());
+    else if (k == "--window") o.window = std::atof(v.c_str());
     else {
       std::fprintf(stderr, "frd-loadgen: unknown option %s\n", k.c_str());
       return 2;
     }
   }
-  if (addr.empty() || nodes < 1 || ranks < 1 || channels < 1) {
+  if (o.addr.empty() || o.nodes < 1 || o.ranks < 1 || o.channels < 1 || o.procs < 1 ||
+      o.interval <= 0) {
     std::fprintf(stderr,
                  "usage: frd-loadgen --coordinator HOST:PORT --coordinator-pid PID [--nodes N] "
-                 "[--ranks R] [--interval SEC] [--channels C] [--warmup SEC] [--window SEC]\n");
+                 "[--ranks R] [--interval SEC] [--channels C] [--procs P] [--warmup SEC] "
+                 "[--window SEC]\n");
     return 2;
   }
-  std::vector<std::unique_ptr<fr::v1::Coordinator::Stub>> stubs;
-  for (int c = 0; c < channels; ++c) {
-    grpc::ChannelArguments args;
-    args.SetInt("fr.loadgen.channel", c);  // distinct arguments: a connection per channel
-    args.SetMaxReceiveMessageSize(8 << 20);
-    stubs.push_back(fr::v1::Coordinator::NewStub(
-        grpc::CreateCustomChannel(addr, grpc::InsecureChannelCredentials(), args)));
+  o.procs = std::min(o.procs, o.nodes);
+  std::vector<Worker> workers;
+  if (!start_workers(o, &workers)) {
+    std::perror("frd-loadgen: starting the workers");
+    return 1;
   }
+  const std::string addr = o.addr;
+  const int nodes = o.nodes, ranks = o.ranks, pid = o.pid;
+  const double warmup = o.warmup, window = o.window;
   // The trigger and Status calls: a connection of their own, as `frd trigger` would have.
   grpc::ChannelArguments control_args;
   control_args.SetInt("fr.loadgen.channel", -1);
@@ -297,47 +438,38 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::seconds(1));
     }
   });
-  std::vector<std::unique_ptr<SimNode>> sims;
-  for (int n = 0; n < nodes; ++n)
-    sims.push_back(std::make_unique<SimNode>(stubs[size_t(n % channels)].get(), n, ranks));
-
-  std::atomic<bool> stop{false};
-  // Heartbeats spread over the interval: node n is due at (tick + n/nodes) periods. The ticker
-  // wakes every 5 ms and sends whatever is due, so a loaded machine delays but never drops them.
-  std::thread ticker([&] {
-    auto start = Clock::now();
-    const double period = interval;
-    uint64_t next = 0;  // heartbeats sent so far, in schedule order
-    while (!stop) {
-      double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-      uint64_t due = uint64_t(elapsed / period * nodes);
-      for (; next < due && !stop; ++next) sims[size_t(next % uint64_t(nodes))]->heartbeat();
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  });
-
   auto t_start = Clock::now();
   while (Clock::now() - t_start < std::chrono::duration<double>(warmup))
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // The workers' counts: welcomed nodes, heartbeats sent, skipped.
+  auto counts = [&](int* welcomed, uint64_t* sent, uint64_t* skipped) {
+    *welcomed = 0;
+    *sent = *skipped = 0;
+    for (auto& w : workers) {
+      int a = 0;
+      unsigned long long b = 0, c = 0;
+      if (std::sscanf(w.ask("count\n").c_str(), "%d %llu %llu", &a, &b, &c) != 3) continue;
+      *welcomed += a;
+      *sent += b;
+      *skipped += c;
+    }
+  };
   int welcomed = 0;
-  for (auto& s : sims) welcomed += s->welcomed;
+  uint64_t sent0 = 0, skipped = 0;
+  counts(&welcomed, &sent0, &skipped);
   double c0 = pid ? cpu_seconds(pid) : 0;
-  double self0 = self_cpu_seconds();
+  double self0 = workers_cpu_seconds(workers);
   double load0[3] = {0, 0, 0};
   getloadavg(load0, 3);
   auto w0 = Clock::now();
-  uint64_t sent0 = 0;
-  for (auto& s : sims) sent0 += s->sent;
   std::this_thread::sleep_for(std::chrono::duration<double>(window));
   double c1 = pid ? cpu_seconds(pid) : 0;
-  double self1 = self_cpu_seconds();
+  double self1 = workers_cpu_seconds(workers);
   double wsec = std::chrono::duration<double>(Clock::now() - w0).count();
   double rss = pid ? status_mib(pid, "VmRSS") : -1;
-  uint64_t sent1 = 0, skipped = 0;
-  for (auto& s : sims) {
-    sent1 += s->sent;
-    skipped += s->skipped;
-  }
+  uint64_t sent1 = 0;
+  int welcomed_after = 0;
+  counts(&welcomed_after, &sent1, &skipped);
 
   keep = false;
   // How long the coordinator takes to answer a call now (its backlog).
@@ -349,7 +481,7 @@ int main(int argc, char** argv) {
   std::string error, incident;
   auto t0 = Clock::now();
   const int64_t t0_real = real_now();
-  const double fan_c0 = pid ? cpu_seconds(pid) : 0, fan_self0 = self_cpu_seconds();
+  const double fan_c0 = pid ? cpu_seconds(pid) : 0, fan_self0 = workers_cpu_seconds(workers);
   bool triggered = false;
   double replied = -1;
   {
@@ -364,37 +496,42 @@ int main(int argc, char** argv) {
     if (!triggered) error = st.ok() ? rep.error() : st.error_message();
     replied = std::chrono::duration<double>(Clock::now() - t0).count();
   }
+  // Each worker answers once all its nodes have their request (or after 30 s): how many, the
+  // last one's time, and when each had it (real time, to compare with the decision).
   int asked = 0;
   int64_t last = 0;
-  while (triggered && Clock::now() - t0 < std::chrono::seconds(30)) {
-    asked = 0;
-    last = 0;
-    for (auto& s : sims) {
-      int64_t a = s->asked_at;
-      if (a) {
-        ++asked;
-        last = std::max(last, a);
+  std::vector<int64_t> asked_real;
+  if (triggered) {
+    for (auto& w : workers) std::fputs("asked\n", w.to), std::fflush(w.to);
+    for (auto& w : workers) {
+      char* buf = nullptr;
+      size_t cap = 0;
+      if (getline(&buf, &cap, w.from) > 0) {
+        std::istringstream in(buf);
+        int a = 0;
+        long long l = 0, r = 0;
+        in >> a >> l;
+        asked += a;
+        last = std::max(last, int64_t(l));
+        while (in >> r) asked_real.push_back(r);
       }
+      std::free(buf);
     }
-    if (asked == nodes) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   double fanout = last ? double(last - t0.time_since_epoch().count()) / 1e9 : -1;
   const double fan_wall = std::chrono::duration<double>(Clock::now() - t0).count();
   const double fan_cpu = pid ? cpu_seconds(pid) - fan_c0 : 0;
-  const double fan_self = self_cpu_seconds() - fan_self0;
-  // When each node had its request, from the coordinator's decision.
-  std::vector<int64_t> asked_real;
-  for (auto& s : sims)
-    if (s->asked_real) asked_real.push_back(s->asked_real);
+  const double fan_self = workers_cpu_seconds(workers) - fan_self0;
   std::sort(asked_real.begin(), asked_real.end());
   const int64_t opened = triggered ? incident_opened_ns(control.get(), incident) : 0;
 
-  stop = true;
-  ticker.join();
   keeper.join();
-  for (auto& s : sims) s->cancel();
-  for (auto& s : sims) s->wait_done();
+  for (auto& w : workers) {
+    std::fputs("stop\n", w.to);
+    std::fclose(w.to);
+    std::fclose(w.from);
+    waitpid(w.pid, nullptr, 0);
+  }
 
   std::printf("nodes %d x %d ranks (%d GPUs): %d/%d connected, %.0f heartbeats/s (%llu skipped)\n",
               nodes, ranks, nodes * ranks, welcomed, nodes, double(sent1 - sent0) / wsec,
