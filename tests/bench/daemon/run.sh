@@ -17,7 +17,8 @@
 #     last one) and the load generator to the others (taskset), as the sizing rule in docs/frd.md
 #     plans for a coordinator; "0" leaves both to the scheduler on every core; "both" measures
 #     each count both ways; the default ("auto") pins when the machine has 2 cores or more. The
-#     CPUs each side got are printed.
+#     CPUs each side got are printed. The load generator runs its nodes in 4 worker processes
+#     (frd-loadgen --procs), so that it is not the limit at 16384 nodes.
 # Usage: run.sh <build-dir> [node counts...]   (FR_BENCH_HEALTHY_STEPS: steps of the healthy job;
 #        FR_BENCH_LOAD_ONLY=1: only the state machine and the coordinator under load, 3.)
 #  4. the stacks of every rank of a node at a dump (8 ranks, frd node's "stacks of 8 of 8
@@ -137,6 +138,11 @@ echo "-- the coordinator's state machine alone (CPU time, no gRPC)"
 statebench=$build/tests/bench/daemon/frd-state-bench
 [[ -x $statebench ]] || statebench=$build/bin/frd-state-bench
 if [[ -x $statebench ]]; then "$statebench" "${counts[@]}"; else echo "  skipped: $statebench not built"; fi
+
+echo "-- one heartbeat's decoding (CPU time, no gRPC)"
+decodebench=$build/tests/bench/daemon/frd-decode-bench
+[[ -x $decodebench ]] || decodebench=$build/bin/frd-decode-bench
+if [[ -x $decodebench ]]; then "$decodebench"; else echo "  skipped: $decodebench not built"; fi
 
 if [[ ${FR_BENCH_LOAD_ONLY:-0} != 1 ]]; then
 echo "-- stacks of 8 ranks of one node at a dump (frd node, 1 node x 8 ranks)"
