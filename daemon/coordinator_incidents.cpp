@@ -248,9 +248,11 @@ Actions CoordinatorState::tick(int64_t now_mono) {
       persist(inc, &a);
     }
   for (auto& inc : incidents_) close_if_cleared(inc, &a);
-  forget(now_mono);
   age_findings(now_mono, &a);
   if (!active()) detect(newly_lost, now_mono, &a);
+  // After detection: newly_lost points into nodes_, and a node lost just now is the news, not
+  // something to forget (with --forget-after below the heartbeat timeout it would qualify).
+  forget(now_mono);
   return a;
 }
 
