@@ -59,7 +59,7 @@ struct Run {
   int64_t now = 1'000'000'000;
   std::unique_ptr<DumpReceiver> receiver;
   DumpHeader header;
-  NodeReport report;  // reused between heartbeats, as the coordinator reuses its reports
+  fr::daemon::NodeReport report;  // reused between heartbeats, as the coordinator reuses its reports
   bool receiving = false;
 
   static CoordinatorConfig config(const std::string& root) {
