@@ -1,7 +1,8 @@
 // The reactor of one node's control stream (server_impl.h), shared by the units that use it:
 // server_streams.cpp (the service creates it), server_threads.cpp (the fan-out threads send to
-// it, the applier takes its heartbeats). It reads the hello, hands heartbeats to the applier,
-// applies dump statuses, and writes what it is sent, one message at a time, in order.
+// it, the applier takes its heartbeats). It reads the hello, hands heartbeats to the applier as
+// the bytes they came in (the applier decodes them: wire.h), applies dump statuses, and writes
+// what it is sent, already encoded, one message at a time, in order.
 #pragma once
 
 #include <deque>
