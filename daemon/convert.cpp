@@ -44,6 +44,21 @@ void to_proto(const NodeReport& in, fr::v1::Heartbeat* out) {
   for (const auto& a : in.gpu_alerts) out->add_gpu_alerts(a);
 }
 
+NodeHello from_proto(const fr::v1::Hello& in) {
+  constexpr size_t kMaxRawName = 1024;  // far past what sanitize_name keeps (kMaxNameLen)
+  auto bounded = [](const std::string& s) { return s.substr(0, kMaxRawName); };
+  NodeHello h;
+  h.protocol = in.protocol();
+  h.node_name = bounded(in.node_name());
+  h.host = bounded(in.host());
+  h.job_id = bounded(in.job_id());
+  return h;
+}
+
+DumpStatusReport from_proto(const fr::v1::DumpStatus& in) {
+  return DumpStatusReport{printable(in.incident_id(), 64), in.ok(), printable(in.error(), 256)};
+}
+
 NodeReport from_proto(const fr::v1::Heartbeat& in) {
   NodeReport r;
   from_proto(in, &r);

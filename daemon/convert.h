@@ -17,6 +17,11 @@ NodeReport from_proto(const fr::v1::Heartbeat& in);
 // heartbeat into reports that the state hands back (CoordinatorState::heartbeat).
 void from_proto(const fr::v1::Heartbeat& in, NodeReport* out);
 
+// A Hello's names are passed on raw but bounded (the state sanitizes them where it keeps them);
+// a dump status's id and error become printable text.
+NodeHello from_proto(const fr::v1::Hello& in);
+DumpStatusReport from_proto(const fr::v1::DumpStatus& in);
+
 void to_proto(const DumpHeader& in, fr::v1::UploadHeader* out);
 DumpHeader from_proto(const fr::v1::UploadHeader& in);
 

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <string>
 
 namespace fr::daemon {
 
@@ -19,6 +20,30 @@ int64_t real_ns() {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+uint32_t agree_protocol(uint32_t peer, std::string* error) {
+  if (peer < kMinProtocol) {
+    *error = "the peer speaks protocol " + std::to_string(peer) + "; this side speaks " +
+             std::to_string(kMinProtocol) + " to " + std::to_string(kProtocol);
+    return 0;
+  }
+  return std::min(peer, kProtocol);
+}
+
+namespace {
+constexpr uint32_t kNodeMessageSince[] = {
+#define FR_X_SINCE(e, v) v,
+    FR_NODE_MESSAGE_LIST(FR_X_SINCE)};
+constexpr uint32_t kCoordinatorMessageSince[] = {FR_COORDINATOR_MESSAGE_LIST(FR_X_SINCE)};
+#undef FR_X_SINCE
+}  // namespace
+
+bool may_send(NodeMessageKind k, uint32_t agreed) {
+  return kNodeMessageSince[size_t(k)] <= agreed;
+}
+bool may_send(CoordinatorMessageKind k, uint32_t agreed) {
+  return kCoordinatorMessageSince[size_t(k)] <= agreed;
 }
 
 int64_t ProcessReport::oldest_age_ns() const {

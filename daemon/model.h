@@ -8,6 +8,59 @@
 
 namespace fr::daemon {
 
+// The node<->coordinator protocol's version. A node says the version it speaks in its Hello; the
+// coordinator answers with the version both will speak, the lower of the two, in its Welcome (a
+// coordinator of version 1 sends none: the node then speaks 1). A peer below kMinProtocol is
+// refused. What each version added:
+//   1  Hello, Heartbeat, DumpStatus up; Welcome, Ping, DumpRequest down. A message whose body
+//      the receiver does not know closes the stream.
+//   2  Welcome names the agreed version; a message whose body the receiver does not know is
+//      counted and skipped, so a newer peer's new messages break nothing.
+// A new message goes into the list below with the version that adds it; a peer sends it only
+// when the agreed version has it (may_send), so an older peer never receives it.
+inline constexpr uint32_t kProtocol = 2;
+inline constexpr uint32_t kMinProtocol = 1;
+
+// X(enumerator, version that added it): the messages a node sends, then those it receives.
+#define FR_NODE_MESSAGE_LIST(X) \
+  X(kHello, 1)                  \
+  X(kHeartbeat, 1)              \
+  X(kDumpStatus, 1)
+#define FR_COORDINATOR_MESSAGE_LIST(X) \
+  X(kWelcome, 1)                       \
+  X(kPing, 1)                          \
+  X(kDumpRequest, 1)
+
+enum class NodeMessageKind {
+#define FR_X_KIND(e, v) e,
+  FR_NODE_MESSAGE_LIST(FR_X_KIND)
+};
+enum class CoordinatorMessageKind {
+  FR_COORDINATOR_MESSAGE_LIST(FR_X_KIND)
+#undef FR_X_KIND
+};
+
+// The version a peer that says `peer` and this side agree on; 0, with *error set, when none.
+uint32_t agree_protocol(uint32_t peer, std::string* error);
+// Whether a message of this kind may go to a peer that agreed on `agreed`.
+bool may_send(NodeMessageKind k, uint32_t agreed);
+bool may_send(CoordinatorMessageKind k, uint32_t agreed);
+
+// A node's Hello, as the logic sees it (names sanitized by convert.cpp).
+struct NodeHello {
+  uint32_t protocol = 0;
+  std::string node_name;
+  std::string host;
+  std::string job_id;
+};
+
+// A node's word on a dump it was asked for.
+struct DumpStatusReport {
+  std::string incident_id;
+  bool ok = false;
+  std::string error;
+};
+
 struct CommProgress {
   uint64_t comm_id = 0;
   int size = -1;

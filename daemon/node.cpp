@@ -44,9 +44,19 @@ struct NodeDaemon::Stream {
   grpc::ClientContext ctx;
   std::unique_ptr<grpc::ClientReaderWriter<fr::v1::NodeMessage, fr::v1::CoordinatorMessage>> rw;
   std::mutex wmu;
-  bool write(const fr::v1::NodeMessage& m) {
+  // A message goes out only when the version agreed with the coordinator has it (model.h);
+  // before the welcome, only what the oldest version has. One held back counts as written.
+  bool write(const fr::v1::NodeMessage& m, uint32_t agreed) {
+    if (!may_send(kind_of(m), agreed ? agreed : kMinProtocol)) return true;
     std::lock_guard<std::mutex> lk(wmu);
     return rw->Write(m);
+  }
+  static NodeMessageKind kind_of(const fr::v1::NodeMessage& m) {
+    switch (m.body_case()) {
+      case fr::v1::NodeMessage::kHello: return NodeMessageKind::kHello;
+      case fr::v1::NodeMessage::kDumpStatus: return NodeMessageKind::kDumpStatus;
+      default: return NodeMessageKind::kHeartbeat;
+    }
   }
 };
 
@@ -81,7 +91,7 @@ void NodeDaemon::send_dump_status(const std::string& incident, bool ok, const st
   m.mutable_dump_status()->set_ok(ok);
   m.mutable_dump_status()->set_error(error);
   std::lock_guard<std::mutex> lk(mu_);
-  if (stream_) stream_->write(m);
+  if (stream_) stream_->write(m, protocol_);
 }
 
 void NodeDaemon::check_log_dir() {
@@ -112,6 +122,9 @@ std::string NodeDaemon::metrics() const {
   metric("frd_node_dumps_delivered_total", "counter", "Dumps the coordinator accepted.", c.dumps_delivered);
   metric("frd_node_dumps_failed_total", "counter", "Dumps that could not be taken or were refused.", c.dumps_failed);
   metric("frd_node_dumps_pending", "gauge", "Dumps taken or queued, not yet delivered.", state_.pending_count());
+  metric("frd_node_unknown_messages_total", "counter",
+         "Coordinator messages of a kind this node does not know (a newer coordinator's), skipped.",
+         unknown_commands_);
   metric("frd_node_log_dir_readable", "gauge", "0 while the log directory cannot be read.",
          state_.log_dir_readable() ? 1 : 0);
   return o;
@@ -194,6 +207,7 @@ void NodeDaemon::connect_once() {
     std::lock_guard<std::mutex> lk(mu_);
     stream_ = nullptr;
     connected_ = false;
+    protocol_ = 0;
     if (stopping_) return;
     a = state_.stream_closed(st.ok() ? std::string() : st.error_message(), mono_ns());
   }
@@ -204,7 +218,7 @@ void NodeDaemon::connect_once() {
 bool NodeDaemon::send_hello(Stream& s) {
   fr::v1::NodeMessage hello;
   auto* h = hello.mutable_hello();
-  h->set_protocol(1);
+  h->set_protocol(kProtocol);
   h->set_node_name(opts_.node_name);
   h->set_host(host_);
   h->set_node_time_ns(real_ns());
@@ -213,7 +227,7 @@ bool NodeDaemon::send_hello(Stream& s) {
     h->set_job_id(state_.job_filter());
     for (const auto& id : state_.pending_incidents()) h->add_pending()->set_incident_id(id);
   }
-  return s.write(hello);
+  return s.write(hello, protocol_);
 }
 
 // The reader thread: the coordinator's commands, until the stream ends.
@@ -221,14 +235,25 @@ void NodeDaemon::read_commands(Stream& s, std::atomic<bool>* done) {
   fr::v1::CoordinatorMessage m;
   while (s.rw->Read(&m)) {
     std::lock_guard<std::mutex> lk(mu_);
-    if (m.has_welcome()) {
-      apply(state_.welcome(m.welcome().job_id(), m.welcome().stall_after_ms(), m.welcome().upload_key()));
-      connected_ = true;
-    } else if (m.has_ping()) {
-      state_.ping(m.ping().t1_ns(), real_ns());
-    } else if (m.has_dump_request()) {
-      const auto& r = m.dump_request();
-      apply(state_.dump_request(r.job_id(), r.incident_id(), r.reason()));
+    switch (m.body_case()) {
+      case fr::v1::CoordinatorMessage::kWelcome: {
+        const auto& w = m.welcome();
+        // A coordinator of protocol 1 names no version.
+        protocol_ = w.protocol() == 0 ? 1u : std::min(w.protocol(), kProtocol);
+        apply(state_.welcome(w.job_id(), w.stall_after_ms(), w.upload_key()));
+        connected_ = true;
+        break;
+      }
+      case fr::v1::CoordinatorMessage::kPing: state_.ping(m.ping().t1_ns(), real_ns()); break;
+      case fr::v1::CoordinatorMessage::kDumpRequest: {
+        const auto& r = m.dump_request();
+        apply(state_.dump_request(r.job_id(), r.incident_id(), r.reason()));
+        break;
+      }
+      default:
+        // A newer coordinator's message: skipped, counted, said once.
+        if (unknown_commands_.fetch_add(1) == 0)
+          log("the coordinator sent a message this node does not know; skipping such messages");
     }
   }
   *done = true;
@@ -288,7 +313,7 @@ bool NodeDaemon::send_heartbeat(Stream& s, ScanResult scan) {
     e->set_t2_ns(echo->t2_ns);
     e->set_t3_ns(real_ns());
   }
-  if (!s.write(hb)) return false;
+  if (!s.write(hb, protocol_)) return false;
   heartbeats_++;
   return true;
 }

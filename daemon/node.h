@@ -63,6 +63,8 @@ class NodeDaemon {
   const std::string& node_name() const { return opts_.node_name; }
   // Prometheus text for `frd node --metrics-listen` (safe from any thread).
   std::string metrics() const;
+  // The protocol version agreed with the coordinator on the current stream (0 while none).
+  uint32_t protocol() const { return protocol_.load(); }
 
   using Key = DumpKey;
 
@@ -110,6 +112,8 @@ class NodeDaemon {
   std::thread dumper_;
   // For metrics.
   std::atomic<bool> connected_{false};
+  std::atomic<uint32_t> protocol_{0};
+  std::atomic<uint64_t> unknown_commands_{0};  // coordinator messages this node does not know
   std::atomic<uint64_t> heartbeats_{0}, processes_{0}, processes_alive_{0};
   GpuMonitor gpus_;
   size_t xids_seen_ = 0;

@@ -74,7 +74,12 @@ void CoordinatorServer::Impl::add_pages() {
               "# HELP frd_heartbeats_replaced_total Heartbeats replaced by a newer one from the "
               "same node before they were applied (the coordinator short of CPU).\n"
               "# TYPE frd_heartbeats_replaced_total counter\n"
-              "frd_heartbeats_replaced_total " + std::to_string(replaced) + "\n";
+              "frd_heartbeats_replaced_total " + std::to_string(replaced) + "\n"
+              "# HELP frd_unknown_messages_total Node messages of a kind this coordinator does "
+              "not know (a newer node's), skipped.\n"
+              "# TYPE frd_unknown_messages_total counter\n"
+              "frd_unknown_messages_total " +
+              std::to_string(unknown_messages.load(std::memory_order_relaxed)) + "\n";
     return r;
   });
   // Paged as `frd status` is: ?offset=N&limit=N&summary=1.

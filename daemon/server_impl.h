@@ -1,8 +1,8 @@
 // The coordinator server's inside (server.h), shared by its units and seen by nothing else:
 // server.cpp starts and stops it (listeners, HTTP pages, threads), server_streams.cpp holds the
-// gRPC service (uploads, placed dumps, status, trigger) and the ticker, server_node_stream.h the
-// node streams' reactor, server_threads.cpp the threads that drive the streams (fan-out,
-// heartbeats), server_writers.cpp the threads that write to disk (dump sets, placed-dump checks,
+// gRPC service (uploads, placed dumps, status, trigger) and the ticker, server_node_stream.h
+// (and .cpp) the node streams' reactor, server_threads.cpp the threads that drive the streams
+// (fan-out, heartbeats), server_writers.cpp the threads that write to disk (dump sets, placed-dump checks,
 // incident.json). Locking: Impl::mu guards the state, the stream and upload registries and the
 // queues; each NodeStream has its own write lock, always taken after Impl::mu, never before, and
 // so are the fan-out queue's lock and the heartbeat queue's lock (hb_mu); a stream's write lock
@@ -12,6 +12,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -108,6 +109,8 @@ struct CoordinatorServer::Impl {
   // slice to gRPC starts their reads again (resume_reads).
   std::vector<NodeStream*> reads_deferred;
   uint64_t heartbeats_replaced = 0;      // waiting heartbeats a newer one replaced
+  // Node messages whose body this version does not know, skipped (gRPC's threads count them).
+  std::atomic<uint64_t> unknown_messages{0};
   std::thread applier;
 
   std::unique_ptr<grpc::Service> service;  // declared before the server: outlives it

@@ -473,49 +473,53 @@ static inline void fr_copy_words_in(uint64_t* dst, const uint64_t* src, size_t w
   for (size_t i = 0; i < words; ++i) __atomic_store_n(&dst[i], src[i], __ATOMIC_RELAXED);
 }
 
-/* Writer: publish a whole record into its ring slot (lock word excluded from `rec`). Returns 0 if
- * the slot was busy with another thread's write; the caller counts the record as lost. */
-static inline int fr_record_publish(fr_record* slot, const fr_record* rec) {
+/* Writer: the one publish of every locked entry: the `words` payload words after the lock word of
+ * `src` into those of `slot`, under the lock. Returns 0 if the entry was busy with another
+ * thread's write. */
+static inline int fr_seq_publish(uint64_t* slot, const uint64_t* src, size_t words) {
   uint64_t before;
-  if (!fr_seq_try_begin(&slot->lock, &before)) return 0;
-  fr_copy_words_in((uint64_t*)slot + 1, (const uint64_t*)rec + 1, sizeof(fr_record) / 8 - 1);
-  fr_seq_end(&slot->lock, before);
+  if (!fr_seq_try_begin(slot, &before)) return 0;
+  fr_copy_words_in(slot + 1, src + 1, words);
+  fr_seq_end(slot, before);
   return 1;
 }
 
-/* Reader: copy a record out of a slot. Returns 1 for a whole, published copy; 0 when the slot was
- * never written, was being written, or changed while it was copied (torn). */
-static inline int fr_record_read(const fr_record* slot, fr_record* out) {
-  uint64_t l1 = __atomic_load_n(&slot->lock, __ATOMIC_ACQUIRE);
+/* Writer: publish a whole record into its ring slot (lock word excluded from `rec`). Returns 0 if
+ * the slot was busy with another thread's write; the caller counts the record as lost. */
+static inline int fr_record_publish(fr_record* slot, const fr_record* rec) {
+  return fr_seq_publish((uint64_t*)slot, (const uint64_t*)rec, sizeof(fr_record) / 8 - 1);
+}
+
+/* Reader: the one read of every locked entry. Copies the `words` payload words that follow the
+ * lock word at `slot` (an entry's first word) into `out` (the same layout), and stores the lock
+ * value in out[0]. Returns 1 for a whole, published copy; 0 when the entry was never written, was
+ * being written, or changed while it was copied (torn). */
+static inline int fr_seq_read(const uint64_t* slot, uint64_t* out, size_t words) {
+  uint64_t l1 = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
   if (l1 == 0 || (l1 & 1u)) return 0;
-  fr_copy_words_out((uint64_t*)out + 1, (const uint64_t*)slot + 1, sizeof(fr_record) / 8 - 1);
+  fr_copy_words_out(out + 1, slot + 1, words);
   __atomic_thread_fence(__ATOMIC_ACQUIRE);
-  uint64_t l2 = __atomic_load_n(&slot->lock, __ATOMIC_RELAXED);
+  uint64_t l2 = __atomic_load_n(slot, __ATOMIC_RELAXED);
   if (l1 != l2) return 0;
-  out->lock = l1;
+  out[0] = l1;
   return 1;
+}
+
+/* Reader: copy a record out of a slot (fr_seq_read over the whole record). */
+static inline int fr_record_read(const fr_record* slot, fr_record* out) {
+  return fr_seq_read((const uint64_t*)slot, (uint64_t*)out, sizeof(fr_record) / 8 - 1);
 }
 
 /* The fixed part of a communicator entry (bytes 8..143) has the same protocol. */
 #define FR_COMM_FIXED_WORDS ((offsetof(fr_comm_entry, state) - 8) / 8)
 
 static inline int fr_comm_publish_fixed(fr_comm_entry* slot, const fr_comm_entry* c) {
-  uint64_t before;
-  if (!fr_seq_try_begin(&slot->lock, &before)) return 0;
-  fr_copy_words_in((uint64_t*)slot + 1, (const uint64_t*)c + 1, FR_COMM_FIXED_WORDS);
-  fr_seq_end(&slot->lock, before);
-  return 1;
+  return fr_seq_publish((uint64_t*)slot, (const uint64_t*)c, FR_COMM_FIXED_WORDS);
 }
 
 /* Reader: the fixed part under the lock, then the live words one by one. */
 static inline int fr_comm_read(const fr_comm_entry* slot, fr_comm_entry* out) {
-  uint64_t l1 = __atomic_load_n(&slot->lock, __ATOMIC_ACQUIRE);
-  if (l1 == 0 || (l1 & 1u)) return 0;
-  fr_copy_words_out((uint64_t*)out + 1, (const uint64_t*)slot + 1, FR_COMM_FIXED_WORDS);
-  __atomic_thread_fence(__ATOMIC_ACQUIRE);
-  uint64_t l2 = __atomic_load_n(&slot->lock, __ATOMIC_RELAXED);
-  if (l1 != l2) return 0;
-  out->lock = l1;
+  if (!fr_seq_read((const uint64_t*)slot, (uint64_t*)out, FR_COMM_FIXED_WORDS)) return 0;
   size_t live = (sizeof(fr_comm_entry) - offsetof(fr_comm_entry, state)) / 8;
   fr_copy_words_out((uint64_t*)&out->state, (const uint64_t*)&slot->state, live);
   return 1;
@@ -525,21 +529,11 @@ static inline int fr_comm_read(const fr_comm_entry* slot, fr_comm_entry* out) {
 #define FR_GRAPH_FIXED_WORDS ((offsetof(fr_graph_entry, n_ops) - 8) / 8)
 
 static inline int fr_graph_publish_fixed(fr_graph_entry* slot, const fr_graph_entry* g) {
-  uint64_t before;
-  if (!fr_seq_try_begin(&slot->lock, &before)) return 0;
-  fr_copy_words_in((uint64_t*)slot + 1, (const uint64_t*)g + 1, FR_GRAPH_FIXED_WORDS);
-  fr_seq_end(&slot->lock, before);
-  return 1;
+  return fr_seq_publish((uint64_t*)slot, (const uint64_t*)g, FR_GRAPH_FIXED_WORDS);
 }
 
 static inline int fr_graph_read(const fr_graph_entry* slot, fr_graph_entry* out) {
-  uint64_t l1 = __atomic_load_n(&slot->lock, __ATOMIC_ACQUIRE);
-  if (l1 == 0 || (l1 & 1u)) return 0;
-  fr_copy_words_out((uint64_t*)out + 1, (const uint64_t*)slot + 1, FR_GRAPH_FIXED_WORDS);
-  __atomic_thread_fence(__ATOMIC_ACQUIRE);
-  uint64_t l2 = __atomic_load_n(&slot->lock, __ATOMIC_RELAXED);
-  if (l1 != l2) return 0;
-  out->lock = l1;
+  if (!fr_seq_read((const uint64_t*)slot, (uint64_t*)out, FR_GRAPH_FIXED_WORDS)) return 0;
   size_t live = (sizeof(fr_graph_entry) - offsetof(fr_graph_entry, n_ops)) / 8;
   fr_copy_words_out((uint64_t*)&out->n_ops, (const uint64_t*)&slot->n_ops, live);
   return 1;

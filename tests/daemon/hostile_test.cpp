@@ -655,7 +655,8 @@ TEST_CASE("hostile: messages that do not decode close that node's stream, and no
     return nlohmann::json::object();
   };
   // A heartbeat whose text is not UTF-8; a heartbeat with a hello after it in the same message
-  // (the hello is then the message's body); a message with no body this version knows.
+  // (the hello is then the message's body). (A message with no body this version knows is
+  // skipped: protocol_test.cpp.)
   fr::v1::NodeMessage not_utf8;
   to_proto(report("bad0", 1, 1, 0), not_utf8.mutable_heartbeat());
   not_utf8.mutable_heartbeat()->mutable_processes(0)->set_log("rank\xff.frlog");
@@ -665,10 +666,8 @@ TEST_CASE("hostile: messages that do not decode close that node's stream, and no
   hello.set_node_name("bad1");
   two_bodies.GetReflection()->MutableUnknownFields(&two_bodies)->AddLengthDelimited(
       1, hello.SerializeAsString());
-  fr::v1::NodeMessage unknown;
-  unknown.GetReflection()->MutableUnknownFields(&unknown)->AddVarint(9, 1);
   int i = 0;
-  for (const auto* m : {&not_utf8, &two_bodies, &unknown}) {
+  for (const auto* m : {&not_utf8, &two_bodies}) {
     const std::string name = "bad" + std::to_string(i++);
     INFO(name);
     Peer bad(client(server.port()), name);

@@ -2,13 +2,15 @@
 // keeps the Welcome's upload key, heartbeats when told, and collects the dump requests it gets.
 // Used to act as a real node (uploads must come from the connection that was asked) and as a
 // hostile one. With it, the coordinator those tests run it against on loopback (loopback_config,
-// loopback_options). Header only: the tests that use it link the gRPC adapters already.
+// loopback_options), and a real node daemon on a thread of its own (RunningNode). Header only: the tests that use it link the gRPC adapters already.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
+#include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "daemon/client.h"
 #include "daemon/convert.h"
 #include "daemon/crc32c.h"
+#include "daemon/node.h"
 #include "daemon/server.h"
 #include "fr/v1/frd.grpc.pb.h"
 
@@ -43,14 +46,44 @@ inline ServerOptions loopback_options() {
   return o;
 }
 
+// A node daemon on its own thread.
+struct RunningNode {
+  NodeDaemon daemon;
+  std::thread thread;
+  explicit RunningNode(NodeOptions o) : daemon(std::move(o)) {
+    std::string err;
+    if (!daemon.init(&err)) throw std::runtime_error("node init: " + err);
+    thread = std::thread([this] { daemon.run(); });
+  }
+  ~RunningNode() {
+    daemon.stop();
+    thread.join();
+  }
+};
+
+inline NodeOptions node_options(int port, const std::string& logs, const std::string& spool,
+                         const std::string& name = "n0") {
+  NodeOptions o;
+  o.client.address = "127.0.0.1:" + std::to_string(port);
+  o.log_dir = logs;
+  o.node_name = name;
+  o.spool_dir = spool;
+  o.heartbeat_interval_ns = 200'000'000;
+  o.stall_after_ns = 2'000'000'000;
+  o.quiet = !getenv("FR_DEBUG");
+  return o;
+}
+
 class Peer {
  public:
-  Peer(const ClientOptions& c, const std::string& name, const std::string& job = "")
+  // `protocol`: the version its Hello says (1 by default: a node of the first protocol).
+  Peer(const ClientOptions& c, const std::string& name, const std::string& job = "",
+       uint32_t protocol = 1)
       : stub_(fr::v1::Coordinator::NewStub(make_channel(c))) {
     add_auth(&ctx_, c);
     rw_ = stub_->Connect(&ctx_);
     fr::v1::NodeMessage m;
-    m.mutable_hello()->set_protocol(1);
+    m.mutable_hello()->set_protocol(protocol);
     m.mutable_hello()->set_node_name(name);
     m.mutable_hello()->set_host(name);
     m.mutable_hello()->set_job_id(job);
@@ -59,6 +92,7 @@ class Peer {
     if (rw_->Read(&in) && in.has_welcome()) {
       welcomed = true;
       key = in.welcome().upload_key();
+      agreed = in.welcome().protocol();
       reader_ = std::thread([this] {
         fr::v1::CoordinatorMessage msg;
         while (rw_->Read(&msg))
@@ -110,6 +144,7 @@ class Peer {
 
   bool welcomed = false;
   std::string key;
+  uint32_t agreed = 0;  // the Welcome's protocol (0: the coordinator named none)
   grpc::Status status;
 
  private:

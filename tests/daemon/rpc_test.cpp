@@ -39,6 +39,8 @@ using fr::daemon::test::FakeLog;
 using fr::daemon::test::FakeOp;
 using fr::daemon::test::loopback_config;
 using fr::daemon::test::loopback_options;
+using fr::daemon::test::node_options;
+using fr::daemon::test::RunningNode;
 using fr::daemon::test::TempDir;
 using fr::daemon::test::slurp;
 using fr::daemon::test::wait_for;
@@ -50,34 +52,6 @@ constexpr int64_t kSec = 1'000'000'000;
 bool exists(const std::string& p) {
   struct stat st;
   return stat(p.c_str(), &st) == 0;
-}
-
-// A node daemon on its own thread.
-struct RunningNode {
-  NodeDaemon daemon;
-  std::thread thread;
-  explicit RunningNode(NodeOptions o) : daemon(std::move(o)) {
-    std::string err;
-    REQUIRE(daemon.init(&err));
-    thread = std::thread([this] { daemon.run(); });
-  }
-  ~RunningNode() {
-    daemon.stop();
-    thread.join();
-  }
-};
-
-NodeOptions node_options(int port, const std::string& logs, const std::string& spool,
-                         const std::string& name = "n0") {
-  NodeOptions o;
-  o.client.address = "127.0.0.1:" + std::to_string(port);
-  o.log_dir = logs;
-  o.node_name = name;
-  o.spool_dir = spool;
-  o.heartbeat_interval_ns = kSec / 5;
-  o.stall_after_ns = 2 * kSec;
-  o.quiet = !getenv("FR_DEBUG");
-  return o;
 }
 
 ClientOptions client(int port) {
@@ -331,6 +305,7 @@ TEST_CASE("hostile peers cannot crash, stall or fill the coordinator", "[daemon]
     grpc::ClientContext ctx;
     auto rw = stub->Connect(&ctx);
     fr::v1::NodeMessage m;
+    m.mutable_hello()->set_protocol(1);
     m.mutable_hello()->set_node_name("../../etc/\x01passwd");
     rw->Write(m);
     fr::v1::CoordinatorMessage in;

@@ -1,6 +1,7 @@
 // Writes seed scripts for fr_fuzz_frd_peer (see frd_peer_script.h) with the current protocol:
 // a node that connects, reports a stall and uploads its dump; a manual dump written in place; a
-// node of another job. Usage: fr_fuzz_frd_seeds OUT_DIR (creates OUT_DIR/frd_peer).
+// node of another job; and heartbeats for fr_fuzz_wire. Usage: fr_fuzz_frd_seeds OUT_DIR (creates
+// OUT_DIR/frd_peer and OUT_DIR/wire).
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "daemon/crc32c.h"
+#include "daemon/model.h"
 #include "fr/v1/frd.pb.h"
 #include "frd_peer_script.h"
 
@@ -17,7 +19,7 @@ namespace script = fr::fuzz::frd_script;
 
 std::string hello(const std::string& node, const std::string& job) {
   fr::v1::Hello h;
-  h.set_protocol(1);
+  h.set_protocol(fr::daemon::kProtocol);
   h.set_node_name(node);
   h.set_host(node + ".cluster");
   h.set_job_id(job);
@@ -152,6 +154,20 @@ int main(int argc, char** argv) {
   script::append(&s, script::kTick, ms(60000));
   script::append(&s, script::kStatus, "");
   ok &= write(out + "/lost_node", s);
+
+  // fr_fuzz_wire: a slicing byte, then a NodeMessage as a node sends it: a heartbeat alone, one
+  // with a stall, and one with a field of a later version.
+  const std::string wire = std::string(argv[1]) + "/wire";
+  mkdir(wire.c_str(), 0755);
+  for (int i = 0; i < 3; ++i) {
+    fr::v1::NodeMessage m;
+    m.mutable_heartbeat()->ParseFromString(heartbeat(0, i == 1 ? 5'000'000'000 : 0).substr(1));
+    if (i == 2)
+      m.mutable_heartbeat()->GetReflection()->MutableUnknownFields(m.mutable_heartbeat())
+          ->AddVarint(40, 7);
+    const std::string bytes_i = std::string(1, char(i)) + m.SerializeAsString();
+    ok &= write(wire + "/heartbeat" + std::to_string(i), bytes_i);
+  }
 
   if (!ok) {
     std::fprintf(stderr, "fr_fuzz_frd_seeds: cannot write seeds in %s\n", out.c_str());
