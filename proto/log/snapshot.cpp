@@ -17,7 +17,6 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-#include <type_traits>
 
 #include "log/local_logs.h"
 #include "log/reader.h"
@@ -154,6 +153,133 @@ SnapshotResult snapshot_dir(const SnapshotOptions& opts) {
   return res;
 }
 
+namespace {
+
+// One to_json and one from_json per manifest entry, so the writer and the reader name the same
+// fields. from_json takes what is there and of the right type; the caller decides what must be.
+json to_json(const ManifestNode& n) {
+  json e = {{"host", n.host}};
+  if (n.has_offset) e["clock_offset_ns"] = n.clock_offset_ns;
+  return e;
+}
+
+json to_json(const SnapshotProcess& p) {
+  return {{"rank", p.rank},         {"world_size", p.world_size}, {"pid", p.pid},
+          {"host", p.host},         {"job_id", p.job_id},         {"file", p.file},
+          {"source", p.source},     {"alive", p.alive},           {"records", p.records},
+          {"overwritten", p.overwritten}, {"torn", p.torn}};
+}
+
+json to_json(const SnapshotSkip& s) { return {{"file", s.file}, {"error", s.error}}; }
+
+void take(const json& o, const char* k, std::string* dst) {
+  auto it = o.find(k);
+  if (it != o.end() && it->is_string()) *dst = it->get<std::string>();
+}
+void take(const json& o, const char* k, uint64_t* dst) {
+  auto it = o.find(k);
+  if (it != o.end() && it->is_number_unsigned()) *dst = it->get<uint64_t>();
+}
+// A rank, size or pid: -1 to INT32_MAX, else left as it was.
+void take(const json& o, const char* k, int* dst) {
+  auto it = o.find(k);
+  if (it != o.end() && it->is_number_integer()) {
+    int64_t v = it->get<int64_t>();
+    if (v >= -1 && v <= INT32_MAX) *dst = int(v);
+  }
+}
+
+ManifestNode node_from_json(const json& n) {
+  ManifestNode node;
+  take(n, "host", &node.host);
+  if (auto o = n.find("clock_offset_ns"); o != n.end() && o->is_number_integer()) {
+    node.clock_offset_ns = o->get<int64_t>();
+    node.has_offset = true;
+  }
+  return node;
+}
+
+SnapshotProcess process_from_json(const json& p) {
+  SnapshotProcess sp;
+  take(p, "file", &sp.file);
+  take(p, "rank", &sp.rank);
+  take(p, "world_size", &sp.world_size);
+  take(p, "pid", &sp.pid);
+  take(p, "host", &sp.host);
+  take(p, "job_id", &sp.job_id);
+  take(p, "source", &sp.source);
+  if (auto it = p.find("alive"); it != p.end() && it->is_boolean()) sp.alive = it->get<bool>();
+  take(p, "records", &sp.records);
+  take(p, "overwritten", &sp.overwritten);
+  take(p, "torn", &sp.torn);
+  return sp;
+}
+
+SnapshotSkip skip_from_json(const json& s) {
+  SnapshotSkip sk;
+  take(s, "file", &sk.file);
+  take(s, "error", &sk.error);
+  return sk;
+}
+
+template <typename T>
+json array_of(const std::vector<T>& items) {
+  json a = json::array();
+  for (const auto& i : items) a.push_back(to_json(i));
+  return a;
+}
+
+// The manifest's own fields: schema (which must be ours), job, source, time, expected ranks.
+bool header_from_json(const json& m, Manifest* r, std::string* error) {
+  take(m, "schema", &r->schema);
+  if (r->schema != "fr-dumpset/1") {
+    *error = "manifest.json: unknown schema \"" + r->schema.substr(0, 64) +
+             "\" (expected fr-dumpset/1)";
+    return false;
+  }
+  take(m, "job_id", &r->job_id);
+  take(m, "source", &r->source);
+  take(m, "time_ns", &r->time_ns);
+  // A value that is not a rank count is left out, and said so (in the skipped list), not dropped
+  // silently.
+  if (auto it = m.find("expected_ranks"); it != m.end() && !it->is_null()) {
+    int64_t v = -1;
+    if (it->is_number_integer()) v = it->get<int64_t>();
+    if (v >= 0 && v <= (1 << 24))
+      r->expected_ranks = int(v);
+    else
+      r->skipped.push_back({"manifest.json", "expected_ranks " + it->dump().substr(0, 32) +
+                                                 " is not a rank count (0 to 16777216): ignored"});
+  }
+  return true;
+}
+
+// Every process must be an object whose file stays inside the dump set.
+bool processes_from_json(const json& m, std::vector<SnapshotProcess>* out, std::string* error) {
+  auto procs = m.find("processes");
+  if (procs == m.end() || !procs->is_array()) {
+    *error = "manifest.json: missing \"processes\" array";
+    return false;
+  }
+  size_t index = 0;
+  for (const auto& p : *procs) {
+    const std::string at = "manifest.json: processes[" + std::to_string(index++) + "]";
+    if (!p.is_object()) {
+      *error = at + " is not an object";
+      return false;
+    }
+    SnapshotProcess sp = process_from_json(p);
+    if (!safe_relative_path(sp.file)) {
+      *error = at + ".file is missing or leaves the dump set";
+      return false;
+    }
+    out->push_back(std::move(sp));
+  }
+  return true;
+}
+
+}  // namespace
+
 bool write_manifest(const std::string& out_dir, const std::string& job_id, uint64_t time_ns,
                     const std::vector<SnapshotProcess>& processes,
                     const std::vector<SnapshotSkip>& skipped,
@@ -166,23 +292,9 @@ bool write_manifest(const std::string& out_dir, const std::string& job_id, uint6
   m["time_ns"] = time_ns;
   m["time"] = iso_time(time_ns);
   if (expected_ranks >= 0) m["expected_ranks"] = expected_ranks;
-  json jn = json::array();
-  for (const auto& n : nodes) {
-    json e = {{"host", n.host}};
-    if (n.has_offset) e["clock_offset_ns"] = n.clock_offset_ns;
-    jn.push_back(e);
-  }
-  m["nodes"] = jn;
-  json jp = json::array();
-  for (const auto& p : processes)
-    jp.push_back({{"rank", p.rank}, {"world_size", p.world_size}, {"pid", p.pid},
-                  {"host", p.host}, {"job_id", p.job_id}, {"file", p.file},
-                  {"source", p.source}, {"alive", p.alive}, {"records", p.records},
-                  {"overwritten", p.overwritten}, {"torn", p.torn}});
-  m["processes"] = jp;
-  json js = json::array();
-  for (const auto& s : skipped) js.push_back({{"file", s.file}, {"error", s.error}});
-  m["skipped"] = js;
+  m["nodes"] = array_of(nodes);
+  m["processes"] = array_of(processes);
+  m["skipped"] = array_of(skipped);
   // Names from logs may hold invalid UTF-8: replace rather than throw.
   return files::write_atomic(out_dir + "/manifest.json",
                       m.dump(2, ' ', false, json::error_handler_t::replace) + "\n", error);
@@ -198,93 +310,15 @@ bool parse_manifest(const std::string& text, Manifest* out, std::string* error) 
     *error = "manifest.json is not a JSON object";
     return false;
   }
-  auto str = [&](const json& o, const char* k, std::string* dst) {
-    auto it = o.find(k);
-    if (it != o.end() && it->is_string()) *dst = it->get<std::string>();
-  };
   Manifest r;
-  str(m, "schema", &r.schema);
-  if (r.schema != "fr-dumpset/1") {
-    *error = "manifest.json: unknown schema \"" + r.schema.substr(0, 64) + "\" (expected fr-dumpset/1)";
-    return false;
-  }
-  str(m, "job_id", &r.job_id);
-  str(m, "source", &r.source);
-  if (auto it = m.find("time_ns"); it != m.end() && it->is_number_unsigned()) r.time_ns = it->get<uint64_t>();
-  // A value that is not a rank count is left out, and said so (in the skipped list), not dropped
-  // silently.
-  if (auto it = m.find("expected_ranks"); it != m.end() && !it->is_null()) {
-    int64_t v = -1;
-    if (it->is_number_integer()) v = it->get<int64_t>();
-    if (v >= 0 && v <= (1 << 24))
-      r.expected_ranks = int(v);
-    else
-      r.skipped.push_back({"manifest.json", "expected_ranks " + it->dump().substr(0, 32) +
-                                                " is not a rank count (0 to 16777216): ignored"});
-  }
-  if (auto it = m.find("nodes"); it != m.end() && it->is_array()) {
-    for (const auto& n : *it) {
-      if (!n.is_object()) continue;
-      ManifestNode node;
-      str(n, "host", &node.host);
-      if (auto o = n.find("clock_offset_ns"); o != n.end() && o->is_number_integer()) {
-        node.clock_offset_ns = o->get<int64_t>();
-        node.has_offset = true;
-      }
-      r.nodes.push_back(node);
-    }
-  }
-  auto procs = m.find("processes");
-  if (procs == m.end() || !procs->is_array()) {
-    *error = "manifest.json: missing \"processes\" array";
-    return false;
-  }
-  size_t index = 0;
-  for (const auto& p : *procs) {
-    if (!p.is_object()) {
-      *error = "manifest.json: processes[" + std::to_string(index) + "] is not an object";
-      return false;
-    }
-    SnapshotProcess sp;
-    str(p, "file", &sp.file);
-    if (!safe_relative_path(sp.file)) {
-      *error = "manifest.json: processes[" + std::to_string(index) +
-               "].file is missing or leaves the dump set";
-      return false;
-    }
-    auto num = [&](const char* k, auto* dst) {
-      auto it = p.find(k);
-      if (it != p.end() && it->is_number_integer()) {
-        int64_t v = it->get<int64_t>();
-        if (v >= -1 && v <= INT32_MAX) *dst = static_cast<std::remove_pointer_t<decltype(dst)>>(v);
-      }
-    };
-    num("rank", &sp.rank);
-    num("world_size", &sp.world_size);
-    num("pid", &sp.pid);
-    str(p, "host", &sp.host);
-    str(p, "job_id", &sp.job_id);
-    str(p, "source", &sp.source);
-    if (auto it = p.find("alive"); it != p.end() && it->is_boolean()) sp.alive = it->get<bool>();
-    auto u64 = [&](const char* k, uint64_t* dst) {
-      auto it = p.find(k);
-      if (it != p.end() && it->is_number_unsigned()) *dst = it->get<uint64_t>();
-    };
-    u64("records", &sp.records);
-    u64("overwritten", &sp.overwritten);
-    u64("torn", &sp.torn);
-    r.processes.push_back(std::move(sp));
-    ++index;
-  }
-  if (auto it = m.find("skipped"); it != m.end() && it->is_array()) {
-    for (const auto& s : *it) {
-      if (!s.is_object()) continue;
-      SnapshotSkip sk;
-      str(s, "file", &sk.file);
-      str(s, "error", &sk.error);
-      r.skipped.push_back(std::move(sk));
-    }
-  }
+  if (!header_from_json(m, &r, error)) return false;
+  if (auto it = m.find("nodes"); it != m.end() && it->is_array())
+    for (const auto& n : *it)
+      if (n.is_object()) r.nodes.push_back(node_from_json(n));
+  if (!processes_from_json(m, &r.processes, error)) return false;
+  if (auto it = m.find("skipped"); it != m.end() && it->is_array())
+    for (const auto& sk : *it)
+      if (sk.is_object()) r.skipped.push_back(skip_from_json(sk));
   *out = std::move(r);
   return true;
 }
