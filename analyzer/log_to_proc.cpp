@@ -71,24 +71,22 @@ uint64_t newest_launch_id(const fr::log::LogFile& log) {
   return UINT64_MAX;
 }
 
-// Every record of the log, each graph replay followed by the ops it ran (the graph's captured ops,
-// from the capture table). Replayed ops take their sequence numbers from the communicator's
-// counters, which advance by the graph's ops at each replay: counted back from the newest
-// (the entry's counter), re-anchored at every op the program issued itself.
-// Replayed ops are copies kept in `store`; the others point into the log. `entries` is emptied
-// first (a reading thread reuses it from one log to the next).
-Seen expand_replays(const fr::log::LogFile& log, std::deque<fr_record>* store, std::vector<Entry>* entries) {
-  struct Graph {
-    const fr_graph_entry* entry;
-    std::vector<const fr_record*> ops;  // by position
-    bool positions = false;
-    bool gpu_counted = false;  // the graph counts its replays on the GPU (version 3 on)
-  };
-  std::unordered_map<uint64_t, Graph> graphs;
+// A captured graph as expand_replays needs it: its entry and captured ops by position.
+struct ReplayGraph {
+  const fr_graph_entry* entry;
+  std::vector<const fr_record*> ops;  // by position
+  bool positions = false;
+  bool gpu_counted = false;  // the graph counts its replays on the GPU (version 3 on)
+};
+using ReplayGraphs = std::unordered_map<uint64_t, ReplayGraph>;
+
+// The log's graphs, each with its collective and point-to-point ops from the capture table.
+ReplayGraphs index_graphs(const fr::log::LogFile& log) {
+  ReplayGraphs graphs;
   const bool has_gpu_replays = log.header.version >= 3;  // the field exists from version 3 on
   for (const fr_graph_entry& g : log.graphs)
-    graphs[g.id] = Graph{&g, {}, (g.flags & FR_GRAPH_F_GPU_POSITION) != 0,
-                         has_gpu_replays && (g.flags & FR_GRAPH_F_GPU_REPLAYS) != 0};
+    graphs[g.id] = ReplayGraph{&g, {}, (g.flags & FR_GRAPH_F_GPU_POSITION) != 0,
+                               has_gpu_replays && (g.flags & FR_GRAPH_F_GPU_REPLAYS) != 0};
   for (const fr_record& r : log.captures) {
     auto it = graphs.find(r.aux);
     if (it == graphs.end() || r.op_index == 0 || r.op_index > 65536) continue;
@@ -97,60 +95,45 @@ Seen expand_replays(const fr::log::LogFile& log, std::deque<fr_record>* store, s
     if (ops.size() < r.op_index) ops.resize(r.op_index, nullptr);
     ops[r.op_index - 1] = &r;
   }
-  Seen seen;
-  seen.graphs = static_cast<uint32_t>(graphs.size());
-  // The newest launch: without the GPU's replay counter, the positions are its (replayed_state).
-  const uint64_t newest_launch = graphs.empty() ? UINT64_MAX : newest_launch_id(log);
+  return graphs;
+}
 
-  std::vector<Entry>& out = *entries;
-  out.clear();
-  out.reserve(log.records.size());
+// The ops one replay (the GraphLaunch `launch`) ran, appended to `out` as copies kept in `store`.
+void append_replay(const fr::log::LogFile& log, const ReplayGraph& g, const fr_record& launch,
+                   uint64_t newest_launch, std::deque<fr_record>* store, std::vector<Entry>* out) {
   const bool markers = (log.header.flags & FR_LOG_F_GPU_MARKERS) != 0;
-  for (const auto& rec : log.records) {
-    const uint16_t op = rec.raw.op;
-    if (op_class(op) == OpClass::API) {  // the rare kinds are all API calls: one test for most records
-      seen.shrinks |= op == FR_OP_COMM_SHRINK || op == FR_OP_COMM_SHRINK_EXCLUDED;
-      seen.grows |= op == FR_OP_COMM_GET_UNIQUE_ID || op == FR_OP_COMM_GROW;
-      if (op == FR_OP_COMM_SHRINK_EXCLUDED) continue;  // part of its shrink (shrink_excluded)
-    }
-    Entry& issued = out.emplace_back();  // built in place: no temporary to copy per record
-    issued.raw = &rec.raw;
-    issued.gpu_state = rec.gpu_state;
-    if (op != FR_OP_GRAPH_LAUNCH || (rec.raw.flags & FR_REC_F_NEVER_LAUNCHED)) continue;
-    auto it = graphs.find(rec.raw.aux);
-    if (it == graphs.end()) continue;
-    ++seen.replays;
-    const Graph& g = it->second;
-    for (size_t k = 0; k < g.ops.size(); ++k) {
-      const fr_record* t = g.ops[k];
-      if (t == nullptr || (t->flags & FR_REC_F_NEVER_LAUNCHED)) continue;
-      fr_record& copy = store->emplace_back(*t);
-      Entry e{&copy, &copy, FR_GPU_ENQUEUED, true,
-              ReplayTag{rec.raw.seq, g.entry->ordinal, static_cast<uint32_t>(k + 1),
-                        static_cast<uint32_t>(g.ops.size())}};
-      copy.id = rec.raw.id;
-      copy.seq = 0;
-      copy.call_ns = rec.raw.call_ns + k;  // in graph order, for "which op waits longest"
-      copy.duration_ns = 0;
-      copy.result = 0;
-      copy.flags = (t->flags & ~(FR_REC_F_CAPTURED | FR_REC_F_IN_CALL | FR_REC_F_GPU_POSITION)) |
-                   FR_REC_F_LAUNCHED;
-      if (!markers || !g.positions || !(t->flags & FR_REC_F_GPU_POSITION))
-        copy.flags |= FR_REC_F_GPU_UNTRACKED;
-      else
-        e.gpu_state = replayed_state(log, *g.entry, g.gpu_counted, rec.raw, newest_launch, *t,
-                                     e.tag.pos);
-      copy.gpu_state = static_cast<uint8_t>(e.gpu_state);
-      out.push_back(e);
-    }
+  for (size_t k = 0; k < g.ops.size(); ++k) {
+    const fr_record* t = g.ops[k];
+    if (t == nullptr || (t->flags & FR_REC_F_NEVER_LAUNCHED)) continue;
+    fr_record& copy = store->emplace_back(*t);
+    Entry e{&copy, &copy, FR_GPU_ENQUEUED, true,
+            ReplayTag{launch.seq, g.entry->ordinal, static_cast<uint32_t>(k + 1),
+                      static_cast<uint32_t>(g.ops.size())}};
+    copy.id = launch.id;
+    copy.seq = 0;
+    copy.call_ns = launch.call_ns + k;  // in graph order, for "which op waits longest"
+    copy.duration_ns = 0;
+    copy.result = 0;
+    copy.flags = (t->flags & ~(FR_REC_F_CAPTURED | FR_REC_F_IN_CALL | FR_REC_F_GPU_POSITION)) |
+                 FR_REC_F_LAUNCHED;
+    if (!markers || !g.positions || !(t->flags & FR_REC_F_GPU_POSITION))
+      copy.flags |= FR_REC_F_GPU_UNTRACKED;
+    else
+      e.gpu_state =
+          replayed_state(log, *g.entry, g.gpu_counted, launch, newest_launch, *t, e.tag.pos);
+    copy.gpu_state = static_cast<uint8_t>(e.gpu_state);
+    out->push_back(e);
   }
-  // Without replays the pass below would only read: each issued op keeps its own number.
-  if (seen.replays == 0) return seen;
-  // Sequence numbers, per communicator and kind, counted back from the newest.
+}
+
+// Sequence numbers of the replayed ops, per communicator and kind, counted back from the newest
+// (the entry's counter) and re-anchored at every op the program issued itself.
+void number_replays(const fr::log::LogFile& log, std::vector<Entry>* entries) {
   std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> next;  // comm -> (coll, p2p)
   for (const fr_comm_entry& c : log.comms) next[c.id] = {c.coll_seq + 1, c.p2p_seq + 1};
   std::pair<uint64_t, uint64_t>* counters = nullptr;  // of the last communicator looked up
   uint64_t counters_of = 0;
+  std::vector<Entry>& out = *entries;
   for (size_t i = out.size(); i-- > 0;) {
     Entry& e = out[i];
     const OpClass kind = op_class(e.raw->op);
@@ -170,6 +153,40 @@ Seen expand_replays(const fr::log::LogFile& log, std::deque<fr_record>* store, s
       e.own->flags |= FR_REC_F_NEVER_LAUNCHED;
     }
   }
+}
+
+// Every record of the log, each graph replay followed by the ops it ran (the graph's captured ops,
+// from the capture table), then the replayed ops numbered (number_replays).
+// Replayed ops are copies kept in `store`; the others point into the log. `entries` is emptied
+// first (a reading thread reuses it from one log to the next).
+Seen expand_replays(const fr::log::LogFile& log, std::deque<fr_record>* store, std::vector<Entry>* entries) {
+  const ReplayGraphs graphs = index_graphs(log);
+  Seen seen;
+  seen.graphs = static_cast<uint32_t>(graphs.size());
+  // The newest launch: without the GPU's replay counter, the positions are its (replayed_state).
+  const uint64_t newest_launch = graphs.empty() ? UINT64_MAX : newest_launch_id(log);
+
+  std::vector<Entry>& out = *entries;
+  out.clear();
+  out.reserve(log.records.size());
+  for (const auto& rec : log.records) {
+    const uint16_t op = rec.raw.op;
+    if (op_class(op) == OpClass::API) {  // the rare kinds are all API calls: one test for most records
+      seen.shrinks |= op == FR_OP_COMM_SHRINK || op == FR_OP_COMM_SHRINK_EXCLUDED;
+      seen.grows |= op == FR_OP_COMM_GET_UNIQUE_ID || op == FR_OP_COMM_GROW;
+      if (op == FR_OP_COMM_SHRINK_EXCLUDED) continue;  // part of its shrink (shrink_excluded)
+    }
+    Entry& issued = out.emplace_back();  // built in place: no temporary to copy per record
+    issued.raw = &rec.raw;
+    issued.gpu_state = rec.gpu_state;
+    if (op != FR_OP_GRAPH_LAUNCH || (rec.raw.flags & FR_REC_F_NEVER_LAUNCHED)) continue;
+    auto it = graphs.find(rec.raw.aux);
+    if (it == graphs.end()) continue;
+    ++seen.replays;
+    append_replay(log, it->second, rec.raw, newest_launch, store, &out);
+  }
+  // Without replays numbering would only read: each issued op keeps its own number.
+  if (seen.replays > 0) number_replays(log, &out);
   return seen;
 }
 

@@ -599,8 +599,18 @@ class Machine {
     return true;
   }
 
-  // The opcode loop (unpickle.cpp).
+  // The opcode loop and the opcodes, by group (unpickle.cpp). An opcode function returns kOther
+  // for an opcode that is not of its group.
+  enum class Step { kNext, kStop, kFail, kOther };
   bool execute(uint32_t* result);
+  Step framing_op(uint32_t* result);
+  Step scalar_op();
+  Step container_op();
+  Step memo_op();
+  Step failed(const std::string& what) {
+    fail(what);
+    return Step::kFail;
+  }
 
   // The JSON copy of a value (unpickle_json.cpp).
   bool key_text(uint32_t key, std::string* out);
