@@ -14,6 +14,7 @@ namespace {
 // One communicator as NCCL's profiler sees it.
 struct Ctx {
   uint64_t comm_hash;
+  uint64_t comm_id;  // fr's id, once claim_context found it (atomic)
   int32_t rank;
   int32_t nranks;
   uint32_t ordinal;  // 1-based
@@ -76,6 +77,7 @@ int32_t make_slot(const Ctx& c, int channel, int kind, int peer) {
   }
   fr_chan_entry e = {};
   e.comm_hash = c.comm_hash;
+  e.comm_id = __atomic_load_n(&c.comm_id, __ATOMIC_ACQUIRE);
   e.rank = c.rank;
   e.nranks = c.nranks;
   e.peer = kind == FR_CHAN_KERNEL ? -1 : peer;
@@ -213,6 +215,18 @@ uint32_t chan_state_of(int nccl_state) {
 
 }  // namespace
 
+void claim_context(uint64_t comm_id, int nranks, int rank) {
+  uint32_t n = __atomic_load_n(&g_next_ctx, __ATOMIC_ACQUIRE);
+  if (n > kMaxContexts) n = kMaxContexts;
+  for (uint32_t i = n; i-- > 0;) {
+    Ctx& c = g_ctxs[i];
+    if (c.ordinal == 0 || c.rank != rank || c.nranks != nranks) continue;
+    uint64_t zero = 0;
+    if (__atomic_compare_exchange_n(&c.comm_id, &zero, comm_id, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+      return;
+  }
+}
+
 void note_version(int version) {
   if (__atomic_exchange_n(&g_version, version, __ATOMIC_RELAXED) != version)
     debug_log("NCCL loaded the profiler plugin interface v%d", version);
@@ -233,7 +247,7 @@ int init(void** context, uint64_t comm_hash, const char* name, int nnodes, int n
   c.comm_hash = comm_hash;
   c.rank = rank;
   c.nranks = nranks;
-  c.ordinal = i + 1;
+  __atomic_store_n(&c.ordinal, i + 1, __ATOMIC_RELEASE);
   *context = &c;
   set_log_flags(FR_LOG_F_PROFILER, 0);
   return int(kEvColl | kEvP2p | kEvProxyOp | kEvProxyStep | kEvKernelCh);

@@ -37,6 +37,10 @@ FR_HIDDEN void* start(void* context, const Event& e);
 FR_HIDDEN void stop(void* handle);
 FR_HIDDEN void record(void* handle, int nccl_state, uint64_t trans_size);
 FR_HIDDEN void finalize(void* context);
+// A communicator was registered (after its init call, during which NCCL called init): the newest
+// profiler context of the same rank and size with no communicator yet is its, and the slots it
+// makes from now on carry the id.
+FR_HIDDEN void claim_context(uint64_t comm_id, int nranks, int rank);
 // Which interface version NCCL took (5, 6); set by the adapter's init, shown in debug output.
 FR_HIDDEN void note_version(int version);
 
