@@ -3,6 +3,9 @@
 // NCCL-emulation loads as its profiler plugin. Each transport fault stops the DP all-reduce of
 // step 1 in one place; the analysis must name the channel, the waiting rank, its peer and the
 // direction. Rings: even channels send to rank+1, odd channels to rank-1 (sim/README.md).
+#include <cstdlib>
+#include <fstream>
+
 #include <catch2/catch.hpp>
 
 #include "simjob_run.h"
@@ -59,6 +62,17 @@ TEST_CASE("transport faults are located to their channel and peer pair", "[e2e][
       CHECK(!v["channel_progress"].empty());
       const std::string summary = v["summary"];
       CHECK(summary.find("channel " + std::to_string(c.channel) + " stopped at step 0") != std::string::npos);
+      // The Perfetto trace draws the channels: the stopped connection is an open slice.
+      const std::string trace = run.dir + "/trace.json";
+      const std::string cmd = fr::e2e::build_dir() + "/bin/fr-analyze --trace " + trace + " " +
+                              run.dir + "/dumps > /dev/null";
+      REQUIRE(std::system(cmd.c_str()) == 0);
+      std::ifstream in(trace);
+      const json t = json::parse(in);
+      int open_slices = 0;
+      for (const json& ev : t["traceEvents"])
+        if (ev.value("cat", "") == "channel" && ev.value("cname", "") == "bad") ++open_slices;
+      CHECK(open_slices > 0);
       fr::e2e::remove_run(run);
     }
   }
