@@ -123,7 +123,7 @@ if ((ngpu >= 2)); then
   logs=$(read_logs "$work/channels")
   n=$(grep -c 'slots=[1-9]' <<<"$logs")
   if ((ok && n == 2)); then
-    row channels OK "2 ranks over NET: $(sed 's|log=[^ ]*/||' <<<"$logs" | tr '\n' ';')"
+    row channels OK "2 ranks over NET: $(tr '\n' ';' <<<"${logs//log=$work\/channels\//}")"
   else
     row channels FAIL "exit ok=$ok, logs with slots: $n; $(tail -n 2 "$work/channels.0.err")"
   fi
