@@ -145,9 +145,10 @@ void channel_tracks(Writer& w, const Model& m, const Comm& c, int pid, const std
     const Proc& p = m.procs[mem.proc];
     if (!rank_filter.empty() && !rank_filter.count(p.rank)) continue;
     const int64_t dump_ns = static_cast<int64_t>(p.snapshot_ns ? p.snapshot_ns : p.heartbeat_ns) + p.clock_offset_ns;
-    for (const fr_chan_entry& e : p.chans) {
+    for (size_t i = 0; i < p.chans.size(); ++i) {
+      const fr_chan_entry& e = p.chans[i];
       if (e.comm_id != c.id || e.ops_started == 0) continue;
-      const int tid = (p.rank + 1) * 1000 + e.channel * 4 + e.kind;
+      const int tid = (p.rank + 1) * 100000 + static_cast<int>(i);  // a track per slot (< 65,536)
       std::string track = "rank " + std::to_string(p.rank) + " channel " + std::to_string(e.channel) + " " +
                           fr::log::chan_kind_name(e.kind);
       if (e.kind != FR_CHAN_KERNEL) track += (e.kind == FR_CHAN_SEND ? " to " : " from ") + std::to_string(e.peer);
