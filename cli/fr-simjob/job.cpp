@@ -125,6 +125,7 @@ std::string Fault::to_spec() const {
   if (channel >= 0) o << ",channel=" << channel;
   if (peer >= 0) o << ",peer=" << peer;
   if (at > 0) o << ",at=" << at;
+  if (nth > 0) o << ",nth=" << nth;
   return o.str();
 }
 
@@ -200,15 +201,15 @@ bool parse_fault(const std::string& text, Fault* out, std::string* error) {
         return false;
       }
       f.xid = v;
-    } else if (key == "channel" || key == "peer" || key == "at") {
+    } else if (key == "channel" || key == "peer" || key == "at" || key == "nth") {
       if (!parse_int(value, 0, key == "channel" ? 63 : INT_MAX, &v)) {
         *error = "fault spec '" + text + "': " + key + " '" + value + "' is not a number";
         return false;
       }
-      (key == "channel" ? f.channel : key == "peer" ? f.peer : f.at) = static_cast<int>(v);
+      (key == "channel" ? f.channel : key == "peer" ? f.peer : key == "at" ? f.at : f.nth) = static_cast<int>(v);
     } else {
       *error = "fault spec '" + text + "': unknown key '" + key +
-               "' (rank, step, kind, comm, ms, xid, channel, peer, at)";
+               "' (rank, step, kind, comm, ms, xid, channel, peer, at, nth)";
       return false;
     }
   }
@@ -315,8 +316,10 @@ bool validate(const Shape& s, std::vector<Fault>* faults, std::string* error) {
     if (f.ms >= 0 && f.kind != FaultKind::kSlow && f.kind != FaultKind::kGpuStall)
       return fail(where + "ms= applies only to slow and gpu-stall");
     int size = comm_size(s, f.comm);
-    if (!is_transport_fault(f.kind) && (f.channel >= 0 || f.peer >= 0 || f.at > 0))
-      return fail(where + "channel=, peer= and at= apply only to the transport faults");
+    if (!is_transport_fault(f.kind) && (f.channel >= 0 || f.peer >= 0 || f.at > 0 || f.nth > 0))
+      return fail(where + "channel=, peer=, at= and nth= apply only to the transport faults");
+    if (is_transport_fault(f.kind) && f.nth > (f.comm == CommKind::kWorld || f.comm == CommKind::kTp ? 1 : 0))
+      return fail(where + "nth= counts the step's collectives on comm: world and tp have 2, dp 1");
     if (is_transport_fault(f.kind)) {
       if (f.comm == CommKind::kPp) return fail(where + "transport faults act on collectives: not comm=pp");
       if (size < 2) return fail(where + "comm " + std::string(comm_kind_name(f.comm)) + " has one rank");

@@ -51,11 +51,12 @@ struct Fault {
   int64_t ms = -1;            // slow: sleep per step; gpu-stall: stall length (-1 = forever)
   int64_t xid = -1;           // the rank's GPU reports this Xid when the fault strikes (-1: none)
   // The transport faults (chan-stall, proxy-stall, proxy-recv-stall, link-down) strike the
-  // first collective of `comm` in the step, at its channel step `at`: chan-stall on `channel`
+  // collective `nth` of `comm` in the step (0: its first), at its channel step `at`: chan-stall on `channel`
   // (-1: all), the others between this rank and global rank `peer` (sim/include/fr_sim_nccl.h).
   int channel = -1;
   int peer = -1;
   int at = 0;
+  int nth = 0;  // which collective of comm in the step (world: 0 the AllReduce, 1 the Broadcast)
 
   std::string to_spec() const;  // canonical "rank=R,step=S,kind=K[,comm=C][,ms=M][,xid=X]"
 };

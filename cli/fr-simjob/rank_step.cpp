@@ -50,7 +50,7 @@ void stall_stream(Rank& r, int64_t ms) {
 }
 
 // A transport fault (chan-stall, proxy-stall, proxy-recv-stall, link-down) is armed in the
-// emulation for the next collective of `comm` (frsim_nccl_fault, sim/include/fr_sim_nccl.h),
+// emulation for the collective `nth` of `comm` in the step (0: the first) (frsim_nccl_fault, sim/include/fr_sim_nccl.h),
 // looked up at run time: on a real NCCL there is nothing to arm and the fault does not happen.
 ncclComm_t comm_handle(Rank& r, CommKind comm) {
   switch (comm) {
@@ -66,7 +66,7 @@ void arm_transport_fault(Rank& r, int step, CommKind comm) {
   static const std::pair<FaultKind, int> kKinds[] = {
       {FaultKind::kChanStall, 1}, {FaultKind::kProxyStall, 2}, {FaultKind::kProxyRecvStall, 3},
       {FaultKind::kLinkDown, 4}};
-  using Arm = ncclResult_t (*)(ncclComm_t, int, int, int, int);
+  using Arm = ncclResult_t (*)(ncclComm_t, int, int, int, int, int);
   static Arm arm = reinterpret_cast<Arm>(dlsym(RTLD_DEFAULT, "frsim_nccl_fault"));
   for (auto [kind, code] : kKinds) {
     const Fault* f = fault_on(r, step, kind, comm);
@@ -76,7 +76,7 @@ void arm_transport_fault(Rank& r, int step, CommKind comm) {
       std::vector<int> g = group_of(r.shape, r.pos.rank, comm);
       peer = static_cast<int>(std::find(g.begin(), g.end(), f->peer) - g.begin());
     }
-    if (arm(comm_handle(r, comm), code, f->channel, peer, f->at) != ncclSuccess)
+    if (arm(comm_handle(r, comm), code, f->channel, peer, f->at, f->nth) != ncclSuccess)
       std::fprintf(stderr, "fr-simjob-rank: cannot arm %s\n", f->to_spec().c_str());
   }
 }

@@ -300,12 +300,13 @@ void xport_finish(Op& op) {
 }  // namespace frsim
 
 extern "C" __attribute__((visibility("default"))) ncclResult_t frsim_nccl_fault(ncclComm_t comm, int kind,
-                                                                              int channel, int peer, int step) {
+                                                                              int channel, int peer, int step,
+                                                                              int nth) {
   ncclResult_t err = ncclSuccess;
   auto c = frsim::ready_comm(comm, &err);
   if (!c) return err;
   if (kind < FRSIM_FAULT_CHANNEL_STALL || kind > FRSIM_FAULT_LINK_DOWN || channel >= frsim::sim_channels() ||
-      channel < -1 || step < 0)
+      channel < -1 || step < 0 || nth < 0)
     return ncclInvalidArgument;
   if (kind != FRSIM_FAULT_CHANNEL_STALL && (peer < 0 || peer >= c->nranks || peer == c->rank))
     return ncclInvalidArgument;
@@ -314,6 +315,6 @@ extern "C" __attribute__((visibility("default"))) ncclResult_t frsim_nccl_fault(
   c->fault.channel = channel;
   c->fault.peer = peer;
   c->fault.step = step;
-  c->fault.seq = c->coll_issued.load();
+  c->fault.seq = c->coll_issued.load() + static_cast<uint64_t>(nth);
   return ncclSuccess;
 }

@@ -17,6 +17,7 @@ namespace {
 
 struct Case {
   const char* fault;
+  const char* op;
   int channel, waiting, peer;
   const char* direction;
   const char* cause;
@@ -33,13 +34,22 @@ json verdict_of(const SimRun& run) {
 TEST_CASE("transport faults are located to their channel and peer pair", "[e2e][channels]") {
   const Case cases[] = {
       // rank 1's kernel stops on channel 1: rank 0 (1's successor there) waits for its data
-      {"rank=1,step=1,kind=chan-stall,channel=1", 1, 0, 1, "recv", "kernel"},
+      {"rank=1,step=1,kind=chan-stall,channel=1", "AllReduce", 1, 0, 1, "recv", "kernel"},
       // rank 2's proxy stops sending to 3 (channel 0 carries 2 -> 3)
-      {"rank=2,step=1,kind=proxy-stall,peer=3", 0, 3, 2, "recv", "proxy"},
+      {"rank=2,step=1,kind=proxy-stall,peer=3", "AllReduce", 0, 3, 2, "recv", "proxy"},
       // what rank 1 sends to 0 is lost (channel 1 carries 1 -> 0)
-      {"rank=1,step=1,kind=link-down,peer=0", 1, 0, 1, "recv", "link"},
+      {"rank=1,step=1,kind=link-down,peer=0", "AllReduce", 1, 0, 1, "recv", "link"},
       // rank 3 posts no receive buffer for 2: 2 waits for credit to send
-      {"rank=3,step=1,kind=proxy-recv-stall,peer=2", 0, 2, 3, "send", "receiver_proxy"},
+      {"rank=3,step=1,kind=proxy-recv-stall,peer=2", "AllReduce", 0, 2, 3, "send", "receiver_proxy"},
+      // The world Broadcast from rank 0 runs down a tree: 0 -> {1, 2}, 1 -> {3}, on every channel.
+      // Rank 1's kernel stops on channel 0: it holds 0's data, and 3 waits for it.
+      {"rank=1,step=1,kind=chan-stall,comm=world,nth=1,channel=0", "Broadcast", 0, 3, 1, "recv", "kernel"},
+      // 0 -> 2 loses data on both channels: the lower one is named
+      {"rank=0,step=1,kind=link-down,comm=world,nth=1,peer=2", "Broadcast", 0, 2, 0, "recv", "link"},
+      // 3 posts no buffer for 1: 1 waits for credit
+      {"rank=3,step=1,kind=proxy-recv-stall,comm=world,nth=1,peer=1", "Broadcast", 0, 1, 3, "send", "receiver_proxy"},
+      // the root's proxy stops sending to 2: the root has no receive side, kernel and proxy alike
+      {"rank=0,step=1,kind=proxy-stall,comm=world,nth=1,peer=2", "Broadcast", 0, 2, 0, "recv", "sender"},
   };
   for (const Case& c : cases) {
     DYNAMIC_SECTION(c.fault) {
@@ -48,7 +58,7 @@ TEST_CASE("transport faults are located to their channel and peer pair", "[e2e][
       const json v = verdict_of(run);
       INFO(v.dump(2));
       REQUIRE(v["kind"] == "stuck_in_collective");
-      REQUIRE(v["op"] == "AllReduce");
+      REQUIRE(v["op"] == c.op);
       REQUIRE(v.contains("where"));
       const json& w = v["where"];
       CHECK(w["channel"] == c.channel);
