@@ -158,6 +158,9 @@ struct Context {
   uint32_t capture_cap;
   fr_graph_entry* graphs;
   fr_record* captures;
+  // Channel progress from NCCL's profiler interface (profiler.cpp)
+  uint32_t chan_cap;
+  fr_chan_entry* chans;
   GraphPriv* graph_priv;
   ExecSlot* execs;
   uint32_t next_graph_slot;    // under graph_lock

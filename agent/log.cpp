@@ -202,6 +202,7 @@ static bool create_log_file(Context& c) {
   c.ring = (fr_record*)(c.map + fr_log_ring_offset(c.comm_cap));
   c.graphs = (fr_graph_entry*)(c.map + fr_log_graph_offset(c.comm_cap, c.ring_cap));
   c.captures = (fr_record*)(c.map + fr_log_capture_offset(c.comm_cap, c.ring_cap, c.graph_cap));
+  c.chans = (fr_chan_entry*)(c.map + fr_log_chan_offset(c.comm_cap, c.ring_cap, c.graph_cap, c.capture_cap));
   return true;
 }
 
@@ -221,6 +222,9 @@ static void fill_header(Context& c, const fr_log_header& id, uint64_t create_ns,
   h->graph_size = sizeof(fr_graph_entry);
   h->capture_offset = fr_log_capture_offset(c.comm_cap, c.ring_cap, c.graph_cap);
   h->capture_capacity = c.capture_cap;
+  h->chan_offset = fr_log_chan_offset(c.comm_cap, c.ring_cap, c.graph_cap, c.capture_cap);
+  h->chan_capacity = c.chan_cap;
+  h->chan_size = sizeof(fr_chan_entry);
   h->file_size = c.map_size;
   h->create_ns = create_ns;
   h->create_mono_ns = mono_ns;
@@ -248,7 +252,8 @@ bool log_open() {
   c.comm_cap = FR_DEFAULT_COMM_CAPACITY;
   c.graph_cap = FR_DEFAULT_GRAPH_CAPACITY;
   c.capture_cap = FR_DEFAULT_CAPTURE_CAPACITY;
-  c.map_size = fr_log_file_size(c.comm_cap, c.ring_cap, c.graph_cap, c.capture_cap);
+  c.chan_cap = FR_DEFAULT_CHAN_CAPACITY;
+  c.map_size = fr_log_file_size_chan(c.comm_cap, c.ring_cap, c.graph_cap, c.capture_cap, c.chan_cap);
 
   // The private side tables first: if they fail there is no file to clean up.
   if (!map_private_tables(c)) return false;

@@ -7,6 +7,7 @@
 // distinct error, and its success releases a nonblocking communicator's pending launches.
 #include <string.h>
 
+#include "profiler.h"
 #include "wrappers.h"
 
 using namespace fr::agent;
@@ -80,6 +81,9 @@ void register_comm(const NewComm& n, ncclComm_t handle, ncclResult_t res, uint64
   int32_t slot = comm_register(e, state, made ? handle : nullptr, n.nonblocking);
   if (slot < 0) return;
   if (made && res == ncclSuccess) comm_learn_shape(slot, handle);
+  const fr_comm_entry& c = g_ctx.comms[slot];
+  int32_t size = __atomic_load_n(&c.size, __ATOMIC_RELAXED), rank = __atomic_load_n(&c.rank, __ATOMIC_RELAXED);
+  if (made && size > 0 && rank >= 0) prof::claim_context(n.id, size, rank);
 }
 
 inline constexpr auto no_follow = [](const fr_record&) {};

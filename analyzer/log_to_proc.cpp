@@ -3,6 +3,8 @@
 // shrink exclusions and grow aliases. load.cpp calls it once per file, on its reading threads, so
 // a whole LogFile never outlives its reading.
 #include <algorithm>
+#include <map>
+#include <set>
 #include <cstring>
 #include <deque>
 #include <string>
@@ -364,6 +366,34 @@ const ReplayTag* replay_of(const Proc& p, const Op* o) {
   return it != p.replays.end() && it->first == idx ? &it->second : nullptr;
 }
 
+// Channel slots, each tied to its communicator. A slot the agent could not tie (comm_id 0) belongs
+// to the profiler context of its ordinal; contexts are made in the order communicators are made,
+// so unclaimed contexts take, in order, the not yet claimed entries of the same rank and size.
+static void proc_chans(const fr::log::LogFile& log, Proc* p) {
+  if (log.chans.empty()) return;
+  std::map<uint32_t, uint64_t> of_ctx;
+  std::set<uint64_t> taken;
+  for (const auto& e : log.chans)
+    if (e.comm_id != 0) of_ctx[e.ctx_ordinal] = e.comm_id, taken.insert(e.comm_id);
+  std::map<uint32_t, std::pair<int, int>> unclaimed;  // ordinal -> (rank, size)
+  for (const auto& e : log.chans)
+    if (!of_ctx.count(e.ctx_ordinal)) unclaimed[e.ctx_ordinal] = {e.rank, e.nranks};
+  for (const auto& [ordinal, shape] : unclaimed)
+    for (const auto& c : log.comms)
+      if (!taken.count(c.id) && c.rank == shape.first && c.size == shape.second) {
+        of_ctx[ordinal] = c.id;
+        taken.insert(c.id);
+        break;
+      }
+  p->chans.reserve(log.chans.size());
+  for (fr_chan_entry e : log.chans) {
+    auto it = of_ctx.find(e.ctx_ordinal);
+    if (it == of_ctx.end()) continue;  // no communicator of this process matches: not ours to use
+    e.comm_id = it->second;
+    p->chans.push_back(e);
+  }
+}
+
 Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind) {
   Proc p;
   const fr_log_header& h = log.header;
@@ -406,6 +436,7 @@ Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind) 
         if (p.world_size < 0) p.world_size = pc.size;
       }
   }
+  proc_chans(log, &p);
   build_histories(&p);
   return p;
 }

@@ -179,6 +179,9 @@ struct Proc {
   std::vector<std::pair<uint32_t, std::vector<int32_t>>> shrinks;
   uint32_t graphs = 0;        // CUDA graphs holding NCCL work
   uint64_t graph_replays = 0; // replays recorded in the ring
+  // Channel slots from NCCL's profiler interface (format version 5), each with the fr
+  // communicator it belongs to (comm_id filled in by proc_from_log where the writer left 0).
+  std::vector<fr_chan_entry> chans;
   bool has_stacks = false;    // a <dump>.stacks.json came with the dump
   fr::log::ProcessStacks stacks;
   std::vector<SigKey> sigs;   // the signatures its CollHistory::sig entries name

@@ -156,6 +156,12 @@ struct AnalysisState {
   bool needs_history = false;
 };
 
+// Inside an all-entered collective (channels.cpp): from the members' channel slots, the channel
+// and step that stopped, the waiting rank, its peer, the transport and the direction. Fills
+// s.extra["where"] and s.extra["channel_progress"], names the culprits and extends the summary;
+// leaves `s` as it is when the dumps hold no channel progress for the op.
+void localize_in_channels(const Model& m, const Comm& c, const std::string& where, Stall& s);
+
 // --- The matching passes, one communicator at a time (ci: index into Model::comms) ----------
 
 // Collectives: frontiers, the stalled sequence number, and its stall. *spread gets how far the

@@ -137,6 +137,36 @@ void comm_tracks(Writer& w, const Model& m, const Comm& c, int pid, const std::v
   }
 }
 
+// Channels (format version 5): one track per rank, channel and connection (kernel, send to a
+// peer, receive from a peer), the slot's current or last op as one slice from its start to its
+// last change, running on to the dump while it is still in flight.
+void channel_tracks(Writer& w, const Model& m, const Comm& c, int pid, const std::set<int>& rank_filter) {
+  for (const auto& mem : c.members) {
+    const Proc& p = m.procs[mem.proc];
+    if (!rank_filter.empty() && !rank_filter.count(p.rank)) continue;
+    const int64_t dump_ns = static_cast<int64_t>(p.snapshot_ns ? p.snapshot_ns : p.heartbeat_ns) + p.clock_offset_ns;
+    for (size_t i = 0; i < p.chans.size(); ++i) {
+      const fr_chan_entry& e = p.chans[i];
+      if (e.comm_id != c.id || e.ops_started == 0) continue;
+      const int tid = (p.rank + 1) * 100000 + static_cast<int>(i);  // a track per slot (< 65,536)
+      std::string track = "rank " + std::to_string(p.rank) + " channel " + std::to_string(e.channel) + " " +
+                          fr::log::chan_kind_name(e.kind);
+      if (e.kind != FR_CHAN_KERNEL) track += (e.kind == FR_CHAN_SEND ? " to " : " from ") + std::to_string(e.peer);
+      w.meta("thread_name", pid, tid, track);
+      const bool open = e.ops_started > e.ops_done;
+      const int64_t start = static_cast<int64_t>(e.op_start_ns) + p.clock_offset_ns;
+      const int64_t end = open ? std::max(dump_ns, start) : static_cast<int64_t>(e.last_ns) + p.clock_offset_ns;
+      std::string name = std::string(fr::log::op_name(e.op)) + " ch" + std::to_string(e.channel);
+      if (e.kind != FR_CHAN_KERNEL)
+        name += " step " + std::to_string(e.done) + "/" + std::to_string(e.nsteps);
+      name += " " + std::string(fr::log::chan_state_name(e.state));
+      nlohmann::json args = {{"nccl_seq", e.op_seq}, {"steps_posted", e.posted}, {"steps_done", e.done},
+                             {"state", fr::log::chan_state_name(e.state)}, {"bytes", e.bytes}};
+      w.slice(name, "channel", pid, tid, start, end - start, args.dump(), open ? "bad" : nullptr);
+    }
+  }
+}
+
 // Calls outside any communicator (GroupStart/GroupEnd and the like), one track per rank.
 void group_tracks(Writer& w, const Model& m, const std::vector<const Comm*>& stubs, int pid,
                   const std::set<int>& rank_filter) {
@@ -216,6 +246,7 @@ bool write_trace(const Model& m, const Analysis& a, const Options& opts, const s
     }
     if (!comm_matches(c, opts.comm)) continue;
     comm_tracks(w, m, c, static_cast<int>(ci) + 1, marks, rank_filter);
+    channel_tracks(w, m, c, static_cast<int>(ci) + 1, rank_filter);
   }
   if (opts.comm.empty()) group_tracks(w, m, stubs, static_cast<int>(m.comms.size()) + 1, rank_filter);
   std::fputs("\n]}\n", f);

@@ -131,6 +131,9 @@ Env child_env(const Options& o, const Env& env, bool agent_ok) {
       }
     }
     if (!present) out["LD_PRELOAD"] = old.empty() ? o.agent : o.agent + ":" + old;
+    // The agent is also NCCL's profiler plugin (channel progress, docs/agent.md). A user who set
+    // NCCL_PROFILER_PLUGIN (another plugin, or "none") keeps it: NCCL loads one plugin only.
+    if (get(env, "NCCL_PROFILER_PLUGIN").empty()) out["NCCL_PROFILER_PLUGIN"] = o.agent;
   }
   out["FR_LOG_DIR"] = o.log_dir;
   if (!o.job_id.empty()) out["FR_JOB_ID"] = o.job_id;

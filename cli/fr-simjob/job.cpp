@@ -36,6 +36,10 @@ bool needs_comm(FaultKind k) {
     case FaultKind::kMismatchOp:
     case FaultKind::kMismatchRoot:
     case FaultKind::kP2pSkip:
+    case FaultKind::kChanStall:
+    case FaultKind::kProxyStall:
+    case FaultKind::kProxyRecvStall:
+    case FaultKind::kLinkDown:
       return true;
     default:
       return false;
@@ -99,6 +103,11 @@ std::optional<FaultKind> parse_fault_kind(const std::string& s) {
   return std::nullopt;
 }
 
+bool is_transport_fault(FaultKind k) {
+  return k == FaultKind::kChanStall || k == FaultKind::kProxyStall ||
+         k == FaultKind::kProxyRecvStall || k == FaultKind::kLinkDown;
+}
+
 std::string fault_kind_list() {
   std::string out;
 #define FR_SIMJOB_X_LIST(e, s) out += std::string(out.empty() ? "" : ", ") + s;
@@ -113,6 +122,10 @@ std::string Fault::to_spec() const {
   if (needs_comm(kind)) o << ",comm=" << comm_kind_name(comm);
   if (ms >= 0) o << ",ms=" << ms;
   if (xid >= 0) o << ",xid=" << xid;
+  if (channel >= 0) o << ",channel=" << channel;
+  if (peer >= 0) o << ",peer=" << peer;
+  if (at > 0) o << ",at=" << at;
+  if (nth > 0) o << ",nth=" << nth;
   return o.str();
 }
 
@@ -188,9 +201,15 @@ bool parse_fault(const std::string& text, Fault* out, std::string* error) {
         return false;
       }
       f.xid = v;
+    } else if (key == "channel" || key == "peer" || key == "at" || key == "nth") {
+      if (!parse_int(value, 0, key == "channel" ? 63 : INT_MAX, &v)) {
+        *error = "fault spec '" + text + "': " + key + " '" + value + "' is not a number";
+        return false;
+      }
+      (key == "channel" ? f.channel : key == "peer" ? f.peer : key == "at" ? f.at : f.nth) = static_cast<int>(v);
     } else {
       *error = "fault spec '" + text + "': unknown key '" + key +
-               "' (rank, step, kind, comm, ms, xid)";
+               "' (rank, step, kind, comm, ms, xid, channel, peer, at, nth)";
       return false;
     }
   }
@@ -297,6 +316,22 @@ bool validate(const Shape& s, std::vector<Fault>* faults, std::string* error) {
     if (f.ms >= 0 && f.kind != FaultKind::kSlow && f.kind != FaultKind::kGpuStall)
       return fail(where + "ms= applies only to slow and gpu-stall");
     int size = comm_size(s, f.comm);
+    if (!is_transport_fault(f.kind) && (f.channel >= 0 || f.peer >= 0 || f.at > 0 || f.nth > 0))
+      return fail(where + "channel=, peer=, at= and nth= apply only to the transport faults");
+    if (is_transport_fault(f.kind) && f.nth > (f.comm == CommKind::kWorld || f.comm == CommKind::kTp ? 1 : 0))
+      return fail(where + "nth= counts the step's collectives on comm: world and tp have 2, dp 1");
+    if (is_transport_fault(f.kind)) {
+      if (f.comm == CommKind::kPp) return fail(where + "transport faults act on collectives: not comm=pp");
+      if (size < 2) return fail(where + "comm " + std::string(comm_kind_name(f.comm)) + " has one rank");
+      if (f.kind != FaultKind::kChanStall) {
+        std::vector<int> g = group_of(s, f.rank, f.comm);
+        if (f.peer < 0 || f.peer == f.rank || std::find(g.begin(), g.end(), f.peer) == g.end())
+          return fail(where + "peer= must name another rank of the same " +
+                      std::string(comm_kind_name(f.comm)) + " communicator");
+      } else if (f.peer >= 0) {
+        return fail(where + "chan-stall takes channel=, not peer=");
+      }
+    }
     switch (f.kind) {
       case FaultKind::kSlow:
         if (f.ms <= 0) return fail(where + "slow needs ms=M (sleep per step, M > 0)");

@@ -27,7 +27,11 @@ std::optional<CommKind> parse_comm_kind(const std::string& s);
   X(kMismatchOp, "mismatch-op")        \
   X(kMismatchRoot, "mismatch-root")    \
   X(kP2pSkip, "p2p-skip")              \
-  X(kSlow, "slow")
+  X(kSlow, "slow")                     \
+  X(kChanStall, "chan-stall")          \
+  X(kProxyStall, "proxy-stall")        \
+  X(kProxyRecvStall, "proxy-recv-stall") \
+  X(kLinkDown, "link-down")
 
 enum class FaultKind {
 #define FR_SIMJOB_X_ENUM(e, s) e,
@@ -46,6 +50,13 @@ struct Fault {
   bool comm_given = false;
   int64_t ms = -1;            // slow: sleep per step; gpu-stall: stall length (-1 = forever)
   int64_t xid = -1;           // the rank's GPU reports this Xid when the fault strikes (-1: none)
+  // The transport faults (chan-stall, proxy-stall, proxy-recv-stall, link-down) strike the
+  // collective `nth` of `comm` in the step (0: its first), at its channel step `at`: chan-stall on `channel`
+  // (-1: all), the others between this rank and global rank `peer` (sim/include/fr_sim_nccl.h).
+  int channel = -1;
+  int peer = -1;
+  int at = 0;
+  int nth = 0;  // which collective of comm in the step (world: 0 the AllReduce, 1 the Broadcast)
 
   std::string to_spec() const;  // canonical "rank=R,step=S,kind=K[,comm=C][,ms=M][,xid=X]"
 };
@@ -105,6 +116,9 @@ bool parse_pause(const std::string& text, Shape* shape, std::string* error);
 std::string sim_gpu_bus_id(int local_rank);
 // The environment variable naming a node's emulated NVML file; Xid events go to "<file>.events".
 inline constexpr const char* kEnvSimNvml = "FR_SIM_NVML";
+
+// Whether the kind is one of the transport model's faults (chan-stall ... link-down).
+bool is_transport_fault(FaultKind k);
 
 // The steps after which results are no longer checked: a fault changes what peers receive.
 int first_fault_step(const std::vector<Fault>& faults);

@@ -229,6 +229,8 @@ bool Job::start_ranks() {
         {"FR_LOG_DIR", node_log_dir(p.node)},
         {"LD_LIBRARY_PATH", ld_path},
         {"FRSIM_SHM_PREFIX", "/" + shm_prefix},
+        // Ranks of different nodes talk over NET in the emulation's transport model.
+        {"FRSIM_NODE", std::to_string(p.node)},
         // Each node has its own GPUs; a rank takes the one at LOCAL_RANK, as launchers do.
         {"CUDA_VISIBLE_DEVICES", visible_devices(p.node)},
         {kEnvBoard, run_dir + "/board"},
@@ -237,6 +239,9 @@ bool Job::start_ranks() {
     };
     if (o.agent) {
       env.push_back({"LD_PRELOAD", agent_lib});
+      // The agent is also NCCL's profiler plugin (docs/agent.md), unless the user has one.
+      const char* prof = std::getenv("NCCL_PROFILER_PLUGIN");
+      env.push_back({"NCCL_PROFILER_PLUGIN", prof != nullptr && *prof ? prof : agent_lib});
     } else {
       env.push_back({"LD_PRELOAD", ""});
     }

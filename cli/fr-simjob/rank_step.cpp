@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -46,6 +47,38 @@ void stall_stream(Rank& r, int64_t ms) {
   }
   cuda_check(r, cuLaunchHostFunc(r.stream, stall_host_fn, reinterpret_cast<void*>(static_cast<intptr_t>(ms))),
              "cuLaunchHostFunc(stall)");
+}
+
+// A transport fault (chan-stall, proxy-stall, proxy-recv-stall, link-down) is armed in the
+// emulation for the collective `nth` of `comm` in the step (0: the first) (frsim_nccl_fault, sim/include/fr_sim_nccl.h),
+// looked up at run time: on a real NCCL there is nothing to arm and the fault does not happen.
+ncclComm_t comm_handle(Rank& r, CommKind comm) {
+  switch (comm) {
+    case CommKind::kWorld: return r.world;
+    case CommKind::kTp: return r.tp;
+    case CommKind::kPp: return r.pp;
+    case CommKind::kDp: return r.dp;
+  }
+  return nullptr;
+}
+
+void arm_transport_fault(Rank& r, int step, CommKind comm) {
+  static const std::pair<FaultKind, int> kKinds[] = {
+      {FaultKind::kChanStall, 1}, {FaultKind::kProxyStall, 2}, {FaultKind::kProxyRecvStall, 3},
+      {FaultKind::kLinkDown, 4}};
+  using Arm = ncclResult_t (*)(ncclComm_t, int, int, int, int, int);
+  static Arm arm = reinterpret_cast<Arm>(dlsym(RTLD_DEFAULT, "frsim_nccl_fault"));
+  for (auto [kind, code] : kKinds) {
+    const Fault* f = fault_on(r, step, kind, comm);
+    if (f == nullptr || arm == nullptr) continue;
+    int peer = -1;
+    if (f->peer >= 0) {
+      std::vector<int> g = group_of(r.shape, r.pos.rank, comm);
+      peer = static_cast<int>(std::find(g.begin(), g.end(), f->peer) - g.begin());
+    }
+    if (arm(comm_handle(r, comm), code, f->channel, peer, f->at, f->nth) != ncclSuccess)
+      std::fprintf(stderr, "fr-simjob-rank: cannot arm %s\n", f->to_spec().c_str());
+  }
 }
 
 // --graphs: a kernel captured before a communicator's first op; it counts the replays that reach
@@ -106,6 +139,7 @@ bool before_op(Rank& r, int step, CommKind comm, bool capturing = false) {
     return false;
   }
   if (const Fault* f = fault_on(r, step, FaultKind::kGpuStall, comm)) stall_stream(r, f->ms);
+  arm_transport_fault(r, step, comm);
   return fault_on(r, step, FaultKind::kSkip, comm) != nullptr;
 }
 

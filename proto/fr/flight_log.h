@@ -6,6 +6,8 @@
  *
  *   [fr_log_header][fr_comm_entry x comm_capacity][fr_record x ring_capacity]
  *   [fr_graph_entry x graph_capacity][fr_record x capture_capacity]      (version 2 on)
+ *   [the NIXL transfer table]                                            (version 4 on)
+ *   [fr_chan_entry x chan_capacity]                                      (version 5 on)
  *
  * The last two sections describe CUDA graphs that hold NCCL work: one entry per captured graph
  * (its replay counter is live) and, in the capture table, one record per NCCL op captured into a
@@ -50,7 +52,7 @@ extern "C" {
 #endif
 
 #define FR_LOG_MAGIC 0x314F4C5448474C46ull /* "FLGHTLO1" read as little-endian bytes */
-#define FR_LOG_VERSION 3u
+#define FR_LOG_VERSION 5u
 #define FR_LOG_FILE_SUFFIX ".frlog"
 
 #define FR_DEFAULT_RING_CAPACITY 2048u
@@ -61,6 +63,10 @@ extern "C" {
 #define FR_DEFAULT_CAPTURE_CAPACITY 1024u
 #define FR_MAX_GRAPH_CAPACITY 65536u
 #define FR_MAX_CAPTURE_CAPACITY (1u << 20)
+
+#define FR_DEFAULT_CHAN_CAPACITY 1024u
+#define FR_MAX_CHAN_CAPACITY 65536u
+#define FR_MAX_CHANNELS 64u /* NCCL's MAXCHANNELS: channel ids are below it */
 
 #define FR_NAME_LEN 64
 #define FR_SHRINK_EXCLUDED_MAX_RECORDS 512u /* CommShrinkExcluded records per shrink, at most */
@@ -171,6 +177,40 @@ typedef enum fr_gpu_state {
 #undef FR_X_GPU_ENUM
 } fr_gpu_state;
 
+/* What one channel slot (fr_chan_entry, version 5 on) follows: a GPU channel of the kernel, or
+ * one proxy connection of a channel (send to or receive from one peer over the network). */
+#define FR_CHAN_KIND_LIST(X) \
+  X(KERNEL, 0, "kernel")     \
+  X(SEND, 1, "send")         \
+  X(RECV, 2, "recv")
+
+typedef enum fr_chan_kind {
+#define FR_X_CHAN_KIND_ENUM(e, v, s) FR_CHAN_##e = v,
+  FR_CHAN_KIND_LIST(FR_X_CHAN_KIND_ENUM)
+#undef FR_X_CHAN_KIND_ENUM
+} fr_chan_kind;
+
+/* The state of a slot's oldest unfinished proxy step, after NCCL's profiler state names (v5/v6:
+ * ncclProfilerProxyStep*), or of a kernel channel. */
+#define FR_CHAN_STATE_LIST(X)                                                                 \
+  X(IDLE, 0, "idle")                       /* nothing in flight */                           \
+  X(POSTED, 1, "posted")                   /* step started, no state recorded yet */          \
+  X(SEND_GPU_WAIT, 2, "send_gpu_wait")     /* waiting for the GPU to produce the data */      \
+  X(SEND_PEER_WAIT, 3, "send_peer_wait")   /* waiting for credit: the peer's buffer is full */ \
+  X(SEND_WAIT, 4, "send_wait")             /* transmitted, waiting for the network */         \
+  X(RECV_WAIT, 5, "recv_wait")             /* waiting for data from the peer */               \
+  X(RECV_FLUSH_WAIT, 6, "recv_flush_wait") /* received, flushing to the GPU */                \
+  X(RECV_GPU_WAIT, 7, "recv_gpu_wait")     /* received, waiting for the GPU to consume it */  \
+  X(DONE, 8, "done")                       /* every posted step finished */                   \
+  X(RUNNING, 9, "running")                 /* kernel channel: started, not stopped */         \
+  X(STOPPED, 10, "stopped")                /* kernel channel: finished its part */
+
+typedef enum fr_chan_state {
+#define FR_X_CHAN_STATE_ENUM(e, v, s) FR_CHANST_##e = v,
+  FR_CHAN_STATE_LIST(FR_X_CHAN_STATE_ENUM)
+#undef FR_X_CHAN_STATE_ENUM
+} fr_chan_state;
+
 /* fr_log_header.flags */
 #define FR_LOG_F_SNAPSHOT 0x1u          /* a frozen copy (dump file), not a live log */
 #define FR_LOG_F_GPU_MARKERS 0x2u       /* progress written by the stream (cuStreamWriteValue64) */
@@ -181,6 +221,7 @@ typedef enum fr_gpu_state {
 #define FR_LOG_F_GRAPH_REPLAY_KERNEL 0x40u /* graphs count their replays on the GPU (gpu_replays) */
 #define FR_LOG_F_GRAPH_REPLAY_HOST 0x80u   /* the replay kernel could not be loaded or launched:
                                               graph positions follow the host's launches */
+#define FR_LOG_F_PROFILER 0x100u           /* NCCL loaded the agent as its profiler plugin */
 
 /* fr_comm_entry.flags */
 #define FR_COMM_F_NONBLOCKING 0x1u
@@ -261,7 +302,16 @@ typedef struct fr_log_header {
   uint64_t capture_offset;    /* 360 byte offset of the capture table (fr_record entries) */
   uint32_t capture_capacity;  /* 368 records in the capture table */
   uint32_t capture_count;     /* 372 capture records in use (atomic) */
-  uint8_t reserved[136];      /* 376 zero */
+  /* Version 4 on: the NIXL transfer table (its fields are defined with that version). */
+  uint8_t v4_fields[24];      /* 376 */
+  /* Version 5 on: channel progress from NCCL's profiler plugin interface; all zero before, and
+   * chan_capacity 0 when the section is absent. */
+  uint64_t chan_offset;       /* 400 byte offset of the channel table (fr_chan_entry entries) */
+  uint32_t chan_capacity;     /* 408 entries in the channel table */
+  uint32_t chan_size;         /* 412 sizeof(fr_chan_entry) of the writer */
+  uint32_t chan_count;        /* 416 channel entries in use (atomic) */
+  uint32_t chan_dropped;      /* 420 slots that did not fit in the table (atomic) */
+  uint8_t reserved[88];       /* 424 zero */
 } fr_log_header;              /* 512 */
 
 typedef struct fr_comm_entry {
@@ -357,6 +407,38 @@ typedef struct fr_graph_entry {
   uint8_t reserved[56];     /*  72 zero */
 } fr_graph_entry;           /* 128 */
 
+/* One channel slot (version 5 on): a kernel channel, or one proxy connection of a channel, of one
+ * communicator as NCCL's profiler plugin interface reports them (agent/profiler.cpp). A slot is
+ * taken once per (profiler context, channel, kind, peer) and reused by every later op there: its
+ * live words describe the op in flight now, or the last one. Steps count from 0 at each op. */
+typedef struct fr_chan_entry {
+  uint64_t lock;            /*   0 sequence lock over bytes 8..47 */
+  uint64_t comm_hash;       /*   8 the communicator's id as NCCL gave it to the profiler init */
+  uint64_t comm_id;         /*  16 fr communicator id when the agent could tell; else 0 */
+  int32_t rank;             /*  24 this process's rank in the communicator */
+  int32_t nranks;           /*  28 ranks in the communicator */
+  int32_t peer;             /*  32 SEND/RECV: the remote rank; KERNEL: -1 */
+  uint16_t channel;         /*  36 channel id (below FR_MAX_CHANNELS) */
+  uint8_t kind;             /*  38 fr_chan_kind */
+  uint8_t reserved0;        /*  39 */
+  uint32_t ctx_ordinal;     /*  40 1-based: the profiler contexts of the process, in init order */
+  uint32_t reserved1;       /*  44 */
+  /* Live fields: each one atomic word, written by the thread that reports the events. */
+  uint64_t op_seq;          /*  48 NCCL's sequence number of the op (per collective kind) */
+  uint32_t op;              /*  56 fr_op of that op; FR_OP_NONE when unknown */
+  uint32_t state;           /*  60 fr_chan_state of step `state_step` as last recorded */
+  uint32_t nsteps;          /*  64 steps of the op on this connection (proxy op's nSteps) */
+  uint32_t posted;          /*  68 steps started so far */
+  uint32_t done;            /*  72 steps finished so far (in order: the oldest unfinished is `done`) */
+  uint32_t state_step;      /*  76 the step `state` belongs to */
+  uint64_t ops_started;     /*  80 ops (proxy ops, kernel channel runs) started on the slot */
+  uint64_t ops_done;        /*  88 of those, finished */
+  uint64_t bytes;           /*  96 bytes moved by the current op's steps (transSize) */
+  uint64_t last_ns;         /* 104 CLOCK_REALTIME of the last change */
+  uint64_t op_start_ns;     /* 112 CLOCK_REALTIME when the current op started */
+  uint8_t reserved[8];      /* 120 zero */
+} fr_chan_entry;            /* 128 */
+
 #ifdef __cplusplus
 #define FR_STATIC_ASSERT(c, m) static_assert(c, m)
 #else
@@ -376,6 +458,12 @@ FR_STATIC_ASSERT(offsetof(fr_graph_entry, gpu_replays) == 64, "graph layout");
 FR_STATIC_ASSERT(offsetof(fr_graph_entry, n_ops) == 40, "graph layout");
 FR_STATIC_ASSERT(offsetof(fr_record, tid) == 96, "record layout");
 FR_STATIC_ASSERT(offsetof(fr_record, aux) == 120, "record layout");
+FR_STATIC_ASSERT(offsetof(fr_log_header, chan_offset) == 400, "header layout");
+FR_STATIC_ASSERT(offsetof(fr_log_header, chan_count) == 416, "header layout");
+FR_STATIC_ASSERT(offsetof(fr_log_header, chan_dropped) == 420, "header layout");
+FR_STATIC_ASSERT(sizeof(fr_chan_entry) == 128, "fr_chan_entry is 128 bytes");
+FR_STATIC_ASSERT(offsetof(fr_chan_entry, op_seq) == 48, "chan layout");
+FR_STATIC_ASSERT(offsetof(fr_chan_entry, last_ns) == 104, "chan layout");
 
 /* The bytes of each structure that each version defines: up to the end of its last field,
  * trailing reserved bytes excluded. A new version adds its own set here and to the reader. */
@@ -391,10 +479,22 @@ FR_STATIC_ASSERT(offsetof(fr_record, aux) == 120, "record layout");
 #define FR_V3_COMM_BYTES 224u
 #define FR_V3_RECORD_BYTES 128u
 #define FR_V3_GRAPH_BYTES 72u   /* up to gpu_replays */
+#define FR_V4_HEADER_BYTES 400u /* up to the transfer table's fields (NIXL) */
+#define FR_V4_COMM_BYTES 224u
+#define FR_V4_RECORD_BYTES 128u
+#define FR_V4_GRAPH_BYTES 72u
+#define FR_V5_HEADER_BYTES 424u /* up to chan_dropped */
+#define FR_V5_COMM_BYTES 224u
+#define FR_V5_RECORD_BYTES 128u
+#define FR_V5_GRAPH_BYTES 72u
+#define FR_V5_CHAN_BYTES 120u   /* up to op_start_ns */
+FR_STATIC_ASSERT(FR_V4_HEADER_BYTES == offsetof(fr_log_header, chan_offset), "v4 header");
+FR_STATIC_ASSERT(FR_V5_HEADER_BYTES == offsetof(fr_log_header, reserved), "v5 header");
+FR_STATIC_ASSERT(FR_V5_CHAN_BYTES == offsetof(fr_chan_entry, reserved), "v5 chan entry");
 FR_STATIC_ASSERT(FR_V1_HEADER_BYTES == offsetof(fr_log_header, graph_offset), "v1 header");
 FR_STATIC_ASSERT(FR_V1_COMM_BYTES == offsetof(fr_comm_entry, graph_started), "v1 comm entry");
 FR_STATIC_ASSERT(FR_V2_GRAPH_BYTES == offsetof(fr_graph_entry, gpu_replays), "v2 graph entry");
-FR_STATIC_ASSERT(FR_V3_HEADER_BYTES == offsetof(fr_log_header, reserved), "v3 header");
+FR_STATIC_ASSERT(FR_V3_HEADER_BYTES == offsetof(fr_log_header, v4_fields), "v3 header");
 FR_STATIC_ASSERT(FR_V3_COMM_BYTES == offsetof(fr_comm_entry, reserved), "v3 comm entry");
 FR_STATIC_ASSERT(FR_V3_RECORD_BYTES == sizeof(fr_record), "v3 record");
 FR_STATIC_ASSERT(FR_V3_GRAPH_BYTES == offsetof(fr_graph_entry, reserved), "v3 graph entry");
@@ -416,6 +516,18 @@ static inline uint64_t fr_log_file_size(uint32_t comm_capacity, uint32_t ring_ca
                                         uint32_t graph_capacity, uint32_t capture_capacity) {
   return fr_log_capture_offset(comm_capacity, ring_capacity, graph_capacity) +
          (uint64_t)capture_capacity * sizeof(fr_record);
+}
+/* The channel table (version 5) follows the sections before it: it starts where a log of the
+ * same capacities without it would end. */
+static inline uint64_t fr_log_chan_offset(uint32_t comm_capacity, uint32_t ring_capacity,
+                                          uint32_t graph_capacity, uint32_t capture_capacity) {
+  return fr_log_file_size(comm_capacity, ring_capacity, graph_capacity, capture_capacity);
+}
+static inline uint64_t fr_log_file_size_chan(uint32_t comm_capacity, uint32_t ring_capacity,
+                                             uint32_t graph_capacity, uint32_t capture_capacity,
+                                             uint32_t chan_capacity) {
+  return fr_log_chan_offset(comm_capacity, ring_capacity, graph_capacity, capture_capacity) +
+         (uint64_t)chan_capacity * sizeof(fr_chan_entry);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -536,6 +648,17 @@ static inline int fr_graph_read(const fr_graph_entry* slot, fr_graph_entry* out)
   if (!fr_seq_read((const uint64_t*)slot, (uint64_t*)out, FR_GRAPH_FIXED_WORDS)) return 0;
   size_t live = (sizeof(fr_graph_entry) - offsetof(fr_graph_entry, n_ops)) / 8;
   fr_copy_words_out((uint64_t*)&out->n_ops, (const uint64_t*)&slot->n_ops, live);
+  return 1;
+}
+
+/* The fixed part of a channel entry (bytes 8..47) has the same protocol. */
+#define FR_CHAN_FIXED_WORDS ((offsetof(fr_chan_entry, op_seq) - 8) / 8)
+
+static inline int fr_chan_publish_fixed(fr_chan_entry* slot, const fr_chan_entry* e) {
+  uint64_t before;
+  if (!fr_seq_try_begin(&slot->lock, &before)) return 0;
+  fr_copy_words_in((uint64_t*)slot + 1, (const uint64_t*)e + 1, FR_CHAN_FIXED_WORDS);
+  fr_seq_end(&slot->lock, before);
   return 1;
 }
 

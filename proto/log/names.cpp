@@ -80,6 +80,28 @@ const char* gpu_state_name(uint32_t state) {
   return unknown("gpu", state);
 }
 
+const char* chan_kind_name(uint32_t kind) {
+  switch (kind) {
+#define FR_X(e, v, s) \
+  case v:             \
+    return s;
+    FR_CHAN_KIND_LIST(FR_X)
+#undef FR_X
+  }
+  return unknown("kind", kind);
+}
+
+const char* chan_state_name(uint32_t state) {
+  switch (state) {
+#define FR_X(e, v, s) \
+  case v:             \
+    return s;
+    FR_CHAN_STATE_LIST(FR_X)
+#undef FR_X
+  }
+  return unknown("state", state);
+}
+
 // ncclDataType_t values (nccl.h); kept as numbers so the reader needs no CUDA headers.
 const char* dtype_name(int dtype) {
   static const char* const kNames[] = {"int8",    "uint8",   "int32",   "uint32",

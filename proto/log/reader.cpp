@@ -34,13 +34,15 @@ ReadResult fail(ReadError e, const std::string& name, const std::string& what) {
 
 // What one version of the format defines of each structure (flight_log.h, FR_V<n>_*_BYTES).
 struct Layout {
-  uint32_t header, comm, record, graph;
+  uint32_t header, comm, record, graph, chan;
 };
 
 Layout layout_of(uint32_t version) {
-  if (version == 1) return {FR_V1_HEADER_BYTES, FR_V1_COMM_BYTES, FR_V1_RECORD_BYTES, FR_V1_GRAPH_BYTES};
-  if (version == 2) return {FR_V2_HEADER_BYTES, FR_V2_COMM_BYTES, FR_V2_RECORD_BYTES, FR_V2_GRAPH_BYTES};
-  return {FR_V3_HEADER_BYTES, FR_V3_COMM_BYTES, FR_V3_RECORD_BYTES, FR_V3_GRAPH_BYTES};
+  if (version == 1) return {FR_V1_HEADER_BYTES, FR_V1_COMM_BYTES, FR_V1_RECORD_BYTES, FR_V1_GRAPH_BYTES, 0};
+  if (version == 2) return {FR_V2_HEADER_BYTES, FR_V2_COMM_BYTES, FR_V2_RECORD_BYTES, FR_V2_GRAPH_BYTES, 0};
+  if (version == 3) return {FR_V3_HEADER_BYTES, FR_V3_COMM_BYTES, FR_V3_RECORD_BYTES, FR_V3_GRAPH_BYTES, 0};
+  if (version == 4) return {FR_V4_HEADER_BYTES, FR_V4_COMM_BYTES, FR_V4_RECORD_BYTES, FR_V4_GRAPH_BYTES, 0};
+  return {FR_V5_HEADER_BYTES, FR_V5_COMM_BYTES, FR_V5_RECORD_BYTES, FR_V5_GRAPH_BYTES, FR_V5_CHAN_BYTES};
 }
 
 // The bytes of a structure this reader copies: min(stored size, its own size), and for an older
@@ -100,6 +102,19 @@ ReadError check_geometry(const fr_log_header& h, size_t size, std::string* why) 
         h.capture_offset < graph_end || h.capture_offset > (1ull << 40) ||
         h.file_size < capture_end)
       return bad(ReadError::kCorrupt, "overlapping or out-of-order graph sections");
+  }
+  // Version 5's channel table; a capacity of 0 means there is none.
+  if (h.chan_capacity != 0) {
+    if (h.chan_capacity > FR_MAX_CHAN_CAPACITY)
+      return bad(ReadError::kCorrupt, "channel capacity out of range");
+    if (h.chan_size < std::max<uint32_t>(defined.chan, 8) || h.chan_size % 8 ||
+        h.chan_size > (1u << 16) || h.chan_offset % 8)
+      return bad(ReadError::kCorrupt, "channel entry size " + std::to_string(h.chan_size) +
+                                          " misaligned or smaller than version " +
+                                          std::to_string(h.version) + " defines");
+    uint64_t chan_end = h.chan_offset + uint64_t{h.chan_capacity} * h.chan_size;
+    if (h.chan_offset < ring_end || h.chan_offset > (1ull << 40) || h.file_size < chan_end)
+      return bad(ReadError::kCorrupt, "channel table out of place");
   }
   if (h.file_size > size)
     return bad(ReadError::kTruncated, "file is " + std::to_string(size) + " bytes, header says " +
@@ -291,6 +306,30 @@ void read_graphs(const Table& graphs, const Table& captures, LogFile* log) {
   }
 }
 
+// Channel slots (version 5 on; capacity 0 before). A slot whose words make no sense (a hostile or
+// broken writer) is refused and counted, never handed on.
+bool plausible_chan(const fr_chan_entry& e) {
+  if (e.channel >= FR_MAX_CHANNELS || e.kind > FR_CHAN_RECV) return false;
+  if (e.nranks <= 0 || e.nranks > (1 << 24) || e.rank < 0 || e.rank >= e.nranks) return false;
+  if (e.kind != FR_CHAN_KERNEL && (e.peer < 0 || e.peer >= e.nranks)) return false;
+  return true;
+}
+
+void read_chans(const Table& t, LogFile* log) {
+  const fr_log_header& h = log->header;
+  for (uint32_t i = 0; i < h.chan_capacity; ++i) {
+    if (t.lock(i) == 0) continue;
+    fr_chan_entry e{};
+    if (!t.read(i, &e) || !plausible_chan(e)) {
+      ++log->chans_torn;
+      continue;
+    }
+    if (e.state > FR_CHANST_STOPPED) e.state = FR_CHANST_IDLE;
+    if (e.done > e.posted) e.done = e.posted;
+    log->chans.push_back(e);
+  }
+}
+
 // A live log's writer holds a POSIX lock on its first byte; a dump says whether it lived.
 void read_liveness(int fd, LogFile* log) {
   if (log->is_snapshot) {
@@ -337,6 +376,9 @@ ReadResult parse(const uint8_t* base, size_t size, const std::string& name, int 
   auto comm_index = read_comms(comms, h.comm_capacity, &log);
   read_ring(ring, comm_index, &log);
   read_graphs(graphs, captures, &log);
+  const Table chans = table(h.chan_offset, h.chan_size, sizeof(fr_chan_entry), defined.chan,
+                            offsetof(fr_chan_entry, op_seq));
+  read_chans(chans, &log);
   read_liveness(fd, &log);
   ReadResult r;
   r.log = std::move(log);
@@ -383,6 +425,8 @@ LogFile recycled(LogFile* spare) {
   log.records = std::move(spare->records);
   log.graphs = std::move(spare->graphs);
   log.captures = std::move(spare->captures);
+  log.chans = std::move(spare->chans);
+  log.chans.clear();
   log.comms.clear();
   log.records.clear();
   log.graphs.clear();
@@ -507,7 +551,8 @@ std::string encode_snapshot(const LogFile& log, uint64_t snapshot_ns) {
   const uint32_t graph_cap = static_cast<uint32_t>(std::min<size_t>(log.graphs.size(), FR_MAX_GRAPH_CAPACITY));
   const uint32_t capture_cap =
       static_cast<uint32_t>(std::min<size_t>(log.captures.size(), FR_MAX_CAPTURE_CAPACITY));
-  std::string out(fr_log_file_size(comm_cap, ring_cap, graph_cap, capture_cap), '\0');
+  const uint32_t chan_cap = static_cast<uint32_t>(std::min<size_t>(log.chans.size(), FR_MAX_CHAN_CAPACITY));
+  std::string out(fr_log_file_size_chan(comm_cap, ring_cap, graph_cap, capture_cap, chan_cap), '\0');
   auto* base = reinterpret_cast<uint8_t*>(out.data());
 
   fr_log_header h = log.header;
@@ -527,6 +572,10 @@ std::string encode_snapshot(const LogFile& log, uint64_t snapshot_ns) {
   h.capture_offset = fr_log_capture_offset(comm_cap, ring_cap, graph_cap);
   h.capture_capacity = capture_cap;
   h.capture_count = capture_cap;
+  h.chan_offset = chan_cap ? fr_log_chan_offset(comm_cap, ring_cap, graph_cap, capture_cap) : 0;
+  h.chan_capacity = chan_cap;
+  h.chan_size = chan_cap ? sizeof(fr_chan_entry) : 0;
+  h.chan_count = chan_cap;
   h.file_size = out.size();
   h.record_counter = counter;
   h.comm_count = comm_cap;
@@ -559,6 +608,11 @@ std::string encode_snapshot(const LogFile& log, uint64_t snapshot_ns) {
     fr_record r = log.captures[i];
     r.lock = 2;
     std::memcpy(base + h.capture_offset + uint64_t{i} * sizeof r, &r, sizeof r);
+  }
+  for (uint32_t i = 0; i < chan_cap; ++i) {
+    fr_chan_entry e = log.chans[i];
+    e.lock = 2;
+    std::memcpy(base + h.chan_offset + uint64_t{i} * sizeof e, &e, sizeof e);
   }
   return out;
 }

@@ -51,6 +51,8 @@ struct LogFile {
   std::vector<Record> records;       // valid records, ascending id (oldest first)
   std::vector<fr_graph_entry> graphs;  // CUDA graphs holding NCCL work (version 2 on)
   std::vector<fr_record> captures;     // NCCL ops captured into those graphs, table order
+  std::vector<fr_chan_entry> chans;    // channel progress from the profiler plugin (version 5 on)
+  uint32_t chans_torn = 0;             // channel slots refused: torn or implausible
   uint64_t torn = 0;                 // slots refused: torn, stale or inconsistent
   uint32_t comms_torn = 0;           // communicator entries refused
   bool writer_alive = false;         // live log: writer holds its lock now; dump: as recorded
@@ -99,6 +101,8 @@ bool op_is_p2p(uint16_t op);
 const char* origin_name(uint32_t origin);
 const char* comm_state_name(uint32_t state);
 const char* gpu_state_name(uint32_t state);
+const char* chan_kind_name(uint32_t kind);   // "kernel", "send", "recv"
+const char* chan_state_name(uint32_t state); // "recv_wait", ... "state(N)" for unknown values
 const char* dtype_name(int dtype);           // ncclDataType_t names: "float32", "bfloat16", ...
 const char* redop_name(int redop);           // "sum", "prod", "max", "min", "avg", "premulsum(N)"
 

@@ -15,6 +15,23 @@ ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqu
 ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);
 ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags);
 ncclResult_t ncclCommResume(ncclComm_t comm);
+
+/* Emulation only: faults of the transport model (sim/README.md "Channels, proxies and links"),
+ * armed on this process's member of `comm` for the collective launched `nth` after the next one
+ * (0: the next one), striking at
+ * channel step `step` (clamped to the collective's last step).
+ *   FRSIM_FAULT_CHANNEL_STALL: this rank's kernel stops on channel `channel` (peer ignored).
+ *   FRSIM_FAULT_PROXY_SEND_STALL: this rank's proxy stops sending to `peer` (every channel).
+ *   FRSIM_FAULT_PROXY_RECV_STALL: this rank's proxy stops receiving from `peer`: it posts no
+ *     buffer, so the peer's send waits for credit (every channel).
+ *   FRSIM_FAULT_LINK_DOWN: what this rank transmits to `peer` never arrives (one direction of the
+ *     link, every channel that uses it).
+ * channel -1: every channel. Returns ncclInvalidArgument for a bad kind, channel or peer. */
+#define FRSIM_FAULT_CHANNEL_STALL 1
+#define FRSIM_FAULT_PROXY_SEND_STALL 2
+#define FRSIM_FAULT_PROXY_RECV_STALL 3
+#define FRSIM_FAULT_LINK_DOWN 4
+ncclResult_t frsim_nccl_fault(ncclComm_t comm, int kind, int channel, int peer, int step, int nth);
 #ifdef __cplusplus
 }
 #endif

@@ -71,6 +71,7 @@ std::shared_ptr<CommState> ready_comm(ncclComm_t comm, ncclResult_t* err) {
 }
 
 CommState::~CommState() {
+  prof_comm_finalize(this);
   if (seg.base != nullptr) {
     Slot* s = seg.slot(rank);
     uint32_t joined = kSlotJoined;

@@ -74,6 +74,7 @@ void finish(Op& op) {
   if (op.kind == kSend) set_turn_done(c.send_done[op.root], op.seq);
   else if (op.kind == kRecv) set_turn_done(c.recv_done[op.root], op.seq);
   else set_turn_done(c.coll_done, op.seq);
+  xport_finish(op);
   op.done = true;
   c.wake_self();  // an op of this process on another stream may wait for this turn
 }
@@ -167,6 +168,8 @@ bool step_coll(Op& op) {
   uint64_t a = std::min(len, op.chunk * per), b = std::min(len, a + per);
   Slot* me = c.me();
   if (op.phase == 0) {
+    // The chunk's channel steps first (transport.cpp): a stopped channel, proxy or link stops it.
+    if (XportResult x = xport_step(op); x != kXportDone) return x == kXportProgressed;
     uint64_t t = c.coll_stamp + 1;
     int p = static_cast<int>(t & 1);
     me->coll_desc[p] = desc_of(op);
@@ -209,6 +212,7 @@ bool step_send(Op& op) {
   CommState& c = *op.comm;
   int peer = op.root;
   if (c.send_done[peer].load(std::memory_order_acquire) != op.seq) return false;
+  if (!op.xport) xport_step(op);  // its profiler events
   Channel* ch = c.seg.chan(c.rank, peer);
   if (op.phase == 1) {  // everything posted: done once the receiver has taken the last chunk
     if (ch->acked.load(std::memory_order_acquire) < op.stamp) return false;
@@ -235,6 +239,7 @@ bool step_recv(Op& op) {
   CommState& c = *op.comm;
   int peer = op.root;
   if (c.recv_done[peer].load(std::memory_order_acquire) != op.seq) return false;
+  if (!op.xport) xport_step(op);
   Channel* ch = c.seg.chan(peer, c.rank);
   uint64_t t = c.recv_stamp[peer] + 1;
   if (ch->posted.load(std::memory_order_acquire) < t) return false;

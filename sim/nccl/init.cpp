@@ -166,6 +166,8 @@ ncclResult_t comm_join(CommState* c, uint64_t key, int nranks, int rank, std::st
   c->rank = rank;
   c->nranks = nranks;
   s->pid.store(getpid());
+  const char* node = getenv("FRSIM_NODE");
+  s->node.store(node != nullptr ? atoi(node) : 0);
   s->state.store(kSlotJoined);
   ShmHeader* h = c->seg.hdr();
   uint32_t prev = h->joined.fetch_add(1, std::memory_order_acq_rel);
@@ -184,6 +186,7 @@ ncclResult_t comm_wait_joined(CommState* c) {
     if (c->stopped()) return fail_init(c, ncclInvalidUsage, "communicator aborted during initialization");
     futex_wait(&h->joined, j, 200);
   }
+  prof_comm_init(c);
   c->init_state.store(1, std::memory_order_release);
   c->wake_self();
   return ncclSuccess;

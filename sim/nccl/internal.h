@@ -66,6 +66,17 @@ struct alignas(128) Slot {
   CollDesc coll_desc[2];
   std::atomic<uint64_t> boot_posted;
   BootDesc boot_desc[2];
+  std::atomic<int32_t> node;  // FRSIM_NODE of the member: peers on other nodes are over NET
+};
+
+// The transport model (transport.cpp): one pair of words per (channel, sender, out-edge), each
+// holding pack(seq, steps): the sender's steps transmitted, the receiver's steps it has buffers
+// (credit) for.
+constexpr int kMaxSimChannels = 8;
+constexpr int kMaxOutEdges = 4;
+struct EdgeWord {
+  std::atomic<uint64_t> tx;
+  std::atomic<uint64_t> ready;
 };
 
 struct alignas(64) Channel {  // point-to-point src -> dst
@@ -81,13 +92,13 @@ struct ShmHeader {
   uint64_t key;
   uint64_t coll_chunk;  // bytes per rank per buffer
   uint64_t p2p_chunk;   // bytes per channel per buffer
-  uint64_t slots_off, coll_off, chan_off, p2p_off, total;
+  uint64_t slots_off, coll_off, chan_off, p2p_off, xport_off, total;
   std::atomic<uint32_t> joined;  // futex word
   uint32_t pad;
 };
 
 struct Layout {
-  uint64_t coll_chunk, p2p_chunk, slots_off, coll_off, chan_off, p2p_off, total;
+  uint64_t coll_chunk, p2p_chunk, slots_off, coll_off, chan_off, p2p_off, xport_off, total;
 };
 Layout layout_for(uint32_t nranks);
 
@@ -105,6 +116,10 @@ struct Segment {
   Channel* chan(int src, int dst) const {
     return reinterpret_cast<Channel*>(static_cast<char*>(base) + hdr()->chan_off) +
            (uint64_t(src) * hdr()->nranks + dst);
+  }
+  EdgeWord* edge(int channel, int src, int e) const {
+    return reinterpret_cast<EdgeWord*>(static_cast<char*>(base) + hdr()->xport_off) +
+           ((uint64_t(channel) * hdr()->nranks + src) * kMaxOutEdges + e);
   }
   char* p2p_buf(int src, int dst, int parity) const {
     uint64_t idx = (uint64_t(src) * hdr()->nranks + dst) * 2 + parity;
@@ -157,8 +172,21 @@ struct RedOpInfo {
   double scalar;           // ncclScalarHostImmediate
 };
 
+// A fault of the transport model armed on a communicator (frsim_nccl_fault, fr_sim_nccl.h).
+struct XportFault {
+  int kind = 0;  // FRSIM_FAULT_* ; 0 none
+  int channel = -1;
+  int peer = -1;
+  int step = 0;
+  uint64_t seq = ~0ull;  // the collective it strikes
+};
+
 struct CommState {
   Segment seg;
+  void* prof_ctx = nullptr;  // the profiler plugin's context (profiler.cpp); null: not profiled
+  int prof_mask = 0;
+  uint64_t func_seq[16] = {};  // per collective kind, as NCCL numbers them for the profiler
+  XportFault fault;            // guarded by mu
   uint64_t key = 0;
   int rank = 0;
   int nranks = 0;
@@ -256,6 +284,29 @@ struct Op {
   bool done = false;
   bool mismatch = false;
   std::vector<char> staged;  // private copy of an input that overlaps the output
+  std::shared_ptr<struct Xport> xport;  // transport-model progress (transport.cpp)
+};
+
+// ---- the transport model and the profiler plugin (transport.cpp, profiler.cpp) ---------------
+
+// Advances this rank's channels for the collective's current chunk; kXportDone once every
+// channel's step for it is done (then the chunk's data may move).
+enum XportResult { kXportWaiting, kXportProgressed, kXportDone };
+XportResult xport_step(Op& op);
+void xport_finish(Op& op);  // the op ended: kernel channels and proxy ops stop
+int sim_channels();
+// The profiler plugin, loaded as NCCL loads it (NCCL_PROFILER_PLUGIN).
+void prof_comm_init(CommState* c);
+void prof_comm_finalize(CommState* c);
+struct ProfDescr;
+void* prof_start(CommState* c, uint64_t type, void* parent, const ProfDescr& d);
+void prof_stop(void* handle);
+void prof_state(void* handle, int state, uint64_t trans_size);
+struct ProfDescr {
+  uint64_t seq = 0;
+  const char* func = nullptr;
+  int peer = -1, channel = -1, nsteps = 0, is_send = 0, step = 0;
+  size_t count = 0;
 };
 
 // Takes an op from an API call: enqueues it now, or keeps it until ncclGroupEnd.

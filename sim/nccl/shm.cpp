@@ -40,7 +40,8 @@ Layout layout_for(uint32_t nranks) {
   l.chan_off = round_up(l.slots_off + n * sizeof(Slot), 4096);
   l.coll_off = round_up(l.chan_off + n * n * sizeof(Channel), 4096);
   l.p2p_off = l.coll_off + n * 2 * coll;
-  l.total = l.p2p_off + n * n * 2 * p2p;
+  l.xport_off = round_up(l.p2p_off + n * n * 2 * p2p, 4096);
+  l.total = l.xport_off + uint64_t{kMaxSimChannels} * n * kMaxOutEdges * sizeof(EdgeWord);
   return l;
 }
 
@@ -129,6 +130,7 @@ ncclResult_t segment_open(uint64_t key, uint32_t nranks, Segment* out, std::stri
     h->coll_off = l.coll_off;
     h->chan_off = l.chan_off;
     h->p2p_off = l.p2p_off;
+    h->xport_off = l.xport_off;
     h->total = l.total;
     h->joined.store(0, std::memory_order_relaxed);
     h->magic.store(kShmMagic, std::memory_order_release);  // the zero-filled slots are valid as is

@@ -99,7 +99,9 @@ TEST_CASE("the agent wraps every function of the nccl.h it was built against", "
       "ncclWinGetUserPtr",   "ncclPutSignal",       "ncclSignal",              "ncclWaitSignal",
       "ncclAllReduceConfig", "ncclBroadcastConfig", "ncclReduceConfig",        "ncclAllGatherConfig",
       "ncclReduceScatterConfig", "ncclAlltoAllConfig", "ncclGatherConfig",     "ncclScatterConfig",
-      "dlsym",               "dlvsym"};
+      "dlsym",               "dlvsym",
+      // the agent as NCCL's profiler plugin (data, not functions NCCL declares)
+      "ncclProfiler_v5",     "ncclProfiler_v6"};
   // The CUDA graph calls the agent interposes to record replays (runtime and driver entries).
   const std::set<std::string> cuda_graph = {
       "cuGetProcAddress", "cuGetProcAddress_v2", "cuGraphInstantiateWithFlags",

@@ -503,6 +503,9 @@ TEST_CASE("libfr_agent.so exports the NCCL API, dlsym and dlvsym, the graph entr
                                           "ncclCommQueryProperties",
                                           "dlsym",
                                           "dlvsym",
+                                          // NCCL's profiler plugin interface (agent/profiler_v*.cpp)
+                                          "ncclProfiler_v5",
+                                          "ncclProfiler_v6",
                                           // CUDA graph launches (driver, runtime, and the driver
                                           // entries the runtime fetches)
                                           "cuGraphLaunch",

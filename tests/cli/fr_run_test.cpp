@@ -134,9 +134,16 @@ TEST_CASE("fr-run: the command's environment and the node daemon's command line"
   // Already preloaded (an fr-run inside an fr-run): not twice.
   e = fr::run::child_env(o, {{"LD_PRELOAD", "/x.so /opt/fr/lib/libfr_agent.so"}}, true);
   CHECK(e["LD_PRELOAD"] == "/x.so /opt/fr/lib/libfr_agent.so");
+  // The agent is NCCL's profiler plugin too, unless the user named one (or "none").
+  CHECK(e["NCCL_PROFILER_PLUGIN"] == "/opt/fr/lib/libfr_agent.so");
+  e = fr::run::child_env(o, {{"NCCL_PROFILER_PLUGIN", "/their/libnccl-profiler.so"}}, true);
+  CHECK(e["NCCL_PROFILER_PLUGIN"] == "/their/libnccl-profiler.so");
+  e = fr::run::child_env(o, {{"NCCL_PROFILER_PLUGIN", "none"}}, true);
+  CHECK(e["NCCL_PROFILER_PLUGIN"] == "none");
   // The agent missing: LD_PRELOAD untouched.
   e = fr::run::child_env(o, {}, false);
   CHECK(e.count("LD_PRELOAD") == 0);
+  CHECK(e.count("NCCL_PROFILER_PLUGIN") == 0);
   o.job_id = "j";
   CHECK(fr::run::child_env(o, {}, true)["FR_JOB_ID"] == "j");
 

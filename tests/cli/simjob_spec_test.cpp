@@ -190,3 +190,43 @@ TEST_CASE("step time, jitter and a pause: host work per step", "[simjob]") {
   REQUIRE_FALSE(validate(s, &none, &err));
   REQUIRE(err.find("--step-jitter") != std::string::npos);
 }
+
+TEST_CASE("transport faults: channel, peer, at and nth, checked against the shape", "[simjob]") {
+  Shape s;
+  s.nodes = 4;
+  s.ranks_per_node = 1;
+  s.steps = 3;
+  std::string err;
+  auto parse = [&](const std::string& spec) {
+    Fault f;
+    INFO(spec);
+    REQUIRE(parse_fault(spec, &f, &err));
+    return f;
+  };
+  Fault f = parse("rank=1,step=1,kind=chan-stall,channel=1,at=2");
+  CHECK(f.kind == FaultKind::kChanStall);
+  CHECK(f.channel == 1);
+  CHECK(f.at == 2);
+  CHECK(f.to_spec() == "rank=1,step=1,kind=chan-stall,comm=dp,channel=1,at=2");
+  Fault g = parse("rank=0,step=1,kind=link-down,comm=world,nth=1,peer=2");
+  CHECK(g.peer == 2);
+  CHECK(g.nth == 1);
+  std::vector<Fault> ok = {f, g};
+  REQUIRE(validate(s, &ok, &err));
+  auto refused = [&](const std::string& spec, const std::string& why) {
+    std::vector<Fault> v = {parse(spec)};
+    INFO(spec);
+    REQUIRE_FALSE(validate(s, &v, &err));
+    INFO(err);
+    CHECK(err.find(why) != std::string::npos);
+  };
+  refused("rank=1,step=1,kind=proxy-stall", "peer= must name another rank");
+  refused("rank=1,step=1,kind=proxy-stall,peer=1", "peer= must name another rank");
+  refused("rank=1,step=1,kind=link-down,peer=9", "peer= must name another rank");
+  refused("rank=1,step=1,kind=chan-stall,peer=2", "chan-stall takes channel=");
+  refused("rank=1,step=1,kind=crash,channel=1", "apply only to the transport faults");
+  refused("rank=1,step=1,kind=chan-stall,comm=dp,nth=1", "nth= counts");
+  Fault bad;
+  CHECK_FALSE(parse_fault("rank=1,step=1,kind=chan-stall,channel=64", &bad, &err));
+  CHECK_FALSE(parse_fault("rank=1,step=1,kind=chan-stall,at=-1", &bad, &err));
+}

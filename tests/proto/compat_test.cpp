@@ -207,6 +207,28 @@ TEST_CASE("compat: a version 1 log at full size reads version 2's fields as zero
   CHECK(r.log->comms[1].graph_started == 0);
 }
 
+TEST_CASE("compat: versions 3 and 4 at full size have no channel table (version 5)", "[proto]") {
+  // Our own header size, but neither version defined anything at 400..423 (chan_*): those bytes
+  // read as zero, so no channel table is read (chan_table_test.cpp puts a whole table under a
+  // version 3 header and checks it is ignored).
+  for (uint32_t version : {3u, 4u}) {
+    INFO("version " << version);
+    LayoutWriter w({version, sizeof(fr_log_header), sizeof(fr_comm_entry), sizeof(fr_record),
+                    sizeof(fr_graph_entry)});
+    auto r = w.read();
+    INFO(r.message);
+    REQUIRE(r.ok());
+    check_common(*r.log);
+    CHECK(r.log->header.chan_capacity == 0);
+    CHECK(r.log->header.chan_offset == 0);
+    CHECK(r.log->chans.empty());
+  }
+  // A version 5 header smaller than version 5 defines is corrupt.
+  auto r = LayoutWriter({5, FR_V4_HEADER_BYTES, FR_V5_COMM_BYTES, FR_V5_RECORD_BYTES, FR_V5_GRAPH_BYTES}).read();
+  CHECK_FALSE(r.ok());
+  CHECK(r.error == fr::log::ReadError::kCorrupt);
+}
+
 TEST_CASE("compat: graph tables of versions 2 and 3, at each version's smallest sizes and at ours", "[proto]") {
   struct Case {
     const char* what;

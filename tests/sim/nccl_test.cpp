@@ -88,6 +88,19 @@ TEST_CASE("ncclBcast calls ncclBroadcast through the exported symbol", "[sim][nc
                            {"LD_PRELOAD=" + lib, "ASAN_OPTIONS=verify_asan_link_order=0"}));
 }
 
+TEST_CASE("a profiler plugin is loaded as NCCL loads it; an unknown version is not used", "[sim][nccl]") {
+  const std::string dir = std::string(FR_BUILD_DIR) + "/tests/";
+  for (int n : {2, 3}) {
+    INFO("ranks " << n);
+    require_all_ok(run_ranks("prof", n, "loaded", 120, {"NCCL_PROFILER_PLUGIN=" + dir + "libfrsim_prof_v5.so"}));
+    // The v6 lookup comes first: with it limited to v5 (as NCCL 2.28), the same plugin loads.
+    require_all_ok(run_ranks("prof", n, "loaded", 120,
+                             {"NCCL_PROFILER_PLUGIN=" + dir + "libfrsim_prof_v5.so", "FRSIM_PROFILER_MAX_VERSION=5"}));
+    require_all_ok(run_ranks("prof", n, "off", 120, {"NCCL_PROFILER_PLUGIN=" + dir + "libfrsim_prof_v9.so"}));
+    require_all_ok(run_ranks("prof", n, "off", 120, {"NCCL_PROFILER_PLUGIN=" + dir + "no-such-plugin.so"}));
+  }
+}
+
 TEST_CASE("a training-shaped loop over split communicators runs 16 ranks", "[sim][nccl]") {
   require_all_ok(run_ranks("train", 16, "50"));
 }

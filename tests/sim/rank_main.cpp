@@ -647,6 +647,31 @@ void scenario_bcast_interpose(Env& e) {
   if (count() != 3) fail("direct ncclBroadcast not interposed");
 }
 
+// The profiler plugin NCCL_PROFILER_PLUGIN names (tests/sim/prof_plugin.cpp) is loaded (ARG
+// "loaded") or not (ARG "off": an unknown version): one all-reduce and one broadcast between
+// ranks of different nodes (FRSIM_NODE is the rank), counted by the plugin.
+void scenario_prof(Env& e, const std::string& arg) {
+  int32_t v = g_rank + 1, out = 0;
+  NCCLCHECK(ncclAllReduce(&v, &out, 1, ncclInt32, ncclSum, e.comm, e.stream));
+  NCCLCHECK(ncclBroadcast(&v, &v, 1, ncclInt32, 0, e.comm, e.stream));
+  sync(e.stream);
+  if (out != g_n * (g_n + 1) / 2 || v != 1) fail("results %d %d", out, v);
+  void* lib = dlopen(getenv("NCCL_PROFILER_PLUGIN"), RTLD_NOW | RTLD_NOLOAD);
+  if (arg == "off") {
+    if (lib != nullptr) fail("a plugin of an unknown version stayed loaded");
+    return;
+  }
+  if (lib == nullptr) fail("the plugin is not loaded");
+  using Counts = void (*)(int*);
+  auto counts = reinterpret_cast<Counts>(dlsym(lib, "frsim_test_prof_counts"));
+  int c[8] = {};
+  counts(c);
+  printf("inits=%d coll=%d proxy_ops=%d steps=%d kernel=%d states=%d stops=%d\n", c[0], c[1], c[2], c[3], c[4], c[5], c[6]);
+  if (c[0] != 1 || c[1] != 2) fail("inits %d colls %d", c[0], c[1]);
+  if (c[2] == 0 || c[3] == 0 || c[4] == 0 || c[5] == 0) fail("no proxy or kernel events");
+  if (c[6] < c[1] + c[2] + c[3] + c[4]) fail("events left open: %d stops", c[6]);
+}
+
 // Ranks 0..n-2 share a communicator; the last rank joins through ncclCommGrow. Rank 0 hands the
 // grow id to it through the file ARG (written whole, then renamed into place).
 void scenario_grow(const ncclUniqueId& id, const std::string& path, CUstream stream) {
@@ -785,6 +810,7 @@ int main(int argc, char** argv) {
     printf("OK\n");
     return 0;
   }
+  if (scenario == "prof") setenv("FRSIM_NODE", std::to_string(g_rank).c_str(), 1);
   NCCLCHECK(ncclCommInitRank(&e.comm, g_n, id, g_rank));
   int dev = -1;
   NCCLCHECK(ncclCommCuDevice(e.comm, &dev));
@@ -799,6 +825,7 @@ int main(int argc, char** argv) {
   else if (scenario == "order") scenario_order(e);
   else if (scenario == "bcast-interpose") scenario_bcast_interpose(e);
   else if (scenario == "markers") scenario_markers(e);
+  else if (scenario == "prof") scenario_prof(e, arg);
   else if (scenario == "train") scenario_train(e, arg.empty() ? 100 : atoi(arg.c_str()));
   else fail("unknown scenario %s", scenario.c_str());
   if (e.comm != nullptr) {

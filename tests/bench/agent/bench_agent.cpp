@@ -14,8 +14,12 @@
 #include <string.h>
 #include <time.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <vector>
+
+#include "profiler_abi.h"
 
 extern "C" void* __libc_malloc(size_t);
 extern "C" void* __libc_calloc(size_t, size_t);
@@ -70,13 +74,92 @@ double median_ns(std::vector<double>& v, int batches, int per_batch, F f) {
 
 }  // namespace
 
+namespace ap = fr::agent::prof;
+
+// `fr_bench_agent --profiler` (under the agent): the plugin interface's cost per event as NCCL
+// would report it (ncclProfiler_v5 looked up as NCCL does), and an all-reduce's host time before
+// any profiler context exists (NCCL did not load the plugin) and after one does.
+int profiler_bench(ncclComm_t comm, int batches) {
+  auto* t = static_cast<const ap::PluginV5*>(dlsym(RTLD_DEFAULT, "ncclProfiler_v5"));
+  if (t == nullptr) {
+    fprintf(stderr, "bench: ncclProfiler_v5 not found: run under the agent\n");
+    return 1;
+  }
+  static float buf[256];
+  cudaStream_t s = (cudaStream_t)(uintptr_t)0x10;
+  auto allreduce = [&] { ncclAllReduce(buf, buf, 256, ncclFloat32, ncclSum, comm, s); };
+  std::vector<double> v;
+  v.reserve((size_t)batches + 20);
+  median_ns(v, 20, 1000, allreduce);
+  const double before = median_ns(v, batches, 1000, allreduce);
+  void* ctx = nullptr;
+  int mask = 0;
+  t->init(&ctx, 1, &mask, "bench", 1, 2, 0, nullptr);
+  if (ctx == nullptr || mask == 0) {
+    fprintf(stderr, "bench: the plugin's init turned it off\n");
+    return 1;
+  }
+  ap::DescrV5 coll = {}, op = {}, step = {}, kern = {};
+  coll.type = ap::kEvColl;
+  coll.coll.func = "AllReduce";
+  void* ch = nullptr;
+  t->startEvent(ctx, &ch, &coll);
+  op.type = ap::kEvProxyOp;
+  op.parentObj = ch;
+  op.proxyOp.peer = 1;
+  op.proxyOp.nSteps = 1 << 20;
+  op.proxyOp.isSend = 1;
+  step.type = ap::kEvProxyStep;
+  kern.type = ap::kEvKernelCh;
+  kern.parentObj = ch;
+  ap::StateArgs a = {};
+  a.proxyStep.transSize = 4096;
+  void* oh = nullptr;
+  t->startEvent(ctx, &oh, &op);
+  step.parentObj = oh;
+  int k = 0;
+  auto one_step = [&] {
+    void* h = nullptr;
+    step.proxyStep.step = k++ & 0xfffff;
+    t->startEvent(ctx, &h, &step);
+    t->recordEventState(h, ap::kStSendGpuWait, &a);
+    t->recordEventState(h, ap::kStSendWait, &a);
+    t->stopEvent(h);
+  };
+  auto one_op = [&] {
+    void* h = nullptr;
+    t->startEvent(ctx, &h, &op);
+    t->stopEvent(h);
+  };
+  auto one_kernel = [&] {
+    void* h = nullptr;
+    t->startEvent(ctx, &h, &kern);
+    t->recordEventState(h, ap::kStKernelChStop, &a);
+    t->stopEvent(h);
+  };
+  g_counting = true;
+  const double st = median_ns(v, batches, 1000, one_step);
+  const double po = median_ns(v, batches, 1000, one_op);
+  const double kc = median_ns(v, batches, 1000, one_kernel);
+  const double after = median_ns(v, batches, 1000, allreduce);
+  g_counting = false;
+  printf("allreduce_no_plugin_ns=%.1f\n", before);
+  printf("allreduce_plugin_context_ns=%.1f\n", after);
+  printf("proxy_step_ns=%.1f\n", st);   // start, two states, stop
+  printf("proxy_op_ns=%.1f\n", po);     // start, stop
+  printf("kernel_channel_ns=%.1f\n", kc);  // start, KernelChStop, stop
+  printf("allocs_in_loop=%lu\n", g_allocs);
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  const bool profiler_mode = argc == 2 && strcmp(argv[1], "--profiler") == 0;
   const bool count_mode = argc == 4 && strcmp(argv[1], "--calls") == 0;
-  if (argc > 1 && !count_mode && (argc != 2 || atoi(argv[1]) <= 0)) {
-    fprintf(stderr, "usage: fr_bench_agent [BATCHES] | --calls allreduce|group|group16 N\n");
+  if (argc > 1 && !count_mode && !profiler_mode && (argc != 2 || atoi(argv[1]) <= 0)) {
+    fprintf(stderr, "usage: fr_bench_agent [BATCHES] | --calls allreduce|group|group16 N | --profiler\n");
     return 2;
   }
-  int batches = argc == 2 ? atoi(argv[1]) : 200;
+  int batches = argc == 2 && !profiler_mode ? atoi(argv[1]) : 200;
   const int per_batch = 1000;
   ncclUniqueId id;
   ncclComm_t comm;
@@ -84,6 +167,8 @@ int main(int argc, char** argv) {
     fprintf(stderr, "bench: the no-op NCCL did not start\n");
     return 1;
   }
+  if (profiler_mode) return profiler_bench(comm, batches);
+  if (profiler_mode) return profiler_bench(comm, batches);
   static float buf[256];
   cudaStream_t s = (cudaStream_t)(uintptr_t)0x10;
   auto allreduce = [&] { ncclAllReduce(buf, buf, 256, ncclFloat32, ncclSum, comm, s); };

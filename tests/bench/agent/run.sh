@@ -64,6 +64,15 @@ echo "added per intercepted all-reduce (median): ${added} ns (target <= 25 ns)"
 per_op16=$(awk -v a="$(value group_16_ops_ns "$plain")" -v b="$(value group_16_ops_ns "$agented")" 'BEGIN { printf "%.1f", (b - a) / 16 }')
 echo "added per op in a GroupStart/Send/Recv/GroupEnd group, the group's calls included: ${per_op} ns (target <= 40 ns)"
 echo "added per op in a group of 8 Send/Recv pairs, the group's calls included: ${per_op16} ns (target <= 40 ns)"
+# The profiler plugin interface (the agent as NCCL's plugin): host time per event, and an
+# all-reduce's time before NCCL made any plugin context and after.
+prof=$(FR_LOG_DIR=$logs LD_PRELOAD=$agent "$bench" --profiler) || { echo "agent bench: the profiler bench failed" >&2; status=1; }
+echo "profiler plugin: per proxy step (start, 2 states, stop) $(value proxy_step_ns "$prof") ns;" \
+  "per proxy op $(value proxy_op_ns "$prof") ns; per kernel channel $(value kernel_channel_ns "$prof") ns;" \
+  "heap allocations $(value allocs_in_loop "$prof")"
+echo "profiler plugin: all-reduce through the agent, no plugin context (NCCL did not load it)" \
+  "$(value allreduce_no_plugin_ns "$prof") ns; with a context $(value allreduce_plugin_context_ns "$prof") ns"
+[[ $(value allocs_in_loop "$prof") == 0 ]] || status=1
 allocs=$(value allocs_in_loop "$agented")
 echo "heap allocations in the timed loops under the agent: $allocs"
 [[ $allocs == 0 ]] || status=1
