@@ -655,11 +655,7 @@ static inline int fr_graph_read(const fr_graph_entry* slot, fr_graph_entry* out)
 #define FR_CHAN_FIXED_WORDS ((offsetof(fr_chan_entry, op_seq) - 8) / 8)
 
 static inline int fr_chan_publish_fixed(fr_chan_entry* slot, const fr_chan_entry* e) {
-  uint64_t before;
-  if (!fr_seq_try_begin(&slot->lock, &before)) return 0;
-  fr_copy_words_in((uint64_t*)slot + 1, (const uint64_t*)e + 1, FR_CHAN_FIXED_WORDS);
-  fr_seq_end(&slot->lock, before);
-  return 1;
+  return fr_seq_publish((uint64_t*)slot, (const uint64_t*)e, FR_CHAN_FIXED_WORDS);
 }
 
 /* The GPU state a reader should report for a launched record, from its communicator's counters.
