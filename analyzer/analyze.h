@@ -31,7 +31,11 @@ nlohmann::json analyze_paths(const std::vector<std::string>& paths, const Option
 // The human view of an analysis: the verdict sentence first, then per stalled communicator a
 // compact rank table, then the findings. ANSI colors only when `color` is set. The second form
 // reads a stored fr-analysis/1 document.
+// The text view; every control byte that came from the input is written as \xNN (terminal_safe).
 std::string render_text(const Analysis& analysis, bool color);
 std::string render_text(const nlohmann::json& analysis, bool color);
+// `text` with every control byte but '\n' written as \xNN; with `color`, the text view's own
+// styles kept as they are.
+std::string terminal_safe(const std::string& text, bool color);
 
 }  // namespace fr::analyzer

@@ -80,7 +80,12 @@ bool sniff_torch_file(int fd, uint64_t file_size) {
 // zero fill, no second copy); a file that grows meanwhile is read on up to `max_bytes`.
 bool read_whole(int fd, uint64_t size_hint, size_t max_bytes, std::unique_ptr<char[]>* buf,
                 size_t* len, std::string* error, const std::string& name) {
-  size_t cap = size_t(std::min<uint64_t>(size_hint, max_bytes)) + 1;
+  // Refused before a byte is read or a buffer is taken: a sparse 10 GiB file costs nothing.
+  if (size_hint > max_bytes) {
+    *error = name + ": larger than " + std::to_string(max_bytes) + " bytes";
+    return false;
+  }
+  size_t cap = size_t(size_hint) + 1;
   buf->reset(new char[cap]);
   *len = 0;
   for (;;) {

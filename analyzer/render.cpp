@@ -217,6 +217,41 @@ void inputs_block(std::ostringstream& out, const Analysis& a, const Style& st) {
 
 }  // namespace
 
+// Text names and values that came from dumps and peers (process-group descriptions, dtypes, file
+// names, stack frames) may hold any byte. Every control byte but the line ends this view writes
+// is shown as \xNN, so a hostile dump cannot retitle the terminal, move the cursor or overwrite
+// the verdict line (CR, ESC, BEL...). With color on, the view's own styles pass: exactly the
+// sequences Style writes, none of which hides or moves text.
+std::string terminal_safe(const std::string& text, bool color) {
+  static const char* const kStyles[] = {"\033[1;31m", "\033[1;32m", "\033[33m",
+                                        "\033[1m",    "\033[2m",    "\033[0m"};
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c == '\n' || (c >= 0x20 && c != 0x7f)) {
+      out += char(c);
+      continue;
+    }
+    if (c == 0x1b && color) {
+      const char* style = nullptr;
+      for (const char* s : kStyles)
+        if (text.compare(i, std::char_traits<char>::length(s), s) == 0) style = s;
+      if (style) {
+        const size_t n = std::char_traits<char>::length(style);
+        out.append(text, i, n);
+        i += n - 1;
+        continue;
+      }
+    }
+    static const char kHex[] = "0123456789abcdef";
+    out += "\\x";
+    out += kHex[c >> 4];
+    out += kHex[c & 0xf];
+  }
+  return out;
+}
+
 std::string render_text(const Analysis& a, bool color) {
   Style st{color};
   std::ostringstream out;
@@ -233,7 +268,7 @@ std::string render_text(const Analysis& a, bool color) {
     }
   }
   inputs_block(out, a, st);
-  return out.str();
+  return terminal_safe(out.str(), color);
 }
 
 std::string render_text(const json& a, bool color) {

@@ -157,7 +157,8 @@ int CoordinatorServer::metrics_port() const { return impl_->metrics.port(); }
 namespace {
 
 // Who may listen where: off loopback, gRPC and the HTTP pages need the token (or a client
-// certificate); the HTTP listener speaks TLS when gRPC does.
+// certificate); with a token the HTTP pages ask for it on loopback too (http_trust_loopback
+// aside); the HTTP listener speaks TLS when gRPC does.
 bool check_listeners(CoordinatorServer::Impl& m, HttpSecurity* http_sec, std::string* error) {
   const bool loopback = is_loopback_address(m.opts.listen);
   if (!loopback && m.opts.token.empty() && m.opts.tls_client_ca.empty()) {
@@ -171,6 +172,8 @@ bool check_listeners(CoordinatorServer::Impl& m, HttpSecurity* http_sec, std::st
   // The HTTP listener (metrics, pages, status JSON) follows the gRPC listener's rules: off
   // loopback it asks for the token (or a client certificate), and it speaks TLS when gRPC does.
   *http_sec = HttpSecurity{"", m.opts.tls_cert, m.opts.tls_key, m.opts.tls_client_ca};
+  // With a token, loopback asks for it too: on a shared login node any local user reaches it.
+  if (!m.opts.http_trust_loopback) http_sec->token = m.opts.token;
   if (!m.opts.metrics_listen.empty() && !is_loopback_address(m.opts.metrics_listen)) {
     if (m.opts.token.empty() && m.opts.tls_client_ca.empty()) {
       *error = "--metrics-listen " + m.opts.metrics_listen +

@@ -30,6 +30,9 @@ struct ServerOptions {
   std::string tls_key;
   std::string tls_client_ca;   // PEM contents: mutual TLS when set
   std::string metrics_listen;  // HOST:PORT for Prometheus text; empty: none
+  // With a token, the HTTP side asks for it on loopback too (another local user must not read
+  // the job's status and incidents), unless this says loopback is trusted.
+  bool http_trust_loopback = false;
   std::string on_verdict;      // shell command run for every dump set written (hook.h)
   int64_t on_verdict_timeout_ns = 300'000'000'000;
   UploadLimits limits;

@@ -4,6 +4,7 @@
 #include "child.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,7 +46,7 @@ std::string find_program(const std::string& name, const Env& env, int* err) {
 
 }  // namespace
 
-int run_command(const std::vector<std::string>& argv, const Env& env) {
+int run_command(const std::vector<std::string>& argv, const Env& env, int death_signal) {
   int err = 0;
   std::string program = find_program(argv[0], env, &err);
   if (program.empty()) {
@@ -67,12 +68,17 @@ int run_command(const std::vector<std::string>& argv, const Env& env) {
   sigaddset(&wanted, SIGCHLD);
   ::sigprocmask(SIG_BLOCK, &wanted, &old);
 
+  const pid_t self = ::getpid();
   pid_t child = ::fork();
   if (child < 0) {
     std::fprintf(stderr, "fr-run: fork: %s\n", std::strerror(errno));
     return 126;
   }
   if (child == 0) {
+    // fr-run may have died between the fork and the prctl: then the signal would never come.
+    if (death_signal > 0 &&
+        (::prctl(PR_SET_PDEATHSIG, death_signal) != 0 || ::getppid() != self))
+      ::raise(death_signal);
     ::sigprocmask(SIG_SETMASK, &old, nullptr);
     ::execve(program.c_str(), args.data(), envp.data());
     int e = errno;

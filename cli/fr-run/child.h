@@ -15,6 +15,9 @@ namespace fr::run {
 
 // Runs argv[0] (looked up on PATH in `env`) with `env`; returns the status fr-run should exit
 // with: the command's, or 127 (not found) / 126 (not executable) with a message on stderr.
-int run_command(const std::vector<std::string>& argv, const Env& env);
+// `death_signal` (0: none) is what the command gets when fr-run dies first, however it dies
+// (PR_SET_PDEATHSIG): a killed fr-run leaves no command running on the GPU. The kernel clears it
+// when the command is a set-user-id program.
+int run_command(const std::vector<std::string>& argv, const Env& env, int death_signal);
 
 }  // namespace fr::run

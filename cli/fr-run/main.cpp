@@ -96,5 +96,5 @@ int main(int argc, char** argv) {
   if (o.verbose && agent_ok)
     std::fprintf(stderr, "fr-run: LD_PRELOAD=%s FR_LOG_DIR=%s%s%s\n", o.agent.c_str(),
                  o.log_dir.c_str(), o.job_id.empty() ? "" : " FR_JOB_ID=", o.job_id.c_str());
-  return run_command(o.command, child_env(o, env, agent_ok));
+  return run_command(o.command, child_env(o, env, agent_ok), o.parent_death_signal);
 }

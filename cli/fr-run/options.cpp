@@ -1,7 +1,11 @@
 // fr-run's flags, defaults and the command's environment (see options.h).
 #include "options.h"
 
+#include <signal.h>
+
+#include <cctype>
 #include <sstream>
+#include <utility>
 
 namespace fr::run {
 namespace {
@@ -65,7 +69,8 @@ bool parse_args(const std::vector<std::string>& args, Options* o, std::string* e
     for (const Flag& f : kValueFlags)
       if (name == f.name) target = &(o->*f.field);
     bool is_frd_arg = name == "--frd-arg";
-    if (!target && !is_frd_arg) {
+    bool is_death = name == "--parent-death-signal";
+    if (!target && !is_frd_arg && !is_death) {
       *error = "unknown flag " + name + " (put the command after --)";
       return false;
     }
@@ -80,8 +85,17 @@ bool parse_args(const std::vector<std::string>& args, Options* o, std::string* e
       *error = name + " needs a non-empty value";
       return false;
     }
-    if (is_frd_arg) o->frd_args.push_back(value);
-    else *target = value;
+    if (is_death) {
+      o->parent_death_signal = parse_signal_name(value);
+      if (o->parent_death_signal < 0) {
+        *error = "--parent-death-signal " + value + ": not a signal (KILL, TERM, ..., or none)";
+        return false;
+      }
+    } else if (is_frd_arg) {
+      o->frd_args.push_back(value);
+    } else {
+      *target = value;
+    }
   }
   o->command.assign(args.begin() + std::min(i, args.size()), args.end());
   if (o->command.empty()) {
@@ -89,6 +103,22 @@ bool parse_args(const std::vector<std::string>& args, Options* o, std::string* e
     return false;
   }
   return true;
+}
+
+int parse_signal_name(const std::string& v) {
+  if (v == "none" || v == "0") return 0;
+  static const std::pair<const char*, int> kNames[] = {
+      {"KILL", SIGKILL}, {"TERM", SIGTERM}, {"INT", SIGINT},   {"HUP", SIGHUP},
+      {"QUIT", SIGQUIT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}};
+  const std::string name = v.rfind("SIG", 0) == 0 ? v.substr(3) : v;
+  for (const auto& [n, s] : kNames)
+    if (name == n) return s;
+  if (!v.empty() && v.size() <= 2 && std::isdigit(static_cast<unsigned char>(v[0])) &&
+      std::isdigit(static_cast<unsigned char>(v.back()))) {
+    int s = std::stoi(v);
+    if (s >= 1 && s <= 64) return s;
+  }
+  return -1;
 }
 
 std::string default_token_file(const Env& env, unsigned uid) {
@@ -165,6 +195,8 @@ std::string usage_text() {
        "  --frd PATH           frd (default: next to fr-run)\n"
        "  --daemon-log FILE    the started node daemon's output (default LOG_DIR/frd-node.log)\n"
        "  --no-daemon          never start a node daemon\n"
+       "  --parent-death-signal SIG  what CMD gets if fr-run dies, even by SIGKILL (KILL by\n"
+       "                       default; TERM, INT, HUP, ...; none: CMD lives on)\n"
        "  --verbose            say what fr-run did, on stderr\n"
        "  --version            print the version\n"
        "Exit status: CMD's own; 128+N when CMD was killed by signal N; 127 CMD not found,\n"

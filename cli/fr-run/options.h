@@ -27,6 +27,9 @@ struct Options {
   std::string frd;          // the frd executable
   std::string daemon_log;   // the started node daemon's stdout and stderr
   std::vector<std::string> frd_args;  // more flags for `frd node` (TLS, --stall-after, ...)
+  // The signal the command gets when fr-run itself dies (even by SIGKILL): --parent-death-signal,
+  // KILL by default, 0 for none (`none`).
+  int parent_death_signal = 9;
   bool no_daemon = false;
   bool verbose = false;
   bool help = false;
@@ -57,5 +60,9 @@ Env child_env(const Options& o, const Env& env, bool agent_ok);
 std::vector<std::string> frd_node_argv(const Options& o);
 
 std::string usage_text();
+
+// The signal a --parent-death-signal value names (KILL, TERM, INT, HUP, QUIT, USR1, USR2, with or
+// without SIG, or a number 1..64), 0 for `none`; -1 when it names none.
+int parse_signal_name(const std::string& v);
 
 }  // namespace fr::run

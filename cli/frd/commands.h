@@ -84,6 +84,7 @@ struct CoordinatorCommand {
   std::string listen = "127.0.0.1:7470", port_file, dump_dir, job, metrics_listen;
   std::string token_file, tls_cert, tls_key, tls_client_ca;
   bool insecure = false;
+  bool http_trust_loopback = false;
   int expect_ranks = -1;
   std::string stall_after = "auto";
   double stall_factor = 5, heartbeat_timeout = 10, dump_deadline = 20;

@@ -96,6 +96,9 @@ void CoordinatorCommand::add(CLI::App& parent) {
                   "shared token every peer must present (default: the per-user token file, "
                   "created with a random token when absent)");
   app->add_flag("--insecure", insecure, "no token: any local user may talk to the coordinator (loopback only)");
+  app->add_flag("--http-trust-loopback", http_trust_loopback,
+                "the web page, status and metrics on a loopback --metrics-listen without the token "
+                "(by default they ask for it when there is one)");
   app->add_option("--tls-cert", tls_cert, "server certificate (PEM): TLS");
   app->add_option("--tls-key", tls_key, "server key (PEM)");
   app->add_option("--tls-client-ca", tls_client_ca, "CA (PEM) that client certificates must chain to: mutual TLS");
@@ -119,6 +122,7 @@ int CoordinatorCommand::run() const {
   so.listen = listen;
   so.port_file = port_file;
   so.metrics_listen = metrics_listen;
+  so.http_trust_loopback = http_trust_loopback;
   so.on_verdict = on_verdict;
   so.on_verdict_timeout_ns = to_ns(on_verdict_timeout);
   if (!credentials(*this, &so, &error)) {

@@ -3,6 +3,8 @@
 // rings wrapped at different points; clocks; and the fixed JSON contract.
 #include <catch2/catch.hpp>
 
+#include <cstring>
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -402,6 +404,35 @@ TEST_CASE("text view: verdict first, colors only when asked", "[analyzer]") {
   CHECK(plain.find("* 1:") != std::string::npos);
   std::string color = fr::analyzer::render_text(doc, true);
   CHECK(color.find("\033[") != std::string::npos);
+}
+
+TEST_CASE("text view: every control byte from a dump is shown as \\xNN", "[analyzer]") {
+  TempDir t;
+  json doc = run(spec_with("kind=hang-host,rank=1"), t);
+  std::string hostile = "pg";
+  for (int c = 0; c < 0x20; ++c) hostile += char(c);
+  hostile += '\x7f';
+  hostile += "\033]0;owned\007\r\033[2Kverdict: no_hang\033[8m";
+  doc["verdict"]["summary"] = hostile;
+  doc["inputs"]["skipped"] = json::array({{{"file", "r1\033[1;31m.frlog"}, {"error", "bad\rmagic"}}});
+  for (bool color : {false, true}) {
+    INFO(color);
+    const std::string text = fr::analyzer::render_text(doc, color);
+    CHECK(text.find("pg\\x00\\x01") != std::string::npos);
+    CHECK(text.find("\\x1f\\x7f\\x1b]0;owned\\x07\\x0d\\x1b[2K") != std::string::npos);
+    CHECK(text.find("\\x1b[8m") != std::string::npos);
+    CHECK(text.find("bad\\x0dmagic") != std::string::npos);
+    // Only the view's own line ends and (with color) its own styles are control bytes.
+    std::string rest = text;
+    for (const char* style : {"\033[1;31m", "\033[1;32m", "\033[33m", "\033[1m", "\033[2m", "\033[0m"})
+      for (size_t at; (at = rest.find(style)) != std::string::npos;) rest.erase(at, strlen(style));
+    for (unsigned char c : rest) CHECK((c == '\n' || (c >= 0x20 && c != 0x7f)));
+    if (!color) CHECK(text == rest);
+  }
+  // With color on, one of the view's own styles passes as it is (it only colors); anything else is
+  // escaped.
+  CHECK(fr::analyzer::terminal_safe("a\tb\033[1mc", false) == "a\\x09b\\x1b[1mc");
+  CHECK(fr::analyzer::terminal_safe("a\033[1mc", true) == "a\033[1mc");
 }
 
 TEST_CASE("trace: one track per rank per communicator, the stall highlighted", "[analyzer]") {

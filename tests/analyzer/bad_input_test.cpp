@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -173,6 +174,35 @@ TEST_CASE("another job's dump in the same directory is named and left out", "[an
   REQUIRE(!s.is_null());
   CHECK(s["error"].get<std::string>().find("another-job") != std::string::npos);
   CHECK(doc["verdict"]["culprit_ranks"] == json({5}));
+}
+
+TEST_CASE("oversize torch dumps are refused by their size, before any read", "[analyzer]") {
+  // Eight sparse 10 GiB files that start as a real torch pickle: each is refused by fstat alone,
+  // so the analysis neither reads them nor takes memory for them (a full read would be 80 GiB).
+  TempDir t;
+  const std::string head =
+      read_bytes(std::string(FR_SOURCE_DIR) + "/tests/analyzer/torch/data/pickle/nccl_trace_rank_0");
+  REQUIRE(head.size() > 16);
+  std::vector<std::string> paths;
+  for (int r = 0; r < 8; ++r) {
+    const std::string p = t.sub("nccl_trace_rank_" + std::to_string(r));
+    write_bytes(p, head);
+    REQUIRE(::truncate(p.c_str(), off_t{10} << 30) == 0);
+    paths.push_back(p);
+  }
+  std::string fatal;
+  json doc = analyze(paths, &fatal);
+  // Nothing readable: no document, and one line that names why.
+  CHECK(doc.is_null());
+  CHECK(fatal.find("larger than 1073741824 bytes") != std::string::npos);
+  // Beside a readable set, each is named in the skipped list and the set is still analysed.
+  std::vector<std::string> mixed = make_set(t.sub("set"));
+  mixed.push_back(paths[0]);
+  json with_set = analyze(mixed);
+  json e = skipped_entry(with_set, paths[0]);
+  REQUIRE(e.is_object());
+  CHECK(e["error"].get<std::string>().find("larger than 1073741824 bytes") != std::string::npos);
+  CHECK(with_set["verdict"]["culprit_ranks"] == json({5}));
 }
 
 TEST_CASE("a broken manifest is named; the files are still read", "[analyzer]") {

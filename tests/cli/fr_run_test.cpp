@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -270,6 +271,48 @@ TEST_CASE("fr-run: signals are forwarded to the command", "[cli][fr-run]") {
   ::kill(q.pid, SIGINT);
   REQUIRE(q.wait(20));
   CHECK(q.status == 128 + SIGINT);
+}
+
+TEST_CASE("fr-run: --parent-death-signal names a signal or none", "[cli][fr-run]") {
+  CHECK(parsed({"sleep", "1"}).parent_death_signal == SIGKILL);
+  CHECK(parsed({"--parent-death-signal", "TERM", "--", "sleep"}).parent_death_signal == SIGTERM);
+  CHECK(parsed({"--parent-death-signal=SIGHUP", "sleep"}).parent_death_signal == SIGHUP);
+  CHECK(parsed({"--parent-death-signal", "15", "sleep"}).parent_death_signal == 15);
+  CHECK(parsed({"--parent-death-signal", "none", "sleep"}).parent_death_signal == 0);
+  for (const char* bad : {"BOGUS", "99", "-1", "SIG", "1x"})
+    CHECK(parse_error({"--parent-death-signal", bad, "sleep"}).find("not a signal") !=
+          std::string::npos);
+}
+
+TEST_CASE("fr-run: killed with SIGKILL, it takes its command along (unless told not to)",
+          "[cli][fr-run]") {
+  need({kFrRun, kAgent});
+  TempDir d;
+  // The command says its pid and sleeps; fr-run is then killed outright.
+  const char* script = "echo pid $$; exec sleep 60";
+  auto command_pid = [](Proc& p) {
+    int pid = 0;
+    wait_for([&] { return std::sscanf(p.out().c_str(), "pid %d", &pid) == 1; }, 20);
+    return pid;
+  };
+  Proc tied({kFrRun, "--no-daemon", "--", "/bin/sh", "-c", script}, {{"FR_LOG_DIR", d.path}},
+            d.path, "tied");
+  const int child = command_pid(tied);
+  REQUIRE(child > 0);
+  ::kill(tied.pid, SIGKILL);
+  REQUIRE(tied.wait(20));
+  CHECK(wait_for([&] { return gone(child); }, 20));
+
+  Proc free({kFrRun, "--no-daemon", "--parent-death-signal", "none", "--", "/bin/sh", "-c", script},
+            {{"FR_LOG_DIR", d.path}}, d.path, "free");
+  const int lives = command_pid(free);
+  REQUIRE(lives > 0);
+  ::kill(free.pid, SIGKILL);
+  REQUIRE(free.wait(20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK_FALSE(gone(lives));
+  ::kill(lives, SIGKILL);
+  CHECK(wait_for([&] { return gone(lives); }, 20));
 }
 
 TEST_CASE("fr-run: concurrent ranks of a node share exactly one node daemon", "[cli][fr-run]") {

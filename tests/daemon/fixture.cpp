@@ -1,7 +1,10 @@
 // See fixture.h.
 #include "fixture.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -146,6 +149,26 @@ fr::daemon::CoordinatorConfig config(const std::string& dir) {
   c.dump_deadline_ns = 10 * kSec;
   c.dead_grace_ns = 1 * kSec;
   return c;
+}
+
+std::string http_get(int port, const std::string& path, const std::string& headers) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const std::string req = "GET " + path + " HTTP/1.0\r\n" + headers + "\r\n";
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      write(fd, req.data(), req.size()) != ssize_t(req.size())) {
+    close(fd);
+    return "";
+  }
+  std::string resp;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) resp.append(buf, size_t(n));
+  close(fd);
+  return resp;
 }
 
 }  // namespace fr::daemon::test

@@ -58,6 +58,9 @@ std::string slurp(const std::string& path);
 bool wait_for(const std::function<bool()>& cond, double seconds = 30);
 // Resident memory of this process, in MiB.
 double rss_mib();
+// One HTTP/1.0 GET on 127.0.0.1:port with `headers` ("Name: value\r\n" lines): the whole
+// response, "" when it cannot be sent.
+std::string http_get(int port, const std::string& path, const std::string& headers = "");
 // A coordinator for job "job1" dumping into `dir`: stall after 2 s, nodes lost after 5 s of
 // silence, dump sets due in 10 s, a dead rank reported after 1 s.
 fr::daemon::CoordinatorConfig config(const std::string& dir);

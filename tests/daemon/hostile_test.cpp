@@ -505,6 +505,31 @@ TEST_CASE("hostile: idle HTTP connections do not hold up a scrape", "[daemon][ho
   for (int fd : idle) close(fd);
 }
 
+TEST_CASE("hostile: with a token, the HTTP pages ask for it on loopback too", "[daemon][hostile]") {
+  for (bool trust : {false, true}) {
+    INFO("http_trust_loopback " << trust);
+    TempDir dumps;
+    ServerOptions so = loopback_options();
+    so.metrics_listen = "127.0.0.1:0";
+    so.token = "the-token";
+    so.http_trust_loopback = trust;
+    CoordinatorServer server(loopback_config(dumps.path), so);
+    std::string err;
+    REQUIRE(server.start(&err));
+    for (const char* path : {"/", "/metrics", "/api/v1/status"}) {
+      INFO(path);
+      const std::string bare = fr::daemon::test::http_get(server.metrics_port(), path);
+      CHECK(bare.rfind(trust ? "HTTP/1.1 200" : "HTTP/1.1 401", 0) == 0);
+      CHECK(fr::daemon::test::http_get(server.metrics_port(), path,
+                                       "Authorization: Bearer the-token\r\n")
+                .rfind("HTTP/1.1 200", 0) == 0);
+      CHECK(fr::daemon::test::http_get(server.metrics_port(), path,
+                                       "Authorization: Bearer wrong\r\n")
+                .rfind(trust ? "HTTP/1.1 200" : "HTTP/1.1 401", 0) == 0);
+    }
+  }
+}
+
 TEST_CASE("hostile: the coordinator's own files in a dump set are not foreign", "[daemon][hostile]") {
   TempDir d;
   AssemblyJob j;

@@ -4,10 +4,6 @@
 // and messages of a kind the receiver does not know, which are counted and skipped.
 #include <catch2/catch.hpp>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <memory>
@@ -24,6 +20,7 @@
 #include "peer.h"
 
 using namespace fr::daemon;
+using fr::daemon::test::http_get;
 using fr::daemon::test::loopback_config;
 using fr::daemon::test::loopback_options;
 using fr::daemon::test::node_options;
@@ -60,29 +57,6 @@ nlohmann::json node_status(CoordinatorServer& s, const std::string& name) {
   for (const auto& n : status["nodes"])
     if (n["name"] == name) return n;
   return nlohmann::json::object();
-}
-
-std::string http_get(int port, const std::string& path) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(uint16_t(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return "";
-  }
-  std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
-  if (write(fd, req.data(), req.size()) != ssize_t(req.size())) {
-    close(fd);
-    return "";
-  }
-  std::string resp;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof buf)) > 0) resp.append(buf, size_t(n));
-  close(fd);
-  return resp;
 }
 
 // A coordinator as protocol 1 was: it welcomes with no version, pings, counts heartbeats, and
