@@ -1,76 +1,9 @@
 // The profiler plugin interface version 6: the exported table ncclProfiler_v6, translating the
-// version's descriptors into the core's events (profiler.h).
+// version's descriptors into the core's events (profiler_adapter.h).
 // NCCL 2.29 to 2.32 look this one up first. Copy-engine events (v6 only) are never activated.
-#include "profiler.h"
-#include "profiler_abi.h"
+#include "profiler_adapter.h"
 
-namespace fr::agent::prof {
-namespace {
-
-Result init_v6(void** context, uint64_t comm_hash, int* mask, const char* name, int nnodes,
-               int nranks, int rank, Logger) {
-  note_version(6);
-  *mask = init(context, comm_hash, name, nnodes, nranks, rank);
-  return 0;  // ncclSuccess: with a mask of 0 NCCL reports nothing, the job runs on
-}
-
-Result start_v6(void* context, void** handle, DescrV6* d) {
-  *handle = nullptr;
-  if (d == nullptr) return 0;
-  Event e = {};
-  e.type = d->type;
-  e.parent = d->parentObj;
-  e.rank = d->rank;
-  e.peer = -1;
-  e.channel = -1;
-  switch (d->type) {
-    case kEvColl:
-      e.seq = d->coll.seqNumber;
-      e.func = d->coll.func;
-      break;
-    case kEvP2p:
-      e.func = d->p2p.func;
-      e.peer = d->p2p.peer;
-      break;
-    case kEvProxyOp:
-      e.pid = d->proxyOp.pid;
-      e.channel = d->proxyOp.channelId;
-      e.peer = d->proxyOp.peer;
-      e.nsteps = d->proxyOp.nSteps;
-      e.is_send = d->proxyOp.isSend;
-      break;
-    case kEvProxyStep:
-      e.step = d->proxyStep.step;
-      break;
-    case kEvKernelCh:
-      e.channel = d->kernelCh.channelId;
-      break;
-    default:
-      break;
-  }
-  *handle = start(context, e);
-  return 0;
-}
-
-Result stop_v6(void* handle) {
-  stop(handle);
-  return 0;
-}
-
-Result record_v6(void* handle, int state, StateArgs* args) {
-  record(handle, state, args != nullptr && state != kStKernelChStop ? args->proxyStep.transSize : 0);
-  return 0;
-}
-
-Result finalize_v6(void* context) {
-  finalize(context);
-  return 0;
-}
-
-}  // namespace
-}  // namespace fr::agent::prof
-
+// Constant-initialized (constinit): ready before NCCL can look it up.
 extern "C" __attribute__((visibility("default")))
-const fr::agent::prof::PluginV6 ncclProfiler_v6 = {
-    "fr", fr::agent::prof::init_v6, fr::agent::prof::start_v6, fr::agent::prof::stop_v6,
-    fr::agent::prof::record_v6, fr::agent::prof::finalize_v6};
+constinit const fr::agent::prof::PluginV6 ncclProfiler_v6 =
+    fr::agent::prof::plugin_table<6, fr::agent::prof::DescrV6>();
