@@ -561,6 +561,7 @@ Model load_model(const std::vector<std::string>& paths, unsigned threads, LoadMo
   keep_one_per_rank(read_all(in.jobs, threads, mode, &model), &model);
   align_and_count(in, &model);
   merge_comms(&model);
+  infer_torch(&model);
   return model;
 }
 

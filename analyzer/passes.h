@@ -185,7 +185,8 @@ void rank_stalls(AnalysisState& state);
 // The job's ranks, as the overrides and the document need them.
 struct RankCensus {
   std::vector<int> found, missing, dead;
-  std::vector<int> died;            // dead without leaving in order
+  std::vector<int> died;            // dead without leaving in order (stale dumps too)
+  std::vector<int> stale;           // whose dump is stale (Proc::stale)
   int expected = 0;
   bool all_dead = false;
 };
