@@ -49,6 +49,7 @@ json op_json(const Op& o, int64_t clock_offset_ns) {
   std::string state = fr::log::gpu_state_name(o.gpu_state);
   if (o.flags & FR_REC_F_NEVER_LAUNCHED) state = "never_launched";
   else if (o.flags & FR_REC_F_IN_CALL) state = "in_call";
+  else if (o.flags & kOpRaised) state = "raised";  // finished without completing (torch_infer.cpp)
   j["state"] = state;
   j["call_ns"] = static_cast<int64_t>(o.call_ns) + clock_offset_ns;
   j["duration_ns"] = o.duration_ns;
@@ -251,10 +252,10 @@ void mark_consequences(const Finding& verdict, std::vector<Finding>* findings) {
     }
   for (auto& f : *findings) {
     if (f.kind == VerdictKind::kSkew) continue;
-    // A finding that blames nobody follows from the verdict when every rank it shows waiting
-    // is held by it.
+    // An undecided finding (incomplete, nobody blamed: a group no dump lists, say) follows from
+    // the verdict when every rank it shows waiting is held by it.
     std::vector<int> ranks = f.culprit_ranks;
-    if (ranks.empty() && f.evidence.is_array())
+    if (ranks.empty() && f.kind == VerdictKind::kIncomplete && f.evidence.is_array())
       for (const auto& e : f.evidence) {
         const std::string st = e.value("state", std::string());
         if (e.contains("rank") && e["rank"].is_number_integer() && st.rfind("completed", 0) != 0 &&

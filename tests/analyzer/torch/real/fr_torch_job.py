@@ -6,7 +6,7 @@ and has every rank that can dump write its Flight Recorder dump in the three for
   OUT/<fault>/bytes/fr_rank_<r>   _dump_fr_trace (pickle bytes, written here)
   OUT/<fault>/json/rank_<r>.json  _dump_fr_trace_json (JSON bytes, written here)
 
-Usage: fr_torch_job.py OUT FAULT...   (FAULT: hang skip size op group kill p2p p2p_open empty
+Usage: fr_torch_job.py OUT FAULT...   (FAULT: hang skip size op group kill p2p empty
                                               unreached stale raised root)
 Exit 0 when every job wrote its dumps, 77 when torch (with gloo) cannot be imported, else 1.
 
@@ -21,8 +21,6 @@ Every job does ten all_reduces that finish, then the fault at collective #11 on 
   p2p    after two rounds of send/recv between 0-1 and 2-3 (gloo records no entry for them, its
          pg_status counts them), rank 2 waits in recv from 3, which stays on the host; 0 and 1
          wait in all_reduce #11
-  p2p_open (3 ranks) rank 0 waits in recv from 2 after a round of send/recv with 1; 1 and 2
-         stay on the host: which of them never sent cannot be told from the dumps
   empty  rank 3 stays on the host before its first collective (its dump holds nothing); the
          others wait in all_reduce #1 (no ten all_reduces before)
   unreached new_group([1, 2, 3], group_desc="trio"); 1 and 2 wait in its all_reduce #1, rank 3
@@ -48,10 +46,10 @@ import socket
 import sys
 import time
 
-WORLD = {"hang": 6, "group": 6, "p2p_open": 3, "raised": 2}
+WORLD = {"hang": 6, "group": 6, "raised": 2}
 DEFAULT_WORLD = 4
 CULPRIT = 3
-CULPRITS = {"p2p_open": 2, "raised": 1}
+CULPRITS = {"raised": 1}
 LIMIT_S = 60
 # torch marks finished work retired a moment after the call returns; a dump taken at once can
 # show the last finished collective as unfinished on one rank. A hung job is dumped seconds
@@ -96,10 +94,6 @@ def fault_ops(fault, rank, dist, torch, t, sub):
         if rank == 2:
             return [dist.irecv(t, src=3)]
         return [] if rank == 3 else [dist.all_reduce(t, async_op=True)]
-    if fault == "p2p_open":
-        if rank in (0, 1):
-            exchange(dist, t, rank, 1)
-        return [dist.irecv(t, src=2)] if rank == 0 else []
     if fault == "unreached":
         if rank in (1, 2):
             return [dist.all_reduce(t, group=sub, async_op=True)]
