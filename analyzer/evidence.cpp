@@ -125,6 +125,10 @@ std::string member_state(const Stall& s, const std::set<int>& blocked, const Pro
   if (s.host_call) state = blocked.count(p.rank) ? "in_call" : "not_entered";
   else if (!p.alive && p.snapshot && s.kind == VerdictKind::kRankDead) state = "dead";
   else if (f.enq < s.seq && !s.p2p) state = "not_entered";
+  // Point-to-point ops no entry records (gloo, analyze_unrecorded_p2p): the member that issued
+  // the unmatched one is in it, the other never issued its side.
+  else if (s.p2p && !f.last_enq && f.enq == 0 && p.source_kind == "torch")
+    state = blocked.count(p.rank) ? "entered" : "not_entered";
   else if (f.completed >= s.seq && !s.p2p) state = "completed";
   else if (!f.tracked) state = "entered";
   else if (s.p2p) state = f.completed >= f.enq ? "completed" : f.started >= f.enq ? "started" : "enqueued";

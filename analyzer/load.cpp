@@ -345,7 +345,12 @@ Loaded load_one(const Job& job, LoadMode mode) {
         const std::string lead = job.path + ": ";
         out.warnings.push_back({job.path, w.rfind(lead, 0) == 0 ? w.substr(lead.size()) : w});
       }
-      for (const auto& log : r.logs) out.procs.push_back(proc_from_log(log, "torch"));
+      for (const auto& log : r.logs) {
+        out.procs.push_back(proc_from_log(log, "torch"));
+        for (const auto& rec : log.records)  // the reader keeps each entry's op_id there
+          if (rec.raw.op_index > 0 && fr::log::op_is_collective(rec.raw.op))
+            out.procs.back().torch_op_ids.push_back({rec.raw.comm_id, rec.raw.seq, rec.raw.op_index});
+      }
       return out;
     }
   }

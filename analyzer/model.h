@@ -189,6 +189,9 @@ struct Proc {
   bool has_stacks = false;    // a <dump>.stacks.json came with the dump
   fr::log::ProcessStacks stacks;
   std::vector<SigKey> sigs;   // the signatures its CollHistory::sig entries name
+  // PyTorch dumps: per collective entry, {communicator id, collective seq, op_id}; op_id counts
+  // every op of the group, point-to-point too, which gloo records no entry for (torch_infer.cpp).
+  std::vector<std::array<uint64_t, 3>> torch_op_ids;
 };
 
 // The replay an op of `p` was made from, or nullptr for an op the program called itself.

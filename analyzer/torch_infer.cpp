@@ -14,8 +14,11 @@
 //     that rank is the member that never came (the others are busy elsewhere), and the group's
 //     members are the ranks seen in it plus that one, numbered in global rank order as
 //     new_group numbers them.
+// And one matching pass over what the dumps count but do not record: analyze_unrecorded_p2p.
 // Only PyTorch processes are looked at; our own logs say all of this themselves.
 #include <algorithm>
+#include <array>
+#include <map>
 
 #include "analyzer/passes.h"
 
@@ -185,7 +188,83 @@ void infer_members(Model* m) {
   }
 }
 
+// A member's op_id per collective seq on communicator `id`.
+std::map<uint64_t, uint64_t> op_ids_of(const Proc& p, uint64_t id) {
+  std::map<uint64_t, uint64_t> out;
+  for (const auto& [comm, seq, op_id] : p.torch_op_ids)
+    if (comm == id && seq > 0) out.emplace(seq, op_id);
+  return out;
+}
+
+// The first collective before which the two members counted a different number of unrecorded
+// ops since the previous one: {seq, ops of member 0, ops of member 1}; seq 0 when none.
+std::array<uint64_t, 3> first_imbalance(const std::map<uint64_t, uint64_t>& a,
+                                        const std::map<uint64_t, uint64_t>& b) {
+  for (const auto& [seq, id_a] : a) {
+    auto it_b = b.find(seq);
+    if (it_b == b.end()) continue;
+    uint64_t prev_a = 0, prev_b = 0;  // before collective #1, the group's count starts at 0
+    if (seq > 1) {
+      auto pa = a.find(seq - 1), pb = b.find(seq - 1);
+      if (pa == a.end() || pb == b.end()) continue;
+      prev_a = pa->second, prev_b = pb->second;
+    }
+    if (id_a <= prev_a || it_b->second <= prev_b) continue;  // damaged numbering
+    const uint64_t da = id_a - prev_a - 1, db = it_b->second - prev_b - 1;
+    if (da != db) return {seq, da, db};
+  }
+  return {0, 0, 0};
+}
+
 }  // namespace
+
+// In a group of two every send has its recv on the other member, between the same two
+// collectives (gloo's send and recv block until matched, so neither member gets past the
+// next collective without it). A member that counted more ops there issued one that the other
+// never matched: the other is the rank that never sent or received it. Only the counts are
+// known (no entry, no peer, no direction), so this is told for groups of two only.
+void analyze_unrecorded_p2p(AnalysisState& state, int ci) {
+  const Model& m = state.model;
+  const Comm& c = m.comms[ci];
+  if (c.size != 2 || c.members.size() != 2 || !torch_comm(m, c)) return;
+  const Proc& p0 = m.procs[c.members[0].proc];
+  const Proc& p1 = m.procs[c.members[1].proc];
+  if (p0.stale || p1.stale) return;
+  const auto [seq, d0, d1] = first_imbalance(op_ids_of(p0, c.id), op_ids_of(p1, c.id));
+  if (seq == 0) return;
+  const bool first_more = d0 > d1;
+  const Proc& more = first_more ? p0 : p1;
+  const Proc& fewer = first_more ? p1 : p0;
+  const ProcComm& pc = more.comms[c.members[first_more ? 0 : 1].pc];
+  const uint64_t hi = std::max(d0, d1), lo = std::min(d0, d1);
+  // Its number among the member's point-to-point ops: those before the previous collective,
+  // then the matched ones of this stretch, then it.
+  const auto ids = op_ids_of(more, c.id);
+  const uint64_t before = seq > 1 ? ids.at(seq - 1) - (seq - 1) : 0;
+  Stall s;
+  s.kind = VerdictKind::kP2pUnmatched;
+  s.comm = ci;
+  s.p2p = true;
+  s.seq = before + lo + 1;
+  s.op = "Send/Recv";
+  s.culprits = {fewer.rank};
+  s.blocked = {more.rank};
+  const Op* next = find_seq(more, pc, seq, Family::kCollective);
+  s.t_start = next ? aligned(more, next->call_ns) : INT64_MAX;
+  state.blocked[more.rank].push_back({ci, s.t_start});
+  const std::string stretch = (seq > 1 ? op_at(more, pc, seq - 1) + " and " : std::string("before ")) +
+                              op_at(more, pc, seq);
+  s.summary = "rank " + std::to_string(more.rank) + " issued " + std::to_string(hi) +
+              " point-to-point ops on comm " + comm_text(c) + " between " + stretch +
+              " (gloo records no entry for them; the group's op count shows them), rank " +
+              std::to_string(fewer.rank) + " only " + std::to_string(lo) + ": rank " +
+              std::to_string(more.rank) + "'s op #" + std::to_string(lo + 1) + " there has no partner, rank " +
+              std::to_string(fewer.rank) + " never sent or received it";
+  s.extra["unrecorded_ops"] = {{std::to_string(p0.rank), d0}, {std::to_string(p1.rank), d1}};
+  s.extra["before_collective"] = seq;
+  s.fraction = 0.5;
+  state.stalls.push_back(std::move(s));
+}
 
 void infer_torch(Model* model) {
   if (std::none_of(model->procs.begin(), model->procs.end(), is_torch)) return;

@@ -583,6 +583,7 @@ class DumpConverter {
       r.gpu_state = uint8_t(e.state);
       r.redop = -1;
       r.peer = e.peer;
+      r.op_index = e.op_id > 0 ? uint64_t(e.op_id) : 0;  // the group's count of every op
       r.result = 0;
       r.flags = FR_REC_F_LAUNCHED | (e.group_id ? FR_REC_F_IN_GROUP : 0u);
       rec.gpu_state = e.state;

@@ -14,8 +14,8 @@ namespace fr_real_torch {
 
 using nlohmann::json;
 
-inline const char* const kFaults[] = {"hang", "skip",  "size",      "op",    "group",  "kill",
-                                     "p2p",  "empty", "unreached", "stale", "raised", "root"};
+inline const char* const kFaults[] = {"hang",  "skip",  "size",      "op",    "group",  "kill", "p2p",
+                                     "p2p_pair", "empty", "unreached", "stale", "raised", "root"};
 
 inline std::set<int> culprits(const json& doc) {
   std::set<int> s;
@@ -50,6 +50,17 @@ inline void check_inferred(const std::string& fault, const json& doc) {
     CHECK(v["unrecorded_ops"] == json({{"0", 4}, {"1", 4}}));
     CHECK(has(v, "summary", "cannot be told"));
     for (int r : {0, 1}) CHECK(row_of(doc, r)["last_enqueued"]["seq"] == 11);
+  } else if (fault == "p2p_pair") {
+    // Between all_reduce #10 and #11 rank 0 issued 3 send/recv, rank 1 only 2 (op_id counts
+    // them, no entry records them): rank 0's third has no partner; rank 1 never received it.
+    CHECK(v["kind"] == "p2p_unmatched");
+    CHECK(culprits(doc) == std::set<int>{1});
+    CHECK(v["seq_kind"] == "p2p");
+    CHECK(v["seq"] == 3);
+    CHECK(v["before_collective"] == 11);
+    CHECK(v["unrecorded_ops"] == json({{"0", 3}, {"1", 2}}));
+    CHECK(has(v, "summary", "never sent or received"));
+    CHECK(row_of(doc, 1)["state"] == "not_entered");
   } else if (fault == "empty") {
     CHECK(v["kind"] == "not_entered");
     CHECK(culprits(doc) == std::set<int>{3});

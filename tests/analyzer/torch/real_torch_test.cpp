@@ -85,6 +85,12 @@ TEST_CASE("real torch: gloo's unrecorded send/recv are read as such, and the ver
   fr_real_torch::check_forms("p2p", run_job(dir, "p2p"));
 }
 
+TEST_CASE("real torch: in a group of two, the rank that never matched an unrecorded send is named",
+          "[real_torch]") {
+  TempDir dir;
+  fr_real_torch::check_forms("p2p_pair", run_job(dir, "p2p_pair"));
+}
+
 TEST_CASE("real torch: a rank whose dump is empty is the world's member that never entered #1",
           "[real_torch]") {
   TempDir dir;
