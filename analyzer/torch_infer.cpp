@@ -240,7 +240,7 @@ void analyze_unrecorded_p2p(AnalysisState& state, int ci) {
   // Its number among the member's point-to-point ops: those before the previous collective,
   // then the matched ones of this stretch, then it.
   const auto ids = op_ids_of(more, c.id);
-  const uint64_t before = seq > 1 ? ids.at(seq - 1) - (seq - 1) : 0;
+  const uint64_t before = seq > 1 && ids.at(seq - 1) >= seq - 1 ? ids.at(seq - 1) - (seq - 1) : 0;
   Stall s;
   s.kind = VerdictKind::kP2pUnmatched;
   s.comm = ci;

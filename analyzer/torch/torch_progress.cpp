@@ -4,6 +4,7 @@
 // entries' collective_seq_id counts collectives only. gloo records no entry for send and recv,
 // so on gloo the counters run ahead of the entries by the point-to-point ops issued so far.
 #include <algorithm>
+#include <cstdint>
 
 #include "analyzer/torch/torch_convert.h"
 #include "analyzer/torch/torch_schema.h"
@@ -47,8 +48,10 @@ int64_t coll_seq_at(const OpIdMap& ids, int64_t counter) {
   }
   --it;
   if (it->first == counter || std::next(it) != ids.end()) return it->second;
-  // Beyond the last entry: the newest collectives fell out of the ring.
-  return it->second + (counter - it->first);
+  // Beyond the last entry: the newest collectives fell out of the ring (saturating: the
+  // numbers come from the dump).
+  const int64_t ahead = counter - it->first;
+  return it->second > INT64_MAX - ahead ? INT64_MAX : it->second + ahead;
 }
 
 }  // namespace fr::analyzer::torch
