@@ -25,9 +25,9 @@
 //                      group named by entries is the world (rank = global rank); any other group
 //                      it does not list has unknown members (a warning per dump)
 //   pg_status          (2.3 on) {pg_id: {last_enqueued_collective, last_started_collective,
-//                      last_completed_collective}}, counted in op_id (every op, p2p too: gloo
-//                      records no p2p entry) and taken to collective numbers by the entries'
-//                      op_ids (coll_seq_at) -> collectives up to the last started / completed
+//                      last_completed_collective}}, on gloo counted in op_id (every op, p2p
+//                      too, which gloo records no entry for) and taken to collective numbers
+//                      by the entries' op_ids (coll_seq_at) -> collectives up to the last started / completed
 //                      one are so; last enqueued -> coll_seq (at least), with the progress
 //                      counters when entries fell out
 //   entries            list of records, oldest first    -> fr_record each:
@@ -38,8 +38,9 @@
 //                        p2p (the other side's rank in the group)
 //     is_p2p             -> seq = p2p_seq_id when true, collective_seq_id otherwise (before
 //                        2.3 absent: p2p ops share collective_seq_id, true for send/recv)
-//     op_id              the group's count of every op -> comm op_index (its largest); what
-//                        runs ahead of collectives and recorded p2p ops was never recorded
+//     op_id              gloo entries: the group's count of every op -> record op_index, comm
+//                        op_index (the largest): what runs ahead of the collectives and the
+//                        recorded p2p ops was never recorded (NCCL's op_id is not kept)
 //     input_sizes        count = sum over tensors of the product of dims (output sizes for
 //                        reduce_scatter and scatter, whose NCCL count is the receive count)
 //     input_dtypes       dtype (ncclDataType_t of the first input's c10 name)
@@ -113,7 +114,7 @@ struct Entry {
   fr_gpu_state state = FR_GPU_NONE;
   uint64_t group_id = 0;  // "fr_group_id" when present
   int64_t pg_id = -1;
-  int64_t op_id = -1;     // the group's count of every op, -1 when absent
+  int64_t op_id = -1;     // gloo: the group's count of every op, which pg_status counts in too
 };
 
 class DumpConverter {
@@ -341,7 +342,9 @@ class DumpConverter {
     see_time(e.completed_ns);
     x->state = state_from(e, *schema_, &w_);
     x->pg_id = e.pg_id;
-    x->op_id = e.op_id;
+    // gloo counts pg_status in op_id and records no p2p entry; NCCL counts pg_status in
+    // collective numbers and records every op (its op_id also counts each op of a coalesced group).
+    if (e.profiling_name.rfind("gloo:", 0) == 0) x->op_id = e.op_id;
     if (e.state == "started" || e.started_ns > 0) start_seen_ = true;
     if (e.has_tid) x->tid = uint32_t(uint64_t(e.tid));
     x->group_id = e.group_id;

@@ -31,9 +31,9 @@ struct OpName {
 };
 OpName split_profiling_name(std::string_view name);
 
-// A process group's collective entries as (op_id, collective sequence number), ascending: op_id
-// counts every op of the group (point-to-point too, which gloo records no entry for), and so
-// do pg_status's counters.
+// A process group's gloo collective entries as (op_id, collective sequence number), ascending:
+// on gloo op_id counts every op of the group (point-to-point too, which gloo records no entry
+// for), and so do pg_status's counters. NCCL counts pg_status in collective numbers.
 using OpIdMap = std::vector<std::pair<int64_t, int64_t>>;
 // A pg_status counter (op_id numbering) in collective sequence numbers: the collective it names,
 // or the last one before it when it names an op without an entry. Unchanged when no entry holds

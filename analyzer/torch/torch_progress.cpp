@@ -1,8 +1,8 @@
 // An entry's progress and name (torch_convert.h): its state, its profiling name split, and
-// pg_status counters in the entries' numbering. PyTorch's pg_status counts
-// every op a process group issued (its op_id), collectives and point-to-point alike, while the
-// entries' collective_seq_id counts collectives only. gloo records no entry for send and recv,
-// so on gloo the counters run ahead of the entries by the point-to-point ops issued so far.
+// pg_status counters in the entries' numbering. On gloo, pg_status counts every op a process
+// group issued (its op_id), collectives and point-to-point alike, while the entries'
+// collective_seq_id counts collectives only; gloo records no entry for send and recv, so its
+// counters run ahead of the entries by the point-to-point ops issued so far.
 #include <algorithm>
 #include <cstdint>
 
