@@ -44,7 +44,6 @@ import datetime
 import multiprocessing as mp
 import os
 import signal
-import socket
 import sys
 import time
 
@@ -59,12 +58,6 @@ LIMIT_S = 60
 SETTLE_S = 1.0
 # The group timeout of the job whose collective raises (gloo raises once it passes).
 TIMEOUT_S = {"raised": 3}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(paths, limit_s):
@@ -130,13 +123,13 @@ def fault_ops(fault, rank, dist, torch, t, sub):
     return pending
 
 
-def rank_main(fault, rank, world, port, out):
+def rank_main(fault, rank, world, store, out):
     import torch
     import torch.distributed as dist
     import torch._C._distributed_c10d as c10d
 
     culprit = CULPRITS.get(fault, CULPRIT)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
                             world_size=world,
                             timeout=datetime.timedelta(seconds=TIMEOUT_S.get(fault, LIMIT_S)))
     sub = None
@@ -178,9 +171,13 @@ def run_job(root, fault):
     for sub in ("file", "bytes", "json"):
         os.makedirs(os.path.join(out, sub), exist_ok=True)
     os.environ["TORCH_FR_DUMP_TEMP_FILE"] = os.path.join(out, "file", "fr_rank_")
-    port = free_port()
+    # The rendezvous is a file (no port to race for with other jobs on the machine); gloo's own
+    # connections bind ephemeral ports on 127.0.0.1.
+    store = os.path.join(out, "store")
+    if os.path.exists(store):
+        os.remove(store)
     ctx = mp.get_context("fork")
-    procs = [ctx.Process(target=rank_main, args=(fault, r, world, port, out)) for r in range(world)]
+    procs = [ctx.Process(target=rank_main, args=(fault, r, world, store, out)) for r in range(world)]
     for p in procs:
         p.start()
     ok = True
@@ -193,9 +190,9 @@ def run_job(root, fault):
             ok = False
     expected = [r for r in range(world) if not (fault == "kill" and r == CULPRIT)]
     missing = [r for r in expected if not os.path.exists(os.path.join(out, f"done_{r}"))]
-    for r in range(world):
+    for name in [f"done_{r}" for r in range(world)] + ["store"]:
         try:
-            os.remove(os.path.join(out, f"done_{r}"))
+            os.remove(os.path.join(out, name))
         except FileNotFoundError:
             pass
     if missing or not ok:
