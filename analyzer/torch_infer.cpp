@@ -1,9 +1,10 @@
 // What PyTorch's dumps leave unsaid, inferred across every dump of the set before the analysis
 // (model.h infer_torch). Each PyTorch rank's dump is read alone (analyzer/torch); some facts only
 // show when they are laid side by side:
-//   - an empty dump (a rank that hung before its first collective: no entries, empty pg_status)
-//     names no group at all, yet the rank is a member of the default group, which is the world:
-//     it is given that group, having entered none of its collectives;
+//   - an empty dump (a rank that hung before its first collective: no entries, empty pg_status),
+//     or a whole one with ops of other groups only, names no default group, yet the rank is a
+//     member of it (it is the world): it is given that group, having entered none of its
+//     collectives;
 //   - a dump older than what the others did with it (it stops at collective #k while other
 //     members completed collectives after #k, which none can complete without it) is stale:
 //     the rank dumped early and died or stopped dumping since (Proc::stale);
@@ -77,13 +78,20 @@ int world_comm(const Model& m) {
 void adopt_empty_dumps(Model* m) {
   const int w = world_comm(*m);
   if (w < 0) return;
+  const uint64_t id = m->comms[w].id;
   for (int pi = 0; pi < static_cast<int>(m->procs.size()); ++pi) {
     Proc& p = m->procs[pi];
-    if (!is_torch(p) || !p.comms.empty() || !p.ops.empty() || p.rank >= m->comms[w].size) continue;
+    if (!is_torch(p) || p.rank >= m->comms[w].size) continue;
+    if (std::any_of(p.comms.begin(), p.comms.end(), [&](const ProcComm& pc) { return pc.id == id; })) continue;
+    // A dump whose oldest entries were overwritten may have lost the default group's: only a
+    // whole one tells that the rank never issued a collective on it.
+    if (p.overwritten != 0) continue;
+    const bool empty = p.ops.empty() && p.comms.empty();
     add_member(m, pi, w, p.rank);
-    m->warnings.push_back({p.file, "the dump is empty (no entries, no pg_status): the rank is taken "
-                                   "as a member of the default group " + m->comms[w].name +
-                                   " that entered none of its collectives"});
+    m->warnings.push_back({p.file, std::string(empty ? "the dump is empty (no entries, no pg_status)"
+                                                     : "the dump holds no op of the default group") +
+                                       ": the rank is taken as a member of the default group " +
+                                       m->comms[w].name + " that entered none of its collectives"});
   }
 }
 
@@ -140,9 +148,9 @@ void mark_raised(Model* m) {
   }
 }
 
-// Whether every op of `p` finished: nothing pending anywhere.
+// Whether every op of `p` finished: nothing pending anywhere (an empty dump too).
 bool idle(const Proc& p) {
-  if (p.ops.empty() || p.stale) return false;
+  if (p.stale) return false;
   for (const auto& o : p.ops)
     if (counts(o) && o.gpu_state != FR_GPU_COMPLETED) return false;
   return true;

@@ -136,6 +136,16 @@ TEST_CASE("torch inference: a group's missing member is taken only when one rank
   CHECK(culprits(doc) == std::set<int>{3});
   CHECK(doc["verdict"]["comm"]["name"] == "sub");
 
+  TempDir none;  // 3 hung before anything (an empty dump); 1, 2 wait in sub #1, 0 in the world's #1
+  write_dump(none.path, 0, 4, {{1, 1, false}});
+  write_dump(none.path, 1, 4, {{1, 1, false, "1", "sub"}});
+  write_dump(none.path, 2, 4, {{1, 1, false, "1", "sub"}});
+  write_dump(none.path, 3, 4, {});
+  json d0 = analyze(none);
+  CHECK(d0["verdict"]["kind"] == "not_entered");
+  CHECK(culprits(d0) == std::set<int>{3});
+  CHECK(d0["verdict"]["comm"]["name"] == "sub");
+
   TempDir two;  // 0 and 3 both have nothing pending: either could be the member
   write_dump(two.path, 0, 4, done(2));
   write_dump(two.path, 1, 4, with_sub(true));
