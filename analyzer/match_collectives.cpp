@@ -153,9 +153,10 @@ void unrecorded_ops_note(const Model& m, const Comm& c, const Members& mb, Stall
   if (ranks.empty()) return;
   s.extra["unrecorded_ops"] = per_rank;
   s.extra["undecided"] = "p2p_not_recorded";
+  const bool many = ranks.size() > 1;
   s.summary += ". The group ran ops no entry records (" + ranks_word(ranks.size()) + rank_list_text(ranks) +
-               " counted up to " + std::to_string(total) + " beyond their collectives: point-to-point on gloo, "
-               "or other uncounted ops), so " + ranks_word(mb.not_entered.size()) + rank_list_text(mb.not_entered) +
+               " counted " + (many ? "up to " : "") + std::to_string(total) + " more ops than " +
+               (many ? "their" : "its") + " collectives: point-to-point on gloo, or other uncounted ops), so " + ranks_word(mb.not_entered.size()) + rank_list_text(mb.not_entered) +
                (mb.not_entered.size() > 1 ? " may each" : " may") + " be blocked in a send or recv rather than "
                "on the host: which rank never sent or received cannot be told from the dumps";
 }

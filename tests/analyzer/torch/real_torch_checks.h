@@ -14,8 +14,9 @@ namespace fr_real_torch {
 
 using nlohmann::json;
 
-inline const char* const kFaults[] = {"hang",  "skip",  "size",      "op",    "group",  "kill", "p2p",
-                                     "p2p_pair", "empty", "unreached", "stale", "raised", "root"};
+inline const char* const kFaults[] = {"hang",     "skip",     "size",  "op",        "group",
+                                     "kill",     "p2p",      "p2p_pair", "p2p_skip", "empty",
+                                     "unreached", "stale",   "raised",   "root"};
 
 inline std::set<int> culprits(const json& doc) {
   std::set<int> s;
@@ -61,6 +62,16 @@ inline void check_inferred(const std::string& fault, const json& doc) {
     CHECK(v["unrecorded_ops"] == json({{"0", 3}, {"1", 2}}));
     CHECK(has(v, "summary", "never sent or received"));
     CHECK(row_of(doc, 1)["state"] == "not_entered");
+  } else if (fault == "p2p_skip") {
+    // Rank 1 waits in a recv from 0, which skipped its send and waits in all_reduce #11. Rank 1's
+    // dump is that of a rank idle since #10; only rank 0's counters show send/recv. Which one
+    // never sent cannot be told, and the verdict says so.
+    CHECK(v["kind"] == "not_entered");
+    CHECK(v["seq"] == 11);
+    CHECK(v["undecided"] == "p2p_not_recorded");
+    CHECK(v["unrecorded_ops"] == json({{"0", 4}}));
+    CHECK(has(v, "summary", "cannot be told"));
+    CHECK(row_of(doc, 0)["last_enqueued"]["seq"] == 11);  // no op invented from its counters
   } else if (fault == "empty") {
     CHECK(v["kind"] == "not_entered");
     CHECK(culprits(doc) == std::set<int>{3});

@@ -91,6 +91,12 @@ TEST_CASE("real torch: in a group of two, the rank that never matched an unrecor
   fr_real_torch::check_forms("p2p_pair", run_job(dir, "p2p_pair"));
 }
 
+TEST_CASE("real torch: a skipped send whose victim waits in recv is said to be undecidable",
+          "[real_torch]") {
+  TempDir dir;
+  fr_real_torch::check_forms("p2p_skip", run_job(dir, "p2p_skip"));
+}
+
 TEST_CASE("real torch: a rank whose dump is empty is the world's member that never entered #1",
           "[real_torch]") {
   TempDir dir;

@@ -7,7 +7,7 @@ and has every rank that can dump write its Flight Recorder dump in the three for
   OUT/<fault>/json/rank_<r>.json  _dump_fr_trace_json (JSON bytes, written here)
 
 Usage: fr_torch_job.py OUT FAULT...   (FAULT: hang skip size op group kill p2p p2p_pair
-                                              empty unreached stale raised root)
+                                              p2p_skip empty unreached stale raised root)
 Exit 0 when every job wrote its dumps, 77 when torch (with gloo) cannot be imported, else 1.
 
 Every job does ten all_reduces that finish, then the fault at collective #11 on rank 3:
@@ -23,6 +23,8 @@ Every job does ten all_reduces that finish, then the fault at collective #11 on 
          wait in all_reduce #11
   p2p_pair (2 ranks) after a round of send/recv, rank 0 sends once more (isend, never
          received: rank 1 posts no recv); both go on to all_reduce #11
+  p2p_skip (2 ranks) after two rounds of send/recv, rank 1 waits in a recv from 0, which skips
+         its send and waits in all_reduce #11
   empty  rank 3 stays on the host before its first collective (its dump holds nothing); the
          others wait in all_reduce #1 (no ten all_reduces before)
   unreached new_group([1, 2, 3], group_desc="trio"); 1 and 2 wait in its all_reduce #1, rank 3
@@ -47,10 +49,10 @@ import signal
 import sys
 import time
 
-WORLD = {"hang": 6, "group": 6, "raised": 2, "p2p_pair": 2}
+WORLD = {"hang": 6, "group": 6, "raised": 2, "p2p_pair": 2, "p2p_skip": 2}
 DEFAULT_WORLD = 4
 CULPRIT = 3
-CULPRITS = {"raised": 1, "p2p_pair": 1}
+CULPRITS = {"raised": 1, "p2p_pair": 1, "p2p_skip": 0}
 LIMIT_S = 60
 # torch marks finished work retired a moment after the call returns; a dump taken at once can
 # show the last finished collective as unfinished on one rank. A hung job is dumped seconds
@@ -93,6 +95,9 @@ def fault_ops(fault, rank, dist, torch, t, sub):
         exchange(dist, t, rank, 1)
         pending = [dist.isend(t, 1)] if rank == 0 else []
         return pending + [dist.all_reduce(t, async_op=True)]
+    if fault == "p2p_skip":
+        exchange(dist, t, rank, 2)
+        return [dist.all_reduce(t, async_op=True)] if rank == 0 else [dist.irecv(t, src=0)]
     if fault == "unreached":
         if rank in (1, 2):
             return [dist.all_reduce(t, group=sub, async_op=True)]
