@@ -40,6 +40,7 @@ std::vector<Communicator> match_communicators(AnalysisState& state) {
     const size_t before = state.stalls.size();
     analyze_collectives(state, ci, &coll);
     analyze_p2p(state, ci, &p2p);
+    analyze_unrecorded_p2p(state, ci);
     analyze_joining(state, ci);
     if (!comm_matches(m.comms[ci], state.opts.comm)) continue;
     Communicator entry = communicator_of(m, m.comms[ci]);

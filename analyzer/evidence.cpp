@@ -49,6 +49,7 @@ json op_json(const Op& o, int64_t clock_offset_ns) {
   std::string state = fr::log::gpu_state_name(o.gpu_state);
   if (o.flags & FR_REC_F_NEVER_LAUNCHED) state = "never_launched";
   else if (o.flags & FR_REC_F_IN_CALL) state = "in_call";
+  else if (o.flags & kOpRaised) state = "raised";  // finished without completing (torch_infer.cpp)
   j["state"] = state;
   j["call_ns"] = static_cast<int64_t>(o.call_ns) + clock_offset_ns;
   j["duration_ns"] = o.duration_ns;
@@ -124,12 +125,17 @@ std::string member_state(const Stall& s, const std::set<int>& blocked, const Pro
   if (s.host_call) state = blocked.count(p.rank) ? "in_call" : "not_entered";
   else if (!p.alive && p.snapshot && s.kind == VerdictKind::kRankDead) state = "dead";
   else if (f.enq < s.seq && !s.p2p) state = "not_entered";
+  // Point-to-point ops no entry records (gloo, analyze_unrecorded_p2p): the member that issued
+  // the unmatched one is in it, the other never issued its side.
+  else if (s.p2p && !f.last_enq && f.enq == 0 && p.source_kind == "torch")
+    state = blocked.count(p.rank) ? "entered" : "not_entered";
   else if (f.completed >= s.seq && !s.p2p) state = "completed";
   else if (!f.tracked) state = "entered";
   else if (s.p2p) state = f.completed >= f.enq ? "completed" : f.started >= f.enq ? "started" : "enqueued";
   else if (f.started >= s.seq) state = "started";
   else state = "enqueued";
   if (!p.alive && p.snapshot) state += ",dead";
+  if (p.stale) state += ",stale";
   return state;
 }
 
@@ -149,7 +155,13 @@ json evidence_rows(const AnalysisState& state, const Stall& s) {
       if (!state.rank_filter.empty() && !state.rank_filter.count(p.rank)) continue;
       // Point-to-point involves few members of a large communicator: show those.
       if (s.p2p && !culprits.count(p.rank) && !blocked.count(p.rank)) continue;
-      json e = member_evidence(m, c.members[i], frontiers[i], member_state(s, blocked, p, frontiers[i]));
+      std::string st = member_state(s, blocked, p, frontiers[i]);
+      if (st == "completed" && !s.p2p && !s.host_call) {
+        // Finished, yet a member never came: it raised (torch_infer.cpp).
+        const Op* o = find_seq(p, p.comms[c.members[i].pc], s.seq, Family::kCollective);
+        if (o && (o->flags & kOpRaised)) st = "raised";
+      }
+      json e = member_evidence(m, c.members[i], frontiers[i], st);
       if (culprits.count(p.rank)) e["culprit"] = true;
       rows->push_back(std::move(e));
     }
@@ -233,7 +245,8 @@ void add_recent_ops(const Model& m, Finding* verdict) {
 // there can do nothing elsewhere). Stragglers (skew) stand on their own. Marked with
 // "consequence": true and "consequence_of": the verdict's kind.
 void mark_consequences(const Finding& verdict, std::vector<Finding>* findings) {
-  if (verdict.kind == VerdictKind::kNoHang || verdict.kind == VerdictKind::kIncomplete) return;
+  if (verdict.kind == VerdictKind::kNoHang) return;
+  if (verdict.kind == VerdictKind::kIncomplete && verdict.culprit_ranks.empty()) return;
   std::set<int> held(verdict.culprit_ranks.begin(), verdict.culprit_ranks.end());
   if (verdict.evidence.is_array())
     for (const auto& e : verdict.evidence) {
@@ -243,8 +256,18 @@ void mark_consequences(const Finding& verdict, std::vector<Finding>* findings) {
     }
   for (auto& f : *findings) {
     if (f.kind == VerdictKind::kSkew) continue;
-    bool all = !f.culprit_ranks.empty();
-    for (int r : f.culprit_ranks) all = all && held.count(r);
+    // An undecided finding (incomplete, nobody blamed: a group no dump lists, say) follows from
+    // the verdict when every rank it shows waiting is held by it.
+    std::vector<int> ranks = f.culprit_ranks;
+    if (ranks.empty() && f.kind == VerdictKind::kIncomplete && f.evidence.is_array())
+      for (const auto& e : f.evidence) {
+        const std::string st = e.value("state", std::string());
+        if (e.contains("rank") && e["rank"].is_number_integer() && st.rfind("completed", 0) != 0 &&
+            st != "missing" && st.rfind("not_entered", 0) != 0)
+          ranks.push_back(e["rank"].get<int>());
+      }
+    bool all = !ranks.empty();
+    for (int r : ranks) all = all && held.count(r);
     if (all) f.consequence = true, f.consequence_of = verdict.kind;
   }
 }

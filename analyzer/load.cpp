@@ -345,7 +345,12 @@ Loaded load_one(const Job& job, LoadMode mode) {
         const std::string lead = job.path + ": ";
         out.warnings.push_back({job.path, w.rfind(lead, 0) == 0 ? w.substr(lead.size()) : w});
       }
-      for (const auto& log : r.logs) out.procs.push_back(proc_from_log(log, "torch"));
+      for (const auto& log : r.logs) {
+        out.procs.push_back(proc_from_log(log, "torch"));
+        for (const auto& rec : log.records)  // the reader keeps each entry's op_id there
+          if (rec.raw.op_index > 0 && fr::log::op_is_collective(rec.raw.op))
+            out.procs.back().torch_op_ids.push_back({rec.raw.comm_id, rec.raw.seq, rec.raw.op_index});
+      }
       return out;
     }
   }
@@ -561,6 +566,7 @@ Model load_model(const std::vector<std::string>& paths, unsigned threads, LoadMo
   keep_one_per_rank(read_all(in.jobs, threads, mode, &model), &model);
   align_and_count(in, &model);
   merge_comms(&model);
+  infer_torch(&model);
   return model;
 }
 

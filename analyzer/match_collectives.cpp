@@ -32,6 +32,9 @@ Measure measure(const Model& m, const Comm& c, std::vector<Frontier>& frontiers)
   for (size_t i = 0; i < c.members.size(); ++i) {
     const Proc& p = m.procs[c.members[i].proc];
     const Frontier& f = frontiers[i] = frontier(p, p.comms[c.members[i].pc], Family::kCollective);
+    // A stale dump (torch_infer.cpp) says where its rank was long ago: the stall is where the
+    // others are, and the stale rank is judged there.
+    if (p.stale) continue;
     s.min_enq = std::min(s.min_enq, f.enq);
     s.max_enq = std::max(s.max_enq, f.enq);
     s.min_completed = std::min(s.min_completed, f.completed);
@@ -59,6 +62,7 @@ void wait_in_mismatch(AnalysisState& state, int ci, uint64_t t, Stall& s) {
 // The members sorted by what they did with the stalled sequence number.
 struct Members {
   std::vector<int> not_entered, not_started, not_completed, unknown;  // global ranks
+  std::vector<int> raised;          // its dump shows it finished, yet a member never came (kOpRaised)
   std::vector<const Op*> at;        // each member's record of it, when in the ring
   const Op* sample = nullptr;       // the first such record
   const ReplayTag* replay = nullptr;
@@ -83,7 +87,10 @@ Members sort_members(AnalysisState& state, int ci, uint64_t t, Stall& s) {
       if (!out.sample) out.sample = at;
       s.t_start = std::min(s.t_start, aligned(p, at->call_ns));
     }
-    if (f.completed >= t) continue;
+    if (f.completed >= t) {
+      if (at && (at->flags & kOpRaised)) out.raised.push_back(p.rank);
+      continue;
+    }
     s.blocked.push_back(p.rank);
     state.blocked[p.rank].push_back({ci, at ? aligned(p, at->call_ns) : INT64_MAX});
     if (!f.tracked) out.unknown.push_back(p.rank);
@@ -116,6 +123,44 @@ nlohmann::json group_json(const Model& m, const Comm& c, const Members& mb, bool
   return nullptr;
 }
 
+// A rooted collective whose records hold no root (PyTorch's entries never do): members that
+// disagree on the root would leave some finished and others waiting, and nothing shows it.
+bool root_unrecorded(const Members& mb, const Stall& s) {
+  if (!mb.sample || !is_rooted(mb.sample->op)) return false;
+  for (const Op* o : mb.at)
+    if (o && o->peer >= 0) return false;
+  (void)s;
+  return true;
+}
+
+// Ops a PyTorch group counted (op_id) beyond its collectives and its recorded point-to-point
+// ops: on gloo, send and recv leave no entry. A member that never entered the collective may then
+// be blocked in such an op rather than idle, and which rank never sent or received cannot be
+// told. Says so in the summary (and in extra.unrecorded_ops, per rank).
+void unrecorded_ops_note(const Model& m, const Comm& c, const Members& mb, Stall& s) {
+  nlohmann::json per_rank = nlohmann::json::object();
+  std::vector<int> ranks;
+  uint64_t total = 0;
+  for (const auto& mem : c.members) {
+    const Proc& p = m.procs[mem.proc];
+    const ProcComm& pc = p.comms[mem.pc];
+    if (p.source_kind != "torch" || pc.op_index <= pc.coll_seq + pc.p2p_seq) continue;
+    const uint64_t n = pc.op_index - pc.coll_seq - pc.p2p_seq;
+    per_rank[std::to_string(p.rank)] = n;
+    ranks.push_back(p.rank);
+    total = std::max(total, n);
+  }
+  if (ranks.empty()) return;
+  s.extra["unrecorded_ops"] = per_rank;
+  s.extra["undecided"] = "p2p_not_recorded";
+  const bool many = ranks.size() > 1;
+  s.summary += ". The group ran ops no entry records (" + ranks_word(ranks.size()) + rank_list_text(ranks) +
+               " counted " + (many ? "up to " : "") + std::to_string(total) + " more ops than " +
+               (many ? "their" : "its") + " collectives: point-to-point on gloo, or other uncounted ops), so " + ranks_word(mb.not_entered.size()) + rank_list_text(mb.not_entered) +
+               (mb.not_entered.size() > 1 ? " may each" : " may") + " be blocked in a send or recv rather than "
+               "on the host: which rank never sent or received cannot be told from the dumps";
+}
+
 // All members entered: the GPUs that never started or never finished it are the suspects.
 void decide_stuck(const Members& mb, const std::string& where, uint64_t t, uint64_t max_completed, Stall& s) {
   s.kind = VerdictKind::kStuckInCollective;
@@ -123,6 +168,12 @@ void decide_stuck(const Members& mb, const std::string& where, uint64_t t, uint6
     s.culprits = mb.not_started;
     s.summary = "all members entered " + where + "; the GPU of " + ranks_word(mb.not_started.size()) +
                 rank_list_text(mb.not_started) + " never started it";
+  } else if (!mb.not_completed.empty() && max_completed >= t && root_unrecorded(mb, s)) {
+    s.summary = "all members entered " + where + "; " + ranks_word(mb.not_completed.size()) +
+                rank_list_text(mb.not_completed) + " never finished it while the others did. The dumps "
+                "record no root for it (gloo's Flight Recorder entries hold none), so a root mismatch, "
+                "which leaves just this pattern, cannot be seen: no rank is blamed";
+    s.extra["undecided"] = "root_not_recorded";
   } else if (!mb.not_completed.empty() && max_completed >= t) {
     s.culprits = mb.not_completed;
     s.summary = "all members entered " + where + "; " + ranks_word(mb.not_completed.size()) +
@@ -136,7 +187,7 @@ void decide_stuck(const Members& mb, const std::string& where, uint64_t t, uint6
 }
 
 // The stall's kind, culprits and sentence, from how the members are sorted.
-void decide(const Comm& c, const Members& mb, const std::vector<Missing>& missing, const std::string& where,
+void decide(const Model& m, const Comm& c, const Members& mb, const std::vector<Missing>& missing, const std::string& where,
             uint64_t t, uint64_t max_completed, Stall& s) {
   std::vector<int> missing_global;
   for (const auto& x : missing)
@@ -148,6 +199,11 @@ void decide(const Comm& c, const Members& mb, const std::vector<Missing>& missin
     s.summary = ranks_word(mb.not_entered.size()) + rank_list_text(mb.not_entered) + " never entered " + where +
                 "; " + std::to_string(s.blocked.size()) + " of " +
                 std::to_string(c.size > 0 ? c.size : static_cast<int>(present)) + " members wait in it";
+    if (!mb.raised.empty())
+      s.summary += "; on " + ranks_word(mb.raised.size()) + rank_list_text(mb.raised) +
+                   " it ended with an error (raised or timed out: it cannot complete without them), "
+                   "not completed";
+    unrecorded_ops_note(m, c, mb, s);
   } else if (c.size < 0 && mb.not_started.empty() && !s.blocked.empty()) {
     // Nobody knows the communicator's members (a PyTorch group its dumps do not describe): a
     // member that never came leaves no trace, so nobody can be blamed.
@@ -212,7 +268,7 @@ void analyze_collectives(AnalysisState& state, int ci, std::optional<Spread>* sp
   }
   const auto missing = missing_members(m, c, state.job_missing);
   if (!missing.empty()) s.extra["missing_members"] = missing_json(missing);
-  decide(c, mb, missing, where, t, got.max_completed, s);
+  decide(m, c, mb, missing, where, t, got.max_completed, s);
   if (s.kind == VerdictKind::kStuckInCollective) localize_in_channels(m, c, where, s);
   s.fraction = static_cast<double>(s.culprits.size()) / static_cast<double>(c.members.size());
   state.stalls.push_back(std::move(s));

@@ -46,6 +46,9 @@ static_assert(sizeof(Op) == 64, "Op stays compact");
 
 // Op::flags bit the loader sets on an op it made from a graph replay (above every FR_REC_F_*).
 inline constexpr uint32_t kOpReplayed = 0x80000000u;
+// Op::flags bit for a PyTorch collective that its dump shows finished (retired) although a
+// member never entered it: it ended with an error (raised, timed out), not completed.
+inline constexpr uint32_t kOpRaised = 0x40000000u;
 
 // Where a replayed op comes from: replay `replay` of the process's graph `graph` (its ordinal),
 // captured op `pos` of `ops`.
@@ -155,6 +158,7 @@ struct Proc {
   int world_size = -1;
   int pid = 0;
   bool alive = false;         // writer alive (live log: now; dump: at the copy)
+  bool stale = false;         // a PyTorch dump older than what the others did with it (torch_infer.cpp)
   bool snapshot = false;
   bool gpu_tracked = true;    // false when the writer could not follow GPU progress
   uint32_t flags = 0;
@@ -185,6 +189,9 @@ struct Proc {
   bool has_stacks = false;    // a <dump>.stacks.json came with the dump
   fr::log::ProcessStacks stacks;
   std::vector<SigKey> sigs;   // the signatures its CollHistory::sig entries name
+  // PyTorch dumps: per collective entry, {communicator id, collective seq, op_id}; op_id counts
+  // every op of the group, point-to-point too, which gloo records no entry for (torch_infer.cpp).
+  std::vector<std::array<uint64_t, 3>> torch_op_ids;
 };
 
 // The replay an op of `p` was made from, or nullptr for an op the program called itself.
@@ -228,6 +235,11 @@ struct Model {
 // kFull keeps every record (the trace view draws them all); kWindow the recent ones and a digest
 // of the rest (see the top of this file).
 enum class LoadMode { kFull, kWindow };
+
+// What the dumps of PyTorch processes leave unsaid, inferred across them (torch_infer.cpp): the
+// default group of a rank whose dump is empty, the members of a group no dump lists, stale
+// dumps and collectives that raised. Remarks go to Model::warnings.
+void infer_torch(Model* model);
 
 // Converts a validated log into a compact Proc (used by loading and by the PyTorch reader path).
 Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind);

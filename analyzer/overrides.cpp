@@ -79,7 +79,8 @@ Stall node_lost(const Model& m, const std::vector<std::string>& hosts, const std
   return s;
 }
 
-Stall rank_dead(const Model& m, const std::vector<int>& died, const std::vector<Stall>& ranked) {
+Stall rank_dead(const Model& m, const std::vector<int>& died, const std::vector<int>& stale,
+                const std::vector<Stall>& ranked) {
   Stall s;
   s.kind = VerdictKind::kRankDead;
   s.culprits = died;
@@ -93,10 +94,24 @@ Stall rank_dead(const Model& m, const std::vector<int>& died, const std::vector<
     }
   }
   borrow_place(*base, s);
-  s.summary = ranks_word(died.size()) + rank_list_text(died) + " died (" +
-              (died.size() > 1 ? "their writers were" : "its writer was") + " gone at the dump) while " +
-              "others wait in " + base->op + " #" + std::to_string(base->seq) + " on comm " +
+  std::vector<int> gone;
+  for (int r : died)
+    if (std::find(stale.begin(), stale.end(), r) == stale.end()) gone.push_back(r);
+  std::vector<int> old;
+  for (int r : stale)
+    if (std::find(died.begin(), died.end(), r) != died.end()) old.push_back(r);
+  std::string who;
+  if (!gone.empty())
+    who = ranks_word(gone.size()) + rank_list_text(gone) + " died (" +
+          (gone.size() > 1 ? "their writers were" : "its writer was") + " gone at the dump)";
+  if (!old.empty())
+    who += (who.empty() ? "" : "; ") + ranks_word(old.size()) + rank_list_text(old) + " died or stopped: " +
+           (old.size() > 1 ? "their dumps are" : "its dump is") + " stale, older than collectives the others "
+           "completed with " + (old.size() > 1 ? "them" : "it") + ", and " +
+           (old.size() > 1 ? "they never dumped" : "it never dumped") + " again";
+  s.summary = who + "; the others wait in " + base->op + " #" + std::to_string(base->seq) + " on comm " +
               comm_text(m.comms[base->comm]);
+  if (!old.empty()) s.extra["stale_ranks"] = old;
   return s;
 }
 
@@ -108,9 +123,13 @@ RankCensus take_census(const Model& m) {
   for (const auto& p : m.procs) {
     c.found.push_back(p.rank);
     found.insert(p.rank);
-    if (!p.alive) c.dead.push_back(p.rank);
-    if (!p.alive && !left_in_order(p) && std::find(c.died.begin(), c.died.end(), p.rank) == c.died.end())
+    // A stale dump (torch_infer.cpp): the rank took part in what the others did after it, then
+    // never dumped again; it is dead or silent, the same to the ranks waiting for it.
+    if (!p.alive || p.stale) c.dead.push_back(p.rank);
+    if (((!p.alive && !left_in_order(p)) || p.stale) &&
+        std::find(c.died.begin(), c.died.end(), p.rank) == c.died.end())
       c.died.push_back(p.rank);
+    if (p.stale) c.stale.push_back(p.rank);
   }
   c.expected = std::max(std::min(m.expected_ranks, kMaxRanks), c.found.empty() ? 0 : c.found.back() + 1);
   for (int r = 0; r < c.expected; ++r)
@@ -125,7 +144,7 @@ void apply_overrides(const Model& m, const RankCensus& census, std::vector<Stall
   if (!hosts.empty() && (any_stall || ranks.size() == census.missing.size()))
     ranked->insert(ranked->begin(), node_lost(m, hosts, ranks, *ranked));
   else if (any_stall && !census.died.empty() && !census.all_dead)
-    ranked->insert(ranked->begin(), rank_dead(m, census.died, *ranked));
+    ranked->insert(ranked->begin(), rank_dead(m, census.died, census.stale, *ranked));
 }
 
 }  // namespace fr::analyzer

@@ -169,6 +169,9 @@ void localize_in_channels(const Model& m, const Comm& c, const std::string& wher
 void analyze_collectives(AnalysisState& state, int ci, std::optional<Spread>* spread);
 // Point-to-point: sends against receives, signals against waits.
 void analyze_p2p(AnalysisState& state, int ci, std::optional<Spread>* spread);
+// PyTorch groups of two whose members counted a different number of unrecorded ops (gloo's
+// send and recv, seen only in op_id) between the same two collectives (torch_infer.cpp).
+void analyze_unrecorded_p2p(AnalysisState& state, int ci);
 // Blocking host calls every member must make (communicator creation, split, shrink, grow).
 void analyze_joining(AnalysisState& state, int ci);
 
@@ -185,7 +188,8 @@ void rank_stalls(AnalysisState& state);
 // The job's ranks, as the overrides and the document need them.
 struct RankCensus {
   std::vector<int> found, missing, dead;
-  std::vector<int> died;            // dead without leaving in order
+  std::vector<int> died;            // dead without leaving in order (stale dumps too)
+  std::vector<int> stale;           // whose dump is stale (Proc::stale)
   int expected = 0;
   bool all_dead = false;
 };

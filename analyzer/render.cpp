@@ -57,7 +57,8 @@ std::string op_text(const json& o, const GlobalOf& global) {
   if (o.contains("dtype")) {
     s += "(" + o.value("dtype", std::string()) + " x" + std::to_string(o.value("count", 0ull));
     if (o.contains("redop")) s += ", " + o.value("redop", std::string());
-    if (o.contains("root")) s += ", root " + peer_text(o.value("root", -1), global);
+    if (o.contains("root"))
+      s += o.value("root", -1) < 0 ? std::string(", root not recorded") : ", root " + peer_text(o.value("root", -1), global);
     if (o.contains("peer"))
       s += std::string(o.value("op", std::string()) == "Send" ? ", to " : ", from ") + peer_text(o.value("peer", -1), global);
     s += ")";

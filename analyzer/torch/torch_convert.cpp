@@ -25,9 +25,11 @@
 //                      group named by entries is the world (rank = global rank); any other group
 //                      it does not list has unknown members (a warning per dump)
 //   pg_status          (2.3 on) {pg_id: {last_enqueued_collective, last_started_collective,
-//                      last_completed_collective}} -> collectives of that group up to the last
-//                      started / completed one are started / completed; last enqueued -> comm
-//                      coll_seq (at least), with the progress counters when entries fell out
+//                      last_completed_collective}}, on gloo counted in op_id (every op, p2p
+//                      too, which gloo records no entry for) and taken to collective numbers
+//                      by the entries' op_ids (coll_seq_at) -> collectives up to the last started / completed
+//                      one are so; last enqueued -> coll_seq (at least), with the progress
+//                      counters when entries fell out
 //   entries            list of records, oldest first    -> fr_record each:
 //     record_id          -> id (renumbered with a warning when not ascending)
 //     process_group      (name, desc) -> comm_id of that group
@@ -36,7 +38,9 @@
 //                        p2p (the other side's rank in the group)
 //     is_p2p             -> seq = p2p_seq_id when true, collective_seq_id otherwise (before
 //                        2.3 absent: p2p ops share collective_seq_id, true for send/recv)
-//     op_id              ordering inside coalesced groups, not kept
+//     op_id              gloo entries: the group's count of every op -> record op_index, comm
+//                        op_index (the largest): what runs ahead of the collectives and the
+//                        recorded p2p ops was never recorded (NCCL's op_id is not kept)
 //     input_sizes        count = sum over tensors of the product of dims (output sizes for
 //                        reduce_scatter and scatter, whose NCCL count is the receive count)
 //     input_dtypes       dtype (ncclDataType_t of the first input's c10 name)
@@ -49,8 +53,8 @@
 //     time_created_ns    -> call_ns (create_ns / heartbeat_ns / snapshot_ns from the min and max
 //                        of all timestamps)
 //     thread_id          -> tid (low 32 bits when numeric)
-//     duration_ms, timeout_ms, frames, thread_name, op_id: not kept (a pickle's are never
-//                        even turned into values); output_dtypes only when inputs have none
+//     duration_ms, timeout_ms, frames, thread_name: not kept (a pickle's are never even
+//                        turned into values); output_dtypes only when inputs have none
 //   nccl_comm_state    NCCL's per-communicator dump strings: not kept
 //
 // Coalesced groups: every op of a group carries the same sequence number, and PyTorch adds a
@@ -110,39 +114,8 @@ struct Entry {
   fr_gpu_state state = FR_GPU_NONE;
   uint64_t group_id = 0;  // "fr_group_id" when present
   int64_t pg_id = -1;
+  int64_t op_id = -1;     // gloo: the group's count of every op, which pg_status counts in too
 };
-
-fr_gpu_state state_from(const RawEntry& e, const TorchSchema& schema, Warnings* w) {
-  const std::string& s = e.state;
-  fr_gpu_state st = FR_GPU_ENQUEUED;
-  if (s == "completed")
-    st = FR_GPU_COMPLETED;
-  else if (s == "started")
-    st = FR_GPU_STARTED;
-  else if (s == "scheduled" || s.empty())
-    st = FR_GPU_ENQUEUED;
-  else
-    w->add("unknown entry state \"" + s.substr(0, 32) + "\" read as scheduled");
-  if (e.completed_ns > 0) st = FR_GPU_COMPLETED;
-  if (st < FR_GPU_STARTED && e.started_ns > 0) st = FR_GPU_STARTED;
-  // Retired: the work finished and left the recorder's active set. The CPU backend (gloo) never
-  // moves its entries past "scheduled"; this flag is the only per-entry sign that they finished.
-  if (schema.retired && e.retired) st = FR_GPU_COMPLETED;
-  return st;
-}
-
-// The operation and, for send and recv, the peer of a profiling name: "<backend>:<op>[ <meta>]",
-// e.g. "nccl:all_reduce", "nccl:send 0->1", "nccl:recv 1<-0". False when the op is unknown.
-struct OpName {
-  std::string_view op, meta;
-};
-OpName split_profiling_name(std::string_view name) {
-  size_t colon = name.find(':');
-  if (colon != std::string_view::npos) name.remove_prefix(colon + 1);
-  size_t space = name.find(' ');
-  if (space == std::string_view::npos) return {name, {}};
-  return {name.substr(0, space), name.substr(space + 1)};
-}
 
 class DumpConverter {
  public:
@@ -369,6 +342,9 @@ class DumpConverter {
     see_time(e.completed_ns);
     x->state = state_from(e, *schema_, &w_);
     x->pg_id = e.pg_id;
+    // gloo counts pg_status in op_id and records no p2p entry; NCCL counts pg_status in
+    // collective numbers and records every op (its op_id also counts each op of a coalesced group).
+    if (e.profiling_name.rfind("gloo:", 0) == 0) x->op_id = e.op_id;
     if (e.state == "started" || e.started_ns > 0) start_seen_ = true;
     if (e.has_tid) x->tid = uint32_t(uint64_t(e.tid));
     x->group_id = e.group_id;
@@ -412,8 +388,22 @@ class DumpConverter {
       s.started = int_or(it.value(), "last_started_collective", -1);
       s.completed = int_or(it.value(), "last_completed_collective", -1);
       if (s.started >= 0) start_seen_ = true;
+      const OpIdMap ids = op_id_map(g->second);
+      s.enqueued = coll_seq_at(ids, s.enqueued);
+      s.started = coll_seq_at(ids, s.started);
+      s.completed = coll_seq_at(ids, s.completed);
       status_[g->second] = s;
     }
+  }
+
+  // (op_id, collective seq) of a group's collective entries that carry an op_id, ascending.
+  OpIdMap op_id_map(size_t group) const {
+    OpIdMap ids;
+    for (const auto& e : entries_)
+      if (e.group == group && !e.p2p && e.op >= 0 && e.op_id > 0 && e.seq > 0)
+        ids.push_back({e.op_id, e.seq});
+    std::sort(ids.begin(), ids.end());
+    return ids;
   }
 
   // Progress beyond the entries' own states. pg_status holds the last collective started and
@@ -596,6 +586,7 @@ class DumpConverter {
       r.gpu_state = uint8_t(e.state);
       r.redop = -1;
       r.peer = e.peer;
+      r.op_index = e.op_id > 0 ? uint64_t(e.op_id) : 0;  // the group's count of every op
       r.result = 0;
       r.flags = FR_REC_F_LAUNCHED | (e.group_id ? FR_REC_F_IN_GROUP : 0u);
       rec.gpu_state = e.state;
@@ -609,6 +600,7 @@ class DumpConverter {
           c.coll_seq = std::max<uint64_t>(c.coll_seq, r.seq);
         }
         c.last_call_ns = std::max(c.last_call_ns, r.call_ns);
+        if (e.op_id > 0) c.op_index = std::max<uint64_t>(c.op_index, uint64_t(e.op_id));
         if (r.call_ns && (!c.create_ns || r.call_ns < c.create_ns)) c.create_ns = r.call_ns;
       }
     }
@@ -622,8 +614,8 @@ class DumpConverter {
       if (groups_[gi].comm_index >= ncomm || s.enqueued <= 0) continue;
       fr_comm_entry& c = f->comms[groups_[gi].comm_index];
       if (uint64_t(s.enqueued) > c.coll_seq) {
-        c.coll_seq = uint64_t(s.enqueued);
         c.op_index = uint64_t(s.enqueued);
+        c.coll_seq = uint64_t(s.enqueued);
         c.gpu_completed = s.completed > 0 ? uint64_t(s.completed) : 0;
         c.gpu_started = std::max<uint64_t>(c.gpu_completed, s.started > 0 ? uint64_t(s.started) : 0);
       }

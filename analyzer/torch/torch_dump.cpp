@@ -307,7 +307,7 @@ TorchReadResult read_torch_dump_bytes(std::string_view bytes, const std::string&
     UnpickleLimits lim;
     // Stack traces are the bulk of a dump; these and the other fields the reader does not keep
     // are never even built.
-    lim.skip_keys = {"frames", "thread_name", "duration_ms", "timeout_ms", "op_id",
+    lim.skip_keys = {"frames", "thread_name", "duration_ms", "timeout_ms",
                      "nccl_comm_state"};
     PickleDoc doc;
     std::string err;

@@ -36,6 +36,7 @@ RawEntry raw_from_json(const json& e) {
   x.p2p_seq = int_or(e, "p2p_seq_id", 0);
   x.coll_seq = int_or(e, "collective_seq_id", 0);
   x.record_id = int_or(e, "record_id", -1);
+  x.op_id = int_or(e, "op_id", -1);
   x.created_ns = int_or(e, "time_created_ns", 0);
   x.started_ns = int_or(e, "time_discovered_started_ns", 0);
   x.completed_ns = int_or(e, "time_discovered_completed_ns", 0);
@@ -161,6 +162,7 @@ PickleEntryReader::Field PickleEntryReader::field_named(std::string_view k) {
       {"retired", Field::kRetired}, {"state", Field::kState},
       {"time_created_ns", Field::kCreated}, {"time_discovered_started_ns", Field::kStarted},
       {"time_discovered_completed_ns", Field::kCompleted}, {"thread_id", Field::kThreadId},
+      {"op_id", Field::kOpId},
   };
   for (const auto& [name, f] : kFields)
     if (k == name) return f;
@@ -222,6 +224,7 @@ RawEntry PickleEntryReader::read(PRef e) {
         x.p2p_seq = p_int(d_, v, &n) ? n : 0;
         break;
       case Field::kRecordId: x.record_id = p_int(d_, v, &n) ? n : -1; break;
+      case Field::kOpId: x.op_id = p_int(d_, v, &n) ? n : -1; break;
       case Field::kRetired: x.retired = p_bool(d_, v, false); break;
       case Field::kState: x.state = p_text(d_, v); break;
       case Field::kCreated: x.created_ns = p_int(d_, v, &n) ? n : 0; break;

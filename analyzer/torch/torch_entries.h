@@ -27,6 +27,7 @@ struct RawEntry {
   int is_p2p = -1;  // "is_p2p": 1 true, 0 false, -1 absent or unreadable
   bool has_p2p_seq = false;
   int64_t p2p_seq = 0, coll_seq = 0, record_id = -1;
+  int64_t op_id = -1;  // the group's count of every op (collectives and p2p); -1 when absent
   int64_t created_ns = 0, started_ns = 0, completed_ns = 0;
   std::string state;
   bool retired = false;
@@ -60,7 +61,7 @@ class PickleEntryReader {
   enum class Field : uint8_t {
     kNone, kCollSeq, kGroupId, kInSizes, kInDtypes, kIsP2p, kOutSizes, kOutDtypes,
     kProfilingName, kProcessGroup, kPgId, kP2pSeq, kRecordId, kRetired, kState, kCreated,
-    kStarted, kCompleted, kThreadId,
+    kStarted, kCompleted, kThreadId, kOpId,
   };
   struct Slot {
     uint32_t id = 0;

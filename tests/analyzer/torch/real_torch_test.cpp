@@ -78,3 +78,50 @@ TEST_CASE("real torch: a rank killed before it dumps leaves the verdict incomple
   TempDir dir;
   fr_real_torch::check_forms("kill", run_job(dir, "kill"));
 }
+
+TEST_CASE("real torch: gloo's unrecorded send/recv are read as such, and the verdict says what "
+          "they leave undecided", "[real_torch]") {
+  TempDir dir;
+  fr_real_torch::check_forms("p2p", run_job(dir, "p2p"));
+}
+
+TEST_CASE("real torch: in a group of two, the rank that never matched an unrecorded send is named",
+          "[real_torch]") {
+  TempDir dir;
+  fr_real_torch::check_forms("p2p_pair", run_job(dir, "p2p_pair"));
+}
+
+TEST_CASE("real torch: a skipped send whose victim waits in recv is said to be undecidable",
+          "[real_torch]") {
+  TempDir dir;
+  fr_real_torch::check_forms("p2p_skip", run_job(dir, "p2p_skip"));
+}
+
+TEST_CASE("real torch: a rank whose dump is empty is the world's member that never entered #1",
+          "[real_torch]") {
+  TempDir dir;
+  fr_real_torch::check_forms("empty", run_job(dir, "empty"));
+}
+
+TEST_CASE("real torch: the member of a group no dump lists is inferred, and blamed on its op",
+          "[real_torch]") {
+  TempDir dir;
+  fr_real_torch::check_forms("unreached", run_job(dir, "unreached"));
+}
+
+TEST_CASE("real torch: a stale dump names its rank as dead or stale where the others wait",
+          "[real_torch]") {
+  TempDir dir;
+  fr_real_torch::check_forms("stale", run_job(dir, "stale"));
+}
+
+TEST_CASE("real torch: a collective that raised is shown raised, never completed", "[real_torch]") {
+  TempDir dir;
+  fr_real_torch::check_forms("raised", run_job(dir, "raised"));
+}
+
+TEST_CASE("real torch: a root mismatch gloo cannot show is said to be undecidable, nobody blamed",
+          "[real_torch]") {
+  TempDir dir;
+  fr_real_torch::check_forms("root", run_job(dir, "root"));
+}

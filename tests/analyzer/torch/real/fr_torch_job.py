@@ -6,7 +6,8 @@ and has every rank that can dump write its Flight Recorder dump in the three for
   OUT/<fault>/bytes/fr_rank_<r>   _dump_fr_trace (pickle bytes, written here)
   OUT/<fault>/json/rank_<r>.json  _dump_fr_trace_json (JSON bytes, written here)
 
-Usage: fr_torch_job.py OUT FAULT...   (FAULT: hang skip size op group kill)
+Usage: fr_torch_job.py OUT FAULT...   (FAULT: hang skip size op group kill p2p p2p_pair
+                                              p2p_skip empty unreached stale raised root)
 Exit 0 when every job wrote its dumps, 77 when torch (with gloo) cannot be imported, else 1.
 
 Every job does ten all_reduces that finish, then the fault at collective #11 on rank 3:
@@ -17,6 +18,22 @@ Every job does ten all_reduces that finish, then the fault at collective #11 on 
   group  (6 ranks) new_group([1, 2, 3, 4], group_desc="sub_ranks"); rank 3 stays on the host
          before the group's all_reduce #1 while 1, 2, 4 wait in it
   kill   rank 3 is killed (SIGKILL) before it dumps; the others wait in all_reduce #11
+  p2p    after two rounds of send/recv between 0-1 and 2-3 (gloo records no entry for them, its
+         pg_status counts them), rank 2 waits in recv from 3, which stays on the host; 0 and 1
+         wait in all_reduce #11
+  p2p_pair (2 ranks) after a round of send/recv, rank 0 sends once more (isend, never
+         received: rank 1 posts no recv); both go on to all_reduce #11
+  p2p_skip (2 ranks) after two rounds of send/recv, rank 1 waits in a recv from 0, which skips
+         its send and waits in all_reduce #11
+  empty  rank 3 stays on the host before its first collective (its dump holds nothing); the
+         others wait in all_reduce #1 (no ten all_reduces before)
+  unreached new_group([1, 2, 3], group_desc="trio"); 1 and 2 wait in its all_reduce #1, rank 3
+         stays on the host before it, rank 0 waits in the world's all_reduce #11
+  stale  rank 3 dumps after all_reduce #4, goes on to #10 with the others, then stays on the
+         host and is killed before it dumps again; the others wait in all_reduce #11
+  raised (2 ranks) a group with a 3 s timeout; rank 1 stays on the host before the group's
+         all_reduce #1; rank 0's raises (timed out) and it dumps after
+  root   broadcast #11 from rank 0 on 0, 1, 2 and from rank 3 on rank 3 (gloo records no root)
 
 Collectives after the fault are issued with async_op=True, so a rank dumps while its work is
 still pending, as a hung job's ranks would. The faults are chosen so that gloo never receives
@@ -29,24 +46,20 @@ import datetime
 import multiprocessing as mp
 import os
 import signal
-import socket
 import sys
 import time
 
-WORLD = {"hang": 6, "group": 6}
+WORLD = {"hang": 6, "group": 6, "raised": 2, "p2p_pair": 2, "p2p_skip": 2}
 DEFAULT_WORLD = 4
 CULPRIT = 3
+CULPRITS = {"raised": 1, "p2p_pair": 1, "p2p_skip": 0}
 LIMIT_S = 60
 # torch marks finished work retired a moment after the call returns; a dump taken at once can
 # show the last finished collective as unfinished on one rank. A hung job is dumped seconds
 # later, so every rank waits this long before it dumps.
 SETTLE_S = 1.0
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# The group timeout of the job whose collective raises (gloo raises once it passes).
+TIMEOUT_S = {"raised": 3}
 
 
 def wait_for(paths, limit_s):
@@ -58,17 +71,77 @@ def wait_for(paths, limit_s):
     return False
 
 
-def rank_main(fault, rank, world, port, out):
+def exchange(dist, t, rank, rounds):
+    """Blocking send/recv between pairs (0, 1) and (2, 3): the lower rank sends first."""
+    peer = rank ^ 1
+    for _ in range(rounds):
+        if rank < peer:
+            dist.send(t, peer)
+            dist.recv(t, peer)
+        else:
+            dist.recv(t, peer)
+            dist.send(t, peer)
+
+
+def fault_ops(fault, rank, dist, torch, t, sub):
+    """What rank issues at the fault, after the all_reduces that finish: its pending work."""
+    culprit = CULPRITS.get(fault, CULPRIT)
+    if fault == "p2p":
+        exchange(dist, t, rank, 2)
+        if rank == 2:
+            return [dist.irecv(t, src=3)]
+        return [] if rank == 3 else [dist.all_reduce(t, async_op=True)]
+    if fault == "p2p_pair":
+        exchange(dist, t, rank, 1)
+        pending = [dist.isend(t, 1)] if rank == 0 else []
+        return pending + [dist.all_reduce(t, async_op=True)]
+    if fault == "p2p_skip":
+        exchange(dist, t, rank, 2)
+        return [dist.all_reduce(t, async_op=True)] if rank == 0 else [dist.irecv(t, src=0)]
+    if fault == "unreached":
+        if rank in (1, 2):
+            return [dist.all_reduce(t, group=sub, async_op=True)]
+        return [dist.all_reduce(t, async_op=True)] if rank == 0 else []
+    if fault == "group":
+        return [dist.all_reduce(t, group=sub, async_op=True)] if rank in (1, 2, 4) else []
+    if fault == "root":
+        return [dist.broadcast(t, src=culprit if rank == culprit else 0, async_op=True)]
+    if fault == "raised":
+        if rank == culprit:
+            return []
+        try:
+            dist.all_reduce(t)  # the others never come: raises once the group's timeout passes
+        except RuntimeError:
+            pass
+        return []
+    if rank == culprit:
+        if fault in ("skip", "op"):
+            return [dist.broadcast(t, src=0, async_op=True)]
+        if fault == "size":
+            return [dist.broadcast(torch.ones(16), src=0, async_op=True)]
+        return []  # hang, empty, stale, kill: stays on the host, enters nothing
+    if fault == "size":
+        return [dist.broadcast(t, src=0, async_op=True)]
+    pending = [dist.all_reduce(t, async_op=True)]
+    if fault == "skip":
+        pending.append(dist.broadcast(t, src=0, async_op=True))
+    return pending
+
+
+def rank_main(fault, rank, world, store, out):
     import torch
     import torch.distributed as dist
     import torch._C._distributed_c10d as c10d
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world, timeout=datetime.timedelta(seconds=LIMIT_S))
-    sub = dist.new_group([1, 2, 3, 4], group_desc="sub_ranks") if fault == "group" else None
-    t = torch.ones(8)
-    for _ in range(10):
-        dist.all_reduce(t)
+    culprit = CULPRITS.get(fault, CULPRIT)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
+                            world_size=world,
+                            timeout=datetime.timedelta(seconds=TIMEOUT_S.get(fault, LIMIT_S)))
+    sub = None
+    if fault == "group":
+        sub = dist.new_group([1, 2, 3, 4], group_desc="sub_ranks")
+    elif fault == "unreached":
+        sub = dist.new_group([1, 2, 3], group_desc="trio")
 
     def dump():
         c10d._dump_fr_trace_file(rank)
@@ -78,32 +151,22 @@ def rank_main(fault, rank, world, port, out):
             f.write(c10d._dump_fr_trace_json())
         open(os.path.join(out, f"done_{rank}"), "w").close()
 
-    others = [os.path.join(out, f"done_{r}") for r in range(world) if r != CULPRIT]
-    pending = []
-    if rank == CULPRIT:
-        if fault == "kill":
-            wait_for(others, LIMIT_S)
-            os.kill(os.getpid(), signal.SIGKILL)
-        elif fault == "skip":
-            pending.append(dist.broadcast(t, src=0, async_op=True))
-        elif fault == "size":
-            pending.append(dist.broadcast(torch.ones(16), src=0, async_op=True))
-        elif fault == "op":
-            pending.append(dist.broadcast(t, src=0, async_op=True))
-        # hang, group: stays on the host, enters nothing
-    elif fault == "group":
-        if rank in (1, 2, 4):
-            pending.append(dist.all_reduce(t, group=sub, async_op=True))
-    elif fault == "size":
-        pending.append(dist.broadcast(t, src=0, async_op=True))
-    else:
-        pending.append(dist.all_reduce(t, async_op=True))
-        if fault == "skip":
-            pending.append(dist.broadcast(t, src=0, async_op=True))
+    t = torch.ones(8)
+    for i in range(0 if fault == "empty" else 10):
+        dist.all_reduce(t)
+        if fault == "stale" and rank == culprit and i == 3:
+            time.sleep(SETTLE_S)
+            dump()  # the early dump; the rank goes on with the others, then dies undumped
+    others = [os.path.join(out, f"done_{r}") for r in range(world) if r != culprit]
+    if rank == culprit and fault in ("kill", "stale"):
+        wait_for(others, LIMIT_S)
+        os.kill(os.getpid(), signal.SIGKILL)
+    pending = fault_ops(fault, rank, dist, torch, t, sub)
     time.sleep(SETTLE_S)
     dump()
-    wait_for([os.path.join(out, f"done_{r}") for r in range(world) if not (fault == "kill" and r == CULPRIT)],
-             LIMIT_S)
+    wait_for([os.path.join(out, f"done_{r}") for r in range(world)
+              if not (fault == "kill" and r == culprit)], LIMIT_S)
+    del pending
     os._exit(0)
 
 
@@ -113,9 +176,13 @@ def run_job(root, fault):
     for sub in ("file", "bytes", "json"):
         os.makedirs(os.path.join(out, sub), exist_ok=True)
     os.environ["TORCH_FR_DUMP_TEMP_FILE"] = os.path.join(out, "file", "fr_rank_")
-    port = free_port()
+    # The rendezvous is a file (no port to race for with other jobs on the machine); gloo's own
+    # connections bind ephemeral ports on 127.0.0.1.
+    store = os.path.join(out, "store")
+    if os.path.exists(store):
+        os.remove(store)
     ctx = mp.get_context("fork")
-    procs = [ctx.Process(target=rank_main, args=(fault, r, world, port, out)) for r in range(world)]
+    procs = [ctx.Process(target=rank_main, args=(fault, r, world, store, out)) for r in range(world)]
     for p in procs:
         p.start()
     ok = True
@@ -128,9 +195,9 @@ def run_job(root, fault):
             ok = False
     expected = [r for r in range(world) if not (fault == "kill" and r == CULPRIT)]
     missing = [r for r in expected if not os.path.exists(os.path.join(out, f"done_{r}"))]
-    for r in range(world):
+    for name in [f"done_{r}" for r in range(world)] + ["store"]:
         try:
-            os.remove(os.path.join(out, f"done_{r}"))
+            os.remove(os.path.join(out, name))
         except FileNotFoundError:
             pass
     if missing or not ok:
