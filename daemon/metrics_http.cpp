@@ -1,29 +1,31 @@
 // See metrics_http.h.
 #include "daemon/metrics_http.h"
 
-#include <httplib.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
-#include <chrono>
+#include <cctype>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 #include "daemon/names.h"
 
 namespace fr::daemon {
 
 namespace {
-constexpr int kThreads = 16;          // connections served at once
-constexpr time_t kTimeoutSec = 2;     // per read or write, and for an idle kept-alive connection
-constexpr size_t kMaxRequest = 8192;  // request line and headers
 constexpr const char* kCookie = "fr_token";
 
 // The token a request carries: the Authorization header, else the cookie.
-bool has_token(const httplib::Request& req, const std::string& token) {
-  const std::string auth = req.get_header_value("Authorization");
+bool has_token(const HttpHead& req, const std::string& token) {
+  const std::string auth = req.header("authorization");
   if (!auth.empty() && equal_secret(auth, "Bearer " + token)) return true;
-  const std::string cookies = req.get_header_value("Cookie");
+  const std::string cookies = req.header("cookie");
   for (size_t pos = 0; pos < cookies.size();) {
     size_t end = cookies.find(';', pos);
     if (end == std::string::npos) end = cookies.size();
@@ -66,6 +68,63 @@ bool setup_tls(SSL_CTX& ctx, const HttpSecurity& sec) {
   return ok;
 }
 
+// A TLS context of our own settings around the PEM text: TLS 1.2 at least, no compression,
+// no renegotiation. Null when the certificate, key or client CA is not usable.
+SSL_CTX* make_tls_context(const HttpSecurity& sec) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+  if (!ctx) return nullptr;
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION);
+  if (!setup_tls(*ctx, sec)) {
+    SSL_CTX_free(ctx);
+    ERR_clear_error();
+    return nullptr;
+  }
+  return ctx;
+}
+
+// A listening, non-blocking socket on host:port (port 0: any); -1 with *error set.
+int listen_socket(const std::string& host, int port, int* bound, std::string* error) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  if (getaddrinfo(host.c_str(), service.c_str(), &hints, &res) != 0 || !res) {
+    *error = "cannot listen for HTTP on " + host + ":" + service + " (the name does not resolve)";
+    return -1;
+  }
+  int fd = -1;
+  for (addrinfo* a = res; a && fd < 0; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    int yes = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0) {
+      *error = "cannot listen for HTTP on " + host + ":" + service + ": " + strerror(errno);
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(res);
+  if (fd < 0) return -1;
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+  *bound = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6&>(ss).sin6_port)
+                                    : ntohs(reinterpret_cast<sockaddr_in&>(ss).sin_port);
+  return fd;
+}
+
+// One segment of letters, digits and - _ . (what an incident id is made of).
+bool plain_segment(const std::string& s) {
+  if (s.empty()) return false;
+  for (char c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') return false;
+  return true;
+}
+
 }  // namespace
 
 bool split_host_port(const std::string& addr, std::string* host, int* port) {
@@ -81,18 +140,70 @@ bool split_host_port(const std::string& addr, std::string* host, int* port) {
   return true;
 }
 
+
 struct HttpServer::Impl {
-  std::unique_ptr<httplib::Server> server;
+  std::unique_ptr<HttpFront> front;
+  SSL_CTX* tls = nullptr;
+  HttpLimits limits;
+  std::string token;
 };
 
 HttpServer::HttpServer() : impl_(std::make_unique<Impl>()) {}
 
-HttpServer::~HttpServer() { stop(); }
+HttpServer::~HttpServer() {
+  stop();
+  if (impl_->tls) SSL_CTX_free(impl_->tls);
+}
 
 void HttpServer::get(const std::string& path, Handler handler) { routes_[path] = std::move(handler); }
 
 void HttpServer::get_under(const std::string& prefix, Handler handler) {
   prefix_routes_[prefix] = std::move(handler);
+}
+
+void HttpServer::set_limits(const HttpLimits& limits) { impl_->limits = limits; }
+
+HttpStats HttpServer::stats() const { return impl_->front ? impl_->front->stats() : HttpStats{}; }
+
+// The route, then the token (a route unknown is 404 with or without it), then the handler.
+HttpReply HttpServer::answer(const HttpHead& head) const {
+  HttpReply res;
+  const Handler* handler = nullptr;
+  Request r{head.path, "", head.query};
+  if (auto it = routes_.find(head.path); it != routes_.end()) handler = &it->second;
+  for (const auto& [prefix, h] : prefix_routes_) {
+    if (handler) break;
+    if (head.path.compare(0, prefix.size(), prefix) == 0 && plain_segment(head.path.substr(prefix.size()))) {
+      handler = &h;
+      r.tail = head.path.substr(prefix.size());
+    }
+  }
+  if (!handler) {
+    res.status = 404;
+    res.body = "not found\n";
+    return res;
+  }
+  const std::string& token = impl_->token;
+  if (auto t = head.query.find("token"); !token.empty() && t != head.query.end() && equal_secret(t->second, token)) {
+    // A browser's way in: the token from the link becomes a cookie, and leaves the address bar.
+    res.status = 303;
+    res.headers = {{"Set-Cookie", std::string(kCookie) + "=" + token + "; Path=/; HttpOnly; SameSite=Strict"},
+                   {"Location", head.path}};
+    return res;
+  }
+  res.headers.emplace_back("Cache-Control", "no-store");
+  if (!token.empty() && !has_token(head, token)) {
+    res.status = 401;
+    res.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"frd\"");
+    res.body = "this listener needs the coordinator's token: send 'Authorization: Bearer TOKEN', "
+               "or open the page once with ?token=TOKEN\n";
+    return res;
+  }
+  Response out = (*handler)(r);
+  res.status = out.status;
+  res.content_type = out.content_type;
+  res.body = std::move(out.body);
+  return res;
 }
 
 bool HttpServer::start(const std::string& addr, const HttpSecurity& sec, std::string* error) {
@@ -102,84 +213,29 @@ bool HttpServer::start(const std::string& addr, const HttpSecurity& sec, std::st
     *error = "bad HTTP address '" + addr + "' (want HOST:PORT)";
     return false;
   }
-  if (sec.tls_cert.empty()) {
-    impl_->server = std::make_unique<httplib::Server>();
-  } else {
-    bool tls_ok = false;
-    impl_->server = std::make_unique<httplib::SSLServer>([&](SSL_CTX& ctx) {
-      tls_ok = setup_tls(ctx, sec);
-      return tls_ok;
-    });
-    if (!tls_ok || !impl_->server->is_valid()) {
+  if (!sec.tls_cert.empty()) {
+    impl_->tls = make_tls_context(sec);
+    if (!impl_->tls) {
       *error = "HTTP listener: the TLS certificate, key or client CA is not usable";
-      impl_->server.reset();
       return false;
     }
   }
-  auto& s = *impl_->server;
-  s.new_task_queue = [] { return new httplib::ThreadPool(kThreads); };
-  s.set_read_timeout(kTimeoutSec, 0);
-  s.set_write_timeout(kTimeoutSec, 0);
-  s.set_idle_interval(0, 100'000);
-  s.set_keep_alive_timeout(kTimeoutSec);
-  s.set_keep_alive_max_count(16);
-  s.set_payload_max_length(kMaxRequest);
-  const std::string token = sec.token;
-  auto serve = [token](const Handler& h, Request r, const httplib::Request& req, httplib::Response& res) {
-    if (!token.empty() && req.has_param("token") && equal_secret(req.get_param_value("token"), token)) {
-      // A browser's way in: the token from the link becomes a cookie, and leaves the address bar.
-      res.set_header("Set-Cookie", std::string(kCookie) + "=" + token + "; Path=/; HttpOnly; SameSite=Strict");
-      res.set_redirect(req.path, 303);
-      return;
-    }
-    res.set_header("Cache-Control", "no-store");
-    if (!token.empty() && !has_token(req, token)) {
-      res.status = 401;
-      res.set_header("WWW-Authenticate", "Bearer realm=\"frd\"");
-      res.set_content("this listener needs the coordinator's token: send 'Authorization: Bearer TOKEN', "
-                      "or open the page once with ?token=TOKEN\n",
-                      "text/plain; charset=utf-8");
-      return;
-    }
-    for (const auto& [k, v] : req.params) r.query.emplace(k, v);
-    Response out = h(r);
-    res.status = out.status;
-    res.set_content(out.body, out.content_type.c_str());
-  };
-  for (const auto& [path, handler] : routes_) {
-    Handler h = handler;
-    std::string p = path;
-    s.Get(p, [serve, h, p](const httplib::Request& req, httplib::Response& res) { serve(h, {p, "", {}}, req, res); });
-  }
-  for (const auto& [prefix, handler] : prefix_routes_) {
-    Handler h = handler;
-    std::string p = prefix;
-    // One segment of letters, digits and - _ . after the prefix; anything else is not found.
-    s.Get(p + "([A-Za-z0-9._-]+)", [serve, h](const httplib::Request& req, httplib::Response& res) {
-      serve(h, {req.path, req.matches[1].str(), {}}, req, res);
-    });
-  }
-  s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
-    if (res.status == 404) res.set_content("not found\n", "text/plain; charset=utf-8");
-  });
-  port_ = port == 0 ? s.bind_to_any_port(host) : (s.bind_to_port(host, port) ? port : -1);
-  if (port_ <= 0) {
-    port_ = 0;
-    *error = "cannot listen for HTTP on " + addr;
-    impl_->server.reset();
+  impl_->token = sec.token;
+  int bound = 0;
+  const int fd = listen_socket(host, port, &bound, error);
+  if (fd < 0) return false;
+  impl_->front = std::make_unique<HttpFront>(impl_->limits, [this](const HttpHead& h) { return answer(h); });
+  if (!impl_->front->start(fd, impl_->tls, error)) {
+    impl_->front.reset();
+    close(fd);
     return false;
   }
-  thread_ = std::thread([this] { impl_->server->listen_after_bind(); });
-  // stop() only stops a server that runs: wait for it to.
-  for (int i = 0; i < 500 && !s.is_running(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  port_ = bound;
   return true;
 }
 
 void HttpServer::stop() {
-  if (!thread_.joinable()) return;
-  impl_->server->stop();
-  thread_.join();
+  if (impl_->front) impl_->front->stop();
 }
 
 }  // namespace fr::daemon

@@ -1,7 +1,7 @@
-// frd's HTTP listener, on cpp-httplib: a small server that answers GET routes (Prometheus text at
-// /metrics, the coordinator's pages and its JSON). Connections are served by a pool of threads
-// with short read and write timeouts, so idle or slow clients cannot hold up a scrape, and
-// requests are bounded in size.
+// frd's HTTP listener: a small server that answers GET routes (Prometheus text at /metrics, the
+// coordinator's pages and its JSON). Connections are held by an event loop that bounds every
+// request head in time and size and caps the connections of each peer (http_front.h), so idle,
+// trickling or crowding clients cannot hold up a scrape; only complete requests reach the routes.
 //
 // Credentials follow the gRPC listener's rules (docs/frd.md, Security): with a token, every
 // request must carry it (`Authorization: Bearer TOKEN`, or the `fr_token` cookie that visiting
@@ -13,8 +13,9 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
+
+#include "daemon/http_front.h"
 
 namespace fr::daemon {
 
@@ -46,16 +47,20 @@ class HttpServer {
   // prefix ending in '/' (one more path segment, in Request::tail).
   void get(const std::string& path, Handler handler);
   void get_under(const std::string& prefix, Handler handler);
+  // The front's bounds (the defaults are documented in docs/frd.md); before start().
+  void set_limits(const HttpLimits& limits);
   // addr is HOST:PORT (IPv4, [IPv6] or a name; port 0 picks one). False with *error set.
   bool start(const std::string& addr, const HttpSecurity& security, std::string* error);
   void stop();
   int port() const { return port_; }
+  HttpStats stats() const;
 
  private:
+  HttpReply answer(const HttpHead& head) const;
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::map<std::string, Handler> routes_, prefix_routes_;
-  std::thread thread_;
   int port_ = 0;
 };
 

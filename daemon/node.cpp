@@ -69,11 +69,14 @@ NodeOptions NodeDaemon::settle(NodeOptions o) {
 }
 
 NodeDaemon::NodeDaemon(NodeOptions opts)
-    : opts_(settle(std::move(opts))), host_(this_host()), state_(state_config(opts_)) {}
+    : opts_(settle(std::move(opts))), host_(this_host()), state_(state_config(opts_)) {
+  last_live_ns_ = last_scan_ns_ = mono_ns();
+}
 
 NodeDaemon::~NodeDaemon() {
   stop();
   if (dumper_.joinable()) dumper_.join();
+  if (idler_.joinable()) idler_.join();
 }
 
 void NodeDaemon::log(const std::string& line, LogLevel level) {
@@ -171,6 +174,7 @@ bool NodeDaemon::sleep_for(int64_t ns) {
 
 void NodeDaemon::run() {
   dumper_ = std::thread([this] { dump_loop(); });
+  if (opts_.watch_idle) idler_ = std::thread([this] { idle_loop(); });
   while (!stopping_) {
     check_log_dir();
     connect_once();
@@ -180,6 +184,30 @@ void NodeDaemon::run() {
     cv_.notify_all();
   }
   dumper_.join();
+  if (idler_.joinable()) idler_.join();
+}
+
+// Judged at the last scan only: between scans nothing is known, so nothing ages.
+int64_t NodeDaemon::idle_ns() const { return last_scan_ns_.load() - last_live_ns_.load(); }
+
+void NodeDaemon::note_scan(const ScanResult& scan) {
+  const int64_t now = mono_ns();
+  for (const auto& p : scan.processes)
+    if (p.alive) last_live_ns_ = now;
+  last_scan_ns_ = now;
+}
+
+void NodeDaemon::idle_loop() {
+  LogWatcher watcher(opts_.log_dir, opts_.stall_after_ns);
+  watcher.set_owners(opts_.log_owners);
+  do {
+    if (mono_ns() - last_scan_ns_.load() < 900'000'000) continue;  // the heartbeats scan
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      watcher.set_job_filter(state_.job_filter());
+    }
+    note_scan(watcher.scan());
+  } while (sleep_for(1'000'000'000));
 }
 
 void NodeDaemon::connect_once() {
@@ -273,6 +301,7 @@ void NodeDaemon::heartbeat_loop(Stream& s, const std::atomic<bool>& reader_done)
       watcher.set_stall_after(state_.stall_after_ns());
     }
     ScanResult scan = watcher.scan();
+    note_scan(scan);
     int64_t now = mono_ns();
     uint64_t alive = 0;
     for (const auto& p : scan.processes) alive += p.alive;

@@ -47,6 +47,9 @@ struct NodeOptions {
   bool quiet = false;
   StackOptions stacks;               // every rank's stacks at each dump (stacks.h)
   std::string nvml_lib = "libnvidia-ml.so.1";  // GPU health at each dump and heartbeat (nvml.h)
+  // Keep idle_ns() current even while no coordinator is reachable (a scan of the log directory
+  // every second when the heartbeats do not scan): for `frd node --exit-when-idle`.
+  bool watch_idle = false;
 };
 
 class NodeDaemon {
@@ -65,6 +68,10 @@ class NodeDaemon {
   std::string metrics() const;
   // The protocol version agreed with the coordinator on the current stream (0 while none).
   uint32_t protocol() const { return protocol_.load(); }
+  // How long, at the last scan of the log directory, no live flight log (one whose writer holds
+  // it: its process is alive) had been seen; since the start when none ever was. Scans run on a
+  // stream, and with watch_idle once a second without one.
+  int64_t idle_ns() const;
 
   using Key = DumpKey;
 
@@ -79,6 +86,9 @@ class NodeDaemon {
   void heartbeat_loop(Stream& s, const std::atomic<bool>& reader_done);
   bool send_heartbeat(Stream& s, ScanResult scan);
   void dump_loop();
+  // With watch_idle: scans the log directory once a second when the heartbeats do not.
+  void idle_loop();
+  void note_scan(const ScanResult& scan);
   // Carries out what the state decided (called with mu_ held or not; logging takes no lock).
   void apply(const NodeActions& a);
   std::string spool_of(const Key& k) const;
@@ -109,7 +119,8 @@ class NodeDaemon {
   std::condition_variable cv_;
   NodeState state_;                     // every decision (guarded by mu_)
   Stream* stream_ = nullptr;            // the live control stream, guarded by mu_
-  std::thread dumper_;
+  std::thread dumper_, idler_;
+  std::atomic<int64_t> last_live_ns_{0}, last_scan_ns_{0};  // mono_ns
   // For metrics.
   std::atomic<bool> connected_{false};
   std::atomic<uint32_t> protocol_{0};

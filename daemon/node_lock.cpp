@@ -91,6 +91,47 @@ NodeLockOutcome NodeLock::acquire(const std::string& log_dir, std::string* error
   return NodeLockOutcome::acquired;
 }
 
+void NodeLock::release() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+namespace {
+std::string users_path(const std::string& log_dir) {
+  return (log_dir.empty() ? std::string(".") : log_dir) + "/" + kNodeUsersName;
+}
+}  // namespace
+
+NodeUse::~NodeUse() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool NodeUse::acquire(const std::string& log_dir, std::string* error, int wait_ms) {
+  const std::string path = users_path(log_dir);
+  int fd = open_lock_file(path, true, error);
+  if (fd < 0) return false;
+  for (int waited = 0; ::flock(fd, LOCK_SH | LOCK_NB) != 0; waited += 20) {
+    if ((errno != EWOULDBLOCK && errno != EINTR) || waited >= wait_ms) {
+      *error = errno == EWOULDBLOCK ? "a node daemon leaving " + log_dir + " still holds " + path
+                                    : "cannot lock " + path + ": " + std::strerror(errno);
+      ::close(fd);
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+  return true;
+}
+
+bool claim_unused(const std::string& log_dir) {
+  int fd = open_lock_file(users_path(log_dir), true, nullptr);
+  if (fd < 0) return true;
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return true;  // fd left open: held until the end
+  ::close(fd);
+  return false;
+}
+
 NodeLockState probe_node_lock(const std::string& log_dir) {
   NodeLockState s;
   int fd = open_lock_file(node_lock_path(log_dir), false, nullptr);

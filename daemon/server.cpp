@@ -216,6 +216,9 @@ bool start_grpc(CoordinatorServer::Impl& m, std::string* error) {
   b.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   b.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   b.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 4096);
+  // A connection that has not finished its handshake in 10 s is dropped (gRPC's default is 120 s),
+  // so silent sockets do not pile up on the listener.
+  b.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10000);
   grpc::ResourceQuota quota("frd-coordinator");
   quota.Resize(size_t(1) << 30);
   b.SetResourceQuota(quota);

@@ -19,13 +19,12 @@ packages+=(dpkg-dev file)
 # The tests' own tools: openssl makes the TLS certificates of daemon_rpc_test. A test without them
 # reports itself skipped, and CI (FR_CI=1) fails on such a skip.
 packages+=(openssl)
-# frd: the HTTP listener (metrics, the web pages) is cpp-httplib; its TLS is OpenSSL's.
-packages+=(libcpp-httplib-dev libssl-dev)
+# frd: the HTTP listener's TLS (metrics, the web pages) is OpenSSL's.
+packages+=(libssl-dev)
 # The web tests (tests/web) load the pages in headless Chromium.
 packages+=(chromium)
-# frd: the coordinator's HTTP listener (metrics) is cpp-httplib; the stacks of every rank are
-# unwound and symbolized with elfutils' libdw.
-packages+=(libcpp-httplib-dev libdw-dev libelf-dev)
+# frd: the stacks of every rank are unwound and symbolized with elfutils' libdw.
+packages+=(libdw-dev libelf-dev)
 
 # --- examples and images (tests/examples): the linters, and buildah + debootstrap for
 # `make images`; the shape check (scripts/check-shape) measures functions with lizard. The PyPI

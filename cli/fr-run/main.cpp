@@ -14,6 +14,7 @@
 
 #include "child.h"
 #include "fr/version.h"
+#include "daemon/node_lock.h"
 #include "node_daemon.h"
 #include "options.h"
 
@@ -75,6 +76,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fr-run: cannot create the log directory %s: %s\n", o.log_dir.c_str(),
                  ec.message().c_str());
 
+  // This fr-run uses the node daemon for as long as it runs: one that leaves when idle stays.
+  fr::daemon::NodeUse use;
+  if (!o.coordinator.empty() && !o.no_daemon && !use.acquire(o.log_dir, &error))
+    std::fprintf(stderr, "fr-run: %s; the node daemon may leave while this job has no flight log yet\n",
+                 error.c_str());
   if (!o.coordinator.empty() && !o.no_daemon) {
     DaemonResult d = ensure_node_daemon(o);
     if (d.outcome == DaemonOutcome::failed)

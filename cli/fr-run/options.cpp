@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <cctype>
+#include <cstdlib>
 #include <sstream>
 #include <utility>
 
@@ -20,7 +21,15 @@ const Flag kValueFlags[] = {
     {"--log-dir", &Options::log_dir},         {"--token-file", &Options::token_file},
     {"--node-name", &Options::node_name},     {"--agent", &Options::agent},
     {"--frd", &Options::frd},                 {"--daemon-log", &Options::daemon_log},
+    {"--daemon-exit-when-idle", &Options::daemon_exit_when_idle},
 };
+
+// A number of seconds, 0 or more.
+bool seconds_value(const std::string& v) {
+  char* end = nullptr;
+  const double s = std::strtod(v.c_str(), &end);
+  return end != v.c_str() && *end == '\0' && s >= 0 && s <= 1e7;
+}
 
 std::string get(const Env& env, const std::string& name) {
   auto it = env.find(name);
@@ -96,6 +105,10 @@ bool parse_args(const std::vector<std::string>& args, Options* o, std::string* e
     } else {
       *target = value;
     }
+  }
+  if (!seconds_value(o->daemon_exit_when_idle)) {
+    *error = "--daemon-exit-when-idle " + o->daemon_exit_when_idle + ": not a number of seconds (0: never)";
+    return false;
   }
   o->command.assign(args.begin() + std::min(i, args.size()), args.end());
   if (o->command.empty()) {
@@ -175,6 +188,8 @@ std::vector<std::string> frd_node_argv(const Options& o) {
                                    o.log_dir};
   if (!o.token_file.empty()) argv.insert(argv.end(), {"--token-file", o.token_file});
   if (!o.node_name.empty()) argv.insert(argv.end(), {"--node-name", o.node_name});
+  // Before the user's --frd-arg flags: a later --exit-when-idle among them wins.
+  argv.insert(argv.end(), {"--exit-when-idle", o.daemon_exit_when_idle});
   argv.insert(argv.end(), o.frd_args.begin(), o.frd_args.end());
   return argv;
 }
@@ -194,6 +209,8 @@ std::string usage_text() {
        "  --agent PATH         libfr_agent.so (env FR_AGENT; default ../lib next to fr-run)\n"
        "  --frd PATH           frd (default: next to fr-run)\n"
        "  --daemon-log FILE    the started node daemon's output (default LOG_DIR/frd-node.log)\n"
+       "  --daemon-exit-when-idle SEC  the node daemon started leaves after SEC without a live\n"
+       "                       flight log or an fr-run on this node (default 60; 0: never)\n"
        "  --no-daemon          never start a node daemon\n"
        "  --parent-death-signal SIG  what CMD gets if fr-run dies, even by SIGKILL (KILL by\n"
        "                       default; TERM, INT, HUP, ...; none: CMD lives on)\n"

@@ -27,6 +27,9 @@ struct Options {
   std::string frd;          // the frd executable
   std::string daemon_log;   // the started node daemon's stdout and stderr
   std::vector<std::string> frd_args;  // more flags for `frd node` (TLS, --stall-after, ...)
+  // The node daemon it starts leaves after this many seconds without a live flight log or an
+  // fr-run on the node (`frd node --exit-when-idle`); "0": never.
+  std::string daemon_exit_when_idle = "60";
   // The signal the command gets when fr-run itself dies (even by SIGKILL): --parent-death-signal,
   // KILL by default, 0 for none (`none`).
   int parent_death_signal = 9;

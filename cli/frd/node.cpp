@@ -1,7 +1,12 @@
 // frd node: the sidecar on each node (daemon/node.h). Turns the flags into NodeOptions, holds the
-// node lock of the log directory, serves the metrics when asked, and runs until SIGINT or SIGTERM.
+// node lock of the log directory, serves the metrics when asked, and runs until SIGINT or SIGTERM,
+// or with --exit-when-idle until no live flight log and no fr-run has used the directory for that
+// long.
 #include "commands.h"
 
+#include <time.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <thread>
 
@@ -31,6 +36,13 @@ bool parse_rate(const std::string& text, uint64_t* out) {
   if (v < 1 || v > 1e15) return false;
   *out = uint64_t(v);
   return true;
+}
+
+// "60 s", "1.5 s".
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", s);
+  return buf;
 }
 
 int usage(const std::string& error) {
@@ -63,6 +75,11 @@ void NodeCommand::add(CLI::App& parent) {
   app->add_option("--shared-dump-dir", shared_dump_dir,
                   "the coordinator's --dump-dir as mounted on this node: write dumps there "
                   "instead of uploading them");
+  app->add_option("--exit-when-idle", exit_when_idle,
+                  "exit once no live flight log (and no fr-run) has used the log directory for "
+                  "this many seconds; 0: never (fr-run passes 60)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1e7))
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   context.add(app);
 }
 
@@ -81,6 +98,7 @@ int NodeCommand::run() const {
   o.stall_after_ns = to_ns(stall_after);
   o.stacks = fr::daemon::stack_options(context.py_spy, context.stack_budget, context.no_stacks);
   o.nvml_lib = context.nvml_lib;
+  o.watch_idle = exit_when_idle > 0;
   // One node daemon per log directory (fr-run relies on it); one that cannot make the lock
   // file (say, the directory is missing yet) runs on unlocked.
   fr::daemon::NodeLock node_lock;
@@ -112,8 +130,20 @@ int NodeCommand::run() const {
     fr::daemon::log_line(fr::daemon::LogLevel::kInfo, "frd node: metrics on port " + std::to_string(http.port()));
   }
   std::thread runner([&d] { d.run(); });
-  int sig = 0;
-  sigwait(&set, &sig);
+  const int64_t idle_limit_ns = to_ns(exit_when_idle);
+  for (;;) {
+    timespec second{1, 0};
+    if (sigtimedwait(&set, nullptr, &second) > 0) break;
+    if (idle_limit_ns <= 0 || d.idle_ns() < idle_limit_ns) continue;
+    // No fr-run may start using the directory from here on (claim_unused), and the node lock goes
+    // first, so that one coming now finds no node daemon and starts its own.
+    if (!fr::daemon::claim_unused(log_dir)) continue;
+    fr::daemon::log_line(fr::daemon::LogLevel::kInfo,
+                         "frd node: no live flight log in " + log_dir + " and no fr-run using it for " +
+                             seconds_text(exit_when_idle) + "; exiting (--exit-when-idle)");
+    node_lock.release();
+    break;
+  }
   d.stop();
   runner.join();
   return 0;

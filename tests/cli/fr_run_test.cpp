@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -148,11 +149,19 @@ TEST_CASE("fr-run: the command's environment and the node daemon's command line"
   o.job_id = "j";
   CHECK(fr::run::child_env(o, {}, true)["FR_JOB_ID"] == "j");
 
-  CHECK(fr::run::frd_node_argv(o) ==
+  std::vector<std::string> argv = fr::run::frd_node_argv(o);
+  CHECK(argv ==
         std::vector<std::string>{"/opt/fr/bin/frd", "node", "--coordinator", "c:1", "--log-dir",
-                                 "/dev/shm", "--node-name", "n3", "--tls-ca", "/ca.pem"});
+                                 "/dev/shm", "--node-name", "n3", "--exit-when-idle", "60", "--tls-ca",
+                                 "/ca.pem"});
+  // --daemon-exit-when-idle: passed on; 0 is never; not a number is bad usage.
+  Options idle = parsed({"--daemon-exit-when-idle", "0", "x"});
+  argv = fr::run::frd_node_argv(idle);
+  CHECK(std::find(argv.begin(), argv.end(), "--exit-when-idle") + 1 == std::find(argv.begin(), argv.end(), "0"));
+  CHECK(parse_error({"--daemon-exit-when-idle", "soon", "x"}).find("not a number of seconds") != std::string::npos);
+  CHECK(parse_error({"--daemon-exit-when-idle=-1", "x"}).find("not a number of seconds") != std::string::npos);
   o.token_file = "/tok";
-  auto argv = fr::run::frd_node_argv(o);
+  argv = fr::run::frd_node_argv(o);
   CHECK(std::find(argv.begin(), argv.end(), "--token-file") + 1 ==
         std::find(argv.begin(), argv.end(), "/tok"));
 }
@@ -389,6 +398,25 @@ TEST_CASE("fr-run: the daemon it starts holds none of its caller's pipes", "[cli
   auto s = fr::daemon::probe_node_lock(logs);
   CHECK(s.held);
   stop_node_daemon(logs);
+}
+
+TEST_CASE("fr-run: the node daemon it starts stays while it runs, and leaves when the node is idle",
+          "[cli][fr-run]") {
+  need({kFrRun, kAgent, kFrd});
+  TempDir d;
+  std::string logs = d.path + "/shm";
+  // No coordinator there, and a command that makes no flight log: only fr-run's use keeps it.
+  Proc job({kFrRun, "--coordinator", "127.0.0.1:1", "--log-dir", logs, "--daemon-exit-when-idle", "1",
+            "--frd-arg=--dump-dir", "--frd-arg=" + d.path + "/spool", "--", "sleep", "4"},
+           {}, d.path, "job");
+  REQUIRE(wait_for([&] { return fr::daemon::probe_node_lock(logs).held; }, 20));
+  const pid_t daemon = fr::daemon::probe_node_lock(logs).pid;
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  CHECK_FALSE(gone(daemon));  // three idle limits, and fr-run still runs
+  REQUIRE(job.wait(30));
+  CHECK(job.status == 0);
+  CHECK(wait_for([&] { return gone(daemon); }, 20));
+  CHECK(slurp(logs + "/frd-node.log").find("exiting (--exit-when-idle)") != std::string::npos);
 }
 
 TEST_CASE("fr-run: a daemon that cannot start does not stop the command", "[cli][fr-run]") {

@@ -151,6 +151,27 @@ fr::daemon::CoordinatorConfig config(const std::string& dir) {
   return c;
 }
 
+int connect_loopback(int port, const std::string& source) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  if (!source.empty()) {
+    inet_pton(AF_INET, source.c_str(), &a.sin_addr);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      close(fd);
+      return -1;
+    }
+  }
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 std::string http_get(int port, const std::string& path, const std::string& headers) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};

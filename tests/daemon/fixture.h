@@ -61,6 +61,9 @@ double rss_mib();
 // One HTTP/1.0 GET on 127.0.0.1:port with `headers` ("Name: value\r\n" lines): the whole
 // response, "" when it cannot be sent.
 std::string http_get(int port, const std::string& path, const std::string& headers = "");
+// A blocking TCP connection to 127.0.0.1:port from the loopback address `source` (any of
+// 127.0.0.0/8; empty: the kernel's choice); -1 when it cannot connect.
+int connect_loopback(int port, const std::string& source = "");
 // A coordinator for job "job1" dumping into `dir`: stall after 2 s, nodes lost after 5 s of
 // silence, dump sets due in 10 s, a dead rank reported after 1 s.
 fr::daemon::CoordinatorConfig config(const std::string& dir);

@@ -1,0 +1,98 @@
+// `frd node --exit-when-idle` (the node daemon fr-run starts, with no coordinator reachable): it
+// leaves once its log directory has had no live flight log and no fr-run for that long, and not
+// before; it stays while a writer holds its log or an fr-run holds the directory's users lock,
+// and leaves after. It drops its node lock on the way out. Real frd processes, bounded in time.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <string>
+
+#include "daemon/node_lock.h"
+#include "fixture.h"
+#include "live_rank.h"
+#include "proc.h"
+#include "skip.h"
+
+using fr::clitest::Proc;
+
+namespace {
+
+const std::string kFrd = std::string(FR_BUILD_DIR) + "/bin/frd";
+using Clock = std::chrono::steady_clock;
+
+uint64_t now_real_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+// frd node against a coordinator that is not there, leaving after `idle` seconds.
+std::unique_ptr<Proc> idle_node(const std::string& dir, const std::string& idle) {
+  if (::access(kFrd.c_str(), X_OK) != 0) FR_SKIP(kFrd << " is not built (build the frd target first)");
+  return std::make_unique<Proc>(std::vector<std::string>{kFrd, "node", "--insecure", "--coordinator",
+                                                         "127.0.0.1:1", "--log-dir", dir + "/shm",
+                                                         "--dump-dir", dir + "/spool", "--exit-when-idle", idle},
+                                std::map<std::string, std::string>{}, dir, "node");
+}
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+}  // namespace
+
+TEST_CASE("frd node --exit-when-idle: with no live flight log it leaves, and drops its node lock",
+          "[daemon][node-idle]") {
+  fr::daemon::test::TempDir d;
+  REQUIRE(::mkdir((d.path + "/shm").c_str(), 0700) == 0);
+  const auto t0 = Clock::now();
+  auto node = idle_node(d.path, "1.5");
+  REQUIRE(fr::clitest::wait_for([&] { return fr::daemon::probe_node_lock(d.path + "/shm").held; }, 20));
+  REQUIRE(node->wait(30));
+  const double took = since(t0);
+  std::printf("frd node --exit-when-idle 1.5 with nothing to watch left after %.1f s\n", took);
+  INFO(node->err());
+  CHECK(node->status == 0);
+  CHECK(took >= 1.5);
+  CHECK(node->err().find("no live flight log in " + d.path + "/shm and no fr-run using it for 1.5 s; exiting") !=
+        std::string::npos);
+  CHECK_FALSE(fr::daemon::probe_node_lock(d.path + "/shm").held);
+}
+
+TEST_CASE("frd node --exit-when-idle: it stays while a writer holds its log, and leaves after it dies",
+          "[daemon][node-idle]") {
+  fr::daemon::test::TempDir d;
+  REQUIRE(::mkdir((d.path + "/shm").c_str(), 0700) == 0);
+  fr::daemon::test::Rank rank(d.path + "/shm", 0, now_real_ns() - 1'000'000'000);
+  auto node = idle_node(d.path, "1");
+  // Four times the idle limit with the rank alive: still there.
+  CHECK_FALSE(node->wait(4));
+  rank.kill_now();  // the log stays, its writer is gone
+  const auto t0 = Clock::now();
+  REQUIRE(node->wait(30));
+  std::printf("frd node --exit-when-idle 1 left %.1f s after the last writer died\n", since(t0));
+  INFO(node->err());
+  CHECK(node->status == 0);
+  CHECK(node->err().find("exiting (--exit-when-idle)") != std::string::npos);
+}
+
+TEST_CASE("frd node --exit-when-idle: it stays while an fr-run uses the directory", "[daemon][node-idle]") {
+  fr::daemon::test::TempDir d;
+  REQUIRE(::mkdir((d.path + "/shm").c_str(), 0700) == 0);
+  std::string error;
+  auto use = std::make_unique<fr::daemon::NodeUse>();
+  REQUIRE(use->acquire(d.path + "/shm", &error));
+  auto node = idle_node(d.path, "1");
+  // A job still starting: no flight log yet, but its fr-run holds the users lock.
+  CHECK_FALSE(node->wait(4));
+  use.reset();
+  REQUIRE(node->wait(30));
+  CHECK(node->status == 0);
+  // Once it has claimed the directory to leave, an fr-run coming now waits for it to be gone,
+  // then finds no node daemon (and would start one).
+  fr::daemon::NodeUse late;
+  REQUIRE(late.acquire(d.path + "/shm", &error));
+  CHECK_FALSE(fr::daemon::probe_node_lock(d.path + "/shm").held);
+}
