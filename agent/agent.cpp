@@ -139,6 +139,7 @@ static void atfork_child() {
   log_forget_in_child();
   gpu_forget_in_child();
   graphs_forget_in_child();
+  xfers_forget_in_child();
   t_state.tid = 0;
   t_state.anchor_tsc = 0;
   t_state.cache_handle = 0;  // the child's communicator table starts empty

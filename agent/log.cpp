@@ -129,6 +129,15 @@ static void fill_identity(fr_log_header* h) {
   h->local_rank = (lr >= 0 && lr <= INT32_MAX) ? (int32_t)lr : -1;
 }
 
+// Transfer table entries: FR_XFER_ENTRIES, FR_DEFAULT_XFER_CAPACITY by default, 16 at least.
+static uint32_t xfer_capacity() {
+  long x = env_long("FR_XFER_ENTRIES");
+  if (x < 0) return FR_DEFAULT_XFER_CAPACITY;
+  if (x < 16) x = 16;
+  if (x > (long)FR_MAX_XFER_CAPACITY) x = FR_MAX_XFER_CAPACITY;
+  return (uint32_t)x;
+}
+
 static void* map_private(uint64_t size) {
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   return p == MAP_FAILED ? nullptr : p;
@@ -203,6 +212,8 @@ static bool create_log_file(Context& c) {
   c.graphs = (fr_graph_entry*)(c.map + fr_log_graph_offset(c.comm_cap, c.ring_cap));
   c.captures = (fr_record*)(c.map + fr_log_capture_offset(c.comm_cap, c.ring_cap, c.graph_cap));
   c.chans = (fr_chan_entry*)(c.map + fr_log_chan_offset(c.comm_cap, c.ring_cap, c.graph_cap, c.capture_cap));
+  c.xfers = (fr_xfer_entry*)(c.map + fr_log_xfer_offset(c.comm_cap, c.ring_cap, c.graph_cap,
+                                                        c.capture_cap, c.chan_cap));
   return true;
 }
 
@@ -224,6 +235,9 @@ static void fill_header(Context& c, const fr_log_header& id, uint64_t create_ns,
   h->capture_capacity = c.capture_cap;
   h->chan_offset = fr_log_chan_offset(c.comm_cap, c.ring_cap, c.graph_cap, c.capture_cap);
   h->chan_capacity = c.chan_cap;
+  h->xfer_offset = fr_log_xfer_offset(c.comm_cap, c.ring_cap, c.graph_cap, c.capture_cap, c.chan_cap);
+  h->xfer_capacity = c.xfer_cap;
+  h->xfer_size = sizeof(fr_xfer_entry);
   h->chan_size = sizeof(fr_chan_entry);
   h->file_size = c.map_size;
   h->create_ns = create_ns;
@@ -253,7 +267,9 @@ bool log_open() {
   c.graph_cap = FR_DEFAULT_GRAPH_CAPACITY;
   c.capture_cap = FR_DEFAULT_CAPTURE_CAPACITY;
   c.chan_cap = FR_DEFAULT_CHAN_CAPACITY;
-  c.map_size = fr_log_file_size_chan(c.comm_cap, c.ring_cap, c.graph_cap, c.capture_cap, c.chan_cap);
+  c.xfer_cap = xfer_capacity();
+  c.map_size = fr_log_file_size_all(c.comm_cap, c.ring_cap, c.graph_cap, c.capture_cap, c.chan_cap,
+                                    c.xfer_cap);
 
   // The private side tables first: if they fail there is no file to clean up.
   if (!map_private_tables(c)) return false;
