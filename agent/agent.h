@@ -215,6 +215,9 @@ inline bool recording() {
   return recording_slow();
 }
 FR_HIDDEN void debug_log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+// A line on stderr whatever FR_DEBUG says: only for what a user must know once (a feature the
+// agent turned off), never per call.
+FR_HIDDEN void notice_log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 // CLOCK_REALTIME in ns: the TSC, anchored per thread to the wall clock (see calibrate_clock), so
 // the call path reads one clock and does one multiply.
 FR_HIDDEN uint64_t now_ns_slow();

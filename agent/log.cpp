@@ -129,6 +129,10 @@ static void fill_identity(fr_log_header* h) {
   h->local_rank = (lr >= 0 && lr <= INT32_MAX) ? (int32_t)lr : -1;
 }
 
+// Flags set before the log exists (NIXL resolves at its first call, which may come first); the
+// log takes them when it opens.
+static uint32_t g_pending_flags = 0;
+
 // Transfer table entries: FR_XFER_ENTRIES, FR_DEFAULT_XFER_CAPACITY by default, 16 at least.
 static uint32_t xfer_capacity() {
   long x = env_long("FR_XFER_ENTRIES");
@@ -291,6 +295,8 @@ bool log_open() {
   }
   if (!create_log_file(c)) return false;
   fill_header(c, id, create_ns, (uint64_t)mono.tv_sec * 1000000000ull + (uint64_t)mono.tv_nsec);
+  if (uint32_t pending = __atomic_exchange_n(&g_pending_flags, 0u, __ATOMIC_RELAXED))
+    set_log_flags(pending, 0);
   return true;
 }
 
@@ -308,7 +314,13 @@ void log_forget_in_child() {
 }
 
 void set_log_flags(uint32_t set, uint32_t clear) {
-  if (g_ctx.hdr == nullptr) return;
+  if (g_ctx.hdr == nullptr) {
+    uint32_t v = __atomic_load_n(&g_pending_flags, __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(&g_pending_flags, &v, (v & ~clear) | set, true,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+    return;
+  }
   if (clear) __atomic_fetch_and(&g_ctx.hdr->flags, ~clear, __ATOMIC_RELEASE);
   if (set) __atomic_fetch_or(&g_ctx.hdr->flags, set, __ATOMIC_RELEASE);
 }

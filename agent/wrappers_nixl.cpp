@@ -105,7 +105,7 @@ void resolve() {
   for (Fn f : kRequired)
     if (missing == nullptr && g_nx.real[f] == nullptr) missing = kNames[f];
   if (missing != nullptr) {
-    debug_log("NIXL: %s; this NIXL is not the supported 1.5 ABI: its transfers are not recorded",
+    notice_log("NIXL: %s; this NIXL is not the supported 1.5 ABI: its transfers are not recorded",
               missing);
     set_log_flags(FR_LOG_F_NIXL_OFF, 0);
     __atomic_store_n(&g_nx.mode, (int)kNixlOff, __ATOMIC_RELEASE);
@@ -134,7 +134,7 @@ void turn_off(const char* why) {
   int expected = kNixlOn;
   if (__atomic_compare_exchange_n(&g_nx.mode, &expected, (int)kNixlOff, false, __ATOMIC_ACQ_REL,
                                   __ATOMIC_ACQUIRE)) {
-    debug_log("NIXL: %s does not read as NIXL 1.5 lays it out; its transfers are not recorded", why);
+    notice_log("NIXL: %s does not read as NIXL 1.5 lays it out; its transfers are not recorded", why);
     set_log_flags(FR_LOG_F_NIXL_OFF, FR_LOG_F_NIXL);
   }
 }

@@ -5,7 +5,8 @@
   nixl_pair.py initiator DIR N MODE  connects to the target, makes one warm-up WRITE, waits for
                                      DIR/go, posts N WRITEs at once, each with a notification, and
                                      polls them: until all are done (MODE healthy), for 2 s (stall),
-                                     or until none is in progress (kill); writes DIR/result.json;
+                                     or until none is in progress (kill; a
+                                     call that raises counts as ERR:<name>); writes DIR/result.json;
                                      in stall mode it then waits for DIR/finish before exiting.
 
 UCX stays on loopback (UCX_NET_DEVICES=lo, set by the caller); data moves by cma.
@@ -47,6 +48,15 @@ def target(d):
         time.sleep(0.005)
 
 
+def state_of(call, handle):
+    """A transfer's state as the binding reports it; ERR:<exception> when the call raises (a
+    vanished peer makes postXferReq and getXferStatus raise NIXL_ERR_REMOTE_DISCONNECT)."""
+    try:
+        return call(handle)
+    except Exception as e:
+        return "ERR:" + type(e).__name__
+
+
 def initiator(d, n, mode):
     wait_for(os.path.join(d, "target.md"), 60)
     agent = nixl_agent("initiator", nixl_agent_config(backends=["UCX"]))
@@ -71,11 +81,12 @@ def initiator(d, n, mode):
     publish(os.path.join(d, "warm"), b"")
     wait_for(os.path.join(d, "go"), 60)
     handles = [xfer(i, b"tag-%d" % i) for i in range(n)]
-    states = [agent.transfer(h) for h in handles]
+    states = [state_of(agent.transfer, h) for h in handles]
     limit = {"healthy": 60, "stall": 2, "kill": 15}[mode]
     end = time.monotonic() + limit
     while time.monotonic() < end:
-        states = [agent.check_xfer_state(h) for h in handles]
+        states = [s if s.startswith("ERR") else state_of(agent.check_xfer_state, h)
+                  for s, h in zip(states, handles)]
         if mode == "healthy" and all(s == "DONE" for s in states):
             break
         if mode == "kill" and "PROC" not in states:
@@ -86,7 +97,10 @@ def initiator(d, n, mode):
         wait_for(os.path.join(d, "finish"), 120)
         return
     for h in handles:
-        agent.release_xfer_handle(h)
+        try:
+            agent.release_xfer_handle(h)
+        except Exception:  # a request that failed may refuse to be released
+            pass
 
 
 if __name__ == "__main__":
