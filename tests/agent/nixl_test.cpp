@@ -35,7 +35,7 @@ using fr::agent_test::TempDir;
 namespace {
 
 const std::string kPython = FR_NIXL_PYTHON;
-const std::string kPair = std::string(FR_NIXL_SCRIPTS) + "/nixl_pair.py";
+const std::string kPair = std::string(FR_NIXL_EXAMPLE) + "/nixl_pair.py";
 const std::string kTorch = std::string(FR_NIXL_SCRIPTS) + "/nixl_torch.py";
 constexpr bool kSanitized = FR_AGENT_SANITIZED != 0;
 

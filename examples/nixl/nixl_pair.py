@@ -1,4 +1,5 @@
-"""Two real NIXL agents in two processes (tests/agent/nixl_test.cpp drives them).
+"""Two real NIXL agents in two processes (examples/nixl/run.sh and tests/agent/nixl_test.cpp drive
+them).
 
   nixl_pair.py target DIR            registers a buffer, publishes its metadata in DIR, then waits
                                      (bounded) for DIR/stop
