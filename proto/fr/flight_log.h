@@ -24,9 +24,8 @@
  * words (state, last NIXL status, posts, times). Each NIXL call is also one ring record (op kind
  * NIXL, ops 64..79) whose aux is the entry's id, so the timeline shows transfers beside NCCL ops.
  *
- * Each section is found through its offset in the header, so the order above is the writer's
- * choice: the transfer table, defined with version 4, sits last because the channel table of
- * version 5 landed first.
+ * Each section is found through its offset in the header: the transfer table (version 4) sits
+ * last only because the channel table of version 5 landed first.
  *
  * There is exactly one writer per file (one process); readers live in other processes and never
  * trust the writer. Every record and every communicator entry is guarded by a sequence lock: the
@@ -56,6 +55,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "fr/seqlock.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -575,42 +576,7 @@ FR_STATIC_ASSERT(sizeof(fr_chan_entry) == 128, "fr_chan_entry is 128 bytes");
 FR_STATIC_ASSERT(offsetof(fr_chan_entry, op_seq) == 48, "chan layout");
 FR_STATIC_ASSERT(offsetof(fr_chan_entry, last_ns) == 104, "chan layout");
 
-/* The bytes of each structure that each version defines: up to the end of its last field,
- * trailing reserved bytes excluded. A new version adds its own set here and to the reader. */
-#define FR_V1_HEADER_BYTES 336u /* up to exe: no graph fields */
-#define FR_V1_COMM_BYTES 208u   /* up to gpu_completed: no graph position */
-#define FR_V1_RECORD_BYTES 128u
-#define FR_V1_GRAPH_BYTES 0u    /* no graph table */
-#define FR_V2_HEADER_BYTES 376u /* up to capture_count */
-#define FR_V2_COMM_BYTES 224u   /* up to graph_completed */
-#define FR_V2_RECORD_BYTES 128u
-#define FR_V2_GRAPH_BYTES 64u   /* up to last_launch_ns */
-#define FR_V3_HEADER_BYTES 376u
-#define FR_V3_COMM_BYTES 224u
-#define FR_V3_RECORD_BYTES 128u
-#define FR_V3_GRAPH_BYTES 72u   /* up to gpu_replays */
-#define FR_V4_HEADER_BYTES 400u /* up to xfer_dropped */
-#define FR_V4_COMM_BYTES 224u
-#define FR_V4_RECORD_BYTES 128u
-#define FR_V4_GRAPH_BYTES 72u
-#define FR_V4_XFER_BYTES 304u   /* up to gpu_done */
-#define FR_V5_HEADER_BYTES 424u /* up to chan_dropped */
-#define FR_V5_COMM_BYTES 224u
-#define FR_V5_RECORD_BYTES 128u
-#define FR_V5_GRAPH_BYTES 72u
-#define FR_V5_CHAN_BYTES 120u   /* up to op_start_ns */
-#define FR_V5_XFER_BYTES 304u
-FR_STATIC_ASSERT(FR_V4_HEADER_BYTES == offsetof(fr_log_header, chan_offset), "v4 header");
-FR_STATIC_ASSERT(FR_V5_HEADER_BYTES == offsetof(fr_log_header, reserved), "v5 header");
-FR_STATIC_ASSERT(FR_V5_CHAN_BYTES == offsetof(fr_chan_entry, reserved), "v5 chan entry");
-FR_STATIC_ASSERT(FR_V1_HEADER_BYTES == offsetof(fr_log_header, graph_offset), "v1 header");
-FR_STATIC_ASSERT(FR_V1_COMM_BYTES == offsetof(fr_comm_entry, graph_started), "v1 comm entry");
-FR_STATIC_ASSERT(FR_V2_GRAPH_BYTES == offsetof(fr_graph_entry, gpu_replays), "v2 graph entry");
-FR_STATIC_ASSERT(FR_V3_HEADER_BYTES == offsetof(fr_log_header, xfer_offset), "v3 header");
-FR_STATIC_ASSERT(FR_V4_XFER_BYTES == offsetof(fr_xfer_entry, reserved), "v4 xfer entry");
-FR_STATIC_ASSERT(FR_V3_COMM_BYTES == offsetof(fr_comm_entry, reserved), "v3 comm entry");
-FR_STATIC_ASSERT(FR_V3_RECORD_BYTES == sizeof(fr_record), "v3 record");
-FR_STATIC_ASSERT(FR_V3_GRAPH_BYTES == offsetof(fr_graph_entry, reserved), "v3 graph entry");
+#include "fr/flight_log_versions.h"
 
 /* Byte offsets and size of a log with the given capacities (current version). */
 static inline uint64_t fr_log_comm_offset(void) { return sizeof(fr_log_header); }
@@ -659,91 +625,12 @@ static inline uint64_t fr_log_file_size_all(uint32_t comm_capacity, uint32_t rin
          (uint64_t)xfer_capacity * sizeof(fr_xfer_entry);
 }
 
-/* ---------------------------------------------------------------------------------------------
- * Sequence-lock primitives. Writer and readers both use these, so the protocol lives in one place.
- * Payload words are moved with relaxed atomic accesses (no data race in the C11/C++ model, and
- * clean under ThreadSanitizer); the lock word orders them.
- * ------------------------------------------------------------------------------------------- */
-
-static inline uint64_t fr_atomic_load64(const uint64_t* p) {
-  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
-}
-static inline void fr_atomic_store64(uint64_t* p, uint64_t v) {
-  __atomic_store_n(p, v, __ATOMIC_RELEASE);
-}
-static inline uint32_t fr_atomic_load32(const uint32_t* p) {
-  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
-}
-static inline void fr_atomic_store32(uint32_t* p, uint32_t v) {
-  __atomic_store_n(p, v, __ATOMIC_RELEASE);
-}
-
-/* Writer: take the lock of an entry. Fails (returns 0) when another thread of the writer holds it;
- * the caller then skips or retries. On success *before holds the even value the lock had. */
-static inline int fr_seq_try_begin(uint64_t* lock, uint64_t* before) {
-  uint64_t v = __atomic_load_n(lock, __ATOMIC_RELAXED);
-  if (v & 1u) return 0;
-  if (!__atomic_compare_exchange_n(lock, &v, v + 1u, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
-    return 0;
-  __atomic_thread_fence(__ATOMIC_RELEASE);
-  *before = v;
-  return 1;
-}
-
-/* Writer: take the lock again only if it still holds `released`, the value this writer released it
- * with: then nothing touched the entry since (lock values only grow), and one compare-and-swap
- * does. Returns 0 otherwise; the caller falls back to fr_seq_try_begin and checks the entry. */
-static inline int fr_seq_try_begin_from(uint64_t* lock, uint64_t released) {
-  uint64_t v = released;
-  if (!__atomic_compare_exchange_n(lock, &v, released + 1u, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
-    return 0;
-  __atomic_thread_fence(__ATOMIC_RELEASE);
-  return 1;
-}
-
-/* Writer: release the lock taken by fr_seq_try_begin; the entry is valid again. */
-static inline void fr_seq_end(uint64_t* lock, uint64_t before) {
-  __atomic_store_n(lock, before + 2u, __ATOMIC_RELEASE);
-}
-
-/* Copies `words` 64-bit words with relaxed atomic accesses (the payload of a locked entry). */
-static inline void fr_copy_words_out(uint64_t* dst, const uint64_t* src, size_t words) {
-  for (size_t i = 0; i < words; ++i) dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
-}
-static inline void fr_copy_words_in(uint64_t* dst, const uint64_t* src, size_t words) {
-  for (size_t i = 0; i < words; ++i) __atomic_store_n(&dst[i], src[i], __ATOMIC_RELAXED);
-}
-
-/* Writer: the one publish of every locked entry: the `words` payload words after the lock word of
- * `src` into those of `slot`, under the lock. Returns 0 if the entry was busy with another
- * thread's write. */
-static inline int fr_seq_publish(uint64_t* slot, const uint64_t* src, size_t words) {
-  uint64_t before;
-  if (!fr_seq_try_begin(slot, &before)) return 0;
-  fr_copy_words_in(slot + 1, src + 1, words);
-  fr_seq_end(slot, before);
-  return 1;
-}
+/* The typed sequence-lock reads and publishes of each entry (the protocol is fr/seqlock.h). */
 
 /* Writer: publish a whole record into its ring slot (lock word excluded from `rec`). Returns 0 if
  * the slot was busy with another thread's write; the caller counts the record as lost. */
 static inline int fr_record_publish(fr_record* slot, const fr_record* rec) {
   return fr_seq_publish((uint64_t*)slot, (const uint64_t*)rec, sizeof(fr_record) / 8 - 1);
-}
-
-/* Reader: the one read of every locked entry. Copies the `words` payload words that follow the
- * lock word at `slot` (an entry's first word) into `out` (the same layout), and stores the lock
- * value in out[0]. Returns 1 for a whole, published copy; 0 when the entry was never written, was
- * being written, or changed while it was copied (torn). */
-static inline int fr_seq_read(const uint64_t* slot, uint64_t* out, size_t words) {
-  uint64_t l1 = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
-  if (l1 == 0 || (l1 & 1u)) return 0;
-  fr_copy_words_out(out + 1, slot + 1, words);
-  __atomic_thread_fence(__ATOMIC_ACQUIRE);
-  uint64_t l2 = __atomic_load_n(slot, __ATOMIC_RELAXED);
-  if (l1 != l2) return 0;
-  out[0] = l1;
-  return 1;
 }
 
 /* Reader: copy a record out of a slot (fr_seq_read over the whole record). */
