@@ -87,18 +87,29 @@ void record_lost(uint64_t id) {
   __atomic_store_n(&g_ctx.hdr->overwritten, laps + lost, __ATOMIC_RELAXED);
 }
 
-void debug_log(const char* fmt, ...) {
-  if (!g_ctx.debug) return;
+static void write_log_line(const char* fmt, va_list ap) {
   char line[512];
   int n = snprintf(line, sizeof line, "fr[%d]: ", (int)getpid());
-  va_list ap;
-  va_start(ap, fmt);
   if (n > 0 && (size_t)n < sizeof line) vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
-  va_end(ap);
   size_t len = strnlen(line, sizeof line - 2);
   line[len] = '\n';
   ssize_t ignored = write(2, line, len + 1);
   (void)ignored;
+}
+
+void debug_log(const char* fmt, ...) {
+  if (!g_ctx.debug) return;
+  va_list ap;
+  va_start(ap, fmt);
+  write_log_line(fmt, ap);
+  va_end(ap);
+}
+
+void notice_log(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  write_log_line(fmt, ap);
+  va_end(ap);
 }
 
 void* resolve_real(const char* name, const char* pname, const void* self) {
@@ -139,6 +150,7 @@ static void atfork_child() {
   log_forget_in_child();
   gpu_forget_in_child();
   graphs_forget_in_child();
+  xfers_forget_in_child();
   t_state.tid = 0;
   t_state.anchor_tsc = 0;
   t_state.cache_handle = 0;  // the child's communicator table starts empty

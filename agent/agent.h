@@ -186,6 +186,9 @@ struct Context {
   uint64_t ns_per_tick_q32;  // nanoseconds per tick, fixed point with 32 fraction bits
   uint64_t reanchor_ticks;
   uint64_t records_lost;  // records lost to a busy slot (atomic; the header's overwritten adds laps)
+  // NIXL transfers (xfers.cpp)
+  uint32_t xfer_cap;
+  fr_xfer_entry* xfers;
 };
 
 FR_HIDDEN extern Context g_ctx;
@@ -212,6 +215,9 @@ inline bool recording() {
   return recording_slow();
 }
 FR_HIDDEN void debug_log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+// A line on stderr whatever FR_DEBUG says: only for what a user must know once (a feature the
+// agent turned off), never per call.
+FR_HIDDEN void notice_log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 // CLOCK_REALTIME in ns: the TSC, anchored per thread to the wall clock (see calibrate_clock), so
 // the call path reads one clock and does one multiply.
 FR_HIDDEN uint64_t now_ns_slow();
@@ -434,5 +440,18 @@ FR_HIDDEN void graph_capture_done(const CaptureRef& c, int32_t comm_slot, uint64
 FR_HIDDEN void graph_capture_finish_in_group(const CaptureRef& c, int32_t comm_slot,
                                              uint64_t stream, ncclResult_t res);
 FR_HIDDEN void graphs_forget_in_child();
+
+// ---- NIXL transfers (xfers.cpp) ------------------------------------------------------------------
+// Takes a free transfer entry for request `handle` and publishes `fixed` into it (its id, lock and
+// live words are set here). Returns the entry, or nullptr when the table is full (counted).
+FR_HIDDEN fr_xfer_entry* xfer_open(uint64_t handle, fr_xfer_entry& fixed);
+// The live entry of request `handle`, or nullptr.
+FR_HIDDEN fr_xfer_entry* xfer_find(uint64_t handle);
+// Republishes the fixed part of entry `e` from `fixed` (a post changed its notification).
+FR_HIDDEN void xfer_republish(fr_xfer_entry* e, const fr_xfer_entry& fixed);
+// One ring record of a NIXL call (op kind NIXL): `aux` the transfer id or 0, `count` bytes.
+FR_HIDDEN void nixl_record(fr_op op, uint64_t call_ns, uint64_t aux, uint64_t count, uint64_t seq,
+                           int32_t status);
+FR_HIDDEN void xfers_forget_in_child();
 
 }  // namespace fr::agent

@@ -129,6 +129,19 @@ static void fill_identity(fr_log_header* h) {
   h->local_rank = (lr >= 0 && lr <= INT32_MAX) ? (int32_t)lr : -1;
 }
 
+// Flags set before the log exists (NIXL resolves at its first call, which may come first); the
+// log takes them when it opens.
+static uint32_t g_pending_flags = 0;
+
+// Transfer table entries: FR_XFER_ENTRIES, FR_DEFAULT_XFER_CAPACITY by default, 16 at least.
+static uint32_t xfer_capacity() {
+  long x = env_long("FR_XFER_ENTRIES");
+  if (x < 0) return FR_DEFAULT_XFER_CAPACITY;
+  if (x < 16) x = 16;
+  if (x > (long)FR_MAX_XFER_CAPACITY) x = FR_MAX_XFER_CAPACITY;
+  return (uint32_t)x;
+}
+
 static void* map_private(uint64_t size) {
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   return p == MAP_FAILED ? nullptr : p;
@@ -203,6 +216,8 @@ static bool create_log_file(Context& c) {
   c.graphs = (fr_graph_entry*)(c.map + fr_log_graph_offset(c.comm_cap, c.ring_cap));
   c.captures = (fr_record*)(c.map + fr_log_capture_offset(c.comm_cap, c.ring_cap, c.graph_cap));
   c.chans = (fr_chan_entry*)(c.map + fr_log_chan_offset(c.comm_cap, c.ring_cap, c.graph_cap, c.capture_cap));
+  c.xfers = (fr_xfer_entry*)(c.map + fr_log_xfer_offset(c.comm_cap, c.ring_cap, c.graph_cap,
+                                                        c.capture_cap, c.chan_cap));
   return true;
 }
 
@@ -224,6 +239,9 @@ static void fill_header(Context& c, const fr_log_header& id, uint64_t create_ns,
   h->capture_capacity = c.capture_cap;
   h->chan_offset = fr_log_chan_offset(c.comm_cap, c.ring_cap, c.graph_cap, c.capture_cap);
   h->chan_capacity = c.chan_cap;
+  h->xfer_offset = fr_log_xfer_offset(c.comm_cap, c.ring_cap, c.graph_cap, c.capture_cap, c.chan_cap);
+  h->xfer_capacity = c.xfer_cap;
+  h->xfer_size = sizeof(fr_xfer_entry);
   h->chan_size = sizeof(fr_chan_entry);
   h->file_size = c.map_size;
   h->create_ns = create_ns;
@@ -253,7 +271,9 @@ bool log_open() {
   c.graph_cap = FR_DEFAULT_GRAPH_CAPACITY;
   c.capture_cap = FR_DEFAULT_CAPTURE_CAPACITY;
   c.chan_cap = FR_DEFAULT_CHAN_CAPACITY;
-  c.map_size = fr_log_file_size_chan(c.comm_cap, c.ring_cap, c.graph_cap, c.capture_cap, c.chan_cap);
+  c.xfer_cap = xfer_capacity();
+  c.map_size = fr_log_file_size_all(c.comm_cap, c.ring_cap, c.graph_cap, c.capture_cap, c.chan_cap,
+                                    c.xfer_cap);
 
   // The private side tables first: if they fail there is no file to clean up.
   if (!map_private_tables(c)) return false;
@@ -275,6 +295,8 @@ bool log_open() {
   }
   if (!create_log_file(c)) return false;
   fill_header(c, id, create_ns, (uint64_t)mono.tv_sec * 1000000000ull + (uint64_t)mono.tv_nsec);
+  if (uint32_t pending = __atomic_exchange_n(&g_pending_flags, 0u, __ATOMIC_RELAXED))
+    set_log_flags(pending, 0);
   return true;
 }
 
@@ -292,7 +314,13 @@ void log_forget_in_child() {
 }
 
 void set_log_flags(uint32_t set, uint32_t clear) {
-  if (g_ctx.hdr == nullptr) return;
+  if (g_ctx.hdr == nullptr) {
+    uint32_t v = __atomic_load_n(&g_pending_flags, __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(&g_pending_flags, &v, (v & ~clear) | set, true,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+    return;
+  }
   if (clear) __atomic_fetch_and(&g_ctx.hdr->flags, ~clear, __ATOMIC_RELEASE);
   if (set) __atomic_fetch_or(&g_ctx.hdr->flags, set, __ATOMIC_RELEASE);
 }

@@ -139,7 +139,7 @@ void number_replays(const fr::log::LogFile& log, std::vector<Entry>* entries) {
   for (size_t i = out.size(); i-- > 0;) {
     Entry& e = out[i];
     const OpClass kind = op_class(e.raw->op);
-    if (kind == OpClass::API) continue;
+    if (kind == OpClass::API || kind == OpClass::NIXL) continue;
     if (!e.replayed && (e.raw->flags & FR_REC_F_CAPTURED)) continue;
     if (!counters || counters_of != e.raw->comm_id) {
       counters = &next.try_emplace(e.raw->comm_id, std::pair<uint64_t, uint64_t>{0, 0}).first->second;

@@ -39,8 +39,8 @@ inline bool has_redop(uint16_t op) {
   return op == FR_OP_ALLREDUCE || op == FR_OP_REDUCE || op == FR_OP_REDUCESCATTER;
 }
 // An op's kind from the format's list (fr::log::op_is_collective and op_is_p2p, inline: the
-// passes and the loading ask it for every record).
-enum class OpClass : uint8_t { API, COLL, P2P };
+// passes and the loading ask it for every record). NIXL: a NIXL agent's call (no communicator).
+enum class OpClass : uint8_t { API, COLL, P2P, NIXL };
 inline OpClass op_class(uint16_t op) {
   switch (op) {
 #define FR_X(e, v, s, kind) \

@@ -137,7 +137,7 @@ uint32_t window_start(const Proc& p, const ProcComm& pc) {
     const Op& o = p.ops[i];
     if ((o.flags & FR_REC_F_IN_CALL) && o.result == FR_RESULT_PENDING) start = std::min(start, i);  // inside a call
     const OpClass kind = op_class(o.op);
-    if (kind == OpClass::API) {
+    if (kind == OpClass::API || kind == OpClass::NIXL) {
       if (is_lifecycle(o.op)) lifecycle = i;
       continue;
     }

@@ -79,4 +79,24 @@ else
   python3 -m pip --version >/dev/null 2>&1 || apt-get install -y -q --no-install-recommends python3-pip
   PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --root-user-action=ignore py-spy
 fi
+# --- NIXL (PyPI): real one-sided transfers for the agent's NIXL tests (tests/agent/nixl_test.cpp),
+# in their own virtual environment that sees the system's torch. nixl-cu13 1.5.1 bundles UCX and
+# declares torch as a dependency (hence --no-deps beside the system torch); the `nixl` 1.5.1 meta
+# package is what `import nixl` and torch's transport load. 1.5.2's meta package pins a nixl-cu13
+# the registry lacks, so the version is fixed here.
+fr_nixl=/opt/fr-nixl
+nixl_version=1.5.1
+if [[ -x $fr_nixl/bin/python ]] &&
+     "$fr_nixl/bin/python" -c "import importlib.metadata as m, nixl._api, numpy, torch
+import sys; sys.exit(m.version('nixl-cu13') != '$nixl_version')" >/dev/null 2>&1; then
+  echo "install-deps: nixl $nixl_version present in $fr_nixl"
+elif [[ $(id -u) -ne 0 ]]; then
+  echo "install-deps: nixl $nixl_version is missing from $fr_nixl; run this script as root" >&2
+  exit 1
+else
+  echo "install-deps: nixl-cu13 $nixl_version into $fr_nixl"
+  python3 -m venv --system-site-packages "$fr_nixl"  # the python3 that has torch
+  "$fr_nixl/bin/pip" install -q --disable-pip-version-check --no-deps \
+    "nixl-cu13==$nixl_version" "nixl==$nixl_version" numpy
+fi
 install_fr_tools

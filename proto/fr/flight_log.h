@@ -6,8 +6,8 @@
  *
  *   [fr_log_header][fr_comm_entry x comm_capacity][fr_record x ring_capacity]
  *   [fr_graph_entry x graph_capacity][fr_record x capture_capacity]      (version 2 on)
- *   [the NIXL transfer table]                                            (version 4 on)
  *   [fr_chan_entry x chan_capacity]                                      (version 5 on)
+ *   [fr_xfer_entry x xfer_capacity]                                      (version 4 on)
  *
  * The last two sections describe CUDA graphs that hold NCCL work: one entry per captured graph
  * (its replay counter is live) and, in the capture table, one record per NCCL op captured into a
@@ -17,6 +17,15 @@
  * and (version 3 on) counts its replays on the GPU (fr_graph_entry.gpu_replays) with a small
  * captured kernel that also resets its positions, so the positions always belong to the replay
  * that counter names, even while the host has launched newer replays.
+ *
+ * The transfer table (version 4 on) holds NIXL one-sided transfers: one entry per transfer request
+ * (nixlAgent::createXferReq or makeXferReq), its description under a sequence lock (local and
+ * remote agent, READ or WRITE, bytes, descriptors, backend, notification) and its progress in live
+ * words (state, last NIXL status, posts, times). Each NIXL call is also one ring record (op kind
+ * NIXL, ops 64..79) whose aux is the entry's id, so the timeline shows transfers beside NCCL ops.
+ *
+ * Each section is found through its offset in the header: the transfer table (version 4) sits
+ * last only because the channel table of version 5 landed first.
  *
  * There is exactly one writer per file (one process); readers live in other processes and never
  * trust the writer. Every record and every communicator entry is guarded by a sequence lock: the
@@ -47,6 +56,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fr/seqlock.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -66,6 +77,8 @@ extern "C" {
 
 #define FR_DEFAULT_CHAN_CAPACITY 1024u
 #define FR_MAX_CHAN_CAPACITY 65536u
+#define FR_DEFAULT_XFER_CAPACITY 256u
+#define FR_MAX_XFER_CAPACITY (1u << 20)
 #define FR_MAX_CHANNELS 64u /* NCCL's MAXCHANNELS: channel ids are below it */
 
 #define FR_NAME_LEN 64
@@ -76,7 +89,8 @@ extern "C" {
  * the writer and the readers. Numbers are part of the format: append only, never renumber.
  * ------------------------------------------------------------------------------------------- */
 
-/* X(ENUM_SUFFIX, value, "name", kind) where kind is COLL, P2P or API. */
+/* X(ENUM_SUFFIX, value, "name", kind) where kind is COLL, P2P, API or NIXL (a NIXL agent's call:
+ * comm_id 0, aux = the transfer entry's id or 0, result = the nixl_status_t returned). */
 #define FR_OP_LIST(X)                                                 \
   X(NONE, 0, "none", API)                                             \
   X(ALLREDUCE, 1, "AllReduce", COLL)                                  \
@@ -123,7 +137,19 @@ extern "C" {
   X(DEV_COMM_CREATE, 59, "DevCommCreate", API)                        \
   X(DEV_COMM_DESTROY, 60, "DevCommDestroy", API)                     \
   X(GRAPH_LAUNCH, 61, "GraphLaunch", API)                            \
-  X(COMM_SHRINK_EXCLUDED, 62, "CommShrinkExcluded", API)
+  X(COMM_SHRINK_EXCLUDED, 62, "CommShrinkExcluded", API)         \
+  X(NIXL_CREATE_AGENT, 64, "NixlCreateAgent", NIXL)                  \
+  X(NIXL_CREATE_XFER, 65, "NixlCreateXferReq", NIXL)                 \
+  X(NIXL_MAKE_XFER, 66, "NixlMakeXferReq", NIXL)                     \
+  X(NIXL_POST_XFER, 67, "NixlPostXferReq", NIXL)                     \
+  X(NIXL_XFER_STATUS, 68, "NixlXferStatus", NIXL)                    \
+  X(NIXL_RELEASE_XFER, 69, "NixlReleaseXferReq", NIXL)               \
+  X(NIXL_GEN_NOTIF, 70, "NixlGenNotif", NIXL)                        \
+  X(NIXL_GET_NOTIFS, 71, "NixlGetNotifs", NIXL)                      \
+  X(NIXL_REGISTER_MEM, 72, "NixlRegisterMem", NIXL)                  \
+  X(NIXL_LOAD_REMOTE_MD, 73, "NixlLoadRemoteMD", NIXL)               \
+  X(NIXL_PREP_XFER_DLIST, 74, "NixlPrepXferDlist", NIXL)             \
+  X(NIXL_CREATE_BACKEND, 75, "NixlCreateBackend", NIXL)
 
 typedef enum fr_op {
 #define FR_X_OP_ENUM(e, v, s, k) FR_OP_##e = v,
@@ -211,6 +237,37 @@ typedef enum fr_chan_state {
 #undef FR_X_CHAN_STATE_ENUM
 } fr_chan_state;
 
+/* A NIXL transfer's state (fr_xfer_entry.state). */
+#define FR_XFER_STATE_LIST(X)          \
+  X(CREATED, 0, "created")             \
+  X(POSTED, 1, "posted")               \
+  X(IN_PROGRESS, 2, "in_progress")     \
+  X(DONE, 3, "done")                   \
+  X(ERROR, 4, "error")                 \
+  X(RELEASED, 5, "released")
+
+typedef enum fr_xfer_state {
+#define FR_X_XFER_ENUM(e, v, s) FR_XFER_##e = v,
+  FR_XFER_STATE_LIST(FR_X_XFER_ENUM)
+#undef FR_X_XFER_ENUM
+} fr_xfer_state;
+
+/* fr_xfer_entry.op, as NIXL numbers it (nixl_xfer_op_t). */
+#define FR_XFER_OP_LIST(X) \
+  X(READ, 0, "READ")       \
+  X(WRITE, 1, "WRITE")
+
+typedef enum fr_xfer_op {
+#define FR_X_XOP_ENUM(e, v, s) FR_XFER_OP_##e = v,
+  FR_XFER_OP_LIST(FR_X_XOP_ENUM)
+#undef FR_X_XOP_ENUM
+} fr_xfer_op;
+
+/* NIXL's status codes (nixl_status_t) that readers name; others print as numbers. */
+#define FR_NIXL_IN_PROG 1
+#define FR_NIXL_SUCCESS 0
+#define FR_NIXL_ERR_REMOTE_DISCONNECT (-10)
+
 /* fr_log_header.flags */
 #define FR_LOG_F_SNAPSHOT 0x1u          /* a frozen copy (dump file), not a live log */
 #define FR_LOG_F_GPU_MARKERS 0x2u       /* progress written by the stream (cuStreamWriteValue64) */
@@ -222,6 +279,9 @@ typedef enum fr_chan_state {
 #define FR_LOG_F_GRAPH_REPLAY_HOST 0x80u   /* the replay kernel could not be loaded or launched:
                                               graph positions follow the host's launches */
 #define FR_LOG_F_PROFILER 0x100u           /* NCCL loaded the agent as its profiler plugin */
+#define FR_LOG_F_NIXL 0x200u               /* NIXL calls are recorded (the transfer table is in use) */
+#define FR_LOG_F_NIXL_OFF 0x400u           /* the loaded NIXL's symbols or layouts differ from the
+                                              supported version: its calls are not recorded */
 
 /* fr_comm_entry.flags */
 #define FR_COMM_F_NONBLOCKING 0x1u
@@ -244,6 +304,12 @@ typedef enum fr_chan_state {
 #define FR_GRAPH_F_GPU_POSITION 0x2u    /* the graph writes its position (every op it holds) */
 #define FR_GRAPH_F_GPU_REPLAYS 0x4u     /* the graph counts its replays on the GPU (gpu_replays) and
                                            resets its positions there; the host does not */
+
+/* fr_xfer_entry.flags */
+#define FR_XFER_F_NOTIF 0x1u            /* the transfer carries a notification (notif holds its start) */
+#define FR_XFER_F_NOTIF_CUT 0x2u        /* the notification was longer than notif */
+#define FR_XFER_F_PREPPED 0x4u          /* made by makeXferReq from prepared descriptor lists */
+#define FR_XFER_F_BYTES_UNKNOWN 0x8u    /* the descriptors' lengths could not be read */
 
 /* A graph position, as the graph writes it into fr_comm_entry.graph_started/graph_completed:
  * the graph's ordinal in the process (fr_graph_entry.ordinal) and the captured op's 1-based index
@@ -302,8 +368,12 @@ typedef struct fr_log_header {
   uint64_t capture_offset;    /* 360 byte offset of the capture table (fr_record entries) */
   uint32_t capture_capacity;  /* 368 records in the capture table */
   uint32_t capture_count;     /* 372 capture records in use (atomic) */
-  /* Version 4 on: the NIXL transfer table (its fields are defined with that version). */
-  uint8_t v4_fields[24];      /* 376 */
+  /* Version 4 on: the NIXL transfer table; all zero before, and xfer_capacity 0 when absent. */
+  uint64_t xfer_offset;       /* 376 byte offset of the transfer table */
+  uint32_t xfer_capacity;     /* 384 entries in the transfer table */
+  uint32_t xfer_size;         /* 388 sizeof(fr_xfer_entry) of the writer */
+  uint32_t xfer_count;        /* 392 transfer entries ever taken (atomic) */
+  uint32_t xfer_dropped;      /* 396 transfers that found no free entry (atomic) */
   /* Version 5 on: channel progress from NCCL's profiler plugin interface; all zero before, and
    * chan_capacity 0 when the section is absent. */
   uint64_t chan_offset;       /* 400 byte offset of the channel table (fr_chan_entry entries) */
@@ -439,6 +509,41 @@ typedef struct fr_chan_entry {
   uint8_t reserved[8];      /* 120 zero */
 } fr_chan_entry;            /* 128 */
 
+/* One NIXL transfer request (version 4 on). An entry is taken when the request is made and kept
+ * after it is released (state RELEASED) until a new request needs the room: entries in flight are
+ * never reused. */
+typedef struct fr_xfer_entry {
+  /* Fixed fields, written under `lock` when the request is made (and again when a post changes
+   * its notification). */
+  uint64_t lock;             /*   0 sequence lock over bytes 8..239 */
+  uint64_t id;               /*   8 transfer id: per process, never 0 (ring records' aux) */
+  uint64_t handle;           /*  16 the nixlXferReqH* in the writer process */
+  uint64_t create_ns;        /*  24 CLOCK_REALTIME of the creating call */
+  uint64_t bytes;            /*  32 bytes moved by one post (the local descriptors' lengths) */
+  uint32_t descs;            /*  40 descriptors on the local side */
+  uint32_t op;               /*  44 fr_xfer_op */
+  uint32_t flags;            /*  48 FR_XFER_F_* */
+  uint32_t tid;              /*  52 the thread that made the request */
+  uint64_t agent_handle;     /*  56 the nixlAgent* in the writer process */
+  char local_agent[FR_NAME_LEN];  /*  64 the posting agent's name (NUL-terminated, cut to fit) */
+  char remote_agent[FR_NAME_LEN]; /* 128 the remote agent's name */
+  char backend[16];          /* 192 backend type ("UCX"), empty when unknown */
+  char notif[32];            /* 208 the notification's first bytes (raw, NUL-padded) */
+  /* Live fields: each one atomic word, written outside the lock. */
+  uint32_t state;            /* 240 fr_xfer_state */
+  int32_t status;            /* 244 last nixl_status_t returned for it (post or status call) */
+  uint64_t posts;            /* 248 times posted */
+  uint64_t post_ns;          /* 256 CLOCK_REALTIME of the last post */
+  uint64_t status_ns;        /* 264 CLOCK_REALTIME of the last status call */
+  uint64_t done_ns;          /* 272 when the last post reached done or error; 0 while in flight */
+  uint64_t status_calls;     /* 280 status calls since the last post */
+  /* GPU-side progress of a stream-ordered transfer (a stream write before and after it): the
+   * post number the stream reached and finished. 0 when the transfer is host-driven. */
+  uint64_t gpu_posted;       /* 288 */
+  uint64_t gpu_done;         /* 296 */
+  uint8_t reserved[16];      /* 304 zero */
+} fr_xfer_entry;             /* 320 */
+
 #ifdef __cplusplus
 #define FR_STATIC_ASSERT(c, m) static_assert(c, m)
 #else
@@ -459,45 +564,19 @@ FR_STATIC_ASSERT(offsetof(fr_graph_entry, n_ops) == 40, "graph layout");
 FR_STATIC_ASSERT(offsetof(fr_record, tid) == 96, "record layout");
 FR_STATIC_ASSERT(offsetof(fr_record, aux) == 120, "record layout");
 FR_STATIC_ASSERT(offsetof(fr_log_header, chan_offset) == 400, "header layout");
+FR_STATIC_ASSERT(offsetof(fr_log_header, xfer_offset) == 376, "header layout");
+FR_STATIC_ASSERT(offsetof(fr_log_header, xfer_count) == 392, "header layout");
+FR_STATIC_ASSERT(sizeof(fr_xfer_entry) == 320, "fr_xfer_entry is 320 bytes");
+FR_STATIC_ASSERT(offsetof(fr_xfer_entry, local_agent) == 64, "xfer layout");
+FR_STATIC_ASSERT(offsetof(fr_xfer_entry, state) == 240, "xfer layout");
+FR_STATIC_ASSERT(offsetof(fr_xfer_entry, gpu_done) == 296, "xfer layout");
 FR_STATIC_ASSERT(offsetof(fr_log_header, chan_count) == 416, "header layout");
 FR_STATIC_ASSERT(offsetof(fr_log_header, chan_dropped) == 420, "header layout");
 FR_STATIC_ASSERT(sizeof(fr_chan_entry) == 128, "fr_chan_entry is 128 bytes");
 FR_STATIC_ASSERT(offsetof(fr_chan_entry, op_seq) == 48, "chan layout");
 FR_STATIC_ASSERT(offsetof(fr_chan_entry, last_ns) == 104, "chan layout");
 
-/* The bytes of each structure that each version defines: up to the end of its last field,
- * trailing reserved bytes excluded. A new version adds its own set here and to the reader. */
-#define FR_V1_HEADER_BYTES 336u /* up to exe: no graph fields */
-#define FR_V1_COMM_BYTES 208u   /* up to gpu_completed: no graph position */
-#define FR_V1_RECORD_BYTES 128u
-#define FR_V1_GRAPH_BYTES 0u    /* no graph table */
-#define FR_V2_HEADER_BYTES 376u /* up to capture_count */
-#define FR_V2_COMM_BYTES 224u   /* up to graph_completed */
-#define FR_V2_RECORD_BYTES 128u
-#define FR_V2_GRAPH_BYTES 64u   /* up to last_launch_ns */
-#define FR_V3_HEADER_BYTES 376u
-#define FR_V3_COMM_BYTES 224u
-#define FR_V3_RECORD_BYTES 128u
-#define FR_V3_GRAPH_BYTES 72u   /* up to gpu_replays */
-#define FR_V4_HEADER_BYTES 400u /* up to the transfer table's fields (NIXL) */
-#define FR_V4_COMM_BYTES 224u
-#define FR_V4_RECORD_BYTES 128u
-#define FR_V4_GRAPH_BYTES 72u
-#define FR_V5_HEADER_BYTES 424u /* up to chan_dropped */
-#define FR_V5_COMM_BYTES 224u
-#define FR_V5_RECORD_BYTES 128u
-#define FR_V5_GRAPH_BYTES 72u
-#define FR_V5_CHAN_BYTES 120u   /* up to op_start_ns */
-FR_STATIC_ASSERT(FR_V4_HEADER_BYTES == offsetof(fr_log_header, chan_offset), "v4 header");
-FR_STATIC_ASSERT(FR_V5_HEADER_BYTES == offsetof(fr_log_header, reserved), "v5 header");
-FR_STATIC_ASSERT(FR_V5_CHAN_BYTES == offsetof(fr_chan_entry, reserved), "v5 chan entry");
-FR_STATIC_ASSERT(FR_V1_HEADER_BYTES == offsetof(fr_log_header, graph_offset), "v1 header");
-FR_STATIC_ASSERT(FR_V1_COMM_BYTES == offsetof(fr_comm_entry, graph_started), "v1 comm entry");
-FR_STATIC_ASSERT(FR_V2_GRAPH_BYTES == offsetof(fr_graph_entry, gpu_replays), "v2 graph entry");
-FR_STATIC_ASSERT(FR_V3_HEADER_BYTES == offsetof(fr_log_header, v4_fields), "v3 header");
-FR_STATIC_ASSERT(FR_V3_COMM_BYTES == offsetof(fr_comm_entry, reserved), "v3 comm entry");
-FR_STATIC_ASSERT(FR_V3_RECORD_BYTES == sizeof(fr_record), "v3 record");
-FR_STATIC_ASSERT(FR_V3_GRAPH_BYTES == offsetof(fr_graph_entry, reserved), "v3 graph entry");
+#include "fr/flight_log_versions.h"
 
 /* Byte offsets and size of a log with the given capacities (current version). */
 static inline uint64_t fr_log_comm_offset(void) { return sizeof(fr_log_header); }
@@ -530,91 +609,28 @@ static inline uint64_t fr_log_file_size_chan(uint32_t comm_capacity, uint32_t ri
          (uint64_t)chan_capacity * sizeof(fr_chan_entry);
 }
 
-/* ---------------------------------------------------------------------------------------------
- * Sequence-lock primitives. Writer and readers both use these, so the protocol lives in one place.
- * Payload words are moved with relaxed atomic accesses (no data race in the C11/C++ model, and
- * clean under ThreadSanitizer); the lock word orders them.
- * ------------------------------------------------------------------------------------------- */
-
-static inline uint64_t fr_atomic_load64(const uint64_t* p) {
-  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+/* The transfer table (version 4) follows the channel table: the writer chose that order because
+ * the channel table landed first; readers find both through their offsets. */
+static inline uint64_t fr_log_xfer_offset(uint32_t comm_capacity, uint32_t ring_capacity,
+                                          uint32_t graph_capacity, uint32_t capture_capacity,
+                                          uint32_t chan_capacity) {
+  return fr_log_file_size_chan(comm_capacity, ring_capacity, graph_capacity, capture_capacity,
+                               chan_capacity);
 }
-static inline void fr_atomic_store64(uint64_t* p, uint64_t v) {
-  __atomic_store_n(p, v, __ATOMIC_RELEASE);
-}
-static inline uint32_t fr_atomic_load32(const uint32_t* p) {
-  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
-}
-static inline void fr_atomic_store32(uint32_t* p, uint32_t v) {
-  __atomic_store_n(p, v, __ATOMIC_RELEASE);
+static inline uint64_t fr_log_file_size_all(uint32_t comm_capacity, uint32_t ring_capacity,
+                                            uint32_t graph_capacity, uint32_t capture_capacity,
+                                            uint32_t chan_capacity, uint32_t xfer_capacity) {
+  return fr_log_xfer_offset(comm_capacity, ring_capacity, graph_capacity, capture_capacity,
+                            chan_capacity) +
+         (uint64_t)xfer_capacity * sizeof(fr_xfer_entry);
 }
 
-/* Writer: take the lock of an entry. Fails (returns 0) when another thread of the writer holds it;
- * the caller then skips or retries. On success *before holds the even value the lock had. */
-static inline int fr_seq_try_begin(uint64_t* lock, uint64_t* before) {
-  uint64_t v = __atomic_load_n(lock, __ATOMIC_RELAXED);
-  if (v & 1u) return 0;
-  if (!__atomic_compare_exchange_n(lock, &v, v + 1u, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
-    return 0;
-  __atomic_thread_fence(__ATOMIC_RELEASE);
-  *before = v;
-  return 1;
-}
-
-/* Writer: take the lock again only if it still holds `released`, the value this writer released it
- * with: then nothing touched the entry since (lock values only grow), and one compare-and-swap
- * does. Returns 0 otherwise; the caller falls back to fr_seq_try_begin and checks the entry. */
-static inline int fr_seq_try_begin_from(uint64_t* lock, uint64_t released) {
-  uint64_t v = released;
-  if (!__atomic_compare_exchange_n(lock, &v, released + 1u, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
-    return 0;
-  __atomic_thread_fence(__ATOMIC_RELEASE);
-  return 1;
-}
-
-/* Writer: release the lock taken by fr_seq_try_begin; the entry is valid again. */
-static inline void fr_seq_end(uint64_t* lock, uint64_t before) {
-  __atomic_store_n(lock, before + 2u, __ATOMIC_RELEASE);
-}
-
-/* Copies `words` 64-bit words with relaxed atomic accesses (the payload of a locked entry). */
-static inline void fr_copy_words_out(uint64_t* dst, const uint64_t* src, size_t words) {
-  for (size_t i = 0; i < words; ++i) dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
-}
-static inline void fr_copy_words_in(uint64_t* dst, const uint64_t* src, size_t words) {
-  for (size_t i = 0; i < words; ++i) __atomic_store_n(&dst[i], src[i], __ATOMIC_RELAXED);
-}
-
-/* Writer: the one publish of every locked entry: the `words` payload words after the lock word of
- * `src` into those of `slot`, under the lock. Returns 0 if the entry was busy with another
- * thread's write. */
-static inline int fr_seq_publish(uint64_t* slot, const uint64_t* src, size_t words) {
-  uint64_t before;
-  if (!fr_seq_try_begin(slot, &before)) return 0;
-  fr_copy_words_in(slot + 1, src + 1, words);
-  fr_seq_end(slot, before);
-  return 1;
-}
+/* The typed sequence-lock reads and publishes of each entry (the protocol is fr/seqlock.h). */
 
 /* Writer: publish a whole record into its ring slot (lock word excluded from `rec`). Returns 0 if
  * the slot was busy with another thread's write; the caller counts the record as lost. */
 static inline int fr_record_publish(fr_record* slot, const fr_record* rec) {
   return fr_seq_publish((uint64_t*)slot, (const uint64_t*)rec, sizeof(fr_record) / 8 - 1);
-}
-
-/* Reader: the one read of every locked entry. Copies the `words` payload words that follow the
- * lock word at `slot` (an entry's first word) into `out` (the same layout), and stores the lock
- * value in out[0]. Returns 1 for a whole, published copy; 0 when the entry was never written, was
- * being written, or changed while it was copied (torn). */
-static inline int fr_seq_read(const uint64_t* slot, uint64_t* out, size_t words) {
-  uint64_t l1 = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
-  if (l1 == 0 || (l1 & 1u)) return 0;
-  fr_copy_words_out(out + 1, slot + 1, words);
-  __atomic_thread_fence(__ATOMIC_ACQUIRE);
-  uint64_t l2 = __atomic_load_n(slot, __ATOMIC_RELAXED);
-  if (l1 != l2) return 0;
-  out[0] = l1;
-  return 1;
 }
 
 /* Reader: copy a record out of a slot (fr_seq_read over the whole record). */
@@ -656,6 +672,13 @@ static inline int fr_graph_read(const fr_graph_entry* slot, fr_graph_entry* out)
 
 static inline int fr_chan_publish_fixed(fr_chan_entry* slot, const fr_chan_entry* e) {
   return fr_seq_publish((uint64_t*)slot, (const uint64_t*)e, FR_CHAN_FIXED_WORDS);
+}
+
+/* The fixed part of a transfer entry (bytes 8..239) has the same protocol. */
+#define FR_XFER_FIXED_WORDS ((offsetof(fr_xfer_entry, state) - 8) / 8)
+
+static inline int fr_xfer_publish_fixed(fr_xfer_entry* slot, const fr_xfer_entry* x) {
+  return fr_seq_publish((uint64_t*)slot, (const uint64_t*)x, FR_XFER_FIXED_WORDS);
 }
 
 /* The GPU state a reader should report for a launched record, from its communicator's counters.

@@ -15,10 +15,11 @@ const char* unknown(const char* what, long long v) {
   return buf;
 }
 
-enum class OpKind { kNone, kColl, kP2p, kApi };
+enum class OpKind { kNone, kColl, kP2p, kApi, kNixl };
 constexpr OpKind kKindCOLL = OpKind::kColl;
 constexpr OpKind kKindP2P = OpKind::kP2p;
 constexpr OpKind kKindAPI = OpKind::kApi;
+constexpr OpKind kKindNIXL = OpKind::kNixl;
 
 OpKind op_kind(uint16_t op) {
   switch (op) {
@@ -46,6 +47,50 @@ const char* op_name(uint16_t op) {
 
 bool op_is_collective(uint16_t op) { return op_kind(op) == OpKind::kColl; }
 bool op_is_p2p(uint16_t op) { return op_kind(op) == OpKind::kP2p; }
+bool op_is_nixl(uint16_t op) { return op_kind(op) == OpKind::kNixl; }
+
+const char* xfer_state_name(uint32_t state) {
+  switch (state) {
+#define FR_X(e, v, s) \
+  case v:             \
+    return s;
+    FR_XFER_STATE_LIST(FR_X)
+#undef FR_X
+  }
+  return unknown("xfer_state", state);
+}
+
+const char* xfer_op_name(uint32_t op) {
+  switch (op) {
+#define FR_X(e, v, s) \
+  case v:             \
+    return s;
+    FR_XFER_OP_LIST(FR_X)
+#undef FR_X
+  }
+  return unknown("xfer_op", op);
+}
+
+// nixl_status_t as NIXL 1.5 names it (nixl_types.h).
+const char* nixl_status_name(int32_t status) {
+  switch (status) {
+    case 1: return "NIXL_IN_PROG";
+    case 0: return "NIXL_SUCCESS";
+    case -1: return "NIXL_ERR_NOT_POSTED";
+    case -2: return "NIXL_ERR_INVALID_PARAM";
+    case -3: return "NIXL_ERR_BACKEND";
+    case -4: return "NIXL_ERR_NOT_FOUND";
+    case -5: return "NIXL_ERR_MISMATCH";
+    case -6: return "NIXL_ERR_NOT_ALLOWED";
+    case -7: return "NIXL_ERR_REPOST_ACTIVE";
+    case -8: return "NIXL_ERR_UNKNOWN";
+    case -9: return "NIXL_ERR_NOT_SUPPORTED";
+    case -10: return "NIXL_ERR_REMOTE_DISCONNECT";
+    case -11: return "NIXL_ERR_CANCELED";
+    case -12: return "NIXL_ERR_NO_TELEMETRY";
+  }
+  return unknown("nixl_status", status);
+}
 
 const char* origin_name(uint32_t origin) {
   switch (origin) {

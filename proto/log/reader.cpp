@@ -34,15 +34,17 @@ ReadResult fail(ReadError e, const std::string& name, const std::string& what) {
 
 // What one version of the format defines of each structure (flight_log.h, FR_V<n>_*_BYTES).
 struct Layout {
-  uint32_t header, comm, record, graph, chan;
+  uint32_t header, comm, record, graph, chan, xfer;
 };
 
 Layout layout_of(uint32_t version) {
-  if (version == 1) return {FR_V1_HEADER_BYTES, FR_V1_COMM_BYTES, FR_V1_RECORD_BYTES, FR_V1_GRAPH_BYTES, 0};
-  if (version == 2) return {FR_V2_HEADER_BYTES, FR_V2_COMM_BYTES, FR_V2_RECORD_BYTES, FR_V2_GRAPH_BYTES, 0};
-  if (version == 3) return {FR_V3_HEADER_BYTES, FR_V3_COMM_BYTES, FR_V3_RECORD_BYTES, FR_V3_GRAPH_BYTES, 0};
-  if (version == 4) return {FR_V4_HEADER_BYTES, FR_V4_COMM_BYTES, FR_V4_RECORD_BYTES, FR_V4_GRAPH_BYTES, 0};
-  return {FR_V5_HEADER_BYTES, FR_V5_COMM_BYTES, FR_V5_RECORD_BYTES, FR_V5_GRAPH_BYTES, FR_V5_CHAN_BYTES};
+  if (version == 1) return {FR_V1_HEADER_BYTES, FR_V1_COMM_BYTES, FR_V1_RECORD_BYTES, FR_V1_GRAPH_BYTES, 0, 0};
+  if (version == 2) return {FR_V2_HEADER_BYTES, FR_V2_COMM_BYTES, FR_V2_RECORD_BYTES, FR_V2_GRAPH_BYTES, 0, 0};
+  if (version == 3) return {FR_V3_HEADER_BYTES, FR_V3_COMM_BYTES, FR_V3_RECORD_BYTES, FR_V3_GRAPH_BYTES, 0, 0};
+  if (version == 4)
+    return {FR_V4_HEADER_BYTES, FR_V4_COMM_BYTES, FR_V4_RECORD_BYTES, FR_V4_GRAPH_BYTES, 0, FR_V4_XFER_BYTES};
+  return {FR_V5_HEADER_BYTES, FR_V5_COMM_BYTES, FR_V5_RECORD_BYTES, FR_V5_GRAPH_BYTES, FR_V5_CHAN_BYTES,
+          FR_V5_XFER_BYTES};
 }
 
 // The bytes of a structure this reader copies: min(stored size, its own size), and for an older
@@ -115,6 +117,19 @@ ReadError check_geometry(const fr_log_header& h, size_t size, std::string* why) 
     uint64_t chan_end = h.chan_offset + uint64_t{h.chan_capacity} * h.chan_size;
     if (h.chan_offset < ring_end || h.chan_offset > (1ull << 40) || h.file_size < chan_end)
       return bad(ReadError::kCorrupt, "channel table out of place");
+  }
+  // Version 4's transfer table; a capacity of 0 means there is none.
+  if (h.xfer_capacity != 0) {
+    if (h.xfer_capacity > FR_MAX_XFER_CAPACITY)
+      return bad(ReadError::kCorrupt, "transfer capacity out of range");
+    if (h.xfer_size < std::max<uint32_t>(defined.xfer, 8) || h.xfer_size % 8 ||
+        h.xfer_size > (1u << 16) || h.xfer_offset % 8)
+      return bad(ReadError::kCorrupt, "transfer entry size " + std::to_string(h.xfer_size) +
+                                          " misaligned or smaller than version " +
+                                          std::to_string(h.version) + " defines");
+    uint64_t xfer_end = h.xfer_offset + uint64_t{h.xfer_capacity} * h.xfer_size;
+    if (h.xfer_offset < ring_end || h.xfer_offset > (1ull << 40) || h.file_size < xfer_end)
+      return bad(ReadError::kCorrupt, "transfer table out of place");
   }
   if (h.file_size > size)
     return bad(ReadError::kTruncated, "file is " + std::to_string(size) + " bytes, header says " +
@@ -330,6 +345,22 @@ void read_chans(const Table& t, LogFile* log) {
   }
 }
 
+// NIXL transfers (version 4 on; capacity 0 before). Names are cut to their arrays; states and ops
+// out of range (hostile or newer writer) are refused with the entry.
+void read_xfers(const Table& t, LogFile* log) {
+  for (uint32_t i = 0; i < log->header.xfer_capacity; ++i) {
+    if (t.lock(i) == 0) continue;
+    fr_xfer_entry x{};
+    if (!t.read(i, &x) || x.id == 0 || x.state > FR_XFER_RELEASED || x.op > FR_XFER_OP_WRITE) {
+      ++log->xfers_torn;
+      continue;
+    }
+    x.local_agent[FR_NAME_LEN - 1] = x.remote_agent[FR_NAME_LEN - 1] = '\0';
+    x.backend[sizeof x.backend - 1] = '\0';
+    log->xfers.push_back(x);
+  }
+}
+
 // A live log's writer holds a POSIX lock on its first byte; a dump says whether it lived.
 void read_liveness(int fd, LogFile* log) {
   if (log->is_snapshot) {
@@ -379,6 +410,9 @@ ReadResult parse(const uint8_t* base, size_t size, const std::string& name, int 
   const Table chans = table(h.chan_offset, h.chan_size, sizeof(fr_chan_entry), defined.chan,
                             offsetof(fr_chan_entry, op_seq));
   read_chans(chans, &log);
+  const Table xfers = table(h.xfer_offset, h.xfer_size, sizeof(fr_xfer_entry), defined.xfer,
+                            offsetof(fr_xfer_entry, state));
+  read_xfers(xfers, &log);
   read_liveness(fd, &log);
   ReadResult r;
   r.log = std::move(log);
@@ -427,6 +461,8 @@ LogFile recycled(LogFile* spare) {
   log.captures = std::move(spare->captures);
   log.chans = std::move(spare->chans);
   log.chans.clear();
+  log.xfers = std::move(spare->xfers);
+  log.xfers.clear();
   log.comms.clear();
   log.records.clear();
   log.graphs.clear();
@@ -552,7 +588,9 @@ std::string encode_snapshot(const LogFile& log, uint64_t snapshot_ns) {
   const uint32_t capture_cap =
       static_cast<uint32_t>(std::min<size_t>(log.captures.size(), FR_MAX_CAPTURE_CAPACITY));
   const uint32_t chan_cap = static_cast<uint32_t>(std::min<size_t>(log.chans.size(), FR_MAX_CHAN_CAPACITY));
-  std::string out(fr_log_file_size_chan(comm_cap, ring_cap, graph_cap, capture_cap, chan_cap), '\0');
+  const uint32_t xfer_cap = static_cast<uint32_t>(std::min<size_t>(log.xfers.size(), FR_MAX_XFER_CAPACITY));
+  std::string out(fr_log_file_size_all(comm_cap, ring_cap, graph_cap, capture_cap, chan_cap, xfer_cap),
+                  '\0');
   auto* base = reinterpret_cast<uint8_t*>(out.data());
 
   fr_log_header h = log.header;
@@ -576,6 +614,10 @@ std::string encode_snapshot(const LogFile& log, uint64_t snapshot_ns) {
   h.chan_capacity = chan_cap;
   h.chan_size = chan_cap ? sizeof(fr_chan_entry) : 0;
   h.chan_count = chan_cap;
+  h.xfer_offset = xfer_cap ? fr_log_xfer_offset(comm_cap, ring_cap, graph_cap, capture_cap, chan_cap) : 0;
+  h.xfer_capacity = xfer_cap;
+  h.xfer_size = xfer_cap ? sizeof(fr_xfer_entry) : 0;
+  h.xfer_count = xfer_cap;
   h.file_size = out.size();
   h.record_counter = counter;
   h.comm_count = comm_cap;
@@ -613,6 +655,11 @@ std::string encode_snapshot(const LogFile& log, uint64_t snapshot_ns) {
     fr_chan_entry e = log.chans[i];
     e.lock = 2;
     std::memcpy(base + h.chan_offset + uint64_t{i} * sizeof e, &e, sizeof e);
+  }
+  for (uint32_t i = 0; i < xfer_cap; ++i) {
+    fr_xfer_entry x = log.xfers[i];
+    x.lock = 2;
+    std::memcpy(base + h.xfer_offset + uint64_t{i} * sizeof x, &x, sizeof x);
   }
   return out;
 }

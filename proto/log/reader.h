@@ -53,6 +53,8 @@ struct LogFile {
   std::vector<fr_record> captures;     // NCCL ops captured into those graphs, table order
   std::vector<fr_chan_entry> chans;    // channel progress from the profiler plugin (version 5 on)
   uint32_t chans_torn = 0;             // channel slots refused: torn or implausible
+  std::vector<fr_xfer_entry> xfers;    // NIXL transfer requests (version 4 on), table order
+  uint32_t xfers_torn = 0;             // transfer entries refused: torn or implausible
   uint64_t torn = 0;                 // slots refused: torn, stale or inconsistent
   uint32_t comms_torn = 0;           // communicator entries refused
   bool writer_alive = false;         // live log: writer holds its lock now; dump: as recorded
@@ -98,6 +100,10 @@ std::string encode_snapshot(const LogFile& log, uint64_t snapshot_ns);
 const char* op_name(uint16_t op);            // "AllReduce", ... "op(77)" for unknown values
 bool op_is_collective(uint16_t op);
 bool op_is_p2p(uint16_t op);
+bool op_is_nixl(uint16_t op);                 // a NIXL agent's call (ops 64..79)
+const char* xfer_state_name(uint32_t state);  // "posted", "in_progress", ...
+const char* xfer_op_name(uint32_t op);        // "READ", "WRITE"
+const char* nixl_status_name(int32_t status); // "NIXL_IN_PROG", "NIXL_ERR_REMOTE_DISCONNECT", ...
 const char* origin_name(uint32_t origin);
 const char* comm_state_name(uint32_t state);
 const char* gpu_state_name(uint32_t state);
