@@ -43,6 +43,7 @@ void rank_stalls(AnalysisState& state) {
     if (a.kind != b.kind) return a.kind < b.kind;  // the order of FR_VERDICT_KINDS
     if (a.fraction != b.fraction) return a.fraction < b.fraction;
     if (a.t_start != b.t_start) return a.t_start < b.t_start;
+    if (a.comm < 0 || b.comm < 0) return a.comm > b.comm;  // NIXL stalls (no communicator) last
     return m.comms[a.comm].id < m.comms[b.comm].id;
   };
   std::stable_sort(state.stalls.begin(), state.stalls.end(), ranks_before);
