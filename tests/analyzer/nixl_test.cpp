@@ -152,6 +152,8 @@ TEST_CASE("a transfer in flight to a stopped remote is nixl_stalled, culprit the
   CHECK(v["summary"].get<std::string>().find("silent") != std::string::npos);
   CHECK(text.find("verdict: nixl_stalled") != std::string::npos);
   CHECK(text.find("decode-1") != std::string::npos);
+  CHECK(text.find("* remote rank 1 pid") != std::string::npos);
+  CHECK(text.find("transfer: WRITE 67108864 bytes") != std::string::npos);
   bool remote_row = false;
   for (const auto& e : v["evidence"])
     if (e["role"] == "remote") remote_row = e["culprit"] == true && e["rank"] == 1 && e["silent_ns"] == 41 * kSec;
