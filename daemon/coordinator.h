@@ -286,6 +286,8 @@ class CoordinatorState {
     uint64_t max_age_completed = 0;
     int alive = 0;
     int max_age_rank = -1;
+    int max_age_pid = 0;
+    std::optional<XferProgress> max_age_xfer;  // set when that oldest op is a NIXL transfer
     int64_t max_age_threshold_ns = 0;  // the threshold of that op's communicator
     int world_size = -1;             // largest world size reported
     std::vector<MemberTrack> members;  // by key: what each (process, comm) showed last
