@@ -10,7 +10,9 @@
 #include <fstream>
 
 #include "analyzer/analyze.h"
+#include "analyzer/model.h"
 #include "analyzer/synth.h"
+#include "analyzer/trace.h"
 #include "log/snapshot.h"
 #include "temp_dir.h"
 
@@ -329,4 +331,40 @@ TEST_CASE("hostile transfer entries: no crash, names escaped, bad states refused
   size_t nixl = 0;
   for (const auto& f : doc["findings"]) nixl += f["kind"] == "nixl_stalled";
   CHECK(nixl == 0);
+}
+
+TEST_CASE("the trace draws NIXL calls and transfers on their process's track", "[analyzer][nixl]") {
+  Planted j = healthy_job(2);
+  j.logs.push_back(nixl_only(j.logs[0], 9001, "infer-a"));
+  j.alive.push_back(true);
+  j.logs[2].xfers.push_back(xfer(1, "prefill", "decode", FR_XFER_OP_WRITE, 123, FR_XFER_IN_PROGRESS, FR_NIXL_IN_PROG,
+                                 kSnapNs - 20 * kSec, 0));
+  j.logs[2].xfers.push_back(xfer(2, "prefill", "decode", FR_XFER_OP_READ, 5, FR_XFER_DONE, 0, kSnapNs - 30 * kSec,
+                                 kSnapNs - 29 * kSec));
+  fr::test::TempDir t;
+  const json doc = analyze(j, t);
+  std::string err;
+  auto model = fr::analyzer::load_model({t.sub("set")}, 2);
+  auto a = fr::analyzer::analyze_model(model, {});
+  REQUIRE(fr::analyzer::write_trace(model, a, {}, t.sub("trace.json"), &err));
+  std::ifstream in(t.sub("trace.json"));
+  const json tr = json::parse(in);
+  int nixl_pid = -1;
+  for (const auto& e : tr["traceEvents"])
+    if (e["ph"] == "M" && e["name"] == "process_name" && e["args"]["name"] == "NIXL transfers") nixl_pid = e["pid"];
+  REQUIRE(nixl_pid > 0);
+  bool in_flight = false, done = false, call = false, track = false;
+  for (const auto& e : tr["traceEvents"]) {
+    if (e["pid"] != nixl_pid) continue;
+    const std::string name = e["name"];
+    if (e["ph"] == "b" && name == "WRITE 123 B to decode (in flight)") in_flight = e.value("cname", "") == "bad";
+    if (e["ph"] == "b" && name == "READ 5 B from decode") done = true;
+    if (e["ph"] == "X" && name == "NixlCreateAgent") call = true;
+    if (e["ph"] == "M" && e["name"] == "thread_name") track = e["args"]["name"] == "pid 9001 infer-a";
+  }
+  CHECK(in_flight);
+  CHECK(done);
+  CHECK(call);
+  CHECK(track);
+  (void)doc;
 }
