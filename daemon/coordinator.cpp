@@ -235,44 +235,7 @@ bool CoordinatorState::heartbeat(uint64_t session, NodeReport* given, int64_t no
     if (p.world_size > 0 && p.world_size <= (1 << 24)) n->world_size = std::max(n->world_size, p.world_size);
     if (p.alive) {
       n->alive++;
-      for (const auto& c : p.comms) {
-        if (c.oldest_age_ns <= 0) continue;
-        int64_t threshold = stall_threshold_ns(c.comm_id);
-        if (c.oldest_age_ns - threshold > worst_margin) {
-          worst_margin = c.oldest_age_ns - threshold;
-          n->max_age_threshold_ns = threshold;
-          n->max_age_ns = c.oldest_age_ns;
-          n->max_age_log = p.log;
-          n->max_age_rank = p.rank;
-          n->max_age_pid = p.pid;
-          n->max_age_comm = c.comm_id;
-          n->max_age_comm_name = printable(c.name, 64);
-          n->max_age_op = c.oldest_op;
-          n->max_age_seq = c.oldest_seq;
-          n->max_age_completed = c.completed;
-          n->max_age_xfer.reset();
-        }
-      }
-      // NIXL agent pairs count as communicators do: learned and judged under their own id.
-      for (const auto& x : p.xfers) {
-        if (x.oldest_age_ns <= 0) continue;
-        const uint64_t id = nixl_model_id(x.local_agent, x.remote_agent);
-        int64_t threshold = stall_threshold_ns(id);
-        if (x.oldest_age_ns - threshold > worst_margin) {
-          worst_margin = x.oldest_age_ns - threshold;
-          n->max_age_threshold_ns = threshold;
-          n->max_age_ns = x.oldest_age_ns;
-          n->max_age_log = p.log;
-          n->max_age_rank = p.rank;
-          n->max_age_pid = p.pid;
-          n->max_age_comm = id;
-          n->max_age_comm_name = "NIXL " + x.local_agent + " -> " + x.remote_agent;
-          n->max_age_op = 0;
-          n->max_age_seq = 0;
-          n->max_age_completed = x.completed;
-          n->max_age_xfer = x;
-        }
-      }
+      take_oldest(*n, p, &worst_margin);
     } else if (!p.exited_cleanly) {
       auto it = n->dead_since.find(p.log);
       dead[p.log] = {it == n->dead_since.end() ? now_mono : it->second.since, p.rank};
@@ -309,6 +272,48 @@ bool CoordinatorState::heartbeat(uint64_t session, NodeReport* given, int64_t no
   n->retained = bytes;
   retained_bytes_ += bytes;
   return true;
+}
+
+
+void CoordinatorState::take_oldest(Node& n, const ProcessReport& p, int64_t* worst_margin) const {
+  for (const auto& c : p.comms) {
+    if (c.oldest_age_ns <= 0) continue;
+    int64_t threshold = stall_threshold_ns(c.comm_id);
+    if (c.oldest_age_ns - threshold > *worst_margin) {
+      *worst_margin = c.oldest_age_ns - threshold;
+      n.max_age_threshold_ns = threshold;
+      n.max_age_ns = c.oldest_age_ns;
+      n.max_age_log = p.log;
+      n.max_age_rank = p.rank;
+      n.max_age_pid = p.pid;
+      n.max_age_comm = c.comm_id;
+      n.max_age_comm_name = printable(c.name, 64);
+      n.max_age_op = c.oldest_op;
+      n.max_age_seq = c.oldest_seq;
+      n.max_age_completed = c.completed;
+      n.max_age_xfer.reset();
+    }
+  }
+  // NIXL agent pairs count as communicators do: learned and judged under their own id.
+  for (const auto& x : p.xfers) {
+    if (x.oldest_age_ns <= 0) continue;
+    const uint64_t id = nixl_model_id(x.local_agent, x.remote_agent);
+    int64_t threshold = stall_threshold_ns(id);
+    if (x.oldest_age_ns - threshold > *worst_margin) {
+      *worst_margin = x.oldest_age_ns - threshold;
+      n.max_age_threshold_ns = threshold;
+      n.max_age_ns = x.oldest_age_ns;
+      n.max_age_log = p.log;
+      n.max_age_rank = p.rank;
+      n.max_age_pid = p.pid;
+      n.max_age_comm = id;
+      n.max_age_comm_name = "NIXL " + x.local_agent + " -> " + x.remote_agent;
+      n.max_age_op = 0;
+      n.max_age_seq = 0;
+      n.max_age_completed = x.completed;
+      n.max_age_xfer = x;
+    }
+  }
 }
 
 

@@ -335,6 +335,9 @@ class CoordinatorState {
   void drop_members(Node& n);
   // Keeps the counts of nodes that tick() must look at (stalled, with dead ranks) in step.
   void set_hints(Node& n, bool over_threshold, bool has_dead);
+  // Makes p's oldest op or NIXL transfer n's oldest when it is further past its threshold than
+  // *worst_margin (the furthest so far), which it then updates.
+  void take_oldest(Node& n, const ProcessReport& p, int64_t* worst_margin) const;
   std::string findings_path() const;
   nlohmann::json findings_json() const;
   std::string findings_text() const;
