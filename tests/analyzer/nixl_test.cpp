@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "analyzer/analyze.h"
+#include "analyzer/html.h"
 #include "analyzer/model.h"
 #include "analyzer/synth.h"
 #include "analyzer/trace.h"
@@ -260,6 +261,9 @@ TEST_CASE("a NIXL stall beside a healthy NCCL job, between processes without a r
   CHECK(v["nixl"]["poster"]["rank"].is_null());
   CHECK(doc["ranks"]["found"] == json::array({0, 1}));  // the census is the NCCL job's
   CHECK(text.find("pid 9001 on infer-a") != std::string::npos);
+  const std::string page = fr::analyzer::render_incident_html(doc, {});
+  CHECK(page.find("NIXL <b>WRITE 123 bytes</b>") != std::string::npos);
+  CHECK(page.find("remote pid <b style=\"color:var(--bad)\">9002</b>") != std::string::npos);
 }
 
 TEST_CASE("a collective hang whose culprit waits for a transfer: the transfer is the verdict", "[analyzer][nixl]") {
