@@ -386,7 +386,10 @@ std::string CoordinatorState::stall_reason(const Node& n) const {
                                                 : "pid " + std::to_string(n.max_age_pid);
     return who + " on node " + n.name + ": NIXL " + fr::log::xfer_op_name(x.oldest_op) + " of " +
            std::to_string(x.oldest_bytes) + " bytes from agent '" + x.local_agent + "' to agent '" +
-           x.remote_agent + "' in flight for " + std::to_string(secs(n.max_age_ns)).substr(0, 5) + " s (" +
+           x.remote_agent + (x.oldest_status == FR_NIXL_ERR_REMOTE_DISCONNECT ? "' failed (its remote went away), posted "
+                                                                                : "' in flight for ") +
+           std::to_string(secs(n.max_age_ns)).substr(0, 5) + " s" +
+           (x.oldest_status == FR_NIXL_ERR_REMOTE_DISCONNECT ? " ago (" : " (") +
            fr::log::nixl_status_name(x.oldest_status) + "; " + std::to_string(x.in_flight) +
            " in flight to it)" + threshold_note(n.max_age_threshold_ns, comm_model(n.max_age_comm), policy_);
   }

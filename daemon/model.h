@@ -83,7 +83,7 @@ struct CommProgress {
 struct XferProgress {
   std::string local_agent;    // printable, cut at 64
   std::string remote_agent;
-  uint32_t in_flight = 0;     // transfers posted and not done
+  uint32_t in_flight = 0;     // transfers posted and not done (or failed by a remote disconnect)
   int64_t oldest_age_ns = 0;  // age of the oldest post in flight; 0 when none
   uint64_t oldest_key = 0;    // that post: (transfer id << 24) | its post number
   uint32_t oldest_op = 0;     // fr_xfer_op of it

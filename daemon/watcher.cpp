@@ -33,7 +33,7 @@ bool in_flight(const fr::log::Record& r, bool gpu_tracked) {
 }
 
 // The log's NIXL transfers per (local, remote) agent pair: what is in flight, its oldest post, and
-// the posts finished (an entry taken again for a new request drops its count: the coordinator
+// the posts finished (a post failed by a remote disconnect counts as in flight; an entry taken again for a new request drops its count: the coordinator
 // then learns nothing from that heartbeat).
 void summarize_xfers(const fr::log::LogFile& log, int64_t now_real_ns, ProcessReport* p) {
   std::map<std::pair<std::string, std::string>, size_t> index;
@@ -47,8 +47,12 @@ void summarize_xfers(const fr::log::LogFile& log, int64_t now_real_ns, ProcessRe
       p->xfers.push_back({local, remote});
     }
     XferProgress& x = p->xfers[it->second];
-    const bool in_flight = (e.state == FR_XFER_POSTED || e.state == FR_XFER_IN_PROGRESS) && e.done_ns == 0 &&
-                           e.posts > 0 && e.post_ns > 0;
+    // A post that failed because its remote went away and was not released counts as still in
+    // flight: nothing will finish it, and a killed target leaves no other sign on this node.
+    const bool disconnected = e.status == FR_NIXL_ERR_REMOTE_DISCONNECT && e.state != FR_XFER_RELEASED &&
+                              e.state != FR_XFER_DONE && e.posts > 0 && e.post_ns > 0;
+    const bool in_flight = ((e.state == FR_XFER_POSTED || e.state == FR_XFER_IN_PROGRESS) && e.done_ns == 0 &&
+                            e.posts > 0 && e.post_ns > 0) || disconnected;
     x.completed += in_flight ? e.posts - 1 : e.posts;
     if (!in_flight) continue;
     x.in_flight++;

@@ -71,6 +71,19 @@ TEST_CASE("the watcher summarizes NIXL transfers per agent pair", "[daemon][nixl
   CHECK(p.xfers[1].oldest_age_ns == 0);
   CHECK(p.oldest_age_ns() >= 9 * kSec - kSec / 10);  // the watcher's urgent crossing sees it
 
+  SECTION("a post failed by a remote disconnect stays in flight until released") {
+    log.xfers.clear();
+    fr_xfer_entry x = entry(1, "a", "gone", FR_XFER_ERROR, now - 6 * kSec, now - 5 * kSec);
+    x.status = FR_NIXL_ERR_REMOTE_DISCONNECT;
+    log.xfers.push_back(x);
+    ProcessReport q = summarize_log(log, "a.frlog", real_ns());
+    REQUIRE(q.xfers.size() == 1);
+    CHECK(q.xfers[0].in_flight == 1);
+    CHECK(q.xfers[0].oldest_status == FR_NIXL_ERR_REMOTE_DISCONNECT);
+    CHECK(q.oldest_age_ns() >= 6 * kSec - kSec / 10);
+    log.xfers[0].state = FR_XFER_RELEASED;
+    CHECK(summarize_log(log, "a.frlog", real_ns()).oldest_age_ns() == 0);
+  }
   SECTION("hostile names are made printable and the pairs bounded") {
     log.xfers.clear();
     for (uint64_t i = 1; i <= 300; ++i) {
@@ -167,4 +180,21 @@ TEST_CASE("NIXL agent pairs are learned like communicators, apart from NCCL's", 
   CHECK(st.tick(41 * kSec).dumps.size() == 1);
   REQUIRE(st.incidents().size() == 1);
   CHECK(st.incidents()[0].reason.find("learned p99") != std::string::npos);
+}
+
+TEST_CASE("a transfer failed by a remote disconnect opens an incident that says so", "[daemon][nixl]") {
+  TempDir dir;
+  CoordinatorState st(config(dir.path));
+  std::string err;
+  uint64_t s0 = st.connect("n0", "h0", "job1", 0, &err);
+  ProcessReport p = nixl_proc(0, 3 * kSec, 3);
+  p.rank = -1;  // a NIXL process without a launcher's rank
+  p.xfers[0].oldest_status = FR_NIXL_ERR_REMOTE_DISCONNECT;
+  st.heartbeat(s0, report({p}), kSec);
+  REQUIRE(st.tick(kSec).dumps.size() == 1);
+  REQUIRE(st.incidents().size() == 1);
+  INFO(st.incidents()[0].reason);
+  CHECK(st.incidents()[0].reason.find("pid 100 on node n0: NIXL WRITE") == 0);
+  CHECK(st.incidents()[0].reason.find("failed (its remote went away), posted 3.000 s ago "
+                                      "(NIXL_ERR_REMOTE_DISCONNECT") != std::string::npos);
 }
