@@ -107,6 +107,7 @@ Analysis analyze_model(const Model& m, const Options& opts) {
   a.communicators = match_communicators(state);
   // The window loaded too little for this case: the same analysis from every record.
   if (state.needs_history && m.windowed) return analyze_model(load_model(m.paths, opts.threads, LoadMode::kFull), opts);
+  analyze_nixl(state);
   rank_stalls(state);
   const bool any_stall = !state.stalls.empty();
   std::vector<Stall> ranked = std::move(state.stalls);
@@ -139,7 +140,7 @@ std::optional<Analysis> analyze(const std::vector<std::string>& paths, const Opt
     return std::nullopt;
   }
   Model m = load_model(paths, opts.threads, LoadMode::kWindow);
-  if (m.procs.empty()) {
+  if (m.procs.empty() && m.rankless.empty()) {
     if (fatal_error) {
       std::string why = m.skipped.empty() ? "no dump files found" : m.skipped.front().file + ": " + m.skipped.front().error;
       if (m.skipped.size() > 1) why += " (and " + std::to_string(m.skipped.size() - 1) + " more)";

@@ -202,6 +202,11 @@ void add_gpus(const Model& m, Analysis* a) {
 
 }  // namespace
 
+json main_stack(const Proc& p) {
+  const ThreadStack* t = main_thread(p);
+  return t ? frames_json(t->frames) : json(nullptr);
+}
+
 void add_context(const Model& m, Analysis* a) {
   add_stacks(m, a->verdict);
   for (auto& f : a->findings) add_stacks(m, f);

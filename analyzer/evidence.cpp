@@ -199,10 +199,13 @@ Finding finding_of(const AnalysisState& state, const Stall& s) {
     f.op = s.op;
   }
   f.culprit_ranks = s.culprits;
+  f.culprit_pids = s.culprit_pids;
   f.blocked_ranks = s.blocked;
   f.mismatch = s.mismatch;
   f.details = s.extra;
-  f.evidence = s.comm >= 0 ? evidence_rows(state, s) : json::array();
+  // The NIXL kinds bring their rows (nixl.cpp): the posting and the remote processes.
+  f.evidence = s.comm >= 0 ? evidence_rows(state, s) : s.extra.value("evidence", json::array());
+  f.details.erase("evidence");
   return f;
 }
 

@@ -152,6 +152,21 @@ void verdict_card(std::ostringstream& o, const Finding& v) {
   if (!culprits.empty())
     o << "<span>culprit rank" << (culprits.size() > 1 ? "s" : "") << " <b style=\"color:var(--bad)\">"
       << html_escape(rank_list_text(culprits)) << "</b></span>";
+  // A NIXL verdict: the transfer, and the remote agent's process by pid (it may have no rank).
+  const nlohmann::json nixl = v.details.value("nixl", nlohmann::json());
+  if (nixl.is_object()) {
+    o << "<span>NIXL <b>" << html_escape(str(nixl, "op")) << " " << nixl.value("bytes", uint64_t{0}) << " bytes</b> '"
+      << html_escape(str(nixl, "local_agent")) << "' &rarr; '" << html_escape(str(nixl, "remote_agent")) << "', "
+      << html_escape(str(nixl, "state")) << ", " << html_escape(str(nixl, "status_name")) << "</span>";
+    if (!v.culprit_pids.empty()) {
+      std::string pids;
+      for (int p : v.culprit_pids) pids += (pids.empty() ? "" : ", ") + std::to_string(p);
+      o << "<span>remote pid" << (v.culprit_pids.size() > 1 ? "s" : "") << " <b style=\"color:var(--bad)\">"
+        << html_escape(pids) << "</b></span>";
+    } else {
+      o << "<span>the remote agent's process is not in the dump set</span>";
+    }
+  }
   o << "</div>";
   if (v.mismatch) {
     o << "<p>" << html_escape(v.mismatch->field) << " differs:";

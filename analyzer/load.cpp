@@ -472,6 +472,10 @@ void keep_one_per_rank(std::vector<Proc> procs, Model* model) {
       model->skipped.push_back({p.file, "belongs to job '" + p.job_id + "', not '" + job + "'"});
       continue;
     }
+    if (p.rank < 0 && (!p.xfers.empty() || !p.nixl_calls.empty())) {
+      model->rankless.push_back(std::move(p));  // a NIXL process without a launcher's rank
+      continue;
+    }
     if (p.rank < 0) {
       model->skipped.push_back({p.file, "the process never learned its rank"});
       continue;
@@ -487,7 +491,10 @@ void keep_one_per_rank(std::vector<Proc> procs, Model* model) {
     }
     model->procs.push_back(std::move(p));
   }
-  model->files_read = model->procs.size();
+  std::sort(model->rankless.begin(), model->rankless.end(), [](const Proc& a, const Proc& b) {
+    return a.host != b.host ? a.host < b.host : a.pid != b.pid ? a.pid < b.pid : a.file < b.file;
+  });
+  model->files_read = model->procs.size() + model->rankless.size();
 }
 
 // Clock alignment: from the manifests' per-host offsets when every host has one. Without a
@@ -496,15 +503,18 @@ void keep_one_per_rank(std::vector<Proc> procs, Model* model) {
 void align_and_count(const FoundInputs& in, Model* model) {
   std::set<std::string> hosts;
   for (const auto& p : model->procs) hosts.insert(p.host);
+  for (const auto& p : model->rankless) hosts.insert(p.host);
   bool all_offsets = in.any_manifest && !hosts.empty();
-  for (auto& p : model->procs) {
+  auto align = [&](Proc& p) {
     auto it = in.offsets.find(p.host);
     if (it != in.offsets.end() && it->second.second) {
       p.clock_offset_ns = it->second.first;
     } else {
       all_offsets = false;
     }
-  }
+  };
+  for (auto& p : model->procs) align(p);
+  for (auto& p : model->rankless) align(p);
   model->clock_aligned = hosts.size() <= 1 || all_offsets;
 
   if (model->expected_ranks < 0) {

@@ -62,6 +62,7 @@ struct Seen {
   uint64_t replays = 0;
   bool shrinks = false;  // CommShrink or CommShrinkExcluded records (shrink_excluded)
   bool grows = false;    // CommGetUniqueId or CommGrow records (proc_grow_aliases)
+  bool nixl = false;     // NIXL calls (proc_nixl)
 };
 
 // The id of the log's newest graph launch that launched; UINT64_MAX if none did.
@@ -173,10 +174,14 @@ Seen expand_replays(const fr::log::LogFile& log, std::deque<fr_record>* store, s
   out.reserve(log.records.size());
   for (const auto& rec : log.records) {
     const uint16_t op = rec.raw.op;
-    if (op_class(op) == OpClass::API) {  // the rare kinds are all API calls: one test for most records
+    const OpClass kind = op_class(op);
+    if (kind == OpClass::API) {  // the rare kinds are all API calls: one test for most records
       seen.shrinks |= op == FR_OP_COMM_SHRINK || op == FR_OP_COMM_SHRINK_EXCLUDED;
       seen.grows |= op == FR_OP_COMM_GET_UNIQUE_ID || op == FR_OP_COMM_GROW;
       if (op == FR_OP_COMM_SHRINK_EXCLUDED) continue;  // part of its shrink (shrink_excluded)
+    } else if (kind == OpClass::NIXL) {
+      seen.nixl = true;  // on no communicator: proc_nixl keeps them apart
+      continue;
     }
     Entry& issued = out.emplace_back();  // built in place: no temporary to copy per record
     issued.raw = &rec.raw;
@@ -394,6 +399,31 @@ static void proc_chans(const fr::log::LogFile& log, Proc* p) {
   }
 }
 
+// The NIXL transfer table's entries and the ring's NIXL calls (format version 4 on). The reader
+// has cut the agent and backend names to their arrays; the notification is raw, NUL-padded bytes.
+static void proc_nixl(const fr::log::LogFile& log, bool calls, Proc* p) {
+  p->xfers_dropped = log.header.xfer_dropped;
+  p->xfers_torn = log.xfers_torn;
+  p->xfers.reserve(log.xfers.size());
+  for (const fr_xfer_entry& e : log.xfers) {
+    Xfer& x = p->xfers.emplace_back();
+    x.id = e.id, x.create_ns = e.create_ns, x.bytes = e.bytes, x.posts = e.posts, x.post_ns = e.post_ns;
+    x.status_ns = e.status_ns, x.done_ns = e.done_ns, x.status_calls = e.status_calls;
+    x.gpu_posted = e.gpu_posted, x.gpu_done = e.gpu_done, x.descs = e.descs, x.op = e.op, x.flags = e.flags;
+    x.state = e.state, x.status = e.status;
+    x.local_agent.assign(e.local_agent, strnlen(e.local_agent, sizeof e.local_agent));
+    x.remote_agent.assign(e.remote_agent, strnlen(e.remote_agent, sizeof e.remote_agent));
+    x.backend.assign(e.backend, strnlen(e.backend, sizeof e.backend));
+    x.notif.assign(e.notif, strnlen(e.notif, sizeof e.notif));
+  }
+  if (!calls) return;
+  for (const auto& rec : log.records) {
+    const fr_record& r = rec.raw;
+    if (op_class(r.op) != OpClass::NIXL) continue;
+    p->nixl_calls.push_back({r.call_ns, r.duration_ns, r.aux, r.count, r.op, r.result});
+  }
+}
+
 Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind) {
   Proc p;
   const fr_log_header& h = log.header;
@@ -437,6 +467,7 @@ Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind) 
       }
   }
   proc_chans(log, &p);
+  proc_nixl(log, seen.nixl, &p);
   build_histories(&p);
   return p;
 }

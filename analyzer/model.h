@@ -122,6 +122,38 @@ struct DroppedP2p {
   uint64_t max_call_ns = 0;
 };
 
+// A NIXL transfer request, from the log's transfer table (format version 4 on): what the entry
+// says, its names as the bytes the writer left (cut at the first NUL; the notification is raw
+// bytes, at most 32 of them). Escaped only where they are shown (nixl.cpp).
+struct Xfer {
+  uint64_t id = 0;
+  uint64_t create_ns = 0;
+  uint64_t bytes = 0;
+  uint64_t posts = 0;
+  uint64_t post_ns = 0;       // the last post, writer's CLOCK_REALTIME
+  uint64_t status_ns = 0;
+  uint64_t done_ns = 0;       // 0 while the last post is in flight
+  uint64_t status_calls = 0;
+  uint64_t gpu_posted = 0;
+  uint64_t gpu_done = 0;
+  uint32_t descs = 0;
+  uint32_t op = 0;            // fr_xfer_op
+  uint32_t flags = 0;         // FR_XFER_F_*
+  uint32_t state = 0;         // fr_xfer_state
+  int32_t status = 0;         // last nixl_status_t
+  std::string local_agent, remote_agent, backend, notif;
+};
+
+// A NIXL call from the ring (op kind NIXL): kept apart from the ops, as it is on no communicator.
+struct NixlCall {
+  uint64_t call_ns = 0;
+  uint64_t duration_ns = 0;
+  uint64_t xfer = 0;          // the transfer's id (Xfer::id), 0 for calls on no transfer
+  uint64_t count = 0;         // bytes, for the calls that move or name some
+  uint16_t op = 0;            // fr_op
+  int32_t result = 0;         // nixl_status_t
+};
+
 // A process's view of one communicator: its table entry (or a stub when only records name it).
 struct ProcComm {
   uint64_t id = 0;
@@ -186,6 +218,12 @@ struct Proc {
   // Channel slots from NCCL's profiler interface (format version 5), each with the fr
   // communicator it belongs to (comm_id filled in by proc_from_log where the writer left 0).
   std::vector<fr_chan_entry> chans;
+  // NIXL (format version 4 on): the transfer table's entries, the ring's NIXL calls in record
+  // order, and the table's losses (entries that found no room, entries refused as torn).
+  std::vector<Xfer> xfers;
+  std::vector<NixlCall> nixl_calls;
+  uint32_t xfers_dropped = 0;
+  uint32_t xfers_torn = 0;
   bool has_stacks = false;    // a <dump>.stacks.json came with the dump
   fr::log::ProcessStacks stacks;
   std::vector<SigKey> sigs;   // the signatures its CollHistory::sig entries name
@@ -220,6 +258,10 @@ struct Skip {
 struct Model {
   std::vector<std::string> paths;
   std::vector<Proc> procs;          // ascending global rank
+  // Processes that never learned a global rank but recorded NIXL calls (a NIXL job started
+  // without a launcher's RANK): no part of the rank census or of the communicator matching; the
+  // NIXL pass and the views read them beside `procs`. Ascending (host, pid).
+  std::vector<Proc> rankless;
   std::vector<Comm> comms;
   std::vector<Skip> skipped;
   std::vector<Skip> warnings;       // remarks on files that were read and are analysed
@@ -257,6 +299,8 @@ Analysis analyze_model(const Model& model, const Options& opts);
 
 // Joins the stacks and GPU health of the dump set into a finished analysis (context.cpp).
 void add_context(const Model& model, Analysis* analysis);
+// A process's main-thread stack (frames innermost first) from its stacks file; null when none.
+nlohmann::json main_stack(const Proc& p);
 // One line for a stack: "hang_forever ← run_step ← main (rank_main.cpp:340)".
 std::string stack_line(const nlohmann::json& frames);
 

@@ -23,6 +23,25 @@ bool left_in_order(const Proc& p) {
   return any && !p.alive;
 }
 
+// What the others wait in, for an override's summary: the stalled op, or the stalled transfer.
+std::string waiting_text(const Model& m, const Stall& st) {
+  if (st.comm < 0) return "a NIXL transfer waits: " + st.summary;
+  return "the others wait in " + st.op + " #" + std::to_string(st.seq) + " on comm " + comm_text(m.comms[st.comm]);
+}
+
+// Whether the ranked verdict is a NIXL stall that already names every rank in `ranks` (as the
+// remote agent's process or as a process that posted to it): it says more than an override.
+bool nixl_names_all(const std::vector<Stall>& ranked, const std::vector<int>& ranks) {
+  if (ranked.empty() || ranks.empty()) return false;
+  const Stall& top = ranked.front();
+  if (top.kind != VerdictKind::kNixlStalled && top.kind != VerdictKind::kNixlDisconnected) return false;
+  auto named = [&](int r) {
+    return std::find(top.culprits.begin(), top.culprits.end(), r) != top.culprits.end() ||
+           std::find(top.blocked.begin(), top.blocked.end(), r) != top.blocked.end();
+  };
+  return std::all_of(ranks.begin(), ranks.end(), named);
+}
+
 // The communicator, op and details of `base`, for an override's evidence.
 void borrow_place(const Stall& base, Stall& s) {
   s.comm = base.comm, s.seq = base.seq, s.p2p = base.p2p, s.host_call = base.host_call;
@@ -71,8 +90,7 @@ Stall node_lost(const Model& m, const std::vector<std::string>& hosts, const std
     for (int r : st.culprits) hit |= std::binary_search(ranks.begin(), ranks.end(), r);
     if (hit || st.kind == VerdictKind::kIncomplete) {
       borrow_place(st, s);
-      s.summary += "; the others wait in " + st.op + " #" + std::to_string(st.seq) + " on comm " +
-                   comm_text(m.comms[st.comm]);
+      s.summary += "; " + waiting_text(m, st);
       break;
     }
   }
@@ -109,8 +127,10 @@ Stall rank_dead(const Model& m, const std::vector<int>& died, const std::vector<
            (old.size() > 1 ? "their dumps are" : "its dump is") + " stale, older than collectives the others "
            "completed with " + (old.size() > 1 ? "them" : "it") + ", and " +
            (old.size() > 1 ? "they never dumped" : "it never dumped") + " again";
-  s.summary = who + "; the others wait in " + base->op + " #" + std::to_string(base->seq) + " on comm " +
-              comm_text(m.comms[base->comm]);
+  s.summary = who + (base->comm >= 0 ? "; the others wait in " + base->op + " #" +
+                                            std::to_string(base->seq) + " on comm " +
+                                            comm_text(m.comms[base->comm])
+                                      : " while " + waiting_text(m, *base));
   if (!old.empty()) s.extra["stale_ranks"] = old;
   return s;
 }
@@ -141,9 +161,9 @@ RankCensus take_census(const Model& m) {
 void apply_overrides(const Model& m, const RankCensus& census, std::vector<Stall>* ranked) {
   const bool any_stall = !ranked->empty();
   const auto [hosts, ranks] = lost_hosts(m, census, any_stall);
-  if (!hosts.empty() && (any_stall || ranks.size() == census.missing.size()))
+  if (!hosts.empty() && (any_stall || ranks.size() == census.missing.size()) && !nixl_names_all(*ranked, ranks))
     ranked->insert(ranked->begin(), node_lost(m, hosts, ranks, *ranked));
-  else if (any_stall && !census.died.empty() && !census.all_dead)
+  else if (any_stall && !census.died.empty() && !census.all_dead && !nixl_names_all(*ranked, census.died))
     ranked->insert(ranked->begin(), rank_dead(m, census.died, census.stale, *ranked));
 }
 

@@ -38,8 +38,9 @@ inline bool is_rooted(uint16_t op) {
 inline bool has_redop(uint16_t op) {
   return op == FR_OP_ALLREDUCE || op == FR_OP_REDUCE || op == FR_OP_REDUCESCATTER;
 }
-// An op's kind from the format's list (fr::log::op_is_collective and op_is_p2p, inline: the
-// passes and the loading ask it for every record). NIXL: a NIXL agent's call (no communicator).
+// An op's kind from the format's list (fr::log::op_is_collective, op_is_p2p and op_is_nixl,
+// inline: the passes and the loading ask it for every record). NIXL calls belong to no
+// communicator: the loading keeps them apart (Proc::nixl_calls).
 enum class OpClass : uint8_t { API, COLL, P2P, NIXL };
 inline OpClass op_class(uint16_t op) {
   switch (op) {
@@ -125,12 +126,13 @@ nlohmann::json missing_json(const std::vector<Missing>& missing);
 // (a stall in a blocking host call has no sequence number: seq_kind "api" in the JSON).
 struct Stall {
   VerdictKind kind = VerdictKind::kStuckInCollective;
-  int comm = -1;                    // index into Model::comms
+  int comm = -1;                    // index into Model::comms; -1 for the NIXL kinds
   uint64_t seq = 0;
   bool p2p = false;                 // seq counts point-to-point ops, not collectives
   bool host_call = false;           // a blocking host call (communicator creation), no seq
   std::string op;
   std::vector<int> culprits;        // global ranks
+  std::vector<int> culprit_pids;    // NIXL kinds: the remote agent's processes (ranked or not)
   std::vector<int> blocked;         // global ranks waiting in it
   std::string summary;
   std::optional<Mismatch> mismatch;
@@ -145,7 +147,8 @@ struct AnalysisState {
   const Model& model;
   const Options& opts;
   std::vector<Stall> stalls;
-  // Per global rank: where it waits (comm index, since aligned time).
+  // Per global rank: where it waits (comm index, or kNixlWait for a stalled NIXL transfer; since
+  // aligned time).
   std::map<int, std::vector<std::pair<int, int64_t>>> blocked;
   std::set<int> rank_filter;
   std::set<int> job_missing;        // global ranks expected but without a dump
@@ -179,6 +182,15 @@ void analyze_joining(AnalysisState& state, int ci);
 uint64_t earliest_mismatch(const Model& m, const Comm& c);
 // The mismatch stall at `seq`: the field, the values with their ranks, the minority.
 Stall mismatch_stall(const Model& m, int ci, uint64_t seq);
+
+// NIXL transfers (nixl.cpp): a stall per remote agent with transfers in flight past
+// Options::nixl_stall_ns (nixl_stalled) or failed by a remote disconnect (nixl_disconnected).
+// Their posting processes are blocked at kNixlWait (AnalysisState::blocked).
+inline constexpr int kNixlWait = -2;
+void analyze_nixl(AnalysisState& state);
+// Bytes from a log's NIXL fields (agent names, backend, notification) as text: printable ASCII
+// as it is, a backslash and every other byte as \xNN.
+std::string nixl_text(const std::string& raw);
 
 // --- Ranking and overrides ----------------------------------------------------------------
 

@@ -28,6 +28,8 @@ bool explained(const AnalysisState& state, const Stall& s, size_t k) {
 
 // 0: no culprit explained elsewhere (a root); 1: some are; 2: all are, or nobody is blamed.
 int tier(const AnalysisState& state, const Stall& s) {
+  // A NIXL remote without a global rank waits in no communicator: a root when it is found.
+  if (s.culprits.empty() && !s.culprit_pids.empty()) return 0;
   size_t count = 0;
   for (size_t k = 0; k < s.culprits.size(); ++k) count += explained(state, s, k);
   return s.culprits.empty() ? 2 : count == 0 ? 0 : count < s.culprits.size() ? 1 : 2;
@@ -43,6 +45,7 @@ void rank_stalls(AnalysisState& state) {
     if (a.kind != b.kind) return a.kind < b.kind;  // the order of FR_VERDICT_KINDS
     if (a.fraction != b.fraction) return a.fraction < b.fraction;
     if (a.t_start != b.t_start) return a.t_start < b.t_start;
+    if (a.comm < 0 || b.comm < 0) return a.comm > b.comm;  // NIXL stalls (no communicator) last
     return m.comms[a.comm].id < m.comms[b.comm].id;
   };
   std::stable_sort(state.stalls.begin(), state.stalls.end(), ranks_before);

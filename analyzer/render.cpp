@@ -171,6 +171,40 @@ void stacks_and_gpus(std::ostringstream& out, const Analysis& a, const Style& st
     out << "  " << st.red() << p.value("summary", std::string()) << st.reset() << "\n";
 }
 
+// A NIXL verdict's transfer, its posting process and its remote agent's process, with what that
+// one was doing (its stack when the dump has one).
+void nixl_block(std::ostringstream& out, const Finding& v, const Style& st) {
+  const json x = v.details.value("nixl", json());
+  if (!x.is_object()) return;
+  auto s = [&](const json& j, const char* k) { return j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : std::string("?"); };
+  out << "  transfer: " << s(x, "op") << " " << x.value("bytes", uint64_t{0}) << " bytes, " << x.value("descs", 0u)
+      << " descs, backend " << s(x, "backend") << ", agent '" << s(x, "local_agent") << "' -> '" << s(x, "remote_agent")
+      << "', state " << s(x, "state") << ", last status " << s(x, "status_name") << ", posts " << x.value("posts", uint64_t{0});
+  if (x.contains("notif")) out << ", notif '" << s(x, "notif") << "'" << (x.value("notif_cut", false) ? " (cut)" : "");
+  out << "\n";
+  if (x.value("transfers_to_remote", 1) > 1)
+    out << "  " << x.value("transfers_to_remote", 1) << " transfers to this agent, from "
+        << x.value("posting_processes", 1) << " process(es)\n";
+  for (const auto& e : evidence_of(v)) {
+    if (!e.is_object()) continue;
+    const bool remote = e.value("role", std::string()) == "remote";
+    out << "  " << (remote ? st.red() + "* remote " : "  posted by ")
+        << (e["rank"].is_number() ? "rank " + std::to_string(e["rank"].get<int>()) + " " : std::string())
+        << "pid " << e.value("pid", 0) << " on " << s(e, "host") << ": " << s(e, "state");
+    if (e.contains("silent_ns")) out << ", silent for " << e["silent_ns"].get<int64_t>() / 1'000'000 << " ms";
+    if (remote && e.value("found_by", std::string()) == "only_unnamed_nixl_process") out << " (probably: the only unnamed NIXL process)";
+    out << (remote ? st.reset() : "") << "\n";
+    if (remote && e.contains("stack")) out << "    is in " << st.bold() << stack_line(e["stack"]) << st.reset() << "\n";
+  }
+  if (!x.value("remote", json::object()).value("found", true))
+    out << "  the remote agent's process is not in the dump set\n";
+  if (!v.culprit_pids.empty()) {
+    out << "  culprit pids:";
+    for (int p : v.culprit_pids) out << " " << p;
+    out << "\n";
+  }
+}
+
 // The verdict: its sentence, where it stands, its culprits, the mismatch, its table.
 void verdict_block(std::ostringstream& out, const Finding& v, const Style& st) {
   const std::string kind = verdict_name(v.kind);
@@ -189,6 +223,7 @@ void verdict_block(std::ostringstream& out, const Finding& v, const Style& st) {
     out << "\n";
   }
   table(out, v, st);
+  nixl_block(out, v, st);
 }
 
 // Ranks found, missing and dead; skipped files; remarks on the files read.

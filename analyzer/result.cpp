@@ -12,7 +12,7 @@ using nlohmann::json;
 
 // The keys a finding has as fields; every other key of a finding is a detail.
 const char* const kFindingKeys[] = {"kind",      "summary",       "comm",     "seq",
-                                    "seq_kind",  "op",            "culprit_ranks", "blocked_ranks",
+                                    "seq_kind",  "op",            "culprit_ranks", "culprit_pids", "blocked_ranks",
                                     "mismatch",  "consequence",   "consequence_of", "evidence"};
 
 json comm_to_json(const CommRef& c) { return {{"id", c.id}, {"name", c.name}, {"size", c.size}}; }
@@ -39,6 +39,8 @@ json finding_to_json(const Finding& f) {
     j["op"] = f.op;
   }
   j["culprit_ranks"] = f.culprit_ranks;
+  if (!f.culprit_pids.empty() || f.kind == VerdictKind::kNixlStalled || f.kind == VerdictKind::kNixlDisconnected)
+    j["culprit_pids"] = f.culprit_pids;
   if (!f.blocked_ranks.empty()) j["blocked_ranks"] = f.blocked_ranks;
   if (f.mismatch) {
     json values = json::array();
@@ -63,6 +65,7 @@ Finding finding_from_json(const json& j) {
     f.op = j.value("op", std::string());
   }
   if (j.contains("culprit_ranks")) f.culprit_ranks = j["culprit_ranks"].get<std::vector<int>>();
+  if (j.contains("culprit_pids")) f.culprit_pids = j["culprit_pids"].get<std::vector<int>>();
   if (j.contains("blocked_ranks")) f.blocked_ranks = j["blocked_ranks"].get<std::vector<int>>();
   if (j.contains("mismatch") && j["mismatch"].is_object()) {
     const json& m = j["mismatch"];

@@ -6,7 +6,7 @@
 // Typed: the top level, the verdict and findings (kind, summary, communicator, op, culprits,
 // mismatch), the inputs, the ranks, the communicators and the skew table. Still JSON, because
 // they are wide and read by few: each finding's per-member evidence rows and its further details
-// by kind (group, missing_members, graph_replay, pairs, shrink_excluded, gpu_problems), and the
+// by kind (group, missing_members, graph_replay, pairs, shrink_excluded, gpu_problems, nixl), and the
 // dump set's context (stack_groups, stacks_unavailable, gpus, gpus_unavailable).
 #pragma once
 
@@ -48,6 +48,9 @@ struct Finding {
   std::string seq_kind;         // "coll", "p2p" or "api" (a blocking host call)
   std::string op;
   std::vector<int> culprit_ranks;
+  // Process ids of the culprits (a process without a global rank has only this). Written for
+  // the NIXL kinds always, for the others when known.
+  std::vector<int> culprit_pids;
   std::vector<int> blocked_ranks;
   std::optional<Mismatch> mismatch;
   bool consequence = false;     // a finding the verdict already accounts for...

@@ -6,6 +6,7 @@
 // overlap). Group calls belong to no communicator: they get their own process, "NCCL groups",
 // where each group is one slice from its GroupStart to its GroupEnd, nested as the groups were.
 // The verdict's op is dark red, other waiting ops red, and the culprits get an instant marker.
+// NIXL calls and transfers have a process of their own, "NIXL transfers", a track per process.
 #include "analyzer/trace.h"
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <set>
 
 #include "analyzer/html.h"
+#include "analyzer/passes.h"
 
 namespace fr::analyzer {
 
@@ -210,6 +212,48 @@ void group_tracks(Writer& w, const Model& m, const std::vector<const Comm*>& stu
     }
 }
 
+// NIXL (format version 4 on): one trace process, a track per process that made NIXL calls (its
+// calls, each cut where the next one starts) and, beside it, each transfer's last post as an
+// async slice from the post to its end, or to the dump while still in flight.
+void nixl_tracks(Writer& w, const Model& m, int pid, const std::set<int>& rank_filter) {
+  std::vector<const Proc*> all;
+  for (const auto& p : m.procs)
+    if (rank_filter.empty() || rank_filter.count(p.rank)) all.push_back(&p);
+  for (const auto& p : m.rankless) all.push_back(&p);
+  bool named = false;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Proc& p = *all[i];
+    if (p.xfers.empty() && p.nixl_calls.empty()) continue;
+    if (!named) w.meta("process_name", pid, -1, "NIXL transfers");
+    named = true;
+    const int tid = p.rank >= 0 ? p.rank : 1'000'000 + static_cast<int>(i);
+    w.meta("thread_name", pid, tid, (p.rank >= 0 ? "rank " + std::to_string(p.rank) + " " : std::string()) + "pid " +
+                                        std::to_string(p.pid) + " " + p.host);
+    const int64_t dump_ns = static_cast<int64_t>(p.snapshot_ns ? p.snapshot_ns : p.heartbeat_ns) + p.clock_offset_ns;
+    for (size_t k = 0; k < p.nixl_calls.size(); ++k) {
+      const NixlCall& c = p.nixl_calls[k];
+      const int64_t start = static_cast<int64_t>(c.call_ns) + p.clock_offset_ns;
+      int64_t end = start + std::max<int64_t>(static_cast<int64_t>(c.duration_ns), 1000);
+      if (k + 1 < p.nixl_calls.size())
+        end = std::min(end, static_cast<int64_t>(p.nixl_calls[k + 1].call_ns) + p.clock_offset_ns);
+      const nlohmann::json args = {{"xfer", c.xfer}, {"count", c.count}, {"result", c.result},
+                                   {"result_name", fr::log::nixl_status_name(c.result)}};
+      w.slice(fr::log::op_name(c.op), "nixl", pid, tid, start, std::max<int64_t>(end - start, 0), args.dump(),
+              c.result < 0 ? "bad" : nullptr);
+    }
+    for (const Xfer& x : p.xfers) {
+      if (x.posts == 0 || x.post_ns == 0) continue;
+      const bool open = x.done_ns == 0 && (x.state == FR_XFER_POSTED || x.state == FR_XFER_IN_PROGRESS);
+      const int64_t start = static_cast<int64_t>(x.post_ns) + p.clock_offset_ns;
+      const int64_t end = open ? std::max(dump_ns, start) : std::max(static_cast<int64_t>(x.done_ns) + p.clock_offset_ns, start);
+      const std::string name = std::string(fr::log::xfer_op_name(x.op)) + " " + std::to_string(x.bytes) + " B " +
+                               (x.op == FR_XFER_OP_READ ? "from " : "to ") + nixl_text(x.remote_agent) +
+                               (open ? " (in flight)" : x.state == FR_XFER_ERROR ? " (error)" : "");
+      w.async(name, pid, tid, start, end, open || x.state == FR_XFER_ERROR ? "bad" : nullptr);
+    }
+  }
+}
+
 }  // namespace
 
 bool write_trace(const Model& m, const Analysis& a, const Options& opts, const std::string& path,
@@ -232,6 +276,12 @@ bool write_trace(const Model& m, const Analysis& a, const Options& opts, const s
   int64_t t0 = INT64_MAX;
   for (const auto& p : m.procs)
     for (const auto& o : p.ops) t0 = std::min(t0, static_cast<int64_t>(o.call_ns) + p.clock_offset_ns);
+  for (const auto* list : {&m.procs, &m.rankless})
+    for (const auto& p : *list) {
+      for (const auto& c : p.nixl_calls) t0 = std::min(t0, static_cast<int64_t>(c.call_ns) + p.clock_offset_ns);
+      for (const auto& x : p.xfers)
+        if (x.post_ns) t0 = std::min(t0, static_cast<int64_t>(x.post_ns) + p.clock_offset_ns);
+    }
   if (t0 == INT64_MAX) t0 = 0;
 
   std::fprintf(f, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"schema\":\"fr-trace/1\",\"t0_ns\":%lld},\"traceEvents\":[\n",
@@ -249,6 +299,7 @@ bool write_trace(const Model& m, const Analysis& a, const Options& opts, const s
     channel_tracks(w, m, c, static_cast<int>(ci) + 1, rank_filter);
   }
   if (opts.comm.empty()) group_tracks(w, m, stubs, static_cast<int>(m.comms.size()) + 1, rank_filter);
+  if (opts.comm.empty()) nixl_tracks(w, m, static_cast<int>(m.comms.size()) + 2, rank_filter);
   std::fputs("\n]}\n", f);
   if (std::fclose(f) != 0) {
     *error = path + ": writing the trace failed: " + std::strerror(errno);

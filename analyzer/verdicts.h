@@ -1,8 +1,13 @@
 // The kinds of verdict and finding the analysis gives (`kind` in fr-analysis/1), in one list:
 // its name in the JSON, and a one-line meaning. The order of the list is the ranking: when
 // several stalls compete for the verdict, the kind listed first explains more (after whether its
-// culprits wait elsewhere; see Stall in passes.h). node_lost and rank_dead override every stall;
-// no_hang is the verdict when nothing waits; skew is only ever a finding.
+// culprits wait elsewhere; see Stall in passes.h). NIXL transfers (one-sided, on no communicator)
+// come after the collective kinds: a stalled transfer and a collective hang that do not explain
+// each other give the collective (it holds a whole group) as the verdict; when one explains the
+// other (a rank waits for the transfer, or the transfer's remote waits in the collective), the
+// tier decides first. node_lost and rank_dead override every stall, except that a dead process
+// a NIXL verdict already names stays that verdict's culprit (overrides.cpp); no_hang is the
+// verdict when nothing waits; skew is only ever a finding.
 //
 // Adding a kind: one line here, then where the analysis decides it (a matching pass or
 // overrides.cpp) and, if it needs its own words, the text and page views (render.cpp, html.cpp).
@@ -20,6 +25,8 @@
   X(kNotEntered, "not_entered", "some members never called the op the others are blocked in")      \
   X(kP2pUnmatched, "p2p_unmatched", "a send, receive or signal wait has no counterpart")           \
   X(kStuckInCollective, "stuck_in_collective", "all entered; some GPUs never started or finished") \
+  X(kNixlDisconnected, "nixl_disconnected", "a NIXL transfer failed: its remote agent went away")   \
+  X(kNixlStalled, "nixl_stalled", "a NIXL transfer is still in flight past the stall threshold")   \
   X(kIncomplete, "incomplete", "the members that would decide it have no dump")                    \
   X(kNoHang, "no_hang", "nothing is left waiting")                                                 \
   X(kSkew, "skew", "a straggler: some ranks arrive much later than the rest (finding only)")

@@ -39,6 +39,18 @@ void to_proto(const NodeReport& in, fr::v1::Heartbeat* out) {
       d->set_oldest_in_flight_op(c.oldest_op);
       d->set_name(c.name);
     }
+    for (const auto& x : p.xfers) {
+      auto* d = q->add_xfers();
+      d->set_local_agent(x.local_agent);
+      d->set_remote_agent(x.remote_agent);
+      d->set_in_flight(x.in_flight);
+      d->set_oldest_in_flight_age_ns(x.oldest_age_ns);
+      d->set_oldest_key(x.oldest_key);
+      d->set_oldest_op(x.oldest_op);
+      d->set_oldest_bytes(x.oldest_bytes);
+      d->set_oldest_status(x.oldest_status);
+      d->set_completed(x.completed);
+    }
   }
   for (const auto& u : in.unreadable) out->add_unreadable(u);
   for (const auto& a : in.gpu_alerts) out->add_gpu_alerts(a);
@@ -97,6 +109,20 @@ void from_proto(const fr::v1::ProcessReport& q, ProcessReport* p) {
   p->flags = q.flags();
   p->comms.resize(std::min<size_t>(size_t(q.comms_size()), kMaxCommsPerProcess));
   for (size_t i = 0; i < p->comms.size(); ++i) from_proto(q.comms(int(i)), &p->comms[i]);
+  p->xfers.resize(std::min<size_t>(size_t(q.xfers_size()), ProcessReport::kMaxXferPairs));
+  for (size_t i = 0; i < p->xfers.size(); ++i) {
+    const fr::v1::XferProgress& d = q.xfers(int(i));
+    XferProgress& x = p->xfers[i];
+    printable_into(d.local_agent(), 64, &x.local_agent);
+    printable_into(d.remote_agent(), 64, &x.remote_agent);
+    x.in_flight = d.in_flight();
+    x.oldest_age_ns = d.oldest_in_flight_age_ns() < 0 ? 0 : d.oldest_in_flight_age_ns();
+    x.oldest_key = d.oldest_key();
+    x.oldest_op = d.oldest_op();
+    x.oldest_bytes = d.oldest_bytes();
+    x.oldest_status = d.oldest_status();
+    x.completed = d.completed();
+  }
 }
 
 // At most `max` strings, each made printable and cut at `max_len`.

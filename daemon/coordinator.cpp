@@ -54,6 +54,8 @@ size_t report_bytes(const NodeReport& r) {
     b += p.comms.capacity() * sizeof(CommProgress);
     for (const auto& c : p.comms)
       if (c.name.size() > 15) b += c.name.size() + 1;
+    b += p.xfers.capacity() * sizeof(XferProgress);
+    for (const auto& x : p.xfers) b += x.local_agent.size() + x.remote_agent.size() + 2;
   }
   for (const auto& u : r.unreadable) b += sizeof(std::string) + u.size();
   for (const auto& a : r.gpu_alerts) b += sizeof(std::string) + a.size();
@@ -218,6 +220,7 @@ bool CoordinatorState::heartbeat(uint64_t session, NodeReport* given, int64_t no
   n->max_age_ns = 0;
   n->max_age_threshold_ns = 0;
   n->max_age_rank = -1;
+  n->max_age_xfer.reset();
   n->alive = 0;
   n->world_size = -1;
   std::map<std::string, Node::Dead> dead;
@@ -232,22 +235,7 @@ bool CoordinatorState::heartbeat(uint64_t session, NodeReport* given, int64_t no
     if (p.world_size > 0 && p.world_size <= (1 << 24)) n->world_size = std::max(n->world_size, p.world_size);
     if (p.alive) {
       n->alive++;
-      for (const auto& c : p.comms) {
-        if (c.oldest_age_ns <= 0) continue;
-        int64_t threshold = stall_threshold_ns(c.comm_id);
-        if (c.oldest_age_ns - threshold > worst_margin) {
-          worst_margin = c.oldest_age_ns - threshold;
-          n->max_age_threshold_ns = threshold;
-          n->max_age_ns = c.oldest_age_ns;
-          n->max_age_log = p.log;
-          n->max_age_rank = p.rank;
-          n->max_age_comm = c.comm_id;
-          n->max_age_comm_name = printable(c.name, 64);
-          n->max_age_op = c.oldest_op;
-          n->max_age_seq = c.oldest_seq;
-          n->max_age_completed = c.completed;
-        }
-      }
+      take_oldest(*n, p, &worst_margin);
     } else if (!p.exited_cleanly) {
       auto it = n->dead_since.find(p.log);
       dead[p.log] = {it == n->dead_since.end() ? now_mono : it->second.since, p.rank};
@@ -271,7 +259,7 @@ bool CoordinatorState::heartbeat(uint64_t session, NodeReport* given, int64_t no
     for (const auto& inc : incidents_)
       if (!is_closed(inc.state) && inc.trigger_node == n->name) keep.insert(inc.trigger_log);
     for (auto& p : report.processes)
-      if (!keep.count(p.log)) std::vector<CommProgress>().swap(p.comms);
+      if (!keep.count(p.log)) std::vector<CommProgress>().swap(p.comms), std::vector<XferProgress>().swap(p.xfers);
     std::vector<std::string>().swap(report.unreadable);
     bytes = report_bytes(report);
     while (over() && !report.processes.empty()) {
@@ -284,6 +272,48 @@ bool CoordinatorState::heartbeat(uint64_t session, NodeReport* given, int64_t no
   n->retained = bytes;
   retained_bytes_ += bytes;
   return true;
+}
+
+
+void CoordinatorState::take_oldest(Node& n, const ProcessReport& p, int64_t* worst_margin) const {
+  for (const auto& c : p.comms) {
+    if (c.oldest_age_ns <= 0) continue;
+    int64_t threshold = stall_threshold_ns(c.comm_id);
+    if (c.oldest_age_ns - threshold > *worst_margin) {
+      *worst_margin = c.oldest_age_ns - threshold;
+      n.max_age_threshold_ns = threshold;
+      n.max_age_ns = c.oldest_age_ns;
+      n.max_age_log = p.log;
+      n.max_age_rank = p.rank;
+      n.max_age_pid = p.pid;
+      n.max_age_comm = c.comm_id;
+      n.max_age_comm_name = printable(c.name, 64);
+      n.max_age_op = c.oldest_op;
+      n.max_age_seq = c.oldest_seq;
+      n.max_age_completed = c.completed;
+      n.max_age_xfer.reset();
+    }
+  }
+  // NIXL agent pairs count as communicators do: learned and judged under their own id.
+  for (const auto& x : p.xfers) {
+    if (x.oldest_age_ns <= 0) continue;
+    const uint64_t id = nixl_model_id(x.local_agent, x.remote_agent);
+    int64_t threshold = stall_threshold_ns(id);
+    if (x.oldest_age_ns - threshold > *worst_margin) {
+      *worst_margin = x.oldest_age_ns - threshold;
+      n.max_age_threshold_ns = threshold;
+      n.max_age_ns = x.oldest_age_ns;
+      n.max_age_log = p.log;
+      n.max_age_rank = p.rank;
+      n.max_age_pid = p.pid;
+      n.max_age_comm = id;
+      n.max_age_comm_name = "NIXL " + x.local_agent + " -> " + x.remote_agent;
+      n.max_age_op = 0;
+      n.max_age_seq = 0;
+      n.max_age_completed = x.completed;
+      n.max_age_xfer = x;
+    }
+  }
 }
 
 
@@ -307,7 +337,20 @@ void CoordinatorState::learn(Node& n, const NodeReport& report, int64_t now_mono
   for (const auto& p : report.processes) {
     if (!p.alive) continue;
     const uint64_t log_hash = std::hash<std::string>()(p.log);
-    for (const auto& c : p.comms) {
+    // NIXL agent pairs as members of their own model (nixl_model_id), beside the communicators.
+    auto nixl_progress = [](const XferProgress& x) {
+      CommProgress c;
+      c.comm_id = nixl_model_id(x.local_agent, x.remote_agent);
+      c.oldest_age_ns = x.oldest_age_ns;
+      c.oldest_seq = x.oldest_key;
+      c.completed = x.completed;
+      c.name = "NIXL " + x.local_agent + " -> " + x.remote_agent;
+      return c;
+    };
+    std::vector<CommProgress> pairs;
+    for (const auto& x : p.xfers) pairs.push_back(nixl_progress(x));
+    for (size_t ci = 0; ci < p.comms.size() + pairs.size(); ++ci) {
+      const CommProgress& c = ci < p.comms.size() ? p.comms[ci] : pairs[ci - p.comms.size()];
       if (next.size() >= cfg_.max_members_per_node) break;
       auto model = models_.find(c.comm_id);
       if (model == models_.end()) {

@@ -286,6 +286,8 @@ class CoordinatorState {
     uint64_t max_age_completed = 0;
     int alive = 0;
     int max_age_rank = -1;
+    int max_age_pid = 0;
+    std::optional<XferProgress> max_age_xfer;  // set when that oldest op is a NIXL transfer
     int64_t max_age_threshold_ns = 0;  // the threshold of that op's communicator
     int world_size = -1;             // largest world size reported
     std::vector<MemberTrack> members;  // by key: what each (process, comm) showed last
@@ -333,6 +335,9 @@ class CoordinatorState {
   void drop_members(Node& n);
   // Keeps the counts of nodes that tick() must look at (stalled, with dead ranks) in step.
   void set_hints(Node& n, bool over_threshold, bool has_dead);
+  // Makes p's oldest op or NIXL transfer n's oldest when it is further past its threshold than
+  // *worst_margin (the furthest so far), which it then updates.
+  void take_oldest(Node& n, const ProcessReport& p, int64_t* worst_margin) const;
   std::string findings_path() const;
   nlohmann::json findings_json() const;
   std::string findings_text() const;

@@ -300,9 +300,15 @@ void CoordinatorState::close_if_cleared(Incident& inc, Actions* a) {
     if (n.name == inc.trigger_node)
       for (const auto& p : n.last.processes)
         if (p.log == inc.trigger_log)
-          for (const auto& c : p.comms)
-            if (c.comm_id == inc.trigger_comm && c.completed > inc.trigger_completed)
-              trigger_progressed = true;
+          {
+            for (const auto& c : p.comms)
+              if (c.comm_id == inc.trigger_comm && c.completed > inc.trigger_completed)
+                trigger_progressed = true;
+            for (const auto& x : p.xfers)
+              if (nixl_model_id(x.local_agent, x.remote_agent) == inc.trigger_comm &&
+                  (x.completed > inc.trigger_completed || x.in_flight == 0))
+                trigger_progressed = true;
+          }
   }
   if (!any_alive) {
     inc.state = IncidentState::kClosed;
@@ -374,6 +380,19 @@ void CoordinatorState::detect(const std::vector<const Node*>& newly_lost, int64_
 
 
 std::string CoordinatorState::stall_reason(const Node& n) const {
+  if (n.max_age_xfer) {
+    const XferProgress& x = *n.max_age_xfer;
+    const std::string who = n.max_age_rank >= 0 ? "rank " + std::to_string(n.max_age_rank)
+                                                : "pid " + std::to_string(n.max_age_pid);
+    return who + " on node " + n.name + ": NIXL " + fr::log::xfer_op_name(x.oldest_op) + " of " +
+           std::to_string(x.oldest_bytes) + " bytes from agent '" + x.local_agent + "' to agent '" +
+           x.remote_agent + (x.oldest_status == FR_NIXL_ERR_REMOTE_DISCONNECT ? "' failed (its remote went away), posted "
+                                                                                : "' in flight for ") +
+           std::to_string(secs(n.max_age_ns)).substr(0, 5) + " s" +
+           (x.oldest_status == FR_NIXL_ERR_REMOTE_DISCONNECT ? " ago (" : " (") +
+           fr::log::nixl_status_name(x.oldest_status) + "; " + std::to_string(x.in_flight) +
+           " in flight to it)" + threshold_note(n.max_age_threshold_ns, comm_model(n.max_age_comm), policy_);
+  }
   std::string op = n.max_age_op ? std::string(fr::log::op_name(uint16_t(n.max_age_op))) : "an op";
   if (n.max_age_op && n.max_age_seq) op += " #" + std::to_string(n.max_age_seq);
   std::string comm = n.max_age_comm_name.empty()

@@ -49,7 +49,20 @@ bool may_send(CoordinatorMessageKind k, uint32_t agreed) {
 int64_t ProcessReport::oldest_age_ns() const {
   int64_t m = 0;
   for (const auto& c : comms) m = std::max(m, c.oldest_age_ns);
+  for (const auto& x : xfers) m = std::max(m, x.oldest_age_ns);
   return m;
+}
+
+uint64_t nixl_model_id(const std::string& local_agent, const std::string& remote_agent) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over "nixl\0local\0remote"
+  auto mix = [&](const std::string& s) {
+    for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+    h = (h ^ 0) * 0x100000001b3ull;
+  };
+  mix("nixl");
+  mix(local_agent);
+  mix(remote_agent);
+  return h | 1;  // never 0
 }
 
 }  // namespace fr::daemon

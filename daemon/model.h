@@ -77,6 +77,24 @@ struct CommProgress {
   std::string name;
 };
 
+// A process's NIXL transfers from one local agent to one remote agent (flight-log transfer table),
+// summarized as CommProgress summarizes a communicator: the coordinator learns and judges each
+// pair as it does a communicator (nixl_model_id), with the same adaptive threshold.
+struct XferProgress {
+  std::string local_agent;    // printable, cut at 64
+  std::string remote_agent;
+  uint32_t in_flight = 0;     // transfers posted and not done (or failed by a remote disconnect)
+  int64_t oldest_age_ns = 0;  // age of the oldest post in flight; 0 when none
+  uint64_t oldest_key = 0;    // that post: (transfer id << 24) | its post number
+  uint32_t oldest_op = 0;     // fr_xfer_op of it
+  uint64_t oldest_bytes = 0;
+  int32_t oldest_status = 0;  // its last nixl_status_t
+  uint64_t completed = 0;     // posts finished over the pair's table entries
+};
+
+// The id under which the coordinator learns a NIXL agent pair (a hash, apart from NCCL's ids).
+uint64_t nixl_model_id(const std::string& local_agent, const std::string& remote_agent);
+
 struct ProcessReport {
   std::string log;            // file name of the log
   int rank = -1;
@@ -90,8 +108,10 @@ struct ProcessReport {
   int64_t last_record_age_ns = 0;
   uint32_t flags = 0;
   std::vector<CommProgress> comms;
+  std::vector<XferProgress> xfers;  // per (local, remote) NIXL agent pair, at most kMaxXferPairs
 
-  // The oldest op in flight over all communicators (0 when none).
+  static constexpr size_t kMaxXferPairs = 64;
+  // The oldest op in flight over all communicators and NIXL agent pairs (0 when none).
   int64_t oldest_age_ns() const;
 };
 

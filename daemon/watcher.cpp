@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "daemon/names.h"
 #include "fr/flight_log.h"
 #include "log/local_logs.h"
 #include "log/reader.h"
@@ -29,6 +30,41 @@ bool in_flight(const fr::log::Record& r, bool gpu_tracked) {
   if (!gpu_tracked || (raw.flags & FR_REC_F_GPU_UNTRACKED) || raw.op_index == 0) return false;
   if (!(raw.flags & FR_REC_F_LAUNCHED)) return false;  // still queued inside an open group
   return r.gpu_state != FR_GPU_COMPLETED;
+}
+
+// The log's NIXL transfers per (local, remote) agent pair: what is in flight, its oldest post, and
+// the posts finished (a post failed by a remote disconnect counts as in flight; an entry taken again for a new request drops its count: the coordinator
+// then learns nothing from that heartbeat).
+void summarize_xfers(const fr::log::LogFile& log, int64_t now_real_ns, ProcessReport* p) {
+  std::map<std::pair<std::string, std::string>, size_t> index;
+  for (const fr_xfer_entry& e : log.xfers) {
+    std::string local = printable(std::string(e.local_agent, strnlen(e.local_agent, sizeof e.local_agent)), 64);
+    std::string remote = printable(std::string(e.remote_agent, strnlen(e.remote_agent, sizeof e.remote_agent)), 64);
+    auto it = index.find({local, remote});
+    if (it == index.end()) {
+      if (p->xfers.size() >= ProcessReport::kMaxXferPairs) continue;
+      it = index.emplace(std::make_pair(local, remote), p->xfers.size()).first;
+      p->xfers.push_back({local, remote});
+    }
+    XferProgress& x = p->xfers[it->second];
+    // A post that failed because its remote went away and was not released counts as still in
+    // flight: nothing will finish it, and a killed target leaves no other sign on this node.
+    const bool disconnected = e.status == FR_NIXL_ERR_REMOTE_DISCONNECT && e.state != FR_XFER_RELEASED &&
+                              e.state != FR_XFER_DONE && e.posts > 0 && e.post_ns > 0;
+    const bool in_flight = ((e.state == FR_XFER_POSTED || e.state == FR_XFER_IN_PROGRESS) && e.done_ns == 0 &&
+                            e.posts > 0 && e.post_ns > 0) || disconnected;
+    x.completed += in_flight ? e.posts - 1 : e.posts;
+    if (!in_flight) continue;
+    x.in_flight++;
+    const int64_t age = std::max<int64_t>(1, now_real_ns - int64_t(e.post_ns));
+    if (age > x.oldest_age_ns) {
+      x.oldest_age_ns = age;
+      x.oldest_key = (e.id << 24) | (e.posts & 0xffffff);
+      x.oldest_op = e.op;
+      x.oldest_bytes = e.bytes;
+      x.oldest_status = e.status;
+    }
+  }
 }
 
 }  // namespace
@@ -105,6 +141,7 @@ ProcessReport summarize_log(const fr::log::LogFile& log, const std::string& file
       cp.oldest_op = it->second->op;
     }
   }
+  summarize_xfers(log, now_real_ns, &p);
   p.exited_cleanly = !p.alive && all_closed;
   return p;
 }

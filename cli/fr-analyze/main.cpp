@@ -147,6 +147,10 @@ int main(int argc, char** argv) {
   app.add_option("--rank", opts.ranks, "show only these global ranks (repeatable)")
       ->allow_extra_args(false);
   app.add_option("--threads", opts.threads, "reader threads (0: one per core)");
+  double nixl_stall_s = double(opts.nixl_stall_ns) / 1e9;
+  app.add_option("--nixl-stall-after", nixl_stall_s,
+                 "a NIXL transfer in flight this many seconds at the dump is stalled (default 1)")
+      ->check(CLI::Range(0.0, 1e9));
   app.add_option("PATH", paths, "dump-set directories, dump files or PyTorch Flight Recorder dumps");
 
   auto* exp = app.add_subcommand("export", "write dumps in another tool's format");
@@ -161,6 +165,7 @@ int main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : kExitUsage;
   }
+  opts.nixl_stall_ns = static_cast<int64_t>(nixl_stall_s * 1e9);
   try {
     if (*exp) return run_export(format, exp_dir, exp_out);
     if (paths.empty()) {
@@ -171,7 +176,7 @@ int main(int argc, char** argv) {
     // The trace draws every record; the analysis alone reads the recent ones (docs/fr-analyze.md).
     const auto mode = trace_file.empty() ? fr::analyzer::LoadMode::kWindow : fr::analyzer::LoadMode::kFull;
     fr::analyzer::Model model = fr::analyzer::load_model(paths, opts.threads, mode);
-    if (model.procs.empty()) {
+    if (model.procs.empty() && model.rankless.empty()) {
       std::string why = model.skipped.empty() ? "no dump files found"
                                               : model.skipped.front().file + ": " + model.skipped.front().error;
       if (model.skipped.size() > 1) why += " (and " + std::to_string(model.skipped.size() - 1) + " more)";
