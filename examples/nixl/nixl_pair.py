@@ -94,7 +94,7 @@ def initiator(d, n, mode):
             break
         time.sleep(0.002)
     publish(os.path.join(d, "result.json"), json.dumps({"pid": os.getpid(), "states": states}).encode())
-    if mode == "stall":
+    if mode in ("stall", "kill"):  # keep the requests unreleased while the logs are read
         wait_for(os.path.join(d, "finish"), 120)
         return
     for h in handles:

@@ -22,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "skip.h"
 #include "test_util.h"
 
@@ -167,6 +169,22 @@ struct Pair {
   }
 };
 
+// fr-analyze's JSON on the logs in `dir` (a build without fr-analyze skips).
+nlohmann::json analyze(const TempDir& dir) {
+  if (std::string(FR_ANALYZE).empty()) FR_SKIP("this build has no fr-analyze");
+  RunResult r = run({FR_ANALYZE, "--json", dir.path()}, {});
+  INFO(r.out << r.err);
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  REQUIRE_FALSE(j.is_discarded());
+  return j;
+}
+
+bool has_pid(const nlohmann::json& list, pid_t pid) {
+  for (const auto& p : list)
+    if (p.is_number() && p.get<long>() == pid) return true;
+  return false;
+}
+
 std::string notif_of(const fr_xfer_entry& x) {
   return std::string(x.notif, strnlen(x.notif, sizeof x.notif));
 }
@@ -234,6 +252,11 @@ TEST_CASE("NIXL: healthy transfers are recorded with their peer, size, backend a
   CHECK((tgt.header.flags & FR_LOG_F_NIXL) != 0);
   CHECK(records_of(tgt, FR_OP_NIXL_CREATE_AGENT).size() == 1);
   CHECK(tgt.xfers.empty());  // the target of one-sided writes makes no transfer calls
+
+  auto j = analyze(p.dir);
+  INFO(j.dump(2));
+  std::string kind = j["verdict"].value("kind", "");
+  CHECK(kind.rfind("nixl_", 0) != 0);
 }
 
 TEST_CASE("NIXL: transfers to a stopped target stay in progress in the log", "[agent][nixl]") {
@@ -257,6 +280,17 @@ TEST_CASE("NIXL: transfers to a stopped target stay in progress in the log", "[a
     CHECK(std::string(x.remote_agent) == "target");
   }
   CHECK(init.writer_alive);
+
+  // fr-analyze on the live logs names the transfer and the stopped process behind its peer.
+  auto j = analyze(p.dir);
+  INFO(j.dump(2));
+  const auto& v = j["verdict"];
+  CHECK(v.value("kind", "") == "nixl_stalled");
+  CHECK(v["nixl"].value("remote_agent", "") == "target");
+  CHECK(v["nixl"].value("op", "") == "WRITE");
+  CHECK(v["nixl"].value("bytes", 0) == 4096);
+  CHECK(v["nixl"].value("state", "") == "in_progress");
+  CHECK(has_pid(v["culprit_pids"], p.target->pid()));
   p.finish();
 }
 
@@ -272,7 +306,6 @@ TEST_CASE("NIXL: a target killed while transfers are in flight leaves them in re
   std::string result = p.result();
   INFO(result);
   CHECK(result.find("PROC") == std::string::npos);
-  p.finish();
 
   auto init = log_of(p.dir, p.initiator->pid());
   auto xs = tagged(init);
@@ -282,6 +315,11 @@ TEST_CASE("NIXL: a target killed while transfers are in flight leaves them in re
     CHECK(x.status == FR_NIXL_ERR_REMOTE_DISCONNECT);
     CHECK(x.done_ns != 0);
   }
+  auto j = analyze(p.dir);
+  INFO(j.dump(2));
+  CHECK(j["verdict"].value("kind", "") == "nixl_disconnected");
+  CHECK(j["verdict"]["nixl"].value("remote_agent", "") == "target");
+  p.finish();
 }
 
 TEST_CASE("NIXL: many transfers in flight are all recorded, and past a full table they are counted",
