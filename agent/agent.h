@@ -299,7 +299,7 @@ __attribute__((always_inline)) inline bool record_reserve(uint64_t heartbeat_ns,
   // The header's count of lost records: the ring's laps plus the records lost to a busy slot,
   // stored rather than added to, so that a record costs one locked instruction less. With several
   // threads writing at once it can trail by the records being reserved at that moment, never lead;
-  // readers take the larger of it and record_counter - ring_capacity (proto/log/reader.cpp).
+  // readers take the larger of it and record_counter - ring_capacity (log/reader.cpp).
   if (__builtin_expect(*id >= g_ctx.ring_cap, 1))
     __atomic_store_n(&h->overwritten,
                      *id + 1 - g_ctx.ring_cap + __atomic_load_n(&g_ctx.records_lost, __ATOMIC_RELAXED),

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <thread>
 
-#include "analyzer/passes.h"
+#include "passes.h"
 
 namespace fr::analyzer {
 namespace {

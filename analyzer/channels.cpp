@@ -25,7 +25,7 @@
 #include <optional>
 #include <tuple>
 
-#include "analyzer/passes.h"
+#include "passes.h"
 #include "log/reader.h"
 
 namespace fr::analyzer {

@@ -7,7 +7,7 @@
 #include <set>
 #include <thread>
 
-#include "analyzer/passes.h"
+#include "passes.h"
 
 namespace fr::analyzer {
 

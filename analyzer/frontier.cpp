@@ -3,7 +3,7 @@
 // and the members that have no dump at all. Every matching pass starts from these.
 #include <algorithm>
 
-#include "analyzer/passes.h"
+#include "passes.h"
 
 namespace fr::analyzer {
 

@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "analyzer/passes.h"
+#include "passes.h"
 
 namespace fr::analyzer {
 

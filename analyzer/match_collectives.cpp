@@ -6,7 +6,7 @@
 // started or finished it.
 #include <algorithm>
 
-#include "analyzer/passes.h"
+#include "passes.h"
 
 namespace fr::analyzer {
 namespace {

@@ -4,7 +4,7 @@
 // the members it keeps; a grow also waits for the ranks joining it.
 #include <algorithm>
 
-#include "analyzer/passes.h"
+#include "passes.h"
 
 namespace fr::analyzer {
 namespace {

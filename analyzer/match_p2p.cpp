@@ -8,7 +8,7 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "analyzer/passes.h"
+#include "passes.h"
 
 namespace fr::analyzer {
 namespace {

@@ -4,7 +4,7 @@
 // communicator's own rhythm) and so the culprits: everyone who called something else.
 #include <algorithm>
 
-#include "analyzer/passes.h"
+#include "passes.h"
 
 namespace fr::analyzer {
 namespace {

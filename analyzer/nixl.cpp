@@ -17,7 +17,7 @@
 #include <set>
 #include <unordered_map>
 
-#include "analyzer/passes.h"
+#include "passes.h"
 
 namespace fr::analyzer {
 namespace {

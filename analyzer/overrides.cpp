@@ -4,7 +4,7 @@
 // job stands. A rank that destroyed its communicators and left in order is gone, but not dead.
 #include <algorithm>
 
-#include "analyzer/passes.h"
+#include "passes.h"
 
 namespace fr::analyzer {
 namespace {

@@ -4,7 +4,7 @@
 // (passes.h) and implemented in ranks_before below.
 #include <algorithm>
 
-#include "analyzer/passes.h"
+#include "passes.h"
 
 namespace fr::analyzer {
 namespace {

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "analyzer/passes.h"
+#include "passes.h"
 
 namespace fr::analyzer {
 namespace {

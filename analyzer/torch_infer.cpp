@@ -21,7 +21,7 @@
 #include <array>
 #include <map>
 
-#include "analyzer/passes.h"
+#include "passes.h"
 
 namespace fr::analyzer {
 namespace {

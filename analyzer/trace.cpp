@@ -17,7 +17,7 @@
 #include <set>
 
 #include "analyzer/html.h"
-#include "analyzer/passes.h"
+#include "passes.h"
 
 namespace fr::analyzer {
 

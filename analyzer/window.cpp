@@ -16,7 +16,7 @@
 #include <array>
 #include <unordered_map>
 
-#include "analyzer/passes.h"
+#include "passes.h"
 
 namespace fr::analyzer {
 namespace {

@@ -32,7 +32,7 @@
 #include <set>
 
 #include "analyzer/torch/torch_detail.h"
-#include "files/files.h"
+#include "common/files.h"
 
 namespace fr::analyzer::torch {
 

@@ -8,7 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "analyzer/synth.h"
+#include "synth/synth.h"
 #include "fr/version.h"
 
 int main(int argc, char** argv) {

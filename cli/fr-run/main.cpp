@@ -14,7 +14,7 @@
 
 #include "child.h"
 #include "fr/version.h"
-#include "daemon/node_lock.h"
+#include "daemon/base/node_lock.h"
 #include "node_daemon.h"
 #include "options.h"
 

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/node_lock.h"
+#include "daemon/base/node_lock.h"
 
 namespace fr::run {
 namespace {

@@ -18,7 +18,7 @@
 #include <sstream>
 #include <thread>
 
-#include "files/files.h"
+#include "common/files.h"
 #include "launch.h"
 
 namespace fr::simjob {

@@ -10,8 +10,8 @@
 #include <sstream>
 
 #include "analyzer/analyze.h"
-#include "daemon/stacks.h"
-#include "files/files.h"
+#include "daemon/host/stacks.h"
+#include "common/files.h"
 #include "launch.h"
 #include "log/reader.h"
 #include "log/snapshot.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/client.h"
+#include "daemon/rpc/client.h"
 #include "log/local_logs.h"
 
 namespace frd {

@@ -1,4 +1,4 @@
-// frd coordinator: one per job (daemon/server.h). Turns the flags into the state machine's config
+// frd coordinator: one per job (daemon/rpc/server.h). Turns the flags into the state machine's config
 // and the server's options (its token: given, the per-user default, or none with --insecure; TLS),
 // serves, and shuts down cleanly on SIGINT or SIGTERM.
 #include "commands.h"
@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "daemon/logger.h"
-#include "daemon/server.h"
+#include "daemon/base/logger.h"
+#include "daemon/rpc/server.h"
 
 namespace frd {
 

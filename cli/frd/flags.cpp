@@ -3,7 +3,7 @@
 
 #include <pthread.h>
 
-#include "daemon/logger.h"
+#include "daemon/base/logger.h"
 
 namespace frd {
 

@@ -9,14 +9,14 @@
 // written), 2 bad usage.
 //
 // Credentials: without --token-file and without --insecure, every role uses the per-user default
-// token file (daemon/client.h): the coordinator creates it (random, 0600) or reuses it; the
+// token file (daemon/rpc/client.h): the coordinator creates it (random, 0600) or reuses it; the
 // others read it. --insecure on a side means no token there.
 //
 // Each role is a command of its own (commands.h): snapshot.cpp, node.cpp, coordinator.cpp and
 // status.cpp; this file only picks the one named on the command line.
 #include "commands.h"
 
-#include "daemon/client.h"
+#include "daemon/rpc/client.h"
 #include "fr/version.h"
 
 int main(int argc, char** argv) {

@@ -1,4 +1,4 @@
-// frd node: the sidecar on each node (daemon/node.h). Turns the flags into NodeOptions, holds the
+// frd node: the sidecar on each node (daemon/rpc/node.h). Turns the flags into NodeOptions, holds the
 // node lock of the log directory, serves the metrics when asked, and runs until SIGINT or SIGTERM,
 // or with --exit-when-idle until no live flight log and no fr-run has used the directory for that
 // long.
@@ -10,12 +10,12 @@
 #include <cstdio>
 #include <thread>
 
-#include "daemon/logger.h"
-#include "daemon/metrics_http.h"
-#include "daemon/node.h"
-#include "daemon/node_lock.h"
-#include "daemon/server.h"
-#include "daemon/stacks.h"
+#include "daemon/base/logger.h"
+#include "daemon/http/metrics_http.h"
+#include "daemon/rpc/node.h"
+#include "daemon/base/node_lock.h"
+#include "daemon/rpc/server.h"
+#include "daemon/host/stacks.h"
 
 namespace frd {
 

@@ -1,13 +1,13 @@
 // frd snapshot and frd stacks: a dump set from a local directory, without any daemon, and the stack
-// capture helper that both snapshot and the node daemon run (daemon/stacks.h).
+// capture helper that both snapshot and the node daemon run (daemon/host/stacks.h).
 #include "commands.h"
 
 #include <cstdio>
 #include <cstdlib>
 
-#include "daemon/nvml.h"
-#include "daemon/stacks.h"
-#include "files/files.h"
+#include "daemon/host/nvml.h"
+#include "daemon/host/stacks.h"
+#include "common/files.h"
 #include "log/snapshot.h"
 
 namespace frd {

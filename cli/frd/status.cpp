@@ -1,4 +1,4 @@
-// frd status and frd dump: the two questions a person asks the coordinator (daemon/client.h).
+// frd status and frd dump: the two questions a person asks the coordinator (daemon/rpc/client.h).
 #include "commands.h"
 
 #include <cstdio>

@@ -1,6 +1,6 @@
 /*
  * What each version of the flight-log format defines of each structure (fr/flight_log.h, whose
- * structures this checks against): the reader (proto/log/reader.cpp) refuses a structure stored
+ * structures this checks against): the reader (log/reader.cpp) refuses a structure stored
  * smaller than its version defines and reads what the version did not define as zero. Included by
  * flight_log.h after the structures; not meant to be included alone.
  */

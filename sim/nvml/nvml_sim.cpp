@@ -1,4 +1,4 @@
-// The emulation's libnvidia-ml.so.1: NVML's functions as nvml.h declares them (daemon/nvml_api.h),
+// The emulation's libnvidia-ml.so.1: NVML's functions as nvml.h declares them (proto/nvml/nvml_api.h),
 // with NVML's return codes, over GPUs described in a text file that the test (or fr-simjob)
 // writes and may change at any time; every call reads it again. Without FR_SIM_NVML naming a
 // readable file, nvmlInit_v2 fails with NVML_ERROR_DRIVER_NOT_LOADED, as on a machine without the
@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/nvml_api.h"
+#include "nvml/nvml_api.h"
 
 struct nvmlDevice_st {
   int index;

@@ -6,7 +6,7 @@
 // stream reaches it, a collective finishes once every member started it with the same arguments
 // (a mismatch never finishes), a Send/Recv pair once both sides started. Then each rank's ring
 // (the newest `entries` records) is built and written, one rank at a time.
-#include "analyzer/synth.h"
+#include "synth/synth.h"
 #include "fr/hash.h"
 
 #include <algorithm>

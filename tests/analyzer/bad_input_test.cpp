@@ -15,7 +15,7 @@
 #include <string>
 
 #include "analyzer/analyze.h"
-#include "analyzer/synth.h"
+#include "synth/synth.h"
 #include "fr/flight_log.h"
 #include "temp_dir.h"
 

@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "analyzer/analyze.h"
-#include "analyzer/synth.h"
+#include "synth/synth.h"
 #include "log/snapshot.h"
 #include "temp_dir.h"
 

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "analyzer/analyze.h"
-#include "analyzer/synth.h"
+#include "synth/synth.h"
 #include "skip.h"
 #include "temp_dir.h"
 

@@ -8,7 +8,7 @@
 
 #include "analyzer/analyze.h"
 #include "analyzer/json_text.h"
-#include "analyzer/synth.h"
+#include "synth/synth.h"
 #include "temp_dir.h"
 
 using nlohmann::json;

@@ -12,7 +12,7 @@
 #include "analyzer/analyze.h"
 #include "analyzer/html.h"
 #include "analyzer/model.h"
-#include "analyzer/synth.h"
+#include "synth/synth.h"
 #include "analyzer/trace.h"
 #include "log/snapshot.h"
 #include "temp_dir.h"

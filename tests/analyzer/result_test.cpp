@@ -12,7 +12,7 @@
 
 #include "analyzer/analyze.h"
 #include "analyzer/html.h"
-#include "analyzer/synth.h"
+#include "synth/synth.h"
 
 namespace fs = std::filesystem;
 using fr::analyzer::Analysis;

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "analyzer/analyze.h"
-#include "analyzer/synth.h"
+#include "synth/synth.h"
 #include "analyzer/verdicts.h"
 
 namespace fs = std::filesystem;

@@ -11,7 +11,7 @@
 
 #include "analyzer/analyze.h"
 #include "analyzer/model.h"
-#include "analyzer/synth.h"
+#include "synth/synth.h"
 #include "temp_dir.h"
 
 namespace fs = std::filesystem;

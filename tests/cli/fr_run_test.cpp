@@ -19,7 +19,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "daemon/node_lock.h"
+#include "daemon/base/node_lock.h"
 #include "options.h"
 #include "proc.h"
 #include "skip.h"

@@ -12,7 +12,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "daemon/node_lock.h"
+#include "daemon/base/node_lock.h"
 #include "proc.h"
 #include "skip.h"
 

@@ -1,4 +1,4 @@
-// Dump sets on the coordinator (daemon/assembly.h): the header check, dumps placed in the
+// Dump sets on the coordinator (daemon/logic/assembly.h): the header check, dumps placed in the
 // incident's directory, uploads received whole or not at all, and the assembled dump set.
 #include <catch2/catch.hpp>
 
@@ -9,9 +9,9 @@
 #include <fstream>
 
 #include "coordinator_fixture.h"
-#include "daemon/assembly.h"
-#include "daemon/crc32c.h"
-#include "files/files.h"
+#include "daemon/logic/assembly.h"
+#include "daemon/base/crc32c.h"
+#include "common/files.h"
 #include "fixture.h"
 
 using namespace fr::daemon;

@@ -1,7 +1,7 @@
-// Clock offsets between the coordinator and a node (daemon/clock.h).
+// Clock offsets between the coordinator and a node (daemon/logic/clock.h).
 #include <catch2/catch.hpp>
 
-#include "daemon/clock.h"
+#include "daemon/logic/clock.h"
 
 using namespace fr::daemon;
 

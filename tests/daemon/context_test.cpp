@@ -1,5 +1,5 @@
-// What a dump carries besides the logs: the stacks of every rank (daemon/stacks.h, through the
-// real `frd stacks` helper where a daemon would use it) and GPU health from NVML (daemon/nvml.h,
+// What a dump carries besides the logs: the stacks of every rank (daemon/host/stacks.h, through the
+// real `frd stacks` helper where a daemon would use it) and GPU health from NVML (daemon/host/nvml.h,
 // on the emulated libnvidia-ml.so.1 of sim/nvml). Real processes, real ptrace.
 #include <fcntl.h>
 #include <pwd.h>
@@ -19,9 +19,9 @@
 
 #include <catch2/catch.hpp>
 
-#include "daemon/model.h"
-#include "daemon/nvml.h"
-#include "daemon/stacks.h"
+#include "daemon/base/model.h"
+#include "daemon/host/nvml.h"
+#include "daemon/host/stacks.h"
 #include "log/side_files.h"
 #include "skip.h"
 

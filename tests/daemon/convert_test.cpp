@@ -1,11 +1,11 @@
-// The heartbeat's decoding (daemon/convert.h): what a node reports arrives bounded and printable,
+// The heartbeat's decoding (daemon/rpc/convert.h): what a node reports arrives bounded and printable,
 // and decoding into a report that held another node's heartbeat gives what a fresh decode gives.
 #include <catch2/catch.hpp>
 
 #include <string>
 #include <vector>
 
-#include "daemon/convert.h"
+#include "daemon/rpc/convert.h"
 #include "report_compare.h"
 
 using namespace fr::daemon;

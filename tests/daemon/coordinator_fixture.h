@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/coordinator.h"
+#include "daemon/logic/coordinator.h"
 #include "fixture.h"
 #include "fr/flight_log.h"
 

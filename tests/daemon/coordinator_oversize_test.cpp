@@ -15,10 +15,10 @@
 #include <fstream>
 #include <string>
 
-#include "analyzer/synth.h"
-#include "daemon/assembly.h"
-#include "daemon/server.h"
-#include "files/files.h"
+#include "synth/synth.h"
+#include "daemon/logic/assembly.h"
+#include "daemon/rpc/server.h"
+#include "common/files.h"
 #include "fixture.h"
 #include "peer.h"
 

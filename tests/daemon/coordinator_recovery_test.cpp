@@ -1,10 +1,10 @@
-// What a restarted coordinator recovers (daemon/coordinator_recovery.cpp): incident ids of a
+// What a restarted coordinator recovers (daemon/logic/coordinator_recovery.cpp): incident ids of a
 // previous run, its incidents when the job is not known yet, and when it judges them.
 #include <catch2/catch.hpp>
 
 #include "coordinator_fixture.h"
-#include "daemon/coordinator.h"
-#include "files/files.h"
+#include "daemon/logic/coordinator.h"
+#include "common/files.h"
 #include "fixture.h"
 
 using namespace fr::daemon;

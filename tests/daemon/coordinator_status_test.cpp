@@ -1,8 +1,8 @@
-// The coordinator's status document and metrics (daemon/coordinator_status.cpp).
+// The coordinator's status document and metrics (daemon/logic/coordinator_status.cpp).
 #include <catch2/catch.hpp>
 
 #include "coordinator_fixture.h"
-#include "daemon/coordinator.h"
+#include "daemon/logic/coordinator.h"
 #include "fixture.h"
 
 using namespace fr::daemon;

@@ -1,10 +1,10 @@
-// The coordinator's state machine without sockets (daemon/coordinator.h, coordinator.cpp and
+// The coordinator's state machine without sockets (daemon/logic/coordinator.h, coordinator.cpp and
 // coordinator_incidents.cpp): detection, one incident per hang, deadlines, transient closing, and
 // nodes that come back.
 #include <catch2/catch.hpp>
 
 #include "coordinator_fixture.h"
-#include "daemon/coordinator.h"
+#include "daemon/logic/coordinator.h"
 #include "fixture.h"
 
 using namespace fr::daemon;

@@ -1,10 +1,10 @@
-// Uploads as the coordinator's state machine sees them (daemon/coordinator_uploads.cpp): unknown
+// Uploads as the coordinator's state machine sees them (daemon/logic/coordinator_uploads.cpp): unknown
 // incidents, unsafe names, dumps of another job.
 #include <catch2/catch.hpp>
 
 #include "coordinator_fixture.h"
-#include "daemon/coordinator.h"
-#include "files/files.h"
+#include "daemon/logic/coordinator.h"
+#include "common/files.h"
 #include "fixture.h"
 
 using namespace fr::daemon;

@@ -1,7 +1,7 @@
-// CRC-32C (daemon/crc32c.h): the checksum of every dump file.
+// CRC-32C (daemon/base/crc32c.h): the checksum of every dump file.
 #include <catch2/catch.hpp>
 
-#include "daemon/crc32c.h"
+#include "daemon/base/crc32c.h"
 
 using namespace fr::daemon;
 

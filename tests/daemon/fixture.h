@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/coordinator.h"
+#include "daemon/logic/coordinator.h"
 #include "fr/flight_log.h"
 #include "log/reader.h"
 #include "temp_dir.h"

@@ -23,11 +23,11 @@
 #include <sstream>
 #include <thread>
 
-#include "daemon/assembly.h"
-#include "files/files.h"
-#include "daemon/client.h"
-#include "daemon/coordinator.h"
-#include "daemon/server.h"
+#include "daemon/logic/assembly.h"
+#include "common/files.h"
+#include "daemon/rpc/client.h"
+#include "daemon/logic/coordinator.h"
+#include "daemon/rpc/server.h"
 #include "fixture.h"
 #include "log/snapshot.h"
 #include "peer.h"

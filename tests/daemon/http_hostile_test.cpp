@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/server.h"
+#include "daemon/rpc/server.h"
 #include "fixture.h"
 #include "horde.h"
 #include "peer.h"

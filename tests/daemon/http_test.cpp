@@ -13,8 +13,8 @@
 #include <string>
 #include <thread>
 
-#include "daemon/http_request.h"
-#include "daemon/metrics_http.h"
+#include "daemon/http/http_request.h"
+#include "daemon/http/metrics_http.h"
 #include "fixture.h"
 
 using namespace fr::daemon;

@@ -13,8 +13,8 @@
 #include <ctime>
 #include <fstream>
 
-#include "daemon/coordinator.h"
-#include "daemon/watcher.h"
+#include "daemon/logic/coordinator.h"
+#include "daemon/host/watcher.h"
 #include "fixture.h"
 #include "live_rank.h"
 #include "log/reader.h"

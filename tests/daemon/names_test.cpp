@@ -1,11 +1,11 @@
-// Names and secrets from peers (daemon/names.h): safe path components, printable text,
+// Names and secrets from peers (daemon/base/names.h): safe path components, printable text,
 // constant-time token comparison.
 #include <catch2/catch.hpp>
 
 #include <string>
 #include <vector>
 
-#include "daemon/names.h"
+#include "daemon/base/names.h"
 
 using namespace fr::daemon;
 

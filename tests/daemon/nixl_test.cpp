@@ -6,9 +6,9 @@
 #include <cstring>
 
 #include "coordinator_fixture.h"
-#include "daemon/convert.h"
-#include "daemon/coordinator.h"
-#include "daemon/watcher.h"
+#include "daemon/rpc/convert.h"
+#include "daemon/logic/coordinator.h"
+#include "daemon/host/watcher.h"
 #include "fixture.h"
 
 using namespace fr::daemon;

@@ -11,7 +11,7 @@
 #include <ctime>
 #include <string>
 
-#include "daemon/node_lock.h"
+#include "daemon/base/node_lock.h"
 #include "fixture.h"
 #include "live_rank.h"
 #include "proc.h"

@@ -1,10 +1,10 @@
-// The node daemon's decisions without sockets (daemon/node_state.h): the welcome, the job filter,
+// The node daemon's decisions without sockets (daemon/logic/node_state.h): the welcome, the job filter,
 // which dump requests count, re-queueing after a failed delivery, and the reconnect backoff.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 
-#include "daemon/node_state.h"
+#include "daemon/logic/node_state.h"
 
 using namespace fr::daemon;
 

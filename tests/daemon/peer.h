@@ -15,11 +15,11 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/client.h"
-#include "daemon/convert.h"
-#include "daemon/crc32c.h"
-#include "daemon/node.h"
-#include "daemon/server.h"
+#include "daemon/rpc/client.h"
+#include "daemon/rpc/convert.h"
+#include "daemon/base/crc32c.h"
+#include "daemon/rpc/node.h"
+#include "daemon/rpc/server.h"
 #include "fr/v1/frd.grpc.pb.h"
 
 namespace fr::daemon::test {

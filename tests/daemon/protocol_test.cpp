@@ -1,4 +1,4 @@
-// The protocol's version rules (daemon/model.h) held both ways on loopback: a node of the first
+// The protocol's version rules (daemon/base/model.h) held both ways on loopback: a node of the first
 // protocol with this coordinator, this node with a coordinator of the first protocol (a fake one,
 // from the generated service, that behaves as version 1 did), a node newer than both, one too old,
 // and messages of a kind the receiver does not know, which are counted and skipped.
@@ -12,9 +12,9 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "daemon/model.h"
-#include "daemon/node.h"
-#include "daemon/server.h"
+#include "daemon/base/model.h"
+#include "daemon/rpc/node.h"
+#include "daemon/rpc/server.h"
 #include "fixture.h"
 #include "fr/v1/frd.grpc.pb.h"
 #include "peer.h"

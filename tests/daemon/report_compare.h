@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "daemon/model.h"
+#include "daemon/base/model.h"
 
 namespace fr::daemon::test {
 

@@ -23,12 +23,12 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "daemon/assembly.h"
-#include "files/files.h"
-#include "daemon/client.h"
-#include "daemon/crc32c.h"
-#include "daemon/node.h"
-#include "daemon/server.h"
+#include "daemon/logic/assembly.h"
+#include "common/files.h"
+#include "daemon/rpc/client.h"
+#include "daemon/base/crc32c.h"
+#include "daemon/rpc/node.h"
+#include "daemon/rpc/server.h"
 #include "fixture.h"
 #include "fr/v1/frd.grpc.pb.h"
 #include "skip.h"

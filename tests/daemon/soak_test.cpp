@@ -22,9 +22,9 @@
 #include <sstream>
 #include <thread>
 
-#include "daemon/client.h"
-#include "daemon/convert.h"
-#include "daemon/server.h"
+#include "daemon/rpc/client.h"
+#include "daemon/rpc/convert.h"
+#include "daemon/rpc/server.h"
 #include "fixture.h"
 #include "peer.h"
 

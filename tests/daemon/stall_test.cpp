@@ -7,8 +7,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "daemon/coordinator.h"
-#include "daemon/stall.h"
+#include "daemon/logic/coordinator.h"
+#include "daemon/logic/stall.h"
 #include "fixture.h"
 
 using namespace fr::daemon;

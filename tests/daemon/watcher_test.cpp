@@ -1,9 +1,9 @@
-// The node's log watcher (daemon/watcher.h): a log reduced to progress per communicator and
+// The node's log watcher (daemon/host/watcher.h): a log reduced to progress per communicator and
 // its oldest op in flight; deaths and new stalls reported at once.
 #include <catch2/catch.hpp>
 
 #include "coordinator_fixture.h"
-#include "daemon/watcher.h"
+#include "daemon/host/watcher.h"
 #include "fixture.h"
 
 using namespace fr::daemon;

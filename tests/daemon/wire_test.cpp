@@ -1,4 +1,4 @@
-// The node stream's bytes (daemon/wire.h): HeartbeatDecoder gives exactly what protobuf's decoding
+// The node stream's bytes (daemon/rpc/wire.h): HeartbeatDecoder gives exactly what protobuf's decoding
 // of the NodeMessage and from_proto give, for heartbeats as frd node sends them (taken by its fast
 // decoder, which the tests check), for the shapes it leaves to protobuf, and for damaged bytes,
 // where both must agree on refusing them.
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "daemon/convert.h"
-#include "daemon/wire.h"
+#include "daemon/rpc/convert.h"
+#include "daemon/rpc/wire.h"
 #include "report_compare.h"
 
 using namespace fr::daemon;

@@ -17,9 +17,9 @@
 
 #include <google/protobuf/stubs/logging.h>
 
-#include "daemon/assembly.h"
-#include "daemon/convert.h"
-#include "daemon/coordinator.h"
+#include "daemon/logic/assembly.h"
+#include "daemon/rpc/convert.h"
+#include "daemon/logic/coordinator.h"
 #include "fixture.h"
 #include "frd_peer_script.h"
 

@@ -1,4 +1,4 @@
-// The coordinator's own heartbeat decoder (daemon/wire.h, HeartbeatDecoder) against protobuf's:
+// The coordinator's own heartbeat decoder (daemon/rpc/wire.h, HeartbeatDecoder) against protobuf's:
 // for any bytes a node can send, both refuse them or both give the same report and clock echo,
 // also when the bytes come in several slices and when the decoder reuses what it decoded before
 // (it keeps its strings and submessages from one heartbeat to the next). The decoder exists to
@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "daemon/convert.h"
-#include "daemon/wire.h"
+#include "daemon/rpc/convert.h"
+#include "daemon/rpc/wire.h"
 #include "report_compare.h"
 
 namespace {

@@ -8,8 +8,8 @@
 #include <fstream>
 #include <string>
 
-#include "daemon/crc32c.h"
-#include "daemon/model.h"
+#include "daemon/base/crc32c.h"
+#include "daemon/base/model.h"
 #include "fr/v1/frd.pb.h"
 #include "frd_peer_script.h"
 

@@ -25,8 +25,8 @@
 #include <nlohmann/json.hpp>
 
 #include "analyzer/html.h"
-#include "daemon/logger.h"
-#include "daemon/web.h"
+#include "daemon/base/logger.h"
+#include "daemon/http/web.h"
 #include "proc.h"
 #include "skip.h"
 

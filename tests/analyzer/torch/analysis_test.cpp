@@ -10,7 +10,7 @@
 #include <string>
 
 #include "analyzer/analyze.h"
-#include "analyzer/synth.h"
+#include "synth/synth.h"
 #include "analyzer/torch/torch_detail.h"
 #include "analyzer/torch/torch_dump.h"
 #include "real_torch_checks.h"

@@ -13,8 +13,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "daemon/convert.h"
-#include "daemon/wire.h"
+#include "daemon/rpc/convert.h"
+#include "daemon/rpc/wire.h"
 
 namespace {
 

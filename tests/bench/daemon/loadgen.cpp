@@ -34,8 +34,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "daemon/client.h"
-#include "daemon/convert.h"
+#include "daemon/rpc/client.h"
+#include "daemon/rpc/convert.h"
 #include "fr/v1/frd.grpc.pb.h"
 
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/coordinator.h"
+#include "daemon/logic/coordinator.h"
 
 namespace {
 

@@ -1,0 +1,41 @@
+# The map scripts/check-includes reads: for every target defined in this tree, its folder, its
+# sources, the libraries it links directly, and the include roots it gives to whoever links it.
+# Written at generate time (build/fr-targets.tsv, one target a line, fields separated by tabs and
+# lists by "|"), so the check sees the links exactly as CMake resolved them.
+function(fr_collect_targets dir out)
+  get_property(here DIRECTORY ${dir} PROPERTY BUILDSYSTEM_TARGETS)
+  get_property(subdirs DIRECTORY ${dir} PROPERTY SUBDIRECTORIES)
+  foreach(sub ${subdirs})
+    fr_collect_targets(${sub} below)
+    list(APPEND here ${below})
+  endforeach()
+  set(${out} ${here} PARENT_SCOPE)
+endfunction()
+
+function(fr_write_target_map)
+  fr_collect_targets(${CMAKE_SOURCE_DIR} targets)
+  set(lines "")
+  foreach(t ${targets})
+    get_target_property(type ${t} TYPE)
+    if(type STREQUAL "UTILITY")
+      continue()
+    endif()
+    get_target_property(dir ${t} SOURCE_DIR)
+    if(type STREQUAL "INTERFACE_LIBRARY")
+      set(sources "")
+      set(links "$<JOIN:$<TARGET_PROPERTY:${t},INTERFACE_LINK_LIBRARIES>,|>")
+    else()
+      set(sources "$<JOIN:$<TARGET_PROPERTY:${t},SOURCES>,|>")
+      set(links "$<JOIN:$<TARGET_PROPERTY:${t},LINK_LIBRARIES>,|>")
+    endif()
+    # The target's own roots (the property as set, not what $<TARGET_PROPERTY> would collect
+    # from everything it links).
+    get_target_property(roots ${t} INTERFACE_INCLUDE_DIRECTORIES)
+    if(NOT roots)
+      set(roots "")
+    endif()
+    string(REPLACE ";" "|" roots "${roots}")
+    string(APPEND lines "${t}\t${type}\t${dir}\t${sources}\t${links}\t${roots}\n")
+  endforeach()
+  file(GENERATE OUTPUT ${CMAKE_BINARY_DIR}/fr-targets.tsv CONTENT "${lines}")
+endfunction()

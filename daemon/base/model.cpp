@@ -1,0 +1,68 @@
+// The little code model.h declares: the clocks every daemon library reads, and a report's oldest
+// op. Here, in the base library, rather than with the log watcher that first needed them, so the
+// coordinator's logic links them without linking the node's I/O.
+#include "daemon/base/model.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <string>
+
+namespace fr::daemon {
+
+int64_t mono_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+int64_t real_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+uint32_t agree_protocol(uint32_t peer, std::string* error) {
+  if (peer < kMinProtocol) {
+    *error = "the peer speaks protocol " + std::to_string(peer) + "; this side speaks " +
+             std::to_string(kMinProtocol) + " to " + std::to_string(kProtocol);
+    return 0;
+  }
+  return std::min(peer, kProtocol);
+}
+
+namespace {
+constexpr uint32_t kNodeMessageSince[] = {
+#define FR_X_SINCE(e, v) v,
+    FR_NODE_MESSAGE_LIST(FR_X_SINCE)};
+constexpr uint32_t kCoordinatorMessageSince[] = {FR_COORDINATOR_MESSAGE_LIST(FR_X_SINCE)};
+#undef FR_X_SINCE
+}  // namespace
+
+bool may_send(NodeMessageKind k, uint32_t agreed) {
+  return kNodeMessageSince[size_t(k)] <= agreed;
+}
+bool may_send(CoordinatorMessageKind k, uint32_t agreed) {
+  return kCoordinatorMessageSince[size_t(k)] <= agreed;
+}
+
+int64_t ProcessReport::oldest_age_ns() const {
+  int64_t m = 0;
+  for (const auto& c : comms) m = std::max(m, c.oldest_age_ns);
+  for (const auto& x : xfers) m = std::max(m, x.oldest_age_ns);
+  return m;
+}
+
+uint64_t nixl_model_id(const std::string& local_agent, const std::string& remote_agent) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over "nixl\0local\0remote"
+  auto mix = [&](const std::string& s) {
+    for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+    h = (h ^ 0) * 0x100000001b3ull;
+  };
+  mix("nixl");
+  mix(local_agent);
+  mix(remote_agent);
+  return h | 1;  // never 0
+}
+
+}  // namespace fr::daemon

@@ -1,0 +1,190 @@
+// See watcher.h. Reading a log copies its ring (a few hundred KiB at the default capacity), which
+// is cheap enough to do for every local process several times a second.
+#include "daemon/host/watcher.h"
+
+#include <algorithm>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <set>
+
+#include "daemon/base/names.h"
+#include "fr/flight_log.h"
+#include "log/local_logs.h"
+#include "log/reader.h"
+
+namespace fr::daemon {
+
+namespace {
+
+// Whether a record is an op that occupies the GPU (or the host call) and has not finished.
+// A shrink or grow blocks the host until every member (and joiner) is in it, as a collective
+// does: one still in the call counts too.
+bool in_flight(const fr::log::Record& r, bool gpu_tracked) {
+  const fr_record& raw = r.raw;
+  if (raw.op == FR_OP_COMM_SHRINK || raw.op == FR_OP_COMM_GROW)
+    return (raw.flags & FR_REC_F_IN_CALL) && raw.result == FR_RESULT_PENDING;
+  if (!fr::log::op_is_collective(raw.op) && !fr::log::op_is_p2p(raw.op)) return false;
+  if (raw.flags & FR_REC_F_IN_CALL) return true;  // the host call itself has not returned
+  if (raw.flags & (FR_REC_F_CAPTURED | FR_REC_F_NEVER_LAUNCHED)) return false;
+  if (!gpu_tracked || (raw.flags & FR_REC_F_GPU_UNTRACKED) || raw.op_index == 0) return false;
+  if (!(raw.flags & FR_REC_F_LAUNCHED)) return false;  // still queued inside an open group
+  return r.gpu_state != FR_GPU_COMPLETED;
+}
+
+// The log's NIXL transfers per (local, remote) agent pair: what is in flight, its oldest post, and
+// the posts finished (a post failed by a remote disconnect counts as in flight; an entry taken again for a new request drops its count: the coordinator
+// then learns nothing from that heartbeat).
+void summarize_xfers(const fr::log::LogFile& log, int64_t now_real_ns, ProcessReport* p) {
+  std::map<std::pair<std::string, std::string>, size_t> index;
+  for (const fr_xfer_entry& e : log.xfers) {
+    std::string local = printable(std::string(e.local_agent, strnlen(e.local_agent, sizeof e.local_agent)), 64);
+    std::string remote = printable(std::string(e.remote_agent, strnlen(e.remote_agent, sizeof e.remote_agent)), 64);
+    auto it = index.find({local, remote});
+    if (it == index.end()) {
+      if (p->xfers.size() >= ProcessReport::kMaxXferPairs) continue;
+      it = index.emplace(std::make_pair(local, remote), p->xfers.size()).first;
+      p->xfers.push_back({local, remote});
+    }
+    XferProgress& x = p->xfers[it->second];
+    // A post that failed because its remote went away and was not released counts as still in
+    // flight: nothing will finish it, and a killed target leaves no other sign on this node.
+    const bool disconnected = e.status == FR_NIXL_ERR_REMOTE_DISCONNECT && e.state != FR_XFER_RELEASED &&
+                              e.state != FR_XFER_DONE && e.posts > 0 && e.post_ns > 0;
+    const bool in_flight = ((e.state == FR_XFER_POSTED || e.state == FR_XFER_IN_PROGRESS) && e.done_ns == 0 &&
+                            e.posts > 0 && e.post_ns > 0) || disconnected;
+    x.completed += in_flight ? e.posts - 1 : e.posts;
+    if (!in_flight) continue;
+    x.in_flight++;
+    const int64_t age = std::max<int64_t>(1, now_real_ns - int64_t(e.post_ns));
+    if (age > x.oldest_age_ns) {
+      x.oldest_age_ns = age;
+      x.oldest_key = (e.id << 24) | (e.posts & 0xffffff);
+      x.oldest_op = e.op;
+      x.oldest_bytes = e.bytes;
+      x.oldest_status = e.status;
+    }
+  }
+}
+
+}  // namespace
+
+ProcessReport summarize_log(const fr::log::LogFile& log, const std::string& file_name,
+                            int64_t now_real_ns) {
+  ProcessReport p;
+  const fr_log_header& h = log.header;
+  p.log = file_name;
+  p.rank = h.global_rank;
+  p.world_size = h.world_size;
+  p.pid = h.pid;
+  p.alive = log.writer_alive;
+  p.job_id = log.job_id();
+  p.host = log.hostname();
+  p.records = h.record_counter;
+  p.flags = h.flags;
+  p.last_record_age_ns =
+      h.heartbeat_ns ? std::max<int64_t>(0, now_real_ns - int64_t(h.heartbeat_ns)) : 0;
+  bool gpu_tracked = !(h.flags & FR_LOG_F_NO_GPU_TRACKING);
+
+  bool all_closed = true;
+  for (const fr_comm_entry& c : log.comms) {
+    CommProgress cp;
+    cp.comm_id = c.id;
+    cp.size = c.size;
+    cp.rank = c.rank;
+    cp.state = c.state;
+    cp.coll_seq = c.coll_seq;
+    cp.p2p_seq = c.p2p_seq;
+    cp.enqueued = c.op_index;
+    cp.started = c.gpu_started;
+    cp.completed = c.gpu_completed;
+    cp.name = std::string(c.name, strnlen(c.name, sizeof c.name));
+    if (c.state != FR_COMM_FINALIZED && c.state != FR_COMM_DESTROYED) all_closed = false;
+    p.comms.push_back(std::move(cp));
+  }
+  // Records are oldest first: the first in-flight record per communicator is its oldest.
+  std::set<uint64_t> found;
+  for (const auto& r : log.records) {
+    if (!in_flight(r, gpu_tracked) || found.count(r.raw.comm_id)) continue;
+    found.insert(r.raw.comm_id);
+    for (auto& cp : p.comms) {
+      if (cp.comm_id != r.raw.comm_id) continue;
+      cp.oldest_age_ns = std::max<int64_t>(1, now_real_ns - int64_t(r.raw.call_ns));
+      cp.oldest_seq = r.raw.seq;
+      cp.oldest_op = r.raw.op;
+    }
+  }
+  // A CUDA graph's ops run at its replays: the newest replay is in flight on each communicator
+  // whose last captured op the replay has not finished (the positions the graph writes).
+  const fr::log::Record* launch = nullptr;
+  for (const auto& r : log.records)
+    if (r.raw.op == FR_OP_GRAPH_LAUNCH && !(r.raw.flags & FR_REC_F_NEVER_LAUNCHED)) launch = &r;
+  const fr_graph_entry* graph = nullptr;
+  if (launch != nullptr)
+    for (const auto& g : log.graphs)
+      if (g.id == launch->raw.aux) graph = &g;
+  if (graph != nullptr && gpu_tracked && (graph->flags & FR_GRAPH_F_GPU_POSITION)) {
+    std::map<uint64_t, const fr_record*> last_on_comm;  // comm -> its last captured op
+    for (const fr_record& op : log.captures)
+      if (op.aux == graph->id) {
+        const fr_record*& last = last_on_comm[op.comm_id];
+        if (last == nullptr || op.op_index > last->op_index) last = &op;
+      }
+    for (auto& cp : p.comms) {
+      auto it = last_on_comm.find(cp.comm_id);
+      if (it == last_on_comm.end() || found.count(cp.comm_id)) continue;
+      const fr_comm_entry* c = log.find_comm(cp.comm_id);
+      if (c != nullptr && c->graph_completed == FR_GRAPH_POS(graph->ordinal, it->second->op_index))
+        continue;  // this communicator's part of the replay finished
+      cp.oldest_age_ns = std::max<int64_t>(1, now_real_ns - int64_t(launch->raw.call_ns));
+      cp.oldest_seq = fr::log::op_is_p2p(it->second->op) ? cp.p2p_seq : cp.coll_seq;
+      cp.oldest_op = it->second->op;
+    }
+  }
+  summarize_xfers(log, now_real_ns, &p);
+  p.exited_cleanly = !p.alive && all_closed;
+  return p;
+}
+
+LogWatcher::LogWatcher(std::string log_dir, int64_t stall_after_ns)
+    : log_dir_(std::move(log_dir)), stall_after_ns_(stall_after_ns) {}
+
+ScanResult LogWatcher::scan() {
+  ScanResult out;
+  fr::log::LocalLogOptions lo;
+  lo.dir = log_dir_;
+  lo.owners = owners_;
+  lo.job_id = job_filter_;
+  lo.max_logs = kMaxLogs;
+  fr::log::LocalLogs listed = fr::log::list_local_logs(lo);
+  if (!listed.error.empty()) out.unreadable.push_back(log_dir_ + ": cannot list the log directory");
+  // Links, foreign owners, copies and duplicate ranks: named, never counted as a process.
+  for (const auto& r : listed.refused) out.unreadable.push_back(r.name + ": " + r.why);
+  std::map<std::string, Seen> now_seen;
+  for (const auto& local : listed.logs) {
+    const std::string& n = local.name;
+    fr::log::ReadResult rr = fr::log::read_local_log(log_dir_, local);
+    if (!rr.ok()) {
+      out.unreadable.push_back(rr.message.empty() ? n + ": unreadable" : rr.message);
+      continue;
+    }
+    if (!job_filter_.empty() && rr.log->job_id() != job_filter_)
+      continue;
+    ProcessReport p = summarize_log(*rr.log, n, real_ns());
+    Seen s{p.alive, p.oldest_age_ns() >= stall_after_ns_};
+    auto it = seen_.find(n);
+    if (it == seen_.end()) {
+      if (!s.alive && !p.exited_cleanly) out.urgent = true;
+      if (s.stalled) out.urgent = true;
+    } else {
+      if (it->second.alive && !s.alive) out.urgent = true;
+      if (!it->second.stalled && s.stalled) out.urgent = true;
+    }
+    now_seen[n] = s;
+    out.processes.push_back(std::move(p));
+  }
+  seen_ = std::move(now_seen);
+  return out;
+}
+
+}  // namespace fr::daemon

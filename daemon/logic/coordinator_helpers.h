@@ -1,0 +1,33 @@
+// Small helpers the coordinator's units share (coordinator.cpp, coordinator_incidents.cpp,
+// coordinator_uploads.cpp, coordinator_recovery.cpp, coordinator_status.cpp); nothing outside
+// them includes this file.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "daemon/logic/coordinator.h"
+
+namespace fr::daemon::coordinator_helpers {
+
+inline bool is_dir(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+inline double secs(int64_t ns) { return double(ns) / 1e9; }
+
+inline std::string hex_id(uint64_t v) {
+  char b[24];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+inline bool is_closed(IncidentState s) {
+  return s == IncidentState::kClosed || s == IncidentState::kClosedTransient;
+}
+
+}  // namespace fr::daemon::coordinator_helpers

@@ -1,0 +1,202 @@
+// See convert.h.
+#include "daemon/rpc/convert.h"
+
+#include <algorithm>
+
+#include "daemon/base/names.h"
+
+namespace fr::daemon {
+
+void to_proto(const NodeReport& in, fr::v1::Heartbeat* out) {
+  out->set_seq(in.seq);
+  out->set_node_time_ns(in.node_time_ns);
+  for (const auto& p : in.processes) {
+    auto* q = out->add_processes();
+    q->set_log(p.log);
+    q->set_rank(p.rank);
+    q->set_world_size(p.world_size);
+    q->set_pid(p.pid);
+    q->set_alive(p.alive);
+    q->set_exited_cleanly(p.exited_cleanly);
+    q->set_job_id(p.job_id);
+    q->set_host(p.host);
+    q->set_records(p.records);
+    q->set_last_record_age_ns(p.last_record_age_ns);
+    q->set_flags(p.flags);
+    for (const auto& c : p.comms) {
+      auto* d = q->add_comms();
+      d->set_comm_id(c.comm_id);
+      d->set_size(c.size);
+      d->set_rank(c.rank);
+      d->set_state(c.state);
+      d->set_coll_seq(c.coll_seq);
+      d->set_p2p_seq(c.p2p_seq);
+      d->set_enqueued(c.enqueued);
+      d->set_started(c.started);
+      d->set_completed(c.completed);
+      d->set_oldest_in_flight_age_ns(c.oldest_age_ns);
+      d->set_oldest_in_flight_seq(c.oldest_seq);
+      d->set_oldest_in_flight_op(c.oldest_op);
+      d->set_name(c.name);
+    }
+    for (const auto& x : p.xfers) {
+      auto* d = q->add_xfers();
+      d->set_local_agent(x.local_agent);
+      d->set_remote_agent(x.remote_agent);
+      d->set_in_flight(x.in_flight);
+      d->set_oldest_in_flight_age_ns(x.oldest_age_ns);
+      d->set_oldest_key(x.oldest_key);
+      d->set_oldest_op(x.oldest_op);
+      d->set_oldest_bytes(x.oldest_bytes);
+      d->set_oldest_status(x.oldest_status);
+      d->set_completed(x.completed);
+    }
+  }
+  for (const auto& u : in.unreadable) out->add_unreadable(u);
+  for (const auto& a : in.gpu_alerts) out->add_gpu_alerts(a);
+}
+
+NodeHello from_proto(const fr::v1::Hello& in) {
+  constexpr size_t kMaxRawName = 1024;  // far past what sanitize_name keeps (kMaxNameLen)
+  auto bounded = [](const std::string& s) { return s.substr(0, kMaxRawName); };
+  NodeHello h;
+  h.protocol = in.protocol();
+  h.node_name = bounded(in.node_name());
+  h.host = bounded(in.host());
+  h.job_id = bounded(in.job_id());
+  return h;
+}
+
+DumpStatusReport from_proto(const fr::v1::DumpStatus& in) {
+  return DumpStatusReport{printable(in.incident_id(), 64), in.ok(), printable(in.error(), 256)};
+}
+
+NodeReport from_proto(const fr::v1::Heartbeat& in) {
+  NodeReport r;
+  from_proto(in, &r);
+  return r;
+}
+
+namespace {
+
+void from_proto(const fr::v1::CommProgress& d, CommProgress* c) {
+  c->comm_id = d.comm_id();
+  c->size = d.size();
+  c->rank = d.rank();
+  c->state = d.state();
+  c->coll_seq = d.coll_seq();
+  c->p2p_seq = d.p2p_seq();
+  c->enqueued = d.enqueued();
+  c->started = d.started();
+  c->completed = d.completed();
+  c->oldest_age_ns = d.oldest_in_flight_age_ns() < 0 ? 0 : d.oldest_in_flight_age_ns();
+  c->oldest_seq = d.oldest_in_flight_seq();
+  c->oldest_op = d.oldest_in_flight_op();
+  printable_into(d.name(), 64, &c->name);
+}
+
+void from_proto(const fr::v1::ProcessReport& q, ProcessReport* p) {
+  sanitize_name_into(q.log(), 200, &p->log);
+  p->rank = q.rank();
+  p->world_size = q.world_size();
+  p->pid = q.pid();
+  p->alive = q.alive();
+  p->exited_cleanly = q.exited_cleanly();
+  printable_into(q.job_id(), 64, &p->job_id);
+  printable_into(q.host(), 64, &p->host);
+  p->records = q.records();
+  p->last_record_age_ns = q.last_record_age_ns();
+  p->flags = q.flags();
+  p->comms.resize(std::min<size_t>(size_t(q.comms_size()), kMaxCommsPerProcess));
+  for (size_t i = 0; i < p->comms.size(); ++i) from_proto(q.comms(int(i)), &p->comms[i]);
+  p->xfers.resize(std::min<size_t>(size_t(q.xfers_size()), ProcessReport::kMaxXferPairs));
+  for (size_t i = 0; i < p->xfers.size(); ++i) {
+    const fr::v1::XferProgress& d = q.xfers(int(i));
+    XferProgress& x = p->xfers[i];
+    printable_into(d.local_agent(), 64, &x.local_agent);
+    printable_into(d.remote_agent(), 64, &x.remote_agent);
+    x.in_flight = d.in_flight();
+    x.oldest_age_ns = d.oldest_in_flight_age_ns() < 0 ? 0 : d.oldest_in_flight_age_ns();
+    x.oldest_key = d.oldest_key();
+    x.oldest_op = d.oldest_op();
+    x.oldest_bytes = d.oldest_bytes();
+    x.oldest_status = d.oldest_status();
+    x.completed = d.completed();
+  }
+}
+
+// At most `max` strings, each made printable and cut at `max_len`.
+void printable_list(const google::protobuf::RepeatedPtrField<std::string>& in, size_t max,
+                    size_t max_len, std::vector<std::string>* out) {
+  out->resize(std::min<size_t>(size_t(in.size()), max));
+  for (size_t i = 0; i < out->size(); ++i) printable_into(in[int(i)], max_len, &(*out)[i]);
+}
+
+}  // namespace
+
+void from_proto(const fr::v1::Heartbeat& in, NodeReport* r) {
+  r->seq = in.seq();
+  r->node_time_ns = in.node_time_ns();
+  r->processes.resize(std::min<size_t>(size_t(in.processes_size()), kMaxProcessesPerNode));
+  for (size_t i = 0; i < r->processes.size(); ++i) from_proto(in.processes(int(i)), &r->processes[i]);
+  printable_list(in.unreadable(), 64, 256, &r->unreadable);
+  printable_list(in.gpu_alerts(), 64, 256, &r->gpu_alerts);
+}
+
+void to_proto(const DumpHeader& in, fr::v1::UploadHeader* out) {
+  out->set_incident_id(in.incident_id);
+  out->set_node_name(in.node_name);
+  out->set_snapshot_time_ns(in.snapshot_time_ns);
+  out->set_job_id(in.job_id);
+  out->set_upload_key(in.upload_key);
+  for (const auto& f : in.files) {
+    auto* g = out->add_files();
+    g->set_name(f.name);
+    g->set_size(f.size);
+    g->set_crc32c(f.crc32c);
+  }
+  for (const auto& p : in.processes) {
+    auto* q = out->add_processes();
+    q->set_rank(p.rank);
+    q->set_world_size(p.world_size);
+    q->set_pid(p.pid);
+    q->set_host(p.host);
+    q->set_job_id(p.job_id);
+    q->set_file(p.file);
+    q->set_source(p.source);
+    q->set_alive(p.alive);
+    q->set_records(p.records);
+    q->set_overwritten(p.overwritten);
+    q->set_torn(p.torn);
+  }
+  for (const auto& s : in.skipped) {
+    auto* t = out->add_skipped();
+    t->set_file(s.file);
+    t->set_error(s.error);
+  }
+}
+
+DumpHeader from_proto(const fr::v1::UploadHeader& in) {
+  // Names are checked, not rewritten: a header with an unsafe name is refused as a whole.
+  DumpHeader h;
+  h.incident_id = in.incident_id().substr(0, 256);
+  h.node_name = in.node_name().substr(0, 256);
+  h.snapshot_time_ns = in.snapshot_time_ns();
+  h.job_id = in.job_id().substr(0, 256);
+  h.upload_key = in.upload_key().substr(0, 128);
+  for (const auto& g : in.files()) h.files.push_back({g.name().substr(0, 256), g.size(), g.crc32c()});
+  for (const auto& q : in.processes()) {
+    if (h.processes.size() >= 4096) break;
+    h.processes.push_back({q.rank(), q.world_size(), q.pid(), printable(q.host(), 64),
+                           printable(q.job_id(), 64), q.file().substr(0, 256),
+                           printable(q.source(), 256), q.alive(), q.records(), q.overwritten(),
+                           q.torn()});
+  }
+  for (const auto& t : in.skipped()) {
+    if (h.skipped.size() >= 1024) break;
+    h.skipped.push_back({printable(t.file(), 256), printable(t.error(), 256)});
+  }
+  return h;
+}
+
+}  // namespace fr::daemon
