@@ -25,6 +25,9 @@ packages+=(libssl-dev)
 packages+=(chromium)
 # frd: the stacks of every rank are unwound and symbolized with elfutils' libdw.
 packages+=(libdw-dev libelf-dev)
+# The format check (scripts/check-format) holds every C and C++ file to .clang-format with the
+# clang-format Debian 12 ships (14): another version formats some lines differently.
+packages+=(clang-format-14)
 
 # --- examples and images (tests/examples): the linters, and buildah + debootstrap for
 # `make images`; the shape check (scripts/check-shape) measures functions with lizard. The PyPI

@@ -47,7 +47,7 @@
  * newer than the reader's is refused with a clear error, never guessed at. A structure stored
  * smaller than the fields its version defines (FR_V<n>_*_BYTES below) is corrupt; fields its
  * version did not define read as zero, whatever the writer left in those bytes.
- * log/reader.cpp implements the rule; tests/proto/compat_test.cpp writes logs at older,
+ * log/reader.cpp implements the rule; tests/log/compat_test.cpp writes logs at older,
  * smaller and bigger layouts to hold it to it.
  */
 #ifndef FR_FLIGHT_LOG_H_

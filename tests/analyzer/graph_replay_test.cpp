@@ -10,7 +10,7 @@
 #include "analyzer/model.h"
 #include "fr/flight_log.h"
 #include "log/reader.h"
-#include "proto/test_log.h"
+#include "log/test_log.h"
 
 namespace {
 
