@@ -293,4 +293,18 @@ ncclResult_t missing_real(const char* fn) {
   return ncclInvalidUsage;
 }
 
+// ---- one wrapper per function of the list --------------------------------------------------
+
+namespace {
+// Every function of the NCCL API list (fr/nccl_api.def) has its wrapper: these references make a
+// missing one an undefined symbol, which the link refuses (-z defs). (Deprecated ones included.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+__attribute__((used)) const void* const kWrapped[] = {
+#define FR_NCCL_FN(base, ...) (const void*)&::nccl##base,
+#include "fr/nccl_api.def"
+};
+#pragma GCC diagnostic pop
+}  // namespace
+
 }  // namespace fr::agent

@@ -6,7 +6,9 @@
 //
 // The wrappers cover every function of NCCL 2.32's nccl.h that can take part in a hang, the host
 // calls of its device API (ncclDevCommCreate/Destroy, ncclCommQueryProperties), and the 2.29+
-// functions older headers lack (nccl_extra.h), one file per kind of call:
+// functions older headers lack: the rows of the NCCL API list, fr/nccl_api.def, which declares
+// them (nccl_extra.h) and fails the link where one has no wrapper (wrappers.cpp). One file per
+// kind of call:
 //  - wrappers_ops.cpp, collectives and point-to-point: one record with the per-communicator
 //    sequence number; outside a group the op launches at its call, inside one at the outermost
 //    GroupEnd (GPU markers placed then). The *Config collectives are recorded exactly as their

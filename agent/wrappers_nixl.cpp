@@ -22,43 +22,15 @@ namespace {
 
 namespace nx = ::fr::agent::nixl;
 
-// The wrapped methods, in the order of kNames.
+// The methods the agent reaches, one per row of the list (nixl_api.def), and their symbols.
 enum Fn : int {
-  kCtorC1, kCtorC2, kCreateBackend, kCreateXfer, kMakeXferSpan, kMakeXferVec, kPost, kStatus,
-  kRelease, kPrepLocal, kPrepStrideLocal, kPrepRemote, kPrepStrideRemote, kReleaseDlist, kGenNotif,
-  kGetNotifs, kRegisterMem, kLoadRemoteMD, kQueryBackend, kNumFns
+#define FR_NIXL_FN(fn, ...) fn,
+#include "nixl_api.def"
+  kNumFns
 };
 const char* const kNames[kNumFns] = {
-    "_ZN9nixlAgentC1ERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERK15nixlAgentConfig",
-    "_ZN9nixlAgentC2ERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERK15nixlAgentConfig",
-    "_ZN9nixlAgent13createBackendERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERKSt13unord"
-    "ered_mapIS5_S5_St4hashIS5_ESt8equal_toIS5_ESaISt4pairIS6_S5_EEERP12nixlBackendH",
-    "_ZNK9nixlAgent13createXferReqERK14nixl_xfer_op_tRK12nixlDescListI13nixlBasicDescES7_RKNSt7__cx"
-    "x1112basic_stringIcSt11char_traitsIcESaIcEEERP12nixlXferReqHPK21nixlAgentOptionalArgs",
-    "_ZNK9nixlAgent11makeXferReqE14nixl_xfer_op_tRK10nixlDlistHSt4spanIKiLm18446744073709551615EES"
-    "3_S6_RP12nixlXferReqHPK21nixlAgentOptionalArgs",
-    "_ZNK9nixlAgent11makeXferReqERK14nixl_xfer_op_tPK10nixlDlistHRKSt6vectorIiSaIiEES5_SA_RP12nixl"
-    "XferReqHPK21nixlAgentOptionalArgs",
-    "_ZNK9nixlAgent11postXferReqEP12nixlXferReqHPK21nixlAgentOptionalArgs",
-    "_ZNK9nixlAgent13getXferStatusEP12nixlXferReqH",
-    "_ZNK9nixlAgent14releaseXferReqEP12nixlXferReqH",
-    "_ZNK9nixlAgent13prepXferDlistERK12nixlDescListI13nixlBasicDescERP10nixlDlistHPK21nixlAgentOpt"
-    "ionalArgs",
-    "_ZNK9nixlAgent13prepXferDlistERK12nixlDescListI14nixlStrideDescERP10nixlDlistHPK21nixlAgentOp"
-    "tionalArgs",
-    "_ZNK9nixlAgent13prepXferDlistERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERK12nixlD"
-    "escListI13nixlBasicDescERP10nixlDlistHPK21nixlAgentOptionalArgs",
-    "_ZNK9nixlAgent13prepXferDlistERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERK12nixlD"
-    "escListI14nixlStrideDescERP10nixlDlistHPK21nixlAgentOptionalArgs",
-    "_ZNK9nixlAgent14releasedDlistHEP10nixlDlistH",
-    "_ZNK9nixlAgent8genNotifERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEES7_PK21nixlAgent"
-    "OptionalArgs",
-    "_ZN9nixlAgent9getNotifsERSt13unordered_mapINSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEE"
-    "ESt6vectorIS6_SaIS6_EESt4hashIS6_ESt8equal_toIS6_ESaISt4pairIKS6_S9_EEEPK21nixlAgentOptionalA"
-    "rgs",
-    "_ZN9nixlAgent11registerMemERK12nixlDescListI12nixlBlobDescEPK21nixlAgentOptionalArgs",
-    "_ZN9nixlAgent12loadRemoteMDERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERS5_",
-    "_ZNK9nixlAgent16queryXferBackendEPK12nixlXferReqHRP12nixlBackendH",
+#define FR_NIXL_FN(fn, wrap, wrapper, op, ret, mangled, ...) mangled,
+#include "nixl_api.def"
 };
 // The functions a transfer's record needs: without any of them NIXL is not recorded.
 const Fn kRequired[] = {kCtorC1, kCreateXfer, kPost, kStatus, kRelease};
@@ -311,7 +283,24 @@ uint32_t state_of(int status, bool after_post) {
 using namespace fr::agent;
 namespace nx = fr::agent::nixl;
 
+// The wrappers, exported under the methods' mangled names (the WRAP rows of nixl_api.def). A row
+// without its wrapper below is an undefined symbol: kWrapped makes the link refuse it (-z defs).
 #define FR_NIXL_API extern "C" __attribute__((visibility("default")))
+#define FR_NIXL_DECL_WRAP(wrapper, ret, mangled, ...) \
+  FR_NIXL_API ret wrapper(FR_NCCL_PARAMS(__VA_ARGS__)) __asm__(mangled);
+#define FR_NIXL_DECL_CALL(wrapper, ret, mangled, ...)
+#define FR_NIXL_FN(fn, wrap, wrapper, op, ret, mangled, ...) \
+  FR_NIXL_DECL_##wrap(wrapper, ret, mangled, __VA_ARGS__)
+#include "nixl_api.def"
+namespace {
+#define FR_NIXL_ADDR_WRAP(wrapper) (const void*)&wrapper,
+#define FR_NIXL_ADDR_CALL(wrapper)
+__attribute__((used)) const void* const kWrapped[] = {
+#define FR_NIXL_FN(fn, wrap, wrapper, ...) FR_NIXL_ADDR_##wrap(wrapper)
+#include "nixl_api.def"
+};
+}  // namespace
+
 #define FR_NIXL_REAL(f, type)                              \
   auto real = (type)real_of(f);                            \
   if (__builtin_expect(real == nullptr, 0)) return -9; /* NIXL_ERR_NOT_SUPPORTED */
@@ -342,19 +331,13 @@ void ctor(Fn f, void* self, const nx::StdString* name, const void* config) {
 }
 }  // namespace
 
-FR_NIXL_API void fr_nixl_ctor_c1(void* self, const nx::StdString* name, const void* config)
-    __asm__("_ZN9nixlAgentC1ERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERK15nixlAgentConfig");
 void fr_nixl_ctor_c1(void* self, const nx::StdString* name, const void* config) {
   ctor(kCtorC1, self, name, config);
 }
-FR_NIXL_API void fr_nixl_ctor_c2(void* self, const nx::StdString* name, const void* config)
-    __asm__("_ZN9nixlAgentC2ERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERK15nixlAgentConfig");
 void fr_nixl_ctor_c2(void* self, const nx::StdString* name, const void* config) {
   ctor(kCtorC2, self, name, config);
 }
 
-FR_NIXL_API int fr_nixl_create_backend(void* self, const nx::StdString* type, const void* params, void** out)
-    __asm__("_ZN9nixlAgent13createBackendERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERKSt13unordered_mapIS5_S5_St4hashIS5_ESt8equal_toIS5_ESaISt4pairIS6_S5_EEERP12nixlBackendH");
 int fr_nixl_create_backend(void* self, const nx::StdString* type, const void* params, void** out) {
   FR_NIXL_REAL(kCreateBackend, int (*)(void*, const nx::StdString*, const void*, void**));
   NixlScope s;
@@ -382,10 +365,6 @@ int fr_nixl_create_backend(void* self, const nx::StdString* type, const void* pa
 
 // ---- transfer requests ---------------------------------------------------------------------------
 
-FR_NIXL_API int fr_nixl_create_xfer(const void* self, const int* op, const nx::DescList* local,
-                        const nx::DescList* remote, const nx::StdString* remote_agent, void** req,
-                        const nx::OptArgs* extra)
-    __asm__("_ZNK9nixlAgent13createXferReqERK14nixl_xfer_op_tRK12nixlDescListI13nixlBasicDescES7_RKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERP12nixlXferReqHPK21nixlAgentOptionalArgs");
 int fr_nixl_create_xfer(const void* self, const int* op, const nx::DescList* local,
                         const nx::DescList* remote, const nx::StdString* remote_agent, void** req,
                         const nx::OptArgs* extra) {
@@ -411,9 +390,6 @@ int fr_nixl_create_xfer(const void* self, const int* op, const nx::DescList* loc
   return res;
 }
 
-FR_NIXL_API int fr_nixl_make_xfer_span(const void* self, int op, const void* local, nx::IntSpan li,
-                           const void* remote, nx::IntSpan ri, void** req, const nx::OptArgs* extra)
-    __asm__("_ZNK9nixlAgent11makeXferReqE14nixl_xfer_op_tRK10nixlDlistHSt4spanIKiLm18446744073709551615EES3_S6_RP12nixlXferReqHPK21nixlAgentOptionalArgs");
 int fr_nixl_make_xfer_span(const void* self, int op, const void* local, nx::IntSpan li,
                            const void* remote, nx::IntSpan ri, void** req, const nx::OptArgs* extra) {
   FR_NIXL_REAL(kMakeXferSpan, int (*)(const void*, int, const void*, nx::IntSpan, const void*,
@@ -434,10 +410,6 @@ int fr_nixl_make_xfer_span(const void* self, int op, const void* local, nx::IntS
   return res;
 }
 
-FR_NIXL_API int fr_nixl_make_xfer_vec(const void* self, const int* op, const void* local, const nx::StdVector* li,
-                          const void* remote, const nx::StdVector* ri, void** req,
-                          const nx::OptArgs* extra)
-    __asm__("_ZNK9nixlAgent11makeXferReqERK14nixl_xfer_op_tPK10nixlDlistHRKSt6vectorIiSaIiEES5_SA_RP12nixlXferReqHPK21nixlAgentOptionalArgs");
 int fr_nixl_make_xfer_vec(const void* self, const int* op, const void* local, const nx::StdVector* li,
                           const void* remote, const nx::StdVector* ri, void** req,
                           const nx::OptArgs* extra) {
@@ -459,8 +431,6 @@ int fr_nixl_make_xfer_vec(const void* self, const int* op, const void* local, co
   return res;
 }
 
-FR_NIXL_API int fr_nixl_post(const void* self, void* req, const nx::OptArgs* extra)
-    __asm__("_ZNK9nixlAgent11postXferReqEP12nixlXferReqHPK21nixlAgentOptionalArgs");
 int fr_nixl_post(const void* self, void* req, const nx::OptArgs* extra) {
   FR_NIXL_REAL(kPost, int (*)(const void*, void*, const nx::OptArgs*));
   NixlScope s;
@@ -492,8 +462,6 @@ int fr_nixl_post(const void* self, void* req, const nx::OptArgs* extra) {
   return res;
 }
 
-FR_NIXL_API int fr_nixl_status(const void* self, void* req)
-    __asm__("_ZNK9nixlAgent13getXferStatusEP12nixlXferReqH");
 int fr_nixl_status(const void* self, void* req) {
   FR_NIXL_REAL(kStatus, int (*)(const void*, void*));
   NixlScope s;
@@ -516,8 +484,6 @@ int fr_nixl_status(const void* self, void* req) {
   return res;
 }
 
-FR_NIXL_API int fr_nixl_release(const void* self, void* req)
-    __asm__("_ZNK9nixlAgent14releaseXferReqEP12nixlXferReqH");
 int fr_nixl_release(const void* self, void* req) {
   FR_NIXL_REAL(kRelease, int (*)(const void*, void*));
   NixlScope s;
@@ -536,10 +502,8 @@ int fr_nixl_release(const void* self, void* req) {
 
 // ---- prepared lists, notifications, memory and metadata ------------------------------------------
 
-#define FR_NIXL_PREP(f, sym, with_agent, basic)                                                   \
-  FR_NIXL_API int fr_nixl_prep_##f(const void* self, FR_PREP_AGENT_##with_agent                  \
-                                   const nx::DescList* descs, void** out,                       \
-                                   const nx::OptArgs* extra) __asm__(sym);                      \
+// The four prepXferDlist overloads (their rows name fr_nixl_prep_<fn>).
+#define FR_NIXL_PREP(f, with_agent, basic)                                                        \
   int fr_nixl_prep_##f(const void* self, FR_PREP_AGENT_##with_agent const nx::DescList* descs,  \
                        void** out, const nx::OptArgs* extra) {                                   \
     FR_NIXL_REAL(f, int (*)(const void*, FR_PREP_AGENT_##with_agent const nx::DescList*, void**, \
@@ -559,13 +523,11 @@ int fr_nixl_release(const void* self, void* req) {
 #define FR_PREP_NAME_1 agent
 #define FR_PREP_NAME_0 nullptr
 
-FR_NIXL_PREP(kPrepLocal, "_ZNK9nixlAgent13prepXferDlistERK12nixlDescListI13nixlBasicDescERP10nixlDlistHPK21nixlAgentOptionalArgs", 0, true)
-FR_NIXL_PREP(kPrepStrideLocal, "_ZNK9nixlAgent13prepXferDlistERK12nixlDescListI14nixlStrideDescERP10nixlDlistHPK21nixlAgentOptionalArgs", 0, false)
-FR_NIXL_PREP(kPrepRemote, "_ZNK9nixlAgent13prepXferDlistERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERK12nixlDescListI13nixlBasicDescERP10nixlDlistHPK21nixlAgentOptionalArgs", 1, true)
-FR_NIXL_PREP(kPrepStrideRemote, "_ZNK9nixlAgent13prepXferDlistERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERK12nixlDescListI14nixlStrideDescERP10nixlDlistHPK21nixlAgentOptionalArgs", 1, false)
+FR_NIXL_PREP(kPrepLocal, 0, true)
+FR_NIXL_PREP(kPrepStrideLocal, 0, false)
+FR_NIXL_PREP(kPrepRemote, 1, true)
+FR_NIXL_PREP(kPrepStrideRemote, 1, false)
 
-FR_NIXL_API int fr_nixl_release_dlist(const void* self, void* dlist)
-    __asm__("_ZNK9nixlAgent14releasedDlistHEP10nixlDlistH");
 int fr_nixl_release_dlist(const void* self, void* dlist) {
   FR_NIXL_REAL(kReleaseDlist, int (*)(const void*, void*));
   NixlScope s;
@@ -573,9 +535,6 @@ int fr_nixl_release_dlist(const void* self, void* dlist) {
   return real(self, dlist);
 }
 
-FR_NIXL_API int fr_nixl_gen_notif(const void* self, const nx::StdString* remote, const nx::StdString* msg,
-                      const nx::OptArgs* extra)
-    __asm__("_ZNK9nixlAgent8genNotifERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEES7_PK21nixlAgentOptionalArgs");
 int fr_nixl_gen_notif(const void* self, const nx::StdString* remote, const nx::StdString* msg,
                       const nx::OptArgs* extra) {
   FR_NIXL_REAL(kGenNotif, int (*)(const void*, const nx::StdString*, const nx::StdString*,
@@ -589,8 +548,6 @@ int fr_nixl_gen_notif(const void* self, const nx::StdString* remote, const nx::S
 }
 
 // Polled in loops: a record only when notifications arrived (count: how many remote agents sent).
-FR_NIXL_API int fr_nixl_get_notifs(void* self, nx::StdHashtable* notifs, const nx::OptArgs* extra)
-    __asm__("_ZN9nixlAgent9getNotifsERSt13unordered_mapINSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEESt6vectorIS6_SaIS6_EESt4hashIS6_ESt8equal_toIS6_ESaISt4pairIKS6_S9_EEEPK21nixlAgentOptionalArgs");
 int fr_nixl_get_notifs(void* self, nx::StdHashtable* notifs, const nx::OptArgs* extra) {
   FR_NIXL_REAL(kGetNotifs, int (*)(void*, nx::StdHashtable*, const nx::OptArgs*));
   NixlScope s;
@@ -603,8 +560,6 @@ int fr_nixl_get_notifs(void* self, nx::StdHashtable* notifs, const nx::OptArgs* 
   return res;
 }
 
-FR_NIXL_API int fr_nixl_register_mem(void* self, const nx::DescList* descs, const nx::OptArgs* extra)
-    __asm__("_ZN9nixlAgent11registerMemERK12nixlDescListI12nixlBlobDescEPK21nixlAgentOptionalArgs");
 int fr_nixl_register_mem(void* self, const nx::DescList* descs, const nx::OptArgs* extra) {
   FR_NIXL_REAL(kRegisterMem, int (*)(void*, const nx::DescList*, const nx::OptArgs*));
   NixlScope s;
@@ -620,8 +575,6 @@ int fr_nixl_register_mem(void* self, const nx::DescList* descs, const nx::OptArg
   return res;
 }
 
-FR_NIXL_API int fr_nixl_load_remote_md(void* self, const nx::StdString* blob, nx::StdString* name)
-    __asm__("_ZN9nixlAgent12loadRemoteMDERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERS5_");
 int fr_nixl_load_remote_md(void* self, const nx::StdString* blob, nx::StdString* name) {
   FR_NIXL_REAL(kLoadRemoteMD, int (*)(void*, const nx::StdString*, nx::StdString*));
   NixlScope s;

@@ -25,19 +25,17 @@
 #include "analyzer/model.h"
 #include "analyzer/result.h"
 #include "analyzer/verdicts.h"
+#include "fr/nccl_api.h"
 
 namespace fr::analyzer {
 
 // More ranks than any job has: sizes beyond this come from damaged input.
 inline constexpr int kMaxRanks = 1 << 20;
 
-inline bool is_rooted(uint16_t op) {
-  return op == FR_OP_BROADCAST || op == FR_OP_BCAST || op == FR_OP_REDUCE || op == FR_OP_GATHER ||
-         op == FR_OP_SCATTER;
-}
-inline bool has_redop(uint16_t op) {
-  return op == FR_OP_ALLREDUCE || op == FR_OP_REDUCE || op == FR_OP_REDUCESCATTER;
-}
+// Whether members must agree on an op's root and on its reduction: the rooted and reducing
+// columns of the NCCL API list (fr/nccl_api.def), so that matching compares the right fields.
+inline bool is_rooted(uint16_t op) { return fr::nccl_op(op).rooted; }
+inline bool has_redop(uint16_t op) { return fr::nccl_op(op).reducing; }
 // An op's kind from the format's list (fr::log::op_is_collective, op_is_p2p and op_is_nixl,
 // inline: the passes and the loading ask it for every record). NIXL calls belong to no
 // communicator: the loading keeps them apart (Proc::nixl_calls).

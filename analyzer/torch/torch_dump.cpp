@@ -16,6 +16,7 @@
 #include "analyzer/torch/torch_convert.h"
 #include "analyzer/torch/torch_detail.h"
 #include "analyzer/torch/unpickle_machine.h"
+#include "fr/nccl_api.h"
 #include "log/safe_file.h"
 
 namespace fr::analyzer::torch {
@@ -97,28 +98,31 @@ uint64_t torch_pg_comm_id(std::string_view pg_name, const std::vector<int64_t>& 
 }
 
 int torch_op_from_name(std::string_view op) {
+  // Torch's own names of each op first (the NCCL API list's torch column; the first op named so
+  // wins: Broadcast before Bcast), then the other names torch's versions and calls use.
+  for (const fr::NcclFn& f : fr::kNcclApi)
+    if (f.torch != nullptr && op == f.torch) return f.op;
   static const std::pair<const char*, int> kOps[] = {
-      {"all_reduce", FR_OP_ALLREDUCE}, {"allreduce", FR_OP_ALLREDUCE},
+      {"allreduce", FR_OP_ALLREDUCE},
       {"allreduce_coalesced", FR_OP_ALLREDUCE}, {"all_reduce_coalesced", FR_OP_ALLREDUCE},
       {"all_reduce_barrier", FR_OP_ALLREDUCE}, {"barrier", FR_OP_ALLREDUCE},
-      {"broadcast", FR_OP_BROADCAST}, {"_broadcast_oop", FR_OP_BROADCAST},
-      {"reduce", FR_OP_REDUCE}, {"_reduce_oop", FR_OP_REDUCE},
-      {"all_gather", FR_OP_ALLGATHER}, {"allgather", FR_OP_ALLGATHER},
+      {"_broadcast_oop", FR_OP_BROADCAST},
+      {"_reduce_oop", FR_OP_REDUCE},
+      {"allgather", FR_OP_ALLGATHER},
       {"_all_gather_base", FR_OP_ALLGATHER}, {"_allgather_base", FR_OP_ALLGATHER},
       {"all_gather_single", FR_OP_ALLGATHER}, {"all_gather_v", FR_OP_ALLGATHER},
       {"all_gather_into_tensor_coalesced", FR_OP_ALLGATHER},
       {"allgather_into_tensor_coalesced", FR_OP_ALLGATHER},
       {"ALLGATHER_coalesced", FR_OP_ALLGATHER}, {"allgather_coalesced", FR_OP_ALLGATHER},
-      {"reduce_scatter", FR_OP_REDUCESCATTER}, {"_reduce_scatter_base", FR_OP_REDUCESCATTER},
+      {"_reduce_scatter_base", FR_OP_REDUCESCATTER},
       {"reduce_scatter_single", FR_OP_REDUCESCATTER}, {"reduce_scatter_v", FR_OP_REDUCESCATTER},
       {"reduce_scatter_tensor_coalesced", FR_OP_REDUCESCATTER},
       {"reduce_scatter_base", FR_OP_REDUCESCATTER},
       {"REDUCE_SCATTER_coalesced", FR_OP_REDUCESCATTER},
-      {"all_to_all", FR_OP_ALLTOALL}, {"all_to_all_single", FR_OP_ALLTOALL},
+      {"all_to_all_single", FR_OP_ALLTOALL},
       {"all_to_all_v_single", FR_OP_ALLTOALL}, {"alltoall", FR_OP_ALLTOALL},
       {"alltoall_base", FR_OP_ALLTOALL},
-      {"gather", FR_OP_GATHER}, {"scatter", FR_OP_SCATTER},
-      {"send", FR_OP_SEND}, {"recv", FR_OP_RECV}, {"recvAnysource", FR_OP_RECV},
+      {"recvAnysource", FR_OP_RECV},
       {"split", FR_OP_COMM_SPLIT}, {"new_window", FR_OP_COMM_WINDOW_REGISTER},
       {"coalesced", -2},
   };
@@ -127,22 +131,8 @@ int torch_op_from_name(std::string_view op) {
   return -1;
 }
 
-const char* torch_op_name(uint16_t op) {
-  switch (op) {
-    case FR_OP_ALLREDUCE: return "all_reduce";
-    case FR_OP_BROADCAST:
-    case FR_OP_BCAST: return "broadcast";
-    case FR_OP_REDUCE: return "reduce";
-    case FR_OP_ALLGATHER: return "all_gather";
-    case FR_OP_REDUCESCATTER: return "reduce_scatter";
-    case FR_OP_ALLTOALL: return "all_to_all";
-    case FR_OP_GATHER: return "gather";
-    case FR_OP_SCATTER: return "scatter";
-    case FR_OP_SEND: return "send";
-    case FR_OP_RECV: return "recv";
-    default: return nullptr;
-  }
-}
+// The NCCL API list's torch column: an op no row names for torch has no torch name.
+const char* torch_op_name(uint16_t op) { return fr::nccl_op(op).torch; }
 
 namespace {
 // c10 ScalarType names (c10::toString) and the ncclDataType_t PyTorch uses for each.

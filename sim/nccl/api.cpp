@@ -278,29 +278,7 @@ FRSIM_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   return ncclSuccess;
 }
 
-// pncclX: the profiling names, aliases of the same code.
-#define FRSIM_ALIAS(ret, name, params) \
-  extern "C" __attribute__((visibility("default"), alias(#name))) ret p##name params;
-
-FRSIM_ALIAS(ncclResult_t, ncclAllReduce, (const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t))
-FRSIM_ALIAS(ncclResult_t, ncclBroadcast, (const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))
-FRSIM_ALIAS(ncclResult_t, ncclBcast, (void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))
-FRSIM_ALIAS(ncclResult_t, ncclReduce, (const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t, cudaStream_t))
-FRSIM_ALIAS(ncclResult_t, ncclAllGather, (const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t))
-FRSIM_ALIAS(ncclResult_t, ncclReduceScatter, (const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t))
-FRSIM_ALIAS(ncclResult_t, ncclAlltoAll, (const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t))
-FRSIM_ALIAS(ncclResult_t, ncclGather, (const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))
-FRSIM_ALIAS(ncclResult_t, ncclScatter, (const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))
-FRSIM_ALIAS(ncclResult_t, ncclSend, (const void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))
-FRSIM_ALIAS(ncclResult_t, ncclRecv, (void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))
-FRSIM_ALIAS(ncclResult_t, ncclGroupStart, ())
-FRSIM_ALIAS(ncclResult_t, ncclGroupEnd, ())
-FRSIM_ALIAS(ncclResult_t, ncclGroupSimulateEnd, (ncclSimInfo_t*))
-FRSIM_ALIAS(ncclResult_t, ncclMemAlloc, (void**, size_t))
-FRSIM_ALIAS(ncclResult_t, ncclMemFree, (void*))
-FRSIM_ALIAS(ncclResult_t, ncclCommRegister, (const ncclComm_t, void*, size_t, void**))
-FRSIM_ALIAS(ncclResult_t, ncclCommDeregister, (const ncclComm_t, void*))
-FRSIM_ALIAS(ncclResult_t, ncclCommWindowRegister, (ncclComm_t, void*, size_t, ncclWindow_t*, int))
-FRSIM_ALIAS(ncclResult_t, ncclCommWindowDeregister, (ncclComm_t, ncclWindow_t))
-FRSIM_ALIAS(ncclResult_t, ncclRedOpCreatePreMulSum, (ncclRedOp_t*, void*, ncclDataType_t, ncclScalarResidence_t, ncclComm_t))
-FRSIM_ALIAS(ncclResult_t, ncclRedOpDestroy, (ncclRedOp_t, ncclComm_t))
+// pncclX: the profiling names, aliases of the functions above (the list's rows marked OP and API).
+#define FRSIM_ALIASES_OF_OP
+#define FRSIM_ALIASES_OF_API
+#include "aliases.h"

@@ -283,21 +283,6 @@ FRSIM_API const char* ncclGetLastError(ncclComm_t comm) {
 
 FRSIM_API void ncclResetDebugInit() {}
 
-// pncclX: the profiling names, aliases of the same code.
-#define FRSIM_ALIAS(ret, name, params) \
-  extern "C" __attribute__((visibility("default"), alias(#name))) ret p##name params;
-
-FRSIM_ALIAS(ncclResult_t, ncclGetVersion, (int*))
-FRSIM_ALIAS(ncclResult_t, ncclCommFinalize, (ncclComm_t))
-FRSIM_ALIAS(ncclResult_t, ncclCommDestroy, (ncclComm_t))
-FRSIM_ALIAS(ncclResult_t, ncclCommAbort, (ncclComm_t))
-FRSIM_ALIAS(ncclResult_t, ncclCommRevoke, (ncclComm_t, int))
-FRSIM_ALIAS(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t, ncclResult_t*))
-FRSIM_ALIAS(ncclResult_t, ncclCommCount, (const ncclComm_t, int*))
-FRSIM_ALIAS(ncclResult_t, ncclCommCuDevice, (const ncclComm_t, int*))
-FRSIM_ALIAS(ncclResult_t, ncclCommUserRank, (const ncclComm_t, int*))
-FRSIM_ALIAS(const char*, ncclGetErrorString, (ncclResult_t))
-FRSIM_ALIAS(const char*, ncclGetLastError, (ncclComm_t))
-FRSIM_ALIAS(void, ncclResetDebugInit, ())
-FRSIM_ALIAS(ncclResult_t, ncclCommSuspend, (ncclComm_t, int))
-FRSIM_ALIAS(ncclResult_t, ncclCommResume, (ncclComm_t))
+// pncclX: the profiling names, aliases of the functions above (the list's rows marked COMM).
+#define FRSIM_ALIASES_OF_COMM
+#include "aliases.h"

@@ -436,16 +436,6 @@ FRSIM_API ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqu
   return init_rank(newcomm, nRanks, id, parent->rank, config);
 }
 
-// pncclX: the profiling names, aliases of the same code.
-#define FRSIM_ALIAS(ret, name, params) \
-  extern "C" __attribute__((visibility("default"), alias(#name))) ret p##name params;
-
-FRSIM_ALIAS(ncclResult_t, ncclGetUniqueId, (ncclUniqueId*))
-FRSIM_ALIAS(ncclResult_t, ncclCommInitRank, (ncclComm_t*, int, ncclUniqueId, int))
-FRSIM_ALIAS(ncclResult_t, ncclCommInitRankConfig, (ncclComm_t*, int, ncclUniqueId, int, ncclConfig_t*))
-FRSIM_ALIAS(ncclResult_t, ncclCommInitRankScalable, (ncclComm_t*, int, int, int, ncclUniqueId*, ncclConfig_t*))
-FRSIM_ALIAS(ncclResult_t, ncclCommInitAll, (ncclComm_t*, int, const int*))
-FRSIM_ALIAS(ncclResult_t, ncclCommSplit, (ncclComm_t, int, int, ncclComm_t*, ncclConfig_t*))
-FRSIM_ALIAS(ncclResult_t, ncclCommShrink, (ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int))
-FRSIM_ALIAS(ncclResult_t, ncclCommGetUniqueId, (ncclComm_t, ncclUniqueId*))
-FRSIM_ALIAS(ncclResult_t, ncclCommGrow, (ncclComm_t, int, const ncclUniqueId*, int, ncclComm_t*, ncclConfig_t*))
+// pncclX: the profiling names, aliases of the functions above (the list's rows marked INIT).
+#define FRSIM_ALIASES_OF_INIT
+#include "aliases.h"

@@ -17,8 +17,11 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
+
+#include "fr/nccl_api.h"
 
 namespace frsim {
 
@@ -160,10 +163,28 @@ uint8_t float_to_fp8(float f, bool e5m2);
 
 // ---- communicators ----------------------------------------------------------------------------------
 
+// The operations the emulation runs: k<base> for each row of the NCCL API list (fr/nccl_api.def)
+// marked OP, numbered from 1 in the list's order (kAllReduce = 1, kBroadcast, kReduce, ... kSend,
+// kRecv), so that a zeroed descriptor holds none.
+constexpr uint32_t op_kind_number(std::string_view name) {
+  uint32_t n = 0;
+  for (const fr::NcclFn& f : fr::kNcclApi) {
+    if (f.emu == fr::NcclEmu::OP) ++n;
+    if (name == f.name) return n;
+  }
+  return 0;
+}
 enum OpKind : uint32_t {
-  kAllReduce = 1, kBroadcast, kReduce, kAllGather, kReduceScatter, kAlltoAll, kGather, kScatter,
-  kSend, kRecv
+#define FRSIM_OP_KIND_OP(base) k##base = op_kind_number("nccl" #base),
+#define FRSIM_OP_KIND_API(base)
+#define FRSIM_OP_KIND_COMM(base)
+#define FRSIM_OP_KIND_INIT(base)
+#define FRSIM_OP_KIND_NONE(base)
+#define FR_NCCL_FN(base, ret, op, kind, rooted, reducing, torch, since, emu, ...) \
+  FRSIM_OP_KIND_##emu(base)
+#include "fr/nccl_api.def"
 };
+static_assert(kAllReduce == 1 && kRecv == 10, "the op kinds keep their numbers");
 
 struct RedOpInfo {
   ncclDataType_t dtype;

@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "fr/nccl_api.h"
 #include "skip.h"
 #include "test_util.h"
 
@@ -91,17 +92,13 @@ TEST_CASE("the agent wraps every function of the nccl.h it was built against", "
     return s;
   }());
   CHECK(missing.empty());
-  // Every export is NCCL's, from that header, from the device API's host calls, or from an older
-  // header's complement (nccl_extra.h); plus the dynamic linker's lookups.
-  const std::set<std::string> beyond_header = {
-      "ncclDevCommCreate",   "ncclDevCommDestroy",  "ncclCommQueryProperties", "ncclCommGrow",
-      "ncclCommGetUniqueId", "ncclCommSuspend",     "ncclCommResume",          "ncclCommMemStats",
-      "ncclWinGetUserPtr",   "ncclPutSignal",       "ncclSignal",              "ncclWaitSignal",
-      "ncclAllReduceConfig", "ncclBroadcastConfig", "ncclReduceConfig",        "ncclAllGatherConfig",
-      "ncclReduceScatterConfig", "ncclAlltoAllConfig", "ncclGatherConfig",     "ncclScatterConfig",
-      "dlsym",               "dlvsym",
+  // Every export is NCCL's, from that header or from the NCCL API list (fr/nccl_api.def: the
+  // device API's host calls, and what an older header lacks), plus the dynamic linker's lookups.
+  std::set<std::string> beyond_header = {
+      "dlsym", "dlvsym",
       // the agent as NCCL's profiler plugin (data, not functions NCCL declares)
-      "ncclProfiler_v5",     "ncclProfiler_v6"};
+      "ncclProfiler_v5", "ncclProfiler_v6"};
+  for (const fr::NcclFn& f : fr::kNcclApi) beyond_header.insert(f.name);
   // The CUDA graph calls the agent interposes to record replays (runtime and driver entries).
   const std::set<std::string> cuda_graph = {
       "cuGetProcAddress", "cuGetProcAddress_v2", "cuGraphInstantiateWithFlags",

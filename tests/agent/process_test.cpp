@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <set>
 
+#include "fr/nccl_api.h"
 #include "skip.h"
 #include "test_util.h"
 
@@ -438,70 +439,13 @@ TEST_CASE("libfr_agent.so exports the NCCL API, dlsym and dlvsym, the graph entr
     if (type == "A") continue;  // version-script nodes
     names.insert(name);
   }
-  const std::set<std::string> api = {"ncclMemAlloc",
-                                     "ncclMemFree",
-                                     "ncclGetVersion",
-                                     "ncclGetUniqueId",
-                                     "ncclCommInitRankConfig",
-                                     "ncclCommInitRank",
-                                     "ncclCommInitAll",
-                                     "ncclCommFinalize",
-                                     "ncclCommDestroy",
-                                     "ncclCommAbort",
-                                     "ncclCommRevoke",
-                                     "ncclCommSplit",
-                                     "ncclCommShrink",
-                                     "ncclCommInitRankScalable",
-                                     "ncclGetErrorString",
-                                     "ncclGetLastError",
-                                     "ncclResetDebugInit",
-                                     "ncclCommGetAsyncError",
-                                     "ncclCommCount",
-                                     "ncclCommCuDevice",
-                                     "ncclCommUserRank",
-                                     "ncclCommRegister",
-                                     "ncclCommDeregister",
-                                     "ncclCommWindowRegister",
-                                     "ncclCommWindowDeregister",
-                                     "ncclRedOpCreatePreMulSum",
-                                     "ncclRedOpDestroy",
-                                     "ncclReduce",
-                                     "ncclBcast",
-                                     "ncclBroadcast",
-                                     "ncclAllReduce",
-                                     "ncclReduceScatter",
-                                     "ncclAllGather",
-                                     "ncclAlltoAll",
-                                     "ncclGather",
-                                     "ncclScatter",
-                                     "ncclSend",
-                                     "ncclRecv",
-                                     "ncclGroupStart",
-                                     "ncclGroupEnd",
-                                     "ncclGroupSimulateEnd"};
-  REQUIRE(api.size() == 41);
-  // 2.29 and later, the device API's host calls, and the dynamic linker's lookups.
-  const std::set<std::string> optional = {"ncclCommGrow",
-                                          "ncclCommGetUniqueId",
-                                          "ncclCommSuspend",
-                                          "ncclCommResume",
-                                          "ncclCommMemStats",
-                                          "ncclWinGetUserPtr",
-                                          "ncclPutSignal",
-                                          "ncclSignal",
-                                          "ncclWaitSignal",
-                                          "ncclAllReduceConfig",
-                                          "ncclBroadcastConfig",
-                                          "ncclReduceConfig",
-                                          "ncclAllGatherConfig",
-                                          "ncclReduceScatterConfig",
-                                          "ncclAlltoAllConfig",
-                                          "ncclGatherConfig",
-                                          "ncclScatterConfig",
-                                          "ncclDevCommCreate",
-                                          "ncclDevCommDestroy",
-                                          "ncclCommQueryProperties",
-                                          "dlsym",
+  // The NCCL API list (proto/fr/nccl_api.def): tests/agent/nccl_api_test.cpp checks it against
+  // nccl.h and the other libraries.
+  std::set<std::string> api;
+  for (const fr::NcclFn& f : fr::kNcclApi) api.insert(f.name);
+  REQUIRE(api.size() == std::size(fr::kNcclApi));
+  // Beyond NCCL's API: the dynamic linker's lookups.
+  const std::set<std::string> optional = {"dlsym",
                                           "dlvsym",
                                           // NCCL's profiler plugin interface (agent/profiler_v*.cpp)
                                           "ncclProfiler_v5",
@@ -521,9 +465,11 @@ TEST_CASE("libfr_agent.so exports the NCCL API, dlsym and dlvsym, the graph entr
                                           "cudaGraphInstantiateWithFlags",
                                           "cudaGraphInstantiateWithParams",
                                           "cudaGraphInstantiateWithParams_ptsz"};
-  // NIXL 1.5's nixlAgent methods (agent/wrappers_nixl.cpp): both constructors, createBackend,
-  // createXferReq, 2 makeXferReq, postXferReq, getXferStatus, releaseXferReq, 4 prepXferDlist,
-  // releasedDlistH, genNotif, getNotifs, registerMem, loadRemoteMD; queryXferBackend is only called.
+  // NIXL 1.5's nixlAgent methods (agent/wrappers_nixl.cpp): the WRAP rows of agent/nixl_api.def
+  // (nccl_api_test.cpp checks their names).
+  size_t nixl_wrapped = 0;
+#define FR_NIXL_FN(fn, wrap, ...) nixl_wrapped += std::string_view(#wrap) == "WRAP";
+#include "nixl_api.def"
   std::set<std::string> ours = names;
   size_t nixl = 0;
   for (auto it = ours.begin(); it != ours.end();) {
@@ -534,7 +480,7 @@ TEST_CASE("libfr_agent.so exports the NCCL API, dlsym and dlvsym, the graph entr
       ++it;
     }
   }
-  CHECK(nixl == 18);
+  CHECK(nixl == nixl_wrapped);
   // Everything else (the static C++ runtime, our internals) must be local.
   std::set<std::string> expected = api;
   expected.insert(optional.begin(), optional.end());
