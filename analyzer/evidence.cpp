@@ -5,8 +5,8 @@
 #include <cinttypes>
 #include <cstdio>
 #include <set>
-#include <thread>
 
+#include "common/parallel.h"
 #include "passes.h"
 
 namespace fr::analyzer {
@@ -171,11 +171,12 @@ json evidence_rows(const AnalysisState& state, const Stall& s) {
   if (n < kRowsPerThread * 2) {
     add_rows(0, n, &rows);
   } else {
-    // A large communicator's rows in two halves, the second on a thread of its own.
+    // A large communicator's rows in two halves, on two threads.
     json upper = json::array();
-    std::thread helper(add_rows, n / 2, n, &upper);
-    add_rows(0, n / 2, &rows);
-    helper.join();
+    fr::parallel::for_each_index(2, 2, [&](size_t half) {
+      if (half == 0) add_rows(0, n / 2, &rows);
+      else add_rows(n / 2, n, &upper);
+    });
     for (auto& e : upper) rows.push_back(std::move(e));
   }
   if (s.extra.contains("missing_members"))

@@ -5,13 +5,10 @@
 #include "analyzer/json_text.h"
 
 #include <algorithm>
-#include <atomic>
-#include <condition_variable>
-#include <exception>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
+
+#include "common/parallel.h"
 
 namespace fr::analyzer {
 namespace {
@@ -81,8 +78,6 @@ class Parts {
 struct Task {
   size_t begin = 0, end = 0;  // parts
   std::string text;
-  std::exception_ptr error;  // what rendering threw (out of memory): thrown by the writer
-  bool done = false;
 };
 
 void render(const std::vector<Part>& parts, unsigned step, Task* t) {
@@ -111,44 +106,14 @@ bool write_json(const json& doc, int indent, std::ostream& out, unsigned threads
     t.end = i;
     tasks.push_back(std::move(t));
   }
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  threads = static_cast<unsigned>(std::min<size_t>(threads, tasks.size()));
-
-  std::mutex mu;
-  std::condition_variable ready;
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t t; (t = next.fetch_add(1)) < tasks.size();) {
-      try {
-        render(parts, step, &tasks[t]);
-      } catch (...) {
-        tasks[t].error = std::current_exception();
-      }
-      std::lock_guard<std::mutex> lock(mu);
-      tasks[t].done = true;
-      ready.notify_all();
-    }
-  };
-  std::vector<std::thread> workers;
-  for (unsigned k = 0; k < threads; ++k) workers.emplace_back(work);
   // Written in order; each task's text is freed once written. What a task threw is thrown here,
   // as nlohmann's dump would have thrown it, once every worker has stopped.
-  std::exception_ptr error;
-  for (Task& t : tasks) {
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      ready.wait(lock, [&] { return t.done; });
-    }
-    if (t.error) {
-      error = t.error;
-      next = tasks.size();  // the workers take nothing more
-      break;
-    }
-    if (out) out.write(t.text.data(), static_cast<std::streamsize>(t.text.size()));
-    std::string().swap(t.text);
-  }
-  for (auto& w : workers) w.join();
-  if (error) std::rethrow_exception(error);
+  fr::parallel::for_each_index_ordered(
+      tasks.size(), threads, [&](size_t t) { render(parts, step, &tasks[t]); },
+      [&](size_t t) {
+        if (out) out.write(tasks[t].text.data(), static_cast<std::streamsize>(tasks[t].text.size()));
+        std::string().swap(tasks[t].text);
+      });
   return static_cast<bool>(out);
 }
 

@@ -13,20 +13,18 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <memory>
 #include <filesystem>
 #include <future>
 #include <map>
-#include <mutex>
 #include <set>
-#include <thread>
 #include <type_traits>
 #include <unordered_map>
 
 #include "analyzer/model.h"
+#include "common/parallel.h"
 #include "log/safe_file.h"
 #include "log/side_files.h"
 #include "log/snapshot.h"
@@ -424,17 +422,8 @@ FoundInputs find_inputs(const std::vector<std::string>& paths, Model* model) {
 // Reads every file in parallel (each worker takes the next one); skips and warnings go to the
 // model, the processes are returned.
 std::vector<Proc> read_all(const std::vector<Job>& jobs, unsigned threads, LoadMode mode, Model* model) {
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  threads = std::min<unsigned>(threads, std::max<size_t>(1, jobs.size()));
   std::vector<Loaded> loaded(jobs.size());
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < jobs.size();) loaded[i] = load_one(jobs[i], mode);
-  };
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
+  fr::parallel::for_each_index(jobs.size(), threads, [&](size_t i) { loaded[i] = load_one(jobs[i], mode); });
 
   std::vector<Proc> procs;
   for (size_t i = 0; i < loaded.size(); ++i) {

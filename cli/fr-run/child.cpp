@@ -4,13 +4,14 @@
 #include "child.h"
 
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+
+#include "common/spawn.h"
 
 namespace fr::run {
 namespace {
@@ -54,37 +55,30 @@ int run_command(const std::vector<std::string>& argv, const Env& env, int death_
                  err == EACCES ? "permission denied" : "command not found");
     return err == EACCES ? 126 : 127;
   }
-  std::vector<std::string> env_text;
-  for (const auto& [k, v] : env) env_text.push_back(k + "=" + v);
-  std::vector<char*> args, envp;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  for (auto& e : env_text) envp.push_back(e.data());
-  envp.push_back(nullptr);
+  fr::process::SpawnOptions o;
+  o.argv = argv;
+  o.program = program;
+  o.env.emplace();
+  for (const auto& [k, v] : env) o.env->push_back(k + "=" + v);
+  o.parent_death_signal = death_signal;
 
   sigset_t wanted, old;
   sigemptyset(&wanted);
   for (int s : kForwarded) sigaddset(&wanted, s);
   sigaddset(&wanted, SIGCHLD);
   ::sigprocmask(SIG_BLOCK, &wanted, &old);
+  o.signal_mask = old;
 
-  const pid_t self = ::getpid();
-  pid_t child = ::fork();
-  if (child < 0) {
-    std::fprintf(stderr, "fr-run: fork: %s\n", std::strerror(errno));
-    return 126;
+  fr::process::SpawnResult started = fr::process::spawn(o);
+  if (!started.ok()) {
+    if (!started.cannot_run) {
+      std::fprintf(stderr, "fr-run: %s\n", started.message.c_str());
+      return 126;
+    }
+    std::fprintf(stderr, "fr-run: %s: %s\n", argv[0].c_str(), std::strerror(started.error));
+    return started.error == ENOENT ? 127 : 126;
   }
-  if (child == 0) {
-    // fr-run may have died between the fork and the prctl: then the signal would never come.
-    if (death_signal > 0 &&
-        (::prctl(PR_SET_PDEATHSIG, death_signal) != 0 || ::getppid() != self))
-      ::raise(death_signal);
-    ::sigprocmask(SIG_SETMASK, &old, nullptr);
-    ::execve(program.c_str(), args.data(), envp.data());
-    int e = errno;
-    std::fprintf(stderr, "fr-run: %s: %s\n", argv[0].c_str(), std::strerror(e));
-    _exit(e == ENOENT ? 127 : 126);
-  }
+  const pid_t child = started.pid;
 
   while (true) {
     siginfo_t info{};

@@ -5,7 +5,6 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/spawn.h"
 #include "daemon/base/node_lock.h"
 
 namespace fr::run {
@@ -31,65 +31,43 @@ struct Fd {
   }
 };
 
-// Forks twice so the daemon is nobody's child here (never a zombie of fr-run, never in the
-// command's process group or session), and returns its pid through a pipe. 0 on failure.
+// Starts the daemon detached (common/spawn.h forks twice), so it is nobody's child here (never a
+// zombie of fr-run, never in the command's process group or session): stdin from /dev/null, output
+// appended to `log_file` (or /dev/null), cwd /, default signals, nothing else of fr-run's open (a
+// pipe someone reads to its end would stay open for as long as the daemon lives). Returns its
+// pid, or 0 with *error set; a daemon that could not exec leaves the reason in `log_file`.
 pid_t spawn_detached(const std::vector<std::string>& argv, const std::string& log_file,
                      std::string* error) {
-  int pipefd[2];
-  if (::pipe2(pipefd, O_CLOEXEC) != 0) {
-    *error = std::string("pipe: ") + std::strerror(errno);
+  const std::string exited = "the node daemon exited at start (see " + log_file + ")";
+  Fd in, out;
+  in.fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  // A relative name is taken from /, the daemon's working directory, as the daemon takes its
+  // --log-dir.
+  const std::string log_path = log_file.empty() || log_file[0] == '/' ? log_file : "/" + log_file;
+  out.fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (out.fd < 0) out.fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (in.fd < 0 || out.fd < 0) {
+    *error = exited;
     return 0;
   }
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t mid = ::fork();
-  if (mid < 0) {
-    *error = std::string("fork: ") + std::strerror(errno);
-    ::close(pipefd[0]);
-    ::close(pipefd[1]);
+  fr::process::SpawnOptions o;
+  o.argv = argv;
+  o.detached = true;
+  o.signal_mask = fr::process::signal_set({});
+  o.default_signals = fr::process::all_signals();
+  o.chdir = "/";
+  o.redirects = {{0, in.fd}, {1, out.fd}, {2, out.fd}};
+  o.close_other_fds = true;
+  fr::process::SpawnResult r = fr::process::spawn(o);
+  if (r.ok()) return r.pid;
+  if (!r.cannot_run) {
+    *error = r.message;
     return 0;
   }
-  if (mid == 0) {
-    ::setsid();
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      for (int s = 1; s < NSIG; ++s) ::signal(s, SIG_DFL);
-      if (::chdir("/") != 0) _exit(126);
-      int in = ::open("/dev/null", O_RDONLY);
-      int out = ::open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0644);
-      if (out < 0) out = ::open("/dev/null", O_WRONLY);
-      if (in < 0 || out < 0) _exit(126);
-      ::dup2(in, 0);
-      ::dup2(out, 1);
-      ::dup2(out, 2);
-      // Nothing else the launcher left open (a pipe someone reads to its end) stays open for as
-      // long as the daemon lives.
-      ::close_range(3, ~0U, 0);
-      ::execv(args[0], args.data());
-      dprintf(2, "fr-run: cannot run %s: %s\n", args[0], std::strerror(errno));
-      _exit(127);
-    }
-    ssize_t w = ::write(pipefd[1], &pid, sizeof pid);
-    _exit(w == sizeof pid && pid > 0 ? 0 : 1);
-  }
-  ::close(pipefd[1]);
-  pid_t pid = 0;
-  ssize_t n;
-  do n = ::read(pipefd[0], &pid, sizeof pid);
-  while (n < 0 && errno == EINTR);
-  ::close(pipefd[0]);
-  int st = 0;
-  while (::waitpid(mid, &st, 0) < 0 && errno == EINTR) {
-  }
-  if (n != sizeof pid || pid <= 0) {
-    *error = "cannot fork the node daemon";
-    return 0;
-  }
-  return pid;
+  const std::string line = "fr-run: " + r.message + "\n";
+  (void)!::write(out.fd, line.data(), line.size());
+  *error = exited;
+  return 0;
 }
 
 // True once the process is gone (not counting a zombie: it has no parent here to reap it soon,

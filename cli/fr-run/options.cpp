@@ -1,28 +1,20 @@
-// fr-run's flags, defaults and the command's environment (see options.h).
+// fr-run's flags, defaults and the command's environment (see options.h). The flags are CLI11
+// options, as frd's and fr-analyze's; a pass of fr-run's own before CLI11 finds where the command
+// starts and keeps fr-run's reading of empty values, short flags and flag values (split_args).
 #include "options.h"
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
-#include <sstream>
+#include <memory>
 #include <utility>
+
+#include <CLI/CLI.hpp>
 
 namespace fr::run {
 namespace {
-
-struct Flag {
-  const char* name;
-  std::string Options::*field;
-};
-
-const Flag kValueFlags[] = {
-    {"--coordinator", &Options::coordinator}, {"--job-id", &Options::job_id},
-    {"--log-dir", &Options::log_dir},         {"--token-file", &Options::token_file},
-    {"--node-name", &Options::node_name},     {"--agent", &Options::agent},
-    {"--frd", &Options::frd},                 {"--daemon-log", &Options::daemon_log},
-    {"--daemon-exit-when-idle", &Options::daemon_exit_when_idle},
-};
 
 // A number of seconds, 0 or more.
 bool seconds_value(const std::string& v) {
@@ -40,9 +32,76 @@ void fill(std::string* field, const std::string& value) {
   if (field->empty()) *field = value;
 }
 
-}  // namespace
+// The usage line and the exit statuses around CLI11's list of flags.
+class Help : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string) const override {
+    return "usage: fr-run [flags] -- CMD ARGS...\n";
+  }
+};
 
-bool parse_args(const std::vector<std::string>& args, Options* o, std::string* error) {
+// fr-run's flags as CLI11 options over `o`. --parent-death-signal is kept as given, every
+// occurrence (`signals`), and checked in order afterwards.
+struct Flags {
+  CLI::App app{"fr-run: run a command with the fr flight recorder, and a node daemon for this node",
+               "fr-run"};
+  CLI::Option* version = nullptr;
+  CLI::Option* frd_arg = nullptr;
+  std::vector<std::string> signals;
+
+  explicit Flags(Options* o) {
+    app.formatter(std::make_shared<Help>());
+    app.get_formatter()->column_width(32);
+    app.footer("Exit status: CMD's own; 128+N when CMD was killed by signal N; 127 CMD not found,\n"
+               "126 CMD not executable, 2 bad usage.");
+    app.set_help_flag("-h,--help", "print this help");
+    // Value flags: the last one given counts. Descriptions break at about 100 columns.
+    auto value = [&](const char* name, std::string* field, const char* text, const char* help) {
+      app.add_option(name, *field, help)->option_text(text)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    };
+    value("--coordinator", &o->coordinator, "ADDR",
+          "the job's frd coordinator (env FR_COORDINATOR); without it no\n"
+          "node daemon is started and the flight logs are only written");
+    value("--job-id", &o->job_id, "ID", "the job id (env FR_JOB_ID; else TORCHELASTIC_RUN_ID, SLURM_JOB_ID)");
+    value("--log-dir", &o->log_dir, "DIR", "flight logs (env FR_LOG_DIR, default /dev/shm)");
+    value("--token-file", &o->token_file, "F",
+          "token for the node daemon (env FR_TOKEN_FILE; default\n"
+          "${XDG_RUNTIME_DIR:-/tmp}/frd-<uid>/token when it exists)");
+    value("--node-name", &o->node_name, "NAME", "the node daemon's name (default: the host name)");
+    frd_arg = app.add_option("--frd-arg", o->frd_args,
+                             "one more argument for `frd node` (repeatable: TLS, --stall-after)")
+                  ->option_text("ARG")
+                  ->allow_extra_args(false);
+    value("--agent", &o->agent, "PATH", "libfr_agent.so (env FR_AGENT; default ../lib next to fr-run)");
+    value("--frd", &o->frd, "PATH", "frd (default: next to fr-run)");
+    value("--daemon-log", &o->daemon_log, "FILE", "the started node daemon's output (default LOG_DIR/frd-node.log)");
+    value("--daemon-exit-when-idle", &o->daemon_exit_when_idle, "SEC",
+          "the node daemon started leaves after SEC without a live flight\n"
+          "log or an fr-run on this node (default 60; 0: never)");
+    app.add_flag("--no-daemon", o->no_daemon, "never start a node daemon");
+    app.add_option("--parent-death-signal", signals,
+                   "what CMD gets if fr-run dies, even by SIGKILL (KILL by default;\n"
+                   "TERM, INT, HUP, ...; none: CMD lives on)")
+        ->option_text("SIG")
+        ->allow_extra_args(false);
+    app.add_flag("-v,--verbose", o->verbose, "say what fr-run did, on stderr");
+    version = app.add_flag("--version", o->version, "print the version");
+  }
+};
+
+// fr-run's own reading of its arguments, before CLI11 sees them: the flags end at `--` or at the
+// first argument that is not a flag, and everything from there is the command, untouched. A
+// value flag takes the next argument whatever it looks like (`--frd-arg --stall-after`), or its
+// value after '=' (`--frd-arg=` is an empty one, CLI11 would take the next argument). Flags
+// take no values and short flags do not combine (`-vh` is unknown). The flags go to CLI11 as
+// `--name=value`, or `--name ""` for an empty value. Stops at -h/--help and --version.
+struct Split {
+  std::vector<std::string> flags;  // for CLI11, in order, without the program name
+  std::vector<std::string> command;
+  bool stopped = false;  // at -h, --help or --version
+};
+
+bool split_args(Flags& f, const std::vector<std::string>& args, Split* s, std::string* error) {
   size_t i = 0;
   for (; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -51,66 +110,73 @@ bool parse_args(const std::vector<std::string>& args, Options* o, std::string* e
       break;
     }
     if (a.size() < 2 || a[0] != '-') break;  // the command
-    if (a == "-h" || a == "--help") {
-      o->help = true;
-      return true;
-    }
-    if (a == "--version") {
-      o->version = true;
-      return true;
-    }
-    if (a == "--no-daemon") {
-      o->no_daemon = true;
-      continue;
-    }
-    if (a == "--verbose" || a == "-v") {
-      o->verbose = true;
-      continue;
-    }
-    std::string name = a, value;
-    bool inline_value = false;
-    if (size_t eq = a.find('='); eq != std::string::npos) {
-      name = a.substr(0, eq);
-      value = a.substr(eq + 1);
-      inline_value = true;
-    }
-    std::string* target = nullptr;
-    for (const Flag& f : kValueFlags)
-      if (name == f.name) target = &(o->*f.field);
-    bool is_frd_arg = name == "--frd-arg";
-    bool is_death = name == "--parent-death-signal";
-    if (!target && !is_frd_arg && !is_death) {
+    const size_t eq = a.find('=');
+    const std::string name = a.substr(0, eq);
+    const CLI::Option* opt = f.app.get_option_no_throw(name);
+    if (!opt) {
       *error = "unknown flag " + name + " (put the command after --)";
       return false;
     }
-    if (!inline_value) {
-      if (i + 1 >= args.size()) {
-        *error = name + " needs a value";
+    if (opt->get_expected_min() == 0) {  // a flag
+      if (eq != std::string::npos) {
+        *error = name + " takes no value";
         return false;
       }
-      value = args[++i];
+      if (opt == f.app.get_help_ptr() || opt == f.version) {
+        s->flags.push_back(name);
+        s->stopped = true;
+        return true;
+      }
+      s->flags.push_back(name);
+      continue;
     }
-    if (value.empty() && !is_frd_arg) {
+    std::string value;
+    if (eq != std::string::npos) {
+      value = a.substr(eq + 1);
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      *error = name + " needs a value";
+      return false;
+    }
+    if (value.empty() && opt != f.frd_arg) {
       *error = name + " needs a non-empty value";
       return false;
     }
-    if (is_death) {
-      o->parent_death_signal = parse_signal_name(value);
-      if (o->parent_death_signal < 0) {
-        *error = "--parent-death-signal " + value + ": not a signal (KILL, TERM, ..., or none)";
-        return false;
-      }
-    } else if (is_frd_arg) {
-      o->frd_args.push_back(value);
-    } else {
-      *target = value;
+    if (value.empty()) s->flags.insert(s->flags.end(), {name, ""});
+    else s->flags.push_back(name + "=" + value);
+  }
+  s->command.assign(args.begin() + std::min(i, args.size()), args.end());
+  return true;
+}
+
+}  // namespace
+
+bool parse_args(const std::vector<std::string>& args, Options* o, std::string* error) {
+  Flags f(o);
+  Split s;
+  if (!split_args(f, args, &s, error)) return false;
+  try {
+    f.app.parse(std::vector<std::string>(s.flags.rbegin(), s.flags.rend()));
+  } catch (const CLI::CallForHelp&) {
+    o->help = true;
+  } catch (const CLI::ParseError& e) {
+    *error = e.what();
+    return false;
+  }
+  for (const std::string& v : f.signals) {
+    o->parent_death_signal = parse_signal_name(v);
+    if (o->parent_death_signal < 0) {
+      *error = "--parent-death-signal " + v + ": not a signal (KILL, TERM, ..., or none)";
+      return false;
     }
   }
+  if (s.stopped) return true;
   if (!seconds_value(o->daemon_exit_when_idle)) {
     *error = "--daemon-exit-when-idle " + o->daemon_exit_when_idle + ": not a number of seconds (0: never)";
     return false;
   }
-  o->command.assign(args.begin() + std::min(i, args.size()), args.end());
+  o->command = std::move(s.command);
   if (o->command.empty()) {
     *error = "no command: fr-run [flags] -- CMD ARGS...";
     return false;
@@ -195,30 +261,9 @@ std::vector<std::string> frd_node_argv(const Options& o) {
 }
 
 std::string usage_text() {
-  std::ostringstream s;
-  s << "fr-run: run a command with the fr flight recorder, and a node daemon for this node\n"
-       "usage: fr-run [flags] -- CMD ARGS...\n"
-       "  --coordinator ADDR   the job's frd coordinator (env FR_COORDINATOR); without it no node\n"
-       "                       daemon is started and the flight logs are only written\n"
-       "  --job-id ID          the job id (env FR_JOB_ID; else TORCHELASTIC_RUN_ID, SLURM_JOB_ID)\n"
-       "  --log-dir DIR        flight logs (env FR_LOG_DIR, default /dev/shm)\n"
-       "  --token-file F       token for the node daemon (env FR_TOKEN_FILE; default\n"
-       "                       ${XDG_RUNTIME_DIR:-/tmp}/frd-<uid>/token when it exists)\n"
-       "  --node-name NAME     the node daemon's name (default: the host name)\n"
-       "  --frd-arg ARG        one more argument for `frd node` (repeatable: TLS, --stall-after)\n"
-       "  --agent PATH         libfr_agent.so (env FR_AGENT; default ../lib next to fr-run)\n"
-       "  --frd PATH           frd (default: next to fr-run)\n"
-       "  --daemon-log FILE    the started node daemon's output (default LOG_DIR/frd-node.log)\n"
-       "  --daemon-exit-when-idle SEC  the node daemon started leaves after SEC without a live\n"
-       "                       flight log or an fr-run on this node (default 60; 0: never)\n"
-       "  --no-daemon          never start a node daemon\n"
-       "  --parent-death-signal SIG  what CMD gets if fr-run dies, even by SIGKILL (KILL by\n"
-       "                       default; TERM, INT, HUP, ...; none: CMD lives on)\n"
-       "  --verbose            say what fr-run did, on stderr\n"
-       "  --version            print the version\n"
-       "Exit status: CMD's own; 128+N when CMD was killed by signal N; 127 CMD not found,\n"
-       "126 CMD not executable, 2 bad usage.\n";
-  return s.str();
+  Options o;
+  Flags f(&o);
+  return f.app.help();
 }
 
 }  // namespace fr::run

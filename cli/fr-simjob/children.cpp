@@ -3,13 +3,14 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <thread>
+
+#include "common/spawn.h"
 
 extern char** environ;
 
@@ -28,34 +29,25 @@ std::vector<std::string> make_env(const std::vector<std::pair<std::string, std::
   return out;
 }
 
-pid_t spawn(ChildSpec& c, pid_t pgid) {
-  pid_t parent = ::getpid();
+pid_t spawn(const ChildSpec& c, pid_t pgid) {
   int log_fd = ::open(c.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (log_fd < 0) return -1;
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(log_fd);
-    return -1;
-  }
-  if (pid == 0) {
-    ::setpgid(0, pgid);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::dup2(log_fd, 1);
-    ::dup2(log_fd, 2);
-    int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) ::dup2(devnull, 0);
-    ::execve(c.argv_ptrs[0], c.argv_ptrs.data(), c.envp_ptrs.data());
-    const char msg[] = "fr-simjob: exec failed\n";
-    (void)!::write(2, msg, sizeof msg - 1);
-    ::_exit(127);
-  }
-  ::setpgid(pid, pgid == 0 ? pid : pgid);  // both sides set it: no race with a later killpg
+  int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  fr::process::SpawnOptions o;
+  o.argv = c.argv;
+  o.env = c.envp;
+  o.process_group = pgid;
+  o.parent_death_signal = SIGKILL;
+  o.signal_mask = fr::process::signal_set({});
+  o.redirects = {{1, log_fd}, {2, log_fd}};
+  if (devnull >= 0) o.redirects.push_back({0, devnull});
+  o.wait_for_exec = false;  // a rank that cannot exec exits 127, its log says why
+  o.failure_note = "fr-simjob: exec failed\n";
+  fr::process::SpawnResult r = fr::process::spawn(o);
   ::close(log_fd);
-  return pid;
+  if (devnull >= 0) ::close(devnull);
+  if (!r.ok()) errno = r.error;
+  return r.pid;
 }
 
 int reap(std::vector<ChildState>& kids) {

@@ -11,30 +11,19 @@
 
 namespace fr::simjob {
 
-// A prepared child: argv and envp as owned strings and the pointer arrays execve wants.
+// A prepared child: argv and the whole environment as owned strings, and where its output goes.
 struct ChildSpec {
   std::vector<std::string> argv, envp;
   std::string log_path;
-  std::vector<char*> argv_ptrs, envp_ptrs;
-
-  void freeze() {  // again after a copy: the pointers must name this spec's own strings
-    argv_ptrs.clear();
-    envp_ptrs.clear();
-    for (auto& s : argv) argv_ptrs.push_back(s.data());
-    argv_ptrs.push_back(nullptr);
-    for (auto& s : envp) envp_ptrs.push_back(s.data());
-    envp_ptrs.push_back(nullptr);
-  }
 };
-
 
 // The parent environment without the names we set, plus ours.
 std::vector<std::string> make_env(const std::vector<std::pair<std::string, std::string>>& set);
 
-// fork + exec into process group `pgid` (0: a new group led by the child). The child dies with
-// the launcher (PR_SET_PDEATHSIG), writes its output to log_path, and starts with the default
-// signal mask. Returns the pid or -1.
-pid_t spawn(ChildSpec& c, pid_t pgid);
+// Starts `c` (common/spawn.h) in process group `pgid` (0: a new group led by the child). The child
+// dies with the launcher (PR_SET_PDEATHSIG), writes its output to log_path, and starts with an
+// empty signal mask. Returns the pid, or -1 with errno set.
+pid_t spawn(const ChildSpec& c, pid_t pgid);
 
 struct ChildState {
   pid_t pid = -1;

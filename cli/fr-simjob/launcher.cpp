@@ -248,14 +248,12 @@ bool Job::start_ranks() {
     specs[r].argv = args;
     specs[r].envp = make_env(env);
     specs[r].log_path = node_dir(p.node) + "/rank" + std::to_string(r) + ".log";
-    specs[r].freeze();
   }
   if (s.elastic >= 0) {  // the successor of the rank that leaves: same place, one flag more
     joiner_spec = specs[s.world() - 1];
     joiner_spec.argv.push_back("--join");
     joiner_spec.log_path = node_dir(position_of(s, s.world() - 1).node) + "/rank" +
                            std::to_string(s.world() - 1) + "-joiner.log";
-    joiner_spec.freeze();
   }
   ranks.assign(s.world(), {});
   ranks_started = Clock::now();
@@ -310,7 +308,6 @@ bool Job::start_daemons() {
   const std::string token_env = run_dir + "/frd-token";
   coord.envp = make_env({{"FR_TOKEN_FILE", token_env}});
   coord.log_path = out + "/coordinator.log";
-  coord.freeze();
   pid_t pid = spawn(coord, 0);
   if (pid < 0) {
     daemon_error = std::string("cannot start frd coordinator: ") + std::strerror(errno);
@@ -357,7 +354,6 @@ bool Job::start_daemons() {
     }
     node.envp = make_env({{"FR_TOKEN_FILE", token_env}, {kEnvSimNvml, nvml_file(n)}});
     node.log_path = node_dir(n) + "/frd-node.log";
-    node.freeze();
     pid_t np = spawn(node, daemon_pgid);
     if (np < 0) {
       daemon_error = std::string("cannot start frd node: ") + std::strerror(errno);

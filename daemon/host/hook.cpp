@@ -2,11 +2,12 @@
 #include "daemon/host/hook.h"
 
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 
 #include <cerrno>
 #include <cstring>
+
+#include "common/spawn.h"
 
 extern char** environ;
 
@@ -28,33 +29,20 @@ bool VerdictHook::start(const std::string& incident, const std::map<std::string,
     if (!env.count(v.substr(0, v.find('=')))) vars.push_back(std::move(v));
   }
   for (const auto& [k, v] : env) vars.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& v : vars) envp.push_back(v.data());
-  envp.push_back(nullptr);
-  std::string sh = "/bin/sh", dash_c = "-c", cmd = command_;
-  char* argv[] = {sh.data(), dash_c.data(), cmd.data(), nullptr};
-
+  fr::process::SpawnOptions o;
+  o.argv = {"/bin/sh", "-c", command_};
+  o.env = std::move(vars);
   // The daemon blocks its stop signals for sigwait; the command starts with none blocked and
   // default dispositions, in a group of its own (so a time-out kills whatever it started).
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD}) sigaddset(&defaults, s);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
-                                      POSIX_SPAWN_SETPGROUP);
-  pid_t pid = -1;
-  int rc = posix_spawn(&pid, sh.c_str(), nullptr, &attr, argv, envp.data());
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) {
-    *error = std::string("cannot start /bin/sh: ") + std::strerror(rc);
+  o.signal_mask = fr::process::signal_set({});
+  o.default_signals = fr::process::signal_set({SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD});
+  o.process_group = 0;
+  fr::process::SpawnResult r = fr::process::spawn(o);
+  if (!r.ok()) {
+    *error = std::string("cannot start /bin/sh: ") + std::strerror(r.error);
     return false;
   }
-  children_.push_back({pid, incident, now_mono, false});
+  children_.push_back({r.pid, incident, now_mono, false});
   return true;
 }
 

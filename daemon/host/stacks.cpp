@@ -3,6 +3,7 @@
 #include "daemon/host/stacks.h"
 #include "daemon/host/stacks_internal.h"
 #include "common/files.h"
+#include "common/spawn.h"
 
 #include <cxxabi.h>
 #include <dirent.h>
@@ -246,31 +247,29 @@ std::string user_name(uid_t uid) {
   return "uid " + std::to_string(uid);
 }
 
-// Starts `argv` with stdout to a pipe; returns the child's pid and the pipe's read end.
+// Starts `argv` with stdout to a pipe; returns the child's pid and the pipe's read end. The helper
+// dies with the daemon; when it cannot exec it exits with 127, which the caller sees as no output.
 pid_t spawn_reader(const std::vector<std::string>& argv, int* out_fd) {
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) return -1;
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const pid_t parent = ::getpid();
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);
-    ::dup2(p[1], 1);
-    int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (devnull >= 0) ::dup2(devnull, 0);
-    ::execvp(args[0], args.data());
-    ::_exit(127);
-  }
+  int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  fr::process::SpawnOptions o;
+  o.argv = argv;
+  o.search_path = true;
+  o.parent_death_signal = SIGKILL;
+  o.redirects.push_back({1, p[1]});
+  if (devnull >= 0) o.redirects.push_back({0, devnull});
+  o.wait_for_exec = false;
+  fr::process::SpawnResult r = fr::process::spawn(o);
   ::close(p[1]);
-  if (pid < 0) {
+  if (devnull >= 0) ::close(devnull);
+  if (!r.ok()) {
     ::close(p[0]);
+    errno = r.error;
     return -1;
   }
   *out_fd = p[0];
-  return pid;
+  return r.pid;
 }
 
 void reap(pid_t pid, bool kill_first) {

@@ -93,6 +93,34 @@ TEST_CASE("fr-run: flags, then the command, with or without --", "[cli][fr-run]"
   CHECK(parse_error({"--log-dir=", "--", "x"}).find("non-empty") != std::string::npos);
 }
 
+TEST_CASE("fr-run: empty values, short flags, flag values and repeats read as documented", "[cli][fr-run]") {
+  // `--x=` is an empty value, never the next argument; only --frd-arg may be empty.
+  Options o = parsed({"--frd-arg=", "--frd-arg", "", "--frd-arg=--x=1", "--frd-arg", "--", "--", "cmd"});
+  CHECK(o.frd_args == std::vector<std::string>{"", "", "--x=1", "--"});
+  CHECK(o.command == std::vector<std::string>{"cmd"});
+  CHECK(parse_error({"--coordinator=", "--", "x"}).find("--coordinator needs a non-empty value") != std::string::npos);
+  CHECK(parse_error({"--job-id", "", "x"}).find("non-empty") != std::string::npos);
+  // A value flag takes the next argument whatever it looks like.
+  CHECK(parsed({"--log-dir", "--weird", "x"}).log_dir == "--weird");
+  // Short flags do not combine; flags take no values.
+  CHECK(parse_error({"-vh", "x"}).find("unknown flag -vh") != std::string::npos);
+  CHECK(parse_error({"--verbose=1", "x"}).find("--verbose takes no value") != std::string::npos);
+  CHECK(parse_error({"--no-daemon=true", "x"}).find("takes no value") != std::string::npos);
+  CHECK(parsed({"-v", "--verbose", "x"}).verbose);
+  // Repeated: the last value counts, each --parent-death-signal must name a signal.
+  o = parsed({"--log-dir", "/a", "--log-dir=/b", "--coordinator", "c:1", "--coordinator", "c:2", "x"});
+  CHECK(o.log_dir == "/b");
+  CHECK(o.coordinator == "c:2");
+  CHECK(parsed({"--parent-death-signal", "TERM", "--parent-death-signal", "HUP", "x"}).parent_death_signal == SIGHUP);
+  CHECK(parse_error({"--parent-death-signal", "BOGUS", "--parent-death-signal", "TERM", "x"}).find("not a signal") !=
+        std::string::npos);
+  // -h and --version end the flags: what follows is not read.
+  CHECK(parsed({"--job-id", "j", "--help", "--bogus"}).help);
+  CHECK(parsed({"--version", "--log-dir="}).version);
+  // A lone "-" is the command.
+  CHECK(parsed({"-"}).command == std::vector<std::string>{"-"});
+}
+
 TEST_CASE("fr-run: defaults from the environment, flags win", "[cli][fr-run]") {
   Env env = {{"FR_COORDINATOR", "envc:7"}, {"FR_JOB_ID", "envjob"}, {"FR_LOG_DIR", "/logs/"},
              {"XDG_RUNTIME_DIR", "/run/user/5"}};
