@@ -9,7 +9,6 @@
 // The real-NIXL cases preload the agent into Python, so they run in plain builds only.
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,7 +16,6 @@
 #include <chrono>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,6 +24,7 @@
 
 #include "skip.h"
 #include "test_util.h"
+#include "testing/files.h"
 
 using fr::agent_test::env_for;
 using fr::agent_test::Env;
@@ -33,6 +32,8 @@ using fr::agent_test::records_of;
 using fr::agent_test::run;
 using fr::agent_test::RunResult;
 using fr::agent_test::TempDir;
+using fr::test::exists;
+using fr::test::slurp;
 
 namespace {
 
@@ -47,19 +48,7 @@ void need_real_nixl() {
     FR_SKIP("no NIXL: " << kPython << " is missing (scripts/install-deps.sh makes it)");
 }
 
-bool exists(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0;
-}
-
 void touch(const std::string& p) { std::ofstream(p).put('\n'); }
-
-std::string slurp(const std::string& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 
 // Waits for a file the drivers publish; false after `seconds`.
 bool wait_file(const std::string& p, double seconds) {

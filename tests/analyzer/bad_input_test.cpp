@@ -11,13 +11,13 @@
 #include <cstring>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <string>
 
 #include "analyzer/analyze.h"
 #include "synth/synth.h"
 #include "fr/flight_log.h"
 #include "temp_dir.h"
+#include "testing/files.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -25,6 +25,8 @@ using nlohmann::json;
 namespace {
 
 using fr::test::TempDir;
+using fr::test::slurp;
+using fr::test::spit;
 
 // Writes an 8-rank set with rank 5 hung on the host; returns the dump file of each rank.
 std::vector<std::string> make_set(const std::string& dir, const std::string& fault = "kind=hang-host,rank=5") {
@@ -55,15 +57,6 @@ json skipped_entry(const json& doc, const std::string& file) {
   return nullptr;
 }
 
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 int run_cli(const std::string& args, std::string* out = nullptr) {
   const std::string cmd = std::string(FR_BUILD_DIR) + "/bin/fr-analyze " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
@@ -89,18 +82,18 @@ TEST_CASE("a bad file among good ones is named and the rest analysed", "[analyze
       {"truncated", [](const std::string& f) { fs::resize_file(f, fs::file_size(f) / 2); }, "trunc"},
       {"empty", [](const std::string& f) { fs::resize_file(f, 0); }, "empty"},
       {"corrupt", [](const std::string& f) {
-         std::string b = read_bytes(f);
+         std::string b = slurp(f);
          uint32_t huge = 0xfffffff0u;
          std::memcpy(&b[28], &huge, 4);  // ring_capacity that does not add up
-         write_bytes(f, b);
+         spit(f, b);
        }, ""},
       {"newer version", [](const std::string& f) {
-         std::string b = read_bytes(f);
+         std::string b = slurp(f);
          uint32_t v = FR_LOG_VERSION + 1;
          std::memcpy(&b[8], &v, 4);
-         write_bytes(f, b);
+         spit(f, b);
        }, "newer"},
-      {"foreign", [](const std::string& f) { write_bytes(f, "#!/bin/sh\necho not a flight log at all\n"); }, "foreign"},
+      {"foreign", [](const std::string& f) { spit(f, "#!/bin/sh\necho not a flight log at all\n"); }, "foreign"},
   };
   for (const Damage& d : damages) {
     // Damage a bystander (rank 2): the culprit (rank 5) is still found.
@@ -181,12 +174,12 @@ TEST_CASE("oversize torch dumps are refused by their size, before any read", "[a
   // so the analysis neither reads them nor takes memory for them (a full read would be 80 GiB).
   TempDir t;
   const std::string head =
-      read_bytes(std::string(FR_SOURCE_DIR) + "/tests/analyzer/torch/data/pickle/nccl_trace_rank_0");
+      slurp(std::string(FR_SOURCE_DIR) + "/tests/analyzer/torch/data/pickle/nccl_trace_rank_0");
   REQUIRE(head.size() > 16);
   std::vector<std::string> paths;
   for (int r = 0; r < 8; ++r) {
     const std::string p = t.sub("nccl_trace_rank_" + std::to_string(r));
-    write_bytes(p, head);
+    spit(p, head);
     REQUIRE(::truncate(p.c_str(), off_t{10} << 30) == 0);
     paths.push_back(p);
   }
@@ -208,7 +201,7 @@ TEST_CASE("oversize torch dumps are refused by their size, before any read", "[a
 TEST_CASE("a broken manifest is named; the files are still read", "[analyzer]") {
   TempDir t;
   make_set(t.sub("set"));
-  write_bytes(t.sub("set/manifest.json"), "{\"schema\": \"something-else\"");
+  spit(t.sub("set/manifest.json"), "{\"schema\": \"something-else\"");
   json doc = analyze({t.sub("set")});
   CHECK(!skipped_entry(doc, "manifest.json").is_null());
   CHECK(doc["ranks"]["found"].size() == 8);
@@ -218,8 +211,8 @@ TEST_CASE("a broken manifest is named; the files are still read", "[analyzer]") 
 TEST_CASE("nothing readable: null and one clear line", "[analyzer]") {
   TempDir t;
   fs::create_directories(t.sub("junk"));
-  write_bytes(t.sub("junk/a.txt"), "hello");
-  write_bytes(t.sub("junk/b.frlog"), "");
+  spit(t.sub("junk/a.txt"), "hello");
+  spit(t.sub("junk/b.frlog"), "");
   std::string fatal;
   json doc = analyze({t.sub("junk")}, &fatal);
   CHECK(doc.is_null());
@@ -264,17 +257,17 @@ TEST_CASE("fr-analyze: exit codes and output", "[analyzer][cli]") {
   // A host name that is not UTF-8 (a damaged dump) is written as U+FFFD, not an internal error.
   {
     const std::string file = make_set(t.sub("bad-name"), "kind=gpu-stall,rank=6")[6];
-    std::string bytes = read_bytes(file);
+    std::string bytes = slurp(file);
     const size_t at = bytes.find("node1");  // its header's host name
     REQUIRE(at != std::string::npos);
     bytes[at] = '\xff';
-    write_bytes(file, bytes);
+    spit(file, bytes);
     CHECK(run_cli("--json " + t.sub("bad-name"), &out) == 0);
     doc = json::parse(out);
     CHECK(doc["verdict"]["culprit_ranks"] == json({6}));
     CHECK(out.find("\xef\xbf\xbdode1") != std::string::npos);
     CHECK(run_cli("--trace " + t.sub("bad-name.trace.json") + " " + t.sub("bad-name"), &out) == 0);
-    CHECK(json::parse(read_bytes(t.sub("bad-name.trace.json"))).is_object());
+    CHECK(json::parse(slurp(t.sub("bad-name.trace.json"))).is_object());
   }
 
   CHECK(run_cli("--json --rank 6 --rank 7 " + t.sub("set"), &out) == 0);
@@ -285,7 +278,7 @@ TEST_CASE("fr-analyze: exit codes and output", "[analyzer][cli]") {
   CHECK(fs::file_size(t.sub("trace.json")) > 100);
 
   fs::create_directories(t.sub("junk"));
-  write_bytes(t.sub("junk/x.frlog"), "nope");
+  spit(t.sub("junk/x.frlog"), "nope");
   CHECK(run_cli(t.sub("junk"), &out) == 3);
   CHECK(out.find("nothing readable") != std::string::npos);
   CHECK(std::count(out.begin(), out.end(), '\n') == 1);
@@ -314,7 +307,7 @@ TEST_CASE("damaged fields inside valid files never crash the analysis", "[analyz
   TempDir t;
   auto files = make_set(t.sub("set"), "kind=p2p-skip,rank=3");
   std::vector<std::string> originals;
-  for (const auto& f : files) originals.push_back(read_bytes(f));
+  for (const auto& f : files) originals.push_back(slurp(f));
   uint64_t rng = 0x9e3779b97f4a7c15ull;
   auto next = [&] {
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
@@ -344,7 +337,7 @@ TEST_CASE("damaged fields inside valid files never crash the analysis", "[analyz
         std::memcpy(&b[76], &r, 4);  // global_rank
         std::memcpy(&b[80], &r, 4);  // world_size
       }
-      write_bytes(files[i], b);
+      spit(files[i], b);
     }
     std::string fatal;
     json doc = analyze({t.sub("set")}, &fatal);

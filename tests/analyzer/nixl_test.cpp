@@ -16,15 +16,16 @@
 #include "analyzer/trace.h"
 #include "log/snapshot.h"
 #include "temp_dir.h"
+#include "testing/clock.h"
 
 namespace fs = std::filesystem;
 using fr::analyzer::synth::Spec;
 using nlohmann::json;
+using fr::test::kSec;
 
 namespace {
 
 constexpr uint64_t kSnapNs = 1796205700000000000ull;
-constexpr uint64_t kSec = 1'000'000'000ull;
 
 struct Planted {
   std::vector<fr::log::LogFile> logs;

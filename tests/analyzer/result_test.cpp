@@ -6,17 +6,17 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "analyzer/analyze.h"
 #include "analyzer/html.h"
 #include "synth/synth.h"
+#include "testing/files.h"
 
 namespace fs = std::filesystem;
 using fr::analyzer::Analysis;
 using nlohmann::json;
+using fr::test::slurp;
 
 namespace {
 
@@ -30,13 +30,6 @@ const Fixture kFixtures[] = {{"stuck", "rank=2,kind=gpu-stall"},
                              {"node_lost", "rank=3,kind=node-lost"},
                              {"straggler", "rank=0,kind=slow,ms=200"},
                              {"p2p", "rank=1,kind=p2p-skip"}};
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
   for (size_t p = 0; (p = s.find(from, p)) != std::string::npos; p += to.size()) s.replace(p, from.size(), to);
@@ -73,7 +66,7 @@ TEST_CASE("typed analysis: to_json writes the document the analyzer wrote before
   for (const Fixture& f : kFixtures) {
     INFO(f.name);
     Analysed got(f);
-    const std::string want = read_file(std::string(FR_SOURCE_DIR) + "/tests/analyzer/data/" + f.name + ".json");
+    const std::string want = slurp(std::string(FR_SOURCE_DIR) + "/tests/analyzer/data/" + f.name + ".json");
     REQUIRE(!want.empty());
     CHECK(replace_all(got.analysis.to_json().dump(2) + "\n", got.dir, "DIR") == want);
     // take_json writes the same document, and leaves the findings without their evidence.
@@ -86,7 +79,7 @@ TEST_CASE("typed analysis: to_json writes the document the analyzer wrote before
 TEST_CASE("typed analysis: a document read back writes the same document", "[analyzer]") {
   for (const Fixture& f : kFixtures) {
     INFO(f.name);
-    const json doc = json::parse(read_file(std::string(FR_SOURCE_DIR) + "/tests/analyzer/data/" + f.name + ".json"));
+    const json doc = json::parse(slurp(std::string(FR_SOURCE_DIR) + "/tests/analyzer/data/" + f.name + ".json"));
     const Analysis back = Analysis::from_json(doc);
     CHECK(back.to_json() == doc);
     json converted = back;  // nlohmann's conversions give the same

@@ -23,9 +23,12 @@
 #include "options.h"
 #include "proc.h"
 #include "skip.h"
+#include "testing/files.h"
 
 namespace fs = std::filesystem;
 using namespace fr::clitest;
+using fr::test::slurp;
+using fr::test::spit;
 using fr::run::Env;
 using fr::run::Options;
 

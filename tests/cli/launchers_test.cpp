@@ -15,8 +15,10 @@
 #include "daemon/base/node_lock.h"
 #include "proc.h"
 #include "skip.h"
+#include "testing/files.h"
 
 using namespace fr::clitest;
+using fr::test::slurp;
 
 namespace {
 

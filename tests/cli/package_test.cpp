@@ -15,9 +15,11 @@
 #include "fr/version.h"
 #include "proc.h"
 #include "skip.h"
+#include "testing/files.h"
 
 namespace fs = std::filesystem;
 using namespace fr::clitest;
+using fr::test::slurp;
 
 namespace {
 

@@ -41,9 +41,6 @@ struct Result {
 Result run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
            const std::string& dir, const std::string& stdin_text = "", double timeout_s = 60);
 
-std::string slurp(const std::string& path);
-void spit(const std::string& path, const std::string& text);
-
 // Polls `done` every 20 ms for up to timeout_s.
 template <class F>
 bool wait_for(F done, double timeout_s);

@@ -13,9 +13,14 @@
 #include "daemon/base/crc32c.h"
 #include "common/files.h"
 #include "fixture.h"
+#include "testing/clock.h"
+#include "testing/files.h"
 
 using namespace fr::daemon;
 using namespace fr::daemon::test;
+using fr::test::exists;
+using fr::test::kSec;
+using fr::test::slurp;
 
 TEST_CASE("a dump written into the incident's directory is checked file by file", "[daemon]") {
   TempDir dir, outside;

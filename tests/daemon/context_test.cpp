@@ -24,19 +24,18 @@
 #include "daemon/host/stacks.h"
 #include "log/side_files.h"
 #include "skip.h"
+#include "temp_dir.h"
+#include "testing/files.h"
 
 namespace fs = std::filesystem;
 using fr::log::ProcessStacks;
 using fr::log::ThreadStack;
+using fr::test::slurp;
+using fr::test::TempDir;
 
 namespace {
 
 const std::string kBuild = FR_BUILD_DIR;
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 // A field of /proc/<pid>/status ("State", "TracerPid").
 std::string status_field(int pid, const std::string& key) {
@@ -145,12 +144,6 @@ fr::daemon::StackOptions helper_options() {
   return o;
 }
 
-std::string temp_dir() {
-  char tmpl[] = "/tmp/fr-context-XXXXXX";
-  REQUIRE(::mkdtemp(tmpl) != nullptr);
-  return tmpl;
-}
-
 }  // namespace
 
 TEST_CASE("stacks: a hung process shows its functions, files and lines, and runs on", "[stacks]") {
@@ -165,7 +158,8 @@ TEST_CASE("stacks: a hung process shows its functions, files and lines, and runs
 TEST_CASE("stacks: the frd stacks helper writes one fr-stacks/1 file per rank beside its dump", "[stacks]") {
   Child a({kBuild + "/tests/stack_target", "hang"});
   Child b({kBuild + "/tests/stack_target", "spin"});
-  std::string dir = temp_dir();
+  TempDir tmp("fr-context");
+  const std::string dir = tmp.path;
   fr::daemon::StacksTaken got = fr::daemon::take_stacks(
       helper_options(),
       {{a.pid, 0, "rank0.frlog", true, ""}, {b.pid, 1, "rank1.frlog", true, ""}, {999999, 2, "rank2.frlog", false, ""}},
@@ -174,17 +168,16 @@ TEST_CASE("stacks: the frd stacks helper writes one fr-stacks/1 file per rank be
   REQUIRE(got.taken == 2);
   ProcessStacks s;
   std::string err;
-  REQUIRE(fr::log::parse_stacks(read_text(dir + "/rank0.frlog.stacks.json"), &s, &err));
+  REQUIRE(fr::log::parse_stacks(slurp(dir + "/rank0.frlog.stacks.json"), &s, &err));
   REQUIRE(s.rank == 0);
   require_hang_stack(s);
-  REQUIRE(fr::log::parse_stacks(read_text(dir + "/rank1.frlog.stacks.json"), &s, &err));
+  REQUIRE(fr::log::parse_stacks(slurp(dir + "/rank1.frlog.stacks.json"), &s, &err));
   std::vector<std::string> fns = functions(main_thread(s));
   REQUIRE(std::find(fns.begin(), fns.end(), "spin_forever") != fns.end());
   REQUIRE(main_thread(s).state == "R");
-  REQUIRE(fr::log::parse_stacks(read_text(dir + "/rank2.frlog.stacks.json"), &s, &err));
+  REQUIRE(fr::log::parse_stacks(slurp(dir + "/rank2.frlog.stacks.json"), &s, &err));
   REQUIRE(s.error == "the process had exited at the dump");
   REQUIRE(state_of(b.pid) == 'R');
-  fs::remove_all(dir);
 }
 
 TEST_CASE("stacks: a SIGSTOPped process is read and left stopped, with no stop of ours", "[stacks]") {
@@ -192,12 +185,12 @@ TEST_CASE("stacks: a SIGSTOPped process is read and left stopped, with no stop o
   ::kill(target.pid, SIGSTOP);
   REQUIRE(wait_for([&] { return state_of(target.pid) == 'T'; }, 5));
   // Through the helper, as a daemon does: the tracer is not the process's parent.
-  std::string dir = temp_dir();
+  TempDir tmp("fr-context");
+  const std::string dir = tmp.path;
   fr::daemon::take_stacks(helper_options(), {{target.pid, 0, "r0.frlog", true, ""}}, dir);
   ProcessStacks s;
   std::string err;
-  REQUIRE(fr::log::parse_stacks(read_text(dir + "/r0.frlog.stacks.json"), &s, &err));
-  fs::remove_all(dir);
+  REQUIRE(fr::log::parse_stacks(slurp(dir + "/r0.frlog.stacks.json"), &s, &err));
   require_hang_stack(s);
   REQUIRE(main_thread(s).state == "T");
   REQUIRE(status_field(target.pid, "TracerPid") == "0");
@@ -212,23 +205,24 @@ TEST_CASE("stacks: when the budget runs out, the rest say so and nothing is left
   fr::daemon::StackOptions o = helper_options();
   o.budget_ns = 300'000'000;
   o.hold_ns = 600'000'000;  // the first process alone outlasts the budget
-  std::string dir = temp_dir();
+  TempDir tmp("fr-context");
+  const std::string dir = tmp.path;
   fr::daemon::StacksTaken got =
       fr::daemon::take_stacks(o, {{a.pid, 0, "r0.frlog", true, ""}, {b.pid, 1, "r1.frlog", true, ""}}, dir);
   REQUIRE(got.files.size() == 2);
   ProcessStacks s;
   std::string err;
-  REQUIRE(fr::log::parse_stacks(read_text(dir + "/r1.frlog.stacks.json"), &s, &err));
+  REQUIRE(fr::log::parse_stacks(slurp(dir + "/r1.frlog.stacks.json"), &s, &err));
   REQUIRE(s.error.find("budget") != std::string::npos);
   for (pid_t p : {a.pid, b.pid}) {
     REQUIRE(wait_for([&] { return status_field(p, "TracerPid") == "0" && state_of(p) == 'R'; }, 5));
   }
-  fs::remove_all(dir);
 }
 
 TEST_CASE("stacks: a daemon killed during capture leaves no process stopped", "[stacks]") {
   Child target({kBuild + "/tests/stack_target", "spin"});
-  std::string dir = temp_dir();
+  TempDir tmp("fr-context");
+  const std::string dir = tmp.path;
   // The "daemon": a process that runs the capture as frd node does, holding the target a while.
   pid_t daemon = ::fork();
   REQUIRE(daemon >= 0);
@@ -248,7 +242,6 @@ TEST_CASE("stacks: a daemon killed during capture leaves no process stopped", "[
   REQUIRE(held);
   REQUIRE(wait_for([&] { return status_field(target.pid, "TracerPid") == "0"; }, 10));
   REQUIRE(wait_for([&] { return state_of(target.pid) == 'R'; }, 5));
-  fs::remove_all(dir);
 }
 
 TEST_CASE("stacks: another user's process yields a clear reason", "[stacks]") {
@@ -262,7 +255,8 @@ TEST_CASE("stacks: another user's process yields a clear reason", "[stacks]") {
   REQUIRE(pw != nullptr);
   Child target({kBuild + "/tests/stack_target", "hang"});  // ours (root's)
   // frd as that user, from a copy it can reach whatever the build folder's permissions.
-  std::string dir = temp_dir();
+  TempDir tmp("fr-context");
+  const std::string dir = tmp.path;
   ::chmod(dir.c_str(), 0755);
   fs::copy_file(kBuild + "/bin/frd", dir + "/frd");
   ::chmod((dir + "/frd").c_str(), 0755);
@@ -304,9 +298,8 @@ TEST_CASE("stacks: another user's process yields a clear reason", "[stacks]") {
   fr::daemon::StacksTaken got =
       fr::daemon::take_stacks(helper_options(), {{target.pid, 0, "r0.frlog", true, log}}, dir);
   REQUIRE(got.taken == 0);
-  REQUIRE(fr::log::parse_stacks(read_text(dir + "/r0.frlog.stacks.json"), &s, &err));
+  REQUIRE(fr::log::parse_stacks(slurp(dir + "/r0.frlog.stacks.json"), &s, &err));
   REQUIRE(s.error == "not taken: the process belongs to root, its flight log to fr-stacks-test");
-  fs::remove_all(dir);
 }
 
 TEST_CASE("stacks: a Python process's time.sleep frame is named, with its Python callers", "[stacks]") {
@@ -348,16 +341,14 @@ namespace {
 const std::string kNvml = kBuild + "/sim/lib/libnvidia-ml.so.1";
 
 struct SimNvml {
-  std::string dir = temp_dir();
+  TempDir tmp{"fr-context"};
+  const std::string dir = tmp.path;
   std::string file = dir + "/nvml.conf";
   explicit SimNvml(const std::string& text) {
     std::ofstream(file) << text;
     ::setenv("FR_SIM_NVML", file.c_str(), 1);
   }
-  ~SimNvml() {
-    ::unsetenv("FR_SIM_NVML");
-    fs::remove_all(dir);
-  }
+  ~SimNvml() { ::unsetenv("FR_SIM_NVML"); }
 };
 
 }  // namespace

@@ -2,8 +2,6 @@
 // (coordinator*_test.cpp, assembly_test.cpp): the ranks of a four-rank job on communicator 0x42.
 #pragma once
 
-#include <sys/stat.h>
-
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -14,14 +12,6 @@
 #include "fr/flight_log.h"
 
 namespace fr::daemon::test {
-
-constexpr int64_t kSec = 1'000'000'000;
-
-inline bool exists(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0;
-}
-
 
 inline ProcessReport proc(int rank, bool alive, int64_t oldest_age_ns, uint64_t completed = 10,
                    bool clean = false) {
@@ -54,7 +44,6 @@ inline NodeReport report(std::vector<ProcessReport> ps) {
   r.processes = std::move(ps);
   return r;
 }
-
 
 inline DumpHeader header(const std::string& incident, const std::string& node) {
   DumpHeader h;

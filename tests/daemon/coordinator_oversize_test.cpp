@@ -21,6 +21,8 @@
 #include "common/files.h"
 #include "fixture.h"
 #include "peer.h"
+#include "testing/clock.h"
+#include "testing/files.h"
 
 using namespace fr::daemon;
 using fr::daemon::test::FakeLog;
@@ -28,13 +30,13 @@ using fr::daemon::test::loopback_config;
 using fr::daemon::test::loopback_options;
 using fr::daemon::test::Peer;
 using fr::daemon::test::rss_mib;
-using fr::daemon::test::slurp;
 using fr::daemon::test::TempDir;
 using fr::daemon::test::wait_for;
+using fr::test::kSec;
+using fr::test::slurp;
 
 namespace {
 
-constexpr int64_t kSec = 1'000'000'000;
 const std::string kRefusal = "larger than 1073741824 bytes";
 
 // A file that starts as a real torch dump and is 10 GiB long, almost all of it a hole.

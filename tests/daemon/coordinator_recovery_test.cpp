@@ -6,9 +6,11 @@
 #include "daemon/logic/coordinator.h"
 #include "common/files.h"
 #include "fixture.h"
+#include "testing/clock.h"
 
 using namespace fr::daemon;
 using namespace fr::daemon::test;
+using fr::test::kSec;
 
 TEST_CASE("incident ids left by a previous run are never reused", "[daemon]") {
   TempDir dir;

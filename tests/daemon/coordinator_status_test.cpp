@@ -4,9 +4,11 @@
 #include "coordinator_fixture.h"
 #include "daemon/logic/coordinator.h"
 #include "fixture.h"
+#include "testing/clock.h"
 
 using namespace fr::daemon;
 using namespace fr::daemon::test;
+using fr::test::kSec;
 
 TEST_CASE("status and metrics describe nodes, ranks and incidents", "[daemon]") {
   TempDir dir;

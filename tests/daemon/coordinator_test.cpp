@@ -6,9 +6,11 @@
 #include "coordinator_fixture.h"
 #include "daemon/logic/coordinator.h"
 #include "fixture.h"
+#include "testing/clock.h"
 
 using namespace fr::daemon;
 using namespace fr::daemon::test;
+using fr::test::kSec;
 
 TEST_CASE("a healthy job and a slow one raise no incident", "[daemon]") {
   TempDir dir;

@@ -30,12 +30,13 @@
 #include "fixture.h"
 #include "skip.h"
 #include "stack_frames.h"
+#include "testing/files.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using fr::daemon::test::TempDir;
-using fr::daemon::test::slurp;
 using fr::daemon::test::wait_for;
+using fr::test::slurp;
 
 namespace {
 

@@ -11,10 +11,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <fstream>
-#include <sstream>
 #include <thread>
+
+#include "testing/clock.h"
 
 namespace fr::daemon::test {
 
@@ -35,16 +35,6 @@ void remove_tree(const std::string& p) {
   }
 }
 
-namespace {
-
-uint64_t now_real() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
-
-}  // namespace
-
 fr::log::LogFile make_log(const FakeLog& f) {
   fr::log::LogFile log;
   fr_log_header& h = log.header;
@@ -55,7 +45,7 @@ fr::log::LogFile make_log(const FakeLog& f) {
   h.world_size = f.world_size;
   h.local_rank = f.rank;
   h.flags = f.flags;
-  uint64_t now = now_real();
+  uint64_t now = fr::test::now_real_ns();
   h.create_ns = now - 60'000'000'000ull;
   h.heartbeat_ns = now;
   std::strncpy(h.job_id, f.job.c_str(), FR_NAME_LEN - 1);
@@ -104,7 +94,7 @@ fr::log::LogFile make_log(const FakeLog& f) {
 }
 
 std::string write_log(const std::string& dir, const std::string& name, const FakeLog& f) {
-  std::string bytes = fr::log::encode_snapshot(make_log(f), now_real());
+  std::string bytes = fr::log::encode_snapshot(make_log(f), fr::test::now_real_ns());
   std::string path = dir + "/" + name;
   std::string tmp = path + ".tmp";
   {
@@ -113,13 +103,6 @@ std::string write_log(const std::string& dir, const std::string& name, const Fak
   }
   std::rename(tmp.c_str(), path.c_str());
   return path;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
 }
 
 bool wait_for(const std::function<bool()>& cond, double seconds) {
@@ -140,7 +123,7 @@ double rss_mib() {
 }
 
 fr::daemon::CoordinatorConfig config(const std::string& dir) {
-  constexpr int64_t kSec = 1'000'000'000;
+  using fr::test::kSec;
   fr::daemon::CoordinatorConfig c;
   c.dump_dir = dir;
   c.job_id = "job1";

@@ -1,7 +1,8 @@
 // Test helpers for the daemon tests: flight logs made in memory (through the reader's own
 // encoder, so they are valid by construction), unique temporary directories, and the few helpers
-// every daemon test needs (read a file, wait for a condition, this process's memory, a coordinator
-// configuration). One copy here, so the tests cannot drift apart.
+// every daemon test needs (wait for a condition, this process's memory, a coordinator
+// configuration). One copy here, so the tests cannot drift apart; reading and writing whole files
+// and the time units are every test folder's ("testing/files.h", "testing/clock.h").
 #pragma once
 
 #include <cstdint>
@@ -51,8 +52,6 @@ fr::log::LogFile make_log(const FakeLog& f);
 // Writes the log as a file (a dump file whose writer_alive says what `f.alive` says).
 std::string write_log(const std::string& dir, const std::string& name, const FakeLog& f);
 
-// The whole file ("" when it cannot be read).
-std::string slurp(const std::string& path);
 // Polls `cond` until it holds or `seconds` pass (a generous deadline, never a timing assertion);
 // returns whether it held.
 bool wait_for(const std::function<bool()>& cond, double seconds = 30);

@@ -28,11 +28,12 @@
 #include "peer.h"
 #include "proc.h"
 #include "skip.h"
+#include "testing/files.h"
 
 namespace fs = std::filesystem;
 using fr::clitest::Proc;
-using fr::daemon::test::slurp;
 using fr::daemon::test::wait_for;
+using fr::test::slurp;
 using nlohmann::json;
 
 namespace {

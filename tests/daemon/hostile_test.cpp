@@ -32,6 +32,8 @@
 #include "log/snapshot.h"
 #include "peer.h"
 #include "skip.h"
+#include "testing/clock.h"
+#include "testing/files.h"
 
 using namespace fr::daemon;
 using fr::daemon::test::FakeLog;
@@ -41,17 +43,12 @@ using fr::daemon::test::Peer;
 using fr::daemon::test::TempDir;
 using fr::daemon::test::UploadFile;
 using fr::daemon::test::rss_mib;
-using fr::daemon::test::slurp;
 using fr::daemon::test::wait_for;
+using fr::test::exists_no_follow;
+using fr::test::kSec;
+using fr::test::slurp;
 
 namespace {
-
-constexpr int64_t kSec = 1'000'000'000;
-
-bool exists(const std::string& p) {
-  struct stat st;
-  return lstat(p.c_str(), &st) == 0;
-}
 
 ClientOptions client(int port, const std::string& token = "") {
   ClientOptions c;
@@ -237,7 +234,7 @@ TEST_CASE("hostile: an anonymous first heartbeat does not name the job", "[daemo
     REQUIRE(wait_for([&] { return server.status()["nodes"][0]["heartbeats"] == 1; }, 10));
     CHECK(server.status()["job_id"] != "evil-job");
     REQUIRE(trigger_dump(client(server.port()), "x", &id, &err));
-    CHECK_FALSE(exists(dumps.path + "/evil-job"));
+    CHECK_FALSE(exists_no_follow(dumps.path + "/evil-job"));
   }
   {
     // With a token, the nodes that present it name the job.
@@ -308,7 +305,7 @@ TEST_CASE("hostile: uploads are bound to the node that was asked", "[daemon][hos
             .error_code() == grpc::StatusCode::PERMISSION_DENIED);
   CHECK(fr::daemon::test::upload(c, id, "nodeA", "", {{"nodeA-rank0.frlog", db}}, &reply)
             .error_code() == grpc::StatusCode::PERMISSION_DENIED);
-  CHECK_FALSE(exists(dir + "/nodeA-rank0.frlog"));
+  CHECK_FALSE(exists_no_follow(dir + "/nodeA-rank0.frlog"));
   REQUIRE(fr::daemon::test::upload(c, id, "nodeA", a.key, {{"nodeA-rank0.frlog", da}}, &reply).ok());
   CHECK_FALSE(reply.duplicate());
   // nodeB as itself, with a file named after nodeA: refused, nodeA's file untouched.
@@ -317,7 +314,7 @@ TEST_CASE("hostile: uploads are bound to the node that was asked", "[daemon][hos
   CHECK(slurp(dir + "/nodeA-rank0.frlog") == da);
   // nodeB's own dump completes the set.
   REQUIRE(fr::daemon::test::upload(c, id, "nodeB", b.key, {{"nodeB-rank1.frlog", db}}, &reply).ok());
-  REQUIRE(wait_for([&] { return exists(dir + "/analysis.json"); }));
+  REQUIRE(wait_for([&] { return exists_no_follow(dir + "/analysis.json"); }));
   REQUIRE(wait_for([&] { return server.status()["incidents"][0]["state"] == "closed"; }));
   const std::string analysis = slurp(dir + "/analysis.json");
   // Into a closed incident (from a node that connected after it): refused, and the incident
@@ -328,7 +325,7 @@ TEST_CASE("hostile: uploads are bound to the node that was asked", "[daemon][hos
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   CHECK(server.status()["incidents"][0]["state"] == "closed");
   CHECK(slurp(dir + "/analysis.json") == analysis);
-  CHECK_FALSE(exists(dir + "/nodeC-rank2.frlog"));
+  CHECK_FALSE(exists_no_follow(dir + "/nodeC-rank2.frlog"));
 }
 
 TEST_CASE("hostile: a placed file swapped for a FIFO wedges neither the analysis nor the stop",
@@ -371,7 +368,7 @@ TEST_CASE("hostile: a placed file swapped for a FIFO wedges neither the analysis
   fr::v1::UploadReply reply;
   REQUIRE(fr::daemon::test::upload(client(port), id, "nodeB", b.key, {{"nodeB-rank1.frlog", db}},
                                    &reply).ok());
-  REQUIRE(wait_for([&] { return exists(dir + "/analysis.json"); }, 30));
+  REQUIRE(wait_for([&] { return exists_no_follow(dir + "/analysis.json"); }, 30));
   auto manifest = nlohmann::json::parse(slurp(dir + "/manifest.json"));
   CHECK(manifest.dump().find("no longer a regular file") != std::string::npos);
   REQUIRE(wait_for([&] { return server->status()["incidents"][0]["state"] == "closed"; }, 10));
@@ -408,7 +405,7 @@ TEST_CASE("hostile: a restarted coordinator recovers its incident exactly, and h
                                      {{"nodeA-rank0.frlog", da}}, &reply).ok());
     REQUIRE(fr::daemon::test::upload(client(port), id, "nodeB", b.key,
                                      {{"nodeB-rank1.frlog", db}}, &reply).ok());
-    REQUIRE(wait_for([&] { return exists(dir + "/analysis.json"); }));
+    REQUIRE(wait_for([&] { return exists_no_follow(dir + "/analysis.json"); }));
     REQUIRE(wait_for([&] {
       auto j = nlohmann::json::parse(slurp(dir + "/incident.json"), nullptr, false);
       return !j.is_discarded() && j.value("hook_fired", false) && j.value("state", "") == "open";
@@ -447,7 +444,7 @@ TEST_CASE("hostile: partial uploads left by a killed coordinator are removed at 
                         {"nodes_asked", {"n0"}}, {"nodes_uploaded", nlohmann::json::array()}};
   std::ofstream(dir + "/incident.json") << inc.dump();
   CoordinatorState st(loopback_config(dumps.path));
-  CHECK_FALSE(exists(dir + "/.upload-n0-1234"));
+  CHECK_FALSE(exists_no_follow(dir + "/.upload-n0-1234"));
   REQUIRE(st.incidents().size() == 1);
   CHECK(st.incidents()[0].state == IncidentState::kCollecting);
   CHECK(st.incidents()[0].asked.count("n0"));
@@ -638,7 +635,7 @@ TEST_CASE("hostile: frd's roles share the default token, and --insecure is expli
                       d.path + "/coord.log");
   REQUIRE(wait_for([&] { return !slurp(d.path + "/port").empty(); }, 30));
   std::string addr = "127.0.0.1:" + slurp(d.path + "/port").substr(0, slurp(d.path + "/port").find('\n'));
-  CHECK(exists(d.path + "/tok/token"));
+  CHECK(exists_no_follow(d.path + "/tok/token"));
   CHECK(finish(spawn({frd, "status", "--coordinator", addr}, d.path + "/s1.log"), 30) == 0);
   CHECK(finish(spawn({frd, "status", "--coordinator", addr, "--insecure"}, d.path + "/s2.log"), 30) == 1);
   CHECK(slurp(d.path + "/s2.log").find("token") != std::string::npos);

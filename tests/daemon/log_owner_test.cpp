@@ -19,6 +19,7 @@
 #include "live_rank.h"
 #include "log/reader.h"
 #include "skip.h"
+#include "testing/clock.h"
 
 using namespace fr::daemon;
 using fr::daemon::test::FakeLog;
@@ -26,16 +27,10 @@ using fr::daemon::test::TempDir;
 using fr::daemon::test::config;
 using fr::daemon::test::live_bytes;
 using fr::daemon::test::Rank;
+using fr::test::kSec;
+using fr::test::now_real_ns;
 
 namespace {
-
-constexpr int64_t kSec = 1'000'000'000;
-
-uint64_t now_real_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
 
 void copy_file(const std::string& from, const std::string& to) {
   std::ifstream in(from, std::ios::binary);

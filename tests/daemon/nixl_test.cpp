@@ -10,9 +10,11 @@
 #include "daemon/logic/coordinator.h"
 #include "daemon/host/watcher.h"
 #include "fixture.h"
+#include "testing/clock.h"
 
 using namespace fr::daemon;
 using namespace fr::daemon::test;
+using fr::test::kSec;
 
 namespace {
 

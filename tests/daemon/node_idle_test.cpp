@@ -16,19 +16,16 @@
 #include "live_rank.h"
 #include "proc.h"
 #include "skip.h"
+#include "testing/clock.h"
 
 using fr::clitest::Proc;
+using fr::test::kSec;
+using fr::test::now_real_ns;
 
 namespace {
 
 const std::string kFrd = std::string(FR_BUILD_DIR) + "/bin/frd";
 using Clock = std::chrono::steady_clock;
-
-uint64_t now_real_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
 
 // frd node against a coordinator that is not there, leaving after `idle` seconds.
 std::unique_ptr<Proc> idle_node(const std::string& dir, const std::string& idle) {
@@ -65,7 +62,7 @@ TEST_CASE("frd node --exit-when-idle: it stays while a writer holds its log, and
           "[daemon][node-idle]") {
   fr::daemon::test::TempDir d;
   REQUIRE(::mkdir((d.path + "/shm").c_str(), 0700) == 0);
-  fr::daemon::test::Rank rank(d.path + "/shm", 0, now_real_ns() - 1'000'000'000);
+  fr::daemon::test::Rank rank(d.path + "/shm", 0, now_real_ns() - kSec);
   auto node = idle_node(d.path, "1");
   // Four times the idle limit with the rank alive: still there.
   CHECK_FALSE(node->wait(4));

@@ -5,12 +5,12 @@
 #include <algorithm>
 
 #include "daemon/logic/node_state.h"
+#include "testing/clock.h"
 
 using namespace fr::daemon;
+using fr::test::kSec;
 
 namespace {
-
-constexpr int64_t kSec = 1'000'000'000;
 
 NodeStateConfig config() {
   NodeStateConfig c;

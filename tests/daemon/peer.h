@@ -21,13 +21,14 @@
 #include "daemon/rpc/node.h"
 #include "daemon/rpc/server.h"
 #include "fr/v1/frd.grpc.pb.h"
+#include "testing/clock.h"
 
 namespace fr::daemon::test {
 
 // A coordinator for job "job1" dumping into `dumps`: stall after 2 s, nodes lost after 10 s of
 // silence, dump sets due in 10 s, heartbeats asked every 200 ms.
 inline CoordinatorConfig loopback_config(const std::string& dumps) {
-  constexpr int64_t kSec = 1'000'000'000;
+  using fr::test::kSec;
   CoordinatorConfig c;
   c.dump_dir = dumps;
   c.job_id = "job1";

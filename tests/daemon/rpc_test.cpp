@@ -33,6 +33,8 @@
 #include "fr/v1/frd.grpc.pb.h"
 #include "skip.h"
 #include "peer.h"
+#include "testing/clock.h"
+#include "testing/files.h"
 
 using namespace fr::daemon;
 using fr::daemon::test::FakeLog;
@@ -42,17 +44,12 @@ using fr::daemon::test::loopback_options;
 using fr::daemon::test::node_options;
 using fr::daemon::test::RunningNode;
 using fr::daemon::test::TempDir;
-using fr::daemon::test::slurp;
 using fr::daemon::test::wait_for;
+using fr::test::exists;
+using fr::test::kSec;
+using fr::test::slurp;
 
 namespace {
-
-constexpr int64_t kSec = 1'000'000'000;
-
-bool exists(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0;
-}
 
 ClientOptions client(int port) {
   ClientOptions c;

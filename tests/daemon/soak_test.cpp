@@ -27,21 +27,19 @@
 #include "daemon/rpc/server.h"
 #include "fixture.h"
 #include "peer.h"
+#include "testing/clock.h"
+#include "testing/files.h"
 
 using namespace fr::daemon;
 using fr::daemon::test::TempDir;
 using fr::daemon::test::rss_mib;
-using fr::daemon::test::slurp;
+using fr::test::exists;
+using fr::test::kSec;
+using fr::test::slurp;
 
 namespace {
 
-constexpr int64_t kSec = 1'000'000'000;
 using Clock = std::chrono::steady_clock;
-
-bool exists(const std::string& p) {
-  struct stat st;
-  return stat(p.c_str(), &st) == 0;
-}
 
 // One simulated node: its control stream on gRPC's callback API. It heartbeats when told; a
 // "real" node (one that has logs) records the dump requests it gets, the others answer at once

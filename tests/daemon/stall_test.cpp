@@ -10,14 +10,14 @@
 #include "daemon/logic/coordinator.h"
 #include "daemon/logic/stall.h"
 #include "fixture.h"
+#include "testing/clock.h"
 
 using namespace fr::daemon;
 using fr::daemon::test::TempDir;
+using fr::test::kMs;
+using fr::test::kSec;
 
 namespace {
-
-constexpr int64_t kMs = 1'000'000;
-constexpr int64_t kSec = 1'000'000'000;
 
 StallPolicy auto_policy() {
   StallPolicy p;

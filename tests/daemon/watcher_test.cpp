@@ -5,9 +5,11 @@
 #include "coordinator_fixture.h"
 #include "daemon/host/watcher.h"
 #include "fixture.h"
+#include "testing/clock.h"
 
 using namespace fr::daemon;
 using namespace fr::daemon::test;
+using fr::test::kSec;
 
 TEST_CASE("a log is reduced to progress and the oldest op in flight", "[daemon]") {
   FakeLog f;

@@ -11,10 +11,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <thread>
 
 #include <catch2/catch.hpp>
+
+#include "testing/files.h"
 
 namespace fr::e2e {
 
@@ -68,10 +69,7 @@ SimRun run_simjob(const std::vector<std::string>& args, double timeout_s, double
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   run.exit_code = timed_out ? -2 : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::ifstream f(out_path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  run.output = ss.str();
+  run.output = fr::test::slurp(out_path);
   std::ifstream rj(run.dir + "/result.json");
   if (rj) {
     try {

@@ -18,6 +18,7 @@
 
 #include "shell.h"
 #include "skip.h"
+#include "testing/files.h"
 
 namespace fs = std::filesystem;
 using fr::examples_test::files_under;
@@ -25,6 +26,7 @@ using fr::examples_test::find_tool;
 using fr::examples_test::quote;
 using fr::examples_test::sh;
 using fr::examples_test::Shell;
+using fr::test::slurp;
 
 namespace {
 
@@ -35,13 +37,6 @@ std::string need_tool(const std::string& name, const std::string& from) {
   std::string path = find_tool(name);
   if (path.empty()) FR_SKIP(name << " is not installed (" << from << "; scripts/install-deps.sh)");
   return path;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
 }
 
 // A scratch folder: FR_HOME with bin/frd and bin/fr-run, the fakes' log, a TMPDIR.

@@ -6,26 +6,20 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
-#include <fstream>
 #include <thread>
 
 #include "log/reader.h"
 #include "test_log.h"
+#include "testing/files.h"
 
 using fr::test::TempDir;
 using fr::test::TestLog;
+using fr::test::slurp;
+using fr::test::spit;
 
 namespace {
 
 constexpr uint64_t kComm = 0xC0FFEE;
-
-std::string slurp(const std::string& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-void spit(const std::string& p, const std::string& data) {
-  std::ofstream(p, std::ios::binary).write(data.data(), std::streamsize(data.size()));
-}
 
 }  // namespace
 

@@ -9,7 +9,6 @@
 
 #include <catch2/catch.hpp>
 #include <csignal>
-#include <fstream>
 
 #include "log/local_logs.h"
 #include "log/reader.h"
@@ -17,9 +16,13 @@
 #include "log/snapshot.h"
 #include "skip.h"
 #include "test_log.h"
+#include "testing/clock.h"
+#include "testing/files.h"
 
 using fr::test::TempDir;
 using fr::test::TestLog;
+using fr::test::slurp;
+using fr::test::spit;
 
 namespace {
 
@@ -28,10 +31,6 @@ struct HangGuard {
   HangGuard() { ::alarm(60); }
   ~HangGuard() { ::alarm(0); }
 };
-
-void spit(const std::string& p, const std::string& data) {
-  std::ofstream(p, std::ios::binary).write(data.data(), std::streamsize(data.size()));
-}
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -83,12 +82,6 @@ struct LiveWriter {
     ::close(done[1]);
   }
 };
-
-uint64_t now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
 
 const fr::log::LocalRefusal* refusal(const fr::log::LocalLogs& l, const std::string& name) {
   for (const auto& r : l.refused)
@@ -265,13 +258,11 @@ TEST_CASE("logs of users not accepted are named and left out") {
 TEST_CASE("a copy of a live log is a duplicate, never a dead process") {
   HangGuard guard;
   TempDir logs;
-  const uint64_t created = now_ns();
+  const uint64_t created = fr::test::now_real_ns();
   const std::string genuine = logs.path + "/fr.job-test.hostA.live.frlog";
   LiveWriter w(genuine, 0, created);
   // The copy has the writer's pid, rank and creation time, but nobody holds its lock.
-  std::ifstream in(genuine, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), {});
-  spit(logs.path + "/copy.frlog", bytes);
+  spit(logs.path + "/copy.frlog", slurp(genuine));
   // A forged log: another pid claiming the same rank, unlocked (reads as dead).
   make_log(logs.path + "/forged.frlog", 0, 999999, created);
 
@@ -297,7 +288,7 @@ TEST_CASE("a copy of a live log is a duplicate, never a dead process") {
 TEST_CASE("an unlocked log whose writer still runs is not a dead process") {
   HangGuard guard;
   TempDir logs;
-  const uint64_t created = now_ns();
+  const uint64_t created = fr::test::now_real_ns();
   // Rank 1 lives and writes its log; rank 0's log claims this (live) test process as writer,
   // created after it started, but nobody holds its lock: a copy from elsewhere.
   LiveWriter w(logs.path + "/rank1.frlog", 1, created);
@@ -325,7 +316,7 @@ TEST_CASE("a log locked by another process than its header's writer is refused")
   TempDir logs;
   // The child holds the lock and writes its own pid; the header is then made to name another.
   const std::string path = logs.path + "/rank0.frlog";
-  LiveWriter w(path, 0, now_ns());
+  LiveWriter w(path, 0, fr::test::now_real_ns());
   {
     // Patched through another descriptor: the child's lock stays.
     int fd = ::open(path.c_str(), O_RDWR);

@@ -6,21 +6,18 @@
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 
 #include "log/reader.h"
 #include "log/snapshot.h"
 #include "skip.h"
 #include "test_log.h"
+#include "testing/files.h"
 
 using fr::test::TempDir;
 using fr::test::TestLog;
+using fr::test::spit;
 
 namespace {
-
-void spit(const std::string& p, const std::string& data) {
-  std::ofstream(p, std::ios::binary).write(data.data(), std::streamsize(data.size()));
-}
 
 // Two good logs (ranks 0 and 1) and one of each kind of bad file.
 void make_log_dir(const std::string& dir) {

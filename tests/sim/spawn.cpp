@@ -14,9 +14,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <thread>
+
+#include "testing/files.h"
 
 extern char** environ;
 
@@ -116,10 +116,7 @@ std::vector<RankResult> run_ranks(const std::string& scenario, int n, const std:
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   for (int r = 0; r < n; ++r) {
-    std::ifstream f(logs[r]);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    res[r].output = ss.str();
+    res[r].output = fr::test::slurp(logs[r]);
     unlink(logs[r].c_str());
   }
   rmdir(dir.c_str());

@@ -29,9 +29,12 @@
 #include "daemon/http/web.h"
 #include "proc.h"
 #include "skip.h"
+#include "testing/files.h"
 
 namespace fs = std::filesystem;
 using namespace fr::clitest;
+using fr::test::slurp;
+using fr::test::spit;
 using nlohmann::json;
 
 namespace {

@@ -9,9 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <string>
 
 #include "analyzer/torch/torch_detail.h"
@@ -20,6 +18,7 @@
 #include "log/reader.h"
 #include "skip.h"
 #include "temp_dir.h"
+#include "testing/files.h"
 
 namespace t = fr::analyzer::torch;
 using fr::log::LogFile;
@@ -30,19 +29,8 @@ namespace {
 const std::string kData = std::string(FR_SOURCE_DIR) + "/tests/analyzer/torch/data";
 
 using fr::test::TempDir;
-
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), std::streamsize(bytes.size()));
-  REQUIRE(out.good());
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using fr::test::slurp;
+using fr::test::spit;
 
 bool have_python_pickle() {
   static int have = std::system("python3 -c 'import pickle, json, ast' >/dev/null 2>&1") == 0;
@@ -308,12 +296,12 @@ TEST_CASE("torch: sniffing tells dumps from other files", "[torch]") {
   TempDir tmp;
   auto sniff = [&](const std::string& bytes) {
     std::string p = tmp.path + "/f";
-    write_file(p, bytes);
+    REQUIRE(spit(p, bytes));
     return t::looks_like_torch_dump(p);
   };
   CHECK(t::looks_like_torch_dump(kData + "/json/nccl_trace_rank_0"));
   CHECK(sniff("  \n{\"version\": \"2.10\", \"pg_config\": {}}"));
-  CHECK(sniff(read_text(kData + "/pickle/nccl_trace_rank_1")));
+  CHECK(sniff(slurp(kData + "/pickle/nccl_trace_rank_1")));
   CHECK_FALSE(sniff("{\"schema\": \"fr-dump-set/1\", \"processes\": []}"));  // a manifest
   CHECK_FALSE(sniff(std::string("FLGHTLO1\x01\x00\x00\x00", 12)));         // a flight log
   CHECK_FALSE(sniff("pg_config but not JSON"));
@@ -326,7 +314,7 @@ TEST_CASE("torch: bad files get one clear error", "[torch]") {
   TempDir tmp;
   auto err = [&](const std::string& name, const std::string& bytes) {
     std::string p = tmp.path + "/" + name;
-    write_file(p, bytes);
+    REQUIRE(spit(p, bytes));
     auto r = t::read_torch_dump(p);
     CHECK(r.logs.empty());
     CHECK(r.error.rfind(p, 0) == 0);
@@ -334,9 +322,9 @@ TEST_CASE("torch: bad files get one clear error", "[torch]") {
     return r.error;
   };
   CHECK(err("empty_0", "").find("empty") != std::string::npos);
-  std::string full = read_text(kData + "/json/nccl_trace_rank_0");
+  std::string full = slurp(kData + "/json/nccl_trace_rank_0");
   CHECK(err("cut_0", full.substr(0, full.size() / 2)).find("not JSON") != std::string::npos);
-  std::string pk = read_text(kData + "/pickle/nccl_trace_rank_0");
+  std::string pk = slurp(kData + "/pickle/nccl_trace_rank_0");
   CHECK(err("cutpk_0", pk.substr(0, pk.size() - 40)).find("pickle") != std::string::npos);
   CHECK(err("foreign_0", "[1, 2, 3]").find("not a PyTorch") != std::string::npos);
   CHECK(err("object_0", "{\"a\": 1}").find("not a PyTorch") != std::string::npos);
@@ -351,7 +339,7 @@ TEST_CASE("torch: bad files get one clear error", "[torch]") {
 }
 
 TEST_CASE("torch: odd but readable dumps give warnings and keep the rest", "[torch]") {
-  json d = json::parse(read_text(kData + "/json/nccl_trace_rank_0"));
+  json d = json::parse(slurp(kData + "/json/nccl_trace_rank_0"));
   // Unknown op, a group missing from pg_config, an unknown dtype, ids out of order, a newer
   // version, and ranks as a list.
   d["version"] = "3.1";
@@ -386,8 +374,8 @@ TEST_CASE("torch: odd but readable dumps give warnings and keep the rest", "[tor
 
   // Several ranks in one file: {rank: dump}.
   json two = json::object();
-  two["0"] = json::parse(read_text(kData + "/json/nccl_trace_rank_0"));
-  two["1"] = json::parse(read_text(kData + "/json/nccl_trace_rank_1"));
+  two["0"] = json::parse(slurp(kData + "/json/nccl_trace_rank_0"));
+  two["1"] = json::parse(slurp(kData + "/json/nccl_trace_rank_1"));
   auto m = t::convert_torch_document(two, "all.json");
   REQUIRE(m.logs.size() == 2);
   CHECK(m.logs[0].header.global_rank == 0);
@@ -554,7 +542,7 @@ TEST_CASE("torch: export to PyTorch's JSON schema and read back", "[torch]") {
 
   // What PyTorch's fr_trace reads from each file holds: ranks parse as Python literals, the
   // profiling names split as its Op class splits them, p2p ranks are group ranks.
-  json d0 = json::parse(read_text(tmp.path + "/out/nccl_trace_rank_0"));
+  json d0 = json::parse(slurp(tmp.path + "/out/nccl_trace_rank_0"));
   CHECK(d0["version"] == t::kTorchExportVersion);
   CHECK(d0["pg_config"]["1111222233334444"]["ranks"] == "[0, 1, 2]");
   CHECK(d0["pg_config"]["00000000000a0b0c"]["ranks"] == "[0, 2]");
@@ -578,7 +566,7 @@ TEST_CASE("torch: export to PyTorch's JSON schema and read back", "[torch]") {
   REQUIRE(t::export_torch_pickle(logs, tmp.path + "/pk", &error));
   for (const LogFile& orig : logs) {
     std::string name = "/nccl_trace_rank_" + std::to_string(orig.header.global_rank);
-    std::string bytes = read_text(tmp.path + "/pk" + name);
+    std::string bytes = slurp(tmp.path + "/pk" + name);
     REQUIRE(!bytes.empty());
     CHECK(static_cast<unsigned char>(bytes[0]) == 0x80);
     check_same(read_one(tmp.path + "/pk" + name), read_one(tmp.path + "/out" + name));
@@ -602,7 +590,7 @@ TEST_CASE("torch: export refuses what PyTorch's layout cannot hold", "[torch]") 
   logs[1].header.global_rank = -1;
   CHECK_FALSE(t::export_torch_json(logs, tmp.path + "/unknown", &error));
   CHECK(error.find("rank unknown") != std::string::npos);
-  write_file(tmp.path + "/file", "x");
+  REQUIRE(spit(tmp.path + "/file", "x"));
   logs = synthetic_job();
   CHECK_FALSE(t::export_torch_json(logs, tmp.path + "/file", &error));
   CHECK_FALSE(error.empty());
@@ -660,14 +648,14 @@ TEST_CASE("torch: pickled entries read in place give what the JSON document give
       "     'pg_status': {'0': {'last_enqueued_collective': 20, 'last_started_collective': 19,\n"
       "     'last_completed_collective': 3}}, 'comm_lib_version': '2.30.7', 'entries': es}\n"
       "open(sys.argv[1], 'wb').write(pickle.dumps(d, protocol=int(sys.argv[3])))\n";
-  write_file(tmp.path + "/gen.py", script);
+  REQUIRE(spit(tmp.path + "/gen.py", script));
   for (std::string form : {"plain", "shared"}) {
     for (int proto : {2, 4}) {
       std::string out = tmp.path + "/nccl_trace_rank_1";
       REQUIRE(std::system(("python3 '" + tmp.path + "/gen.py' '" + out + "' " + form + " " +
                            std::to_string(proto)).c_str()) == 0);
       INFO(form << ", protocol " << proto);
-      std::string bytes = read_text(out);
+      std::string bytes = slurp(out);
       t::TorchReadResult fast = t::read_torch_dump_bytes(bytes, out);
       fr::analyzer::torch::UnpickleLimits lim;
       lim.skip_keys = {"frames"};
