@@ -56,155 +56,214 @@ bool parse_doc(const std::string& text, const char* schema, json* out, std::stri
   return true;
 }
 
+// An optional count: written when known (>= 0), so an absent key reads back as unknown (-1).
 void opt(json& j, const char* key, int64_t v) {
   if (v >= 0) j[key] = v;
 }
 
-}  // namespace
+// Declared first so that the templates below find them (an unnamed namespace is out of ADL's reach).
+json to_json(const StackFrame& f);
+json to_json(const ThreadStack& t);
+json to_json(const XidEvent& x);
+json to_json(const NvLinkState& l);
+json to_json(const GpuHealth& d);
+void from_json(const json& j, StackFrame* f);
+void from_json(const json& j, ThreadStack* t);
+void from_json(const json& j, XidEvent* x);
+void from_json(const json& j, NvLinkState* l);
+void from_json(const json& j, GpuHealth* d);
 
-std::string stacks_to_text(const ProcessStacks& s) {
-  json threads = json::array();
-  for (const auto& t : s.threads) {
-    json frames = json::array();
-    for (const auto& f : t.frames) {
-      json fj = {{"function", f.function}, {"file", f.file}, {"line", f.line},
-                 {"module", f.module}, {"kind", f.kind}};
-      if (f.pc) fj["pc"] = f.pc;
-      frames.push_back(std::move(fj));
+// At most `cap` of the objects in j[key], each read by its from_json; other elements are dropped.
+template <typename T>
+void objects(const json& j, const char* key, size_t cap, std::vector<T>* out) {
+  if (const json* a = array(j, key))
+    for (const auto& e : *a) {
+      if (out->size() >= cap) break;
+      if (!e.is_object()) continue;
+      T item;
+      from_json(e, &item);
+      out->push_back(std::move(item));
     }
-    json tj = {{"tid", t.tid}, {"name", t.name}, {"state", t.state}, {"frames", frames}};
-    if (!t.error.empty()) tj["error"] = t.error;
-    threads.push_back(std::move(tj));
-  }
+}
+
+// At most `cap` of the strings in j[key], each cut to `max_len`; other elements are dropped.
+void strings(const json& j, const char* key, size_t cap, size_t max_len, std::vector<std::string>* out) {
+  if (const json* a = array(j, key))
+    for (const auto& e : *a)
+      if (e.is_string() && out->size() < cap) out->push_back(e.get<std::string>().substr(0, max_len));
+}
+
+template <typename T>
+json array_of(const std::vector<T>& items) {
+  json a = json::array();
+  for (const auto& i : items) a.push_back(to_json(i));
+  return a;
+}
+
+// ---- one to_json and one from_json per type --------------------------------------------------
+// The writer and the reader of each format name the same fields here and nowhere else. from_json
+// takes what is there, of the right type and within the bounds, and leaves the rest at the type's
+// default; the documents' own checks (JSON object, schema) are parse_doc's.
+
+json to_json(const StackFrame& f) {
+  json j = {{"function", f.function}, {"file", f.file}, {"line", f.line},
+            {"module", f.module},     {"kind", f.kind}};
+  if (f.pc) j["pc"] = f.pc;
+  return j;
+}
+
+void from_json(const json& j, StackFrame* f) {
+  f->function = str(j, "function");
+  f->file = str(j, "file");
+  f->line = int(std::clamp<int64_t>(num(j, "line", 0), 0, 1 << 30));
+  f->module = str(j, "module");
+  f->kind = str(j, "kind");
+  if (f->kind != "python" && f->kind != "kernel") f->kind = "native";
+  f->pc = uint64_t(num(j, "pc", 0));
+}
+
+json to_json(const ThreadStack& t) {
+  json j = {{"tid", t.tid}, {"name", t.name}, {"state", t.state}, {"frames", array_of(t.frames)}};
+  if (!t.error.empty()) j["error"] = t.error;
+  return j;
+}
+
+void from_json(const json& j, ThreadStack* t) {
+  t->tid = int(num(j, "tid", 0));
+  t->name = str(j, "name");
+  t->state = str(j, "state");
+  t->error = str(j, "error");
+  objects(j, "frames", kMaxStackFrames, &t->frames);
+}
+
+json to_json(const ProcessStacks& s) {
   json j = {{"schema", kStacksSchema}, {"pid", s.pid},         {"rank", s.rank},
             {"taker", s.taker},        {"python", s.python},   {"time_ns", s.time_ns},
-            {"took_ns", s.took_ns},    {"threads", threads}};
+            {"took_ns", s.took_ns},    {"threads", array_of(s.threads)}};
   if (!s.error.empty()) j["error"] = s.error;
   if (!s.python_error.empty()) j["python_error"] = s.python_error;
-  return j.dump() + "\n";
+  return j;
 }
+
+void from_json(const json& j, ProcessStacks* s) {
+  s->pid = int(num(j, "pid", 0));
+  s->rank = int(num(j, "rank", -1));
+  s->taker = str(j, "taker");
+  s->python = flag(j, "python");
+  s->error = str(j, "error");
+  s->python_error = str(j, "python_error");
+  s->time_ns = num(j, "time_ns", 0);
+  s->took_ns = num(j, "took_ns", 0);
+  objects(j, "threads", kMaxStackThreads, &s->threads);
+}
+
+json to_json(const XidEvent& x) { return {{"xid", x.xid}, {"time_ns", x.time_ns}}; }
+
+void from_json(const json& j, XidEvent* x) {
+  x->xid = uint64_t(num(j, "xid", 0));
+  x->time_ns = num(j, "time_ns", 0);
+}
+
+json to_json(const NvLinkState& l) {
+  return {{"link", l.link},
+          {"active", l.active},
+          {"replay_errors", l.replay_errors},
+          {"recovery_errors", l.recovery_errors},
+          {"crc_flit_errors", l.crc_flit_errors},
+          {"crc_data_errors", l.crc_data_errors}};
+}
+
+void from_json(const json& j, NvLinkState* l) {
+  l->link = int(num(j, "link", 0));
+  l->active = flag(j, "active");
+  l->replay_errors = uint64_t(num(j, "replay_errors", 0));
+  l->recovery_errors = uint64_t(num(j, "recovery_errors", 0));
+  l->crc_flit_errors = uint64_t(num(j, "crc_flit_errors", 0));
+  l->crc_data_errors = uint64_t(num(j, "crc_data_errors", 0));
+}
+
+json to_json(const GpuHealth& d) {
+  json j = {{"index", d.index},
+            {"pci_bus_id", d.pci_bus_id},
+            {"uuid", d.uuid},
+            {"name", d.name},
+            {"xids", array_of(d.xids)},
+            {"nvlinks", array_of(d.nvlinks)},
+            {"throttle_names", d.throttle_names},
+            {"pids", d.pids},
+            {"unavailable", d.unavailable}};
+  opt(j, "ecc_volatile_corrected", d.ecc_volatile_corrected);
+  opt(j, "ecc_volatile_uncorrected", d.ecc_volatile_uncorrected);
+  opt(j, "retired_pages_pending", d.retired_pages_pending);
+  opt(j, "remapped_rows_pending", d.remapped_rows_pending);
+  opt(j, "remapped_rows_failed", d.remapped_rows_failed);
+  opt(j, "throttle_reasons", d.throttle_reasons);
+  opt(j, "temperature_c", d.temperature_c);
+  opt(j, "power_mw", d.power_mw);
+  opt(j, "pcie_replays", d.pcie_replays);
+  return j;
+}
+
+void from_json(const json& j, GpuHealth* d) {
+  d->index = int(num(j, "index", -1));
+  d->pci_bus_id = str(j, "pci_bus_id");
+  d->uuid = str(j, "uuid");
+  d->name = str(j, "name");
+  objects(j, "xids", kMaxList, &d->xids);
+  objects(j, "nvlinks", kMaxList, &d->nvlinks);
+  strings(j, "throttle_names", 64, 64, &d->throttle_names);
+  if (const json* ps = array(j, "pids"))
+    for (const auto& p : *ps)
+      if (p.is_number_integer() && d->pids.size() < kMaxList) d->pids.push_back(p.get<int>());
+  strings(j, "unavailable", 64, 200, &d->unavailable);
+  d->ecc_volatile_corrected = num(j, "ecc_volatile_corrected", -1);
+  d->ecc_volatile_uncorrected = num(j, "ecc_volatile_uncorrected", -1);
+  d->retired_pages_pending = num(j, "retired_pages_pending", -1);
+  d->remapped_rows_pending = num(j, "remapped_rows_pending", -1);
+  d->remapped_rows_failed = num(j, "remapped_rows_failed", -1);
+  d->throttle_reasons = num(j, "throttle_reasons", -1);
+  d->temperature_c = num(j, "temperature_c", -1);
+  d->power_mw = num(j, "power_mw", -1);
+  d->pcie_replays = num(j, "pcie_replays", -1);
+}
+
+json to_json(const NodeGpus& g) {
+  json j = {{"schema", kGpuSchema}, {"node", g.node}, {"time_ns", g.time_ns},
+            {"driver_version", g.driver_version}, {"gpus", array_of(g.gpus)}};
+  if (!g.error.empty()) j["error"] = g.error;
+  return j;
+}
+
+void from_json(const json& j, NodeGpus* g) {
+  g->node = str(j, "node");
+  g->time_ns = num(j, "time_ns", 0);
+  g->error = str(j, "error");
+  g->driver_version = str(j, "driver_version");
+  objects(j, "gpus", kMaxList, &g->gpus);
+}
+
+}  // namespace
+
+// ---- the edge: text in, text out ---------------------------------------------------------------
+
+std::string stacks_to_text(const ProcessStacks& s) { return to_json(s).dump() + "\n"; }
 
 bool parse_stacks(const std::string& text, ProcessStacks* out, std::string* error) {
   json j;
   if (!parse_doc(text, kStacksSchema, &j, error)) return false;
   ProcessStacks s;
-  s.pid = int(num(j, "pid", 0));
-  s.rank = int(num(j, "rank", -1));
-  s.taker = str(j, "taker");
-  s.python = flag(j, "python");
-  s.error = str(j, "error");
-  s.python_error = str(j, "python_error");
-  s.time_ns = num(j, "time_ns", 0);
-  s.took_ns = num(j, "took_ns", 0);
-  if (const json* threads = array(j, "threads")) {
-    for (const auto& tj : *threads) {
-      if (!tj.is_object()) continue;
-      if (s.threads.size() >= kMaxStackThreads) break;
-      ThreadStack t;
-      t.tid = int(num(tj, "tid", 0));
-      t.name = str(tj, "name");
-      t.state = str(tj, "state");
-      t.error = str(tj, "error");
-      if (const json* frames = array(tj, "frames"))
-        for (const auto& fj : *frames) {
-          if (!fj.is_object()) continue;
-          if (t.frames.size() >= kMaxStackFrames) break;
-          StackFrame f;
-          f.function = str(fj, "function");
-          f.file = str(fj, "file");
-          f.line = int(std::clamp<int64_t>(num(fj, "line", 0), 0, 1 << 30));
-          f.module = str(fj, "module");
-          f.kind = str(fj, "kind");
-          if (f.kind != "python" && f.kind != "kernel") f.kind = "native";
-          f.pc = uint64_t(num(fj, "pc", 0));
-          t.frames.push_back(std::move(f));
-        }
-      s.threads.push_back(std::move(t));
-    }
-  }
+  from_json(j, &s);
   *out = std::move(s);
   return true;
 }
 
-std::string gpus_to_text(const NodeGpus& g) {
-  json gpus = json::array();
-  for (const auto& d : g.gpus) {
-    json xids = json::array(), links = json::array();
-    for (const auto& x : d.xids) xids.push_back({{"xid", x.xid}, {"time_ns", x.time_ns}});
-    for (const auto& l : d.nvlinks)
-      links.push_back({{"link", l.link}, {"active", l.active}, {"replay_errors", l.replay_errors},
-                       {"recovery_errors", l.recovery_errors},
-                       {"crc_flit_errors", l.crc_flit_errors},
-                       {"crc_data_errors", l.crc_data_errors}});
-    json dj = {{"index", d.index}, {"pci_bus_id", d.pci_bus_id}, {"uuid", d.uuid},
-               {"name", d.name},   {"xids", xids},               {"nvlinks", links},
-               {"throttle_names", d.throttle_names}, {"pids", d.pids},
-               {"unavailable", d.unavailable}};
-    opt(dj, "ecc_volatile_corrected", d.ecc_volatile_corrected);
-    opt(dj, "ecc_volatile_uncorrected", d.ecc_volatile_uncorrected);
-    opt(dj, "retired_pages_pending", d.retired_pages_pending);
-    opt(dj, "remapped_rows_pending", d.remapped_rows_pending);
-    opt(dj, "remapped_rows_failed", d.remapped_rows_failed);
-    opt(dj, "throttle_reasons", d.throttle_reasons);
-    opt(dj, "temperature_c", d.temperature_c);
-    opt(dj, "power_mw", d.power_mw);
-    opt(dj, "pcie_replays", d.pcie_replays);
-    gpus.push_back(std::move(dj));
-  }
-  json j = {{"schema", kGpuSchema}, {"node", g.node}, {"time_ns", g.time_ns},
-            {"driver_version", g.driver_version}, {"gpus", gpus}};
-  if (!g.error.empty()) j["error"] = g.error;
-  return j.dump(1) + "\n";
-}
+std::string gpus_to_text(const NodeGpus& g) { return to_json(g).dump(1) + "\n"; }
 
 bool parse_gpus(const std::string& text, NodeGpus* out, std::string* error) {
   json j;
   if (!parse_doc(text, kGpuSchema, &j, error)) return false;
   NodeGpus g;
-  g.node = str(j, "node");
-  g.time_ns = num(j, "time_ns", 0);
-  g.error = str(j, "error");
-  g.driver_version = str(j, "driver_version");
-  if (const json* gpus = array(j, "gpus"))
-    for (const auto& dj : *gpus) {
-      if (!dj.is_object() || g.gpus.size() >= kMaxList) continue;
-      GpuHealth d;
-      d.index = int(num(dj, "index", -1));
-      d.pci_bus_id = str(dj, "pci_bus_id");
-      d.uuid = str(dj, "uuid");
-      d.name = str(dj, "name");
-      if (const json* xs = array(dj, "xids"))
-        for (const auto& x : *xs)
-          if (x.is_object() && d.xids.size() < kMaxList)
-            d.xids.push_back({uint64_t(num(x, "xid", 0)), num(x, "time_ns", 0)});
-      if (const json* ls = array(dj, "nvlinks"))
-        for (const auto& l : *ls)
-          if (l.is_object() && d.nvlinks.size() < kMaxList)
-            d.nvlinks.push_back({int(num(l, "link", 0)), flag(l, "active"),
-                                 uint64_t(num(l, "replay_errors", 0)),
-                                 uint64_t(num(l, "recovery_errors", 0)),
-                                 uint64_t(num(l, "crc_flit_errors", 0)),
-                                 uint64_t(num(l, "crc_data_errors", 0))});
-      if (const json* ts = array(dj, "throttle_names"))
-        for (const auto& t : *ts)
-          if (t.is_string() && d.throttle_names.size() < 64) d.throttle_names.push_back(t.get<std::string>().substr(0, 64));
-      if (const json* ps = array(dj, "pids"))
-        for (const auto& p : *ps)
-          if (p.is_number_integer() && d.pids.size() < kMaxList) d.pids.push_back(p.get<int>());
-      if (const json* us = array(dj, "unavailable"))
-        for (const auto& u : *us)
-          if (u.is_string() && d.unavailable.size() < 64) d.unavailable.push_back(u.get<std::string>().substr(0, 200));
-      d.ecc_volatile_corrected = num(dj, "ecc_volatile_corrected", -1);
-      d.ecc_volatile_uncorrected = num(dj, "ecc_volatile_uncorrected", -1);
-      d.retired_pages_pending = num(dj, "retired_pages_pending", -1);
-      d.remapped_rows_pending = num(dj, "remapped_rows_pending", -1);
-      d.remapped_rows_failed = num(dj, "remapped_rows_failed", -1);
-      d.throttle_reasons = num(dj, "throttle_reasons", -1);
-      d.temperature_c = num(dj, "temperature_c", -1);
-      d.power_mw = num(dj, "power_mw", -1);
-      d.pcie_replays = num(dj, "pcie_replays", -1);
-      g.gpus.push_back(std::move(d));
-    }
+  from_json(j, &g);
   *out = std::move(g);
   return true;
 }

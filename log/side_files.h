@@ -4,7 +4,8 @@
 //   <node>.gpu.json          schema "fr-gpu/1": the health of every GPU of a node at the dump
 //                            (NVML), with the PIDs running on each, so ranks join through PIDs.
 // `frd snapshot` and `frd node` write them, fr-analyze reads them. This header owns both formats:
-// the writer and the reader are the two functions below each type, so they cannot drift. Readers
+// the writer and the reader are the two functions below each document type, over one to_json and
+// one from_json per type in side_files.cpp, so they cannot drift. Readers
 // accept unknown fields and refuse another schema; everything read is bounded (frames, threads,
 // text lengths), since a dump set may come from a hostile peer.
 #pragma once

@@ -232,9 +232,9 @@ json array_of(const std::vector<T>& items) {
 // The manifest's own fields: schema (which must be ours), job, source, time, expected ranks.
 bool header_from_json(const json& m, Manifest* r, std::string* error) {
   take(m, "schema", &r->schema);
-  if (r->schema != "fr-dumpset/1") {
-    *error = "manifest.json: unknown schema \"" + r->schema.substr(0, 64) +
-             "\" (expected fr-dumpset/1)";
+  if (r->schema != kDumpSetSchema) {
+    *error = "manifest.json: unknown schema \"" + r->schema.substr(0, 64) + "\" (expected " +
+             kDumpSetSchema + ")";
     return false;
   }
   take(m, "job_id", &r->job_id);
@@ -252,6 +252,21 @@ bool header_from_json(const json& m, Manifest* r, std::string* error) {
                                                  " is not a rank count (0 to 16777216): ignored"});
   }
   return true;
+}
+
+// The whole manifest; "time" is time_ns for people, written and never read.
+json to_json(const Manifest& m) {
+  json j;
+  j["schema"] = m.schema;
+  j["job_id"] = m.job_id;
+  j["source"] = m.source;
+  j["time_ns"] = m.time_ns;
+  j["time"] = iso_time(m.time_ns);
+  if (m.expected_ranks >= 0) j["expected_ranks"] = m.expected_ranks;
+  j["nodes"] = array_of(m.nodes);
+  j["processes"] = array_of(m.processes);
+  j["skipped"] = array_of(m.skipped);
+  return j;
 }
 
 // Every process must be an object whose file stays inside the dump set.
@@ -278,6 +293,21 @@ bool processes_from_json(const json& m, std::vector<SnapshotProcess>* out, std::
   return true;
 }
 
+// The whole manifest, the reverse of to_json(Manifest): false, with the first problem, when a
+// required part is missing or bad (an entry of "nodes" or "skipped" that is not an object is
+// dropped; the processes must all be good).
+bool from_json(const json& m, Manifest* r, std::string* error) {
+  if (!header_from_json(m, r, error)) return false;
+  if (auto it = m.find("nodes"); it != m.end() && it->is_array())
+    for (const auto& n : *it)
+      if (n.is_object()) r->nodes.push_back(node_from_json(n));
+  if (!processes_from_json(m, &r->processes, error)) return false;
+  if (auto it = m.find("skipped"); it != m.end() && it->is_array())
+    for (const auto& sk : *it)
+      if (sk.is_object()) r->skipped.push_back(skip_from_json(sk));
+  return true;
+}
+
 }  // namespace
 
 bool write_manifest(const std::string& out_dir, const std::string& job_id, uint64_t time_ns,
@@ -285,19 +315,18 @@ bool write_manifest(const std::string& out_dir, const std::string& job_id, uint6
                     const std::vector<SnapshotSkip>& skipped,
                     const std::vector<ManifestNode>& nodes, const std::string& source,
                     int expected_ranks, std::string* error) {
-  json m;
-  m["schema"] = "fr-dumpset/1";
-  m["job_id"] = job_id;
-  m["source"] = source;
-  m["time_ns"] = time_ns;
-  m["time"] = iso_time(time_ns);
-  if (expected_ranks >= 0) m["expected_ranks"] = expected_ranks;
-  m["nodes"] = array_of(nodes);
-  m["processes"] = array_of(processes);
-  m["skipped"] = array_of(skipped);
+  Manifest m;
+  m.schema = kDumpSetSchema;
+  m.job_id = job_id;
+  m.source = source;
+  m.time_ns = time_ns;
+  m.expected_ranks = expected_ranks;
+  m.nodes = nodes;
+  m.processes = processes;
+  m.skipped = skipped;
   // Names from logs may hold invalid UTF-8: replace rather than throw.
   return files::write_atomic(out_dir + "/manifest.json",
-                      m.dump(2, ' ', false, json::error_handler_t::replace) + "\n", error);
+                             to_json(m).dump(2, ' ', false, json::error_handler_t::replace) + "\n", error);
 }
 
 bool parse_manifest(const std::string& text, Manifest* out, std::string* error) {
@@ -311,14 +340,7 @@ bool parse_manifest(const std::string& text, Manifest* out, std::string* error) 
     return false;
   }
   Manifest r;
-  if (!header_from_json(m, &r, error)) return false;
-  if (auto it = m.find("nodes"); it != m.end() && it->is_array())
-    for (const auto& n : *it)
-      if (n.is_object()) r.nodes.push_back(node_from_json(n));
-  if (!processes_from_json(m, &r.processes, error)) return false;
-  if (auto it = m.find("skipped"); it != m.end() && it->is_array())
-    for (const auto& sk : *it)
-      if (sk.is_object()) r.skipped.push_back(skip_from_json(sk));
+  if (!from_json(m, &r, error)) return false;
   *out = std::move(r);
   return true;
 }

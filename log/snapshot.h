@@ -63,6 +63,8 @@ bool write_manifest(const std::string& out_dir, const std::string& job_id, uint6
                     const std::vector<ManifestNode>& nodes, const std::string& source,
                     int expected_ranks, std::string* error);
 
+inline constexpr const char* kDumpSetSchema = "fr-dumpset/1";
+
 // A dump set's manifest.json, parsed and validated (docs/dump-set.md). Unknown fields are ignored;
 // a missing or malformed required field is an error naming it.
 struct Manifest {
