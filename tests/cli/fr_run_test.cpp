@@ -24,10 +24,12 @@
 #include "proc.h"
 #include "skip.h"
 #include "testing/files.h"
+#include "testing/wait.h"
 
 namespace fs = std::filesystem;
 using namespace fr::clitest;
 using fr::test::slurp;
+using fr::test::wait_for;
 using fr::test::spit;
 using fr::run::Env;
 using fr::run::Options;

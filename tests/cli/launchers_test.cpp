@@ -16,9 +16,11 @@
 #include "proc.h"
 #include "skip.h"
 #include "testing/files.h"
+#include "testing/wait.h"
 
 using namespace fr::clitest;
 using fr::test::slurp;
+using fr::test::wait_for;
 
 namespace {
 

@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "testing/files.h"
+#include "testing/wait.h"
 
 extern char** environ;
 
@@ -19,6 +20,7 @@ namespace fr::clitest {
 
 using fr::test::slurp;
 using fr::test::spit;
+using fr::test::wait_for;
 
 Proc::Proc(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
            const std::string& dir, const std::string& name, const std::string& stdin_text) {

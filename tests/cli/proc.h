@@ -41,10 +41,6 @@ struct Result {
 Result run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
            const std::string& dir, const std::string& stdin_text = "", double timeout_s = 60);
 
-// Polls `done` every 20 ms for up to timeout_s.
-template <class F>
-bool wait_for(F done, double timeout_s);
-
 // Pids of live processes whose command line has all of `words` as arguments.
 std::vector<pid_t> processes_with_args(const std::vector<std::string>& words);
 
@@ -52,16 +48,3 @@ std::vector<pid_t> processes_with_args(const std::vector<std::string>& words);
 bool gone(pid_t pid);
 
 }  // namespace fr::clitest
-
-#include <chrono>
-#include <thread>
-
-template <class F>
-bool fr::clitest::wait_for(F done, double timeout_s) {
-  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (true) {
-    if (done()) return true;
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-}

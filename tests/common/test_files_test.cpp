@@ -1,5 +1,5 @@
-// The helpers tests share (fr_test_common): whole files in and out, and the two meanings of
-// "exists", which differ exactly at links.
+// The helpers tests share (fr_test_common): whole files in and out, the two meanings of "exists",
+// which differ exactly at links, the time units and waiting for a condition.
 #include <unistd.h>
 
 #include <string>
@@ -9,6 +9,7 @@
 #include "temp_dir.h"
 #include "testing/clock.h"
 #include "testing/files.h"
+#include "testing/wait.h"
 
 using fr::test::TempDir;
 
@@ -54,4 +55,13 @@ TEST_CASE("time units are nanoseconds, and the wall clock is in them") {
   const uint64_t now = fr::test::now_real_ns();
   CHECK(now > 1577836800ull * 1000000000ull);
   CHECK(now < 7258118400ull * 1000000000ull);
+}
+
+TEST_CASE("wait_for returns as soon as the condition holds, and says when it never did") {
+  int calls = 0;
+  CHECK(fr::test::wait_for([&] { return ++calls == 3; }, 30, std::chrono::milliseconds(1)));
+  CHECK(calls == 3);
+  calls = 0;
+  CHECK_FALSE(fr::test::wait_for([&] { return ++calls < 0; }, 0.05));
+  CHECK(calls >= 2);  // polled, and asked once more at the deadline
 }

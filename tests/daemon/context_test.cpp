@@ -26,16 +26,20 @@
 #include "skip.h"
 #include "temp_dir.h"
 #include "testing/files.h"
+#include "testing/wait.h"
 
 namespace fs = std::filesystem;
 using fr::log::ProcessStacks;
 using fr::log::ThreadStack;
 using fr::test::slurp;
 using fr::test::TempDir;
+using fr::test::wait_for;
 
 namespace {
 
 const std::string kBuild = FR_BUILD_DIR;
+// Process states are sampled often: a stop under ptrace can be brief.
+constexpr std::chrono::milliseconds kPoll{5};
 
 // A field of /proc/<pid>/status ("State", "TracerPid").
 std::string status_field(int pid, const std::string& key) {
@@ -54,15 +58,6 @@ char state_of(int pid) {
   return s.empty() ? '?' : s[0];
 }
 
-template <class Pred>
-bool wait_for(Pred p, double seconds) {
-  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < until) {
-    if (p()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return p();
-}
 
 // A child process running argv, started and standing in its known place when this returns.
 struct Child {
@@ -88,7 +83,7 @@ struct Child {
       REQUIRE(n > 0);
       // Past its print: blocked (hang) or running (spin) where the tests expect it.
       const bool spin = argv.size() > 1 && argv[1] == "spin";
-      REQUIRE(wait_for([&] { return state_of(pid) == (spin ? 'R' : 'S'); }, 10));
+      REQUIRE(wait_for([&] { return state_of(pid) == (spin ? 'R' : 'S'); }, 10, kPoll));
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     ::close(p[0]);
@@ -152,7 +147,7 @@ TEST_CASE("stacks: a hung process shows its functions, files and lines, and runs
   require_hang_stack(s);
   REQUIRE(main_thread(s).state == "S");
   REQUIRE(status_field(target.pid, "TracerPid") == "0");
-  REQUIRE(wait_for([&] { return state_of(target.pid) == 'S'; }, 5));
+  REQUIRE(wait_for([&] { return state_of(target.pid) == 'S'; }, 5, kPoll));
 }
 
 TEST_CASE("stacks: the frd stacks helper writes one fr-stacks/1 file per rank beside its dump", "[stacks]") {
@@ -183,7 +178,7 @@ TEST_CASE("stacks: the frd stacks helper writes one fr-stacks/1 file per rank be
 TEST_CASE("stacks: a SIGSTOPped process is read and left stopped, with no stop of ours", "[stacks]") {
   Child target({kBuild + "/tests/stack_target", "hang"});
   ::kill(target.pid, SIGSTOP);
-  REQUIRE(wait_for([&] { return state_of(target.pid) == 'T'; }, 5));
+  REQUIRE(wait_for([&] { return state_of(target.pid) == 'T'; }, 5, kPoll));
   // Through the helper, as a daemon does: the tracer is not the process's parent.
   TempDir tmp("fr-context");
   const std::string dir = tmp.path;
@@ -196,7 +191,7 @@ TEST_CASE("stacks: a SIGSTOPped process is read and left stopped, with no stop o
   REQUIRE(status_field(target.pid, "TracerPid") == "0");
   REQUIRE(state_of(target.pid) == 'T');  // still the user's stop
   ::kill(target.pid, SIGCONT);
-  REQUIRE(wait_for([&] { return state_of(target.pid) == 'S'; }, 5));  // and nothing else holds it
+  REQUIRE(wait_for([&] { return state_of(target.pid) == 'S'; }, 5, kPoll));  // and nothing else holds it
 }
 
 TEST_CASE("stacks: when the budget runs out, the rest say so and nothing is left stopped", "[stacks]") {
@@ -215,7 +210,7 @@ TEST_CASE("stacks: when the budget runs out, the rest say so and nothing is left
   REQUIRE(fr::log::parse_stacks(slurp(dir + "/r1.frlog.stacks.json"), &s, &err));
   REQUIRE(s.error.find("budget") != std::string::npos);
   for (pid_t p : {a.pid, b.pid}) {
-    REQUIRE(wait_for([&] { return status_field(p, "TracerPid") == "0" && state_of(p) == 'R'; }, 5));
+    REQUIRE(wait_for([&] { return status_field(p, "TracerPid") == "0" && state_of(p) == 'R'; }, 5, kPoll));
   }
 }
 
@@ -235,13 +230,13 @@ TEST_CASE("stacks: a daemon killed during capture leaves no process stopped", "[
   // Kill it while the helper holds the target stopped.
   bool held = wait_for([&] {
     return status_field(target.pid, "TracerPid") != "0" && state_of(target.pid) == 't';
-  }, 20);
+  }, 20, kPoll);
   ::kill(daemon, SIGKILL);
   int st;
   ::waitpid(daemon, &st, 0);
   REQUIRE(held);
-  REQUIRE(wait_for([&] { return status_field(target.pid, "TracerPid") == "0"; }, 10));
-  REQUIRE(wait_for([&] { return state_of(target.pid) == 'R'; }, 5));
+  REQUIRE(wait_for([&] { return status_field(target.pid, "TracerPid") == "0"; }, 10, kPoll));
+  REQUIRE(wait_for([&] { return state_of(target.pid) == 'R'; }, 5, kPoll));
 }
 
 TEST_CASE("stacks: another user's process yields a clear reason", "[stacks]") {
@@ -312,7 +307,7 @@ TEST_CASE("stacks: a Python process's time.sleep frame is named, with its Python
                 "print('ready', flush=True)\n"
                 "wait_for_peer()\n"});
   // The interpreter prints before it reaches the sleep: give it a moment there.
-  REQUIRE(wait_for([&] { return state_of(target.pid) == 'S'; }, 10));
+  REQUIRE(wait_for([&] { return state_of(target.pid) == 'S'; }, 10, kPoll));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   ProcessStacks s = fr::daemon::capture_process(target.pid, deadline_in(30), 0);
   REQUIRE(s.error.empty());
@@ -427,7 +422,7 @@ TEST_CASE("nvml: Xid events after the start are kept with their time", "[nvml]")
   REQUIRE(m.open(kNvml, &why));
   const int64_t t0 = fr::daemon::real_ns();
   std::ofstream(sim.file + ".events", std::ios::app) << "xid 0000:3c:00.0 79\n";
-  REQUIRE(wait_for([&] { return !m.read(false).gpus[1].xids.empty(); }, 10));
+  REQUIRE(wait_for([&] { return !m.read(false).gpus[1].xids.empty(); }, 10, kPoll));
   fr::log::NodeGpus g = m.read(true);
   REQUIRE(g.gpus[0].xids.empty());
   REQUIRE(g.gpus[1].xids.size() == 1);

@@ -23,6 +23,7 @@
 #include "peer.h"
 #include "testing/clock.h"
 #include "testing/files.h"
+#include "testing/wait.h"
 
 using namespace fr::daemon;
 using fr::daemon::test::FakeLog;
@@ -31,9 +32,9 @@ using fr::daemon::test::loopback_options;
 using fr::daemon::test::Peer;
 using fr::daemon::test::rss_mib;
 using fr::daemon::test::TempDir;
-using fr::daemon::test::wait_for;
 using fr::test::kSec;
 using fr::test::slurp;
+using fr::test::wait_for;
 
 namespace {
 

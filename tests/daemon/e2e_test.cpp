@@ -31,12 +31,13 @@
 #include "skip.h"
 #include "stack_frames.h"
 #include "testing/files.h"
+#include "testing/wait.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using fr::daemon::test::TempDir;
-using fr::daemon::test::wait_for;
 using fr::test::slurp;
+using fr::test::wait_for;
 
 namespace {
 

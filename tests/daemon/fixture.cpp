@@ -105,15 +105,6 @@ std::string write_log(const std::string& dir, const std::string& name, const Fak
   return path;
 }
 
-bool wait_for(const std::function<bool()>& cond, double seconds) {
-  auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < end) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return cond();
-}
-
 double rss_mib() {
   std::ifstream f("/proc/self/status");
   std::string line;

@@ -1,8 +1,9 @@
 // Test helpers for the daemon tests: flight logs made in memory (through the reader's own
 // encoder, so they are valid by construction), unique temporary directories, and the few helpers
-// every daemon test needs (wait for a condition, this process's memory, a coordinator
-// configuration). One copy here, so the tests cannot drift apart; reading and writing whole files
-// and the time units are every test folder's ("testing/files.h", "testing/clock.h").
+// every daemon test needs (this process's memory, a coordinator configuration, HTTP on loopback).
+// One copy here, so the tests cannot drift apart; reading and writing whole files, the time units
+// and waiting for a condition are every test folder's ("testing/files.h", "testing/clock.h",
+// "testing/wait.h").
 #pragma once
 
 #include <cstdint>
@@ -52,9 +53,6 @@ fr::log::LogFile make_log(const FakeLog& f);
 // Writes the log as a file (a dump file whose writer_alive says what `f.alive` says).
 std::string write_log(const std::string& dir, const std::string& name, const FakeLog& f);
 
-// Polls `cond` until it holds or `seconds` pass (a generous deadline, never a timing assertion);
-// returns whether it held.
-bool wait_for(const std::function<bool()>& cond, double seconds = 30);
 // Resident memory of this process, in MiB.
 double rss_mib();
 // One HTTP/1.0 GET on 127.0.0.1:port with `headers` ("Name: value\r\n" lines): the whole

@@ -29,11 +29,12 @@
 #include "proc.h"
 #include "skip.h"
 #include "testing/files.h"
+#include "testing/wait.h"
 
 namespace fs = std::filesystem;
 using fr::clitest::Proc;
-using fr::daemon::test::wait_for;
 using fr::test::slurp;
+using fr::test::wait_for;
 using nlohmann::json;
 
 namespace {

@@ -34,6 +34,7 @@
 #include "skip.h"
 #include "testing/clock.h"
 #include "testing/files.h"
+#include "testing/wait.h"
 
 using namespace fr::daemon;
 using fr::daemon::test::FakeLog;
@@ -43,10 +44,10 @@ using fr::daemon::test::Peer;
 using fr::daemon::test::TempDir;
 using fr::daemon::test::UploadFile;
 using fr::daemon::test::rss_mib;
-using fr::daemon::test::wait_for;
 using fr::test::exists_no_follow;
 using fr::test::kSec;
 using fr::test::slurp;
+using fr::test::wait_for;
 
 namespace {
 

@@ -16,11 +16,12 @@
 #include "daemon/http/http_request.h"
 #include "daemon/http/metrics_http.h"
 #include "fixture.h"
+#include "testing/wait.h"
 
 using namespace fr::daemon;
 using fr::daemon::test::connect_loopback;
 using fr::daemon::test::http_get;
-using fr::daemon::test::wait_for;
+using fr::test::wait_for;
 
 namespace {
 

@@ -17,6 +17,7 @@
 #include "proc.h"
 #include "skip.h"
 #include "testing/clock.h"
+#include "testing/wait.h"
 
 using fr::clitest::Proc;
 using fr::test::kSec;
@@ -46,7 +47,7 @@ TEST_CASE("frd node --exit-when-idle: with no live flight log it leaves, and dro
   REQUIRE(::mkdir((d.path + "/shm").c_str(), 0700) == 0);
   const auto t0 = Clock::now();
   auto node = idle_node(d.path, "1.5");
-  REQUIRE(fr::clitest::wait_for([&] { return fr::daemon::probe_node_lock(d.path + "/shm").held; }, 20));
+  REQUIRE(fr::test::wait_for([&] { return fr::daemon::probe_node_lock(d.path + "/shm").held; }, 20));
   REQUIRE(node->wait(30));
   const double took = since(t0);
   std::printf("frd node --exit-when-idle 1.5 with nothing to watch left after %.1f s\n", took);

@@ -18,6 +18,7 @@
 #include "fixture.h"
 #include "fr/v1/frd.grpc.pb.h"
 #include "peer.h"
+#include "testing/wait.h"
 
 using namespace fr::daemon;
 using fr::daemon::test::http_get;
@@ -27,7 +28,7 @@ using fr::daemon::test::node_options;
 using fr::daemon::test::RunningNode;
 using fr::daemon::test::Peer;
 using fr::daemon::test::TempDir;
-using fr::daemon::test::wait_for;
+using fr::test::wait_for;
 
 namespace {
 

@@ -35,6 +35,7 @@
 #include "peer.h"
 #include "testing/clock.h"
 #include "testing/files.h"
+#include "testing/wait.h"
 
 using namespace fr::daemon;
 using fr::daemon::test::FakeLog;
@@ -44,10 +45,10 @@ using fr::daemon::test::loopback_options;
 using fr::daemon::test::node_options;
 using fr::daemon::test::RunningNode;
 using fr::daemon::test::TempDir;
-using fr::daemon::test::wait_for;
 using fr::test::exists;
 using fr::test::kSec;
 using fr::test::slurp;
+using fr::test::wait_for;
 
 namespace {
 

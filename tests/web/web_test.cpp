@@ -30,10 +30,12 @@
 #include "proc.h"
 #include "skip.h"
 #include "testing/files.h"
+#include "testing/wait.h"
 
 namespace fs = std::filesystem;
 using namespace fr::clitest;
 using fr::test::slurp;
+using fr::test::wait_for;
 using fr::test::spit;
 using nlohmann::json;
 
