@@ -13,7 +13,8 @@ constexpr size_t kMaxText = 1024;
 constexpr size_t kMaxList = 1024;
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // Bounded getters: a missing or mistyped optional field reads as its default.
@@ -87,10 +88,12 @@ void objects(const json& j, const char* key, size_t cap, std::vector<T>* out) {
 }
 
 // At most `cap` of the strings in j[key], each cut to `max_len`; other elements are dropped.
-void strings(const json& j, const char* key, size_t cap, size_t max_len, std::vector<std::string>* out) {
+void strings(const json& j, const char* key, size_t cap, size_t max_len,
+             std::vector<std::string>* out) {
   if (const json* a = array(j, key))
     for (const auto& e : *a)
-      if (e.is_string() && out->size() < cap) out->push_back(e.get<std::string>().substr(0, max_len));
+      if (e.is_string() && out->size() < cap)
+        out->push_back(e.get<std::string>().substr(0, max_len));
 }
 
 template <typename T>
@@ -106,8 +109,11 @@ json array_of(const std::vector<T>& items) {
 // default; the documents' own checks (JSON object, schema) are parse_doc's.
 
 json to_json(const StackFrame& f) {
-  json j = {{"function", f.function}, {"file", f.file}, {"line", f.line},
-            {"module", f.module},     {"kind", f.kind}};
+  json j = {{"function", f.function},
+            {"file", f.file},
+            {"line", f.line},
+            {"module", f.module},
+            {"kind", f.kind}};
   if (f.pc) j["pc"] = f.pc;
   return j;
 }
@@ -137,8 +143,9 @@ void from_json(const json& j, ThreadStack* t) {
 }
 
 json to_json(const ProcessStacks& s) {
-  json j = {{"schema", kStacksSchema}, {"pid", s.pid},         {"rank", s.rank},
-            {"taker", s.taker},        {"python", s.python},   {"time_ns", s.time_ns},
+  json j = {{"schema", kStacksSchema}, {"pid", s.pid},
+            {"rank", s.rank},          {"taker", s.taker},
+            {"python", s.python},      {"time_ns", s.time_ns},
             {"took_ns", s.took_ns},    {"threads", array_of(s.threads)}};
   if (!s.error.empty()) j["error"] = s.error;
   if (!s.python_error.empty()) j["python_error"] = s.python_error;
@@ -228,8 +235,11 @@ void from_json(const json& j, GpuHealth* d) {
 }
 
 json to_json(const NodeGpus& g) {
-  json j = {{"schema", kGpuSchema}, {"node", g.node}, {"time_ns", g.time_ns},
-            {"driver_version", g.driver_version}, {"gpus", array_of(g.gpus)}};
+  json j = {{"schema", kGpuSchema},
+            {"node", g.node},
+            {"time_ns", g.time_ns},
+            {"driver_version", g.driver_version},
+            {"gpus", array_of(g.gpus)}};
   if (!g.error.empty()) j["error"] = g.error;
   return j;
 }

@@ -158,9 +158,10 @@ TEST_CASE("gpu file: the bytes frd writes are pinned, keys, order, numbers and i
   failed.node = "n0";
   failed.time_ns = 3;
   failed.error = "NVML not available: cannot load libnvidia-ml.so.1";
-  CHECK(fr::log::gpus_to_text(failed) ==
-        "{\n \"driver_version\": \"\",\n \"error\": \"NVML not available: cannot load libnvidia-ml.so.1\",\n"
-        " \"gpus\": [],\n \"node\": \"n0\",\n \"schema\": \"fr-gpu/1\",\n \"time_ns\": 3\n}\n");
+  CHECK(
+      fr::log::gpus_to_text(failed) ==
+      "{\n \"driver_version\": \"\",\n \"error\": \"NVML not available: cannot load libnvidia-ml.so.1\",\n"
+      " \"gpus\": [],\n \"node\": \"n0\",\n \"schema\": \"fr-gpu/1\",\n \"time_ns\": 3\n}\n");
 }
 
 TEST_CASE("gpu file: what is written is read back, field for field") {
@@ -288,11 +289,12 @@ TEST_CASE("gpu file: a value of the wrong type reads as unknown and the rest is 
 TEST_CASE("gpu file: huge arrays and long strings are cut to the reader's bounds") {
   const std::string xid = R"({"xid":79,"time_ns":1})";
   const std::string link = R"({"link":1,"active":true})";
-  const std::string gpu = R"({"index":0,"pids":[)" + repeated("7", 5000) + R"(],"xids":[)" +
-                          repeated(xid, 5000) + R"(],"nvlinks":[)" + repeated(link, 5000) +
-                          R"(],"throttle_names":[)" + repeated("\"" + std::string(100, 't') + "\"", 500) +
-                          R"(],"unavailable":[)" + repeated("\"" + std::string(300, 'u') + "\"", 500) +
-                          R"(],"name":")" + std::string(5000, 'n') + "\"}";
+  const std::string gpu =
+      R"({"index":0,"pids":[)" + repeated("7", 5000) + R"(],"xids":[)" + repeated(xid, 5000) +
+      R"(],"nvlinks":[)" + repeated(link, 5000) + R"(],"throttle_names":[)" +
+      repeated("\"" + std::string(100, 't') + "\"", 500) + R"(],"unavailable":[)" +
+      repeated("\"" + std::string(300, 'u') + "\"", 500) + R"(],"name":")" +
+      std::string(5000, 'n') + "\"}";
   const NodeGpus g = parsed_gpus(gpu_doc(repeated(gpu, 2) + "," + repeated("{}", 3000)));
   REQUIRE(g.gpus.size() == 1024);
   const GpuHealth& d = g.gpus[0];
@@ -321,20 +323,22 @@ TEST_CASE("stacks file: the bytes frd writes are pinned, and read back") {
   t.tid = 42;
   t.name = "python3";
   t.state = "S";
-  t.frames = {{"ncclAllReduce", "src/collectives.cc", 120, "/usr/lib/libnccl.so.2", "native", 0x7f00},
-              {"train", "train.py", 9, "", "python", 0}};
+  t.frames = {
+      {"ncclAllReduce", "src/collectives.cc", 120, "/usr/lib/libnccl.so.2", "native", 0x7f00},
+      {"train", "train.py", 9, "", "python", 0}};
   fr::log::ThreadStack u;
   u.tid = 43;
   u.error = "gone";
   s.threads = {t, u};
   const std::string text = fr::log::stacks_to_text(s);
-  CHECK(text ==
-        R"({"pid":42,"python":true,"python_error":"py-spy: timeout","rank":3,"schema":"fr-stacks/1",)"
-        R"("taker":"libdw+py-spy","threads":[{"frames":[{"file":"src/collectives.cc","function":"ncclAllReduce",)"
-        R"("kind":"native","line":120,"module":"/usr/lib/libnccl.so.2","pc":32512},{"file":"train.py",)"
-        R"("function":"train","kind":"python","line":9,"module":""}],"name":"python3","state":"S","tid":42},)"
-        R"({"error":"gone","frames":[],"name":"","state":"","tid":43}],"time_ns":1796205600000000000,"took_ns":1500})"
-        "\n");
+  CHECK(
+      text ==
+      R"({"pid":42,"python":true,"python_error":"py-spy: timeout","rank":3,"schema":"fr-stacks/1",)"
+      R"("taker":"libdw+py-spy","threads":[{"frames":[{"file":"src/collectives.cc","function":"ncclAllReduce",)"
+      R"("kind":"native","line":120,"module":"/usr/lib/libnccl.so.2","pc":32512},{"file":"train.py",)"
+      R"("function":"train","kind":"python","line":9,"module":""}],"name":"python3","state":"S","tid":42},)"
+      R"({"error":"gone","frames":[],"name":"","state":"","tid":43}],"time_ns":1796205600000000000,"took_ns":1500})"
+      "\n");
   ProcessStacks back;
   std::string err;
   REQUIRE(fr::log::parse_stacks(text, &back, &err));
