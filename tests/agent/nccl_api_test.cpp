@@ -8,7 +8,6 @@
 #include <fnmatch.h>
 #include <glob.h>
 #include <stdio.h>
-#include <sys/stat.h>
 
 #include <catch2/catch.hpp>
 #include <fstream>
@@ -21,6 +20,9 @@
 
 #include "fr/nccl_api.h"
 #include "skip.h"
+#include "testing/files.h"
+
+using fr::test::exists;
 
 namespace {
 
@@ -90,11 +92,6 @@ void same_functions(const std::map<std::string, char>& exports, const std::set<s
   INFO("exported but not listed: " << joined(extra));
   CHECK(missing.empty());
   CHECK(extra.empty());
-}
-
-bool exists(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0;
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 
 #include "common/spawn.h"
 #include "temp_dir.h"
+#include "testing/files.h"
 
 using fr::process::spawn;
 using fr::process::SpawnOptions;
@@ -164,9 +165,7 @@ TEST_CASE("without waiting for the exec, a failure is the child's status and not
   REQUIRE(::waitpid(r.pid, &st, 0) == r.pid);
   CHECK(WIFEXITED(st));
   CHECK(WEXITSTATUS(st) == 42);
-  std::ifstream in(log);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  CHECK(text == "could not exec\n");
+  CHECK(fr::test::slurp(log) == "could not exec\n");
 }
 
 TEST_CASE("spawn puts the child in a new process group or an existing one", "[common]") {
@@ -229,9 +228,7 @@ TEST_CASE("spawn redirects descriptors in order and closes the rest when asked",
   ::close(fd);
   REQUIRE(r.ok());
   REQUIRE(::waitpid(r.pid, nullptr, 0) == r.pid);
-  std::ifstream in(file);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  CHECK(text == "to-out\nto-err\n");
+  CHECK(fr::test::slurp(file) == "to-out\nto-err\n");
 
   // A close-on-exec descriptor redirected onto itself stays open; one left open without
   // close-on-exec goes with close_other_fds.
