@@ -77,6 +77,8 @@ SpawnResult spawn(const SpawnOptions& options);
 // The signals a child should start with default dispositions or an empty mask: sigset_t values
 // for SpawnOptions, without the sigset calls at every site.
 sigset_t signal_set(std::initializer_list<int> signals);
+// Every signal a program may set. glibc keeps two (32 and 33, below SIGRTMIN) for its threads and
+// refuses to change them, so a parent that ignores those passes that on whatever is asked here.
 sigset_t all_signals();
 
 }  // namespace fr::process
