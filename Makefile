@@ -97,6 +97,7 @@ gpu-bundle: build
 # 100 lines, outside tests/ (docs/architecture.md).
 shape:
 	python3 scripts/check-shape
+	python3 scripts/check-format
 
 # The demo builds only what it runs, quietly: its output starts with the demo itself. The setup
 # and build go to $(BUILD)/demo-build.log, whose tail and path are shown if they fail.

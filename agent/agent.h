@@ -40,9 +40,9 @@ struct CaptureRef {
 struct GroupOp {
   uint64_t rec_id;
   uint64_t stream;
-  uint64_t op_index;  // assigned at the outermost GroupEnd; 0 when untracked
-  int32_t comm_slot;  // -1 when the communicator is not in the table
-  uint32_t bits;      // kOp*
+  uint64_t op_index;   // assigned at the outermost GroupEnd; 0 when untracked
+  int32_t comm_slot;   // -1 when the communicator is not in the table
+  uint32_t bits;       // kOp*
   CaptureRef capture;  // kOpCaptured: the op's place in its graph
 };
 
@@ -126,7 +126,7 @@ struct GraphPriv {
 // CUgraphExec -> graph slot, open addressing (keys written under graph_lock, read lock-free).
 inline constexpr uint32_t kExecBuckets = 1024;
 struct ExecSlot {
-  uint64_t key;  // the CUgraphExec, 0 = empty (atomic)
+  uint64_t key;   // the CUgraphExec, 0 = empty (atomic)
   int32_t graph;  // graph slot, -1: an exec of a graph without NCCL work (atomic)
   uint32_t pad;
 };
@@ -150,7 +150,7 @@ struct Context {
   uint64_t* handle_keys;  // open addressing: ncclComm_t value, 0 = empty (atomic)
   int32_t* handle_slots;  // comm table slot for the key (atomic)
   uint32_t handle_mask;
-  uint64_t comm_gen;  // bumped whenever a handle is (re)mapped: per-thread caches see it (atomic)
+  uint64_t comm_gen;   // bumped whenever a handle is (re)mapped: per-thread caches see it (atomic)
   uint32_t ring_mask;  // ring_cap - 1 when ring_cap is a power of two, else 0
   CommPriv* priv;
   // CUDA graphs (graphs.cpp)
@@ -166,16 +166,16 @@ struct Context {
   uint32_t next_graph_slot;    // under graph_lock
   uint32_t next_capture_slot;  // (atomic)
   pthread_mutex_t graph_lock;  // graph registration (capture and instantiate, never on a launch)
-  uint32_t next_comm_slot;  // allocation counter of the comm table (atomic)
-  uint64_t next_group_id;   // (atomic)
-  uint64_t init_all_calls;  // (atomic) per-process counter for ncclCommInitAll ids
-  int32_t largest_comm;     // size of the communicator global_rank was taken from (under reg_lock)
+  uint32_t next_comm_slot;     // allocation counter of the comm table (atomic)
+  uint64_t next_group_id;      // (atomic)
+  uint64_t init_all_calls;     // (atomic) per-process counter for ncclCommInitAll ids
+  int32_t largest_comm;  // size of the communicator global_rank was taken from (under reg_lock)
   int rank_from_env;
   int env_blocking;  // NCCL_COMM_BLOCKING (overrides every config): 0 unset, 1 blocking, 2 not
   pthread_mutex_t reg_lock;  // communicator registration (rare, never on the op path)
   char path[512];
   // GPU tracking
-  int gpu_mode;  // GpuMode (atomic)
+  int gpu_mode;     // GpuMode (atomic)
   int cuda_absent;  // libcuda.so.1 could not be loaded: no capture check, no marker (atomic)
   int gpu_tries;
   uint64_t dev_base;  // device address of `map` (CUdeviceptr)
@@ -185,7 +185,8 @@ struct Context {
   int use_tsc;
   uint64_t ns_per_tick_q32;  // nanoseconds per tick, fixed point with 32 fraction bits
   uint64_t reanchor_ticks;
-  uint64_t records_lost;  // records lost to a busy slot (atomic; the header's overwritten adds laps)
+  uint64_t
+      records_lost;  // records lost to a busy slot (atomic; the header's overwritten adds laps)
   // NIXL transfers (xfers.cpp)
   uint32_t xfer_cap;
   fr_xfer_entry* xfers;
@@ -195,7 +196,8 @@ FR_HIDDEN extern Context g_ctx;
 // Static TLS: the agent is loaded at start-up (LD_PRELOAD or linked), where static TLS is sized
 // for it, and the state is small. Reaching it is one load from the thread pointer; `constinit`
 // tells every user that no dynamic initialisation (no TLS wrapper call) is needed.
-FR_HIDDEN extern constinit thread_local ThreadState t_state __attribute__((tls_model("initial-exec")));
+FR_HIDDEN extern constinit thread_local ThreadState t_state
+    __attribute__((tls_model("initial-exec")));
 inline ThreadState& thread_state() { return t_state; }
 // The open group's ops on this thread (kMaxGroupOps entries), only touched inside groups. They
 // live in dynamic TLS (too large for the static block); the address is kept in ThreadState, so
@@ -301,9 +303,10 @@ __attribute__((always_inline)) inline bool record_reserve(uint64_t heartbeat_ns,
   // threads writing at once it can trail by the records being reserved at that moment, never lead;
   // readers take the larger of it and record_counter - ring_capacity (log/reader.cpp).
   if (__builtin_expect(*id >= g_ctx.ring_cap, 1))
-    __atomic_store_n(&h->overwritten,
-                     *id + 1 - g_ctx.ring_cap + __atomic_load_n(&g_ctx.records_lost, __ATOMIC_RELAXED),
-                     __ATOMIC_RELAXED);
+    __atomic_store_n(
+        &h->overwritten,
+        *id + 1 - g_ctx.ring_cap + __atomic_load_n(&g_ctx.records_lost, __ATOMIC_RELAXED),
+        __ATOMIC_RELAXED);
   __atomic_store_n(&h->heartbeat_ns, heartbeat_ns, __ATOMIC_RELAXED);
   held->slot = record_slot(*id);
   if (__builtin_expect(fr_seq_try_begin(&held->slot->lock, &held->before), 1)) return true;
@@ -311,7 +314,8 @@ __attribute__((always_inline)) inline bool record_reserve(uint64_t heartbeat_ns,
   return false;
 }
 // The same, for callers that test held->slot (nullptr when the record is lost). Returns the id.
-__attribute__((always_inline)) inline uint64_t record_take_new(uint64_t heartbeat_ns, HeldRecord* held) {
+__attribute__((always_inline)) inline uint64_t record_take_new(uint64_t heartbeat_ns,
+                                                               HeldRecord* held) {
   uint64_t id;
   if (!record_reserve(heartbeat_ns, &id, held)) held->slot = nullptr;
   return id;

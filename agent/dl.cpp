@@ -149,7 +149,7 @@ void* real_dlsym(void* handle, const char* name) {
 void* real_dlvsym(void* handle, const char* name, const char* version) {
   fr_resolve_dl();
   auto fn = (void* (*)(void*, const char*, const char*))__atomic_load_n(&fr_real_dlvsym_fn,
-                                                                         __ATOMIC_ACQUIRE);
+                                                                        __ATOMIC_ACQUIRE);
   return fn != nullptr ? fn(handle, name, version) : nullptr;
 }
 

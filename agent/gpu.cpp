@@ -110,8 +110,8 @@ bool load_cuda() {
   g_cuda.event_record = (decltype(g_cuda.event_record))sym("cuEventRecord", nullptr);
   g_cuda.event_query = (decltype(g_cuda.event_query))sym("cuEventQuery", nullptr);
   g_cuda.event_destroy = (decltype(g_cuda.event_destroy))sym("cuEventDestroy_v2", "cuEventDestroy");
-  g_cuda.exchange_capture_mode = (decltype(g_cuda.exchange_capture_mode))sym(
-      "cuThreadExchangeStreamCaptureMode", nullptr);
+  g_cuda.exchange_capture_mode =
+      (decltype(g_cuda.exchange_capture_mode))sym("cuThreadExchangeStreamCaptureMode", nullptr);
   g_cuda.capture_info_v3 =
       (decltype(g_cuda.capture_info_v3))sym("cuStreamGetCaptureInfo_v3", nullptr);
   g_cuda.capture_info_v2 =

@@ -130,7 +130,8 @@ int launch(const void* exec, const void* stream, Call call) {
     // The graph's ops take their sequence numbers now, in host order, as NCCL gives them.
     for (uint32_t i = 0; i < n_comms; ++i) {
       fr_comm_entry* ce = &c.comms[gp.comms[i].slot];
-      if (gp.comms[i].n_coll) __atomic_add_fetch(&ce->coll_seq, gp.comms[i].n_coll, __ATOMIC_RELAXED);
+      if (gp.comms[i].n_coll)
+        __atomic_add_fetch(&ce->coll_seq, gp.comms[i].n_coll, __ATOMIC_RELAXED);
       if (gp.comms[i].n_p2p) __atomic_add_fetch(&ce->p2p_seq, gp.comms[i].n_p2p, __ATOMIC_RELAXED);
     }
     r.flags = FR_REC_F_LAUNCHED;
@@ -196,8 +197,8 @@ CaptureRef graph_capture_op(fr_record& r, int32_t comm_slot, bool p2p, bool) {
     __atomic_store_n(&p.handle, graph, __ATOMIC_RELEASE);
     fr_graph_entry e = {};
     e.ordinal = (uint32_t)g + 1;
-    e.id = hash_finish(hash_u64(hash_u64(hash_u64(kHashSeed, (uint64_t)c.hdr->pid), c.hdr->create_ns),
-                                e.ordinal));
+    e.id = hash_finish(
+        hash_u64(hash_u64(hash_u64(kHashSeed, (uint64_t)c.hdr->pid), c.hdr->create_ns), e.ordinal));
     e.capture_ns = r.call_ns;
     e.stream = r.stream;
     fr_graph_publish_fixed(&c.graphs[g], &e);
@@ -347,23 +348,26 @@ FR_CU_API CUresult fr_cuGraphLaunch(CUgraphExec exec, CUstream stream) {
                       stream);
 }
 
-FR_CU_API CUresult fr_cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) __asm__("cuGraphLaunch_ptsz");
+FR_CU_API CUresult fr_cuGraphLaunch_ptsz(CUgraphExec exec,
+                                         CUstream stream) __asm__("cuGraphLaunch_ptsz");
 FR_CU_API CUresult fr_cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
   return launch_entry(FR_CU_REAL(LaunchFn, "cuGraphLaunch_ptsz", &fr_cuGraphLaunch_ptsz), kNoDriver,
                       exec, stream);
 }
 
-FR_CU_API CUresult fr_cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long flags)
-    __asm__("cuGraphInstantiateWithFlags");
-FR_CU_API CUresult fr_cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
+FR_CU_API CUresult
+fr_cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph,
+                               unsigned long long flags) __asm__("cuGraphInstantiateWithFlags");
+FR_CU_API CUresult fr_cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph,
+                                                  unsigned long long flags) {
   return instantiate_entry(
       FR_CU_REAL(InstFlagsFn, "cuGraphInstantiateWithFlags", &fr_cuGraphInstantiateWithFlags),
       kNoDriver, exec, graph, flags);
 }
 
-FR_CU_API CUresult fr_cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph graph,
-                                                   CUDA_GRAPH_INSTANTIATE_PARAMS* params)
-    __asm__("cuGraphInstantiateWithParams");
+FR_CU_API CUresult fr_cuGraphInstantiateWithParams(
+    CUgraphExec* exec, CUgraph graph,
+    CUDA_GRAPH_INSTANTIATE_PARAMS* params) __asm__("cuGraphInstantiateWithParams");
 FR_CU_API CUresult fr_cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph graph,
                                                    CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
   return instantiate_entry(
@@ -371,9 +375,9 @@ FR_CU_API CUresult fr_cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph gr
       kNoDriver, exec, graph, params);
 }
 
-FR_CU_API CUresult fr_cuGraphInstantiateWithParams_ptsz(CUgraphExec* exec, CUgraph graph,
-                                                        CUDA_GRAPH_INSTANTIATE_PARAMS* params)
-    __asm__("cuGraphInstantiateWithParams_ptsz");
+FR_CU_API CUresult fr_cuGraphInstantiateWithParams_ptsz(
+    CUgraphExec* exec, CUgraph graph,
+    CUDA_GRAPH_INSTANTIATE_PARAMS* params) __asm__("cuGraphInstantiateWithParams_ptsz");
 FR_CU_API CUresult fr_cuGraphInstantiateWithParams_ptsz(CUgraphExec* exec, CUgraph graph,
                                                         CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
   return instantiate_entry(FR_CU_REAL(InstParamsFn, "cuGraphInstantiateWithParams_ptsz",
@@ -430,7 +434,8 @@ void* substitute_proc(const char* symbol, void* fn, int cuda_version, cuuint64_t
     return fn;
   }
   void* expected = nullptr;
-  if (!__atomic_compare_exchange_n(cache, &expected, fn, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) &&
+  if (!__atomic_compare_exchange_n(cache, &expected, fn, false, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_ACQUIRE) &&
       expected != fn)
     return fn;  // a different driver function under the same name: leave it alone
   return ours;
@@ -440,30 +445,35 @@ void* substitute_proc(const char* symbol, void* fn, int cuda_version, cuuint64_t
 namespace {
 bool is_own_entry(void* fn) {
   return fn == (void*)&fr_cuGraphLaunch || fn == (void*)&fr_cuGraphLaunch_ptsz ||
-         fn == (void*)&fr_cuGraphInstantiateWithFlags || fn == (void*)&fr_cuGraphInstantiateWithParams ||
+         fn == (void*)&fr_cuGraphInstantiateWithFlags ||
+         fn == (void*)&fr_cuGraphInstantiateWithParams ||
          fn == (void*)&fr_cuGraphInstantiateWithParams_ptsz;
 }
 }  // namespace
 
+FR_CU_API CUresult
+fr_cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
+                       CUdriverProcAddressQueryResult* status) __asm__("cuGetProcAddress_v2");
 FR_CU_API CUresult fr_cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version,
-                                          cuuint64_t flags, CUdriverProcAddressQueryResult* status)
-    __asm__("cuGetProcAddress_v2");
-FR_CU_API CUresult fr_cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version,
-                                          cuuint64_t flags, CUdriverProcAddressQueryResult* status) {
+                                          cuuint64_t flags,
+                                          CUdriverProcAddressQueryResult* status) {
   auto real = FR_CU_REAL(ProcFn, "cuGetProcAddress_v2", &fr_cuGetProcAddress_v2);
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult res = real(symbol, pfn, cuda_version, flags, status);
-  if (res == CUDA_SUCCESS && pfn != nullptr) *pfn = substitute_proc(symbol, *pfn, cuda_version, flags);
+  if (res == CUDA_SUCCESS && pfn != nullptr)
+    *pfn = substitute_proc(symbol, *pfn, cuda_version, flags);
   return res;
 }
 
-FR_CU_API CUresult fr_cuGetProcAddress(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags)
-    __asm__("cuGetProcAddress");
-FR_CU_API CUresult fr_cuGetProcAddress(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags) {
+FR_CU_API CUresult fr_cuGetProcAddress(const char* symbol, void** pfn, int cuda_version,
+                                       cuuint64_t flags) __asm__("cuGetProcAddress");
+FR_CU_API CUresult fr_cuGetProcAddress(const char* symbol, void** pfn, int cuda_version,
+                                       cuuint64_t flags) {
   auto real = FR_CU_REAL(ProcV1Fn, "cuGetProcAddress", &fr_cuGetProcAddress);
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult res = real(symbol, pfn, cuda_version, flags);
-  if (res == CUDA_SUCCESS && pfn != nullptr) *pfn = substitute_proc(symbol, *pfn, cuda_version, flags);
+  if (res == CUDA_SUCCESS && pfn != nullptr)
+    *pfn = substitute_proc(symbol, *pfn, cuda_version, flags);
   return res;
 }
 

@@ -63,11 +63,14 @@ static uint32_t ring_capacity() {
   if (x < 16) x = 16;
   if (x > (long)FR_MAX_RING_CAPACITY) {
     // Said once, at start: the cap costs memory the user may not expect.
-    debug_log("FR_BUFFER_ENTRIES=%s is above the maximum; using %u records (%llu MiB of shared "
-              "memory per process)",
-              v, FR_MAX_RING_CAPACITY,
-              (unsigned long long)(fr_log_file_size(FR_DEFAULT_COMM_CAPACITY, FR_MAX_RING_CAPACITY,
-                                                    FR_DEFAULT_GRAPH_CAPACITY, FR_DEFAULT_CAPTURE_CAPACITY) >> 20));
+    debug_log(
+        "FR_BUFFER_ENTRIES=%s is above the maximum; using %u records (%llu MiB of shared "
+        "memory per process)",
+        v, FR_MAX_RING_CAPACITY,
+        (unsigned long long)(fr_log_file_size(FR_DEFAULT_COMM_CAPACITY, FR_MAX_RING_CAPACITY,
+                                              FR_DEFAULT_GRAPH_CAPACITY,
+                                              FR_DEFAULT_CAPTURE_CAPACITY) >>
+                             20));
     x = FR_MAX_RING_CAPACITY;
   }
   return (uint32_t)x;
@@ -182,7 +185,8 @@ static bool create_log_file(Context& c) {
     return false;
   }
   // Exactly the mode asked for: the umask would only take bits away from an explicit FR_LOG_MODE.
-  if (fchmod(fd, mode) != 0) debug_log("cannot set mode %o on %s: %s", (unsigned)mode, c.path, strerror(errno));
+  if (fchmod(fd, mode) != 0)
+    debug_log("cannot set mode %o on %s: %s", (unsigned)mode, c.path, strerror(errno));
   // Readers tell a live writer from a dead one by this lock; it lasts as long as the process.
   struct flock lk = {};
   lk.l_type = F_WRLCK;
@@ -215,7 +219,8 @@ static bool create_log_file(Context& c) {
   c.ring = (fr_record*)(c.map + fr_log_ring_offset(c.comm_cap));
   c.graphs = (fr_graph_entry*)(c.map + fr_log_graph_offset(c.comm_cap, c.ring_cap));
   c.captures = (fr_record*)(c.map + fr_log_capture_offset(c.comm_cap, c.ring_cap, c.graph_cap));
-  c.chans = (fr_chan_entry*)(c.map + fr_log_chan_offset(c.comm_cap, c.ring_cap, c.graph_cap, c.capture_cap));
+  c.chans = (fr_chan_entry*)(c.map + fr_log_chan_offset(c.comm_cap, c.ring_cap, c.graph_cap,
+                                                        c.capture_cap));
   c.xfers = (fr_xfer_entry*)(c.map + fr_log_xfer_offset(c.comm_cap, c.ring_cap, c.graph_cap,
                                                         c.capture_cap, c.chan_cap));
   return true;
@@ -239,7 +244,8 @@ static void fill_header(Context& c, const fr_log_header& id, uint64_t create_ns,
   h->capture_capacity = c.capture_cap;
   h->chan_offset = fr_log_chan_offset(c.comm_cap, c.ring_cap, c.graph_cap, c.capture_cap);
   h->chan_capacity = c.chan_cap;
-  h->xfer_offset = fr_log_xfer_offset(c.comm_cap, c.ring_cap, c.graph_cap, c.capture_cap, c.chan_cap);
+  h->xfer_offset =
+      fr_log_xfer_offset(c.comm_cap, c.ring_cap, c.graph_cap, c.capture_cap, c.chan_cap);
   h->xfer_capacity = c.xfer_cap;
   h->xfer_size = sizeof(fr_xfer_entry);
   h->chan_size = sizeof(fr_chan_entry);
@@ -346,7 +352,8 @@ void record_modify(uint64_t id, void (*fn)(fr_record&, const void*), const void*
   HeldRecord held;
   if (!record_take(id, &held)) return;
   fr_record copy;
-  fr_copy_words_out((uint64_t*)&copy + 1, (const uint64_t*)held.slot + 1, sizeof(fr_record) / 8 - 1);
+  fr_copy_words_out((uint64_t*)&copy + 1, (const uint64_t*)held.slot + 1,
+                    sizeof(fr_record) / 8 - 1);
   fn(copy, arg);
   fr_copy_words_in((uint64_t*)held.slot + 1, (const uint64_t*)&copy + 1, sizeof(fr_record) / 8 - 1);
   record_release(held);

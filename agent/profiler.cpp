@@ -45,7 +45,9 @@ inline void* make_handle(uint64_t type, uint64_t payload) {
   return reinterpret_cast<void*>((type << 56) | (payload & ((1ull << 56) - 1)));
 }
 inline uint64_t handle_type(void* h) { return reinterpret_cast<uint64_t>(h) >> 56; }
-inline uint64_t handle_payload(void* h) { return reinterpret_cast<uint64_t>(h) & ((1ull << 56) - 1); }
+inline uint64_t handle_payload(void* h) {
+  return reinterpret_cast<uint64_t>(h) & ((1ull << 56) - 1);
+}
 
 uint16_t op_of(const char* func) {
   if (func == nullptr) return FR_OP_NONE;
@@ -222,7 +224,8 @@ void claim_context(uint64_t comm_id, int nranks, int rank) {
     Ctx& c = g_ctxs[i];
     if (c.ordinal == 0 || c.rank != rank || c.nranks != nranks) continue;
     uint64_t zero = 0;
-    if (__atomic_compare_exchange_n(&c.comm_id, &zero, comm_id, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+    if (__atomic_compare_exchange_n(&c.comm_id, &zero, comm_id, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED))
       return;
   }
 }
@@ -276,8 +279,9 @@ void stop(void* handle) {
     fr_chan_entry& ch = g_ctx.chans[s];
     uint32_t done = __atomic_add_fetch(&ch.done, 1u, __ATOMIC_RELAXED);
     uint32_t posted = load32(&ch.posted);
-    uint32_t next = done < posted ? __atomic_load_n(&g_priv[s].states[done % kStepRing], __ATOMIC_RELAXED)
-                                  : uint32_t(FR_CHANST_DONE);
+    uint32_t next = done < posted
+                        ? __atomic_load_n(&g_priv[s].states[done % kStepRing], __ATOMIC_RELAXED)
+                        : uint32_t(FR_CHANST_DONE);
     store32(&ch.state_step, done);
     store32(&ch.state, next);
     store64(&ch.last_ns, now_ns());

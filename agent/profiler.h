@@ -17,17 +17,17 @@ namespace fr::agent::prof {
 
 // One event, as the adapters translate it from their version's descriptor.
 struct Event {
-  uint64_t type;    // kEv*
-  void* parent;     // the descriptor's parentObj
+  uint64_t type;  // kEv*
+  void* parent;   // the descriptor's parentObj
   int rank;
-  uint64_t seq;     // coll: seqNumber
-  const char* func; // coll, p2p: "AllReduce", "Send", ...
-  int peer;         // p2p, proxy op
-  int pid;          // proxy op: the process that started the parent
-  int channel;      // proxy op, kernel channel
-  int nsteps;       // proxy op
-  int is_send;      // proxy op
-  int step;         // proxy step
+  uint64_t seq;      // coll: seqNumber
+  const char* func;  // coll, p2p: "AllReduce", "Send", ...
+  int peer;          // p2p, proxy op
+  int pid;           // proxy op: the process that started the parent
+  int channel;       // proxy op, kernel channel
+  int nsteps;        // proxy op
+  int is_send;       // proxy op
+  int step;          // proxy step
 };
 
 // init: returns the activation mask to give NCCL (0: the feature is off for this communicator).

@@ -159,11 +159,15 @@ static_assert(offsetof(DescrV5, parentObj) == 8 && offsetof(DescrV5, rank) == 16
 static_assert(offsetof(DescrV5, coll) == 24 && sizeof(DescrV5) == 112, "v5 descriptor");
 static_assert(offsetof(DescrV6, coll) == 24 && sizeof(DescrV6) == 112, "v6 descriptor");
 static_assert(offsetof(CollDescr, func) == 8 && offsetof(CollDescr, root) == 40, "coll descriptor");
-static_assert(offsetof(CollDescr, nChannels) == 56 && offsetof(CollDescr, algo) == 64, "coll descriptor");
+static_assert(offsetof(CollDescr, nChannels) == 56 && offsetof(CollDescr, algo) == 64,
+              "coll descriptor");
 static_assert(sizeof(CollDescr) == 88 && sizeof(CeCollDescr) == 88, "coll descriptors");
-static_assert(offsetof(P2pDescr, peer) == 32 && offsetof(P2pDescr, nChannels) == 36, "p2p descriptor");
-static_assert(offsetof(ProxyOpDescr, channelId) == 4 && offsetof(ProxyOpDescr, peer) == 8, "proxy op");
-static_assert(offsetof(ProxyOpDescr, nSteps) == 12 && offsetof(ProxyOpDescr, isSend) == 20, "proxy op");
+static_assert(offsetof(P2pDescr, peer) == 32 && offsetof(P2pDescr, nChannels) == 36,
+              "p2p descriptor");
+static_assert(offsetof(ProxyOpDescr, channelId) == 4 && offsetof(ProxyOpDescr, peer) == 8,
+              "proxy op");
+static_assert(offsetof(ProxyOpDescr, nSteps) == 12 && offsetof(ProxyOpDescr, isSend) == 20,
+              "proxy op");
 static_assert(offsetof(KernelChDescr, pTimer) == 8, "kernel channel descriptor");
 static_assert(sizeof(StateArgs) == 8, "state arguments");
 static_assert(sizeof(PluginV5) == 48 && offsetof(PluginV5, finalize) == 40, "plugin table");

@@ -44,14 +44,9 @@ Result start_v(void* context, void** handle, Descr* d) {
       e.nsteps = d->proxyOp.nSteps;
       e.is_send = d->proxyOp.isSend;
       break;
-    case kEvProxyStep:
-      e.step = d->proxyStep.step;
-      break;
-    case kEvKernelCh:
-      e.channel = d->kernelCh.channelId;
-      break;
-    default:
-      break;
+    case kEvProxyStep: e.step = d->proxyStep.step; break;
+    case kEvKernelCh: e.channel = d->kernelCh.channelId; break;
+    default: break;
   }
   *handle = start(context, e);
   return 0;
@@ -63,7 +58,8 @@ inline Result stop_v(void* handle) {
 }
 
 inline Result record_v(void* handle, int state, StateArgs* args) {
-  record(handle, state, args != nullptr && state != kStKernelChStop ? args->proxyStep.transSize : 0);
+  record(handle, state,
+         args != nullptr && state != kStKernelChStop ? args->proxyStep.transSize : 0);
   return 0;
 }
 

@@ -4,6 +4,6 @@
 #include "profiler_adapter.h"
 
 // Constant-initialized (constinit): ready before NCCL can look it up.
-extern "C" __attribute__((visibility("default")))
-constinit const fr::agent::prof::PluginV6 ncclProfiler_v6 =
+extern "C" __attribute__((
+    visibility("default"))) constinit const fr::agent::prof::PluginV6 ncclProfiler_v6 =
     fr::agent::prof::plugin_table<6, fr::agent::prof::DescrV6>();

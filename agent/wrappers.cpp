@@ -130,8 +130,8 @@ void op_enter(const OpArgs& a, OpState& o) {
   if (__builtin_expect(captured, 0))
     capture_enter(a, o, &aux, &capture_flags);
   else if (o.c.entry != nullptr)
-    seq = __atomic_add_fetch(a.p2p ? &o.c.entry->p2p_seq : &o.c.entry->coll_seq, 1,
-                             __ATOMIC_RELAXED);
+    seq =
+        __atomic_add_fetch(a.p2p ? &o.c.entry->p2p_seq : &o.c.entry->coll_seq, 1, __ATOMIC_RELAXED);
   o.flags = FR_REC_F_IN_CALL | a.flags | (o.c.nonblocking ? FR_REC_F_NONBLOCKING : 0u) |
             (in_group ? FR_REC_F_IN_GROUP : 0u) | (captured ? FR_REC_F_CAPTURED : 0u) |
             capture_flags;
@@ -157,11 +157,9 @@ void op_enter(const OpArgs& a, OpState& o) {
   if (in_group) {
     if (t.n_ops < kMaxGroupOps) {
       o.group_pos = t.n_ops++;
-      thread_ops()[o.group_pos] = GroupOp{o.id, o.stream, 0, o.c.slot,
-                                          captured     ? kOpCaptured
-                                          : no_markers ? kOpNoMarkers
-                                                       : 0u,
-                                          o.capture};
+      thread_ops()[o.group_pos] = GroupOp{
+          o.id,     o.stream, 0, o.c.slot, captured ? kOpCaptured : no_markers ? kOpNoMarkers : 0u,
+          o.capture};
     } else {
       t.overflow = 1;
     }
@@ -174,7 +172,8 @@ void op_exit(OpState& o, ncclResult_t res) {
   uint64_t duration = queued ? 0 : elapsed_since(o.call_ns);
   uint32_t flags = o.flags & ~FR_REC_F_IN_CALL;
   bool launched = false;
-  if (__builtin_expect(res == ncclSuccess && !(o.flags & (FR_REC_F_IN_GROUP | FR_REC_F_CAPTURED)), 1)) {
+  if (__builtin_expect(res == ncclSuccess && !(o.flags & (FR_REC_F_IN_GROUP | FR_REC_F_CAPTURED)),
+                       1)) {
     launched = true;
     flags |= FR_REC_F_LAUNCHED;
     if (o.op_index == 0 || !gpu_after(o.c.slot, o.stream, o.op_index))

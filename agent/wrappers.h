@@ -146,8 +146,8 @@ struct OpArgs {
 
 struct OpState {
   CommRef c;
-  uint64_t id;         // the record's id
-  fr_record* slot;     // its ring slot
+  uint64_t id;      // the record's id
+  fr_record* slot;  // its ring slot
   uint64_t call_ns;
   uint64_t stream;
   uint64_t op_index;   // 0 when untracked
@@ -209,7 +209,7 @@ struct FastOp {
                     // was busy and the record is lost (counted)
   uint64_t id;      // the record's id
   uint64_t tsc;     // the TSC at entry: the duration is the ticks since, converted once
-  uint32_t rare;    // kFastTracked, kFastInGroup: the exit takes the rare branch (ThreadState::op_*)
+  uint32_t rare;  // kFastTracked, kFastInGroup: the exit takes the rare branch (ThreadState::op_*)
 };
 // A lock value no slot reaches (it moves by 2 from 0 per write): the exit's retake then falls
 // back to record_take_in, which finds another record's id in the slot (the lost one was never
@@ -293,8 +293,8 @@ FR_INLINE void fast_store(const OpArgs& a, ThreadState& t, FastOp& f, uint64_t c
 // "started" marker first (a capturing stream takes the general path: false, nothing written),
 // then the record, and what the exit's rare branch needs in ThreadState::op_*. Kept apart from
 // the common case so that its op index and group state are constants there.
-FR_INLINE bool op_fast_enter_gpu_or_group(const OpArgs& a, ThreadState& t, FastOp& f,
-                                          uint64_t tsc, uint64_t call_ns) {
+FR_INLINE bool op_fast_enter_gpu_or_group(const OpArgs& a, ThreadState& t, FastOp& f, uint64_t tsc,
+                                          uint64_t call_ns) {
   const bool in_group = t.group_depth > 0;
   uint64_t op_index = 0;
   uint32_t bits = 0;
@@ -353,7 +353,7 @@ FR_INLINE Lane fast_lane(const OpArgs& a, const ThreadState& t, uint64_t* tsc, u
 // Exit of the fast lane, other than its two common cases (wrappers.cpp): a GPU-tracked op, a
 // failed or nonblocking call. The same words as op_exit stores.
 FR_HIDDEN __attribute__((noinline)) void op_fast_exit_rare(FastOp f, ncclResult_t res,
-                                                          uint64_t duration, uint32_t op_flags);
+                                                           uint64_t duration, uint32_t op_flags);
 
 // Exit of the fast lane: the words that change, as op_exit stores them. The common cases
 // (launched and not GPU-tracked, or in a group) need nothing but FastOp; the tid word is read back from the
@@ -366,10 +366,11 @@ FR_INLINE void op_fast_exit(const ThreadState& t, const FastOp& f, ncclResult_t 
   // two cases made here; the others out of line. In a group the call only queues the op, so its
   // duration is not measured (0, no clock read: see docs/agent.md, "Groups").
   const bool grouped = (f.rare & kFastInGroup) != 0;
-  const uint64_t duration =
-      grouped ? 0
-              : (uint64_t)(((unsigned __int128)(__builtin_ia32_rdtsc() - f.tsc) *
-                            g_ctx.ns_per_tick_q32) >> 32);
+  const uint64_t duration = grouped
+                                ? 0
+                                : (uint64_t)(((unsigned __int128)(__builtin_ia32_rdtsc() - f.tsc) *
+                                              g_ctx.ns_per_tick_q32) >>
+                                             32);
   if (__builtin_expect(res != ncclSuccess || (f.rare != 0 && f.rare != kFastInGroup), 0))
     return op_fast_exit_rare(f, res, duration, op_flags);
   HeldRecord h;
@@ -378,8 +379,8 @@ FR_INLINE void op_fast_exit(const ThreadState& t, const FastOp& f, ncclResult_t 
     if (__builtin_expect(!grouped, 1)) {
       // The GPU state goes from none (as written at entry) to enqueued: its byte alone (x86 only
       // here, where a byte store inside a word the readers load whole is atomic with it).
-      __atomic_store_n((uint8_t*)h.slot + offsetof(fr_record, gpu_state),
-                       (uint8_t)FR_GPU_ENQUEUED, __ATOMIC_RELAXED);
+      __atomic_store_n((uint8_t*)h.slot + offsetof(fr_record, gpu_state), (uint8_t)FR_GPU_ENQUEUED,
+                       __ATOMIC_RELAXED);
     }
 #ifdef FR_TEST_PARK_WRITER
     sched_yield();  // as in op_exit
@@ -477,4 +478,3 @@ FR_HIDDEN ncclResult_t missing_real(const char* fn);
   if (real == nullptr) {                   \
     return ::fr::agent::missing_real(#fn); \
   }
-

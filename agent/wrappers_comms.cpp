@@ -82,7 +82,8 @@ void register_comm(const NewComm& n, ncclComm_t handle, ncclResult_t res, uint64
   if (slot < 0) return;
   if (made && res == ncclSuccess) comm_learn_shape(slot, handle);
   const fr_comm_entry& c = g_ctx.comms[slot];
-  int32_t size = __atomic_load_n(&c.size, __ATOMIC_RELAXED), rank = __atomic_load_n(&c.rank, __ATOMIC_RELAXED);
+  int32_t size = __atomic_load_n(&c.size, __ATOMIC_RELAXED),
+          rank = __atomic_load_n(&c.rank, __ATOMIC_RELAXED);
   if (made && size > 0 && rank >= 0) prof::claim_context(n.id, size, rank);
 }
 
@@ -181,9 +182,10 @@ FR_API ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
 
 FR_API ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
   FR_REAL_OR_FAIL(ncclCommInitRank);
-  return run_create(FR_OP_COMM_INIT_RANK, nullptr,
-                    init_family(unique_id_hash(&commId, 1), nranks, rank, FR_ORIGIN_INIT_RANK, nullptr),
-                    comm, [&] { return real(comm, nranks, commId, rank); });
+  return run_create(
+      FR_OP_COMM_INIT_RANK, nullptr,
+      init_family(unique_id_hash(&commId, 1), nranks, rank, FR_ORIGIN_INIT_RANK, nullptr), comm,
+      [&] { return real(comm, nranks, commId, rank); });
 }
 
 FR_API ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId,
@@ -303,7 +305,8 @@ FR_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int e
                                p.slot >= 0 ? &g_ctx.priv[p.slot].shrink_calls : nullptr);
     // The exclusion list, order-independent: every member passes the same set.
     uint64_t excl = 0;
-    int32_t parent_size = p.entry != nullptr ? __atomic_load_n(&p.entry->size, __ATOMIC_RELAXED) : -1;
+    int32_t parent_size =
+        p.entry != nullptr ? __atomic_load_n(&p.entry->size, __ATOMIC_RELAXED) : -1;
     int32_t distinct = 0;
     bool countable = excludeRanksCount <= 4096;  // a longer list is not worth counting here
     if (excludeRanksList != nullptr && excludeRanksCount > 0)

@@ -163,7 +163,8 @@ FR_API ncclResult_t ncclGroupStart() {
   if (t.group_depth == 0) {
     group_reset(t);
     if (__builtin_expect(t.group_ids_next == t.group_ids_end, 0)) {
-      t.group_ids_next = __atomic_fetch_add(&g_ctx.next_group_id, kGroupIdBlock, __ATOMIC_RELAXED) + 1;
+      t.group_ids_next =
+          __atomic_fetch_add(&g_ctx.next_group_id, kGroupIdBlock, __ATOMIC_RELAXED) + 1;
       t.group_ids_end = t.group_ids_next + kGroupIdBlock;
     }
     t.group_id = t.group_ids_next++;

@@ -48,7 +48,7 @@ struct BackendName {
   char name[16];
 };
 struct Dlist {
-  uint64_t handle;  // nixlDlistH* (0 = free)
+  uint64_t handle;          // nixlDlistH* (0 = free)
   char agent[FR_NAME_LEN];  // remote agent, empty for a local list
   uint32_t n;
   uint64_t* lens;  // n lengths (an anonymous mapping), nullptr when unknown
@@ -71,14 +71,15 @@ void tunlock() { __atomic_store_n(&g_nx.lock, 0, __ATOMIC_RELEASE); }
 
 void resolve() {
   void* h = os_dlopen("libnixl.so", RTLD_NOLOAD | RTLD_LAZY);
-  for (int i = 0; i < kNumFns; ++i) g_nx.real[i] = h != nullptr ? real_dlsym(h, kNames[i]) : nullptr;
+  for (int i = 0; i < kNumFns; ++i)
+    g_nx.real[i] = h != nullptr ? real_dlsym(h, kNames[i]) : nullptr;
   if (h != nullptr) os_dlclose(h);  // the library stays loaded: its callers hold it
   const char* missing = h == nullptr ? "libnixl.so is not loaded" : nullptr;
   for (Fn f : kRequired)
     if (missing == nullptr && g_nx.real[f] == nullptr) missing = kNames[f];
   if (missing != nullptr) {
     notice_log("NIXL: %s; this NIXL is not the supported 1.5 ABI: its transfers are not recorded",
-              missing);
+               missing);
     set_log_flags(FR_LOG_F_NIXL_OFF, 0);
     __atomic_store_n(&g_nx.mode, (int)kNixlOff, __ATOMIC_RELEASE);
     return;
@@ -106,7 +107,8 @@ void turn_off(const char* why) {
   int expected = kNixlOn;
   if (__atomic_compare_exchange_n(&g_nx.mode, &expected, (int)kNixlOff, false, __ATOMIC_ACQ_REL,
                                   __ATOMIC_ACQUIRE)) {
-    notice_log("NIXL: %s does not read as NIXL 1.5 lays it out; its transfers are not recorded", why);
+    notice_log("NIXL: %s does not read as NIXL 1.5 lays it out; its transfers are not recorded",
+               why);
     set_log_flags(FR_LOG_F_NIXL_OFF, FR_LOG_F_NIXL);
   }
 }
@@ -139,7 +141,6 @@ const char* backend_name(uint64_t handle) {
     if (__atomic_load_n(&b.handle, __ATOMIC_ACQUIRE) == handle) return b.name;
   return "";
 }
-
 
 // ---- what a request is made of -----------------------------------------------------------------
 
@@ -224,8 +225,8 @@ void remember_dlist(const nx::StdString* agent, const nx::DescList* descs, bool 
     const auto* b = (const nx::BasicDesc*)descs->descs.begin;
     n = (uint32_t)((descs->descs.end - descs->descs.begin) / sizeof(nx::BasicDesc));
     map_bytes = ((uint64_t)n * 8 + 4095) & ~4095ull;
-    void* m = n != 0 ? mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE,
-                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+    void* m = n != 0 ? mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                            -1, 0)
                      : MAP_FAILED;
     if (m != MAP_FAILED) {
       lens = (uint64_t*)m;
@@ -301,8 +302,8 @@ __attribute__((used)) const void* const kWrapped[] = {
 };
 }  // namespace
 
-#define FR_NIXL_REAL(f, type)                              \
-  auto real = (type)real_of(f);                            \
+#define FR_NIXL_REAL(f, type)   \
+  auto real = (type)real_of(f); \
   if (__builtin_expect(real == nullptr, 0)) return -9; /* NIXL_ERR_NOT_SUPPORTED */
 
 // ---- agents and backends -------------------------------------------------------------------------
@@ -368,9 +369,9 @@ int fr_nixl_create_backend(void* self, const nx::StdString* type, const void* pa
 int fr_nixl_create_xfer(const void* self, const int* op, const nx::DescList* local,
                         const nx::DescList* remote, const nx::StdString* remote_agent, void** req,
                         const nx::OptArgs* extra) {
-  FR_NIXL_REAL(kCreateXfer, int (*)(const void*, const int*, const nx::DescList*,
-                                    const nx::DescList*, const nx::StdString*, void**,
-                                    const nx::OptArgs*));
+  FR_NIXL_REAL(kCreateXfer,
+               int (*)(const void*, const int*, const nx::DescList*, const nx::DescList*,
+                       const nx::StdString*, void**, const nx::OptArgs*));
   NixlScope s;
   if (!s.active) return real(self, op, local, remote, remote_agent, req, extra);
   const uint64_t call_ns = now_ns();
@@ -391,7 +392,8 @@ int fr_nixl_create_xfer(const void* self, const int* op, const nx::DescList* loc
 }
 
 int fr_nixl_make_xfer_span(const void* self, int op, const void* local, nx::IntSpan li,
-                           const void* remote, nx::IntSpan ri, void** req, const nx::OptArgs* extra) {
+                           const void* remote, nx::IntSpan ri, void** req,
+                           const nx::OptArgs* extra) {
   FR_NIXL_REAL(kMakeXferSpan, int (*)(const void*, int, const void*, nx::IntSpan, const void*,
                                       nx::IntSpan, void**, const nx::OptArgs*));
   NixlScope s;
@@ -410,11 +412,12 @@ int fr_nixl_make_xfer_span(const void* self, int op, const void* local, nx::IntS
   return res;
 }
 
-int fr_nixl_make_xfer_vec(const void* self, const int* op, const void* local, const nx::StdVector* li,
-                          const void* remote, const nx::StdVector* ri, void** req,
-                          const nx::OptArgs* extra) {
-  FR_NIXL_REAL(kMakeXferVec, int (*)(const void*, const int*, const void*, const nx::StdVector*,
-                                     const void*, const nx::StdVector*, void**, const nx::OptArgs*));
+int fr_nixl_make_xfer_vec(const void* self, const int* op, const void* local,
+                          const nx::StdVector* li, const void* remote, const nx::StdVector* ri,
+                          void** req, const nx::OptArgs* extra) {
+  FR_NIXL_REAL(kMakeXferVec,
+               int (*)(const void*, const int*, const void*, const nx::StdVector*, const void*,
+                       const nx::StdVector*, void**, const nx::OptArgs*));
   NixlScope s;
   if (!s.active) return real(self, op, local, li, remote, ri, req, extra);
   const uint64_t call_ns = now_ns();
@@ -425,7 +428,8 @@ int fr_nixl_make_xfer_vec(const void* self, const int* op, const void* local, co
     turn_off("makeXferReq's arguments");
     return res;
   }
-  prepped_fixed(x, local, (const int*)li->begin, (size_t)(li->end - li->begin) / sizeof(int), remote);
+  prepped_fixed(x, local, (const int*)li->begin, (size_t)(li->end - li->begin) / sizeof(int),
+                remote);
   if (res == nx::kSuccess && req != nullptr) read_backend(self, *req, extra, x);
   made(FR_OP_NIXL_MAKE_XFER, x, req, res, call_ns);
   return res;
@@ -455,8 +459,10 @@ int fr_nixl_post(const void* self, void* req, const nx::OptArgs* extra) {
   fr_xfer_entry fixed;
   fr_copy_words_out((uint64_t*)&fixed, (const uint64_t*)e, sizeof fixed / 8);
   if (extra != nullptr && (extra->notif.engaged || extra->has_notif)) {
-    if (!read_notif(extra, fixed)) turn_off("postXferReq's optional arguments");
-    else xfer_republish(e, fixed);
+    if (!read_notif(extra, fixed))
+      turn_off("postXferReq's optional arguments");
+    else
+      xfer_republish(e, fixed);
   }
   nixl_record(FR_OP_NIXL_POST_XFER, call_ns, fixed.id, fixed.bytes, posts, res);
   return res;
@@ -494,7 +500,8 @@ int fr_nixl_release(const void* self, void* req) {
   uint64_t id = 0;
   if (e != nullptr) {
     id = __atomic_load_n(&e->id, __ATOMIC_RELAXED);
-    if (res == nx::kSuccess) __atomic_store_n(&e->state, (uint32_t)FR_XFER_RELEASED, __ATOMIC_RELEASE);
+    if (res == nx::kSuccess)
+      __atomic_store_n(&e->state, (uint32_t)FR_XFER_RELEASED, __ATOMIC_RELEASE);
   }
   nixl_record(FR_OP_NIXL_RELEASE_XFER, call_ns, id, 0, 0, res);
   return res;
@@ -503,8 +510,8 @@ int fr_nixl_release(const void* self, void* req) {
 // ---- prepared lists, notifications, memory and metadata ------------------------------------------
 
 // The four prepXferDlist overloads (their rows name fr_nixl_prep_<fn>).
-#define FR_NIXL_PREP(f, with_agent, basic)                                                        \
-  int fr_nixl_prep_##f(const void* self, FR_PREP_AGENT_##with_agent const nx::DescList* descs,  \
+#define FR_NIXL_PREP(f, with_agent, basic)                                                       \
+  int fr_nixl_prep_##f(const void* self, FR_PREP_AGENT_##with_agent const nx::DescList* descs,   \
                        void** out, const nx::OptArgs* extra) {                                   \
     FR_NIXL_REAL(f, int (*)(const void*, FR_PREP_AGENT_##with_agent const nx::DescList*, void**, \
                             const nx::OptArgs*));                                                \
@@ -512,7 +519,7 @@ int fr_nixl_release(const void* self, void* req) {
     if (!s.active) return real(self, FR_PREP_PASS_##with_agent descs, out, extra);               \
     const uint64_t call_ns = now_ns();                                                           \
     const int res = real(self, FR_PREP_PASS_##with_agent descs, out, extra);                     \
-    if (res == nx::kSuccess) remember_dlist(FR_PREP_NAME_##with_agent, descs, basic, out);      \
+    if (res == nx::kSuccess) remember_dlist(FR_PREP_NAME_##with_agent, descs, basic, out);       \
     nixl_record(FR_OP_NIXL_PREP_XFER_DLIST, call_ns, 0, 0, 0, res);                              \
     return res;                                                                                  \
   }

@@ -13,8 +13,17 @@ FR_API ncclResult_t ncclPutSignal(const void* localbuff, size_t count, ncclDataT
                                   int ctx, unsigned int flags, ncclComm_t comm,
                                   cudaStream_t stream) {
   FR_REAL_OR_FAIL(ncclPutSignal);
-  OpArgs a = {FR_OP_PUT_SIGNAL, true, localbuff, (const void*)peerWin, count, datatype, -1, peer,
-              comm,             stream, FR_SIGNAL_AUX(sigIdx, ctx)};
+  OpArgs a = {FR_OP_PUT_SIGNAL,
+              true,
+              localbuff,
+              (const void*)peerWin,
+              count,
+              datatype,
+              -1,
+              peer,
+              comm,
+              stream,
+              FR_SIGNAL_AUX(sigIdx, ctx)};
   return run_op(a, [=] {
     return real(localbuff, count, datatype, peer, peerWin, peerWinOffset, sigIdx, ctx, flags, comm,
                 stream);
@@ -24,7 +33,16 @@ FR_API ncclResult_t ncclPutSignal(const void* localbuff, size_t count, ncclDataT
 FR_API ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
                                cudaStream_t stream) {
   FR_REAL_OR_FAIL(ncclSignal);
-  OpArgs a = {FR_OP_SIGNAL, true, nullptr, nullptr, 0, -1, -1, peer, comm, stream,
+  OpArgs a = {FR_OP_SIGNAL,
+              true,
+              nullptr,
+              nullptr,
+              0,
+              -1,
+              -1,
+              peer,
+              comm,
+              stream,
               FR_SIGNAL_AUX(sigIdx, ctx)};
   return run_op(a, [=] { return real(peer, sigIdx, ctx, flags, comm, stream); });
 }

@@ -99,8 +99,9 @@ FR_API ncclResult_t ncclAllReduceConfig(const void* sendbuff, void* recvbuff, si
                                         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                         cudaStream_t stream, const ncclCollConfig_t* config) {
   FR_REAL_OR_FAIL(ncclAllReduceConfig);
-  OpArgs a = {FR_OP_ALLREDUCE, false, sendbuff, recvbuff, count, datatype, op, -1, comm, stream,
-              0,               FR_REC_F_COLL_CONFIG};
+  OpArgs a = {
+      FR_OP_ALLREDUCE,     false, sendbuff, recvbuff, count, datatype, op, -1, comm, stream, 0,
+      FR_REC_F_COLL_CONFIG};
   return run_op(
       a, [=] { return real(sendbuff, recvbuff, count, datatype, op, comm, stream, config); });
 }
@@ -109,8 +110,9 @@ FR_API ncclResult_t ncclBroadcastConfig(const void* sendbuff, void* recvbuff, si
                                         ncclDataType_t datatype, int root, ncclComm_t comm,
                                         cudaStream_t stream, const ncclCollConfig_t* config) {
   FR_REAL_OR_FAIL(ncclBroadcastConfig);
-  OpArgs a = {FR_OP_BROADCAST, false, sendbuff, recvbuff, count, datatype, -1, root, comm, stream,
-              0,               FR_REC_F_COLL_CONFIG};
+  OpArgs a = {
+      FR_OP_BROADCAST,     false, sendbuff, recvbuff, count, datatype, -1, root, comm, stream, 0,
+      FR_REC_F_COLL_CONFIG};
   return run_op(
       a, [=] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream, config); });
 }
@@ -120,8 +122,8 @@ FR_API ncclResult_t ncclReduceConfig(const void* sendbuff, void* recvbuff, size_
                                      ncclComm_t comm, cudaStream_t stream,
                                      const ncclCollConfig_t* config) {
   FR_REAL_OR_FAIL(ncclReduceConfig);
-  OpArgs a = {FR_OP_REDUCE, false, sendbuff, recvbuff, count, datatype, op, root, comm, stream,
-              0,            FR_REC_F_COLL_CONFIG};
+  OpArgs a = {FR_OP_REDUCE, false, sendbuff, recvbuff, count, datatype,
+              op,           root,  comm,     stream,   0,     FR_REC_F_COLL_CONFIG};
   return run_op(
       a, [=] { return real(sendbuff, recvbuff, count, datatype, op, root, comm, stream, config); });
 }
@@ -130,10 +132,11 @@ FR_API ncclResult_t ncclAllGatherConfig(const void* sendbuff, void* recvbuff, si
                                         ncclDataType_t datatype, ncclComm_t comm,
                                         cudaStream_t stream, const ncclCollConfig_t* config) {
   FR_REAL_OR_FAIL(ncclAllGatherConfig);
-  OpArgs a = {FR_OP_ALLGATHER, false, sendbuff, recvbuff, sendcount, datatype, -1, -1, comm, stream,
-              0,               FR_REC_F_COLL_CONFIG};
-  return run_op(a,
-                [=] { return real(sendbuff, recvbuff, sendcount, datatype, comm, stream, config); });
+  OpArgs a = {
+      FR_OP_ALLGATHER,     false, sendbuff, recvbuff, sendcount, datatype, -1, -1, comm, stream, 0,
+      FR_REC_F_COLL_CONFIG};
+  return run_op(
+      a, [=] { return real(sendbuff, recvbuff, sendcount, datatype, comm, stream, config); });
 }
 
 FR_API ncclResult_t ncclReduceScatterConfig(const void* sendbuff, void* recvbuff, size_t recvcount,
@@ -141,8 +144,9 @@ FR_API ncclResult_t ncclReduceScatterConfig(const void* sendbuff, void* recvbuff
                                             ncclComm_t comm, cudaStream_t stream,
                                             const ncclCollConfig_t* config) {
   FR_REAL_OR_FAIL(ncclReduceScatterConfig);
-  OpArgs a = {FR_OP_REDUCESCATTER, false, sendbuff, recvbuff, recvcount, datatype, op, -1, comm,
-              stream,              0,     FR_REC_F_COLL_CONFIG};
+  OpArgs a = {
+      FR_OP_REDUCESCATTER, false, sendbuff, recvbuff, recvcount, datatype, op, -1, comm, stream, 0,
+      FR_REC_F_COLL_CONFIG};
   return run_op(
       a, [=] { return real(sendbuff, recvbuff, recvcount, datatype, op, comm, stream, config); });
 }
@@ -151,8 +155,9 @@ FR_API ncclResult_t ncclAlltoAllConfig(const void* sendbuff, void* recvbuff, siz
                                        ncclDataType_t datatype, ncclComm_t comm,
                                        cudaStream_t stream, const ncclCollConfig_t* config) {
   FR_REAL_OR_FAIL(ncclAlltoAllConfig);
-  OpArgs a = {FR_OP_ALLTOALL, false, sendbuff, recvbuff, count, datatype, -1, -1, comm, stream,
-              0,              FR_REC_F_COLL_CONFIG};
+  OpArgs a = {FR_OP_ALLTOALL, false,    sendbuff, recvbuff,
+              count,          datatype, -1,       -1,
+              comm,           stream,   0,        FR_REC_F_COLL_CONFIG};
   return run_op(a, [=] { return real(sendbuff, recvbuff, count, datatype, comm, stream, config); });
 }
 
@@ -160,8 +165,8 @@ FR_API ncclResult_t ncclGatherConfig(const void* sendbuff, void* recvbuff, size_
                                      ncclDataType_t datatype, int root, ncclComm_t comm,
                                      cudaStream_t stream, const ncclCollConfig_t* config) {
   FR_REAL_OR_FAIL(ncclGatherConfig);
-  OpArgs a = {FR_OP_GATHER, false, sendbuff, recvbuff, count, datatype, -1, root, comm, stream,
-              0,            FR_REC_F_COLL_CONFIG};
+  OpArgs a = {FR_OP_GATHER, false, sendbuff, recvbuff, count, datatype,
+              -1,           root,  comm,     stream,   0,     FR_REC_F_COLL_CONFIG};
   return run_op(
       a, [=] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream, config); });
 }
@@ -170,8 +175,9 @@ FR_API ncclResult_t ncclScatterConfig(const void* sendbuff, void* recvbuff, size
                                       ncclDataType_t datatype, int root, ncclComm_t comm,
                                       cudaStream_t stream, const ncclCollConfig_t* config) {
   FR_REAL_OR_FAIL(ncclScatterConfig);
-  OpArgs a = {FR_OP_SCATTER, false, sendbuff, recvbuff, count, datatype, -1, root, comm, stream,
-              0,             FR_REC_F_COLL_CONFIG};
+  OpArgs a = {FR_OP_SCATTER, false,    sendbuff, recvbuff,
+              count,         datatype, -1,       root,
+              comm,          stream,   0,        FR_REC_F_COLL_CONFIG};
   return run_op(
       a, [=] { return real(sendbuff, recvbuff, count, datatype, root, comm, stream, config); });
 }

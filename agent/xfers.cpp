@@ -24,7 +24,7 @@ struct Bucket {
 
 struct XferPriv {
   int lock;
-  uint32_t cursor;  // where the next search for a free entry starts (under lock)
+  uint32_t cursor;   // where the next search for a free entry starts (under lock)
   uint64_t next_id;  // (under lock)
   Bucket buckets[kBuckets];
 };

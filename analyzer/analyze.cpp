@@ -20,7 +20,8 @@ Inputs inputs_of(const Model& m, const Options& opts) {
   in.paths = m.paths;
   in.files_read = m.files_read;
   for (const auto& s : m.skipped) in.skipped.push_back({s.file, s.error});
-  for (const auto& w : m.warnings) in.warnings.push_back({w.file, w.error});  // read: remarks, not failures
+  for (const auto& w : m.warnings)
+    in.warnings.push_back({w.file, w.error});  // read: remarks, not failures
   in.clock = m.clock_aligned ? "aligned" : "per_host";
   in.job_id = m.job_id;
   in.filtered = !opts.ranks.empty() || !opts.comm.empty();
@@ -106,7 +107,8 @@ Analysis analyze_model(const Model& m, const Options& opts) {
   a.inputs = inputs_of(m, opts);
   a.communicators = match_communicators(state);
   // The window loaded too little for this case: the same analysis from every record.
-  if (state.needs_history && m.windowed) return analyze_model(load_model(m.paths, opts.threads, LoadMode::kFull), opts);
+  if (state.needs_history && m.windowed)
+    return analyze_model(load_model(m.paths, opts.threads, LoadMode::kFull), opts);
   analyze_nixl(state);
   rank_stalls(state);
   const bool any_stall = !state.stalls.empty();
@@ -118,9 +120,12 @@ Analysis analyze_model(const Model& m, const Options& opts) {
   bool have_verdict = false;
   for (size_t i = 0; i < ranked.size(); ++i) {
     const Stall& s = ranked[i];
-    if (!opts.comm.empty() && s.comm >= 0 && i > 0 && !comm_matches(m.comms[s.comm], opts.comm)) continue;
-    if (i == 0) a.verdict = finding_of(state, s), have_verdict = true;
-    else a.findings.push_back(finding_of(state, s));
+    if (!opts.comm.empty() && s.comm >= 0 && i > 0 && !comm_matches(m.comms[s.comm], opts.comm))
+      continue;
+    if (i == 0)
+      a.verdict = finding_of(state, s), have_verdict = true;
+    else
+      a.findings.push_back(finding_of(state, s));
   }
   skew_thread.join();
   if (skew.straggler) a.findings.push_back(std::move(*skew.straggler));
@@ -134,15 +139,18 @@ Analysis analyze_model(const Model& m, const Options& opts) {
   return a;
 }
 
-std::optional<Analysis> analyze(const std::vector<std::string>& paths, const Options& opts, std::string* fatal_error) {
+std::optional<Analysis> analyze(const std::vector<std::string>& paths, const Options& opts,
+                                std::string* fatal_error) {
   if (paths.empty()) {
-    if (fatal_error) *fatal_error = "no input: give a dump-set directory, a dump file or a PyTorch dump";
+    if (fatal_error)
+      *fatal_error = "no input: give a dump-set directory, a dump file or a PyTorch dump";
     return std::nullopt;
   }
   Model m = load_model(paths, opts.threads, LoadMode::kWindow);
   if (m.procs.empty() && m.rankless.empty()) {
     if (fatal_error) {
-      std::string why = m.skipped.empty() ? "no dump files found" : m.skipped.front().file + ": " + m.skipped.front().error;
+      std::string why = m.skipped.empty() ? "no dump files found"
+                                          : m.skipped.front().file + ": " + m.skipped.front().error;
       if (m.skipped.size() > 1) why += " (and " + std::to_string(m.skipped.size() - 1) + " more)";
       *fatal_error = "nothing readable in the input: " + why;
     }
@@ -151,7 +159,8 @@ std::optional<Analysis> analyze(const std::vector<std::string>& paths, const Opt
   return analyze_model(m, opts);
 }
 
-json analyze_paths(const std::vector<std::string>& paths, const Options& opts, std::string* fatal_error) {
+json analyze_paths(const std::vector<std::string>& paths, const Options& opts,
+                   std::string* fatal_error) {
   std::optional<Analysis> a = analyze(paths, opts, fatal_error);
   return a ? a->to_json() : json(nullptr);
 }

@@ -14,9 +14,9 @@
 namespace fr::analyzer {
 
 struct Options {
-  std::vector<int> ranks;      // --rank filters (global ranks) for the text/trace view
-  std::string comm;            // --comm filter (hex id prefix or name)
-  unsigned threads = 0;        // 0 = hardware concurrency
+  std::vector<int> ranks;  // --rank filters (global ranks) for the text/trace view
+  std::string comm;        // --comm filter (hex id prefix or name)
+  unsigned threads = 0;    // 0 = hardware concurrency
   // A NIXL transfer still in flight this long when its log was read is stalled (nixl_stalled).
   // Low, as a dump is taken once something crossed the coordinator's threshold; a transfer
   // younger than this at the dump is in progress, not stalled.

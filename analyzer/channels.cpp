@@ -73,8 +73,8 @@ int global_of(const Model& m, const Comm& c, int rank_in_comm) {
   return -1;
 }
 
-std::optional<Candidate> explain(const std::map<std::tuple<int, int, int, int>, Conn>& conns, int ch,
-                                 int recv_rank, int send_rank, uint32_t step) {
+std::optional<Candidate> explain(const std::map<std::tuple<int, int, int, int>, Conn>& conns,
+                                 int ch, int recv_rank, int send_rank, uint32_t step) {
   Candidate k;
   k.step = step;
   k.channel = ch;
@@ -97,7 +97,8 @@ std::optional<Candidate> explain(const std::map<std::tuple<int, int, int, int>, 
   } else {
     bool waits = false, holds = false, seen = false;
     for (const auto& [key, conn] : conns) {
-      if (std::get<0>(key) != send_rank || std::get<1>(key) != ch || std::get<2>(key) != FR_CHAN_RECV)
+      if (std::get<0>(key) != send_rank || std::get<1>(key) != ch ||
+          std::get<2>(key) != FR_CHAN_RECV)
         continue;
       seen = true;
       if (waits_for_data(conn.e->state)) waits = true;
@@ -132,13 +133,15 @@ std::optional<Candidate> pick(const std::map<std::tuple<int, int, int, int>, Con
 std::string cause_text(const Candidate& k, int waiting, int peer) {
   const std::string w = "rank " + std::to_string(waiting), p = "rank " + std::to_string(peer);
   if (k.cause == "receiver_proxy")
-    return w + " waits for credit from " + p + " over NET (" + p + "'s proxy posts no receive buffer)";
+    return w + " waits for credit from " + p + " over NET (" + p +
+           "'s proxy posts no receive buffer)";
   std::string s = w + " waits for data from " + p + " over NET";
   if (k.cause == "link") return s + " (" + p + " sent it; the link " + p + " -> " + w + " lost it)";
   if (k.cause == "proxy") return s + " (proxy)";
   if (k.cause == "sender") return s + " (" + p + "'s kernel or proxy never sent it)";
-  if (k.self) return w + " holds data from " + p + " over NET that its kernel never consumed (" + w +
-                     "'s kernel stopped on the channel)";
+  if (k.self)
+    return w + " holds data from " + p + " over NET that its kernel never consumed (" + w +
+           "'s kernel stopped on the channel)";
   if (k.cause == "kernel") return s + " (" + p + "'s kernel stopped on the channel)";
   return s + " (" + p + " shows no progress for it)";
 }
@@ -171,13 +174,15 @@ void localize_in_channels(const Model& m, const Comm& c, const std::string& wher
   const std::optional<Candidate> k = pick(conns);
   if (!k) return;
   const int waiting = global_of(m, c, k->waiting), peer = global_of(m, c, k->peer);
-  s.extra["where"] = {{"channel", k->channel},     {"step", k->step},
-                      {"waiting_rank", waiting},   {"peer_rank", peer},
-                      {"transport", "NET"},        {"direction", k->direction},
+  s.extra["where"] = {{"channel", k->channel}, {"step", k->step},    {"waiting_rank", waiting},
+                      {"peer_rank", peer},     {"transport", "NET"}, {"direction", k->direction},
                       {"cause", k->cause}};
-  if (k->cause == "link") s.culprits = {std::min(waiting, peer), std::max(waiting, peer)};
-  else if (k->self) s.culprits = {waiting};
-  else s.culprits = {peer};  // the sender, or (receiver_proxy) the receiver the sender waits on
+  if (k->cause == "link")
+    s.culprits = {std::min(waiting, peer), std::max(waiting, peer)};
+  else if (k->self)
+    s.culprits = {waiting};
+  else
+    s.culprits = {peer};  // the sender, or (receiver_proxy) the receiver the sender waits on
   s.summary = where + ": channel " + std::to_string(k->channel) + " stopped at step " +
               std::to_string(k->step) + "; " + cause_text(*k, waiting, peer);
 }

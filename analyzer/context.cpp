@@ -17,10 +17,10 @@
 namespace fr::analyzer {
 namespace {
 
-using nlohmann::json;
 using fr::log::GpuHealth;
 using fr::log::StackFrame;
 using fr::log::ThreadStack;
+using nlohmann::json;
 
 const ThreadStack* main_thread(const Proc& p) {
   if (!p.has_stacks) return nullptr;
@@ -34,8 +34,11 @@ const ThreadStack* main_thread(const Proc& p) {
 json frames_json(const std::vector<StackFrame>& frames) {
   json out = json::array();
   for (const auto& f : frames)
-    out.push_back({{"function", f.function}, {"file", f.file}, {"line", f.line},
-                   {"module", f.module}, {"kind", f.kind}});
+    out.push_back({{"function", f.function},
+                   {"file", f.file},
+                   {"line", f.line},
+                   {"module", f.module},
+                   {"kind", f.kind}});
   return out;
 }
 
@@ -64,9 +67,11 @@ std::string time_of_day(int64_t ns) {
 std::vector<std::string> gpu_problems(const GpuHealth& g) {
   std::vector<std::string> out;
   for (const auto& x : g.xids)
-    out.push_back("reported Xid " + std::to_string(x.xid) + " at " + time_of_day(x.time_ns) + " UTC");
+    out.push_back("reported Xid " + std::to_string(x.xid) + " at " + time_of_day(x.time_ns) +
+                  " UTC");
   if (g.ecc_volatile_uncorrected > 0)
-    out.push_back("has " + std::to_string(g.ecc_volatile_uncorrected) + " uncorrected ECC error(s)");
+    out.push_back("has " + std::to_string(g.ecc_volatile_uncorrected) +
+                  " uncorrected ECC error(s)");
   if (g.remapped_rows_pending > 0) out.push_back("has a row remap pending (needs a reset)");
   if (g.remapped_rows_failed > 0) out.push_back("failed a row remap");
   if (g.retired_pages_pending > 0) out.push_back("has a page retirement pending (needs a reset)");
@@ -86,8 +91,10 @@ void add_stacks(const Model& m, Finding& item) {
     auto it = std::lower_bound(m.procs.begin(), m.procs.end(), rank,
                                [](const Proc& p, int r) { return p.rank < r; });
     if (it == m.procs.end() || it->rank != rank || !it->has_stacks) continue;
-    if (const ThreadStack* t = main_thread(*it)) e["stack"] = frames_json(t->frames);
-    else if (!it->stacks.error.empty()) e["stack_error"] = it->stacks.error;
+    if (const ThreadStack* t = main_thread(*it))
+      e["stack"] = frames_json(t->frames);
+    else if (!it->stacks.error.empty())
+      e["stack_error"] = it->stacks.error;
     if (!it->stacks.python_error.empty()) e["python_stack_error"] = it->stacks.python_error;
   }
 }
@@ -101,7 +108,9 @@ void add_stack_groups(const Model& m, json* context) {
     if (!p.has_stacks) continue;
     const ThreadStack* t = main_thread(p);
     if (!t) {
-      unavailable.push_back({{"rank", p.rank}, {"pid", p.pid}, {"error", p.stacks.error.empty() ? "no frames" : p.stacks.error}});
+      unavailable.push_back({{"rank", p.rank},
+                             {"pid", p.pid},
+                             {"error", p.stacks.error.empty() ? "no frames" : p.stacks.error}});
       continue;
     }
     std::string sig = signature(t->frames);
@@ -115,8 +124,10 @@ void add_stack_groups(const Model& m, json* context) {
   });
   json sg = json::array();
   for (size_t i = 0; i < groups.size(); ++i) {
-    const bool outlier = groups.size() > 1 && groups[i].second.size() < groups.front().second.size();
-    sg.push_back({{"ranks", groups[i].second}, {"frames", frames_json(example[groups[i].first]->frames)},
+    const bool outlier =
+        groups.size() > 1 && groups[i].second.size() < groups.front().second.size();
+    sg.push_back({{"ranks", groups[i].second},
+                  {"frames", frames_json(example[groups[i].first]->frames)},
                   {"outlier", outlier}});
   }
   if (!sg.empty() || !unavailable.empty()) {
@@ -128,8 +139,8 @@ void add_stack_groups(const Model& m, json* context) {
 // One GPU of a node: what NVML said, with the ranks running on it.
 json gpu_json(const std::string& node, const GpuHealth& g, const std::vector<int>& ranks,
               const std::vector<std::string>& problems) {
-  json gj = {{"node", node}, {"index", g.index}, {"pci_bus_id", g.pci_bus_id},
-             {"uuid", g.uuid}, {"ranks", ranks}, {"pids", g.pids}, {"problems", problems}};
+  json gj = {{"node", node},   {"index", g.index}, {"pci_bus_id", g.pci_bus_id}, {"uuid", g.uuid},
+             {"ranks", ranks}, {"pids", g.pids},   {"problems", problems}};
   json xids = json::array();
   for (const auto& x : g.xids) xids.push_back({{"xid", x.xid}, {"time_ns", x.time_ns}});
   gj["xids"] = xids;
@@ -178,9 +189,12 @@ void add_gpus(const Model& m, Analysis* a) {
       gpus.push_back(gpu_json(node.node, g, ranks, probs));
       for (const auto& pr : probs) {
         const std::string who = gpu_owner(node.node, g, ranks);
-        json pj = {{"ranks", ranks}, {"node", node.node}, {"pci_bus_id", g.pci_bus_id},
+        json pj = {{"ranks", ranks},
+                   {"node", node.node},
+                   {"pci_bus_id", g.pci_bus_id},
                    {"summary", who + " " + pr}};
-        bool is_culprit = std::any_of(ranks.begin(), ranks.end(), [&](int r) { return culprits.count(r) > 0; });
+        bool is_culprit =
+            std::any_of(ranks.begin(), ranks.end(), [&](int r) { return culprits.count(r) > 0; });
         (is_culprit ? culprit_first : others).push_back(std::move(pj));
       }
     }
@@ -196,7 +210,8 @@ void add_gpus(const Model& m, Analysis* a) {
       if (!e.is_object() || !e.contains("rank") || !e["rank"].is_number_integer()) continue;
       for (const auto& g : gpus)
         for (const auto& r : g["ranks"])
-          if (r == e["rank"]) e["gpu"] = {{"pci_bus_id", g["pci_bus_id"]}, {"problems", g["problems"]}};
+          if (r == e["rank"])
+            e["gpu"] = {{"pci_bus_id", g["pci_bus_id"]}, {"problems", g["problems"]}};
     }
 }
 
@@ -224,7 +239,8 @@ std::string stack_line(const json& frames) {
            mod.rfind("/usr/lib/", 0) == 0 || mod.rfind("/lib64/", 0) == 0;
   };
   size_t start = 0;
-  while (start < frames.size() && (system(frames[start]) || frames[start].value("function", std::string()).empty()))
+  while (start < frames.size() &&
+         (system(frames[start]) || frames[start].value("function", std::string()).empty()))
     ++start;
   if (start == frames.size()) start = 0;
   // The name without namespaces, template arguments or parameters:
@@ -237,10 +253,14 @@ std::string stack_line(const json& frames) {
     for (size_t i = 0; i < n.size(); ++i) {
       const char c = n[i];
       const bool after_operator = i >= 8 && n.compare(i - 8, 8, "operator") == 0;
-      if (c == '<' && !after_operator) ++angle;
-      else if (c == '>' && angle > 0) --angle;
-      else if (angle == 0 && c == '(' && !out.empty()) break;
-      else if (angle == 0) out += c;
+      if (c == '<' && !after_operator)
+        ++angle;
+      else if (c == '>' && angle > 0)
+        --angle;
+      else if (angle == 0 && c == '(' && !out.empty())
+        break;
+      else if (angle == 0)
+        out += c;
     }
     // The function's own name: namespaces and classes differ with inlining and build types
     // (hang_forever, fr::simjob::(anonymous namespace)::hang_forever); the JSON has them whole.

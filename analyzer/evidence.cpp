@@ -47,9 +47,12 @@ json op_json(const Op& o, int64_t clock_offset_ns) {
   }
   j["group_id"] = o.group_id;
   std::string state = fr::log::gpu_state_name(o.gpu_state);
-  if (o.flags & FR_REC_F_NEVER_LAUNCHED) state = "never_launched";
-  else if (o.flags & FR_REC_F_IN_CALL) state = "in_call";
-  else if (o.flags & kOpRaised) state = "raised";  // finished without completing (torch_infer.cpp)
+  if (o.flags & FR_REC_F_NEVER_LAUNCHED)
+    state = "never_launched";
+  else if (o.flags & FR_REC_F_IN_CALL)
+    state = "in_call";
+  else if (o.flags & kOpRaised)
+    state = "raised";  // finished without completing (torch_infer.cpp)
   j["state"] = state;
   j["call_ns"] = static_cast<int64_t>(o.call_ns) + clock_offset_ns;
   j["duration_ns"] = o.duration_ns;
@@ -59,10 +62,14 @@ json op_json(const Op& o, int64_t clock_offset_ns) {
 
 // The replay a graph op ran in, for verdicts and evidence.
 json replay_json(const ReplayTag& t, const Op& o) {
-  return json{{"graph", t.graph},   {"replay", t.replay},
-              {"captured_op", t.pos}, {"captured_ops", t.ops},
-              {"op", fr::log::op_name(o.op)}, {"seq", o.seq},
-              {"count", o.count},  {"dtype", fr::log::dtype_name(o.dtype)}};
+  return json{{"graph", t.graph},
+              {"replay", t.replay},
+              {"captured_op", t.pos},
+              {"captured_ops", t.ops},
+              {"op", fr::log::op_name(o.op)},
+              {"seq", o.seq},
+              {"count", o.count},
+              {"dtype", fr::log::dtype_name(o.dtype)}};
 }
 
 std::string replay_text(const ReplayTag& t) {
@@ -77,14 +84,16 @@ Communicator communicator_of(const Model& m, const Comm& c) {
   out.comm = comm_ref(c);
   out.origin = fr::log::origin_name(c.origin);
   if (c.parent) out.parent = comm_id_hex(c.parent);
-  for (const auto& mem : c.members) out.members.emplace_back(mem.rank_in_comm, m.procs[mem.proc].rank);
+  for (const auto& mem : c.members)
+    out.members.emplace_back(mem.rank_in_comm, m.procs[mem.proc].rank);
   return out;
 }
 
 namespace {
 
 // One member's row: who it is, its communicator state, and its frontier's records.
-json member_evidence(const Model& m, const CommMember& mem, const Frontier& f, const std::string& state) {
+json member_evidence(const Model& m, const CommMember& mem, const Frontier& f,
+                     const std::string& state) {
   const Proc& p = m.procs[mem.proc];
   json e;
   e["rank"] = p.rank;
@@ -102,10 +111,12 @@ json member_evidence(const Model& m, const CommMember& mem, const Frontier& f, c
   };
   // Revoke, suspend, resume and abort change what a member can still do: shown with its state.
   const ProcComm& pc = p.comms[mem.pc];
-  if (pc.has_entry && pc.state != FR_COMM_LIVE) e["comm_state"] = fr::log::comm_state_name(pc.state);
+  if (pc.has_entry && pc.state != FR_COMM_LIVE)
+    e["comm_state"] = fr::log::comm_state_name(pc.state);
   for (uint32_t k = pc.ops_end; k-- > pc.ops_begin;) {
     const uint16_t op = p.ops[k].op;
-    if (op == FR_OP_COMM_REVOKE || op == FR_OP_COMM_SUSPEND || op == FR_OP_COMM_RESUME || op == FR_OP_COMM_ABORT) {
+    if (op == FR_OP_COMM_REVOKE || op == FR_OP_COMM_SUSPEND || op == FR_OP_COMM_RESUME ||
+        op == FR_OP_COMM_ABORT) {
       e["last_lifecycle_call"] = op_json(p.ops[k], p.clock_offset_ns);
       break;
     }
@@ -120,20 +131,29 @@ json member_evidence(const Model& m, const CommMember& mem, const Frontier& f, c
 // What a member did with the stall's op: in_call, not_entered, completed, started, enqueued,
 // entered (GPU untracked) or dead, with ",dead" when its writer was gone at the dump. `blocked`:
 // the stall's blocked ranks.
-std::string member_state(const Stall& s, const std::set<int>& blocked, const Proc& p, const Frontier& f) {
+std::string member_state(const Stall& s, const std::set<int>& blocked, const Proc& p,
+                         const Frontier& f) {
   std::string state;
-  if (s.host_call) state = blocked.count(p.rank) ? "in_call" : "not_entered";
-  else if (!p.alive && p.snapshot && s.kind == VerdictKind::kRankDead) state = "dead";
-  else if (f.enq < s.seq && !s.p2p) state = "not_entered";
+  if (s.host_call)
+    state = blocked.count(p.rank) ? "in_call" : "not_entered";
+  else if (!p.alive && p.snapshot && s.kind == VerdictKind::kRankDead)
+    state = "dead";
+  else if (f.enq < s.seq && !s.p2p)
+    state = "not_entered";
   // Point-to-point ops no entry records (gloo, analyze_unrecorded_p2p): the member that issued
   // the unmatched one is in it, the other never issued its side.
   else if (s.p2p && !f.last_enq && f.enq == 0 && p.source_kind == "torch")
     state = blocked.count(p.rank) ? "entered" : "not_entered";
-  else if (f.completed >= s.seq && !s.p2p) state = "completed";
-  else if (!f.tracked) state = "entered";
-  else if (s.p2p) state = f.completed >= f.enq ? "completed" : f.started >= f.enq ? "started" : "enqueued";
-  else if (f.started >= s.seq) state = "started";
-  else state = "enqueued";
+  else if (f.completed >= s.seq && !s.p2p)
+    state = "completed";
+  else if (!f.tracked)
+    state = "entered";
+  else if (s.p2p)
+    state = f.completed >= f.enq ? "completed" : f.started >= f.enq ? "started" : "enqueued";
+  else if (f.started >= s.seq)
+    state = "started";
+  else
+    state = "enqueued";
   if (!p.alive && p.snapshot) state += ",dead";
   if (p.stale) state += ",stale";
   return state;
@@ -174,8 +194,10 @@ json evidence_rows(const AnalysisState& state, const Stall& s) {
     // A large communicator's rows in two halves, on two threads.
     json upper = json::array();
     fr::parallel::for_each_index(2, 2, [&](size_t half) {
-      if (half == 0) add_rows(0, n / 2, &rows);
-      else add_rows(n / 2, n, &upper);
+      if (half == 0)
+        add_rows(0, n / 2, &rows);
+      else
+        add_rows(n / 2, n, &upper);
     });
     for (auto& e : upper) rows.push_back(std::move(e));
   }
@@ -183,7 +205,9 @@ json evidence_rows(const AnalysisState& state, const Stall& s) {
     for (const auto& x : s.extra["missing_members"])
       if (state.rank_filter.empty() ||
           (x["global_rank"].is_number() && state.rank_filter.count(x["global_rank"].get<int>())))
-        rows.push_back({{"rank", x["global_rank"]}, {"rank_in_comm", x["rank_in_comm"]}, {"state", "missing"}});
+        rows.push_back({{"rank", x["global_rank"]},
+                        {"rank_in_comm", x["rank_in_comm"]},
+                        {"state", "missing"}});
   return rows;
 }
 
@@ -226,7 +250,8 @@ void add_recent_ops(const Model& m, Finding* verdict) {
   json& ev = verdict->evidence;
   std::vector<size_t> order(ev.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_partition(order.begin(), order.end(), [&](size_t i) { return ev[i].value("culprit", false); });
+  std::stable_partition(order.begin(), order.end(),
+                        [&](size_t i) { return ev[i].value("culprit", false); });
   if (order.size() > kMaxRows) order.resize(kMaxRows);
   for (size_t i : order) {
     json& e = ev[i];
@@ -237,7 +262,8 @@ void add_recent_ops(const Model& m, Finding* verdict) {
     const ProcComm& pc = p.comms[it->second->pc];
     json ops = json::array();
     const uint32_t first = pc.ops_end - std::min<uint32_t>(pc.ops_end - pc.ops_begin, kOpsPerRank);
-    for (uint32_t k = first; k < pc.ops_end; ++k) ops.push_back(op_json(p.ops[k], p.clock_offset_ns));
+    for (uint32_t k = first; k < pc.ops_end; ++k)
+      ops.push_back(op_json(p.ops[k], p.clock_offset_ns));
     e["recent_ops"] = std::move(ops);
     const uint64_t read_ns = p.snapshot_ns ? p.snapshot_ns : p.heartbeat_ns;
     if (read_ns) e["read_ns"] = static_cast<int64_t>(read_ns) + p.clock_offset_ns;
@@ -255,7 +281,8 @@ void mark_consequences(const Finding& verdict, std::vector<Finding>* findings) {
   if (verdict.evidence.is_array())
     for (const auto& e : verdict.evidence) {
       const std::string st = e.value("state", std::string());
-      if (e.contains("rank") && e["rank"].is_number_integer() && st.rfind("completed", 0) != 0 && st != "missing")
+      if (e.contains("rank") && e["rank"].is_number_integer() && st.rfind("completed", 0) != 0 &&
+          st != "missing")
         held.insert(e["rank"].get<int>());
     }
   for (auto& f : *findings) {

@@ -12,7 +12,8 @@ Frontier frontier(const Proc& p, const ProcComm& pc, Family family) {
   for_each_op(p, pc, family, [&](const Op& o) {
     if (o.seq >= f.enq) f.enq = o.seq, f.last_enq = &o;
     if (o.gpu_state >= FR_GPU_STARTED && o.seq >= f.started) f.started = o.seq, f.last_started = &o;
-    if (o.gpu_state == FR_GPU_COMPLETED && o.seq >= f.completed) f.completed = o.seq, f.last_completed = &o;
+    if (o.gpu_state == FR_GPU_COMPLETED && o.seq >= f.completed)
+      f.completed = o.seq, f.last_completed = &o;
   });
   const uint64_t counter = family == Family::kP2p ? pc.p2p_seq : pc.coll_seq;
   f.tracked = p.gpu_tracked;
@@ -51,10 +52,12 @@ const Op* find_seq(const Proc& p, const ProcComm& pc, uint64_t seq, Family famil
 // When every member found sits at the same offset (global = rank in comm + d, as in a world
 // communicator or a block of consecutive ranks) and the job lacks exactly those global ranks,
 // the missing members are those ranks.
-std::vector<Missing> missing_members(const Model& m, const Comm& c, const std::set<int>& job_missing) {
+std::vector<Missing> missing_members(const Model& m, const Comm& c,
+                                     const std::set<int>& job_missing) {
   std::vector<Missing> out;
   // A size far beyond the job (a corrupt or hostile entry) is not worth listing rank by rank.
-  const int plausible = std::max({1024, 2 * static_cast<int>(m.procs.size()), std::min(m.expected_ranks, kMaxRanks)});
+  const int plausible =
+      std::max({1024, 2 * static_cast<int>(m.procs.size()), std::min(m.expected_ranks, kMaxRanks)});
   if (c.size <= 0 || c.size > plausible) return out;
   std::vector<char> present(c.size, 0);
   bool constant = !c.members.empty();
@@ -71,8 +74,9 @@ std::vector<Missing> missing_members(const Model& m, const Comm& c, const std::s
 nlohmann::json missing_json(const std::vector<Missing>& missing) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& x : missing)
-    out.push_back({{"rank_in_comm", x.rank_in_comm},
-                   {"global_rank", x.global >= 0 ? nlohmann::json(x.global) : nlohmann::json(nullptr)}});
+    out.push_back(
+        {{"rank_in_comm", x.rank_in_comm},
+         {"global_rank", x.global >= 0 ? nlohmann::json(x.global) : nlohmann::json(nullptr)}});
   return out;
 }
 

@@ -33,7 +33,8 @@ const json& object_member(const json& j, const char* key) {
 }
 
 std::string str(const json& j, const char* key) {
-  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>()
+                                                                : std::string();
 }
 
 const char* kStyle = R"(
@@ -86,11 +87,13 @@ std::string op_label(const json& o, const std::map<int, int>& global_of_local) {
     if (o.contains("redop")) s += ", " + str(o, "redop");
     auto peer = [&](int local) {
       auto it = global_of_local.find(local);
-      return it == global_of_local.end() ? "comm rank " + std::to_string(local)
-                                         : "rank " + std::to_string(it->second) + " (" + std::to_string(local) + ")";
+      return it == global_of_local.end()
+                 ? "comm rank " + std::to_string(local)
+                 : "rank " + std::to_string(it->second) + " (" + std::to_string(local) + ")";
     };
     if (o.contains("root")) s += ", root " + peer(o.value("root", -1));
-    if (o.contains("peer")) s += std::string(str(o, "op") == "Send" ? ", to " : ", from ") + peer(o.value("peer", -1));
+    if (o.contains("peer"))
+      s += std::string(str(o, "op") == "Send" ? ", to " : ", from ") + peer(o.value("peer", -1));
     s += ")";
   }
   if (o.contains("state")) s += " · " + str(o, "state");
@@ -113,8 +116,9 @@ std::map<int, int> global_ranks(const Finding& item) {
 }
 
 std::string rank_cell(const json& e) {
-  std::string s = e.contains("rank") && e["rank"].is_number_integer() ? "rank " + std::to_string(e["rank"].get<int>())
-                                                                       : "rank ?";
+  std::string s = e.contains("rank") && e["rank"].is_number_integer()
+                      ? "rank " + std::to_string(e["rank"].get<int>())
+                      : "rank ?";
   if (e.contains("rank_in_comm") && e["rank_in_comm"].is_number_integer())
     s += " <span class=\"muted\">(" + std::to_string(e["rank_in_comm"].get<int>()) + ")</span>";
   return s;
@@ -122,10 +126,14 @@ std::string rank_cell(const json& e) {
 
 std::string state_badge(const std::string& state) {
   const char* cls = "";
-  if (state.find("dead") != std::string::npos || state == "missing" || state == "not_entered") cls = " bad";
-  else if (state == "completed") cls = " ok";
-  else if (state == "enqueued" || state == "started" || state == "in_call" || state == "entered") cls = " warn";
-  return "<span class=\"badge" + std::string(cls) + "\">" + html_escape(state.empty() ? "?" : state) + "</span>";
+  if (state.find("dead") != std::string::npos || state == "missing" || state == "not_entered")
+    cls = " bad";
+  else if (state == "completed")
+    cls = " ok";
+  else if (state == "enqueued" || state == "started" || state == "in_call" || state == "entered")
+    cls = " warn";
+  return "<span class=\"badge" + std::string(cls) + "\">" +
+         html_escape(state.empty() ? "?" : state) + "</span>";
 }
 
 // The op of an evidence row that the verdict is about: the last enqueued one when it is the
@@ -140,29 +148,34 @@ const json* stalled_op(const json& e, uint64_t seq) {
 
 void verdict_card(std::ostringstream& o, const Finding& v) {
   const std::string kind = verdict_name(v.kind);
-  o << "<section class=\"card verdict" << (v.kind == VerdictKind::kNoHang ? " ok" : "") << "\" id=\"verdict\">"
+  o << "<section class=\"card verdict" << (v.kind == VerdictKind::kNoHang ? " ok" : "")
+    << "\" id=\"verdict\">"
     << "<span class=\"kind\">" << html_escape(kind) << "</span>"
     << "<p class=\"sentence\" id=\"verdict-sentence\">" << html_escape(v.summary) << "</p>"
     << "<div class=\"facts\">";
   if (v.comm) {
-    o << "<span>communicator <b>" << html_escape(comm_label(*v.comm)) << "</b>, size " << v.comm->size << "</span>";
-    o << "<span>" << html_escape(v.seq_kind) << " seq <b>" << v.seq << " " << html_escape(v.op) << "</b></span>";
+    o << "<span>communicator <b>" << html_escape(comm_label(*v.comm)) << "</b>, size "
+      << v.comm->size << "</span>";
+    o << "<span>" << html_escape(v.seq_kind) << " seq <b>" << v.seq << " " << html_escape(v.op)
+      << "</b></span>";
   }
   const auto& culprits = v.culprit_ranks;
   if (!culprits.empty())
-    o << "<span>culprit rank" << (culprits.size() > 1 ? "s" : "") << " <b style=\"color:var(--bad)\">"
-      << html_escape(rank_list_text(culprits)) << "</b></span>";
+    o << "<span>culprit rank" << (culprits.size() > 1 ? "s" : "")
+      << " <b style=\"color:var(--bad)\">" << html_escape(rank_list_text(culprits))
+      << "</b></span>";
   // A NIXL verdict: the transfer, and the remote agent's process by pid (it may have no rank).
   const nlohmann::json nixl = v.details.value("nixl", nlohmann::json());
   if (nixl.is_object()) {
-    o << "<span>NIXL <b>" << html_escape(str(nixl, "op")) << " " << nixl.value("bytes", uint64_t{0}) << " bytes</b> '"
-      << html_escape(str(nixl, "local_agent")) << "' &rarr; '" << html_escape(str(nixl, "remote_agent")) << "', "
-      << html_escape(str(nixl, "state")) << ", " << html_escape(str(nixl, "status_name")) << "</span>";
+    o << "<span>NIXL <b>" << html_escape(str(nixl, "op")) << " " << nixl.value("bytes", uint64_t{0})
+      << " bytes</b> '" << html_escape(str(nixl, "local_agent")) << "' &rarr; '"
+      << html_escape(str(nixl, "remote_agent")) << "', " << html_escape(str(nixl, "state")) << ", "
+      << html_escape(str(nixl, "status_name")) << "</span>";
     if (!v.culprit_pids.empty()) {
       std::string pids;
       for (int p : v.culprit_pids) pids += (pids.empty() ? "" : ", ") + std::to_string(p);
-      o << "<span>remote pid" << (v.culprit_pids.size() > 1 ? "s" : "") << " <b style=\"color:var(--bad)\">"
-        << html_escape(pids) << "</b></span>";
+      o << "<span>remote pid" << (v.culprit_pids.size() > 1 ? "s" : "")
+        << " <b style=\"color:var(--bad)\">" << html_escape(pids) << "</b></span>";
     } else {
       o << "<span>the remote agent's process is not in the dump set</span>";
     }
@@ -171,8 +184,8 @@ void verdict_card(std::ostringstream& o, const Finding& v) {
   if (v.mismatch) {
     o << "<p>" << html_escape(v.mismatch->field) << " differs:";
     for (const auto& x : v.mismatch->values)
-      o << " <span class=\"badge\">" << html_escape(x.value) << " on ranks " << html_escape(rank_list_text(x.ranks))
-        << "</span>";
+      o << " <span class=\"badge\">" << html_escape(x.value) << " on ranks "
+        << html_escape(rank_list_text(x.ranks)) << "</span>";
     o << "</p>";
   }
   o << "</section>\n";
@@ -181,10 +194,14 @@ void verdict_card(std::ostringstream& o, const Finding& v) {
 std::string fmt_span(double ns) {
   char buf[32];
   const double a = std::fabs(ns);
-  if (a >= 1e9) std::snprintf(buf, sizeof buf, "%.3g s", ns / 1e9);
-  else if (a >= 1e6) std::snprintf(buf, sizeof buf, "%.3g ms", ns / 1e6);
-  else if (a >= 1e3) std::snprintf(buf, sizeof buf, "%.3g µs", ns / 1e3);
-  else std::snprintf(buf, sizeof buf, "%.0f ns", ns);
+  if (a >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.3g s", ns / 1e9);
+  else if (a >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.3g ms", ns / 1e6);
+  else if (a >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.3g µs", ns / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f ns", ns);
   return buf;
 }
 
@@ -200,7 +217,9 @@ struct TimeScale {
 struct StalledOp {
   uint64_t seq;
   std::string kind;
-  bool operator()(const json& op) const { return op.value("seq", 0ull) == seq && str(op, "kind") == kind; }
+  bool operator()(const json& op) const {
+    return op.value("seq", 0ull) == seq && str(op, "kind") == kind;
+  }
 };
 
 bool pending(const json& op) {
@@ -221,28 +240,32 @@ void timeline_axis(std::ostringstream& o, const TimeScale& ts, int height) {
   for (double t = first_tick; ts.t_zero + t <= ts.t_max; t += step) {
     if (std::fabs(t) < step / 1e6) t = 0;  // no "-0 ns" from rounding
     const double x = ts.x(ts.t_zero + t);
-    o << "<line x1=\"" << x << "\" x2=\"" << x << "\" y1=\"" << TimeScale::kTop - 4 << "\" y2=\"" << height - 28
-      << "\" stroke=\"#e3e7ee\"/><text x=\"" << x << "\" y=\"" << height - 12
+    o << "<line x1=\"" << x << "\" x2=\"" << x << "\" y1=\"" << TimeScale::kTop - 4 << "\" y2=\""
+      << height - 28 << "\" stroke=\"#e3e7ee\"/><text x=\"" << x << "\" y=\"" << height - 12
       << "\" font-size=\"11\" fill=\"#667085\" text-anchor=\"middle\">" << (t > 0 ? "+" : "")
       << html_escape(fmt_span(t)) << "</text>";
   }
 }
 
 // One rank's row: its label and state, the in-flight bands, then the host calls over them.
-void timeline_row(std::ostringstream& o, const json& e, size_t i, const TimeScale& ts, const StalledOp& is_stalled,
-                  int width) {
+void timeline_row(std::ostringstream& o, const json& e, size_t i, const TimeScale& ts,
+                  const StalledOp& is_stalled, int width) {
   const bool culprit = e.value("culprit", false);
   const int row_h = TimeScale::kRowH, y = TimeScale::kTop + int(i) * row_h;
   if (culprit)
-    o << "<rect x=\"0\" y=\"" << y << "\" width=\"" << width << "\" height=\"" << row_h << "\" fill=\"#fdecea\"/>";
+    o << "<rect x=\"0\" y=\"" << y << "\" width=\"" << width << "\" height=\"" << row_h
+      << "\" fill=\"#fdecea\"/>";
   else if (i % 2)
-    o << "<rect x=\"0\" y=\"" << y << "\" width=\"" << width << "\" height=\"" << row_h << "\" fill=\"#f8f9fb\"/>";
+    o << "<rect x=\"0\" y=\"" << y << "\" width=\"" << width << "\" height=\"" << row_h
+      << "\" fill=\"#f8f9fb\"/>";
   std::string label = "rank " + std::to_string(e.value("rank", -1));
   if (e.contains("rank_in_comm")) label += " (" + std::to_string(e.value("rank_in_comm", -1)) + ")";
-  o << "<text x=\"8\" y=\"" << y + 16 << "\" font-size=\"12.5\"" << (culprit ? " fill=\"#c62828\" font-weight=\"700\"" : " fill=\"#1d2330\"")
-    << ">" << (culprit ? "▲ " : "") << html_escape(label) << "</text>"
-    << "<text x=\"" << TimeScale::kLabelW << "\" y=\"" << y + 16 << "\" font-size=\"11\" fill=\"#667085\" text-anchor=\"end\">"
-    << html_escape(str(e, "state")) << "</text>";
+  o << "<text x=\"8\" y=\"" << y + 16 << "\" font-size=\"12.5\""
+    << (culprit ? " fill=\"#c62828\" font-weight=\"700\"" : " fill=\"#1d2330\"") << ">"
+    << (culprit ? "▲ " : "") << html_escape(label) << "</text>"
+    << "<text x=\"" << TimeScale::kLabelW << "\" y=\"" << y + 16
+    << "\" font-size=\"11\" fill=\"#667085\" text-anchor=\"end\">" << html_escape(str(e, "state"))
+    << "</text>";
   const double read = e.contains("read_ns") ? e["read_ns"].get<double>() : ts.t_max;
   // In-flight bands first (the verdict's op last, on top: later ops queue behind it), then the
   // host calls over them.
@@ -251,17 +274,22 @@ void timeline_row(std::ostringstream& o, const json& e, size_t i, const TimeScal
       if (!op.is_object() || is_stalled(op) != (pass == 1) || !pending(op)) continue;
       const double c = op.value("call_ns", 0.0), end = c + op.value("duration_ns", 0.0);
       if (read <= end) continue;
-      o << "<rect x=\"" << ts.x(end) << "\" y=\"" << y + 8 << "\" width=\"" << std::max(1.0, ts.x(read) - ts.x(end))
-        << "\" height=\"8\" rx=\"2\" fill=\"" << (pass ? "#ef9a9a" : "#ffcc80") << "\"><title>"
-        << html_escape(op_label(op, {}) + " at " + fmt_span(c - ts.t_zero) + ", in flight until the dump")
+      o << "<rect x=\"" << ts.x(end) << "\" y=\"" << y + 8 << "\" width=\""
+        << std::max(1.0, ts.x(read) - ts.x(end)) << "\" height=\"8\" rx=\"2\" fill=\""
+        << (pass ? "#ef9a9a" : "#ffcc80") << "\"><title>"
+        << html_escape(op_label(op, {}) + " at " + fmt_span(c - ts.t_zero) +
+                       ", in flight until the dump")
         << "</title></rect>";
     }
   for (const auto& op : e["recent_ops"]) {
     if (!op.is_object()) continue;
     const double c = op.value("call_ns", 0.0), end = c + op.value("duration_ns", 0.0);
     const std::string tip = op_label(op, {}) + " at " + fmt_span(c - ts.t_zero);
-    o << "<rect x=\"" << ts.x(c) << "\" y=\"" << y + 5 << "\" width=\"" << std::max(3.0, ts.x(end) - ts.x(c))
-      << "\" height=\"14\" rx=\"2\" fill=\"" << (is_stalled(op) ? "#c62828" : str(op, "kind") == "api" ? "#98a2b3" : "#1f4e8c")
+    o << "<rect x=\"" << ts.x(c) << "\" y=\"" << y + 5 << "\" width=\""
+      << std::max(3.0, ts.x(end) - ts.x(c)) << "\" height=\"14\" rx=\"2\" fill=\""
+      << (is_stalled(op)             ? "#c62828"
+          : str(op, "kind") == "api" ? "#98a2b3"
+                                     : "#1f4e8c")
       << "\"><title>" << html_escape(tip) << "</title></rect>";
   }
 }
@@ -272,10 +300,12 @@ void timeline_row(std::ostringstream& o, const json& e, size_t i, const TimeScal
 void timeline(std::ostringstream& o, const Finding& v) {
   std::vector<const json*> rows;
   for (const auto& e : evidence_of(v))
-    if (e.is_object() && e.contains("recent_ops") && e["recent_ops"].is_array() && !e["recent_ops"].empty())
+    if (e.is_object() && e.contains("recent_ops") && e["recent_ops"].is_array() &&
+        !e["recent_ops"].empty())
       rows.push_back(&e);
   if (rows.empty()) return;
-  std::stable_partition(rows.begin(), rows.end(), [](const json* e) { return e->value("culprit", false); });
+  std::stable_partition(rows.begin(), rows.end(),
+                        [](const json* e) { return e->value("culprit", false); });
   const size_t hidden = rows.size() > kMaxTimelineRows ? rows.size() - kMaxTimelineRows : 0;
   rows.resize(rows.size() - hidden);
   const StalledOp is_stalled{v.seq, v.seq_kind == "p2p" ? "p2p" : "coll"};
@@ -293,24 +323,29 @@ void timeline(std::ostringstream& o, const Finding& v) {
   if (!(ts.t_max > ts.t_min)) ts.t_max = ts.t_min + 1e6;
   const int width = TimeScale::kPlotX + TimeScale::kPlotW + 30;
   const int height = TimeScale::kTop + int(rows.size()) * TimeScale::kRowH + 34;
-  o << "<h2>Timeline: each rank's last ops on " << html_escape(v.comm ? comm_label(*v.comm) : std::string("?"))
+  o << "<h2>Timeline: each rank's last ops on "
+    << html_escape(v.comm ? comm_label(*v.comm) : std::string("?"))
     << "</h2><div class=\"card scroll\"><svg class=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\""
     << width << "\" height=\"" << height << "\" viewBox=\"0 0 " << width << " " << height
     << "\" role=\"img\" aria-label=\"timeline of each rank's last operations\">";
   timeline_axis(o, ts, height);
-  o << "<text x=\"" << TimeScale::kPlotX << "\" y=\"14\" font-size=\"11\" fill=\"#667085\">time relative to the first enqueue of "
+  o << "<text x=\"" << TimeScale::kPlotX
+    << "\" y=\"14\" font-size=\"11\" fill=\"#667085\">time relative to the first enqueue of "
     << html_escape(v.op) << " #" << v.seq << "</text>";
   for (size_t i = 0; i < rows.size(); ++i) timeline_row(o, *rows[i], i, ts, is_stalled, width);
   const double dump_x = ts.x(ts.t_max);
-  o << "<line x1=\"" << dump_x << "\" x2=\"" << dump_x << "\" y1=\"" << TimeScale::kTop - 4 << "\" y2=\"" << height - 28
-    << "\" stroke=\"#1d2330\" stroke-dasharray=\"3 3\"/><text x=\"" << dump_x - 4 << "\" y=\"14\" font-size=\"11\" "
+  o << "<line x1=\"" << dump_x << "\" x2=\"" << dump_x << "\" y1=\"" << TimeScale::kTop - 4
+    << "\" y2=\"" << height - 28 << "\" stroke=\"#1d2330\" stroke-dasharray=\"3 3\"/><text x=\""
+    << dump_x - 4 << "\" y=\"14\" font-size=\"11\" "
     << "fill=\"#1d2330\" text-anchor=\"end\">dump</text></svg>";
   o << "<div class=\"legend\"><span><span class=\"sw\" style=\"background:#1f4e8c\"></span>host call</span>"
        "<span><span class=\"sw\" style=\"background:#ffcc80\"></span>in flight at the dump</span>"
-       "<span><span class=\"sw\" style=\"background:#c62828\"></span>the verdict's op (" << html_escape(v.op)
-    << " #" << v.seq << ")</span><span><span class=\"sw\" style=\"background:#98a2b3\"></span>other API call</span>"
+       "<span><span class=\"sw\" style=\"background:#c62828\"></span>the verdict's op ("
+    << html_escape(v.op) << " #" << v.seq
+    << ")</span><span><span class=\"sw\" style=\"background:#98a2b3\"></span>other API call</span>"
        "<span style=\"color:#c62828;font-weight:700\">▲ culprit</span></div>";
-  if (hidden) o << "<p class=\"muted\">" << hidden << " more ranks not drawn (the JSON has them all).</p>";
+  if (hidden)
+    o << "<p class=\"muted\">" << hidden << " more ranks not drawn (the JSON has them all).</p>";
   o << "</div>\n";
 }
 
@@ -319,21 +354,26 @@ void evidence_table(std::ostringstream& o, const Finding& item, const char* capt
   if (ev.empty() || !item.comm) return;
   const auto globals = global_ranks(item);
   const uint64_t seq = item.seq;
-  o << "<h2>" << caption << "</h2><div class=\"card scroll\"><table class=\"grid evidence\"><thead><tr>"
+  o << "<h2>" << caption
+    << "</h2><div class=\"card scroll\"><table class=\"grid evidence\"><thead><tr>"
        "<th>rank (in comm)</th><th>host</th><th>state</th><th>"
     << html_escape(item.op) << " #" << seq
     << "</th><th>last enqueued</th><th>last started</th><th>last completed</th></tr></thead><tbody>";
   std::vector<const json*> rows;
   for (const auto& e : ev)
     if (e.is_object()) rows.push_back(&e);
-  std::stable_partition(rows.begin(), rows.end(), [](const json* e) { return e->value("culprit", false); });
+  std::stable_partition(rows.begin(), rows.end(),
+                        [](const json* e) { return e->value("culprit", false); });
   size_t shown = 0;
   for (const json* e : rows) {
     if (++shown > kMaxTableRows) break;
     const json* s = stalled_op(*e, seq);
-    o << "<tr" << (e->value("culprit", false) ? " class=\"culprit\"" : "") << "><td>" << rank_cell(*e) << "</td><td>"
-      << html_escape(str(*e, "host")) << "</td><td>" << state_badge(str(*e, "state")) << "</td><td class=\"mono\">"
-      << html_escape(s ? str(*s, "state") : str(*e, "state").rfind("not_entered", 0) == 0 ? "not called" : str(*e, "state"))
+    o << "<tr" << (e->value("culprit", false) ? " class=\"culprit\"" : "") << "><td>"
+      << rank_cell(*e) << "</td><td>" << html_escape(str(*e, "host")) << "</td><td>"
+      << state_badge(str(*e, "state")) << "</td><td class=\"mono\">"
+      << html_escape(s                                               ? str(*s, "state")
+                     : str(*e, "state").rfind("not_entered", 0) == 0 ? "not called"
+                                                                     : str(*e, "state"))
       << "</td>";
     for (const char* k : {"last_enqueued", "last_started", "last_completed"})
       o << "<td class=\"mono\">" << html_escape(op_label(e->value(k, json()), globals)) << "</td>";
@@ -341,7 +381,8 @@ void evidence_table(std::ostringstream& o, const Finding& item, const char* capt
   }
   o << "</tbody></table>";
   if (rows.size() > kMaxTableRows)
-    o << "<p class=\"muted\">" << rows.size() - kMaxTableRows << " more rows: fr-analyze --json has them all.</p>";
+    o << "<p class=\"muted\">" << rows.size() - kMaxTableRows
+      << " more rows: fr-analyze --json has them all.</p>";
   o << "</div>\n";
 }
 
@@ -352,14 +393,18 @@ void frames(std::ostringstream& o, const json& fs) {
     if (!f.is_object()) continue;
     char num[16];
     std::snprintf(num, sizeof num, "#%-3zu", i++);
-    o << num << "<span class=\"fn\">" << html_escape(str(f, "function").empty() ? "??" : str(f, "function")) << "</span>";
+    o << num << "<span class=\"fn\">"
+      << html_escape(str(f, "function").empty() ? "??" : str(f, "function")) << "</span>";
     if (!str(f, "file").empty()) {
       o << "  <span class=\"loc\">" << html_escape(str(f, "file"));
-      if (f.contains("line") && f["line"].is_number_integer() && f["line"].get<int64_t>() > 0) o << ":" << f["line"].get<int64_t>();
+      if (f.contains("line") && f["line"].is_number_integer() && f["line"].get<int64_t>() > 0)
+        o << ":" << f["line"].get<int64_t>();
       o << "</span>";
     }
-    if (!str(f, "module").empty()) o << "  <span class=\"mod\">" << html_escape(str(f, "module")) << "</span>";
-    if (!str(f, "kind").empty()) o << "  <span class=\"mod\">[" << html_escape(str(f, "kind")) << "]</span>";
+    if (!str(f, "module").empty())
+      o << "  <span class=\"mod\">" << html_escape(str(f, "module")) << "</span>";
+    if (!str(f, "kind").empty())
+      o << "  <span class=\"mod\">[" << html_escape(str(f, "kind")) << "]</span>";
     o << "\n";
   }
   o << "</pre>";
@@ -370,7 +415,8 @@ void stacks(std::ostringstream& o, const Analysis& a) {
   const json& groups = member(a.context, "stack_groups");
   std::vector<const json*> single;
   for (const auto& e : evidence_of(a.verdict))
-    if (e.is_object() && e.contains("stack") && e["stack"].is_array() && !e["stack"].empty()) single.push_back(&e);
+    if (e.is_object() && e.contains("stack") && e["stack"].is_array() && !e["stack"].empty())
+      single.push_back(&e);
   if (groups.empty() && single.empty()) return;
   o << "<h2>Stacks</h2><div class=\"card\">";
   if (!groups.empty()) {
@@ -379,15 +425,17 @@ void stacks(std::ostringstream& o, const Analysis& a) {
       std::vector<int> ranks;
       for (const auto& r : g.value("ranks", json::array()))
         if (r.is_number_integer()) ranks.push_back(r.get<int>());
-      o << "<details" << (i++ < 3 ? " open" : "") << "><summary>rank" << (ranks.size() > 1 ? "s " : " ")
-        << html_escape(rank_list_text(ranks)) << " <span class=\"muted\">(" << ranks.size() << ")</span></summary>";
+      o << "<details" << (i++ < 3 ? " open" : "") << "><summary>rank"
+        << (ranks.size() > 1 ? "s " : " ") << html_escape(rank_list_text(ranks))
+        << " <span class=\"muted\">(" << ranks.size() << ")</span></summary>";
       frames(o, g.value("frames", json::array()));
       o << "</details>";
     }
   } else {
     size_t i = 0;
     for (const json* e : single) {
-      o << "<details" << (e->value("culprit", false) || i < 2 ? " open" : "") << "><summary>" << rank_cell(*e) << "</summary>";
+      o << "<details" << (e->value("culprit", false) || i < 2 ? " open" : "") << "><summary>"
+        << rank_cell(*e) << "</summary>";
       frames(o, (*e)["stack"]);
       o << "</details>";
       ++i;
@@ -411,23 +459,27 @@ void findings(std::ostringstream& o, const Analysis& a) {
 void inputs(std::ostringstream& o, const Analysis& a) {
   const Ranks& r = a.ranks;
   const Inputs& in = a.inputs;
-  o << "<h2>Ranks and inputs</h2><div class=\"card\"><div class=\"facts\"><span><b>" << r.found.size()
-    << "</b> ranks found of <b>" << r.expected << "</b></span>";
+  o << "<h2>Ranks and inputs</h2><div class=\"card\"><div class=\"facts\"><span><b>"
+    << r.found.size() << "</b> ranks found of <b>" << r.expected << "</b></span>";
   const std::vector<int> none;
-  for (const auto& [k, list] : {std::pair<const char*, const std::vector<int>*>{"missing", &r.missing},
-                                {"dead", &r.dead},
-                                {"exited", r.exited ? &*r.exited : &none}})
-    if (!list->empty()) o << "<span>" << k << " <b>" << html_escape(rank_list_text(*list)) << "</b></span>";
+  for (const auto& [k, list] :
+       {std::pair<const char*, const std::vector<int>*>{"missing", &r.missing},
+        {"dead", &r.dead},
+        {"exited", r.exited ? &*r.exited : &none}})
+    if (!list->empty())
+      o << "<span>" << k << " <b>" << html_escape(rank_list_text(*list)) << "</b></span>";
   o << "<span>clock <b>" << html_escape(in.clock.empty() ? "?" : in.clock) << "</b></span></div>";
   if (!in.skipped.empty() || !in.warnings.empty()) {
     o << "<ul>";
     size_t n = 0;
     for (const auto& s : in.skipped)
-      if (++n <= 50) o << "<li><span class=\"badge bad\">skipped</span> <code>" << html_escape(s.file) << "</code>: "
-                       << html_escape(s.text) << "</li>";
+      if (++n <= 50)
+        o << "<li><span class=\"badge bad\">skipped</span> <code>" << html_escape(s.file)
+          << "</code>: " << html_escape(s.text) << "</li>";
     for (const auto& w : in.warnings)
-      if (++n <= 50) o << "<li><span class=\"badge warn\">warning</span> <code>" << html_escape(w.file) << "</code>: "
-                       << html_escape(w.text) << "</li>";
+      if (++n <= 50)
+        o << "<li><span class=\"badge warn\">warning</span> <code>" << html_escape(w.file)
+          << "</code>: " << html_escape(w.text) << "</li>";
     if (n > 50) o << "<li class=\"muted\">" << n - 50 << " more</li>";
     o << "</ul>";
   }
@@ -438,7 +490,8 @@ void inputs(std::ostringstream& o, const Analysis& a) {
 std::string malformed(const std::string& summary, const std::string& why) {
   return "<section class=\"card verdict\"><p class=\"sentence\" id=\"verdict-sentence\">" +
          html_escape(summary.empty() ? "the analysis document cannot be shown" : summary) +
-         "</p><p class=\"muted\">" + html_escape("malformed analysis document: " + why) + "</p></section>";
+         "</p><p class=\"muted\">" + html_escape("malformed analysis document: " + why) +
+         "</p></section>";
 }
 
 }  // namespace
@@ -464,7 +517,9 @@ std::string comm_label(const CommRef& comm) {
   return comm.id.empty() ? comm.name : comm.name + " (" + comm.id + ")";
 }
 
-std::string comm_label(const json& comm) { return comm_label(CommRef{str(comm, "id"), str(comm, "name"), -1}); }
+std::string comm_label(const json& comm) {
+  return comm_label(CommRef{str(comm, "id"), str(comm, "name"), -1});
+}
 
 std::string rank_list_text(std::vector<int> r) {
   std::sort(r.begin(), r.end());
@@ -486,7 +541,8 @@ std::string html_open(const HtmlPage& page) {
   o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">";
   if (page.refresh_s > 0) o << "<meta http-equiv=\"refresh\" content=\"" << page.refresh_s << "\">";
-  o << "<title>" << html_escape(page.title) << "</title><style>" << kStyle << "</style></head><body>"
+  o << "<title>" << html_escape(page.title) << "</title><style>" << kStyle
+    << "</style></head><body>"
     << "<header class=\"top\"><span class=\"brand\">fr · flight recorder</span>";
   for (const auto& [href, text] : page.links)
     o << "<a href=\"" << html_escape(href) << "\">" << html_escape(text) << "</a>";
@@ -496,7 +552,8 @@ std::string html_open(const HtmlPage& page) {
 }
 
 std::string html_close() {
-  return "<p class=\"muted\" style=\"margin-top:30px\">fr " FR_VERSION "</p></main></body></html>\n";
+  return "<p class=\"muted\" style=\"margin-top:30px\">fr " FR_VERSION
+         "</p></main></body></html>\n";
 }
 
 std::string render_incident_html(const Analysis& a, const HtmlPage& page_in) {
@@ -533,7 +590,8 @@ std::string render_incident_html(const json& doc, const HtmlPage& page) {
     return render_incident_html(Analysis::from_json(doc), page);
   } catch (const std::exception& e) {
     HtmlPage odd = page;
-    if (odd.title.empty()) odd.title = "fr: " + (str(v, "kind").empty() ? std::string("no analysis") : str(v, "kind"));
+    if (odd.title.empty())
+      odd.title = "fr: " + (str(v, "kind").empty() ? std::string("no analysis") : str(v, "kind"));
     return html_open(odd) + malformed(str(v, "summary"), e.what()) + html_close();
   }
 }

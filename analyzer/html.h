@@ -15,10 +15,10 @@
 namespace fr::analyzer {
 
 struct HtmlPage {
-  std::string title;            // the browser's title; empty: from the verdict
-  std::string heading;          // above the verdict, e.g. "incident 3 · stall · job 42"
+  std::string title;    // the browser's title; empty: from the verdict
+  std::string heading;  // above the verdict, e.g. "incident 3 · stall · job 42"
   std::vector<std::pair<std::string, std::string>> links;  // (href, text) in the top bar
-  int refresh_s = 0;            // > 0: the page reloads itself (live pages)
+  int refresh_s = 0;  // > 0: the page reloads itself (live pages)
 };
 
 // Text safe inside HTML elements and attribute values.

@@ -85,8 +85,10 @@ void render(const std::vector<Part>& parts, unsigned step, Task* t) {
   Serializer s(nlohmann::detail::output_adapter<char, std::string>(t->text), ' ', kInvalidUtf8);
   for (size_t i = t->begin; i < t->end; ++i) {
     const Part& p = parts[i];
-    if (p.value) s.dump(*p.value, true, false, step, p.indent);
-    else t->text += p.text;
+    if (p.value)
+      s.dump(*p.value, true, false, step, p.indent);
+    else
+      t->text += p.text;
   }
 }
 
@@ -102,7 +104,8 @@ bool write_json(const json& doc, int indent, std::ostream& out, unsigned threads
   for (size_t i = 0; i < parts.size();) {
     Task t;
     t.begin = i;
-    for (size_t values = 0; i < parts.size() && values < kValuesPerTask; ++i) values += parts[i].value != nullptr;
+    for (size_t values = 0; i < parts.size() && values < kValuesPerTask; ++i)
+      values += parts[i].value != nullptr;
     t.end = i;
     tasks.push_back(std::move(t));
   }
@@ -111,7 +114,8 @@ bool write_json(const json& doc, int indent, std::ostream& out, unsigned threads
   fr::parallel::for_each_index_ordered(
       tasks.size(), threads, [&](size_t t) { render(parts, step, &tasks[t]); },
       [&](size_t t) {
-        if (out) out.write(tasks[t].text.data(), static_cast<std::streamsize>(tasks[t].text.size()));
+        if (out)
+          out.write(tasks[t].text.data(), static_cast<std::streamsize>(tasks[t].text.size()));
         std::string().swap(tasks[t].text);
       });
   return static_cast<bool>(out);

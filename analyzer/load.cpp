@@ -129,7 +129,8 @@ bool is_dump_set_document(const std::string& name) {
 // A side file's text, opened like every file of a dump set; "" with no error when it is absent.
 bool read_side_file(const std::string& dir, const std::string& rel, const std::string& path,
                     std::string* text, std::string* error) {
-  fr::log::OpenedFile f = dir.empty() ? fr::log::open_regular(path) : fr::log::open_beneath(dir, rel);
+  fr::log::OpenedFile f =
+      dir.empty() ? fr::log::open_regular(path) : fr::log::open_beneath(dir, rel);
   if (!f.ok()) {
     if (f.error != fr::log::OpenError::kMissing) *error = f.reason;
     return false;
@@ -162,7 +163,8 @@ void load_gpus(const std::string& dir, Model* model) {
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     const std::string suffix = fr::log::kGpuSuffix;
-    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+    if (name.size() > suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
       names.push_back(name);
   }
   std::sort(names.begin(), names.end());
@@ -210,11 +212,11 @@ Listing list_dir(const std::string& dir, std::string* error, std::vector<Skip>* 
       continue;
     }
     if (!fs::is_regular_file(st)) {
-      const char* kind = fs::is_fifo(st) ? "a FIFO (pipe)"
+      const char* kind = fs::is_fifo(st)             ? "a FIFO (pipe)"
                          : fs::is_character_file(st) ? "a character device"
-                         : fs::is_block_file(st) ? "a block device"
-                         : fs::is_socket(st) ? "a socket"
-                                             : "not a file";
+                         : fs::is_block_file(st)     ? "a block device"
+                         : fs::is_socket(st)         ? "a socket"
+                                                     : "not a file";
       notes->push_back({it->path().string(), std::string(kind) + ", not a regular file: not read"});
       continue;
     }
@@ -238,8 +240,8 @@ void mark_missing_stacks(const Listing& listing, std::vector<Job>* jobs, size_t 
 
 // Every file of a directory without a usable manifest, from its listing (`err`: why the listing
 // stopped short).
-void add_listed(const std::string& dir, const Listing& listing, const std::string& err, Model* model,
-                std::vector<Job>* jobs) {
+void add_listed(const std::string& dir, const Listing& listing, const std::string& err,
+                Model* model, std::vector<Job>* jobs) {
   const size_t first = jobs->size();
   for (auto& f : listing.files) jobs->push_back(job_in(dir, f, {}, true));
   if (!err.empty()) model->skipped.push_back({dir, "cannot list: " + err});
@@ -258,7 +260,8 @@ void add_manifest_dir(const std::string& dir, Model* model, std::vector<Job>* jo
   // each takes a tenth of a second).
   std::string lerr;
   std::vector<Skip> notes;
-  auto listing_of_dir = std::async(std::launch::async, [&dir, &lerr, &notes] { return list_dir(dir, &lerr, &notes); });
+  auto listing_of_dir = std::async(std::launch::async,
+                                   [&dir, &lerr, &notes] { return list_dir(dir, &lerr, &notes); });
   fr::log::Manifest m;
   std::string err;
   const bool have_manifest = fr::log::read_manifest(dir, &m, &err);
@@ -310,8 +313,9 @@ Loaded load_one(const Job& job, LoadMode mode) {
   Loaded out;
   // Opened here, at analysis time, whatever was checked before (a coordinator accepted the file
   // earlier; it may have been swapped for a FIFO since).
-  fr::log::OpenedFile file = job.dir.empty() ? fr::log::open_regular(job.path, fr::log::Links::kFollow)
-                                             : fr::log::open_beneath(job.dir, job.rel);
+  fr::log::OpenedFile file = job.dir.empty()
+                                 ? fr::log::open_regular(job.path, fr::log::Links::kFollow)
+                                 : fr::log::open_beneath(job.dir, job.rel);
   if (!file.ok()) {
     if (file.error == fr::log::OpenError::kMissing && !job.from_listing && !job.dir.empty())
       out.skips.push_back({job.path, "missing: listed in the manifest but not in the dump set"});
@@ -321,8 +325,8 @@ Loaded load_one(const Job& job, LoadMode mode) {
   }
   const int fd = file.fd.get();
   uint64_t magic = 0;
-  bool flight_log = ::pread(fd, &magic, sizeof magic, 0) == ssize_t(sizeof magic) &&
-                    magic == FR_LOG_MAGIC;
+  bool flight_log =
+      ::pread(fd, &magic, sizeof magic, 0) == ssize_t(sizeof magic) && magic == FR_LOG_MAGIC;
   if (!flight_log) {
     if (sniff_torch_file(fd, uint64_t(file.st.st_size))) {
       std::unique_ptr<char[]> buf;
@@ -332,8 +336,8 @@ Loaded load_one(const Job& job, LoadMode mode) {
         out.skips.push_back({job.path, err.substr(std::min(err.size(), job.path.size() + 2))});
         return out;
       }
-      auto r = fr::analyzer::torch::read_torch_dump_bytes(std::string_view(buf.get(), len),
-                                                          job.path);
+      auto r =
+          fr::analyzer::torch::read_torch_dump_bytes(std::string_view(buf.get(), len), job.path);
       if (!r.error.empty() && r.logs.empty()) {
         out.skips.push_back({job.path, r.error});
         return out;
@@ -347,7 +351,8 @@ Loaded load_one(const Job& job, LoadMode mode) {
         out.procs.push_back(proc_from_log(log, "torch"));
         for (const auto& rec : log.records)  // the reader keeps each entry's op_id there
           if (rec.raw.op_index > 0 && fr::log::op_is_collective(rec.raw.op))
-            out.procs.back().torch_op_ids.push_back({rec.raw.comm_id, rec.raw.seq, rec.raw.op_index});
+            out.procs.back().torch_op_ids.push_back(
+                {rec.raw.comm_id, rec.raw.seq, rec.raw.op_index});
       }
       return out;
     }
@@ -362,8 +367,8 @@ Loaded load_one(const Job& job, LoadMode mode) {
     // Lead with the kind of damage, so the one line says what happened before the details.
     const char* kind = r.error == fr::log::ReadError::kTruncated ? "truncated"
                        : r.error == fr::log::ReadError::kCorrupt ? "corrupt"
-                       : r.error == fr::log::ReadError::kIo ? "unreadable"
-                                                              : nullptr;
+                       : r.error == fr::log::ReadError::kIo      ? "unreadable"
+                                                                 : nullptr;
     if (kind && msg.find(kind) == std::string::npos) msg = std::string(kind) + ": " + msg;
     if (r.error == fr::log::ReadError::kBadMagic)
       msg = "foreign file: neither a flight log nor a PyTorch Flight Recorder dump";
@@ -421,9 +426,11 @@ FoundInputs find_inputs(const std::vector<std::string>& paths, Model* model) {
 
 // Reads every file in parallel (each worker takes the next one); skips and warnings go to the
 // model, the processes are returned.
-std::vector<Proc> read_all(const std::vector<Job>& jobs, unsigned threads, LoadMode mode, Model* model) {
+std::vector<Proc> read_all(const std::vector<Job>& jobs, unsigned threads, LoadMode mode,
+                           Model* model) {
   std::vector<Loaded> loaded(jobs.size());
-  fr::parallel::for_each_index(jobs.size(), threads, [&](size_t i) { loaded[i] = load_one(jobs[i], mode); });
+  fr::parallel::for_each_index(jobs.size(), threads,
+                               [&](size_t i) { loaded[i] = load_one(jobs[i], mode); });
 
   std::vector<Proc> procs;
   for (size_t i = 0; i < loaded.size(); ++i) {
@@ -470,7 +477,8 @@ void keep_one_per_rank(std::vector<Proc> procs, Model* model) {
       continue;
     }
     if (p.rank >= (1 << 20)) {
-      model->skipped.push_back({p.file, "corrupt: implausible global rank " + std::to_string(p.rank)});
+      model->skipped.push_back(
+          {p.file, "corrupt: implausible global rank " + std::to_string(p.rank)});
       continue;
     }
     if (!model->procs.empty() && model->procs.back().rank == p.rank) {
@@ -551,8 +559,9 @@ void merge_comms(Model* model) {
     }
   }
   for (auto& c : model->comms) {
-    std::stable_sort(c.members.begin(), c.members.end(),
-                     [](const CommMember& a, const CommMember& b) { return a.rank_in_comm < b.rank_in_comm; });
+    std::stable_sort(
+        c.members.begin(), c.members.end(),
+        [](const CommMember& a, const CommMember& b) { return a.rank_in_comm < b.rank_in_comm; });
   }
 }
 

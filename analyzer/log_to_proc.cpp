@@ -34,7 +34,8 @@ struct Entry {
 // the positions the graph writes into the communicator's entry belong to.
 fr_gpu_state replay_state(const fr_comm_entry* c, uint32_t ordinal, uint32_t pos) {
   if (c == nullptr) return FR_GPU_ENQUEUED;
-  if (FR_GRAPH_POS_ORDINAL(c->graph_completed) == ordinal && FR_GRAPH_POS_OP(c->graph_completed) >= pos)
+  if (FR_GRAPH_POS_ORDINAL(c->graph_completed) == ordinal &&
+      FR_GRAPH_POS_OP(c->graph_completed) >= pos)
     return FR_GPU_COMPLETED;
   if (FR_GRAPH_POS_ORDINAL(c->graph_started) == ordinal && FR_GRAPH_POS_OP(c->graph_started) >= pos)
     return FR_GPU_STARTED;
@@ -88,7 +89,9 @@ ReplayGraphs index_graphs(const fr::log::LogFile& log) {
   ReplayGraphs graphs;
   const bool has_gpu_replays = log.header.version >= 3;  // the field exists from version 3 on
   for (const fr_graph_entry& g : log.graphs)
-    graphs[g.id] = ReplayGraph{&g, {}, (g.flags & FR_GRAPH_F_GPU_POSITION) != 0,
+    graphs[g.id] = ReplayGraph{&g,
+                               {},
+                               (g.flags & FR_GRAPH_F_GPU_POSITION) != 0,
                                has_gpu_replays && (g.flags & FR_GRAPH_F_GPU_REPLAYS) != 0};
   for (const fr_record& r : log.captures) {
     auto it = graphs.find(r.aux);
@@ -143,7 +146,8 @@ void number_replays(const fr::log::LogFile& log, std::vector<Entry>* entries) {
     if (kind == OpClass::API || kind == OpClass::NIXL) continue;
     if (!e.replayed && (e.raw->flags & FR_REC_F_CAPTURED)) continue;
     if (!counters || counters_of != e.raw->comm_id) {
-      counters = &next.try_emplace(e.raw->comm_id, std::pair<uint64_t, uint64_t>{0, 0}).first->second;
+      counters =
+          &next.try_emplace(e.raw->comm_id, std::pair<uint64_t, uint64_t>{0, 0}).first->second;
       counters_of = e.raw->comm_id;
     }
     uint64_t& cur = kind == OpClass::COLL ? counters->first : counters->second;
@@ -162,7 +166,8 @@ void number_replays(const fr::log::LogFile& log, std::vector<Entry>* entries) {
 // from the capture table), then the replayed ops numbered (number_replays).
 // Replayed ops are copies kept in `store`; the others point into the log. `entries` is emptied
 // first (a reading thread reuses it from one log to the next).
-Seen expand_replays(const fr::log::LogFile& log, std::deque<fr_record>* store, std::vector<Entry>* entries) {
+Seen expand_replays(const fr::log::LogFile& log, std::deque<fr_record>* store,
+                    std::vector<Entry>* entries) {
   const ReplayGraphs graphs = index_graphs(log);
   Seen seen;
   seen.graphs = static_cast<uint32_t>(graphs.size());
@@ -258,7 +263,8 @@ void fill_op(const Entry& e, uint32_t comm, Op* o) {
   // Copied as bytes: a damaged file may hold a value outside the enum, which reads as unknown.
   std::underlying_type_t<fr_gpu_state> gs;
   std::memcpy(&gs, &e.gpu_state, sizeof gs);
-  o->gpu_state = gs <= FR_GPU_COMPLETED ? static_cast<uint8_t>(gs) : static_cast<uint8_t>(FR_GPU_NONE);
+  o->gpu_state =
+      gs <= FR_GPU_COMPLETED ? static_cast<uint8_t>(gs) : static_cast<uint8_t>(FR_GPU_NONE);
   o->redop = r.redop;
   o->peer = r.peer;
   o->result = r.result;
@@ -278,7 +284,8 @@ using ExcludedRanks = std::unordered_map<uint64_t, std::vector<int32_t>>;
 // Adds the ranks a bitmap of 128 parent ranks from `first` on names.
 void add_block(int64_t first, uint64_t low, uint64_t high, std::vector<int32_t>* out) {
   for (int bit = 0; bit < 128; ++bit)
-    if (((bit < 64 ? low : high) >> (bit % 64)) & 1u) out->push_back(static_cast<int32_t>(first + bit));
+    if (((bit < 64 ? low : high) >> (bit % 64)) & 1u)
+      out->push_back(static_cast<int32_t>(first + bit));
 }
 
 // The excluded parent ranks of every shrink, by the new communicator's id: the CommShrink record's
@@ -366,8 +373,9 @@ const ReplayTag* replay_of(const Proc& p, const Op* o) {
   if (o == nullptr || !(o->flags & kOpReplayed) || p.ops.empty()) return nullptr;
   if (o < p.ops.data() || o >= p.ops.data() + p.ops.size()) return nullptr;
   uint32_t idx = static_cast<uint32_t>(o - p.ops.data());
-  auto it = std::lower_bound(p.replays.begin(), p.replays.end(), idx,
-                             [](const std::pair<uint32_t, ReplayTag>& a, uint32_t i) { return a.first < i; });
+  auto it = std::lower_bound(
+      p.replays.begin(), p.replays.end(), idx,
+      [](const std::pair<uint32_t, ReplayTag>& a, uint32_t i) { return a.first < i; });
   return it != p.replays.end() && it->first == idx ? &it->second : nullptr;
 }
 
@@ -407,9 +415,11 @@ static void proc_nixl(const fr::log::LogFile& log, bool calls, Proc* p) {
   p->xfers.reserve(log.xfers.size());
   for (const fr_xfer_entry& e : log.xfers) {
     Xfer& x = p->xfers.emplace_back();
-    x.id = e.id, x.create_ns = e.create_ns, x.bytes = e.bytes, x.posts = e.posts, x.post_ns = e.post_ns;
+    x.id = e.id, x.create_ns = e.create_ns, x.bytes = e.bytes, x.posts = e.posts,
+    x.post_ns = e.post_ns;
     x.status_ns = e.status_ns, x.done_ns = e.done_ns, x.status_calls = e.status_calls;
-    x.gpu_posted = e.gpu_posted, x.gpu_done = e.gpu_done, x.descs = e.descs, x.op = e.op, x.flags = e.flags;
+    x.gpu_posted = e.gpu_posted, x.gpu_done = e.gpu_done, x.descs = e.descs, x.op = e.op,
+    x.flags = e.flags;
     x.state = e.state, x.status = e.status;
     x.local_agent.assign(e.local_agent, strnlen(e.local_agent, sizeof e.local_agent));
     x.remote_agent.assign(e.remote_agent, strnlen(e.remote_agent, sizeof e.remote_agent));

@@ -53,7 +53,8 @@ void wait_in_mismatch(AnalysisState& state, int ci, uint64_t t, Stall& s) {
   for (size_t i = 0; i < c.members.size(); ++i) {
     const Proc& p = m.procs[c.members[i].proc];
     if (frontiers[i].enq < t || frontiers[i].completed >= t) continue;
-    if (std::find(s.blocked.begin(), s.blocked.end(), p.rank) == s.blocked.end()) s.blocked.push_back(p.rank);
+    if (std::find(s.blocked.begin(), s.blocked.end(), p.rank) == s.blocked.end())
+      s.blocked.push_back(p.rank);
     const Op* o = find_seq(p, p.comms[c.members[i].pc], t, Family::kCollective);
     state.blocked[p.rank].push_back({ci, o ? aligned(p, o->call_ns) : INT64_MAX});
   }
@@ -62,9 +63,9 @@ void wait_in_mismatch(AnalysisState& state, int ci, uint64_t t, Stall& s) {
 // The members sorted by what they did with the stalled sequence number.
 struct Members {
   std::vector<int> not_entered, not_started, not_completed, unknown;  // global ranks
-  std::vector<int> raised;          // its dump shows it finished, yet a member never came (kOpRaised)
-  std::vector<const Op*> at;        // each member's record of it, when in the ring
-  const Op* sample = nullptr;       // the first such record
+  std::vector<int> raised;     // its dump shows it finished, yet a member never came (kOpRaised)
+  std::vector<const Op*> at;   // each member's record of it, when in the ring
+  const Op* sample = nullptr;  // the first such record
   const ReplayTag* replay = nullptr;
 };
 
@@ -93,9 +94,12 @@ Members sort_members(AnalysisState& state, int ci, uint64_t t, Stall& s) {
     }
     s.blocked.push_back(p.rank);
     state.blocked[p.rank].push_back({ci, at ? aligned(p, at->call_ns) : INT64_MAX});
-    if (!f.tracked) out.unknown.push_back(p.rank);
-    else if (f.started < t) out.not_started.push_back(p.rank);
-    else out.not_completed.push_back(p.rank);
+    if (!f.tracked)
+      out.unknown.push_back(p.rank);
+    else if (f.started < t)
+      out.not_started.push_back(p.rank);
+    else
+      out.not_completed.push_back(p.rank);
   }
   return out;
 }
@@ -112,11 +116,13 @@ nlohmann::json group_json(const Model& m, const Comm& c, const Members& mb, bool
     const ReplayTag* own = replay_of(p, mb.at[i]);
     auto same_launch = [&](const Op& o) {  // a graph's group runs again at every replay
       const ReplayTag* t = replay_of(p, &o);
-      return own == nullptr ? t == nullptr : t != nullptr && t->replay == own->replay && t->graph == own->graph;
+      return own == nullptr ? t == nullptr
+                            : t != nullptr && t->replay == own->replay && t->graph == own->graph;
     };
     for (uint32_t k = pc.ops_begin; k < pc.ops_end; ++k)
       if (p.ops[k].group_id == mb.at[i]->group_id && counts(p.ops[k]) && same_launch(p.ops[k]))
-        ops.push_back(nlohmann::json{{"op", fr::log::op_name(p.ops[k].op)}, {"seq", p.ops[k].seq},
+        ops.push_back(nlohmann::json{{"op", fr::log::op_name(p.ops[k].op)},
+                                     {"seq", p.ops[k].seq},
                                      {"kind", fr::log::op_is_p2p(p.ops[k].op) ? "p2p" : "coll"}});
     return {{"group_id", mb.at[i]->group_id}, {"ops", ops}};
   }
@@ -154,32 +160,40 @@ void unrecorded_ops_note(const Model& m, const Comm& c, const Members& mb, Stall
   s.extra["unrecorded_ops"] = per_rank;
   s.extra["undecided"] = "p2p_not_recorded";
   const bool many = ranks.size() > 1;
-  s.summary += ". The group ran ops no entry records (" + ranks_word(ranks.size()) + rank_list_text(ranks) +
-               " counted " + (many ? "up to " : "") + std::to_string(total) + " more ops than " +
-               (many ? "their" : "its") + " collectives: point-to-point on gloo, or other uncounted ops), so " + ranks_word(mb.not_entered.size()) + rank_list_text(mb.not_entered) +
-               (mb.not_entered.size() > 1 ? " may each" : " may") + " be blocked in a send or recv rather than "
+  s.summary += ". The group ran ops no entry records (" + ranks_word(ranks.size()) +
+               rank_list_text(ranks) + " counted " + (many ? "up to " : "") +
+               std::to_string(total) + " more ops than " + (many ? "their" : "its") +
+               " collectives: point-to-point on gloo, or other uncounted ops), so " +
+               ranks_word(mb.not_entered.size()) + rank_list_text(mb.not_entered) +
+               (mb.not_entered.size() > 1 ? " may each" : " may") +
+               " be blocked in a send or recv rather than "
                "on the host: which rank never sent or received cannot be told from the dumps";
 }
 
 // All members entered: the GPUs that never started or never finished it are the suspects.
-void decide_stuck(const Members& mb, const std::string& where, uint64_t t, uint64_t max_completed, Stall& s) {
+void decide_stuck(const Members& mb, const std::string& where, uint64_t t, uint64_t max_completed,
+                  Stall& s) {
   s.kind = VerdictKind::kStuckInCollective;
   if (!mb.not_started.empty()) {
     s.culprits = mb.not_started;
-    s.summary = "all members entered " + where + "; the GPU of " + ranks_word(mb.not_started.size()) +
-                rank_list_text(mb.not_started) + " never started it";
+    s.summary = "all members entered " + where + "; the GPU of " +
+                ranks_word(mb.not_started.size()) + rank_list_text(mb.not_started) +
+                " never started it";
   } else if (!mb.not_completed.empty() && max_completed >= t && root_unrecorded(mb, s)) {
-    s.summary = "all members entered " + where + "; " + ranks_word(mb.not_completed.size()) +
-                rank_list_text(mb.not_completed) + " never finished it while the others did. The dumps "
-                "record no root for it (gloo's Flight Recorder entries hold none), so a root mismatch, "
-                "which leaves just this pattern, cannot be seen: no rank is blamed";
+    s.summary =
+        "all members entered " + where + "; " + ranks_word(mb.not_completed.size()) +
+        rank_list_text(mb.not_completed) +
+        " never finished it while the others did. The dumps "
+        "record no root for it (gloo's Flight Recorder entries hold none), so a root mismatch, "
+        "which leaves just this pattern, cannot be seen: no rank is blamed";
     s.extra["undecided"] = "root_not_recorded";
   } else if (!mb.not_completed.empty() && max_completed >= t) {
     s.culprits = mb.not_completed;
     s.summary = "all members entered " + where + "; " + ranks_word(mb.not_completed.size()) +
                 rank_list_text(mb.not_completed) + " never finished it while the others did";
   } else if (!mb.unknown.empty() && mb.not_completed.empty()) {
-    s.summary = "all members entered " + where + " and none returned; GPU progress is not tracked, "
+    s.summary = "all members entered " + where +
+                " and none returned; GPU progress is not tracked, "
                 "so the stalled GPU cannot be named";
   } else {
     s.summary = "all members entered " + where + " and their GPUs started it, but none finished";
@@ -187,8 +201,8 @@ void decide_stuck(const Members& mb, const std::string& where, uint64_t t, uint6
 }
 
 // The stall's kind, culprits and sentence, from how the members are sorted.
-void decide(const Model& m, const Comm& c, const Members& mb, const std::vector<Missing>& missing, const std::string& where,
-            uint64_t t, uint64_t max_completed, Stall& s) {
+void decide(const Model& m, const Comm& c, const Members& mb, const std::vector<Missing>& missing,
+            const std::string& where, uint64_t t, uint64_t max_completed, Stall& s) {
   std::vector<int> missing_global;
   for (const auto& x : missing)
     if (x.global >= 0) missing_global.push_back(x.global);
@@ -196,13 +210,15 @@ void decide(const Model& m, const Comm& c, const Members& mb, const std::vector<
   if (!mb.not_entered.empty()) {
     s.kind = VerdictKind::kNotEntered;
     s.culprits = mb.not_entered;
-    s.summary = ranks_word(mb.not_entered.size()) + rank_list_text(mb.not_entered) + " never entered " + where +
-                "; " + std::to_string(s.blocked.size()) + " of " +
-                std::to_string(c.size > 0 ? c.size : static_cast<int>(present)) + " members wait in it";
+    s.summary = ranks_word(mb.not_entered.size()) + rank_list_text(mb.not_entered) +
+                " never entered " + where + "; " + std::to_string(s.blocked.size()) + " of " +
+                std::to_string(c.size > 0 ? c.size : static_cast<int>(present)) +
+                " members wait in it";
     if (!mb.raised.empty())
-      s.summary += "; on " + ranks_word(mb.raised.size()) + rank_list_text(mb.raised) +
-                   " it ended with an error (raised or timed out: it cannot complete without them), "
-                   "not completed";
+      s.summary +=
+          "; on " + ranks_word(mb.raised.size()) + rank_list_text(mb.raised) +
+          " it ended with an error (raised or timed out: it cannot complete without them), "
+          "not completed";
     unrecorded_ops_note(m, c, mb, s);
   } else if (c.size < 0 && mb.not_started.empty() && !s.blocked.empty()) {
     // Nobody knows the communicator's members (a PyTorch group its dumps do not describe): a
@@ -215,7 +231,9 @@ void decide(const Model& m, const Comm& c, const Members& mb, const std::vector<
     s.culprits = missing_global;
     s.summary = "every member with a dump is in " + where + "; " + std::to_string(missing.size()) +
                 plural(missing.size(), " member has", " members have") + " no dump" +
-                (missing_global.empty() ? "" : " (" + ranks_word(missing_global.size()) + rank_list_text(missing_global) + ")") +
+                (missing_global.empty() ? ""
+                                        : " (" + ranks_word(missing_global.size()) +
+                                              rank_list_text(missing_global) + ")") +
                 " and would decide it";
   } else {
     decide_stuck(mb, where, t, max_completed, s);
@@ -245,7 +263,8 @@ void analyze_collectives(AnalysisState& state, int ci, std::optional<Spread>* sp
   (*spread)->stalled_seq = t;
   for (size_t i = 0; i < c.members.size(); ++i) {
     const Proc& p = m.procs[c.members[i].proc];
-    if (state.coll_frontiers[ci][i].enq >= t && !window_reaches(p, p.comms[c.members[i].pc], t, Family::kCollective))
+    if (state.coll_frontiers[ci][i].enq >= t &&
+        !window_reaches(p, p.comms[c.members[i].pc], t, Family::kCollective))
       state.needs_history = true;
   }
   if (mismatch_found && state.stalls.back().seq <= t) {

@@ -27,11 +27,11 @@ bool is_joining_call(uint16_t op) {
 
 // Who is in the call and who is not.
 struct Attendance {
-  std::vector<int> waiting;                          // global ranks inside the call
-  std::vector<std::pair<int, int>> absent_members;   // (global rank, rank in comm) of the others
-  const Op* sample = nullptr;                         // the first waiting member's record
+  std::vector<int> waiting;                         // global ranks inside the call
+  std::vector<std::pair<int, int>> absent_members;  // (global rank, rank in comm) of the others
+  const Op* sample = nullptr;                       // the first waiting member's record
   const Proc* sample_proc = nullptr;
-  int64_t since = INT64_MAX;                         // earliest aligned call time
+  int64_t since = INT64_MAX;  // earliest aligned call time
 };
 
 Attendance take_attendance(AnalysisState& state, int ci) {
@@ -43,7 +43,8 @@ Attendance take_attendance(AnalysisState& state, int ci) {
     const Op* in_call = nullptr;
     for (uint32_t i = pc.ops_begin; i < pc.ops_end; ++i) {
       const Op& o = p.ops[i];
-      if (is_joining_call(o.op) && (o.flags & FR_REC_F_IN_CALL) && o.result == FR_RESULT_PENDING) in_call = &o;
+      if (is_joining_call(o.op) && (o.flags & FR_REC_F_IN_CALL) && o.result == FR_RESULT_PENDING)
+        in_call = &o;
     }
     if (!in_call) {
       a.absent_members.emplace_back(p.rank, mem.rank_in_comm);
@@ -61,14 +62,16 @@ Attendance take_attendance(AnalysisState& state, int ci) {
 // The ranks a grow waits for that are no members of the parent: the joiners. Its members know how
 // many (nRanks, the record's count); the job's ranks that are in no dump, or members of no
 // communicator of this lineage, are who they would be. Returns how many joiners there are.
-size_t grow_joiners(const AnalysisState& state, const Comm& c, const Op& grow, std::vector<int>* named) {
+size_t grow_joiners(const AnalysisState& state, const Comm& c, const Op& grow,
+                    std::vector<int>* named) {
   const Model& m = state.model;
   const size_t joiners = static_cast<size_t>(grow.count) - static_cast<size_t>(c.size);
   std::set<int> members;
   for (const auto& mem : c.members) members.insert(m.procs[mem.proc].rank);
   std::vector<int> candidates(state.job_missing.begin(), state.job_missing.end());
   for (const auto& p : m.procs)
-    if (!members.count(p.rank) && !p.alive && std::find(candidates.begin(), candidates.end(), p.rank) == candidates.end())
+    if (!members.count(p.rank) && !p.alive &&
+        std::find(candidates.begin(), candidates.end(), p.rank) == candidates.end())
       candidates.push_back(p.rank);  // an earlier process of a rank that left
   std::sort(candidates.begin(), candidates.end());
   for (size_t i = 0; i < candidates.size() && i < joiners; ++i) named->push_back(candidates[i]);
@@ -97,7 +100,8 @@ void analyze_joining(AnalysisState& state, int ci) {
     ++missing_n;
     if (x.global >= 0) missing_global.push_back(x.global);
   }
-  if (a.sample->op == FR_OP_COMM_GROW && c.size > 0 && a.sample->count > static_cast<uint64_t>(c.size) && absent.empty())
+  if (a.sample->op == FR_OP_COMM_GROW && c.size > 0 &&
+      a.sample->count > static_cast<uint64_t>(c.size) && absent.empty())
     missing_n += grow_joiners(state, c, *a.sample, &missing_global);
   if (absent.empty() && missing_n == 0) return;  // everyone is in it: it is about to return
 
@@ -113,21 +117,27 @@ void analyze_joining(AnalysisState& state, int ci) {
     s.kind = VerdictKind::kNotEntered;
     s.culprits = absent;
     s.culprits.insert(s.culprits.end(), missing_global.begin(), missing_global.end());
-    s.summary = ranks_word(s.culprits.size()) + rank_list_text(s.culprits) + " never called " + where + "; " +
-                std::to_string(a.waiting.size()) + " wait in it";
+    s.summary = ranks_word(s.culprits.size()) + rank_list_text(s.culprits) + " never called " +
+                where + "; " + std::to_string(a.waiting.size()) + " wait in it";
   } else {
-    s.kind = missing_global.size() == missing_n ? VerdictKind::kNotEntered : VerdictKind::kIncomplete;
+    s.kind =
+        missing_global.size() == missing_n ? VerdictKind::kNotEntered : VerdictKind::kIncomplete;
     s.culprits = missing_global;
-    s.summary = std::to_string(a.waiting.size()) + " member" + (a.waiting.size() > 1 ? "s wait" : " waits") + " in " +
-                where + " for " + std::to_string(missing_n) + " that never joined" +
-                (missing_global.empty() ? "" : " (" + ranks_word(missing_global.size()) + rank_list_text(missing_global) + ", no dump)");
+    s.summary = std::to_string(a.waiting.size()) + " member" +
+                (a.waiting.size() > 1 ? "s wait" : " waits") + " in " + where + " for " +
+                std::to_string(missing_n) + " that never joined" +
+                (missing_global.empty() ? ""
+                                        : " (" + ranks_word(missing_global.size()) +
+                                              rank_list_text(missing_global) + ", no dump)");
   }
   if (!excluded.empty()) {
     s.extra["shrink_excluded"] = excluded;  // ranks in the parent communicator
     if (!excluded_global.empty())
-      s.summary += " (" + ranks_word(excluded_global.size()) + rank_list_text(excluded_global) + " excluded by the shrink)";
+      s.summary += " (" + ranks_word(excluded_global.size()) + rank_list_text(excluded_global) +
+                   " excluded by the shrink)";
   }
-  s.fraction = static_cast<double>(s.culprits.size()) / static_cast<double>(std::max<size_t>(1, c.members.size()));
+  s.fraction = static_cast<double>(s.culprits.size()) /
+               static_cast<double>(std::max<size_t>(1, c.members.size()));
   state.stalls.push_back(std::move(s));
 }
 

@@ -68,12 +68,12 @@ Book sort_ops(const Model& m, const Comm& c) {
 struct Findings {
   Stall stall;
   std::set<int> culprits, blocked, not_started;
-  std::vector<std::string> notes;   // one sentence per unmatched op
+  std::vector<std::string> notes;  // one sentence per unmatched op
   const Op* first_unmatched = nullptr;
-  std::vector<int> missing_peers;   // comm ranks waited on that have no dump
+  std::vector<int> missing_peers;  // comm ranks waited on that have no dump
   bool pending = false;
-  std::map<int, int64_t> since;     // per blocked rank: its oldest pending p2p op here
-  bool needs_history = false;       // the loaded window cannot decide a pair
+  std::map<int, int64_t> since;  // per blocked rank: its oldest pending p2p op here
+  bool needs_history = false;    // the loaded window cannot decide a pair
 
   void note_since(const Proc* p, const Op* o) {
     auto [it, fresh] = since.emplace(p->rank, aligned(*p, o->call_ns));
@@ -111,7 +111,8 @@ size_t absorbed(const std::vector<const Op*>& excess, size_t from, const Proc* p
   for (const Op* o : done)
     if (aligned(*pd, o->call_ns) >= first - slack) ++n;
   const size_t wanted = excess.size() - from;
-  if (older && n < wanted && aligned(*pd, dropped->max_call_ns) >= first - slack) *needs_history = true;
+  if (older && n < wanted && aligned(*pd, dropped->max_call_ns) >= first - slack)
+    *needs_history = true;
   return std::min(n, wanted);
 }
 
@@ -119,12 +120,14 @@ size_t absorbed(const std::vector<const Op*>& excess, size_t from, const Proc* p
 void keep_pending(std::vector<const Op*>& ops, std::vector<const Op*>& done) {
   for (const Op* o : ops)
     if (o->gpu_state == FR_GPU_COMPLETED) done.push_back(o);
-  ops.erase(std::remove_if(ops.begin(), ops.end(), [](const Op* o) { return o->gpu_state == FR_GPU_COMPLETED; }),
+  ops.erase(std::remove_if(ops.begin(), ops.end(),
+                           [](const Op* o) { return o->gpu_state == FR_GPU_COMPLETED; }),
             ops.end());
 }
 
 // The sends (or receives) of one pair that were left out of the loaded window, when any were.
-const DroppedP2p* dropped_of(const Model& m, const Comm& c, const Book& b, int member_rank, bool send, int peer) {
+const DroppedP2p* dropped_of(const Model& m, const Comm& c, const Book& b, int member_rank,
+                             bool send, int peer) {
   auto it = b.by_rank.find(member_rank);
   if (it == b.by_rank.end()) return nullptr;
   const CommMember& mem = c.members[it->second];
@@ -136,17 +139,19 @@ const DroppedP2p* dropped_of(const Model& m, const Comm& c, const Book& b, int m
 // The excess sends (or receives) of one pair: their counterpart was never posted.
 // `key` is the pair (source, destination) in communicator ranks; `sends_dropped` and
 // `recvs_dropped` what of each side the window left out.
-void match_counts(std::pair<int, int> key, std::vector<const Op*>& sends, std::vector<const Op*>& recvs,
-                  const Proc* src, const Proc* dst, bool full, const DroppedP2p* sends_dropped,
-                  const DroppedP2p* recvs_dropped, Findings& out) {
+void match_counts(std::pair<int, int> key, std::vector<const Op*>& sends,
+                  std::vector<const Op*>& recvs, const Proc* src, const Proc* dst, bool full,
+                  const DroppedP2p* sends_dropped, const DroppedP2p* recvs_dropped, Findings& out) {
   std::vector<const Op*> sends_done, recvs_done;
   if (!full) {
     keep_pending(sends, sends_done);
     keep_pending(recvs, recvs_done);
   }
   size_t ns = sends.size(), nr = recvs.size();
-  if (!full && ns > nr) nr += absorbed(sends, nr, src, recvs_done, dst, recvs_dropped, &out.needs_history);
-  else if (!full && nr > ns) ns += absorbed(recvs, ns, dst, sends_done, src, sends_dropped, &out.needs_history);
+  if (!full && ns > nr)
+    nr += absorbed(sends, nr, src, recvs_done, dst, recvs_dropped, &out.needs_history);
+  else if (!full && nr > ns)
+    ns += absorbed(recvs, ns, dst, sends_done, src, sends_dropped, &out.needs_history);
   if (ns > nr) {
     // Sends nobody receives: the destination never posted the receive.
     if (!dst) {
@@ -157,8 +162,9 @@ void match_counts(std::pair<int, int> key, std::vector<const Op*>& sends, std::v
     if (sends[nr]->gpu_state == FR_GPU_COMPLETED) return;  // eager send, done
     out.culprits.insert(dst->rank);
     out.note_waiting(sends[nr], src);
-    out.notes.push_back("rank " + std::to_string(src->rank) + " sends to rank " + std::to_string(dst->rank) +
-                        " (Send #" + std::to_string(sends[nr]->seq) + "), which never posted the receive");
+    out.notes.push_back("rank " + std::to_string(src->rank) + " sends to rank " +
+                        std::to_string(dst->rank) + " (Send #" + std::to_string(sends[nr]->seq) +
+                        "), which never posted the receive");
   } else if (nr > ns) {
     if (!src) {
       out.missing_peers.push_back(key.first);
@@ -175,8 +181,8 @@ void match_counts(std::pair<int, int> key, std::vector<const Op*>& sends, std::v
 }
 
 // Paired ops still pending: stuck, and the side whose GPU never started is the suspect.
-void match_pending_pairs(const std::vector<const Op*>& sends, const std::vector<const Op*>& recvs, const Proc* src,
-                         const Proc* dst, Findings& out) {
+void match_pending_pairs(const std::vector<const Op*>& sends, const std::vector<const Op*>& recvs,
+                         const Proc* src, const Proc* dst, Findings& out) {
   for (size_t k = 0; k < std::min(sends.size(), recvs.size()); ++k) {
     const Op* a = sends[k];
     const Op* b = recvs[k];
@@ -184,7 +190,8 @@ void match_pending_pairs(const std::vector<const Op*>& sends, const std::vector<
     out.pending = true;
     if (src) out.blocked.insert(src->rank), out.note_since(src, a);
     if (dst) out.blocked.insert(dst->rank), out.note_since(dst, b);
-    const bool a_started = a->gpu_state >= FR_GPU_STARTED, b_started = b->gpu_state >= FR_GPU_STARTED;
+    const bool a_started = a->gpu_state >= FR_GPU_STARTED,
+               b_started = b->gpu_state >= FR_GPU_STARTED;
     if (a_started != b_started) out.not_started.insert(a_started ? dst->rank : src->rank);
     if (!out.first_unmatched && src) {
       out.first_unmatched = a;
@@ -200,9 +207,11 @@ void match_pairs(const Model& m, const Comm& c, Book& book, Findings& out) {
     const Proc* dst = book.member_proc(m, c, key.second);
     // Pending-only counting on one side and full on the other would not line up: drop to the
     // pending ops on both sides whenever either wrapped.
-    const bool full = src && dst && book.full[book.by_rank[key.first]] && book.full[book.by_rank[key.second]];
+    const bool full =
+        src && dst && book.full[book.by_rank[key.first]] && book.full[book.by_rank[key.second]];
     const size_t missing_before = out.missing_peers.size();
-    match_counts(key, sends.ops, recvs.ops, src, dst, full, dropped_of(m, c, book, key.first, true, key.second),
+    match_counts(key, sends.ops, recvs.ops, src, dst, full,
+                 dropped_of(m, c, book, key.first, true, key.second),
                  dropped_of(m, c, book, key.second, false, key.first), out);
     if (out.missing_peers.size() > missing_before) continue;  // the peer has no dump
     match_pending_pairs(sends.ops, recvs.ops, src, dst, out);
@@ -223,8 +232,10 @@ void match_signals(const Model& m, const Comm& c, const Book& book, Findings& ou
   std::map<std::tuple<int, int, int32_t, uint8_t>, Channel> channels;
   for (const auto& [i, o] : book.signal_ops) {
     const int me = c.members[i].rank_in_comm;
-    if (o->op == FR_OP_WAIT_SIGNAL) channels[{o->peer, me, o->redop, o->dtype}].waits.push_back(o);
-    else ++channels[{me, o->peer, o->redop, o->dtype}].sent;
+    if (o->op == FR_OP_WAIT_SIGNAL)
+      channels[{o->peer, me, o->redop, o->dtype}].waits.push_back(o);
+    else
+      ++channels[{me, o->peer, o->redop, o->dtype}].sent;
   }
   for (const auto& [key, channel] : channels) {
     const auto [from, to, sig_idx, sig_ctx] = key;
@@ -246,11 +257,12 @@ void match_signals(const Model& m, const Comm& c, const Book& book, Findings& ou
       const Proc* sp = &m.procs[c.members[signaller->second].proc];
       out.culprits.insert(sp->rank);
       out.note_waiting(w, wp);
-      out.notes.push_back("rank " + std::to_string(wp->rank) + " waits for " + std::to_string(need) +
-                          " signal(s) from rank " + std::to_string(sp->rank) + " (WaitSignal #" +
-                          std::to_string(w->seq) + ", signal " + std::to_string(sig_idx) + ", context " +
-                          std::to_string(sig_ctx) + "), which sent " + std::to_string(channel.sent) +
-                          " and owes the rest");
+      out.notes.push_back("rank " + std::to_string(wp->rank) + " waits for " +
+                          std::to_string(need) + " signal(s) from rank " +
+                          std::to_string(sp->rank) + " (WaitSignal #" + std::to_string(w->seq) +
+                          ", signal " + std::to_string(sig_idx) + ", context " +
+                          std::to_string(sig_ctx) + "), which sent " +
+                          std::to_string(channel.sent) + " and owes the rest");
       break;
     }
   }
@@ -262,23 +274,27 @@ void decide(const AnalysisState& state, const Comm& c, const std::string& cname,
   if (!out.culprits.empty()) {
     s.kind = VerdictKind::kP2pUnmatched;
     s.culprits.assign(out.culprits.begin(), out.culprits.end());
-    s.summary = "unmatched point-to-point on comm " + cname + ": " + out.notes.front() +
-                (out.notes.size() > 1 ? " (+" + std::to_string(out.notes.size() - 1) + " more)" : "");
+    s.summary =
+        "unmatched point-to-point on comm " + cname + ": " + out.notes.front() +
+        (out.notes.size() > 1 ? " (+" + std::to_string(out.notes.size() - 1) + " more)" : "");
     s.extra["pairs"] = out.notes;
   } else if (!out.missing_peers.empty()) {
     s.kind = VerdictKind::kIncomplete;
     const auto& peers = out.missing_peers;
     for (const auto& x : missing_members(state.model, c, state.job_missing))
-      if (x.global >= 0 && std::count(peers.begin(), peers.end(), x.rank_in_comm)) s.culprits.push_back(x.global);
+      if (x.global >= 0 && std::count(peers.begin(), peers.end(), x.rank_in_comm))
+        s.culprits.push_back(x.global);
     s.summary = "point-to-point on comm " + cname + " waits on comm " + ranks_word(peers.size()) +
-                rank_list_text(peers) + ", which " + (peers.size() > 1 ? "have" : "has") + " no dump";
+                rank_list_text(peers) + ", which " + (peers.size() > 1 ? "have" : "has") +
+                " no dump";
   } else {
     s.kind = VerdictKind::kStuckInCollective;
     s.culprits.assign(out.not_started.begin(), out.not_started.end());
-    s.summary = "point-to-point ops on comm " + cname + " are paired but stuck" +
-                (out.not_started.empty() ? std::string("; every GPU started them")
-                                         : "; the GPU of " + ranks_word(out.not_started.size()) +
-                                               rank_list_text(s.culprits) + " never started its side");
+    s.summary =
+        "point-to-point ops on comm " + cname + " are paired but stuck" +
+        (out.not_started.empty() ? std::string("; every GPU started them")
+                                 : "; the GPU of " + ranks_word(out.not_started.size()) +
+                                       rank_list_text(s.culprits) + " never started its side");
   }
 }
 

@@ -27,8 +27,12 @@ const Field kFields[] = {
     {"op", [](const Op& o) { return std::string(fr::log::op_name(o.op)); }},
     {"dtype", [](const Op& o) { return std::string(fr::log::dtype_name(o.dtype)); }},
     {"count", [](const Op& o) { return std::to_string(o.count); }},
-    {"root", [](const Op& o) { return is_rooted(o.op) ? std::to_string(o.peer) : std::string("-"); }},
-    {"redop", [](const Op& o) { return has_redop(o.op) ? std::string(fr::log::redop_name(o.redop)) : std::string("-"); }},
+    {"root",
+     [](const Op& o) { return is_rooted(o.op) ? std::to_string(o.peer) : std::string("-"); }},
+    {"redop",
+     [](const Op& o) {
+       return has_redop(o.op) ? std::string(fr::log::redop_name(o.redop)) : std::string("-");
+     }},
 };
 
 using Groups = std::map<std::string, std::vector<int>>;  // value -> ranks that called it
@@ -47,7 +51,8 @@ const Field* differing_field(const std::vector<Row>& rows, Groups* groups) {
 // (typically two members, one each), the communicator's own rhythm decides: training loops
 // repeat, so the value all members agreed on one period earlier is the expected one. Empty when
 // neither tells.
-std::string expected_value(const std::vector<Row>& rows, const Field& field, const Groups& groups, uint64_t seq) {
+std::string expected_value(const std::vector<Row>& rows, const Field& field, const Groups& groups,
+                           uint64_t seq) {
   size_t best = 0, best_n = 0;
   for (const auto& [v, ranks] : groups) best = std::max(best, ranks.size());
   for (const auto& [v, ranks] : groups) best_n += ranks.size() == best;
@@ -61,8 +66,10 @@ std::string expected_value(const std::vector<Row>& rows, const Field& field, con
       const Op* o = find_seq(*r.p, *r.pc, q, Family::kCollective);
       if (!o) return false;
       std::string x = field.get(*o);
-      if (first) *v = x, first = false;
-      else if (x != *v) return false;
+      if (first)
+        *v = x, first = false;
+      else if (x != *v)
+        return false;
     }
     return !first;
   };
@@ -80,8 +87,8 @@ std::string expected_value(const std::vector<Row>& rows, const Field& field, con
 
 // Everyone who called another value than the expected one. Without an expected value, the
 // members whose value changed from their own previous call of the same op; failing that, all.
-std::set<int> mismatch_culprits(const std::vector<Row>& rows, const Field& field, const Groups& groups,
-                                const std::string& expected, uint64_t seq) {
+std::set<int> mismatch_culprits(const std::vector<Row>& rows, const Field& field,
+                                const Groups& groups, const std::string& expected, uint64_t seq) {
   std::set<int> culprits;
   if (!expected.empty()) {
     for (const auto& [v, ranks] : groups)
@@ -150,7 +157,8 @@ Stall mismatch_stall(const Model& m, int ci, uint64_t seq) {
   for (const auto& mem : c.members) {
     const Proc& p = m.procs[mem.proc];
     const ProcComm& pc = p.comms[mem.pc];
-    if (const Op* o = find_seq(p, pc, seq, Family::kCollective)) rows.push_back({p.rank, o, &p, &pc});
+    if (const Op* o = find_seq(p, pc, seq, Family::kCollective))
+      rows.push_back({p.rank, o, &p, &pc});
   }
   Groups groups;
   const Field& field = *differing_field(rows, &groups);
@@ -170,18 +178,23 @@ Stall mismatch_stall(const Model& m, int ci, uint64_t seq) {
     s.t_start = std::min(s.t_start, aligned(*r.p, r.op->call_ns));
   }
   for (const Row& r : rows)
-    if (!culprits.count(r.rank) && (r.op->gpu_state != FR_GPU_COMPLETED)) s.blocked.push_back(r.rank);
+    if (!culprits.count(r.rank) && (r.op->gpu_state != FR_GPU_COMPLETED))
+      s.blocked.push_back(r.rank);
   std::string odd;
   for (const auto& [v, ranks] : groups)
-    if (v != expected) odd += (odd.empty() ? "" : ", ") + v + " on " + ranks_word(ranks.size()) + rank_list_text(ranks);
+    if (v != expected)
+      odd +=
+          (odd.empty() ? "" : ", ") + v + " on " + ranks_word(ranks.size()) + rank_list_text(ranks);
   std::string replay;
   for (const Row& r : rows)
-    if (const ReplayTag* t = replay_of(*r.p, r.op); t && replay.empty() && !culprits.count(r.rank)) {
+    if (const ReplayTag* t = replay_of(*r.p, r.op);
+        t && replay.empty() && !culprits.count(r.rank)) {
       replay = replay_text(*t);
       s.extra["graph_replay"] = replay_json(*t, *r.op);
     }
-  s.summary = "mismatch in " + s.op + " #" + std::to_string(seq) + " on comm " + comm_text(c) + replay + ": " +
-              field.name + " differs (" + (expected.empty() ? "" : "expected " + expected + "; ") + odd + ")";
+  s.summary = "mismatch in " + s.op + " #" + std::to_string(seq) + " on comm " + comm_text(c) +
+              replay + ": " + field.name + " differs (" +
+              (expected.empty() ? "" : "expected " + expected + "; ") + odd + ")";
   return s;
 }
 

@@ -30,17 +30,17 @@ namespace fr::analyzer {
 struct Op {
   uint64_t seq = 0;
   uint64_t count = 0;
-  uint64_t call_ns = 0;      // writer's CLOCK_REALTIME (clock offset not applied)
+  uint64_t call_ns = 0;  // writer's CLOCK_REALTIME (clock offset not applied)
   uint64_t duration_ns = 0;
   uint64_t group_id = 0;
-  uint32_t comm = 0;         // index into Proc::comms
-  uint16_t op = 0;           // fr_op
+  uint32_t comm = 0;  // index into Proc::comms
+  uint16_t op = 0;    // fr_op
   uint8_t dtype = 0;
-  uint8_t gpu_state = 0;     // resolved fr_gpu_state
+  uint8_t gpu_state = 0;  // resolved fr_gpu_state
   int32_t redop = -1;
-  int32_t peer = -1;         // root or peer, rank in the communicator
+  int32_t peer = -1;  // root or peer, rank in the communicator
   int32_t result = 0;
-  uint32_t flags = 0;        // FR_REC_F_*
+  uint32_t flags = 0;  // FR_REC_F_*
 };
 static_assert(sizeof(Op) == 64, "Op stays compact");
 
@@ -130,17 +130,17 @@ struct Xfer {
   uint64_t create_ns = 0;
   uint64_t bytes = 0;
   uint64_t posts = 0;
-  uint64_t post_ns = 0;       // the last post, writer's CLOCK_REALTIME
+  uint64_t post_ns = 0;  // the last post, writer's CLOCK_REALTIME
   uint64_t status_ns = 0;
-  uint64_t done_ns = 0;       // 0 while the last post is in flight
+  uint64_t done_ns = 0;  // 0 while the last post is in flight
   uint64_t status_calls = 0;
   uint64_t gpu_posted = 0;
   uint64_t gpu_done = 0;
   uint32_t descs = 0;
-  uint32_t op = 0;            // fr_xfer_op
-  uint32_t flags = 0;         // FR_XFER_F_*
-  uint32_t state = 0;         // fr_xfer_state
-  int32_t status = 0;         // last nixl_status_t
+  uint32_t op = 0;     // fr_xfer_op
+  uint32_t flags = 0;  // FR_XFER_F_*
+  uint32_t state = 0;  // fr_xfer_state
+  int32_t status = 0;  // last nixl_status_t
   std::string local_agent, remote_agent, backend, notif;
 };
 
@@ -148,10 +148,10 @@ struct Xfer {
 struct NixlCall {
   uint64_t call_ns = 0;
   uint64_t duration_ns = 0;
-  uint64_t xfer = 0;          // the transfer's id (Xfer::id), 0 for calls on no transfer
-  uint64_t count = 0;         // bytes, for the calls that move or name some
-  uint16_t op = 0;            // fr_op
-  int32_t result = 0;         // nixl_status_t
+  uint64_t xfer = 0;   // the transfer's id (Xfer::id), 0 for calls on no transfer
+  uint64_t count = 0;  // bytes, for the calls that move or name some
+  uint16_t op = 0;     // fr_op
+  int32_t result = 0;  // nixl_status_t
 };
 
 // A process's view of one communicator: its table entry (or a stub when only records name it).
@@ -160,7 +160,7 @@ struct ProcComm {
   uint64_t parent = 0;
   std::string name;
   int32_t size = -1;
-  int32_t rank = -1;          // this process's rank in the communicator
+  int32_t rank = -1;  // this process's rank in the communicator
   uint32_t origin = 0;
   uint32_t state = 0;
   int32_t async_error = 0;
@@ -170,29 +170,29 @@ struct ProcComm {
   uint64_t gpu_started = 0;
   uint64_t gpu_completed = 0;
   uint64_t last_call_ns = 0;
-  bool has_entry = false;     // false: known only from records
-  uint32_t ops_begin = 0;     // this communicator's records: Proc::ops[ops_begin, ops_end)
+  bool has_entry = false;  // false: known only from records
+  uint32_t ops_begin = 0;  // this communicator's records: Proc::ops[ops_begin, ops_end)
   uint32_t ops_end = 0;
-  int comm = -1;              // index into Model::comms
-  uint32_t ops_total = 0;     // records on this communicator, those left out of the window too
-  uint32_t dropped = 0;       // records older than the window (0: every record is here)
+  int comm = -1;                   // index into Model::comms
+  uint32_t ops_total = 0;          // records on this communicator, those left out of the window too
+  uint32_t dropped = 0;            // records older than the window (0: every record is here)
   uint64_t dropped_max_group = 0;  // the largest group id among them
-  CollHistory history;        // every collective, windowed or not
+  CollHistory history;             // every collective, windowed or not
   std::vector<DroppedP2p> dropped_p2p;
 };
 
 struct Proc {
-  std::string file;           // path as read
+  std::string file;  // path as read
   std::string host;
   std::string job_id;
-  std::string source_kind;    // "fr" or "torch"
-  int rank = -1;              // global rank
+  std::string source_kind;  // "fr" or "torch"
+  int rank = -1;            // global rank
   int world_size = -1;
   int pid = 0;
-  bool alive = false;         // writer alive (live log: now; dump: at the copy)
-  bool stale = false;         // a PyTorch dump older than what the others did with it (torch_infer.cpp)
+  bool alive = false;  // writer alive (live log: now; dump: at the copy)
+  bool stale = false;  // a PyTorch dump older than what the others did with it (torch_infer.cpp)
   bool snapshot = false;
-  bool gpu_tracked = true;    // false when the writer could not follow GPU progress
+  bool gpu_tracked = true;  // false when the writer could not follow GPU progress
   uint32_t flags = 0;
   uint64_t create_ns = 0;
   uint64_t snapshot_ns = 0;
@@ -202,7 +202,7 @@ struct Proc {
   uint64_t records = 0;
   int64_t clock_offset_ns = 0;
   std::vector<ProcComm> comms;
-  std::vector<Op> ops;        // grouped by communicator, in record order within each
+  std::vector<Op> ops;  // grouped by communicator, in record order within each
   // Ops made from graph replays (kOpReplayed): (index into ops, origin), ascending index.
   std::vector<std::pair<uint32_t, ReplayTag>> replays;
   // ncclCommGrow: the id a joining rank gives the grown communicator (its unique id's hash) ->
@@ -213,8 +213,8 @@ struct Proc {
   // index: from the record's bitmap and the CommShrinkExcluded records after it. Older writers
   // leave the list empty.
   std::vector<std::pair<uint32_t, std::vector<int32_t>>> shrinks;
-  uint32_t graphs = 0;        // CUDA graphs holding NCCL work
-  uint64_t graph_replays = 0; // replays recorded in the ring
+  uint32_t graphs = 0;         // CUDA graphs holding NCCL work
+  uint64_t graph_replays = 0;  // replays recorded in the ring
   // Channel slots from NCCL's profiler interface (format version 5), each with the fr
   // communicator it belongs to (comm_id filled in by proc_from_log where the writer left 0).
   std::vector<fr_chan_entry> chans;
@@ -224,9 +224,9 @@ struct Proc {
   std::vector<NixlCall> nixl_calls;
   uint32_t xfers_dropped = 0;
   uint32_t xfers_torn = 0;
-  bool has_stacks = false;    // a <dump>.stacks.json came with the dump
+  bool has_stacks = false;  // a <dump>.stacks.json came with the dump
   fr::log::ProcessStacks stacks;
-  std::vector<SigKey> sigs;   // the signatures its CollHistory::sig entries name
+  std::vector<SigKey> sigs;  // the signatures its CollHistory::sig entries name
   // PyTorch dumps: per collective entry, {communicator id, collective seq, op_id}; op_id counts
   // every op of the group, point-to-point too, which gloo records no entry for (torch_infer.cpp).
   std::vector<std::array<uint64_t, 3>> torch_op_ids;
@@ -237,8 +237,8 @@ const ReplayTag* replay_of(const Proc& p, const Op* o);
 
 struct CommMember {
   int rank_in_comm = -1;
-  int proc = -1;              // index into Model::procs
-  int pc = -1;                // index into that Proc::comms
+  int proc = -1;  // index into Model::procs
+  int pc = -1;    // index into that Proc::comms
 };
 
 struct Comm {
@@ -257,21 +257,21 @@ struct Skip {
 
 struct Model {
   std::vector<std::string> paths;
-  std::vector<Proc> procs;          // ascending global rank
+  std::vector<Proc> procs;  // ascending global rank
   // Processes that never learned a global rank but recorded NIXL calls (a NIXL job started
   // without a launcher's RANK): no part of the rank census or of the communicator matching; the
   // NIXL pass and the views read them beside `procs`. Ascending (host, pid).
   std::vector<Proc> rankless;
   std::vector<Comm> comms;
   std::vector<Skip> skipped;
-  std::vector<Skip> warnings;       // remarks on files that were read and are analysed
-  int expected_ranks = -1;          // from manifests, else the largest world size seen
+  std::vector<Skip> warnings;  // remarks on files that were read and are analysed
+  int expected_ranks = -1;     // from manifests, else the largest world size seen
   bool clock_aligned = false;
   std::vector<std::string> manifest_hosts;  // hosts named by manifests (nodes and processes)
   std::string job_id;
   size_t files_read = 0;
   std::vector<fr::log::NodeGpus> gpus;  // the dump sets' <node>.gpu.json files
-  bool windowed = false;            // some records were left out (LoadMode::kWindow)
+  bool windowed = false;                // some records were left out (LoadMode::kWindow)
 };
 
 // kFull keeps every record (the trace view draws them all); kWindow the recent ones and a digest
@@ -292,7 +292,8 @@ bool window_proc(Proc* p);
 
 // Reads every input path (dump-set directories, manifest.json, single logs, PyTorch dumps) with
 // `threads` readers in parallel. Files that cannot be used are listed in Model::skipped.
-Model load_model(const std::vector<std::string>& paths, unsigned threads, LoadMode mode = LoadMode::kFull);
+Model load_model(const std::vector<std::string>& paths, unsigned threads,
+                 LoadMode mode = LoadMode::kFull);
 
 // The full analysis of a loaded model.
 Analysis analyze_model(const Model& model, const Options& opts);

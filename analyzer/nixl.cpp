@@ -49,14 +49,17 @@ std::string bytes_text(const Xfer& x) {
   int u = 0;
   while (v >= 1024 && u < 6) v /= 1024, ++u;
   char b[48];
-  if (u == 0) std::snprintf(b, sizeof b, "%" PRIu64 " bytes", x.bytes);
-  else std::snprintf(b, sizeof b, "%.1f %s", v, units[u]);
+  if (u == 0)
+    std::snprintf(b, sizeof b, "%" PRIu64 " bytes", x.bytes);
+  else
+    std::snprintf(b, sizeof b, "%.1f %s", v, units[u]);
   return b;
 }
 
 // "rank 3 (pid 4242 on node-a)", or "pid 4242 on node-a" for a process without a global rank.
 std::string who(const Proc& p) {
-  std::string where = "pid " + std::to_string(p.pid) + " on " + (p.host.empty() ? "?" : nixl_text(p.host));
+  std::string where =
+      "pid " + std::to_string(p.pid) + " on " + (p.host.empty() ? "?" : nixl_text(p.host));
   return p.rank >= 0 ? "rank " + std::to_string(p.rank) + " (" + where + ")" : where;
 }
 
@@ -64,11 +67,14 @@ std::string who(const Proc& p) {
 std::vector<std::string> agents_of(const Proc& p) {
   std::vector<std::string> out;
   for (const auto& x : p.xfers)
-    if (!x.local_agent.empty() && std::find(out.begin(), out.end(), x.local_agent) == out.end()) out.push_back(x.local_agent);
+    if (!x.local_agent.empty() && std::find(out.begin(), out.end(), x.local_agent) == out.end())
+      out.push_back(x.local_agent);
   return out;
 }
 
-bool uses_nixl(const Proc& p) { return (p.flags & FR_LOG_F_NIXL) || !p.nixl_calls.empty() || !p.xfers.empty(); }
+bool uses_nixl(const Proc& p) {
+  return (p.flags & FR_LOG_F_NIXL) || !p.nixl_calls.empty() || !p.xfers.empty();
+}
 
 // One transfer as the JSON shows it.
 json xfer_json(const Proc& p, const Xfer& x, int64_t age_ns) {
@@ -101,8 +107,9 @@ json xfer_json(const Proc& p, const Xfer& x, int64_t age_ns) {
 // the read, its last NIXL call and its stack.
 json proc_row(const Proc& p, const char* role, const std::string& state) {
   const int64_t read = read_ns(p);
-  json e = {{"role", role}, {"rank", p.rank >= 0 ? json(p.rank) : json(nullptr)}, {"pid", p.pid},
-            {"host", p.host}, {"alive", p.alive}, {"state", state}};
+  json e = {{"role", role},     {"rank", p.rank >= 0 ? json(p.rank) : json(nullptr)},
+            {"pid", p.pid},     {"host", p.host},
+            {"alive", p.alive}, {"state", state}};
   json agents = json::array();
   for (const auto& a : agents_of(p))
     if (agents.size() < 8) agents.push_back(nixl_text(a));
@@ -111,13 +118,17 @@ json proc_row(const Proc& p, const char* role, const std::string& state) {
     e["silent_ns"] = read - static_cast<int64_t>(p.heartbeat_ns);
   if (!p.nixl_calls.empty()) {
     const NixlCall& c = p.nixl_calls.back();
-    e["last_nixl_call"] = {{"op", fr::log::op_name(c.op)}, {"call_ns", aligned(p, c.call_ns)},
-                           {"result", c.result}, {"result_name", fr::log::nixl_status_name(c.result)}};
+    e["last_nixl_call"] = {{"op", fr::log::op_name(c.op)},
+                           {"call_ns", aligned(p, c.call_ns)},
+                           {"result", c.result},
+                           {"result_name", fr::log::nixl_status_name(c.result)}};
   }
   e["file"] = p.file;
   json stack = main_stack(p);
-  if (!stack.is_null()) e["stack"] = std::move(stack);
-  else if (p.has_stacks && !p.stacks.error.empty()) e["stack_error"] = p.stacks.error;
+  if (!stack.is_null())
+    e["stack"] = std::move(stack);
+  else if (p.has_stacks && !p.stacks.error.empty())
+    e["stack_error"] = p.stacks.error;
   return e;
 }
 
@@ -126,10 +137,13 @@ std::string remote_state_text(const Proc& p, int64_t threshold_ns) {
   if (!p.alive) return "dead (its writer was gone at the dump)";
   const int64_t read = read_ns(p);
   const int64_t silent = p.heartbeat_ns && read >= static_cast<int64_t>(p.heartbeat_ns)
-                             ? read - static_cast<int64_t>(p.heartbeat_ns) : -1;
-  if (silent >= threshold_ns) return "alive but silent: its log has had no record for " + seconds_text(silent) +
-                                     " (stopped or wedged)";
-  return silent >= 0 ? "alive, its last record " + seconds_text(silent) + " before the dump" : "alive";
+                             ? read - static_cast<int64_t>(p.heartbeat_ns)
+                             : -1;
+  if (silent >= threshold_ns)
+    return "alive but silent: its log has had no record for " + seconds_text(silent) +
+           " (stopped or wedged)";
+  return silent >= 0 ? "alive, its last record " + seconds_text(silent) + " before the dump"
+                     : "alive";
 }
 
 struct Hit {
@@ -145,14 +159,18 @@ struct Group {
 };
 
 // The stall kind of one transfer, or nullopt.
-std::optional<VerdictKind> classify(const Proc& p, const Xfer& x, int64_t threshold_ns, int64_t* age_ns) {
+std::optional<VerdictKind> classify(const Proc& p, const Xfer& x, int64_t threshold_ns,
+                                    int64_t* age_ns) {
   const int64_t read = read_ns(p);
-  *age_ns = x.post_ns && read >= static_cast<int64_t>(x.post_ns) ? read - static_cast<int64_t>(x.post_ns) : 0;
-  if (x.status == FR_NIXL_ERR_REMOTE_DISCONNECT && x.state != FR_XFER_DONE && x.state != FR_XFER_RELEASED && x.posts > 0)
+  *age_ns = x.post_ns && read >= static_cast<int64_t>(x.post_ns)
+                ? read - static_cast<int64_t>(x.post_ns)
+                : 0;
+  if (x.status == FR_NIXL_ERR_REMOTE_DISCONNECT && x.state != FR_XFER_DONE &&
+      x.state != FR_XFER_RELEASED && x.posts > 0)
     return VerdictKind::kNixlDisconnected;
   if (!p.alive) return std::nullopt;  // a dead process waits for nothing
-  const bool in_flight = (x.state == FR_XFER_POSTED || x.state == FR_XFER_IN_PROGRESS) && x.done_ns == 0 &&
-                         x.posts > 0 && x.post_ns > 0;
+  const bool in_flight = (x.state == FR_XFER_POSTED || x.state == FR_XFER_IN_PROGRESS) &&
+                         x.done_ns == 0 && x.posts > 0 && x.post_ns > 0;
   if (in_flight && *age_ns >= threshold_ns) return VerdictKind::kNixlStalled;
   return std::nullopt;
 }
@@ -188,16 +206,18 @@ class AgentIndex {
   std::vector<const Proc*> unnamed_;
 };
 
-std::string summary_of(const Group& g, const Hit& rep, const Remote& r, size_t posters, int64_t threshold_ns) {
+std::string summary_of(const Group& g, const Hit& rep, const Remote& r, size_t posters,
+                       int64_t threshold_ns) {
   const Xfer& x = *rep.x;
   const std::string agent = "NIXL agent '" + nixl_text(g.remote) + "'";
   const bool read = x.op == FR_XFER_OP_READ;
-  std::string s = who(*rep.p) + " " + fr::log::xfer_op_name(x.op) + " of " + bytes_text(x) + (read ? " from " : " to ") + agent;
+  std::string s = who(*rep.p) + " " + fr::log::xfer_op_name(x.op) + " of " + bytes_text(x) +
+                  (read ? " from " : " to ") + agent;
   if (g.kind == VerdictKind::kNixlDisconnected)
     s += std::string(" failed: ") + fr::log::nixl_status_name(x.status) + " (the remote went away)";
   else
-    s += " in flight for " + seconds_text(rep.age_ns) + " (" + fr::log::xfer_state_name(x.state) + ", last status " +
-         fr::log::nixl_status_name(x.status) + ")";
+    s += " in flight for " + seconds_text(rep.age_ns) + " (" + fr::log::xfer_state_name(x.state) +
+         ", last status " + fr::log::nixl_status_name(x.status) + ")";
   if (g.hits.size() > 1)
     s += "; " + std::to_string(g.hits.size()) + " transfers to it " +
          (g.kind == VerdictKind::kNixlDisconnected ? "failed" : "stalled") +
@@ -209,13 +229,15 @@ std::string summary_of(const Group& g, const Hit& rep, const Remote& r, size_t p
            " (the only other NIXL process in the set; its log does not name its agent), " +
            remote_state_text(q, threshold_ns);
   s += "; the agent is " + who(q) + ", " + remote_state_text(q, threshold_ns);
-  if (r.procs.size() > 1) s += " (and " + std::to_string(r.procs.size() - 1) + " more processes of that name)";
+  if (r.procs.size() > 1)
+    s += " (and " + std::to_string(r.procs.size() - 1) + " more processes of that name)";
   return s;
 }
 
 Stall stall_of(AnalysisState& state, const AgentIndex& index, Group& g) {
   // The oldest transfer stands for the group; ties by the order the processes were read.
-  std::stable_sort(g.hits.begin(), g.hits.end(), [](const Hit& a, const Hit& b) { return a.age_ns > b.age_ns; });
+  std::stable_sort(g.hits.begin(), g.hits.end(),
+                   [](const Hit& a, const Hit& b) { return a.age_ns > b.age_ns; });
   const Hit& rep = g.hits.front();
   std::vector<const Proc*> posters;
   for (const Hit& h : g.hits)
@@ -234,7 +256,8 @@ Stall stall_of(AnalysisState& state, const AgentIndex& index, Group& g) {
   for (const Proc* p : posters) {
     if (p->rank >= 0 && std::find(s.blocked.begin(), s.blocked.end(), p->rank) == s.blocked.end())
       s.blocked.push_back(p->rank);
-    if (evidence.size() < kRowsShown) evidence.push_back(proc_row(*p, "posting", waiting + (p->alive ? "" : ",dead")));
+    if (evidence.size() < kRowsShown)
+      evidence.push_back(proc_row(*p, "posting", waiting + (p->alive ? "" : ",dead")));
   }
   std::sort(s.blocked.begin(), s.blocked.end());
   for (const Proc* q : r.procs) {
@@ -253,9 +276,12 @@ Stall stall_of(AnalysisState& state, const AgentIndex& index, Group& g) {
   nixl["transfers_to_remote"] = g.hits.size();
   nixl["others_to_remote"] = g.hits.size() - 1;
   nixl["posting_processes"] = posters.size();
-  nixl["poster"] = {{"rank", rep.p->rank >= 0 ? json(rep.p->rank) : json(nullptr)}, {"pid", rep.p->pid},
-                    {"host", rep.p->host}, {"alive", rep.p->alive}};
-  json remote = {{"found", !r.procs.empty()}, {"found_by", r.found_by.empty() ? json(nullptr) : json(r.found_by)}};
+  nixl["poster"] = {{"rank", rep.p->rank >= 0 ? json(rep.p->rank) : json(nullptr)},
+                    {"pid", rep.p->pid},
+                    {"host", rep.p->host},
+                    {"alive", rep.p->alive}};
+  json remote = {{"found", !r.procs.empty()},
+                 {"found_by", r.found_by.empty() ? json(nullptr) : json(r.found_by)}};
   if (!r.procs.empty()) {
     const Proc& q = *r.procs.front();
     remote["rank"] = q.rank >= 0 ? json(q.rank) : json(nullptr);
@@ -313,7 +339,8 @@ void analyze_nixl(AnalysisState& state) {
       auto key = std::make_pair(*kind, x.remote_agent);
       auto it = groups.find(key);
       if (it == groups.end()) {
-        if (groups.size() >= 2 * kMaxNixlStalls) continue;  // bounded: a hostile table of distinct names
+        if (groups.size() >= 2 * kMaxNixlStalls)
+          continue;  // bounded: a hostile table of distinct names
         it = groups.emplace(key, Group{*kind, x.remote_agent, {}}).first;
       }
       it->second.hits.push_back({p, &x, age});

@@ -26,7 +26,8 @@ bool left_in_order(const Proc& p) {
 // What the others wait in, for an override's summary: the stalled op, or the stalled transfer.
 std::string waiting_text(const Model& m, const Stall& st) {
   if (st.comm < 0) return "a NIXL transfer waits: " + st.summary;
-  return "the others wait in " + st.op + " #" + std::to_string(st.seq) + " on comm " + comm_text(m.comms[st.comm]);
+  return "the others wait in " + st.op + " #" + std::to_string(st.seq) + " on comm " +
+         comm_text(m.comms[st.comm]);
 }
 
 // Whether the ranked verdict is a NIXL stall that already names every rank in `ranks` (as the
@@ -34,7 +35,8 @@ std::string waiting_text(const Model& m, const Stall& st) {
 bool nixl_names_all(const std::vector<Stall>& ranked, const std::vector<int>& ranks) {
   if (ranked.empty() || ranks.empty()) return false;
   const Stall& top = ranked.front();
-  if (top.kind != VerdictKind::kNixlStalled && top.kind != VerdictKind::kNixlDisconnected) return false;
+  if (top.kind != VerdictKind::kNixlStalled && top.kind != VerdictKind::kNixlDisconnected)
+    return false;
   auto named = [&](int r) {
     return std::find(top.culprits.begin(), top.culprits.end(), r) != top.culprits.end() ||
            std::find(top.blocked.begin(), top.blocked.end(), r) != top.blocked.end();
@@ -50,7 +52,8 @@ void borrow_place(const Stall& base, Stall& s) {
 
 // Hosts a manifest names that sent no dump while ranks are missing, and (when something stalled)
 // hosts whose every process was dead at the dump; with their ranks, ascending.
-std::pair<std::vector<std::string>, std::vector<int>> lost_hosts(const Model& m, const RankCensus& census,
+std::pair<std::vector<std::string>, std::vector<int>> lost_hosts(const Model& m,
+                                                                 const RankCensus& census,
                                                                  bool any_stall) {
   std::map<std::string, std::pair<std::vector<int>, bool>> hosts;  // host -> (ranks, all dead)
   for (const auto& p : m.procs) {
@@ -62,7 +65,8 @@ std::pair<std::vector<std::string>, std::vector<int>> lost_hosts(const Model& m,
   std::vector<std::string> lost;
   std::vector<int> ranks;
   for (const auto& mh : m.manifest_hosts)
-    if (!hosts.count(mh) && !census.missing.empty() && std::find(lost.begin(), lost.end(), mh) == lost.end())
+    if (!hosts.count(mh) && !census.missing.empty() &&
+        std::find(lost.begin(), lost.end(), mh) == lost.end())
       lost.push_back(mh);
   if (!lost.empty()) ranks = census.missing;
   if (!census.all_dead && hosts.size() >= 2 && any_stall)
@@ -75,15 +79,16 @@ std::pair<std::vector<std::string>, std::vector<int>> lost_hosts(const Model& m,
   return {lost, ranks};
 }
 
-Stall node_lost(const Model& m, const std::vector<std::string>& hosts, const std::vector<int>& ranks,
-                const std::vector<Stall>& ranked) {
+Stall node_lost(const Model& m, const std::vector<std::string>& hosts,
+                const std::vector<int>& ranks, const std::vector<Stall>& ranked) {
   Stall s;
   s.kind = VerdictKind::kNodeLost;
   s.culprits = ranks;
   std::string names;
   for (const auto& h : hosts) names += (names.empty() ? "" : ", ") + h;
-  s.summary = "node" + std::string(hosts.size() > 1 ? "s " : " ") + names + " lost: " + ranks_word(ranks.size()) +
-              rank_list_text(ranks) + " " + (ranks.size() > 1 ? "are" : "is") + " missing or dead";
+  s.summary = "node" + std::string(hosts.size() > 1 ? "s " : " ") + names +
+              " lost: " + ranks_word(ranks.size()) + rank_list_text(ranks) + " " +
+              (ranks.size() > 1 ? "are" : "is") + " missing or dead";
   // Borrow the comm and op of the first stall that waits on them, for the evidence.
   for (const auto& st : ranked) {
     bool hit = false;
@@ -123,14 +128,16 @@ Stall rank_dead(const Model& m, const std::vector<int>& died, const std::vector<
     who = ranks_word(gone.size()) + rank_list_text(gone) + " died (" +
           (gone.size() > 1 ? "their writers were" : "its writer was") + " gone at the dump)";
   if (!old.empty())
-    who += (who.empty() ? "" : "; ") + ranks_word(old.size()) + rank_list_text(old) + " died or stopped: " +
-           (old.size() > 1 ? "their dumps are" : "its dump is") + " stale, older than collectives the others "
-           "completed with " + (old.size() > 1 ? "them" : "it") + ", and " +
+    who += (who.empty() ? "" : "; ") + ranks_word(old.size()) + rank_list_text(old) +
+           " died or stopped: " + (old.size() > 1 ? "their dumps are" : "its dump is") +
+           " stale, older than collectives the others "
+           "completed with " +
+           (old.size() > 1 ? "them" : "it") + ", and " +
            (old.size() > 1 ? "they never dumped" : "it never dumped") + " again";
-  s.summary = who + (base->comm >= 0 ? "; the others wait in " + base->op + " #" +
-                                            std::to_string(base->seq) + " on comm " +
-                                            comm_text(m.comms[base->comm])
-                                      : " while " + waiting_text(m, *base));
+  s.summary = who + (base->comm >= 0
+                         ? "; the others wait in " + base->op + " #" + std::to_string(base->seq) +
+                               " on comm " + comm_text(m.comms[base->comm])
+                         : " while " + waiting_text(m, *base));
   if (!old.empty()) s.extra["stale_ranks"] = old;
   return s;
 }
@@ -151,7 +158,8 @@ RankCensus take_census(const Model& m) {
       c.died.push_back(p.rank);
     if (p.stale) c.stale.push_back(p.rank);
   }
-  c.expected = std::max(std::min(m.expected_ranks, kMaxRanks), c.found.empty() ? 0 : c.found.back() + 1);
+  c.expected =
+      std::max(std::min(m.expected_ranks, kMaxRanks), c.found.empty() ? 0 : c.found.back() + 1);
   for (int r = 0; r < c.expected; ++r)
     if (!found.count(r)) c.missing.push_back(r);
   c.all_dead = !m.procs.empty() && c.dead.size() == m.procs.size();
@@ -161,9 +169,11 @@ RankCensus take_census(const Model& m) {
 void apply_overrides(const Model& m, const RankCensus& census, std::vector<Stall>* ranked) {
   const bool any_stall = !ranked->empty();
   const auto [hosts, ranks] = lost_hosts(m, census, any_stall);
-  if (!hosts.empty() && (any_stall || ranks.size() == census.missing.size()) && !nixl_names_all(*ranked, ranks))
+  if (!hosts.empty() && (any_stall || ranks.size() == census.missing.size()) &&
+      !nixl_names_all(*ranked, ranks))
     ranked->insert(ranked->begin(), node_lost(m, hosts, ranks, *ranked));
-  else if (any_stall && !census.died.empty() && !census.all_dead && !nixl_names_all(*ranked, census.died))
+  else if (any_stall && !census.died.empty() && !census.all_dead &&
+           !nixl_names_all(*ranked, census.died))
     ranked->insert(ranked->begin(), rank_dead(m, census.died, census.stale, *ranked));
 }
 

@@ -43,8 +43,7 @@ enum class OpClass : uint8_t { API, COLL, P2P, NIXL };
 inline OpClass op_class(uint16_t op) {
   switch (op) {
 #define FR_X(e, v, s, kind) \
-  case v:                   \
-    return OpClass::kind;
+  case v: return OpClass::kind;
     FR_OP_LIST(FR_X)
 #undef FR_X
   }
@@ -53,7 +52,9 @@ inline OpClass op_class(uint16_t op) {
 
 // Captured ops (run by graph replays instead) and ops that never launched take no sequence number
 // of their own in the matching.
-inline bool counts(const Op& o) { return !(o.flags & (FR_REC_F_CAPTURED | FR_REC_F_NEVER_LAUNCHED)); }
+inline bool counts(const Op& o) {
+  return !(o.flags & (FR_REC_F_CAPTURED | FR_REC_F_NEVER_LAUNCHED));
+}
 
 // The two sequence-number families NCCL counts per communicator.
 enum class Family { kCollective, kP2p };
@@ -78,7 +79,9 @@ void for_each_member_op(const Model& m, const Comm& c, Family family, F&& f) {
   }
 }
 
-inline int64_t aligned(const Proc& p, uint64_t t) { return static_cast<int64_t>(t) + p.clock_offset_ns; }
+inline int64_t aligned(const Proc& p, uint64_t t) {
+  return static_cast<int64_t>(t) + p.clock_offset_ns;
+}
 
 // "rank 3" or "ranks 3-5": the word agrees with the list.
 inline std::string ranks_word(size_t n) { return n > 1 ? "ranks " : "rank "; }
@@ -105,7 +108,8 @@ struct Missing {
   int rank_in_comm;
   int global;
 };
-std::vector<Missing> missing_members(const Model& m, const Comm& c, const std::set<int>& job_missing);
+std::vector<Missing> missing_members(const Model& m, const Comm& c,
+                                     const std::set<int>& job_missing);
 nlohmann::json missing_json(const std::vector<Missing>& missing);
 
 // A problem found on one communicator: what the matching passes produce and the ranking orders.
@@ -124,18 +128,18 @@ nlohmann::json missing_json(const std::vector<Missing>& missing);
 // (a stall in a blocking host call has no sequence number: seq_kind "api" in the JSON).
 struct Stall {
   VerdictKind kind = VerdictKind::kStuckInCollective;
-  int comm = -1;                    // index into Model::comms; -1 for the NIXL kinds
+  int comm = -1;  // index into Model::comms; -1 for the NIXL kinds
   uint64_t seq = 0;
-  bool p2p = false;                 // seq counts point-to-point ops, not collectives
-  bool host_call = false;           // a blocking host call (communicator creation), no seq
+  bool p2p = false;        // seq counts point-to-point ops, not collectives
+  bool host_call = false;  // a blocking host call (communicator creation), no seq
   std::string op;
-  std::vector<int> culprits;        // global ranks
-  std::vector<int> culprit_pids;    // NIXL kinds: the remote agent's processes (ranked or not)
-  std::vector<int> blocked;         // global ranks waiting in it
+  std::vector<int> culprits;      // global ranks
+  std::vector<int> culprit_pids;  // NIXL kinds: the remote agent's processes (ranked or not)
+  std::vector<int> blocked;       // global ranks waiting in it
   std::string summary;
   std::optional<Mismatch> mismatch;
   nlohmann::json extra = nlohmann::json::object();  // group, missing members, graph replay...
-  int64_t t_start = INT64_MAX;      // earliest aligned call time of the stalled op
+  int64_t t_start = INT64_MAX;                      // earliest aligned call time of the stalled op
   int tier = 2;
   double fraction = 1.0;
 };
@@ -149,7 +153,7 @@ struct AnalysisState {
   // aligned time).
   std::map<int, std::vector<std::pair<int, int64_t>>> blocked;
   std::set<int> rank_filter;
-  std::set<int> job_missing;        // global ranks expected but without a dump
+  std::set<int> job_missing;  // global ranks expected but without a dump
   // Per communicator, each member's frontier (in Comm::members order), per family.
   std::vector<std::vector<Frontier>> coll_frontiers, p2p_frontiers;
   // Set by a pass when the windowed records (LoadMode::kWindow) cannot decide its case exactly:
@@ -198,8 +202,8 @@ void rank_stalls(AnalysisState& state);
 // The job's ranks, as the overrides and the document need them.
 struct RankCensus {
   std::vector<int> found, missing, dead;
-  std::vector<int> died;            // dead without leaving in order (stale dumps too)
-  std::vector<int> stale;           // whose dump is stale (Proc::stale)
+  std::vector<int> died;   // dead without leaving in order (stale dumps too)
+  std::vector<int> stale;  // whose dump is stale (Proc::stale)
   int expected = 0;
   bool all_dead = false;
 };

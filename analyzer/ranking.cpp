@@ -21,7 +21,8 @@ bool explained(const AnalysisState& state, const Stall& s, size_t k) {
     if (head.first < 0 || b.second < head.second) head = b;
   if (head.first == s.comm) return false;
   if (s.fraction > 0.5) return true;  // most members "missing" here are stuck elsewhere
-  if (s.kind == VerdictKind::kStuckInCollective) return true;  // stream order: the older op holds the GPU
+  if (s.kind == VerdictKind::kStuckInCollective)
+    return true;  // stream order: the older op holds the GPU
   // Never came: explained only if it was already stuck elsewhere when the others arrived.
   return head.second < s.t_start;
 }

@@ -47,20 +47,24 @@ GlobalOf global_ranks(const Finding& item) {
 // A peer or root as a global rank, its comm-local rank in parentheses.
 std::string peer_text(int local, const GlobalOf& global) {
   auto it = global.find(local);
-  return it == global.end() ? "comm rank " + std::to_string(local)
-                            : "rank " + std::to_string(it->second) + " (" + std::to_string(local) + ")";
+  return it == global.end()
+             ? "comm rank " + std::to_string(local)
+             : "rank " + std::to_string(it->second) + " (" + std::to_string(local) + ")";
 }
 
 std::string op_text(const json& o, const GlobalOf& global) {
   if (o.is_null()) return "-";
-  std::string s = "#" + std::to_string(o.value("seq", 0ull)) + " " + o.value("op", std::string("?"));
+  std::string s =
+      "#" + std::to_string(o.value("seq", 0ull)) + " " + o.value("op", std::string("?"));
   if (o.contains("dtype")) {
     s += "(" + o.value("dtype", std::string()) + " x" + std::to_string(o.value("count", 0ull));
     if (o.contains("redop")) s += ", " + o.value("redop", std::string());
     if (o.contains("root"))
-      s += o.value("root", -1) < 0 ? std::string(", root not recorded") : ", root " + peer_text(o.value("root", -1), global);
+      s += o.value("root", -1) < 0 ? std::string(", root not recorded")
+                                   : ", root " + peer_text(o.value("root", -1), global);
     if (o.contains("peer"))
-      s += std::string(o.value("op", std::string()) == "Send" ? ", to " : ", from ") + peer_text(o.value("peer", -1), global);
+      s += std::string(o.value("op", std::string()) == "Send" ? ", to " : ", from ") +
+           peer_text(o.value("peer", -1), global);
     s += ")";
   }
   return s;
@@ -97,8 +101,9 @@ void table(std::ostringstream& out, const Finding& item, const Style& st) {
     if (e.value("state", std::string()) == "missing") {
       key = "missing | no dump";
     } else {
-      key = e.value("state", std::string("?")) + " | " + (own.empty() ? "" : own + ": " + stalled_state(e, seq) + " | ") +
-            "enq " + op_text(e.value("last_enqueued", json()), global) + " | started " +
+      key = e.value("state", std::string("?")) + " | " +
+            (own.empty() ? "" : own + ": " + stalled_state(e, seq) + " | ") + "enq " +
+            op_text(e.value("last_enqueued", json()), global) + " | started " +
             op_text(e.value("last_started", json()), global) + " | done " +
             op_text(e.value("last_completed", json()), global);
     }
@@ -110,7 +115,8 @@ void table(std::ostringstream& out, const Finding& item, const Style& st) {
   out << "  " << st.dim() << "ranks: state | " << (own.empty() ? "" : own + " | ")
       << "last enqueued | last started | last completed" << st.reset() << "\n";
   // Culprits first, then the rest; a long table is cut (the JSON has every row).
-  std::stable_partition(order.begin(), order.end(), [&](const std::string& k) { return culprit_row[k]; });
+  std::stable_partition(order.begin(), order.end(),
+                        [&](const std::string& k) { return culprit_row[k]; });
   const size_t limit = 12;
   if (order.size() > limit) {
     size_t hidden_ranks = 0;
@@ -121,7 +127,8 @@ void table(std::ostringstream& out, const Finding& item, const Style& st) {
     rows[""] = {};
     culprit_row[""] = false;
     tail_note = "  " + st.dim() + "  ... " + std::to_string(hidden_rows) + " more rows (" +
-                std::to_string(hidden_ranks) + " ranks); --json or --rank for all" + st.reset() + "\n";
+                std::to_string(hidden_ranks) + " ranks); --json or --rank for all" + st.reset() +
+                "\n";
   }
   for (const auto& k : order) {
     if (k.empty()) {
@@ -131,9 +138,11 @@ void table(std::ostringstream& out, const Finding& item, const Style& st) {
     std::vector<int> global, local;
     for (int r : rows[k]) (r >= 0 ? global : local).push_back(r >= 0 ? r : -1 - r);
     std::string who = global.empty() ? "" : ranks_text(global);
-    if (!local.empty()) who += std::string(who.empty() ? "" : ",") + "comm rank " + ranks_text(local);
+    if (!local.empty())
+      who += std::string(who.empty() ? "" : ",") + "comm rank " + ranks_text(local);
     const bool c = culprit_row[k];
-    out << "  " << (c ? st.red() : "") << (c ? "* " : "  ") << who << ": " << k << (c ? st.reset() : "") << "\n";
+    out << "  " << (c ? st.red() : "") << (c ? "* " : "  ") << who << ": " << k
+        << (c ? st.reset() : "") << "\n";
   }
 }
 
@@ -147,7 +156,8 @@ void stacks_and_gpus(std::ostringstream& out, const Analysis& a, const Style& st
     const int r = e["rank"].get<int>();
     if (std::find(culprits.begin(), culprits.end(), r) == culprits.end() || shown >= 8) continue;
     if (e.contains("stack")) {
-      out << "  rank " << r << " is in " << st.bold() << stack_line(e["stack"]) << st.reset() << "\n";
+      out << "  rank " << r << " is in " << st.bold() << stack_line(e["stack"]) << st.reset()
+          << "\n";
       ++shown;
     } else if (e.contains("stack_error")) {
       out << "  rank " << r << ": no stack (" << e["stack_error"].get<std::string>() << ")\n";
@@ -163,8 +173,9 @@ void stacks_and_gpus(std::ostringstream& out, const Analysis& a, const Style& st
     size_t n = 0;
     for (const auto& g : groups) {
       if (!g.value("outlier", false) || ++n > 6) continue;
-      out << "  " << st.yellow() << "outlier" << st.reset() << " ranks " << ranks_text(g["ranks"].get<std::vector<int>>())
-          << " are in " << stack_line(g["frames"]) << "\n";
+      out << "  " << st.yellow() << "outlier" << st.reset() << " ranks "
+          << ranks_text(g["ranks"].get<std::vector<int>>()) << " are in " << stack_line(g["frames"])
+          << "\n";
     }
   }
   for (const auto& p : v.details.value("gpu_problems", json::array()))
@@ -176,11 +187,15 @@ void stacks_and_gpus(std::ostringstream& out, const Analysis& a, const Style& st
 void nixl_block(std::ostringstream& out, const Finding& v, const Style& st) {
   const json x = v.details.value("nixl", json());
   if (!x.is_object()) return;
-  auto s = [&](const json& j, const char* k) { return j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : std::string("?"); };
-  out << "  transfer: " << s(x, "op") << " " << x.value("bytes", uint64_t{0}) << " bytes, " << x.value("descs", 0u)
-      << " descs, backend " << s(x, "backend") << ", agent '" << s(x, "local_agent") << "' -> '" << s(x, "remote_agent")
-      << "', state " << s(x, "state") << ", last status " << s(x, "status_name") << ", posts " << x.value("posts", uint64_t{0});
-  if (x.contains("notif")) out << ", notif '" << s(x, "notif") << "'" << (x.value("notif_cut", false) ? " (cut)" : "");
+  auto s = [&](const json& j, const char* k) {
+    return j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : std::string("?");
+  };
+  out << "  transfer: " << s(x, "op") << " " << x.value("bytes", uint64_t{0}) << " bytes, "
+      << x.value("descs", 0u) << " descs, backend " << s(x, "backend") << ", agent '"
+      << s(x, "local_agent") << "' -> '" << s(x, "remote_agent") << "', state " << s(x, "state")
+      << ", last status " << s(x, "status_name") << ", posts " << x.value("posts", uint64_t{0});
+  if (x.contains("notif"))
+    out << ", notif '" << s(x, "notif") << "'" << (x.value("notif_cut", false) ? " (cut)" : "");
   out << "\n";
   if (x.value("transfers_to_remote", 1) > 1)
     out << "  " << x.value("transfers_to_remote", 1) << " transfers to this agent, from "
@@ -189,12 +204,16 @@ void nixl_block(std::ostringstream& out, const Finding& v, const Style& st) {
     if (!e.is_object()) continue;
     const bool remote = e.value("role", std::string()) == "remote";
     out << "  " << (remote ? st.red() + "* remote " : "  posted by ")
-        << (e["rank"].is_number() ? "rank " + std::to_string(e["rank"].get<int>()) + " " : std::string())
+        << (e["rank"].is_number() ? "rank " + std::to_string(e["rank"].get<int>()) + " "
+                                  : std::string())
         << "pid " << e.value("pid", 0) << " on " << s(e, "host") << ": " << s(e, "state");
-    if (e.contains("silent_ns")) out << ", silent for " << e["silent_ns"].get<int64_t>() / 1'000'000 << " ms";
-    if (remote && e.value("found_by", std::string()) == "only_unnamed_nixl_process") out << " (probably: the only unnamed NIXL process)";
+    if (e.contains("silent_ns"))
+      out << ", silent for " << e["silent_ns"].get<int64_t>() / 1'000'000 << " ms";
+    if (remote && e.value("found_by", std::string()) == "only_unnamed_nixl_process")
+      out << " (probably: the only unnamed NIXL process)";
     out << (remote ? st.reset() : "") << "\n";
-    if (remote && e.contains("stack")) out << "    is in " << st.bold() << stack_line(e["stack"]) << st.reset() << "\n";
+    if (remote && e.contains("stack"))
+      out << "    is in " << st.bold() << stack_line(e["stack"]) << st.reset() << "\n";
   }
   if (!x.value("remote", json::object()).value("found", true))
     out << "  the remote agent's process is not in the dump set\n";
@@ -209,17 +228,18 @@ void nixl_block(std::ostringstream& out, const Finding& v, const Style& st) {
 void verdict_block(std::ostringstream& out, const Finding& v, const Style& st) {
   const std::string kind = verdict_name(v.kind);
   const bool ok = v.kind == VerdictKind::kNoHang;
-  out << (ok ? st.green() : st.red()) << "verdict: " << kind << st.reset() << " - " << st.bold() << v.summary
-      << st.reset() << "\n";
+  out << (ok ? st.green() : st.red()) << "verdict: " << kind << st.reset() << " - " << st.bold()
+      << v.summary << st.reset() << "\n";
   if (v.comm) {
     const CommRef& c = *v.comm;
-    out << "  comm " << (c.name.empty() ? c.id : c.name + " (" + c.id + ")") << " size " << c.size << ", "
-        << v.seq_kind << " seq " << v.seq << " " << v.op << "\n";
+    out << "  comm " << (c.name.empty() ? c.id : c.name + " (" + c.id + ")") << " size " << c.size
+        << ", " << v.seq_kind << " seq " << v.seq << " " << v.op << "\n";
   }
   if (!v.culprit_ranks.empty()) out << "  culprit ranks: " << ranks_text(v.culprit_ranks) << "\n";
   if (v.mismatch) {
     out << "  " << v.mismatch->field << " values:";
-    for (const auto& x : v.mismatch->values) out << " " << x.value << " on " << ranks_text(x.ranks) << ";";
+    for (const auto& x : v.mismatch->values)
+      out << " " << x.value << " on " << ranks_text(x.ranks) << ";";
     out << "\n";
   }
   table(out, v, st);
@@ -246,7 +266,8 @@ void inputs_block(std::ostringstream& out, const Analysis& a, const Style& st) {
   }
   for (const auto& [msg, files] : notes) {
     out << "warning (read, analysed) " << files.front();
-    if (files.size() > 1) out << " and " << files.size() - 1 << " more file" << (files.size() > 2 ? "s" : "");
+    if (files.size() > 1)
+      out << " and " << files.size() - 1 << " more file" << (files.size() > 2 ? "s" : "");
     out << ": " << msg << "\n";
   }
 }

@@ -11,9 +11,10 @@ namespace {
 using nlohmann::json;
 
 // The keys a finding has as fields; every other key of a finding is a detail.
-const char* const kFindingKeys[] = {"kind",      "summary",       "comm",     "seq",
-                                    "seq_kind",  "op",            "culprit_ranks", "culprit_pids", "blocked_ranks",
-                                    "mismatch",  "consequence",   "consequence_of", "evidence"};
+const char* const kFindingKeys[] = {"kind",          "summary",  "comm",          "seq",
+                                    "seq_kind",      "op",       "culprit_ranks", "culprit_pids",
+                                    "blocked_ranks", "mismatch", "consequence",   "consequence_of",
+                                    "evidence"};
 
 json comm_to_json(const CommRef& c) { return {{"id", c.id}, {"name", c.name}, {"size", c.size}}; }
 
@@ -24,7 +25,8 @@ CommRef comm_from_json(const json& j) {
 VerdictKind kind_from_json(const json& j) {
   const std::string name = j.get<std::string>();
   VerdictKind k{};
-  if (!verdict_from_name(name, &k)) throw std::invalid_argument("unknown verdict kind '" + name + "'");
+  if (!verdict_from_name(name, &k))
+    throw std::invalid_argument("unknown verdict kind '" + name + "'");
   return k;
 }
 
@@ -39,12 +41,14 @@ json finding_to_json(const Finding& f) {
     j["op"] = f.op;
   }
   j["culprit_ranks"] = f.culprit_ranks;
-  if (!f.culprit_pids.empty() || f.kind == VerdictKind::kNixlStalled || f.kind == VerdictKind::kNixlDisconnected)
+  if (!f.culprit_pids.empty() || f.kind == VerdictKind::kNixlStalled ||
+      f.kind == VerdictKind::kNixlDisconnected)
     j["culprit_pids"] = f.culprit_pids;
   if (!f.blocked_ranks.empty()) j["blocked_ranks"] = f.blocked_ranks;
   if (f.mismatch) {
     json values = json::array();
-    for (const auto& v : f.mismatch->values) values.push_back({{"value", v.value}, {"ranks", v.ranks}});
+    for (const auto& v : f.mismatch->values)
+      values.push_back({{"value", v.value}, {"ranks", v.ranks}});
     j["mismatch"] = {{"field", f.mismatch->field}, {"values", values}};
     if (!f.mismatch->expected.empty()) j["mismatch"]["expected"] = f.mismatch->expected;
   }
@@ -71,7 +75,8 @@ Finding finding_from_json(const json& j) {
     const json& m = j["mismatch"];
     Mismatch mismatch{m.value("field", std::string()), {}, m.value("expected", std::string())};
     for (const auto& v : m.value("values", json::array()))
-      mismatch.values.push_back({v.at("value").get<std::string>(), v.at("ranks").get<std::vector<int>>()});
+      mismatch.values.push_back(
+          {v.at("value").get<std::string>(), v.at("ranks").get<std::vector<int>>()});
     f.mismatch = std::move(mismatch);
   }
   f.consequence = j.value("consequence", false);
@@ -93,14 +98,17 @@ json notes_json(const std::vector<FileNote>& notes, const char* text_key) {
 
 std::vector<FileNote> notes_from_json(const json& j, const char* text_key) {
   std::vector<FileNote> out;
-  for (const auto& n : j) out.push_back({n.value("file", std::string()), n.value(text_key, std::string())});
+  for (const auto& n : j)
+    out.push_back({n.value("file", std::string()), n.value(text_key, std::string())});
   return out;
 }
 
 json spread_json(const std::optional<Spread>& s) {
   if (!s) return nullptr;
-  json j = {{"min_enqueued", s->min_enqueued}, {"max_enqueued", s->max_enqueued},
-            {"min_completed", s->min_completed}, {"max_completed", s->max_completed}};
+  json j = {{"min_enqueued", s->min_enqueued},
+            {"max_enqueued", s->max_enqueued},
+            {"min_completed", s->min_completed},
+            {"max_completed", s->max_completed}};
   if (s->stalled_seq) j["stalled_seq"] = *s->stalled_seq;
   return j;
 }
@@ -108,7 +116,8 @@ json spread_json(const std::optional<Spread>& s) {
 std::optional<Spread> spread_from_json(const json& j) {
   if (!j.is_object()) return std::nullopt;
   Spread s{j.at("min_enqueued").get<uint64_t>(), j.at("max_enqueued").get<uint64_t>(),
-           j.at("min_completed").get<uint64_t>(), j.at("max_completed").get<uint64_t>(), std::nullopt};
+           j.at("min_completed").get<uint64_t>(), j.at("max_completed").get<uint64_t>(),
+           std::nullopt};
   if (j.contains("stalled_seq")) s.stalled_seq = j["stalled_seq"].get<uint64_t>();
   return s;
 }
@@ -116,14 +125,16 @@ std::optional<Spread> spread_from_json(const json& j) {
 json members_json(const std::vector<std::pair<int, int>>& members, bool null_unknown) {
   json out = json::array();
   for (const auto& [in_comm, global] : members)
-    out.push_back({{"rank_in_comm", in_comm}, {"global_rank", null_unknown && global < 0 ? json(nullptr) : json(global)}});
+    out.push_back({{"rank_in_comm", in_comm},
+                   {"global_rank", null_unknown && global < 0 ? json(nullptr) : json(global)}});
   return out;
 }
 
 std::vector<std::pair<int, int>> members_from_json(const json& j) {
   std::vector<std::pair<int, int>> out;
   for (const auto& m : j)
-    out.emplace_back(m.at("rank_in_comm").get<int>(), m["global_rank"].is_number() ? m["global_rank"].get<int>() : -1);
+    out.emplace_back(m.at("rank_in_comm").get<int>(),
+                     m["global_rank"].is_number() ? m["global_rank"].get<int>() : -1);
   return out;
 }
 
@@ -132,7 +143,8 @@ json communicator_to_json(const Communicator& c) {
   j["origin"] = c.origin;
   j["parent"] = c.parent.empty() ? json(nullptr) : json(c.parent);
   j["members"] = members_json(c.members, false);
-  j["frontier"] = {{"coll", spread_json(c.coll)}, {"p2p", spread_json(c.p2p)}, {"stalled", c.stalled}};
+  j["frontier"] = {
+      {"coll", spread_json(c.coll)}, {"p2p", spread_json(c.p2p)}, {"stalled", c.stalled}};
   if (!c.missing_members.empty()) j["missing_members"] = members_json(c.missing_members, true);
   return j;
 }
@@ -211,7 +223,9 @@ json Analysis::to_json() const {
   doc["communicators"] = std::move(comms);
   json rows = json::array();
   for (const auto& r : skew)
-    rows.push_back({{"rank", r.rank}, {"mean_late_ns", r.mean_late_ns}, {"max_late_ns", r.max_late_ns},
+    rows.push_back({{"rank", r.rank},
+                    {"mean_late_ns", r.mean_late_ns},
+                    {"max_late_ns", r.max_late_ns},
                     {"collectives", r.collectives}});
   doc["skew"] = std::move(rows);
   return doc;
@@ -233,15 +247,17 @@ json Analysis::take_json() {
 Analysis Analysis::from_json(const json& doc) {
   Analysis a;
   a.verdict = finding_from_json(doc.at("verdict"));
-  for (const auto& f : doc.value("findings", json::array())) a.findings.push_back(finding_from_json(f));
+  for (const auto& f : doc.value("findings", json::array()))
+    a.findings.push_back(finding_from_json(f));
   a.complete = doc.contains("ranks");
   if (!a.complete) return a;
   a.inputs = inputs_from_json(doc.value("inputs", json::object()));
   a.ranks = ranks_from_json(doc["ranks"]);
-  for (const auto& c : doc.value("communicators", json::array())) a.communicators.push_back(communicator_from_json(c));
+  for (const auto& c : doc.value("communicators", json::array()))
+    a.communicators.push_back(communicator_from_json(c));
   for (const auto& r : doc.value("skew", json::array()))
-    a.skew.push_back({r.value("rank", -1), r.value("mean_late_ns", int64_t{0}), r.value("max_late_ns", int64_t{0}),
-                      r.value("collectives", uint64_t{0})});
+    a.skew.push_back({r.value("rank", -1), r.value("mean_late_ns", int64_t{0}),
+                      r.value("max_late_ns", int64_t{0}), r.value("collectives", uint64_t{0})});
   for (const char* k : {"stack_groups", "stacks_unavailable", "gpus", "gpus_unavailable"})
     if (doc.contains(k)) a.context[k] = doc[k];
   return a;

@@ -34,9 +34,9 @@ struct Mismatch {
     std::string value;
     std::vector<int> ranks;
   };
-  std::string field;            // op, dtype, count, root or redop
+  std::string field;  // op, dtype, count, root or redop
   std::vector<Value> values;
-  std::string expected;         // the value the others called; empty when it cannot be told
+  std::string expected;  // the value the others called; empty when it cannot be told
 };
 
 // The verdict, and each finding, in one shape.
@@ -53,15 +53,15 @@ struct Finding {
   std::vector<int> culprit_pids;
   std::vector<int> blocked_ranks;
   std::optional<Mismatch> mismatch;
-  bool consequence = false;     // a finding the verdict already accounts for...
+  bool consequence = false;                   // a finding the verdict already accounts for...
   std::optional<VerdictKind> consequence_of;  // ...and the verdict's kind
-  nlohmann::json evidence;      // array of per-member rows; null: none written
+  nlohmann::json evidence;                    // array of per-member rows; null: none written
   nlohmann::json details = nlohmann::json::object();  // further keys by kind (see above)
 };
 
 struct FileNote {
   std::string file;
-  std::string text;             // "error" of a skipped file, "warning" of one read
+  std::string text;  // "error" of a skipped file, "warning" of one read
 };
 
 struct Inputs {
@@ -69,9 +69,9 @@ struct Inputs {
   uint64_t files_read = 0;
   std::vector<FileNote> skipped;
   std::vector<FileNote> warnings;
-  std::string clock;            // "aligned" or "per_host"
-  std::string job_id;           // empty: none known
-  bool filtered = false;        // --rank or --comm given: the two below
+  std::string clock;      // "aligned" or "per_host"
+  std::string job_id;     // empty: none known
+  bool filtered = false;  // --rank or --comm given: the two below
   std::vector<int> filter_ranks;
   std::string filter_comm;
 };
@@ -90,9 +90,9 @@ struct Spread {
 
 struct Communicator {
   CommRef comm;
-  std::string origin;           // init, split, shrink, grow...
-  std::string parent;           // parent's id; empty: none
-  std::vector<std::pair<int, int>> members;          // (rank in comm, global rank)
+  std::string origin;                        // init, split, shrink, grow...
+  std::string parent;                        // parent's id; empty: none
+  std::vector<std::pair<int, int>> members;  // (rank in comm, global rank)
   std::optional<Spread> coll, p2p;
   bool stalled = false;
   std::vector<std::pair<int, int>> missing_members;  // (rank in comm, global rank or -1)

@@ -22,7 +22,9 @@ struct Lateness {
 // indexed like Model::procs, one process per rank.
 void accumulate(const Model& m, const Comm& c, std::vector<Lateness>* acc) {
   if (c.members.size() < 2) return;
-  auto history = [&](const CommMember& mem) -> const CollHistory& { return m.procs[mem.proc].comms[mem.pc].history; };
+  auto history = [&](const CommMember& mem) -> const CollHistory& {
+    return m.procs[mem.proc].comms[mem.pc].history;
+  };
   uint64_t lo = UINT64_MAX, hi = 0;
   size_t total = 0;
   for (const auto& mem : c.members) {
@@ -69,7 +71,10 @@ struct Row {
 SkewRow row_of(const Row& r) { return {r.rank, static_cast<int64_t>(r.mean), r.max, r.n}; }
 
 json row_json(const Row& r) {
-  return {{"rank", r.rank}, {"mean_late_ns", static_cast<int64_t>(r.mean)}, {"max_late_ns", r.max}, {"collectives", r.n}};
+  return {{"rank", r.rank},
+          {"mean_late_ns", static_cast<int64_t>(r.mean)},
+          {"max_late_ns", r.max},
+          {"collectives", r.n}};
 }
 
 // A straggler: arrives late by a millisecond or more on average, and several times later than
@@ -86,16 +91,18 @@ std::optional<Finding> straggler(const std::vector<Row>& rows, bool clock_aligne
   for (const auto& r : rows)
     if (r.mean >= top / 2 && r.mean >= 3 * median) slow.push_back(r.rank);
   char buf[96];
-  std::snprintf(buf, sizeof buf, "%.1f ms late on average (max %.1f ms; typical rank %.2f ms)", top / 1e6,
-                static_cast<double>(rows.front().max) / 1e6, median / 1e6);
+  std::snprintf(buf, sizeof buf, "%.1f ms late on average (max %.1f ms; typical rank %.2f ms)",
+                top / 1e6, static_cast<double>(rows.front().max) / 1e6, median / 1e6);
   Finding f;
   f.kind = VerdictKind::kSkew;
-  f.summary = "straggler: " + ranks_word(slow.size()) + rank_list_text(slow) + " arrive" + (slow.size() > 1 ? "" : "s") +
-              " last at collectives, " + buf + (clock_aligned ? "" : " (times per host)");
+  f.summary = "straggler: " + ranks_word(slow.size()) + rank_list_text(slow) + " arrive" +
+              (slow.size() > 1 ? "" : "s") + " last at collectives, " + buf +
+              (clock_aligned ? "" : " (times per host)");
   f.culprit_ranks = slow;
   f.evidence = json::array();
   for (const auto& r : rows)
-    if (std::find(slow.begin(), slow.end(), r.rank) != slow.end()) f.evidence.push_back(row_json(r));
+    if (std::find(slow.begin(), slow.end(), r.rank) != slow.end())
+      f.evidence.push_back(row_json(r));
   return f;
 }
 
@@ -107,12 +114,16 @@ SkewResult measure_skew(const AnalysisState& state) {
   for (const auto& c : m.comms) accumulate(m, c, &acc);
   std::vector<Row> rows;
   for (size_t i = 0; i < acc.size(); ++i)
-    if (acc[i].n) rows.push_back({m.procs[i].rank, acc[i].sum / static_cast<double>(acc[i].n), acc[i].max, acc[i].n});
-  std::sort(rows.begin(), rows.end(),
-            [](const Row& a, const Row& b) { return a.mean != b.mean ? a.mean > b.mean : a.rank < b.rank; });
+    if (acc[i].n)
+      rows.push_back(
+          {m.procs[i].rank, acc[i].sum / static_cast<double>(acc[i].n), acc[i].max, acc[i].n});
+  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    return a.mean != b.mean ? a.mean > b.mean : a.rank < b.rank;
+  });
   SkewResult out;
   for (const auto& r : rows)
-    if (state.rank_filter.empty() || state.rank_filter.count(r.rank)) out.table.push_back(row_of(r));
+    if (state.rank_filter.empty() || state.rank_filter.count(r.rank))
+      out.table.push_back(row_of(r));
   out.straggler = straggler(rows, m.clock_aligned);
   return out;
 }

@@ -58,8 +58,9 @@ void add_member(Model* m, int pi, int ci, int rank) {
   pc.comm = ci;
   p.comms.push_back(std::move(pc));
   c.members.push_back({rank, pi, static_cast<int>(p.comms.size() - 1)});
-  std::stable_sort(c.members.begin(), c.members.end(),
-                   [](const CommMember& a, const CommMember& b) { return a.rank_in_comm < b.rank_in_comm; });
+  std::stable_sort(
+      c.members.begin(), c.members.end(),
+      [](const CommMember& a, const CommMember& b) { return a.rank_in_comm < b.rank_in_comm; });
 }
 
 // The world: the largest PyTorch group whose members' ranks in it are their global ranks.
@@ -82,22 +83,26 @@ void adopt_empty_dumps(Model* m) {
   for (int pi = 0; pi < static_cast<int>(m->procs.size()); ++pi) {
     Proc& p = m->procs[pi];
     if (!is_torch(p) || p.rank >= m->comms[w].size) continue;
-    if (std::any_of(p.comms.begin(), p.comms.end(), [&](const ProcComm& pc) { return pc.id == id; })) continue;
+    if (std::any_of(p.comms.begin(), p.comms.end(),
+                    [&](const ProcComm& pc) { return pc.id == id; }))
+      continue;
     // A dump whose oldest entries were overwritten may have lost the default group's: only a
     // whole one tells that the rank never issued a collective on it.
     if (p.overwritten != 0) continue;
     const bool empty = p.ops.empty() && p.comms.empty();
     add_member(m, pi, w, p.rank);
-    m->warnings.push_back({p.file, std::string(empty ? "the dump is empty (no entries, no pg_status)"
-                                                     : "the dump holds no op of the default group") +
-                                       ": the rank is taken as a member of the default group " +
-                                       m->comms[w].name + " that entered none of its collectives"});
+    m->warnings.push_back(
+        {p.file, std::string(empty ? "the dump is empty (no entries, no pg_status)"
+                                   : "the dump holds no op of the default group") +
+                     ": the rank is taken as a member of the default group " + m->comms[w].name +
+                     " that entered none of its collectives"});
   }
 }
 
 std::string op_at(const Proc& p, const ProcComm& pc, uint64_t seq) {
   const Op* o = find_seq(p, pc, seq, Family::kCollective);
-  return (o ? std::string(fr::log::op_name(o->op)) : std::string("collective")) + " #" + std::to_string(seq);
+  return (o ? std::string(fr::log::op_name(o->op)) : std::string("collective")) + " #" +
+         std::to_string(seq);
 }
 
 void mark_stale(Model* m) {
@@ -118,10 +123,11 @@ void mark_stale(Model* m) {
       p.stale = true;
       const Proc& q = m->procs[c.members[best].proc];
       m->warnings.push_back(
-          {p.file, "stale dump: it ends at " + op_at(p, p.comms[c.members[i].pc], f[i].enq) + " on comm " +
-                       comm_text(c) + ", while rank " + std::to_string(q.rank) + " completed " +
-                       op_at(q, q.comms[c.members[best].pc], f[best].completed) +
-                       ", which needs every member: the rank dumped earlier and has not dumped since"});
+          {p.file,
+           "stale dump: it ends at " + op_at(p, p.comms[c.members[i].pc], f[i].enq) + " on comm " +
+               comm_text(c) + ", while rank " + std::to_string(q.rank) + " completed " +
+               op_at(q, q.comms[c.members[best].pc], f[best].completed) +
+               ", which needs every member: the rank dumped earlier and has not dumped since"});
     }
   }
 }
@@ -133,7 +139,8 @@ void mark_raised(Model* m) {
     uint64_t min_enq = UINT64_MAX;
     for (const auto& mem : c.members) {
       const Proc& p = m->procs[mem.proc];
-      if (!p.stale) min_enq = std::min(min_enq, frontier(p, p.comms[mem.pc], Family::kCollective).enq);
+      if (!p.stale)
+        min_enq = std::min(min_enq, frontier(p, p.comms[mem.pc], Family::kCollective).enq);
     }
     if (min_enq == UINT64_MAX) continue;
     for (const auto& mem : c.members) {
@@ -189,10 +196,13 @@ void infer_members(Model* m) {
       ranks.push_back(m->procs[mems[k].proc].rank);
     }
     m->comms[ci].size = static_cast<int>(mems.size());
-    m->warnings.push_back({m->procs[pi].file,
-                           "comm " + comm_text(m->comms[ci]) + ", whose members no dump lists: its members are "
-                           "taken to be ranks " + rank_list_text(ranks) + ", those whose dumps show it and rank " +
-                           std::to_string(m->procs[pi].rank) + ", the one rank with nothing pending anywhere"});
+    m->warnings.push_back({m->procs[pi].file, "comm " + comm_text(m->comms[ci]) +
+                                                  ", whose members no dump lists: its members are "
+                                                  "taken to be ranks " +
+                                                  rank_list_text(ranks) +
+                                                  ", those whose dumps show it and rank " +
+                                                  std::to_string(m->procs[pi].rank) +
+                                                  ", the one rank with nothing pending anywhere"});
   }
 }
 
@@ -260,14 +270,16 @@ void analyze_unrecorded_p2p(AnalysisState& state, int ci) {
   const Op* next = find_seq(more, pc, seq, Family::kCollective);
   s.t_start = next ? aligned(more, next->call_ns) : INT64_MAX;
   state.blocked[more.rank].push_back({ci, s.t_start});
-  const std::string stretch = (seq > 1 ? op_at(more, pc, seq - 1) + " and " : std::string("before ")) +
-                              op_at(more, pc, seq);
+  const std::string stretch =
+      (seq > 1 ? op_at(more, pc, seq - 1) + " and " : std::string("before ")) +
+      op_at(more, pc, seq);
   s.summary = "rank " + std::to_string(more.rank) + " issued " + std::to_string(hi) +
               " point-to-point ops on comm " + comm_text(c) + " between " + stretch +
               " (gloo records no entry for them; the group's op count shows them), rank " +
               std::to_string(fewer.rank) + " only " + std::to_string(lo) + ": rank " +
-              std::to_string(more.rank) + "'s op #" + std::to_string(lo + 1) + " there has no partner, rank " +
-              std::to_string(fewer.rank) + " never sent or received it";
+              std::to_string(more.rank) + "'s op #" + std::to_string(lo + 1) +
+              " there has no partner, rank " + std::to_string(fewer.rank) +
+              " never sent or received it";
   s.extra["unrecorded_ops"] = {{std::to_string(p0.rank), d0}, {std::to_string(p1.rank), d1}};
   s.extra["before_collective"] = seq;
   s.fraction = 0.5;

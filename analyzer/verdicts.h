@@ -18,14 +18,14 @@
 #include <string_view>
 
 // X(Enumerator, "json name", "meaning")
-#define FR_VERDICT_KINDS(X)                                                                         \
-  X(kNodeLost, "node_lost", "every rank of a node is missing or dead while the others wait")        \
-  X(kRankDead, "rank_dead", "ranks died (their writers were gone at the dump) while others wait")   \
+#define FR_VERDICT_KINDS(X)                                                                        \
+  X(kNodeLost, "node_lost", "every rank of a node is missing or dead while the others wait")       \
+  X(kRankDead, "rank_dead", "ranks died (their writers were gone at the dump) while others wait")  \
   X(kMismatch, "mismatch", "members called the same sequence number with different arguments")     \
   X(kNotEntered, "not_entered", "some members never called the op the others are blocked in")      \
   X(kP2pUnmatched, "p2p_unmatched", "a send, receive or signal wait has no counterpart")           \
   X(kStuckInCollective, "stuck_in_collective", "all entered; some GPUs never started or finished") \
-  X(kNixlDisconnected, "nixl_disconnected", "a NIXL transfer failed: its remote agent went away")   \
+  X(kNixlDisconnected, "nixl_disconnected", "a NIXL transfer failed: its remote agent went away")  \
   X(kNixlStalled, "nixl_stalled", "a NIXL transfer is still in flight past the stall threshold")   \
   X(kIncomplete, "incomplete", "the members that would decide it have no dump")                    \
   X(kNoHang, "no_hang", "nothing is left waiting")                                                 \
@@ -49,8 +49,7 @@ inline constexpr int kVerdictKindCount = 0
 inline const char* verdict_name(VerdictKind k) {
   switch (k) {
 #define FR_VERDICT_NAME(e, name, meaning) \
-  case VerdictKind::e:                    \
-    return name;
+  case VerdictKind::e: return name;
     FR_VERDICT_KINDS(FR_VERDICT_NAME)
 #undef FR_VERDICT_NAME
   }
@@ -61,8 +60,7 @@ inline const char* verdict_name(VerdictKind k) {
 inline const char* verdict_meaning(VerdictKind k) {
   switch (k) {
 #define FR_VERDICT_MEANING(e, name, meaning) \
-  case VerdictKind::e:                       \
-    return meaning;
+  case VerdictKind::e: return meaning;
     FR_VERDICT_KINDS(FR_VERDICT_MEANING)
 #undef FR_VERDICT_MEANING
   }

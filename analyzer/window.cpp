@@ -25,17 +25,18 @@ namespace {
 // the recent-ops timeline shows (evidence.cpp, 8) and than a stall sits behind the frontier.
 constexpr uint32_t kMargin = 64;
 
-
 struct SigHash {
   size_t operator()(const SigKey& k) const {
     uint64_t h = k.count * 0x9e3779b97f4a7c15ull;
-    h ^= (uint64_t{k.op} << 40) ^ (uint64_t{k.dtype} << 32) ^ (uint64_t(uint32_t(k.redop)) << 16) ^ uint32_t(k.root);
+    h ^= (uint64_t{k.op} << 40) ^ (uint64_t{k.dtype} << 32) ^ (uint64_t(uint32_t(k.redop)) << 16) ^
+         uint32_t(k.root);
     return static_cast<size_t>(h ^ (h >> 29));
   }
 };
 
 SigKey sig_of(const Op& o) {
-  return SigKey{o.op, o.dtype, has_redop(o.op) ? o.redop : -1, is_rooted(o.op) ? o.peer : -1, o.count};
+  return SigKey{o.op, o.dtype, has_redop(o.op) ? o.redop : -1, is_rooted(o.op) ? o.peer : -1,
+                o.count};
 }
 
 // A process's signatures as ids: a hash table, and before it a small cache of the ops last
@@ -84,8 +85,10 @@ void build_history(const Proc& p, const ProcComm& pc, SigIds& ids, CollHistory* 
   for (uint32_t i = pc.ops_begin; i < pc.ops_end; ++i) {
     const Op& o = p.ops[i];
     if (!in_history(o)) continue;
-    if (n++ == 0) lo = o.seq;
-    else if (o.seq <= last) ascending = false;
+    if (n++ == 0)
+      lo = o.seq;
+    else if (o.seq <= last)
+      ascending = false;
     last = o.seq;
   }
   if (n == 0) return;
@@ -114,9 +117,12 @@ void build_history(const Proc& p, const ProcComm& pc, SigIds& ids, CollHistory* 
 }
 
 bool is_lifecycle(uint16_t op) {
-  return op == FR_OP_COMM_REVOKE || op == FR_OP_COMM_SUSPEND || op == FR_OP_COMM_RESUME || op == FR_OP_COMM_ABORT;
+  return op == FR_OP_COMM_REVOKE || op == FR_OP_COMM_SUSPEND || op == FR_OP_COMM_RESUME ||
+         op == FR_OP_COMM_ABORT;
 }
-bool is_signal(uint16_t op) { return op == FR_OP_PUT_SIGNAL || op == FR_OP_SIGNAL || op == FR_OP_WAIT_SIGNAL; }
+bool is_signal(uint16_t op) {
+  return op == FR_OP_PUT_SIGNAL || op == FR_OP_SIGNAL || op == FR_OP_WAIT_SIGNAL;
+}
 
 // The first record of `pc` the window keeps (an index into p.ops), in one pass over its records.
 // pc.ops_begin when some pass reads the communicator's point-to-point records whole: signals are
@@ -135,7 +141,8 @@ uint32_t window_start(const Proc& p, const ProcComm& pc) {
   uint32_t lifecycle = UINT32_MAX;
   for (uint32_t i = pc.ops_begin; i < pc.ops_end; ++i) {
     const Op& o = p.ops[i];
-    if ((o.flags & FR_REC_F_IN_CALL) && o.result == FR_RESULT_PENDING) start = std::min(start, i);  // inside a call
+    if ((o.flags & FR_REC_F_IN_CALL) && o.result == FR_RESULT_PENDING)
+      start = std::min(start, i);  // inside a call
     const OpClass kind = op_class(o.op);
     if (kind == OpClass::API || kind == OpClass::NIXL) {
       if (is_lifecycle(o.op)) lifecycle = i;
@@ -146,8 +153,10 @@ uint32_t window_start(const Proc& p, const ProcComm& pc) {
     Pick* f = picks[kind == OpClass::P2P];
     f[0].see(o.seq, i);
     if (o.gpu_state >= FR_GPU_STARTED) f[1].see(o.seq, i);
-    if (o.gpu_state == FR_GPU_COMPLETED) f[2].see(o.seq, i);
-    else if (kind == OpClass::P2P) start = std::min(start, i);  // still pending
+    if (o.gpu_state == FR_GPU_COMPLETED)
+      f[2].see(o.seq, i);
+    else if (kind == OpClass::P2P)
+      start = std::min(start, i);  // still pending
   }
   for (const auto& family : picks)
     for (const Pick& pick : family) start = std::min(start, pick.at);
@@ -170,7 +179,8 @@ void digest_dropped_p2p(const Proc& p, ProcComm* pc, uint32_t start) {
     }
     DroppedP2p& d = pc->dropped_p2p[it->second];
     const Op*& prev = newest[it->second];
-    if (prev) d.min_gap = std::min<int64_t>(d.min_gap, static_cast<int64_t>(o.call_ns - prev->call_ns));
+    if (prev)
+      d.min_gap = std::min<int64_t>(d.min_gap, static_cast<int64_t>(o.call_ns - prev->call_ns));
     prev = &o;
     ++d.count;
     d.max_call_ns = std::max(d.max_call_ns, o.call_ns);
@@ -182,7 +192,8 @@ void digest_dropped_p2p(const Proc& p, ProcComm* pc, uint32_t start) {
     auto it = index.find(key(o));
     if (it == index.end()) continue;
     DroppedP2p& d = pc->dropped_p2p[it->second];
-    d.min_gap = std::min<int64_t>(d.min_gap, static_cast<int64_t>(o.call_ns - newest[it->second]->call_ns));
+    d.min_gap =
+        std::min<int64_t>(d.min_gap, static_cast<int64_t>(o.call_ns - newest[it->second]->call_ns));
     index.erase(it);
   }
 }
@@ -201,7 +212,8 @@ void build_histories(Proc* p) {
 bool window_proc(Proc* p) {
   // A ring that never wrapped is read whole by the point-to-point matching; graph replays are
   // placed by their neighbours.
-  if (p->overwritten == 0 || p->graphs > 0 || p->graph_replays > 0 || !p->replays.empty()) return false;
+  if (p->overwritten == 0 || p->graphs > 0 || p->graph_replays > 0 || !p->replays.empty())
+    return false;
   std::vector<uint32_t> starts(p->comms.size());
   bool any = false;
   for (size_t c = 0; c < p->comms.size(); ++c) {
@@ -229,7 +241,8 @@ bool window_proc(Proc* p) {
     pc.ops_begin = begin;
     pc.ops_end = static_cast<uint32_t>(kept.size());
   }
-  std::sort(shrinks.begin(), shrinks.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(shrinks.begin(), shrinks.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
   p->shrinks = std::move(shrinks);
   p->ops = std::move(kept);
   return true;

@@ -35,7 +35,7 @@ struct Prepared {
   std::vector<char*> argv, envp;
   char* const* env = nullptr;  // envp.data() or environ
   pid_t parent = 0;
-  int status_fd = -1;  // the pipe's write end; -1 when nobody waits for the exec
+  int status_fd = -1;        // the pipe's write end; -1 when nobody waits for the exec
   std::vector<int> targets;  // the redirect targets, sorted
   int max_target = 2;        // the highest redirect target
   struct sigaction dfl {};
@@ -106,7 +106,8 @@ bool prepare(const SpawnOptions& o, Prepared* p, SpawnResult* r) {
   p->o = &o;
   if (o.argv.empty() || (o.detached && o.parent_death_signal > 0)) {
     r->error = EINVAL;
-    r->message = o.argv.empty() ? "spawn: no program given" : "spawn: a detached child has no parent to outlive";
+    r->message = o.argv.empty() ? "spawn: no program given"
+                                : "spawn: a detached child has no parent to outlive";
     return false;
   }
   p->program = o.program.empty() ? o.argv[0] : o.program;
@@ -162,10 +163,14 @@ bool read_status(int fd, const Prepared& p, pid_t* pid, SpawnResult* r) {
     r->error = rec.err;
     r->cannot_run = rec.kind != kFork;
     const std::string why = std::strerror(rec.err);
-    if (rec.kind == kFork) r->message = "fork: " + why;
-    else if (rec.kind == kChdir) r->message = "cannot change to " + p.o->chdir + ": " + why;
-    else if (rec.kind == kRedirect) r->message = "cannot set fd " + std::to_string(rec.value) + ": " + why;
-    else r->message = "cannot run " + p.program + ": " + why;
+    if (rec.kind == kFork)
+      r->message = "fork: " + why;
+    else if (rec.kind == kChdir)
+      r->message = "cannot change to " + p.o->chdir + ": " + why;
+    else if (rec.kind == kRedirect)
+      r->message = "cannot set fd " + std::to_string(rec.value) + ": " + why;
+    else
+      r->message = "cannot run " + p.program + ": " + why;
   }
 }
 
@@ -182,8 +187,10 @@ pid_t fork_detached(Prepared& p) {
   ::setsid();
   pid_t pid = ::fork();
   if (pid == 0) run_child(p);
-  if (pid < 0) send(p.status_fd, {kFork, errno, 0});
-  else send(p.status_fd, {kPid, 0, pid});
+  if (pid < 0)
+    send(p.status_fd, {kFork, errno, 0});
+  else
+    send(p.status_fd, {kPid, 0, pid});
   ::_exit(0);
 }
 
@@ -211,7 +218,8 @@ SpawnResult spawn(const SpawnOptions& o) {
     r.message = std::string("fork: ") + std::strerror(fork_errno);
     return r;
   }
-  if (o.process_group && !o.detached) ::setpgid(pid, *o.process_group == 0 ? pid : *o.process_group);
+  if (o.process_group && !o.detached)
+    ::setpgid(pid, *o.process_group == 0 ? pid : *o.process_group);
   if (!wait) {
     r.pid = pid;
     return r;
@@ -219,8 +227,10 @@ SpawnResult spawn(const SpawnOptions& o) {
   pid_t program = o.detached ? -1 : pid;
   bool ok = read_status(pipefd[0], p, &program, &r);
   ::close(pipefd[0]);
-  if (o.detached) reap(pid);  // the middle process, gone at once
-  else if (!ok) reap(pid);    // the child that could not exec
+  if (o.detached)
+    reap(pid);  // the middle process, gone at once
+  else if (!ok)
+    reap(pid);  // the child that could not exec
   if (ok && program <= 0) {
     r.error = ECHILD;
     r.message = "the detached child reported no pid";

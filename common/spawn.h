@@ -63,12 +63,12 @@ struct SpawnOptions {
 };
 
 struct SpawnResult {
-  pid_t pid = -1;         // the program's process; -1 when it does not run
-  int error = 0;          // errno of what failed; 0 when it runs
+  pid_t pid = -1;  // the program's process; -1 when it does not run
+  int error = 0;   // errno of what failed; 0 when it runs
   // The program itself could not be started (not found, not executable, its chdir or a redirect
   // failed), as opposed to this process running out of something (pipe, fork).
   bool cannot_run = false;
-  std::string message;    // what failed: "fork: ...", "cannot run /x/y: No such file or directory"
+  std::string message;  // what failed: "fork: ...", "cannot run /x/y: No such file or directory"
   bool ok() const { return pid > 0; }
 };
 

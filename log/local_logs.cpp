@@ -40,7 +40,8 @@ std::string describe_uid(uid_t uid) {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() > suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // /proc/PID/stat: whether the process exists and is not a zombie, and its start time (ns since
@@ -199,7 +200,8 @@ std::vector<LocalLog> examine_dir(DIR* d, const LocalLogOptions& opts, LocalLogs
   size_t examined = 0;
   for (const std::string& name : names) {
     if (opts.max_logs && examined >= opts.max_logs) {
-      out->refused.push_back({name, "more than " + std::to_string(opts.max_logs) + " logs, not read"});
+      out->refused.push_back(
+          {name, "more than " + std::to_string(opts.max_logs) + " logs, not read"});
       continue;
     }
     ++examined;
@@ -265,22 +267,27 @@ void refuse_duplicates(const std::vector<LocalLog>& found, std::vector<bool>* ke
         // Two live writers of one rank are two processes, not a copy: both stay.
         if (m == best || (found[m].locked && found[best].locked)) continue;
         (*keep)[m] = false;
-        out->refused.push_back({found[m].name, std::string("duplicate: ") + what + " as " +
-                                                   found[best].name + ", which " +
-                                                   (found[best].locked ? "its live writer holds"
-                                                                       : "is newer") +
-                                                   "; not counted as a process"});
+        out->refused.push_back(
+            {found[m].name, std::string("duplicate: ") + what + " as " + found[best].name +
+                                ", which " +
+                                (found[best].locked ? "its live writer holds" : "is newer") +
+                                "; not counted as a process"});
       }
     }
   };
-  resolve([](const LocalLog& l) {
-    // A log without a creation time (not the agent's) has nothing to be a copy of.
-    return l.create_ns ? l.job_id + "\n" + std::to_string(l.pid) + "\n" + std::to_string(l.create_ns)
-                       : std::string();
-  }, "the same writer pid and creation time");
-  resolve([](const LocalLog& l) {
-    return l.rank >= 0 ? l.job_id + "\n" + std::to_string(l.rank) : std::string();
-  }, "claims the same rank");
+  resolve(
+      [](const LocalLog& l) {
+        // A log without a creation time (not the agent's) has nothing to be a copy of.
+        return l.create_ns
+                   ? l.job_id + "\n" + std::to_string(l.pid) + "\n" + std::to_string(l.create_ns)
+                   : std::string();
+      },
+      "the same writer pid and creation time");
+  resolve(
+      [](const LocalLog& l) {
+        return l.rank >= 0 ? l.job_id + "\n" + std::to_string(l.rank) : std::string();
+      },
+      "claims the same rank");
 }
 
 // An unlocked log whose claimed writer still runs and was there when the log was made.

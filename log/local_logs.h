@@ -27,8 +27,8 @@ namespace fr::log {
 
 // Whose logs are accepted.
 struct LogOwners {
-  bool any = false;        // every owner
-  std::vector<uid_t> uids; // else these
+  bool any = false;         // every owner
+  std::vector<uid_t> uids;  // else these
 
   // The reader's own user; every user when the reader runs as root (a root sidecar serves
   // whichever user the job runs as; restrict it with --log-owner on a shared host).
@@ -42,7 +42,7 @@ struct LogOwners {
 
 // A log listed and accepted, with what identifies it.
 struct LocalLog {
-  std::string name;         // file name in the directory
+  std::string name;  // file name in the directory
   dev_t dev = 0;
   ino_t ino = 0;
   uid_t owner = 0;
@@ -51,9 +51,9 @@ struct LocalLog {
   int rank = -1;
   std::string job_id;
   uint64_t create_ns = 0;
-  bool snapshot = false;    // a dump file (FR_LOG_F_SNAPSHOT), not a live log
-  bool locked = false;      // a process holds the writer's lock (a dump: its writer lived)
-  int lock_pid = 0;         // that process, as this reader sees it (0: not visible)
+  bool snapshot = false;  // a dump file (FR_LOG_F_SNAPSHOT), not a live log
+  bool locked = false;    // a process holds the writer's lock (a dump: its writer lived)
+  int lock_pid = 0;       // that process, as this reader sees it (0: not visible)
 };
 
 struct LocalRefusal {

@@ -24,8 +24,7 @@ constexpr OpKind kKindNIXL = OpKind::kNixl;
 OpKind op_kind(uint16_t op) {
   switch (op) {
 #define FR_X(e, v, s, k) \
-  case v:                \
-    return kKind##k;
+  case v: return kKind##k;
     FR_OP_LIST(FR_X)
 #undef FR_X
   }
@@ -37,8 +36,7 @@ OpKind op_kind(uint16_t op) {
 const char* op_name(uint16_t op) {
   switch (op) {
 #define FR_X(e, v, s, k) \
-  case v:                \
-    return s;
+  case v: return s;
     FR_OP_LIST(FR_X)
 #undef FR_X
   }
@@ -52,8 +50,7 @@ bool op_is_nixl(uint16_t op) { return op_kind(op) == OpKind::kNixl; }
 const char* xfer_state_name(uint32_t state) {
   switch (state) {
 #define FR_X(e, v, s) \
-  case v:             \
-    return s;
+  case v: return s;
     FR_XFER_STATE_LIST(FR_X)
 #undef FR_X
   }
@@ -63,8 +60,7 @@ const char* xfer_state_name(uint32_t state) {
 const char* xfer_op_name(uint32_t op) {
   switch (op) {
 #define FR_X(e, v, s) \
-  case v:             \
-    return s;
+  case v: return s;
     FR_XFER_OP_LIST(FR_X)
 #undef FR_X
   }
@@ -95,8 +91,7 @@ const char* nixl_status_name(int32_t status) {
 const char* origin_name(uint32_t origin) {
   switch (origin) {
 #define FR_X(e, v, s) \
-  case v:             \
-    return s;
+  case v: return s;
     FR_ORIGIN_LIST(FR_X)
 #undef FR_X
   }
@@ -106,8 +101,7 @@ const char* origin_name(uint32_t origin) {
 const char* comm_state_name(uint32_t state) {
   switch (state) {
 #define FR_X(e, v, s) \
-  case v:             \
-    return s;
+  case v: return s;
     FR_COMM_STATE_LIST(FR_X)
 #undef FR_X
   }
@@ -117,8 +111,7 @@ const char* comm_state_name(uint32_t state) {
 const char* gpu_state_name(uint32_t state) {
   switch (state) {
 #define FR_X(e, v, s) \
-  case v:             \
-    return s;
+  case v: return s;
     FR_GPU_STATE_LIST(FR_X)
 #undef FR_X
   }
@@ -128,8 +121,7 @@ const char* gpu_state_name(uint32_t state) {
 const char* chan_kind_name(uint32_t kind) {
   switch (kind) {
 #define FR_X(e, v, s) \
-  case v:             \
-    return s;
+  case v: return s;
     FR_CHAN_KIND_LIST(FR_X)
 #undef FR_X
   }
@@ -139,8 +131,7 @@ const char* chan_kind_name(uint32_t kind) {
 const char* chan_state_name(uint32_t state) {
   switch (state) {
 #define FR_X(e, v, s) \
-  case v:             \
-    return s;
+  case v: return s;
     FR_CHAN_STATE_LIST(FR_X)
 #undef FR_X
   }
@@ -149,10 +140,11 @@ const char* chan_state_name(uint32_t state) {
 
 // ncclDataType_t values (nccl.h); kept as numbers so the reader needs no CUDA headers.
 const char* dtype_name(int dtype) {
-  static const char* const kNames[] = {"int8",    "uint8",   "int32",   "uint32",
-                                       "int64",   "uint64",  "float16", "float32",
+  static const char* const kNames[] = {"int8",    "uint8",    "int32",      "uint32",
+                                       "int64",   "uint64",   "float16",    "float32",
                                        "float64", "bfloat16", "float8e4m3", "float8e5m2"};
-  if (dtype >= 0 && dtype < static_cast<int>(sizeof kNames / sizeof kNames[0])) return kNames[dtype];
+  if (dtype >= 0 && dtype < static_cast<int>(sizeof kNames / sizeof kNames[0]))
+    return kNames[dtype];
   return unknown("dtype", dtype);
 }
 

@@ -38,13 +38,17 @@ struct Layout {
 };
 
 Layout layout_of(uint32_t version) {
-  if (version == 1) return {FR_V1_HEADER_BYTES, FR_V1_COMM_BYTES, FR_V1_RECORD_BYTES, FR_V1_GRAPH_BYTES, 0, 0};
-  if (version == 2) return {FR_V2_HEADER_BYTES, FR_V2_COMM_BYTES, FR_V2_RECORD_BYTES, FR_V2_GRAPH_BYTES, 0, 0};
-  if (version == 3) return {FR_V3_HEADER_BYTES, FR_V3_COMM_BYTES, FR_V3_RECORD_BYTES, FR_V3_GRAPH_BYTES, 0, 0};
+  if (version == 1)
+    return {FR_V1_HEADER_BYTES, FR_V1_COMM_BYTES, FR_V1_RECORD_BYTES, FR_V1_GRAPH_BYTES, 0, 0};
+  if (version == 2)
+    return {FR_V2_HEADER_BYTES, FR_V2_COMM_BYTES, FR_V2_RECORD_BYTES, FR_V2_GRAPH_BYTES, 0, 0};
+  if (version == 3)
+    return {FR_V3_HEADER_BYTES, FR_V3_COMM_BYTES, FR_V3_RECORD_BYTES, FR_V3_GRAPH_BYTES, 0, 0};
   if (version == 4)
-    return {FR_V4_HEADER_BYTES, FR_V4_COMM_BYTES, FR_V4_RECORD_BYTES, FR_V4_GRAPH_BYTES, 0, FR_V4_XFER_BYTES};
-  return {FR_V5_HEADER_BYTES, FR_V5_COMM_BYTES, FR_V5_RECORD_BYTES, FR_V5_GRAPH_BYTES, FR_V5_CHAN_BYTES,
-          FR_V5_XFER_BYTES};
+    return {FR_V4_HEADER_BYTES, FR_V4_COMM_BYTES, FR_V4_RECORD_BYTES, FR_V4_GRAPH_BYTES, 0,
+            FR_V4_XFER_BYTES};
+  return {FR_V5_HEADER_BYTES, FR_V5_COMM_BYTES, FR_V5_RECORD_BYTES,
+          FR_V5_GRAPH_BYTES,  FR_V5_CHAN_BYTES, FR_V5_XFER_BYTES};
 }
 
 // The bytes of a structure this reader copies: min(stored size, its own size), and for an older
@@ -71,15 +75,15 @@ ReadError check_geometry(const fr_log_header& h, size_t size, std::string* why) 
   };
   const Layout defined = layout_of(h.version);
   if (h.comm_size < defined.comm || h.record_size < defined.record)
-    return bad(ReadError::kCorrupt, "structure sizes smaller than version " +
-                                        std::to_string(h.version) + " defines");
+    return bad(ReadError::kCorrupt,
+               "structure sizes smaller than version " + std::to_string(h.version) + " defines");
   if (h.comm_size % 8 || h.record_size % 8 || h.comm_offset % 8 || h.ring_offset % 8)
     return bad(ReadError::kCorrupt, "misaligned structure sizes or offsets");
   if (h.comm_size > (1u << 16) || h.record_size > (1u << 16))
     return bad(ReadError::kCorrupt, "implausible structure sizes");
   if (h.ring_capacity == 0 || h.ring_capacity > FR_MAX_RING_CAPACITY)
-    return bad(ReadError::kCorrupt, "ring capacity " + std::to_string(h.ring_capacity) +
-                                        " out of range");
+    return bad(ReadError::kCorrupt,
+               "ring capacity " + std::to_string(h.ring_capacity) + " out of range");
   if (h.comm_capacity > FR_MAX_COMM_CAPACITY)
     return bad(ReadError::kCorrupt, "communicator capacity out of range");
   // Capacities and sizes are bounded above, so these products cannot overflow 64 bits.
@@ -191,15 +195,17 @@ struct Table {
 
 // The header's first words: magic, version and size, then the whole header at that size.
 ReadResult read_header(const uint8_t* base, size_t size, const std::string& name, LogFile* log) {
-  if (size < 16) return fail(ReadError::kTooSmall, name, size ? "too small to be a flight log (" +
-                                                                    std::to_string(size) + " bytes)"
-                                                              : "empty file");
+  if (size < 16)
+    return fail(
+        ReadError::kTooSmall, name,
+        size ? "too small to be a flight log (" + std::to_string(size) + " bytes)" : "empty file");
   uint64_t magic;
   uint32_t version, header_size;
   std::memcpy(&magic, base, 8);
   std::memcpy(&version, base + 8, 4);
   std::memcpy(&header_size, base + 12, 4);
-  if (magic != FR_LOG_MAGIC) return fail(ReadError::kBadMagic, name, "not a flight log (bad magic)");
+  if (magic != FR_LOG_MAGIC)
+    return fail(ReadError::kBadMagic, name, "not a flight log (bad magic)");
   if (version == 0) return fail(ReadError::kCorrupt, name, "format version 0");
   if (version > FR_LOG_VERSION)
     return fail(ReadError::kNewerVersion, name,
@@ -293,7 +299,8 @@ void read_ring(const Table& t, const std::unordered_map<uint64_t, size_t>& comm_
       comm_of = rec.raw.comm_id;
       looked_up = true;
     }
-    if (comm) rec.gpu_state = fr_resolve_gpu_state(&rec.raw, comm->gpu_started, comm->gpu_completed);
+    if (comm)
+      rec.gpu_state = fr_resolve_gpu_state(&rec.raw, comm->gpu_started, comm->gpu_completed);
   }
 }
 
@@ -393,17 +400,17 @@ ReadResult parse(const uint8_t* base, size_t size, const std::string& name, int 
     // A table with no entries may have any offset (read_header checks offsets only of tables
     // it will read): never form a pointer past the mapping.
     const uint8_t* start = offset <= size ? base + offset : nullptr;
-    return Table{start, stored, bytes_kept(stored, own, h.version, version_bytes), locked_end, live,
-                 copied && !live};
+    return Table{start,      stored, bytes_kept(stored, own, h.version, version_bytes),
+                 locked_end, live,   copied && !live};
   };
   const Table comms = table(h.comm_offset, h.comm_size, sizeof(fr_comm_entry), defined.comm,
                             offsetof(fr_comm_entry, state));
-  const Table ring = table(h.ring_offset, h.record_size, sizeof(fr_record), defined.record,
-                           sizeof(fr_record));
+  const Table ring =
+      table(h.ring_offset, h.record_size, sizeof(fr_record), defined.record, sizeof(fr_record));
   const Table graphs = table(h.graph_offset, h.graph_size, sizeof(fr_graph_entry), defined.graph,
                              offsetof(fr_graph_entry, n_ops));
-  const Table captures = table(h.capture_offset, h.record_size, sizeof(fr_record), defined.record,
-                               sizeof(fr_record));
+  const Table captures =
+      table(h.capture_offset, h.record_size, sizeof(fr_record), defined.record, sizeof(fr_record));
   auto comm_index = read_comms(comms, h.comm_capacity, &log);
   read_ring(ring, comm_index, &log);
   read_graphs(graphs, captures, &log);
@@ -507,14 +514,16 @@ ReadResult read_fd(int fd, const struct stat& st, const std::string& name, LogFi
     // Too small to map usefully: read what is there and let parse() name the problem.
     uint8_t buf[sizeof(fr_log_header)] = {};
     ssize_t n = size ? ::pread(fd, buf, size, 0) : 0;
-    if (n < 0) return fail(ReadError::kIo, name, std::string("cannot read: ") + std::strerror(errno));
+    if (n < 0)
+      return fail(ReadError::kIo, name, std::string("cannot read: ") + std::strerror(errno));
     return parse(buf, static_cast<size_t>(n), name, -1, recycled(spare));
   }
   if (size <= kCopiedMaxBytes) {
     uint8_t* buf = thread_buffer(size);
     const size_t head = sizeof(fr_log_header);
     ssize_t n = pread_full(fd, buf, head, 0);
-    if (n < 0) return fail(ReadError::kIo, name, std::string("cannot read: ") + std::strerror(errno));
+    if (n < 0)
+      return fail(ReadError::kIo, name, std::string("cannot read: ") + std::strerror(errno));
     uint64_t magic;
     uint32_t flags;
     std::memcpy(&magic, buf, sizeof magic);
@@ -522,7 +531,8 @@ ReadResult read_fd(int fd, const struct stat& st, const std::string& name, LogFi
     // A file that shrank meanwhile is parsed at the length read: parse() names it truncated.
     if (size_t(n) < head || magic != FR_LOG_MAGIC || (flags & FR_LOG_F_SNAPSHOT)) {
       ssize_t rest = size_t(n) < head ? 0 : pread_full(fd, buf + head, size - head, off_t(head));
-      if (rest < 0) return fail(ReadError::kIo, name, std::string("cannot read: ") + std::strerror(errno));
+      if (rest < 0)
+        return fail(ReadError::kIo, name, std::string("cannot read: ") + std::strerror(errno));
       return parse(buf, size_t(n) + size_t(rest), name, fd, recycled(spare), true);
     }
   }
@@ -582,15 +592,19 @@ std::string encode_snapshot(const LogFile& log, uint64_t snapshot_ns) {
     first = counter - span;
   }
   const uint32_t ring_cap = static_cast<uint32_t>(std::max<uint64_t>(span, 1));
-  const uint32_t comm_cap = static_cast<uint32_t>(std::min<size_t>(log.comms.size(), FR_MAX_COMM_CAPACITY));
+  const uint32_t comm_cap =
+      static_cast<uint32_t>(std::min<size_t>(log.comms.size(), FR_MAX_COMM_CAPACITY));
 
-  const uint32_t graph_cap = static_cast<uint32_t>(std::min<size_t>(log.graphs.size(), FR_MAX_GRAPH_CAPACITY));
+  const uint32_t graph_cap =
+      static_cast<uint32_t>(std::min<size_t>(log.graphs.size(), FR_MAX_GRAPH_CAPACITY));
   const uint32_t capture_cap =
       static_cast<uint32_t>(std::min<size_t>(log.captures.size(), FR_MAX_CAPTURE_CAPACITY));
-  const uint32_t chan_cap = static_cast<uint32_t>(std::min<size_t>(log.chans.size(), FR_MAX_CHAN_CAPACITY));
-  const uint32_t xfer_cap = static_cast<uint32_t>(std::min<size_t>(log.xfers.size(), FR_MAX_XFER_CAPACITY));
-  std::string out(fr_log_file_size_all(comm_cap, ring_cap, graph_cap, capture_cap, chan_cap, xfer_cap),
-                  '\0');
+  const uint32_t chan_cap =
+      static_cast<uint32_t>(std::min<size_t>(log.chans.size(), FR_MAX_CHAN_CAPACITY));
+  const uint32_t xfer_cap =
+      static_cast<uint32_t>(std::min<size_t>(log.xfers.size(), FR_MAX_XFER_CAPACITY));
+  std::string out(
+      fr_log_file_size_all(comm_cap, ring_cap, graph_cap, capture_cap, chan_cap, xfer_cap), '\0');
   auto* base = reinterpret_cast<uint8_t*>(out.data());
 
   fr_log_header h = log.header;
@@ -614,7 +628,8 @@ std::string encode_snapshot(const LogFile& log, uint64_t snapshot_ns) {
   h.chan_capacity = chan_cap;
   h.chan_size = chan_cap ? sizeof(fr_chan_entry) : 0;
   h.chan_count = chan_cap;
-  h.xfer_offset = xfer_cap ? fr_log_xfer_offset(comm_cap, ring_cap, graph_cap, capture_cap, chan_cap) : 0;
+  h.xfer_offset =
+      xfer_cap ? fr_log_xfer_offset(comm_cap, ring_cap, graph_cap, capture_cap, chan_cap) : 0;
   h.xfer_capacity = xfer_cap;
   h.xfer_size = xfer_cap ? sizeof(fr_xfer_entry) : 0;
   h.xfer_count = xfer_cap;

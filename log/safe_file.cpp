@@ -62,7 +62,8 @@ OpenedFile finish(Fd path_fd, const std::string& shown, Reopen reopen_by_name) {
   struct stat want {};
   if (::fstat(path_fd.get(), &want) != 0)
     return failure(OpenError::kIo, shown, std::string("cannot stat: ") + std::strerror(errno));
-  if (S_ISLNK(want.st_mode)) return failure(OpenError::kLink, shown, "a symbolic link: not followed");
+  if (S_ISLNK(want.st_mode))
+    return failure(OpenError::kLink, shown, "a symbolic link: not followed");
   if (!S_ISREG(want.st_mode))
     return failure(OpenError::kNotRegular, shown,
                    std::string(file_kind(want.st_mode)) + ", not a regular file: not read");
@@ -115,7 +116,8 @@ OpenedFile open_beneath(const std::string& dir, const std::string& relative) {
       struct stat st {};
       // O_NOFOLLOW|O_DIRECTORY on a link fails with ENOTDIR: say that it is a link.
       if (::fstatat(cur.get(), part.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
-        return failure(OpenError::kLink, shown, "a symbolic link on the way (" + part + "): not followed");
+        return failure(OpenError::kLink, shown,
+                       "a symbolic link on the way (" + part + "): not followed");
       return open_failure(err, shown);
     }
     cur = std::move(sub);

@@ -27,31 +27,31 @@ inline constexpr size_t kMaxSideFileBytes = 64u << 20;
 // ---- fr-stacks/1 -------------------------------------------------------------------------------
 
 struct StackFrame {
-  std::string function;  // demangled; "" when no symbol covers the address
-  std::string file;      // source file when debug info has it
-  int line = 0;          // 0 when unknown
-  std::string module;    // the ELF object (path) the address lies in
+  std::string function;         // demangled; "" when no symbol covers the address
+  std::string file;             // source file when debug info has it
+  int line = 0;                 // 0 when unknown
+  std::string module;           // the ELF object (path) the address lies in
   std::string kind = "native";  // "native", "python" or "kernel"
   uint64_t pc = 0;
 };
 
 struct ThreadStack {
   int tid = 0;
-  std::string name;      // /proc/<pid>/task/<tid>/comm, or Python's thread name
-  std::string state;     // the kernel's state letter at the capture (R, S, D, T, t, ...)
+  std::string name;                // /proc/<pid>/task/<tid>/comm, or Python's thread name
+  std::string state;               // the kernel's state letter at the capture (R, S, D, T, t, ...)
   std::vector<StackFrame> frames;  // innermost first
-  std::string error;     // why this thread has no (or a partial) stack
+  std::string error;               // why this thread has no (or a partial) stack
 };
 
 struct ProcessStacks {
   int pid = 0;
   int rank = -1;
-  std::string taker;     // "libdw", "libdw+py-spy"
-  bool python = false;   // a Python interpreter: frames merged from py-spy
-  std::string error;     // why no stack at all (one line), e.g. ptrace not permitted
-  std::string python_error;  // why py-spy gave nothing, for a Python process
-  int64_t time_ns = 0;   // CLOCK_REALTIME at the capture
-  int64_t took_ns = 0;   // how long the process was held
+  std::string taker;                 // "libdw", "libdw+py-spy"
+  bool python = false;               // a Python interpreter: frames merged from py-spy
+  std::string error;                 // why no stack at all (one line), e.g. ptrace not permitted
+  std::string python_error;          // why py-spy gave nothing, for a Python process
+  int64_t time_ns = 0;               // CLOCK_REALTIME at the capture
+  int64_t took_ns = 0;               // how long the process was held
   std::vector<ThreadStack> threads;  // the main thread (tid == pid) first
 };
 
@@ -62,7 +62,7 @@ bool parse_stacks(const std::string& text, ProcessStacks* out, std::string* erro
 
 struct XidEvent {
   uint64_t xid = 0;
-  int64_t time_ns = 0;   // CLOCK_REALTIME when the daemon received it
+  int64_t time_ns = 0;  // CLOCK_REALTIME when the daemon received it
 };
 
 struct NvLinkState {
@@ -78,29 +78,29 @@ struct NvLinkState {
 // NVML's reason, so "not supported" never reads as "zero errors".
 struct GpuHealth {
   int index = -1;
-  std::string pci_bus_id;   // "0000:3b:00.0"
+  std::string pci_bus_id;  // "0000:3b:00.0"
   std::string uuid;
   std::string name;
-  std::vector<XidEvent> xids;             // since the daemon started
+  std::vector<XidEvent> xids;  // since the daemon started
   int64_t ecc_volatile_corrected = -1;
   int64_t ecc_volatile_uncorrected = -1;
-  int64_t retired_pages_pending = -1;     // 1 when a page retirement waits for a reset
-  int64_t remapped_rows_pending = -1;     // 1 when a row remap waits for a reset
+  int64_t retired_pages_pending = -1;  // 1 when a page retirement waits for a reset
+  int64_t remapped_rows_pending = -1;  // 1 when a row remap waits for a reset
   int64_t remapped_rows_failed = -1;
   std::vector<NvLinkState> nvlinks;
-  int64_t throttle_reasons = -1;          // NVML's clocks-event bit mask
+  int64_t throttle_reasons = -1;  // NVML's clocks-event bit mask
   std::vector<std::string> throttle_names;
   int64_t temperature_c = -1;
   int64_t power_mw = -1;
   int64_t pcie_replays = -1;
-  std::vector<int> pids;                  // compute processes running on it
-  std::vector<std::string> unavailable;   // "ecc: Not Supported", ...
+  std::vector<int> pids;                 // compute processes running on it
+  std::vector<std::string> unavailable;  // "ecc: Not Supported", ...
 };
 
 struct NodeGpus {
   std::string node;
   int64_t time_ns = 0;
-  std::string error;          // NVML absent or failing: one line; then `gpus` is empty
+  std::string error;  // NVML absent or failing: one line; then `gpus` is empty
   std::string driver_version;
   std::vector<GpuHealth> gpus;
 };

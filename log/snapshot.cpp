@@ -58,12 +58,11 @@ std::string this_host() {
 std::string safe_name(const std::string& s) {
   std::string out;
   for (char c : s.substr(0, 64))
-    out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
+    out +=
+        (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
   if (out.empty() || out == "." || out == "..") out = "unknown";
   return out;
 }
-
-
 
 // A manifest's file entry must stay inside the dump set.
 bool safe_relative_path(const std::string& p) {
@@ -117,10 +116,12 @@ SnapshotResult snapshot_dir(const SnapshotOptions& opts) {
     std::string base = opts.file_prefix + "rank" + (rank >= 0 ? std::to_string(rank) : "unknown") +
                        "." + safe_name(host) + "." + std::to_string(log.header.pid);
     std::string file = base + FR_LOG_FILE_SUFFIX;
-    for (int n = 1; used.count(file); ++n) file = base + "." + std::to_string(n) + FR_LOG_FILE_SUFFIX;
+    for (int n = 1; used.count(file); ++n)
+      file = base + "." + std::to_string(n) + FR_LOG_FILE_SUFFIX;
 
     std::string error;
-    if (!files::write_atomic(opts.out_dir + "/" + file, encode_snapshot(log, res.time_ns), &error)) {
+    if (!files::write_atomic(opts.out_dir + "/" + file, encode_snapshot(log, res.time_ns),
+                             &error)) {
       res.skipped.push_back({path, error});
       continue;
     }
@@ -164,10 +165,12 @@ json to_json(const ManifestNode& n) {
 }
 
 json to_json(const SnapshotProcess& p) {
-  return {{"rank", p.rank},         {"world_size", p.world_size}, {"pid", p.pid},
-          {"host", p.host},         {"job_id", p.job_id},         {"file", p.file},
-          {"source", p.source},     {"alive", p.alive},           {"records", p.records},
-          {"overwritten", p.overwritten}, {"torn", p.torn}};
+  return {{"rank", p.rank},       {"world_size", p.world_size},
+          {"pid", p.pid},         {"host", p.host},
+          {"job_id", p.job_id},   {"file", p.file},
+          {"source", p.source},   {"alive", p.alive},
+          {"records", p.records}, {"overwritten", p.overwritten},
+          {"torn", p.torn}};
 }
 
 json to_json(const SnapshotSkip& s) { return {{"file", s.file}, {"error", s.error}}; }
@@ -326,7 +329,8 @@ bool write_manifest(const std::string& out_dir, const std::string& job_id, uint6
   m.skipped = skipped;
   // Names from logs may hold invalid UTF-8: replace rather than throw.
   return files::write_atomic(out_dir + "/manifest.json",
-                             to_json(m).dump(2, ' ', false, json::error_handler_t::replace) + "\n", error);
+                             to_json(m).dump(2, ' ', false, json::error_handler_t::replace) + "\n",
+                             error);
 }
 
 bool parse_manifest(const std::string& text, Manifest* out, std::string* error) {

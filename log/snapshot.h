@@ -26,8 +26,8 @@ struct SnapshotProcess {
   int pid = 0;
   std::string host;
   std::string job_id;
-  std::string file;         // dump file name, relative to the dump set
-  std::string source;       // the live log it came from
+  std::string file;    // dump file name, relative to the dump set
+  std::string source;  // the live log it came from
   bool alive = false;
   uint64_t records = 0;
   uint64_t overwritten = 0;
@@ -72,7 +72,7 @@ struct Manifest {
   std::string job_id;
   std::string source;
   uint64_t time_ns = 0;
-  int expected_ranks = -1;                 // -1 when the manifest does not say
+  int expected_ranks = -1;  // -1 when the manifest does not say
   std::vector<ManifestNode> nodes;
   std::vector<SnapshotProcess> processes;
   std::vector<SnapshotSkip> skipped;

@@ -14,12 +14,12 @@
 inline constexpr int kFrSkipExitCode = 77;
 
 // FR_SKIP("no torch: " << why): the message is streamed, as in Catch2's INFO.
-#define FR_SKIP(message)                                                  \
-  do {                                                                    \
-    std::ostringstream fr_skip_text_;                                     \
-    fr_skip_text_ << message;                                             \
-    std::printf("FR-SKIPPED: %s\n", fr_skip_text_.str().c_str());        \
-    std::fflush(stdout);                                                  \
-    std::fflush(stderr);                                                  \
-    std::_Exit(kFrSkipExitCode);                                          \
+#define FR_SKIP(message)                                          \
+  do {                                                            \
+    std::ostringstream fr_skip_text_;                             \
+    fr_skip_text_ << message;                                     \
+    std::printf("FR-SKIPPED: %s\n", fr_skip_text_.str().c_str()); \
+    std::fflush(stdout);                                          \
+    std::fflush(stderr);                                          \
+    std::_Exit(kFrSkipExitCode);                                  \
   } while (0)

@@ -28,7 +28,9 @@ struct TempDir {
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
   // A path inside the directory.
-  std::string sub(const std::string& name) const { return (std::filesystem::path(path) / name).string(); }
+  std::string sub(const std::string& name) const {
+    return (std::filesystem::path(path) / name).string();
+  }
 };
 
 }  // namespace fr::test

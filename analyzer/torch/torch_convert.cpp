@@ -102,8 +102,8 @@ struct Group {
 // One entry, parsed, before grouping.
 struct Entry {
   int64_t record_id = -1;
-  size_t group = 0;     // index into groups
-  int op = -1;          // fr_op, or -2 for the coalesced marker
+  size_t group = 0;  // index into groups
+  int op = -1;       // fr_op, or -2 for the coalesced marker
   bool p2p = false;
   int64_t seq = 0;
   uint64_t count = 0;
@@ -114,7 +114,7 @@ struct Entry {
   fr_gpu_state state = FR_GPU_NONE;
   uint64_t group_id = 0;  // "fr_group_id" when present
   int64_t pg_id = -1;
-  int64_t op_id = -1;     // gloo: the group's count of every op, which pg_status counts in too
+  int64_t op_id = -1;  // gloo: the group's count of every op, which pg_status counts in too
 };
 
 class DumpConverter {
@@ -152,7 +152,9 @@ class DumpConverter {
   bool start_seen_ = false;  // some entry or pg_status reports the start of work
   // pg_status per process group (index into groups_): the last collective enqueued, started
   // and completed, -1 where the backend does not say.
-  struct Status { int64_t enqueued = -1, started = -1, completed = -1; };
+  struct Status {
+    int64_t enqueued = -1, started = -1, completed = -1;
+  };
   std::map<size_t, Status> status_;
 
   void see_time(int64_t t) {
@@ -285,15 +287,16 @@ class DumpConverter {
     if (!ok) x->count = by_output ? e.in_count : e.out_count;
     if (e.has_dtype) {
       x->dtype = torch_dtype_to_nccl(e.dtype);
-      if (x->dtype < 0) w_.add(path_ + ": dtype \"" + e.dtype.substr(0, 32) + "\" has no NCCL type");
+      if (x->dtype < 0)
+        w_.add(path_ + ": dtype \"" + e.dtype.substr(0, 32) + "\" has no NCCL type");
     }
     if ((x->op == FR_OP_SEND || x->op == FR_OP_RECV) && !meta.empty()) {
       // send: "<self>-><peer>", recv: "<self><-<peer>"; ranks in the group.
       const char* sep = x->op == FR_OP_SEND ? "->" : "<-";
       size_t at = meta.find(sep);
       int64_t peer;
-      if (at != std::string_view::npos && parse_int_text(meta.substr(at + 2), &peer) &&
-          peer >= 0 && peer < kMaxRanks)
+      if (at != std::string_view::npos && parse_int_text(meta.substr(at + 2), &peer) && peer >= 0 &&
+          peer < kMaxRanks)
         x->peer = int32_t(peer);
       else
         w_.add(path_ + ": p2p entry with unreadable peer \"" + std::string(meta.substr(0, 32)) +
@@ -420,8 +423,10 @@ class DumpConverter {
       if (e.p2p || e.seq <= 0) continue;
       auto it = status_.find(e.group);
       if (it == status_.end()) continue;
-      if (e.seq <= it->second.completed) e.state = FR_GPU_COMPLETED;
-      else if (e.seq <= it->second.started) e.state = std::max(e.state, FR_GPU_STARTED);
+      if (e.seq <= it->second.completed)
+        e.state = FR_GPU_COMPLETED;
+      else if (e.seq <= it->second.started)
+        e.state = std::max(e.state, FR_GPU_STARTED);
     }
     if (start_seen_) return;
     std::set<std::pair<size_t, bool>> oldest;
@@ -552,7 +557,9 @@ class DumpConverter {
       if (n.span > FR_MAX_RING_CAPACITY || n.span > 4 * entries_.size() + 1024) n.ascending = false;
     }
     if (!n.ascending) {
-      if (!entries_.empty()) w_.add(path_ + ": record ids not ascending (or too sparse for a ring); renumbered in file order");
+      if (!entries_.empty())
+        w_.add(path_ +
+               ": record ids not ascending (or too sparse for a ring); renumbered in file order");
       n.span = entries_.size();
     }
     if (entries_.size() > FR_MAX_RING_CAPACITY) {
@@ -617,7 +624,8 @@ class DumpConverter {
         c.op_index = uint64_t(s.enqueued);
         c.coll_seq = uint64_t(s.enqueued);
         c.gpu_completed = s.completed > 0 ? uint64_t(s.completed) : 0;
-        c.gpu_started = std::max<uint64_t>(c.gpu_completed, s.started > 0 ? uint64_t(s.started) : 0);
+        c.gpu_started =
+            std::max<uint64_t>(c.gpu_completed, s.started > 0 ? uint64_t(s.started) : 0);
       }
     }
   }

@@ -38,7 +38,6 @@ uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
   return h;
 }
 
-
 bool is_dump(const json& j) {
   return j.is_object() && (j.contains("pg_config") || j.contains("entries"));
 }
@@ -48,12 +47,16 @@ bool json_too_deep(std::string_view text) {
   bool in_str = false, esc = false;
   for (char c : text) {
     if (in_str) {
-      if (esc) esc = false;
-      else if (c == '\\') esc = true;
-      else if (c == '"') in_str = false;
+      if (esc)
+        esc = false;
+      else if (c == '\\')
+        esc = true;
+      else if (c == '"')
+        in_str = false;
       continue;
     }
-    if (c == '"') in_str = true;
+    if (c == '"')
+      in_str = true;
     else if (c == '[' || c == '{') {
       if (++depth > kMaxJsonDepth) return true;
     } else if ((c == ']' || c == '}') && depth > 0) {
@@ -104,26 +107,34 @@ int torch_op_from_name(std::string_view op) {
     if (f.torch != nullptr && op == f.torch) return f.op;
   static const std::pair<const char*, int> kOps[] = {
       {"allreduce", FR_OP_ALLREDUCE},
-      {"allreduce_coalesced", FR_OP_ALLREDUCE}, {"all_reduce_coalesced", FR_OP_ALLREDUCE},
-      {"all_reduce_barrier", FR_OP_ALLREDUCE}, {"barrier", FR_OP_ALLREDUCE},
+      {"allreduce_coalesced", FR_OP_ALLREDUCE},
+      {"all_reduce_coalesced", FR_OP_ALLREDUCE},
+      {"all_reduce_barrier", FR_OP_ALLREDUCE},
+      {"barrier", FR_OP_ALLREDUCE},
       {"_broadcast_oop", FR_OP_BROADCAST},
       {"_reduce_oop", FR_OP_REDUCE},
       {"allgather", FR_OP_ALLGATHER},
-      {"_all_gather_base", FR_OP_ALLGATHER}, {"_allgather_base", FR_OP_ALLGATHER},
-      {"all_gather_single", FR_OP_ALLGATHER}, {"all_gather_v", FR_OP_ALLGATHER},
+      {"_all_gather_base", FR_OP_ALLGATHER},
+      {"_allgather_base", FR_OP_ALLGATHER},
+      {"all_gather_single", FR_OP_ALLGATHER},
+      {"all_gather_v", FR_OP_ALLGATHER},
       {"all_gather_into_tensor_coalesced", FR_OP_ALLGATHER},
       {"allgather_into_tensor_coalesced", FR_OP_ALLGATHER},
-      {"ALLGATHER_coalesced", FR_OP_ALLGATHER}, {"allgather_coalesced", FR_OP_ALLGATHER},
+      {"ALLGATHER_coalesced", FR_OP_ALLGATHER},
+      {"allgather_coalesced", FR_OP_ALLGATHER},
       {"_reduce_scatter_base", FR_OP_REDUCESCATTER},
-      {"reduce_scatter_single", FR_OP_REDUCESCATTER}, {"reduce_scatter_v", FR_OP_REDUCESCATTER},
+      {"reduce_scatter_single", FR_OP_REDUCESCATTER},
+      {"reduce_scatter_v", FR_OP_REDUCESCATTER},
       {"reduce_scatter_tensor_coalesced", FR_OP_REDUCESCATTER},
       {"reduce_scatter_base", FR_OP_REDUCESCATTER},
       {"REDUCE_SCATTER_coalesced", FR_OP_REDUCESCATTER},
       {"all_to_all_single", FR_OP_ALLTOALL},
-      {"all_to_all_v_single", FR_OP_ALLTOALL}, {"alltoall", FR_OP_ALLTOALL},
+      {"all_to_all_v_single", FR_OP_ALLTOALL},
+      {"alltoall", FR_OP_ALLTOALL},
       {"alltoall_base", FR_OP_ALLTOALL},
       {"recvAnysource", FR_OP_RECV},
-      {"split", FR_OP_COMM_SPLIT}, {"new_window", FR_OP_COMM_WINDOW_REGISTER},
+      {"split", FR_OP_COMM_SPLIT},
+      {"new_window", FR_OP_COMM_WINDOW_REGISTER},
       {"coalesced", -2},
   };
   for (const auto& [name, v] : kOps)
@@ -137,10 +148,21 @@ const char* torch_op_name(uint16_t op) { return fr::nccl_op(op).torch; }
 namespace {
 // c10 ScalarType names (c10::toString) and the ncclDataType_t PyTorch uses for each.
 const std::pair<const char*, int> kDtypes[] = {
-    {"Char", 0},  {"Byte", 1},     {"Int", 2},       {"UInt32", 3},         {"Long", 4},
-    {"UInt64", 5}, {"Half", 6},    {"Float", 7},     {"Double", 8},         {"BFloat16", 9},
-    {"Float8_e4m3fn", 10},         {"Float8_e5m2", 11}, {"Bool", 1},
-    {"Float8_e4m3fnuz", 10},       {"Float8_e5m2fnuz", 11},
+    {"Char", 0},
+    {"Byte", 1},
+    {"Int", 2},
+    {"UInt32", 3},
+    {"Long", 4},
+    {"UInt64", 5},
+    {"Half", 6},
+    {"Float", 7},
+    {"Double", 8},
+    {"BFloat16", 9},
+    {"Float8_e4m3fn", 10},
+    {"Float8_e5m2", 11},
+    {"Bool", 1},
+    {"Float8_e4m3fnuz", 10},
+    {"Float8_e5m2fnuz", 11},
 };
 }  // namespace
 
@@ -162,8 +184,8 @@ bool sniff_torch_dump(std::string_view head) {
     if (proto < 2 || proto > 5) return false;
   } else {
     size_t i = 0;
-    while (i < head.size() && (head[i] == ' ' || head[i] == '\n' || head[i] == '\r' ||
-                               head[i] == '\t'))
+    while (i < head.size() &&
+           (head[i] == ' ' || head[i] == '\n' || head[i] == '\r' || head[i] == '\t'))
       ++i;
     if (i >= head.size() || (head[i] != '{' && head[i] != '[')) return false;
   }
@@ -297,8 +319,7 @@ TorchReadResult read_torch_dump_bytes(std::string_view bytes, const std::string&
     UnpickleLimits lim;
     // Stack traces are the bulk of a dump; these and the other fields the reader does not keep
     // are never even built.
-    lim.skip_keys = {"frames", "thread_name", "duration_ms", "timeout_ms",
-                     "nccl_comm_state"};
+    lim.skip_keys = {"frames", "thread_name", "duration_ms", "timeout_ms", "nccl_comm_state"};
     PickleDoc doc;
     std::string err;
     for (bool scan : {true, false}) {

@@ -68,7 +68,8 @@ using PRef = PickleDoc::Ref;
 
 bool p_int(const PickleDoc& d, PRef v, int64_t* out) {
   switch (d.type(v)) {
-    case PType::kBool: case PType::kInt: *out = d.int_value(v); return true;
+    case PType::kBool:
+    case PType::kInt: *out = d.int_value(v); return true;
     case PType::kUint: {
       uint64_t u = d.uint_value(v);
       *out = u > uint64_t(INT64_MAX) ? INT64_MAX : int64_t(u);
@@ -87,7 +88,8 @@ bool p_int(const PickleDoc& d, PRef v, int64_t* out) {
 
 std::string p_text(const PickleDoc& d, PRef v) {
   switch (d.type(v)) {
-    case PType::kStr: case PType::kBytes: return std::string(d.text(v));
+    case PType::kStr:
+    case PType::kBytes: return std::string(d.text(v));
     case PType::kInt: return std::to_string(d.int_value(v));
     case PType::kUint: return std::to_string(d.uint_value(v));
     default: return {};
@@ -107,7 +109,6 @@ bool p_bool(const PickleDoc& d, PRef v, bool dflt) {
   }
   return dflt;
 }
-
 
 // element_count() of a pickled list of shapes. `tmp` and `dims` are scratch lists.
 uint64_t p_element_count(const PickleDoc& d, PRef sizes, bool* ok, std::vector<PRef>* tmp,
@@ -153,15 +154,24 @@ PickleEntryReader::Field PickleEntryReader::field_of(PRef key) {
 
 PickleEntryReader::Field PickleEntryReader::field_named(std::string_view k) {
   static const std::pair<const char*, Field> kFields[] = {
-      {"collective_seq_id", Field::kCollSeq}, {"fr_group_id", Field::kGroupId},
-      {"input_sizes", Field::kInSizes}, {"input_dtypes", Field::kInDtypes},
-      {"is_p2p", Field::kIsP2p}, {"output_sizes", Field::kOutSizes},
-      {"output_dtypes", Field::kOutDtypes}, {"profiling_name", Field::kProfilingName},
-      {"process_group", Field::kProcessGroup}, {"pg_id", Field::kPgId},
-      {"p2p_seq_id", Field::kP2pSeq}, {"record_id", Field::kRecordId},
-      {"retired", Field::kRetired}, {"state", Field::kState},
-      {"time_created_ns", Field::kCreated}, {"time_discovered_started_ns", Field::kStarted},
-      {"time_discovered_completed_ns", Field::kCompleted}, {"thread_id", Field::kThreadId},
+      {"collective_seq_id", Field::kCollSeq},
+      {"fr_group_id", Field::kGroupId},
+      {"input_sizes", Field::kInSizes},
+      {"input_dtypes", Field::kInDtypes},
+      {"is_p2p", Field::kIsP2p},
+      {"output_sizes", Field::kOutSizes},
+      {"output_dtypes", Field::kOutDtypes},
+      {"profiling_name", Field::kProfilingName},
+      {"process_group", Field::kProcessGroup},
+      {"pg_id", Field::kPgId},
+      {"p2p_seq_id", Field::kP2pSeq},
+      {"record_id", Field::kRecordId},
+      {"retired", Field::kRetired},
+      {"state", Field::kState},
+      {"time_created_ns", Field::kCreated},
+      {"time_discovered_started_ns", Field::kStarted},
+      {"time_discovered_completed_ns", Field::kCompleted},
+      {"thread_id", Field::kThreadId},
       {"op_id", Field::kOpId},
   };
   for (const auto& [name, f] : kFields)
@@ -189,18 +199,30 @@ RawEntry PickleEntryReader::read(PRef e) {
       case Field::kCollSeq: x.coll_seq = p_int(d_, v, &n) ? n : 0; break;
       case Field::kGroupId: {
         PType t = d_.type(v);
-        x.group_id = t == PType::kUint ? d_.uint_value(v)
+        x.group_id = t == PType::kUint                           ? d_.uint_value(v)
                      : (t == PType::kInt && d_.int_value(v) > 0) ? uint64_t(d_.int_value(v))
-                                                                  : 0;
+                                                                 : 0;
         break;
       }
-      case Field::kInSizes: in_sz = v; has_in_sz = true; break;
-      case Field::kInDtypes: in_dt = v; has_in_dt = true; break;
+      case Field::kInSizes:
+        in_sz = v;
+        has_in_sz = true;
+        break;
+      case Field::kInDtypes:
+        in_dt = v;
+        has_in_dt = true;
+        break;
       case Field::kIsP2p:
         x.is_p2p = p_bool(d_, v, true) == p_bool(d_, v, false) ? int(p_bool(d_, v, false)) : -1;
         break;
-      case Field::kOutSizes: out_sz = v; has_out_sz = true; break;
-      case Field::kOutDtypes: out_dt = v; has_out_dt = true; break;
+      case Field::kOutSizes:
+        out_sz = v;
+        has_out_sz = true;
+        break;
+      case Field::kOutDtypes:
+        out_dt = v;
+        has_out_dt = true;
+        break;
       case Field::kProfilingName: x.profiling_name = p_text(d_, v); break;
       case Field::kProcessGroup:
         x.has_pg = true;

@@ -40,13 +40,11 @@ struct RawEntry {
   std::string dtype;  // the first input dtype, else the first output dtype
 };
 
-
 RawEntry raw_from_json(const nlohmann::json& e);
 
 // What unpickle() turns into a JSON array.
 inline bool p_is_seq(PickleDoc::Type t) {
-  return t == PickleDoc::Type::kList || t == PickleDoc::Type::kTuple ||
-         t == PickleDoc::Type::kSet;
+  return t == PickleDoc::Type::kList || t == PickleDoc::Type::kTuple || t == PickleDoc::Type::kSet;
 }
 
 // Pulls an entry's fields out of a pickled dict in one pass over its items (its stack frames
@@ -59,9 +57,26 @@ class PickleEntryReader {
 
  private:
   enum class Field : uint8_t {
-    kNone, kCollSeq, kGroupId, kInSizes, kInDtypes, kIsP2p, kOutSizes, kOutDtypes,
-    kProfilingName, kProcessGroup, kPgId, kP2pSeq, kRecordId, kRetired, kState, kCreated,
-    kStarted, kCompleted, kThreadId, kOpId,
+    kNone,
+    kCollSeq,
+    kGroupId,
+    kInSizes,
+    kInDtypes,
+    kIsP2p,
+    kOutSizes,
+    kOutDtypes,
+    kProfilingName,
+    kProcessGroup,
+    kPgId,
+    kP2pSeq,
+    kRecordId,
+    kRetired,
+    kState,
+    kCreated,
+    kStarted,
+    kCompleted,
+    kThreadId,
+    kOpId,
   };
   struct Slot {
     uint32_t id = 0;

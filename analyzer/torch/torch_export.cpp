@@ -52,7 +52,11 @@ std::string c_name(const char* s) {
   std::string in(s, strnlen(s, FR_NAME_LEN)), out;
   for (size_t i = 0; i < in.size();) {
     unsigned char c = static_cast<unsigned char>(in[i]);
-    size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    size_t len = c < 0x80             ? 1
+                 : (c & 0xE0) == 0xC0 ? 2
+                 : (c & 0xF0) == 0xE0 ? 3
+                 : (c & 0xF8) == 0xF0 ? 4
+                                      : 0;
     bool ok = len > 0 && i + len <= in.size();
     uint32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
     for (size_t k = 1; ok && k < len; ++k) {
@@ -84,7 +88,6 @@ std::string version_text(int code) {
   }
   return std::to_string(x) + "." + std::to_string(y) + "." + std::to_string(z);
 }
-
 
 struct Membership {
   int32_t size = -1;
@@ -254,9 +257,9 @@ json dump_one(const fr::log::LogFile& log, const std::map<uint64_t, Membership>&
     if (!torch_op_name(r.op)) continue;
     auto m = members.find(r.comm_id);
     entries.push_back(entry_json(rec, groups.table[r.comm_id],
-                                 m != members.end() ? &m->second : nullptr,
-                                 groups.pg_id[r.comm_id], pg_config[hex_id(r.comm_id)]["desc"],
-                                 prog[r.comm_id], pickle_form));
+                                 m != members.end() ? &m->second : nullptr, groups.pg_id[r.comm_id],
+                                 pg_config[hex_id(r.comm_id)]["desc"], prog[r.comm_id],
+                                 pickle_form));
   }
   if (!entries.empty()) d["entries"] = std::move(entries);
 
@@ -273,7 +276,6 @@ json dump_one(const fr::log::LogFile& log, const std::map<uint64_t, Membership>&
   d["pg_status"] = std::move(status);
   return d;
 }
-
 
 // Protocol 2 pickle of plain values, as torch's C++ pickler writes its dumps (without the memo:
 // readers do not need it). Arrays become lists, except process_group, which is a tuple.
@@ -386,7 +388,8 @@ std::map<uint64_t, Membership> membership(const std::vector<fr::log::LogFile>& l
     for (const auto& c : log.comms) {
       Membership& m = members[c.id];
       m.size = std::max(m.size, c.size);
-      if (c.rank >= 0 && (c.size < 0 || c.rank < c.size)) m.members[c.rank] = log.header.global_rank;
+      if (c.rank >= 0 && (c.size < 0 || c.rank < c.size))
+        m.members[c.rank] = log.header.global_rank;
     }
   }
   return members;

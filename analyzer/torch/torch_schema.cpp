@@ -53,8 +53,8 @@ SchemaChoice choose_torch_schema(std::string_view version) {
   if (!before(major, minor, newest) && !(major == newest.major && minor == newest.minor)) {
     c.fit = SchemaFit::kNewer;
     c.schema = &newest;
-    c.note = "schema version " + shown + " is newer than " + newest.version +
-             "; read as " + newest.version + " on a best-effort basis";
+    c.note = "schema version " + shown + " is newer than " + newest.version + "; read as " +
+             newest.version + " on a best-effort basis";
     return c;
   }
   for (const TorchSchema& row : kTorchSchemas)

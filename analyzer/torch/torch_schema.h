@@ -17,7 +17,7 @@
 namespace fr::analyzer::torch {
 
 struct TorchSchema {
-  const char* version;      // as the dump's "version" field says it
+  const char* version;  // as the dump's "version" field says it
   int major, minor;
   const char* seen_in;      // where this layout is written down or was seen
   const char* library_key;  // where the NCCL version is: "nccl_version" or "comm_lib_version"

@@ -93,9 +93,8 @@ void copy_name(char* dst, const std::string& s) {
 }
 
 int rank_from_name(const std::string& name) {
-  std::string base = name.substr(name.find_last_of('/') == std::string::npos
-                                     ? 0
-                                     : name.find_last_of('/') + 1);
+  std::string base =
+      name.substr(name.find_last_of('/') == std::string::npos ? 0 : name.find_last_of('/') + 1);
   for (const char* ext : {".json", ".pkl", ".pickle"}) {
     size_t n = std::strlen(ext);
     if (base.size() > n && base.compare(base.size() - n, n, ext) == 0) {
@@ -123,7 +122,9 @@ bool parse_ranks(const json* v, std::vector<int64_t>* out) {
   if (!v->is_string()) return false;
   std::string_view s = v->get_ref<const std::string&>();
   size_t i = 0;
-  auto skip_ws = [&] { while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i; };
+  auto skip_ws = [&] {
+    while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
+  };
   skip_ws();
   if (i >= s.size() || s[i] != '[') return false;
   ++i;
@@ -149,7 +150,10 @@ bool parse_ranks(const json* v, std::vector<int64_t>* out) {
       for (int64_t x = r + 1; x <= last; ++x) out->push_back(x);
       skip_ws();
     }
-    if (i < s.size() && s[i] == ',') { ++i; continue; }
+    if (i < s.size() && s[i] == ',') {
+      ++i;
+      continue;
+    }
     if (i < s.size() && s[i] == ']') return true;
     return false;
   }

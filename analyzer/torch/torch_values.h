@@ -69,8 +69,12 @@ bool parse_ranks(const nlohmann::json* v, std::vector<int64_t>* out);
 int nccl_version_code(const std::string& v);
 // Sum over tensors of the product of their dims; saturates instead of overflowing.
 // Saturating arithmetic for element counts, so that a hostile shape cannot wrap a count around.
-inline uint64_t saturating_mul(uint64_t a, uint64_t b) { return b != 0 && a > UINT64_MAX / b ? UINT64_MAX : a * b; }
-inline uint64_t saturating_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+inline uint64_t saturating_mul(uint64_t a, uint64_t b) {
+  return b != 0 && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
+inline uint64_t saturating_add(uint64_t a, uint64_t b) {
+  return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
 
 uint64_t element_count(const nlohmann::json* sizes, bool* ok);
 

@@ -35,11 +35,15 @@ enum class OpGroup : uint8_t { kRefused, kFraming, kScalar, kContainer, kMemo };
 constexpr std::array<OpGroup, 256> kOpGroups = [] {
   std::array<OpGroup, 256> t{};
   for (uint8_t op : {PROTO, FRAME, STOP, MARK, POP, POP_MARK, DUP}) t[op] = OpGroup::kFraming;
-  for (uint8_t op : {NONE, NEWTRUE, NEWFALSE, BININT, BININT1, BININT2, LONG1, LONG4, BINFLOAT, SHORT_BINUNICODE, BINUNICODE, BINUNICODE8, SHORT_BINBYTES, SHORT_BINSTRING, BINBYTES, BINSTRING, BINBYTES8, BYTEARRAY8})
+  for (uint8_t op : {NONE, NEWTRUE, NEWFALSE, BININT, BININT1, BININT2, LONG1, LONG4, BINFLOAT,
+                     SHORT_BINUNICODE, BINUNICODE, BINUNICODE8, SHORT_BINBYTES, SHORT_BINSTRING,
+                     BINBYTES, BINSTRING, BINBYTES8, BYTEARRAY8})
     t[op] = OpGroup::kScalar;
-  for (uint8_t op : {EMPTY_LIST, EMPTY_TUPLE, EMPTY_DICT, EMPTY_SET, APPEND, APPENDS, ADDITEMS, SETITEM, SETITEMS, LIST, TUPLE, DICT, FROZENSET, TUPLE1, TUPLE2, TUPLE3})
+  for (uint8_t op : {EMPTY_LIST, EMPTY_TUPLE, EMPTY_DICT, EMPTY_SET, APPEND, APPENDS, ADDITEMS,
+                     SETITEM, SETITEMS, LIST, TUPLE, DICT, FROZENSET, TUPLE1, TUPLE2, TUPLE3})
     t[op] = OpGroup::kContainer;
-  for (uint8_t op : {BINPUT, LONG_BINPUT, MEMOIZE, PUT, BINGET, LONG_BINGET, GET}) t[op] = OpGroup::kMemo;
+  for (uint8_t op : {BINPUT, LONG_BINPUT, MEMOIZE, PUT, BINGET, LONG_BINGET, GET})
+    t[op] = OpGroup::kMemo;
   return t;
 }();
 
@@ -91,7 +95,9 @@ Machine::Step Machine::framing_op(uint32_t* result) {
 Machine::Step Machine::scalar_op() {
   uint32_t id = 0;
   switch (op_) {
-    case NONE: if (!push_new(Kind::kNone)) return Step::kFail; return Step::kNext;
+    case NONE:
+      if (!push_new(Kind::kNone)) return Step::kFail;
+      return Step::kNext;
     case NEWTRUE:
     case NEWFALSE:
       if (!push_new(Kind::kBool, &id)) return Step::kFail;
@@ -128,8 +134,7 @@ Machine::Step Machine::scalar_op() {
     case BINFLOAT: {
       if (!need(8)) return Step::kFail;
       uint64_t bits = 0;
-      for (size_t q = 0; q < 8; ++q)
-        bits = (bits << 8) | static_cast<unsigned char>(in_[pos_ + q]);
+      for (size_t q = 0; q < 8; ++q) bits = (bits << 8) | static_cast<unsigned char>(in_[pos_ + q]);
       pos_ += 8;
       double d;
       std::memcpy(&d, &bits, sizeof d);
@@ -185,10 +190,18 @@ Machine::Step Machine::container_op() {
   uint32_t a = 0, b = 0, id = 0;
   size_t k = 0;
   switch (op_) {
-    case EMPTY_LIST: if (!push_new(Kind::kList)) return Step::kFail; return Step::kNext;
-    case EMPTY_TUPLE: if (!push_new(Kind::kTuple)) return Step::kFail; return Step::kNext;
-    case EMPTY_DICT: if (!push_new(Kind::kDict)) return Step::kFail; return Step::kNext;
-    case EMPTY_SET: if (!push_new(Kind::kSet)) return Step::kFail; return Step::kNext;
+    case EMPTY_LIST:
+      if (!push_new(Kind::kList)) return Step::kFail;
+      return Step::kNext;
+    case EMPTY_TUPLE:
+      if (!push_new(Kind::kTuple)) return Step::kFail;
+      return Step::kNext;
+    case EMPTY_DICT:
+      if (!push_new(Kind::kDict)) return Step::kFail;
+      return Step::kNext;
+    case EMPTY_SET:
+      if (!push_new(Kind::kSet)) return Step::kFail;
+      return Step::kNext;
     case APPEND:
       if (!pop(&a) || !top(&b)) return Step::kFail;
       if (!seq_append(b, &a, 1, Kind::kList)) return Step::kFail;
@@ -218,10 +231,10 @@ Machine::Step Machine::container_op() {
     case DICT:
     case FROZENSET: {
       if (!pop_mark(&k)) return Step::kFail;
-      Kind kind = op_ == LIST ? Kind::kList
+      Kind kind = op_ == LIST    ? Kind::kList
                   : op_ == TUPLE ? Kind::kTuple
-                  : op_ == DICT ? Kind::kDict
-                                : Kind::kFrozenSet;
+                  : op_ == DICT  ? Kind::kDict
+                                 : Kind::kFrozenSet;
       if (kind == Kind::kDict && (stack_.size() - k) % 2)
         return failed("odd number of items for a dict");
       if (!new_obj(kind, &id)) return Step::kFail;
@@ -287,24 +300,19 @@ const char* refusal(uint8_t op) {
   switch (op) {
     case GLOBAL:
     case STACK_GLOBAL:
-    case INST:
-      return "refused: it imports a Python object (only plain data is read)";
+    case INST: return "refused: it imports a Python object (only plain data is read)";
     case REDUCE:
     case BUILD:
     case OBJ:
     case NEWOBJ:
-    case NEWOBJ_EX:
-      return "refused: it calls or builds a Python object (only plain data is read)";
+    case NEWOBJ_EX: return "refused: it calls or builds a Python object (only plain data is read)";
     case EXT1:
     case EXT2:
-    case EXT4:
-      return "refused: extension registry objects are not plain data";
+    case EXT4: return "refused: extension registry objects are not plain data";
     case PERSID:
-    case BINPERSID:
-      return "refused: persistent ids need the writer's resolver";
+    case BINPERSID: return "refused: persistent ids need the writer's resolver";
     case NEXT_BUFFER:
-    case READONLY_BUFFER:
-      return "refused: out-of-band buffers are not supported";
+    case READONLY_BUFFER: return "refused: out-of-band buffers are not supported";
     case INT:
     case LONG:
     case FLOAT:
@@ -350,6 +358,8 @@ using namespace unpickle_detail;  // opcode names, Kind
 
 const char* pickle_opcode_name(uint8_t op) {
   switch (op) {
+    // A table of names, several to a line.
+    // clang-format off
 #define FR_OPNAME(x) case x: return #x;
     FR_OPNAME(MARK) FR_OPNAME(STOP) FR_OPNAME(POP) FR_OPNAME(POP_MARK) FR_OPNAME(DUP)
     FR_OPNAME(FLOAT) FR_OPNAME(INT) FR_OPNAME(BININT) FR_OPNAME(BININT1) FR_OPNAME(LONG)
@@ -367,7 +377,9 @@ const char* pickle_opcode_name(uint8_t op) {
     FR_OPNAME(FROZENSET) FR_OPNAME(NEWOBJ_EX) FR_OPNAME(STACK_GLOBAL) FR_OPNAME(MEMOIZE)
     FR_OPNAME(FRAME) FR_OPNAME(BYTEARRAY8) FR_OPNAME(NEXT_BUFFER) FR_OPNAME(READONLY_BUFFER)
 #undef FR_OPNAME
-    default: return nullptr;
+        // clang-format on
+        // clang-format on
+        default : return nullptr;
   }
 }
 

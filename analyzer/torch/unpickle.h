@@ -31,15 +31,15 @@
 namespace fr::analyzer::torch {
 
 struct UnpickleLimits {
-  size_t max_depth = 128;                 // nesting of containers in the result
-  size_t max_objects = size_t{1} << 24;   // values built while running the pickle (a
-                                          // 20,000-entry dump with stacks needs ~0.5M)
+  size_t max_depth = 128;                     // nesting of containers in the result
+  size_t max_objects = size_t{1} << 24;       // values built while running the pickle (a
+                                              // 20,000-entry dump with stacks needs ~0.5M)
   size_t max_output_nodes = size_t{1} << 25;  // JSON nodes in the result (shared subtrees count
                                               // once per use)
   size_t max_output_bytes = size_t{1} << 30;  // str/bytes bytes in the result, same rule
   size_t max_memo = size_t{1} << 24;          // memo entries
-  std::vector<std::string> skip_keys;     // dict entries with these str keys are left out
-                                          // (e.g. "frames": large and not needed)
+  std::vector<std::string> skip_keys;         // dict entries with these str keys are left out
+                                              // (e.g. "frames": large and not needed)
 };
 
 struct UnpickleResult {
@@ -51,7 +51,9 @@ struct UnpickleResult {
 // Runs the pickle in `bytes` up to its STOP opcode. Never throws, never runs code.
 UnpickleResult unpickle(std::string_view bytes, const UnpickleLimits& limits = {});
 
-namespace unpickle_detail { class Machine; }
+namespace unpickle_detail {
+class Machine;
+}
 
 // A pickle run to its STOP opcode, read in place. The values of skipped keys are only scanned
 // (UnpickleLimits::skip_keys) and dict items under them are left out of items(); should a reader
@@ -59,9 +61,23 @@ namespace unpickle_detail { class Machine; }
 // reader runs the pickle again with scan_skipped false, which builds every value.
 class PickleDoc {
  public:
-  enum class Type : uint8_t { kNone, kBool, kInt, kUint, kFloat, kStr, kBytes, kList, kTuple,
-                              kDict, kSet, kOther };
-  struct Ref { uint32_t id = 0; };
+  enum class Type : uint8_t {
+    kNone,
+    kBool,
+    kInt,
+    kUint,
+    kFloat,
+    kStr,
+    kBytes,
+    kList,
+    kTuple,
+    kDict,
+    kSet,
+    kOther
+  };
+  struct Ref {
+    uint32_t id = 0;
+  };
 
   PickleDoc();
   ~PickleDoc();
@@ -75,9 +91,9 @@ class PickleDoc {
            std::string* error);
   Ref root() const;
   Type type(Ref v) const;
-  int64_t int_value(Ref v) const;    // kBool, kInt
-  uint64_t uint_value(Ref v) const;  // kUint
-  double float_value(Ref v) const;   // kFloat (also ints wider than 64 bits)
+  int64_t int_value(Ref v) const;      // kBool, kInt
+  uint64_t uint_value(Ref v) const;    // kUint
+  double float_value(Ref v) const;     // kFloat (also ints wider than 64 bits)
   std::string_view text(Ref v) const;  // kStr, kBytes
   // Items of a list, tuple or set; a dict's keys and values interleaved, without the pairs of
   // skipped keys. Replaces `out`.

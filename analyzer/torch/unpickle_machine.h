@@ -22,6 +22,7 @@
 namespace fr::analyzer::torch::unpickle_detail {
 
 // Opcode bytes (CPython's Lib/pickle.py names).
+// clang-format off
 enum Op : uint8_t {
   MARK = '(', STOP = '.', POP = '0', POP_MARK = '1', DUP = '2', FLOAT = 'F', INT = 'I',
   BININT = 'J', BININT1 = 'K', LONG = 'L', BININT2 = 'M', NONE = 'N', PERSID = 'P',
@@ -37,9 +38,21 @@ enum Op : uint8_t {
   STACK_GLOBAL = 0x93, MEMOIZE = 0x94, FRAME = 0x95, BYTEARRAY8 = 0x96, NEXT_BUFFER = 0x97,
   READONLY_BUFFER = 0x98,
 };
+// clang-format on
 
 enum class Kind : uint8_t {
-  kNone, kBool, kInt, kUint, kBigInt, kFloat, kStr, kBytes, kList, kTuple, kDict, kSet,
+  kNone,
+  kBool,
+  kInt,
+  kUint,
+  kBigInt,
+  kFloat,
+  kStr,
+  kBytes,
+  kList,
+  kTuple,
+  kDict,
+  kSet,
   kFrozenSet,
   kSkipped,  // stands for the value of a skipped key, which was scanned, not built
 };
@@ -48,7 +61,9 @@ inline const char* kind_name(Kind k) {
   switch (k) {
     case Kind::kNone: return "None";
     case Kind::kBool: return "bool";
-    case Kind::kInt: case Kind::kUint: case Kind::kBigInt: return "int";
+    case Kind::kInt:
+    case Kind::kUint:
+    case Kind::kBigInt: return "int";
     case Kind::kFloat: return "float";
     case Kind::kStr: return "str";
     case Kind::kBytes: return "bytes";
@@ -100,11 +115,21 @@ inline bool valid_utf8(std::string_view s) {
     unsigned char c = static_cast<unsigned char>(s[i]);
     size_t len;
     uint32_t cp;
-    if (c < 0x80) { ++i; continue; }
-    if ((c & 0xE0) == 0xC0) { len = 2; cp = c & 0x1F; }
-    else if ((c & 0xF0) == 0xE0) { len = 3; cp = c & 0x0F; }
-    else if ((c & 0xF8) == 0xF0) { len = 4; cp = c & 0x07; }
-    else return false;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    if ((c & 0xE0) == 0xC0) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4;
+      cp = c & 0x07;
+    } else
+      return false;
     if (i + len > n) return false;
     for (size_t k = 1; k < len; ++k) {
       unsigned char cc = static_cast<unsigned char>(s[i + k]);
@@ -121,8 +146,6 @@ inline bool valid_utf8(std::string_view s) {
   }
   return true;
 }
-
-
 
 class Machine {
  public:
@@ -256,10 +279,9 @@ class Machine {
   std::vector<std::pair<uint64_t, uint64_t>> poison_;
   bool in_poison(uint64_t idx) const {
     if (poison_.empty() || idx > poison_.back().second) return false;
-    auto it = std::upper_bound(poison_.begin(), poison_.end(), idx,
-                               [](uint64_t x, const std::pair<uint64_t, uint64_t>& r) {
-                                 return x < r.first;
-                               });
+    auto it = std::upper_bound(
+        poison_.begin(), poison_.end(), idx,
+        [](uint64_t x, const std::pair<uint64_t, uint64_t>& r) { return x < r.first; });
     return it != poison_.begin() && idx <= std::prev(it)->second;
   }
   bool memo_mark_poison(uint64_t idx) {
@@ -279,8 +301,8 @@ class Machine {
     }
     if (in_poison(idx)) return true;
     bool dense = idx < memo_dense_.size() + 4096 && idx < lim_.max_memo;
-    bool fresh = dense ? (idx >= memo_dense_.size() || memo_dense_[idx] == 0)
-                       : memo_sparse_.count(idx) == 0;
+    bool fresh =
+        dense ? (idx >= memo_dense_.size() || memo_dense_[idx] == 0) : memo_sparse_.count(idx) == 0;
     if (fresh && memo_count_ >= lim_.max_memo) return scan_wrong();
     if (dense) {
       if (idx >= memo_dense_.size()) memo_dense_.resize(idx + 1, 0);
@@ -352,15 +374,19 @@ class Machine {
 
   std::vector<Obj> objs_;
   static constexpr uint32_t kNoSeg = UINT32_MAX;
-  struct Seg { uint32_t begin, count, next; };  // pool_[begin, begin + count), then segs_[next]
-  struct Seq { uint32_t head = kNoSeg, tail = kNoSeg; };
+  struct Seg {
+    uint32_t begin, count, next;
+  };  // pool_[begin, begin + count), then segs_[next]
+  struct Seq {
+    uint32_t head = kNoSeg, tail = kNoSeg;
+  };
   std::vector<std::string_view> strs_;
   std::vector<Seq> seqs_;
   std::vector<Seg> segs_;
   std::vector<uint32_t> pool_;
   std::vector<uint32_t> stack_;
-  std::vector<size_t> marks_;  // stack sizes at each MARK
-  std::vector<uint32_t> memo_dense_;  // memo index -> value + 1; 0: never stored
+  std::vector<size_t> marks_;                           // stack sizes at each MARK
+  std::vector<uint32_t> memo_dense_;                    // memo index -> value + 1; 0: never stored
   std::unordered_map<uint64_t, uint32_t> memo_sparse_;  // indices far beyond the dense part
   size_t memo_count_ = 0;
   size_t out_nodes_ = 0;
@@ -378,7 +404,8 @@ class Machine {
 
   bool fail(const std::string& what) {
     if (error_.empty())
-      error_ = "pickle: opcode " + op_label() + " at offset " + std::to_string(op_at_) + ": " + what;
+      error_ =
+          "pickle: opcode " + op_label() + " at offset " + std::to_string(op_at_) + ": " + what;
     return false;
   }
 
@@ -526,17 +553,16 @@ class Machine {
     uint32_t v = 0;
     if (!top(&v)) return false;
     bool dense = idx < memo_dense_.size() + 4096 && idx < lim_.max_memo;
-    bool fresh = dense ? (idx >= memo_dense_.size() || memo_dense_[idx] == 0)
-                       : memo_sparse_.count(idx) == 0;
+    bool fresh =
+        dense ? (idx >= memo_dense_.size() || memo_dense_[idx] == 0) : memo_sparse_.count(idx) == 0;
     if (fresh && in_poison(idx)) fresh = false;  // counted when the scan made it
     if (fresh && memo_count_ >= lim_.max_memo)
       return fail("memo too large (limit " + std::to_string(lim_.max_memo) + ")");
     if (dense) {
       // Grown by half at a time: a pickler's memo is numbered in order.
       if (idx >= memo_dense_.size())
-        memo_dense_.resize(std::min<size_t>(std::max(idx + 1, memo_dense_.size() * 3 / 2),
-                                            lim_.max_memo),
-                           0);
+        memo_dense_.resize(
+            std::min<size_t>(std::max(idx + 1, memo_dense_.size() * 3 / 2), lim_.max_memo), 0);
       memo_dense_[idx] = v + 1;
     } else {
       memo_sparse_[idx] = v;
@@ -591,8 +617,7 @@ class Machine {
   bool seq_append(uint32_t container, const uint32_t* items, size_t n, Kind want) {
     Kind k = objs_[container].kind;
     if (k == Kind::kSkipped) return scan_wrong();
-    if (k != want)
-      return fail(std::string("cannot add items to a ") + kind_name(k));
+    if (k != want) return fail(std::string("cannot add items to a ") + kind_name(k));
     if (pool_.size() + n >= UINT32_MAX || segs_.size() >= UINT32_MAX - 1)
       return fail("too many items");
     seq_add(objs_[container].ref, items, n);
@@ -633,13 +658,15 @@ inline PickleDoc::Type PickleDoc::type(Ref v) const {
     case K::kBool: return Type::kBool;
     case K::kInt: return Type::kInt;
     case K::kUint: return Type::kUint;
-    case K::kBigInt: case K::kFloat: return Type::kFloat;
+    case K::kBigInt:
+    case K::kFloat: return Type::kFloat;
     case K::kStr: return Type::kStr;
     case K::kBytes: return Type::kBytes;
     case K::kList: return Type::kList;
     case K::kTuple: return Type::kTuple;
     case K::kDict: return Type::kDict;
-    case K::kSet: case K::kFrozenSet: return Type::kSet;
+    case K::kSet:
+    case K::kFrozenSet: return Type::kSet;
     case K::kSkipped: wrong_guess_ = true; return Type::kOther;
   }
   return Type::kOther;
@@ -650,8 +677,6 @@ inline uint64_t PickleDoc::uint_value(Ref v) const { return m_->obj(v.id).u; }
 inline double PickleDoc::float_value(Ref v) const { return m_->obj(v.id).f; }
 inline std::string_view PickleDoc::text(Ref v) const { return m_->str(v.id); }
 
-inline void PickleDoc::items(Ref v, std::vector<Ref>* out) const {
-  m_->items(v.id, out);
-}
+inline void PickleDoc::items(Ref v, std::vector<Ref>* out) const { m_->items(v.id, out); }
 
 }  // namespace fr::analyzer::torch

@@ -23,9 +23,28 @@ template <size_t W>
 // What the scan does with each opcode byte: its class indexes the scan's table of handlers.
 enum ScanClass : uint8_t {
   kScanOther,  // anything else: the full run judges it
-  kScanPush, kScanFixed1, kScanFixed2, kScanFixed4, kScanFixed8, kScanLen1, kScanLen4, kScanLen8,
-  kScanGet1, kScanGet4, kScanPut1, kScanPut4, kScanMemoize, kScanMark, kScanPopMark,
-  kScanBuildMark, kScanAppend, kScanSetItem, kScanTuple1, kScanTuple2, kScanTuple3, kScanFrame,
+  kScanPush,
+  kScanFixed1,
+  kScanFixed2,
+  kScanFixed4,
+  kScanFixed8,
+  kScanLen1,
+  kScanLen4,
+  kScanLen8,
+  kScanGet1,
+  kScanGet4,
+  kScanPut1,
+  kScanPut4,
+  kScanMemoize,
+  kScanMark,
+  kScanPopMark,
+  kScanBuildMark,
+  kScanAppend,
+  kScanSetItem,
+  kScanTuple1,
+  kScanTuple2,
+  kScanTuple3,
+  kScanFrame,
   kScanClasses
 };
 
@@ -86,46 +105,45 @@ constexpr std::array<uint8_t, 256> kScanClass = scan_classes();
 
 // The scan's steps, as macros on scan_ops' locals (its handlers below).
 // The next opcode: the end of the value once it is complete and the opcode no longer about it.
-#define FR_SCAN_NEXT()                                                                       \
-  do {                                                                                       \
-    if (p >= end) return SIZE_MAX;                                                           \
-    op = *p;                                                                                 \
-    if (nmarks == 0 && h == 1 && op != MARK && op != BINPUT && op != LONG_BINPUT &&          \
-        op != MEMOIZE)                                                                       \
-      return size_t(p - begin);                                                              \
-    ++p;                                                                                     \
-    goto* kHandlers[kScanClass[op]];                                                         \
+#define FR_SCAN_NEXT()                                                                             \
+  do {                                                                                             \
+    if (p >= end) return SIZE_MAX;                                                                 \
+    op = *p;                                                                                       \
+    if (nmarks == 0 && h == 1 && op != MARK && op != BINPUT && op != LONG_BINPUT && op != MEMOIZE) \
+      return size_t(p - begin);                                                                    \
+    ++p;                                                                                           \
+    goto* kHandlers[kScanClass[op]];                                                               \
   } while (0)
 // A scalar with an n-byte payload; a memo get and put with a W-byte index.
-#define FR_SCAN_FIXED(len)                                          \
-  do {                                                              \
-    n = (len);                                                      \
-    if (n > uint64_t(end - p)) return SIZE_MAX;                     \
-    p += n;                                                         \
-    ++h;                                                            \
-    FR_SCAN_NEXT();                                                 \
+#define FR_SCAN_FIXED(len)                      \
+  do {                                          \
+    n = (len);                                  \
+    if (n > uint64_t(end - p)) return SIZE_MAX; \
+    p += n;                                     \
+    ++h;                                        \
+    FR_SCAN_NEXT();                             \
   } while (0)
-#define FR_SCAN_LEN(W)                                              \
-  do {                                                              \
-    if (!take<W>(&p, end, &n)) return SIZE_MAX;                     \
-    FR_SCAN_FIXED(n);                                               \
+#define FR_SCAN_LEN(W)                          \
+  do {                                          \
+    if (!take<W>(&p, end, &n)) return SIZE_MAX; \
+    FR_SCAN_FIXED(n);                           \
   } while (0)
-#define FR_SCAN_GET(W)                                                    \
-  do {                                                                    \
-    if (!take<W>(&p, end, &idx) || !scan_get(idx, sm)) return SIZE_MAX;  \
-    ++h;                                                                  \
-    FR_SCAN_NEXT();                                                       \
+#define FR_SCAN_GET(W)                                                  \
+  do {                                                                  \
+    if (!take<W>(&p, end, &idx) || !scan_get(idx, sm)) return SIZE_MAX; \
+    ++h;                                                                \
+    FR_SCAN_NEXT();                                                     \
   } while (0)
-#define FR_SCAN_PUT(W)                                                                   \
-  do {                                                                                   \
-    if (h < 1 || !take<W>(&p, end, &idx) || !scan_put(idx, sm)) return SIZE_MAX;        \
-    FR_SCAN_NEXT();                                                                      \
+#define FR_SCAN_PUT(W)                                                           \
+  do {                                                                           \
+    if (h < 1 || !take<W>(&p, end, &idx) || !scan_put(idx, sm)) return SIZE_MAX; \
+    FR_SCAN_NEXT();                                                              \
   } while (0)
-#define FR_SCAN_TUPLE(k)                           \
-  do {                                             \
-    if (h - (k) < floor) return SIZE_MAX;          \
-    h = h - (k) + 1;                               \
-    FR_SCAN_NEXT();                                \
+#define FR_SCAN_TUPLE(k)                  \
+  do {                                    \
+    if (h - (k) < floor) return SIZE_MAX; \
+    h = h - (k) + 1;                      \
+    FR_SCAN_NEXT();                       \
   } while (0)
 
 // The scan itself, on plain pointers and locals kept in registers: the offset just past the
@@ -138,9 +156,9 @@ constexpr std::array<uint8_t, 256> kScanClass = scan_classes();
 // the members.
 size_t Machine::scan_ops(const unsigned char* p, const unsigned char* const end, ScanMemo* sm) {
   static const void* const kHandlers[kScanClasses] = {
-      &&other, &&push, &&fixed1, &&fixed2, &&fixed4, &&fixed8, &&len1, &&len4, &&len8, &&get1,
-      &&get4, &&put1, &&put4, &&memoize, &&mark, &&pop_mark, &&build_mark, &&append, &&setitem,
-      &&tuple1, &&tuple2, &&tuple3, &&frame};
+      &&other,      &&push,   &&fixed1,  &&fixed2, &&fixed4, &&fixed8,  &&len1, &&len4,
+      &&len8,       &&get1,   &&get4,    &&put1,   &&put4,   &&memoize, &&mark, &&pop_mark,
+      &&build_mark, &&append, &&setitem, &&tuple1, &&tuple2, &&tuple3,  &&frame};
   const unsigned char* const begin = reinterpret_cast<const unsigned char*>(in_.data());
   constexpr int kMaxMarks = 64;
   int64_t marks[kMaxMarks];
@@ -151,18 +169,31 @@ size_t Machine::scan_ops(const unsigned char* p, const unsigned char* const end,
   uint64_t idx = 0;   // a memo index
   uint8_t op = 0;
   FR_SCAN_NEXT();
-push: ++h; FR_SCAN_NEXT();
-fixed1: FR_SCAN_FIXED(1);
-fixed2: FR_SCAN_FIXED(2);
-fixed4: FR_SCAN_FIXED(4);
-fixed8: FR_SCAN_FIXED(8);
-len1: FR_SCAN_LEN(1);
-len4: FR_SCAN_LEN(4);
-len8: FR_SCAN_LEN(8);
-get1: FR_SCAN_GET(1);
-get4: FR_SCAN_GET(4);
-put1: FR_SCAN_PUT(1);
-put4: FR_SCAN_PUT(4);
+push:
+  ++h;
+  FR_SCAN_NEXT();
+fixed1:
+  FR_SCAN_FIXED(1);
+fixed2:
+  FR_SCAN_FIXED(2);
+fixed4:
+  FR_SCAN_FIXED(4);
+fixed8:
+  FR_SCAN_FIXED(8);
+len1:
+  FR_SCAN_LEN(1);
+len4:
+  FR_SCAN_LEN(4);
+len8:
+  FR_SCAN_LEN(8);
+get1:
+  FR_SCAN_GET(1);
+get4:
+  FR_SCAN_GET(4);
+put1:
+  FR_SCAN_PUT(1);
+put4:
+  FR_SCAN_PUT(4);
 memoize:
   if (h < 1) return SIZE_MAX;
   scan_commit(sm);
@@ -184,11 +215,20 @@ build_mark:  // LIST, TUPLE, DICT, FROZENSET
   h = marks[--nmarks] + 1;
   floor = nmarks ? marks[nmarks - 1] : 0;
   FR_SCAN_NEXT();
-append: h -= 1; if (h < 1 || h < floor) return SIZE_MAX; FR_SCAN_NEXT();
-setitem: h -= 2; if (h < 1 || h < floor) return SIZE_MAX; FR_SCAN_NEXT();
-tuple1: FR_SCAN_TUPLE(1);
-tuple2: FR_SCAN_TUPLE(2);
-tuple3: FR_SCAN_TUPLE(3);
+append:
+  h -= 1;
+  if (h < 1 || h < floor) return SIZE_MAX;
+  FR_SCAN_NEXT();
+setitem:
+  h -= 2;
+  if (h < 1 || h < floor) return SIZE_MAX;
+  FR_SCAN_NEXT();
+tuple1:
+  FR_SCAN_TUPLE(1);
+tuple2:
+  FR_SCAN_TUPLE(2);
+tuple3:
+  FR_SCAN_TUPLE(3);
 frame:
   if (end - p < 8 || load_le<8>(p) > uint64_t(end - p - 8)) return SIZE_MAX;
   p += 8;

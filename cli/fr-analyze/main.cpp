@@ -97,8 +97,9 @@ int run_export(const std::string& format, const std::string& dir, const std::str
     std::cerr << "fr-analyze export: " << err << "\n";
     return kExitOutput;
   }
-  std::cout << "wrote " << logs.size() << " PyTorch Flight Recorder " << (pickle ? "pickle" : "JSON")
-            << " file" << (logs.size() == 1 ? "" : "s") << " to " << out << "\n";
+  std::cout << "wrote " << logs.size() << " PyTorch Flight Recorder "
+            << (pickle ? "pickle" : "JSON") << " file" << (logs.size() == 1 ? "" : "s") << " to "
+            << out << "\n";
   return 0;
 }
 
@@ -109,7 +110,8 @@ int run_export(const std::string& format, const std::string& dir, const std::str
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr bool kFastExit = false;
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer)
 constexpr bool kFastExit = false;
 #else
 constexpr bool kFastExit = true;
@@ -142,7 +144,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> paths;
   app.add_flag("--json", json_out, "print the fr-analysis/1 JSON document");
   app.add_option("--trace", trace_file, "write a Chrome trace / Perfetto timeline to FILE");
-  app.add_option("--html", html_file, "write the incident page (one self-contained HTML file) to FILE");
+  app.add_option("--html", html_file,
+                 "write the incident page (one self-contained HTML file) to FILE");
   app.add_option("--comm", opts.comm, "show only this communicator (hex id prefix or name)");
   app.add_option("--rank", opts.ranks, "show only these global ranks (repeatable)")
       ->allow_extra_args(false);
@@ -151,11 +154,13 @@ int main(int argc, char** argv) {
   app.add_option("--nixl-stall-after", nixl_stall_s,
                  "a NIXL transfer in flight this many seconds at the dump is stalled (default 1)")
       ->check(CLI::Range(0.0, 1e9));
-  app.add_option("PATH", paths, "dump-set directories, dump files or PyTorch Flight Recorder dumps");
+  app.add_option("PATH", paths,
+                 "dump-set directories, dump files or PyTorch Flight Recorder dumps");
 
   auto* exp = app.add_subcommand("export", "write dumps in another tool's format");
   std::string format, exp_dir, exp_out;
-  exp->add_option("--format", format, "torch-json or torch-pickle (what fr_trace loads)")->required();
+  exp->add_option("--format", format, "torch-json or torch-pickle (what fr_trace loads)")
+      ->required();
   exp->add_option("DIR", exp_dir, "dump set")->required();
   exp->add_option("OUT", exp_out, "output directory")->required();
 
@@ -169,17 +174,21 @@ int main(int argc, char** argv) {
   try {
     if (*exp) return run_export(format, exp_dir, exp_out);
     if (paths.empty()) {
-      std::cerr << "fr-analyze: no input: give a dump-set directory, a dump file or a PyTorch dump\n"
-                << app.help();
+      std::cerr
+          << "fr-analyze: no input: give a dump-set directory, a dump file or a PyTorch dump\n"
+          << app.help();
       return kExitUsage;
     }
     // The trace draws every record; the analysis alone reads the recent ones (docs/fr-analyze.md).
-    const auto mode = trace_file.empty() ? fr::analyzer::LoadMode::kWindow : fr::analyzer::LoadMode::kFull;
+    const auto mode =
+        trace_file.empty() ? fr::analyzer::LoadMode::kWindow : fr::analyzer::LoadMode::kFull;
     fr::analyzer::Model model = fr::analyzer::load_model(paths, opts.threads, mode);
     if (model.procs.empty() && model.rankless.empty()) {
-      std::string why = model.skipped.empty() ? "no dump files found"
-                                              : model.skipped.front().file + ": " + model.skipped.front().error;
-      if (model.skipped.size() > 1) why += " (and " + std::to_string(model.skipped.size() - 1) + " more)";
+      std::string why = model.skipped.empty()
+                            ? "no dump files found"
+                            : model.skipped.front().file + ": " + model.skipped.front().error;
+      if (model.skipped.size() > 1)
+        why += " (and " + std::to_string(model.skipped.size() - 1) + " more)";
       std::cerr << "fr-analyze: nothing readable in the input: " << why << "\n";
       return kExitInput;
     }
@@ -194,7 +203,8 @@ int main(int argc, char** argv) {
     model = fr::analyzer::Model{};  // the document and the views need the analysis alone
     if (!html_file.empty()) {
       fr::analyzer::HtmlPage page;
-      page.heading = "fr-analyze " + paths.front() + (paths.size() > 1 ? " and " + std::to_string(paths.size() - 1) + " more" : "");
+      page.heading = "fr-analyze " + paths.front() +
+                     (paths.size() > 1 ? " and " + std::to_string(paths.size() - 1) + " more" : "");
       std::string err;
       if (!write_text_file(html_file, fr::analyzer::render_incident_html(analysis, page), &err)) {
         std::cerr << "fr-analyze: " << err << "\n";

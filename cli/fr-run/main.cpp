@@ -79,7 +79,8 @@ int main(int argc, char** argv) {
   // This fr-run uses the node daemon for as long as it runs: one that leaves when idle stays.
   fr::daemon::NodeUse use;
   if (!o.coordinator.empty() && !o.no_daemon && !use.acquire(o.log_dir, &error))
-    std::fprintf(stderr, "fr-run: %s; the node daemon may leave while this job has no flight log yet\n",
+    std::fprintf(stderr,
+                 "fr-run: %s; the node daemon may leave while this job has no flight log yet\n",
                  error.c_str());
   if (!o.coordinator.empty() && !o.no_daemon) {
     DaemonResult d = ensure_node_daemon(o);
@@ -93,8 +94,8 @@ int main(int argc, char** argv) {
                    o.coordinator.c_str());
     else if (o.verbose)
       std::fprintf(stderr, "fr-run: node daemon %s (pid %d) serves %s\n",
-                   d.outcome == DaemonOutcome::started ? "started" : "already running",
-                   int(d.pid), o.log_dir.c_str());
+                   d.outcome == DaemonOutcome::started ? "started" : "already running", int(d.pid),
+                   o.log_dir.c_str());
   } else if (o.verbose) {
     std::fprintf(stderr, "fr-run: no coordinator given: flight logs only, in %s\n",
                  o.log_dir.c_str());

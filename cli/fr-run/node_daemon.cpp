@@ -130,17 +130,21 @@ DaemonResult ensure_node_daemon(const Options& o, int timeout_ms) {
   // Take turns with the other fr-runs of this node.
   Fd start;
   std::string start_path = fr::daemon::node_lock_path(o.log_dir) + ".start";
-  start.fd = ::open(start_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
-  if (start.fd < 0) start.fd = ::open(start_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  start.fd =
+      ::open(start_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  if (start.fd < 0)
+    start.fd = ::open(start_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   struct stat st {};
   if (start.fd < 0 || ::fstat(start.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    r.message = "cannot open " + start_path + (start.fd < 0 ? ": " + std::string(std::strerror(errno))
-                                                           : std::string(": not a regular file"));
+    r.message = "cannot open " + start_path +
+                (start.fd < 0 ? ": " + std::string(std::strerror(errno))
+                              : std::string(": not a regular file"));
     return r;
   }
   while (::flock(start.fd, LOCK_EX | LOCK_NB) != 0) {
     if (Clock::now() > deadline) {
-      r.message = "another fr-run has been starting the node daemon for too long (" + start_path + ")";
+      r.message =
+          "another fr-run has been starting the node daemon for too long (" + start_path + ")";
       return r;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -52,17 +52,21 @@ struct Flags {
   explicit Flags(Options* o) {
     app.formatter(std::make_shared<Help>());
     app.get_formatter()->column_width(32);
-    app.footer("Exit status: CMD's own; 128+N when CMD was killed by signal N; 127 CMD not found,\n"
-               "126 CMD not executable, 2 bad usage.");
+    app.footer(
+        "Exit status: CMD's own; 128+N when CMD was killed by signal N; 127 CMD not found,\n"
+        "126 CMD not executable, 2 bad usage.");
     app.set_help_flag("-h,--help", "print this help");
     // Value flags: the last one given counts. Descriptions break at about 100 columns.
     auto value = [&](const char* name, std::string* field, const char* text, const char* help) {
-      app.add_option(name, *field, help)->option_text(text)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+      app.add_option(name, *field, help)
+          ->option_text(text)
+          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     };
     value("--coordinator", &o->coordinator, "ADDR",
           "the job's frd coordinator (env FR_COORDINATOR); without it no\n"
           "node daemon is started and the flight logs are only written");
-    value("--job-id", &o->job_id, "ID", "the job id (env FR_JOB_ID; else TORCHELASTIC_RUN_ID, SLURM_JOB_ID)");
+    value("--job-id", &o->job_id, "ID",
+          "the job id (env FR_JOB_ID; else TORCHELASTIC_RUN_ID, SLURM_JOB_ID)");
     value("--log-dir", &o->log_dir, "DIR", "flight logs (env FR_LOG_DIR, default /dev/shm)");
     value("--token-file", &o->token_file, "F",
           "token for the node daemon (env FR_TOKEN_FILE; default\n"
@@ -72,9 +76,11 @@ struct Flags {
                              "one more argument for `frd node` (repeatable: TLS, --stall-after)")
                   ->option_text("ARG")
                   ->allow_extra_args(false);
-    value("--agent", &o->agent, "PATH", "libfr_agent.so (env FR_AGENT; default ../lib next to fr-run)");
+    value("--agent", &o->agent, "PATH",
+          "libfr_agent.so (env FR_AGENT; default ../lib next to fr-run)");
     value("--frd", &o->frd, "PATH", "frd (default: next to fr-run)");
-    value("--daemon-log", &o->daemon_log, "FILE", "the started node daemon's output (default LOG_DIR/frd-node.log)");
+    value("--daemon-log", &o->daemon_log, "FILE",
+          "the started node daemon's output (default LOG_DIR/frd-node.log)");
     value("--daemon-exit-when-idle", &o->daemon_exit_when_idle, "SEC",
           "the node daemon started leaves after SEC without a live flight\n"
           "log or an fr-run on this node (default 60; 0: never)");
@@ -143,8 +149,10 @@ bool split_args(Flags& f, const std::vector<std::string>& args, Split* s, std::s
       *error = name + " needs a non-empty value";
       return false;
     }
-    if (value.empty()) s->flags.insert(s->flags.end(), {name, ""});
-    else s->flags.push_back(name + "=" + value);
+    if (value.empty())
+      s->flags.insert(s->flags.end(), {name, ""});
+    else
+      s->flags.push_back(name + "=" + value);
   }
   s->command.assign(args.begin() + std::min(i, args.size()), args.end());
   return true;
@@ -173,7 +181,8 @@ bool parse_args(const std::vector<std::string>& args, Options* o, std::string* e
   }
   if (s.stopped) return true;
   if (!seconds_value(o->daemon_exit_when_idle)) {
-    *error = "--daemon-exit-when-idle " + o->daemon_exit_when_idle + ": not a number of seconds (0: never)";
+    *error = "--daemon-exit-when-idle " + o->daemon_exit_when_idle +
+             ": not a number of seconds (0: never)";
     return false;
   }
   o->command = std::move(s.command);
@@ -187,7 +196,7 @@ bool parse_args(const std::vector<std::string>& args, Options* o, std::string* e
 int parse_signal_name(const std::string& v) {
   if (v == "none" || v == "0") return 0;
   static const std::pair<const char*, int> kNames[] = {
-      {"KILL", SIGKILL}, {"TERM", SIGTERM}, {"INT", SIGINT},   {"HUP", SIGHUP},
+      {"KILL", SIGKILL}, {"TERM", SIGTERM}, {"INT", SIGINT},  {"HUP", SIGHUP},
       {"QUIT", SIGQUIT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}};
   const std::string name = v.rfind("SIG", 0) == 0 ? v.substr(3) : v;
   for (const auto& [n, s] : kNames)
@@ -250,8 +259,8 @@ Env child_env(const Options& o, const Env& env, bool agent_ok) {
 }
 
 std::vector<std::string> frd_node_argv(const Options& o) {
-  std::vector<std::string> argv = {o.frd, "node", "--coordinator", o.coordinator, "--log-dir",
-                                   o.log_dir};
+  std::vector<std::string> argv = {o.frd,         "node",      "--coordinator",
+                                   o.coordinator, "--log-dir", o.log_dir};
   if (!o.token_file.empty()) argv.insert(argv.end(), {"--token-file", o.token_file});
   if (!o.node_name.empty()) argv.insert(argv.end(), {"--node-name", o.node_name});
   // Before the user's --frd-arg flags: a later --exit-when-idle among them wins.

@@ -88,5 +88,4 @@ void kill_all(std::vector<ChildState>& kids, pid_t pgid, int sig) {
     if (k.pid > 0 && !k.exited) ::kill(k.pid, sig);
 }
 
-
 }  // namespace fr::simjob

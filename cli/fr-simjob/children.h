@@ -34,7 +34,6 @@ struct ChildState {
   std::string log;       // where its output went
 };
 
-
 // Reaps whatever has exited; returns how many are still running.
 int reap(std::vector<ChildState>& kids);
 // Waits for every child, up to `seconds`; returns whether all were reaped.

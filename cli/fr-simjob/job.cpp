@@ -39,10 +39,8 @@ bool needs_comm(FaultKind k) {
     case FaultKind::kChanStall:
     case FaultKind::kProxyStall:
     case FaultKind::kProxyRecvStall:
-    case FaultKind::kLinkDown:
-      return true;
-    default:
-      return false;
+    case FaultKind::kLinkDown: return true;
+    default: return false;
   }
 }
 
@@ -87,8 +85,7 @@ std::optional<CommKind> parse_comm_kind(const std::string& s) {
 const char* fault_kind_name(FaultKind k) {
   switch (k) {
 #define FR_SIMJOB_X_NAME(e, s) \
-  case FaultKind::e:           \
-    return s;
+  case FaultKind::e: return s;
     FR_SIMJOB_FAULT_LIST(FR_SIMJOB_X_NAME)
 #undef FR_SIMJOB_X_NAME
   }
@@ -206,7 +203,10 @@ bool parse_fault(const std::string& text, Fault* out, std::string* error) {
         *error = "fault spec '" + text + "': " + key + " '" + value + "' is not a number";
         return false;
       }
-      (key == "channel" ? f.channel : key == "peer" ? f.peer : key == "at" ? f.at : f.nth) = static_cast<int>(v);
+      (key == "channel" ? f.channel
+       : key == "peer"  ? f.peer
+       : key == "at"    ? f.at
+                        : f.nth) = static_cast<int>(v);
     } else {
       *error = "fault spec '" + text + "': unknown key '" + key +
                "' (rank, step, kind, comm, ms, xid, channel, peer, at, nth)";
@@ -215,7 +215,9 @@ bool parse_fault(const std::string& text, Fault* out, std::string* error) {
   }
   if (!have_rank || !have_step || !have_kind) {
     *error = "fault spec '" + text + "': missing " +
-             std::string(!have_rank ? "rank" : !have_step ? "step" : "kind") +
+             std::string(!have_rank   ? "rank"
+                         : !have_step ? "step"
+                                      : "kind") +
              " (expected rank=R,step=S,kind=K[,comm=C][,ms=M][,xid=X])";
     return false;
   }
@@ -256,8 +258,10 @@ bool parse_pause(const std::string& text, Shape* shape, std::string* error) {
       *error = "--pause " + text + ": '" + kv + "' is not step=N or ms=N";
       return false;
     }
-    if (k == "step") step = int(x);
-    else if (k == "ms") ms = x;
+    if (k == "step")
+      step = int(x);
+    else if (k == "ms")
+      ms = x;
     else {
       *error = "--pause " + text + ": unknown key '" + k + "' (step=S,ms=M)";
       return false;
@@ -295,8 +299,8 @@ bool validate(const Shape& s, std::vector<Fault>* faults, std::string* error) {
     return fail("--tp " + std::to_string(s.tp) + " must divide --ranks-per-node " +
                 std::to_string(s.ranks_per_node) + " (a TP group lives inside one node)");
   if ((s.world() / s.tp) % s.pp != 0)
-    return fail("--pp " + std::to_string(s.pp) + " must divide world size / tp = " +
-                std::to_string(s.world() / s.tp));
+    return fail("--pp " + std::to_string(s.pp) +
+                " must divide world size / tp = " + std::to_string(s.world() / s.tp));
   if (s.elastic >= 0 && s.world() < 2)
     return fail("--elastic needs at least 2 ranks (the highest one leaves and is replaced)");
   if (s.elastic >= s.steps)
@@ -318,11 +322,14 @@ bool validate(const Shape& s, std::vector<Fault>* faults, std::string* error) {
     int size = comm_size(s, f.comm);
     if (!is_transport_fault(f.kind) && (f.channel >= 0 || f.peer >= 0 || f.at > 0 || f.nth > 0))
       return fail(where + "channel=, peer=, at= and nth= apply only to the transport faults");
-    if (is_transport_fault(f.kind) && f.nth > (f.comm == CommKind::kWorld || f.comm == CommKind::kTp ? 1 : 0))
+    if (is_transport_fault(f.kind) &&
+        f.nth > (f.comm == CommKind::kWorld || f.comm == CommKind::kTp ? 1 : 0))
       return fail(where + "nth= counts the step's collectives on comm: world and tp have 2, dp 1");
     if (is_transport_fault(f.kind)) {
-      if (f.comm == CommKind::kPp) return fail(where + "transport faults act on collectives: not comm=pp");
-      if (size < 2) return fail(where + "comm " + std::string(comm_kind_name(f.comm)) + " has one rank");
+      if (f.comm == CommKind::kPp)
+        return fail(where + "transport faults act on collectives: not comm=pp");
+      if (size < 2)
+        return fail(where + "comm " + std::string(comm_kind_name(f.comm)) + " has one rank");
       if (f.kind != FaultKind::kChanStall) {
         std::vector<int> g = group_of(s, f.rank, f.comm);
         if (f.peer < 0 || f.peer == f.rank || std::find(g.begin(), g.end(), f.peer) == g.end())
@@ -364,8 +371,7 @@ bool validate(const Shape& s, std::vector<Fault>* faults, std::string* error) {
           return fail(where + "mismatch-root acts on the world broadcast: comm=world");
         if (size < 2) return fail(where + "the world has one rank: a mismatch needs two");
         break;
-      default:
-        break;
+      default: break;
     }
   }
   return true;
@@ -390,8 +396,7 @@ std::vector<int> group_of(const Shape& s, int rank, CommKind kind) {
   std::vector<int> out;
   for (int r = 0; r < s.world(); ++r) {
     Position p = position_of(s, r);
-    bool same = kind == CommKind::kWorld ||
-                (kind == CommKind::kTp && p.tp_color == me.tp_color) ||
+    bool same = kind == CommKind::kWorld || (kind == CommKind::kTp && p.tp_color == me.tp_color) ||
                 (kind == CommKind::kDp && p.dp_color == me.dp_color) ||
                 (kind == CommKind::kPp && p.pp_color == me.pp_color);
     if (same) out.push_back(r);

@@ -17,19 +17,19 @@ std::optional<CommKind> parse_comm_kind(const std::string& s);
 
 // FAULT_LIST(X): X(enum, "spec name"). One list so the parser, the help text and result.json
 // cannot drift.
-#define FR_SIMJOB_FAULT_LIST(X)        \
-  X(kHangHost, "hang-host")            \
-  X(kSkip, "skip")                     \
-  X(kCrash, "crash")                   \
-  X(kGpuStall, "gpu-stall")            \
-  X(kMismatchCount, "mismatch-count")  \
-  X(kMismatchDtype, "mismatch-dtype")  \
-  X(kMismatchOp, "mismatch-op")        \
-  X(kMismatchRoot, "mismatch-root")    \
-  X(kP2pSkip, "p2p-skip")              \
-  X(kSlow, "slow")                     \
-  X(kChanStall, "chan-stall")          \
-  X(kProxyStall, "proxy-stall")        \
+#define FR_SIMJOB_FAULT_LIST(X)          \
+  X(kHangHost, "hang-host")              \
+  X(kSkip, "skip")                       \
+  X(kCrash, "crash")                     \
+  X(kGpuStall, "gpu-stall")              \
+  X(kMismatchCount, "mismatch-count")    \
+  X(kMismatchDtype, "mismatch-dtype")    \
+  X(kMismatchOp, "mismatch-op")          \
+  X(kMismatchRoot, "mismatch-root")      \
+  X(kP2pSkip, "p2p-skip")                \
+  X(kSlow, "slow")                       \
+  X(kChanStall, "chan-stall")            \
+  X(kProxyStall, "proxy-stall")          \
   X(kProxyRecvStall, "proxy-recv-stall") \
   X(kLinkDown, "link-down")
 
@@ -44,12 +44,12 @@ std::string fault_kind_list();  // "hang-host, skip, ..." for messages
 
 struct Fault {
   int rank = -1;
-  int step = -1;              // 0-based step index
+  int step = -1;  // 0-based step index
   FaultKind kind = FaultKind::kHangHost;
   CommKind comm = CommKind::kDp;
   bool comm_given = false;
-  int64_t ms = -1;            // slow: sleep per step; gpu-stall: stall length (-1 = forever)
-  int64_t xid = -1;           // the rank's GPU reports this Xid when the fault strikes (-1: none)
+  int64_t ms = -1;   // slow: sleep per step; gpu-stall: stall length (-1 = forever)
+  int64_t xid = -1;  // the rank's GPU reports this Xid when the fault strikes (-1: none)
   // The transport faults (chan-stall, proxy-stall, proxy-recv-stall, link-down) strike the
   // collective `nth` of `comm` in the step (0: its first), at its channel step `at`: chan-stall on `channel`
   // (-1: all), the others between this rank and global rank `peer` (sim/include/fr_sim_nccl.h).
@@ -78,7 +78,8 @@ struct Shape {
   // Every rank pauses pause_ms at the start of step pause_step, as for a checkpoint (-1: never).
   int pause_step = -1;
   int pause_ms = 0;
-  int elastic = -1;  // --elastic STEP: the highest rank leaves at STEP and a fresh one joins; -1: no
+  int elastic =
+      -1;  // --elastic STEP: the highest rank leaves at STEP and a fresh one joins; -1: no
 
   int world() const { return nodes * ranks_per_node; }
   int dp() const { return world() / (tp * pp); }

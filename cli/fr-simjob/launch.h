@@ -68,7 +68,9 @@ struct Job {
     if (!o.quiet) std::printf("fr-simjob: %s\n", line.c_str());
     std::fflush(stdout);
   }
-  static void err(const std::string& line) { std::fprintf(stderr, "fr-simjob: %s\n", line.c_str()); }
+  static void err(const std::string& line) {
+    std::fprintf(stderr, "fr-simjob: %s\n", line.c_str());
+  }
 
   std::string node_dir(int node) const { return out + "/node" + std::to_string(node); }
   // The node's emulated NVML (sim/nvml): one GPU per local rank, with the rank's PID once
@@ -80,7 +82,13 @@ struct Job {
   bool prepare();
   bool find_programs();
   bool map_board();
-  bool start_daemons();
+  bool start_daemons();  // coordinator, then one node daemon per node, all connected
+  bool start_coordinator(const std::string& port_file);
+  std::string wait_for_port(const std::string& port_file);
+  bool start_node(int node, const std::string& port);
+  bool wait_for_nodes();
+  std::string token_file() const;
+  std::string incidents_dir() const;
   bool start_ranks();
   bool start_joiner();
   void write_nvml(int node);

@@ -96,7 +96,8 @@ bool Job::prepare() {
     return false;
   }
   // Outputs of an earlier run in the same directory would mix with this one's.
-  for (const char* old : {"/dumps", "/incidents", "/.simjob", "/result.json"}) fs::remove_all(out + old, ec);
+  for (const char* old : {"/dumps", "/incidents", "/.simjob", "/result.json"})
+    fs::remove_all(out + old, ec);
   run_dir = out + "/.simjob";
   fs::create_directories(run_dir, ec);
   for (int n = 0; n < o.shape.nodes; ++n) {
@@ -178,7 +179,8 @@ void Job::write_nvml(int node) {
   for (int l = 0; l < o.shape.ranks_per_node; ++l) {
     int r = node * o.shape.ranks_per_node + l;
     text += "gpu " + sim_gpu_bus_id(l) + " nvlinks=4";
-    if (r < static_cast<int>(ranks.size()) && ranks[r].pid > 0) text += " pids=" + std::to_string(ranks[r].pid);
+    if (r < static_cast<int>(ranks.size()) && ranks[r].pid > 0)
+      text += " pids=" + std::to_string(ranks[r].pid);
     text += "\n";
   }
   std::string error;
@@ -194,15 +196,24 @@ bool Job::start_ranks() {
     return list;
   };
   std::vector<std::string> args = {rank_exe,
-                                   "--nodes", std::to_string(s.nodes),
-                                   "--ranks-per-node", std::to_string(s.ranks_per_node),
-                                   "--tp", std::to_string(s.tp),
-                                   "--pp", std::to_string(s.pp),
-                                   "--steps", std::to_string(s.steps),
-                                   "--step-ms", std::to_string(s.step_ms),
-                                   "--step-jitter", std::to_string(s.jitter),
-                                   "--pause-step", std::to_string(s.pause_step),
-                                   "--pause-ms", std::to_string(s.pause_ms)};
+                                   "--nodes",
+                                   std::to_string(s.nodes),
+                                   "--ranks-per-node",
+                                   std::to_string(s.ranks_per_node),
+                                   "--tp",
+                                   std::to_string(s.tp),
+                                   "--pp",
+                                   std::to_string(s.pp),
+                                   "--steps",
+                                   std::to_string(s.steps),
+                                   "--step-ms",
+                                   std::to_string(s.step_ms),
+                                   "--step-jitter",
+                                   std::to_string(s.jitter),
+                                   "--pause-step",
+                                   std::to_string(s.pause_step),
+                                   "--pause-ms",
+                                   std::to_string(s.pause_ms)};
   if (o.graphs) args.push_back("--graphs");
   if (o.run_ahead) args.push_back("--run-ahead");
   if (s.elastic >= 0) {
@@ -268,10 +279,10 @@ bool Job::start_ranks() {
   }
   // Each emulated GPU now runs its rank: NVML lists the rank's PID on it.
   for (int n = 0; n < s.nodes; ++n) write_nvml(n);
-  say("job " + job_id + ": " + std::to_string(s.world()) + " ranks on " +
-      std::to_string(s.nodes) + " node(s), tp " + std::to_string(s.tp) + ", pp " +
-      std::to_string(s.pp) + ", dp " + std::to_string(s.dp()) + ", " + std::to_string(s.steps) +
-      " steps" + (o.agent ? "" : ", no agent"));
+  say("job " + job_id + ": " + std::to_string(s.world()) + " ranks on " + std::to_string(s.nodes) +
+      " node(s), tp " + std::to_string(s.tp) + ", pp " + std::to_string(s.pp) + ", dp " +
+      std::to_string(s.dp()) + ", " + std::to_string(s.steps) + " steps" +
+      (o.agent ? "" : ", no agent"));
   return true;
 }
 
@@ -294,19 +305,20 @@ bool Job::start_joiner() {
   return true;
 }
 
-bool Job::start_daemons() {
-  std::error_code ec;
-  std::string incidents = out + "/incidents";
-  fs::create_directories(incidents, ec);
-  std::string port_file = run_dir + "/coordinator.port";
-  const std::string& stall = o.stall_after;
+// The daemons share a token file of this run (the coordinator creates it), not the user's default.
+std::string Job::token_file() const { return run_dir + "/frd-token"; }
+std::string Job::incidents_dir() const { return out + "/incidents"; }
+
+bool Job::start_coordinator(const std::string& port_file) {
   ChildSpec coord;
-  coord.argv = {frd_exe, "coordinator", "--listen", "127.0.0.1:0", "--port-file", port_file,
-                "--dump-dir", incidents, "--job-id", job_id, "--stall-after", stall,
+  coord.argv = {frd_exe,          "coordinator",
+                "--listen",       "127.0.0.1:0",
+                "--port-file",    port_file,
+                "--dump-dir",     incidents_dir(),
+                "--job-id",       job_id,
+                "--stall-after",  o.stall_after,
                 "--expect-ranks", std::to_string(o.shape.world())};
-  // The daemons' token: a file of this run (the coordinator creates it), not the user's default.
-  const std::string token_env = run_dir + "/frd-token";
-  coord.envp = make_env({{"FR_TOKEN_FILE", token_env}});
+  coord.envp = make_env({{"FR_TOKEN_FILE", token_file()}});
   coord.log_path = out + "/coordinator.log";
   pid_t pid = spawn(coord, 0);
   if (pid < 0) {
@@ -318,55 +330,72 @@ bool Job::start_daemons() {
   daemons.back().pid = pid;
   daemons.back().role = "coordinator";
   daemons.back().log = coord.log_path;
+  return true;
+}
 
-  // The coordinator writes its port once it listens.
-  std::string port;
+// The coordinator writes its port once it listens. Empty: it exited or wrote none in 30 s.
+std::string Job::wait_for_port(const std::string& port_file) {
   auto t0 = Clock::now();
-  while (port.empty()) {
+  for (;;) {
     std::string text = read_small_file(port_file);
     while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-    if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos) port = text;
+    if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos) return text;
     reap(daemons);
     if (daemons[0].exited) {
-      daemon_error = "frd coordinator exited at start (see " + coord.log_path + ")";
-      return false;
+      daemon_error = "frd coordinator exited at start (see " + daemons[0].log + ")";
+      return "";
     }
     if (seconds_since(t0) > 30 || g_signal) {
       daemon_error = "frd coordinator wrote no port file " + port_file + " within 30 s";
-      return false;
+      return "";
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  for (int n = 0; n < o.shape.nodes; ++n) {
-    write_nvml(n);
-    ChildSpec node;
-    node.argv = {frd_exe, "node", "--coordinator", "127.0.0.1:" + port, "--log-dir",
-                 node_log_dir(n), "--node-name", "node" + std::to_string(n),
-                 "--heartbeat-interval", "0.2", "--dump-dir", node_dir(n) + "/spool",
-                 "--nvml-lib", sim_lib + "/libnvidia-ml.so.1"};
-    if (o.stack_budget_s > 0) {
-      node.argv.push_back("--stack-budget");
-      node.argv.push_back(std::to_string(o.stack_budget_s));
-    }
-    if (o.shared_dump_dir) {
-      node.argv.push_back("--shared-dump-dir");
-      node.argv.push_back(incidents);
-    }
-    node.envp = make_env({{"FR_TOKEN_FILE", token_env}, {kEnvSimNvml, nvml_file(n)}});
-    node.log_path = node_dir(n) + "/frd-node.log";
-    pid_t np = spawn(node, daemon_pgid);
-    if (np < 0) {
-      daemon_error = std::string("cannot start frd node: ") + std::strerror(errno);
-      return false;
-    }
-    daemons.emplace_back();
-    daemons.back().pid = np;
-    daemons.back().role = "node" + std::to_string(n);
-    daemons.back().log = node.log_path;
+}
+
+bool Job::start_node(int n, const std::string& port) {
+  write_nvml(n);
+  ChildSpec node;
+  node.argv = {frd_exe,
+               "node",
+               "--coordinator",
+               "127.0.0.1:" + port,
+               "--log-dir",
+               node_log_dir(n),
+               "--node-name",
+               "node" + std::to_string(n),
+               "--heartbeat-interval",
+               "0.2",
+               "--dump-dir",
+               node_dir(n) + "/spool",
+               "--nvml-lib",
+               sim_lib + "/libnvidia-ml.so.1"};
+  if (o.stack_budget_s > 0) {
+    node.argv.push_back("--stack-budget");
+    node.argv.push_back(std::to_string(o.stack_budget_s));
   }
-  // As on a real cluster, the sidecars run before the job starts: each node daemon has read its
-  // GPUs (and registered for their Xid events) and reached the coordinator.
-  auto t1 = Clock::now();
+  if (o.shared_dump_dir) {
+    node.argv.push_back("--shared-dump-dir");
+    node.argv.push_back(incidents_dir());
+  }
+  node.envp = make_env({{"FR_TOKEN_FILE", token_file()}, {kEnvSimNvml, nvml_file(n)}});
+  node.log_path = node_dir(n) + "/frd-node.log";
+  pid_t pid = spawn(node, daemon_pgid);
+  if (pid < 0) {
+    daemon_error = std::string("cannot start frd node: ") + std::strerror(errno);
+    return false;
+  }
+  daemons.emplace_back();
+  daemons.back().pid = pid;
+  daemons.back().role = "node" + std::to_string(n);
+  daemons.back().log = node.log_path;
+  return true;
+}
+
+// As on a real cluster, the sidecars run before the job starts: each node daemon has read its
+// GPUs (and registered for their Xid events) and reached the coordinator.
+bool Job::wait_for_nodes() {
+  auto t0 = Clock::now();
   for (size_t d = 1; d < daemons.size(); ++d) {
     while (read_small_file(daemons[d].log).find("connected to") == std::string::npos) {
       reap(daemons);
@@ -374,16 +403,29 @@ bool Job::start_daemons() {
         daemon_error = "frd " + daemons[d].role + " exited at start (see " + daemons[d].log + ")";
         return false;
       }
-      if (seconds_since(t1) > 30 || g_signal) {
-        daemon_error = "frd " + daemons[d].role + " did not reach the coordinator within 30 s (see " +
-                       daemons[d].log + ")";
+      if (seconds_since(t0) > 30 || g_signal) {
+        daemon_error = "frd " + daemons[d].role +
+                       " did not reach the coordinator within 30 s (see " + daemons[d].log + ")";
         return false;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
+  return true;
+}
+
+bool Job::start_daemons() {
+  std::error_code ec;
+  fs::create_directories(incidents_dir(), ec);
+  std::string port_file = run_dir + "/coordinator.port";
+  if (!start_coordinator(port_file)) return false;
+  std::string port = wait_for_port(port_file);
+  if (port.empty()) return false;
+  for (int n = 0; n < o.shape.nodes; ++n)
+    if (!start_node(n, port)) return false;
+  if (!wait_for_nodes()) return false;
   say("frd coordinator on 127.0.0.1:" + port + ", " + std::to_string(o.shape.nodes) +
-      " node daemon(s), stall after " + stall + " s");
+      " node daemon(s), stall after " + o.stall_after + " s");
   return true;
 }
 
@@ -393,8 +435,8 @@ void Job::stop_everything() {
   // Only ranks have been reaped so far (daemons are stopped below), so this is their CPU time.
   struct rusage ru {};
   if (::getrusage(RUSAGE_CHILDREN, &ru) == 0)
-    ranks_cpu_s = ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
-                  (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+    ranks_cpu_s =
+        ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
   if (!daemons.empty()) {
     kill_all(daemons, daemon_pgid, SIGTERM);
     if (!reap_all(daemons, 3)) {
@@ -442,8 +484,7 @@ int run_job(const LaunchOptions& o) {
 
   if (g_signal) job.stop_reason = "interrupted";
   bool take_snapshot = started && (job.stop_reason == "completed" || job.stop_reason == "exited" ||
-                                   job.stop_reason == "stalled" ||
-                                   job.stop_reason == "no_verdict");
+                                   job.stop_reason == "stalled" || job.stop_reason == "no_verdict");
   if (take_snapshot) {
     // Live writers are copied while they are still stalled; the ranks are stopped afterwards.
     try {

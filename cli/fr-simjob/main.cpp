@@ -42,15 +42,21 @@ const char kFooter[] =
     "was taken; 5 --daemons: no verdict from the coordinator; 128+N interrupted by signal N.";
 
 void add_options(CLI::App& app, CommandLine& c) {
-  app.add_option("--nodes", c.o.shape.nodes, "simulated nodes")->required()->check(CLI::Range(1, 1024));
+  app.add_option("--nodes", c.o.shape.nodes, "simulated nodes")
+      ->required()
+      ->check(CLI::Range(1, 1024));
   app.add_option("--ranks-per-node", c.o.shape.ranks_per_node, "ranks per node")
       ->required()
       ->check(CLI::Range(1, 1024));
   app.add_option("--tp", c.o.shape.tp, "tensor-parallel group size (consecutive ranks in a node)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
-  app.add_option("--pp", c.o.shape.pp, "pipeline stages")->capture_default_str()->check(CLI::Range(1, 1024));
-  app.add_option("--steps", c.o.shape.steps, "training steps")->required()->check(CLI::Range(1, 10000000));
+  app.add_option("--pp", c.o.shape.pp, "pipeline stages")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--steps", c.o.shape.steps, "training steps")
+      ->required()
+      ->check(CLI::Range(1, 10000000));
   app.add_option("--fault", c.fault_specs, "inject a fault (repeatable; see below)");
   app.add_option("--out", c.o.out_dir,
                  "output directory: nodeK/shm (flight logs), nodeK/rankR.log, dumps/, result.json; "
@@ -68,10 +74,11 @@ void add_options(CLI::App& app, CommandLine& c) {
                "stream (the host waits only for the replay before that), as a loop that never "
                "reads its loss does; results are then not checked")
       ->needs(app.get_option("--graphs"));
-  app.add_option("--elastic", c.o.shape.elastic,
-                 "at step STEP the highest rank leaves; the others revoke and shrink the world "
-                 "communicator, a fresh process takes the freed rank with ncclCommGrow, and the "
-                 "groups are split again (a fault on that rank at STEP or later hits the new process)")
+  app.add_option(
+         "--elastic", c.o.shape.elastic,
+         "at step STEP the highest rank leaves; the others revoke and shrink the world "
+         "communicator, a fresh process takes the freed rank with ncclCommGrow, and the "
+         "groups are split again (a fault on that rank at STEP or later hits the new process)")
       ->check(CLI::Range(0, 10000000));
   app.add_flag("--no-agent", c.no_agent, "run the ranks without the agent (no flight logs)");
   auto* daemons = app.add_flag("--daemons", c.o.daemons,

@@ -27,7 +27,7 @@ uint64_t Job::total_progress() const {
 // The first incident whose analysis.json exists (the coordinator writes it last, atomically).
 std::string Job::find_incident_analysis() const {
   std::error_code ec;
-  fs::path job_dir = fs::path(out) / "incidents" / job_id;
+  fs::path job_dir = fs::path(incidents_dir()) / job_id;
   std::vector<fs::path> found;
   for (const auto& e : fs::directory_iterator(job_dir, ec))
     if (e.is_directory(ec) && fs::exists(e.path() / "analysis.json", ec)) found.push_back(e.path());

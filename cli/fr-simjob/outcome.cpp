@@ -57,7 +57,8 @@ std::string dump_summary(const std::string& dir, int max_ranks) {
     for (const auto& [role, id] : roles) {
       const log::Record* last = nullptr;
       for (const auto& rec : lf.records)
-        if (rec.raw.comm_id == id && (log::op_is_collective(rec.raw.op) || log::op_is_p2p(rec.raw.op)))
+        if (rec.raw.comm_id == id &&
+            (log::op_is_collective(rec.raw.op) || log::op_is_p2p(rec.raw.op)))
           last = &rec;
       out << " | " << role << " ";
       if (!last) {
@@ -76,7 +77,8 @@ std::string dump_summary(const std::string& dir, int max_ranks) {
 // helper, under one budget for the whole job: --stack-budget, else frd's 5 s); the ranks are
 // still stuck where the stall left them.
 json Job::take_stacks(const std::string& dir, const std::vector<log::SnapshotProcess>& procs) {
-  daemon::StackOptions so = daemon::stack_options("", o.stack_budget_s > 0 ? o.stack_budget_s : 5, false);
+  daemon::StackOptions so =
+      daemon::stack_options("", o.stack_budget_s > 0 ? o.stack_budget_s : 5, false);
   so.frd_binary = frd_exe;
   std::vector<daemon::StackTarget> targets;
   for (const auto& p : procs) targets.push_back({p.pid, p.rank, p.file, p.alive, p.source});
@@ -128,7 +130,8 @@ bool Job::snapshot() {
   }
   dump_set = dir;
   snapshot_info = {{"processes", procs.size()}, {"skipped", json::array()}, {"stacks", stacks}};
-  for (const auto& s : skipped) snapshot_info["skipped"].push_back({{"file", s.file}, {"error", s.error}});
+  for (const auto& s : skipped)
+    snapshot_info["skipped"].push_back({{"file", s.file}, {"error", s.error}});
   return true;
 }
 
@@ -179,7 +182,9 @@ json Job::result_json() const {
   r["daemons"] = o.daemons;
   json faults = json::array();
   for (const Fault& f : o.faults) {
-    json jf = {{"spec", f.to_spec()}, {"rank", f.rank}, {"step", f.step},
+    json jf = {{"spec", f.to_spec()},
+               {"rank", f.rank},
+               {"step", f.step},
                {"kind", fault_kind_name(f.kind)}};
     if (f.to_spec().find("comm=") != std::string::npos) jf["comm"] = comm_kind_name(f.comm);
     if (f.ms >= 0) jf["ms"] = f.ms;
@@ -241,7 +246,7 @@ void Job::add_daemon_entries(json& r) const {
   // closed as transient) and its findings (slow ranks).
   json opened = json::array(), findings = json::array();
   std::error_code ec;
-  fs::path job_dir = fs::path(out) / "incidents" / job_id;
+  fs::path job_dir = fs::path(incidents_dir()) / job_id;
   std::vector<fs::path> dirs;
   for (const auto& e : fs::directory_iterator(job_dir, ec))
     if (e.is_directory(ec) && e.path().filename().string().rfind("incident-", 0) == 0)
@@ -258,7 +263,8 @@ void Job::add_daemon_entries(json& r) const {
   }
   std::ifstream ff(job_dir / "findings.json");
   json fj = json::parse(ff, nullptr, false);
-  if (fj.is_object() && fj.contains("findings") && fj["findings"].is_array()) findings = fj["findings"];
+  if (fj.is_object() && fj.contains("findings") && fj["findings"].is_array())
+    findings = fj["findings"];
   r["incidents_opened"] = opened;
   r["findings"] = findings;
 }
@@ -280,8 +286,8 @@ void Job::report() {
     std::snprintf(b, sizeof b, " (no progress for %.1f s)", stalled_for_s);
     summary += b;
   }
-  say("job " + job_id + " " + summary + " after " + std::to_string(seconds_since(start)).substr(0, 5) +
-      " s");
+  say("job " + job_id + " " + summary + " after " +
+      std::to_string(seconds_since(start)).substr(0, 5) + " s");
   if (!dump_set.empty()) {
     say("dump set: " + dump_set);
     if (!o.quiet)

@@ -36,7 +36,8 @@ struct ProgressBoard {
   RankSlot slots[1];  // `ranks` of them
 
   static uint64_t bytes_for(int ranks) {
-    return sizeof(ProgressBoard) + sizeof(RankSlot) * static_cast<uint64_t>(ranks > 1 ? ranks - 1 : 0);
+    return sizeof(ProgressBoard) +
+           sizeof(RankSlot) * static_cast<uint64_t>(ranks > 1 ? ranks - 1 : 0);
   }
 };
 
@@ -45,7 +46,7 @@ inline constexpr int kRankExitLeft = 10;
 
 // Environment variables the launcher hands to its rank processes (besides the launcher-standard
 // RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and FR_JOB_ID).
-inline constexpr const char* kEnvBoard = "FRSIMJOB_BOARD";      // the progress board file
-inline constexpr const char* kEnvRunDir = "FRSIMJOB_RUN_DIR";   // unique-id exchange directory
+inline constexpr const char* kEnvBoard = "FRSIMJOB_BOARD";     // the progress board file
+inline constexpr const char* kEnvRunDir = "FRSIMJOB_RUN_DIR";  // unique-id exchange directory
 
 }  // namespace fr::simjob

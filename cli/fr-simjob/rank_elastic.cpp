@@ -19,13 +19,16 @@ namespace {
 
 // ncclCommGrow and ncclCommGetUniqueId are NCCL 2.30 calls the SDK's nccl.h may lack: looked up at
 // run time (through the agent when it is preloaded, so they are recorded like every other call).
-using GrowFn = ncclResult_t (*)(ncclComm_t, int, const ncclUniqueId*, int, ncclComm_t*, ncclConfig_t*);
+using GrowFn = ncclResult_t (*)(ncclComm_t, int, const ncclUniqueId*, int, ncclComm_t*,
+                                ncclConfig_t*);
 using GetIdFn = ncclResult_t (*)(ncclComm_t, ncclUniqueId*);
 
 template <class Fn>
 Fn nccl_entry(Rank& r, const char* name) {
   auto fn = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
-  if (!fn) die(r, kExitNcclError, std::string("the loaded NCCL has no ") + name + " (--elastic needs NCCL 2.30)");
+  if (!fn)
+    die(r, kExitNcclError,
+        std::string("the loaded NCCL has no ") + name + " (--elastic needs NCCL 2.30)");
   return fn;
 }
 
@@ -41,7 +44,8 @@ void grow_world(Rank& r, ncclComm_t shrunk) {
     nccl_check(r, grow(nullptr, n, &id, r.pos.rank, &r.world, &cfg), "ncclCommGrow(join)");
   } else if (r.pos.rank == 0) {
     ncclUniqueId id{};
-    nccl_check(r, nccl_entry<GetIdFn>(r, "ncclCommGetUniqueId")(shrunk, &id), "ncclCommGetUniqueId");
+    nccl_check(r, nccl_entry<GetIdFn>(r, "ncclCommGetUniqueId")(shrunk, &id),
+               "ncclCommGetUniqueId");
     publish_id(r, "grow.uid", id);
     nccl_check(r, grow(shrunk, n, &id, -1, &r.world, &cfg), "ncclCommGrow");
   } else {
@@ -56,7 +60,8 @@ void grow_world(Rank& r, ncclComm_t shrunk) {
   drop_graph(r);
   finalize_and_destroy(r, {&r.dp, &r.pp, &r.tp, &r.world});
   bump(r);
-  std::fprintf(stderr, "fr-simjob-rank %d: leaving at step %d (--elastic)\n", r.pos.rank, r.shape.elastic);
+  std::fprintf(stderr, "fr-simjob-rank %d: leaving at step %d (--elastic)\n", r.pos.rank,
+               r.shape.elastic);
   std::fflush(nullptr);
   std::_Exit(kRankExitLeft);
 }
@@ -82,9 +87,11 @@ void shrink_and_grow(Rank& r) {
   ncclComm_t shrunk = nullptr;
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.commName = "world-shrunk";
-  nccl_check(r, ncclCommShrink(r.world, &gone, 1, &shrunk, &cfg, NCCL_SHRINK_DEFAULT), "ncclCommShrink");
+  nccl_check(r, ncclCommShrink(r.world, &gone, 1, &shrunk, &cfg, NCCL_SHRINK_DEFAULT),
+             "ncclCommShrink");
   bump(r);
-  nccl_check(r, ncclCommDestroy(r.world), "ncclCommDestroy(revoked world)");  // no finalize after a revoke
+  nccl_check(r, ncclCommDestroy(r.world),
+             "ncclCommDestroy(revoked world)");  // no finalize after a revoke
   r.world = nullptr;
   finalize_and_destroy(r, {&r.dp, &r.pp, &r.tp});
   grow_world(r, shrunk);

@@ -219,10 +219,11 @@ int env_int(const char* name, int fallback) {
 
 int usage(const std::string& msg) {
   std::fprintf(stderr, "fr-simjob-rank: %s\n", msg.c_str());
-  std::fprintf(stderr,
-               "usage: fr-simjob-rank --nodes N --ranks-per-node R --tp T --pp P --steps S "
-               "[--graphs [--run-ahead]] [--elastic STEP [--join]] [--fault SPEC]...\n(started by fr-simjob with RANK, WORLD_SIZE and %s set)\n",
-               kEnvRunDir);
+  std::fprintf(
+      stderr,
+      "usage: fr-simjob-rank --nodes N --ranks-per-node R --tp T --pp P --steps S "
+      "[--graphs [--run-ahead]] [--elastic STEP [--join]] [--fault SPEC]...\n(started by fr-simjob with RANK, WORLD_SIZE and %s set)\n",
+      kEnvRunDir);
   return kExitUsage;
 }
 
@@ -259,7 +260,8 @@ int parse_args(int argc, char** argv, Rank& r) {
       char* end = nullptr;
       long x = std::strtol(v.c_str(), &end, 10);
       long least = a == "--elastic" ? 0 : 1;
-      if (*end != '\0' || x < least || x > (1L << 30)) return usage("bad value for " + a + ": " + v);
+      if (*end != '\0' || x < least || x > (1L << 30))
+        return usage("bad value for " + a + ": " + v);
       *target = static_cast<int>(x);
     } else if (a == "--fault") {
       Fault f;
@@ -302,7 +304,8 @@ int main(int argc, char** argv) {
     r.slot->phase.store(static_cast<uint32_t>(RankPhase::kInit));
   }
 
-  if (r.joiner && rank != r.shape.world() - 1) return usage("--join: only the highest rank is replaced");
+  if (r.joiner && rank != r.shape.world() - 1)
+    return usage("--join: only the highest rank is replaced");
 
   setup_cuda(r);
   if (r.joiner)
@@ -326,6 +329,7 @@ int main(int argc, char** argv) {
   bump(r);
   uint64_t failures = r.slot ? r.slot->check_failures.load() : 0;
   if (r.slot)
-    r.slot->phase.store(static_cast<uint32_t>(failures ? RankPhase::kFailed : RankPhase::kFinished));
+    r.slot->phase.store(
+        static_cast<uint32_t>(failures ? RankPhase::kFailed : RankPhase::kFinished));
   return failures ? kExitCheckFailed : 0;
 }

@@ -45,8 +45,10 @@ void stall_stream(Rank& r, int64_t ms) {
     cuda_check(r, sim(r.stream, ms < 0 ? -1 : static_cast<int>(ms)), "frsim_stream_stall");
     return;
   }
-  cuda_check(r, cuLaunchHostFunc(r.stream, stall_host_fn, reinterpret_cast<void*>(static_cast<intptr_t>(ms))),
-             "cuLaunchHostFunc(stall)");
+  cuda_check(
+      r,
+      cuLaunchHostFunc(r.stream, stall_host_fn, reinterpret_cast<void*>(static_cast<intptr_t>(ms))),
+      "cuLaunchHostFunc(stall)");
 }
 
 // A transport fault (chan-stall, proxy-stall, proxy-recv-stall, link-down) is armed in the
@@ -63,9 +65,10 @@ ncclComm_t comm_handle(Rank& r, CommKind comm) {
 }
 
 void arm_transport_fault(Rank& r, int step, CommKind comm) {
-  static const std::pair<FaultKind, int> kKinds[] = {
-      {FaultKind::kChanStall, 1}, {FaultKind::kProxyStall, 2}, {FaultKind::kProxyRecvStall, 3},
-      {FaultKind::kLinkDown, 4}};
+  static const std::pair<FaultKind, int> kKinds[] = {{FaultKind::kChanStall, 1},
+                                                     {FaultKind::kProxyStall, 2},
+                                                     {FaultKind::kProxyRecvStall, 3},
+                                                     {FaultKind::kLinkDown, 4}};
   using Arm = ncclResult_t (*)(ncclComm_t, int, int, int, int, int);
   static Arm arm = reinterpret_cast<Arm>(dlsym(RTLD_DEFAULT, "frsim_nccl_fault"));
   for (auto [kind, code] : kKinds) {
@@ -173,20 +176,18 @@ int check(Rank& r, int step) {
     for (size_t i = 0; i < n; ++i) {
       float want = value(i);
       if (p[i] != want) {
-        std::fprintf(stderr, "fr-simjob-rank %d: step %d: %s[%zu] = %g, expected %g\n",
-                     r.pos.rank, step, what, i, p[i], want);
+        std::fprintf(stderr, "fr-simjob-rank %d: step %d: %s[%zu] = %g, expected %g\n", r.pos.rank,
+                     step, what, i, p[i], want);
         ++bad;
         return;
       }
     }
   };
   int t = r.shape.tp;
-  expect("tp all-gather", hptr(r, r.ag_recv), kTpCount * t, [&](size_t i) {
-    return 1000.0f * static_cast<float>(i / kTpCount + 1) + step_tag(step);
-  });
-  expect("tp reduce-scatter", hptr(r, r.rs_recv), kTpCount, [&](size_t) {
-    return static_cast<float>(t * (t + 1) / 2 + t * r.pos.tp_rank);
-  });
+  expect("tp all-gather", hptr(r, r.ag_recv), kTpCount * t,
+         [&](size_t i) { return 1000.0f * static_cast<float>(i / kTpCount + 1) + step_tag(step); });
+  expect("tp reduce-scatter", hptr(r, r.rs_recv), kTpCount,
+         [&](size_t) { return static_cast<float>(t * (t + 1) / 2 + t * r.pos.tp_rank); });
   int stride = r.shape.tp * r.shape.dp();  // global-rank distance between adjacent stages
   if (r.pos.stage > 0)
     expect("pp forward recv", hptr(r, r.fwd_recv), kPpCount,
@@ -212,8 +213,10 @@ void report_xids(const Rank& r, int step) {
   if (!nvml || !*nvml) return;
   for (const Fault& f : r.faults) {
     if (f.rank != r.pos.rank || f.step != step || f.xid < 0) continue;
-    std::string line = "xid " + sim_gpu_bus_id(r.pos.local_rank) + " " + std::to_string(f.xid) + "\n";
-    int fd = ::open((std::string(nvml) + ".events").c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    std::string line =
+        "xid " + sim_gpu_bus_id(r.pos.local_rank) + " " + std::to_string(f.xid) + "\n";
+    int fd = ::open((std::string(nvml) + ".events").c_str(),
+                    O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) continue;
     ssize_t n = ::write(fd, line.data(), line.size());
     (void)n;
@@ -240,9 +243,10 @@ void issue_ops(Rank& r, int step, bool capturing) {
   {
     CollArgs a{kTpCount};
     a.op = fault_on(r, step, FaultKind::kMismatchOp, CommKind::kTp) ? ncclMax : ncclSum;
-    nccl_check(r, ncclReduceScatter(dptr(r, r.rs_send), dptr(r, r.rs_recv), a.count, a.dtype,
-                                    a.op, r.tp, s),
-               "ncclReduceScatter(tp)");
+    nccl_check(
+        r,
+        ncclReduceScatter(dptr(r, r.rs_send), dptr(r, r.rs_recv), a.count, a.dtype, a.op, r.tp, s),
+        "ncclReduceScatter(tp)");
     bump(r);
   }
 
@@ -287,16 +291,17 @@ void issue_ops(Rank& r, int step, bool capturing) {
   if (!before_op(r, step, CommKind::kWorld)) {
     CollArgs a = apply_mismatch(r, step, CommKind::kWorld, {kLossCount});
     a.root = 0;
-    nccl_check(r, ncclAllReduce(dptr(r, r.loss), dptr(r, r.loss), a.count, a.dtype, a.op, r.world, s),
+    nccl_check(r,
+               ncclAllReduce(dptr(r, r.loss), dptr(r, r.loss), a.count, a.dtype, a.op, r.world, s),
                "ncclAllReduce(world)");
     bump(r);
   }
   {
     CollArgs a{kBcastCount};
     a.root = fault_on(r, step, FaultKind::kMismatchRoot, CommKind::kWorld) ? 1 : 0;
-    nccl_check(r, ncclBroadcast(dptr(r, r.bcast), dptr(r, r.bcast), a.count, a.dtype, a.root,
-                                r.world, s),
-               "ncclBroadcast(world)");
+    nccl_check(
+        r, ncclBroadcast(dptr(r, r.bcast), dptr(r, r.bcast), a.count, a.dtype, a.root, r.world, s),
+        "ncclBroadcast(world)");
     bump(r);
   }
 }

@@ -46,8 +46,9 @@ bool credentials(const CoordinatorCommand& c, fr::daemon::ServerOptions* so, std
     std::string path = fr::daemon::default_token_file();
     bool created = false;
     if (!fr::daemon::ensure_token_file(path, &so->token, &created, error)) return false;
-    fr::daemon::log_line(fr::daemon::LogLevel::kInfo, std::string("frd coordinator: token ") +
-                                                          (created ? "written to " : "read from ") + path);
+    fr::daemon::log_line(
+        fr::daemon::LogLevel::kInfo,
+        std::string("frd coordinator: token ") + (created ? "written to " : "read from ") + path);
   }
   if (c.tls_cert.empty() != c.tls_key.empty()) {
     *error = "--tls-cert and --tls-key go together";
@@ -60,7 +61,8 @@ bool credentials(const CoordinatorCommand& c, fr::daemon::ServerOptions* so, std
   if (!c.tls_cert.empty() && !(fr::daemon::read_text_file(c.tls_cert, &so->tls_cert, error) &&
                                fr::daemon::read_text_file(c.tls_key, &so->tls_key, error)))
     return false;
-  if (!c.tls_client_ca.empty() && !fr::daemon::read_text_file(c.tls_client_ca, &so->tls_client_ca, error))
+  if (!c.tls_client_ca.empty() &&
+      !fr::daemon::read_text_file(c.tls_client_ca, &so->tls_client_ca, error))
     return false;
   return true;
 }
@@ -69,39 +71,51 @@ bool credentials(const CoordinatorCommand& c, fr::daemon::ServerOptions* so, std
 
 void CoordinatorCommand::add(CLI::App& parent) {
   app = parent.add_subcommand("coordinator", "run the job coordinator");
-  app->add_option("--listen", listen, "address to serve on (port 0: any free port)")->capture_default_str();
+  app->add_option("--listen", listen, "address to serve on (port 0: any free port)")
+      ->capture_default_str();
   app->add_option("--port-file", port_file, "write the bound port here once serving");
-  app->add_option("--dump-dir", dump_dir, "where incidents are written: DIR/<job>/<incident>/")->required();
+  app->add_option("--dump-dir", dump_dir, "where incidents are written: DIR/<job>/<incident>/")
+      ->required();
   app->add_option("--job-id", job, "the job (default: learned from the logs)");
-  app->add_option("--expect-ranks", expect_ranks, "how many ranks the job has")->check(CLI::Range(1, 1 << 24));
+  app->add_option("--expect-ranks", expect_ranks, "how many ranks the job has")
+      ->check(CLI::Range(1, 1 << 24));
   app->add_option("--stall-after", stall_after,
                   "seconds an op may be in flight before an incident, or auto: "
                   "max(3 s, factor x the communicator's learned p99), at most 30 s")
       ->capture_default_str();
-  app->add_option("--stall-factor", stall_factor, "with --stall-after auto: the factor over the learned p99")
-      ->capture_default_str()->check(CLI::Range(1.0, 1000.0));
-  app->add_option("--heartbeat-timeout", heartbeat_timeout, "seconds of silence before a node counts as lost")
-      ->capture_default_str()->check(CLI::Range(0.5, 1e6));
+  app->add_option("--stall-factor", stall_factor,
+                  "with --stall-after auto: the factor over the learned p99")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1000.0));
+  app->add_option("--heartbeat-timeout", heartbeat_timeout,
+                  "seconds of silence before a node counts as lost")
+      ->capture_default_str()
+      ->check(CLI::Range(0.5, 1e6));
   app->add_option("--dump-deadline", dump_deadline, "seconds to wait for every node's dump")
-      ->capture_default_str()->check(CLI::Range(0.5, 3600.0));
+      ->capture_default_str()
+      ->check(CLI::Range(0.5, 3600.0));
   app->add_option("--metrics-listen", metrics_listen,
                   "HOST:PORT for HTTP: the web page (/), incidents (/incidents/ID), status JSON "
                   "(/api/v1/status) and Prometheus metrics (/metrics)");
   app->add_option("--on-verdict", on_verdict,
                   "shell command run for every dump set written, with FR_INCIDENT_DIR, "
                   "FR_VERDICT, FR_CULPRITS, ... in its environment");
-  app->add_option("--on-verdict-timeout", on_verdict_timeout, "seconds before the --on-verdict command is killed")
-      ->capture_default_str()->check(CLI::Range(0.1, 86400.0));
+  app->add_option("--on-verdict-timeout", on_verdict_timeout,
+                  "seconds before the --on-verdict command is killed")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 86400.0));
   app->add_option("--token-file", token_file,
                   "shared token every peer must present (default: the per-user token file, "
                   "created with a random token when absent)");
-  app->add_flag("--insecure", insecure, "no token: any local user may talk to the coordinator (loopback only)");
+  app->add_flag("--insecure", insecure,
+                "no token: any local user may talk to the coordinator (loopback only)");
   app->add_flag("--http-trust-loopback", http_trust_loopback,
                 "the web page, status and metrics on a loopback --metrics-listen without the token "
                 "(by default they ask for it when there is one)");
   app->add_option("--tls-cert", tls_cert, "server certificate (PEM): TLS");
   app->add_option("--tls-key", tls_key, "server key (PEM)");
-  app->add_option("--tls-client-ca", tls_client_ca, "CA (PEM) that client certificates must chain to: mutual TLS");
+  app->add_option("--tls-client-ca", tls_client_ca,
+                  "CA (PEM) that client certificates must chain to: mutual TLS");
 }
 
 int CoordinatorCommand::run() const {
@@ -117,7 +131,8 @@ int CoordinatorCommand::run() const {
   cfg.stall_factor = stall_factor;
   cfg.heartbeat_timeout_ns = to_ns(heartbeat_timeout);
   cfg.dump_deadline_ns = to_ns(dump_deadline);
-  cfg.dead_grace_ns = std::min<int64_t>(1'000'000'000, (cfg.stall_auto ? cfg.stall_floor_ns : cfg.stall_after_ns) / 2);
+  cfg.dead_grace_ns = std::min<int64_t>(
+      1'000'000'000, (cfg.stall_auto ? cfg.stall_floor_ns : cfg.stall_after_ns) / 2);
   fr::daemon::ServerOptions so;
   so.listen = listen;
   so.port_file = port_file;
@@ -137,10 +152,13 @@ int CoordinatorCommand::run() const {
   }
   fr::daemon::log_line(fr::daemon::LogLevel::kInfo,
                        "frd coordinator: serving on port " + std::to_string(server.port()) +
-                           (so.tls_cert.empty() ? "" : so.tls_client_ca.empty() ? " (TLS)" : " (mutual TLS)"));
+                           (so.tls_cert.empty()        ? ""
+                            : so.tls_client_ca.empty() ? " (TLS)"
+                                                       : " (mutual TLS)"));
   if (server.metrics_port())
-    fr::daemon::log_line(fr::daemon::LogLevel::kInfo,
-                         "frd coordinator: web page and metrics on port " + std::to_string(server.metrics_port()));
+    fr::daemon::log_line(
+        fr::daemon::LogLevel::kInfo,
+        "frd coordinator: web page and metrics on port " + std::to_string(server.metrics_port()));
   int sig = 0;
   sigwait(&set, &sig);
   server.shutdown();

@@ -11,7 +11,8 @@ const char* const kOwnerHelp =
     "read only logs owned by this user (name or uid; repeat for several). "
     "Default: the user frd runs as; any user when frd runs as root";
 
-bool log_owners(const std::vector<std::string>& users, fr::log::LogOwners* out, std::string* error) {
+bool log_owners(const std::vector<std::string>& users, fr::log::LogOwners* out,
+                std::string* error) {
   if (users.empty()) return true;
   fr::log::LogOwners o;
   for (const auto& u : users)
@@ -33,16 +34,19 @@ sigset_t block_stop_signals() {
 }
 
 void warn_loose(const char* who, const std::string& path) {
-  fr::daemon::log_line(fr::daemon::LogLevel::kWarn, std::string(who) + ": token file " + path +
-                                                        " is readable by other users; chmod 600 it");
+  fr::daemon::log_line(
+      fr::daemon::LogLevel::kWarn,
+      std::string(who) + ": token file " + path + " is readable by other users; chmod 600 it");
 }
 
 void ContextFlags::add(CLI::App* app) {
-  app->add_option("--py-spy", py_spy,
-                  "py-spy to run for the Python frames of Python processes (default: py-spy on PATH)");
+  app->add_option(
+      "--py-spy", py_spy,
+      "py-spy to run for the Python frames of Python processes (default: py-spy on PATH)");
   app->add_option("--stack-budget", stack_budget,
                   "seconds all stacks of one dump may take together (0: no stacks)")
-      ->capture_default_str()->check(CLI::Range(0.0, 600.0));
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 600.0));
   app->add_flag("--no-stacks", no_stacks, "take no stacks");
   app->add_option("--nvml-lib", nvml_lib, "the NVML library to read GPU health from")
       ->capture_default_str();
@@ -50,8 +54,10 @@ void ContextFlags::add(CLI::App* app) {
 
 void ClientFlags::add(CLI::App* app, bool required_coordinator) {
   auto* o = app->add_option("--coordinator", coordinator, "coordinator address HOST:PORT");
-  if (required_coordinator) o->required();
-  else o->capture_default_str();
+  if (required_coordinator)
+    o->required();
+  else
+    o->capture_default_str();
   app->add_option("--token-file", token_file,
                   "file holding the shared token (default: the per-user token file the "
                   "coordinator writes)");
@@ -61,8 +67,8 @@ void ClientFlags::add(CLI::App* app, bool required_coordinator) {
   app->add_option("--tls-key", tls_key, "client key (PEM) for mutual TLS");
 }
 
-
-bool ClientFlags::resolve(const char* who, fr::daemon::ClientOptions* out, std::string* error) const {
+bool ClientFlags::resolve(const char* who, fr::daemon::ClientOptions* out,
+                          std::string* error) const {
   out->address = coordinator;
   if (insecure && !token_file.empty()) {
     *error = "--insecure and --token-file exclude each other";

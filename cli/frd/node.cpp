@@ -28,10 +28,14 @@ bool parse_rate(const std::string& text, uint64_t* out) {
   if (end == text.c_str() || !(v > 0)) return false;
   std::string unit(end);
   double mult = 1;
-  if (unit == "K" || unit == "k") mult = 1024;
-  else if (unit == "M" || unit == "m") mult = 1024.0 * 1024;
-  else if (unit == "G" || unit == "g") mult = 1024.0 * 1024 * 1024;
-  else if (!unit.empty()) return false;
+  if (unit == "K" || unit == "k")
+    mult = 1024;
+  else if (unit == "M" || unit == "m")
+    mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "g")
+    mult = 1024.0 * 1024 * 1024;
+  else if (!unit.empty())
+    return false;
   v *= mult;
   if (v < 1 || v > 1e15) return false;
   *out = uint64_t(v);
@@ -64,9 +68,12 @@ void NodeCommand::add(CLI::App& parent) {
   app->add_option("--log-owner", owners, kOwnerHelp);
   app->add_option("--node-name", node_name, "this node's name (default: the host name)");
   app->add_option("--heartbeat-interval", heartbeat_interval, "seconds between heartbeats")
-      ->capture_default_str()->check(CLI::Range(0.05, 3600.0));
-  app->add_option("--stall-after", stall_after, "seconds in flight before an op is reported at once")
-      ->capture_default_str()->check(CLI::Range(0.1, 1e6));
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 3600.0));
+  app->add_option("--stall-after", stall_after,
+                  "seconds in flight before an op is reported at once")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 1e6));
   app->add_option("--dump-dir", dump_dir, "spool: dumps wait here until delivered");
   app->add_option("--upload-rate", upload_rate,
                   "most bytes per second an upload may send, e.g. 50M (default: no limit)");
@@ -78,7 +85,8 @@ void NodeCommand::add(CLI::App& parent) {
   app->add_option("--exit-when-idle", exit_when_idle,
                   "exit once no live flight log (and no fr-run) has used the log directory for "
                   "this many seconds; 0: never (fr-run passes 60)")
-      ->capture_default_str()->check(CLI::Range(0.0, 1e7))
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e7))
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   context.add(app);
 }
@@ -93,7 +101,8 @@ int NodeCommand::run() const {
   o.spool_dir = dump_dir;
   o.shared_dump_dir = shared_dump_dir;
   if (!upload_rate.empty() && !parse_rate(upload_rate, &o.upload_bytes_per_sec))
-    return usage("--upload-rate: '" + upload_rate + "' is not a byte count like 65536, 512K or 50M");
+    return usage("--upload-rate: '" + upload_rate +
+                 "' is not a byte count like 65536, 512K or 50M");
   o.heartbeat_interval_ns = to_ns(heartbeat_interval);
   o.stall_after_ns = to_ns(stall_after);
   o.stacks = fr::daemon::stack_options(context.py_spy, context.stack_budget, context.no_stacks);
@@ -105,7 +114,8 @@ int NodeCommand::run() const {
   auto locked = node_lock.acquire(log_dir, &error);
   if (locked == fr::daemon::NodeLockOutcome::held) return failed(error);
   if (locked == fr::daemon::NodeLockOutcome::failed)
-    fr::daemon::log_line(fr::daemon::LogLevel::kWarn, "frd node: " + error + "; running without the node lock");
+    fr::daemon::log_line(fr::daemon::LogLevel::kWarn,
+                         "frd node: " + error + "; running without the node lock");
   // Metrics off loopback follow the coordinator's rule: only behind the job's token.
   fr::daemon::HttpSecurity http_sec;
   if (!metrics_listen.empty() && !fr::daemon::is_loopback_address(metrics_listen)) {
@@ -127,7 +137,8 @@ int NodeCommand::run() const {
       return r;
     });
     if (!http.start(metrics_listen, http_sec, &error)) return failed(error);
-    fr::daemon::log_line(fr::daemon::LogLevel::kInfo, "frd node: metrics on port " + std::to_string(http.port()));
+    fr::daemon::log_line(fr::daemon::LogLevel::kInfo,
+                         "frd node: metrics on port " + std::to_string(http.port()));
   }
   std::thread runner([&d] { d.run(); });
   const int64_t idle_limit_ns = to_ns(exit_when_idle);
@@ -138,9 +149,10 @@ int NodeCommand::run() const {
     // No fr-run may start using the directory from here on (claim_unused), and the node lock goes
     // first, so that one coming now finds no node daemon and starts its own.
     if (!fr::daemon::claim_unused(log_dir)) continue;
-    fr::daemon::log_line(fr::daemon::LogLevel::kInfo,
-                         "frd node: no live flight log in " + log_dir + " and no fr-run using it for " +
-                             seconds_text(exit_when_idle) + "; exiting (--exit-when-idle)");
+    fr::daemon::log_line(fr::daemon::LogLevel::kInfo, "frd node: no live flight log in " + log_dir +
+                                                          " and no fr-run using it for " +
+                                                          seconds_text(exit_when_idle) +
+                                                          "; exiting (--exit-when-idle)");
     node_lock.release();
     break;
   }

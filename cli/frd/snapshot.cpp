@@ -13,7 +13,8 @@
 namespace frd {
 
 void SnapshotCommand::add(CLI::App& parent) {
-  app = parent.add_subcommand("snapshot", "snapshot every flight log in a directory into a dump set");
+  app =
+      parent.add_subcommand("snapshot", "snapshot every flight log in a directory into a dump set");
   app->add_option("--log-dir", log_dir, "directory holding the flight logs")->capture_default_str();
   app->add_option("--out", out, "dump set directory to write")->required();
   app->add_option("--job-id", job, "only logs of this job");
@@ -43,7 +44,8 @@ int SnapshotCommand::run() const {
   for (const auto& p : res.processes) targets.push_back({p.pid, p.rank, p.file, p.alive, p.source});
   fr::daemon::StacksTaken st = fr::daemon::take_stacks(
       fr::daemon::stack_options(ctx.py_spy, ctx.stack_budget, ctx.no_stacks), targets, out);
-  for (const auto& n : st.notes) std::fprintf(stderr, "frd snapshot: no stacks for %s\n", n.c_str());
+  for (const auto& n : st.notes)
+    std::fprintf(stderr, "frd snapshot: no stacks for %s\n", n.c_str());
   // GPU health: Xid events are only those that arrive while we watch, so none here.
   fr::daemon::GpuMonitor gpus;
   std::string why;
@@ -52,12 +54,14 @@ int SnapshotCommand::run() const {
   g.node = res.processes.empty() ? std::string() : res.processes.front().host;
   if (g.node.empty()) g.node = "localhost";
   std::string err;
-  if (!fr::files::write_atomic(out + "/" + g.node + fr::log::kGpuSuffix, fr::log::gpus_to_text(g), &err))
+  if (!fr::files::write_atomic(out + "/" + g.node + fr::log::kGpuSuffix, fr::log::gpus_to_text(g),
+                               &err))
     std::fprintf(stderr, "frd snapshot: %s\n", err.c_str());
   std::printf("frd snapshot: %zu process(es) into %s", res.processes.size(), out.c_str());
   if (!res.skipped.empty()) std::printf(" (%zu skipped)", res.skipped.size());
-  std::printf("; stacks of %zu in %.2f s; %s\n", st.taken, double(st.took_ns) / 1e9,
-              g.error.empty() ? (std::to_string(g.gpus.size()) + " GPU(s)").c_str() : g.error.c_str());
+  std::printf(
+      "; stacks of %zu in %.2f s; %s\n", st.taken, double(st.took_ns) / 1e9,
+      g.error.empty() ? (std::to_string(g.gpus.size()) + " GPU(s)").c_str() : g.error.c_str());
   return 0;
 }
 
@@ -66,7 +70,8 @@ void StacksCommand::add(CLI::App& parent) {
       "stacks", "print the stacks of processes as fr-stacks/1 lines (run by snapshot and node)");
   app->add_option("--pid", pids, "PID or PID:RANK (repeat)")->required();
   app->add_option("--budget-ms", budget_ms, "milliseconds for all of them")
-      ->capture_default_str()->check(CLI::Range(int64_t(1), int64_t(600000)));
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(1), int64_t(600000)));
   app->add_option("--py-spy", py_spy, "py-spy for Python processes (default: on PATH)");
   app->add_option("--hold-ms", hold_ms, "keep each process stopped this long (tests)")
       ->check(CLI::Range(int64_t(0), int64_t(600000)));

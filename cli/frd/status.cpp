@@ -26,8 +26,10 @@ int StatusCommand::run() const {
     std::fprintf(stderr, "frd status: %s\n", error.c_str());
     return 1;
   }
-  if (json) std::printf("%s\n", s.dump(2).c_str());
-  else std::printf("%s", fr::daemon::render_status(s).c_str());
+  if (json)
+    std::printf("%s\n", s.dump(2).c_str());
+  else
+    std::printf("%s", fr::daemon::render_status(s).c_str());
   return 0;
 }
 

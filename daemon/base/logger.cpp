@@ -11,8 +11,7 @@ namespace fr::daemon {
 const char* log_level_name(LogLevel level) {
   switch (level) {
 #define FR_LOG_LEVEL_CASE(e, s) \
-  case LogLevel::e:             \
-    return s;
+  case LogLevel::e: return s;
     FR_LOG_LEVELS(FR_LOG_LEVEL_CASE)
 #undef FR_LOG_LEVEL_CASE
   }
@@ -24,15 +23,17 @@ std::string format_log_line(LogLevel level, const std::string& text, int64_t rea
   struct tm tm;
   gmtime_r(&secs, &tm);
   char stamp[96];
-  std::snprintf(stamp, sizeof stamp, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ %-5s ", tm.tm_year + 1900, tm.tm_mon + 1,
-                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, int(real_ns / 1'000'000 % 1000), log_level_name(level));
+  std::snprintf(stamp, sizeof stamp, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ %-5s ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                int(real_ns / 1'000'000 % 1000), log_level_name(level));
   return stamp + text;
 }
 
 void log_line(LogLevel level, const std::string& text) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
-  std::string line = format_log_line(level, text, int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec) + "\n";
+  std::string line =
+      format_log_line(level, text, int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec) + "\n";
   ssize_t rc = ::write(STDERR_FILENO, line.data(), line.size());
   (void)rc;  // nowhere to report a failing stderr
 }

@@ -39,9 +39,7 @@ constexpr uint32_t kCoordinatorMessageSince[] = {FR_COORDINATOR_MESSAGE_LIST(FR_
 #undef FR_X_SINCE
 }  // namespace
 
-bool may_send(NodeMessageKind k, uint32_t agreed) {
-  return kNodeMessageSince[size_t(k)] <= agreed;
-}
+bool may_send(NodeMessageKind k, uint32_t agreed) { return kNodeMessageSince[size_t(k)] <= agreed; }
 bool may_send(CoordinatorMessageKind k, uint32_t agreed) {
   return kCoordinatorMessageSince[size_t(k)] <= agreed;
 }

@@ -65,7 +65,7 @@ struct CommProgress {
   uint64_t comm_id = 0;
   int size = -1;
   int rank = -1;
-  uint32_t state = 0;         // fr_comm_state
+  uint32_t state = 0;  // fr_comm_state
   uint64_t coll_seq = 0;
   uint64_t p2p_seq = 0;
   uint64_t enqueued = 0;      // op_index handed to the GPU
@@ -73,7 +73,7 @@ struct CommProgress {
   uint64_t completed = 0;     // gpu_completed
   int64_t oldest_age_ns = 0;  // age of the oldest op in flight; 0 when none
   uint64_t oldest_seq = 0;
-  uint32_t oldest_op = 0;     // fr_op
+  uint32_t oldest_op = 0;  // fr_op
   std::string name;
 };
 
@@ -81,7 +81,7 @@ struct CommProgress {
 // summarized as CommProgress summarizes a communicator: the coordinator learns and judges each
 // pair as it does a communicator (nixl_model_id), with the same adaptive threshold.
 struct XferProgress {
-  std::string local_agent;    // printable, cut at 64
+  std::string local_agent;  // printable, cut at 64
   std::string remote_agent;
   uint32_t in_flight = 0;     // transfers posted and not done (or failed by a remote disconnect)
   int64_t oldest_age_ns = 0;  // age of the oldest post in flight; 0 when none
@@ -96,7 +96,7 @@ struct XferProgress {
 uint64_t nixl_model_id(const std::string& local_agent, const std::string& remote_agent);
 
 struct ProcessReport {
-  std::string log;            // file name of the log
+  std::string log;  // file name of the log
   int rank = -1;
   int world_size = -1;
   int pid = 0;
@@ -157,8 +157,8 @@ struct DumpHeader {
   std::vector<DumpProcess> processes;
   std::vector<DumpSkip> skipped;
   int64_t snapshot_time_ns = 0;
-  std::string job_id;              // the incident's job as the coordinator named it; may be empty
-  std::string upload_key;          // the connection's secret (Welcome.upload_key); not stored
+  std::string job_id;      // the incident's job as the coordinator named it; may be empty
+  std::string upload_key;  // the connection's secret (Welcome.upload_key); not stored
 };
 
 // Monotonic and realtime clocks in nanoseconds.

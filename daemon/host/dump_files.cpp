@@ -69,8 +69,10 @@ bool copy_checked(const std::string& from, const std::string& to, const DumpFile
     for (ssize_t done = 0; ok && done < n;) {
       ssize_t w = ::write(out, buf.data() + done, size_t(n - done));
       if (w < 0 && errno == EINTR) continue;
-      if (w < 0) ok = false;
-      else done += w;
+      if (w < 0)
+        ok = false;
+      else
+        done += w;
     }
     if (!ok) break;
   }
@@ -87,16 +89,28 @@ bool copy_checked(const std::string& from, const std::string& to, const DumpFile
 nlohmann::json dump_header_json(const DumpHeader& h) {
   nlohmann::json files = nlohmann::json::array(), procs = nlohmann::json::array(),
                  skipped = nlohmann::json::array();
-  for (const auto& f : h.files) files.push_back({{"name", f.name}, {"size", f.size}, {"crc32c", f.crc32c}});
+  for (const auto& f : h.files)
+    files.push_back({{"name", f.name}, {"size", f.size}, {"crc32c", f.crc32c}});
   for (const auto& p : h.processes)
-    procs.push_back({{"rank", p.rank}, {"world_size", p.world_size}, {"pid", p.pid},
-                     {"host", p.host}, {"job_id", p.job_id}, {"file", p.file},
-                     {"source", p.source}, {"alive", p.alive}, {"records", p.records},
-                     {"overwritten", p.overwritten}, {"torn", p.torn}});
+    procs.push_back({{"rank", p.rank},
+                     {"world_size", p.world_size},
+                     {"pid", p.pid},
+                     {"host", p.host},
+                     {"job_id", p.job_id},
+                     {"file", p.file},
+                     {"source", p.source},
+                     {"alive", p.alive},
+                     {"records", p.records},
+                     {"overwritten", p.overwritten},
+                     {"torn", p.torn}});
   for (const auto& s : h.skipped) skipped.push_back({{"file", s.file}, {"error", s.error}});
-  return {{"incident_id", h.incident_id}, {"node_name", h.node_name}, {"job_id", h.job_id},
-          {"snapshot_time_ns", h.snapshot_time_ns}, {"files", files},
-          {"processes", procs}, {"skipped", skipped}};
+  return {{"incident_id", h.incident_id},
+          {"node_name", h.node_name},
+          {"job_id", h.job_id},
+          {"snapshot_time_ns", h.snapshot_time_ns},
+          {"files", files},
+          {"processes", procs},
+          {"skipped", skipped}};
 }
 
 bool dump_header_from_json(const nlohmann::json& j, DumpHeader* h) {

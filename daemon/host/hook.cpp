@@ -54,10 +54,14 @@ std::vector<std::string> VerdictHook::poll(int64_t now_mono) {
     pid_t r = waitpid(c.pid, &status, WNOHANG);
     if (r == c.pid || (r < 0 && errno == ECHILD)) {
       std::string how;
-      if (r < 0) how = "was reaped elsewhere";
-      else if (c.killed) how = "was killed after " + std::to_string(timeout_ns_ / 1'000'000'000) + " s";
-      else if (WIFEXITED(status)) how = "exited with " + std::to_string(WEXITSTATUS(status));
-      else how = "died of signal " + std::to_string(WTERMSIG(status));
+      if (r < 0)
+        how = "was reaped elsewhere";
+      else if (c.killed)
+        how = "was killed after " + std::to_string(timeout_ns_ / 1'000'000'000) + " s";
+      else if (WIFEXITED(status))
+        how = "exited with " + std::to_string(WEXITSTATUS(status));
+      else
+        how = "died of signal " + std::to_string(WTERMSIG(status));
       if (c.killed || r < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
         lines.push_back("frd coordinator: --on-verdict for " + c.incident + " " + how);
       children_.erase(children_.begin() + long(i));

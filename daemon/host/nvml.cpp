@@ -12,29 +12,29 @@ namespace fr::daemon {
 
 // Every NVML function frd calls. Those marked optional may be missing from older drivers; the
 // GPU's data then names them in `unavailable`.
-#define FR_NVML_FUNCTIONS(X)                       \
-  X(nvmlInit_v2, true)                             \
-  X(nvmlShutdown, true)                            \
-  X(nvmlErrorString, true)                         \
-  X(nvmlSystemGetDriverVersion, false)             \
-  X(nvmlDeviceGetCount_v2, true)                   \
-  X(nvmlDeviceGetHandleByIndex_v2, true)           \
-  X(nvmlDeviceGetPciInfo_v3, true)                 \
-  X(nvmlDeviceGetName, false)                      \
-  X(nvmlDeviceGetUUID, false)                      \
-  X(nvmlDeviceGetTemperature, false)               \
-  X(nvmlDeviceGetPowerUsage, false)                \
+#define FR_NVML_FUNCTIONS(X)                          \
+  X(nvmlInit_v2, true)                                \
+  X(nvmlShutdown, true)                               \
+  X(nvmlErrorString, true)                            \
+  X(nvmlSystemGetDriverVersion, false)                \
+  X(nvmlDeviceGetCount_v2, true)                      \
+  X(nvmlDeviceGetHandleByIndex_v2, true)              \
+  X(nvmlDeviceGetPciInfo_v3, true)                    \
+  X(nvmlDeviceGetName, false)                         \
+  X(nvmlDeviceGetUUID, false)                         \
+  X(nvmlDeviceGetTemperature, false)                  \
+  X(nvmlDeviceGetPowerUsage, false)                   \
   X(nvmlDeviceGetCurrentClocksThrottleReasons, false) \
-  X(nvmlDeviceGetTotalEccErrors, false)            \
-  X(nvmlDeviceGetRetiredPagesPendingStatus, false) \
-  X(nvmlDeviceGetRemappedRows, false)              \
-  X(nvmlDeviceGetNvLinkState, false)               \
-  X(nvmlDeviceGetNvLinkErrorCounter, false)        \
-  X(nvmlDeviceGetPcieReplayCounter, false)         \
-  X(nvmlDeviceGetComputeRunningProcesses_v3, false) \
-  X(nvmlEventSetCreate, false)                     \
-  X(nvmlDeviceRegisterEvents, false)               \
-  X(nvmlEventSetWait_v2, false)                    \
+  X(nvmlDeviceGetTotalEccErrors, false)               \
+  X(nvmlDeviceGetRetiredPagesPendingStatus, false)    \
+  X(nvmlDeviceGetRemappedRows, false)                 \
+  X(nvmlDeviceGetNvLinkState, false)                  \
+  X(nvmlDeviceGetNvLinkErrorCounter, false)           \
+  X(nvmlDeviceGetPcieReplayCounter, false)            \
+  X(nvmlDeviceGetComputeRunningProcesses_v3, false)   \
+  X(nvmlEventSetCreate, false)                        \
+  X(nvmlDeviceRegisterEvents, false)                  \
+  X(nvmlEventSetWait_v2, false)                       \
   X(nvmlEventSetFree, false)
 
 struct GpuMonitor::Api {
@@ -91,12 +91,12 @@ bool GpuMonitor::open(const std::string& library, std::string* why) {
     return false;
   }
   auto api = std::make_unique<Api>();
-#define FR_NVML_RESOLVE(name, required)                                                \
-  api->name = reinterpret_cast<decltype(&::name)>(::dlsym(handle_, #name));            \
-  if (required && !api->name) {                                                        \
-    error_ = "NVML not usable: " + library + " has no " #name;                          \
-    *why = error_;                                                                     \
-    return false;                                                                      \
+#define FR_NVML_RESOLVE(name, required)                                     \
+  api->name = reinterpret_cast<decltype(&::name)>(::dlsym(handle_, #name)); \
+  if (required && !api->name) {                                             \
+    error_ = "NVML not usable: " + library + " has no " #name;              \
+    *why = error_;                                                          \
+    return false;                                                           \
   }
   FR_NVML_FUNCTIONS(FR_NVML_RESOLVE)
 #undef FR_NVML_RESOLVE
@@ -125,8 +125,9 @@ bool GpuMonitor::open(const std::string& library, std::string* why) {
     events_ = set;
     bool any = false;
     for (void* d : devices_)
-      if (d) any |= api->nvmlDeviceRegisterEvents(nvmlDevice_t(d), nvmlEventTypeXidCriticalError, set) ==
-                    NVML_SUCCESS;
+      if (d)
+        any |= api->nvmlDeviceRegisterEvents(nvmlDevice_t(d), nvmlEventTypeXidCriticalError, set) ==
+               NVML_SUCCESS;
     if (!any) {
       api->nvmlEventSetFree(set);
       events_ = nullptr;
@@ -145,7 +146,8 @@ void GpuMonitor::watch_xids() {
     if (r == NVML_ERROR_TIMEOUT) continue;
     if (r != NVML_SUCCESS) {
       // A failing wait (the GPU fell off the bus, the driver went away) must not spin.
-      for (int i = 0; i < 10 && !stopping_; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      for (int i = 0; i < 10 && !stopping_; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
       continue;
     }
     if (!(data.eventType & nvmlEventTypeXidCriticalError)) continue;
@@ -185,7 +187,8 @@ struct DeviceReader {
   // What a heartbeat takes (besides identity and Xids): temperature, power, throttle reasons.
   void read_cheap() {
     unsigned int u = 0;
-    if (get("temperature", a.nvmlDeviceGetTemperature, NVML_TEMPERATURE_GPU, &u)) g.temperature_c = u;
+    if (get("temperature", a.nvmlDeviceGetTemperature, NVML_TEMPERATURE_GPU, &u))
+      g.temperature_c = u;
     if (get("power", a.nvmlDeviceGetPowerUsage, &u)) g.power_mw = u;
     unsigned long long ull = 0;
     if (get("throttle_reasons", a.nvmlDeviceGetCurrentClocksThrottleReasons, &ull)) {
@@ -199,10 +202,12 @@ struct DeviceReader {
     char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {0};
     if (get("name", a.nvmlDeviceGetName, name, unsigned(sizeof name))) g.name = name;
     unsigned long long ull = 0;
-    if (get("ecc", a.nvmlDeviceGetTotalEccErrors, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC, &ull))
+    if (get("ecc", a.nvmlDeviceGetTotalEccErrors, NVML_MEMORY_ERROR_TYPE_CORRECTED,
+            NVML_VOLATILE_ECC, &ull))
       g.ecc_volatile_corrected = int64_t(ull);
     if (a.nvmlDeviceGetTotalEccErrors &&
-        a.nvmlDeviceGetTotalEccErrors(d, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &ull) == NVML_SUCCESS)
+        a.nvmlDeviceGetTotalEccErrors(d, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC,
+                                      &ull) == NVML_SUCCESS)
       g.ecc_volatile_uncorrected = int64_t(ull);
     nvmlEnableState_t pending = NVML_FEATURE_DISABLED;
     if (get("retired_pages", a.nvmlDeviceGetRetiredPagesPendingStatus, &pending))
@@ -224,7 +229,8 @@ struct DeviceReader {
       nvmlReturn_t r = a.nvmlDeviceGetNvLinkState(d, l, &active);
       if (r != NVML_SUCCESS) {
         // Past the last link NVML says invalid argument; a GPU without NVLink, not supported.
-        if (l == 0 && r != NVML_ERROR_INVALID_ARGUMENT) g.unavailable.push_back("nvlink: " + text(&a, r));
+        if (l == 0 && r != NVML_ERROR_INVALID_ARGUMENT)
+          g.unavailable.push_back("nvlink: " + text(&a, r));
         break;
       }
       fr::log::NvLinkState ls;
@@ -232,10 +238,18 @@ struct DeviceReader {
       ls.active = active == NVML_FEATURE_ENABLED;
       if (a.nvmlDeviceGetNvLinkErrorCounter) {
         unsigned long long v = 0;
-        if (a.nvmlDeviceGetNvLinkErrorCounter(d, l, NVML_NVLINK_ERROR_DL_REPLAY, &v) == NVML_SUCCESS) ls.replay_errors = v;
-        if (a.nvmlDeviceGetNvLinkErrorCounter(d, l, NVML_NVLINK_ERROR_DL_RECOVERY, &v) == NVML_SUCCESS) ls.recovery_errors = v;
-        if (a.nvmlDeviceGetNvLinkErrorCounter(d, l, NVML_NVLINK_ERROR_DL_CRC_FLIT, &v) == NVML_SUCCESS) ls.crc_flit_errors = v;
-        if (a.nvmlDeviceGetNvLinkErrorCounter(d, l, NVML_NVLINK_ERROR_DL_CRC_DATA, &v) == NVML_SUCCESS) ls.crc_data_errors = v;
+        if (a.nvmlDeviceGetNvLinkErrorCounter(d, l, NVML_NVLINK_ERROR_DL_REPLAY, &v) ==
+            NVML_SUCCESS)
+          ls.replay_errors = v;
+        if (a.nvmlDeviceGetNvLinkErrorCounter(d, l, NVML_NVLINK_ERROR_DL_RECOVERY, &v) ==
+            NVML_SUCCESS)
+          ls.recovery_errors = v;
+        if (a.nvmlDeviceGetNvLinkErrorCounter(d, l, NVML_NVLINK_ERROR_DL_CRC_FLIT, &v) ==
+            NVML_SUCCESS)
+          ls.crc_flit_errors = v;
+        if (a.nvmlDeviceGetNvLinkErrorCounter(d, l, NVML_NVLINK_ERROR_DL_CRC_DATA, &v) ==
+            NVML_SUCCESS)
+          ls.crc_data_errors = v;
       }
       g.nvlinks.push_back(ls);
     }
@@ -257,7 +271,8 @@ struct DeviceReader {
     }
     if (r == NVML_SUCCESS)
       for (unsigned int k = 0; k < n && k < procs.size(); ++k) g.pids.push_back(int(procs[k].pid));
-    else g.unavailable.push_back("pids: " + text(&a, r));
+    else
+      g.unavailable.push_back("pids: " + text(&a, r));
   }
 };
 

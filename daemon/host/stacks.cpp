@@ -64,7 +64,8 @@ std::string trim(std::string s) {
 
 // The state letter of /proc/<pid>/task/<tid>/stat (the field after the command's ")").
 std::string thread_state(int pid, int tid) {
-  std::string stat = read_small("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/stat");
+  std::string stat =
+      read_small("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/stat");
   size_t p = stat.rfind(')');
   return p != std::string::npos && p + 2 < stat.size() ? stat.substr(p + 2, 1) : "";
 }
@@ -103,8 +104,8 @@ std::string demangle(const char* name) {
   std::string raw = name;
   raw = raw.substr(0, raw.find('@'));  // a symbol version: __libc_start_main@@GLIBC_2.34
   int status = 0;
-  std::unique_ptr<char, decltype(&std::free)> d(abi::__cxa_demangle(raw.c_str(), nullptr, nullptr, &status),
-                                               &std::free);
+  std::unique_ptr<char, decltype(&std::free)> d(
+      abi::__cxa_demangle(raw.c_str(), nullptr, nullptr, &status), &std::free);
   return status == 0 && d ? std::string(d.get()) : raw;
 }
 
@@ -172,7 +173,8 @@ void add_with_inlines(Dwfl_Module* mod, Dwarf_Addr at, const StackFrame& base,
     Dwarf_Word w = 0;
     file.clear();
     line = 0;
-    if (files && dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_file, &a), &w) == 0 && w < nfiles)
+    if (files && dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_file, &a), &w) == 0 &&
+        w < nfiles)
       if (const char* src = dwarf_filesrc(files, w, nullptr, nullptr)) file = src;
     if (dwarf_formudata(dwarf_attr(&scopes[i], DW_AT_call_line, &a), &w) == 0) line = int(w);
   }
@@ -196,7 +198,8 @@ int on_frame(Dwfl_Frame* frame, void* arg) {
   Dwfl* dwfl = dwfl_thread_dwfl(dwfl_frame_thread(frame));
   Dwfl_Module* mod = dwfl_addrmodule(dwfl, at);
   if (mod) {
-    const char* mname = dwfl_module_info(mod, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
+    const char* mname =
+        dwfl_module_info(mod, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
     if (mname) f.module = mname;
     f.function = demangle(dwfl_module_addrname(mod, at));
     if (Dwfl_Line* line = dwfl_module_getsrc(mod, at)) {
@@ -302,7 +305,8 @@ struct Held {
 
 // Seizes every thread and asks each to stop. False (with `error` set) when ptrace refuses the
 // process itself; threads that ended meanwhile are left out.
-bool seize_threads(int pid, const std::vector<int>& tids, std::vector<Held>* held, std::string* error) {
+bool seize_threads(int pid, const std::vector<int>& tids, std::vector<Held>* held,
+                   std::string* error) {
   for (int tid : tids) {
     Held h{tid};
     if (::ptrace(PTRACE_SEIZE, tid, nullptr, nullptr) != 0) {
@@ -445,7 +449,8 @@ bool is_python_process(int pid) {
     base = base ? base + 1 : exe;
     if (std::strncmp(base, "python", 6) == 0) return true;
   }
-  return read_small("/proc/" + std::to_string(pid) + "/maps").find("/libpython") != std::string::npos;
+  return read_small("/proc/" + std::to_string(pid) + "/maps").find("/libpython") !=
+         std::string::npos;
 }
 
 namespace {
@@ -460,7 +465,8 @@ pid_t start_py_spy(const std::string& py_spy, ProcessStacks* s, int* fd) {
                           : "py-spy " + py_spy + " is not an executable";
     return -1;
   }
-  pid_t child = spawn_reader({exe, "dump", "--pid", std::to_string(s->pid), "--native", "--json"}, fd);
+  pid_t child =
+      spawn_reader({exe, "dump", "--pid", std::to_string(s->pid), "--native", "--json"}, fd);
   if (child < 0) s->python_error = std::string("cannot run py-spy: ") + std::strerror(errno);
   return child;
 }
@@ -493,8 +499,10 @@ void finish_py_spy(pid_t child, int fd, int64_t deadline_mono_ns, ProcessStacks*
       f.function = fj.value("name", std::string());
       const bool native = fj.contains("module") && fj["module"].is_string();
       f.kind = native ? "native" : "python";
-      if (native) f.module = fj["module"].get<std::string>();
-      else f.file = fj.value("filename", std::string());
+      if (native)
+        f.module = fj["module"].get<std::string>();
+      else
+        f.file = fj.value("filename", std::string());
       f.line = native ? 0 : fj.value("line", 0);
       t.frames.push_back(std::move(f));
     }
@@ -511,8 +519,10 @@ void finish_py_spy(pid_t child, int fd, int64_t deadline_mono_ns, ProcessStacks*
     }
     ++merged;
   }
-  if (merged) s->taker = "libdw+py-spy";
-  else s->python_error = "py-spy found no Python thread";
+  if (merged)
+    s->taker = "libdw+py-spy";
+  else
+    s->python_error = "py-spy found no Python thread";
 }
 
 bool emit(const ProcessStacks& s) {
@@ -560,8 +570,10 @@ int run_stacks_helper(const std::vector<int>& pids, const std::vector<int>& rank
     if (!all[i].error.empty() || !is_python_process(all[i].pid)) continue;
     int fd = -1;
     pid_t child = start_py_spy(py_spy, &all[i], &fd);
-    if (child >= 0) runs.push_back({i, child, fd});
-    else if (!emit(all[i])) return 1;
+    if (child >= 0)
+      runs.push_back({i, child, fd});
+    else if (!emit(all[i]))
+      return 1;
   }
   for (const Run& r : runs) {
     finish_py_spy(r.child, r.fd, deadline, &all[r.index]);

@@ -24,16 +24,16 @@ namespace fr::daemon {
 
 struct StackOptions {
   bool enabled = true;
-  std::string frd_binary;     // the frd that runs `frd stacks`; empty: this program when it is frd
-  std::string py_spy;         // py-spy to run for Python processes; empty: "py-spy" on PATH
+  std::string frd_binary;  // the frd that runs `frd stacks`; empty: this program when it is frd
+  std::string py_spy;      // py-spy to run for Python processes; empty: "py-spy" on PATH
   int64_t budget_ns = 5'000'000'000;  // per incident, for all processes of the node together
-  int64_t hold_ns = 0;        // tests: keep the threads stopped this long (FR_STACKS_HOLD_MS)
+  int64_t hold_ns = 0;  // tests: keep the threads stopped this long (FR_STACKS_HOLD_MS)
 };
 
 struct StackTarget {
   int pid = 0;
   int rank = -1;
-  std::string dump_file;      // the rank's dump file in the dump set; the stacks go beside it
+  std::string dump_file;  // the rank's dump file in the dump set; the stacks go beside it
   bool alive = true;
   // The live flight log the PID came from. Its owner must own the process too: a log written by
   // one user cannot make frd (as root) read the stacks of another user's process.

@@ -59,29 +59,34 @@ StacksTaken take_stacks(const StackOptions& opts, const std::vector<StackTarget>
       std::string exe(self, size_t(n));
       // An frd replaced on disk since it started (an upgrade) is run by its path as it is now.
       const std::string deleted = " (deleted)";
-      if (exe.size() > deleted.size() && exe.compare(exe.size() - deleted.size(), deleted.size(), deleted) == 0)
+      if (exe.size() > deleted.size() &&
+          exe.compare(exe.size() - deleted.size(), deleted.size(), deleted) == 0)
         exe.resize(exe.size() - deleted.size());
       if (exe.size() >= 4 && exe.compare(exe.size() - 4, 4, "/frd") == 0) frd = exe;
     }
     if (frd.empty()) common_error = "no frd binary to take stacks with";
   }
   if (common_error.empty() && !live.empty()) {
-    std::vector<std::string> argv = {frd, "stacks", "--budget-ms",
-                                     std::to_string(std::max<int64_t>(1, opts.budget_ns / 1'000'000))};
+    std::vector<std::string> argv = {
+        frd, "stacks", "--budget-ms",
+        std::to_string(std::max<int64_t>(1, opts.budget_ns / 1'000'000))};
     if (!opts.py_spy.empty()) argv.insert(argv.end(), {"--py-spy", opts.py_spy});
-    if (opts.hold_ns > 0) argv.insert(argv.end(), {"--hold-ms", std::to_string(opts.hold_ns / 1'000'000)});
-    for (const auto* t : live) argv.insert(argv.end(), {"--pid", std::to_string(t->pid) + ":" + std::to_string(t->rank)});
+    if (opts.hold_ns > 0)
+      argv.insert(argv.end(), {"--hold-ms", std::to_string(opts.hold_ns / 1'000'000)});
+    for (const auto* t : live)
+      argv.insert(argv.end(), {"--pid", std::to_string(t->pid) + ":" + std::to_string(t->rank)});
     int fd = -1;
     pid_t child = spawn_reader(argv, &fd);
     if (child < 0) {
       common_error = std::string("cannot start frd stacks: ") + std::strerror(errno);
     } else {
       // The helper keeps to the budget itself; a second more before it is killed.
-      bool eof = read_until(fd, t0 + opts.budget_ns + 1'000'000'000, nullptr, [&](const std::string& line) {
-        ProcessStacks s;
-        std::string err;
-        if (fr::log::parse_stacks(line, &s, &err)) got[s.pid] = std::move(s);
-      });
+      bool eof = read_until(fd, t0 + opts.budget_ns + 1'000'000'000, nullptr,
+                            [&](const std::string& line) {
+                              ProcessStacks s;
+                              std::string err;
+                              if (fr::log::parse_stacks(line, &s, &err)) got[s.pid] = std::move(s);
+                            });
       ::close(fd);
       reap(child, !eof);
     }
@@ -98,19 +103,24 @@ StacksTaken take_stacks(const StackOptions& opts, const std::vector<StackTarget>
     } else {
       s.pid = t.pid;
       s.error = !t.alive ? "the process had exited at the dump"
-                : !common_error.empty() ? common_error
-                : "not taken: the stack budget of " + seconds_text(opts.budget_ns) + " ran out";
+                : !common_error.empty()
+                    ? common_error
+                    : "not taken: the stack budget of " + seconds_text(opts.budget_ns) + " ran out";
     }
     s.rank = t.rank;
     bool any = false;
     for (const auto& th : s.threads) any |= !th.frames.empty();
-    if (any) ++res.taken;
-    else res.notes.push_back("rank " + std::to_string(t.rank) + " (pid " + std::to_string(t.pid) +
-                             "): " + (s.error.empty() ? "no frames" : s.error));
+    if (any)
+      ++res.taken;
+    else
+      res.notes.push_back("rank " + std::to_string(t.rank) + " (pid " + std::to_string(t.pid) +
+                          "): " + (s.error.empty() ? "no frames" : s.error));
     const std::string name = fr::log::stacks_file_for(t.dump_file);
     std::string err;
-    if (fr::files::write_atomic(out_dir + "/" + name, fr::log::stacks_to_text(s), &err)) res.files.push_back(name);
-    else res.notes.push_back(err);
+    if (fr::files::write_atomic(out_dir + "/" + name, fr::log::stacks_to_text(s), &err))
+      res.files.push_back(name);
+    else
+      res.notes.push_back(err);
   }
   res.took_ns = mono_ns() - t0;
   return res;

@@ -38,8 +38,10 @@ bool in_flight(const fr::log::Record& r, bool gpu_tracked) {
 void summarize_xfers(const fr::log::LogFile& log, int64_t now_real_ns, ProcessReport* p) {
   std::map<std::pair<std::string, std::string>, size_t> index;
   for (const fr_xfer_entry& e : log.xfers) {
-    std::string local = printable(std::string(e.local_agent, strnlen(e.local_agent, sizeof e.local_agent)), 64);
-    std::string remote = printable(std::string(e.remote_agent, strnlen(e.remote_agent, sizeof e.remote_agent)), 64);
+    std::string local =
+        printable(std::string(e.local_agent, strnlen(e.local_agent, sizeof e.local_agent)), 64);
+    std::string remote =
+        printable(std::string(e.remote_agent, strnlen(e.remote_agent, sizeof e.remote_agent)), 64);
     auto it = index.find({local, remote});
     if (it == index.end()) {
       if (p->xfers.size() >= ProcessReport::kMaxXferPairs) continue;
@@ -49,10 +51,12 @@ void summarize_xfers(const fr::log::LogFile& log, int64_t now_real_ns, ProcessRe
     XferProgress& x = p->xfers[it->second];
     // A post that failed because its remote went away and was not released counts as still in
     // flight: nothing will finish it, and a killed target leaves no other sign on this node.
-    const bool disconnected = e.status == FR_NIXL_ERR_REMOTE_DISCONNECT && e.state != FR_XFER_RELEASED &&
-                              e.state != FR_XFER_DONE && e.posts > 0 && e.post_ns > 0;
-    const bool in_flight = ((e.state == FR_XFER_POSTED || e.state == FR_XFER_IN_PROGRESS) && e.done_ns == 0 &&
-                            e.posts > 0 && e.post_ns > 0) || disconnected;
+    const bool disconnected = e.status == FR_NIXL_ERR_REMOTE_DISCONNECT &&
+                              e.state != FR_XFER_RELEASED && e.state != FR_XFER_DONE &&
+                              e.posts > 0 && e.post_ns > 0;
+    const bool in_flight = ((e.state == FR_XFER_POSTED || e.state == FR_XFER_IN_PROGRESS) &&
+                            e.done_ns == 0 && e.posts > 0 && e.post_ns > 0) ||
+                           disconnected;
     x.completed += in_flight ? e.posts - 1 : e.posts;
     if (!in_flight) continue;
     x.in_flight++;
@@ -168,8 +172,7 @@ ScanResult LogWatcher::scan() {
       out.unreadable.push_back(rr.message.empty() ? n + ": unreadable" : rr.message);
       continue;
     }
-    if (!job_filter_.empty() && rr.log->job_id() != job_filter_)
-      continue;
+    if (!job_filter_.empty() && rr.log->job_id() != job_filter_) continue;
     ProcessReport p = summarize_log(*rr.log, n, real_ns());
     Seen s{p.alive, p.oldest_age_ns() >= stall_after_ns_};
     auto it = seen_.find(n);

@@ -35,7 +35,8 @@ constexpr uint64_t kListenId = 0, kWakeId = 1;
 constexpr int64_t kSweepMs = 100;  // how often deadlines are looked at
 
 int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
@@ -46,8 +47,10 @@ std::string peer_key(const sockaddr_storage& ss) {
     inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(ss).sin_addr, text, sizeof text);
   } else if (ss.ss_family == AF_INET6) {
     const in6_addr& a = reinterpret_cast<const sockaddr_in6&>(ss).sin6_addr;
-    if (IN6_IS_ADDR_V4MAPPED(&a)) inet_ntop(AF_INET, &a.s6_addr[12], text, sizeof text);
-    else inet_ntop(AF_INET6, &a, text, sizeof text);
+    if (IN6_IS_ADDR_V4MAPPED(&a))
+      inet_ntop(AF_INET, &a.s6_addr[12], text, sizeof text);
+    else
+      inet_ntop(AF_INET6, &a, text, sizeof text);
   }
   return text;
 }
@@ -143,7 +146,8 @@ bool HttpFront::start(int listen_fd, SSL_CTX* tls, std::string* error) {
   // Every connection costs a descriptor: leave at least half of them to the rest of frd.
   rlimit rl{};
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-    m.lim.max_connections = std::max<size_t>(1, std::min<size_t>(m.lim.max_connections, rl.rlim_cur / 2));
+    m.lim.max_connections =
+        std::max<size_t>(1, std::min<size_t>(m.lim.max_connections, rl.rlim_cur / 2));
   m.ep = epoll_create1(EPOLL_CLOEXEC);
   m.wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   epoll_event le{EPOLLIN, {.u64 = kListenId}}, we{EPOLLIN, {.u64 = kWakeId}};
@@ -178,7 +182,8 @@ void HttpFront::stop() {
 
 HttpStats HttpFront::stats() const {
   const Impl& m = *impl_;
-  return {m.accepted.load(), m.served.load(), m.evicted.load(), m.timed_out.load(), m.refused.load(), m.busy.load()};
+  return {m.accepted.load(),  m.served.load(),  m.evicted.load(),
+          m.timed_out.load(), m.refused.load(), m.busy.load()};
 }
 
 void HttpFront::Impl::run_loop() {
@@ -250,7 +255,8 @@ void HttpFront::Impl::accept_all(int64_t now) {
   for (int k = 0; k < 256; ++k) {
     sockaddr_storage ss{};
     socklen_t len = sizeof ss;
-    const int fd = accept4(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    const int fd =
+        accept4(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) {
       admit(fd, peer_key(ss), now);
       continue;
@@ -365,7 +371,8 @@ void HttpFront::Impl::sweep(int64_t now) {
   }
   for (uint64_t id : expired) close_conn(id);
   timed_out += expired.size();
-  for (auto it = peers.begin(); it != peers.end();) it = it->second.empty() ? peers.erase(it) : std::next(it);
+  for (auto it = peers.begin(); it != peers.end();)
+    it = it->second.empty() ? peers.erase(it) : std::next(it);
 }
 
 bool HttpFront::Impl::progress(Conn& c, int64_t now) {
@@ -392,9 +399,7 @@ bool HttpFront::Impl::read_head(Conn& c, int64_t now) {
     HttpHead head;
     size_t used = 0;
     switch (parse_head(c.in, lim.max_head, &head, &used)) {
-      case HeadStatus::kComplete:
-        c.in.erase(0, used);
-        return dispatch(c, std::move(head), now);
+      case HeadStatus::kComplete: c.in.erase(0, used); return dispatch(c, std::move(head), now);
       case HeadStatus::kTooLarge: return reply_now(c, 431, "the request head is too large\n", now);
       case HeadStatus::kMalformed: return reply_now(c, 400, "malformed request\n", now);
       case HeadStatus::kIncomplete: break;
@@ -414,7 +419,8 @@ bool HttpFront::Impl::read_head(Conn& c, int64_t now) {
 
 bool HttpFront::Impl::dispatch(Conn& c, HttpHead head, int64_t now) {
   if (head.has_body) return reply_now(c, 413, "this listener takes no request bodies\n", now);
-  if (head.method != "GET" && head.method != "HEAD") return reply_now(c, 405, "only GET and HEAD\n", now);
+  if (head.method != "GET" && head.method != "HEAD")
+    return reply_now(c, 405, "only GET and HEAD\n", now);
   ++c.served;
   const bool keep = head.keep_alive && c.served < lim.keep_alive_max;
   {

@@ -21,7 +21,8 @@ std::string_view trim(std::string_view s) {
 }
 
 bool token_char(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+  return std::isalnum(static_cast<unsigned char>(c)) ||
+         std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
 }
 
 int hex(char c) {
@@ -40,7 +41,8 @@ void parse_query(std::string_view q, std::map<std::string, std::string>* out) {
     if (part.empty()) continue;
     size_t eq = part.find('=');
     std::string key = percent_decode(part.substr(0, eq), true);
-    std::string value = eq == std::string_view::npos ? "" : percent_decode(part.substr(eq + 1), true);
+    std::string value =
+        eq == std::string_view::npos ? "" : percent_decode(part.substr(eq + 1), true);
     out->emplace(std::move(key), std::move(value));
   }
 }
@@ -50,7 +52,8 @@ bool parse_request_line(std::string_view line, HttpHead* h) {
   size_t sp1 = line.find(' ');
   if (sp1 == std::string_view::npos || sp1 == 0) return false;
   size_t sp2 = line.find(' ', sp1 + 1);
-  if (sp2 == std::string_view::npos || line.find(' ', sp2 + 1) != std::string_view::npos) return false;
+  if (sp2 == std::string_view::npos || line.find(' ', sp2 + 1) != std::string_view::npos)
+    return false;
   std::string_view method = line.substr(0, sp1), target = line.substr(sp1 + 1, sp2 - sp1 - 1),
                    version = line.substr(sp2 + 1);
   if (!std::all_of(method.begin(), method.end(), token_char)) return false;
@@ -72,8 +75,10 @@ void read_framing(HttpHead* h) {
   for (const auto& [name, value] : h->headers) {
     if (name == "connection") {
       const std::string v = lower(value);
-      if (v.find("close") != std::string::npos) h->keep_alive = false;
-      else if (v.find("keep-alive") != std::string::npos) h->keep_alive = true;
+      if (v.find("close") != std::string::npos)
+        h->keep_alive = false;
+      else if (v.find("keep-alive") != std::string::npos)
+        h->keep_alive = true;
     } else if (name == "transfer-encoding") {
       h->has_body = true;
     } else if (name == "content-length") {
@@ -106,7 +111,8 @@ std::string percent_decode(std::string_view s, bool plus_space) {
 
 HeadStatus parse_head(std::string_view buf, size_t max_bytes, HttpHead* head, size_t* used) {
   const size_t end = buf.find("\r\n\r\n");
-  if (end == std::string_view::npos) return buf.size() >= max_bytes ? HeadStatus::kTooLarge : HeadStatus::kIncomplete;
+  if (end == std::string_view::npos)
+    return buf.size() >= max_bytes ? HeadStatus::kTooLarge : HeadStatus::kIncomplete;
   if (end + 4 > max_bytes) return HeadStatus::kTooLarge;
   HttpHead h;
   std::string_view rest = buf.substr(0, end + 2);  // every line with its CRLF
@@ -115,7 +121,8 @@ HeadStatus parse_head(std::string_view buf, size_t max_bytes, HttpHead* head, si
     const size_t eol = rest.find("\r\n");
     std::string_view line = rest.substr(0, eol);
     rest.remove_prefix(eol + 2);
-    if (line.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos) return HeadStatus::kMalformed;
+    if (line.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos)
+      return HeadStatus::kMalformed;
     if (first) {
       if (!parse_request_line(line, &h)) return HeadStatus::kMalformed;
       first = false;

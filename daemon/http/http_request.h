@@ -15,8 +15,8 @@
 namespace fr::daemon {
 
 struct HttpHead {
-  std::string method;   // as sent (GET, HEAD, ...)
-  std::string path;     // percent-decoded, without the query
+  std::string method;                        // as sent (GET, HEAD, ...)
+  std::string path;                          // percent-decoded, without the query
   std::map<std::string, std::string> query;  // ?key=value, decoded (the first of a repeated key)
   std::vector<std::pair<std::string, std::string>> headers;  // names lower-cased, values trimmed
   bool http10 = false;

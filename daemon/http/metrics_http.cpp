@@ -32,7 +32,8 @@ bool has_token(const HttpHead& req, const std::string& token) {
     std::string c = cookies.substr(pos, end - pos);
     while (!c.empty() && c.front() == ' ') c.erase(0, 1);
     const std::string key = std::string(kCookie) + "=";
-    if (c.compare(0, key.size(), key) == 0 && equal_secret(c.substr(key.size()), token)) return true;
+    if (c.compare(0, key.size(), key) == 0 && equal_secret(c.substr(key.size()), token))
+      return true;
     pos = end + 1;
   }
   return false;
@@ -121,7 +122,8 @@ int listen_socket(const std::string& host, int port, int* bound, std::string* er
 bool plain_segment(const std::string& s) {
   if (s.empty()) return false;
   for (char c : s)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') return false;
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-')
+      return false;
   return true;
 }
 
@@ -140,7 +142,6 @@ bool split_host_port(const std::string& addr, std::string* host, int* port) {
   return true;
 }
 
-
 struct HttpServer::Impl {
   std::unique_ptr<HttpFront> front;
   SSL_CTX* tls = nullptr;
@@ -155,7 +156,9 @@ HttpServer::~HttpServer() {
   if (impl_->tls) SSL_CTX_free(impl_->tls);
 }
 
-void HttpServer::get(const std::string& path, Handler handler) { routes_[path] = std::move(handler); }
+void HttpServer::get(const std::string& path, Handler handler) {
+  routes_[path] = std::move(handler);
+}
 
 void HttpServer::get_under(const std::string& prefix, Handler handler) {
   prefix_routes_[prefix] = std::move(handler);
@@ -173,7 +176,8 @@ HttpReply HttpServer::answer(const HttpHead& head) const {
   if (auto it = routes_.find(head.path); it != routes_.end()) handler = &it->second;
   for (const auto& [prefix, h] : prefix_routes_) {
     if (handler) break;
-    if (head.path.compare(0, prefix.size(), prefix) == 0 && plain_segment(head.path.substr(prefix.size()))) {
+    if (head.path.compare(0, prefix.size(), prefix) == 0 &&
+        plain_segment(head.path.substr(prefix.size()))) {
       handler = &h;
       r.tail = head.path.substr(prefix.size());
     }
@@ -184,19 +188,22 @@ HttpReply HttpServer::answer(const HttpHead& head) const {
     return res;
   }
   const std::string& token = impl_->token;
-  if (auto t = head.query.find("token"); !token.empty() && t != head.query.end() && equal_secret(t->second, token)) {
+  if (auto t = head.query.find("token");
+      !token.empty() && t != head.query.end() && equal_secret(t->second, token)) {
     // A browser's way in: the token from the link becomes a cookie, and leaves the address bar.
     res.status = 303;
-    res.headers = {{"Set-Cookie", std::string(kCookie) + "=" + token + "; Path=/; HttpOnly; SameSite=Strict"},
-                   {"Location", head.path}};
+    res.headers = {
+        {"Set-Cookie", std::string(kCookie) + "=" + token + "; Path=/; HttpOnly; SameSite=Strict"},
+        {"Location", head.path}};
     return res;
   }
   res.headers.emplace_back("Cache-Control", "no-store");
   if (!token.empty() && !has_token(head, token)) {
     res.status = 401;
     res.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"frd\"");
-    res.body = "this listener needs the coordinator's token: send 'Authorization: Bearer TOKEN', "
-               "or open the page once with ?token=TOKEN\n";
+    res.body =
+        "this listener needs the coordinator's token: send 'Authorization: Bearer TOKEN', "
+        "or open the page once with ?token=TOKEN\n";
     return res;
   }
   Response out = (*handler)(r);
@@ -224,7 +231,8 @@ bool HttpServer::start(const std::string& addr, const HttpSecurity& sec, std::st
   int bound = 0;
   const int fd = listen_socket(host, port, &bound, error);
   if (fd < 0) return false;
-  impl_->front = std::make_unique<HttpFront>(impl_->limits, [this](const HttpHead& h) { return answer(h); });
+  impl_->front =
+      std::make_unique<HttpFront>(impl_->limits, [this](const HttpHead& h) { return answer(h); });
   if (!impl_->front->start(fd, impl_->tls, error)) {
     impl_->front.reset();
     close(fd);

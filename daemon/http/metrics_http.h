@@ -20,7 +20,7 @@
 namespace fr::daemon {
 
 struct HttpSecurity {
-  std::string token;          // empty: none asked for
+  std::string token;                             // empty: none asked for
   std::string tls_cert, tls_key, tls_client_ca;  // PEM contents; empty: plain HTTP
 };
 
@@ -28,7 +28,7 @@ class HttpServer {
  public:
   struct Request {
     std::string path;
-    std::string tail;  // for a prefix route: what follows the prefix
+    std::string tail;                          // for a prefix route: what follows the prefix
     std::map<std::string, std::string> query;  // ?key=value (the first of a repeated key)
   };
   struct Response {

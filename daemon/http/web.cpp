@@ -13,8 +13,8 @@
 
 namespace fr::daemon {
 
-using nlohmann::json;
 using fr::analyzer::html_escape;
+using nlohmann::json;
 
 namespace {
 
@@ -22,13 +22,16 @@ constexpr int kRefreshSeconds = 5;
 constexpr size_t kMaxRankRows = 256;
 
 std::string str(const json& j, const char* key) {
-  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>()
+                                                                : std::string();
 }
 
 std::string secs_text(double s) {
   char buf[32];
-  if (s >= 120) std::snprintf(buf, sizeof buf, "%.0f min %.0f s", s / 60 - 0.5, s - 60 * int(s / 60));
-  else std::snprintf(buf, sizeof buf, "%.1f s", s);
+  if (s >= 120)
+    std::snprintf(buf, sizeof buf, "%.0f min %.0f s", s / 60 - 0.5, s - 60 * int(s / 60));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f s", s);
   return buf;
 }
 
@@ -40,14 +43,17 @@ bool is_open(const json& inc) {
 std::string incident_row(const json& i) {
   std::ostringstream o;
   const std::string id = str(i, "id"), verdict = str(i, "verdict");
-  o << "<tr><td><a href=\"/incidents/" << html_escape(id) << "\">" << html_escape(id) << "</a></td><td>"
-    << html_escape(str(i, "kind")) << "</td><td><span class=\"badge" << (is_open(i) ? " bad" : "") << "\">"
-    << html_escape(str(i, "state")) << "</span></td><td>" << html_escape(str(i, "reason")) << "</td><td>";
+  o << "<tr><td><a href=\"/incidents/" << html_escape(id) << "\">" << html_escape(id)
+    << "</a></td><td>" << html_escape(str(i, "kind")) << "</td><td><span class=\"badge"
+    << (is_open(i) ? " bad" : "") << "\">" << html_escape(str(i, "state")) << "</span></td><td>"
+    << html_escape(str(i, "reason")) << "</td><td>";
   if (!verdict.empty())
-    o << "<span class=\"badge" << (fr::analyzer::is_verdict(verdict, fr::analyzer::VerdictKind::kNoHang) ? " ok" : " bad") << "\">" << html_escape(verdict) << "</span> "
-      << html_escape(str(i, "summary"));
+    o << "<span class=\"badge"
+      << (fr::analyzer::is_verdict(verdict, fr::analyzer::VerdictKind::kNoHang) ? " ok" : " bad")
+      << "\">" << html_escape(verdict) << "</span> " << html_escape(str(i, "summary"));
   else
-    o << "<span class=\"muted\">" << (str(i, "error").empty() ? "being gathered" : html_escape(str(i, "error"))) << "</span>";
+    o << "<span class=\"muted\">"
+      << (str(i, "error").empty() ? "being gathered" : html_escape(str(i, "error"))) << "</span>";
   o << "</td></tr>";
   return o.str();
 }
@@ -60,7 +66,7 @@ json comm_of(const json& c) {
 }
 
 struct CommProgress {
-  json comm;           // {"id", "name"} for the label
+  json comm;  // {"id", "name"} for the label
   int size = -1;
   int members = 0;
   uint64_t min_done = UINT64_MAX, max_done = 0, max_enq = 0;
@@ -111,10 +117,14 @@ void job_card(std::ostringstream& o, const json& s, const JobProgress& jp) {
   for (const auto& i : incidents) open += is_open(i);
   const double oldest_s = jp.oldest_s;
   const std::string& oldest_where = jp.oldest_where;
-  o << "<h1>Job " << html_escape(str(s, "job_id").empty() ? "(not named yet)" : str(s, "job_id")) << "</h1>";
+  o << "<h1>Job " << html_escape(str(s, "job_id").empty() ? "(not named yet)" : str(s, "job_id"))
+    << "</h1>";
   const int dead = r.value("dead", 0);
   o << "<section class=\"card verdict" << (open || dead ? "" : " ok") << "\"><span class=\"kind\">"
-    << (open ? "incident open" : dead ? "ranks dead" : "running") << "</span><p class=\"sentence\" id=\"job-sentence\">";
+    << (open   ? "incident open"
+        : dead ? "ranks dead"
+               : "running")
+    << "</span><p class=\"sentence\" id=\"job-sentence\">";
   if (open) {
     for (const auto& i : incidents)
       if (is_open(i)) {
@@ -123,17 +133,19 @@ void job_card(std::ostringstream& o, const json& s, const JobProgress& jp) {
         break;
       }
   } else {
-    o << r.value("alive", 0) << " of " << (r.value("expected", -1) > 0 ? r.value("expected", -1) : r.value("known", 0))
-      << " ranks alive" << (dead ? ", " + std::to_string(dead) + " dead" : std::string()) << ", no incident open";
+    o << r.value("alive", 0) << " of "
+      << (r.value("expected", -1) > 0 ? r.value("expected", -1) : r.value("known", 0))
+      << " ranks alive" << (dead ? ", " + std::to_string(dead) + " dead" : std::string())
+      << ", no incident open";
   }
-  o << "</p><div class=\"facts\"><span>ranks <b>" << r.value("alive", 0) << "</b> alive, <b>" << r.value("dead", 0)
-    << "</b> dead, <b>" << r.value("known", 0) << "</b> known";
+  o << "</p><div class=\"facts\"><span>ranks <b>" << r.value("alive", 0) << "</b> alive, <b>"
+    << r.value("dead", 0) << "</b> dead, <b>" << r.value("known", 0) << "</b> known";
   if (r.value("expected", -1) > 0) o << " of <b>" << r.value("expected", -1) << "</b> expected";
-  o << "</span><span>nodes <b>" << nc.value("connected", 0) << "</b> connected, <b>" << nc.value("lost", 0)
-    << "</b> lost</span><span>oldest op in flight <b>"
-    << (oldest_s > 0 ? html_escape(secs_text(oldest_s)) + "</b> (" + html_escape(oldest_where) + ")" : "none</b>")
+  o << "</span><span>nodes <b>" << nc.value("connected", 0) << "</b> connected, <b>"
+    << nc.value("lost", 0) << "</b> lost</span><span>oldest op in flight <b>"
+    << (oldest_s > 0 ? html_escape(secs_text(oldest_s)) + "</b> (" + html_escape(oldest_where) + ")"
+                     : "none</b>")
     << "</span></div></section>\n";
-
 }
 
 // Open incidents first, then the past ones, newest first.
@@ -151,7 +163,6 @@ void incidents_table(std::ostringstream& o, const json& incidents) {
     o << "</tbody></table>";
   }
   o << "</div>\n";
-
 }
 
 void comms_table(std::ostringstream& o, const std::map<std::string, CommProgress>& comms) {
@@ -169,19 +180,19 @@ void comms_table(std::ostringstream& o, const std::map<std::string, CommProgress
     for (const CommProgress* c : sorted) {
       const CommProgress& cp = *c;
       const double frac = cp.max_enq ? double(cp.min_done) / double(cp.max_enq) : 1.0;
-      o << "<tr><td class=\"mono\">" << html_escape(fr::analyzer::comm_label(cp.comm)) << "</td><td>" << cp.members
-        << (cp.size > 0 ? " of " + std::to_string(cp.size) : "") << "</td><td>" << cp.min_done << " / " << cp.max_done
-        << " <span class=\"muted\">of " << cp.max_enq << " enqueued</span></td><td><div class=\"progress\"><span style=\"width:"
+      o << "<tr><td class=\"mono\">" << html_escape(fr::analyzer::comm_label(cp.comm))
+        << "</td><td>" << cp.members << (cp.size > 0 ? " of " + std::to_string(cp.size) : "")
+        << "</td><td>" << cp.min_done << " / " << cp.max_done << " <span class=\"muted\">of "
+        << cp.max_enq << " enqueued</span></td><td><div class=\"progress\"><span style=\"width:"
         << int(frac * 100) << "%\"></span></div></td><td>"
-        << (cp.oldest_s > 0 ? "<span class=\"badge warn\">" + html_escape(secs_text(cp.oldest_s)) + "</span> rank " +
-                                  std::to_string(cp.oldest_rank)
+        << (cp.oldest_s > 0 ? "<span class=\"badge warn\">" + html_escape(secs_text(cp.oldest_s)) +
+                                  "</span> rank " + std::to_string(cp.oldest_rank)
                             : "<span class=\"muted\">-</span>")
         << "</td></tr>";
     }
     o << "</tbody></table>";
   }
   o << "</div>\n";
-
 }
 
 // Every rank, by node, with its communicators' progress.
@@ -192,25 +203,42 @@ void nodes_table(std::ostringstream& o, const json& s) {
   size_t rows = 0;
   for (const auto& n : s.value("nodes", json::array())) {
     const bool lost = n.value("lost", false), connected = n.value("connected", false);
-    std::string node_cells = "<td>" + html_escape(str(n, "name")) + " <span class=\"muted\">" + html_escape(str(n, "host")) +
-                             "</span></td><td><span class=\"badge" + std::string(lost ? " bad" : connected ? " ok" : " warn") +
-                             "\">" + (lost ? "lost" : connected ? "connected" : "away") + "</span></td><td>" +
+    std::string node_cells = "<td>" + html_escape(str(n, "name")) + " <span class=\"muted\">" +
+                             html_escape(str(n, "host")) + "</span></td><td><span class=\"badge" +
+                             std::string(lost        ? " bad"
+                                         : connected ? " ok"
+                                                     : " warn") +
+                             "\">" +
+                             (lost        ? "lost"
+                              : connected ? "connected"
+                                          : "away") +
+                             "</span></td><td>" +
                              html_escape(secs_text(n.value("heartbeat_age_s", 0.0))) + " ago</td>";
     const json& procs = n.value("processes", json::array());
-    if (procs.empty()) o << "<tr>" << node_cells << "<td colspan=\"4\" class=\"muted\">no process</td></tr>";
+    if (procs.empty())
+      o << "<tr>" << node_cells << "<td colspan=\"4\" class=\"muted\">no process</td></tr>";
     for (const auto& p : procs) {
       if (++rows > kMaxRankRows) break;
       const bool alive = p.value("alive", false);
-      o << "<tr" << (!alive && !p.value("exited_cleanly", false) ? " class=\"culprit\"" : "") << ">" << node_cells
-        << "<td>rank " << p.value("rank", -1) << "</td><td>" << p.value("pid", 0) << "</td><td><span class=\"badge"
-        << (alive ? " ok" : p.value("exited_cleanly", false) ? "" : " bad") << "\">"
-        << (alive ? "alive" : p.value("exited_cleanly", false) ? "exited" : "dead") << "</span></td><td class=\"mono\">";
+      o << "<tr" << (!alive && !p.value("exited_cleanly", false) ? " class=\"culprit\"" : "") << ">"
+        << node_cells << "<td>rank " << p.value("rank", -1) << "</td><td>" << p.value("pid", 0)
+        << "</td><td><span class=\"badge"
+        << (alive                              ? " ok"
+            : p.value("exited_cleanly", false) ? ""
+                                               : " bad")
+        << "\">"
+        << (alive                              ? "alive"
+            : p.value("exited_cleanly", false) ? "exited"
+                                               : "dead")
+        << "</span></td><td class=\"mono\">";
       for (const auto& c : p.value("comms", json::array())) {
         o << html_escape(fr::analyzer::comm_label(comm_of(c)));
-        if (c.value("rank", -1) >= 0) o << " <span class=\"muted\">(" << c.value("rank", -1) << ")</span>";
+        if (c.value("rank", -1) >= 0)
+          o << " <span class=\"muted\">(" << c.value("rank", -1) << ")</span>";
         o << ": " << c.value("completed", 0) << " / " << c.value("enqueued", 0);
         const double age = c.value("oldest_in_flight_s", 0.0);
-        if (age > 0) o << " <span class=\"badge warn\">oldest " << html_escape(secs_text(age)) << "</span>";
+        if (age > 0)
+          o << " <span class=\"badge warn\">oldest " << html_escape(secs_text(age)) << "</span>";
         o << "<br>";
       }
       o << "</td></tr>";
@@ -221,7 +249,9 @@ void nodes_table(std::ostringstream& o, const json& s) {
     o << "<p class=\"muted\">" << rows - kMaxRankRows << " more ranks: see /api/v1/status.</p>";
   const json& pg = s.value("page", json::object());
   if (pg.contains("next_offset") && pg["next_offset"].is_number())
-    o << "<p class=\"muted\">more nodes: <a href=\"/api/v1/status?offset=" << pg["next_offset"].get<size_t>() << "\">/api/v1/status?offset=" << pg["next_offset"].get<size_t>() << "</a></p>";
+    o << "<p class=\"muted\">more nodes: <a href=\"/api/v1/status?offset="
+      << pg["next_offset"].get<size_t>()
+      << "\">/api/v1/status?offset=" << pg["next_offset"].get<size_t>() << "</a></p>";
   o << "</div>\n";
 }
 
@@ -254,11 +284,13 @@ std::string render_incident_page(const json& incident, const json& analysis) {
   page.refresh_s = 2;
   std::ostringstream o;
   o << fr::analyzer::html_open(page) << "<section class=\"card verdict\"><span class=\"kind\">"
-    << html_escape(str(incident, "state")) << "</span><p class=\"sentence\" id=\"verdict-sentence\">"
+    << html_escape(str(incident, "state"))
+    << "</span><p class=\"sentence\" id=\"verdict-sentence\">"
     << (str(incident, "error").empty() ? "the dump set is being gathered and analysed"
                                        : html_escape(str(incident, "error")))
-    << "</p><div class=\"facts\"><span>nodes asked <b>" << incident.value("asked", 0) << "</b>, dumps in <b>"
-    << incident.value("uploaded", 0) << "</b>, failed <b>" << incident.value("failed", json::object()).size() << "</b></span></div></section>"
+    << "</p><div class=\"facts\"><span>nodes asked <b>" << incident.value("asked", 0)
+    << "</b>, dumps in <b>" << incident.value("uploaded", 0) << "</b>, failed <b>"
+    << incident.value("failed", json::object()).size() << "</b></span></div></section>"
     << fr::analyzer::html_close();
   return o.str();
 }
@@ -267,8 +299,9 @@ std::string render_missing_incident_page(const std::string& id) {
   fr::analyzer::HtmlPage page;
   page.title = "fr: no incident " + id;
   page.links = {{"/", "live job"}};
-  return fr::analyzer::html_open(page) + "<section class=\"card verdict\"><p class=\"sentence\">no incident " +
-         html_escape(id) + "</p></section>" + fr::analyzer::html_close();
+  return fr::analyzer::html_open(page) +
+         "<section class=\"card verdict\"><p class=\"sentence\">no incident " + html_escape(id) +
+         "</p></section>" + fr::analyzer::html_close();
 }
 
 }  // namespace fr::daemon

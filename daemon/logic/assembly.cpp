@@ -30,7 +30,6 @@ namespace {
 using files::errno_text;
 using files::write_all;
 
-
 bool ends_with(const std::string& s, const std::string& suf) {
   return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
 }
@@ -49,8 +48,6 @@ void remove_tree(const std::string& dir) {
 
 }  // namespace
 
-
-
 DumpReceiver::~DumpReceiver() {
   if (!done_) abort();
 }
@@ -63,7 +60,8 @@ bool check_dump_header(const DumpHeader& hdr, const UploadLimits& lim, std::stri
   std::set<std::string> names;
   uint64_t total = 0;
   for (const auto& f : hdr.files) {
-    if (!is_safe_name(f.name, 200) || !(ends_with(f.name, ".frlog") || fr::log::is_side_file(f.name))) {
+    if (!is_safe_name(f.name, 200) ||
+        !(ends_with(f.name, ".frlog") || fr::log::is_side_file(f.name))) {
       *error = "refused file name '" + printable(f.name, 80) + "'";
       return false;
     }
@@ -95,13 +93,13 @@ PlacedCheck check_placed(const std::string& dir, const DumpHeader& hdr, const Up
   for (const auto& f : hdr.files) {
     fr::log::OpenedFile file = fr::log::open_regular(dir + "/" + f.name);
     if (!file.ok()) {
-      *error = file.error == fr::log::OpenError::kMissing ? f.name + " is not in " + dir
-                                                          : file.message;
+      *error =
+          file.error == fr::log::OpenError::kMissing ? f.name + " is not in " + dir : file.message;
       return PlacedCheck::kMismatch;
     }
     if (uint64_t(file.st.st_size) != f.size) {
-      *error = f.name + " in " + dir + " is not a regular file of " + std::to_string(f.size) +
-               " bytes";
+      *error =
+          f.name + " in " + dir + " is not a regular file of " + std::to_string(f.size) + " bytes";
       return PlacedCheck::kMismatch;
     }
     uint32_t crc = 0;
@@ -134,8 +132,8 @@ bool DumpReceiver::begin(const std::string& dir, const DumpHeader& hdr, const Up
   for (const auto& f : hdr.files) {
     File file;
     file.info = f;
-    file.fd = ::open((staging_ + "/" + f.name).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-                     0644);
+    file.fd =
+        ::open((staging_ + "/" + f.name).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (file.fd < 0) {
       *error = errno_text("create " + f.name);
       io_failure_ = true;
@@ -197,8 +195,8 @@ bool DumpReceiver::finish(std::string* error) {
     int rc = ::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE);
     if (rc != 0 && errno == EINVAL) {
       struct stat st;
-      rc = ::lstat(to.c_str(), &st) == 0 ? (errno = EEXIST, -1)
-                                         : ::rename(from.c_str(), to.c_str());
+      rc =
+          ::lstat(to.c_str(), &st) == 0 ? (errno = EEXIST, -1) : ::rename(from.c_str(), to.c_str());
     }
     if (rc != 0) {
       if (errno == EEXIST) {

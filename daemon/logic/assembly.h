@@ -27,8 +27,8 @@ bool check_dump_header(const DumpHeader& hdr, const UploadLimits& limits, std::s
 // as a regular file (not a link) of the listed size and checksum.
 enum class PlacedCheck {
   kOk,
-  kBadHeader,   // the header itself is refused (check_dump_header)
-  kMismatch,    // a file is missing, of another size or checksum, or not a regular file
+  kBadHeader,  // the header itself is refused (check_dump_header)
+  kMismatch,   // a file is missing, of another size or checksum, or not a regular file
 };
 PlacedCheck check_placed(const std::string& dir, const DumpHeader& hdr, const UploadLimits& limits,
                          std::string* error);

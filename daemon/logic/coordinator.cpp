@@ -81,13 +81,11 @@ CoordinatorState::CoordinatorState(CoordinatorConfig cfg) : cfg_(std::move(cfg))
   recover();
 }
 
-
 std::string CoordinatorState::job_dir_name() const {
   if (!cfg_.job_id.empty()) return cfg_.job_id;
   if (!learned_job_.empty()) return learned_job_;
   return "job";
 }
-
 
 Incident* CoordinatorState::active() {
   for (auto& i : incidents_)
@@ -97,13 +95,11 @@ Incident* CoordinatorState::active() {
   return nullptr;
 }
 
-
 Incident* CoordinatorState::find(const std::string& id) {
   for (auto& i : incidents_)
     if (i.id == id) return &i;
   return nullptr;
 }
-
 
 CoordinatorState::Node* CoordinatorState::by_session(uint64_t session) {
   auto it = sessions_.find(session);
@@ -113,13 +109,11 @@ CoordinatorState::Node* CoordinatorState::by_session(uint64_t session) {
   return &n->second;
 }
 
-
 size_t CoordinatorState::connected_nodes() const {
   size_t c = 0;
   for (const auto& [_, n] : nodes_) c += n.connected;
   return c;
 }
-
 
 std::vector<uint64_t> CoordinatorState::sessions() const {
   std::vector<uint64_t> out;
@@ -128,10 +122,9 @@ std::vector<uint64_t> CoordinatorState::sessions() const {
   return out;
 }
 
-
 uint64_t CoordinatorState::connect(const std::string& node_name, const std::string& host,
-                                   const std::string& job, const PeerAuth& auth,
-                                   int64_t now_mono, std::string* error) {
+                                   const std::string& job, const PeerAuth& auth, int64_t now_mono,
+                                   std::string* error) {
   std::string name = sanitize_name(node_name);
   if (!cfg_.job_id.empty() && !job.empty() && sanitize_name(job) != cfg_.job_id) {
     *error = "node " + name + " belongs to job " + printable(job, 64) + ", not " + cfg_.job_id;
@@ -170,14 +163,12 @@ uint64_t CoordinatorState::connect(const std::string& node_name, const std::stri
   return n.session;
 }
 
-
 std::string CoordinatorState::upload_key(uint64_t session) const {
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return "";
   auto n = nodes_.find(it->second);
   return n == nodes_.end() || n->second.session != session ? "" : n->second.upload_key;
 }
-
 
 void CoordinatorState::resend_requests(uint64_t session, Actions* actions) {
   Node* n = by_session(session);
@@ -191,7 +182,6 @@ void CoordinatorState::resend_requests(uint64_t session, Actions* actions) {
   }
 }
 
-
 void CoordinatorState::disconnect(uint64_t session, int64_t now_mono) {
   (void)now_mono;
   Node* n = by_session(session);
@@ -201,19 +191,16 @@ void CoordinatorState::disconnect(uint64_t session, int64_t now_mono) {
   n->connected = false;
 }
 
-
 bool CoordinatorState::heartbeat(uint64_t session, NodeReport report, int64_t now_mono) {
   return heartbeat(session, &report, now_mono);
 }
-
 
 bool CoordinatorState::heartbeat(uint64_t session, NodeReport* given, int64_t now_mono) {
   NodeReport& report = *given;
   Node* n = by_session(session);
   if (!n) return false;
   n->last_heartbeat_mono = now_mono;
-  if (n->lost)
-    next_lost_check_mono_ = std::min(next_lost_check_mono_, lost_at(now_mono));
+  if (n->lost) next_lost_check_mono_ = std::min(next_lost_check_mono_, lost_at(now_mono));
   n->lost = false;
   n->heartbeats++;
   heartbeats_total_++;
@@ -232,7 +219,8 @@ bool CoordinatorState::heartbeat(uint64_t session, NodeReport* given, int64_t no
     // Only an authenticated node may name the job (an anonymous first speaker could not).
     if (learned_job_.empty() && !p.job_id.empty() && n->authenticated)
       learned_job_ = sanitize_name(p.job_id);
-    if (p.world_size > 0 && p.world_size <= (1 << 24)) n->world_size = std::max(n->world_size, p.world_size);
+    if (p.world_size > 0 && p.world_size <= (1 << 24))
+      n->world_size = std::max(n->world_size, p.world_size);
     if (p.alive) {
       n->alive++;
       take_oldest(*n, p, &worst_margin);
@@ -259,7 +247,8 @@ bool CoordinatorState::heartbeat(uint64_t session, NodeReport* given, int64_t no
     for (const auto& inc : incidents_)
       if (!is_closed(inc.state) && inc.trigger_node == n->name) keep.insert(inc.trigger_log);
     for (auto& p : report.processes)
-      if (!keep.count(p.log)) std::vector<CommProgress>().swap(p.comms), std::vector<XferProgress>().swap(p.xfers);
+      if (!keep.count(p.log))
+        std::vector<CommProgress>().swap(p.comms), std::vector<XferProgress>().swap(p.xfers);
     std::vector<std::string>().swap(report.unreadable);
     bytes = report_bytes(report);
     while (over() && !report.processes.empty()) {
@@ -273,7 +262,6 @@ bool CoordinatorState::heartbeat(uint64_t session, NodeReport* given, int64_t no
   retained_bytes_ += bytes;
   return true;
 }
-
 
 void CoordinatorState::take_oldest(Node& n, const ProcessReport& p, int64_t* worst_margin) const {
   for (const auto& c : p.comms) {
@@ -316,18 +304,15 @@ void CoordinatorState::take_oldest(Node& n, const ProcessReport& p, int64_t* wor
   }
 }
 
-
 const CommModel* CoordinatorState::comm_model(uint64_t comm_id) const {
   auto it = models_.find(comm_id);
   return it == models_.end() ? nullptr : &it->second;
 }
 
-
 int64_t CoordinatorState::stall_threshold_ns(uint64_t comm_id) const {
   const CommModel* m = comm_model(comm_id);
   return m ? m->threshold_ns(policy_) : unlearned_threshold_ns(policy_);
 }
-
 
 void CoordinatorState::learn(Node& n, const NodeReport& report, int64_t now_mono) {
   std::vector<MemberTrack>& next = next_members_;
@@ -394,7 +379,6 @@ void CoordinatorState::learn(Node& n, const NodeReport& report, int64_t now_mono
   std::swap(n.members, next);  // the old tracks' memory is the next heartbeat's scratch
 }
 
-
 void CoordinatorState::set_hints(Node& n, bool over_threshold, bool has_dead) {
   over_threshold_nodes_ = over_threshold_nodes_ + size_t(over_threshold) - size_t(n.over_threshold);
   dead_nodes_ = dead_nodes_ + size_t(has_dead) - size_t(n.has_dead);
@@ -402,21 +386,20 @@ void CoordinatorState::set_hints(Node& n, bool over_threshold, bool has_dead) {
   n.has_dead = has_dead;
 }
 
-
 void CoordinatorState::drop_members(Node& n) {
   for (const auto& m : n.members)
     if (auto model = models_.find(m.comm_id); model != models_.end()) leave(model->second, m);
   n.members.clear();
 }
 
-
 void CoordinatorState::note_slow(const Node& n, const MemberTrack& m, const CommModel& model,
                                  int64_t now_mono) {
   double peers = peers_waiting(model, m);
   for (auto& f : findings_)
     if (f.node == n.name && f.rank == m.rank && f.comm_id == m.comm_id) {
-      if (!f.active) pending_log_.push_back("frd coordinator: rank " + std::to_string(m.rank) +
-                                            " is slow again on " + f.comm_name);
+      if (!f.active)
+        pending_log_.push_back("frd coordinator: rank " + std::to_string(m.rank) +
+                               " is slow again on " + f.comm_name);
       findings_dirty_ |= !f.active;
       f.active = true;
       f.last_real = real_ns();
@@ -430,7 +413,8 @@ void CoordinatorState::note_slow(const Node& n, const MemberTrack& m, const Comm
   f.rank = m.rank;
   f.node = n.name;
   f.comm_id = m.comm_id;
-  f.comm_name = model.name.empty() ? "0x" + hex_id(m.comm_id) : model.name + " (0x" + hex_id(m.comm_id) + ")";
+  f.comm_name =
+      model.name.empty() ? "0x" + hex_id(m.comm_id) : model.name + " (0x" + hex_id(m.comm_id) + ")";
   f.rank_waiting = m.waiting;
   f.peers_waiting = peers;
   f.first_real = f.last_real = real_ns();
@@ -445,12 +429,10 @@ void CoordinatorState::note_slow(const Node& n, const MemberTrack& m, const Comm
   findings_dirty_ = true;
 }
 
-
 void CoordinatorState::clock_sample(uint64_t session, int64_t t1, int64_t t2, int64_t t3,
                                     int64_t t4) {
   if (Node* n = by_session(session)) n->clock.add(t1, t2, t3, t4);
 }
-
 
 int CoordinatorState::expected_ranks() const {
   if (cfg_.expect_ranks > 0) return cfg_.expect_ranks;
@@ -458,7 +440,6 @@ int CoordinatorState::expected_ranks() const {
   for (const auto& [_, n] : nodes_) ws = std::max(ws, n.world_size);
   return ws;
 }
-
 
 int CoordinatorState::total_alive() const {
   int a = 0;

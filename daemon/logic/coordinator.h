@@ -35,7 +35,7 @@ namespace fr::daemon {
 
 struct CoordinatorConfig {
   std::string dump_dir;
-  std::string job_id;                      // empty: learned from the logs
+  std::string job_id;  // empty: learned from the logs
   int expect_ranks = -1;
   // Fixed threshold (stall_auto false): an op in flight this long opens an incident. Automatic:
   // max(stall_floor_ns, stall_factor x the communicator's learned p99), capped (stall.h).
@@ -45,8 +45,8 @@ struct CoordinatorConfig {
   int64_t stall_cap_ns = 30'000'000'000;
   double stall_factor = 5;
   uint32_t stall_warmup = 8;
-  size_t max_comm_models = 65536;             // communicators learned; past it: the cap
-  size_t max_members_per_node = 4096;         // (process, communicator) pairs tracked per node
+  size_t max_comm_models = 65536;      // communicators learned; past it: the cap
+  size_t max_members_per_node = 4096;  // (process, communicator) pairs tracked per node
   size_t max_findings = 256;
   int64_t heartbeat_timeout_ns = 10'000'000'000;
   int64_t dump_deadline_ns = 20'000'000'000;  // how long to wait for every node's dump
@@ -72,8 +72,8 @@ struct PeerAuth {
 struct StatusQuery {
   size_t node_offset = 0;
   size_t node_limit = 256;
-  bool summary = false;                     // no per-process detail
-  size_t max_bytes = 4 << 20;               // stop adding nodes past this much text
+  bool summary = false;        // no per-process detail
+  size_t max_bytes = 4 << 20;  // stop adding nodes past this much text
 };
 
 // A problem seen from the heartbeats that is not an incident: a slow rank (its peers keep
@@ -84,8 +84,8 @@ struct Finding {
   std::string node;
   uint64_t comm_id = 0;
   std::string comm_name;
-  double rank_waiting = 0;      // share of heartbeats with an op in flight, this rank
-  double peers_waiting = 0;     // ... and its peers on the communicator
+  double rank_waiting = 0;   // share of heartbeats with an op in flight, this rank
+  double peers_waiting = 0;  // ... and its peers on the communicator
   int64_t first_real = 0;
   int64_t last_real = 0;
   int64_t last_mono = 0;
@@ -96,11 +96,11 @@ enum class IncidentKind { kStall, kRankDead, kNodeLost, kManual };
 const char* incident_kind_name(IncidentKind k);
 
 enum class IncidentState {
-  kCollecting,        // dumps requested, waiting for the nodes
-  kAnalyzing,         // dump set being written and analysed
-  kOpen,              // analysed; its condition persists (the job is still hung)
-  kClosedTransient,   // the stalled ops completed after all
-  kClosed,            // manual incidents once analysed; any incident once the job ended
+  kCollecting,       // dumps requested, waiting for the nodes
+  kAnalyzing,        // dump set being written and analysed
+  kOpen,             // analysed; its condition persists (the job is still hung)
+  kClosedTransient,  // the stalled ops completed after all
+  kClosed,           // manual incidents once analysed; any incident once the job ended
 };
 const char* incident_state_name(IncidentState s);
 
@@ -110,15 +110,15 @@ struct Incident {
   IncidentState state = IncidentState::kCollecting;
   std::string reason;
   std::string job_id;
-  std::string dir;                          // dump_dir/<job>/<id>
+  std::string dir;  // dump_dir/<job>/<id>
   int64_t opened_mono = 0;
   int64_t opened_real = 0;
   int64_t deadline_mono = 0;
-  int64_t collected_mono = 0;               // when the last dump arrived or the deadline passed
+  int64_t collected_mono = 0;  // when the last dump arrived or the deadline passed
   int64_t analyzed_mono = 0;
-  std::set<std::string> asked;              // node names asked to dump
+  std::set<std::string> asked;  // node names asked to dump
   std::set<std::string> uploaded;
-  std::set<std::string> placed;             // of those, written by the node into a shared dir
+  std::set<std::string> placed;               // of those, written by the node into a shared dir
   std::map<std::string, std::string> failed;  // node -> why
   std::vector<DumpProcess> processes;
   std::vector<DumpSkip> skipped;
@@ -127,15 +127,15 @@ struct Incident {
   std::string trigger_log;
   uint64_t trigger_comm = 0;
   uint64_t trigger_completed = 0;
-  bool reassemble = false;                  // a dump arrived while being analysed
-  bool hook_fired = false;                  // --on-verdict ran for it (at most once)
-  bool recovered = false;                   // read back from disk after a restart
-  bool dirty = false;                       // changed since incident.json was last written
-  int64_t progress_written_mono = 0;        // when tick last wrote it for a dirty change
+  bool reassemble = false;            // a dump arrived while being analysed
+  bool hook_fired = false;            // --on-verdict ran for it (at most once)
+  bool recovered = false;             // read back from disk after a restart
+  bool dirty = false;                 // changed since incident.json was last written
+  int64_t progress_written_mono = 0;  // when tick last wrote it for a dirty change
   std::string verdict_kind;
   std::string verdict_summary;
   std::vector<int> culprits;
-  std::string error;                        // the dump set could not be written
+  std::string error;  // the dump set could not be written
 };
 
 // One dump set to write: everything the assembler needs, copied out of the state.
@@ -155,7 +155,7 @@ struct AssemblyJob {
     bool has_offset = false;
   };
   std::vector<NodeOffset> nodes;
-  nlohmann::json incident;                  // incident.json contents
+  nlohmann::json incident;  // incident.json contents
   // Nodes connected but whose dump did not arrive, with why: not lost, and said so.
   std::map<std::string, std::string> undelivered;
 };
@@ -180,12 +180,10 @@ struct Actions {
   };
   std::vector<Dump> dumps;
   std::vector<AssemblyJob> assemble;
-  std::vector<std::string> log;             // lines for stderr
+  std::vector<std::string> log;  // lines for stderr
   // Files to write (incident.json as the incident changes): path -> contents.
   std::vector<std::pair<std::string, std::string>> persist;
-  bool empty() const {
-    return dumps.empty() && assemble.empty() && log.empty() && persist.empty();
-  }
+  bool empty() const { return dumps.empty() && assemble.empty() && log.empty() && persist.empty(); }
 };
 
 class CoordinatorState {
@@ -277,29 +275,29 @@ class CoordinatorState {
     NodeReport last;
     ClockEstimator clock;
     // Derived at each heartbeat, so tick() does not walk every process.
-    int64_t max_age_ns = 0;          // oldest op in flight among live processes
+    int64_t max_age_ns = 0;  // oldest op in flight among live processes
     std::string max_age_log;
     uint64_t max_age_comm = 0;
     std::string max_age_comm_name;
-    uint32_t max_age_op = 0;         // fr_op of that oldest op, and its sequence number
+    uint32_t max_age_op = 0;  // fr_op of that oldest op, and its sequence number
     uint64_t max_age_seq = 0;
     uint64_t max_age_completed = 0;
     int alive = 0;
     int max_age_rank = -1;
     int max_age_pid = 0;
     std::optional<XferProgress> max_age_xfer;  // set when that oldest op is a NIXL transfer
-    int64_t max_age_threshold_ns = 0;  // the threshold of that op's communicator
-    int world_size = -1;             // largest world size reported
-    std::vector<MemberTrack> members;  // by key: what each (process, comm) showed last
-    size_t retained = 0;             // estimated bytes of `last`
-    bool trimmed = false;            // `last` lost detail to the bounds
+    int64_t max_age_threshold_ns = 0;          // the threshold of that op's communicator
+    int world_size = -1;                       // largest world size reported
+    std::vector<MemberTrack> members;          // by key: what each (process, comm) showed last
+    size_t retained = 0;                       // estimated bytes of `last`
+    bool trimmed = false;                      // `last` lost detail to the bounds
     struct Dead {
-      int64_t since = 0;             // mono time first seen dead (unclean)
+      int64_t since = 0;  // mono time first seen dead (unclean)
       int rank = -1;
     };
     std::map<std::string, Dead> dead_since;  // log -> when it was first seen dead
-    bool over_threshold = false;     // its oldest op is past its threshold (last report)
-    bool has_dead = false;           // dead_since is not empty
+    bool over_threshold = false;             // its oldest op is past its threshold (last report)
+    bool has_dead = false;                   // dead_since is not empty
   };
 
   Incident* active();

@@ -30,7 +30,6 @@ std::string threshold_note(int64_t threshold_ns, const CommModel* m, const Stall
 
 }  // namespace
 
-
 void CoordinatorState::open(IncidentKind kind, const std::string& reason, int64_t now_mono,
                             Actions* actions, const Node* trigger) {
   Incident inc;
@@ -61,8 +60,8 @@ void CoordinatorState::open(IncidentKind kind, const std::string& reason, int64_
   for (auto& [name, n] : nodes_) {
     if (!n.connected || n.lost) continue;
     inc.asked.insert(name);
-    actions->dumps.push_back({n.session, name, inc.id, inc.job_id, inc.reason,
-                              cfg_.dump_deadline_ns / 1'000'000});
+    actions->dumps.push_back(
+        {n.session, name, inc.id, inc.job_id, inc.reason, cfg_.dump_deadline_ns / 1'000'000});
   }
   actions->log.push_back("frd coordinator: " + inc.id + " opened (" + incident_kind_name(kind) +
                          "): " + inc.reason + "; asking " + std::to_string(inc.asked.size()) +
@@ -71,7 +70,6 @@ void CoordinatorState::open(IncidentKind kind, const std::string& reason, int64_
   persist(incidents_.back(), actions);
   check_collected(incidents_.back(), now_mono, actions);
 }
-
 
 nlohmann::json CoordinatorState::incident_json(const Incident& inc) const {
   nlohmann::json asked = nlohmann::json::array(), failed = nlohmann::json::object();
@@ -82,43 +80,48 @@ nlohmann::json CoordinatorState::incident_json(const Incident& inc) const {
   for (const auto& u : inc.placed) placed.push_back(u);
   nlohmann::json procs = nlohmann::json::array();
   for (const auto& p : inc.processes)
-    procs.push_back({{"rank", p.rank}, {"world_size", p.world_size}, {"pid", p.pid},
-                     {"host", p.host}, {"job_id", p.job_id}, {"file", p.file},
-                     {"source", p.source}, {"alive", p.alive}, {"records", p.records},
-                     {"overwritten", p.overwritten}, {"torn", p.torn}});
-  return {{"schema", "frd-incident/1"},
-          {"id", inc.id},
-          {"job_id", inc.job_id},
-          {"kind", incident_kind_name(inc.kind)},
-          {"state", incident_state_name(inc.state)},
-          {"reason", inc.reason},
-          {"opened_ns", inc.opened_real},
-          {"coordinator_id", coordinator_id_},
-          {"nodes_asked", asked},
-          {"nodes_uploaded", uploaded},
-          {"nodes_placed", placed},
-          {"nodes_failed", failed},
-          {"trigger",
-           {{"node", inc.trigger_node},
-            {"log", inc.trigger_log},
-            {"comm", inc.trigger_comm},
-            {"completed", inc.trigger_completed}}},
-          {"processes", procs},
-          {"verdict", inc.verdict_kind},
-          {"summary", inc.verdict_summary},
-          {"culprit_ranks", inc.culprits},
-          {"hook_fired", inc.hook_fired},
-          {"error", inc.error},
-          {"collect_seconds",
-           inc.collected_mono ? secs(inc.collected_mono - inc.opened_mono) : 0.0}};
+    procs.push_back({{"rank", p.rank},
+                     {"world_size", p.world_size},
+                     {"pid", p.pid},
+                     {"host", p.host},
+                     {"job_id", p.job_id},
+                     {"file", p.file},
+                     {"source", p.source},
+                     {"alive", p.alive},
+                     {"records", p.records},
+                     {"overwritten", p.overwritten},
+                     {"torn", p.torn}});
+  return {
+      {"schema", "frd-incident/1"},
+      {"id", inc.id},
+      {"job_id", inc.job_id},
+      {"kind", incident_kind_name(inc.kind)},
+      {"state", incident_state_name(inc.state)},
+      {"reason", inc.reason},
+      {"opened_ns", inc.opened_real},
+      {"coordinator_id", coordinator_id_},
+      {"nodes_asked", asked},
+      {"nodes_uploaded", uploaded},
+      {"nodes_placed", placed},
+      {"nodes_failed", failed},
+      {"trigger",
+       {{"node", inc.trigger_node},
+        {"log", inc.trigger_log},
+        {"comm", inc.trigger_comm},
+        {"completed", inc.trigger_completed}}},
+      {"processes", procs},
+      {"verdict", inc.verdict_kind},
+      {"summary", inc.verdict_summary},
+      {"culprit_ranks", inc.culprits},
+      {"hook_fired", inc.hook_fired},
+      {"error", inc.error},
+      {"collect_seconds", inc.collected_mono ? secs(inc.collected_mono - inc.opened_mono) : 0.0}};
 }
-
 
 void CoordinatorState::persist(const Incident& inc, Actions* actions) const {
   if (inc.dir.empty()) return;
   actions->persist.emplace_back(inc.dir + "/incident.json", incident_json(inc).dump(2) + "\n");
 }
-
 
 bool CoordinatorState::take_hook(const std::string& incident_id, Actions* actions) {
   Incident* inc = find(incident_id);
@@ -128,13 +131,11 @@ bool CoordinatorState::take_hook(const std::string& incident_id, Actions* action
   return true;
 }
 
-
 bool CoordinatorState::needed_by_incident(const std::string& node) const {
   for (const auto& inc : incidents_)
     if (!is_closed(inc.state) && (inc.asked.count(node) || inc.trigger_node == node)) return true;
   return false;
 }
-
 
 void CoordinatorState::forget(int64_t now_mono) {
   // Forgetting is measured in minutes: a walk over the nodes once a second is plenty.
@@ -160,7 +161,8 @@ void CoordinatorState::forget(int64_t now_mono) {
   }
   // Communicators no member reported for as long as a lost node is kept.
   for (auto it = models_.begin(); walk && it != models_.end();) {
-    if (it->second.waiting_members == 0 && now_mono - it->second.last_seen_mono > cfg_.forget_after_ns)
+    if (it->second.waiting_members == 0 &&
+        now_mono - it->second.last_seen_mono > cfg_.forget_after_ns)
       it = models_.erase(it);
     else
       ++it;
@@ -168,7 +170,8 @@ void CoordinatorState::forget(int64_t now_mono) {
   // Closed incidents stay on disk; memory keeps the latest few.
   size_t closed = 0;
   for (const auto& i : incidents_) closed += is_closed(i.state);
-  for (auto it = incidents_.begin(); closed > cfg_.max_closed_incidents && it != incidents_.end();) {
+  for (auto it = incidents_.begin();
+       closed > cfg_.max_closed_incidents && it != incidents_.end();) {
     if (is_closed(it->state)) {
       it = incidents_.erase(it);
       closed--;
@@ -177,7 +180,6 @@ void CoordinatorState::forget(int64_t now_mono) {
     }
   }
 }
-
 
 void CoordinatorState::check_collected(Incident& inc, int64_t now_mono, Actions* actions) {
   if (inc.state != IncidentState::kCollecting) return;
@@ -206,7 +208,6 @@ void CoordinatorState::check_collected(Incident& inc, int64_t now_mono, Actions*
   persist(inc, actions);
 }
 
-
 AssemblyJob CoordinatorState::make_job(const Incident& inc) const {
   AssemblyJob j;
   j.incident_id = inc.id;
@@ -229,7 +230,6 @@ AssemblyJob CoordinatorState::make_job(const Incident& inc) const {
   j.incident = incident_json(inc);
   return j;
 }
-
 
 Actions CoordinatorState::tick(int64_t now_mono) {
   Actions a;
@@ -256,8 +256,8 @@ Actions CoordinatorState::tick(int64_t now_mono) {
   return a;
 }
 
-
-std::vector<const CoordinatorState::Node*> CoordinatorState::mark_lost(int64_t now_mono, Actions* a) {
+std::vector<const CoordinatorState::Node*> CoordinatorState::mark_lost(int64_t now_mono,
+                                                                       Actions* a) {
   std::vector<const Node*> newly_lost;
   // No node can be past the timeout before the earliest time one could (a walk over 16k nodes
   // at every tick cost more than the heartbeats' bookkeeping).
@@ -266,8 +266,7 @@ std::vector<const CoordinatorState::Node*> CoordinatorState::mark_lost(int64_t n
   for (auto& [name, n] : nodes_) {
     if (n.lost) continue;
     if (now_mono - n.last_heartbeat_mono < cfg_.heartbeat_timeout_ns) {
-      next_lost_check_mono_ =
-          std::min(next_lost_check_mono_, lost_at(n.last_heartbeat_mono));
+      next_lost_check_mono_ = std::min(next_lost_check_mono_, lost_at(n.last_heartbeat_mono));
       continue;
     }
     n.lost = true;
@@ -278,7 +277,6 @@ std::vector<const CoordinatorState::Node*> CoordinatorState::mark_lost(int64_t n
   }
   return newly_lost;
 }
-
 
 void CoordinatorState::close_if_cleared(Incident& inc, Actions* a) {
   if (inc.state != IncidentState::kOpen) return;
@@ -299,30 +297,29 @@ void CoordinatorState::close_if_cleared(Incident& inc, Actions* a) {
     if (n.max_age_ns > 0 && n.max_age_ns >= n.max_age_threshold_ns) any_stall = true;
     if (n.name == inc.trigger_node)
       for (const auto& p : n.last.processes)
-        if (p.log == inc.trigger_log)
-          {
-            for (const auto& c : p.comms)
-              if (c.comm_id == inc.trigger_comm && c.completed > inc.trigger_completed)
-                trigger_progressed = true;
-            for (const auto& x : p.xfers)
-              if (nixl_model_id(x.local_agent, x.remote_agent) == inc.trigger_comm &&
-                  (x.completed > inc.trigger_completed || x.in_flight == 0))
-                trigger_progressed = true;
-          }
+        if (p.log == inc.trigger_log) {
+          for (const auto& c : p.comms)
+            if (c.comm_id == inc.trigger_comm && c.completed > inc.trigger_completed)
+              trigger_progressed = true;
+          for (const auto& x : p.xfers)
+            if (nixl_model_id(x.local_agent, x.remote_agent) == inc.trigger_comm &&
+                (x.completed > inc.trigger_completed || x.in_flight == 0))
+              trigger_progressed = true;
+        }
   }
   if (!any_alive) {
     inc.state = IncidentState::kClosed;
     a->log.push_back("frd coordinator: " + inc.id + " closed: the job has no live rank left");
   } else if (inc.kind == IncidentKind::kStall && trigger_progressed && !any_stall && !any_dead) {
     inc.state = IncidentState::kClosedTransient;
-    a->log.push_back("frd coordinator: " + inc.id + " closed as transient: the stalled operations completed");
+    a->log.push_back("frd coordinator: " + inc.id +
+                     " closed as transient: the stalled operations completed");
   } else if (inc.kind == IncidentKind::kNodeLost && !any_lost && !any_stall && !any_dead) {
     inc.state = IncidentState::kClosedTransient;
     a->log.push_back("frd coordinator: " + inc.id + " closed as transient: every node is back");
   }
   if (inc.state != before) persist(inc, a);
 }
-
 
 void CoordinatorState::age_findings(int64_t now_mono, Actions* a) {
   // Slow-rank findings: inactive once not seen for a while; written when they change.
@@ -342,7 +339,6 @@ void CoordinatorState::age_findings(int64_t now_mono, Actions* a) {
       a->persist.emplace_back(findings_path(), findings_text());
   }
 }
-
 
 void CoordinatorState::detect(const std::vector<const Node*>& newly_lost, int64_t now_mono,
                               Actions* a) {
@@ -378,7 +374,6 @@ void CoordinatorState::detect(const std::vector<const Node*>& newly_lost, int64_
   }
 }
 
-
 std::string CoordinatorState::stall_reason(const Node& n) const {
   if (n.max_age_xfer) {
     const XferProgress& x = *n.max_age_xfer;
@@ -386,12 +381,15 @@ std::string CoordinatorState::stall_reason(const Node& n) const {
                                                 : "pid " + std::to_string(n.max_age_pid);
     return who + " on node " + n.name + ": NIXL " + fr::log::xfer_op_name(x.oldest_op) + " of " +
            std::to_string(x.oldest_bytes) + " bytes from agent '" + x.local_agent + "' to agent '" +
-           x.remote_agent + (x.oldest_status == FR_NIXL_ERR_REMOTE_DISCONNECT ? "' failed (its remote went away), posted "
-                                                                                : "' in flight for ") +
+           x.remote_agent +
+           (x.oldest_status == FR_NIXL_ERR_REMOTE_DISCONNECT
+                ? "' failed (its remote went away), posted "
+                : "' in flight for ") +
            std::to_string(secs(n.max_age_ns)).substr(0, 5) + " s" +
            (x.oldest_status == FR_NIXL_ERR_REMOTE_DISCONNECT ? " ago (" : " (") +
            fr::log::nixl_status_name(x.oldest_status) + "; " + std::to_string(x.in_flight) +
-           " in flight to it)" + threshold_note(n.max_age_threshold_ns, comm_model(n.max_age_comm), policy_);
+           " in flight to it)" +
+           threshold_note(n.max_age_threshold_ns, comm_model(n.max_age_comm), policy_);
   }
   std::string op = n.max_age_op ? std::string(fr::log::op_name(uint16_t(n.max_age_op))) : "an op";
   if (n.max_age_op && n.max_age_seq) op += " #" + std::to_string(n.max_age_seq);
@@ -399,10 +397,10 @@ std::string CoordinatorState::stall_reason(const Node& n) const {
                          ? "0x" + hex_id(n.max_age_comm)
                          : n.max_age_comm_name + " (0x" + hex_id(n.max_age_comm) + ")";
   return "rank " + std::to_string(n.max_age_rank) + " on node " + n.name + ": " + op +
-         " on communicator " + comm + " in flight for " + std::to_string(secs(n.max_age_ns)).substr(0, 5) +
-         " s" + threshold_note(n.max_age_threshold_ns, comm_model(n.max_age_comm), policy_);
+         " on communicator " + comm + " in flight for " +
+         std::to_string(secs(n.max_age_ns)).substr(0, 5) + " s" +
+         threshold_note(n.max_age_threshold_ns, comm_model(n.max_age_comm), policy_);
 }
-
 
 std::string CoordinatorState::trigger(const std::string& reason, int64_t now_mono,
                                       Actions* actions) {
@@ -411,7 +409,6 @@ std::string CoordinatorState::trigger(const std::string& reason, int64_t now_mon
   open(IncidentKind::kManual, reason.empty() ? "manual dump" : reason, now_mono, actions, nullptr);
   return incidents_.back().id;
 }
-
 
 void CoordinatorState::dump_status(uint64_t session, const std::string& incident_id, bool ok,
                                    const std::string& error, int64_t now_mono) {
@@ -423,7 +420,6 @@ void CoordinatorState::dump_status(uint64_t session, const std::string& incident
   upload_failures_++;
   (void)now_mono;
 }
-
 
 void CoordinatorState::assembled(const std::string& incident_id, const AssemblyResult& r,
                                  int64_t now_mono, Actions* actions) {

@@ -27,9 +27,9 @@ IncidentKind kind_of(const std::string& s) {
 }
 
 bool state_of(const std::string& s, IncidentState* out) {
-  for (IncidentState st : {IncidentState::kCollecting, IncidentState::kAnalyzing,
-                           IncidentState::kOpen, IncidentState::kClosedTransient,
-                           IncidentState::kClosed})
+  for (IncidentState st :
+       {IncidentState::kCollecting, IncidentState::kAnalyzing, IncidentState::kOpen,
+        IncidentState::kClosedTransient, IncidentState::kClosed})
     if (s == incident_state_name(st)) {
       *out = st;
       return true;
@@ -99,7 +99,6 @@ void remove_staging(const std::string& incident_dir) {
 
 }  // namespace
 
-
 void CoordinatorState::recover() {
   // Every job's directory when the job is not given: its incidents are ours to finish.
   std::vector<std::string> jobs;
@@ -145,7 +144,8 @@ void CoordinatorState::recover() {
       inc.hook_fired = j.value("hook_fired", false);
       if (auto f = j.find("nodes_failed"); f != j.end() && f->is_object())
         for (const auto& [k, v] : f->items())
-          if (is_safe_name(k, kMaxNameLen) && v.is_string()) inc.failed[k] = printable(v.get<std::string>(), 256);
+          if (is_safe_name(k, kMaxNameLen) && v.is_string())
+            inc.failed[k] = printable(v.get<std::string>(), 256);
       if (auto t = j.find("trigger"); t != j.end() && t->is_object()) {
         inc.trigger_node = jstr(*t, "node");
         inc.trigger_log = jstr(*t, "log");
@@ -157,12 +157,11 @@ void CoordinatorState::recover() {
           if (!p.is_object() || inc.processes.size() >= 65536) break;
           std::string file = jstr(p, "file");
           if (!is_safe_name(file, 200)) continue;
-          inc.processes.push_back({p.value("rank", -1), p.value("world_size", -1),
-                                   p.value("pid", 0), jstr(p, "host"), jstr(p, "job_id"), file,
-                                   jstr(p, "source"), p.value("alive", false),
-                                   p.value("records", uint64_t(0)),
-                                   p.value("overwritten", uint64_t(0)),
-                                   p.value("torn", uint64_t(0))});
+          inc.processes.push_back(
+              {p.value("rank", -1), p.value("world_size", -1), p.value("pid", 0), jstr(p, "host"),
+               jstr(p, "job_id"), file, jstr(p, "source"), p.value("alive", false),
+               p.value("records", uint64_t(0)), p.value("overwritten", uint64_t(0)),
+               p.value("torn", uint64_t(0))});
         }
       inc.verdict_kind = jstr(j, "verdict");
       inc.verdict_summary = jstr(j, "summary");
@@ -203,8 +202,7 @@ bool CoordinatorState::recover_incident(const DumpHeader& hdr, bool job_known, I
   }
   nlohmann::json saved = read_small_json(d + "/incident.json");
   IncidentState saved_state;
-  if (!saved.is_null() && state_of(jstr(saved, "state"), &saved_state) &&
-      is_closed(saved_state)) {
+  if (!saved.is_null() && state_of(jstr(saved, "state"), &saved_state) && is_closed(saved_state)) {
     if (jnames(saved, "nodes_uploaded").count(hdr.node_name)) {
       *duplicate = true;
       return true;

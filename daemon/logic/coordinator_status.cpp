@@ -12,11 +12,9 @@ namespace fr::daemon {
 
 using namespace coordinator_helpers;
 
-
 std::string CoordinatorState::findings_path() const {
   return cfg_.dump_dir + "/" + job_dir_name() + "/findings.json";
 }
-
 
 nlohmann::json CoordinatorState::findings_json() const {
   nlohmann::json list = nlohmann::json::array();
@@ -34,7 +32,6 @@ nlohmann::json CoordinatorState::findings_json() const {
   return list;
 }
 
-
 std::string CoordinatorState::findings_text() const {
   nlohmann::json j = {{"schema", "frd-findings/1"},
                       {"job_id", job_dir_name()},
@@ -42,7 +39,6 @@ std::string CoordinatorState::findings_text() const {
                       {"findings", findings_json()}};
   return j.dump(2) + "\n";
 }
-
 
 void CoordinatorState::node_json(const Node& n, int64_t now_mono, bool summary,
                                  std::string* out) const {
@@ -87,7 +83,6 @@ void CoordinatorState::node_json(const Node& n, int64_t now_mono, bool summary,
   *out += j.dump();
 }
 
-
 std::string CoordinatorState::status_text(int64_t now_mono, const StatusQuery& q) const {
   // Counts over every node; entries for one page of them, bounded in bytes.
   int known = 0, alive = 0, dead = 0;
@@ -97,8 +92,10 @@ std::string CoordinatorState::status_text(int64_t now_mono, const StatusQuery& q
     lost += n.lost;
     for (const auto& p : n.last.processes) {
       known++;
-      if (p.alive) alive++;
-      else if (!p.exited_cleanly) dead++;
+      if (p.alive)
+        alive++;
+      else if (!p.exited_cleanly)
+        dead++;
     }
   }
   std::string nodes = "[";
@@ -136,9 +133,12 @@ std::string CoordinatorState::status_text(int64_t now_mono, const StatusQuery& q
       {"schema", "frd-status/1"},
       {"coordinator_id", coordinator_id_},
       {"job_id", job_dir_name()},
-      {"ranks", {{"expected", expected_ranks()}, {"known", known}, {"alive", alive}, {"dead", dead}}},
+      {"ranks",
+       {{"expected", expected_ranks()}, {"known", known}, {"alive", alive}, {"dead", dead}}},
       {"node_counts",
-       {{"known", nodes_.size()}, {"connected", connected}, {"lost", lost},
+       {{"known", nodes_.size()},
+        {"connected", connected},
+        {"lost", lost},
         {"forgotten", nodes_forgotten_}}},
       {"retained_report_bytes", retained_bytes_},
       {"stall",
@@ -160,11 +160,9 @@ std::string CoordinatorState::status_text(int64_t now_mono, const StatusQuery& q
   return out;
 }
 
-
 nlohmann::json CoordinatorState::status(int64_t now_mono, const StatusQuery& q) const {
   return nlohmann::json::parse(status_text(now_mono, q));
 }
-
 
 std::string CoordinatorState::metrics(int64_t now_mono) const {
   size_t connected = 0, lost = 0, ranks = 0, alive = 0;

@@ -11,7 +11,6 @@ namespace fr::daemon {
 
 using namespace coordinator_helpers;
 
-
 bool CoordinatorState::check_uploader(const DumpHeader& hdr, const PeerAuth& auth,
                                       std::string* error) const {
   auto it = nodes_.find(hdr.node_name);
@@ -40,7 +39,6 @@ bool CoordinatorState::check_uploader(const DumpHeader& hdr, const PeerAuth& aut
     }
   return true;
 }
-
 
 bool CoordinatorState::begin_upload(const DumpHeader& hdr, std::string* dir, bool* duplicate,
                                     std::string* error) {
@@ -81,7 +79,6 @@ bool CoordinatorState::begin_upload(const DumpHeader& hdr, std::string* dir, boo
   return true;
 }
 
-
 void CoordinatorState::upload_done(const DumpHeader& hdr, int64_t now_mono, bool placed) {
   Incident* inc = find(hdr.incident_id);
   if (!inc || inc->uploaded.count(hdr.node_name)) return;
@@ -106,7 +103,6 @@ void CoordinatorState::upload_done(const DumpHeader& hdr, int64_t now_mono, bool
     inc->deadline_mono = now_mono;
   }
 }
-
 
 void CoordinatorState::upload_failed(const std::string& incident_id, const std::string& node,
                                      const std::string& error, int64_t now_mono) {

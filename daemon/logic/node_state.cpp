@@ -22,7 +22,8 @@ NodeActions NodeState::recovered(const std::vector<DumpKey>& keys) {
   for (const DumpKey& k : keys)
     if (pending_.insert(k).second) queue_.push_back(k);
   if (!pending_.empty())
-    a.log.push_back({LogLevel::kInfo, std::to_string(pending_.size()) + " undelivered dump(s) in the spool"});
+    a.log.push_back(
+        {LogLevel::kInfo, std::to_string(pending_.size()) + " undelivered dump(s) in the spool"});
   a.wake = !queue_.empty();
   return a;
 }
@@ -50,7 +51,8 @@ NodeActions NodeState::welcome(const std::string& job_id, uint32_t stall_after_m
   if (!welcomed_) {
     a.log.push_back({LogLevel::kInfo, "connected to " + cfg_.address});
     if (unreachable_.clear())
-      a.log.push_back({LogLevel::kInfo, "the coordinator at " + cfg_.address + " is reachable again"});
+      a.log.push_back(
+          {LogLevel::kInfo, "the coordinator at " + cfg_.address + " is reachable again"});
     counters_.connects++;
   }
   welcomed_ = true;
@@ -62,7 +64,8 @@ NodeActions NodeState::welcome(const std::string& job_id, uint32_t stall_after_m
   for (const DumpKey& p : pending_) {
     if (!job_filter_.empty() && p.job != job_filter_) {
       if (warned_foreign_.insert(p).second)
-        a.log.push_back({LogLevel::kInfo, "keeping dump " + p.job + "/" + p.incident + " of another job in the spool"});
+        a.log.push_back({LogLevel::kInfo, "keeping dump " + p.job + "/" + p.incident +
+                                              " of another job in the spool"});
       continue;
     }
     queue_once(p);
@@ -78,7 +81,8 @@ NodeActions NodeState::dump_request(const std::string& job_id, const std::string
   DumpKey k{sanitize_name(job_id), incident_id};
   if (job_id.empty()) k.job = job_filter_.empty() ? "job" : job_filter_;
   if (pending_.count(k) || delivered_.count(k)) return a;
-  a.log.push_back({LogLevel::kInfo, "dump requested for " + incident_id + ": " + printable(reason, 200)});
+  a.log.push_back(
+      {LogLevel::kInfo, "dump requested for " + incident_id + ": " + printable(reason, 200)});
   pending_.insert(k);
   queue_.push_back(k);
   a.wake = true;
@@ -90,7 +94,8 @@ void NodeState::ping(int64_t t1_ns, int64_t t2_ns) { ping_ = PingEcho{t1_ns, t2_
 NodeActions NodeState::stream_closed(const std::string& error, int64_t now_mono) {
   NodeActions a;
   if (welcomed_) {
-    a.log.push_back({LogLevel::kWarn, "disconnected from " + cfg_.address + ": " + (error.empty() ? std::string("closed") : error)});
+    a.log.push_back({LogLevel::kWarn, "disconnected from " + cfg_.address + ": " +
+                                          (error.empty() ? std::string("closed") : error)});
     connect_backoff_ns_ = kConnectBackoffNs;
     a.wait_ns = connect_backoff_ns_;
     return a;
@@ -99,10 +104,12 @@ NodeActions NodeState::stream_closed(const std::string& error, int64_t now_mono)
   counters_.connect_failures++;
   uint64_t again = 0;
   if (unreachable_.due(now_mono, &again))
-    a.log.push_back({LogLevel::kWarn,
-                     "cannot reach the coordinator at " + cfg_.address + ": " +
-                         (error.empty() ? std::string("closed before its welcome") : error) + "; retrying" +
-                         (again ? " (" + std::to_string(again) + " more failed attempts since the last report)" : "")});
+    a.log.push_back(
+        {LogLevel::kWarn,
+         "cannot reach the coordinator at " + cfg_.address + ": " +
+             (error.empty() ? std::string("closed before its welcome") : error) + "; retrying" +
+             (again ? " (" + std::to_string(again) + " more failed attempts since the last report)"
+                    : "")});
   connect_backoff_ns_ = std::min(connect_backoff_ns_ * 2, kMaxBackoffNs);
   a.wait_ns = connect_backoff_ns_;
   return a;
@@ -136,9 +143,11 @@ NodeActions NodeState::log_dir_checked(const std::string& log_dir, const std::st
   }
   uint64_t again = 0;
   if (log_dir_missing_.due(now_mono, &again))
-    a.log.push_back({LogLevel::kWarn, "cannot read the log directory " + log_dir + ": " + why +
-                                          "; no rank on this node is watched" +
-                                          (again ? " (still so after " + std::to_string(again) + " more checks)" : "")});
+    a.log.push_back(
+        {LogLevel::kWarn,
+         "cannot read the log directory " + log_dir + ": " + why +
+             "; no rank on this node is watched" +
+             (again ? " (still so after " + std::to_string(again) + " more checks)" : "")});
   return a;
 }
 
@@ -172,13 +181,13 @@ NodeActions NodeState::delivery_done(const DumpKey& k, DeliveryOutcome outcome,
       delivery_backoff_ns_ = kDeliveryBackoffNs;
       return a;
     case DeliveryOutcome::kRefused:
-      a.log.push_back({LogLevel::kError, "dump " + k.incident + " refused: " + error + " (kept in " + spool_of(k) + ")"});
+      a.log.push_back({LogLevel::kError, "dump " + k.incident + " refused: " + error +
+                                             " (kept in " + spool_of(k) + ")"});
       counters_.dumps_failed++;
       pending_.erase(k);
       return a;
     case DeliveryOutcome::kRetryLater:
-    case DeliveryOutcome::kUploadInstead:
-      break;
+    case DeliveryOutcome::kUploadInstead: break;
   }
   a.log.push_back({LogLevel::kWarn, "dump " + k.incident + " not delivered yet: " + error});
   queue_.push_back(k);

@@ -47,8 +47,8 @@ enum class DeliveryOutcome {
 };
 
 struct NodeStateConfig {
-  std::string address;           // the coordinator's, for log lines
-  std::string spool_dir;         // where dumps wait: <spool>/<job>/<incident>
+  std::string address;    // the coordinator's, for log lines
+  std::string spool_dir;  // where dumps wait: <spool>/<job>/<incident>
   int64_t stall_after_ns = 30'000'000'000;
   int64_t heartbeat_interval_ns = 1'000'000'000;
 };
@@ -59,9 +59,9 @@ struct NodeActions {
     std::string text;
   };
   std::vector<Line> log;
-  bool wake = false;              // the dump queue changed: wake the dump thread
-  bool remove_spool = false;      // the dump just delivered: its spool folder can go
-  int64_t wait_ns = 0;            // wait this long before the next attempt (dump or connect)
+  bool wake = false;          // the dump queue changed: wake the dump thread
+  bool remove_spool = false;  // the dump just delivered: its spool folder can go
+  int64_t wait_ns = 0;        // wait this long before the next attempt (dump or connect)
 };
 
 // What a heartbeat echoes of the coordinator's last ping (clock offsets, clock.h).
@@ -131,8 +131,8 @@ class NodeState {
   void queue_once(const DumpKey& k);
 
   NodeStateConfig cfg_;
-  std::deque<DumpKey> queue_;         // dumps to take or to deliver
-  std::set<DumpKey> pending_;         // taken or queued, not yet delivered
+  std::deque<DumpKey> queue_;  // dumps to take or to deliver
+  std::set<DumpKey> pending_;  // taken or queued, not yet delivered
   std::set<DumpKey> delivered_;
   std::set<DumpKey> warned_foreign_;  // other jobs' dumps already named in the log
   std::string job_filter_;
@@ -141,7 +141,7 @@ class NodeState {
   bool welcomed_ = false;             // the current connection was welcomed
   uint64_t heartbeat_seq_ = 0;
   int64_t last_heartbeat_ = 0;
-  bool heartbeat_sent_ = false;       // on this connection
+  bool heartbeat_sent_ = false;  // on this connection
   std::optional<PingEcho> ping_;
   int64_t connect_backoff_ns_ = 100'000'000;
   int64_t delivery_backoff_ns_ = 200'000'000;

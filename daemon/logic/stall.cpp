@@ -43,9 +43,7 @@ int64_t LatencyHistogram::quantile(double q) const {
   return upper_edge(kBuckets - 1);
 }
 
-int64_t unlearned_threshold_ns(const StallPolicy& p) {
-  return p.automatic ? p.cap_ns : p.fixed_ns;
-}
+int64_t unlearned_threshold_ns(const StallPolicy& p) { return p.automatic ? p.cap_ns : p.fixed_ns; }
 
 int64_t CommModel::threshold_ns(const StallPolicy& p) const {
   if (!p.automatic) return p.fixed_ns;

@@ -23,12 +23,12 @@
 namespace fr::daemon {
 
 struct StallPolicy {
-  bool automatic = false;             // false: every op is judged by fixed_ns
+  bool automatic = false;  // false: every op is judged by fixed_ns
   int64_t fixed_ns = 30'000'000'000;
-  int64_t floor_ns = 3'000'000'000;   // automatic: never below this ...
-  int64_t cap_ns = 30'000'000'000;    // ... nor above this
-  double factor = 5;                  // k in max(floor, k x p99)
-  uint32_t warmup = 8;                // progress observations before the learned p99 is used
+  int64_t floor_ns = 3'000'000'000;  // automatic: never below this ...
+  int64_t cap_ns = 30'000'000'000;   // ... nor above this
+  double factor = 5;                 // k in max(floor, k x p99)
+  uint32_t warmup = 8;               // progress observations before the learned p99 is used
 
   // What the nodes must report at once: the lowest threshold any op can have.
   int64_t report_at_once_ns() const { return automatic ? floor_ns : fixed_ns; }
@@ -53,8 +53,8 @@ class LatencyHistogram {
 // What is learned of one communicator.
 struct CommModel {
   LatencyHistogram latency;
-  uint32_t progress = 0;        // member heartbeats that saw its completed counter advance
-  int64_t gap_ns = 0;           // smoothed time per completed op, one member's view
+  uint32_t progress = 0;  // member heartbeats that saw its completed counter advance
+  int64_t gap_ns = 0;     // smoothed time per completed op, one member's view
   int64_t last_seen_mono = 0;
   int64_t last_progress_mono = 0;
   std::string name;
@@ -80,16 +80,16 @@ struct MemberTrack {
   // ... and it must look slow at this many heartbeats in a row before it is reported.
   static constexpr uint32_t kSlowStreak = 10;
 
-  uint64_t key = 0;             // hash of the process's log name and the communicator
+  uint64_t key = 0;  // hash of the process's log name and the communicator
   uint64_t comm_id = 0;
   int rank = -1;
   uint64_t oldest_seq = 0;
   int64_t oldest_age_ns = 0;
   uint64_t completed = 0;
   int64_t at_mono = 0;
-  float waiting = 0;            // average of "had an op in flight at the heartbeat"
+  float waiting = 0;  // average of "had an op in flight at the heartbeat"
   uint32_t samples = 0;
-  uint32_t slow_streak = 0;     // heartbeats in a row that is_slow_member held
+  uint32_t slow_streak = 0;  // heartbeats in a row that is_slow_member held
 };
 
 // Learns from one member's new heartbeat, given what it showed the last time (`prev`, null for

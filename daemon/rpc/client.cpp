@@ -47,8 +47,7 @@ std::string default_token_file() {
   return base + "/frd-" + std::to_string(::getuid()) + "/token";
 }
 
-bool read_token_file(const std::string& path, std::string* token, bool* loose,
-                     std::string* error) {
+bool read_token_file(const std::string& path, std::string* token, bool* loose, std::string* error) {
   int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     *error = "cannot read token file " + path + ": " + std::strerror(errno);
@@ -62,8 +61,8 @@ bool read_token_file(const std::string& path, std::string* token, bool* loose,
   }
   if (st.st_uid != ::getuid() && ::getuid() != 0) {
     ::close(fd);
-    *error = "token file " + path + " belongs to another user (uid " +
-             std::to_string(st.st_uid) + ")";
+    *error =
+        "token file " + path + " belongs to another user (uid " + std::to_string(st.st_uid) + ")";
     return false;
   }
   *loose = (st.st_mode & 077) != 0;
@@ -91,8 +90,8 @@ bool ensure_token_file(const std::string& path, std::string* token, bool* create
   }
   // The directory must be ours and closed to others: in /tmp anyone could have made it first.
   struct stat st;
-  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
-      (st.st_uid != ::getuid()) || (st.st_mode & 022) != 0) {
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || (st.st_uid != ::getuid()) ||
+      (st.st_mode & 022) != 0) {
     *error = dir + " must be a directory of this user that others cannot write (mode 0700)";
     return false;
   }
@@ -129,9 +128,7 @@ bool ensure_token_file(const std::string& path, std::string* token, bool* create
   return false;
 }
 
-void setup_grpc_process() {
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-}
+void setup_grpc_process() { absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore); }
 
 std::shared_ptr<grpc::Channel> make_channel(const ClientOptions& opts) {
   grpc::ChannelArguments args;
@@ -221,12 +218,16 @@ std::string render_status(const nlohmann::json& s) {
   o << "\n";
   for (const auto& n : s.value("nodes", nlohmann::json::array())) {
     o << "node " << str(n, "name") << " (" << str(n, "host") << "): "
-      << (n.value("lost", false) ? "LOST" : n.value("connected", false) ? "connected" : "away")
+      << (n.value("lost", false)        ? "LOST"
+          : n.value("connected", false) ? "connected"
+                                        : "away")
       << ", heartbeat " << n.value("heartbeat_age_s", 0.0) << " s ago, clock offset "
       << n.value("clock_offset_ns", 0) / 1000 << " us\n";
     for (const auto& p : n.value("processes", nlohmann::json::array())) {
       o << "  rank " << p.value("rank", -1) << " pid " << p.value("pid", 0) << " "
-        << (p.value("alive", false) ? "alive" : p.value("exited_cleanly", false) ? "exited" : "DEAD");
+        << (p.value("alive", false)            ? "alive"
+            : p.value("exited_cleanly", false) ? "exited"
+                                               : "DEAD");
       for (const auto& c : p.value("comms", nlohmann::json::array())) {
         std::string label = str(c, "name").empty() ? str(c, "id").substr(0, 8) : str(c, "name");
         o << "  [" << label << " coll " << c.value("coll_seq", 0) << " gpu "

@@ -22,10 +22,10 @@ namespace fr::daemon {
 
 struct ClientOptions {
   std::string address = "127.0.0.1:7470";
-  std::string token;     // sent as "authorization: Bearer <token>" when set
+  std::string token;       // sent as "authorization: Bearer <token>" when set
   std::string token_file;  // when `token` is empty: read at each call (absent: no token)
-  std::string tls_ca;    // PEM contents; TLS when set
-  std::string tls_cert;  // PEM contents of the client certificate (mutual TLS)
+  std::string tls_ca;      // PEM contents; TLS when set
+  std::string tls_cert;    // PEM contents of the client certificate (mutual TLS)
   std::string tls_key;
 };
 

@@ -138,7 +138,8 @@ void from_proto(const fr::v1::Heartbeat& in, NodeReport* r) {
   r->seq = in.seq();
   r->node_time_ns = in.node_time_ns();
   r->processes.resize(std::min<size_t>(size_t(in.processes_size()), kMaxProcessesPerNode));
-  for (size_t i = 0; i < r->processes.size(); ++i) from_proto(in.processes(int(i)), &r->processes[i]);
+  for (size_t i = 0; i < r->processes.size(); ++i)
+    from_proto(in.processes(int(i)), &r->processes[i]);
   printable_list(in.unreadable(), 64, 256, &r->unreadable);
   printable_list(in.gpu_alerts(), 64, 256, &r->gpu_alerts);
 }
@@ -184,7 +185,8 @@ DumpHeader from_proto(const fr::v1::UploadHeader& in) {
   h.snapshot_time_ns = in.snapshot_time_ns();
   h.job_id = in.job_id().substr(0, 256);
   h.upload_key = in.upload_key().substr(0, 128);
-  for (const auto& g : in.files()) h.files.push_back({g.name().substr(0, 256), g.size(), g.crc32c()});
+  for (const auto& g : in.files())
+    h.files.push_back({g.name().substr(0, 256), g.size(), g.crc32c()});
   for (const auto& q : in.processes()) {
     if (h.processes.size() >= 4096) break;
     h.processes.push_back({q.rank(), q.world_size(), q.pid(), printable(q.host(), 64),

@@ -100,9 +100,12 @@ void NodeDaemon::send_dump_status(const std::string& incident, bool ok, const st
 void NodeDaemon::check_log_dir() {
   struct stat st;
   std::string why;
-  if (::stat(opts_.log_dir.c_str(), &st) != 0) why = std::strerror(errno);
-  else if (!S_ISDIR(st.st_mode)) why = "not a directory";
-  else if (::access(opts_.log_dir.c_str(), R_OK | X_OK) != 0) why = std::strerror(errno);
+  if (::stat(opts_.log_dir.c_str(), &st) != 0)
+    why = std::strerror(errno);
+  else if (!S_ISDIR(st.st_mode))
+    why = "not a directory";
+  else if (::access(opts_.log_dir.c_str(), R_OK | X_OK) != 0)
+    why = std::strerror(errno);
   std::lock_guard<std::mutex> lk(mu_);
   apply(state_.log_dir_checked(opts_.log_dir, why, mono_ns()));
 }
@@ -110,21 +113,26 @@ void NodeDaemon::check_log_dir() {
 std::string NodeDaemon::metrics() const {
   std::string o;
   auto metric = [&](const char* name, const char* type, const char* help, uint64_t v) {
-    o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " +
-         std::to_string(v) + "\n";
+    o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
+         name + " " + std::to_string(v) + "\n";
   };
-  metric("frd_node_connected", "gauge", "1 while the stream to the coordinator is up.", connected_ ? 1 : 0);
+  metric("frd_node_connected", "gauge", "1 while the stream to the coordinator is up.",
+         connected_ ? 1 : 0);
   std::lock_guard<std::mutex> lk(mu_);
   const NodeCounters& c = state_.counters();
   metric("frd_node_connects_total", "counter", "Connections the coordinator welcomed.", c.connects);
-  metric("frd_node_connect_failures_total", "counter", "Attempts to reach the coordinator that failed.",
-         c.connect_failures);
+  metric("frd_node_connect_failures_total", "counter",
+         "Attempts to reach the coordinator that failed.", c.connect_failures);
   metric("frd_node_heartbeats_total", "counter", "Heartbeats sent.", heartbeats_);
-  metric("frd_node_processes", "gauge", "Processes with a flight log in the last scan.", processes_);
+  metric("frd_node_processes", "gauge", "Processes with a flight log in the last scan.",
+         processes_);
   metric("frd_node_processes_alive", "gauge", "Of those, alive.", processes_alive_);
-  metric("frd_node_dumps_delivered_total", "counter", "Dumps the coordinator accepted.", c.dumps_delivered);
-  metric("frd_node_dumps_failed_total", "counter", "Dumps that could not be taken or were refused.", c.dumps_failed);
-  metric("frd_node_dumps_pending", "gauge", "Dumps taken or queued, not yet delivered.", state_.pending_count());
+  metric("frd_node_dumps_delivered_total", "counter", "Dumps the coordinator accepted.",
+         c.dumps_delivered);
+  metric("frd_node_dumps_failed_total", "counter", "Dumps that could not be taken or were refused.",
+         c.dumps_failed);
+  metric("frd_node_dumps_pending", "gauge", "Dumps taken or queued, not yet delivered.",
+         state_.pending_count());
   metric("frd_node_unknown_messages_total", "counter",
          "Coordinator messages of a kind this node does not know (a newer coordinator's), skipped.",
          unknown_commands_);
@@ -154,8 +162,10 @@ bool NodeDaemon::init(std::string* error) {
   log("reading the logs in " + opts_.log_dir + " owned by " + opts_.log_owners.describe());
   // GPU health is optional: without NVML every dump says why, and nothing else changes.
   std::string why;
-  if (gpus_.open(opts_.nvml_lib, &why)) log("GPU health from NVML (" + opts_.nvml_lib + ")");
-  else log(why + "; dumps carry no GPU health");
+  if (gpus_.open(opts_.nvml_lib, &why))
+    log("GPU health from NVML (" + opts_.nvml_lib + ")");
+  else
+    log(why + "; dumps carry no GPU health");
   return true;
 }
 

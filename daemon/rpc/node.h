@@ -36,16 +36,16 @@ struct NodeOptions {
   std::string log_dir = "/dev/shm";
   // Whose logs count: default this daemon's user, every user when it runs as root (--log-owner).
   fr::log::LogOwners log_owners = fr::log::LogOwners::defaults();
-  std::string node_name;             // default: the host name
-  std::string spool_dir;             // where dumps wait for delivery; default under /tmp
-  std::string shared_dump_dir;       // the coordinator's --dump-dir as mounted here; empty: upload
+  std::string node_name;        // default: the host name
+  std::string spool_dir;        // where dumps wait for delivery; default under /tmp
+  std::string shared_dump_dir;  // the coordinator's --dump-dir as mounted here; empty: upload
   int64_t heartbeat_interval_ns = 1'000'000'000;
   int64_t stall_after_ns = 30'000'000'000;
-  std::string metrics_listen;        // HOST:PORT for Prometheus text (frd's main serves it)
+  std::string metrics_listen;  // HOST:PORT for Prometheus text (frd's main serves it)
   size_t chunk_bytes = 1 << 20;
-  uint64_t upload_bytes_per_sec = 0; // 0: as fast as the network goes
+  uint64_t upload_bytes_per_sec = 0;  // 0: as fast as the network goes
   bool quiet = false;
-  StackOptions stacks;               // every rank's stacks at each dump (stacks.h)
+  StackOptions stacks;                         // every rank's stacks at each dump (stacks.h)
   std::string nvml_lib = "libnvidia-ml.so.1";  // GPU health at each dump and heartbeat (nvml.h)
   // Keep idle_ns() current even while no coordinator is reachable (a scan of the log directory
   // every second when the heartbeats do not scan): for `frd node --exit-when-idle`.
@@ -117,8 +117,8 @@ class NodeDaemon {
   std::atomic<bool> stopping_{false};
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  NodeState state_;                     // every decision (guarded by mu_)
-  Stream* stream_ = nullptr;            // the live control stream, guarded by mu_
+  NodeState state_;           // every decision (guarded by mu_)
+  Stream* stream_ = nullptr;  // the live control stream, guarded by mu_
   std::thread dumper_, idler_;
   std::atomic<int64_t> last_live_ns_{0}, last_scan_ns_{0};  // mono_ns
   // For metrics.

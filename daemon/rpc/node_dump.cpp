@@ -67,8 +67,8 @@ bool NodeDaemon::take_dump(const Key& k, std::string* error) {
       return false;
     }
     h.files.push_back(f);
-    h.processes.push_back({p.rank, p.world_size, p.pid, p.host, p.job_id, p.file, p.source,
-                           p.alive, p.records, p.overwritten, p.torn});
+    h.processes.push_back({p.rank, p.world_size, p.pid, p.host, p.job_id, p.file, p.source, p.alive,
+                           p.records, p.overwritten, p.torn});
   }
   for (const auto& s : res.skipped) h.skipped.push_back({s.file, s.error});
   for (auto& f : take_context(dir, res.processes)) h.files.push_back(std::move(f));
@@ -93,8 +93,10 @@ std::vector<DumpFile> NodeDaemon::take_context(const std::string& dir,
   fr::log::NodeGpus g = gpus_.read(true);
   g.node = opts_.node_name;
   std::string err, gname = opts_.node_name + fr::log::kGpuSuffix;
-  if (fr::files::write_atomic(dir + "/" + gname, fr::log::gpus_to_text(g), &err)) names.push_back(gname);
-  else log(err);
+  if (fr::files::write_atomic(dir + "/" + gname, fr::log::gpus_to_text(g), &err))
+    names.push_back(gname);
+  else
+    log(err);
   for (const auto& n : names) {
     DumpFile f;
     f.name = n;
@@ -116,7 +118,8 @@ std::vector<std::string> NodeDaemon::check_gpus() {
       ++n;
     }
     for (const auto& t : d.throttle_names)
-      if ((t == "HwSlowdown" || t == "HwThermalSlowdown" || t == "HwPowerBrakeSlowdown") && alerts.size() < 64)
+      if ((t == "HwSlowdown" || t == "HwThermalSlowdown" || t == "HwPowerBrakeSlowdown") &&
+          alerts.size() < 64)
         alerts.push_back("GPU " + d.pci_bus_id + " is throttled (" + t + ")");
   }
   xids_seen_ = n;
@@ -139,7 +142,8 @@ DeliveryOutcome NodeDaemon::deliver(const Key& k, std::string* error) {
   if (!opts_.shared_dump_dir.empty()) {
     DeliveryOutcome r = place(k, h, error);
     if (r != DeliveryOutcome::kUploadInstead) return r;
-    log("dump " + k.incident + " not written to the shared dump dir (" + *error + "); uploading it");
+    log("dump " + k.incident + " not written to the shared dump dir (" + *error +
+        "); uploading it");
   }
   return upload(k, h, error);
 }
@@ -206,10 +210,8 @@ DeliveryOutcome NodeDaemon::placed_reply(const Key& k, const DumpHeader& h, std:
     case grpc::StatusCode::UNIMPLEMENTED:
       return DeliveryOutcome::kUploadInstead;  // a coordinator that only takes uploads
     case grpc::StatusCode::FAILED_PRECONDITION:
-    case grpc::StatusCode::INVALID_ARGUMENT:
-      return DeliveryOutcome::kRefused;
-    default:
-      return DeliveryOutcome::kRetryLater;
+    case grpc::StatusCode::INVALID_ARGUMENT: return DeliveryOutcome::kRefused;
+    default: return DeliveryOutcome::kRetryLater;
   }
 }
 
@@ -271,10 +273,8 @@ DeliveryOutcome NodeDaemon::upload(const Key& k, const DumpHeader& h, std::strin
   *error = st.ok() ? reply.error() : st.error_message();
   switch (st.error_code()) {
     case grpc::StatusCode::FAILED_PRECONDITION:
-    case grpc::StatusCode::INVALID_ARGUMENT:
-      return DeliveryOutcome::kRefused;
-    default:
-      return DeliveryOutcome::kRetryLater;
+    case grpc::StatusCode::INVALID_ARGUMENT: return DeliveryOutcome::kRefused;
+    default: return DeliveryOutcome::kRetryLater;
   }
 }
 

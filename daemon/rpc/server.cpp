@@ -68,18 +68,23 @@ void CoordinatorServer::Impl::add_pages() {
       std::lock_guard<std::mutex> hl(hb_mu);
       replaced = heartbeats_replaced;
     }
-    r.body += "# HELP frd_fanout_seconds Last incident: from listing its dump requests to handing "
-              "the last one to its node's stream.\n# TYPE frd_fanout_seconds gauge\n"
-              "frd_fanout_seconds " + std::to_string(fanout) + "\n"
-              "# HELP frd_heartbeats_replaced_total Heartbeats replaced by a newer one from the "
-              "same node before they were applied (the coordinator short of CPU).\n"
-              "# TYPE frd_heartbeats_replaced_total counter\n"
-              "frd_heartbeats_replaced_total " + std::to_string(replaced) + "\n"
-              "# HELP frd_unknown_messages_total Node messages of a kind this coordinator does "
-              "not know (a newer node's), skipped.\n"
-              "# TYPE frd_unknown_messages_total counter\n"
-              "frd_unknown_messages_total " +
-              std::to_string(unknown_messages.load(std::memory_order_relaxed)) + "\n";
+    r.body +=
+        "# HELP frd_fanout_seconds Last incident: from listing its dump requests to handing "
+        "the last one to its node's stream.\n# TYPE frd_fanout_seconds gauge\n"
+        "frd_fanout_seconds " +
+        std::to_string(fanout) +
+        "\n"
+        "# HELP frd_heartbeats_replaced_total Heartbeats replaced by a newer one from the "
+        "same node before they were applied (the coordinator short of CPU).\n"
+        "# TYPE frd_heartbeats_replaced_total counter\n"
+        "frd_heartbeats_replaced_total " +
+        std::to_string(replaced) +
+        "\n"
+        "# HELP frd_unknown_messages_total Node messages of a kind this coordinator does "
+        "not know (a newer node's), skipped.\n"
+        "# TYPE frd_unknown_messages_total counter\n"
+        "frd_unknown_messages_total " +
+        std::to_string(unknown_messages.load(std::memory_order_relaxed)) + "\n";
     return r;
   });
   // Paged as `frd status` is: ?offset=N&limit=N&summary=1.
@@ -125,7 +130,8 @@ void CoordinatorServer::Impl::add_pages() {
     nlohmann::json incident;
     {
       std::lock_guard<std::mutex> lk(mu);
-      for (const auto& i : state.status(mono_ns(), StatusQuery{0, 0, true}).value("incidents", nlohmann::json::array()))
+      for (const auto& i : state.status(mono_ns(), StatusQuery{0, 0, true})
+                               .value("incidents", nlohmann::json::array()))
         if (i.value("id", std::string()) == req.tail) incident = i;
     }
     if (incident.is_null()) {
@@ -168,7 +174,8 @@ bool check_listeners(CoordinatorServer::Impl& m, HttpSecurity* http_sec, std::st
   }
   if (!loopback && !m.opts.token.empty() && m.opts.tls_cert.empty())
     m.log("frd coordinator: the token travels in cleartext on " + m.opts.listen +
-        " (not loopback) without TLS; anyone on the path can read it (use --tls-cert)", LogLevel::kWarn);
+              " (not loopback) without TLS; anyone on the path can read it (use --tls-cert)",
+          LogLevel::kWarn);
   // The HTTP listener (metrics, pages, status JSON) follows the gRPC listener's rules: off
   // loopback it asks for the token (or a client certificate), and it speaks TLS when gRPC does.
   *http_sec = HttpSecurity{"", m.opts.tls_cert, m.opts.tls_key, m.opts.tls_client_ca};
@@ -176,15 +183,17 @@ bool check_listeners(CoordinatorServer::Impl& m, HttpSecurity* http_sec, std::st
   if (!m.opts.http_trust_loopback) http_sec->token = m.opts.token;
   if (!m.opts.metrics_listen.empty() && !is_loopback_address(m.opts.metrics_listen)) {
     if (m.opts.token.empty() && m.opts.tls_client_ca.empty()) {
-      *error = "--metrics-listen " + m.opts.metrics_listen +
-               " (not loopback only) serves the job's status and incidents: it needs a shared token "
-               "(--token-file) or mutual TLS";
+      *error =
+          "--metrics-listen " + m.opts.metrics_listen +
+          " (not loopback only) serves the job's status and incidents: it needs a shared token "
+          "(--token-file) or mutual TLS";
       return false;
     }
     http_sec->token = m.opts.token;
     if (m.opts.tls_cert.empty())
       m.log("frd coordinator: the token travels in cleartext to the pages and metrics on " +
-            m.opts.metrics_listen + " (not loopback) without TLS (use --tls-cert)", LogLevel::kWarn);
+                m.opts.metrics_listen + " (not loopback) without TLS (use --tls-cert)",
+            LogLevel::kWarn);
   }
   if (m.opts.tls_cert.empty() != m.opts.tls_key.empty()) {
     *error = "TLS needs both a certificate and a key";

@@ -24,26 +24,26 @@ namespace fr::daemon {
 
 struct ServerOptions {
   std::string listen = "127.0.0.1:7470";
-  std::string port_file;       // written atomically with the bound port once serving
-  std::string token;           // required from every peer when set
-  std::string tls_cert;        // PEM contents: TLS when set
+  std::string port_file;  // written atomically with the bound port once serving
+  std::string token;      // required from every peer when set
+  std::string tls_cert;   // PEM contents: TLS when set
   std::string tls_key;
   std::string tls_client_ca;   // PEM contents: mutual TLS when set
   std::string metrics_listen;  // HOST:PORT for Prometheus text; empty: none
   // With a token, the HTTP side asks for it on loopback too (another local user must not read
   // the job's status and incidents), unless this says loopback is trusted.
   bool http_trust_loopback = false;
-  std::string on_verdict;      // shell command run for every dump set written (hook.h)
+  std::string on_verdict;  // shell command run for every dump set written (hook.h)
   int64_t on_verdict_timeout_ns = 300'000'000'000;
   UploadLimits limits;
   int max_message_bytes = 4 << 20;
-  int max_uploads = 64;        // concurrent uploads (past a valid header)
-  int max_waiting_uploads = 1024;          // upload streams without a header yet, in all
-  int max_waiting_uploads_per_peer = 256;  // ... and from one peer host
+  int max_uploads = 64;                      // concurrent uploads (past a valid header)
+  int max_waiting_uploads = 1024;            // upload streams without a header yet, in all
+  int max_waiting_uploads_per_peer = 256;    // ... and from one peer host
   int64_t upload_header_ns = 5'000'000'000;  // a header must come this soon
   int64_t upload_idle_ns = 30'000'000'000;
-  int64_t stop_wait_ns = 2'000'000'000;    // how long stopping waits for a running analysis
-  bool quiet = false;          // no log lines on stderr (benchmarks)
+  int64_t stop_wait_ns = 2'000'000'000;  // how long stopping waits for a running analysis
+  bool quiet = false;                    // no log lines on stderr (benchmarks)
 };
 
 // Whether a listen address is loopback only: every address its host resolves to is in

@@ -51,9 +51,9 @@ struct CoordinatorServer::Impl {
   bool stopping = false;
   CoordinatorState state;
   std::map<uint64_t, NodeStream*> streams;
-  std::set<UploadStream*> uploads;           // every upload stream, with a header or not
-  size_t uploads_active = 0;                 // of those, past a valid header: the slots
-  std::set<std::string> uploading;           // incident/node pairs with an upload in flight
+  std::set<UploadStream*> uploads;             // every upload stream, with a header or not
+  size_t uploads_active = 0;                   // of those, past a valid header: the slots
+  std::set<std::string> uploading;             // incident/node pairs with an upload in flight
   std::map<std::string, int> waiting_by_peer;  // streams without a header yet, by peer host
   std::deque<AssemblyJob> assembly_queue;
   // incident.json writes, in order, one pending entry per file (the latest contents).
@@ -74,7 +74,7 @@ struct CoordinatorServer::Impl {
   struct FanoutSlice {
     std::string incident_id;
     std::shared_ptr<const grpc::ByteBuffer> message;  // the request, encoded once (wire.h)
-    std::vector<NodeStream*> streams;        // pinned: they stay alive until sent to
+    std::vector<NodeStream*> streams;                 // pinned: they stay alive until sent to
   };
   std::mutex fanout_mu;
   std::condition_variable fanout_cv;
@@ -86,11 +86,11 @@ struct CoordinatorServer::Impl {
     int64_t listed_mono = 0;
     size_t slices_left = 0;
     size_t streams = 0;
-    int64_t cpu_ns = 0;                      // the fan-out threads' CPU time on it
+    int64_t cpu_ns = 0;  // the fan-out threads' CPU time on it
   };
   std::map<std::string, FanoutRound> fanout_rounds;
-  size_t fanout_pending = 0;                       // slices queued or being sent (fanout_mu)
-  double last_fanout_seconds = 0;                  // the last round: listed to handed to gRPC
+  size_t fanout_pending = 0;       // slices queued or being sent (fanout_mu)
+  double last_fanout_seconds = 0;  // the last round: listed to handed to gRPC
 
   // Heartbeats are applied to the state by one thread of ours, not on gRPC's few callback
   // threads (two on a 2-core machine), which must stay free to read, to complete the dump
@@ -100,15 +100,15 @@ struct CoordinatorServer::Impl {
   // fan-out is being sent the applier waits (up to kFanoutFirstNs): the requests come first.
   std::mutex hb_mu;
   std::condition_variable hb_cv;
-  std::vector<NodeStream*> hb_ready;     // streams with a heartbeat waiting: pinned
+  std::vector<NodeStream*> hb_ready;  // streams with a heartbeat waiting: pinned
   bool hb_stopping = false;
-  bool hb_fanout = false;                // a fan-out is being sent
+  bool hb_fanout = false;  // a fan-out is being sent
   // Streams that read a heartbeat while a fan-out was being sent and read no further until it is
   // out (pinned): gRPC's threads then spend the fan-out completing its writes rather than
   // decoding heartbeats that would wait for the applier anyway. The thread that hands the last
   // slice to gRPC starts their reads again (resume_reads).
   std::vector<NodeStream*> reads_deferred;
-  uint64_t heartbeats_replaced = 0;      // waiting heartbeats a newer one replaced
+  uint64_t heartbeats_replaced = 0;  // waiting heartbeats a newer one replaced
   // Node messages whose body this version does not know, skipped (gRPC's threads count them).
   std::atomic<uint64_t> unknown_messages{0};
   std::thread applier;
@@ -123,7 +123,9 @@ struct CoordinatorServer::Impl {
   VerdictHook hook;
 
   Impl(CoordinatorConfig c, ServerOptions o)
-      : cfg(c), opts(std::move(o)), state(std::move(c)),
+      : cfg(c),
+        opts(std::move(o)),
+        state(std::move(c)),
         hook(opts.on_verdict, opts.on_verdict_timeout_ns) {}
 
   // The credentials a call presented (checked already by authorized()).

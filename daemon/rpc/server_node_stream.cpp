@@ -148,8 +148,8 @@ bool NodeStream::on_hello(const fr::v1::Hello& wire_hello, int64_t now) {
     return false;
   }
   std::lock_guard<std::mutex> lk(impl_->mu);
-  uint64_t s = impl_->state.connect(h.node_name, h.host, h.job_id, impl_->peer_auth(ctx_), now,
-                                    &error);
+  uint64_t s =
+      impl_->state.connect(h.node_name, h.host, h.job_id, impl_->peer_auth(ctx_), now, &error);
   if (!s) {
     close(grpc::Status(grpc::StatusCode::PERMISSION_DENIED, error));
     return false;

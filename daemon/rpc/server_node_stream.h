@@ -78,7 +78,7 @@ class NodeStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBu
   uint64_t session_ = 0;
   uint32_t protocol_ = 0;
   std::unique_ptr<grpc::ByteBuffer> hb_;  // the heartbeat waiting for the applier (impl->hb_mu)
-  int64_t hb_t4_ = 0;                // ... and when it arrived (real time, for the clock)
+  int64_t hb_t4_ = 0;                     // ... and when it arrived (real time, for the clock)
   int64_t last_ping_ = 0;
   int pings_ = 0;
   std::mutex wmu_;

@@ -53,8 +53,10 @@ class UploadStream : public grpc::ServerReadReactor<UploadChunk> {
   // Cancels an upload that stopped sending, or never sent its header (called by the ticker with
   // impl->mu held).
   void cancel_if_idle(int64_t now, int64_t idle_ns, int64_t header_ns) {
-    if (!slot_ && now - opened_ > header_ns) ctx_->TryCancel();
-    else if (now - last_activity_.load() > idle_ns) ctx_->TryCancel();
+    if (!slot_ && now - opened_ > header_ns)
+      ctx_->TryCancel();
+    else if (now - last_activity_.load() > idle_ns)
+      ctx_->TryCancel();
   }
 
   void OnReadDone(bool ok) override {
@@ -96,8 +98,7 @@ class UploadStream : public grpc::ServerReadReactor<UploadChunk> {
         Finish(grpc::Status::OK);
         return;
       }
-      if (!receiver_.begin(dir, hdr_, impl_->opts.limits, &error))
-        return fail(data_error(), error);
+      if (!receiver_.begin(dir, hdr_, impl_->opts.limits, &error)) return fail(data_error(), error);
     } else if (chunk_.has_data()) {
       if (!have_header_) return fail(grpc::StatusCode::INVALID_ARGUMENT, "data before header");
       const auto& d = chunk_.data();
@@ -138,9 +139,9 @@ class UploadStream : public grpc::ServerReadReactor<UploadChunk> {
     if (!have_header_) return fail(grpc::StatusCode::INVALID_ARGUMENT, "no header");
     std::string error;
     if (!receiver_.finish(&error))
-      return fail(receiver_.io_failure() ? grpc::StatusCode::UNAVAILABLE
-                                         : grpc::StatusCode::DATA_LOSS,
-                  error);
+      return fail(
+          receiver_.io_failure() ? grpc::StatusCode::UNAVAILABLE : grpc::StatusCode::DATA_LOSS,
+          error);
     {
       std::lock_guard<std::mutex> lk(impl_->mu);
       impl_->state.upload_done(hdr_, mono_ns());
@@ -185,7 +186,7 @@ class UploadStream : public grpc::ServerReadReactor<UploadChunk> {
   DumpHeader hdr_;
   bool have_header_ = false;
   bool slot_ = false;
-  bool released_ = false;   // the slot was given back early (fail)
+  bool released_ = false;  // the slot was given back early (fail)
   std::string key_;
   DumpReceiver receiver_;
   int64_t opened_ = 0;
@@ -225,8 +226,8 @@ class Service final : public ServiceBase {
     if (waiting >= size_t(impl_->opts.max_waiting_uploads) ||
         (it != impl_->waiting_by_peer.end() &&
          it->second >= impl_->opts.max_waiting_uploads_per_peer))
-      return new Refused<grpc::ServerReadReactor<UploadChunk>>(grpc::Status(
-          grpc::StatusCode::RESOURCE_EXHAUSTED, "too many uploads without a header"));
+      return new Refused<grpc::ServerReadReactor<UploadChunk>>(
+          grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "too many uploads without a header"));
     return new UploadStream(impl_, ctx, reply, peer);
   }
 

@@ -71,8 +71,10 @@ void CoordinatorServer::Impl::dispatch(Actions& a) {
     const std::string& path = entry.first;
     auto same = std::find_if(persist_queue.begin(), persist_queue.end(),
                              [&](const auto& e) { return e.first == path; });
-    if (same != persist_queue.end()) same->second = std::move(entry.second);
-    else persist_queue.emplace_back(path, std::move(entry.second));
+    if (same != persist_queue.end())
+      same->second = std::move(entry.second);
+    else
+      persist_queue.emplace_back(path, std::move(entry.second));
   }
   if (!a.persist.empty()) persist_cv.notify_one();
   for (const auto& l : a.log) log(l);
@@ -106,11 +108,12 @@ void CoordinatorServer::Impl::fanout_loop() {
     if (r != fanout_rounds.end() && --r->second.slices_left == 0) {
       last_fanout_seconds = double(mono_ns() - r->second.listed_mono) / 1e9;
       char line[200];
-      std::snprintf(line, sizeof line,
-                    "%zu dump request(s) handed to the node streams in %.3f s (%.3f s of CPU, "
-                    "%.1f us per node)",
-                    r->second.streams, last_fanout_seconds, double(r->second.cpu_ns) / 1e9,
-                    double(r->second.cpu_ns) / 1e3 / double(std::max<size_t>(r->second.streams, 1)));
+      std::snprintf(
+          line, sizeof line,
+          "%zu dump request(s) handed to the node streams in %.3f s (%.3f s of CPU, "
+          "%.1f us per node)",
+          r->second.streams, last_fanout_seconds, double(r->second.cpu_ns) / 1e9,
+          double(r->second.cpu_ns) / 1e3 / double(std::max<size_t>(r->second.streams, 1)));
       log("frd coordinator: " + id + ": " + line);
       fanout_rounds.erase(r);
     }
@@ -135,7 +138,7 @@ namespace {
 
 // One heartbeat on its way from a stream to the state.
 struct Arrived {
-  NodeStream* stream;  // pinned
+  NodeStream* stream;                         // pinned
   std::unique_ptr<grpc::ByteBuffer> message;  // as it came, undecoded
   int64_t t4 = 0;
   bool decoded = false;

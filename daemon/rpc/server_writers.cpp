@@ -74,14 +74,16 @@ void CoordinatorServer::Impl::assembler_loop() {
     if (hook.enabled() && r.ok && a.assemble.empty() && state.take_hook(job.incident_id, &a)) {
       std::string culprits, error;
       for (int c : r.culprits) culprits += (culprits.empty() ? "" : ",") + std::to_string(c);
-      std::map<std::string, std::string> env = {
-          {"FR_INCIDENT_ID", job.incident_id}, {"FR_INCIDENT_DIR", job.dir},
-          {"FR_INCIDENT_KIND", job.kind},      {"FR_JOB_ID", job.job_id},
-          {"FR_VERDICT", r.verdict_kind},      {"FR_CULPRITS", culprits},
-          {"FR_SUMMARY", printable(r.verdict_summary, 1024)}};
+      std::map<std::string, std::string> env = {{"FR_INCIDENT_ID", job.incident_id},
+                                                {"FR_INCIDENT_DIR", job.dir},
+                                                {"FR_INCIDENT_KIND", job.kind},
+                                                {"FR_JOB_ID", job.job_id},
+                                                {"FR_VERDICT", r.verdict_kind},
+                                                {"FR_CULPRITS", culprits},
+                                                {"FR_SUMMARY", printable(r.verdict_summary, 1024)}};
       if (!hook.start(job.incident_id, env, mono_ns(), &error))
-        a.log.push_back("frd coordinator: --on-verdict for " + job.incident_id + " not run: " +
-                        error);
+        a.log.push_back("frd coordinator: --on-verdict for " + job.incident_id +
+                        " not run: " + error);
     }
     dispatch(a);
   }

@@ -34,7 +34,6 @@ bool contiguous(const grpc::ByteBuffer& b, grpc::Slice* one, std::vector<grpc::S
   return true;
 }
 
-
 // The fast decoder: a heartbeat as frd node encodes it, read straight into a NodeReport, with
 // what from_proto does on the way (bounds, names made safe). Anything else makes it give up (it
 // returns false, having written part of *out), and protobuf's decoder decides: a field it does
@@ -58,8 +57,14 @@ class Fast {
     std::string_view s;
     while (p_ < end_) {
       switch (tag()) {
-        case field(1, kVarint): if (!varint(&v)) return false; out->seq = v; break;
-        case field(2, kVarint): if (!varint(&v)) return false; out->node_time_ns = int64_t(v); break;
+        case field(1, kVarint):
+          if (!varint(&v)) return false;
+          out->seq = v;
+          break;
+        case field(2, kVarint):
+          if (!varint(&v)) return false;
+          out->node_time_ns = int64_t(v);
+          break;
         case field(3, kBytes): {
           if (echoed) return false;
           echoed = true;
@@ -74,8 +79,12 @@ class Fast {
           if (!enter(&sub) || !sub.process(&out->processes[procs++])) return false;
           break;
         }
-        case field(5, kBytes): if (!text(&s) || !add(s, &unreadable, &out->unreadable)) return false; break;
-        case field(6, kBytes): if (!text(&s) || !add(s, &alerts, &out->gpu_alerts)) return false; break;
+        case field(5, kBytes):
+          if (!text(&s) || !add(s, &unreadable, &out->unreadable)) return false;
+          break;
+        case field(6, kBytes):
+          if (!text(&s) || !add(s, &alerts, &out->gpu_alerts)) return false;
+          break;
         default: return false;
       }
     }
@@ -148,9 +157,12 @@ class Fast {
       const uint32_t t = tag();
       if (t != field(1, kVarint) && t != field(2, kVarint) && t != field(3, kVarint)) return false;
       if (!varint(&v)) return false;
-      if (t == field(1, kVarint)) e->set_t1_ns(int64_t(v));
-      else if (t == field(2, kVarint)) e->set_t2_ns(int64_t(v));
-      else e->set_t3_ns(int64_t(v));
+      if (t == field(1, kVarint))
+        e->set_t1_ns(int64_t(v));
+      else if (t == field(2, kVarint))
+        e->set_t2_ns(int64_t(v));
+      else
+        e->set_t3_ns(int64_t(v));
     }
     return true;
   }

@@ -42,10 +42,10 @@ class HeartbeatDecoder {
 
  private:
   std::vector<grpc::Slice> slices_;
-  std::string bytes_;             // the message, in one piece
-  fr::v1::Heartbeat heartbeat_;   // reused: its memory stays from one heartbeat to the next
-  fr::v1::NodeMessage whole_;     // the other shapes
-  size_t held_ = 0;               // the size of the last message decoded
+  std::string bytes_;            // the message, in one piece
+  fr::v1::Heartbeat heartbeat_;  // reused: its memory stays from one heartbeat to the next
+  fr::v1::NodeMessage whole_;    // the other shapes
+  size_t held_ = 0;              // the size of the last message decoded
   uint64_t fast_ = 0;
 };
 

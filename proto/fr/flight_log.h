@@ -91,64 +91,64 @@ extern "C" {
 
 /* X(ENUM_SUFFIX, value, "name", kind) where kind is COLL, P2P, API or NIXL (a NIXL agent's call:
  * comm_id 0, aux = the transfer entry's id or 0, result = the nixl_status_t returned). */
-#define FR_OP_LIST(X)                                                 \
-  X(NONE, 0, "none", API)                                             \
-  X(ALLREDUCE, 1, "AllReduce", COLL)                                  \
-  X(BROADCAST, 2, "Broadcast", COLL)                                  \
-  X(BCAST, 3, "Bcast", COLL)                                          \
-  X(REDUCE, 4, "Reduce", COLL)                                        \
-  X(ALLGATHER, 5, "AllGather", COLL)                                  \
-  X(REDUCESCATTER, 6, "ReduceScatter", COLL)                          \
-  X(ALLTOALL, 7, "AlltoAll", COLL)                                    \
-  X(GATHER, 8, "Gather", COLL)                                        \
-  X(SCATTER, 9, "Scatter", COLL)                                      \
-  X(SEND, 10, "Send", P2P)                                            \
-  X(RECV, 11, "Recv", P2P)                                            \
-  X(PUT_SIGNAL, 12, "PutSignal", P2P)                                 \
-  X(SIGNAL, 13, "Signal", P2P)                                        \
-  X(WAIT_SIGNAL, 14, "WaitSignal", P2P)                               \
-  X(GET_UNIQUE_ID, 32, "GetUniqueId", API)                            \
-  X(COMM_INIT_RANK, 33, "CommInitRank", API)                          \
-  X(COMM_INIT_RANK_CONFIG, 34, "CommInitRankConfig", API)             \
-  X(COMM_INIT_ALL, 35, "CommInitAll", API)                            \
-  X(COMM_INIT_RANK_SCALABLE, 36, "CommInitRankScalable", API)         \
-  X(COMM_SPLIT, 37, "CommSplit", API)                                 \
-  X(COMM_SHRINK, 38, "CommShrink", API)                               \
-  X(COMM_GROW, 39, "CommGrow", API)                                   \
-  X(COMM_FINALIZE, 40, "CommFinalize", API)                           \
-  X(COMM_DESTROY, 41, "CommDestroy", API)                             \
-  X(COMM_ABORT, 42, "CommAbort", API)                                 \
-  X(COMM_REVOKE, 43, "CommRevoke", API)                               \
-  X(COMM_SUSPEND, 44, "CommSuspend", API)                             \
-  X(COMM_RESUME, 45, "CommResume", API)                               \
-  X(COMM_GET_UNIQUE_ID, 46, "CommGetUniqueId", API)                   \
-  X(GROUP_START, 47, "GroupStart", API)                               \
-  X(GROUP_END, 48, "GroupEnd", API)                                   \
-  X(GROUP_SIMULATE_END, 49, "GroupSimulateEnd", API)                  \
-  X(COMM_REGISTER, 50, "CommRegister", API)                           \
-  X(COMM_DEREGISTER, 51, "CommDeregister", API)                       \
-  X(COMM_WINDOW_REGISTER, 52, "CommWindowRegister", API)              \
-  X(COMM_WINDOW_DEREGISTER, 53, "CommWindowDeregister", API)          \
-  X(MEM_ALLOC, 54, "MemAlloc", API)                                   \
-  X(MEM_FREE, 55, "MemFree", API)                                     \
-  X(REDOP_CREATE_PREMULSUM, 56, "RedOpCreatePreMulSum", API)          \
-  X(REDOP_DESTROY, 57, "RedOpDestroy", API)                           \
-  X(COMM_GET_ASYNC_ERROR, 58, "CommGetAsyncError", API)             \
-  X(DEV_COMM_CREATE, 59, "DevCommCreate", API)                        \
-  X(DEV_COMM_DESTROY, 60, "DevCommDestroy", API)                     \
-  X(GRAPH_LAUNCH, 61, "GraphLaunch", API)                            \
-  X(COMM_SHRINK_EXCLUDED, 62, "CommShrinkExcluded", API)         \
-  X(NIXL_CREATE_AGENT, 64, "NixlCreateAgent", NIXL)                  \
-  X(NIXL_CREATE_XFER, 65, "NixlCreateXferReq", NIXL)                 \
-  X(NIXL_MAKE_XFER, 66, "NixlMakeXferReq", NIXL)                     \
-  X(NIXL_POST_XFER, 67, "NixlPostXferReq", NIXL)                     \
-  X(NIXL_XFER_STATUS, 68, "NixlXferStatus", NIXL)                    \
-  X(NIXL_RELEASE_XFER, 69, "NixlReleaseXferReq", NIXL)               \
-  X(NIXL_GEN_NOTIF, 70, "NixlGenNotif", NIXL)                        \
-  X(NIXL_GET_NOTIFS, 71, "NixlGetNotifs", NIXL)                      \
-  X(NIXL_REGISTER_MEM, 72, "NixlRegisterMem", NIXL)                  \
-  X(NIXL_LOAD_REMOTE_MD, 73, "NixlLoadRemoteMD", NIXL)               \
-  X(NIXL_PREP_XFER_DLIST, 74, "NixlPrepXferDlist", NIXL)             \
+#define FR_OP_LIST(X)                                         \
+  X(NONE, 0, "none", API)                                     \
+  X(ALLREDUCE, 1, "AllReduce", COLL)                          \
+  X(BROADCAST, 2, "Broadcast", COLL)                          \
+  X(BCAST, 3, "Bcast", COLL)                                  \
+  X(REDUCE, 4, "Reduce", COLL)                                \
+  X(ALLGATHER, 5, "AllGather", COLL)                          \
+  X(REDUCESCATTER, 6, "ReduceScatter", COLL)                  \
+  X(ALLTOALL, 7, "AlltoAll", COLL)                            \
+  X(GATHER, 8, "Gather", COLL)                                \
+  X(SCATTER, 9, "Scatter", COLL)                              \
+  X(SEND, 10, "Send", P2P)                                    \
+  X(RECV, 11, "Recv", P2P)                                    \
+  X(PUT_SIGNAL, 12, "PutSignal", P2P)                         \
+  X(SIGNAL, 13, "Signal", P2P)                                \
+  X(WAIT_SIGNAL, 14, "WaitSignal", P2P)                       \
+  X(GET_UNIQUE_ID, 32, "GetUniqueId", API)                    \
+  X(COMM_INIT_RANK, 33, "CommInitRank", API)                  \
+  X(COMM_INIT_RANK_CONFIG, 34, "CommInitRankConfig", API)     \
+  X(COMM_INIT_ALL, 35, "CommInitAll", API)                    \
+  X(COMM_INIT_RANK_SCALABLE, 36, "CommInitRankScalable", API) \
+  X(COMM_SPLIT, 37, "CommSplit", API)                         \
+  X(COMM_SHRINK, 38, "CommShrink", API)                       \
+  X(COMM_GROW, 39, "CommGrow", API)                           \
+  X(COMM_FINALIZE, 40, "CommFinalize", API)                   \
+  X(COMM_DESTROY, 41, "CommDestroy", API)                     \
+  X(COMM_ABORT, 42, "CommAbort", API)                         \
+  X(COMM_REVOKE, 43, "CommRevoke", API)                       \
+  X(COMM_SUSPEND, 44, "CommSuspend", API)                     \
+  X(COMM_RESUME, 45, "CommResume", API)                       \
+  X(COMM_GET_UNIQUE_ID, 46, "CommGetUniqueId", API)           \
+  X(GROUP_START, 47, "GroupStart", API)                       \
+  X(GROUP_END, 48, "GroupEnd", API)                           \
+  X(GROUP_SIMULATE_END, 49, "GroupSimulateEnd", API)          \
+  X(COMM_REGISTER, 50, "CommRegister", API)                   \
+  X(COMM_DEREGISTER, 51, "CommDeregister", API)               \
+  X(COMM_WINDOW_REGISTER, 52, "CommWindowRegister", API)      \
+  X(COMM_WINDOW_DEREGISTER, 53, "CommWindowDeregister", API)  \
+  X(MEM_ALLOC, 54, "MemAlloc", API)                           \
+  X(MEM_FREE, 55, "MemFree", API)                             \
+  X(REDOP_CREATE_PREMULSUM, 56, "RedOpCreatePreMulSum", API)  \
+  X(REDOP_DESTROY, 57, "RedOpDestroy", API)                   \
+  X(COMM_GET_ASYNC_ERROR, 58, "CommGetAsyncError", API)       \
+  X(DEV_COMM_CREATE, 59, "DevCommCreate", API)                \
+  X(DEV_COMM_DESTROY, 60, "DevCommDestroy", API)              \
+  X(GRAPH_LAUNCH, 61, "GraphLaunch", API)                     \
+  X(COMM_SHRINK_EXCLUDED, 62, "CommShrinkExcluded", API)      \
+  X(NIXL_CREATE_AGENT, 64, "NixlCreateAgent", NIXL)           \
+  X(NIXL_CREATE_XFER, 65, "NixlCreateXferReq", NIXL)          \
+  X(NIXL_MAKE_XFER, 66, "NixlMakeXferReq", NIXL)              \
+  X(NIXL_POST_XFER, 67, "NixlPostXferReq", NIXL)              \
+  X(NIXL_XFER_STATUS, 68, "NixlXferStatus", NIXL)             \
+  X(NIXL_RELEASE_XFER, 69, "NixlReleaseXferReq", NIXL)        \
+  X(NIXL_GEN_NOTIF, 70, "NixlGenNotif", NIXL)                 \
+  X(NIXL_GET_NOTIFS, 71, "NixlGetNotifs", NIXL)               \
+  X(NIXL_REGISTER_MEM, 72, "NixlRegisterMem", NIXL)           \
+  X(NIXL_LOAD_REMOTE_MD, 73, "NixlLoadRemoteMD", NIXL)        \
+  X(NIXL_PREP_XFER_DLIST, 74, "NixlPrepXferDlist", NIXL)      \
   X(NIXL_CREATE_BACKEND, 75, "NixlCreateBackend", NIXL)
 
 typedef enum fr_op {
@@ -174,14 +174,14 @@ typedef enum fr_comm_origin {
 #undef FR_X_ORIGIN_ENUM
 } fr_comm_origin;
 
-#define FR_COMM_STATE_LIST(X)     \
+#define FR_COMM_STATE_LIST(X)        \
   X(INITIALIZING, 0, "initializing") \
-  X(LIVE, 1, "live")              \
-  X(FINALIZED, 2, "finalized")    \
-  X(DESTROYED, 3, "destroyed")    \
-  X(ABORTED, 4, "aborted")        \
-  X(REVOKED, 5, "revoked")        \
-  X(SUSPENDED, 6, "suspended")    \
+  X(LIVE, 1, "live")                 \
+  X(FINALIZED, 2, "finalized")       \
+  X(DESTROYED, 3, "destroyed")       \
+  X(ABORTED, 4, "aborted")           \
+  X(REVOKED, 5, "revoked")           \
+  X(SUSPENDED, 6, "suspended")       \
   X(FAILED, 7, "failed")
 
 typedef enum fr_comm_state {
@@ -191,10 +191,10 @@ typedef enum fr_comm_state {
 } fr_comm_state;
 
 /* Per-record GPU state, as stored in a record and as resolved by readers. */
-#define FR_GPU_STATE_LIST(X)        \
-  X(NONE, 0, "none")                \
-  X(ENQUEUED, 1, "enqueued")        \
-  X(STARTED, 2, "started")          \
+#define FR_GPU_STATE_LIST(X) \
+  X(NONE, 0, "none")         \
+  X(ENQUEUED, 1, "enqueued") \
+  X(STARTED, 2, "started")   \
   X(COMPLETED, 3, "completed")
 
 typedef enum fr_gpu_state {
@@ -218,17 +218,17 @@ typedef enum fr_chan_kind {
 
 /* The state of a slot's oldest unfinished proxy step, after NCCL's profiler state names (v5/v6:
  * ncclProfilerProxyStep*), or of a kernel channel. */
-#define FR_CHAN_STATE_LIST(X)                                                                 \
-  X(IDLE, 0, "idle")                       /* nothing in flight */                           \
-  X(POSTED, 1, "posted")                   /* step started, no state recorded yet */          \
-  X(SEND_GPU_WAIT, 2, "send_gpu_wait")     /* waiting for the GPU to produce the data */      \
+#define FR_CHAN_STATE_LIST(X)                                                                  \
+  X(IDLE, 0, "idle")                       /* nothing in flight */                             \
+  X(POSTED, 1, "posted")                   /* step started, no state recorded yet */           \
+  X(SEND_GPU_WAIT, 2, "send_gpu_wait")     /* waiting for the GPU to produce the data */       \
   X(SEND_PEER_WAIT, 3, "send_peer_wait")   /* waiting for credit: the peer's buffer is full */ \
-  X(SEND_WAIT, 4, "send_wait")             /* transmitted, waiting for the network */         \
-  X(RECV_WAIT, 5, "recv_wait")             /* waiting for data from the peer */               \
-  X(RECV_FLUSH_WAIT, 6, "recv_flush_wait") /* received, flushing to the GPU */                \
-  X(RECV_GPU_WAIT, 7, "recv_gpu_wait")     /* received, waiting for the GPU to consume it */  \
-  X(DONE, 8, "done")                       /* every posted step finished */                   \
-  X(RUNNING, 9, "running")                 /* kernel channel: started, not stopped */         \
+  X(SEND_WAIT, 4, "send_wait")             /* transmitted, waiting for the network */          \
+  X(RECV_WAIT, 5, "recv_wait")             /* waiting for data from the peer */                \
+  X(RECV_FLUSH_WAIT, 6, "recv_flush_wait") /* received, flushing to the GPU */                 \
+  X(RECV_GPU_WAIT, 7, "recv_gpu_wait")     /* received, waiting for the GPU to consume it */   \
+  X(DONE, 8, "done")                       /* every posted step finished */                    \
+  X(RUNNING, 9, "running")                 /* kernel channel: started, not stopped */          \
   X(STOPPED, 10, "stopped")                /* kernel channel: finished its part */
 
 typedef enum fr_chan_state {
@@ -238,12 +238,12 @@ typedef enum fr_chan_state {
 } fr_chan_state;
 
 /* A NIXL transfer's state (fr_xfer_entry.state). */
-#define FR_XFER_STATE_LIST(X)          \
-  X(CREATED, 0, "created")             \
-  X(POSTED, 1, "posted")               \
-  X(IN_PROGRESS, 2, "in_progress")     \
-  X(DONE, 3, "done")                   \
-  X(ERROR, 4, "error")                 \
+#define FR_XFER_STATE_LIST(X)      \
+  X(CREATED, 0, "created")         \
+  X(POSTED, 1, "posted")           \
+  X(IN_PROGRESS, 2, "in_progress") \
+  X(DONE, 3, "done")               \
+  X(ERROR, 4, "error")             \
   X(RELEASED, 5, "released")
 
 typedef enum fr_xfer_state {
@@ -268,6 +268,8 @@ typedef enum fr_xfer_op {
 #define FR_NIXL_SUCCESS 0
 #define FR_NIXL_ERR_REMOTE_DISCONNECT (-10)
 
+/* The flag and field tables below are aligned by hand, offsets in one column. */
+/* clang-format off */
 /* fr_log_header.flags */
 #define FR_LOG_F_SNAPSHOT 0x1u          /* a frozen copy (dump file), not a live log */
 #define FR_LOG_F_GPU_MARKERS 0x2u       /* progress written by the stream (cuStreamWriteValue64) */
@@ -543,6 +545,7 @@ typedef struct fr_xfer_entry {
   uint64_t gpu_done;         /* 296 */
   uint8_t reserved[16];      /* 304 zero */
 } fr_xfer_entry;             /* 320 */
+/* clang-format on */
 
 #ifdef __cplusplus
 #define FR_STATIC_ASSERT(c, m) static_assert(c, m)
@@ -577,53 +580,7 @@ FR_STATIC_ASSERT(offsetof(fr_chan_entry, op_seq) == 48, "chan layout");
 FR_STATIC_ASSERT(offsetof(fr_chan_entry, last_ns) == 104, "chan layout");
 
 #include "fr/flight_log_versions.h"
-
-/* Byte offsets and size of a log with the given capacities (current version). */
-static inline uint64_t fr_log_comm_offset(void) { return sizeof(fr_log_header); }
-static inline uint64_t fr_log_ring_offset(uint32_t comm_capacity) {
-  return sizeof(fr_log_header) + (uint64_t)comm_capacity * sizeof(fr_comm_entry);
-}
-static inline uint64_t fr_log_graph_offset(uint32_t comm_capacity, uint32_t ring_capacity) {
-  return fr_log_ring_offset(comm_capacity) + (uint64_t)ring_capacity * sizeof(fr_record);
-}
-static inline uint64_t fr_log_capture_offset(uint32_t comm_capacity, uint32_t ring_capacity,
-                                             uint32_t graph_capacity) {
-  return fr_log_graph_offset(comm_capacity, ring_capacity) +
-         (uint64_t)graph_capacity * sizeof(fr_graph_entry);
-}
-static inline uint64_t fr_log_file_size(uint32_t comm_capacity, uint32_t ring_capacity,
-                                        uint32_t graph_capacity, uint32_t capture_capacity) {
-  return fr_log_capture_offset(comm_capacity, ring_capacity, graph_capacity) +
-         (uint64_t)capture_capacity * sizeof(fr_record);
-}
-/* The channel table (version 5) follows the sections before it: it starts where a log of the
- * same capacities without it would end. */
-static inline uint64_t fr_log_chan_offset(uint32_t comm_capacity, uint32_t ring_capacity,
-                                          uint32_t graph_capacity, uint32_t capture_capacity) {
-  return fr_log_file_size(comm_capacity, ring_capacity, graph_capacity, capture_capacity);
-}
-static inline uint64_t fr_log_file_size_chan(uint32_t comm_capacity, uint32_t ring_capacity,
-                                             uint32_t graph_capacity, uint32_t capture_capacity,
-                                             uint32_t chan_capacity) {
-  return fr_log_chan_offset(comm_capacity, ring_capacity, graph_capacity, capture_capacity) +
-         (uint64_t)chan_capacity * sizeof(fr_chan_entry);
-}
-
-/* The transfer table (version 4) follows the channel table: the writer chose that order because
- * the channel table landed first; readers find both through their offsets. */
-static inline uint64_t fr_log_xfer_offset(uint32_t comm_capacity, uint32_t ring_capacity,
-                                          uint32_t graph_capacity, uint32_t capture_capacity,
-                                          uint32_t chan_capacity) {
-  return fr_log_file_size_chan(comm_capacity, ring_capacity, graph_capacity, capture_capacity,
-                               chan_capacity);
-}
-static inline uint64_t fr_log_file_size_all(uint32_t comm_capacity, uint32_t ring_capacity,
-                                            uint32_t graph_capacity, uint32_t capture_capacity,
-                                            uint32_t chan_capacity, uint32_t xfer_capacity) {
-  return fr_log_xfer_offset(comm_capacity, ring_capacity, graph_capacity, capture_capacity,
-                            chan_capacity) +
-         (uint64_t)xfer_capacity * sizeof(fr_xfer_entry);
-}
+#include "fr/flight_log_sections.h"
 
 /* The typed sequence-lock reads and publishes of each entry (the protocol is fr/seqlock.h). */
 

@@ -16,7 +16,7 @@
 #define FR_V2_HEADER_BYTES 376u /* up to capture_count */
 #define FR_V2_COMM_BYTES 224u   /* up to graph_completed */
 #define FR_V2_RECORD_BYTES 128u
-#define FR_V2_GRAPH_BYTES 64u   /* up to last_launch_ns */
+#define FR_V2_GRAPH_BYTES 64u /* up to last_launch_ns */
 #define FR_V3_HEADER_BYTES 376u
 #define FR_V3_COMM_BYTES 224u
 #define FR_V3_RECORD_BYTES 128u
@@ -30,7 +30,7 @@
 #define FR_V5_COMM_BYTES 224u
 #define FR_V5_RECORD_BYTES 128u
 #define FR_V5_GRAPH_BYTES 72u
-#define FR_V5_CHAN_BYTES 120u   /* up to op_start_ns */
+#define FR_V5_CHAN_BYTES 120u /* up to op_start_ns */
 #define FR_V5_XFER_BYTES 304u
 FR_STATIC_ASSERT(FR_V4_HEADER_BYTES == offsetof(fr_log_header, chan_offset), "v4 header");
 FR_STATIC_ASSERT(FR_V5_HEADER_BYTES == offsetof(fr_log_header, reserved), "v5 header");

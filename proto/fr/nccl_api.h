@@ -55,9 +55,9 @@ namespace fr {
 enum class NcclEmu : uint8_t { OP, API, COMM, INIT, NONE };
 
 struct NcclFn {
-  const char* name;   // "ncclAllReduce"
-  uint16_t op;        // fr_op recorded; FR_OP_NONE when only forwarded
-  const char* kind;   // "COLL", "P2P", "API" or "QUERY"
+  const char* name;  // "ncclAllReduce"
+  uint16_t op;       // fr_op recorded; FR_OP_NONE when only forwarded
+  const char* kind;  // "COLL", "P2P", "API" or "QUERY"
   bool rooted;
   bool reducing;
   const char* torch;  // torch's name of the op, or nullptr
@@ -104,8 +104,7 @@ namespace nccl_api_detail {
 constexpr std::string_view op_kind(uint16_t op) {
   switch (op) {
 #define FR_X(e, v, s, k) \
-  case v:                \
-    return #k;
+  case v: return #k;
     FR_OP_LIST(FR_X)
 #undef FR_X
   }
@@ -136,8 +135,8 @@ constexpr bool named_row_fits(std::string_view name) {
 }
 }  // namespace nccl_api_detail
 
-#define FR_NCCL_FN(base, ...)                                                          \
-  static_assert(nccl_api_detail::named_row_fits("nccl" #base),                           \
+#define FR_NCCL_FN(base, ...)                                                                 \
+  static_assert(nccl_api_detail::named_row_fits("nccl" #base),                                \
                 "fr/nccl_api.def: the op, kind, rooted, reducing or torch name of nccl" #base \
                 " disagrees with FR_OP_LIST or with another row of the same op");
 #include "fr/nccl_api.def"

@@ -31,11 +31,11 @@ FRSIM_API CUresult cuDeviceGetCount(int* count) {
 
 FRSIM_API CUresult cuDeviceGet(CUdevice* device, int ordinal) {
   if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (ordinal < 0 || ordinal >= static_cast<int>(ready().visible.size())) return CUDA_ERROR_INVALID_DEVICE;
+  if (ordinal < 0 || ordinal >= static_cast<int>(ready().visible.size()))
+    return CUDA_ERROR_INVALID_DEVICE;
   *device = ordinal;
   return CUDA_SUCCESS;
 }
-
 
 FRSIM_API CUresult cuDeviceGetName(char* name, int len, CUdevice dev) {
   if (name == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
@@ -141,7 +141,8 @@ CUresult frsim::create_ctx(CUcontext* pctx, unsigned flags, CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
-FRSIM_API CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags, CUdevice dev) {
+FRSIM_API CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags,
+                                  CUdevice dev) {
   (void)params;  // execution affinity and CIG parameters have no meaning on the emulation
   return create_ctx(pctx, flags, dev);
 }
@@ -163,8 +164,10 @@ FRSIM_API CUresult cuCtxDestroy_v2(CUcontext ctx) {
 
 FRSIM_API CUresult cuCtxSetCurrent(CUcontext ctx) {
   if (ctx != nullptr && live_ctx(ctx) == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-  if (tls_ctx_stack.empty()) tls_ctx_stack.push_back(ctx);
-  else tls_ctx_stack.back() = ctx;
+  if (tls_ctx_stack.empty())
+    tls_ctx_stack.push_back(ctx);
+  else
+    tls_ctx_stack.back() = ctx;
   return CUDA_SUCCESS;
 }
 

@@ -152,7 +152,8 @@ std::shared_ptr<CUevent_st> get_event(CUevent h);
 CUresult enqueue(const std::shared_ptr<CUstream_st>& st, std::function<void()> fn,
                  uint64_t* ticket = nullptr, bool run_if_idle = false);
 // Work made by `prepare` on the host now, or at each launch of the graph being captured.
-CUresult enqueue_prepared(const std::shared_ptr<CUstream_st>& st, std::function<std::function<void()>()> prepare);
+CUresult enqueue_prepared(const std::shared_ptr<CUstream_st>& st,
+                          std::function<std::function<void()>()> prepare);
 // Waits until the stream has finished everything queued before the call.
 void wait_stream(const std::shared_ptr<CUstream_st>& st);
 

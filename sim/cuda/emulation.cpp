@@ -17,7 +17,8 @@ FRSIM_API CUresult frsim_stream_launch(CUstream h, frsim_kernel_fn fn, void* arg
   return enqueue(st, [fn, arg] { fn(arg); });
 }
 
-FRSIM_API CUresult frsim_stream_launch_owned(CUstream h, frsim_kernel_fn fn, void* arg, void (*release)(void*)) {
+FRSIM_API CUresult frsim_stream_launch_owned(CUstream h, frsim_kernel_fn fn, void* arg,
+                                             void (*release)(void*)) {
   if (fn == nullptr || release == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto st = get_stream(h);
   if (!st) {
@@ -30,7 +31,8 @@ FRSIM_API CUresult frsim_stream_launch_owned(CUstream h, frsim_kernel_fn fn, voi
 
 // For libnccl.so.2 (C++ on both sides, same toolchain): queue the work `prepare` makes, calling
 // prepare on the host now, or at every launch of the graph when the stream is capturing.
-FRSIM_API CUresult frsim_internal_launch_prepared(CUstream h, std::function<std::function<void()>()> prepare) {
+FRSIM_API CUresult frsim_internal_launch_prepared(CUstream h,
+                                                  std::function<std::function<void()>()> prepare) {
   auto st = get_stream(h);
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
   return enqueue_prepared(st, std::move(prepare));

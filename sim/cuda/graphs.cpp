@@ -8,7 +8,8 @@ using namespace frsim;
 
 FRSIM_API CUresult cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode) {
   (void)mode;
-  if (h == nullptr || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (h == nullptr || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD)
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   auto st = get_stream(h);
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
   State& s = state();
@@ -53,8 +54,9 @@ FRSIM_API CUresult cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus* status
   return CUDA_SUCCESS;
 }
 
-FRSIM_API CUresult cuStreamGetCaptureInfo_v3(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id,
-                                             CUgraph* graph, const CUgraphNode** deps,
+FRSIM_API CUresult cuStreamGetCaptureInfo_v3(CUstream h, CUstreamCaptureStatus* status,
+                                             cuuint64_t* id, CUgraph* graph,
+                                             const CUgraphNode** deps,
                                              const CUgraphEdgeData** edges, size_t* ndeps) {
   if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto st = get_stream(h);
@@ -70,7 +72,8 @@ FRSIM_API CUresult cuStreamGetCaptureInfo_v3(CUstream h, CUstreamCaptureStatus* 
   return CUDA_SUCCESS;
 }
 
-FRSIM_API CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
+FRSIM_API CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph,
+                                               unsigned long long flags) {
   (void)flags;
   if (exec == nullptr) return CUDA_ERROR_INVALID_VALUE;
   State& s = ready();

@@ -76,7 +76,9 @@ FRSIM_API CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned int flags) {
   return CUDA_SUCCESS;
 }
 
-FRSIM_API CUresult cuMemAllocHost_v2(void** pp, size_t bytes) { return cuMemHostAlloc(pp, bytes, 0); }
+FRSIM_API CUresult cuMemAllocHost_v2(void** pp, size_t bytes) {
+  return cuMemHostAlloc(pp, bytes, 0);
+}
 
 FRSIM_API CUresult cuMemFreeHost(void* p) {
   State& s = ready();
@@ -140,14 +142,30 @@ static CUresult async_copy(void* dst, const void* src, size_t n, CUstream h) {
 
 #define FRSIM_PTR(d) reinterpret_cast<void*>(static_cast<uintptr_t>(d))
 
-FRSIM_API CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { return sync_copy(FRSIM_PTR(dst), FRSIM_PTR(src), n); }
-FRSIM_API CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) { return sync_copy(FRSIM_PTR(dst), src, n); }
-FRSIM_API CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) { return sync_copy(dst, FRSIM_PTR(src), n); }
-FRSIM_API CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) { return sync_copy(FRSIM_PTR(dst), FRSIM_PTR(src), n); }
-FRSIM_API CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h) { return async_copy(FRSIM_PTR(dst), FRSIM_PTR(src), n, h); }
-FRSIM_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream h) { return async_copy(FRSIM_PTR(dst), src, n, h); }
-FRSIM_API CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream h) { return async_copy(dst, FRSIM_PTR(src), n, h); }
-FRSIM_API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h) { return async_copy(FRSIM_PTR(dst), FRSIM_PTR(src), n, h); }
+FRSIM_API CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  return sync_copy(FRSIM_PTR(dst), FRSIM_PTR(src), n);
+}
+FRSIM_API CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
+  return sync_copy(FRSIM_PTR(dst), src, n);
+}
+FRSIM_API CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
+  return sync_copy(dst, FRSIM_PTR(src), n);
+}
+FRSIM_API CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  return sync_copy(FRSIM_PTR(dst), FRSIM_PTR(src), n);
+}
+FRSIM_API CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h) {
+  return async_copy(FRSIM_PTR(dst), FRSIM_PTR(src), n, h);
+}
+FRSIM_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream h) {
+  return async_copy(FRSIM_PTR(dst), src, n, h);
+}
+FRSIM_API CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream h) {
+  return async_copy(dst, FRSIM_PTR(src), n, h);
+}
+FRSIM_API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h) {
+  return async_copy(FRSIM_PTR(dst), FRSIM_PTR(src), n, h);
+}
 
 FRSIM_API CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n) {
   if (dst == 0 && n != 0) return CUDA_ERROR_INVALID_VALUE;

@@ -36,14 +36,16 @@ const ErrorName kErrors[] = {
      "part or all of the requested memory range is already mapped"},
     {CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
      "pointer does not correspond to a registered memory region"},
-    {CUDA_ERROR_CONTEXT_ALREADY_IN_USE, "CUDA_ERROR_CONTEXT_ALREADY_IN_USE", "context already in use"},
+    {CUDA_ERROR_CONTEXT_ALREADY_IN_USE, "CUDA_ERROR_CONTEXT_ALREADY_IN_USE",
+     "context already in use"},
     {CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
      "operation not permitted when stream is capturing"},
     {CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
      "operation failed due to a previous error during capture"},
     {CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
      "attempted to end capture from the wrong thread"},
-    {CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE", "the operation cannot be performed in the present state"},
+    {CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE",
+     "the operation cannot be performed in the present state"},
     {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 
@@ -93,14 +95,15 @@ static const Versioned kVersioned[] = {
 static void* self_handle() {
   static void* h = [] {
     Dl_info info{};
-    if (dladdr(reinterpret_cast<void*>(&cuInit), &info) == 0 || info.dli_fname == nullptr) return static_cast<void*>(nullptr);
+    if (dladdr(reinterpret_cast<void*>(&cuInit), &info) == 0 || info.dli_fname == nullptr)
+      return static_cast<void*>(nullptr);
     return dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
   }();
   return h;
 }
 
-FRSIM_API CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
-                                       CUdriverProcAddressQueryResult* status) {
+FRSIM_API CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
+                                       cuuint64_t flags, CUdriverProcAddressQueryResult* status) {
   if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *pfn = nullptr;
   void* h = self_handle();
@@ -141,20 +144,28 @@ FRSIM_API CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int versi
 // *_ptsz with per-thread default streams). Programs that resolve by the plain name with dlsym, or
 // were built that way, find these forwarders; the per-thread default stream is the legacy one here.
 
-#define FRSIM_FORWARD(sym, target, params, args)                                    \
-  extern "C" __attribute__((visibility("default"))) CUresult frsim_fwd_##sym params \
-      __asm__(#sym);                                                                \
+#define FRSIM_FORWARD(sym, target, params, args)                                                   \
+  extern "C" __attribute__((visibility("default"))) CUresult frsim_fwd_##sym params __asm__(#sym); \
   CUresult frsim_fwd_##sym params { return target args; }
 
-FRSIM_FORWARD(cuStreamWriteValue64, cuStreamWriteValue64_v2, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned f), (s, a, v, f))
-FRSIM_FORWARD(cuStreamWriteValue32, cuStreamWriteValue32_v2, (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned f), (s, a, v, f))
-FRSIM_FORWARD(cuStreamWaitValue64, cuStreamWaitValue64_v2, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned f), (s, a, v, f))
-FRSIM_FORWARD(cuStreamWaitValue32, cuStreamWaitValue32_v2, (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned f), (s, a, v, f))
-FRSIM_FORWARD(cuStreamWriteValue64_v2_ptsz, cuStreamWriteValue64_v2, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned f), (s, a, v, f))
-FRSIM_FORWARD(cuStreamWriteValue32_v2_ptsz, cuStreamWriteValue32_v2, (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned f), (s, a, v, f))
-FRSIM_FORWARD(cuStreamWaitValue64_v2_ptsz, cuStreamWaitValue64_v2, (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned f), (s, a, v, f))
-FRSIM_FORWARD(cuStreamWaitValue32_v2_ptsz, cuStreamWaitValue32_v2, (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned f), (s, a, v, f))
-FRSIM_FORWARD(cuMemHostGetDevicePointer, cuMemHostGetDevicePointer_v2, (CUdeviceptr * d, void* p, unsigned f), (d, p, f))
+FRSIM_FORWARD(cuStreamWriteValue64, cuStreamWriteValue64_v2,
+              (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned f), (s, a, v, f))
+FRSIM_FORWARD(cuStreamWriteValue32, cuStreamWriteValue32_v2,
+              (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned f), (s, a, v, f))
+FRSIM_FORWARD(cuStreamWaitValue64, cuStreamWaitValue64_v2,
+              (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned f), (s, a, v, f))
+FRSIM_FORWARD(cuStreamWaitValue32, cuStreamWaitValue32_v2,
+              (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned f), (s, a, v, f))
+FRSIM_FORWARD(cuStreamWriteValue64_v2_ptsz, cuStreamWriteValue64_v2,
+              (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned f), (s, a, v, f))
+FRSIM_FORWARD(cuStreamWriteValue32_v2_ptsz, cuStreamWriteValue32_v2,
+              (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned f), (s, a, v, f))
+FRSIM_FORWARD(cuStreamWaitValue64_v2_ptsz, cuStreamWaitValue64_v2,
+              (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned f), (s, a, v, f))
+FRSIM_FORWARD(cuStreamWaitValue32_v2_ptsz, cuStreamWaitValue32_v2,
+              (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned f), (s, a, v, f))
+FRSIM_FORWARD(cuMemHostGetDevicePointer, cuMemHostGetDevicePointer_v2,
+              (CUdeviceptr * d, void* p, unsigned f), (d, p, f))
 FRSIM_FORWARD(cuMemHostRegister, cuMemHostRegister_v2, (void* p, size_t n, unsigned f), (p, n, f))
 FRSIM_FORWARD(cuCtxDestroy, cuCtxDestroy_v2, (CUcontext c), (c))
 FRSIM_FORWARD(cuCtxPushCurrent, cuCtxPushCurrent_v2, (CUcontext c), (c))
@@ -162,35 +173,43 @@ FRSIM_FORWARD(cuCtxPopCurrent, cuCtxPopCurrent_v2, (CUcontext * c), (c))
 FRSIM_FORWARD(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease_v2, (CUdevice d), (d))
 FRSIM_FORWARD(cuStreamDestroy, cuStreamDestroy_v2, (CUstream s), (s))
 FRSIM_FORWARD(cuEventDestroy, cuEventDestroy_v2, (CUevent e), (e))
-FRSIM_FORWARD(cuEventElapsedTime, cuEventElapsedTime_v2, (float* ms, CUevent a, CUevent b), (ms, a, b))
+FRSIM_FORWARD(cuEventElapsedTime, cuEventElapsedTime_v2, (float* ms, CUevent a, CUevent b),
+              (ms, a, b))
 FRSIM_FORWARD(cuDeviceGetUuid, cuDeviceGetUuid_v2, (CUuuid * u, CUdevice d), (u, d))
 FRSIM_FORWARD(cuStreamQuery_ptsz, cuStreamQuery, (CUstream s), (s))
 FRSIM_FORWARD(cuStreamSynchronize_ptsz, cuStreamSynchronize, (CUstream s), (s))
-FRSIM_FORWARD(cuStreamWaitEvent_ptsz, cuStreamWaitEvent, (CUstream s, CUevent e, unsigned f), (s, e, f))
-FRSIM_FORWARD(cuStreamIsCapturing_ptsz, cuStreamIsCapturing, (CUstream s, CUstreamCaptureStatus * c), (s, c))
-FRSIM_FORWARD(cuStreamEndCapture_ptsz, cuStreamEndCapture, (CUstream s, CUgraph * g), (s, g))
-FRSIM_FORWARD(cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture_v2, (CUstream s, CUstreamCaptureMode m), (s, m))
+FRSIM_FORWARD(cuStreamWaitEvent_ptsz, cuStreamWaitEvent, (CUstream s, CUevent e, unsigned f),
+              (s, e, f))
+FRSIM_FORWARD(cuStreamIsCapturing_ptsz, cuStreamIsCapturing, (CUstream s, CUstreamCaptureStatus* c),
+              (s, c))
+FRSIM_FORWARD(cuStreamEndCapture_ptsz, cuStreamEndCapture, (CUstream s, CUgraph* g), (s, g))
+FRSIM_FORWARD(cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture_v2,
+              (CUstream s, CUstreamCaptureMode m), (s, m))
 FRSIM_FORWARD(cuEventRecord_ptsz, cuEventRecord, (CUevent e, CUstream s), (e, s))
 FRSIM_FORWARD(cuLaunchHostFunc_ptsz, cuLaunchHostFunc, (CUstream s, CUhostFn f, void* u), (s, f, u))
 FRSIM_FORWARD(cuGraphLaunch_ptsz, cuGraphLaunch, (CUgraphExec g, CUstream s), (g, s))
 FRSIM_FORWARD(cuLaunchKernel_ptsz, cuLaunchKernel,
-              (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-               unsigned sh, CUstream s, void** p, void** x),
+              (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+               unsigned bz, unsigned sh, CUstream s, void** p, void** x),
               (f, gx, gy, gz, bx, by, bz, sh, s, p, x))
-FRSIM_FORWARD(cuGraphInstantiate, cuGraphInstantiateWithFlags, (CUgraphExec * e, CUgraph g, unsigned long long f), (e, g, f))
+FRSIM_FORWARD(cuGraphInstantiate, cuGraphInstantiateWithFlags,
+              (CUgraphExec * e, CUgraph g, unsigned long long f), (e, g, f))
 FRSIM_FORWARD(cuStreamGetCaptureInfo_v3_ptsz, cuStreamGetCaptureInfo_v3,
-              (CUstream s, CUstreamCaptureStatus* c, cuuint64_t* i, CUgraph* g, const CUgraphNode** d,
-               const CUgraphEdgeData** e, size_t* n),
+              (CUstream s, CUstreamCaptureStatus* c, cuuint64_t* i, CUgraph* g,
+               const CUgraphNode** d, const CUgraphEdgeData** e, size_t* n),
               (s, c, i, g, d, e, n))
 
 // Entry points whose plain name has an older signature.
 FRSIM_FORWARD(cuCtxCreate, create_ctx, (CUcontext * c, unsigned f, CUdevice d), (c, f, d))
 FRSIM_FORWARD(cuCtxCreate_v2, create_ctx, (CUcontext * c, unsigned f, CUdevice d), (c, f, d))
-FRSIM_FORWARD(cuStreamBeginCapture, cuStreamBeginCapture_v2, (CUstream s), (s, CU_STREAM_CAPTURE_MODE_GLOBAL))
-FRSIM_FORWARD(cuStreamGetCaptureInfo, cuStreamGetCaptureInfo_v3, (CUstream s, CUstreamCaptureStatus * c, cuuint64_t * i),
+FRSIM_FORWARD(cuStreamBeginCapture, cuStreamBeginCapture_v2, (CUstream s),
+              (s, CU_STREAM_CAPTURE_MODE_GLOBAL))
+FRSIM_FORWARD(cuStreamGetCaptureInfo, cuStreamGetCaptureInfo_v3,
+              (CUstream s, CUstreamCaptureStatus* c, cuuint64_t* i),
               (s, c, i, nullptr, nullptr, nullptr, nullptr))
 FRSIM_FORWARD(cuStreamGetCaptureInfo_v2, cuStreamGetCaptureInfo_v3,
-              (CUstream s, CUstreamCaptureStatus* c, cuuint64_t* i, CUgraph* g, const CUgraphNode** d, size_t* n),
+              (CUstream s, CUstreamCaptureStatus* c, cuuint64_t* i, CUgraph* g,
+               const CUgraphNode** d, size_t* n),
               (s, c, i, g, d, nullptr, n))
-FRSIM_FORWARD(cuGetProcAddress, cuGetProcAddress_v2, (const char* sym, void** pfn, int v, cuuint64_t f),
-              (sym, pfn, v, f, nullptr))
+FRSIM_FORWARD(cuGetProcAddress, cuGetProcAddress_v2,
+              (const char* sym, void** pfn, int v, cuuint64_t f), (sym, pfn, v, f, nullptr))

@@ -52,8 +52,10 @@ std::vector<int> parse_visible() {
       if (end == p || v < 0) break;  // as the real driver: stop at the first invalid entry
       out.push_back(static_cast<int>(v));
       p = end;
-      if (*p == ',') ++p;
-      else break;
+      if (*p == ',')
+        ++p;
+      else
+        break;
     }
     return out;
   }
@@ -125,7 +127,8 @@ std::shared_ptr<CUstream_st> make_stream(int device, CUcontext ctx, unsigned fla
 }
 
 int current_device() {
-  if (!tls_ctx_stack.empty() && tls_ctx_stack.back() != nullptr) return tls_ctx_stack.back()->device;
+  if (!tls_ctx_stack.empty() && tls_ctx_stack.back() != nullptr)
+    return tls_ctx_stack.back()->device;
   return 0;
 }
 
@@ -137,7 +140,8 @@ std::shared_ptr<CUstream_st> get_stream(CUstream h) {
       g.unlock();
       auto st = make_stream(0, s.primary.empty() ? nullptr : s.primary[0], 0, 0);
       g.lock();
-      if (!s.legacy) s.legacy = st;
+      if (!s.legacy)
+        s.legacy = st;
       else {
         std::lock_guard<std::mutex> sg(st->mu);
         st->destroyed = true;
@@ -158,8 +162,8 @@ std::shared_ptr<CUevent_st> get_event(CUevent h) {
   return it == s.events.end() ? nullptr : it->second;
 }
 
-CUresult enqueue(const std::shared_ptr<CUstream_st>& st, std::function<void()> fn,
-                 uint64_t* ticket, bool run_if_idle) {
+CUresult enqueue(const std::shared_ptr<CUstream_st>& st, std::function<void()> fn, uint64_t* ticket,
+                 bool run_if_idle) {
   std::lock_guard<std::mutex> g(st->mu);
   if (st->destroyed) return CUDA_ERROR_INVALID_HANDLE;
   if (st->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
@@ -182,7 +186,8 @@ CUresult enqueue(const std::shared_ptr<CUstream_st>& st, std::function<void()> f
   return CUDA_SUCCESS;
 }
 
-CUresult enqueue_prepared(const std::shared_ptr<CUstream_st>& st, std::function<std::function<void()>()> prepare) {
+CUresult enqueue_prepared(const std::shared_ptr<CUstream_st>& st,
+                          std::function<std::function<void()>()> prepare) {
   {
     std::lock_guard<std::mutex> g(st->mu);
     if (st->destroyed) return CUDA_ERROR_INVALID_HANDLE;

@@ -13,16 +13,13 @@ bool wait_value_met(uint64_t cur, uint64_t value, unsigned flags, bool is64) {
   switch (flags & 0xf) {
     case CU_STREAM_WAIT_VALUE_GEQ:
       return is64 ? static_cast<int64_t>(cur - value) >= 0
-                  : static_cast<int32_t>(static_cast<uint32_t>(cur) - static_cast<uint32_t>(value)) >= 0;
-    case CU_STREAM_WAIT_VALUE_EQ:
-      return cur == value;
-    case CU_STREAM_WAIT_VALUE_AND:
-      return (cur & value) != 0;
+                  : static_cast<int32_t>(static_cast<uint32_t>(cur) -
+                                         static_cast<uint32_t>(value)) >= 0;
+    case CU_STREAM_WAIT_VALUE_EQ: return cur == value;
+    case CU_STREAM_WAIT_VALUE_AND: return (cur & value) != 0;
     case CU_STREAM_WAIT_VALUE_NOR:
-      return is64 ? ~(cur | value) != 0
-                  : static_cast<uint32_t>(~(cur | value)) != 0;
-    default:
-      return true;
+      return is64 ? ~(cur | value) != 0 : static_cast<uint32_t>(~(cur | value)) != 0;
+    default: return true;
   }
 }
 
@@ -35,7 +32,8 @@ FRSIM_API CUresult cuStreamCreateWithPriority(CUstream* ph, unsigned int flags, 
   if (flags & ~static_cast<unsigned>(CU_STREAM_NON_BLOCKING)) return CUDA_ERROR_INVALID_VALUE;
   State& s = ready();
   CUcontext ctx = tls_ctx_stack.empty() ? nullptr : tls_ctx_stack.back();
-  auto st = make_stream(current_device(), ctx, flags, priority < -5 ? -5 : (priority > 0 ? 0 : priority));
+  auto st =
+      make_stream(current_device(), ctx, flags, priority < -5 ? -5 : (priority > 0 ? 0 : priority));
   std::lock_guard<std::mutex> g(s.mu);
   s.streams[st.get()] = st;
   *ph = st.get();
@@ -47,7 +45,8 @@ FRSIM_API CUresult cuStreamCreate(CUstream* ph, unsigned int flags) {
 }
 
 FRSIM_API CUresult cuStreamDestroy_v2(CUstream h) {
-  if (h == nullptr || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) return CUDA_ERROR_INVALID_HANDLE;
+  if (h == nullptr || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD)
+    return CUDA_ERROR_INVALID_HANDLE;
   std::shared_ptr<CUstream_st> st;
   {
     State& s = ready();
@@ -69,7 +68,8 @@ FRSIM_API CUresult cuStreamSynchronize(CUstream h) {
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
   {
     std::lock_guard<std::mutex> g(st->mu);
-    if (st->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (st->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE)
+      return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   }
   wait_stream(st);
   return CUDA_SUCCESS;
@@ -148,7 +148,8 @@ FRSIM_API CUresult cuLaunchHostFunc(CUstream h, CUhostFn fn, void* user) {
   return enqueue(st, [fn, user] { fn(user); });
 }
 
-FRSIM_API CUresult cuStreamAddCallback(CUstream h, CUstreamCallback cb, void* user, unsigned int flags) {
+FRSIM_API CUresult cuStreamAddCallback(CUstream h, CUstreamCallback cb, void* user,
+                                       unsigned int flags) {
   if (cb == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   auto st = get_stream(h);
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
@@ -164,25 +165,30 @@ static CUresult check_mem_op(CUdeviceptr addr, size_t len) {
   return CUDA_SUCCESS;
 }
 
-FRSIM_API CUresult cuStreamWriteValue64_v2(CUstream h, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
+FRSIM_API CUresult cuStreamWriteValue64_v2(CUstream h, CUdeviceptr addr, cuuint64_t value,
+                                           unsigned int flags) {
   (void)flags;
   auto st = get_stream(h);
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
   if (CUresult r = check_mem_op(addr, 8); r != CUDA_SUCCESS) return r;
   auto* p = reinterpret_cast<uint64_t*>(static_cast<uintptr_t>(addr));
-  return enqueue(st, [p, value] { __atomic_store_n(p, value, __ATOMIC_SEQ_CST); }, nullptr, true);
+  return enqueue(
+      st, [p, value] { __atomic_store_n(p, value, __ATOMIC_SEQ_CST); }, nullptr, true);
 }
 
-FRSIM_API CUresult cuStreamWriteValue32_v2(CUstream h, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
+FRSIM_API CUresult cuStreamWriteValue32_v2(CUstream h, CUdeviceptr addr, cuuint32_t value,
+                                           unsigned int flags) {
   (void)flags;
   auto st = get_stream(h);
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
   if (CUresult r = check_mem_op(addr, 4); r != CUDA_SUCCESS) return r;
   auto* p = reinterpret_cast<uint32_t*>(static_cast<uintptr_t>(addr));
-  return enqueue(st, [p, value] { __atomic_store_n(p, value, __ATOMIC_SEQ_CST); }, nullptr, true);
+  return enqueue(
+      st, [p, value] { __atomic_store_n(p, value, __ATOMIC_SEQ_CST); }, nullptr, true);
 }
 
-FRSIM_API CUresult cuStreamWaitValue64_v2(CUstream h, CUdeviceptr addr, cuuint64_t value, unsigned int flags) {
+FRSIM_API CUresult cuStreamWaitValue64_v2(CUstream h, CUdeviceptr addr, cuuint64_t value,
+                                          unsigned int flags) {
   auto st = get_stream(h);
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
   if (CUresult r = check_mem_op(addr, 8); r != CUDA_SUCCESS) return r;
@@ -194,7 +200,8 @@ FRSIM_API CUresult cuStreamWaitValue64_v2(CUstream h, CUdeviceptr addr, cuuint64
   });
 }
 
-FRSIM_API CUresult cuStreamWaitValue32_v2(CUstream h, CUdeviceptr addr, cuuint32_t value, unsigned int flags) {
+FRSIM_API CUresult cuStreamWaitValue32_v2(CUstream h, CUdeviceptr addr, cuuint32_t value,
+                                          unsigned int flags) {
   auto st = get_stream(h);
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
   if (CUresult r = check_mem_op(addr, 4); r != CUDA_SUCCESS) return r;
@@ -235,7 +242,8 @@ FRSIM_API CUresult cuEventRecord(CUevent h, CUstream hs) {
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
   {
     std::lock_guard<std::mutex> g(st->mu);
-    if (st->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) return CUDA_SUCCESS;  // a capture node; nothing recorded now
+    if (st->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE)
+      return CUDA_SUCCESS;  // a capture node; nothing recorded now
   }
   uint64_t gen;
   {

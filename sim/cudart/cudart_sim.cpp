@@ -41,7 +41,8 @@ void fetch(CUresult (*gpa)(const char*, void**, int, cuuint64_t, CUdriverProcAdd
            const char* name, T* out, bool* ok) {
   void* p = nullptr;
   CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;
-  if (gpa(name, &p, kRuntimeVersion, CU_GET_PROC_ADDRESS_DEFAULT, &st) != CUDA_SUCCESS || p == nullptr)
+  if (gpa(name, &p, kRuntimeVersion, CU_GET_PROC_ADDRESS_DEFAULT, &st) != CUDA_SUCCESS ||
+      p == nullptr)
     *ok = false;
   *out = reinterpret_cast<T>(p);
 }
@@ -92,8 +93,8 @@ cudaError_t ret(CUresult r) {
   return e;
 }
 
-#define FRSIM_DRIVER_OR_FAIL()                   \
-  const Driver& d = driver();                    \
+#define FRSIM_DRIVER_OR_FAIL() \
+  const Driver& d = driver();  \
   if (!d.ok) return t_last = cudaErrorInitializationError
 
 }  // namespace
@@ -195,8 +196,10 @@ FRSIM_RT_API const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNotReady: return "device not ready";
-    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
-    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
     case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
     case cudaErrorInitializationError: return "initialization error";
     default: return "unknown error";

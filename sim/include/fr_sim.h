@@ -26,7 +26,8 @@ CUresult frsim_stream_launch(CUstream stream, frsim_kernel_fn fn, void* arg);
 /* The same, and the stream owns arg: release(arg) runs once the work is done with it (after it
  * ran, or when the graph it was captured into is destroyed, or never when it is stalled forever).
  * A work item captured into a graph runs once per graph launch with the same arg. */
-CUresult frsim_stream_launch_owned(CUstream stream, frsim_kernel_fn fn, void* arg, void (*release)(void*));
+CUresult frsim_stream_launch_owned(CUstream stream, frsim_kernel_fn fn, void* arg,
+                                   void (*release)(void*));
 
 /* An emulated kernel that keeps the stream busy for ms milliseconds; ms < 0 stalls it forever
  * (the worker thread blocks until the process exits; nothing queued after it ever runs). */

@@ -8,9 +8,9 @@
 // from the list has no alias (tests/agent/nccl_api_test.cpp finds it). Included once per file.
 #include "fr/nccl_api.h"
 
-#define FRSIM_ALIAS(ret, base, ...)                                                   \
-  extern "C" __attribute__((visibility("default"), alias("nccl" #base))) ret pnccl##base( \
-      FR_NCCL_PARAMS(__VA_ARGS__));
+#define FRSIM_ALIAS(ret, base, ...)                                      \
+  extern "C" __attribute__((visibility("default"), alias("nccl" #base))) \
+  ret pnccl##base(FR_NCCL_PARAMS(__VA_ARGS__));
 #define FRSIM_NO_ALIAS(ret, base, ...)
 
 #ifdef FRSIM_ALIASES_OF_OP

@@ -51,7 +51,8 @@ ncclResult_t check_stream(CommState* c, cudaStream_t s) {
 }
 
 ncclResult_t build(Op* op, ncclComm_t comm, OpKind kind, const void* send, void* recv, size_t count,
-                   ncclDataType_t dtype, ncclRedOp_t redop, int root, cudaStream_t stream, const char* name) {
+                   ncclDataType_t dtype, ncclRedOp_t redop, int root, cudaStream_t stream,
+                   const char* name) {
   std::shared_ptr<CommState> c;
   if (ncclResult_t r = check_comm(comm, &c); r != ncclSuccess) return r;
   if (static_cast<int>(dtype) < 0 || dtype >= ncclNumTypes) {
@@ -78,7 +79,8 @@ ncclResult_t build(Op* op, ncclComm_t comm, OpKind kind, const void* send, void*
         return ncclInvalidArgument;
       }
       if (info.dtype != dtype) {
-        set_last_error(c.get(), "%s: reduction operation %d was created for another data type", name, v);
+        set_last_error(c.get(), "%s: reduction operation %d was created for another data type",
+                       name, v);
         return ncclInvalidArgument;
       }
       op->redop = kPreMulSum;
@@ -87,14 +89,15 @@ ncclResult_t build(Op* op, ncclComm_t comm, OpKind kind, const void* send, void*
       op->premul_dtype = dtype;
     }
   }
-  bool rooted = kind == kBroadcast || kind == kReduce || kind == kGather || kind == kScatter || kind == kSend || kind == kRecv;
+  bool rooted = kind == kBroadcast || kind == kReduce || kind == kGather || kind == kScatter ||
+                kind == kSend || kind == kRecv;
   if (rooted && (root < 0 || root >= c->nranks)) {
-    set_last_error(c.get(), "%s: %s %d out of range (0..%d)", name, (kind == kSend || kind == kRecv) ? "peer" : "root",
-                   root, c->nranks - 1);
+    set_last_error(c.get(), "%s: %s %d out of range (0..%d)", name,
+                   (kind == kSend || kind == kRecv) ? "peer" : "root", root, c->nranks - 1);
     return ncclInvalidArgument;
   }
   bool is_root = rooted && root == c->rank;
-  bool needs_send = kind == kSend || !((kind == kScatter || kind == kBroadcast) && !is_root) ;
+  bool needs_send = kind == kSend || !((kind == kScatter || kind == kBroadcast) && !is_root);
   bool needs_recv = kind != kSend && !((kind == kReduce || kind == kGather) && !is_root);
   if (kind == kRecv) needs_send = false;
   if (count > 0 && ((needs_send && send == nullptr) || (needs_recv && recv == nullptr))) {
@@ -113,10 +116,12 @@ ncclResult_t build(Op* op, ncclComm_t comm, OpKind kind, const void* send, void*
   return ncclSuccess;
 }
 
-ncclResult_t call(OpKind kind, const void* send, void* recv, size_t count, ncclDataType_t dtype, ncclRedOp_t redop,
-                  int root, ncclComm_t comm, cudaStream_t stream, const char* name) {
+ncclResult_t call(OpKind kind, const void* send, void* recv, size_t count, ncclDataType_t dtype,
+                  ncclRedOp_t redop, int root, ncclComm_t comm, cudaStream_t stream,
+                  const char* name) {
   Op op;
-  if (ncclResult_t r = build(&op, comm, kind, send, recv, count, dtype, redop, root, stream, name); r != ncclSuccess)
+  if (ncclResult_t r = build(&op, comm, kind, send, recv, count, dtype, redop, root, stream, name);
+      r != ncclSuccess)
     return r;
   return submit(std::move(op));
 }
@@ -126,59 +131,73 @@ ncclResult_t call(OpKind kind, const void* send, void* recv, size_t count, ncclD
 
 using namespace frsim;
 
-FRSIM_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                     ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-  return call(kAllReduce, sendbuff, recvbuff, count, datatype, op, 0, comm, stream, "ncclAllReduce");
+FRSIM_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                     ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                     cudaStream_t stream) {
+  return call(kAllReduce, sendbuff, recvbuff, count, datatype, op, 0, comm, stream,
+              "ncclAllReduce");
 }
 
-FRSIM_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                     int root, ncclComm_t comm, cudaStream_t stream) {
-  return call(kBroadcast, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream, "ncclBroadcast");
+FRSIM_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                     ncclDataType_t datatype, int root, ncclComm_t comm,
+                                     cudaStream_t stream) {
+  return call(kBroadcast, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream,
+              "ncclBroadcast");
 }
 
-FRSIM_API ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
-                                 cudaStream_t stream) {
-  return ncclBroadcast(buff, buff, count, datatype, root, comm, stream);  // through the PLT, as NCCL
+FRSIM_API ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root,
+                                 ncclComm_t comm, cudaStream_t stream) {
+  return ncclBroadcast(buff, buff, count, datatype, root, comm,
+                       stream);  // through the PLT, as NCCL
 }
 
-FRSIM_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                  ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+FRSIM_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                  ncclDataType_t datatype, ncclRedOp_t op, int root,
+                                  ncclComm_t comm, cudaStream_t stream) {
   return call(kReduce, sendbuff, recvbuff, count, datatype, op, root, comm, stream, "ncclReduce");
 }
 
-FRSIM_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
-                                     ncclComm_t comm, cudaStream_t stream) {
-  return call(kAllGather, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0, comm, stream, "ncclAllGather");
+FRSIM_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                     ncclDataType_t datatype, ncclComm_t comm,
+                                     cudaStream_t stream) {
+  return call(kAllGather, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0, comm, stream,
+              "ncclAllGather");
 }
 
 FRSIM_API ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                          cudaStream_t stream) {
-  return call(kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0, comm, stream, "ncclReduceScatter");
+  return call(kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0, comm, stream,
+              "ncclReduceScatter");
 }
 
-FRSIM_API ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                    ncclComm_t comm, cudaStream_t stream) {
-  return call(kAlltoAll, sendbuff, recvbuff, count, datatype, ncclSum, 0, comm, stream, "ncclAlltoAll");
+FRSIM_API ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                    ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  return call(kAlltoAll, sendbuff, recvbuff, count, datatype, ncclSum, 0, comm, stream,
+              "ncclAlltoAll");
 }
 
-FRSIM_API ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                  int root, ncclComm_t comm, cudaStream_t stream) {
-  return call(kGather, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream, "ncclGather");
+FRSIM_API ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count,
+                                  ncclDataType_t datatype, int root, ncclComm_t comm,
+                                  cudaStream_t stream) {
+  return call(kGather, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream,
+              "ncclGather");
 }
 
-FRSIM_API ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                   int root, ncclComm_t comm, cudaStream_t stream) {
-  return call(kScatter, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream, "ncclScatter");
+FRSIM_API ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count,
+                                   ncclDataType_t datatype, int root, ncclComm_t comm,
+                                   cudaStream_t stream) {
+  return call(kScatter, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream,
+              "ncclScatter");
 }
 
-FRSIM_API ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
-                                ncclComm_t comm, cudaStream_t stream) {
+FRSIM_API ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype,
+                                int peer, ncclComm_t comm, cudaStream_t stream) {
   return call(kSend, sendbuff, nullptr, count, datatype, ncclSum, peer, comm, stream, "ncclSend");
 }
 
-FRSIM_API ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-                                cudaStream_t stream) {
+FRSIM_API ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                                ncclComm_t comm, cudaStream_t stream) {
   return call(kRecv, nullptr, recvbuff, count, datatype, ncclSum, peer, comm, stream, "ncclRecv");
 }
 
@@ -186,7 +205,8 @@ FRSIM_API ncclResult_t ncclGroupStart() { return group_start(); }
 
 FRSIM_API ncclResult_t ncclGroupEnd() {
   ncclResult_t r = group_end(false);
-  if (r == ncclInvalidUsage && group_depth() == 0) set_last_error(nullptr, "ncclGroupEnd without ncclGroupStart");
+  if (r == ncclInvalidUsage && group_depth() == 0)
+    set_last_error(nullptr, "ncclGroupEnd without ncclGroupStart");
   return r;
 }
 
@@ -210,10 +230,12 @@ FRSIM_API ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
 
 FRSIM_API ncclResult_t ncclMemFree(void* ptr) {
   if (ptr == nullptr) return ncclSuccess;
-  return cuMemFree(reinterpret_cast<uintptr_t>(ptr)) == CUDA_SUCCESS ? ncclSuccess : ncclInvalidArgument;
+  return cuMemFree(reinterpret_cast<uintptr_t>(ptr)) == CUDA_SUCCESS ? ncclSuccess
+                                                                     : ncclInvalidArgument;
 }
 
-FRSIM_API ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
+FRSIM_API ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size,
+                                        void** handle) {
   std::shared_ptr<CommState> c;
   if (ncclResult_t r = check_comm(comm, &c); r != ncclSuccess) return r;
   if (handle == nullptr || (buff == nullptr && size > 0)) return ncclInvalidArgument;
@@ -232,8 +254,8 @@ FRSIM_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
   return ncclSuccess;
 }
 
-FRSIM_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
-                                              int flags) {
+FRSIM_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size,
+                                              ncclWindow_t* win, int flags) {
   (void)flags;
   std::shared_ptr<CommState> c;
   if (ncclResult_t r = check_comm(comm, &c); r != ncclSuccess) return r;
@@ -253,11 +275,13 @@ FRSIM_API ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t wi
   return ncclSuccess;
 }
 
-FRSIM_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
+FRSIM_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar,
+                                                ncclDataType_t datatype,
                                                 ncclScalarResidence_t residence, ncclComm_t comm) {
   std::shared_ptr<CommState> c;
   if (ncclResult_t r = check_comm(comm, &c); r != ncclSuccess) return r;
-  if (op == nullptr || scalar == nullptr || static_cast<int>(datatype) < 0 || datatype >= ncclNumTypes ||
+  if (op == nullptr || scalar == nullptr || static_cast<int>(datatype) < 0 ||
+      datatype >= ncclNumTypes ||
       (residence != ncclScalarDevice && residence != ncclScalarHostImmediate)) {
     set_last_error(c.get(), "ncclRedOpCreatePreMulSum: invalid argument");
     return ncclInvalidArgument;

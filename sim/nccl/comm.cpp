@@ -44,7 +44,8 @@ ncclComm_t new_handle(std::shared_ptr<CommState> st) {
   return h;
 }
 
-ncclResult_t run_maybe_async(const std::shared_ptr<CommState>& c, bool blocking, std::function<ncclResult_t()> body) {
+ncclResult_t run_maybe_async(const std::shared_ptr<CommState>& c, bool blocking,
+                             std::function<ncclResult_t()> body) {
   if (blocking) return body();
   c->async_error.store(ncclInProgress);
   std::thread([c, body] {
@@ -265,9 +266,11 @@ FRSIM_API ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
 FRSIM_API const char* ncclGetErrorString(ncclResult_t r) {
   switch (r) {
     case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclUnhandledCudaError:
+      return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
     case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
+    case ncclInternalError:
+      return "internal error - please report this issue to the NCCL developers";
     case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
     case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
     case ncclRemoteError: return "remote process exited or there was a network error";

@@ -26,7 +26,7 @@
 
 // Exported by libcuda.so.1 for this library only (see cuda/emulation.cpp).
 extern "C" CUresult frsim_internal_launch_prepared(CUstream stream,
-                                                  std::function<std::function<void()>()> prepare);
+                                                   std::function<std::function<void()>()> prepare);
 
 namespace frsim {
 namespace {
@@ -40,10 +40,10 @@ bool is_coll(OpKind k) { return k != kSend && k != kRecv; }
 // Elements each member posts for one collective (its whole input, split into chunks).
 uint64_t posted_len(const Op& op) {
   switch (op.kind) {
-    case kReduceScatter: case kAlltoAll: case kScatter:
-      return static_cast<uint64_t>(op.comm->nranks) * op.count;
-    default:
-      return op.count;
+    case kReduceScatter:
+    case kAlltoAll:
+    case kScatter: return static_cast<uint64_t>(op.comm->nranks) * op.count;
+    default: return op.count;
   }
 }
 
@@ -58,8 +58,12 @@ CollDesc desc_of(const Op& op) {
   d.kind = op.kind;
   d.dtype = op.dtype;
   d.count = op.count;
-  d.root = (op.kind == kBroadcast || op.kind == kReduce || op.kind == kGather || op.kind == kScatter) ? op.root : -1;
-  d.redop = (op.kind == kAllReduce || op.kind == kReduce || op.kind == kReduceScatter) ? op.redop : 0;
+  d.root =
+      (op.kind == kBroadcast || op.kind == kReduce || op.kind == kGather || op.kind == kScatter)
+          ? op.root
+          : -1;
+  d.redop =
+      (op.kind == kAllReduce || op.kind == kReduce || op.kind == kReduceScatter) ? op.redop : 0;
   return d;
 }
 
@@ -71,9 +75,12 @@ void set_turn_done(std::atomic<uint64_t>& counter, uint64_t seq) {
 
 void finish(Op& op) {
   CommState& c = *op.comm;
-  if (op.kind == kSend) set_turn_done(c.send_done[op.root], op.seq);
-  else if (op.kind == kRecv) set_turn_done(c.recv_done[op.root], op.seq);
-  else set_turn_done(c.coll_done, op.seq);
+  if (op.kind == kSend)
+    set_turn_done(c.send_done[op.root], op.seq);
+  else if (op.kind == kRecv)
+    set_turn_done(c.recv_done[op.root], op.seq);
+  else
+    set_turn_done(c.coll_done, op.seq);
   xport_finish(op);
   op.done = true;
   c.wake_self();  // an op of this process on another stream may wait for this turn
@@ -87,15 +94,18 @@ void notify_others(CommState& c) {
 void prepare(Op& op) {
   size_t esz = dtype_size(op.dtype);
   uint64_t len = posted_len(op);
-  uint64_t per = (is_coll(op.kind) ? op.comm->seg.hdr()->coll_chunk : op.comm->seg.hdr()->p2p_chunk) / esz;
+  uint64_t per =
+      (is_coll(op.kind) ? op.comm->seg.hdr()->coll_chunk : op.comm->seg.hdr()->p2p_chunk) / esz;
   op.nchunks = len == 0 ? 1 : (len + per - 1) / per;
   if (op.premul_ptr != nullptr) op.premul = scalar_to_double(op.premul_ptr, op.premul_dtype);
   if (op.kind == kAlltoAll && op.sendbuff != nullptr && op.recvbuff != nullptr) {
     auto s = reinterpret_cast<uintptr_t>(op.sendbuff);
     auto r = reinterpret_cast<uintptr_t>(op.recvbuff);
     uint64_t bytes = len * esz;
-    if (s < r + bytes && r < s + bytes) {  // in place: keep the input before the output overwrites it
-      op.staged.assign(static_cast<const char*>(op.sendbuff), static_cast<const char*>(op.sendbuff) + bytes);
+    if (s < r + bytes &&
+        r < s + bytes) {  // in place: keep the input before the output overwrites it
+      op.staged.assign(static_cast<const char*>(op.sendbuff),
+                       static_cast<const char*>(op.sendbuff) + bytes);
       op.sendbuff = op.staged.data();
     }
   }
@@ -120,9 +130,7 @@ void compute(Op& op, uint64_t a, uint64_t b, int p) {
   uint64_t cnt = op.count;
   uint64_t lo = std::max<uint64_t>(a, me * cnt), hi = std::min<uint64_t>(b, (me + 1) * cnt);
   switch (op.kind) {
-    case kAllReduce:
-      reduce(out + a * esz, in, n, len, op.dtype, op.redop, n);
-      break;
+    case kAllReduce: reduce(out + a * esz, in, n, len, op.dtype, op.redop, n); break;
     case kReduce:
       if (me == op.root) reduce(out + a * esz, in, n, len, op.dtype, op.redop, n);
       break;
@@ -146,15 +154,15 @@ void compute(Op& op, uint64_t a, uint64_t b, int p) {
     case kAlltoAll:
       if (lo < hi)
         for (int r = 0; r < n; ++r)
-          memcpy(out + (r * cnt + lo - me * cnt) * esz, static_cast<const char*>(in[r]) + (lo - a) * esz,
-                 (hi - lo) * esz);
+          memcpy(out + (r * cnt + lo - me * cnt) * esz,
+                 static_cast<const char*>(in[r]) + (lo - a) * esz, (hi - lo) * esz);
       break;
     case kScatter:
       if (lo < hi)
-        memcpy(out + (lo - me * cnt) * esz, static_cast<const char*>(in[op.root]) + (lo - a) * esz, (hi - lo) * esz);
+        memcpy(out + (lo - me * cnt) * esz, static_cast<const char*>(in[op.root]) + (lo - a) * esz,
+               (hi - lo) * esz);
       break;
-    default:
-      break;
+    default: break;
   }
 }
 
@@ -176,8 +184,10 @@ bool step_coll(Op& op) {
     if (posts_data(op) && b > a) {
       char* dst = c.seg.coll_buf(c.rank, p);
       const char* src = static_cast<const char*>(op.sendbuff) + a * esz;
-      if (op.redop == kPreMulSum && desc_of(op).redop == kPreMulSum) premul(dst, src, b - a, op.dtype, op.premul);
-      else memcpy(dst, src, (b - a) * esz);
+      if (op.redop == kPreMulSum && desc_of(op).redop == kPreMulSum)
+        premul(dst, src, b - a, op.dtype, op.premul);
+      else
+        memcpy(dst, src, (b - a) * esz);
     }
     me->coll_posted.store(t, std::memory_order_release);
     notify_others(c);
@@ -194,8 +204,10 @@ bool step_coll(Op& op) {
     if (s->coll_posted.load(std::memory_order_acquire) < t) return false;
     if (!(s->coll_desc[p] == mine)) {
       if (!op.mismatch && getenv("FRSIM_DEBUG") != nullptr)
-        fprintf(stderr, "frsim: rank %d: collective #%llu does not match rank %d's; it will never complete\n",
-                c.rank, static_cast<unsigned long long>(op.seq), r);
+        fprintf(
+            stderr,
+            "frsim: rank %d: collective #%llu does not match rank %d's; it will never complete\n",
+            c.rank, static_cast<unsigned long long>(op.seq), r);
       op.mismatch = true;
       return false;
     }
@@ -220,13 +232,17 @@ bool step_send(Op& op) {
     return true;
   }
   uint64_t t = c.send_stamp[peer] + 1;
-  if (t >= 3 && ch->acked.load(std::memory_order_acquire) < t - 2) return false;  // buffer still in use
+  if (t >= 3 && ch->acked.load(std::memory_order_acquire) < t - 2)
+    return false;  // buffer still in use
   int p = static_cast<int>(t & 1);
   size_t esz = dtype_size(op.dtype);
   uint64_t per = c.seg.hdr()->p2p_chunk / esz;
-  uint64_t a = std::min<uint64_t>(op.count, op.chunk * per), b = std::min<uint64_t>(op.count, a + per);
+  uint64_t a = std::min<uint64_t>(op.count, op.chunk * per),
+           b = std::min<uint64_t>(op.count, a + per);
   ch->desc[p] = P2PDesc{op.seq, static_cast<uint32_t>(op.dtype), 0, op.count};
-  if (b > a) memcpy(c.seg.p2p_buf(c.rank, peer, p), static_cast<const char*>(op.sendbuff) + a * esz, (b - a) * esz);
+  if (b > a)
+    memcpy(c.seg.p2p_buf(c.rank, peer, p), static_cast<const char*>(op.sendbuff) + a * esz,
+           (b - a) * esz);
   ch->posted.store(t, std::memory_order_release);
   ring(c.seg.slot(peer));
   c.send_stamp[peer] = t;
@@ -251,8 +267,11 @@ bool step_recv(Op& op) {
   }
   size_t esz = dtype_size(op.dtype);
   uint64_t per = c.seg.hdr()->p2p_chunk / esz;
-  uint64_t a = std::min<uint64_t>(op.count, op.chunk * per), b = std::min<uint64_t>(op.count, a + per);
-  if (b > a) memcpy(static_cast<char*>(op.recvbuff) + a * esz, c.seg.p2p_buf(peer, c.rank, p), (b - a) * esz);
+  uint64_t a = std::min<uint64_t>(op.count, op.chunk * per),
+           b = std::min<uint64_t>(op.count, a + per);
+  if (b > a)
+    memcpy(static_cast<char*>(op.recvbuff) + a * esz, c.seg.p2p_buf(peer, c.rank, p),
+           (b - a) * esz);
   ch->acked.store(t, std::memory_order_release);
   ring(c.seg.slot(peer));
   c.recv_stamp[peer] = t;
@@ -282,11 +301,14 @@ void execute(std::vector<Op>& ops) {
     bool several = false;
     for (auto& op : ops) {
       if (op.done) continue;
-      if (watch == nullptr) watch = op.comm.get();
-      else if (watch != op.comm.get()) several = true;
+      if (watch == nullptr)
+        watch = op.comm.get();
+      else if (watch != op.comm.get())
+        several = true;
     }
     if (watch == nullptr) return;
-    Slot* bell_slot = watch->init_state.load(std::memory_order_acquire) == 1 ? watch->me() : nullptr;
+    Slot* bell_slot =
+        watch->init_state.load(std::memory_order_acquire) == 1 ? watch->me() : nullptr;
     uint32_t bell = bell_slot ? bell_slot->bell.load(std::memory_order_seq_cst) : 0;
     bool progressed = false;
     for (auto& op : ops)
@@ -297,16 +319,20 @@ void execute(std::vector<Op>& ops) {
       continue;
     }
     bell_slot->sleepers.fetch_add(1, std::memory_order_seq_cst);
-    if (bell_slot->bell.load(std::memory_order_seq_cst) == bell) futex_wait(&bell_slot->bell, bell, several ? 2 : 200);
+    if (bell_slot->bell.load(std::memory_order_seq_cst) == bell)
+      futex_wait(&bell_slot->bell, bell, several ? 2 : 200);
     bell_slot->sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
 }
 
 void assign_seq(Op& op) {
   CommState& c = *op.comm;
-  if (op.kind == kSend) op.seq = c.send_issued[op.root].fetch_add(1);
-  else if (op.kind == kRecv) op.seq = c.recv_issued[op.root].fetch_add(1);
-  else op.seq = c.coll_issued.fetch_add(1);
+  if (op.kind == kSend)
+    op.seq = c.send_issued[op.root].fetch_add(1);
+  else if (op.kind == kRecv)
+    op.seq = c.recv_issued[op.root].fetch_add(1);
+  else
+    op.seq = c.coll_issued.fetch_add(1);
 }
 
 // The work of one launch on its stream: run the ops, then let go of their communicators.
@@ -322,7 +348,8 @@ std::function<void()> make_work(std::vector<Op> ops) {
 ncclResult_t launch(std::vector<Op> ops) {
   std::vector<std::pair<CUstream, std::vector<Op>>> parts;
   for (auto& op : ops) {
-    auto it = std::find_if(parts.begin(), parts.end(), [&](auto& p) { return p.first == op.stream; });
+    auto it =
+        std::find_if(parts.begin(), parts.end(), [&](auto& p) { return p.first == op.stream; });
     if (it == parts.end()) {
       parts.emplace_back(op.stream, std::vector<Op>{});
       it = parts.end() - 1;
@@ -342,7 +369,8 @@ ncclResult_t launch(std::vector<Op> ops) {
       }
       return make_work(std::move(ops));
     };
-    if (frsim_internal_launch_prepared(stream, prepare) != CUDA_SUCCESS) res = ncclUnhandledCudaError;
+    if (frsim_internal_launch_prepared(stream, prepare) != CUDA_SUCCESS)
+      res = ncclUnhandledCudaError;
   }
   return res;
 }

@@ -42,10 +42,12 @@ bool parse_id(const ncclUniqueId& id, uint64_t* key) {
 }
 
 // A config is valid when made from NCCL_CONFIG_INITIALIZER; blocking unless blocking == 0.
-ncclResult_t read_config(const ncclConfig_t* config, bool dflt_blocking, bool* blocking, std::string* name) {
+ncclResult_t read_config(const ncclConfig_t* config, bool dflt_blocking, bool* blocking,
+                         std::string* name) {
   *blocking = dflt_blocking;
   if (config == nullptr) return ncclSuccess;
-  if (config->magic != 0xcafebeef || config->size < offsetof(ncclConfig_t, commName) + sizeof(char*)) {
+  if (config->magic != 0xcafebeef ||
+      config->size < offsetof(ncclConfig_t, commName) + sizeof(char*)) {
     set_last_error(nullptr, "invalid ncclConfig_t: initialize it with NCCL_CONFIG_INITIALIZER");
     return ncclInvalidArgument;
   }
@@ -114,7 +116,8 @@ ncclResult_t init_body(CommState* c, uint64_t key, int nranks, int rank, bool de
   return comm_wait_joined(c);
 }
 
-ncclResult_t init_rank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank, const ncclConfig_t* config) {
+ncclResult_t init_rank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank,
+                       const ncclConfig_t* config) {
   if (out == nullptr) {
     set_last_error(nullptr, "comm pointer is NULL");
     return ncclInvalidArgument;
@@ -141,7 +144,8 @@ ncclResult_t init_rank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int 
     ncclComm_t h = new_handle(st);
     *out = h;
     CommState* c = st.get();
-    return run_maybe_async(st, false, [c, key, nranks, rank] { return init_body(c, key, nranks, rank, false); });
+    return run_maybe_async(
+        st, false, [c, key, nranks, rank] { return init_body(c, key, nranks, rank, false); });
   }
   ncclResult_t r = init_body(st.get(), key, nranks, rank, grouped);
   if (r != ncclSuccess) return r;
@@ -183,7 +187,8 @@ ncclResult_t comm_wait_joined(CommState* c) {
   for (;;) {
     uint32_t j = h->joined.load(std::memory_order_acquire);
     if (j >= static_cast<uint32_t>(c->nranks)) break;
-    if (c->stopped()) return fail_init(c, ncclInvalidUsage, "communicator aborted during initialization");
+    if (c->stopped())
+      return fail_init(c, ncclInvalidUsage, "communicator aborted during initialization");
     futex_wait(&h->joined, j, 200);
   }
   prof_comm_init(c);
@@ -220,8 +225,8 @@ FRSIM_API ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUnique
   return init_rank(comm, nranks, id, rank, nullptr);
 }
 
-FRSIM_API ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
-                                              ncclConfig_t* config) {
+FRSIM_API ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id,
+                                              int rank, ncclConfig_t* config) {
   return init_rank(comm, nranks, id, rank, config);
 }
 
@@ -268,7 +273,8 @@ FRSIM_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* d
   return ncclSuccess;
 }
 
-FRSIM_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+FRSIM_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                                     ncclConfig_t* config) {
   ncclResult_t err;
   auto parent = ready_comm(comm, &err);
   if (!parent) return err;
@@ -279,7 +285,8 @@ FRSIM_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCo
   if (parent->stopped()) return ncclInvalidUsage;
   bool blocking;
   std::string name;
-  if (ncclResult_t r = read_config(config, parent->blocking, &blocking, &name); r != ncclSuccess) return r;
+  if (ncclResult_t r = read_config(config, parent->blocking, &blocking, &name); r != ncclSuccess)
+    return r;
   uint64_t number = parent->split_count++;
   std::shared_ptr<CommState> child;
   *newcomm = nullptr;
@@ -313,8 +320,9 @@ FRSIM_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCo
     for (int i = 0; i < n; ++i)
       if (members[i].second == parent->rank) me = i;
     size_for(child.get(), n);
-    return init_body(child.get(), derive_key(parent->key, 0x53504c4954ull, number, static_cast<uint32_t>(color)), n, me,
-                     false);
+    return init_body(child.get(),
+                     derive_key(parent->key, 0x53504c4954ull, number, static_cast<uint32_t>(color)),
+                     n, me, false);
   };
   if (blocking) {
     ncclResult_t r = body();
@@ -326,8 +334,8 @@ FRSIM_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCo
   return run_maybe_async(child, false, body);
 }
 
-FRSIM_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude, int nexclude, ncclComm_t* newcomm,
-                                      ncclConfig_t* config, int flags) {
+FRSIM_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude, int nexclude,
+                                      ncclComm_t* newcomm, ncclConfig_t* config, int flags) {
   ncclResult_t err;
   auto parent = ready_comm(comm, &err);
   if (!parent) return err;
@@ -345,7 +353,8 @@ FRSIM_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude, int nexclud
       return ncclInvalidArgument;
     }
   if (std::binary_search(ex.begin(), ex.end(), parent->rank)) {
-    set_last_error(parent.get(), "ncclCommShrink: the calling rank %d is in the exclusion list", parent->rank);
+    set_last_error(parent.get(), "ncclCommShrink: the calling rank %d is in the exclusion list",
+                   parent->rank);
     return ncclInvalidArgument;
   }
   if (static_cast<int>(ex.size()) >= parent->nranks) return ncclInvalidArgument;
@@ -355,12 +364,14 @@ FRSIM_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude, int nexclud
   }
   bool blocking;
   std::string name;
-  if (ncclResult_t r = read_config(config, parent->blocking, &blocking, &name); r != ncclSuccess) return r;
+  if (ncclResult_t r = read_config(config, parent->blocking, &blocking, &name); r != ncclSuccess)
+    return r;
   uint64_t number = parent->shrink_count++;
   uint64_t exhash = 0;
   for (int r : ex) exhash = mix(exhash ^ static_cast<uint64_t>(r));
   int n = parent->nranks - static_cast<int>(ex.size());
-  int me = parent->rank - static_cast<int>(std::lower_bound(ex.begin(), ex.end(), parent->rank) - ex.begin());
+  int me = parent->rank -
+           static_cast<int>(std::lower_bound(ex.begin(), ex.end(), parent->rank) - ex.begin());
   auto child = std::make_shared<CommState>(n);
   child->cuda_dev = parent->cuda_dev;
   child->blocking = blocking;
@@ -405,8 +416,8 @@ FRSIM_API ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* id) {
   return ncclSuccess;
 }
 
-FRSIM_API ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank,
-                                    ncclComm_t* newcomm, ncclConfig_t* config) {
+FRSIM_API ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId,
+                                    int rank, ncclComm_t* newcomm, ncclConfig_t* config) {
   if (newcomm == nullptr) return ncclInvalidArgument;
   if (comm == nullptr) {  // a joining rank
     if (uniqueId == nullptr) {
@@ -419,13 +430,15 @@ FRSIM_API ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqu
   auto parent = ready_comm(comm, &err);
   if (!parent) return err;
   if (rank != -1 || nRanks < parent->nranks) {
-    set_last_error(parent.get(), "ncclCommGrow: existing members pass rank -1 and nRanks >= %d", parent->nranks);
+    set_last_error(parent.get(), "ncclCommGrow: existing members pass rank -1 and nRanks >= %d",
+                   parent->nranks);
     return ncclInvalidArgument;
   }
   uint64_t key = grow_key(*parent, parent->grow_count);
   uint64_t given;
   if (uniqueId != nullptr && (!parse_id(*uniqueId, &given) || given != key)) {
-    set_last_error(parent.get(), "ncclCommGrow: the unique id was not made by ncclCommGetUniqueId for this grow");
+    set_last_error(parent.get(),
+                   "ncclCommGrow: the unique id was not made by ncclCommGetUniqueId for this grow");
     return ncclInvalidArgument;
   }
   ++parent->grow_count;

@@ -63,7 +63,7 @@ struct alignas(128) Slot {
   std::atomic<uint32_t> claimed;
   std::atomic<uint32_t> state;  // SlotState
   std::atomic<int32_t> pid;
-  std::atomic<uint32_t> bell;      // futex word: bumped whenever something this rank waits on changes
+  std::atomic<uint32_t> bell;  // futex word: bumped whenever something this rank waits on changes
   std::atomic<uint32_t> sleepers;  // threads of this rank waiting on bell
   std::atomic<uint64_t> coll_posted;
   CollDesc coll_desc[2];
@@ -82,7 +82,7 @@ struct EdgeWord {
   std::atomic<uint64_t> ready;
 };
 
-struct alignas(64) Channel {  // point-to-point src -> dst
+struct alignas(64) Channel {     // point-to-point src -> dst
   std::atomic<uint64_t> posted;  // written by the sender
   std::atomic<uint64_t> acked;   // written by the receiver
   P2PDesc desc[2];
@@ -114,7 +114,8 @@ struct Segment {
     return reinterpret_cast<Slot*>(static_cast<char*>(base) + hdr()->slots_off) + r;
   }
   char* coll_buf(int r, int parity) const {
-    return static_cast<char*>(base) + hdr()->coll_off + (uint64_t(r) * 2 + parity) * hdr()->coll_chunk;
+    return static_cast<char*>(base) + hdr()->coll_off +
+           (uint64_t(r) * 2 + parity) * hdr()->coll_chunk;
   }
   Channel* chan(int src, int dst) const {
     return reinterpret_cast<Channel*>(static_cast<char*>(base) + hdr()->chan_off) +
@@ -151,7 +152,8 @@ size_t dtype_size(ncclDataType_t t);
 // dst[i] = src[i] * scalar (scalar given as a double), in the element type.
 void premul(void* dst, const void* src, size_t n, ncclDataType_t t, double scalar);
 // out[i] = op(in[0][i], ..., in[k-1][i]); avg divides the sum by divisor.
-void reduce(void* out, const void* const* in, int k, size_t n, ncclDataType_t t, uint32_t op, int divisor);
+void reduce(void* out, const void* const* in, int k, size_t n, ncclDataType_t t, uint32_t op,
+            int divisor);
 double scalar_to_double(const void* p, ncclDataType_t t);
 // Conversions of the 16- and 8-bit float formats (exposed for the tests).
 float half_to_float(uint16_t h);
@@ -241,10 +243,17 @@ struct CommState {
   std::string last_error;
 
   explicit CommState(int nr)
-      : send_issued(nr), recv_issued(nr), send_done(nr), recv_done(nr), send_stamp(nr), recv_stamp(nr) {}
+      : send_issued(nr),
+        recv_issued(nr),
+        send_done(nr),
+        recv_done(nr),
+        send_stamp(nr),
+        recv_stamp(nr) {}
   ~CommState();
   Slot* me() const { return seg.slot(rank); }
-  bool stopped() const { return aborted.load(std::memory_order_acquire) || revoked.load(std::memory_order_acquire); }
+  bool stopped() const {
+    return aborted.load(std::memory_order_acquire) || revoked.load(std::memory_order_acquire);
+  }
   void wake_self() { ring(me()); }
 };
 
@@ -271,7 +280,8 @@ ncclComm_t new_handle(std::shared_ptr<CommState> st);
 // return (ncclInProgress while a nonblocking init runs).
 std::shared_ptr<CommState> ready_comm(ncclComm_t comm, ncclResult_t* err);
 // Runs `body` now (blocking comm) or on a thread, reporting ncclInProgress until it is done.
-ncclResult_t run_maybe_async(const std::shared_ptr<CommState>& c, bool blocking, std::function<ncclResult_t()> body);
+ncclResult_t run_maybe_async(const std::shared_ptr<CommState>& c, bool blocking,
+                             std::function<ncclResult_t()> body);
 
 void set_last_error(CommState* c, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 const char* last_error(CommState* c);
@@ -290,7 +300,7 @@ struct Op {
   void* recvbuff;
   size_t count;
   ncclDataType_t dtype;
-  int root;  // root, or the peer for send/recv
+  int root;        // root, or the peer for send/recv
   uint32_t redop;  // base op
   double premul = 1.0;
   const void* premul_ptr = nullptr;  // device-resident scalar, read at run time
@@ -304,7 +314,7 @@ struct Op {
   uint64_t stamp = 0;
   bool done = false;
   bool mismatch = false;
-  std::vector<char> staged;  // private copy of an input that overlaps the output
+  std::vector<char> staged;             // private copy of an input that overlaps the output
   std::shared_ptr<struct Xport> xport;  // transport-model progress (transport.cpp)
 };
 

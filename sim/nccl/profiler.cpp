@@ -64,14 +64,17 @@ Loaded load() {
   if (newest >= 6) l.v6 = static_cast<const ap::PluginV6*>(dlsym(lib, "ncclProfiler_v6"));
   if (l.v6 != nullptr) {
     l.version = 6;
-  } else if (newest >= 5 && (l.v5 = static_cast<const ap::PluginV5*>(dlsym(lib, "ncclProfiler_v5")))) {
+  } else if (newest >= 5 &&
+             (l.v5 = static_cast<const ap::PluginV5*>(dlsym(lib, "ncclProfiler_v5")))) {
     l.version = 5;
   } else {
-    info("External profiler plugin %s is unsupported", name != nullptr ? name : "libnccl-profiler.so");
+    info("External profiler plugin %s is unsupported",
+         name != nullptr ? name : "libnccl-profiler.so");
     dlclose(lib);
     return l;
   }
-  info("Successfully loaded external profiler plugin %s", name != nullptr ? name : "libnccl-profiler.so");
+  info("Successfully loaded external profiler plugin %s",
+       name != nullptr ? name : "libnccl-profiler.so");
   return l;
 }
 
@@ -140,8 +143,10 @@ void prof_comm_init(CommState* c) {
 void prof_comm_finalize(CommState* c) {
   const Loaded& l = plugin();
   if (c->prof_ctx == nullptr) return;
-  if (l.version == 6) l.v6->finalize(c->prof_ctx);
-  else l.v5->finalize(c->prof_ctx);
+  if (l.version == 6)
+    l.v6->finalize(c->prof_ctx);
+  else
+    l.v5->finalize(c->prof_ctx);
   c->prof_ctx = nullptr;
 }
 
@@ -167,8 +172,10 @@ void* prof_start(CommState* c, uint64_t type, void* parent, const ProfDescr& p) 
 void prof_stop(void* handle) {
   if (handle == nullptr) return;
   const Loaded& l = plugin();
-  if (l.version == 6) l.v6->stopEvent(handle);
-  else if (l.version == 5) l.v5->stopEvent(handle);
+  if (l.version == 6)
+    l.v6->stopEvent(handle);
+  else if (l.version == 5)
+    l.v5->stopEvent(handle);
 }
 
 void prof_state(void* handle, int state, uint64_t trans_size) {
@@ -177,8 +184,10 @@ void prof_state(void* handle, int state, uint64_t trans_size) {
   memset(&a, 0, sizeof a);
   a.proxyStep.transSize = trans_size;
   const Loaded& l = plugin();
-  if (l.version == 6) l.v6->recordEventState(handle, state, &a);
-  else if (l.version == 5) l.v5->recordEventState(handle, state, &a);
+  if (l.version == 6)
+    l.v6->recordEventState(handle, state, &a);
+  else if (l.version == 5)
+    l.v5->recordEventState(handle, state, &a);
 }
 
 }  // namespace frsim

@@ -14,10 +14,18 @@ namespace frsim {
 
 size_t dtype_size(ncclDataType_t t) {
   switch (t) {
-    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    case ncclInt8:
+    case ncclUint8:
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2: return 1;
+    case ncclFloat16:
+    case ncclBfloat16: return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32: return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64: return 8;
     default: return 0;
   }
 }
@@ -40,10 +48,14 @@ static float mini_decode(uint32_t v, MiniFloat f) {
   uint32_t m = v & ((1u << f.mbits) - 1);
   uint32_t emax = (1u << f.ebits) - 1;
   float r;
-  if (f.ieee && e == emax) r = m ? NAN : INFINITY;
-  else if (!f.ieee && e == emax && m == (1u << f.mbits) - 1) r = NAN;
-  else if (e == 0) r = ldexpf(static_cast<float>(m), 1 - bias - f.mbits);
-  else r = ldexpf(static_cast<float>(m + (1u << f.mbits)), static_cast<int>(e) - bias - f.mbits);
+  if (f.ieee && e == emax)
+    r = m ? NAN : INFINITY;
+  else if (!f.ieee && e == emax && m == (1u << f.mbits) - 1)
+    r = NAN;
+  else if (e == 0)
+    r = ldexpf(static_cast<float>(m), 1 - bias - f.mbits);
+  else
+    r = ldexpf(static_cast<float>(m + (1u << f.mbits)), static_cast<int>(e) - bias - f.mbits);
   return sign ? -r : r;
 }
 
@@ -51,7 +63,8 @@ static uint32_t mini_encode(float x, MiniFloat f) {
   int bias = (1 << (f.ebits - 1)) - 1;
   uint32_t emax = (1u << f.ebits) - 1;
   uint32_t sign = signbit(x) ? 1u << (f.ebits + f.mbits) : 0;
-  uint32_t nan = f.ieee ? (emax << f.mbits) | (1u << (f.mbits - 1)) : (emax << f.mbits) | ((1u << f.mbits) - 1);
+  uint32_t nan = f.ieee ? (emax << f.mbits) | (1u << (f.mbits - 1))
+                        : (emax << f.mbits) | ((1u << f.mbits) - 1);
   // Largest finite encoding: IEEE formats end one exponent below all ones, e4m3 one mantissa below.
   uint32_t max_finite = f.ieee ? ((emax - 1) << f.mbits) | ((1u << f.mbits) - 1)
                                : (emax << f.mbits) | ((1u << f.mbits) - 2);
@@ -68,7 +81,8 @@ static uint32_t mini_encode(float x, MiniFloat f) {
     bits = 0;
   } else if (E < 1 - bias) {  // subnormal
     double q = nearbyint(ldexp(a, bias - 1 + f.mbits));
-    bits = static_cast<uint32_t>(q);  // rounding up to 2^mbits lands on the smallest normal: still right
+    bits = static_cast<uint32_t>(
+        q);  // rounding up to 2^mbits lands on the smallest normal: still right
   } else {
     double q = nearbyint(ldexp(a, f.mbits - E));
     if (q >= ldexp(1.0, f.mbits + 1)) {
@@ -77,7 +91,8 @@ static uint32_t mini_encode(float x, MiniFloat f) {
     }
     uint32_t ef = static_cast<uint32_t>(E + bias);
     bits = (ef << f.mbits) | (static_cast<uint32_t>(q) - (1u << f.mbits));
-    if (mini_decode(bits, f) > maxv || ef > emax || isnan(mini_decode(bits, f)) || isinf(mini_decode(bits, f)))
+    if (mini_decode(bits, f) > maxv || ef > emax || isnan(mini_decode(bits, f)) ||
+        isinf(mini_decode(bits, f)))
       bits = f.saturate ? max_finite : inf;
   }
   return sign | bits;
@@ -86,7 +101,9 @@ static uint32_t mini_encode(float x, MiniFloat f) {
 float half_to_float(uint16_t h) { return mini_decode(h, kHalf); }
 uint16_t float_to_half(float f) { return static_cast<uint16_t>(mini_encode(f, kHalf)); }
 float fp8_to_float(uint8_t v, bool e5m2) { return mini_decode(v, e5m2 ? kE5M2 : kE4M3); }
-uint8_t float_to_fp8(float f, bool e5m2) { return static_cast<uint8_t>(mini_encode(f, e5m2 ? kE5M2 : kE4M3)); }
+uint8_t float_to_fp8(float f, bool e5m2) {
+  return static_cast<uint8_t>(mini_encode(f, e5m2 ? kE5M2 : kE4M3));
+}
 
 float bf16_to_float(uint16_t h) {
   uint32_t u = static_cast<uint32_t>(h) << 16;
@@ -104,13 +121,15 @@ uint16_t float_to_bf16(float f) {
 }
 
 // Load/store of one element through its accumulation type.
-template <ncclDataType_t T> struct Elem;
-#define FRSIM_NATIVE(T, C)                                   \
-  template <> struct Elem<T> {                               \
-    using Store = C;                                         \
-    using Acc = C;                                           \
-    static Acc load(Store v) { return v; }                   \
-    static Store store(Acc v) { return v; }                  \
+template <ncclDataType_t T>
+struct Elem;
+#define FRSIM_NATIVE(T, C)                  \
+  template <>                               \
+  struct Elem<T> {                          \
+    using Store = C;                        \
+    using Acc = C;                          \
+    static Acc load(Store v) { return v; }  \
+    static Store store(Acc v) { return v; } \
   };
 FRSIM_NATIVE(ncclInt8, int8_t)
 FRSIM_NATIVE(ncclUint8, uint8_t)
@@ -121,25 +140,29 @@ FRSIM_NATIVE(ncclUint64, uint64_t)
 FRSIM_NATIVE(ncclFloat32, float)
 FRSIM_NATIVE(ncclFloat64, double)
 #undef FRSIM_NATIVE
-template <> struct Elem<ncclFloat16> {
+template <>
+struct Elem<ncclFloat16> {
   using Store = uint16_t;
   using Acc = float;
   static Acc load(Store v) { return half_to_float(v); }
   static Store store(Acc v) { return float_to_half(v); }
 };
-template <> struct Elem<ncclBfloat16> {
+template <>
+struct Elem<ncclBfloat16> {
   using Store = uint16_t;
   using Acc = float;
   static Acc load(Store v) { return bf16_to_float(v); }
   static Store store(Acc v) { return float_to_bf16(v); }
 };
-template <> struct Elem<ncclFloat8e4m3> {
+template <>
+struct Elem<ncclFloat8e4m3> {
   using Store = uint8_t;
   using Acc = float;
   static Acc load(Store v) { return fp8_to_float(v, false); }
   static Store store(Acc v) { return float_to_fp8(v, false); }
 };
-template <> struct Elem<ncclFloat8e5m2> {
+template <>
+struct Elem<ncclFloat8e5m2> {
   using Store = uint8_t;
   using Acc = float;
   static Acc load(Store v) { return fp8_to_float(v, true); }
@@ -147,7 +170,8 @@ template <> struct Elem<ncclFloat8e5m2> {
 };
 
 // Integer sums and products wrap like GPU arithmetic (computed unsigned: no signed overflow UB).
-template <typename A> static A add(A a, A b) {
+template <typename A>
+static A add(A a, A b) {
   if constexpr (std::is_integral_v<A>) {
     using U = std::make_unsigned_t<A>;
     return static_cast<A>(static_cast<U>(a) + static_cast<U>(b));
@@ -155,22 +179,26 @@ template <typename A> static A add(A a, A b) {
     return a + b;
   }
 }
-template <typename A> static A mul(A a, A b) {
+template <typename A>
+static A mul(A a, A b) {
   if constexpr (std::is_integral_v<A>) {
     using U = std::make_unsigned_t<A>;
     using W = std::conditional_t<(sizeof(U) < sizeof(unsigned)), unsigned, U>;
-    return static_cast<A>(static_cast<U>(static_cast<W>(static_cast<U>(a)) * static_cast<W>(static_cast<U>(b))));
+    return static_cast<A>(
+        static_cast<U>(static_cast<W>(static_cast<U>(a)) * static_cast<W>(static_cast<U>(b))));
   } else {
     return a * b;
   }
 }
-template <typename A> static A maxv(A a, A b) {
+template <typename A>
+static A maxv(A a, A b) {
   if constexpr (std::is_floating_point_v<A>) {
     if (isnan(a) || isnan(b)) return NAN;
   }
   return a > b ? a : b;
 }
-template <typename A> static A minv(A a, A b) {
+template <typename A>
+static A minv(A a, A b) {
   if constexpr (std::is_floating_point_v<A>) {
     if (isnan(a) || isnan(b)) return NAN;
   }
@@ -209,31 +237,33 @@ static void premul_t(void* dst, const void* src, size_t n, double scalar) {
     static_cast<S*>(dst)[i] = E::store(mul(E::load(static_cast<const S*>(src)[i]), s));
 }
 
-template <ncclDataType_t T> static double to_double_t(const void* p) {
+template <ncclDataType_t T>
+static double to_double_t(const void* p) {
   using E = Elem<T>;
   typename E::Store s;
   memcpy(&s, p, sizeof s);
   return static_cast<double>(E::load(s));
 }
 
-#define FRSIM_DISPATCH(t, CALL)                      \
-  switch (t) {                                       \
-    case ncclInt8: CALL(ncclInt8);                   \
-    case ncclUint8: CALL(ncclUint8);                 \
-    case ncclInt32: CALL(ncclInt32);                 \
-    case ncclUint32: CALL(ncclUint32);               \
-    case ncclInt64: CALL(ncclInt64);                 \
-    case ncclUint64: CALL(ncclUint64);               \
-    case ncclFloat16: CALL(ncclFloat16);             \
-    case ncclFloat32: CALL(ncclFloat32);             \
-    case ncclFloat64: CALL(ncclFloat64);             \
-    case ncclBfloat16: CALL(ncclBfloat16);           \
-    case ncclFloat8e4m3: CALL(ncclFloat8e4m3);       \
-    case ncclFloat8e5m2: CALL(ncclFloat8e5m2);       \
-    default: break;                                  \
+#define FRSIM_DISPATCH(t, CALL)                \
+  switch (t) {                                 \
+    case ncclInt8: CALL(ncclInt8);             \
+    case ncclUint8: CALL(ncclUint8);           \
+    case ncclInt32: CALL(ncclInt32);           \
+    case ncclUint32: CALL(ncclUint32);         \
+    case ncclInt64: CALL(ncclInt64);           \
+    case ncclUint64: CALL(ncclUint64);         \
+    case ncclFloat16: CALL(ncclFloat16);       \
+    case ncclFloat32: CALL(ncclFloat32);       \
+    case ncclFloat64: CALL(ncclFloat64);       \
+    case ncclBfloat16: CALL(ncclBfloat16);     \
+    case ncclFloat8e4m3: CALL(ncclFloat8e4m3); \
+    case ncclFloat8e5m2: CALL(ncclFloat8e5m2); \
+    default: break;                            \
   }
 
-void reduce(void* out, const void* const* in, int k, size_t n, ncclDataType_t t, uint32_t op, int divisor) {
+void reduce(void* out, const void* const* in, int k, size_t n, ncclDataType_t t, uint32_t op,
+            int divisor) {
 #define FRSIM_CALL(T) return reduce_t<T>(out, in, k, n, op, divisor)
   FRSIM_DISPATCH(t, FRSIM_CALL)
 #undef FRSIM_CALL

@@ -50,7 +50,10 @@ const char* shm_prefix() {
     const char* p = getenv("FRSIM_SHM_PREFIX");
     if (p == nullptr) return "/frsim";
     if (p[0] != '/' || strchr(p + 1, '/') != nullptr || strlen(p) > 200) {
-      fprintf(stderr, "frsim: FRSIM_SHM_PREFIX=\"%s\" is not a valid shm name prefix (\"/name\"); using /frsim\n", p);
+      fprintf(
+          stderr,
+          "frsim: FRSIM_SHM_PREFIX=\"%s\" is not a valid shm name prefix (\"/name\"); using /frsim\n",
+          p);
       return "/frsim";
     }
     return p;
@@ -138,8 +141,8 @@ ncclResult_t segment_open(uint64_t key, uint32_t nranks, Segment* out, std::stri
     while (h->magic.load(std::memory_order_acquire) != kShmMagic) sleep_ms(1);
     if (h->version != kShmVersion || h->nranks != nranks || h->key != key || h->total != l.total) {
       munmap(base, l.total);
-      *err = "communicator " + name + " does not match this call (nranks " + std::to_string(nranks) +
-             ", segment has " + std::to_string(h->nranks) + ")";
+      *err = "communicator " + name + " does not match this call (nranks " +
+             std::to_string(nranks) + ", segment has " + std::to_string(h->nranks) + ")";
       return ncclInvalidUsage;
     }
   }

@@ -83,7 +83,8 @@ std::vector<int> outs_of(OpKind kind, int n, int root, int c, int r) {
 }
 
 bool modeled_kind(OpKind k) {
-  return k == kAllReduce || k == kAllGather || k == kReduceScatter || k == kBroadcast || k == kReduce;
+  return k == kAllReduce || k == kAllGather || k == kReduceScatter || k == kBroadcast ||
+         k == kReduce;
 }
 
 const char* func_name(OpKind k) {
@@ -170,7 +171,8 @@ bool strikes(const Xport& x, int kind, int ch, int peer, uint64_t step, uint64_t
   if (f.kind != kind) return false;
   if (f.channel >= 0 && f.channel != ch) return false;
   if (kind != FRSIM_FAULT_CHANNEL_STALL && f.peer != peer) return false;
-  uint64_t at = std::min<uint64_t>(static_cast<uint64_t>(std::max(f.step, 0)), nsteps ? nsteps - 1 : 0);
+  uint64_t at =
+      std::min<uint64_t>(static_cast<uint64_t>(std::max(f.step, 0)), nsteps ? nsteps - 1 : 0);
   return step >= at;
 }
 
@@ -242,7 +244,8 @@ bool advance_out(Op& op, Xport& x, int ch, Link& l) {
     if (w->ready.load(std::memory_order_acquire) < want) return false;
     step_event(c, l, k, ap::kStSendWait);
     l.stage = 3;
-    if (strikes(x, FRSIM_FAULT_LINK_DOWN, ch, l.peer, k, op.nchunks)) return true;  // lost on the wire
+    if (strikes(x, FRSIM_FAULT_LINK_DOWN, ch, l.peer, k, op.nchunks))
+      return true;  // lost on the wire
     w->tx.store(want, std::memory_order_release);
     ring(c.seg.slot(l.peer));
     step_done(l);
@@ -299,14 +302,13 @@ void xport_finish(Op& op) {
 
 }  // namespace frsim
 
-extern "C" __attribute__((visibility("default"))) ncclResult_t frsim_nccl_fault(ncclComm_t comm, int kind,
-                                                                              int channel, int peer, int step,
-                                                                              int nth) {
+extern "C" __attribute__((visibility("default"))) ncclResult_t frsim_nccl_fault(
+    ncclComm_t comm, int kind, int channel, int peer, int step, int nth) {
   ncclResult_t err = ncclSuccess;
   auto c = frsim::ready_comm(comm, &err);
   if (!c) return err;
-  if (kind < FRSIM_FAULT_CHANNEL_STALL || kind > FRSIM_FAULT_LINK_DOWN || channel >= frsim::sim_channels() ||
-      channel < -1 || step < 0 || nth < 0)
+  if (kind < FRSIM_FAULT_CHANNEL_STALL || kind > FRSIM_FAULT_LINK_DOWN ||
+      channel >= frsim::sim_channels() || channel < -1 || step < 0 || nth < 0)
     return ncclInvalidArgument;
   if (kind != FRSIM_FAULT_CHANNEL_STALL && (peer < 0 || peer >= c->nranks || peer == c->rank))
     return ncclInvalidArgument;

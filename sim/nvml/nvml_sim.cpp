@@ -83,7 +83,8 @@ Config load() {
   c.ok = true;
   std::ifstream events(std::string(path) + ".events");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  text += "\n" + std::string((std::istreambuf_iterator<char>(events)), std::istreambuf_iterator<char>());
+  text += "\n" +
+          std::string((std::istreambuf_iterator<char>(events)), std::istreambuf_iterator<char>());
   std::istringstream all(text);
   for (std::string line; std::getline(all, line);) {
     line = line.substr(0, line.find('#'));
@@ -104,19 +105,32 @@ Config load() {
         if (eq == std::string::npos) continue;
         std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
         unsigned long long n = std::strtoull(v.c_str(), nullptr, 0);
-        if (k == "pids") for (auto& p : split(v, ',')) g.pids.push_back(unsigned(std::atoi(p.c_str())));
-        else if (k == "temp") g.temp = long(n);
-        else if (k == "power") g.power = long(n);
-        else if (k == "throttle") g.throttle = n;
-        else if (k == "ecc_corrected") g.ecc_corrected = n;
-        else if (k == "ecc_uncorrected") g.ecc_uncorrected = n;
-        else if (k == "retired_pending") g.retired_pending = n != 0;
-        else if (k == "remap_pending") g.remap_pending = n != 0;
-        else if (k == "remap_failed") g.remap_failed = n != 0;
-        else if (k == "pcie_replays") g.pcie_replays = long(n);
-        else if (k == "nvlinks") g.nvlinks = long(n);
-        else if (k == "nvlink_down") for (auto& l : split(v, ',')) g.nvlink_down.insert(std::atoi(l.c_str()));
-        else if (k == "unsupported") for (auto& f : split(v, ',')) g.unsupported.insert(f);
+        if (k == "pids")
+          for (auto& p : split(v, ',')) g.pids.push_back(unsigned(std::atoi(p.c_str())));
+        else if (k == "temp")
+          g.temp = long(n);
+        else if (k == "power")
+          g.power = long(n);
+        else if (k == "throttle")
+          g.throttle = n;
+        else if (k == "ecc_corrected")
+          g.ecc_corrected = n;
+        else if (k == "ecc_uncorrected")
+          g.ecc_uncorrected = n;
+        else if (k == "retired_pending")
+          g.retired_pending = n != 0;
+        else if (k == "remap_pending")
+          g.remap_pending = n != 0;
+        else if (k == "remap_failed")
+          g.remap_failed = n != 0;
+        else if (k == "pcie_replays")
+          g.pcie_replays = long(n);
+        else if (k == "nvlinks")
+          g.nvlinks = long(n);
+        else if (k == "nvlink_down")
+          for (auto& l : split(v, ',')) g.nvlink_down.insert(std::atoi(l.c_str()));
+        else if (k == "unsupported")
+          for (auto& f : split(v, ',')) g.unsupported.insert(f);
       }
       c.gpus.push_back(g);
     }
@@ -221,12 +235,13 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char* uuid, unsigned int length) 
   return copy_text(b, uuid, length);
 }
 
-#define FR_SIM_FIELD(field)                                     \
-  Gpu g;                                                        \
-  if (nvmlReturn_t r = gpu_of(d, &g)) return r;                 \
+#define FR_SIM_FIELD(field)                     \
+  Gpu g;                                        \
+  if (nvmlReturn_t r = gpu_of(d, &g)) return r; \
   if (g.unsupported.count(field)) return NVML_ERROR_NOT_SUPPORTED;
 
-nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, nvmlTemperatureSensors_t sensor, unsigned int* temp) {
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, nvmlTemperatureSensors_t sensor,
+                                      unsigned int* temp) {
   FR_SIM_FIELD("temperature")
   if (!temp || sensor != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
   *temp = unsigned(g.temp);
@@ -240,7 +255,8 @@ nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int* power) {
   return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t d, unsigned long long* reasons) {
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t d,
+                                                       unsigned long long* reasons) {
   FR_SIM_FIELD("throttle")
   if (!reasons) return NVML_ERROR_INVALID_ARGUMENT;
   *reasons = g.throttle;
@@ -273,7 +289,8 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t d, unsigned int* corr, unsig
   return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t d, unsigned int link, nvmlEnableState_t* active) {
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t d, unsigned int link,
+                                      nvmlEnableState_t* active) {
   FR_SIM_FIELD("nvlink")
   if (g.nvlinks == 0) return NVML_ERROR_NOT_SUPPORTED;
   if (!active || link >= unsigned(g.nvlinks)) return NVML_ERROR_INVALID_ARGUMENT;
@@ -282,7 +299,8 @@ nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t d, unsigned int link, nvmlEna
 }
 
 nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t d, unsigned int link,
-                                             nvmlNvLinkErrorCounter_t counter, unsigned long long* value) {
+                                             nvmlNvLinkErrorCounter_t counter,
+                                             unsigned long long* value) {
   FR_SIM_FIELD("nvlink")
   if (!value || link >= unsigned(g.nvlinks) || counter > NVML_NVLINK_ERROR_DL_CRC_DATA)
     return NVML_ERROR_INVALID_ARGUMENT;
@@ -306,7 +324,8 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned in
   *count = unsigned(g.pids.size());
   if (have < g.pids.size()) return NVML_ERROR_INSUFFICIENT_SIZE;
   if (!infos && !g.pids.empty()) return NVML_ERROR_INVALID_ARGUMENT;
-  for (size_t i = 0; i < g.pids.size(); ++i) infos[i] = {g.pids[i], 1ull << 30, 0xFFFFFFFFu, 0xFFFFFFFFu};
+  for (size_t i = 0; i < g.pids.size(); ++i)
+    infos[i] = {g.pids[i], 1ull << 30, 0xFFFFFFFFu, 0xFFFFFFFFu};
   return NVML_SUCCESS;
 }
 
@@ -319,7 +338,8 @@ nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set) {
   return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types, nvmlEventSet_t set) {
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types,
+                                      nvmlEventSet_t set) {
   FR_SIM_FIELD("events")
   if (!set) return NVML_ERROR_INVALID_ARGUMENT;
   if (!(types & nvmlEventTypeXidCriticalError)) return NVML_ERROR_NOT_SUPPORTED;
@@ -328,7 +348,8 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types, 
   return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data, unsigned int timeoutms) {
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data,
+                                 unsigned int timeoutms) {
   if (!g_init) return NVML_ERROR_UNINITIALIZED;
   if (!set || !data) return NVML_ERROR_INVALID_ARGUMENT;
   auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutms);
@@ -340,7 +361,8 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data, unsi
         const Xid& x = c.xids[set->delivered++];
         for (size_t i = 0; i < c.gpus.size(); ++i)
           if (c.gpus[i].bus_id == x.bus_id && set->devices.count(int(i))) {
-            *data = {&g_devices[i], nvmlEventTypeXidCriticalError, x.code, 0xFFFFFFFFu, 0xFFFFFFFFu};
+            *data = {&g_devices[i], nvmlEventTypeXidCriticalError, x.code, 0xFFFFFFFFu,
+                     0xFFFFFFFFu};
             return NVML_SUCCESS;
           }
       }

@@ -79,14 +79,19 @@ struct Job {
   }
   int comm_size(int c) const { return c == 0 ? n : tp; }
   int rank_in(int c, int r) const { return c == 0 ? r : r % tp; }
-  int global(int c, int r, int rank_in_comm) const { return c == 0 ? rank_in_comm : (r / tp) * tp + rank_in_comm; }
-  uint64_t comm_id(int c, int r) const { return c == 0 ? kWorldId : kTpBase + static_cast<uint64_t>(r / tp); }
+  int global(int c, int r, int rank_in_comm) const {
+    return c == 0 ? rank_in_comm : (r / tp) * tp + rank_in_comm;
+  }
+  uint64_t comm_id(int c, int r) const {
+    return c == 0 ? kWorldId : kTpBase + static_cast<uint64_t>(r / tp);
+  }
   int instance(int c, int r) const { return c == 0 ? 0 : 1 + r / tp; }
 
   // Time of a call: every host shares one schedule; a slow rank sleeps at the start of its steps
   // and everyone else waits for it at the step's sync, so the delays add up.
   uint64_t call_ns(int r, int k, int pos) const {
-    uint64_t t = spec.base_ns + static_cast<uint64_t>(k) * kStepNs + static_cast<uint64_t>(pos) * kOpNs +
+    uint64_t t = spec.base_ns + static_cast<uint64_t>(k) * kStepNs +
+                 static_cast<uint64_t>(pos) * kOpNs +
                  mix(static_cast<uint64_t>(r) * 1000003u + static_cast<uint64_t>(k)) % 50'000;
     for (const auto& f : faults) {
       if (f.kind != "slow" || k < f.step) continue;
@@ -126,15 +131,17 @@ struct Job {
       } else if (f.kind == "mismatch-count") {
         if ((i = first_on(any)) >= 0) v[i].count *= 2;
       } else if (f.kind == "mismatch-dtype") {
-        if ((i = first_on(any)) >= 0) v[i].dtype = v[i].dtype == kDtFloat16 ? kDtFloat32 : kDtFloat16;
+        if ((i = first_on(any)) >= 0)
+          v[i].dtype = v[i].dtype == kDtFloat16 ? kDtFloat32 : kDtFloat16;
       } else if (f.kind == "mismatch-op") {
-        if ((i = first_on(any)) >= 0) v[i].op = v[i].op == FR_OP_ALLGATHER ? FR_OP_ALLREDUCE : FR_OP_ALLGATHER,
-                                      v[i].redop = -1;
+        if ((i = first_on(any)) >= 0)
+          v[i].op = v[i].op == FR_OP_ALLGATHER ? FR_OP_ALLREDUCE : FR_OP_ALLGATHER, v[i].redop = -1;
       } else if (f.kind == "mismatch-root") {
         if ((i = first_on([](const Planned& p) { return p.op == FR_OP_BROADCAST; })) >= 0)
           v[i].peer = (v[i].peer + 1) % comm_size(v[i].comm);
       } else if (f.kind == "p2p-skip") {
-        if ((i = first_on([](const Planned& p) { return p.op == FR_OP_SEND; })) >= 0) v.erase(v.begin() + i);
+        if ((i = first_on([](const Planned& p) { return p.op == FR_OP_SEND; })) >= 0)
+          v.erase(v.begin() + i);
       } else if (f.kind == "gpu-stall") {
         if ((i = first_on(any)) >= 0) v[i].stall_before = true;
       }
@@ -158,8 +165,10 @@ struct Counters {
 };
 
 void count_op(Counters& c, const Planned& p) {
-  if (fr::log::op_is_p2p(p.op)) ++c.p2p[p.comm];
-  else ++c.coll[p.comm];
+  if (fr::log::op_is_p2p(p.op))
+    ++c.p2p[p.comm];
+  else
+    ++c.coll[p.comm];
   ++c.op_index[p.comm];
 }
 
@@ -291,7 +300,8 @@ class Simulation {
     const Planned& f = late_[a[0].first][a[0].second].p;
     for (const auto& [ar, ao] : a) {
       const Planned& x = late_[ar][ao].p;
-      same &= x.op == f.op && x.dtype == f.dtype && x.count == f.count && x.redop == f.redop && x.peer == f.peer;
+      same &= x.op == f.op && x.dtype == f.dtype && x.count == f.count && x.redop == f.redop &&
+              x.peer == f.peer;
     }
     if (same) {
       auto members = a;
@@ -306,13 +316,16 @@ class Simulation {
   std::vector<std::vector<LateOp>> late_;
   std::vector<Unit> units_;
   std::vector<std::deque<int>> stream_;  // per rank: units, the head one running
-  std::unordered_map<uint64_t, std::vector<std::pair<int, int>>> arrivals_;  // (instance, seq) -> (rank, op)
-  std::map<std::tuple<int, int, int>, std::pair<Waiting, Waiting>> p2p_;  // (instance, src, dst) -> sends, recvs
+  std::unordered_map<uint64_t, std::vector<std::pair<int, int>>>
+      arrivals_;  // (instance, seq) -> (rank, op)
+  std::map<std::tuple<int, int, int>, std::pair<Waiting, Waiting>>
+      p2p_;                // (instance, src, dst) -> sends, recvs
   std::vector<int> work_;  // ranks whose stream head may progress
 };
 
-fr::log::Record make_record(uint64_t id, uint64_t comm_id, uint64_t seq, uint64_t op_index, const Planned& p,
-                            uint64_t call_ns, uint64_t group_id, uint8_t state, bool tracked) {
+fr::log::Record make_record(uint64_t id, uint64_t comm_id, uint64_t seq, uint64_t op_index,
+                            const Planned& p, uint64_t call_ns, uint64_t group_id, uint8_t state,
+                            bool tracked) {
   fr::log::Record rec{};
   fr_record& r = rec.raw;
   r.lock = 2;
@@ -331,36 +344,49 @@ fr::log::Record make_record(uint64_t id, uint64_t comm_id, uint64_t seq, uint64_
   r.redop = p.redop;
   r.peer = p.peer;
   r.result = 0;
-  r.flags = FR_REC_F_LAUNCHED | (group_id ? FR_REC_F_IN_GROUP : 0u) | (tracked ? 0u : FR_REC_F_GPU_UNTRACKED);
+  r.flags = FR_REC_F_LAUNCHED | (group_id ? FR_REC_F_IN_GROUP : 0u) |
+            (tracked ? 0u : FR_REC_F_GPU_UNTRACKED);
   r.gpu_state = tracked ? state : static_cast<uint8_t>(FR_GPU_NONE);
   rec.gpu_state = static_cast<fr_gpu_state>(r.gpu_state);
   return rec;
 }
 
-// Builds rank r's log: the completed steps, then its late ops, keeping the newest records.
-fr::log::LogFile build_log(const Job& job, int r, const std::vector<LateOp>& late) {
-  const Spec& s = job.spec;
-  const bool tracked = s.gpu_tracking;
-  const size_t cap = static_cast<size_t>(std::max(1, s.entries));
-  std::vector<fr::log::Record> ring(cap);
+// Rank r's records, newest `entries` kept in a ring as the agent keeps them, and where each of its
+// two communicators stands after them.
+struct RankRecords {
+  std::vector<fr::log::Record> ring;
   uint64_t next_id = 0;
-  auto push = [&](const fr::log::Record& rec) { ring[rec.raw.id % cap] = rec; ++next_id; };
-
   Counters c;
   uint64_t started[2] = {0, 0}, completed[2] = {0, 0}, last_call[2] = {0, 0};
+};
+
+// The completed steps, then rank r's late ops.
+RankRecords rank_records(const Job& job, int r, const std::vector<LateOp>& late) {
+  const Spec& s = job.spec;
+  const bool tracked = s.gpu_tracking;
+  RankRecords out;
+  out.ring.resize(static_cast<size_t>(std::max(1, s.entries)));
+  auto push = [&](const fr::log::Record& rec) {
+    out.ring[rec.raw.id % out.ring.size()] = rec;
+    ++out.next_id;
+  };
+  Counters& c = out.c;
   const int extra_api = s.wrap_jitter ? r % 7 : 0;
   Planned api{};
   api.op = FR_OP_COMM_INIT_RANK;
-  push(make_record(next_id, kWorldId, 0, 0, api, s.base_ns - 2'000'000'000ull, 0, FR_GPU_NONE, false));
+  push(make_record(out.next_id, kWorldId, 0, 0, api, s.base_ns - 2'000'000'000ull, 0, FR_GPU_NONE,
+                   false));
   if (job.tp > 1) {
     api.op = FR_OP_COMM_SPLIT;
-    fr::log::Record rec = make_record(next_id, kWorldId, 0, 0, api, s.base_ns - 1'000'000'000ull, 0, FR_GPU_NONE, false);
+    fr::log::Record rec = make_record(out.next_id, kWorldId, 0, 0, api,
+                                      s.base_ns - 1'000'000'000ull, 0, FR_GPU_NONE, false);
     rec.raw.aux = job.comm_id(1, r);
     push(rec);
   }
   for (int i = 0; i < extra_api; ++i) {
     api.op = FR_OP_COMM_GET_ASYNC_ERROR;
-    push(make_record(next_id, kWorldId, 0, 0, api, s.base_ns - 500'000'000ull + i, 0, FR_GPU_NONE, false));
+    push(make_record(out.next_id, kWorldId, 0, 0, api, s.base_ns - 500'000'000ull + i, 0,
+                     FR_GPU_NONE, false));
   }
   for (int k = 0; k < std::min(job.first_fault, job.steps); ++k) {
     for (const auto& p : job.plan(r, k)) {
@@ -368,21 +394,62 @@ fr::log::LogFile build_log(const Job& job, int r, const std::vector<LateOp>& lat
       const uint64_t seq = fr::log::op_is_p2p(p.op) ? c.p2p[p.comm] : c.coll[p.comm];
       const uint64_t t = job.call_ns(r, k, p.pos);
       const uint64_t gid = p.group ? (static_cast<uint64_t>(k) << 8 | p.group) + 1 : 0;
-      push(make_record(next_id, job.comm_id(p.comm, r), seq, c.op_index[p.comm], p, t, gid, FR_GPU_COMPLETED, tracked));
-      started[p.comm] = completed[p.comm] = c.op_index[p.comm];
-      last_call[p.comm] = t;
+      push(make_record(out.next_id, job.comm_id(p.comm, r), seq, c.op_index[p.comm], p, t, gid,
+                       FR_GPU_COMPLETED, tracked));
+      out.started[p.comm] = out.completed[p.comm] = c.op_index[p.comm];
+      out.last_call[p.comm] = t;
     }
   }
   for (const auto& o : late) {
     const uint64_t t = job.call_ns(r, o.step, o.p.pos);
-    push(make_record(next_id, job.comm_id(o.p.comm, r), o.seq, o.op_index, o.p, t, o.group_id, o.state, tracked));
-    if (fr::log::op_is_p2p(o.p.op)) c.p2p[o.p.comm] = o.seq;
-    else c.coll[o.p.comm] = o.seq;
+    push(make_record(out.next_id, job.comm_id(o.p.comm, r), o.seq, o.op_index, o.p, t, o.group_id,
+                     o.state, tracked));
+    if (fr::log::op_is_p2p(o.p.op))
+      c.p2p[o.p.comm] = o.seq;
+    else
+      c.coll[o.p.comm] = o.seq;
     c.op_index[o.p.comm] = o.op_index;
-    if (o.state >= FR_GPU_STARTED) started[o.p.comm] = std::max(started[o.p.comm], o.op_index);
-    if (o.state == FR_GPU_COMPLETED) completed[o.p.comm] = std::max(completed[o.p.comm], o.op_index);
-    last_call[o.p.comm] = t;
+    if (o.state >= FR_GPU_STARTED)
+      out.started[o.p.comm] = std::max(out.started[o.p.comm], o.op_index);
+    if (o.state == FR_GPU_COMPLETED)
+      out.completed[o.p.comm] = std::max(out.completed[o.p.comm], o.op_index);
+    out.last_call[o.p.comm] = t;
   }
+  return out;
+}
+
+// Rank r's entry for communicator cc (0 the world, 1 its tensor-parallel group).
+fr_comm_entry comm_entry(const Job& job, int r, int cc, const RankRecords& recs, int cuda_dev) {
+  const Spec& s = job.spec;
+  fr_comm_entry e{};
+  e.lock = 2;
+  e.id = job.comm_id(cc, r);
+  e.parent_id = cc == 0 ? 0 : kWorldId;
+  e.create_ns = s.base_ns - (cc == 0 ? 2'000'000'000ull : 1'000'000'000ull);
+  e.color = cc == 0 ? 0 : r / job.tp;
+  e.key = cc == 0 ? 0 : r;
+  e.size = job.comm_size(cc);
+  e.rank = job.rank_in(cc, r);
+  e.cuda_dev = cuda_dev;
+  e.origin = cc == 0 ? FR_ORIGIN_INIT_RANK : FR_ORIGIN_SPLIT;
+  e.flags = cc == 0 ? FR_COMM_F_ID_FROM_UNIQUE_ID : FR_COMM_F_ID_DERIVED;
+  e.derive_index = cc == 0 ? 0 : 1;
+  std::snprintf(e.name, sizeof e.name, "%s", cc == 0 ? "world" : "tp");
+  e.state = FR_COMM_LIVE;
+  e.coll_seq = recs.c.coll[cc];
+  e.p2p_seq = recs.c.p2p[cc];
+  e.op_index = recs.c.op_index[cc];
+  e.last_call_ns = recs.last_call[cc];
+  e.gpu_started = s.gpu_tracking ? recs.started[cc] : 0;
+  e.gpu_completed = s.gpu_tracking ? recs.completed[cc] : 0;
+  return e;
+}
+
+// Builds rank r's log: the completed steps, then its late ops, keeping the newest records.
+fr::log::LogFile build_log(const Job& job, int r, const std::vector<LateOp>& late) {
+  const Spec& s = job.spec;
+  const RankRecords recs = rank_records(job, r, late);
+  const uint64_t next_id = recs.next_id, cap = recs.ring.size();
 
   fr::log::LogFile log;
   fr_log_header& h = log.header;
@@ -394,7 +461,7 @@ fr::log::LogFile build_log(const Job& job, int r, const std::vector<LateOp>& lat
   h.global_rank = r;
   h.world_size = job.n;
   h.local_rank = r % std::max(1, s.ranks_per_host);
-  h.flags = tracked ? FR_LOG_F_GPU_MARKERS : FR_LOG_F_NO_GPU_TRACKING;
+  h.flags = s.gpu_tracking ? FR_LOG_F_GPU_MARKERS : FR_LOG_F_NO_GPU_TRACKING;
   h.nccl_version = 22809;
   h.record_counter = next_id;
   h.overwritten = next_id > cap ? next_id - cap : 0;
@@ -403,35 +470,14 @@ fr::log::LogFile build_log(const Job& job, int r, const std::vector<LateOp>& lat
   std::snprintf(h.exe, sizeof h.exe, "train.py");
   uint64_t hb = 0;
   for (int cc = 0; cc < (job.tp > 1 ? 2 : 1); ++cc) {
-    fr_comm_entry e{};
-    e.lock = 2;
-    e.id = job.comm_id(cc, r);
-    e.parent_id = cc == 0 ? 0 : kWorldId;
-    e.create_ns = s.base_ns - (cc == 0 ? 2'000'000'000ull : 1'000'000'000ull);
-    e.color = cc == 0 ? 0 : r / job.tp;
-    e.key = cc == 0 ? 0 : r;
-    e.size = job.comm_size(cc);
-    e.rank = job.rank_in(cc, r);
-    e.cuda_dev = h.local_rank;
-    e.origin = cc == 0 ? FR_ORIGIN_INIT_RANK : FR_ORIGIN_SPLIT;
-    e.flags = cc == 0 ? FR_COMM_F_ID_FROM_UNIQUE_ID : FR_COMM_F_ID_DERIVED;
-    e.derive_index = cc == 0 ? 0 : 1;
-    std::snprintf(e.name, sizeof e.name, "%s", cc == 0 ? "world" : "tp");
-    e.state = FR_COMM_LIVE;
-    e.coll_seq = c.coll[cc];
-    e.p2p_seq = c.p2p[cc];
-    e.op_index = c.op_index[cc];
-    e.last_call_ns = last_call[cc];
-    e.gpu_started = tracked ? started[cc] : 0;
-    e.gpu_completed = tracked ? completed[cc] : 0;
-    hb = std::max(hb, last_call[cc]);
-    log.comms.push_back(e);
+    log.comms.push_back(comm_entry(job, r, cc, recs, h.local_rank));
+    hb = std::max(hb, recs.last_call[cc]);
   }
   h.heartbeat_ns = hb;
   h.comm_count = static_cast<uint32_t>(log.comms.size());
   const uint64_t first = next_id > cap ? next_id - cap : 0;
   log.records.reserve(next_id - first);
-  for (uint64_t id = first; id < next_id; ++id) log.records.push_back(ring[id % cap]);
+  for (uint64_t id = first; id < next_id; ++id) log.records.push_back(recs.ring[id % cap]);
   log.writer_alive = !job.dead(r);
   log.is_snapshot = true;
   log.path = "rank" + std::to_string(r);
@@ -453,7 +499,8 @@ Job make_job(const Spec& spec) {
     if (f.kind == "mismatch-root") f.comm = "world";
     f.rank = std::clamp(f.rank, 0, job.n - 1);
     job.faults.push_back(f);
-    if (f.kind != "healthy" && f.kind != "slow") job.first_fault = std::min(job.first_fault, f.step);
+    if (f.kind != "healthy" && f.kind != "slow")
+      job.first_fault = std::min(job.first_fault, f.step);
   }
   if (job.first_fault == INT32_MAX) job.first_fault = job.steps;
   return job;
@@ -471,9 +518,9 @@ std::vector<std::vector<LateOp>> run_job(const Job& job) {
 }  // namespace
 
 bool parse_fault(const std::string& spec, Fault* out, std::string* error) {
-  static const char* const kinds[] = {"healthy", "hang-host", "skip", "crash", "gpu-stall", "mismatch-count",
-                                      "mismatch-dtype", "mismatch-op", "mismatch-root", "p2p-skip", "slow",
-                                      "node-lost"};
+  static const char* const kinds[] = {
+      "healthy",        "hang-host",   "skip",          "crash",    "gpu-stall", "mismatch-count",
+      "mismatch-dtype", "mismatch-op", "mismatch-root", "p2p-skip", "slow",      "node-lost"};
   Fault f;
   bool have_kind = false;
   std::stringstream ss(spec);
@@ -507,8 +554,8 @@ bool parse_fault(const std::string& spec, Fault* out, std::string* error) {
       return false;
     }
   }
-  if (!have_kind || std::find_if(std::begin(kinds), std::end(kinds), [&](const char* x) { return f.kind == x; }) ==
-                        std::end(kinds)) {
+  if (!have_kind || std::find_if(std::begin(kinds), std::end(kinds),
+                                 [&](const char* x) { return f.kind == x; }) == std::end(kinds)) {
     *error = "unknown fault kind '" + f.kind + "'";
     return false;
   }
@@ -568,7 +615,8 @@ bool write_dump_set(const Spec& spec, const std::string& dir, std::string* error
       fr::log::LogFile log = build_log(job, r, late[r]);
       std::vector<LateOp>().swap(late[r]);
       const std::string host = log.hostname();
-      const std::string name = "rank" + std::to_string(r) + "." + host + "." + std::to_string(log.header.pid) + FR_LOG_FILE_SUFFIX;
+      const std::string name = "rank" + std::to_string(r) + "." + host + "." +
+                               std::to_string(log.header.pid) + FR_LOG_FILE_SUFFIX;
       std::string bytes = fr::log::encode_snapshot(log, snap_ns);
       const fs::path file = fs::path(set_dir(job.host_of(r))) / name;
       std::ofstream out(file, std::ios::binary | std::ios::trunc);
@@ -593,7 +641,8 @@ bool write_dump_set(const Spec& spec, const std::string& dir, std::string* error
       ok[r] = 1;
     }
   };
-  unsigned threads = spec.threads ? spec.threads : std::max(1u, std::thread::hardware_concurrency());
+  unsigned threads =
+      spec.threads ? spec.threads : std::max(1u, std::thread::hardware_concurrency());
   std::vector<std::thread> pool;
   for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
   worker();
@@ -626,7 +675,8 @@ bool write_dump_set(const Spec& spec, const std::string& dir, std::string* error
     if (ok[r]) listed.push_back(procs[r]);
   std::vector<fr::log::ManifestNode> nodes;
   for (int h = 0; h < hosts; ++h) nodes.push_back(node_of(h));
-  return fr::log::write_manifest(dir, spec.job_id, snap_ns, listed, {}, nodes, "fr-gendumps", job.n, error);
+  return fr::log::write_manifest(dir, spec.job_id, snap_ns, listed, {}, nodes, "fr-gendumps", job.n,
+                                 error);
 }
 
 }  // namespace fr::analyzer::synth

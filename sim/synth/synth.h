@@ -20,9 +20,9 @@ namespace fr::analyzer::synth {
 struct Fault {
   std::string kind = "healthy";
   int rank = 0;
-  int step = -1;              // -1: the last step
-  std::string comm = "world"; // world | tp
-  int ms = 50;                // slow: added per step
+  int step = -1;               // -1: the last step
+  std::string comm = "world";  // world | tp
+  int ms = 50;                 // slow: added per step
 };
 
 // Parses fr-simjob's syntax "rank=R,step=S,kind=K[,comm=world|tp][,ms=M]"; "kind" alone (e.g.
@@ -36,20 +36,20 @@ bool add_fault(const std::string& spec, Spec* out, std::string* error);
 
 struct Spec {
   int ranks = 8;
-  int entries = 64;            // ring capacity per rank (records kept in each dump)
-  int steps = 0;               // 0: enough steps to wrap every ring by about a quarter
+  int entries = 64;  // ring capacity per rank (records kept in each dump)
+  int steps = 0;     // 0: enough steps to wrap every ring by about a quarter
   int ranks_per_host = 4;
-  int tp = 2;                  // tensor-parallel group size; 1: no tp communicators
+  int tp = 2;  // tensor-parallel group size; 1: no tp communicators
   std::vector<Fault> faults;
-  std::vector<int> omit_ranks; // no dump file for these (missing ranks)
+  std::vector<int> omit_ranks;  // no dump file for these (missing ranks)
   bool gpu_tracking = true;
-  bool wrap_jitter = true;     // ranks wrap their rings at different points
-  int64_t host_skew_ns = 0;    // host h's clock runs h * skew ahead; the manifest corrects it
+  bool wrap_jitter = true;   // ranks wrap their rings at different points
+  int64_t host_skew_ns = 0;  // host h's clock runs h * skew ahead; the manifest corrects it
   std::string job_id = "synthetic";
   uint64_t base_ns = 1796205600000000000ull;
   unsigned threads = 0;
-  bool dir_per_host = false;   // one dump set per host (DIR/node<h>/, each with its manifest), as
-                               // node daemons write them, instead of one for the whole job
+  bool dir_per_host = false;  // one dump set per host (DIR/node<h>/, each with its manifest), as
+                              // node daemons write them, instead of one for the whole job
 };
 
 // The logs, one per rank (ascending), as a snapshot would have captured them.

@@ -54,7 +54,8 @@ std::set<std::string> declared_in(const std::string& header) {
   std::ifstream in(header);
   REQUIRE(in.good());
   std::set<std::string> names;
-  const std::regex decl(R"(^\s*(?:ncclResult_t|const\s+char\s*\*|void)\s+(nccl[A-Za-z0-9_]+)\s*\()");
+  const std::regex decl(
+      R"(^\s*(?:ncclResult_t|const\s+char\s*\*|void)\s+(nccl[A-Za-z0-9_]+)\s*\()");
   std::string line;
   while (std::getline(in, line)) {
     std::smatch m;
@@ -78,9 +79,10 @@ TEST_CASE("the agent wraps every function of the nccl.h it was built against", "
   // Left out on purpose (docs/agent.md): process-wide settings that involve no communicator and
   // no GPU work, so they cannot take part in a hang; unwrapped, they bind straight to NCCL.
   const std::set<std::string> left_out = {
-      "ncclParamBind",   "ncclParamGetI8",  "ncclParamGetI16",       "ncclParamGetI32",
-      "ncclParamGetI64", "ncclParamGetU8",  "ncclParamGetU16",       "ncclParamGetU32",
-      "ncclParamGetU64", "ncclParamGetStr", "ncclParamGet",          "ncclParamGetParameter",
+      "ncclParamBind",    "ncclParamGetI8",    "ncclParamGetI16",
+      "ncclParamGetI32",  "ncclParamGetI64",   "ncclParamGetU8",
+      "ncclParamGetU16",  "ncclParamGetU32",   "ncclParamGetU64",
+      "ncclParamGetStr",  "ncclParamGet",      "ncclParamGetParameter",
       "ncclParamDumpAll", "ncclSetEncryption", "ncclParamGetAllParameterKeys"};
   const std::set<std::string> ours = exports_of(FR_AGENT_LIB);
   std::vector<std::string> missing;
@@ -100,12 +102,19 @@ TEST_CASE("the agent wraps every function of the nccl.h it was built against", "
       "ncclProfiler_v5", "ncclProfiler_v6"};
   for (const fr::NcclFn& f : fr::kNcclApi) beyond_header.insert(f.name);
   // The CUDA graph calls the agent interposes to record replays (runtime and driver entries).
-  const std::set<std::string> cuda_graph = {
-      "cuGetProcAddress", "cuGetProcAddress_v2", "cuGraphInstantiateWithFlags",
-      "cuGraphInstantiateWithParams", "cuGraphInstantiateWithParams_ptsz", "cuGraphLaunch",
-      "cuGraphLaunch_ptsz", "cudaGraphInstantiate", "cudaGraphInstantiateWithFlags",
-      "cudaGraphInstantiateWithParams", "cudaGraphInstantiateWithParams_ptsz", "cudaGraphLaunch",
-      "cudaGraphLaunch_ptsz"};
+  const std::set<std::string> cuda_graph = {"cuGetProcAddress",
+                                            "cuGetProcAddress_v2",
+                                            "cuGraphInstantiateWithFlags",
+                                            "cuGraphInstantiateWithParams",
+                                            "cuGraphInstantiateWithParams_ptsz",
+                                            "cuGraphLaunch",
+                                            "cuGraphLaunch_ptsz",
+                                            "cudaGraphInstantiate",
+                                            "cudaGraphInstantiateWithFlags",
+                                            "cudaGraphInstantiateWithParams",
+                                            "cudaGraphInstantiateWithParams_ptsz",
+                                            "cudaGraphLaunch",
+                                            "cudaGraphLaunch_ptsz"};
   // NIXL's nixlAgent methods (agent/wrappers_nixl.cpp; tests/agent/process_test.cpp counts them).
   auto nixl = [](const std::string& f) {
     return f.rfind("_ZN9nixlAgent", 0) == 0 || f.rfind("_ZNK9nixlAgent", 0) == 0;
@@ -121,7 +130,9 @@ TEST_CASE("the agent wraps every function of the nccl.h it was built against", "
 }
 
 TEST_CASE("the agent requires no glibc symbol version above 2.28", "[agent]") {
-  if (kSanitized) FR_SKIP("sanitizer build: the shipped agent is the plain build; this one links a sanitizer runtime");
+  if (kSanitized)
+    FR_SKIP(
+        "sanitizer build: the shipped agent is the plain build; this one links a sanitizer runtime");
   int st = 0;
   std::string out = command_output("objdump -T '" + std::string(FR_AGENT_LIB) + "' 2>&1", &st);
   REQUIRE(st == 0);
@@ -149,7 +160,8 @@ TEST_CASE("the agent requires no glibc symbol version above 2.28", "[agent]") {
 
 // The root is made once by scripts/install-deps.sh (debootstrap bullseye) and cached.
 TEST_CASE("a program with the agent preloaded starts and records in a Debian 11 root", "[agent]") {
-  if (kSanitized) FR_SKIP("sanitizer build: a sanitized agent cannot be preloaded into another program");
+  if (kSanitized)
+    FR_SKIP("sanitizer build: a sanitized agent cannot be preloaded into another program");
   if (geteuid() != 0) FR_SKIP("chroot needs root");
   const char* env_root = getenv("FR_BULLSEYE_ROOT");
   const std::string root = env_root && *env_root ? env_root : "/var/cache/fr/bullseye-root";
@@ -175,8 +187,9 @@ TEST_CASE("a program with the agent preloaded starts and records in a Debian 11 
       (void)ignored;
     }
   } cleanup{host_dir};
-  REQUIRE(system(("cp '" FR_AGENT_LIB "' '" + host_dir + "/libfr_agent.so' && cp '" FR_OLDROOT_NCCL
-                  "' '" + host_dir + "/libnccl.so.2' && cp '" FR_OLDROOT_DRIVER "' '" + host_dir +
+  REQUIRE(system(("cp '" FR_AGENT_LIB "' '" + host_dir +
+                  "/libfr_agent.so' && cp '" FR_OLDROOT_NCCL "' '" + host_dir +
+                  "/libnccl.so.2' && cp '" FR_OLDROOT_DRIVER "' '" + host_dir +
                   "/libdriver.so' && mkdir '" + host_dir + "/logs'")
                      .c_str()) == 0);
 

@@ -15,8 +15,8 @@
 #include "skip.h"
 #include "test_util.h"
 
-using fr::agent_test::env_for;
 using fr::agent_test::Env;
+using fr::agent_test::env_for;
 using fr::agent_test::only_log;
 using fr::agent_test::records_of;
 using fr::agent_test::run;
@@ -95,8 +95,10 @@ TEST_CASE("a lazy trampoline table filled through dlsym on first call is recorde
   check_recorded(dir);
 }
 
-TEST_CASE("lookups NCCL does not answer, on other libraries, or relative to the caller are "
-          "unchanged", "[agent]") {
+TEST_CASE(
+    "lookups NCCL does not answer, on other libraries, or relative to the caller are "
+    "unchanged",
+    "[agent]") {
   TempDir dir;
   RunResult r = run({kProbeOld, "lookups", kSimNccl}, env_for(dir));
   INFO(r.out << r.err);

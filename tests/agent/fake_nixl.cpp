@@ -17,5 +17,6 @@ __attribute__((visibility("default"))) void fake_nixl_ctor(void* self, const std
 }
 
 // nixl_status_t nixlAgent::getXferStatus(nixlXferReqH*) const
-int fake_nixl_status(const void* self, void* req) __asm__("_ZNK9nixlAgent13getXferStatusEP12nixlXferReqH");
+int fake_nixl_status(const void* self,
+                     void* req) __asm__("_ZNK9nixlAgent13getXferStatusEP12nixlXferReqH");
 __attribute__((visibility("default"))) int fake_nixl_status(const void*, void*) { return 1; }

@@ -41,7 +41,8 @@ const fr_log_header* own_log() {
   if (d == nullptr) return nullptr;
   std::string want = "." + std::to_string(getpid()) + ".", path;
   while (dirent* e = readdir(d))
-    if (std::string(e->d_name).find(want) != std::string::npos) path = std::string(dir) + "/" + e->d_name;
+    if (std::string(e->d_name).find(want) != std::string::npos)
+      path = std::string(dir) + "/" + e->d_name;
   closedir(d);
   int fd = open(path.c_str(), O_RDONLY);
   if (fd < 0) return nullptr;
@@ -76,7 +77,8 @@ Job setup() {
 
 void issue(Job& j) {
   void* p = (void*)j.buf;
-  check("ncclAllReduce", ncclAllReduce(p, p, 16, ncclFloat32, ncclSum, j.comm, (cudaStream_t)j.stream));
+  check("ncclAllReduce",
+        ncclAllReduce(p, p, 16, ncclFloat32, ncclSum, j.comm, (cudaStream_t)j.stream));
   check("ncclBroadcast", ncclBroadcast(p, p, 8, ncclFloat32, 0, j.comm, (cudaStream_t)j.stream));
 }
 
@@ -93,14 +95,15 @@ void report(const fr_log_header* h, const char* prefix) {
   }
   auto* g = (const fr_graph_entry*)((const uint8_t*)h + h->graph_offset);
   auto* c = (const fr_comm_entry*)((const uint8_t*)h + h->comm_offset);
-  printf("%s.graphs=%u\n%s.replays=%llu\n%s.n_ops=%u\n%s.coll_seq=%llu\n%s.started=%llx\n"
-         "%s.completed=%llx\n",
-         prefix, __atomic_load_n(&h->graph_count, __ATOMIC_ACQUIRE), prefix,
-         (unsigned long long)__atomic_load_n(&g->replays, __ATOMIC_ACQUIRE), prefix,
-         __atomic_load_n(&g->n_ops, __ATOMIC_ACQUIRE), prefix,
-         (unsigned long long)__atomic_load_n(&c->coll_seq, __ATOMIC_ACQUIRE), prefix,
-         (unsigned long long)__atomic_load_n(&c->graph_started, __ATOMIC_ACQUIRE), prefix,
-         (unsigned long long)__atomic_load_n(&c->graph_completed, __ATOMIC_ACQUIRE));
+  printf(
+      "%s.graphs=%u\n%s.replays=%llu\n%s.n_ops=%u\n%s.coll_seq=%llu\n%s.started=%llx\n"
+      "%s.completed=%llx\n",
+      prefix, __atomic_load_n(&h->graph_count, __ATOMIC_ACQUIRE), prefix,
+      (unsigned long long)__atomic_load_n(&g->replays, __ATOMIC_ACQUIRE), prefix,
+      __atomic_load_n(&g->n_ops, __ATOMIC_ACQUIRE), prefix,
+      (unsigned long long)__atomic_load_n(&c->coll_seq, __ATOMIC_ACQUIRE), prefix,
+      (unsigned long long)__atomic_load_n(&c->graph_started, __ATOMIC_ACQUIRE), prefix,
+      (unsigned long long)__atomic_load_n(&c->graph_completed, __ATOMIC_ACQUIRE));
 }
 
 int runtime(long n) {
@@ -146,7 +149,8 @@ int driver() {
   void* inst = nullptr;
   void* launch = nullptr;
   CUdriverProcAddressQueryResult st;
-  check("cuGetProcAddress(inst)", cuGetProcAddress("cuGraphInstantiateWithFlags", &inst, 13000, 0, &st));
+  check("cuGetProcAddress(inst)",
+        cuGetProcAddress("cuGraphInstantiateWithFlags", &inst, 13000, 0, &st));
   check("cuGetProcAddress(launch)", cuGetProcAddress("cuGraphLaunch", &launch, 13000, 0, &st));
   CUgraphExec exec = nullptr;
   check("instantiate", ((InstFn)inst)(&exec, g, 0));
@@ -170,7 +174,8 @@ int unreplayed() {
   CUgraphExec exec = nullptr;
   check("cuGraphInstantiate", cuGraphInstantiate(&exec, g, 0));
   void* p = (void*)j.buf;
-  check("ncclAllReduce", ncclAllReduce(p, p, 16, ncclFloat32, ncclSum, j.comm, (cudaStream_t)j.stream));
+  check("ncclAllReduce",
+        ncclAllReduce(p, p, 16, ncclFloat32, ncclSum, j.comm, (cudaStream_t)j.stream));
   check("cuStreamSynchronize", cuStreamSynchronize(j.stream));
   report(own_log(), "end");
   // Exits without destroying anything: the log is analysed as a dump of a live job would be.
@@ -187,7 +192,8 @@ int no_nccl() {
   check("cuStreamEndCapture", cuStreamEndCapture(j.stream, &g));
   cudaGraphExec_t exec = nullptr;
   check("cudaGraphInstantiate", cudaGraphInstantiate(&exec, g, 0));
-  for (int i = 0; i < 5; ++i) check("cudaGraphLaunch", cudaGraphLaunch(exec, (cudaStream_t)j.stream));
+  for (int i = 0; i < 5; ++i)
+    check("cudaGraphLaunch", cudaGraphLaunch(exec, (cudaStream_t)j.stream));
   check("cuStreamSynchronize", cuStreamSynchronize(j.stream));
   report(own_log(), "end");
   finish(j);

@@ -21,8 +21,7 @@ namespace {
 
 const std::string kProbe = std::string(FR_AGENT_TEST_DIR) + "/fr_agent_graph_probe";
 
-RunResult probe(const TempDir& dir, std::vector<std::string> args,
-               fr::agent_test::Env extra = {}) {
+RunResult probe(const TempDir& dir, std::vector<std::string> args, fr::agent_test::Env extra = {}) {
   args.insert(args.begin(), kProbe);
   RunResult r = run(args, env_for(dir, std::move(extra)));
   INFO(r.out << r.err);

@@ -7,11 +7,11 @@
 
 #include "test_util.h"
 
+using fr::agent_test::Env;
+using fr::agent_test::env_for;
 using fr::agent_test::run;
 using fr::agent_test::RunResult;
 using fr::agent_test::TempDir;
-using fr::agent_test::Env;
-using fr::agent_test::env_for;
 
 namespace {
 
@@ -56,7 +56,8 @@ TEST_CASE("flight logs are 0600 unless FR_LOG_MODE says otherwise", "[agent]") {
   REQUIRE(run({kProbe, "basic"}, mode_env(c, {{"FR_LOG_MODE", "0044"}})).exit_code == 0);
   CHECK(only_log_mode(c) == 0644);
   TempDir d;
-  RunResult r = run({kProbe, "basic"}, mode_env(d, {{"FR_LOG_MODE", "rw-r--r--"}, {"FR_DEBUG", "1"}}));
+  RunResult r =
+      run({kProbe, "basic"}, mode_env(d, {{"FR_LOG_MODE", "rw-r--r--"}, {"FR_DEBUG", "1"}}));
   umask(old);
   REQUIRE(r.exit_code == 0);
   CHECK(only_log_mode(d) == 0600);
@@ -79,7 +80,8 @@ TEST_CASE("an FR_BUFFER_ENTRIES above the cap is capped and said once", "[agent]
   CHECK(log.log->header.ring_capacity == FR_MAX_RING_CAPACITY);
   // Without FR_DEBUG the program's stderr stays untouched.
   TempDir quiet;
-  RunResult q = run({kProbe, "ring", "3"}, mode_env(quiet, {{"FR_BUFFER_ENTRIES", "1000000000000"}}));
+  RunResult q =
+      run({kProbe, "ring", "3"}, mode_env(quiet, {{"FR_BUFFER_ENTRIES", "1000000000000"}}));
   REQUIRE(q.exit_code == 0);
   CHECK(q.err.empty());
 }

@@ -97,9 +97,8 @@ void same_functions(const std::map<std::string, char>& exports, const std::set<s
 }  // namespace
 
 TEST_CASE("the agent wraps exactly the functions of the NCCL API list", "[agent]") {
-  same_functions(exports_of(FR_AGENT_LIB), listed_names(false, [](const fr::NcclFn&) {
-                   return true;
-                 }));
+  same_functions(exports_of(FR_AGENT_LIB),
+                 listed_names(false, [](const fr::NcclFn&) { return true; }));
 }
 
 TEST_CASE("the emulation defines the list's functions its rows say it does, with pncclX aliases",
@@ -110,9 +109,8 @@ TEST_CASE("the emulation defines the list's functions its rows say it does, with
 }
 
 TEST_CASE("the test double defines every function of the list, with pncclX aliases", "[agent]") {
-  same_functions(exports_of(FR_DOUBLE_LIB), listed_names(true, [](const fr::NcclFn&) {
-                   return true;
-                 }));
+  same_functions(exports_of(FR_DOUBLE_LIB),
+                 listed_names(true, [](const fr::NcclFn&) { return true; }));
 }
 
 TEST_CASE("the agent's version script exports every listed function and NIXL wrapper", "[agent]") {
@@ -149,7 +147,8 @@ TEST_CASE("the agent's version script exports every listed function and NIXL wra
 TEST_CASE("each listed function is in every nccl.h from the release its row names", "[agent]") {
   const std::string headers[] = {FR_NCCL_HEADER, FR_CUDA_HOME "/include/nccl.h",
                                  "/opt/fr-deps/nccl-2.30.7/include/nccl.h"};
-  const std::regex decl(R"(^\s*(?:ncclResult_t|const\s+char\s*\*|void)\s+(nccl[A-Za-z0-9_]+)\s*\()");
+  const std::regex decl(
+      R"(^\s*(?:ncclResult_t|const\s+char\s*\*|void)\s+(nccl[A-Za-z0-9_]+)\s*\()");
   const std::regex version(R"(^#define\s+NCCL_VERSION_CODE\s+([0-9]+))");
   int checked = 0;
   for (const std::string& header : headers) {
@@ -180,9 +179,9 @@ TEST_CASE("every op of FR_OP_LIST a call records has its rows in the lists", "[a
   for (const NixlRow& r : kNixlApi) listed.insert(r.op);
   // Records no call of its own writes: a graph's replay, a shrink's excluded ranks.
   const std::set<uint16_t> not_calls = {FR_OP_NONE, FR_OP_GRAPH_LAUNCH, FR_OP_COMM_SHRINK_EXCLUDED};
-#define FR_X(e, v, s, k) \
-  {                      \
-    INFO("FR_OP_" #e);   \
+#define FR_X(e, v, s, k)                              \
+  {                                                   \
+    INFO("FR_OP_" #e);                                \
     CHECK(listed.count(v) + not_calls.count(v) >= 1); \
   }
   FR_OP_LIST(FR_X)
@@ -206,8 +205,8 @@ TEST_CASE("the agent wraps exactly the NIXL list's WRAP methods", "[agent]") {
 
 TEST_CASE("the real libnixl.so defines every method of the NIXL list", "[agent]") {
   glob_t g = {};
-  const int found = glob("/opt/fr-nixl/lib/python3*/site-packages/.nixl*libs/libnixl.so", 0,
-                         nullptr, &g);
+  const int found =
+      glob("/opt/fr-nixl/lib/python3*/site-packages/.nixl*libs/libnixl.so", 0, nullptr, &g);
   const std::string lib = found == 0 && g.gl_pathc > 0 ? g.gl_pathv[0] : "";
   globfree(&g);
   if (lib.empty()) FR_SKIP("no NIXL 1.5 in /opt/fr-nixl (scripts/install-deps.sh)");

@@ -72,7 +72,6 @@ uint64_t u(T v) {
   }
 }
 
-
 // ---- the bodies of the functions that do more than remember the call -------------------------
 
 // One tag per function of the list, to pick its body.
@@ -273,9 +272,9 @@ DBL void fr_double_set_async(ncclComm_t comm, ncclResult_t r) {
 
 // ---- the API: every function of the list, with its pnccl alias as NCCL provides ---------------
 
-#define FR_NCCL_FN(base, ret, op, kind, rooted, reducing, torch, since, emu, ...)                 \
-  DBL ret nccl##base(FR_NCCL_PARAMS(__VA_ARGS__)) {                                              \
-    return body(Tag<Fn::base>{}, "nccl" #base __VA_OPT__(, ) FR_NCCL_ARGS(__VA_ARGS__));        \
-  }                                                                                              \
+#define FR_NCCL_FN(base, ret, op, kind, rooted, reducing, torch, since, emu, ...)        \
+  DBL ret nccl##base(FR_NCCL_PARAMS(__VA_ARGS__)) {                                      \
+    return body(Tag<Fn::base>{}, "nccl" #base __VA_OPT__(, ) FR_NCCL_ARGS(__VA_ARGS__)); \
+  }                                                                                      \
   DBL ret pnccl##base(FR_NCCL_PARAMS(__VA_ARGS__)) __attribute__((alias("nccl" #base)));
 #include "fr/nccl_api.def"

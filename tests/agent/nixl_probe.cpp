@@ -6,7 +6,8 @@
 extern "C" int fr_fake_nixl_ctor_calls;
 void nixl_ctor(void* self, const std::string& name, const void* cfg) __asm__(
     "_ZN9nixlAgentC1ERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERK15nixlAgentConfig");
-int nixl_status(const void* self, void* req) __asm__("_ZNK9nixlAgent13getXferStatusEP12nixlXferReqH");
+int nixl_status(const void* self,
+                void* req) __asm__("_ZNK9nixlAgent13getXferStatusEP12nixlXferReqH");
 
 int main() {
   alignas(16) unsigned char agent[512] = {};

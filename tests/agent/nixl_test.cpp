@@ -26,8 +26,8 @@
 #include "test_util.h"
 #include "testing/files.h"
 
-using fr::agent_test::env_for;
 using fr::agent_test::Env;
+using fr::agent_test::env_for;
 using fr::agent_test::records_of;
 using fr::agent_test::run;
 using fr::agent_test::RunResult;
@@ -72,8 +72,10 @@ class Child {
       dup2(fd, 2);
     }
     for (const auto& [k, v] : env) {
-      if (v.empty()) unsetenv(k.c_str());
-      else setenv(k.c_str(), v.c_str(), 1);
+      if (v.empty())
+        unsetenv(k.c_str());
+      else
+        setenv(k.c_str(), v.c_str(), 1);
     }
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -130,8 +132,8 @@ struct Pair {
   std::unique_ptr<Child> target, initiator;
 
   explicit Pair(Env extra = {}) {
-    env = env_for(dir, {{"LD_PRELOAD", FR_AGENT_LIB}, {"UCX_NET_DEVICES", "lo"},
-                        {"PYTHONUNBUFFERED", "1"}});
+    env = env_for(
+        dir, {{"LD_PRELOAD", FR_AGENT_LIB}, {"UCX_NET_DEVICES", "lo"}, {"PYTHONUNBUFFERED", "1"}});
     for (auto& e : extra) env.push_back(e);
   }
   std::string at(const char* name) const { return work.path() + "/" + name; }
@@ -185,7 +187,8 @@ std::vector<fr_xfer_entry> tagged(const fr::log::LogFile& log) {
   return out;
 }
 
-std::vector<std::string> pair_args(const Pair& p, const char* role, int n = 0, const char* mode = "") {
+std::vector<std::string> pair_args(const Pair& p, const char* role, int n = 0,
+                                   const char* mode = "") {
   std::vector<std::string> a = {kPython, kPair, role, p.work.path()};
   if (std::string(role) == "initiator") {
     a.push_back(std::to_string(n));
@@ -283,8 +286,9 @@ TEST_CASE("NIXL: transfers to a stopped target stay in progress in the log", "[a
   p.finish();
 }
 
-TEST_CASE("NIXL: a target killed while transfers are in flight leaves them in remote-disconnect error",
-          "[agent][nixl]") {
+TEST_CASE(
+    "NIXL: a target killed while transfers are in flight leaves them in remote-disconnect error",
+    "[agent][nixl]") {
   need_real_nixl();
   Pair p;
   p.start(pair_args(p, "target"), pair_args(p, "initiator", 8, "kill"));
@@ -392,11 +396,11 @@ TEST_CASE("NIXL: torch's one-sided transport is recorded, healthy and stalled", 
   }
 }
 
-TEST_CASE("NIXL: a libnixl.so of another ABI turns recording off with one line and calls go through",
-          "[agent][nixl]") {
+TEST_CASE(
+    "NIXL: a libnixl.so of another ABI turns recording off with one line and calls go through",
+    "[agent][nixl]") {
   TempDir dir;
-  RunResult r = run({std::string(FR_AGENT_TEST_DIR) + "/fr_agent_nixl_probe"},
-                    env_for(dir));
+  RunResult r = run({std::string(FR_AGENT_TEST_DIR) + "/fr_agent_nixl_probe"}, env_for(dir));
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   CHECK(r.values["ctor_calls"] == "1");

@@ -11,14 +11,14 @@
 #include "skip.h"
 #include "test_util.h"
 
-using fr::agent_test::records_of;
-using fr::agent_test::run;
-using fr::agent_test::RunResult;
-using fr::agent_test::TempDir;
 using fr::agent_test::Env;
 using fr::agent_test::env_for;
 using fr::agent_test::only_log;
+using fr::agent_test::records_of;
+using fr::agent_test::run;
+using fr::agent_test::RunResult;
 using fr::agent_test::slurp;
+using fr::agent_test::TempDir;
 
 namespace {
 
@@ -71,8 +71,9 @@ TEST_CASE("without launcher variables the rank comes from the largest communicat
 
 TEST_CASE("LD_PRELOAD records an unmodified program", "[agent]") {
   if (kSanitized) {
-    FR_SKIP("sanitizer build: sanitized libraries cannot be preloaded (the linked-in probes "
-            "cover the agent)");
+    FR_SKIP(
+        "sanitizer build: sanitized libraries cannot be preloaded (the linked-in probes "
+        "cover the agent)");
   }
   TempDir dir;
   RunResult r = run({kProbePlain, "basic"}, env_for(dir, {{"LD_PRELOAD", FR_AGENT_LIB}}));
@@ -409,7 +410,7 @@ TEST_CASE("under the CUDA emulation markers run on the stream in order", "[agent
       continue;
     if (rec.raw.flags & FR_REC_F_CAPTURED) {
       CHECK(rec.raw.op_index == 1);  // its position in the graph, not a GPU op index
-      CHECK(rec.raw.seq == 0);        // numbered at each replay
+      CHECK(rec.raw.seq == 0);       // numbered at each replay
       continue;
     }
     indices.push_back(rec.raw.op_index);
@@ -418,8 +419,9 @@ TEST_CASE("under the CUDA emulation markers run on the stream in order", "[agent
   CHECK(indices == std::vector<uint64_t>{1, 2, 3, 4});
 }
 
-TEST_CASE("libfr_agent.so exports the NCCL API, dlsym and dlvsym, the graph entries, and nothing else",
-          "[agent]") {
+TEST_CASE(
+    "libfr_agent.so exports the NCCL API, dlsym and dlvsym, the graph entries, and nothing else",
+    "[agent]") {
   std::string cmd = std::string("nm -D --defined-only '") + FR_AGENT_LIB + "' 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
@@ -445,26 +447,17 @@ TEST_CASE("libfr_agent.so exports the NCCL API, dlsym and dlvsym, the graph entr
   for (const fr::NcclFn& f : fr::kNcclApi) api.insert(f.name);
   REQUIRE(api.size() == std::size(fr::kNcclApi));
   // Beyond NCCL's API: the dynamic linker's lookups.
-  const std::set<std::string> optional = {"dlsym",
-                                          "dlvsym",
-                                          // NCCL's profiler plugin interface (agent/profiler_v*.cpp)
-                                          "ncclProfiler_v5",
-                                          "ncclProfiler_v6",
-                                          // CUDA graph launches (driver, runtime, and the driver
-                                          // entries the runtime fetches)
-                                          "cuGraphLaunch",
-                                          "cuGraphLaunch_ptsz",
-                                          "cuGraphInstantiateWithFlags",
-                                          "cuGraphInstantiateWithParams",
-                                          "cuGraphInstantiateWithParams_ptsz",
-                                          "cuGetProcAddress",
-                                          "cuGetProcAddress_v2",
-                                          "cudaGraphLaunch",
-                                          "cudaGraphLaunch_ptsz",
-                                          "cudaGraphInstantiate",
-                                          "cudaGraphInstantiateWithFlags",
-                                          "cudaGraphInstantiateWithParams",
-                                          "cudaGraphInstantiateWithParams_ptsz"};
+  const std::set<std::string> optional = {
+      "dlsym", "dlvsym",
+      // NCCL's profiler plugin interface (agent/profiler_v*.cpp)
+      "ncclProfiler_v5", "ncclProfiler_v6",
+      // CUDA graph launches (driver, runtime, and the driver
+      // entries the runtime fetches)
+      "cuGraphLaunch", "cuGraphLaunch_ptsz", "cuGraphInstantiateWithFlags",
+      "cuGraphInstantiateWithParams", "cuGraphInstantiateWithParams_ptsz", "cuGetProcAddress",
+      "cuGetProcAddress_v2", "cudaGraphLaunch", "cudaGraphLaunch_ptsz", "cudaGraphInstantiate",
+      "cudaGraphInstantiateWithFlags", "cudaGraphInstantiateWithParams",
+      "cudaGraphInstantiateWithParams_ptsz"};
   // NIXL 1.5's nixlAgent methods (agent/wrappers_nixl.cpp): the WRAP rows of agent/nixl_api.def
   // (nccl_api_test.cpp checks their names).
   size_t nixl_wrapped = 0;

@@ -36,9 +36,11 @@ std::vector<fr_chan_entry> chans() {
   return r.log->chans;
 }
 
-const fr_chan_entry* find(const std::vector<fr_chan_entry>& v, int ordinal_rank, int channel, int kind, int peer) {
+const fr_chan_entry* find(const std::vector<fr_chan_entry>& v, int ordinal_rank, int channel,
+                          int kind, int peer) {
   for (const auto& e : v)
-    if (e.rank == ordinal_rank && e.channel == channel && e.kind == kind && e.peer == peer) return &e;
+    if (e.rank == ordinal_rank && e.channel == channel && e.kind == kind && e.peer == peer)
+      return &e;
   return nullptr;
 }
 
@@ -96,7 +98,8 @@ void play(const Table* t, void* ctx, int rank, int nranks) {
       REQUIRE(op != nullptr);
       const int last = ch == 0 ? 3 : 4;  // channel 0: step 2 never ends
       for (int s = 0; s < last; ++s) {
-        void* st = start(ap::kEvProxyStep, op, [&](Descr& d) { d.proxyStep.step = 100 + s; });  // absolute ids
+        void* st = start(ap::kEvProxyStep, op,
+                         [&](Descr& d) { d.proxyStep.step = 100 + s; });  // absolute ids
         REQUIRE(st != nullptr);
         ap::StateArgs a{};
         a.proxyStep.transSize = 1024;
@@ -197,7 +200,8 @@ TEST_CASE("profiler plugin: hostile arguments are refused, never followed", "[ag
   // Handles that are not ours: nothing happens.
   CHECK(v5->stopEvent(nullptr) == 0);
   CHECK(v5->stopEvent(reinterpret_cast<void*>(uintptr_t(0x03ffffffffffffffull))) == 0);
-  CHECK(v5->recordEventState(reinterpret_cast<void*>(uintptr_t(0x02ffffffffffffffull)), ap::kStRecvWait, nullptr) == 0);
+  CHECK(v5->recordEventState(reinterpret_cast<void*>(uintptr_t(0x02ffffffffffffffull)),
+                             ap::kStRecvWait, nullptr) == 0);
   CHECK(v5->finalize(ctx) == 0);
 }
 

@@ -197,15 +197,13 @@ TEST_CASE("every wrapper forwards its exact arguments and result", "[agent]") {
   FORWARDS(4, "ncclReduceConfig",
            ncclReduceConfig(buf, out, 23, ncclInt32, ncclMin, 2, c, S(0x23), ccfg), A(buf), A(out),
            23, (uint64_t)ncclInt32, (uint64_t)ncclMin, 2, A(c), 0x23, 0x7c);
-  FORWARDS(5, "ncclAllGatherConfig",
-           ncclAllGatherConfig(buf, out, 24, ncclUint8, c, S(0x24), ccfg), A(buf), A(out), 24,
-           (uint64_t)ncclUint8, A(c), 0x24, 0x7c);
+  FORWARDS(5, "ncclAllGatherConfig", ncclAllGatherConfig(buf, out, 24, ncclUint8, c, S(0x24), ccfg),
+           A(buf), A(out), 24, (uint64_t)ncclUint8, A(c), 0x24, 0x7c);
   FORWARDS(6, "ncclReduceScatterConfig",
            ncclReduceScatterConfig(buf, out, 25, ncclInt64, ncclProd, c, S(0x25), ccfg), A(buf),
            A(out), 25, (uint64_t)ncclInt64, (uint64_t)ncclProd, A(c), 0x25, 0x7c);
-  FORWARDS(7, "ncclAlltoAllConfig",
-           ncclAlltoAllConfig(buf, out, 26, ncclFloat64, c, S(0x26), ccfg), A(buf), A(out), 26,
-           (uint64_t)ncclFloat64, A(c), 0x26, 0x7c);
+  FORWARDS(7, "ncclAlltoAllConfig", ncclAlltoAllConfig(buf, out, 26, ncclFloat64, c, S(0x26), ccfg),
+           A(buf), A(out), 26, (uint64_t)ncclFloat64, A(c), 0x26, 0x7c);
   FORWARDS(1, "ncclGatherConfig", ncclGatherConfig(buf, out, 27, ncclInt8, 3, c, S(0x27), ccfg),
            A(buf), A(out), 27, (uint64_t)ncclInt8, 3, A(c), 0x27, 0x7c);
   FORWARDS(2, "ncclScatterConfig", ncclScatterConfig(buf, out, 28, ncclUint32, 0, c, S(0x28), ccfg),
@@ -424,7 +422,8 @@ TEST_CASE("a shrink record carries the shrunk size and the excluded ranks", "[ag
   int excl[3] = {3, 70, 3};  // a repeated rank counts once; 70 lands in the second word
   REQUIRE(ncclCommShrink(c, excl, 3, &k, nullptr, 0) == ncclSuccess);
   std::vector<int> many(5000, 1);  // too long to count: size unknown, the bitmap still set
-  REQUIRE(ncclCommShrink(c, many.data(), static_cast<int>(many.size()), &big, nullptr, 0) == ncclSuccess);
+  REQUIRE(ncclCommShrink(c, many.data(), static_cast<int>(many.size()), &big, nullptr, 0) ==
+          ncclSuccess);
 
   auto log = read_own_log();
   const fr_comm_entry* e = entry_for(log, c);
@@ -470,8 +469,8 @@ TEST_CASE("excluded ranks from 128 on follow the shrink record, one record per b
     CHECK(b.seq == 0);
   }
   CHECK(blocks[0].peer == 128);
-  CHECK(blocks[0].sendbuff == (1ull << 2));   // 130
-  CHECK(blocks[0].recvbuff == (1ull << 8));   // 200 = 128 + 64 + 8
+  CHECK(blocks[0].sendbuff == (1ull << 2));  // 130
+  CHECK(blocks[0].recvbuff == (1ull << 8));  // 200 = 128 + 64 + 8
   CHECK(blocks[1].peer == 896);
   CHECK(blocks[1].sendbuff == 0);
   CHECK(blocks[1].recvbuff == (1ull << 40));  // 1000 = 896 + 64 + 40
@@ -591,7 +590,8 @@ TEST_CASE("the fast lane and the general path write the same records", "[agent]"
       CHECK(general.group_id != 0);
       CHECK(fast.group_id == general.group_id + 1);
     }
-    for (fr_record* r : {&general, &fast}) r->id = r->seq = r->call_ns = r->duration_ns = r->group_id = 0;
+    for (fr_record* r : {&general, &fast})
+      r->id = r->seq = r->call_ns = r->duration_ns = r->group_id = 0;
     general.lock = fast.lock = 0;
     CHECK(memcmp(&general, &fast, sizeof general) == 0);
   }

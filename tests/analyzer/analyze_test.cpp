@@ -72,11 +72,13 @@ void write_logs(const std::vector<fr::log::LogFile>& logs, const std::string& di
     p.file = "rank" + std::to_string(p.rank) + ".frlog";
     p.alive = log.writer_alive;
     std::string bytes = fr::log::encode_snapshot(log, 1796205700000000000ull);
-    std::ofstream(fs::path(dir) / p.file, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(fs::path(dir) / p.file, std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     procs.push_back(p);
   }
   std::string err;
-  REQUIRE(fr::log::write_manifest(dir, "synthetic", 1796205700000000000ull, procs, {}, {}, "test", static_cast<int>(logs.size()), &err));
+  REQUIRE(fr::log::write_manifest(dir, "synthetic", 1796205700000000000ull, procs, {}, {}, "test",
+                                  static_cast<int>(logs.size()), &err));
 }
 
 }  // namespace
@@ -99,7 +101,7 @@ TEST_CASE("each fault kind gives its verdict, culprit first, middle and last", "
     const char* field;
   };
   const Case cases[] = {
-      {"hang-host", "not_entered", ""},        {"crash", "rank_dead", ""},
+      {"hang-host", "not_entered", ""},         {"crash", "rank_dead", ""},
       {"gpu-stall", "stuck_in_collective", ""}, {"mismatch-count", "mismatch", "count"},
       {"mismatch-dtype", "mismatch", "dtype"},  {"mismatch-op", "mismatch", "op"},
       {"mismatch-root", "mismatch", "root"},    {"p2p-skip", "p2p_unmatched", ""},
@@ -145,7 +147,8 @@ TEST_CASE("faults on the tensor-parallel communicator", "[analyzer]") {
 }
 
 TEST_CASE("skip: the skipping rank is named, as not_entered or mismatch", "[analyzer]") {
-  for (const char* spec : {"kind=skip,rank=2", "kind=skip,rank=6,comm=tp", "kind=skip,rank=0,step=5"}) {
+  for (const char* spec :
+       {"kind=skip,rank=2", "kind=skip,rank=6,comm=tp", "kind=skip,rank=0,step=5"}) {
     TempDir t;
     Spec s = spec_with(spec);
     json doc = run(s, t);
@@ -195,7 +198,8 @@ TEST_CASE("node lost: every rank of one host dead", "[analyzer]") {
   CHECK(culprits(doc["verdict"]) == std::vector<int>{0, 1, 2, 3});
 }
 
-TEST_CASE("several communicators stalled: the one that explains the others is the verdict", "[analyzer]") {
+TEST_CASE("several communicators stalled: the one that explains the others is the verdict",
+          "[analyzer]") {
   TempDir t;
   json doc = run(spec_with("kind=hang-host,rank=5"), t);
   INFO(doc.dump(1));
@@ -278,7 +282,8 @@ TEST_CASE("grouped collectives are reported as one unit", "[analyzer]") {
         if (rec.gpu_state == FR_GPU_COMPLETED) done = rec.raw.op_index;
         if (rec.gpu_state >= FR_GPU_STARTED) started = std::max(started, rec.raw.op_index);
       }
-      c.coll_seq = coll, c.p2p_seq = p2p, c.op_index = idx, c.gpu_completed = done, c.gpu_started = started;
+      c.coll_seq = coll, c.p2p_seq = p2p, c.op_index = idx, c.gpu_completed = done,
+      c.gpu_started = started;
     }
   }
   TempDir t;
@@ -300,7 +305,8 @@ TEST_CASE("rings wrapped at different points", "[analyzer]") {
     // Shorten some rings further, as if those ranks had smaller logs.
     for (auto& log : logs)
       if (log.header.global_rank % 3 == 1 && log.records.size() > 4)
-        log.records.erase(log.records.begin(), log.records.begin() + static_cast<long>(log.records.size() / 2));
+        log.records.erase(log.records.begin(),
+                          log.records.begin() + static_cast<long>(log.records.size() / 2));
     std::set<uint64_t> firsts;
     for (const auto& log : logs) firsts.insert(log.records.front().raw.id);
     CHECK(firsts.size() > 1);
@@ -361,32 +367,40 @@ TEST_CASE("lineage: split communicators name their parent", "[analyzer]") {
 TEST_CASE("the fr-analysis/1 contract", "[analyzer]") {
   TempDir t;
   json doc = run(spec_with("kind=mismatch-dtype,rank=4"), t);
-  for (const char* k : {"schema", "inputs", "ranks", "verdict", "findings", "communicators", "skew"})
+  for (const char* k :
+       {"schema", "inputs", "ranks", "verdict", "findings", "communicators", "skew"})
     CHECK(doc.contains(k));
-  for (const char* k : {"paths", "files_read", "skipped", "clock"}) CHECK(doc["inputs"].contains(k));
+  for (const char* k : {"paths", "files_read", "skipped", "clock"})
+    CHECK(doc["inputs"].contains(k));
   for (const char* k : {"expected", "found", "missing", "dead"}) CHECK(doc["ranks"].contains(k));
   const json& v = doc["verdict"];
-  for (const char* k : {"kind", "summary", "comm", "seq", "seq_kind", "op", "culprit_ranks", "mismatch", "evidence"})
+  for (const char* k : {"kind", "summary", "comm", "seq", "seq_kind", "op", "culprit_ranks",
+                        "mismatch", "evidence"})
     CHECK(v.contains(k));
   for (const char* k : {"id", "name", "size"}) CHECK(v["comm"].contains(k));
   REQUIRE(!v["evidence"].empty());
   const json& e = v["evidence"][0];
-  for (const char* k : {"rank", "last_enqueued", "last_started", "last_completed", "state"}) CHECK(e.contains(k));
+  for (const char* k : {"rank", "last_enqueued", "last_started", "last_completed", "state"})
+    CHECK(e.contains(k));
   const json& op = e["last_enqueued"];
-  for (const char* k : {"seq", "op", "dtype", "count", "group_id", "state", "call_ns"}) CHECK(op.contains(k));
+  for (const char* k : {"seq", "op", "dtype", "count", "group_id", "state", "call_ns"})
+    CHECK(op.contains(k));
   REQUIRE(!doc["communicators"].empty());
   const json& c = doc["communicators"][0];
-  for (const char* k : {"id", "name", "size", "origin", "parent", "members", "frontier"}) CHECK(c.contains(k));
+  for (const char* k : {"id", "name", "size", "origin", "parent", "members", "frontier"})
+    CHECK(c.contains(k));
   REQUIRE(!doc["skew"].empty());
   for (const auto& s : doc["skew"])
-    for (const char* k : {"rank", "mean_late_ns", "max_late_ns", "collectives"}) CHECK(s.contains(k));
+    for (const char* k : {"rank", "mean_late_ns", "max_late_ns", "collectives"})
+      CHECK(s.contains(k));
   CHECK(doc["ranks"]["expected"] == 8);
 }
 
 TEST_CASE("rank filter narrows the evidence, not the verdict", "[analyzer]") {
   TempDir t;
   std::string err;
-  REQUIRE(fr::analyzer::synth::write_dump_set(spec_with("kind=hang-host,rank=3"), t.sub("set"), &err));
+  REQUIRE(
+      fr::analyzer::synth::write_dump_set(spec_with("kind=hang-host,rank=3"), t.sub("set"), &err));
   fr::analyzer::Options o;
   o.ranks = {3, 4};
   json doc = analyze_dir(t.sub("set"), o);
@@ -414,7 +428,8 @@ TEST_CASE("text view: every control byte from a dump is shown as \\xNN", "[analy
   hostile += '\x7f';
   hostile += "\033]0;owned\007\r\033[2Kverdict: no_hang\033[8m";
   doc["verdict"]["summary"] = hostile;
-  doc["inputs"]["skipped"] = json::array({{{"file", "r1\033[1;31m.frlog"}, {"error", "bad\rmagic"}}});
+  doc["inputs"]["skipped"] =
+      json::array({{{"file", "r1\033[1;31m.frlog"}, {"error", "bad\rmagic"}}});
   for (bool color : {false, true}) {
     INFO(color);
     const std::string text = fr::analyzer::render_text(doc, color);
@@ -424,7 +439,8 @@ TEST_CASE("text view: every control byte from a dump is shown as \\xNN", "[analy
     CHECK(text.find("bad\\x0dmagic") != std::string::npos);
     // Only the view's own line ends and (with color) its own styles are control bytes.
     std::string rest = text;
-    for (const char* style : {"\033[1;31m", "\033[1;32m", "\033[33m", "\033[1m", "\033[2m", "\033[0m"})
+    for (const char* style :
+         {"\033[1;31m", "\033[1;32m", "\033[33m", "\033[1m", "\033[2m", "\033[0m"})
       for (size_t at; (at = rest.find(style)) != std::string::npos;) rest.erase(at, strlen(style));
     for (unsigned char c : rest) CHECK((c == '\n' || (c >= 0x20 && c != 0x7f)));
     if (!color) CHECK(text == rest);
@@ -438,7 +454,8 @@ TEST_CASE("text view: every control byte from a dump is shown as \\xNN", "[analy
 TEST_CASE("trace: one track per rank per communicator, the stall highlighted", "[analyzer]") {
   TempDir t;
   std::string err;
-  REQUIRE(fr::analyzer::synth::write_dump_set(spec_with("kind=gpu-stall,rank=2"), t.sub("set"), &err));
+  REQUIRE(
+      fr::analyzer::synth::write_dump_set(spec_with("kind=gpu-stall,rank=2"), t.sub("set"), &err));
   auto model = fr::analyzer::load_model({t.sub("set")}, 2);
   json doc = fr::analyzer::analyze_model(model, {});
   REQUIRE(fr::analyzer::write_trace(model, doc, {}, t.sub("trace.json"), &err));
@@ -460,7 +477,8 @@ TEST_CASE("trace: one track per rank per communicator, the stall highlighted", "
 }
 
 TEST_CASE("whole histories (no ring wrap): p2p paired from the first op", "[analyzer]") {
-  for (const char* spec : {"kind=p2p-skip,rank=2", "kind=p2p-skip,rank=7", "kind=hang-host,rank=4", "healthy"}) {
+  for (const char* spec :
+       {"kind=p2p-skip,rank=2", "kind=p2p-skip,rank=7", "kind=hang-host,rank=4", "healthy"}) {
     Spec s = spec_with(spec);
     s.entries = 400;
     s.steps = 20;
@@ -471,7 +489,8 @@ TEST_CASE("whole histories (no ring wrap): p2p paired from the first op", "[anal
       CHECK(doc["verdict"]["kind"] == "no_hang");
       continue;
     }
-    CHECK(doc["verdict"]["kind"] == (std::string(spec).find("p2p") != std::string::npos ? "p2p_unmatched" : "not_entered"));
+    CHECK(doc["verdict"]["kind"] ==
+          (std::string(spec).find("p2p") != std::string::npos ? "p2p_unmatched" : "not_entered"));
     CHECK(culprits(doc["verdict"]) == std::vector<int>{s.faults[0].rank});
   }
 }
@@ -582,7 +601,8 @@ json without_paths(const json& v) {
 TEST_CASE("one dump set per node, read together, gives the analysis of the job's one dump set",
           "[analyzer]") {
   // Host clocks skewed apart: each node's manifest corrects its own, as node daemons write them.
-  for (const char* fault : {"kind=hang-host,rank=13", "kind=mismatch-count,rank=7", "kind=gpu-stall,rank=2"}) {
+  for (const char* fault :
+       {"kind=hang-host,rank=13", "kind=mismatch-count,rank=7", "kind=gpu-stall,rank=2"}) {
     INFO(fault);
     TempDir t;
     Spec s = spec_with(fault, 24);

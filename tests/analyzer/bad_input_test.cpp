@@ -24,12 +24,13 @@ using nlohmann::json;
 
 namespace {
 
-using fr::test::TempDir;
 using fr::test::slurp;
 using fr::test::spit;
+using fr::test::TempDir;
 
 // Writes an 8-rank set with rank 5 hung on the host; returns the dump file of each rank.
-std::vector<std::string> make_set(const std::string& dir, const std::string& fault = "kind=hang-host,rank=5") {
+std::vector<std::string> make_set(const std::string& dir,
+                                  const std::string& fault = "kind=hang-host,rank=5") {
   fr::analyzer::synth::Spec s;
   std::string err;
   REQUIRE(fr::analyzer::synth::add_fault(fault, &s, &err));
@@ -53,7 +54,8 @@ json analyze(const std::vector<std::string>& paths, std::string* fatal = nullptr
 // The skipped entry for a file, or null.
 json skipped_entry(const json& doc, const std::string& file) {
   for (const auto& s : doc["inputs"]["skipped"])
-    if (s["file"].get<std::string>().find(fs::path(file).filename().string()) != std::string::npos) return s;
+    if (s["file"].get<std::string>().find(fs::path(file).filename().string()) != std::string::npos)
+      return s;
   return nullptr;
 }
 
@@ -79,21 +81,28 @@ TEST_CASE("a bad file among good ones is named and the rest analysed", "[analyze
     const char* expect;  // a word the one-line error carries
   };
   const Damage damages[] = {
-      {"truncated", [](const std::string& f) { fs::resize_file(f, fs::file_size(f) / 2); }, "trunc"},
+      {"truncated", [](const std::string& f) { fs::resize_file(f, fs::file_size(f) / 2); },
+       "trunc"},
       {"empty", [](const std::string& f) { fs::resize_file(f, 0); }, "empty"},
-      {"corrupt", [](const std::string& f) {
+      {"corrupt",
+       [](const std::string& f) {
          std::string b = slurp(f);
          uint32_t huge = 0xfffffff0u;
          std::memcpy(&b[28], &huge, 4);  // ring_capacity that does not add up
          spit(f, b);
-       }, ""},
-      {"newer version", [](const std::string& f) {
+       },
+       ""},
+      {"newer version",
+       [](const std::string& f) {
          std::string b = slurp(f);
          uint32_t v = FR_LOG_VERSION + 1;
          std::memcpy(&b[8], &v, 4);
          spit(f, b);
-       }, "newer"},
-      {"foreign", [](const std::string& f) { spit(f, "#!/bin/sh\necho not a flight log at all\n"); }, "foreign"},
+       },
+       "newer"},
+      {"foreign",
+       [](const std::string& f) { spit(f, "#!/bin/sh\necho not a flight log at all\n"); },
+       "foreign"},
   };
   for (const Damage& d : damages) {
     // Damage a bystander (rank 2): the culprit (rank 5) is still found.
@@ -234,7 +243,8 @@ TEST_CASE("nothing readable: null and one clear line", "[analyzer]") {
 TEST_CASE("single dump files and several paths at once", "[analyzer]") {
   TempDir t;
   auto files = make_set(t.sub("set"));
-  json doc = analyze({files[0], files[1], files[2], files[3], files[4], files[5], files[6], files[7]});
+  json doc =
+      analyze({files[0], files[1], files[2], files[3], files[4], files[5], files[6], files[7]});
   CHECK(doc["verdict"]["kind"] == "not_entered");
   CHECK(doc["verdict"]["culprit_ranks"] == json({5}));
   CHECK(doc["inputs"]["clock"] == "per_host");
@@ -293,7 +303,8 @@ TEST_CASE("fr-analyze: exit codes and output", "[analyzer][cli]") {
   CHECK(n == 8);
   CHECK(run_cli("export --format torch-json " + t.sub("junk") + " " + t.sub("torch2"), &out) == 3);
   // The pickle form is what PyTorch's fr_trace loads; fr-analyze reads it back too.
-  CHECK(run_cli("export --format torch-pickle " + t.sub("set") + " " + t.sub("pickles"), &out) == 0);
+  CHECK(run_cli("export --format torch-pickle " + t.sub("set") + " " + t.sub("pickles"), &out) ==
+        0);
   n = 0;
   for (const auto& e : fs::directory_iterator(t.sub("pickles"))) n += e.is_regular_file();
   CHECK(n == 8);
@@ -323,9 +334,11 @@ TEST_CASE("damaged fields inside valid files never crash the analysis", "[analyz
         // Skip lock words (offset 0 of each entry) so entries stay readable.
         size_t off;
         if (next() % 4 == 0 && h.comm_capacity > 0) {
-          off = h.comm_offset + (next() % h.comm_capacity) * h.comm_size + 8 + next() % (h.comm_size - 8);
+          off = h.comm_offset + (next() % h.comm_capacity) * h.comm_size + 8 +
+                next() % (h.comm_size - 8);
         } else {
-          off = h.ring_offset + (next() % h.ring_capacity) * h.record_size + 16 + next() % (h.record_size - 16);
+          off = h.ring_offset + (next() % h.ring_capacity) * h.record_size + 16 +
+                next() % (h.record_size - 16);
         }
         if (off + 4 > b.size()) continue;
         uint32_t v = static_cast<uint32_t>(next());

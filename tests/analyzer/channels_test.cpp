@@ -39,7 +39,8 @@ json analyze(std::vector<fr::log::LogFile> logs, const fr::test::TempDir& t) {
     p.file = "rank" + std::to_string(p.rank) + ".frlog";
     p.alive = true;
     const std::string bytes = fr::log::encode_snapshot(log, 1796205700000000000ull);
-    std::ofstream(fs::path(dir) / p.file, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+    std::ofstream(fs::path(dir) / p.file, std::ios::binary)
+        .write(bytes.data(), std::streamsize(bytes.size()));
     procs.push_back(p);
   }
   std::string err;
@@ -76,7 +77,9 @@ uint16_t op_code(const std::string& name) {
 
 void plant(std::vector<fr::log::LogFile>& logs, const json& verdict, const std::vector<Slot>& slots,
            uint64_t comm_override = 0) {
-  const uint64_t comm = comm_override ? comm_override : std::stoull(verdict["comm"]["id"].get<std::string>(), nullptr, 16);
+  const uint64_t comm = comm_override
+                            ? comm_override
+                            : std::stoull(verdict["comm"]["id"].get<std::string>(), nullptr, 16);
   const uint16_t op = op_code(verdict["op"]);
   for (const Slot& s : slots)
     for (auto& log : logs) {
@@ -129,7 +132,8 @@ TEST_CASE("channels: a stopped kernel is found upstream of the ranks that wait",
   CHECK(w["channel_progress"].size() == 6);
 }
 
-TEST_CASE("channels: the earliest step wins over the lower channel; a link is both ends", "[analyzer]") {
+TEST_CASE("channels: the earliest step wins over the lower channel; a link is both ends",
+          "[analyzer]") {
   json v;
   auto logs = stuck_logs(&v);
   plant(logs, v,
@@ -151,7 +155,8 @@ TEST_CASE("channels: the earliest step wins over the lower channel; a link is bo
   CHECK(w["where"]["direction"] == "recv");
   CHECK(w["where"]["cause"] == "link");
   CHECK(w["culprit_ranks"] == json::array({2, 3}));
-  CHECK(w["summary"].get<std::string>().find("channel 1 stopped at step 2; rank 2 waits for data from rank 3 over NET") !=
+  CHECK(w["summary"].get<std::string>().find(
+            "channel 1 stopped at step 2; rank 2 waits for data from rank 3 over NET") !=
         std::string::npos);
 }
 

@@ -84,7 +84,7 @@ TEST_CASE("graph replays: with the GPU replay counter, positions belong to the G
   CHECK(state_of(p, 1, 1) == FR_GPU_COMPLETED);
   CHECK(state_of(p, 1, 2) == FR_GPU_COMPLETED);
   CHECK(state_of(p, 2, 1) == FR_GPU_COMPLETED);
-  CHECK(state_of(p, 2, 2) == FR_GPU_STARTED);  // the GPU is inside replay 2
+  CHECK(state_of(p, 2, 2) == FR_GPU_STARTED);   // the GPU is inside replay 2
   CHECK(state_of(p, 3, 1) == FR_GPU_ENQUEUED);  // launched by the host, not reached
   CHECK(state_of(p, 3, 2) == FR_GPU_ENQUEUED);
 }

@@ -93,7 +93,8 @@ std::vector<fr::log::LogFile> grown_job(bool joiner_enters) {
     add(l, rec(id++, FR_OP_ALLREDUCE, kParent, 1, 0, FR_GPU_COMPLETED));
     if (r == 0) add(l, rec(id++, FR_OP_COMM_GET_UNIQUE_ID, kParent, 0, kUid, FR_GPU_NONE));
     add(l, rec(id++, FR_OP_COMM_GROW, kParent, 0, kDerived, FR_GPU_NONE));
-    add(l, rec(id++, FR_OP_ALLREDUCE, kDerived, 1, 0, joiner_enters ? FR_GPU_COMPLETED : FR_GPU_STARTED));
+    add(l, rec(id++, FR_OP_ALLREDUCE, kDerived, 1, 0,
+               joiner_enters ? FR_GPU_COMPLETED : FR_GPU_STARTED));
     l.header.record_counter = id;
     logs.push_back(l);
   }
@@ -318,5 +319,6 @@ TEST_CASE("shrink: excluded ranks from 128 on come from the CommShrinkExcluded r
   excluded.push_back(7 * 128);
   CHECK(v["shrink_excluded"] == excluded);
   // The extension records are part of their shrink, not calls of their own.
-  for (const auto& e : v["evidence"]) CHECK(e.dump().find("CommShrinkExcluded") == std::string::npos);
+  for (const auto& e : v["evidence"])
+    CHECK(e.dump().find("CommShrinkExcluded") == std::string::npos);
 }

@@ -63,13 +63,16 @@ std::string analyze_error(const std::vector<std::string>& paths) {
   return err;
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 // The skipped entry whose file name ends with `name`, or null.
 json skipped_entry(const json& doc, const std::string& name) {
   for (const auto& s : doc["inputs"]["skipped"]) {
     const std::string f = s["file"];
-    if (f.size() >= name.size() && f.compare(f.size() - name.size(), name.size(), name) == 0) return s;
+    if (f.size() >= name.size() && f.compare(f.size() - name.size(), name.size(), name) == 0)
+      return s;
   }
   return nullptr;
 }
@@ -86,7 +89,8 @@ void make_fifo_at(const std::string& path) {
 
 int run_cli(const std::string& args, std::string* out) {
   // `timeout` bounds a regression that would hang; 124 is its exit code.
-  const std::string cmd = "timeout 60 " + std::string(FR_BUILD_DIR) + "/bin/fr-analyze " + args + " 2>&1";
+  const std::string cmd =
+      "timeout 60 " + std::string(FR_BUILD_DIR) + "/bin/fr-analyze " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p);
   char buf[4096];
@@ -98,7 +102,8 @@ int run_cli(const std::string& args, std::string* out) {
 
 }  // namespace
 
-TEST_CASE("a dump listed in the manifest and swapped for a FIFO is named, never waited on", "[analyzer]") {
+TEST_CASE("a dump listed in the manifest and swapped for a FIFO is named, never waited on",
+          "[analyzer]") {
   HangGuard guard;
   TempDir t;
   auto files = make_set(t.sub("set"));
@@ -109,7 +114,8 @@ TEST_CASE("a dump listed in the manifest and swapped for a FIFO is named, never 
   CHECK(has(s, "FIFO"));
   size_t named = 0;  // once, not once per way it was found
   for (const auto& e : doc["inputs"]["skipped"])
-    named += e["file"].get<std::string>().find(fs::path(files[2]).filename().string()) != std::string::npos;
+    named += e["file"].get<std::string>().find(fs::path(files[2]).filename().string()) !=
+             std::string::npos;
   CHECK(named == 1);
   CHECK(doc["ranks"]["missing"] == json({2}));
   CHECK(doc["verdict"]["culprit_ranks"] == json({5}));
@@ -144,7 +150,8 @@ TEST_CASE("a FIFO argument and /dev/stdin as a pipe are refused at once", "[anal
   CHECK(out.find("FIFO") != std::string::npos);
 }
 
-TEST_CASE("a directory scan names FIFOs, devices and links, and follows no link out", "[analyzer]") {
+TEST_CASE("a directory scan names FIFOs, devices and links, and follows no link out",
+          "[analyzer]") {
   HangGuard guard;
   TempDir t, outside;
   auto files = make_set(t.sub("set"));

@@ -58,7 +58,8 @@ TEST_CASE("write_json: wide arrays, deep nesting and odd keys") {
   json doc = json::object();
   json rows = json::array();
   for (int i = 0; i < 1000; ++i) rows.push_back(row(i));
-  doc["findings"] = json::array({json{{"kind", "hang"}, {"evidence", rows}}, json{{"kind", "skew"}}});
+  doc["findings"] =
+      json::array({json{{"kind", "hang"}, {"evidence", rows}}, json{{"kind", "skew"}}});
   doc["verdict"] = {{"evidence", rows}, {"summary", "quote \" backslash \\ tab \t newline \n"}};
   doc["k\u00e9y \"quoted\"\n"] = "snowman \u2603, control \x01";
   json wide_object = json::object();

@@ -20,8 +20,8 @@
 
 namespace fs = std::filesystem;
 using fr::analyzer::synth::Spec;
-using nlohmann::json;
 using fr::test::kSec;
+using nlohmann::json;
 
 namespace {
 
@@ -44,8 +44,8 @@ Planted healthy_job(int ranks) {
   return p;
 }
 
-fr_xfer_entry xfer(uint64_t id, const char* local, const char* remote, uint32_t op, uint64_t bytes, uint32_t state,
-                   int32_t status, uint64_t post_ns, uint64_t done_ns) {
+fr_xfer_entry xfer(uint64_t id, const char* local, const char* remote, uint32_t op, uint64_t bytes,
+                   uint32_t state, int32_t status, uint64_t post_ns, uint64_t done_ns) {
   fr_xfer_entry x{};
   x.id = id;
   x.create_ns = post_ns - kSec;
@@ -107,7 +107,8 @@ json analyze(const Planted& planted, const fr::test::TempDir& t, std::string* te
     p.file = "proc" + std::to_string(n++) + ".frlog";
     p.alive = planted.alive[i];
     const std::string bytes = fr::log::encode_snapshot(log, kSnapNs);
-    std::ofstream(fs::path(dir) / p.file, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+    std::ofstream(fs::path(dir) / p.file, std::ios::binary)
+        .write(bytes.data(), std::streamsize(bytes.size()));
     procs.push_back(p);
   }
   std::string err;
@@ -126,15 +127,16 @@ json analyze(const Planted& planted, const fr::test::TempDir& t, std::string* te
 
 }  // namespace
 
-TEST_CASE("a transfer in flight to a stopped remote is nixl_stalled, culprit the remote's process", "[analyzer][nixl]") {
+TEST_CASE("a transfer in flight to a stopped remote is nixl_stalled, culprit the remote's process",
+          "[analyzer][nixl]") {
   Planted j = healthy_job(2);
   mark_nixl(j.logs[0]);
   mark_nixl(j.logs[1]);
-  j.logs[0].xfers.push_back(xfer(1, "prefill-0", "decode-1", FR_XFER_OP_WRITE, 64ull << 20, FR_XFER_IN_PROGRESS,
-                                 FR_NIXL_IN_PROG, kSnapNs - 42 * kSec, 0));
+  j.logs[0].xfers.push_back(xfer(1, "prefill-0", "decode-1", FR_XFER_OP_WRITE, 64ull << 20,
+                                 FR_XFER_IN_PROGRESS, FR_NIXL_IN_PROG, kSnapNs - 42 * kSec, 0));
   // The remote names itself by a transfer of its own, done long ago; its log went quiet since.
-  j.logs[1].xfers.push_back(xfer(1, "decode-1", "prefill-0", FR_XFER_OP_READ, 4096, FR_XFER_RELEASED, 0,
-                                 kSnapNs - 80 * kSec, kSnapNs - 79 * kSec));
+  j.logs[1].xfers.push_back(xfer(1, "decode-1", "prefill-0", FR_XFER_OP_READ, 4096,
+                                 FR_XFER_RELEASED, 0, kSnapNs - 80 * kSec, kSnapNs - 79 * kSec));
   j.logs[1].header.heartbeat_ns = kSnapNs - 41 * kSec;
   fr::test::TempDir t;
   std::string text;
@@ -160,16 +162,20 @@ TEST_CASE("a transfer in flight to a stopped remote is nixl_stalled, culprit the
   CHECK(text.find("transfer: WRITE 67108864 bytes") != std::string::npos);
   bool remote_row = false;
   for (const auto& e : v["evidence"])
-    if (e["role"] == "remote") remote_row = e["culprit"] == true && e["rank"] == 1 && e["silent_ns"] == 41 * kSec;
+    if (e["role"] == "remote")
+      remote_row = e["culprit"] == true && e["rank"] == 1 && e["silent_ns"] == 41 * kSec;
   CHECK(remote_row);
 }
 
-TEST_CASE("a remote disconnect is nixl_disconnected and names the dead remote", "[analyzer][nixl]") {
+TEST_CASE("a remote disconnect is nixl_disconnected and names the dead remote",
+          "[analyzer][nixl]") {
   Planted j = healthy_job(2);
   mark_nixl(j.logs[0]);
-  j.logs[0].xfers.push_back(xfer(3, "a", "b", FR_XFER_OP_READ, 1 << 20, FR_XFER_ERROR, FR_NIXL_ERR_REMOTE_DISCONNECT,
-                                 kSnapNs - 5 * kSec, kSnapNs - 4 * kSec));
-  j.logs[1].xfers.push_back(xfer(1, "b", "a", FR_XFER_OP_READ, 8, FR_XFER_DONE, 0, kSnapNs - 50 * kSec, kSnapNs - 50 * kSec + 1));
+  j.logs[0].xfers.push_back(xfer(3, "a", "b", FR_XFER_OP_READ, 1 << 20, FR_XFER_ERROR,
+                                 FR_NIXL_ERR_REMOTE_DISCONNECT, kSnapNs - 5 * kSec,
+                                 kSnapNs - 4 * kSec));
+  j.logs[1].xfers.push_back(xfer(1, "b", "a", FR_XFER_OP_READ, 8, FR_XFER_DONE, 0,
+                                 kSnapNs - 50 * kSec, kSnapNs - 50 * kSec + 1));
   j.alive[1] = false;  // killed
   fr::test::TempDir t;
   const json v = analyze(j, t)["verdict"];
@@ -185,8 +191,8 @@ TEST_CASE("a remote disconnect is nixl_disconnected and names the dead remote", 
 TEST_CASE("a remote agent outside the dump set is said to be so", "[analyzer][nixl]") {
   Planted j = healthy_job(2);
   mark_nixl(j.logs[0]);
-  j.logs[0].xfers.push_back(xfer(1, "a", "elsewhere", FR_XFER_OP_WRITE, 10, FR_XFER_POSTED, FR_NIXL_IN_PROG,
-                                 kSnapNs - 30 * kSec, 0));
+  j.logs[0].xfers.push_back(xfer(1, "a", "elsewhere", FR_XFER_OP_WRITE, 10, FR_XFER_POSTED,
+                                 FR_NIXL_IN_PROG, kSnapNs - 30 * kSec, 0));
   // The other rank used no NIXL at all: it is no candidate.
   fr::test::TempDir t;
   const json v = analyze(j, t)["verdict"];
@@ -195,32 +201,38 @@ TEST_CASE("a remote agent outside the dump set is said to be so", "[analyzer][ni
   CHECK(v["culprit_ranks"].empty());
   CHECK(v["culprit_pids"].empty());
   CHECK(v["nixl"]["remote"]["found"] == false);
-  CHECK(v["summary"].get<std::string>().find("no process in the dump set hosts") != std::string::npos);
+  CHECK(v["summary"].get<std::string>().find("no process in the dump set hosts") !=
+        std::string::npos);
 }
 
 TEST_CASE("healthy transfers give no NIXL verdict", "[analyzer][nixl]") {
   Planted j = healthy_job(2);
   mark_nixl(j.logs[0]);
-  j.logs[0].xfers.push_back(xfer(1, "a", "b", FR_XFER_OP_WRITE, 10, FR_XFER_DONE, 0, kSnapNs - 30 * kSec, kSnapNs - 29 * kSec));
-  j.logs[0].xfers.push_back(xfer(2, "a", "b", FR_XFER_OP_WRITE, 10, FR_XFER_RELEASED, 0, kSnapNs - 20 * kSec, kSnapNs - 19 * kSec));
+  j.logs[0].xfers.push_back(xfer(1, "a", "b", FR_XFER_OP_WRITE, 10, FR_XFER_DONE, 0,
+                                 kSnapNs - 30 * kSec, kSnapNs - 29 * kSec));
+  j.logs[0].xfers.push_back(xfer(2, "a", "b", FR_XFER_OP_WRITE, 10, FR_XFER_RELEASED, 0,
+                                 kSnapNs - 20 * kSec, kSnapNs - 19 * kSec));
   // In flight, but young: in progress, not stalled.
-  j.logs[0].xfers.push_back(xfer(3, "a", "b", FR_XFER_OP_READ, 10, FR_XFER_IN_PROGRESS, FR_NIXL_IN_PROG, kSnapNs - kSec / 10, 0));
-  j.logs[0].xfers.push_back(xfer(4, "a", "b", FR_XFER_OP_READ, 10, FR_XFER_CREATED, 0, kSnapNs - 60 * kSec, 0));
+  j.logs[0].xfers.push_back(xfer(3, "a", "b", FR_XFER_OP_READ, 10, FR_XFER_IN_PROGRESS,
+                                 FR_NIXL_IN_PROG, kSnapNs - kSec / 10, 0));
+  j.logs[0].xfers.push_back(
+      xfer(4, "a", "b", FR_XFER_OP_READ, 10, FR_XFER_CREATED, 0, kSnapNs - 60 * kSec, 0));
   fr::test::TempDir t;
   const json doc = analyze(j, t);
   CHECK(doc["verdict"]["kind"] == "no_hang");
   CHECK(doc["findings"].empty());
 }
 
-TEST_CASE("many transfers in flight to one remote are one verdict with their count", "[analyzer][nixl]") {
+TEST_CASE("many transfers in flight to one remote are one verdict with their count",
+          "[analyzer][nixl]") {
   Planted j = healthy_job(3);
   for (auto& l : j.logs) mark_nixl(l);
   for (uint64_t i = 1; i <= 40; ++i)
-    j.logs[0].xfers.push_back(xfer(i, "p0", "target", FR_XFER_OP_WRITE, 1000, FR_XFER_IN_PROGRESS, FR_NIXL_IN_PROG,
-                                   kSnapNs - (10 + i) * kSec, 0));
+    j.logs[0].xfers.push_back(xfer(i, "p0", "target", FR_XFER_OP_WRITE, 1000, FR_XFER_IN_PROGRESS,
+                                   FR_NIXL_IN_PROG, kSnapNs - (10 + i) * kSec, 0));
   for (uint64_t i = 1; i <= 5; ++i)
-    j.logs[1].xfers.push_back(xfer(i, "p1", "target", FR_XFER_OP_READ, 1000, FR_XFER_POSTED, FR_NIXL_IN_PROG,
-                                   kSnapNs - 5 * kSec, 0));
+    j.logs[1].xfers.push_back(xfer(i, "p1", "target", FR_XFER_OP_READ, 1000, FR_XFER_POSTED,
+                                   FR_NIXL_IN_PROG, kSnapNs - 5 * kSec, 0));
   // The target's log names no agent (it made no transfer): the only other NIXL process.
   j.logs[2].xfers.clear();
   fr::test::TempDir t;
@@ -241,15 +253,17 @@ TEST_CASE("many transfers in flight to one remote are one verdict with their cou
   CHECK(nixl_findings == 0);
 }
 
-TEST_CASE("a NIXL stall beside a healthy NCCL job, between processes without a rank", "[analyzer][nixl]") {
+TEST_CASE("a NIXL stall beside a healthy NCCL job, between processes without a rank",
+          "[analyzer][nixl]") {
   Planted j = healthy_job(2);
   j.logs.push_back(nixl_only(j.logs[0], 9001, "infer-a"));
   j.logs.push_back(nixl_only(j.logs[0], 9002, "infer-b"));
   j.alive.push_back(true);
   j.alive.push_back(true);
-  j.logs[2].xfers.push_back(xfer(1, "prefill", "decode", FR_XFER_OP_WRITE, 123, FR_XFER_IN_PROGRESS, FR_NIXL_IN_PROG,
-                                 kSnapNs - 20 * kSec, 0));
-  j.logs[3].xfers.push_back(xfer(1, "decode", "prefill", FR_XFER_OP_READ, 1, FR_XFER_DONE, 0, kSnapNs - 70 * kSec, kSnapNs - 69 * kSec));
+  j.logs[2].xfers.push_back(xfer(1, "prefill", "decode", FR_XFER_OP_WRITE, 123, FR_XFER_IN_PROGRESS,
+                                 FR_NIXL_IN_PROG, kSnapNs - 20 * kSec, 0));
+  j.logs[3].xfers.push_back(xfer(1, "decode", "prefill", FR_XFER_OP_READ, 1, FR_XFER_DONE, 0,
+                                 kSnapNs - 70 * kSec, kSnapNs - 69 * kSec));
   fr::test::TempDir t;
   std::string text;
   const json doc = analyze(j, t, &text);
@@ -267,7 +281,8 @@ TEST_CASE("a NIXL stall beside a healthy NCCL job, between processes without a r
   CHECK(page.find("remote pid <b style=\"color:var(--bad)\">9002</b>") != std::string::npos);
 }
 
-TEST_CASE("a collective hang whose culprit waits for a transfer: the transfer is the verdict", "[analyzer][nixl]") {
+TEST_CASE("a collective hang whose culprit waits for a transfer: the transfer is the verdict",
+          "[analyzer][nixl]") {
   Spec s;
   s.ranks = 2;
   s.tp = 1;
@@ -284,12 +299,13 @@ TEST_CASE("a collective hang whose culprit waits for a transfer: the transfer is
   j.alive.push_back(true);
   mark_nixl(j.logs[1]);
   // Rank 1 never came to the collective: it waits, since long before, for a read from "store".
-  j.logs[1].xfers.push_back(xfer(1, "trainer-1", "store", FR_XFER_OP_READ, 1 << 30, FR_XFER_IN_PROGRESS, FR_NIXL_IN_PROG,
-                                 s.base_ns + 1'000'000, 0));
+  j.logs[1].xfers.push_back(xfer(1, "trainer-1", "store", FR_XFER_OP_READ, 1 << 30,
+                                 FR_XFER_IN_PROGRESS, FR_NIXL_IN_PROG, s.base_ns + 1'000'000, 0));
   fr::test::TempDir t;
   const json doc = analyze(j, t);
   std::string seen;
-  for (const auto& x : doc["findings"]) seen += x["kind"].get<std::string>() + ": " + x["summary"].get<std::string>() + "\n";
+  for (const auto& x : doc["findings"])
+    seen += x["kind"].get<std::string>() + ": " + x["summary"].get<std::string>() + "\n";
   for (const auto& x : doc["inputs"]["skipped"]) seen += "skipped " + x.dump() + "\n";
   INFO(seen);
   CHECK(doc["verdict"]["kind"] == "nixl_stalled");
@@ -300,21 +316,26 @@ TEST_CASE("a collective hang whose culprit waits for a transfer: the transfer is
   CHECK(not_entered);
 }
 
-TEST_CASE("hostile transfer entries: no crash, names escaped, bad states refused", "[analyzer][nixl]") {
+TEST_CASE("hostile transfer entries: no crash, names escaped, bad states refused",
+          "[analyzer][nixl]") {
   Planted j = healthy_job(2);
   mark_nixl(j.logs[0]);
-  fr_xfer_entry x = xfer(1, "", "", FR_XFER_OP_WRITE, UINT64_MAX, FR_XFER_IN_PROGRESS, FR_NIXL_IN_PROG,
-                         kSnapNs - 100 * kSec, 0);
-  std::memset(x.local_agent, 'L', sizeof x.local_agent);   // no NUL
+  fr_xfer_entry x = xfer(1, "", "", FR_XFER_OP_WRITE, UINT64_MAX, FR_XFER_IN_PROGRESS,
+                         FR_NIXL_IN_PROG, kSnapNs - 100 * kSec, 0);
+  std::memset(x.local_agent, 'L', sizeof x.local_agent);     // no NUL
   std::memset(x.remote_agent, 0x1b, sizeof x.remote_agent);  // ESC bytes, no NUL
   std::memset(x.backend, 0xff, sizeof x.backend);
   std::memset(x.notif, '\r', sizeof x.notif);
   x.flags = FR_XFER_F_NOTIF | FR_XFER_F_NOTIF_CUT;
   j.logs[0].xfers.push_back(x);
-  fr_xfer_entry bad_state = xfer(2, "a", "b", FR_XFER_OP_WRITE, 1, 77, FR_NIXL_IN_PROG, kSnapNs - 100 * kSec, 0);
-  fr_xfer_entry bad_op = xfer(3, "a", "b", 9, 1, FR_XFER_POSTED, FR_NIXL_IN_PROG, kSnapNs - 100 * kSec, 0);
-  fr_xfer_entry future = xfer(4, "a", "c", FR_XFER_OP_READ, 1, FR_XFER_POSTED, FR_NIXL_IN_PROG, kSnapNs + 100 * kSec, 0);
-  fr_xfer_entry no_posts = xfer(5, "a", "d", FR_XFER_OP_READ, 1, FR_XFER_POSTED, FR_NIXL_IN_PROG, kSnapNs - 100 * kSec, 0);
+  fr_xfer_entry bad_state =
+      xfer(2, "a", "b", FR_XFER_OP_WRITE, 1, 77, FR_NIXL_IN_PROG, kSnapNs - 100 * kSec, 0);
+  fr_xfer_entry bad_op =
+      xfer(3, "a", "b", 9, 1, FR_XFER_POSTED, FR_NIXL_IN_PROG, kSnapNs - 100 * kSec, 0);
+  fr_xfer_entry future = xfer(4, "a", "c", FR_XFER_OP_READ, 1, FR_XFER_POSTED, FR_NIXL_IN_PROG,
+                              kSnapNs + 100 * kSec, 0);
+  fr_xfer_entry no_posts = xfer(5, "a", "d", FR_XFER_OP_READ, 1, FR_XFER_POSTED, FR_NIXL_IN_PROG,
+                                kSnapNs - 100 * kSec, 0);
   no_posts.posts = 0;
   for (const auto& e : {bad_state, bad_op, future, no_posts}) j.logs[0].xfers.push_back(e);
   fr::test::TempDir t;
@@ -342,10 +363,10 @@ TEST_CASE("the trace draws NIXL calls and transfers on their process's track", "
   Planted j = healthy_job(2);
   j.logs.push_back(nixl_only(j.logs[0], 9001, "infer-a"));
   j.alive.push_back(true);
-  j.logs[2].xfers.push_back(xfer(1, "prefill", "decode", FR_XFER_OP_WRITE, 123, FR_XFER_IN_PROGRESS, FR_NIXL_IN_PROG,
-                                 kSnapNs - 20 * kSec, 0));
-  j.logs[2].xfers.push_back(xfer(2, "prefill", "decode", FR_XFER_OP_READ, 5, FR_XFER_DONE, 0, kSnapNs - 30 * kSec,
-                                 kSnapNs - 29 * kSec));
+  j.logs[2].xfers.push_back(xfer(1, "prefill", "decode", FR_XFER_OP_WRITE, 123, FR_XFER_IN_PROGRESS,
+                                 FR_NIXL_IN_PROG, kSnapNs - 20 * kSec, 0));
+  j.logs[2].xfers.push_back(xfer(2, "prefill", "decode", FR_XFER_OP_READ, 5, FR_XFER_DONE, 0,
+                                 kSnapNs - 30 * kSec, kSnapNs - 29 * kSec));
   fr::test::TempDir t;
   const json doc = analyze(j, t);
   std::string err;
@@ -356,16 +377,19 @@ TEST_CASE("the trace draws NIXL calls and transfers on their process's track", "
   const json tr = json::parse(in);
   int nixl_pid = -1;
   for (const auto& e : tr["traceEvents"])
-    if (e["ph"] == "M" && e["name"] == "process_name" && e["args"]["name"] == "NIXL transfers") nixl_pid = e["pid"];
+    if (e["ph"] == "M" && e["name"] == "process_name" && e["args"]["name"] == "NIXL transfers")
+      nixl_pid = e["pid"];
   REQUIRE(nixl_pid > 0);
   bool in_flight = false, done = false, call = false, track = false;
   for (const auto& e : tr["traceEvents"]) {
     if (e["pid"] != nixl_pid) continue;
     const std::string name = e["name"];
-    if (e["ph"] == "b" && name == "WRITE 123 B to decode (in flight)") in_flight = e.value("cname", "") == "bad";
+    if (e["ph"] == "b" && name == "WRITE 123 B to decode (in flight)")
+      in_flight = e.value("cname", "") == "bad";
     if (e["ph"] == "b" && name == "READ 5 B from decode") done = true;
     if (e["ph"] == "X" && name == "NixlCreateAgent") call = true;
-    if (e["ph"] == "M" && e["name"] == "thread_name") track = e["args"]["name"] == "pid 9001 infer-a";
+    if (e["ph"] == "M" && e["name"] == "thread_name")
+      track = e["args"]["name"] == "pid 9001 infer-a";
   }
   CHECK(in_flight);
   CHECK(done);

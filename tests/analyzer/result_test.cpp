@@ -15,8 +15,8 @@
 
 namespace fs = std::filesystem;
 using fr::analyzer::Analysis;
-using nlohmann::json;
 using fr::test::slurp;
+using nlohmann::json;
 
 namespace {
 
@@ -32,7 +32,8 @@ const Fixture kFixtures[] = {{"stuck", "rank=2,kind=gpu-stall"},
                              {"p2p", "rank=1,kind=p2p-skip"}};
 
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
-  for (size_t p = 0; (p = s.find(from, p)) != std::string::npos; p += to.size()) s.replace(p, from.size(), to);
+  for (size_t p = 0; (p = s.find(from, p)) != std::string::npos; p += to.size())
+    s.replace(p, from.size(), to);
   return s;
 }
 
@@ -62,11 +63,13 @@ struct Analysed {
 
 }  // namespace
 
-TEST_CASE("typed analysis: to_json writes the document the analyzer wrote before, byte for byte", "[analyzer]") {
+TEST_CASE("typed analysis: to_json writes the document the analyzer wrote before, byte for byte",
+          "[analyzer]") {
   for (const Fixture& f : kFixtures) {
     INFO(f.name);
     Analysed got(f);
-    const std::string want = slurp(std::string(FR_SOURCE_DIR) + "/tests/analyzer/data/" + f.name + ".json");
+    const std::string want =
+        slurp(std::string(FR_SOURCE_DIR) + "/tests/analyzer/data/" + f.name + ".json");
     REQUIRE(!want.empty());
     CHECK(replace_all(got.analysis.to_json().dump(2) + "\n", got.dir, "DIR") == want);
     // take_json writes the same document, and leaves the findings without their evidence.
@@ -79,7 +82,8 @@ TEST_CASE("typed analysis: to_json writes the document the analyzer wrote before
 TEST_CASE("typed analysis: a document read back writes the same document", "[analyzer]") {
   for (const Fixture& f : kFixtures) {
     INFO(f.name);
-    const json doc = json::parse(slurp(std::string(FR_SOURCE_DIR) + "/tests/analyzer/data/" + f.name + ".json"));
+    const json doc =
+        json::parse(slurp(std::string(FR_SOURCE_DIR) + "/tests/analyzer/data/" + f.name + ".json"));
     const Analysis back = Analysis::from_json(doc);
     CHECK(back.to_json() == doc);
     json converted = back;  // nlohmann's conversions give the same
@@ -87,7 +91,8 @@ TEST_CASE("typed analysis: a document read back writes the same document", "[ana
     CHECK(doc.get<Analysis>().to_json() == doc);
     // The views read the type and the stored document alike.
     CHECK(fr::analyzer::render_text(back, false) == fr::analyzer::render_text(doc, false));
-    CHECK(fr::analyzer::render_incident_html(back, {}) == fr::analyzer::render_incident_html(doc, {}));
+    CHECK(fr::analyzer::render_incident_html(back, {}) ==
+          fr::analyzer::render_incident_html(doc, {}));
   }
 }
 
@@ -97,9 +102,13 @@ TEST_CASE("typed analysis: a document that only says why there is no analysis", 
   none.verdict.summary = "nothing readable in the input: no dump files found";
   const json doc = none.to_json();
   CHECK(doc == json{{"schema", "fr-analysis/1"},
-                    {"verdict", {{"kind", "incomplete"}, {"summary", none.verdict.summary}, {"culprit_ranks", json::array()}}},
+                    {"verdict",
+                     {{"kind", "incomplete"},
+                      {"summary", none.verdict.summary},
+                      {"culprit_ranks", json::array()}}},
                     {"findings", json::array()}});
   CHECK(Analysis::from_json(doc).to_json() == doc);
-  CHECK(fr::analyzer::render_text(none, false).rfind("verdict: incomplete - nothing readable", 0) == 0);
+  CHECK(fr::analyzer::render_text(none, false).rfind("verdict: incomplete - nothing readable", 0) ==
+        0);
   CHECK_THROWS(Analysis::from_json(json{{"verdict", {{"kind", "hung"}}}}));
 }

@@ -13,8 +13,8 @@
 
 namespace {
 
-using nlohmann::json;
 using fr::test::TempDir;
+using nlohmann::json;
 
 struct Coll {
   int seq;
@@ -29,11 +29,20 @@ void write_dump(const std::string& dir, int rank, int world, const std::vector<C
   json status = json::object();
   for (size_t i = 0; i < colls.size(); ++i) {
     const Coll& c = colls[i];
-    entries.push_back({{"record_id", i}, {"collective_seq_id", c.seq}, {"p2p_seq_id", 0}, {"op_id", c.op_id},
-                       {"is_p2p", false}, {"pg_id", c.pg == "0" ? 0 : 1},
-                       {"process_group", json::array({c.pg, c.desc})}, {"profiling_name", "gloo:all_reduce"},
-                       {"input_sizes", {{8}}}, {"input_dtypes", {"Float"}}, {"output_sizes", {{8}}},
-                       {"output_dtypes", {"Float"}}, {"state", "scheduled"}, {"retired", c.retired},
+    entries.push_back({{"record_id", i},
+                       {"collective_seq_id", c.seq},
+                       {"p2p_seq_id", 0},
+                       {"op_id", c.op_id},
+                       {"is_p2p", false},
+                       {"pg_id", c.pg == "0" ? 0 : 1},
+                       {"process_group", json::array({c.pg, c.desc})},
+                       {"profiling_name", "gloo:all_reduce"},
+                       {"input_sizes", {{8}}},
+                       {"input_dtypes", {"Float"}},
+                       {"output_sizes", {{8}}},
+                       {"output_dtypes", {"Float"}},
+                       {"state", "scheduled"},
+                       {"retired", c.retired},
                        {"time_created_ns", 1000 * (i + 1)}});
     status[c.pg == "0" ? "0" : "1"] = {{"last_enqueued_collective", std::to_string(c.op_id)},
                                        {"last_started_collective", "-1"},
@@ -41,7 +50,8 @@ void write_dump(const std::string& dir, int rank, int world, const std::vector<C
   }
   std::string ranks = "[";
   for (int r = 0; r < world; ++r) ranks += (r ? ", " : "") + std::to_string(r);
-  json d = {{"version", "2.10"}, {"pg_config", {{"", {{"name", ""}, {"desc", ""}, {"ranks", ranks + "]"}}}}},
+  json d = {{"version", "2.10"},
+            {"pg_config", {{"", {{"name", ""}, {"desc", ""}, {"ranks", ranks + "]"}}}}},
             {"pg_status", status}};
   if (!colls.empty()) d["entries"] = entries;
   std::ofstream(dir + "/rank_" + std::to_string(rank) + ".json") << d.dump();
@@ -71,7 +81,8 @@ std::set<int> culprits(const json& doc) {
 
 }  // namespace
 
-TEST_CASE("torch inference: an empty dump is the world's member that never entered #1", "[analyzer]") {
+TEST_CASE("torch inference: an empty dump is the world's member that never entered #1",
+          "[analyzer]") {
   TempDir dir;
   for (int r = 0; r < 3; ++r) write_dump(dir.path, r, 4, {{1, 1, false}});
   write_dump(dir.path, 3, 4, {});
@@ -119,7 +130,8 @@ TEST_CASE("torch inference: stale dumps and collectives that raised are told apa
   CHECK(shown);
 }
 
-TEST_CASE("torch inference: a group's missing member is taken only when one rank fits", "[analyzer]") {
+TEST_CASE("torch inference: a group's missing member is taken only when one rank fits",
+          "[analyzer]") {
   auto with_sub = [](bool pending) {
     std::vector<Coll> v = done(2);
     v.push_back({1, 3, false, "1", "sub"});
@@ -156,7 +168,8 @@ TEST_CASE("torch inference: a group's missing member is taken only when one rank
   CHECK(culprits(d2).empty());
 }
 
-TEST_CASE("torch inference: unbalanced unrecorded p2p in a group of two, hostile op_ids", "[analyzer]") {
+TEST_CASE("torch inference: unbalanced unrecorded p2p in a group of two, hostile op_ids",
+          "[analyzer]") {
   TempDir dir;  // before #3 rank 0 counted 2 unrecorded ops, rank 1 one
   write_dump(dir.path, 0, 2, {{1, 1, true}, {2, 2, true}, {3, 5, true}});
   write_dump(dir.path, 1, 2, {{1, 1, true}, {2, 2, true}, {3, 4, true}});

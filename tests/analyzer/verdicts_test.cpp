@@ -55,9 +55,14 @@ TEST_CASE("verdict kinds: distinct names and meanings that parse back", "[analyz
 }
 
 TEST_CASE("verdict kinds: the analysis writes only listed kinds", "[analyzer]") {
-  const std::string faults[] = {"",          "kind=hang-host,rank=2", "kind=crash,rank=1",
-                                "kind=gpu-stall,rank=3", "kind=mismatch-count,rank=4", "kind=p2p-skip,rank=5",
-                                "kind=slow,rank=6,ms=200", "kind=node-lost,rank=5"};
+  const std::string faults[] = {"",
+                                "kind=hang-host,rank=2",
+                                "kind=crash,rank=1",
+                                "kind=gpu-stall,rank=3",
+                                "kind=mismatch-count,rank=4",
+                                "kind=p2p-skip,rank=5",
+                                "kind=slow,rank=6,ms=200",
+                                "kind=node-lost,rank=5"};
   std::string tmpl = (fs::temp_directory_path() / "fr-verdicts-test.XXXXXX").string();
   const std::string root = mkdtemp(tmpl.data());
   std::set<std::string> seen;

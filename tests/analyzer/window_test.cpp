@@ -49,9 +49,16 @@ size_t dropped(const fr::analyzer::Model& m) {
 }  // namespace
 
 TEST_CASE("window: the same analysis as from every record", "[analyzer][window]") {
-  const char* faults[] = {"", "kind=hang-host,rank=5", "kind=gpu-stall,rank=3", "kind=skip,rank=0",
-                          "kind=crash,rank=9", "kind=p2p-skip,rank=4", "kind=slow,rank=2,ms=5",
-                          "kind=node-lost,rank=6", "kind=mismatch-count,rank=7", "kind=mismatch-op,rank=1,step=500"};
+  const char* faults[] = {"",
+                          "kind=hang-host,rank=5",
+                          "kind=gpu-stall,rank=3",
+                          "kind=skip,rank=0",
+                          "kind=crash,rank=9",
+                          "kind=p2p-skip,rank=4",
+                          "kind=slow,rank=2,ms=5",
+                          "kind=node-lost,rank=6",
+                          "kind=mismatch-count,rank=7",
+                          "kind=mismatch-op,rank=1,step=500"};
   for (int tp : {1, 4}) {
     for (const char* fault : faults) {
       INFO("fault '" << fault << "', tp " << tp);
@@ -95,7 +102,8 @@ TEST_CASE("window: a rank's digest keeps every collective it left out", "[analyz
       for (uint32_t k = 0; k < kept; ++k) {
         const auto& of = pf.ops[pf.comms[c].ops_end - kept + k];
         const auto& ow = pw.ops[pw.comms[c].ops_begin + k];
-        CHECK((of.seq == ow.seq && of.op == ow.op && of.call_ns == ow.call_ns && of.gpu_state == ow.gpu_state));
+        CHECK((of.seq == ow.seq && of.op == ow.op && of.call_ns == ow.call_ns &&
+               of.gpu_state == ow.gpu_state));
       }
     }
   }

@@ -28,11 +28,11 @@
 
 namespace fs = std::filesystem;
 using namespace fr::clitest;
-using fr::test::slurp;
-using fr::test::wait_for;
-using fr::test::spit;
 using fr::run::Env;
 using fr::run::Options;
+using fr::test::slurp;
+using fr::test::spit;
+using fr::test::wait_for;
 
 namespace {
 
@@ -98,12 +98,15 @@ TEST_CASE("fr-run: flags, then the command, with or without --", "[cli][fr-run]"
   CHECK(parse_error({"--log-dir=", "--", "x"}).find("non-empty") != std::string::npos);
 }
 
-TEST_CASE("fr-run: empty values, short flags, flag values and repeats read as documented", "[cli][fr-run]") {
+TEST_CASE("fr-run: empty values, short flags, flag values and repeats read as documented",
+          "[cli][fr-run]") {
   // `--x=` is an empty value, never the next argument; only --frd-arg may be empty.
-  Options o = parsed({"--frd-arg=", "--frd-arg", "", "--frd-arg=--x=1", "--frd-arg", "--", "--", "cmd"});
+  Options o =
+      parsed({"--frd-arg=", "--frd-arg", "", "--frd-arg=--x=1", "--frd-arg", "--", "--", "cmd"});
   CHECK(o.frd_args == std::vector<std::string>{"", "", "--x=1", "--"});
   CHECK(o.command == std::vector<std::string>{"cmd"});
-  CHECK(parse_error({"--coordinator=", "--", "x"}).find("--coordinator needs a non-empty value") != std::string::npos);
+  CHECK(parse_error({"--coordinator=", "--", "x"}).find("--coordinator needs a non-empty value") !=
+        std::string::npos);
   CHECK(parse_error({"--job-id", "", "x"}).find("non-empty") != std::string::npos);
   // A value flag takes the next argument whatever it looks like.
   CHECK(parsed({"--log-dir", "--weird", "x"}).log_dir == "--weird");
@@ -113,12 +116,14 @@ TEST_CASE("fr-run: empty values, short flags, flag values and repeats read as do
   CHECK(parse_error({"--no-daemon=true", "x"}).find("takes no value") != std::string::npos);
   CHECK(parsed({"-v", "--verbose", "x"}).verbose);
   // Repeated: the last value counts, each --parent-death-signal must name a signal.
-  o = parsed({"--log-dir", "/a", "--log-dir=/b", "--coordinator", "c:1", "--coordinator", "c:2", "x"});
+  o = parsed(
+      {"--log-dir", "/a", "--log-dir=/b", "--coordinator", "c:1", "--coordinator", "c:2", "x"});
   CHECK(o.log_dir == "/b");
   CHECK(o.coordinator == "c:2");
-  CHECK(parsed({"--parent-death-signal", "TERM", "--parent-death-signal", "HUP", "x"}).parent_death_signal == SIGHUP);
-  CHECK(parse_error({"--parent-death-signal", "BOGUS", "--parent-death-signal", "TERM", "x"}).find("not a signal") !=
-        std::string::npos);
+  CHECK(parsed({"--parent-death-signal", "TERM", "--parent-death-signal", "HUP", "x"})
+            .parent_death_signal == SIGHUP);
+  CHECK(parse_error({"--parent-death-signal", "BOGUS", "--parent-death-signal", "TERM", "x"})
+            .find("not a signal") != std::string::npos);
   // -h and --version end the flags: what follows is not read.
   CHECK(parsed({"--job-id", "j", "--help", "--bogus"}).help);
   CHECK(parsed({"--version", "--log-dir="}).version);
@@ -127,7 +132,9 @@ TEST_CASE("fr-run: empty values, short flags, flag values and repeats read as do
 }
 
 TEST_CASE("fr-run: defaults from the environment, flags win", "[cli][fr-run]") {
-  Env env = {{"FR_COORDINATOR", "envc:7"}, {"FR_JOB_ID", "envjob"}, {"FR_LOG_DIR", "/logs/"},
+  Env env = {{"FR_COORDINATOR", "envc:7"},
+             {"FR_JOB_ID", "envjob"},
+             {"FR_LOG_DIR", "/logs/"},
              {"XDG_RUNTIME_DIR", "/run/user/5"}};
   Options o = parsed({"--job-id", "flagjob", "--", "x"});
   fr::run::resolve(&o, env, "/opt/fr/bin", 5, any_file);
@@ -183,16 +190,18 @@ TEST_CASE("fr-run: the command's environment and the node daemon's command line"
   CHECK(fr::run::child_env(o, {}, true)["FR_JOB_ID"] == "j");
 
   std::vector<std::string> argv = fr::run::frd_node_argv(o);
-  CHECK(argv ==
-        std::vector<std::string>{"/opt/fr/bin/frd", "node", "--coordinator", "c:1", "--log-dir",
-                                 "/dev/shm", "--node-name", "n3", "--exit-when-idle", "60", "--tls-ca",
-                                 "/ca.pem"});
+  CHECK(argv == std::vector<std::string>{"/opt/fr/bin/frd", "node", "--coordinator", "c:1",
+                                         "--log-dir", "/dev/shm", "--node-name", "n3",
+                                         "--exit-when-idle", "60", "--tls-ca", "/ca.pem"});
   // --daemon-exit-when-idle: passed on; 0 is never; not a number is bad usage.
   Options idle = parsed({"--daemon-exit-when-idle", "0", "x"});
   argv = fr::run::frd_node_argv(idle);
-  CHECK(std::find(argv.begin(), argv.end(), "--exit-when-idle") + 1 == std::find(argv.begin(), argv.end(), "0"));
-  CHECK(parse_error({"--daemon-exit-when-idle", "soon", "x"}).find("not a number of seconds") != std::string::npos);
-  CHECK(parse_error({"--daemon-exit-when-idle=-1", "x"}).find("not a number of seconds") != std::string::npos);
+  CHECK(std::find(argv.begin(), argv.end(), "--exit-when-idle") + 1 ==
+        std::find(argv.begin(), argv.end(), "0"));
+  CHECK(parse_error({"--daemon-exit-when-idle", "soon", "x"}).find("not a number of seconds") !=
+        std::string::npos);
+  CHECK(parse_error({"--daemon-exit-when-idle=-1", "x"}).find("not a number of seconds") !=
+        std::string::npos);
   o.token_file = "/tok";
   argv = fr::run::frd_node_argv(o);
   CHECK(std::find(argv.begin(), argv.end(), "--token-file") + 1 ==
@@ -277,7 +286,8 @@ TEST_CASE("fr-run: stdio untouched, the agent preloaded, the environment set", "
   CHECK(r.out == agent + "|" + d.path + "/logs|jobA");
 
   // No agent: the command runs, unrecorded, and fr-run says so once.
-  r = run({kFrRun, "--agent", d.path + "/none.so", "--", "/bin/sh", "-c", "printf '[%s]' \"$LD_PRELOAD\""},
+  r = run({kFrRun, "--agent", d.path + "/none.so", "--", "/bin/sh", "-c",
+           "printf '[%s]' \"$LD_PRELOAD\""},
           {{"LD_PRELOAD", "<unset>"}, {"FR_LOG_DIR", d.path}}, d.path);
   CHECK(r.status == 0);
   CHECK(r.out == "[]");
@@ -295,7 +305,8 @@ TEST_CASE("fr-run: signals are forwarded to the command", "[cli][fr-run]") {
   REQUIRE(wait_for([&] { return p.out().find("ready") != std::string::npos; }, 20));
   for (auto [sig, said] : {std::pair{SIGHUP, "got HUP"}, std::pair{SIGUSR1, "got USR1"},
                            std::pair{SIGUSR2, "got USR2"}, std::pair{SIGINT, "got INT"}}) {
-    const std::string text = said;  // a plain variable: lambdas cannot capture a structured binding (C++17, clang)
+    const std::string text =
+        said;  // a plain variable: lambdas cannot capture a structured binding (C++17, clang)
     INFO(text);
     ::kill(p.pid, sig);
     CHECK(wait_for([&] { return p.out().find(text) != std::string::npos; }, 20));
@@ -397,7 +408,8 @@ TEST_CASE("fr-run: concurrent ranks of a node share exactly one node daemon", "[
   CHECK(later.status == 0);
   CHECK(later.err.empty());
   // A rank of another job pointed at the same directory is told that the daemon is not its own.
-  later = run({kFrRun, "--coordinator", "127.0.0.1:1", "--log-dir", logs, "--", "true"}, {}, d.path);
+  later =
+      run({kFrRun, "--coordinator", "127.0.0.1:1", "--log-dir", logs, "--", "true"}, {}, d.path);
   CHECK(later.status == 0);
   CHECK(later.err.find("follows " + addr + ", not 127.0.0.1:1") != std::string::npos);
   Result second = run({kFrd, "node", "--coordinator", addr, "--log-dir", logs}, {}, d.path, "", 30);
@@ -409,7 +421,9 @@ TEST_CASE("fr-run: concurrent ranks of a node share exactly one node daemon", "[
   CHECK(gone(s.pid));
   // Once it is gone, the next fr-run starts a new one.
   CHECK(run({kFrRun, "--coordinator", addr, "--log-dir", logs, "--frd-arg=--dump-dir",
-             "--frd-arg=" + d.path + "/spool", "--", "true"}, {}, d.path).status == 0);
+             "--frd-arg=" + d.path + "/spool", "--", "true"},
+            {}, d.path)
+            .status == 0);
   auto s2 = fr::daemon::probe_node_lock(logs);
   CHECK(s2.held);
   CHECK(s2.pid != s.pid);
@@ -439,8 +453,8 @@ TEST_CASE("fr-run: the node daemon it starts stays while it runs, and leaves whe
   TempDir d;
   std::string logs = d.path + "/shm";
   // No coordinator there, and a command that makes no flight log: only fr-run's use keeps it.
-  Proc job({kFrRun, "--coordinator", "127.0.0.1:1", "--log-dir", logs, "--daemon-exit-when-idle", "1",
-            "--frd-arg=--dump-dir", "--frd-arg=" + d.path + "/spool", "--", "sleep", "4"},
+  Proc job({kFrRun, "--coordinator", "127.0.0.1:1", "--log-dir", logs, "--daemon-exit-when-idle",
+            "1", "--frd-arg=--dump-dir", "--frd-arg=" + d.path + "/spool", "--", "sleep", "4"},
            {}, d.path, "job");
   REQUIRE(wait_for([&] { return fr::daemon::probe_node_lock(logs).held; }, 20));
   const pid_t daemon = fr::daemon::probe_node_lock(logs).pid;
@@ -482,34 +496,60 @@ TEST_CASE("fr-run: a hung job run rank by rank under fr-run is caught by the dae
   std::vector<std::unique_ptr<Proc>> ranks;
   for (int r = 0; r < 4; ++r)
     ranks.push_back(std::make_unique<Proc>(
-        std::vector<std::string>{kFrRun, "--coordinator", addr, "--job-id", job, "--log-dir", logs,
-                                 "--frd-arg=--heartbeat-interval", "--frd-arg=0.2",
-                                 "--frd-arg=--dump-dir", "--frd-arg=" + d.path + "/spool", "--",
-                                 rank_exe, "--nodes", "1", "--ranks-per-node", "4", "--tp", "2",
-                                 "--pp", "2", "--steps", "20", "--fault",
+        std::vector<std::string>{kFrRun,
+                                 "--coordinator",
+                                 addr,
+                                 "--job-id",
+                                 job,
+                                 "--log-dir",
+                                 logs,
+                                 "--frd-arg=--heartbeat-interval",
+                                 "--frd-arg=0.2",
+                                 "--frd-arg=--dump-dir",
+                                 "--frd-arg=" + d.path + "/spool",
+                                 "--",
+                                 rank_exe,
+                                 "--nodes",
+                                 "1",
+                                 "--ranks-per-node",
+                                 "4",
+                                 "--tp",
+                                 "2",
+                                 "--pp",
+                                 "2",
+                                 "--steps",
+                                 "20",
+                                 "--fault",
                                  "rank=1,step=3,kind=hang-host"},
-        std::map<std::string, std::string>{
-            {"RANK", std::to_string(r)}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", std::to_string(r)},
-            {"LOCAL_WORLD_SIZE", "4"}, {"CUDA_VISIBLE_DEVICES", "0,1,2,3"},
-            {"LD_LIBRARY_PATH", kBuild + "/sim/lib"}, {"FRSIM_SHM_PREFIX", "/frrun" + job},
-            {"FRSIMJOB_RUN_DIR", d.path + "/run"}, {"FRSIMJOB_BOARD", "<unset>"}},
+        std::map<std::string, std::string>{{"RANK", std::to_string(r)},
+                                           {"WORLD_SIZE", "4"},
+                                           {"LOCAL_RANK", std::to_string(r)},
+                                           {"LOCAL_WORLD_SIZE", "4"},
+                                           {"CUDA_VISIBLE_DEVICES", "0,1,2,3"},
+                                           {"LD_LIBRARY_PATH", kBuild + "/sim/lib"},
+                                           {"FRSIM_SHM_PREFIX", "/frrun" + job},
+                                           {"FRSIMJOB_RUN_DIR", d.path + "/run"},
+                                           {"FRSIMJOB_BOARD", "<unset>"}},
         d.path, "rank" + std::to_string(r)));
 
   std::string analysis;
-  bool found = wait_for([&] {
-    std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(dumps, ec); !ec && it != fs::end(it);
-         it.increment(ec))
-      if (it->path().filename() == "analysis.json") analysis = it->path().string();
-    return !analysis.empty();
-  }, 90);
+  bool found = wait_for(
+      [&] {
+        std::error_code ec;
+        for (auto it = fs::recursive_directory_iterator(dumps, ec); !ec && it != fs::end(it);
+             it.increment(ec))
+          if (it->path().filename() == "analysis.json") analysis = it->path().string();
+        return !analysis.empty();
+      },
+      90);
   INFO("coordinator: " << coord.err() << "\nnode daemon: " << slurp(logs + "/frd-node.log")
                        << "\nrank0: " << ranks[0]->err());
   REQUIRE(found);
   // The flight logs are the job's, in the log dir fr-run gave.
   int frlogs = 0;
   for (const auto& e : fs::directory_iterator(logs))
-    frlogs += e.path().extension() == ".frlog" && e.path().filename().string().find(job) != std::string::npos;
+    frlogs += e.path().extension() == ".frlog" &&
+              e.path().filename().string().find(job) != std::string::npos;
   CHECK(frlogs == 4);
   nlohmann::json a = nlohmann::json::parse(slurp(analysis));
   INFO(a.dump(2).substr(0, 2000));

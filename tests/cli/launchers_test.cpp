@@ -91,8 +91,8 @@ TEST_CASE("fr-run under torchrun and around torchrun", "[cli][fr-run][torchrun]"
     stop_node_daemon(logs);
 
     // A failing rank: torchrun reports the failure with its own status, which fr-run passes on.
-    r = run({torchrun, "--standalone", "--nproc-per-node", "2", "--no-python", kFrRun,
-             "--log-dir", logs, "--", "/bin/sh", "-c", "[ \"$RANK\" = 1 ] && exit 3; exit 0"},
+    r = run({torchrun, "--standalone", "--nproc-per-node", "2", "--no-python", kFrRun, "--log-dir",
+             logs, "--", "/bin/sh", "-c", "[ \"$RANK\" = 1 ] && exit 3; exit 0"},
             {}, d.path, "", 240);
     CHECK(r.status == 1);
   }

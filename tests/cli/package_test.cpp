@@ -37,9 +37,9 @@ TEST_CASE("the .deb installs into a scratch root and its tools run from there", 
   const std::string build = FR_BUILD_DIR;
   std::string dpkg = on_path("dpkg"), dpkg_deb = on_path("dpkg-deb");
   if (dpkg.empty() || dpkg_deb.empty()) FR_SKIP("dpkg is not installed: cannot unpack a .deb");
-  for (const char* f : {"bin/frd", "bin/fr-analyze", "bin/fr-run", "bin/fr-simjob",
-                        "bin/fr-simjob-rank", "bin/fr-gendumps", "lib/libfr_agent.so",
-                        "sim/lib/libnccl.so.2", "sim/lib/libcuda.so.1"})
+  for (const char* f :
+       {"bin/frd", "bin/fr-analyze", "bin/fr-run", "bin/fr-simjob", "bin/fr-simjob-rank",
+        "bin/fr-gendumps", "lib/libfr_agent.so", "sim/lib/libnccl.so.2", "sim/lib/libcuda.so.1"})
     if (!fs::exists(build + "/" + f)) FR_SKIP(build << "/" << f << " is not built");
 
   TempDir d;
@@ -53,7 +53,8 @@ TEST_CASE("the .deb installs into a scratch root and its tools run from there", 
     for (const auto& e : fs::directory_iterator(d.path + "/pkg")) {
       std::string n = e.path().filename().string();
       if (n.rfind("fr_", 0) == 0 && e.path().extension() == ".deb") fr_deb = e.path().string();
-      if (n.rfind("fr-emulation_", 0) == 0 && e.path().extension() == ".deb") emu_deb = e.path().string();
+      if (n.rfind("fr-emulation_", 0) == 0 && e.path().extension() == ".deb")
+        emu_deb = e.path().string();
     }
   }
   REQUIRE(fs::exists(fr_deb));
@@ -111,13 +112,16 @@ TEST_CASE("the .deb installs into a scratch root and its tools run from there", 
     ranks.push_back(std::make_unique<Proc>(
         std::vector<std::string>{prefix + "/bin/fr-run", "--job-id", "pkgtest", "--log-dir", logs,
                                  "--", prefix + "/bin/fr-simjob-rank", "--nodes", "1",
-                                 "--ranks-per-node", "2", "--tp", "1", "--pp", "1", "--steps",
-                                 "3"},
+                                 "--ranks-per-node", "2", "--tp", "1", "--pp", "1", "--steps", "3"},
         std::map<std::string, std::string>{
-            {"RANK", std::to_string(rk)}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", std::to_string(rk)},
-            {"CUDA_VISIBLE_DEVICES", "0,1"}, {"LD_LIBRARY_PATH", prefix + "/sim/lib"},
+            {"RANK", std::to_string(rk)},
+            {"WORLD_SIZE", "2"},
+            {"LOCAL_RANK", std::to_string(rk)},
+            {"CUDA_VISIBLE_DEVICES", "0,1"},
+            {"LD_LIBRARY_PATH", prefix + "/sim/lib"},
             {"FRSIM_SHM_PREFIX", "/frpkg" + std::to_string(::getpid())},
-            {"FRSIMJOB_RUN_DIR", d.path + "/run"}, {"FRSIMJOB_BOARD", "<unset>"},
+            {"FRSIMJOB_RUN_DIR", d.path + "/run"},
+            {"FRSIMJOB_BOARD", "<unset>"},
             {"LD_PRELOAD", "<unset>"}},
         d.path, "pkgrank" + std::to_string(rk)));
   for (auto& p : ranks) {

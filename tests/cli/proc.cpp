@@ -35,8 +35,10 @@ Proc::Proc(const std::vector<std::string>& argv, const std::map<std::string, std
     if (eq != std::string::npos) all[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   for (const auto& [k, v] : env) {
-    if (v == "<unset>") all.erase(k);
-    else all[k] = v;
+    if (v == "<unset>")
+      all.erase(k);
+    else
+      all[k] = v;
   }
   std::vector<std::string> env_text;
   for (const auto& [k, v] : all) env_text.push_back(k + "=" + v);
@@ -72,13 +74,15 @@ Proc::~Proc() {
 
 bool Proc::wait(double timeout_s) {
   if (reaped) return true;
-  return wait_for([&] {
-    int st = 0;
-    if (::waitpid(pid, &st, WNOHANG) != pid) return false;
-    reaped = true;
-    status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    return true;
-  }, timeout_s);
+  return wait_for(
+      [&] {
+        int st = 0;
+        if (::waitpid(pid, &st, WNOHANG) != pid) return false;
+        reaped = true;
+        status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        return true;
+      },
+      timeout_s);
 }
 
 std::string Proc::out() const { return slurp(out_path); }

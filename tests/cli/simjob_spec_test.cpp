@@ -26,8 +26,8 @@ TEST_CASE("fault specs parse into canonical form with per-kind default communica
   REQUIRE(f.to_spec() == "rank=2,step=4,kind=gpu-stall,comm=tp,ms=250");
 
   // Every kind round-trips through its name.
-  for (const char* k : {"hang-host", "skip", "crash", "gpu-stall", "mismatch-count", "mismatch-dtype",
-                        "mismatch-op", "mismatch-root", "p2p-skip", "slow"}) {
+  for (const char* k : {"hang-host", "skip", "crash", "gpu-stall", "mismatch-count",
+                        "mismatch-dtype", "mismatch-op", "mismatch-root", "p2p-skip", "slow"}) {
     auto kind = parse_fault_kind(k);
     REQUIRE(kind);
     REQUIRE(std::string(fault_kind_name(*kind)) == k);
@@ -176,7 +176,8 @@ TEST_CASE("step time, jitter and a pause: host work per step", "[simjob]") {
   std::vector<Fault> none;
   REQUIRE(validate(s, &none, &err));
 
-  for (const char* bad : {"", "step=1", "ms=5", "step=-1,ms=5", "step=1,ms=x", "step=1,ms=5,x=2", "step"}) {
+  for (const char* bad :
+       {"", "step=1", "ms=5", "step=-1,ms=5", "step=1,ms=x", "step=1,ms=5,x=2", "step"}) {
     INFO(bad);
     Shape t = s;
     REQUIRE_FALSE(parse_pause(bad, &t, &err));

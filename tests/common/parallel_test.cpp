@@ -38,12 +38,14 @@ TEST_CASE("for_each_index visits every index once", "[common]") {
       });
       for (size_t i = 0; i < n; ++i) CHECK(visits[i].load() == 1);
       CHECK(ids.size() <= thread_count(threads, n));
-      if (n > 0 && threads == 1) CHECK(ids == std::set<std::thread::id>{std::this_thread::get_id()});
+      if (n > 0 && threads == 1)
+        CHECK(ids == std::set<std::thread::id>{std::this_thread::get_id()});
     }
   }
 }
 
-TEST_CASE("for_each_index rethrows the lowest item's exception after every thread stopped", "[common]") {
+TEST_CASE("for_each_index rethrows the lowest item's exception after every thread stopped",
+          "[common]") {
   std::atomic<int> running{0};
   auto body = [&](size_t i) {
     running.fetch_add(1);
@@ -89,7 +91,8 @@ TEST_CASE("for_each_index_ordered stops before a failed item and rethrows", "[co
   auto body = [](size_t i) {
     if (i == 5) throw std::runtime_error("item 5");
   };
-  CHECK_THROWS_WITH(for_each_index_ordered(20, 4, body, [&](size_t i) { taken.push_back(i); }), "item 5");
+  CHECK_THROWS_WITH(for_each_index_ordered(20, 4, body, [&](size_t i) { taken.push_back(i); }),
+                    "item 5");
   CHECK(taken == std::vector<size_t>{0, 1, 2, 3, 4});
 
   // An exception from consume ends it the same way.

@@ -193,7 +193,8 @@ TEST_CASE("spawn sets the child's signal mask and default dispositions", "[commo
   sigemptyset(&usr1);
   sigaddset(&usr1, SIGUSR1);
   ::sigprocmask(SIG_BLOCK, &usr1, &old);
-  struct sigaction ignore {}, old_usr2 {};
+  struct sigaction ignore {
+  }, old_usr2{};
   ignore.sa_handler = SIG_IGN;
   ::sigaction(SIGUSR2, &ignore, &old_usr2);
 
@@ -276,7 +277,7 @@ TEST_CASE("a detached child is in its own session and not this process's child",
   REQUIRE(r.ok());
   CHECK(::getsid(r.pid) != ::getsid(0));
   CHECK(::waitpid(r.pid, nullptr, WNOHANG) < 0);  // not ours to reap
-  CHECK(no_children_left());                        // the middle process is reaped
+  CHECK(no_children_left());                      // the middle process is reaped
   ::kill(r.pid, SIGKILL);
   CHECK(ended_within(r.pid, std::chrono::seconds(10)));
 

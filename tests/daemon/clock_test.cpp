@@ -10,11 +10,13 @@ TEST_CASE("clock offsets come from the round trip with the least delay", "[daemo
   CHECK_FALSE(c.has_offset());
   // Node 5 ms ahead, 2 ms each way.
   const int64_t ms = 1'000'000, ahead = 5 * ms;
-  CHECK(c.add(1000 * ms, 1000 * ms + 2 * ms + ahead, 1000 * ms + 3 * ms + ahead, 1000 * ms + 5 * ms));
+  CHECK(
+      c.add(1000 * ms, 1000 * ms + 2 * ms + ahead, 1000 * ms + 3 * ms + ahead, 1000 * ms + 5 * ms));
   CHECK(c.offset_ns() == -ahead);
   CHECK(c.delay_ns() == 4 * ms);
   // A sample with a long asymmetric delay does not win.
-  CHECK(c.add(2000 * ms, 2000 * ms + 40 * ms + ahead, 2000 * ms + 41 * ms + ahead, 2000 * ms + 43 * ms));
+  CHECK(c.add(2000 * ms, 2000 * ms + 40 * ms + ahead, 2000 * ms + 41 * ms + ahead,
+              2000 * ms + 43 * ms));
   CHECK(c.offset_ns() == -ahead);
   // Impossible samples are refused.
   CHECK_FALSE(c.add(10, 5, 4, 20));

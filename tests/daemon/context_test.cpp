@@ -58,7 +58,6 @@ char state_of(int pid) {
   return s.empty() ? '?' : s[0];
 }
 
-
 // A child process running argv, started and standing in its known place when this returns.
 struct Child {
   pid_t pid = -1;
@@ -150,15 +149,17 @@ TEST_CASE("stacks: a hung process shows its functions, files and lines, and runs
   REQUIRE(wait_for([&] { return state_of(target.pid) == 'S'; }, 5, kPoll));
 }
 
-TEST_CASE("stacks: the frd stacks helper writes one fr-stacks/1 file per rank beside its dump", "[stacks]") {
+TEST_CASE("stacks: the frd stacks helper writes one fr-stacks/1 file per rank beside its dump",
+          "[stacks]") {
   Child a({kBuild + "/tests/stack_target", "hang"});
   Child b({kBuild + "/tests/stack_target", "spin"});
   TempDir tmp("fr-context");
   const std::string dir = tmp.path;
-  fr::daemon::StacksTaken got = fr::daemon::take_stacks(
-      helper_options(),
-      {{a.pid, 0, "rank0.frlog", true, ""}, {b.pid, 1, "rank1.frlog", true, ""}, {999999, 2, "rank2.frlog", false, ""}},
-      dir);
+  fr::daemon::StacksTaken got = fr::daemon::take_stacks(helper_options(),
+                                                        {{a.pid, 0, "rank0.frlog", true, ""},
+                                                         {b.pid, 1, "rank1.frlog", true, ""},
+                                                         {999999, 2, "rank2.frlog", false, ""}},
+                                                        dir);
   REQUIRE(got.files.size() == 3);
   REQUIRE(got.taken == 2);
   ProcessStacks s;
@@ -175,7 +176,8 @@ TEST_CASE("stacks: the frd stacks helper writes one fr-stacks/1 file per rank be
   REQUIRE(state_of(b.pid) == 'R');
 }
 
-TEST_CASE("stacks: a SIGSTOPped process is read and left stopped, with no stop of ours", "[stacks]") {
+TEST_CASE("stacks: a SIGSTOPped process is read and left stopped, with no stop of ours",
+          "[stacks]") {
   Child target({kBuild + "/tests/stack_target", "hang"});
   ::kill(target.pid, SIGSTOP);
   REQUIRE(wait_for([&] { return state_of(target.pid) == 'T'; }, 5, kPoll));
@@ -191,10 +193,12 @@ TEST_CASE("stacks: a SIGSTOPped process is read and left stopped, with no stop o
   REQUIRE(status_field(target.pid, "TracerPid") == "0");
   REQUIRE(state_of(target.pid) == 'T');  // still the user's stop
   ::kill(target.pid, SIGCONT);
-  REQUIRE(wait_for([&] { return state_of(target.pid) == 'S'; }, 5, kPoll));  // and nothing else holds it
+  REQUIRE(wait_for([&] { return state_of(target.pid) == 'S'; }, 5,
+                   kPoll));  // and nothing else holds it
 }
 
-TEST_CASE("stacks: when the budget runs out, the rest say so and nothing is left stopped", "[stacks]") {
+TEST_CASE("stacks: when the budget runs out, the rest say so and nothing is left stopped",
+          "[stacks]") {
   Child a({kBuild + "/tests/stack_target", "spin"});
   Child b({kBuild + "/tests/stack_target", "spin"});
   fr::daemon::StackOptions o = helper_options();
@@ -202,15 +206,16 @@ TEST_CASE("stacks: when the budget runs out, the rest say so and nothing is left
   o.hold_ns = 600'000'000;  // the first process alone outlasts the budget
   TempDir tmp("fr-context");
   const std::string dir = tmp.path;
-  fr::daemon::StacksTaken got =
-      fr::daemon::take_stacks(o, {{a.pid, 0, "r0.frlog", true, ""}, {b.pid, 1, "r1.frlog", true, ""}}, dir);
+  fr::daemon::StacksTaken got = fr::daemon::take_stacks(
+      o, {{a.pid, 0, "r0.frlog", true, ""}, {b.pid, 1, "r1.frlog", true, ""}}, dir);
   REQUIRE(got.files.size() == 2);
   ProcessStacks s;
   std::string err;
   REQUIRE(fr::log::parse_stacks(slurp(dir + "/r1.frlog.stacks.json"), &s, &err));
   REQUIRE(s.error.find("budget") != std::string::npos);
   for (pid_t p : {a.pid, b.pid}) {
-    REQUIRE(wait_for([&] { return status_field(p, "TracerPid") == "0" && state_of(p) == 'R'; }, 5, kPoll));
+    REQUIRE(wait_for([&] { return status_field(p, "TracerPid") == "0" && state_of(p) == 'R'; }, 5,
+                     kPoll));
   }
 }
 
@@ -228,9 +233,9 @@ TEST_CASE("stacks: a daemon killed during capture leaves no process stopped", "[
     ::_exit(0);
   }
   // Kill it while the helper holds the target stopped.
-  bool held = wait_for([&] {
-    return status_field(target.pid, "TracerPid") != "0" && state_of(target.pid) == 't';
-  }, 20, kPoll);
+  bool held = wait_for(
+      [&] { return status_field(target.pid, "TracerPid") != "0" && state_of(target.pid) == 't'; },
+      20, kPoll);
   ::kill(daemon, SIGKILL);
   int st;
   ::waitpid(daemon, &st, 0);
@@ -243,8 +248,10 @@ TEST_CASE("stacks: another user's process yields a clear reason", "[stacks]") {
   if (::geteuid() != 0) FR_SKIP("needs root, to create a second user for the capture to run as");
   const char* user = "fr-stacks-test";
   if (::getpwnam(user) == nullptr) {
-    int rc = std::system("useradd --system --no-create-home --shell /usr/sbin/nologin fr-stacks-test >/dev/null 2>&1");
-    if (rc != 0 && ::getpwnam(user) == nullptr) FR_SKIP("useradd could not create the user " << user);
+    int rc = std::system(
+        "useradd --system --no-create-home --shell /usr/sbin/nologin fr-stacks-test >/dev/null 2>&1");
+    if (rc != 0 && ::getpwnam(user) == nullptr)
+      FR_SKIP("useradd could not create the user " << user);
   }
   passwd* pw = ::getpwnam(user);
   REQUIRE(pw != nullptr);
@@ -263,7 +270,8 @@ TEST_CASE("stacks: another user's process yields a clear reason", "[stacks]") {
     ::dup2(p[1], 1);
     if (::setgid(pw->pw_gid) != 0 || ::setuid(pw->pw_uid) != 0) ::_exit(126);
     std::string frd = dir + "/frd", pid = std::to_string(target.pid) + ":4";
-    ::execl(frd.c_str(), frd.c_str(), "stacks", "--pid", pid.c_str(), "--budget-ms", "5000", nullptr);
+    ::execl(frd.c_str(), frd.c_str(), "stacks", "--pid", pid.c_str(), "--budget-ms", "5000",
+            nullptr);
     ::_exit(127);
   }
   ::close(p[1]);
@@ -297,7 +305,8 @@ TEST_CASE("stacks: another user's process yields a clear reason", "[stacks]") {
   REQUIRE(s.error == "not taken: the process belongs to root, its flight log to fr-stacks-test");
 }
 
-TEST_CASE("stacks: a Python process's time.sleep frame is named, with its Python callers", "[stacks]") {
+TEST_CASE("stacks: a Python process's time.sleep frame is named, with its Python callers",
+          "[stacks]") {
   if (std::system("command -v py-spy >/dev/null 2>&1") != 0)
     FR_SKIP("py-spy is not installed (scripts/install-deps.sh installs it)");
   Child target({"python3", "-c",
@@ -361,12 +370,14 @@ TEST_CASE("nvml: absent or failing NVML is one line, never an error of the daemo
   REQUIRE(why == "NVML not available: nvmlInit failed: Driver Not Loaded");
 }
 
-TEST_CASE("nvml: the full reading of an incident, with what a GPU does not support named", "[nvml]") {
-  SimNvml sim("driver 550.54.15\n"
-              "gpu 0000:3b:00.0 pids=101,102 temp=71 power=310000 throttle=0x41 ecc_corrected=5 "
-              "ecc_uncorrected=2 retired_pending=1 remap_pending=1 pcie_replays=7 nvlinks=4 "
-              "nvlink_down=2\n"
-              "gpu 0000:3c:00.0 unsupported=ecc,remap,pcie,nvlink,retired\n");
+TEST_CASE("nvml: the full reading of an incident, with what a GPU does not support named",
+          "[nvml]") {
+  SimNvml sim(
+      "driver 550.54.15\n"
+      "gpu 0000:3b:00.0 pids=101,102 temp=71 power=310000 throttle=0x41 ecc_corrected=5 "
+      "ecc_uncorrected=2 retired_pending=1 remap_pending=1 pcie_replays=7 nvlinks=4 "
+      "nvlink_down=2\n"
+      "gpu 0000:3c:00.0 unsupported=ecc,remap,pcie,nvlink,retired\n");
   fr::daemon::GpuMonitor m;
   std::string why;
   REQUIRE(m.open(kNvml, &why));
@@ -438,10 +449,12 @@ TEST_CASE("side files: wrong schema and hostile sizes are refused or bounded", "
   REQUIRE_FALSE(fr::log::parse_stacks("not json", &s, &err));
   REQUIRE(err == "not a JSON object");
   std::string frames;
-  for (int i = 0; i < 1000; ++i) frames += std::string(i ? "," : "") + "{\"function\":\"f\",\"kind\":\"evil\"}";
-  REQUIRE(fr::log::parse_stacks("{\"schema\":\"fr-stacks/1\",\"pid\":3,\"threads\":[{\"tid\":3,\"frames\":[" +
-                                    frames + "]}]}",
-                                &s, &err));
+  for (int i = 0; i < 1000; ++i)
+    frames += std::string(i ? "," : "") + "{\"function\":\"f\",\"kind\":\"evil\"}";
+  REQUIRE(fr::log::parse_stacks(
+      "{\"schema\":\"fr-stacks/1\",\"pid\":3,\"threads\":[{\"tid\":3,\"frames\":[" + frames +
+          "]}]}",
+      &s, &err));
   REQUIRE(s.threads[0].frames.size() == fr::log::kMaxStackFrames);
   REQUIRE(s.threads[0].frames[0].kind == "native");
   fr::log::NodeGpus g;

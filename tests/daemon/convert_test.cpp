@@ -48,7 +48,8 @@ fr::v1::Heartbeat heartbeat(int processes, int comms, const std::string& word) {
     }
     r.processes.push_back(p);
   }
-  for (int i = 0; i < processes; ++i) r.unreadable.push_back(word + "-unreadable-" + std::to_string(i));
+  for (int i = 0; i < processes; ++i)
+    r.unreadable.push_back(word + "-unreadable-" + std::to_string(i));
   if (processes > 2) r.gpu_alerts.push_back("GPU 0000:3b:00.0 reported Xid 79 (" + word + ")");
   fr::v1::Heartbeat hb;
   to_proto(r, &hb);
@@ -85,7 +86,8 @@ TEST_CASE("decoding into a used report gives what a fresh decode gives", "[daemo
   const fr::v1::Heartbeat none = heartbeat(0, 0, "c");
   // Each order, so that every field shrinks and grows over a report that held something else.
   using Order = std::vector<const fr::v1::Heartbeat*>;
-  for (const Order& order : {Order{&big, &small, &none, &big}, Order{&none, &small, &big, &small}}) {
+  for (const Order& order :
+       {Order{&big, &small, &none, &big}, Order{&none, &small, &big, &small}}) {
     NodeReport reused;
     for (const fr::v1::Heartbeat* hb : order) {
       from_proto(*hb, &reused);

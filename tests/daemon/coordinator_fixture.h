@@ -14,7 +14,7 @@
 namespace fr::daemon::test {
 
 inline ProcessReport proc(int rank, bool alive, int64_t oldest_age_ns, uint64_t completed = 10,
-                   bool clean = false) {
+                          bool clean = false) {
   ProcessReport p;
   p.log = "rank" + std::to_string(rank) + ".frlog";
   p.rank = rank;

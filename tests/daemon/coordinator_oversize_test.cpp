@@ -42,7 +42,8 @@ const std::string kRefusal = "larger than 1073741824 bytes";
 
 // A file that starts as a real torch dump and is 10 GiB long, almost all of it a hole.
 void plant_oversize_torch(const std::string& path) {
-  const std::string head = slurp(std::string(FR_SOURCE_DIR) + "/tests/analyzer/torch/data/pickle/nccl_trace_rank_0");
+  const std::string head =
+      slurp(std::string(FR_SOURCE_DIR) + "/tests/analyzer/torch/data/pickle/nccl_trace_rank_0");
   REQUIRE(head.size() > 16);
   std::ofstream(path, std::ios::binary) << head;
   REQUIRE(::truncate(path.c_str(), off_t{10} << 30) == 0);
@@ -57,8 +58,9 @@ nlohmann::json skipped(const nlohmann::json& analysis, const std::string& name) 
 
 }  // namespace
 
-TEST_CASE("coordinator analysis: oversize torch-named files are refused by size, the set is still analysed",
-          "[daemon][hostile]") {
+TEST_CASE(
+    "coordinator analysis: oversize torch-named files are refused by size, the set is still analysed",
+    "[daemon][hostile]") {
   TempDir d;
   AssemblyJob j;
   j.incident_id = "incident-0001";
@@ -75,14 +77,16 @@ TEST_CASE("coordinator analysis: oversize torch-named files are refused by size,
   spec.entries = 64;
   REQUIRE(fr::analyzer::synth::write_dump_set(spec, j.dir, &err));
   std::filesystem::remove(j.dir + "/manifest.json");
-  for (int r = 0; r < 4; ++r) plant_oversize_torch(j.dir + "/nodeX-nccl_trace_rank_" + std::to_string(r));
+  for (int r = 0; r < 4; ++r)
+    plant_oversize_torch(j.dir + "/nodeX-nccl_trace_rank_" + std::to_string(r));
   const double rss_before = rss_mib();
   const auto t0 = std::chrono::steady_clock::now();
   AssemblyResult res = assemble(j);
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double rss_after = rss_mib();
-  std::printf("coordinator analysis beside four sparse 10 GiB torch-named files: %.2f s, RSS %.0f -> %.0f MiB\n",
-              took, rss_before, rss_after);
+  std::printf(
+      "coordinator analysis beside four sparse 10 GiB torch-named files: %.2f s, RSS %.0f -> %.0f MiB\n",
+      took, rss_before, rss_after);
   REQUIRE(res.ok);
   auto analysis = nlohmann::json::parse(slurp(j.dir + "/analysis.json"));
   for (int r = 0; r < 4; ++r) {
@@ -98,9 +102,10 @@ TEST_CASE("coordinator analysis: oversize torch-named files are refused by size,
   CHECK(took < 60);
 }
 
-TEST_CASE("coordinator: an oversize torch-named file planted in an incident's directory is named, "
-          "and the nodes' dumps are analysed",
-          "[daemon][hostile]") {
+TEST_CASE(
+    "coordinator: an oversize torch-named file planted in an incident's directory is named, "
+    "and the nodes' dumps are analysed",
+    "[daemon][hostile]") {
   TempDir dumps, logs;
   CoordinatorServer server(loopback_config(dumps.path), loopback_options());
   std::string err, id;
@@ -121,8 +126,12 @@ TEST_CASE("coordinator: an oversize torch-named file planted in an incident's di
     return slurp(logs.path + "/" + name);
   };
   fr::v1::UploadReply reply;
-  REQUIRE(fr::daemon::test::upload(c, id, "nodeA", a.key, {{"nodeA-rank0.frlog", flight_log("a.frlog", 0)}}, &reply).ok());
-  REQUIRE(fr::daemon::test::upload(c, id, "nodeB", b.key, {{"nodeB-rank1.frlog", flight_log("b.frlog", 1)}}, &reply).ok());
+  REQUIRE(fr::daemon::test::upload(c, id, "nodeA", a.key,
+                                   {{"nodeA-rank0.frlog", flight_log("a.frlog", 0)}}, &reply)
+              .ok());
+  REQUIRE(fr::daemon::test::upload(c, id, "nodeB", b.key,
+                                   {{"nodeB-rank1.frlog", flight_log("b.frlog", 1)}}, &reply)
+              .ok());
   REQUIRE(wait_for([&] { return server.status()["incidents"][0]["state"] == "closed"; }, 60));
   auto analysis = nlohmann::json::parse(slurp(dir + "/analysis.json"));
   const nlohmann::json s = skipped(analysis, "nodeA-nccl_trace_rank_0");

@@ -20,7 +20,8 @@ TEST_CASE("status and metrics describe nodes, ranks and incidents", "[daemon]") 
   st.heartbeat(s0, r0, 0);
   auto js = st.status(kSec);
   CHECK(js["schema"] == "frd-status/1");
-  CHECK(js["nodes"][0]["gpu_alerts"] == nlohmann::json::array({"GPU 0000:3b:00.0 reported Xid 79"}));
+  CHECK(js["nodes"][0]["gpu_alerts"] ==
+        nlohmann::json::array({"GPU 0000:3b:00.0 reported Xid 79"}));
   CHECK(js["ranks"]["alive"] == 1);
   CHECK(js["ranks"]["dead"] == 1);
   CHECK(js["nodes"][0]["name"] == "n0");

@@ -161,8 +161,8 @@ TEST_CASE("a stall incident closes as transient only when nothing is stalled any
   OpenStall o;
   // The triggering op completed, but rank 2 is now stalled past the threshold: still hung.
   CHECK(o.after({proc(0, true, 0, 11), proc(1, true, 0, 11)},
-                {proc(2, true, 3 * kSec, 11), proc(3, true, 0, 11)}, 4 * kSec) ==
-        IncidentState::kOpen);
+                {proc(2, true, 3 * kSec, 11), proc(3, true, 0, 11)},
+                4 * kSec) == IncidentState::kOpen);
   // Nothing is past the threshold, but the triggering communicator has not moved: still open.
   CHECK(o.after({proc(0, true, kSec / 10, 10), proc(1, true, 0, 10)},
                 {proc(2, true, 0, 10), proc(3, true, 0, 10)}, 5 * kSec) == IncidentState::kOpen);
@@ -171,8 +171,8 @@ TEST_CASE("a stall incident closes as transient only when nothing is stalled any
                 {proc(2, true, 0, 11), proc(3, true, 0, 11)}, 6 * kSec) == IncidentState::kOpen);
   // Moved, nothing stalled, everyone alive: transient.
   CHECK(o.after({proc(0, true, 0, 12), proc(1, true, 0, 12)},
-                {proc(2, true, 0, 12), proc(3, true, 0, 12)}, 7 * kSec) ==
-        IncidentState::kClosedTransient);
+                {proc(2, true, 0, 12), proc(3, true, 0, 12)},
+                7 * kSec) == IncidentState::kClosedTransient);
 }
 
 TEST_CASE("a stall incident stays open while the stalled op stays in flight", "[daemon]") {
@@ -184,8 +184,8 @@ TEST_CASE("a stall incident stays open while the stalled op stays in flight", "[
   }
   // Every rank gone: closed, not transient.
   CHECK(o.after({proc(0, false, 0, 10, true), proc(1, false, 0, 10, true)},
-                {proc(2, false, 0, 10, true), proc(3, false, 0, 10, true)}, 21 * kSec) ==
-        IncidentState::kClosed);
+                {proc(2, false, 0, 10, true), proc(3, false, 0, 10, true)},
+                21 * kSec) == IncidentState::kClosed);
 }
 
 TEST_CASE("a node_lost incident closes as transient only when the node is back and nothing stalls",

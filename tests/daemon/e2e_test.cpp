@@ -34,10 +34,10 @@
 #include "testing/wait.h"
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 using fr::daemon::test::TempDir;
 using fr::test::slurp;
 using fr::test::wait_for;
+using nlohmann::json;
 
 namespace {
 
@@ -117,9 +117,23 @@ struct JobResult {
 
 std::vector<std::string> simjob_argv(const TempDir& dir, const std::vector<std::string>& faults,
                                      int steps, const std::vector<std::string>& extra) {
-  std::vector<std::string> argv = {kSimjob, "--nodes", "2", "--ranks-per-node", "4", "--tp", "2",
-                                   "--pp", "2", "--steps", std::to_string(steps), "--daemons",
-                                   "--stall-after", "2", "--quiet", "--out", dir.path + "/job"};
+  std::vector<std::string> argv = {kSimjob,
+                                   "--nodes",
+                                   "2",
+                                   "--ranks-per-node",
+                                   "4",
+                                   "--tp",
+                                   "2",
+                                   "--pp",
+                                   "2",
+                                   "--steps",
+                                   std::to_string(steps),
+                                   "--daemons",
+                                   "--stall-after",
+                                   "2",
+                                   "--quiet",
+                                   "--out",
+                                   dir.path + "/job"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   for (const auto& f : faults) {
     argv.push_back("--fault");
@@ -142,7 +156,8 @@ JobResult job_result(const TempDir& dir, int rc) {
 
 JobResult simjob_with_daemons(const TempDir& dir, const std::vector<std::string>& faults,
                               int steps = 6, const std::vector<std::string>& extra = {}) {
-  return job_result(dir, run(simjob_argv(dir, faults, steps, extra), dir.path + "/simjob.log", 180));
+  return job_result(dir,
+                    run(simjob_argv(dir, faults, steps, extra), dir.path + "/simjob.log", 180));
 }
 
 void check_verdict(const JobResult& r, const std::string& kind, std::set<int> culprits) {
@@ -182,11 +197,13 @@ void check_no_incident(const JobResult& r) {
 
 std::string read_port(const std::string& file) {
   std::string p;
-  wait_for([&] {
-    p = slurp(file);
-    while (!p.empty() && (p.back() == '\n')) p.pop_back();
-    return !p.empty();
-  }, 30);
+  wait_for(
+      [&] {
+        p = slurp(file);
+        while (!p.empty() && (p.back() == '\n')) p.pop_back();
+        return !p.empty();
+      },
+      30);
   return p;
 }
 
@@ -223,17 +240,28 @@ std::string find_analysis(const std::string& dumps) {
 // A long job without daemons of its own (2 nodes x 2 ranks): rank 0 slows every step so the job
 // lasts; with `hang_step` >= 0 rank 1's GPU stalls for good at that step.
 std::unique_ptr<Proc> long_job(const TempDir& dir, int hang_step) {
-  std::vector<std::string> argv = {kSimjob, "--nodes", "2", "--ranks-per-node", "2", "--steps",
-                                   "1000000", "--fault", "rank=0,step=0,kind=slow,ms=50",
-                                   "--quiet", "--out", dir.path + "/job"};
+  std::vector<std::string> argv = {kSimjob,
+                                   "--nodes",
+                                   "2",
+                                   "--ranks-per-node",
+                                   "2",
+                                   "--steps",
+                                   "1000000",
+                                   "--fault",
+                                   "rank=0,step=0,kind=slow,ms=50",
+                                   "--quiet",
+                                   "--out",
+                                   dir.path + "/job"};
   if (hang_step >= 0) {
     argv.push_back("--fault");
     argv.push_back("rank=1,step=" + std::to_string(hang_step) + ",kind=gpu-stall");
   }
   auto p = std::make_unique<Proc>(argv, dir.path + "/simjob.log");
-  REQUIRE(wait_for([&] {
-    return fs::exists(dir.path + "/job/node0/shm") && fs::exists(dir.path + "/job/node1/shm");
-  }, 30));
+  REQUIRE(wait_for(
+      [&] {
+        return fs::exists(dir.path + "/job/node0/shm") && fs::exists(dir.path + "/job/node1/shm");
+      },
+      30));
   return p;
 }
 
@@ -253,9 +281,19 @@ std::unique_ptr<Proc> coordinator(const TempDir& dir, const std::string& dumps,
                                   const std::string& listen, const std::string& deadline = "8",
                                   std::vector<std::string> extra = {},
                                   const std::string& heartbeat_timeout = "3") {
-  std::vector<std::string> argv = {kFrd, "coordinator", "--listen", listen, "--port-file",
-                                   dir.path + "/port", "--dump-dir", dumps, "--stall-after", "2",
-                                   "--heartbeat-timeout", heartbeat_timeout, "--dump-deadline",
+  std::vector<std::string> argv = {kFrd,
+                                   "coordinator",
+                                   "--listen",
+                                   listen,
+                                   "--port-file",
+                                   dir.path + "/port",
+                                   "--dump-dir",
+                                   dumps,
+                                   "--stall-after",
+                                   "2",
+                                   "--heartbeat-timeout",
+                                   heartbeat_timeout,
+                                   "--dump-deadline",
                                    deadline};
   argv.insert(argv.end(), extra.begin(), extra.end());
   ::unlink((dir.path + "/port").c_str());
@@ -265,10 +303,20 @@ std::unique_ptr<Proc> coordinator(const TempDir& dir, const std::string& dumps,
 std::unique_ptr<Proc> node(const TempDir& dir, int n, const std::string& addr,
                            std::vector<std::string> extra = {}) {
   std::string name = "node" + std::to_string(n);
-  std::vector<std::string> argv = {kFrd, "node", "--coordinator", addr, "--log-dir",
-                                   dir.path + "/job/" + name + "/shm", "--node-name", name,
-                                   "--heartbeat-interval", "0.2", "--stall-after", "2",
-                                   "--dump-dir", dir.path + "/spool-" + name};
+  std::vector<std::string> argv = {kFrd,
+                                   "node",
+                                   "--coordinator",
+                                   addr,
+                                   "--log-dir",
+                                   dir.path + "/job/" + name + "/shm",
+                                   "--node-name",
+                                   name,
+                                   "--heartbeat-interval",
+                                   "0.2",
+                                   "--stall-after",
+                                   "2",
+                                   "--dump-dir",
+                                   dir.path + "/spool-" + name};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return std::make_unique<Proc>(argv, dir.path + "/" + name + ".log");
 }
@@ -314,7 +362,8 @@ json evidence_of(const json& verdict, int rank) {
   return json();
 }
 
-TEST_CASE("daemons: a host hang shows the hung function in the culprit's stack", "[daemon][e2e][stacks]") {
+TEST_CASE("daemons: a host hang shows the hung function in the culprit's stack",
+          "[daemon][e2e][stacks]") {
   require_built();
   TempDir d;
   JobResult r = simjob_with_daemons(d, {"rank=5,step=3,kind=hang-host"});
@@ -346,7 +395,8 @@ TEST_CASE("daemons: a host hang shows the hung function in the culprit's stack",
   CHECK(outlier);
   std::string report = slurp(set + "/report.txt");
   INFO(report);
-  CHECK(report.find("rank 5 is in hang_forever \u2190 run_step \u2190 main (rank_main.cpp:") != std::string::npos);
+  CHECK(report.find("rank 5 is in hang_forever \u2190 run_step \u2190 main (rank_main.cpp:") !=
+        std::string::npos);
   // Every rank's stacks and each node's GPU health are in the dump set, and travel with it.
   size_t stacks = 0, gpus = 0;
   for (const auto& f : fs::directory_iterator(set)) {
@@ -368,7 +418,8 @@ TEST_CASE("daemons: a host hang shows the hung function in the culprit's stack",
   std::vector<std::string> side;
   for (const auto& f : fs::directory_iterator(copy)) {
     std::string n = f.path().filename().string();
-    if (n.size() > 12 && n.compare(n.size() - 12, 12, ".stacks.json") == 0) side.push_back(f.path().string());
+    if (n.size() > 12 && n.compare(n.size() - 12, 12, ".stacks.json") == 0)
+      side.push_back(f.path().string());
   }
   std::sort(side.begin(), side.end());
   REQUIRE(side.size() == 8);
@@ -383,13 +434,15 @@ TEST_CASE("daemons: a host hang shows the hung function in the culprit's stack",
   CHECK(evidence_of(c["verdict"], 5)["stack"] == st);
   std::string warnings = c["inputs"]["warnings"].dump();
   INFO(warnings);
-  CHECK(warnings.find("stacks not read: schema 'fr-stacks/99', expected fr-stacks/1") != std::string::npos);
+  CHECK(warnings.find("stacks not read: schema 'fr-stacks/99', expected fr-stacks/1") !=
+        std::string::npos);
   CHECK(warnings.find("stacks not read: a FIFO") != std::string::npos);
   CHECK(warnings.find("GPU health not read: not a JSON object") != std::string::npos);
 }
 
-TEST_CASE("daemons: a GPU stall shows every rank in the stream synchronization, with the culprit's GPU health",
-          "[daemon][e2e][stacks]") {
+TEST_CASE(
+    "daemons: a GPU stall shows every rank in the stream synchronization, with the culprit's GPU health",
+    "[daemon][e2e][stacks]") {
   require_built();
   TempDir d;
   JobResult r = simjob_with_daemons(d, {"rank=6,step=3,kind=gpu-stall,comm=dp,xid=79"});
@@ -422,7 +475,8 @@ TEST_CASE("daemons: a GPU stall shows every rank in the stream synchronization, 
   CHECK(slurp(set + "/report.txt").find(want) != std::string::npos);
 }
 
-TEST_CASE("daemons: fr-simjob --python: the hung Python rank's time.sleep frame is named", "[daemon][e2e][stacks]") {
+TEST_CASE("daemons: fr-simjob --python: the hung Python rank's time.sleep frame is named",
+          "[daemon][e2e][stacks]") {
   require_built();
   if (std::system("command -v py-spy >/dev/null 2>&1") != 0)
     FR_SKIP("py-spy is not installed (scripts/install-deps.sh installs it)");
@@ -431,7 +485,8 @@ TEST_CASE("daemons: fr-simjob --python: the hung Python rank's time.sleep frame 
   // handle, so the verdict is the one of the C++ ranks.
   // py-spy attaches after the native stacks, in what is left of the node's stack budget: a
   // generous one, so that a loaded test machine still leaves py-spy its time.
-  JobResult r = simjob_with_daemons(d, {"rank=5,step=3,kind=hang-host"}, 6, {"--python", "--stack-budget", "30"});
+  JobResult r = simjob_with_daemons(d, {"rank=5,step=3,kind=hang-host"}, 6,
+                                    {"--python", "--stack-budget", "30"});
   check_verdict(r, "not_entered", {5});
   const std::string set = r.result["dump_set"];
   json a = json::parse(slurp(set + "/analysis.json"));
@@ -451,15 +506,17 @@ TEST_CASE("daemons: fr-simjob --python: the hung Python rank's time.sleep frame 
   CHECK(st[hang]["line"].get<int>() > 0);
   std::string report = slurp(set + "/report.txt");
   INFO(report);
-  CHECK(report.find("rank 5 is in time_sleep \u2190 hang_forever \u2190 Rank.run_step (fr-simjob-rank.py:") !=
-        std::string::npos);
+  CHECK(
+      report.find(
+          "rank 5 is in time_sleep \u2190 hang_forever \u2190 Rank.run_step (fr-simjob-rank.py:") !=
+      std::string::npos);
 }
 
 TEST_CASE("daemons: nodes writing into a shared dump dir give the same verdict", "[daemon][e2e]") {
   require_built();
   TempDir d;
-  JobResult r = simjob_with_daemons(d, {"rank=6,step=3,kind=gpu-stall,comm=dp"}, 6,
-                                    {"--shared-dump-dir"});
+  JobResult r =
+      simjob_with_daemons(d, {"rank=6,step=3,kind=gpu-stall,comm=dp"}, 6, {"--shared-dump-dir"});
   check_verdict(r, "stuck_in_collective", {6});
   json inc = json::parse(slurp(r.result["dump_set"].get<std::string>() + "/incident.json"));
   CHECK(inc["nodes_placed"] == json::array({"node0", "node1"}));
@@ -565,9 +622,8 @@ TEST_CASE("daemons: a node daemon killed while its dump is wanted delivers after
   // killed for good. Its ranks (2 and 3) are still there, hung with everyone else.
   n1->signal(SIGSTOP);
   INFO(logs(d));
-  REQUIRE(wait_for([&] {
-    return slurp(d.path + "/coordinator.log").find("opened") != std::string::npos;
-  }, 60));
+  REQUIRE(wait_for(
+      [&] { return slurp(d.path + "/coordinator.log").find("opened") != std::string::npos; }, 60));
   n1->stop(SIGKILL);
   json st = status(addr, d.path);
   REQUIRE(st.is_object());
@@ -629,10 +685,12 @@ TEST_CASE("daemons: a frozen node daemon counts as lost and the others dump", "[
   std::string addr = "127.0.0.1:" + read_port(d.path + "/port");
   auto n0 = node(d, 0, addr);
   auto n1 = node(d, 1, addr);
-  REQUIRE(wait_for([&] {
-    json st = status(addr, d.path);
-    return connected(st) == 2 && st["ranks"]["alive"] == 4;
-  }, 30));
+  REQUIRE(wait_for(
+      [&] {
+        json st = status(addr, d.path);
+        return connected(st) == 2 && st["ranks"]["alive"] == 4;
+      },
+      30));
   n1->signal(SIGSTOP);
   INFO(logs(d));
   std::string set;
@@ -668,11 +726,13 @@ TEST_CASE("daemons: a full dump directory is reported and loses nothing", "[daem
   auto n1 = node(d, 1, addr);
   INFO(logs(d));
   // The dumps (tens of KiB each) do not fit in 16 KiB: the uploads fail.
-  REQUIRE(wait_for([&] {
-    json st = status(addr, d.path);
-    return st.is_object() && !st["incidents"].empty() &&
-           st["incidents"][0]["error"].get<std::string>().find("space") != std::string::npos;
-  }, 60));
+  REQUIRE(wait_for(
+      [&] {
+        json st = status(addr, d.path);
+        return st.is_object() && !st["incidents"].empty() &&
+               st["incidents"][0]["error"].get<std::string>().find("space") != std::string::npos;
+      },
+      60));
   // The coordinator keeps serving, and the undelivered dumps wait in the nodes' spools.
   CHECK(coord->running());
   bool kept = false;
@@ -685,12 +745,14 @@ TEST_CASE("daemons: a full dump directory is reported and loses nothing", "[daem
   umount2(dumps.c_str(), MNT_DETACH);
   unmount.p.clear();
   std::string set;
-  CHECK(wait_for([&] {
-    set = find_analysis(dumps);
-    if (set.empty()) return false;
-    json m = json::parse(slurp(set + "/manifest.json"), nullptr, false);
-    return m.is_object() && m["processes"].size() == 4;
-  }, 60));
+  CHECK(wait_for(
+      [&] {
+        set = find_analysis(dumps);
+        if (set.empty()) return false;
+        json m = json::parse(slurp(set + "/manifest.json"), nullptr, false);
+        return m.is_object() && m["processes"].size() == 4;
+      },
+      60));
 }
 
 TEST_CASE("daemons: a wrong token is refused (no node joins within 1 s)", "[daemon][e2e]") {
@@ -727,26 +789,31 @@ TEST_CASE("frd: usage errors and an unreachable coordinator have distinct exit c
   const std::string log = d.path + "/out.log";
   CHECK(run({kFrd, "node", "--log-dir", d.path}, log) == 2);
   CHECK(run({kFrd, "coordinator"}, log) == 2);
-  CHECK(run({kFrd, "node", "--coordinator", "x:1", "--log-dir", d.path,
-             "--heartbeat-interval", "0"}, log) == 2);
-  CHECK(run({kFrd, "node", "--coordinator", "x:1", "--log-dir", d.path, "--tls-cert", "c"},
-            log) == 2);
+  CHECK(
+      run({kFrd, "node", "--coordinator", "x:1", "--log-dir", d.path, "--heartbeat-interval", "0"},
+          log) == 2);
+  CHECK(run({kFrd, "node", "--coordinator", "x:1", "--log-dir", d.path, "--tls-cert", "c"}, log) ==
+        2);
   for (const char* rate : {"fast", "0", "-5K", "10X", "1e30"})
     CHECK(run({kFrd, "node", "--coordinator", "x:1", "--log-dir", d.path, "--upload-rate", rate},
               log) == 2);
   CHECK(run({kFrd, "status", "--coordinator", "127.0.0.1:1"}, log) == 1);
   CHECK(run({kFrd, "dump", "--coordinator", "127.0.0.1:1"}, log) == 1);
   CHECK(run({kFrd, "status", "--token-file", d.path + "/missing"}, log) == 2);
-  CHECK(run({kFrd, "coordinator", "--listen", "256.1.1.1:1", "--dump-dir", d.path + "/x"}, log) == 1);
+  CHECK(run({kFrd, "coordinator", "--listen", "256.1.1.1:1", "--dump-dir", d.path + "/x"}, log) ==
+        1);
   // --stall-after: auto or seconds from 0.1; anything else is refused before serving.
   for (const char* bad : {"soon", "0", "-3", "2s", "", "1e9", "Auto"}) {
     INFO("--stall-after '" << bad << "'");
-    CHECK(run({kFrd, "coordinator", "--insecure", "--dump-dir", d.path + "/x", "--stall-after", bad},
-              log) == 2);
+    CHECK(
+        run({kFrd, "coordinator", "--insecure", "--dump-dir", d.path + "/x", "--stall-after", bad},
+            log) == 2);
   }
-  CHECK(run({kFrd, "coordinator", "--insecure", "--dump-dir", d.path + "/x", "--stall-after", "soon"},
-            log) == 2);
+  CHECK(
+      run({kFrd, "coordinator", "--insecure", "--dump-dir", d.path + "/x", "--stall-after", "soon"},
+          log) == 2);
   CHECK(slurp(log).find("'soon' is neither auto nor a number of seconds") != std::string::npos);
-  CHECK(run({kFrd, "coordinator", "--insecure", "--dump-dir", d.path + "/x", "--stall-factor", "0.5"},
-            log) == 2);
+  CHECK(
+      run({kFrd, "coordinator", "--insecure", "--dump-dir", d.path + "/x", "--stall-factor", "0.5"},
+          log) == 2);
 }

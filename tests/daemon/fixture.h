@@ -31,7 +31,7 @@ struct FakeOp {
   uint16_t op = FR_OP_ALLREDUCE;
   uint64_t seq = 1;
   uint64_t op_index = 1;
-  int64_t age_ns = 0;        // how long ago it was called
+  int64_t age_ns = 0;  // how long ago it was called
   bool completed = true;
   bool in_call = false;
 };

@@ -26,15 +26,16 @@ namespace fr::daemon::test {
 
 struct HordeKind {
   std::string name;
-  std::string text;    // what it sends, all in all (empty: nothing)
-  size_t first = 0;    // bytes of it sent at once, the rest one at a time
+  std::string text;  // what it sends, all in all (empty: nothing)
+  size_t first = 0;  // bytes of it sent at once, the rest one at a time
 };
 
 class Horde {
  public:
   using Clock = std::chrono::steady_clock;
 
-  Horde(int port, std::vector<HordeKind> kinds) : longest_s(kinds.size(), 0), port_(port), kinds_(std::move(kinds)) {}
+  Horde(int port, std::vector<HordeKind> kinds)
+      : longest_s(kinds.size(), 0), port_(port), kinds_(std::move(kinds)) {}
   ~Horde() {
     for (Conn& c : conns_)
       if (c.fd >= 0) ::close(c.fd);
@@ -61,7 +62,8 @@ class Horde {
         Conn& c = conns_[i];
         char buf[4096];
         if (c.fd >= 0 && !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        if (c.fd >= 0 && ::read(c.fd, buf, sizeof buf) > 0) continue;  // an answer: the close follows
+        if (c.fd >= 0 && ::read(c.fd, buf, sizeof buf) > 0)
+          continue;  // an answer: the close follows
         if (c.fd >= 0) {
           note_lifetime(c);
           ::close(c.fd);
@@ -97,7 +99,9 @@ class Horde {
     Clock::time_point opened{};
   };
 
-  static double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+  static double since(Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  }
 
   void open(Conn& c) {
     c.fd = connect_loopback(port_, c.source);
@@ -106,7 +110,9 @@ class Horde {
     c.opened = Clock::now();
   }
 
-  void note_lifetime(const Conn& c) { longest_s[c.kind] = std::max(longest_s[c.kind], since(c.opened)); }
+  void note_lifetime(const Conn& c) {
+    longest_s[c.kind] = std::max(longest_s[c.kind], since(c.opened));
+  }
 
   int port_;
   std::vector<HordeKind> kinds_;
@@ -116,10 +122,12 @@ class Horde {
 // The HTTP listener's hostile clients: silent, a head trickled a byte at a time, a large body
 // announced (its head at once) and trickled.
 inline std::vector<HordeKind> http_horde_kinds() {
-  const std::string body_head = "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n";
-  return {{"silent", "", 0},
-          {"slow head", "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Trickle: " + std::string(4000, 'a'), 1},
-          {"slow body", body_head + std::string(4000, 'b'), body_head.size() + 1}};
+  const std::string body_head =
+      "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n";
+  return {
+      {"silent", "", 0},
+      {"slow head", "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Trickle: " + std::string(4000, 'a'), 1},
+      {"slow body", body_head + std::string(4000, 'b'), body_head.size() + 1}};
 }
 
 // The gRPC port's: silent, the HTTP/2 preface cut short then trickled, and garbage.
@@ -131,9 +139,12 @@ inline std::vector<HordeKind> grpc_horde_kinds() {
 
 // One GET from 127.0.0.1 (a 5 s limit on every read): the status line, and the seconds it took;
 // the whole response in *response.
-inline std::pair<std::string, double> timed_http_get(int port, const std::string& path, std::string* response) {
+inline std::pair<std::string, double> timed_http_get(int port, const std::string& path,
+                                                     std::string* response) {
   const auto t0 = std::chrono::steady_clock::now();
-  auto took = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  auto took = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
   const int fd = connect_loopback(port);
   if (fd < 0) return {"no connection", took()};
   timeval tv{5, 0};

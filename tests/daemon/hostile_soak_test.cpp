@@ -44,7 +44,9 @@ const std::string kFrd = kBuild + "/bin/frd";
 const std::string kSimjob = kBuild + "/bin/fr-simjob";
 using Clock = std::chrono::steady_clock;
 
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 // VmRSS of a process, in MiB (0 once it is gone).
 double rss_of(pid_t pid) {
@@ -66,7 +68,8 @@ std::string find_analysis(const std::string& dumps) {
 
 // Hostile gRPC peers: each connects under a name of its own, heartbeats an empty report, leaves,
 // and does it again, until `stop`.
-void flapping_peers(int port, int count, const std::atomic<bool>& stop, std::atomic<size_t>* sessions) {
+void flapping_peers(int port, int count, const std::atomic<bool>& stop,
+                    std::atomic<size_t>* sessions) {
   std::vector<std::thread> threads;
   for (int k = 0; k < count; ++k)
     threads.emplace_back([&, k] {
@@ -84,40 +87,50 @@ void flapping_peers(int port, int count, const std::atomic<bool>& stop, std::ato
 
 }  // namespace
 
-TEST_CASE("soak: a hung job's verdict arrives through hostile HTTP clients and gRPC peers, memory bounded",
-          "[soak][hostile]") {
+TEST_CASE(
+    "soak: a hung job's verdict arrives through hostile HTTP clients and gRPC peers, memory bounded",
+    "[soak][hostile]") {
   if (::access(kFrd.c_str(), X_OK) != 0 || ::access(kSimjob.c_str(), X_OK) != 0)
     FR_SKIP("not built: " << kSimjob << " or " << kFrd);
   REQUIRE(fr::daemon::test::raise_open_files(8192));  // the daemons inherit it
   fr::daemon::test::TempDir d;
   const std::string dumps = d.path + "/dumps";
-  Proc coord({kFrd, "coordinator", "--insecure", "--listen", "127.0.0.1:0", "--port-file", d.path + "/port",
-              "--dump-dir", dumps, "--stall-after", "2", "--heartbeat-timeout", "5", "--dump-deadline", "8",
-              "--expect-ranks", "4", "--metrics-listen", "127.0.0.1:0"},
-             {}, d.path, "coordinator");
+  Proc coord(
+      {kFrd, "coordinator", "--insecure", "--listen", "127.0.0.1:0", "--port-file",
+       d.path + "/port", "--dump-dir", dumps, "--stall-after", "2", "--heartbeat-timeout", "5",
+       "--dump-deadline", "8", "--expect-ranks", "4", "--metrics-listen", "127.0.0.1:0"},
+      {}, d.path, "coordinator");
   std::smatch m;
   std::string log;
-  REQUIRE(wait_for([&] {
-    log = coord.err();
-    return std::regex_search(log, m, std::regex("metrics on port (\\d+)")) && !slurp(d.path + "/port").empty();
-  }, 30));
+  REQUIRE(wait_for(
+      [&] {
+        log = coord.err();
+        return std::regex_search(log, m, std::regex("metrics on port (\\d+)")) &&
+               !slurp(d.path + "/port").empty();
+      },
+      30));
   const int http_port = std::stoi(m[1]);
   const int grpc_port = std::stoi(slurp(d.path + "/port"));
   const std::string addr = "127.0.0.1:" + std::to_string(grpc_port);
 
   // The job: rank 0 slows every step to 50 ms, so it lasts; rank 1's GPU stalls at step 100.
   Proc job({kSimjob, "--nodes", "2", "--ranks-per-node", "2", "--steps", "1000000", "--fault",
-            "rank=0,step=0,kind=slow,ms=50", "--fault", "rank=1,step=100,kind=gpu-stall", "--quiet", "--out",
-            d.path + "/job"},
+            "rank=0,step=0,kind=slow,ms=50", "--fault", "rank=1,step=100,kind=gpu-stall", "--quiet",
+            "--out", d.path + "/job"},
            {}, d.path, "simjob");
-  REQUIRE(wait_for([&] { return fs::exists(d.path + "/job/node0/shm") && fs::exists(d.path + "/job/node1/shm"); }, 30));
+  REQUIRE(wait_for(
+      [&] {
+        return fs::exists(d.path + "/job/node0/shm") && fs::exists(d.path + "/job/node1/shm");
+      },
+      30));
   std::vector<std::unique_ptr<Proc>> nodes;
   for (int n = 0; n < 2; ++n) {
     const std::string name = "node" + std::to_string(n);
     nodes.push_back(std::make_unique<Proc>(
         std::vector<std::string>{kFrd, "node", "--insecure", "--coordinator", addr, "--log-dir",
-                                 d.path + "/job/" + name + "/shm", "--node-name", name, "--heartbeat-interval",
-                                 "0.2", "--stall-after", "2", "--dump-dir", d.path + "/spool-" + name},
+                                 d.path + "/job/" + name + "/shm", "--node-name", name,
+                                 "--heartbeat-interval", "0.2", "--stall-after", "2", "--dump-dir",
+                                 d.path + "/spool-" + name},
         std::map<std::string, std::string>{}, d.path, name));
   }
 
@@ -152,12 +165,14 @@ TEST_CASE("soak: a hung job's verdict arrives through hostile HTTP clients and g
   http_attack.join();
   grpc_attack.join();
   peers.join();
-  std::printf("hostile soak: verdict after %.1f s under %zu hostile HTTP and %zu hostile gRPC connections "
-              "(reopened %zu and %zu times) and %zu hostile peer sessions; /metrics %zu/%zu answered, worst "
-              "%.0f ms; peak RSS coordinator %.0f MiB, node daemons %.0f MiB; longest held on the gRPC "
-              "port: silent %.1f s, cut preface %.1f s, garbage %.1f s\n",
-              verdict_after, http.size(), grpc.size(), http.reopened, grpc.reopened, peer_sessions.load(), pages_ok,
-              pages, worst_page * 1e3, coord_peak, node_peak, grpc.longest_s[0], grpc.longest_s[1], grpc.longest_s[2]);
+  std::printf(
+      "hostile soak: verdict after %.1f s under %zu hostile HTTP and %zu hostile gRPC connections "
+      "(reopened %zu and %zu times) and %zu hostile peer sessions; /metrics %zu/%zu answered, worst "
+      "%.0f ms; peak RSS coordinator %.0f MiB, node daemons %.0f MiB; longest held on the gRPC "
+      "port: silent %.1f s, cut preface %.1f s, garbage %.1f s\n",
+      verdict_after, http.size(), grpc.size(), http.reopened, grpc.reopened, peer_sessions.load(),
+      pages_ok, pages, worst_page * 1e3, coord_peak, node_peak, grpc.longest_s[0],
+      grpc.longest_s[1], grpc.longest_s[2]);
   INFO("coordinator: " << coord.err().substr(0, 6000));
   REQUIRE_FALSE(set.empty());
   json manifest = json::parse(slurp(set + "/manifest.json"));

@@ -41,9 +41,9 @@ using fr::daemon::test::FakeLog;
 using fr::daemon::test::loopback_config;
 using fr::daemon::test::loopback_options;
 using fr::daemon::test::Peer;
+using fr::daemon::test::rss_mib;
 using fr::daemon::test::TempDir;
 using fr::daemon::test::UploadFile;
-using fr::daemon::test::rss_mib;
 using fr::test::exists_no_follow;
 using fr::test::kSec;
 using fr::test::slurp;
@@ -132,11 +132,12 @@ TEST_CASE("hostile: heartbeats of the largest legal size keep memory bounded, st
     largest = std::max(largest, st.dump().size());
   }
   const double after_status = rss_mib();
-  std::printf("hostile heartbeats: RSS %.1f MiB before, %.1f MiB after 20 x 1024x40 heartbeats, "
-              "%.1f MiB after 3 Status calls (largest reply %zu bytes); reports kept: %zu bytes "
-              "(bound %zu); the RSS includes this test's own 20 peers\n",
-              before, after, after_status, largest,
-              st["retained_report_bytes"].get<size_t>(), cfg.max_retained_bytes);
+  std::printf(
+      "hostile heartbeats: RSS %.1f MiB before, %.1f MiB after 20 x 1024x40 heartbeats, "
+      "%.1f MiB after 3 Status calls (largest reply %zu bytes); reports kept: %zu bytes "
+      "(bound %zu); the RSS includes this test's own 20 peers\n",
+      before, after, after_status, largest, st["retained_report_bytes"].get<size_t>(),
+      cfg.max_retained_bytes);
   CHECK(st["retained_report_bytes"].get<size_t>() <= cfg.max_retained_bytes);
   CHECK(largest < (8u << 20));
   CHECK(st["node_counts"]["known"] == 20);
@@ -171,8 +172,8 @@ TEST_CASE("hostile: nodes gone and needed by no incident are forgotten", "[daemo
   }
   CHECK(st.known_nodes() == 100);
   CHECK(st.retained_bytes() > 0);
-  st.tick(cfg.heartbeat_timeout_ns + 1);           // lost
-  st.tick(cfg.heartbeat_timeout_ns + 2 * kSec);    // and forgotten
+  st.tick(cfg.heartbeat_timeout_ns + 1);         // lost
+  st.tick(cfg.heartbeat_timeout_ns + 2 * kSec);  // and forgotten
   CHECK(st.known_nodes() == 0);
   CHECK(st.retained_bytes() == 0);
 }
@@ -307,14 +308,16 @@ TEST_CASE("hostile: uploads are bound to the node that was asked", "[daemon][hos
   CHECK(fr::daemon::test::upload(c, id, "nodeA", "", {{"nodeA-rank0.frlog", db}}, &reply)
             .error_code() == grpc::StatusCode::PERMISSION_DENIED);
   CHECK_FALSE(exists_no_follow(dir + "/nodeA-rank0.frlog"));
-  REQUIRE(fr::daemon::test::upload(c, id, "nodeA", a.key, {{"nodeA-rank0.frlog", da}}, &reply).ok());
+  REQUIRE(
+      fr::daemon::test::upload(c, id, "nodeA", a.key, {{"nodeA-rank0.frlog", da}}, &reply).ok());
   CHECK_FALSE(reply.duplicate());
   // nodeB as itself, with a file named after nodeA: refused, nodeA's file untouched.
   CHECK(fr::daemon::test::upload(c, id, "nodeB", b.key, {{"nodeA-rank0.frlog", db}}, &reply)
             .error_code() == grpc::StatusCode::PERMISSION_DENIED);
   CHECK(slurp(dir + "/nodeA-rank0.frlog") == da);
   // nodeB's own dump completes the set.
-  REQUIRE(fr::daemon::test::upload(c, id, "nodeB", b.key, {{"nodeB-rank1.frlog", db}}, &reply).ok());
+  REQUIRE(
+      fr::daemon::test::upload(c, id, "nodeB", b.key, {{"nodeB-rank1.frlog", db}}, &reply).ok());
   REQUIRE(wait_for([&] { return exists_no_follow(dir + "/analysis.json"); }));
   REQUIRE(wait_for([&] { return server.status()["incidents"][0]["state"] == "closed"; }));
   const std::string analysis = slurp(dir + "/analysis.json");
@@ -368,7 +371,8 @@ TEST_CASE("hostile: a placed file swapped for a FIFO wedges neither the analysis
   REQUIRE(::mkfifo((dir + "/nodeA-rank0.frlog").c_str(), 0644) == 0);
   fr::v1::UploadReply reply;
   REQUIRE(fr::daemon::test::upload(client(port), id, "nodeB", b.key, {{"nodeB-rank1.frlog", db}},
-                                   &reply).ok());
+                                   &reply)
+              .ok());
   REQUIRE(wait_for([&] { return exists_no_follow(dir + "/analysis.json"); }, 30));
   auto manifest = nlohmann::json::parse(slurp(dir + "/manifest.json"));
   CHECK(manifest.dump().find("no longer a regular file") != std::string::npos);
@@ -402,10 +406,12 @@ TEST_CASE("hostile: a restarted coordinator recovers its incident exactly, and h
     std::string id = a.requests()[0];
     dir = dumps.path + "/job1/" + id;
     fr::v1::UploadReply reply;
-    REQUIRE(fr::daemon::test::upload(client(port), id, "nodeA", a.key,
-                                     {{"nodeA-rank0.frlog", da}}, &reply).ok());
-    REQUIRE(fr::daemon::test::upload(client(port), id, "nodeB", b.key,
-                                     {{"nodeB-rank1.frlog", db}}, &reply).ok());
+    REQUIRE(fr::daemon::test::upload(client(port), id, "nodeA", a.key, {{"nodeA-rank0.frlog", da}},
+                                     &reply)
+                .ok());
+    REQUIRE(fr::daemon::test::upload(client(port), id, "nodeB", b.key, {{"nodeB-rank1.frlog", db}},
+                                     &reply)
+                .ok());
     REQUIRE(wait_for([&] { return exists_no_follow(dir + "/analysis.json"); }));
     REQUIRE(wait_for([&] {
       auto j = nlohmann::json::parse(slurp(dir + "/incident.json"), nullptr, false);
@@ -440,9 +446,13 @@ TEST_CASE("hostile: partial uploads left by a killed coordinator are removed at 
   std::string dir = dumps.path + "/job1/incident-0001";
   REQUIRE(fr::files::make_dirs(dir + "/.upload-n0-1234", &err));
   std::ofstream(dir + "/.upload-n0-1234/n0-rank0.frlog") << "partial";
-  nlohmann::json inc = {{"schema", "frd-incident/1"}, {"id", "incident-0001"},
-                        {"kind", "manual"}, {"state", "collecting"}, {"reason", "x"},
-                        {"nodes_asked", {"n0"}}, {"nodes_uploaded", nlohmann::json::array()}};
+  nlohmann::json inc = {{"schema", "frd-incident/1"},
+                        {"id", "incident-0001"},
+                        {"kind", "manual"},
+                        {"state", "collecting"},
+                        {"reason", "x"},
+                        {"nodes_asked", {"n0"}},
+                        {"nodes_uploaded", nlohmann::json::array()}};
   std::ofstream(dir + "/incident.json") << inc.dump();
   CoordinatorState st(loopback_config(dumps.path));
   CHECK_FALSE(exists_no_follow(dir + "/.upload-n0-1234"));
@@ -521,14 +531,15 @@ TEST_CASE("hostile: with a token, the HTTP pages ask for it on loopback too", "[
       CHECK(fr::daemon::test::http_get(server.metrics_port(), path,
                                        "Authorization: Bearer the-token\r\n")
                 .rfind("HTTP/1.1 200", 0) == 0);
-      CHECK(fr::daemon::test::http_get(server.metrics_port(), path,
-                                       "Authorization: Bearer wrong\r\n")
-                .rfind(trust ? "HTTP/1.1 200" : "HTTP/1.1 401", 0) == 0);
+      CHECK(
+          fr::daemon::test::http_get(server.metrics_port(), path, "Authorization: Bearer wrong\r\n")
+              .rfind(trust ? "HTTP/1.1 200" : "HTTP/1.1 401", 0) == 0);
     }
   }
 }
 
-TEST_CASE("hostile: the coordinator's own files in a dump set are not foreign", "[daemon][hostile]") {
+TEST_CASE("hostile: the coordinator's own files in a dump set are not foreign",
+          "[daemon][hostile]") {
   TempDir d;
   AssemblyJob j;
   j.incident_id = "incident-0001";
@@ -573,7 +584,8 @@ TEST_CASE("hostile: a connected node that cannot deliver is not called lost", "[
   CHECK(a.assemble[0].undelivered["n0"].find("connected") != std::string::npos);
 }
 
-TEST_CASE("hostile: the default token file is private, created once and shared", "[daemon][hostile]") {
+TEST_CASE("hostile: the default token file is private, created once and shared",
+          "[daemon][hostile]") {
   TempDir d;
   std::string path = d.path + "/frd-x/token", token, again, err;
   bool created = false, loose = false;
@@ -602,7 +614,8 @@ TEST_CASE("hostile: the default token file is private, created once and shared",
   CHECK_FALSE(ensure_token_file(d.path + "/open/token", &again, &created, &err));
 }
 
-TEST_CASE("hostile: frd's roles share the default token, and --insecure is explicit", "[daemon][hostile]") {
+TEST_CASE("hostile: frd's roles share the default token, and --insecure is explicit",
+          "[daemon][hostile]") {
   const std::string frd = std::string(FR_BUILD_DIR) + "/bin/frd";
   if (access(frd.c_str(), X_OK) != 0) FR_SKIP(frd << " is not built");
   TempDir d;
@@ -624,7 +637,8 @@ TEST_CASE("hostile: frd's roles share the default token, and --insecure is expli
   auto finish = [](pid_t pid, double seconds) {
     int status = 0;
     for (int i = 0; i < int(seconds * 50); ++i) {
-      if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      if (waitpid(pid, &status, WNOHANG) == pid)
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     kill(pid, SIGKILL);
@@ -635,10 +649,12 @@ TEST_CASE("hostile: frd's roles share the default token, and --insecure is expli
                        d.path + "/port", "--dump-dir", d.path + "/dumps"},
                       d.path + "/coord.log");
   REQUIRE(wait_for([&] { return !slurp(d.path + "/port").empty(); }, 30));
-  std::string addr = "127.0.0.1:" + slurp(d.path + "/port").substr(0, slurp(d.path + "/port").find('\n'));
+  std::string addr =
+      "127.0.0.1:" + slurp(d.path + "/port").substr(0, slurp(d.path + "/port").find('\n'));
   CHECK(exists_no_follow(d.path + "/tok/token"));
   CHECK(finish(spawn({frd, "status", "--coordinator", addr}, d.path + "/s1.log"), 30) == 0);
-  CHECK(finish(spawn({frd, "status", "--coordinator", addr, "--insecure"}, d.path + "/s2.log"), 30) == 1);
+  CHECK(finish(spawn({frd, "status", "--coordinator", addr, "--insecure"}, d.path + "/s2.log"),
+               30) == 1);
   CHECK(slurp(d.path + "/s2.log").find("token") != std::string::npos);
   kill(coord, SIGTERM);
   CHECK(finish(coord, 30) == 0);
@@ -687,8 +703,9 @@ TEST_CASE("hostile: messages that do not decode close that node's stream, and no
   to_proto(report("bad1", 1, 1, 0), two_bodies.mutable_heartbeat());
   fr::v1::Hello hello;
   hello.set_node_name("bad1");
-  two_bodies.GetReflection()->MutableUnknownFields(&two_bodies)->AddLengthDelimited(
-      1, hello.SerializeAsString());
+  two_bodies.GetReflection()
+      ->MutableUnknownFields(&two_bodies)
+      ->AddLengthDelimited(1, hello.SerializeAsString());
   int i = 0;
   for (const auto* m : {&not_utf8, &two_bodies}) {
     const std::string name = "bad" + std::to_string(i++);

@@ -35,12 +35,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 }  // namespace
 
-TEST_CASE("hostile: 1,000 silent, trickling and body-announcing HTTP connections do not hold up a scrape",
-          "[daemon][hostile][http]") {
+TEST_CASE(
+    "hostile: 1,000 silent, trickling and body-announcing HTTP connections do not hold up a scrape",
+    "[daemon][hostile][http]") {
   // Both ends of 1,100 connections live in this process.
   REQUIRE(fr::daemon::test::raise_open_files(8192));
   TempDir dumps;
@@ -68,8 +71,9 @@ TEST_CASE("hostile: 1,000 silent, trickling and body-announcing HTTP connections
       auto [status, seconds] = fr::daemon::test::timed_http_get(server.metrics_port(), path, &body);
       ++asked;
       latencies.push_back(seconds);
-      const bool good = status == "HTTP/1.1 200 OK" &&
-                        body.find(path[1] ? "frd_retained_report_bytes" : "<html") != std::string::npos;
+      const bool good =
+          status == "HTTP/1.1 200 OK" &&
+          body.find(path[1] ? "frd_retained_report_bytes" : "<html") != std::string::npos;
       ok += good;
       if (!good) UNSCOPED_INFO(path << ": " << status);
     }
@@ -80,11 +84,12 @@ TEST_CASE("hostile: 1,000 silent, trickling and body-announcing HTTP connections
   attack.join();
   std::sort(latencies.begin(), latencies.end());
   const double median = latencies[latencies.size() / 2], worst = latencies.back();
-  std::printf("http under 1,100 hostile connections: %zu/%zu pages answered, latency median %.1f ms, "
-              "worst %.1f ms; hostile connections reopened after the server closed them: %zu; longest "
-              "held: silent %.2f s, slow head %.2f s, slow body %.2f s; test process RSS %.0f -> %.0f MiB\n",
-              ok, asked, median * 1e3, worst * 1e3, horde.reopened, horde.longest_s[0], horde.longest_s[1],
-              horde.longest_s[2], rss_before, rss_peak);
+  std::printf(
+      "http under 1,100 hostile connections: %zu/%zu pages answered, latency median %.1f ms, "
+      "worst %.1f ms; hostile connections reopened after the server closed them: %zu; longest "
+      "held: silent %.2f s, slow head %.2f s, slow body %.2f s; test process RSS %.0f -> %.0f MiB\n",
+      ok, asked, median * 1e3, worst * 1e3, horde.reopened, horde.longest_s[0], horde.longest_s[1],
+      horde.longest_s[2], rss_before, rss_peak);
   CHECK(ok == asked);
   CHECK(worst < 1.0);
   // The head deadline is 5 s and silence is dropped after 2 s (slack for a loaded machine).

@@ -62,7 +62,8 @@ struct Served {
     });
     http.get_under("/incidents/", [](const HttpServer::Request& req) {
       HttpServer::Response r;
-      r.body = "incident " + req.tail + (req.query.count("x") ? " x=" + req.query.at("x") : "") + "\n";
+      r.body =
+          "incident " + req.tail + (req.query.count("x") ? " x=" + req.query.at("x") : "") + "\n";
       return r;
     });
     http.set_limits(lim);
@@ -84,8 +85,8 @@ HttpLimits short_limits() {
 TEST_CASE("http head: whole, partial, malformed and oversize", "[daemon][http]") {
   HttpHead h;
   CHECK(parse("GET /metrics HTTP/1.1\r\nHost: x\r\n", &h) == HeadStatus::kIncomplete);
-  REQUIRE(parse("GET /a%20b?token=t%2Bu&x=1+2&x=3 HTTP/1.1\r\nHost: x\r\nCookie:  a=b \r\n\r\n", &h) ==
-          HeadStatus::kComplete);
+  REQUIRE(parse("GET /a%20b?token=t%2Bu&x=1+2&x=3 HTTP/1.1\r\nHost: x\r\nCookie:  a=b \r\n\r\n",
+                &h) == HeadStatus::kComplete);
   CHECK(h.method == "GET");
   CHECK(h.path == "/a b");
   CHECK(h.query.at("token") == "t+u");
@@ -105,9 +106,11 @@ TEST_CASE("http head: whole, partial, malformed and oversize", "[daemon][http]")
   CHECK_FALSE(h.has_body);
   CHECK(parse("GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", &h) == HeadStatus::kComplete);
   CHECK(h.has_body);
-  for (const char* bad : {"GET\r\n\r\n", "GET / HTTP/2\r\n\r\n", "GET nopath HTTP/1.1\r\n\r\n",
-                          "GET / HTTP/1.1 extra\r\n\r\n", "G(T / HTTP/1.1\r\n\r\n", "GET / HTTP/1.1\r\nno colon\r\n\r\n",
-                          "GET / HTTP/1.1\r\n: empty name\r\n\r\n", "GET / HTTP/1.1\r\nA\nB: c\r\n\r\n"}) {
+  for (const char* bad :
+       {"GET\r\n\r\n", "GET / HTTP/2\r\n\r\n", "GET nopath HTTP/1.1\r\n\r\n",
+        "GET / HTTP/1.1 extra\r\n\r\n", "G(T / HTTP/1.1\r\n\r\n",
+        "GET / HTTP/1.1\r\nno colon\r\n\r\n", "GET / HTTP/1.1\r\n: empty name\r\n\r\n",
+        "GET / HTTP/1.1\r\nA\nB: c\r\n\r\n"}) {
     INFO(bad);
     CHECK(parse(bad, &h) == HeadStatus::kMalformed);
   }
@@ -120,9 +123,11 @@ TEST_CASE("http head: whole, partial, malformed and oversize", "[daemon][http]")
 
 TEST_CASE("http reply: status line, length, headers, no body for HEAD", "[daemon][http]") {
   HttpReply r{404, "text/plain", "gone\n", {{"X-A", "b"}}};
-  CHECK(write_reply(r, false, false) ==
-        "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 5\r\nX-A: b\r\nConnection: close\r\n\r\ngone\n");
-  CHECK(write_reply(r, true, true).find("Content-Length: 5\r\nX-A: b\r\nConnection: keep-alive\r\n\r\n") !=
+  CHECK(
+      write_reply(r, false, false) ==
+      "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: 5\r\nX-A: b\r\nConnection: close\r\n\r\ngone\n");
+  CHECK(write_reply(r, true, true)
+            .find("Content-Length: 5\r\nX-A: b\r\nConnection: keep-alive\r\n\r\n") !=
         std::string::npos);
   CHECK(write_reply(r, true, true).find("gone") == std::string::npos);
 }
@@ -135,11 +140,14 @@ TEST_CASE("http front: answers, 404, 405, 413, 431, 400 and HEAD", "[daemon][htt
   CHECK(http_get(port, "/incidents/../etc").rfind("HTTP/1.1 404", 0) == 0);
   CHECK(http_get(port, "/incidents/").rfind("HTTP/1.1 404", 0) == 0);
   CHECK(http_get(port, "/nothing").rfind("HTTP/1.1 404", 0) == 0);
-  CHECK(send_and_read(connect_loopback(port), "DELETE /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 405", 0) == 0);
-  CHECK(send_and_read(connect_loopback(port), "POST /metrics HTTP/1.1\r\nContent-Length: 100000\r\n\r\nab")
+  CHECK(send_and_read(connect_loopback(port), "DELETE /metrics HTTP/1.1\r\n\r\n")
+            .rfind("HTTP/1.1 405", 0) == 0);
+  CHECK(send_and_read(connect_loopback(port),
+                      "POST /metrics HTTP/1.1\r\nContent-Length: 100000\r\n\r\nab")
             .rfind("HTTP/1.1 413", 0) == 0);
-  CHECK(send_and_read(connect_loopback(port), "GET /metrics HTTP/1.1\r\nX: " + std::string(9000, 'a'))
-            .rfind("HTTP/1.1 431", 0) == 0);
+  CHECK(
+      send_and_read(connect_loopback(port), "GET /metrics HTTP/1.1\r\nX: " + std::string(9000, 'a'))
+          .rfind("HTTP/1.1 431", 0) == 0);
   CHECK(send_and_read(connect_loopback(port), "GET metrics\r\n\r\n").rfind("HTTP/1.1 400", 0) == 0);
   const std::string head = send_and_read(connect_loopback(port), "HEAD /metrics HTTP/1.0\r\n\r\n");
   CHECK(head.rfind("HTTP/1.1 200", 0) == 0);
@@ -147,12 +155,15 @@ TEST_CASE("http front: answers, 404, 405, 413, 431, 400 and HEAD", "[daemon][htt
   CHECK(head.find("frd_up") == std::string::npos);
 }
 
-TEST_CASE("http front: keep-alive serves pipelined requests in order, then closes on request", "[daemon][http]") {
+TEST_CASE("http front: keep-alive serves pipelined requests in order, then closes on request",
+          "[daemon][http]") {
   Served s(short_limits());
   const std::string one = "GET /incidents/a HTTP/1.1\r\nHost: x\r\n\r\n";
-  const std::string got = send_and_read(connect_loopback(s.http.port()),
-                                        one + "GET /incidents/b HTTP/1.1\r\nHost: x\r\n\r\n"
-                                              "GET /incidents/c HTTP/1.1\r\nConnection: close\r\n\r\n");
+  const std::string got =
+      send_and_read(connect_loopback(s.http.port()),
+                    one +
+                        "GET /incidents/b HTTP/1.1\r\nHost: x\r\n\r\n"
+                        "GET /incidents/c HTTP/1.1\r\nConnection: close\r\n\r\n");
   const size_t a = got.find("incident a"), b = got.find("incident b"), c = got.find("incident c");
   REQUIRE(a != std::string::npos);
   REQUIRE(b != std::string::npos);
@@ -161,13 +172,16 @@ TEST_CASE("http front: keep-alive serves pipelined requests in order, then close
   CHECK(got.find("Connection: close") != std::string::npos);
 }
 
-TEST_CASE("http front: a trickled head meets its deadline, silence is dropped sooner", "[daemon][http][hostile]") {
+TEST_CASE("http front: a trickled head meets its deadline, silence is dropped sooner",
+          "[daemon][http][hostile]") {
   Served s(short_limits());
   const int trickle = connect_loopback(s.http.port()), quiet = connect_loopback(s.http.port());
   REQUIRE(trickle >= 0);
   REQUIRE(quiet >= 0);
   const auto t0 = std::chrono::steady_clock::now();
-  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  auto seconds = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
   // One byte every 100 ms never looks idle, but the whole head is due within 1 s; the silent
   // one is dropped after 0.6 s meanwhile.
   const std::string head = "GET /metrics HTTP/1.1\r\nX-Slow: " + std::string(200, 'a');
@@ -182,8 +196,9 @@ TEST_CASE("http front: a trickled head meets its deadline, silence is dropped so
     }
   }
   const double trickle_s = seconds();
-  std::printf("http deadlines: silent connection dropped after %.2f s, trickle after %.2f s (%zu bytes)\n",
-              quiet_s, trickle_s, sent);
+  std::printf(
+      "http deadlines: silent connection dropped after %.2f s, trickle after %.2f s (%zu bytes)\n",
+      quiet_s, trickle_s, sent);
   CHECK(quiet_closed);
   CHECK(sent > 5);  // it was not dropped as silent
   CHECK((closed || closed_within(trickle, 5)));
@@ -193,9 +208,10 @@ TEST_CASE("http front: a trickled head meets its deadline, silence is dropped so
   CHECK(s.http.stats().timed_out >= 2);
 }
 
-TEST_CASE("http front: a peer at its cap loses its own oldest waiting connection, others keep theirs",
-          "[daemon][http][hostile]") {
-  HttpLimits lim = short_limits();  // 4 per peer
+TEST_CASE(
+    "http front: a peer at its cap loses its own oldest waiting connection, others keep theirs",
+    "[daemon][http][hostile]") {
+  HttpLimits lim = short_limits();    // 4 per peer
   lim.idle_ms = lim.head_ms = 20000;  // nothing here is dropped for its silence
   Served s(lim);
   const int port = s.http.port();
@@ -204,27 +220,32 @@ TEST_CASE("http front: a peer at its cap loses its own oldest waiting connection
   for (int i = 0; i < 4; ++i) other.push_back(connect_loopback(port, "127.0.0.2"));
   REQUIRE(wait_for([&] { return s.http.stats().accepted == 8; }, 5));
   // A fifth from 127.0.0.1, with its request: served, and 127.0.0.1's oldest goes.
-  CHECK(send_and_read(connect_loopback(port, "127.0.0.1"), "GET /metrics HTTP/1.0\r\n\r\n").find("frd_up 1") !=
-        std::string::npos);
+  CHECK(send_and_read(connect_loopback(port, "127.0.0.1"), "GET /metrics HTTP/1.0\r\n\r\n")
+            .find("frd_up 1") != std::string::npos);
   CHECK(closed_within(mine[0], 0.3));
-  for (int fd : {mine[1], mine[2], mine[3], other[0], other[1], other[2], other[3]}) CHECK_FALSE(closed_within(fd, 0.05));
+  for (int fd : {mine[1], mine[2], mine[3], other[0], other[1], other[2], other[3]})
+    CHECK_FALSE(closed_within(fd, 0.05));
   CHECK(s.http.stats().evicted == 1);
   for (int fd : mine) close(fd);
   for (int fd : other) close(fd);
 }
 
-TEST_CASE("http front: with a token, a route asks for it, and unknown paths are 404 either way", "[daemon][http]") {
+TEST_CASE("http front: with a token, a route asks for it, and unknown paths are 404 either way",
+          "[daemon][http]") {
   Served s(short_limits(), "tok");
   const int port = s.http.port();
   const std::string bare = http_get(port, "/metrics");
   CHECK(bare.rfind("HTTP/1.1 401", 0) == 0);
   CHECK(bare.find("WWW-Authenticate: Bearer") != std::string::npos);
-  CHECK(http_get(port, "/metrics", "Authorization: Bearer tok\r\n").find("frd_up 1") != std::string::npos);
-  CHECK(http_get(port, "/metrics", "Cookie: a=b; fr_token=tok\r\n").find("frd_up 1") != std::string::npos);
+  CHECK(http_get(port, "/metrics", "Authorization: Bearer tok\r\n").find("frd_up 1") !=
+        std::string::npos);
+  CHECK(http_get(port, "/metrics", "Cookie: a=b; fr_token=tok\r\n").find("frd_up 1") !=
+        std::string::npos);
   CHECK(http_get(port, "/metrics", "Authorization: Bearer tok2\r\n").rfind("HTTP/1.1 401", 0) == 0);
   const std::string login = http_get(port, "/incidents/x?token=tok");
   CHECK(login.rfind("HTTP/1.1 303", 0) == 0);
   CHECK(login.find("Location: /incidents/x\r\n") != std::string::npos);
-  CHECK(login.find("Set-Cookie: fr_token=tok; Path=/; HttpOnly; SameSite=Strict") != std::string::npos);
+  CHECK(login.find("Set-Cookie: fr_token=tok; Path=/; HttpOnly; SameSite=Strict") !=
+        std::string::npos);
   CHECK(http_get(port, "/nothing").rfind("HTTP/1.1 404", 0) == 0);
 }

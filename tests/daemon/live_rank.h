@@ -59,7 +59,8 @@ struct Rank {
     REQUIRE(c == 'y');
     ::close(ready[0]);
     ::close(ready[1]);
-    path = dir + "/fr.job1.hostA." + std::to_string(pid) + "." + std::to_string(create_ns) + ".frlog";
+    path =
+        dir + "/fr.job1.hostA." + std::to_string(pid) + "." + std::to_string(create_ns) + ".frlog";
   }
   void kill_now() {
     if (pid > 0) {

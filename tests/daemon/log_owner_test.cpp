@@ -22,11 +22,11 @@
 #include "testing/clock.h"
 
 using namespace fr::daemon;
-using fr::daemon::test::FakeLog;
-using fr::daemon::test::TempDir;
 using fr::daemon::test::config;
+using fr::daemon::test::FakeLog;
 using fr::daemon::test::live_bytes;
 using fr::daemon::test::Rank;
+using fr::daemon::test::TempDir;
 using fr::test::kSec;
 using fr::test::now_real_ns;
 
@@ -52,7 +52,8 @@ bool mentions(const std::vector<std::string>& lines, const std::string& part) {
 
 }  // namespace
 
-TEST_CASE("copying a live flight log to a new name opens no incident on a healthy job", "[daemon]") {
+TEST_CASE("copying a live flight log to a new name opens no incident on a healthy job",
+          "[daemon]") {
   TempDir logs, dumps;
   const uint64_t created = now_real_ns();
   Rank r0(logs.path, 0, created), r1(logs.path, 1, created);
@@ -63,7 +64,8 @@ TEST_CASE("copying a live flight log to a new name opens no incident on a health
     FakeLog f;
     f.rank = 1;
     std::string bytes = live_bytes(f, 999999, created);
-    std::ofstream(logs.path + "/forged-rank1.frlog", std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+    std::ofstream(logs.path + "/forged-rank1.frlog", std::ios::binary)
+        .write(bytes.data(), std::streamsize(bytes.size()));
   }
 
   LogWatcher w(logs.path, 30 * kSec);

@@ -11,7 +11,8 @@ using namespace fr::daemon;
 
 TEST_CASE("peer names are made safe path components", "[daemon]") {
   CHECK(sanitize_name("node-7.a_b") == "node-7.a_b");
-  for (std::string bad : std::vector<std::string>{"../../etc", "..", ".", "", "a/b", std::string("x\0y", 3), "\n"}) {
+  for (std::string bad :
+       std::vector<std::string>{"../../etc", "..", ".", "", "a/b", std::string("x\0y", 3), "\n"}) {
     std::string s = sanitize_name(bad);
     INFO(s);
     CHECK(!s.empty());
@@ -22,15 +23,21 @@ TEST_CASE("peer names are made safe path components", "[daemon]") {
   CHECK(sanitize_name(std::string(500, 'a')).size() == kMaxNameLen);
   CHECK_FALSE(is_safe_name("../x"));
   CHECK_FALSE(is_safe_name(".hidden"));
-  CHECK(printable("a\x01" "b") == "a?b");
+  CHECK(printable("a\x01"
+                  "b") == "a?b");
   CHECK(equal_secret("token", "token"));
   CHECK_FALSE(equal_secret("token", "tokem"));
   CHECK_FALSE(equal_secret("token", "token2"));
 }
 
 TEST_CASE("names and text made into a used string equal what a fresh one gets", "[daemon]") {
-  const std::vector<std::string> inputs = {"", ".x", "node-7", std::string(300, 'z'), "a/b\x01",
-                                           std::string(65, 'q'), std::string(64, 'q')};
+  const std::vector<std::string> inputs = {"",
+                                           ".x",
+                                           "node-7",
+                                           std::string(300, 'z'),
+                                           "a/b\x01",
+                                           std::string(65, 'q'),
+                                           std::string(64, 'q')};
   for (const auto& before : inputs) {
     for (const auto& in : inputs) {
       INFO(before.size() << " then " << in.size());

@@ -18,8 +18,8 @@ using fr::test::kSec;
 
 namespace {
 
-fr_xfer_entry entry(uint64_t id, const char* local, const char* remote, uint32_t state, uint64_t post_ns,
-                    uint64_t done_ns, uint64_t posts = 1) {
+fr_xfer_entry entry(uint64_t id, const char* local, const char* remote, uint32_t state,
+                    uint64_t post_ns, uint64_t done_ns, uint64_t posts = 1) {
   fr_xfer_entry x{};
   x.id = id;
   x.bytes = 4096 * id;
@@ -90,7 +90,8 @@ TEST_CASE("the watcher summarizes NIXL transfers per agent pair", "[daemon][nixl
     log.xfers.clear();
     for (uint64_t i = 1; i <= 300; ++i) {
       fr_xfer_entry x = entry(i, "a", "", FR_XFER_POSTED, now - kSec, 0);
-      std::snprintf(x.remote_agent, sizeof x.remote_agent, "\x1b]0;r%llu", static_cast<unsigned long long>(i));
+      std::snprintf(x.remote_agent, sizeof x.remote_agent, "\x1b]0;r%llu",
+                    static_cast<unsigned long long>(i));
       log.xfers.push_back(x);
     }
     ProcessReport q = summarize_log(log, "a.frlog", real_ns());
@@ -128,7 +129,8 @@ TEST_CASE("the heartbeat carries NIXL agent pairs, bounded on the way in", "[dae
   }
 }
 
-TEST_CASE("a transfer in flight past the threshold opens a stall incident that names it", "[daemon][nixl]") {
+TEST_CASE("a transfer in flight past the threshold opens a stall incident that names it",
+          "[daemon][nixl]") {
   TempDir dir;
   CoordinatorState st(config(dir.path));
   std::string err;
@@ -146,8 +148,9 @@ TEST_CASE("a transfer in flight past the threshold opens a stall incident that n
   const Incident& inc = st.incidents()[0];
   CHECK(inc.kind == IncidentKind::kStall);
   INFO(inc.reason);
-  CHECK(inc.reason.find("rank 0 on node n0: NIXL WRITE of 1048576 bytes from agent 'prefill-0' to agent "
-                        "'decode-0' in flight for 4.000 s") != std::string::npos);
+  CHECK(inc.reason.find(
+            "rank 0 on node n0: NIXL WRITE of 1048576 bytes from agent 'prefill-0' to agent "
+            "'decode-0' in flight for 4.000 s") != std::string::npos);
   CHECK(inc.reason.find("5 in flight to it") != std::string::npos);
   CHECK(inc.trigger_comm == nixl_model_id("prefill-0", "decode-0"));
 }
@@ -184,7 +187,8 @@ TEST_CASE("NIXL agent pairs are learned like communicators, apart from NCCL's", 
   CHECK(st.incidents()[0].reason.find("learned p99") != std::string::npos);
 }
 
-TEST_CASE("a transfer failed by a remote disconnect opens an incident that says so", "[daemon][nixl]") {
+TEST_CASE("a transfer failed by a remote disconnect opens an incident that says so",
+          "[daemon][nixl]") {
   TempDir dir;
   CoordinatorState st(config(dir.path));
   std::string err;

@@ -30,14 +30,18 @@ using Clock = std::chrono::steady_clock;
 
 // frd node against a coordinator that is not there, leaving after `idle` seconds.
 std::unique_ptr<Proc> idle_node(const std::string& dir, const std::string& idle) {
-  if (::access(kFrd.c_str(), X_OK) != 0) FR_SKIP(kFrd << " is not built (build the frd target first)");
-  return std::make_unique<Proc>(std::vector<std::string>{kFrd, "node", "--insecure", "--coordinator",
-                                                         "127.0.0.1:1", "--log-dir", dir + "/shm",
-                                                         "--dump-dir", dir + "/spool", "--exit-when-idle", idle},
-                                std::map<std::string, std::string>{}, dir, "node");
+  if (::access(kFrd.c_str(), X_OK) != 0)
+    FR_SKIP(kFrd << " is not built (build the frd target first)");
+  return std::make_unique<Proc>(
+      std::vector<std::string>{kFrd, "node", "--insecure", "--coordinator", "127.0.0.1:1",
+                               "--log-dir", dir + "/shm", "--dump-dir", dir + "/spool",
+                               "--exit-when-idle", idle},
+      std::map<std::string, std::string>{}, dir, "node");
 }
 
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 }  // namespace
 
@@ -47,20 +51,22 @@ TEST_CASE("frd node --exit-when-idle: with no live flight log it leaves, and dro
   REQUIRE(::mkdir((d.path + "/shm").c_str(), 0700) == 0);
   const auto t0 = Clock::now();
   auto node = idle_node(d.path, "1.5");
-  REQUIRE(fr::test::wait_for([&] { return fr::daemon::probe_node_lock(d.path + "/shm").held; }, 20));
+  REQUIRE(
+      fr::test::wait_for([&] { return fr::daemon::probe_node_lock(d.path + "/shm").held; }, 20));
   REQUIRE(node->wait(30));
   const double took = since(t0);
   std::printf("frd node --exit-when-idle 1.5 with nothing to watch left after %.1f s\n", took);
   INFO(node->err());
   CHECK(node->status == 0);
   CHECK(took >= 1.5);
-  CHECK(node->err().find("no live flight log in " + d.path + "/shm and no fr-run using it for 1.5 s; exiting") !=
-        std::string::npos);
+  CHECK(node->err().find("no live flight log in " + d.path +
+                         "/shm and no fr-run using it for 1.5 s; exiting") != std::string::npos);
   CHECK_FALSE(fr::daemon::probe_node_lock(d.path + "/shm").held);
 }
 
-TEST_CASE("frd node --exit-when-idle: it stays while a writer holds its log, and leaves after it dies",
-          "[daemon][node-idle]") {
+TEST_CASE(
+    "frd node --exit-when-idle: it stays while a writer holds its log, and leaves after it dies",
+    "[daemon][node-idle]") {
   fr::daemon::test::TempDir d;
   REQUIRE(::mkdir((d.path + "/shm").c_str(), 0700) == 0);
   fr::daemon::test::Rank rank(d.path + "/shm", 0, now_real_ns() - kSec);
@@ -76,7 +82,8 @@ TEST_CASE("frd node --exit-when-idle: it stays while a writer holds its log, and
   CHECK(node->err().find("exiting (--exit-when-idle)") != std::string::npos);
 }
 
-TEST_CASE("frd node --exit-when-idle: it stays while an fr-run uses the directory", "[daemon][node-idle]") {
+TEST_CASE("frd node --exit-when-idle: it stays while an fr-run uses the directory",
+          "[daemon][node-idle]") {
   fr::daemon::test::TempDir d;
   REQUIRE(::mkdir((d.path + "/shm").c_str(), 0700) == 0);
   std::string error;

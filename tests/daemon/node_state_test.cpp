@@ -22,8 +22,9 @@ NodeStateConfig config() {
 }
 
 bool said(const NodeActions& a, const std::string& part) {
-  return std::any_of(a.log.begin(), a.log.end(),
-                     [&](const NodeActions::Line& l) { return l.text.find(part) != std::string::npos; });
+  return std::any_of(a.log.begin(), a.log.end(), [&](const NodeActions::Line& l) {
+    return l.text.find(part) != std::string::npos;
+  });
 }
 
 std::vector<DumpKey> drain(NodeState& s) {
@@ -100,7 +101,8 @@ TEST_CASE("node state: unsafe incident ids are ignored; a request without a job 
   CHECK(s.is_pending({"a_b", "inc-3"}));
 }
 
-TEST_CASE("node state: the welcome queues undelivered dumps again, except other jobs'", "[daemon]") {
+TEST_CASE("node state: the welcome queues undelivered dumps again, except other jobs'",
+          "[daemon]") {
   NodeState s(config());
   NodeActions a = s.recovered({{"job1", "inc-1"}, {"job2", "inc-9"}});
   CHECK(said(a, "2 undelivered dump(s) in the spool"));
@@ -198,7 +200,8 @@ TEST_CASE("node state: a connection never welcomed is a failure, said at a bound
   CHECK(a.wait_ns == 400'000'000);
   s.connecting();
   a = s.stream_closed("", 31 * kSec);
-  CHECK(said(a, "closed before its welcome; retrying (1 more failed attempts since the last report)"));
+  CHECK(said(a,
+             "closed before its welcome; retrying (1 more failed attempts since the last report)"));
   for (int i = 0; i < 10; ++i) {
     s.connecting();
     a = s.stream_closed("refused", 32 * kSec);

@@ -63,7 +63,7 @@ struct RunningNode {
 };
 
 inline NodeOptions node_options(int port, const std::string& logs, const std::string& spool,
-                         const std::string& name = "n0") {
+                                const std::string& name = "n0") {
   NodeOptions o;
   o.client.address = "127.0.0.1:" + std::to_string(port);
   o.log_dir = logs;

@@ -4,7 +4,6 @@
 // and messages of a kind the receiver does not know, which are counted and skipped.
 #include <catch2/catch.hpp>
 
-
 #include <atomic>
 #include <memory>
 #include <string>
@@ -25,13 +24,12 @@ using fr::daemon::test::http_get;
 using fr::daemon::test::loopback_config;
 using fr::daemon::test::loopback_options;
 using fr::daemon::test::node_options;
-using fr::daemon::test::RunningNode;
 using fr::daemon::test::Peer;
+using fr::daemon::test::RunningNode;
 using fr::daemon::test::TempDir;
 using fr::test::wait_for;
 
 namespace {
-
 
 ClientOptions client(int port) {
   ClientOptions c;
@@ -64,9 +62,9 @@ nlohmann::json node_status(CoordinatorServer& s, const std::string& name) {
 // ends the stream on a message whose body it does not know.
 class CoordinatorV1 final : public fr::v1::Coordinator::Service {
  public:
-  grpc::Status Connect(grpc::ServerContext*,
-                       grpc::ServerReaderWriter<fr::v1::CoordinatorMessage, fr::v1::NodeMessage>*
-                           rw) override {
+  grpc::Status Connect(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<fr::v1::CoordinatorMessage, fr::v1::NodeMessage>* rw) override {
     fr::v1::NodeMessage m;
     if (!rw->Read(&m) || !m.has_hello())
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "no hello");
@@ -198,8 +196,7 @@ TEST_CASE("protocol: this node with a coordinator of the first protocol speaks t
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
 }
 
-TEST_CASE("protocol: this node and this coordinator agree on this version",
-          "[daemon][protocol]") {
+TEST_CASE("protocol: this node and this coordinator agree on this version", "[daemon][protocol]") {
   TempDir dumps, logs, spool;
   CoordinatorServer server(loopback_config(dumps.path), loopback_options());
   std::string err;

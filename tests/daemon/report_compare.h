@@ -22,9 +22,11 @@ inline bool same_report(const NodeReport& a, const NodeReport& b, std::string* w
     const ProcessReport& q = b.processes[i];
     const std::string at = "process " + std::to_string(i) + ": ";
     if (p.log != q.log || p.job_id != q.job_id || p.host != q.host) return differ(at + "a name");
-    if (p.rank != q.rank || p.world_size != q.world_size || p.pid != q.pid) return differ(at + "rank");
+    if (p.rank != q.rank || p.world_size != q.world_size || p.pid != q.pid)
+      return differ(at + "rank");
     if (p.alive != q.alive || p.exited_cleanly != q.exited_cleanly) return differ(at + "liveness");
-    if (p.records != q.records || p.last_record_age_ns != q.last_record_age_ns || p.flags != q.flags)
+    if (p.records != q.records || p.last_record_age_ns != q.last_record_age_ns ||
+        p.flags != q.flags)
       return differ(at + "records or flags");
     if (p.comms.size() != q.comms.size()) return differ(at + "the number of communicators");
     for (size_t c = 0; c < p.comms.size(); ++c) {

@@ -88,14 +88,27 @@ void spool_entry(const std::string& spool, const std::string& job, const std::st
   REQUIRE(fr::files::make_dirs(d, &err));
   std::string bytes = slurp(log_file);
   std::ofstream(d + "/" + file_name, std::ios::binary) << bytes;
-  nlohmann::json h = {
-      {"incident_id", incident}, {"node_name", "n0"}, {"job_id", job}, {"snapshot_time_ns", 1},
-      {"files", {{{"name", file_name}, {"size", bytes.size()},
-                  {"crc32c", crc32c(0, bytes.data(), bytes.size())}}}},
-      {"processes", {{{"rank", 0}, {"world_size", 2}, {"pid", 11}, {"host", "n0"},
-                      {"job_id", job}, {"file", file_name}, {"source", "x"},
-                      {"alive", true}, {"records", 2}, {"overwritten", 0}, {"torn", 0}}}},
-      {"skipped", nlohmann::json::array()}};
+  nlohmann::json h = {{"incident_id", incident},
+                      {"node_name", "n0"},
+                      {"job_id", job},
+                      {"snapshot_time_ns", 1},
+                      {"files",
+                       {{{"name", file_name},
+                         {"size", bytes.size()},
+                         {"crc32c", crc32c(0, bytes.data(), bytes.size())}}}},
+                      {"processes",
+                       {{{"rank", 0},
+                         {"world_size", 2},
+                         {"pid", 11},
+                         {"host", "n0"},
+                         {"job_id", job},
+                         {"file", file_name},
+                         {"source", "x"},
+                         {"alive", true},
+                         {"records", 2},
+                         {"overwritten", 0},
+                         {"torn", 0}}}},
+                      {"skipped", nlohmann::json::array()}};
   std::ofstream(d + "/dump.json") << h.dump();
 }
 
@@ -152,14 +165,14 @@ TEST_CASE("a stall seen by a node becomes a written dump set", "[daemon][rpc]") 
   CHECK(wait_for([&] { return !exists(spool.path + "/job1/incident-0001"); }, 10));
   // Still one incident while the hang lasts: three more heartbeats, each still reporting it.
   const uint64_t beats = server.status()["nodes"][0]["heartbeats"].get<uint64_t>();
-  REQUIRE(wait_for([&] {
-    return server.status()["nodes"][0]["heartbeats"].get<uint64_t>() >= beats + 3;
-  }, 10));
+  REQUIRE(wait_for(
+      [&] { return server.status()["nodes"][0]["heartbeats"].get<uint64_t>() >= beats + 3; }, 10));
   CHECK(server.status()["incidents"].size() == 1);
 
   // The op completes: the incident closes as transient.
   write_two_ranks(logs.path, 0);
-  CHECK(wait_for([&] { return server.status()["incidents"][0]["state"] == "closed_transient"; }, 10));
+  CHECK(
+      wait_for([&] { return server.status()["incidents"][0]["state"] == "closed_transient"; }, 10));
 }
 
 TEST_CASE("status and a manual dump over the wire", "[daemon][rpc]") {
@@ -172,9 +185,8 @@ TEST_CASE("status and a manual dump over the wire", "[daemon][rpc]") {
   REQUIRE(wait_for([&] { return connected_nodes(server) == 1; }));
 
   nlohmann::json st;
-  REQUIRE(wait_for([&] {
-    return fetch_status(client(server.port()), &st, &err) && st["ranks"]["alive"] == 2;
-  }));
+  REQUIRE(wait_for(
+      [&] { return fetch_status(client(server.port()), &st, &err) && st["ranks"]["alive"] == 2; }));
   CHECK(st["nodes"][0]["name"] == "n0");
   CHECK(render_status(st).find("node n0") != std::string::npos);
 
@@ -187,7 +199,8 @@ TEST_CASE("status and a manual dump over the wire", "[daemon][rpc]") {
   const nlohmann::json status_now = server.status();
   const auto& n0 = status_now["nodes"][0];
   REQUIRE(n0["clock_rtt_ns"].get<int64_t>() >= 0);
-  CHECK(std::abs(n0["clock_offset_ns"].get<int64_t>()) <= n0["clock_rtt_ns"].get<int64_t>() / 2 + 1);
+  CHECK(std::abs(n0["clock_offset_ns"].get<int64_t>()) <=
+        n0["clock_rtt_ns"].get<int64_t>() / 2 + 1);
 
   ClientOptions nowhere;
   nowhere.address = "127.0.0.1:1";
@@ -195,8 +208,9 @@ TEST_CASE("status and a manual dump over the wire", "[daemon][rpc]") {
   CHECK(!err.empty());
 }
 
-TEST_CASE("the token is required when set, and off loopback (a wrong token joins no node in 800 ms)",
-          "[daemon][rpc]") {
+TEST_CASE(
+    "the token is required when set, and off loopback (a wrong token joins no node in 800 ms)",
+    "[daemon][rpc]") {
   TempDir logs, dumps, spool;
   write_two_ranks(logs.path, 0);
   ServerOptions so = loopback_options();
@@ -388,31 +402,35 @@ TEST_CASE("hostile peers cannot crash, stall or fill the coordinator", "[daemon]
       w->Finish();
     }
     std::string dir = dumps.path + "/job1/" + id;
-    REQUIRE(wait_for([&] {
-      bool clean = true;
-      if (DIR* d = opendir(dir.c_str())) {
-        while (dirent* e = readdir(d)) clean &= std::string(e->d_name).rfind(".upload", 0) != 0;
-        closedir(d);
-      }
-      return clean;
-    }, 10));
+    REQUIRE(wait_for(
+        [&] {
+          bool clean = true;
+          if (DIR* d = opendir(dir.c_str())) {
+            while (dirent* e = readdir(d)) clean &= std::string(e->d_name).rfind(".upload", 0) != 0;
+            closedir(d);
+          }
+          return clean;
+        },
+        10));
     CHECK_FALSE(exists(dir + "/n5-rank0.frlog"));
     // The coordinator removes the cut upload's files, then gives its slot back: a retry in between
     // is told the upload is still in progress (RESOURCE_EXHAUSTED, which a node retries), so this
     // one retries too, for a bounded time.
     fr::v1::UploadReply reply;
     grpc::Status fin;
-    REQUIRE(wait_for([&] {
-      grpc::ClientContext ctx;
-      reply.Clear();
-      auto w = start(&ctx, &reply);
-      fr::v1::UploadChunk d;
-      d.mutable_data()->set_data(data);
-      w->Write(d);
-      w->WritesDone();
-      fin = w->Finish();
-      return fin.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED;
-    }, 10));
+    REQUIRE(wait_for(
+        [&] {
+          grpc::ClientContext ctx;
+          reply.Clear();
+          auto w = start(&ctx, &reply);
+          fr::v1::UploadChunk d;
+          d.mutable_data()->set_data(data);
+          w->Write(d);
+          w->WritesDone();
+          fin = w->Finish();
+          return fin.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED;
+        },
+        10));
     INFO(fin.error_message());
     REQUIRE(fin.ok());
     CHECK(reply.ok());
@@ -497,14 +515,26 @@ TEST_CASE("a restarted coordinator receives the dumps a node kept", "[daemon][rp
     REQUIRE(fr::files::make_dirs(d, &err));
     std::string bytes = slurp(logs.path + "/fr.job1.r0.frlog");
     std::ofstream(d + "/n0-rank0.n0.11.frlog", std::ios::binary) << bytes;
-    nlohmann::json h = {
-        {"incident_id", "incident-0001"}, {"node_name", "n0"}, {"snapshot_time_ns", 1},
-        {"files", {{{"name", "n0-rank0.n0.11.frlog"}, {"size", bytes.size()},
-                    {"crc32c", crc32c(0, bytes.data(), bytes.size())}}}},
-        {"processes", {{{"rank", 0}, {"world_size", 2}, {"pid", 11}, {"host", "n0"},
-                        {"job_id", "job1"}, {"file", "n0-rank0.n0.11.frlog"}, {"source", "x"},
-                        {"alive", true}, {"records", 2}, {"overwritten", 0}, {"torn", 0}}}},
-        {"skipped", nlohmann::json::array()}};
+    nlohmann::json h = {{"incident_id", "incident-0001"},
+                        {"node_name", "n0"},
+                        {"snapshot_time_ns", 1},
+                        {"files",
+                         {{{"name", "n0-rank0.n0.11.frlog"},
+                           {"size", bytes.size()},
+                           {"crc32c", crc32c(0, bytes.data(), bytes.size())}}}},
+                        {"processes",
+                         {{{"rank", 0},
+                           {"world_size", 2},
+                           {"pid", 11},
+                           {"host", "n0"},
+                           {"job_id", "job1"},
+                           {"file", "n0-rank0.n0.11.frlog"},
+                           {"source", "x"},
+                           {"alive", true},
+                           {"records", 2},
+                           {"overwritten", 0},
+                           {"torn", 0}}}},
+                        {"skipped", nlohmann::json::array()}};
     std::ofstream(d + "/dump.json") << h.dump();
   }
   CoordinatorServer server(loopback_config(dumps.path), loopback_options());
@@ -519,13 +549,16 @@ TEST_CASE("a restarted coordinator receives the dumps a node kept", "[daemon][rp
   // analysis.json is written before the coordinator takes the result: until then incident-0001 is
   // still being analysed, and a dump asked for meanwhile is that one.
   std::string incidents;
-  bool taken = wait_for([&] {
-    nlohmann::json all = server.status()["incidents"];
-    incidents = all.dump();
-    for (const auto& i : all)
-      if (i["id"] == "incident-0001") return i["state"] != "collecting" && i["state"] != "analyzing";
-    return false;
-  }, 10);
+  bool taken = wait_for(
+      [&] {
+        nlohmann::json all = server.status()["incidents"];
+        incidents = all.dump();
+        for (const auto& i : all)
+          if (i["id"] == "incident-0001")
+            return i["state"] != "collecting" && i["state"] != "analyzing";
+        return false;
+      },
+      10);
   INFO("incidents: " << incidents);
   CHECK(taken);
   // New incidents do not reuse the id.
@@ -557,7 +590,8 @@ TEST_CASE("TLS and mutual TLS", "[daemon][rpc]") {
   TempDir certs, logs, dumps, spool;
   const std::string d = certs.path;
   std::string script =
-      "cd " + d + " && "
+      "cd " + d +
+      " && "
       "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout ca.key "
       "-out ca.pem -days 2 -subj /CN=fr-test-ca && "
       "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout server.key "
@@ -656,19 +690,21 @@ TEST_CASE("idle uploads are cancelled and cannot hold every upload slot", "[daem
   CHECK(w1->Finish().error_code() == grpc::StatusCode::CANCELLED);
   CHECK(w2->Finish().error_code() == grpc::StatusCode::CANCELLED);
   std::string data = "0123456789";
-  bool ok = wait_for([&] {
-    grpc::ClientContext c4;
-    fr::v1::UploadReply r4;
-    auto w4 = stub->Upload(&c4, &r4);
-    fr::v1::UploadChunk c = header("d");
-    c.mutable_header()->mutable_files(0)->set_crc32c(crc32c(0, data.data(), data.size()));
-    w4->Write(c);
-    fr::v1::UploadChunk d;
-    d.mutable_data()->set_data(data);
-    w4->Write(d);
-    w4->WritesDone();
-    return w4->Finish().ok() && r4.ok();
-  }, 10);
+  bool ok = wait_for(
+      [&] {
+        grpc::ClientContext c4;
+        fr::v1::UploadReply r4;
+        auto w4 = stub->Upload(&c4, &r4);
+        fr::v1::UploadChunk c = header("d");
+        c.mutable_header()->mutable_files(0)->set_crc32c(crc32c(0, data.data(), data.size()));
+        w4->Write(c);
+        fr::v1::UploadChunk d;
+        d.mutable_data()->set_data(data);
+        w4->Write(d);
+        w4->WritesDone();
+        return w4->Finish().ok() && r4.ok();
+      },
+      10);
   CHECK(ok);
 }
 
@@ -690,22 +726,26 @@ TEST_CASE("a node with a shared dump dir writes its dump there and the coordinat
   CHECK(inc["nodes_placed"] == nlohmann::json::array({"n0"}));
   auto manifest = read_json(dir + "/manifest.json");
   REQUIRE(manifest["processes"].size() == 2);
-  for (const auto& p : manifest["processes"]) CHECK(exists(dir + "/" + p["file"].get<std::string>()));
+  for (const auto& p : manifest["processes"])
+    CHECK(exists(dir + "/" + p["file"].get<std::string>()));
   // Rank 1 never called the op that rank 0 is stuck in.
   CHECK(read_json(dir + "/analysis.json")["verdict"]["kind"] == "not_entered");
   // No staging left behind, and the spool is emptied once the coordinator has the dump. The
   // coordinator writes incident.json once more after analysis.json (its state and verdict), so a
   // hidden temporary file may still be on its way to its name: wait for it; one left behind stays.
   std::string hidden;
-  bool none_hidden = wait_for([&] {
-    hidden.clear();
-    if (DIR* d = opendir(dir.c_str())) {
-      while (dirent* e = readdir(d))
-        if (e->d_name[0] == '.' && std::string(e->d_name).size() > 2) hidden += std::string(e->d_name) + " ";
-      closedir(d);
-    }
-    return hidden.empty();
-  }, 10);
+  bool none_hidden = wait_for(
+      [&] {
+        hidden.clear();
+        if (DIR* d = opendir(dir.c_str())) {
+          while (dirent* e = readdir(d))
+            if (e->d_name[0] == '.' && std::string(e->d_name).size() > 2)
+              hidden += std::string(e->d_name) + " ";
+          closedir(d);
+        }
+        return hidden.empty();
+      },
+      10);
   INFO("hidden: " << hidden);
   CHECK(none_hidden);
   CHECK(wait_for([&] { return !exists(spool.path + "/job1/incident-0001"); }, 10));
@@ -762,7 +802,8 @@ TEST_CASE("a shared dump dir the coordinator cannot see falls back to uploading"
 
   // The op completes: nothing else depends on where the dump went.
   write_two_ranks(logs.path, 0);
-  REQUIRE(wait_for([&] { return server.status()["incidents"][0]["state"] == "closed_transient"; }, 10));
+  REQUIRE(
+      wait_for([&] { return server.status()["incidents"][0]["state"] == "closed_transient"; }, 10));
 }
 
 TEST_CASE("a dump of another job left in the spool is never delivered as this job's",
@@ -851,8 +892,9 @@ TEST_CASE("hostile Placed calls change nothing", "[daemon][rpc]") {
   CHECK(stub2->Placed(&ctx, h, &reply).error_code() == grpc::StatusCode::UNAUTHENTICATED);
 }
 
-TEST_CASE("the --on-verdict command runs once per dump set (no second run in 500 ms) with the verdict, and is bounded",
-          "[daemon][rpc]") {
+TEST_CASE(
+    "the --on-verdict command runs once per dump set (no second run in 500 ms) with the verdict, and is bounded",
+    "[daemon][rpc]") {
   TempDir logs, dumps, spool, out;
   write_two_ranks(logs.path, 5 * kSec);
   ServerOptions so = loopback_options();
@@ -861,9 +903,11 @@ TEST_CASE("the --on-verdict command runs once per dump set (no second run in 500
   sigemptyset(&block);
   sigaddset(&block, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &block, &old);
-  so.on_verdict = "echo \"$FR_INCIDENT_ID $FR_INCIDENT_KIND $FR_VERDICT [$FR_CULPRITS] $FR_JOB_ID\" "
-                  ">> " + out.path + "/calls; echo \"$FR_INCIDENT_DIR\" > " + out.path +
-                  "/dir; grep SigBlk /proc/self/status > " + out.path + "/sigblk";
+  so.on_verdict =
+      "echo \"$FR_INCIDENT_ID $FR_INCIDENT_KIND $FR_VERDICT [$FR_CULPRITS] $FR_JOB_ID\" "
+      ">> " +
+      out.path + "/calls; echo \"$FR_INCIDENT_DIR\" > " + out.path +
+      "/dir; grep SigBlk /proc/self/status > " + out.path + "/sigblk";
   CoordinatorServer server(loopback_config(dumps.path), so);
   std::string err;
   REQUIRE(server.start(&err));
@@ -924,8 +968,8 @@ TEST_CASE("heartbeats read during a fan-out keep being applied after it", "[daem
   constexpr int kNodes = 48;
   std::vector<std::unique_ptr<fr::daemon::test::Peer>> peers;
   for (int i = 0; i < kNodes; ++i) {
-    peers.push_back(std::make_unique<fr::daemon::test::Peer>(client(server.port()),
-                                                             "n" + std::to_string(i)));
+    peers.push_back(
+        std::make_unique<fr::daemon::test::Peer>(client(server.port()), "n" + std::to_string(i)));
     REQUIRE(peers.back()->welcomed);
   }
   std::atomic<bool> stop{false};
@@ -967,8 +1011,10 @@ TEST_CASE("heartbeats read during a fan-out keep being applied after it", "[daem
   REQUIRE(wait_for([&] { return heartbeats().size() == size_t(kNodes); }));
   for (int round = 1; round <= 3; ++round) {
     std::string id;
-    REQUIRE(wait_for([&] { return trigger_dump(client(server.port()), "fan-out", &id, &err) &&
-                                  id == "incident-000" + std::to_string(round); }));
+    REQUIRE(wait_for([&] {
+      return trigger_dump(client(server.port()), "fan-out", &id, &err) &&
+             id == "incident-000" + std::to_string(round);
+    }));
     REQUIRE(wait_for([&] {
       for (auto& p : peers)
         if (p->requests().size() < size_t(round)) return false;
@@ -976,15 +1022,19 @@ TEST_CASE("heartbeats read during a fan-out keep being applied after it", "[daem
     }));
     // Every node's count moves on after the fan-out: no read was left deferred.
     const auto before = heartbeats();
+    REQUIRE(wait_for(
+        [&] {
+          const auto now = heartbeats();
+          for (const auto& [name, count] : before)
+            if (now.at(name) <= count + 2) return false;
+          return true;
+        },
+        20));
     REQUIRE(wait_for([&] {
-      const auto now = heartbeats();
-      for (const auto& [name, count] : before)
-        if (now.at(name) <= count + 2) return false;
-      return true;
-    }, 20));
-    REQUIRE(wait_for([&] { return exists(dumps.path + "/job1/" + id + "/incident.json") &&
-                                  read_json(dumps.path + "/job1/" + id + "/incident.json")
-                                          .value("state", "") != "collecting"; }));
+      return exists(dumps.path + "/job1/" + id + "/incident.json") &&
+             read_json(dumps.path + "/job1/" + id + "/incident.json").value("state", "") !=
+                 "collecting";
+    }));
   }
   for (auto& p : peers) CHECK(p->requests().size() == 3);
 }

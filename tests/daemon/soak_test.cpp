@@ -31,8 +31,8 @@
 #include "testing/files.h"
 
 using namespace fr::daemon;
-using fr::daemon::test::TempDir;
 using fr::daemon::test::rss_mib;
+using fr::daemon::test::TempDir;
 using fr::test::exists;
 using fr::test::kSec;
 using fr::test::slurp;
@@ -228,8 +228,8 @@ TEST_CASE("soak: 2,000 nodes, incidents, flapping, cut uploads and two restarts"
     }
     std::vector<std::unique_ptr<SimNode>> sims;
     for (int n = 0; n < kNodes; ++n)
-      sims.push_back(std::make_unique<SimNode>(stubs[size_t(n % kChannels)].get(), token, n,
-                                               n < kReal));
+      sims.push_back(
+          std::make_unique<SimNode>(stubs[size_t(n % kChannels)].get(), token, n, n < kReal));
     std::mt19937 rng(uint32_t(epoch + 1));
     const auto e_start = Clock::now();
     const double e_len = seconds / 3;
@@ -270,10 +270,9 @@ TEST_CASE("soak: 2,000 nodes, incidents, flapping, cut uploads and two restarts"
           std::string file = sims[size_t(r)]->name() + "-rank" + std::to_string(r * 8) + ".frlog";
           fr::v1::UploadReply reply;
           size_t cut_after = attempt == 0 ? dump_bytes[size_t(r)].size() / 2 : 0;
-          grpc::Status st = fr::daemon::test::upload(c, id, sims[size_t(r)]->name(),
-                                                     sims[size_t(r)]->key(),
-                                                     {{file, dump_bytes[size_t(r)]}}, &reply,
-                                                     cut_after);
+          grpc::Status st =
+              fr::daemon::test::upload(c, id, sims[size_t(r)]->name(), sims[size_t(r)]->key(),
+                                       {{file, dump_bytes[size_t(r)]}}, &reply, cut_after);
           if (cut_after) cut++;
           if (st.ok() && reply.ok() && !reply.duplicate())
             accepted[dumps.path + "/job1/" + id + "/" + file] = dump_bytes[size_t(r)];
@@ -347,12 +346,13 @@ TEST_CASE("soak: 2,000 nodes, incidents, flapping, cut uploads and two restarts"
   // No accepted dump lost.
   int lost = 0;
   for (const auto& [path, bytes] : accepted) lost += slurp(path) != bytes;
-  std::printf("soak: %.0f s, %d nodes, %llu heartbeats, %llu flaps, %llu manual triggers, "
-              "%zu incidents (%d without a verdict, %d with more than one), %zu uploads accepted "
-              "(%d lost), %llu cut mid-way, 2 restarts, peak RSS %.0f MiB (bound %.0f)\n",
-              took, kNodes, (unsigned long long)heartbeats, (unsigned long long)flaps,
-              (unsigned long long)triggers, incidents.size(), no_verdict, twice, accepted.size(),
-              lost, (unsigned long long)cut, peak_rss, kRssBoundMiB);
+  std::printf(
+      "soak: %.0f s, %d nodes, %llu heartbeats, %llu flaps, %llu manual triggers, "
+      "%zu incidents (%d without a verdict, %d with more than one), %zu uploads accepted "
+      "(%d lost), %llu cut mid-way, 2 restarts, peak RSS %.0f MiB (bound %.0f)\n",
+      took, kNodes, (unsigned long long)heartbeats, (unsigned long long)flaps,
+      (unsigned long long)triggers, incidents.size(), no_verdict, twice, accepted.size(), lost,
+      (unsigned long long)cut, peak_rss, kRssBoundMiB);
   CHECK(incidents.size() >= 3);
   CHECK(twice == 0);
   CHECK(lost == 0);

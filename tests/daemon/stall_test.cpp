@@ -32,10 +32,10 @@ void teach(CommModel& m, int n, int64_t age) {
   int64_t now = 0;
   for (int i = 0; i < n; ++i) {
     now += kSec;
-    t = observe(m, &t, 1, 0, 7, done + 1, age, done, now);      // op done+1 in flight
+    t = observe(m, &t, 1, 0, 7, done + 1, age, done, now);  // op done+1 in flight
     now += kSec;
     ++done;
-    t = observe(m, &t, 1, 0, 7, 0, 0, done, now);               // and done
+    t = observe(m, &t, 1, 0, 7, 0, 0, done, now);  // and done
   }
 }
 
@@ -141,7 +141,7 @@ TEST_CASE("the threshold is max(floor, k x p99), capped, and the cap until learn
   CommModel slow;
   teach(slow, 50, 2 * kSec);
   int64_t t = slow.threshold_ns(p);
-  CHECK(t >= 10 * kSec);                 // 5 x p99, p99 >= 2 s
+  CHECK(t >= 10 * kSec);  // 5 x p99, p99 >= 2 s
   CHECK(t <= 15 * kSec);
   CommModel very_slow;
   teach(very_slow, 50, 20 * kSec);
@@ -222,7 +222,8 @@ TEST_CASE("auto: a stall opens at the floor once learned, never before the cap w
     }
     now += 500 * kMs;
     NodeReport rep;
-    for (int r = 0; r < 4; ++r) rep.processes.push_back(Ranks::proc(r, done, r == 2 ? 0 : 3 * kSec));
+    for (int r = 0; r < 4; ++r)
+      rep.processes.push_back(Ranks::proc(r, done, r == 2 ? 0 : 3 * kSec));
     REQUIRE(st.heartbeat(s, rep, now));
     Actions a = st.tick(now);
     REQUIRE(stall_incidents(st) == 1);
@@ -300,12 +301,14 @@ TEST_CASE("a rank its peers keep waiting for is a slow-rank finding, not a hang"
     // Ranks 0, 1, 2 wait up to 0.8 s in every step; rank 3 computes and rarely has an op out.
     NodeReport a, b;
     a.processes = {Ranks::proc(0, done, 800 * kMs), Ranks::proc(1, done, 600 * kMs)};
-    b.processes = {Ranks::proc(2, done, 700 * kMs), Ranks::proc(3, done, i % 10 == 5 ? 5 * kMs : 0)};
+    b.processes = {Ranks::proc(2, done, 700 * kMs),
+                   Ranks::proc(3, done, i % 10 == 5 ? 5 * kMs : 0)};
     REQUIRE(st.heartbeat(s1, a, now));
     REQUIRE(st.heartbeat(s2, b, now + 100 * kMs));
     Actions act = st.tick(now + 100 * kMs);
     for (auto& [path, text] : act.persist)
-      if (path.size() >= 13 && path.substr(path.size() - 13) == "findings.json") findings_file = text;
+      if (path.size() >= 13 && path.substr(path.size() - 13) == "findings.json")
+        findings_file = text;
     for (auto& l : act.log) logs.push_back(l);
     // Judged from 15 heartbeats on, reported only once it held for 10 in a row.
     if (i == 20) CHECK(st.findings().empty());
@@ -334,8 +337,10 @@ TEST_CASE("a rank its peers keep waiting for is a slow-rank finding, not a hang"
     now += kSec;
     done += 3;
     NodeReport a, b;
-    a.processes = {Ranks::proc(0, done, i % 2 ? 10 * kMs : 0), Ranks::proc(1, done, i % 2 ? 0 : 10 * kMs)};
-    b.processes = {Ranks::proc(2, done, i % 2 ? 10 * kMs : 0), Ranks::proc(3, done, i % 2 ? 0 : 10 * kMs)};
+    a.processes = {Ranks::proc(0, done, i % 2 ? 10 * kMs : 0),
+                   Ranks::proc(1, done, i % 2 ? 0 : 10 * kMs)};
+    b.processes = {Ranks::proc(2, done, i % 2 ? 10 * kMs : 0),
+                   Ranks::proc(3, done, i % 2 ? 0 : 10 * kMs)};
     REQUIRE(st.heartbeat(s1, a, now));
     REQUIRE(st.heartbeat(s2, b, now));
     st.tick(now);
@@ -356,7 +361,8 @@ TEST_CASE("a healthy symmetric job gives no slow-rank finding", "[daemon]") {
     done += 5;
     NodeReport rep;
     // Everyone waits at most heartbeats, in turn a little less.
-    for (int r = 0; r < 4; ++r) rep.processes.push_back(Ranks::proc(r, done, (i + r) % 4 ? 300 * kMs : 0));
+    for (int r = 0; r < 4; ++r)
+      rep.processes.push_back(Ranks::proc(r, done, (i + r) % 4 ? 300 * kMs : 0));
     REQUIRE(st.heartbeat(s, rep, now));
     st.tick(now);
   }
@@ -374,7 +380,8 @@ TEST_CASE("learning is bounded: communicators past the bound keep the cap", "[da
   std::string err;
   uint64_t s = st.connect("n1", "h1", "job1", 0, &err);
   NodeReport rep;
-  for (uint64_t comm = 1; comm <= 5; ++comm) rep.processes.push_back(Ranks::proc(int(comm), 1, 0, comm));
+  for (uint64_t comm = 1; comm <= 5; ++comm)
+    rep.processes.push_back(Ranks::proc(int(comm), 1, 0, comm));
   REQUIRE(st.heartbeat(s, rep, kSec));
   CHECK(st.comm_model(1));
   CHECK(st.comm_model(2));

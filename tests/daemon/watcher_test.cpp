@@ -77,12 +77,12 @@ TEST_CASE("the watcher reports deaths and new stalls at once", "[daemon]") {
 
   a.ops = {{FR_OP_ALLREDUCE, 1, 1, 3 * kSec, false, false}};
   fr::daemon::test::write_log(dir.path, "r0.frlog", a);
-  CHECK(w.scan().urgent);   // crossed the stall threshold
+  CHECK(w.scan().urgent);  // crossed the stall threshold
   CHECK_FALSE(w.scan().urgent);
 
   a.alive = false;
   fr::daemon::test::write_log(dir.path, "r0.frlog", a);
-  CHECK(w.scan().urgent);   // died
+  CHECK(w.scan().urgent);  // died
 
   SECTION("the job filter hides other jobs' logs") {
     w.set_job_filter("other");

@@ -54,7 +54,8 @@ fr::v1::NodeMessage sample(std::mt19937_64& rng, int processes, int comms, bool 
     }
     r.processes.push_back(p);
   }
-  for (int i = 0; i < processes % 3; ++i) r.unreadable.push_back("cannot read x" + std::to_string(i));
+  for (int i = 0; i < processes % 3; ++i)
+    r.unreadable.push_back("cannot read x" + std::to_string(i));
   if (processes > 1) r.gpu_alerts.push_back("GPU 0000:3b:00.0 reported Xid 79");
   fr::v1::NodeMessage m;
   to_proto(r, m.mutable_heartbeat());
@@ -110,7 +111,9 @@ bool agrees(HeartbeatDecoder& d, NodeReport& reused, const std::string& bytes, s
 
 std::string with_unknown_field(const fr::v1::NodeMessage& m, int field, const std::string& value) {
   fr::v1::NodeMessage copy = m;
-  copy.mutable_heartbeat()->GetReflection()->MutableUnknownFields(copy.mutable_heartbeat())
+  copy.mutable_heartbeat()
+      ->GetReflection()
+      ->MutableUnknownFields(copy.mutable_heartbeat())
       ->AddLengthDelimited(field, value);
   return copy.SerializeAsString();
 }
@@ -128,7 +131,8 @@ TEST_CASE("heartbeats as nodes send them take the fast decoder and decode as pro
       for (bool echo : {false, true})
         for (size_t pieces : {size_t(1), size_t(3)}) {
           ++n;
-          fast += agrees(d, reused, sample(rng, processes, comms, echo).SerializeAsString(), pieces);
+          fast +=
+              agrees(d, reused, sample(rng, processes, comms, echo).SerializeAsString(), pieces);
         }
   CHECK(fast == n);
   CHECK(d.fast_decodes() == uint64_t(n));
@@ -202,14 +206,16 @@ TEST_CASE("every mutation of a heartbeat decodes as protobuf decodes it, or is r
     for (int e = 0; e < edits && !bytes.empty(); ++e) {
       const size_t at = rng() % bytes.size();
       switch (rng() % 4) {
-        case 0: bytes[at] = char(rng()); break;                      // a byte changed
+        case 0: bytes[at] = char(rng()); break;                           // a byte changed
         case 1: bytes[at] = char(bytes[at] ^ (1 << (rng() % 8))); break;  // a bit flipped
-        case 2: bytes.erase(at, 1 + rng() % 3); break;               // bytes lost
-        default: bytes.insert(at, 1, char(rng())); break;            // a byte added
+        case 2: bytes.erase(at, 1 + rng() % 3); break;                    // bytes lost
+        default: bytes.insert(at, 1, char(rng())); break;                 // a byte added
       }
     }
-    if (agrees(d, reused, bytes, 1 + rng() % 3)) ++taken;
-    else ++refused;
+    if (agrees(d, reused, bytes, 1 + rng() % 3))
+      ++taken;
+    else
+      ++refused;
   }
   INFO("fast " << taken << ", protobuf or refused " << refused);
   CHECK(taken > 100);  // the fast decoder met mutated messages it could take, and agreed

@@ -40,16 +40,21 @@ TEST_CASE("transport faults are located to their channel and peer pair", "[e2e][
       // what rank 1 sends to 0 is lost (channel 1 carries 1 -> 0)
       {"rank=1,step=1,kind=link-down,peer=0", "AllReduce", 1, 0, 1, "recv", "link"},
       // rank 3 posts no receive buffer for 2: 2 waits for credit to send
-      {"rank=3,step=1,kind=proxy-recv-stall,peer=2", "AllReduce", 0, 2, 3, "send", "receiver_proxy"},
+      {"rank=3,step=1,kind=proxy-recv-stall,peer=2", "AllReduce", 0, 2, 3, "send",
+       "receiver_proxy"},
       // The world Broadcast from rank 0 runs down a tree: 0 -> {1, 2}, 1 -> {3}, on every channel.
       // Rank 1's kernel stops on channel 0: it holds 0's data, and 3 waits for it.
-      {"rank=1,step=1,kind=chan-stall,comm=world,nth=1,channel=0", "Broadcast", 0, 3, 1, "recv", "kernel"},
+      {"rank=1,step=1,kind=chan-stall,comm=world,nth=1,channel=0", "Broadcast", 0, 3, 1, "recv",
+       "kernel"},
       // 0 -> 2 loses data on both channels: the lower one is named
-      {"rank=0,step=1,kind=link-down,comm=world,nth=1,peer=2", "Broadcast", 0, 2, 0, "recv", "link"},
+      {"rank=0,step=1,kind=link-down,comm=world,nth=1,peer=2", "Broadcast", 0, 2, 0, "recv",
+       "link"},
       // 3 posts no buffer for 1: 1 waits for credit
-      {"rank=3,step=1,kind=proxy-recv-stall,comm=world,nth=1,peer=1", "Broadcast", 0, 1, 3, "send", "receiver_proxy"},
+      {"rank=3,step=1,kind=proxy-recv-stall,comm=world,nth=1,peer=1", "Broadcast", 0, 1, 3, "send",
+       "receiver_proxy"},
       // the root's proxy stops sending to 2: the root has no receive side, kernel and proxy alike
-      {"rank=0,step=1,kind=proxy-stall,comm=world,nth=1,peer=2", "Broadcast", 0, 2, 0, "recv", "sender"},
+      {"rank=0,step=1,kind=proxy-stall,comm=world,nth=1,peer=2", "Broadcast", 0, 2, 0, "recv",
+       "sender"},
   };
   for (const Case& c : cases) {
     DYNAMIC_SECTION(c.fault) {
@@ -71,7 +76,8 @@ TEST_CASE("transport faults are located to their channel and peer pair", "[e2e][
       REQUIRE(v.contains("channel_progress"));
       CHECK(!v["channel_progress"].empty());
       const std::string summary = v["summary"];
-      CHECK(summary.find("channel " + std::to_string(c.channel) + " stopped at step 0") != std::string::npos);
+      CHECK(summary.find("channel " + std::to_string(c.channel) + " stopped at step 0") !=
+            std::string::npos);
       // The Perfetto trace draws the channels: the stopped connection is an open slice.
       const std::string trace = run.dir + "/trace.json";
       const std::string cmd = fr::e2e::build_dir() + "/bin/fr-analyze --trace " + trace + " " +
@@ -90,8 +96,9 @@ TEST_CASE("transport faults are located to their channel and peer pair", "[e2e][
 
 TEST_CASE("without a profiler plugin the verdict has no channel localization", "[e2e][channels]") {
   setenv("NCCL_PROFILER_PLUGIN", "none", 1);
-  SimRun run = fr::e2e::run_simjob({"--nodes", "4", "--ranks-per-node", "1", "--steps", "3", "--fault",
-                                    "rank=1,step=1,kind=chan-stall,channel=1", "--snapshot-after", "3"});
+  SimRun run =
+      fr::e2e::run_simjob({"--nodes", "4", "--ranks-per-node", "1", "--steps", "3", "--fault",
+                           "rank=1,step=1,kind=chan-stall,channel=1", "--snapshot-after", "3"});
   unsetenv("NCCL_PROFILER_PLUGIN");
   const json v = verdict_of(run);
   CHECK(v["kind"] == "stuck_in_collective");

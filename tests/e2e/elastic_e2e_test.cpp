@@ -24,11 +24,12 @@ std::string describe(const SimRun& run) {
   return "out dir " + run.dir + ", exit " + std::to_string(run.exit_code) + "\n" + run.output;
 }
 
-std::vector<std::string> elastic_job(int steps, const std::vector<std::string>& faults, bool daemons) {
+std::vector<std::string> elastic_job(int steps, const std::vector<std::string>& faults,
+                                     bool daemons) {
   std::vector<std::string> a;
   if (daemons) {
-    a = {"--nodes", "2", "--ranks-per-node", "4", "--tp", "2", "--pp", "2", "--steps",
-         std::to_string(steps), "--daemons", "--stall-after", "2", "--quiet"};
+    a = {"--nodes", "2",       "--ranks-per-node",    "4",         "--tp",          "2", "--pp",
+         "2",       "--steps", std::to_string(steps), "--daemons", "--stall-after", "2", "--quiet"};
     for (const auto& f : faults) a.insert(a.end(), {"--fault", f});
   } else {
     a = fr::e2e::small_job(steps, faults, "2");
@@ -110,8 +111,10 @@ TEST_CASE("fr-simjob --elastic: bad usage exits 2 with one clear line", "[e2e]")
     std::vector<std::string> args;
     std::string message;
   } cases[] = {
-      {{"--nodes", "2", "--ranks-per-node", "4", "--steps", "3", "--elastic", "3"}, "outside the job"},
-      {{"--nodes", "1", "--ranks-per-node", "1", "--steps", "3", "--elastic", "1"}, "at least 2 ranks"},
+      {{"--nodes", "2", "--ranks-per-node", "4", "--steps", "3", "--elastic", "3"},
+       "outside the job"},
+      {{"--nodes", "1", "--ranks-per-node", "1", "--steps", "3", "--elastic", "1"},
+       "at least 2 ranks"},
       {{"--nodes", "2", "--ranks-per-node", "4", "--steps", "3", "--elastic", "-1"}, "--elastic"},
   };
   for (const auto& c : cases) {
@@ -176,8 +179,10 @@ TEST_CASE("fr-simjob --elastic: a hang after the grow is decided on the grown wo
   hang_after_grow(false);
 }
 
-TEST_CASE("fr-simjob --elastic: a crash during the shrink names the dead survivor, not the rank "
-          "that left", "[e2e]") {
+TEST_CASE(
+    "fr-simjob --elastic: a crash during the shrink names the dead survivor, not the rank "
+    "that left",
+    "[e2e]") {
   crash_during_shrink(false);
 }
 

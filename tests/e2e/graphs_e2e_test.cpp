@@ -59,7 +59,8 @@ void check(const SimRun& run, const std::string& kind, std::set<int> culprits, i
     REQUIRE(v["graph_replay"].contains("count"));
     REQUIRE(v["graph_replay"].contains("dtype"));
     if (op > 0) REQUIRE(v["graph_replay"]["captured_op"] == op);
-    REQUIRE(v["summary"].get<std::string>().find("replay " + std::to_string(replay)) != std::string::npos);
+    REQUIRE(v["summary"].get<std::string>().find("replay " + std::to_string(replay)) !=
+            std::string::npos);
   }
 }
 
@@ -75,7 +76,8 @@ SimRun stalled(const std::vector<std::string>& args) {
 
 }  // namespace
 
-TEST_CASE("fr-simjob --graphs: a healthy job replays its step and every replay completes", "[e2e]") {
+TEST_CASE("fr-simjob --graphs: a healthy job replays its step and every replay completes",
+          "[e2e]") {
   SimRun run = fr::e2e::run_simjob(graph_job(6, {}));
   INFO(describe(run));
   REQUIRE(run.exit_code == 0);

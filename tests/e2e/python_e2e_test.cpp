@@ -30,7 +30,8 @@ json verdict_of(const SimRun& run) {
 
 }  // namespace
 
-TEST_CASE("fr-simjob --python: the ranks name their communicators as the C++ ranks do", "[e2e][python]") {
+TEST_CASE("fr-simjob --python: the ranks name their communicators as the C++ ranks do",
+          "[e2e][python]") {
   if (std::system("command -v python3 >/dev/null 2>&1") != 0) FR_SKIP("python3 is not on PATH");
   const std::string fault = GENERATE(std::string("rank=3,step=2,kind=skip,comm=dp"),
                                      std::string("rank=3,step=2,kind=gpu-stall,comm=tp"));

@@ -267,7 +267,8 @@ TEST_CASE("fr-simjob: a bounded gpu-stall delays the job and every op still comp
 }
 
 TEST_CASE("fr-simjob: mismatch-count on the TP all-gather", "[e2e]") {
-  SimRun run = fr::e2e::run_simjob(fr::e2e::small_job(6, {"rank=1,step=3,kind=mismatch-count,comm=tp"}));
+  SimRun run =
+      fr::e2e::run_simjob(fr::e2e::small_job(6, {"rank=1,step=3,kind=mismatch-count,comm=tp"}));
   auto ranks = stalled_dump(run);
   INFO(describe(run));
   const Op* bad = ranks.at(1).coll("tp", 7);
@@ -286,7 +287,8 @@ TEST_CASE("fr-simjob: mismatch-count on the TP all-gather", "[e2e]") {
 }
 
 TEST_CASE("fr-simjob: mismatch-dtype on the DP all-reduce", "[e2e]") {
-  SimRun run = fr::e2e::run_simjob(fr::e2e::small_job(6, {"rank=7,step=2,kind=mismatch-dtype,comm=dp"}));
+  SimRun run =
+      fr::e2e::run_simjob(fr::e2e::small_job(6, {"rank=7,step=2,kind=mismatch-dtype,comm=dp"}));
   auto ranks = stalled_dump(run);
   INFO(describe(run));
   const Op* bad = ranks.at(7).coll("dp", 3);
@@ -305,7 +307,8 @@ TEST_CASE("fr-simjob: mismatch-dtype on the DP all-reduce", "[e2e]") {
 }
 
 TEST_CASE("fr-simjob: mismatch-op on the world all-reduce", "[e2e]") {
-  SimRun run = fr::e2e::run_simjob(fr::e2e::small_job(6, {"rank=4,step=3,kind=mismatch-op,comm=world"}));
+  SimRun run =
+      fr::e2e::run_simjob(fr::e2e::small_job(6, {"rank=4,step=3,kind=mismatch-op,comm=world"}));
   auto ranks = stalled_dump(run);
   INFO(describe(run));
   for (const auto& [r, v] : ranks) {
@@ -406,10 +409,9 @@ TEST_CASE("fr-simjob: emulation smoke without the agent, 16 ranks", "[e2e]") {
 
 TEST_CASE("fr-simjob: interrupted, it stops every rank and removes its shared memory", "[e2e]") {
   // A hang with no --snapshot-after runs until someone stops it.
-  SimRun run = fr::e2e::run_simjob(
-      {"--nodes", "1", "--ranks-per-node", "4", "--tp", "2", "--steps", "50", "--fault",
-       "rank=1,step=2,kind=hang-host", "--quiet"},
-      120, 4.0);
+  SimRun run = fr::e2e::run_simjob({"--nodes", "1", "--ranks-per-node", "4", "--tp", "2", "--steps",
+                                    "50", "--fault", "rank=1,step=2,kind=hang-host", "--quiet"},
+                                   120, 4.0);
   INFO(describe(run));
   REQUIRE(run.exit_code == 128 + SIGTERM);
   REQUIRE(run.result["stop_reason"] == "interrupted");
@@ -433,16 +435,22 @@ TEST_CASE("fr-simjob: bad usage exits 2 with one clear line", "[e2e]") {
     std::string message;
   };
   std::vector<Case> cases = {
-      {{"--nodes", "2", "--ranks-per-node", "4", "--tp", "3", "--steps", "2"}, "--tp 3 must divide"},
-      {{"--nodes", "2", "--ranks-per-node", "4", "--steps", "2", "--fault", "rank=8,step=0,kind=crash"},
+      {{"--nodes", "2", "--ranks-per-node", "4", "--tp", "3", "--steps", "2"},
+       "--tp 3 must divide"},
+      {{"--nodes", "2", "--ranks-per-node", "4", "--steps", "2", "--fault",
+        "rank=8,step=0,kind=crash"},
        "outside the world"},
-      {{"--nodes", "2", "--ranks-per-node", "4", "--steps", "2", "--fault", "rank=1,step=2,kind=crash"},
+      {{"--nodes", "2", "--ranks-per-node", "4", "--steps", "2", "--fault",
+        "rank=1,step=2,kind=crash"},
        "outside the job"},
-      {{"--nodes", "2", "--ranks-per-node", "4", "--steps", "2", "--fault", "rank=1,step=0,kind=boom"},
+      {{"--nodes", "2", "--ranks-per-node", "4", "--steps", "2", "--fault",
+        "rank=1,step=0,kind=boom"},
        "unknown kind 'boom'"},
-      {{"--nodes", "2", "--ranks-per-node", "4", "--steps", "2", "--fault", "rank=1,step=0,kind=p2p-skip"},
+      {{"--nodes", "2", "--ranks-per-node", "4", "--steps", "2", "--fault",
+        "rank=1,step=0,kind=p2p-skip"},
        "needs a pipeline"},
-      {{"--nodes", "1", "--ranks-per-node", "2", "--steps", "2", "--fault", "rank=1,step=0,kind=slow"},
+      {{"--nodes", "1", "--ranks-per-node", "2", "--steps", "2", "--fault",
+        "rank=1,step=0,kind=slow"},
        "slow needs ms=M"},
   };
   for (const auto& c : cases) {
@@ -466,7 +474,8 @@ TEST_CASE("fr-simjob --daemons: the coordinator's verdict lands in result.json",
   REQUIRE(!run.result.contains("daemon_error"));
   // The dump set is the coordinator's incident directory: manifest, dumps and analysis.json.
   std::string incident = run.result["dump_set"].get<std::string>();
-  REQUIRE(incident.rfind(run.dir + "/incidents/" + run.result["job_id"].get<std::string>() + "/", 0) == 0);
+  REQUIRE(incident.rfind(run.dir + "/incidents/" + run.result["job_id"].get<std::string>() + "/",
+                         0) == 0);
   REQUIRE(std::filesystem::exists(incident + "/analysis.json"));
   const json& v = run.result["analysis"]["verdict"];
   INFO("verdict " << v.dump());
@@ -489,7 +498,8 @@ TEST_CASE("fr-simjob --daemons: a healthy job with a straggler raises no inciden
   REQUIRE(!std::filesystem::exists(run.dir + "/incidents/" + job));
   // fr-simjob's own dump set of the finished job says so.
   REQUIRE(run.result["dump_set"] == run.dir + "/dumps");
-  if (run.result.contains("analysis")) REQUIRE(run.result["analysis"]["verdict"]["kind"] == "no_hang");
+  if (run.result.contains("analysis"))
+    REQUIRE(run.result["analysis"]["verdict"]["kind"] == "no_hang");
   fr::e2e::remove_run(run);
 }
 
@@ -520,10 +530,10 @@ TEST_CASE("fr-simjob --daemons, auto threshold: jitter and a checkpoint pause op
           "[e2e]") {
   // Steps of 50 ms, one in ten of each rank up to 20 times longer, and every rank pausing 10 s
   // half way, as for a checkpoint.
-  SimRun run = fr::e2e::run_simjob({"--nodes", "2", "--ranks-per-node", "2", "--steps", "100",
-                                    "--step-ms", "50", "--step-jitter", "20", "--pause",
-                                    "step=50,ms=10000", "--daemons", "--quiet"},
-                                   240);
+  SimRun run = fr::e2e::run_simjob(
+      {"--nodes", "2", "--ranks-per-node", "2", "--steps", "100", "--step-ms", "50",
+       "--step-jitter", "20", "--pause", "step=50,ms=10000", "--daemons", "--quiet"},
+      240);
   INFO(describe(run));
   REQUIRE(run.exit_code == 0);
   REQUIRE(run.result["completed"] == true);
@@ -538,10 +548,10 @@ TEST_CASE("fr-simjob --daemons, auto threshold: jitter and a checkpoint pause op
 TEST_CASE("fr-simjob --daemons, auto threshold: a slow rank is a finding, not a hang", "[e2e]") {
   // Rank 2 works 0.5 s more than its peers every step: they wait for it in every step. A rank is
   // reported after about 25 heartbeats: 80 steps take about 41 s.
-  SimRun run = fr::e2e::run_simjob({"--nodes", "2", "--ranks-per-node", "2", "--steps", "80",
-                                    "--step-ms", "10", "--fault", "rank=2,step=0,kind=slow,ms=500",
-                                    "--daemons", "--quiet"},
-                                   240);
+  SimRun run = fr::e2e::run_simjob(
+      {"--nodes", "2", "--ranks-per-node", "2", "--steps", "80", "--step-ms", "10", "--fault",
+       "rank=2,step=0,kind=slow,ms=500", "--daemons", "--quiet"},
+      240);
   INFO(describe(run));
   REQUIRE(run.exit_code == 0);
   REQUIRE(run.result["completed"] == true);
@@ -558,10 +568,10 @@ TEST_CASE("fr-simjob --daemons, auto threshold: a slow rank is a finding, not a 
 }
 
 TEST_CASE("fr-simjob --daemons: interrupted, it stops the ranks and the daemons", "[e2e]") {
-  SimRun run = fr::e2e::run_simjob({"--nodes", "2", "--ranks-per-node", "2", "--steps", "200",
-                                    "--fault", "rank=1,step=0,kind=slow,ms=50", "--daemons",
-                                    "--stall-after", "5", "--quiet"},
-                                   120, 3.0, SIGINT);
+  SimRun run = fr::e2e::run_simjob(
+      {"--nodes", "2", "--ranks-per-node", "2", "--steps", "200", "--fault",
+       "rank=1,step=0,kind=slow,ms=50", "--daemons", "--stall-after", "5", "--quiet"},
+      120, 3.0, SIGINT);
   INFO(describe(run));
   REQUIRE(run.exit_code == 128 + SIGINT);
   REQUIRE(run.result["stop_reason"] == "interrupted");
@@ -639,8 +649,8 @@ TEST_CASE("fr-simjob: faults on the other communicators give the expected verdic
 }
 
 TEST_CASE("fr-simjob: faults repeat; a straggler does not hide the hung rank", "[e2e]") {
-  SimRun run = fr::e2e::run_simjob(fr::e2e::small_job(
-      6, {"rank=3,step=0,kind=slow,ms=40", "rank=6,step=2,kind=hang-host"}));
+  SimRun run = fr::e2e::run_simjob(
+      fr::e2e::small_job(6, {"rank=3,step=0,kind=slow,ms=40", "rank=6,step=2,kind=hang-host"}));
   auto ranks = stalled_dump(run);
   INFO(describe(run));
   REQUIRE(run.result["faults"].size() == 2);

@@ -56,7 +56,8 @@ SimRun run_simjob(const std::vector<std::string>& args, double timeout_s, double
   for (;;) {
     pid_t r = ::waitpid(pid, &status, WNOHANG);
     if (r == pid) break;
-    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (interrupt_after_s > 0 && !interrupted && elapsed > interrupt_after_s) {
       interrupted = true;
       ::kill(pid, interrupt_signal);
@@ -163,7 +164,8 @@ std::map<int, RankView> load_dump_set(const std::string& dir, fr::log::Manifest*
     }
     for (auto* m : {&v.collectives, &v.p2p})
       for (auto& [role, ops] : *m)
-        std::stable_sort(ops.begin(), ops.end(), [](const Op& a, const Op& b) { return a.seq < b.seq; });
+        std::stable_sort(ops.begin(), ops.end(),
+                         [](const Op& a, const Op& b) { return a.seq < b.seq; });
     out[v.rank] = std::move(v);
   }
   if (manifest_out) *manifest_out = manifest;
@@ -172,8 +174,18 @@ std::map<int, RankView> load_dump_set(const std::string& dir, fr::log::Manifest*
 
 std::vector<std::string> small_job(int steps, const std::vector<std::string>& faults,
                                    const std::string& snapshot_after) {
-  std::vector<std::string> a = {"--nodes", "2", "--ranks-per-node", "4", "--tp", "2", "--pp", "2",
-                                "--steps", std::to_string(steps), "--snapshot-after", snapshot_after,
+  std::vector<std::string> a = {"--nodes",
+                                "2",
+                                "--ranks-per-node",
+                                "4",
+                                "--tp",
+                                "2",
+                                "--pp",
+                                "2",
+                                "--steps",
+                                std::to_string(steps),
+                                "--snapshot-after",
+                                snapshot_after,
                                 "--quiet"};
   for (const auto& f : faults) {
     a.push_back("--fault");

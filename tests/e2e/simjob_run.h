@@ -53,9 +53,9 @@ struct RankView {
   int rank = -1;
   bool alive = false;
   fr::log::LogFile log;
-  std::map<std::string, uint64_t> comm_ids;               // "world", "tp", "pp", "dp"
-  std::map<std::string, std::vector<Op>> collectives;     // by role, ascending seq
-  std::map<std::string, std::vector<Op>> p2p;             // by role, ascending seq
+  std::map<std::string, uint64_t> comm_ids;            // "world", "tp", "pp", "dp"
+  std::map<std::string, std::vector<Op>> collectives;  // by role, ascending seq
+  std::map<std::string, std::vector<Op>> p2p;          // by role, ascending seq
 
   // The collective with sequence number `seq` on `role`, if recorded.
   const Op* coll(const std::string& role, uint64_t seq) const;
@@ -64,7 +64,8 @@ struct RankView {
 };
 
 // Loads every process of a dump set, indexed by global rank. Fails (REQUIREs) on unreadable logs.
-std::map<int, RankView> load_dump_set(const std::string& dir, fr::log::Manifest* manifest = nullptr);
+std::map<int, RankView> load_dump_set(const std::string& dir,
+                                      fr::log::Manifest* manifest = nullptr);
 
 // The job's shape used by most tests: 2 nodes x 4 ranks, TP 2, PP 2 (so DP 2).
 std::vector<std::string> small_job(int steps, const std::vector<std::string>& faults,

@@ -42,7 +42,8 @@ TEST_CASE("fr-simjob: its own dump set shows the hung rank's stack", "[e2e][stac
   REQUIRE(taken["notes"].empty());
   // A stacks file beside every dump of the set.
   size_t dumps = 0, stacks = 0;
-  for (const auto& f : std::filesystem::directory_iterator(run.result["dump_set"].get<std::string>())) {
+  for (const auto& f :
+       std::filesystem::directory_iterator(run.result["dump_set"].get<std::string>())) {
     std::string name = f.path().filename().string();
     if (name.size() > 6 && name.compare(name.size() - 6, 6, ".frlog") == 0) ++dumps;
     if (name.find(".frlog.stacks.json") != std::string::npos) ++stacks;

@@ -56,17 +56,19 @@ struct Scratch {
   ~Scratch() { fs::remove_all(dir); }
   // The environment every run starts from: the fakes first on PATH, none of the caller's FR_*.
   std::string env() const {
-    return "cd " + quote(dir) + " || exit 1; env -u FR_JOB_ID -u FR_LOG_DIR -u NPROC FR_HOME=" +
-           quote(home) + " FAKE_LOG=" + quote(log) + " TMPDIR=" + quote(tmp) + " PATH=" +
-           quote(dir + "/path:" + kFakes + ":/usr/sbin:/usr/bin:/sbin:/bin") + " FR_LOG_DIR=" +
-           quote(tmp) + " FR_DUMP_DIR=" + quote(dir + "/incidents") + " ";
+    return "cd " + quote(dir) +
+           " || exit 1; env -u FR_JOB_ID -u FR_LOG_DIR -u NPROC FR_HOME=" + quote(home) +
+           " FAKE_LOG=" + quote(log) + " TMPDIR=" + quote(tmp) +
+           " PATH=" + quote(dir + "/path:" + kFakes + ":/usr/sbin:/usr/bin:/sbin:/bin") +
+           " FR_LOG_DIR=" + quote(tmp) + " FR_DUMP_DIR=" + quote(dir + "/incidents") + " ";
   }
   // nvidia-smi as on a machine without GPUs (it exists but fails, as without a driver) or with n.
   void nvidia_smi(int gpus) const {
     std::ofstream f(dir + "/path/nvidia-smi");
     f << "#!/bin/sh\n";
     if (gpus < 0) f << "echo 'NVIDIA-SMI has failed' >&2\nexit 9\n";
-    for (int i = 0; i < gpus; ++i) f << "echo 'GPU " << i << ": Fake GPU (UUID: GPU-" << i << ")'\n";
+    for (int i = 0; i < gpus; ++i)
+      f << "echo 'GPU " << i << ": Fake GPU (UUID: GPU-" << i << ")'\n";
     f.close();
     fs::permissions(dir + "/path/nvidia-smi", fs::perms::owner_all);
   }
@@ -107,16 +109,18 @@ TEST_CASE("every Kubernetes manifest validates against the schema, on 1.29 and t
   }
 }
 
-TEST_CASE("the manifests pin images, set resources and probes, and run an Indexed Job with a "
-          "native frd sidecar",
-          "[examples][lint]") {
+TEST_CASE(
+    "the manifests pin images, set resources and probes, and run an Indexed Job with a "
+    "native frd sidecar",
+    "[examples][lint]") {
   std::string python = find_tool("python3");
   // kubernetes-validate's environment has PyYAML; a python3 without it cannot read the manifests.
   if (fs::exists("/opt/fr-tools/bin/python3")) python = "/opt/fr-tools/bin/python3";
   if (python.empty() || sh(quote(python) + " -c 'import yaml'").exit_code != 0)
     FR_SKIP("no python3 with PyYAML (scripts/install-deps.sh installs one in /opt/fr-tools)");
   std::string files = files_under("examples/kubernetes", ".yaml");
-  Shell r = sh(quote(python) + " " + quote(kSrc + "/tests/examples/check_manifests.py") + " " + files);
+  Shell r =
+      sh(quote(python) + " " + quote(kSrc + "/tests/examples/check_manifests.py") + " " + files);
   INFO(r.output);
   CHECK(r.exit_code == 0);
 
@@ -137,7 +141,8 @@ spec:
     REQUIRE(fd >= 0);
     REQUIRE(::write(fd, bad.data(), bad.size()) == ssize_t(bad.size()));
     ::close(fd);
-    Shell b = sh(quote(python) + " " + quote(kSrc + "/tests/examples/check_manifests.py") + " " + tmpl);
+    Shell b =
+        sh(quote(python) + " " + quote(kSrc + "/tests/examples/check_manifests.py") + " " + tmpl);
     ::unlink(tmpl);
     INFO(b.output);
     CHECK(b.exit_code == 1);
@@ -220,11 +225,11 @@ TEST_CASE("fr.sbatch under a fake srun: a free port, the token removed on every 
   }
   SECTION("scancel: TERM to the batch script while the ranks run") {
     // The ranks would sleep for 5 minutes: a run that ends within the 60 s limit was stopped.
-    Shell r = sh(env + "bash " + sbatch + " sleep 300 & job=$!; " +
-                 "for _ in $(seq 200); do [[ -s " + quote(s.log + "/fr-run") +
-                 " ]] && break; sleep 0.05; done; " +
-                 "sleep 0.3; kill -TERM $job; wait $job; echo \"exit=$?\"",
-                 60);
+    Shell r =
+        sh(env + "bash " + sbatch + " sleep 300 & job=$!; " + "for _ in $(seq 200); do [[ -s " +
+               quote(s.log + "/fr-run") + " ]] && break; sleep 0.05; done; " +
+               "sleep 0.3; kill -TERM $job; wait $job; echo \"exit=$?\"",
+           60);
     CHECK(r.exit_code == 0);
     CHECK(r.output.find("exit=143") != std::string::npos);
     check_common(r);

@@ -98,11 +98,11 @@ TEST_CASE("make images builds both images, and the tools work inside them", "[im
   // The build itself, once for all the sections below (Catch2 runs the test case again for each
   // section, in this process), its log kept for a failure's message. A build that cannot reach
   // the Debian mirror is an environment problem, not a broken image: skip, saying so.
-  static const Shell built = sh("cd " + quote(kSrc) + " && bash docker/build-images.sh " +
-                                    quote(kBuild) + " >" + quote(dir + "/build.log") +
-                                    " 2>&1; rc=$?; tail -n 40 " + quote(dir + "/build.log") +
-                                    "; exit $rc",
-                                3000);
+  static const Shell built =
+      sh("cd " + quote(kSrc) + " && bash docker/build-images.sh " + quote(kBuild) + " >" +
+             quote(dir + "/build.log") + " 2>&1; rc=$?; tail -n 40 " + quote(dir + "/build.log") +
+             "; exit $rc",
+         3000);
   if (built.exit_code != 0 &&
       (built.output.find("Could not resolve") != std::string::npos ||
        built.output.find("Failed getting release file") != std::string::npos))
@@ -112,7 +112,8 @@ TEST_CASE("make images builds both images, and the tools work inside them", "[im
   std::smatch m;
   std::regex step_re(R"(== done \(([0-9]+)s\))");
   static bool told = false;
-  if (!told && std::regex_search(built.output, m, step_re)) WARN("make images took " << m[1] << " s");
+  if (!told && std::regex_search(built.output, m, step_re))
+    WARN("make images took " << m[1] << " s");
   told = true;
 
   std::string version = project_version();

@@ -20,7 +20,8 @@ inline void check_reencodes(const fr::log::LogFile& log) {
     std::fprintf(stderr, "re-encoded log refused: %s\n", again.message.c_str());
     std::abort();
   }
-  if (again.log->records.size() > log.records.size() || again.log->comms.size() != log.comms.size()) {
+  if (again.log->records.size() > log.records.size() ||
+      again.log->comms.size() != log.comms.size()) {
     std::fprintf(stderr, "re-encoded log changed: %zu/%zu records, %zu/%zu comms\n",
                  again.log->records.size(), log.records.size(), again.log->comms.size(),
                  log.comms.size());

@@ -53,13 +53,14 @@ void check_tree(const std::string& path) {
 }
 
 struct Run {
-  std::string root;      // the private directory: dump_dir is root/dumps
+  std::string root;  // the private directory: dump_dir is root/dumps
   CoordinatorState state;
   std::vector<uint64_t> sessions;
   int64_t now = 1'000'000'000;
   std::unique_ptr<DumpReceiver> receiver;
   DumpHeader header;
-  fr::daemon::NodeReport report;  // reused between heartbeats, as the coordinator reuses its reports
+  fr::daemon::NodeReport
+      report;  // reused between heartbeats, as the coordinator reuses its reports
   bool receiving = false;
 
   static CoordinatorConfig config(const std::string& root) {
@@ -132,9 +133,7 @@ struct Run {
         a = state.tick(now);
         break;
       }
-      case script::kTrigger:
-        state.trigger(p, now, &a);
-        break;
+      case script::kTrigger: state.trigger(p, now, &a); break;
       case script::kUploadHeader: {
         fr::v1::UploadHeader h;
         if (!h.ParseFromString(p)) return;
@@ -180,9 +179,7 @@ struct Run {
           state.upload_done(hdr, now, true);
         break;
       }
-      case script::kDisconnect:
-        state.disconnect(session(p), now);
-        break;
+      case script::kDisconnect: state.disconnect(session(p), now); break;
       case script::kStatus:
         (void)state.status(now).dump();
         (void)state.metrics(now);
@@ -196,8 +193,8 @@ struct Run {
 
 // Protobuf logs every string field with invalid UTF-8 it refuses; the refusal is what matters.
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  google::protobuf::SetLogHandler([](google::protobuf::LogLevel, const char*, int,
-                                     const std::string&) {});
+  google::protobuf::SetLogHandler(
+      [](google::protobuf::LogLevel, const char*, int, const std::string&) {});
   return 0;
 }
 

@@ -92,9 +92,7 @@ std::string data(uint32_t index, uint64_t offset, const std::string& bytes) {
   return d.SerializeAsString();
 }
 
-std::string ms(uint32_t v) {
-  return {char(v >> 24), char(v >> 16), char(v >> 8), char(v)};
-}
+std::string ms(uint32_t v) { return {char(v >> 24), char(v >> 16), char(v >> 8), char(v)}; }
 
 bool write(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
@@ -163,7 +161,9 @@ int main(int argc, char** argv) {
     fr::v1::NodeMessage m;
     m.mutable_heartbeat()->ParseFromString(heartbeat(0, i == 1 ? 5'000'000'000 : 0).substr(1));
     if (i == 2)
-      m.mutable_heartbeat()->GetReflection()->MutableUnknownFields(m.mutable_heartbeat())
+      m.mutable_heartbeat()
+          ->GetReflection()
+          ->MutableUnknownFields(m.mutable_heartbeat())
           ->AddVarint(40, 7);
     const std::string bytes_i = std::string(1, char(i)) + m.SerializeAsString();
     ok &= write(wire + "/heartbeat" + std::to_string(i), bytes_i);

@@ -16,7 +16,9 @@ struct ChanLog {
   std::vector<uint64_t> words;
   uint8_t* base() { return reinterpret_cast<uint8_t*>(words.data()); }
   fr_log_header* h() { return reinterpret_cast<fr_log_header*>(base()); }
-  fr_chan_entry* chan(uint32_t i) { return reinterpret_cast<fr_chan_entry*>(base() + h()->chan_offset) + i; }
+  fr_chan_entry* chan(uint32_t i) {
+    return reinterpret_cast<fr_chan_entry*>(base() + h()->chan_offset) + i;
+  }
 
   explicit ChanLog(uint32_t version = FR_LOG_VERSION) {
     const uint64_t size = fr_log_file_size_chan(kComms, kRing, 0, 0, kChans);
@@ -50,7 +52,9 @@ struct ChanLog {
     chan(i)->ops_started = 5;
     chan(i)->ops_done = 4;
   }
-  fr::log::ReadResult read() { return fr::log::read_log_bytes(base(), words.size() * 8, "chan.frlog"); }
+  fr::log::ReadResult read() {
+    return fr::log::read_log_bytes(base(), words.size() * 8, "chan.frlog");
+  }
 };
 
 }  // namespace
@@ -99,16 +103,16 @@ TEST_CASE("chan table: a table out of place or too small is corrupt", "[proto]")
   corrupt([](ChanLog& l) { l.h()->chan_capacity = FR_MAX_CHAN_CAPACITY + 1; });
   corrupt([](ChanLog& l) { l.h()->chan_size = FR_V5_CHAN_BYTES - 8; });
   corrupt([](ChanLog& l) { l.h()->chan_size = 129; });
-  corrupt([](ChanLog& l) { l.h()->chan_offset = l.h()->ring_offset; });          // over the ring
-  corrupt([](ChanLog& l) { l.h()->chan_capacity = kChans * 1000; });             // past the file
-  corrupt([](ChanLog& l) { l.h()->chan_offset += 4; });                          // misaligned
+  corrupt([](ChanLog& l) { l.h()->chan_offset = l.h()->ring_offset; });  // over the ring
+  corrupt([](ChanLog& l) { l.h()->chan_capacity = kChans * 1000; });     // past the file
+  corrupt([](ChanLog& l) { l.h()->chan_offset += 4; });                  // misaligned
 }
 
 TEST_CASE("chan table: implausible or torn slots are refused, the others kept", "[proto]") {
   ChanLog log;
   log.put(2, FR_CHAN_SEND, 7, FR_CHANST_DONE);  // peer outside the communicator
   log.put(3, FR_CHAN_RECV, 1, 99);              // unknown state: read as idle
-  log.chan(0)->lock = 3;                         // being written
+  log.chan(0)->lock = 3;                        // being written
   auto r = log.read();
   REQUIRE(r.ok());
   CHECK(r.log->chans_torn == 2);

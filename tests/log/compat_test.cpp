@@ -224,12 +224,15 @@ TEST_CASE("compat: versions 3 and 4 at full size have no channel table (version 
     CHECK(r.log->chans.empty());
   }
   // A version 5 header smaller than version 5 defines is corrupt.
-  auto r = LayoutWriter({5, FR_V4_HEADER_BYTES, FR_V5_COMM_BYTES, FR_V5_RECORD_BYTES, FR_V5_GRAPH_BYTES}).read();
+  auto r =
+      LayoutWriter({5, FR_V4_HEADER_BYTES, FR_V5_COMM_BYTES, FR_V5_RECORD_BYTES, FR_V5_GRAPH_BYTES})
+          .read();
   CHECK_FALSE(r.ok());
   CHECK(r.error == fr::log::ReadError::kCorrupt);
 }
 
-TEST_CASE("compat: graph tables of versions 2 and 3, at each version's smallest sizes and at ours", "[proto]") {
+TEST_CASE("compat: graph tables of versions 2 and 3, at each version's smallest sizes and at ours",
+          "[proto]") {
   struct Case {
     const char* what;
     Layout layout;
@@ -237,12 +240,15 @@ TEST_CASE("compat: graph tables of versions 2 and 3, at each version's smallest 
   };
   const Case cases[] = {
       {"version 2 at its smallest sizes",
-       {2, FR_V2_HEADER_BYTES, FR_V2_COMM_BYTES, FR_V2_RECORD_BYTES, FR_V2_GRAPH_BYTES}, 0},
+       {2, FR_V2_HEADER_BYTES, FR_V2_COMM_BYTES, FR_V2_RECORD_BYTES, FR_V2_GRAPH_BYTES},
+       0},
       // Our own graph entry size, but version 2 defined nothing past last_launch_ns.
       {"version 2 with our graph entry size",
-       {2, FR_V2_HEADER_BYTES, FR_V2_COMM_BYTES, FR_V2_RECORD_BYTES, sizeof(fr_graph_entry)}, 0},
+       {2, FR_V2_HEADER_BYTES, FR_V2_COMM_BYTES, FR_V2_RECORD_BYTES, sizeof(fr_graph_entry)},
+       0},
       {"version 3 at its smallest sizes",
-       {3, FR_V3_HEADER_BYTES, FR_V3_COMM_BYTES, FR_V3_RECORD_BYTES, FR_V3_GRAPH_BYTES}, 3},
+       {3, FR_V3_HEADER_BYTES, FR_V3_COMM_BYTES, FR_V3_RECORD_BYTES, FR_V3_GRAPH_BYTES},
+       3},
   };
   for (const Case& c : cases) {
     INFO(c.what);

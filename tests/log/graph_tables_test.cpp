@@ -48,8 +48,8 @@ std::vector<uint8_t> make_log(uint32_t version) {
     g[0].replays = 2;
     for (uint32_t k = 1; k <= 2; ++k) {
       const fr_record& r = ops[k - 1];
-      put(&ring[next], fr_record{r.lock, next, r.comm_id, 0, k, r.count, 0, 0, 0, 0, 0, 0, 0, r.op, 0,
-                                 0, -1, -1, 0, r.flags, kGraphId});
+      put(&ring[next], fr_record{r.lock, next, r.comm_id, 0, k, r.count, 0,  0, 0,       0,       0,
+                                 0,      0,    r.op,      0, 0, -1,      -1, 0, r.flags, kGraphId});
       ++next;
     }
     for (uint64_t n = 1; n <= 2; ++n) {
@@ -121,7 +121,8 @@ TEST_CASE("hostile graph sections are refused as corrupt", "[proto]") {
   };
   check_corrupt(make_log(2), [](fr_log_header* h) { h->graph_offset = h->ring_offset; });
   check_corrupt(make_log(2), [](fr_log_header* h) { h->capture_offset = h->graph_offset; });
-  check_corrupt(make_log(2), [](fr_log_header* h) { h->graph_capacity = FR_MAX_GRAPH_CAPACITY + 1; });
+  check_corrupt(make_log(2),
+                [](fr_log_header* h) { h->graph_capacity = FR_MAX_GRAPH_CAPACITY + 1; });
   check_corrupt(make_log(2), [](fr_log_header* h) { h->graph_size = 8; });
   check_corrupt(make_log(2), [](fr_log_header* h) { h->capture_capacity = 1u << 30; });
 }

@@ -12,10 +12,10 @@
 #include "test_log.h"
 #include "testing/files.h"
 
-using fr::test::TempDir;
-using fr::test::TestLog;
 using fr::test::slurp;
 using fr::test::spit;
+using fr::test::TempDir;
+using fr::test::TestLog;
 
 namespace {
 
@@ -105,7 +105,8 @@ TEST_CASE("a reader never accepts a torn record from a concurrent writer in anot
     // Also hammer single slots, the tightest race.
     for (uint64_t id = 0; id < 64; ++id) {
       fr_record out;
-      if (fr_record_read(w.slot(id), &out) && !TestLog::consistent(out, kComm)) all_consistent = false;
+      if (fr_record_read(w.slot(id), &out) && !TestLog::consistent(out, kComm))
+        all_consistent = false;
     }
   }
   kill(child, SIGKILL);
@@ -255,7 +256,8 @@ TEST_CASE("a snapshot encodes to a dump that reads back identically") {
   REQUIRE(again.ok());
   CHECK(again.log->records.size() == dump.log->records.size());
   // Every truncation of a dump is refused cleanly.
-  for (size_t cut : {size_t(0), size_t(7), size_t(100), size_t(511), bytes.size() / 2, bytes.size() - 1}) {
+  for (size_t cut :
+       {size_t(0), size_t(7), size_t(100), size_t(511), bytes.size() / 2, bytes.size() - 1}) {
     auto t = fr::log::read_log_bytes(bytes.data(), cut, "cut");
     CHECK_FALSE(t.ok());
   }

@@ -19,10 +19,10 @@
 #include "testing/clock.h"
 #include "testing/files.h"
 
-using fr::test::TempDir;
-using fr::test::TestLog;
 using fr::test::slurp;
 using fr::test::spit;
+using fr::test::TempDir;
+using fr::test::TestLog;
 
 namespace {
 
@@ -32,7 +32,9 @@ struct HangGuard {
   ~HangGuard() { ::alarm(0); }
 };
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 // A valid, unlocked log of `rank` written by pid `pid` at `create_ns`.
 void make_log(const std::string& path, int rank, int pid, uint64_t create_ns = 0) {
@@ -118,7 +120,8 @@ TEST_CASE("open_regular opens regular files only, and never blocks on a FIFO") {
   CHECK(contains(f.reason, "symbolic link"));
   CHECK(fr::log::open_regular(link, fr::log::Links::kFollow).ok());
   // A link the user named may be followed, but only to a regular file.
-  CHECK(fr::log::open_regular(fifo_link, fr::log::Links::kFollow).error == fr::log::OpenError::kNotRegular);
+  CHECK(fr::log::open_regular(fifo_link, fr::log::Links::kFollow).error ==
+        fr::log::OpenError::kNotRegular);
   CHECK(fr::log::open_regular(dir.path).error == fr::log::OpenError::kNotRegular);
   CHECK(fr::log::open_regular(dir.path + "/missing").error == fr::log::OpenError::kMissing);
   // A character device is refused by its type, before any open.
@@ -162,7 +165,8 @@ TEST_CASE("read_log and read_manifest refuse FIFOs and links with a clear error"
   // manifest.json as a link to a valid manifest elsewhere: refused.
   TempDir set;
   spit(outside.path + "/manifest.json", R"({"schema":"fr-dumpset/1","processes":[]})");
-  REQUIRE(symlink((outside.path + "/manifest.json").c_str(), (set.path + "/manifest.json").c_str()) == 0);
+  REQUIRE(symlink((outside.path + "/manifest.json").c_str(),
+                  (set.path + "/manifest.json").c_str()) == 0);
   CHECK_FALSE(fr::log::read_manifest(set.path, &m, &err));
   CHECK(contains(err, "symbolic link"));
 }
@@ -194,7 +198,8 @@ TEST_CASE("frd snapshot copies no link, FIFO or device out of the log dir") {
   // A valid log outside the log dir, linked in; a secret, linked in; a FIFO; a link to a tty.
   make_log(outside.path + "/elsewhere.frlog", 1, 101);
   spit(outside.path + "/secret", std::string(4096, 's'));
-  REQUIRE(symlink((outside.path + "/elsewhere.frlog").c_str(), (logs.path + "/linked.frlog").c_str()) == 0);
+  REQUIRE(symlink((outside.path + "/elsewhere.frlog").c_str(),
+                  (logs.path + "/linked.frlog").c_str()) == 0);
   REQUIRE(symlink((outside.path + "/secret").c_str(), (logs.path + "/secret.frlog").c_str()) == 0);
   REQUIRE(mkfifo((logs.path + "/pipe.frlog").c_str(), 0600) == 0);
   REQUIRE(symlink("/dev/tty", (logs.path + "/tty.frlog").c_str()) == 0);

@@ -13,9 +13,9 @@
 #include "test_log.h"
 #include "testing/files.h"
 
+using fr::test::spit;
 using fr::test::TempDir;
 using fr::test::TestLog;
-using fr::test::spit;
 
 namespace {
 
@@ -23,7 +23,8 @@ namespace {
 void make_log_dir(const std::string& dir) {
   for (int rank = 0; rank < 2; ++rank) {
     TestLog w;
-    REQUIRE(w.create(dir + "/fr.job-test.hostA." + std::to_string(100 + rank) + ".frlog", 2, 32, rank));
+    REQUIRE(
+        w.create(dir + "/fr.job-test.hostA." + std::to_string(100 + rank) + ".frlog", 2, 32, rank));
     w.header()->pid = 100 + rank;
     w.add_comm(0, 0xABC, 2, rank, 3, 2);
     for (int i = 0; i < 10 + rank; ++i) w.append(0xABC);
@@ -185,11 +186,13 @@ TEST_CASE("frd snapshot takes a directory and reports what it skipped") {
   TempDir logs, out;
   make_log_dir(logs.path);
   const std::string frd = std::string(FR_BUILD_DIR) + "/bin/frd";
-  CHECK(run(frd + " snapshot --log-dir " + logs.path + " --out " + out.path + "/set 2>/dev/null >/dev/null") == 0);
+  CHECK(run(frd + " snapshot --log-dir " + logs.path + " --out " + out.path +
+            "/set 2>/dev/null >/dev/null") == 0);
   fr::log::Manifest m;
   std::string err;
   REQUIRE(fr::log::read_manifest(out.path + "/set", &m, &err));
   CHECK(m.processes.size() == 2);
-  CHECK(run(frd + " snapshot --log-dir " + logs.path + "/nope --out " + out.path + "/x 2>/dev/null") == 1);
+  CHECK(run(frd + " snapshot --log-dir " + logs.path + "/nope --out " + out.path +
+            "/x 2>/dev/null") == 1);
   CHECK(run(frd + " snapshot --log-dir " + logs.path + " 2>/dev/null") != 0);  // --out is required
 }

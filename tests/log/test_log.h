@@ -41,7 +41,8 @@ inline void fill_layout(fr_log_header* h, uint32_t version, uint32_t comms, uint
 // The communicator of the two-op graph below, as the first entry of the table `fill_layout` laid
 // out: `comm_id`, one member (rank 0), `coll_seq` collectives, and the graph's positions in it
 // (ordinal 1: op 2 started, op 1 completed). False when the entry could not be published.
-inline bool put_graph_comm(uint8_t* base, const fr_log_header* h, uint64_t comm_id, uint64_t coll_seq) {
+inline bool put_graph_comm(uint8_t* base, const fr_log_header* h, uint64_t comm_id,
+                           uint64_t coll_seq) {
   auto* comms = reinterpret_cast<fr_comm_entry*>(base + h->comm_offset);
   fr_comm_entry c{};
   c.id = comm_id;
@@ -96,7 +97,8 @@ struct TestLog {
     return reinterpret_cast<fr_comm_entry*>(base + header()->comm_offset) + i;
   }
   fr_record* slot(uint64_t id) {
-    return reinterpret_cast<fr_record*>(base + header()->ring_offset) + id % header()->ring_capacity;
+    return reinterpret_cast<fr_record*>(base + header()->ring_offset) +
+           id % header()->ring_capacity;
   }
 
   // Creates the file; lock=true takes the writer's advisory lock as the agent does.
@@ -179,7 +181,8 @@ struct TestLog {
     uint64_t id = __atomic_fetch_add(&header()->record_counter, 0, __ATOMIC_RELAXED);
     fr_record r = make(id, comm_id);
     fr_record_publish(slot(id), &r);
-    if (id >= header()->ring_capacity) __atomic_fetch_add(&header()->overwritten, 1, __ATOMIC_RELAXED);
+    if (id >= header()->ring_capacity)
+      __atomic_fetch_add(&header()->overwritten, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&header()->record_counter, id + 1, __ATOMIC_RELEASE);
   }
 

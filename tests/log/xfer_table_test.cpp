@@ -39,7 +39,8 @@ struct XferLog {
     put(0, 1, FR_XFER_IN_PROGRESS, FR_NIXL_IN_PROG);
     put(1, 2, FR_XFER_ERROR, FR_NIXL_ERR_REMOTE_DISCONNECT);
   }
-  void put(uint32_t i, uint64_t id, uint32_t state, int32_t status, uint32_t op = FR_XFER_OP_WRITE) {
+  void put(uint32_t i, uint64_t id, uint32_t state, int32_t status,
+           uint32_t op = FR_XFER_OP_WRITE) {
     fr_xfer_entry x{};
     x.id = id;
     x.handle = 0x7000 + id;
@@ -59,12 +60,15 @@ struct XferLog {
     xfer(i)->post_ns = 2000;
     xfer(i)->done_ns = state == FR_XFER_IN_PROGRESS ? 0 : 3000;
   }
-  fr::log::ReadResult read() { return fr::log::read_log_bytes(base(), words.size() * 8, "xfer.frlog"); }
+  fr::log::ReadResult read() {
+    return fr::log::read_log_bytes(base(), words.size() * 8, "xfer.frlog");
+  }
 };
 
 }  // namespace
 
-TEST_CASE("xfer table: entries read back beside the channel table and survive a snapshot", "[proto]") {
+TEST_CASE("xfer table: entries read back beside the channel table and survive a snapshot",
+          "[proto]") {
   XferLog log;
   auto r = log.read();
   INFO(r.message);
@@ -77,7 +81,8 @@ TEST_CASE("xfer table: entries read back beside the channel table and survive a 
   CHECK(std::string(x.remote_agent) == "target");
   CHECK(std::string(fr::log::xfer_state_name(x.state)) == "in_progress");
   CHECK(std::string(fr::log::xfer_op_name(x.op)) == "WRITE");
-  CHECK(std::string(fr::log::nixl_status_name(r.log->xfers[1].status)) == "NIXL_ERR_REMOTE_DISCONNECT");
+  CHECK(std::string(fr::log::nixl_status_name(r.log->xfers[1].status)) ==
+        "NIXL_ERR_REMOTE_DISCONNECT");
   CHECK(std::string(fr::log::nixl_status_name(-99)).find("-99") != std::string::npos);
   CHECK(fr::log::op_is_nixl(FR_OP_NIXL_POST_XFER));
   CHECK_FALSE(fr::log::op_is_nixl(FR_OP_ALLREDUCE));
@@ -127,11 +132,12 @@ TEST_CASE("xfer table: a table out of place or too small is corrupt", "[proto]")
   corrupt([](XferLog& l) { l.h()->xfer_offset += 4; });                      // misaligned
 }
 
-TEST_CASE("xfer table: hostile or torn entries are refused, names are cut, the others kept", "[proto]") {
+TEST_CASE("xfer table: hostile or torn entries are refused, names are cut, the others kept",
+          "[proto]") {
   XferLog log;
-  log.put(2, 3, 77, 0);                             // a state out of range
-  log.put(3, 4, FR_XFER_DONE, 0, 9);                // an op out of range
-  log.xfer(0)->lock = 5;                            // being written
+  log.put(2, 3, 77, 0);                                      // a state out of range
+  log.put(3, 4, FR_XFER_DONE, 0, 9);                         // an op out of range
+  log.xfer(0)->lock = 5;                                     // being written
   std::memset(log.xfer(1)->remote_agent, 'A', FR_NAME_LEN);  // no NUL (written past the lock:
   std::memset(log.xfer(1)->backend, 'B', 16);                //  the snapshot reader copies it)
   auto r = log.read();

@@ -38,7 +38,8 @@ void record_item(void* p) {
 }
 
 // Polls cond for up to 10 s; the emulation is asynchronous, so results appear "soon".
-template <typename F> bool eventually(F cond) {
+template <typename F>
+bool eventually(F cond) {
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < end) {
     if (cond()) return true;
@@ -126,7 +127,8 @@ TEST_CASE("a stream runs its work in order, asynchronously", "[sim][cuda]") {
   CHECK(cuLaunchHostFunc(s, record_item, &one) == CUDA_ERROR_INVALID_HANDLE);
 }
 
-TEST_CASE("a stalled kernel holds everything queued behind it (watched for 100 ms)", "[sim][cuda]") {
+TEST_CASE("a stalled kernel holds everything queued behind it (watched for 100 ms)",
+          "[sim][cuda]") {
   CUstream s;
   REQUIRE(cuStreamCreate(&s, 0) == CUDA_SUCCESS);
   volatile uint32_t release = 0;
@@ -151,7 +153,8 @@ TEST_CASE("a stalled kernel holds everything queued behind it (watched for 100 m
   cuStreamDestroy(s);
 }
 
-TEST_CASE("events complete when the stream reaches them (a stalled one stays pending for 50 ms)", "[sim][cuda]") {
+TEST_CASE("events complete when the stream reaches them (a stalled one stays pending for 50 ms)",
+          "[sim][cuda]") {
   CUstream s;
   REQUIRE(cuStreamCreate(&s, 0) == CUDA_SUCCESS);
   CUevent a, b, nt;
@@ -205,7 +208,7 @@ TEST_CASE("write-value markers are written in stream order", "[sim][cuda]") {
   volatile uint32_t first = 0, second = 0;
   // op 1 waits behind a stalled kernel: neither marker may move.
   REQUIRE(frsim_stream_stall_until(s, &first) == CUDA_SUCCESS);
-  REQUIRE(cuStreamWriteValue64(s, d, 1, 0) == CUDA_SUCCESS);  // started = 1
+  REQUIRE(cuStreamWriteValue64(s, d, 1, 0) == CUDA_SUCCESS);      // started = 1
   REQUIRE(frsim_stream_stall_until(s, &second) == CUDA_SUCCESS);  // the "kernel" of op 1
   REQUIRE(cuStreamWriteValue64(s, d + 8, 1, 0) == CUDA_SUCCESS);  // completed = 1
   hold_for(50);
@@ -232,7 +235,8 @@ TEST_CASE("write-value markers are written in stream order", "[sim][cuda]") {
   REQUIRE(cuStreamSynchronize(s) == CUDA_SUCCESS);
   // Addresses outside registered or allocated memory are refused, never written.
   static uint64_t unregistered = 0;
-  CHECK(cuStreamWriteValue64(s, reinterpret_cast<uintptr_t>(&unregistered), 1, 0) == CUDA_ERROR_INVALID_VALUE);
+  CHECK(cuStreamWriteValue64(s, reinterpret_cast<uintptr_t>(&unregistered), 1, 0) ==
+        CUDA_ERROR_INVALID_VALUE);
   CHECK(cuStreamWriteValue64(s, d + 4, 1, 0) == CUDA_ERROR_INVALID_VALUE);  // misaligned
   CHECK(cuStreamWriteValue64(s, 0, 1, 0) == CUDA_ERROR_INVALID_VALUE);
   CHECK(cuMemHostGetDevicePointer(&d, &unregistered, 0) == CUDA_ERROR_INVALID_VALUE);
@@ -278,7 +282,8 @@ TEST_CASE("stream capture records work instead of running it", "[sim][cuda]") {
   REQUIRE(cuGraphLaunch(ex, s) == CUDA_SUCCESS);
   REQUIRE(cuStreamSynchronize(s) == CUDA_SUCCESS);
   CHECK(rec.seen.size() == 2);
-  CHECK(cuStreamBeginCapture(nullptr, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  CHECK(cuStreamBeginCapture(nullptr, CU_STREAM_CAPTURE_MODE_GLOBAL) ==
+        CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   REQUIRE(cuGraphExecDestroy(ex) == CUDA_SUCCESS);
   REQUIRE(cuGraphDestroy(g) == CUDA_SUCCESS);
   cuStreamDestroy(s);
@@ -316,8 +321,9 @@ TEST_CASE("modules: the agent's replay kernel runs at each graph launch, other P
   REQUIRE(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
   REQUIRE(cuLaunchKernel(fn, 1, 1, 1, 128, 1, 1, 0, s, params, nullptr) == CUDA_SUCCESS);
   ordinal = 9;  // arguments are copied at the call
-  REQUIRE(cuStreamWriteValue64(s, dev + offsetof(Mapped, comms) + offsetof(fr_comm_entry, graph_started),
-                               FR_GRAPH_POS(3, 1), 0) == CUDA_SUCCESS);
+  REQUIRE(cuStreamWriteValue64(
+              s, dev + offsetof(Mapped, comms) + offsetof(fr_comm_entry, graph_started),
+              FR_GRAPH_POS(3, 1), 0) == CUDA_SUCCESS);
   CUgraph g;
   REQUIRE(cuStreamEndCapture(s, &g) == CUDA_SUCCESS);
   CHECK(m->counter == 0);  // captured, not run
@@ -340,8 +346,9 @@ TEST_CASE("modules: the agent's replay kernel runs at each graph launch, other P
 
   // PTX the emulation has no host-side version of loads, but never runs.
   CUmodule other = nullptr;
-  REQUIRE(cuModuleLoadData(&other, ".version 6.0\n.target sm_50\n.address_size 64\n"
-                                   ".visible .entry spin()\n{\n\tret;\n}\n") == CUDA_SUCCESS);
+  REQUIRE(cuModuleLoadData(&other,
+                           ".version 6.0\n.target sm_50\n.address_size 64\n"
+                           ".visible .entry spin()\n{\n\tret;\n}\n") == CUDA_SUCCESS);
   CUfunction spin = nullptr;
   REQUIRE(cuModuleGetFunction(&spin, other, "spin") == CUDA_SUCCESS);
   CHECK(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, s, nullptr, nullptr) == CUDA_ERROR_NOT_SUPPORTED);
@@ -359,18 +366,21 @@ TEST_CASE("modules: the agent's replay kernel runs at each graph launch, other P
 TEST_CASE("cuGetProcAddress and the plain names resolve to the emulation", "[sim][cuda]") {
   void* fn = nullptr;
   CUdriverProcAddressQueryResult q;
-  REQUIRE(cuGetProcAddress("cuStreamWriteValue64", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &q) == CUDA_SUCCESS);
+  REQUIRE(cuGetProcAddress("cuStreamWriteValue64", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &q) ==
+          CUDA_SUCCESS);
   CHECK(q == CU_GET_PROC_ADDRESS_SUCCESS);
   CHECK(fn == reinterpret_cast<void*>(&cuStreamWriteValue64_v2));
   REQUIRE(cuGetProcAddress("cuInit", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &q) == CUDA_SUCCESS);
   CHECK(fn == reinterpret_cast<void*>(&cuInit));
-  CHECK(cuGetProcAddress("cuNoSuchThing", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &q) == CUDA_ERROR_NOT_FOUND);
+  CHECK(cuGetProcAddress("cuNoSuchThing", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &q) ==
+        CUDA_ERROR_NOT_FOUND);
   CHECK(q == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
   // dlsym by the plain names, as an agent resolving the driver at run time does.
   void* self = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   REQUIRE(self != nullptr);
-  for (const char* name : {"cuStreamWriteValue64", "cuStreamWriteValue64_v2", "cuMemHostGetDevicePointer_v2",
-                           "cuMemHostRegister_v2", "cuCtxCreate_v4", "cuStreamGetCaptureInfo_v3", "cuEventElapsedTime_v2"}) {
+  for (const char* name : {"cuStreamWriteValue64", "cuStreamWriteValue64_v2",
+                           "cuMemHostGetDevicePointer_v2", "cuMemHostRegister_v2", "cuCtxCreate_v4",
+                           "cuStreamGetCaptureInfo_v3", "cuEventElapsedTime_v2"}) {
     INFO(name);
     CHECK(dlsym(self, name) != nullptr);
   }
@@ -387,8 +397,9 @@ TEST_CASE("cuGetProcAddress and the plain names resolve to the emulation", "[sim
 
 TEST_CASE("a forked child starts with a fresh emulated driver", "[sim][cuda]") {
 #ifdef FRSIM_TSAN
-  FR_SKIP("sanitizer build: ThreadSanitizer cannot start threads in the child of a "
-          "multi-threaded fork");
+  FR_SKIP(
+      "sanitizer build: ThreadSanitizer cannot start threads in the child of a "
+      "multi-threaded fork");
 #endif
   CUstream s;
   REQUIRE(cuStreamCreate(&s, 0) == CUDA_SUCCESS);

@@ -10,12 +10,14 @@ namespace {
 std::atomic<int> g_calls{0};
 }
 
-extern "C" __attribute__((visibility("default"))) int frsim_test_broadcast_calls() { return g_calls.load(); }
+extern "C" __attribute__((visibility("default"))) int frsim_test_broadcast_calls() {
+  return g_calls.load();
+}
 
-extern "C" __attribute__((visibility("default"))) ncclResult_t ncclBroadcast(const void* s, void* r, size_t n,
-                                                                           ncclDataType_t t, int root,
-                                                                           ncclComm_t c, cudaStream_t st) {
-  using Fn = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+extern "C" __attribute__((visibility("default"))) ncclResult_t ncclBroadcast(
+    const void* s, void* r, size_t n, ncclDataType_t t, int root, ncclComm_t c, cudaStream_t st) {
+  using Fn =
+      ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
   static Fn next = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "ncclBroadcast"));
   ++g_calls;
   return next != nullptr ? next(s, r, n, t, root, c, st) : ncclSystemError;

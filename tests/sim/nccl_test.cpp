@@ -61,7 +61,8 @@ TEST_CASE("a mismatched collective hangs (1.5 s watched) until aborted", "[sim][
   }
 }
 
-TEST_CASE("a dead member leaves the others blocked (1.5 s watched); abort unblocks them", "[sim][nccl]") {
+TEST_CASE("a dead member leaves the others blocked (1.5 s watched); abort unblocks them",
+          "[sim][nccl]") {
   auto res = run_ranks("dead", 4);
   for (size_t r = 0; r < res.size(); ++r) {
     INFO("rank " << r << " output:\n" << res[r].output);
@@ -88,16 +89,21 @@ TEST_CASE("ncclBcast calls ncclBroadcast through the exported symbol", "[sim][nc
                            {"LD_PRELOAD=" + lib, "ASAN_OPTIONS=verify_asan_link_order=0"}));
 }
 
-TEST_CASE("a profiler plugin is loaded as NCCL loads it; an unknown version is not used", "[sim][nccl]") {
+TEST_CASE("a profiler plugin is loaded as NCCL loads it; an unknown version is not used",
+          "[sim][nccl]") {
   const std::string dir = std::string(FR_BUILD_DIR) + "/tests/";
   for (int n : {2, 3}) {
     INFO("ranks " << n);
-    require_all_ok(run_ranks("prof", n, "loaded", 120, {"NCCL_PROFILER_PLUGIN=" + dir + "libfrsim_prof_v5.so"}));
-    // The v6 lookup comes first: with it limited to v5 (as NCCL 2.28), the same plugin loads.
     require_all_ok(run_ranks("prof", n, "loaded", 120,
-                             {"NCCL_PROFILER_PLUGIN=" + dir + "libfrsim_prof_v5.so", "FRSIM_PROFILER_MAX_VERSION=5"}));
-    require_all_ok(run_ranks("prof", n, "off", 120, {"NCCL_PROFILER_PLUGIN=" + dir + "libfrsim_prof_v9.so"}));
-    require_all_ok(run_ranks("prof", n, "off", 120, {"NCCL_PROFILER_PLUGIN=" + dir + "no-such-plugin.so"}));
+                             {"NCCL_PROFILER_PLUGIN=" + dir + "libfrsim_prof_v5.so"}));
+    // The v6 lookup comes first: with it limited to v5 (as NCCL 2.28), the same plugin loads.
+    require_all_ok(run_ranks(
+        "prof", n, "loaded", 120,
+        {"NCCL_PROFILER_PLUGIN=" + dir + "libfrsim_prof_v5.so", "FRSIM_PROFILER_MAX_VERSION=5"}));
+    require_all_ok(
+        run_ranks("prof", n, "off", 120, {"NCCL_PROFILER_PLUGIN=" + dir + "libfrsim_prof_v9.so"}));
+    require_all_ok(
+        run_ranks("prof", n, "off", 120, {"NCCL_PROFILER_PLUGIN=" + dir + "no-such-plugin.so"}));
   }
 }
 
@@ -114,7 +120,8 @@ TEST_CASE("grow adds a rank; suspend refuses work until resume", "[sim][nccl]") 
   rmdir(dir.c_str());
 }
 
-TEST_CASE("GPU progress markers around a collective move as on a GPU (none early in 50 and 200 ms)", "[sim][nccl]") {
+TEST_CASE("GPU progress markers around a collective move as on a GPU (none early in 50 and 200 ms)",
+          "[sim][nccl]") {
   require_all_ok(run_ranks("markers", 3));
 }
 
@@ -131,7 +138,8 @@ TEST_CASE("ncclCommInitAll drives several ranks from one process", "[sim][nccl]"
   }
   REQUIRE(ncclGroupStart() == ncclSuccess);
   for (int i = 0; i < n; ++i)
-    REQUIRE(ncclAllReduce(bufs[i].data(), bufs[i].data(), 5000, ncclFloat64, ncclSum, comms[i], streams[i]) == ncclSuccess);
+    REQUIRE(ncclAllReduce(bufs[i].data(), bufs[i].data(), 5000, ncclFloat64, ncclSum, comms[i],
+                          streams[i]) == ncclSuccess);
   REQUIRE(ncclGroupEnd() == ncclSuccess);
   for (int i = 0; i < n; ++i) {
     REQUIRE(cuStreamSynchronize(streams[i]) == CUDA_SUCCESS);
@@ -171,8 +179,10 @@ TEST_CASE("grouped init of several ranks from one thread and InitRankScalable", 
   REQUIRE(ncclGroupEnd() == ncclSuccess);
   std::vector<float> a(100, 1.0f), b(100, 2.0f);
   REQUIRE(ncclGroupStart() == ncclSuccess);
-  REQUIRE(ncclAllReduce(a.data(), a.data(), 100, ncclFloat32, ncclSum, c[0], nullptr) == ncclSuccess);
-  REQUIRE(ncclAllReduce(b.data(), b.data(), 100, ncclFloat32, ncclSum, c[1], nullptr) == ncclSuccess);
+  REQUIRE(ncclAllReduce(a.data(), a.data(), 100, ncclFloat32, ncclSum, c[0], nullptr) ==
+          ncclSuccess);
+  REQUIRE(ncclAllReduce(b.data(), b.data(), 100, ncclFloat32, ncclSum, c[1], nullptr) ==
+          ncclSuccess);
   REQUIRE(ncclGroupEnd() == ncclSuccess);
   REQUIRE(cuStreamSynchronize(nullptr) == CUDA_SUCCESS);
   CHECK(a[0] == 3.0f);
@@ -218,7 +228,8 @@ TEST_CASE("bad arguments get clear errors, never a crash", "[sim][nccl]") {
   CHECK(ncclCommInitRankConfig(&c, 1, id, 0, &bad) == ncclInvalidArgument);
 }
 
-TEST_CASE("a one-rank communicator works and the pnccl names are the same functions", "[sim][nccl]") {
+TEST_CASE("a one-rank communicator works and the pnccl names are the same functions",
+          "[sim][nccl]") {
   ncclUniqueId id;
   REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
   ncclComm_t c;

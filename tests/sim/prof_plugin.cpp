@@ -9,7 +9,8 @@ namespace ap = fr::agent::prof;
 
 namespace {
 
-int g_counts[8];  // 0 inits, 1 coll, 2 proxy ops, 3 proxy steps, 4 kernel channels, 5 states, 6 stops
+int g_counts
+    [8];  // 0 inits, 1 coll, 2 proxy ops, 3 proxy steps, 4 kernel channels, 5 states, 6 stops
 int g_token;
 
 int init(void** ctx, uint64_t, int* mask, const char*, int, int, int, ap::Logger) {
@@ -40,9 +41,13 @@ int finalize(void*) { return 0; }
 
 extern "C" {
 #if FRSIM_PROF_VERSION == 5
-__attribute__((visibility("default"))) ap::PluginV5 ncclProfiler_v5 = {"test", init, start, stop, record, finalize};
+__attribute__((visibility("default")))
+ap::PluginV5 ncclProfiler_v5 = {"test", init, start, stop, record, finalize};
 #else
-__attribute__((visibility("default"))) ap::PluginV5 ncclProfiler_v9 = {"test", init, start, stop, record, finalize};
+__attribute__((visibility("default")))
+ap::PluginV5 ncclProfiler_v9 = {"test", init, start, stop, record, finalize};
 #endif
-__attribute__((visibility("default"))) void frsim_test_prof_counts(int* out) { memcpy(out, g_counts, sizeof g_counts); }
+__attribute__((visibility("default"))) void frsim_test_prof_counts(int* out) {
+  memcpy(out, g_counts, sizeof g_counts);
+}
 }

@@ -41,14 +41,14 @@ void fail(const char* fmt, ...) {
   _exit(1);
 }
 
-#define NCCLCHECK(x)                                                                     \
-  do {                                                                                   \
-    ncclResult_t r_ = (x);                                                               \
+#define NCCLCHECK(x)                                                                               \
+  do {                                                                                             \
+    ncclResult_t r_ = (x);                                                                         \
     if (r_ != ncclSuccess) fail("%s:%d %s -> %s", __FILE__, __LINE__, #x, ncclGetErrorString(r_)); \
   } while (0)
-#define CUCHECK(x)                                                        \
-  do {                                                                    \
-    CUresult r_ = (x);                                                    \
+#define CUCHECK(x)                                                                   \
+  do {                                                                               \
+    CUresult r_ = (x);                                                               \
     if (r_ != CUDA_SUCCESS) fail("%s:%d %s -> %d", __FILE__, __LINE__, #x, (int)r_); \
   } while (0)
 
@@ -56,9 +56,15 @@ void fail(const char* fmt, ...) {
 
 size_t tsize(ncclDataType_t t) {
   switch (t) {
-    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt8:
+    case ncclUint8:
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2: return 1;
+    case ncclFloat16:
+    case ncclBfloat16: return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32: return 4;
     default: return 8;
   }
 }
@@ -78,26 +84,40 @@ uint32_t enc_small(double v, int ebits, int mbits) {
 
 double dec_small(uint32_t b, int ebits, int mbits) {
   int bias = (1 << (ebits - 1)) - 1;
-  uint32_t sign = (b >> (ebits + mbits)) & 1, e = (b >> mbits) & ((1u << ebits) - 1), m = b & ((1u << mbits) - 1);
-  double r = e == 0 ? ldexp(m, 1 - bias - mbits) : ldexp(m + (1u << mbits), static_cast<int>(e) - bias - mbits);
+  uint32_t sign = (b >> (ebits + mbits)) & 1, e = (b >> mbits) & ((1u << ebits) - 1),
+           m = b & ((1u << mbits) - 1);
+  double r = e == 0 ? ldexp(m, 1 - bias - mbits)
+                    : ldexp(m + (1u << mbits), static_cast<int>(e) - bias - mbits);
   return sign ? -r : r;
 }
 
 void put(void* base, size_t i, ncclDataType_t t, double v) {
   char* p = static_cast<char*>(base) + i * tsize(t);
   switch (t) {
-    case ncclInt8: *reinterpret_cast<int8_t*>(p) = static_cast<int8_t>(static_cast<int64_t>(v)); break;
-    case ncclUint8: *reinterpret_cast<uint8_t*>(p) = static_cast<uint8_t>(static_cast<int64_t>(v)); break;
+    case ncclInt8:
+      *reinterpret_cast<int8_t*>(p) = static_cast<int8_t>(static_cast<int64_t>(v));
+      break;
+    case ncclUint8:
+      *reinterpret_cast<uint8_t*>(p) = static_cast<uint8_t>(static_cast<int64_t>(v));
+      break;
     case ncclInt32: *reinterpret_cast<int32_t*>(p) = static_cast<int32_t>(v); break;
     case ncclUint32: *reinterpret_cast<uint32_t*>(p) = static_cast<uint32_t>(v); break;
     case ncclInt64: *reinterpret_cast<int64_t*>(p) = static_cast<int64_t>(v); break;
     case ncclUint64: *reinterpret_cast<uint64_t*>(p) = static_cast<uint64_t>(v); break;
     case ncclFloat32: *reinterpret_cast<float*>(p) = static_cast<float>(v); break;
     case ncclFloat64: *reinterpret_cast<double*>(p) = v; break;
-    case ncclFloat16: *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(enc_small(v, 5, 10)); break;
-    case ncclBfloat16: *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(enc_small(v, 8, 7)); break;
-    case ncclFloat8e4m3: *reinterpret_cast<uint8_t*>(p) = static_cast<uint8_t>(enc_small(v, 4, 3)); break;
-    case ncclFloat8e5m2: *reinterpret_cast<uint8_t*>(p) = static_cast<uint8_t>(enc_small(v, 5, 2)); break;
+    case ncclFloat16:
+      *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(enc_small(v, 5, 10));
+      break;
+    case ncclBfloat16:
+      *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(enc_small(v, 8, 7));
+      break;
+    case ncclFloat8e4m3:
+      *reinterpret_cast<uint8_t*>(p) = static_cast<uint8_t>(enc_small(v, 4, 3));
+      break;
+    case ncclFloat8e5m2:
+      *reinterpret_cast<uint8_t*>(p) = static_cast<uint8_t>(enc_small(v, 5, 2));
+      break;
     default: fail("bad type");
   }
 }
@@ -126,7 +146,8 @@ bool is_fp8(ncclDataType_t t) { return t == ncclFloat8e4m3 || t == ncclFloat8e5m
 
 // What a rank contributes at element i: 1..4, or 0..1 for fp8 (their sums stay exact).
 double input(int rank, size_t i, ncclDataType_t t) {
-  return is_fp8(t) ? static_cast<double>((rank + i) % 2) : static_cast<double>((rank * 7 + i) % 4 + 1);
+  return is_fp8(t) ? static_cast<double>((rank + i) % 2)
+                   : static_cast<double>((rank * 7 + i) % 4 + 1);
 }
 
 // The exact reduction, then stored in the type and read back (integers wrap like the GPU).
@@ -134,7 +155,10 @@ double expect_reduce(size_t i, ncclDataType_t t, ncclRedOp_t op, double premul[]
   double acc = 0;
   for (int r = 0; r < g_n; ++r) {
     double v = input(r, i, t) * (premul ? premul[r] : 1.0);
-    if (r == 0) { acc = v; continue; }
+    if (r == 0) {
+      acc = v;
+      continue;
+    }
     switch (op) {
       case ncclProd: acc *= v; break;
       case ncclMax: acc = v > acc ? v : acc; break;
@@ -222,8 +246,9 @@ ncclUniqueId parse_id(const char* hex) {
 
 void sync(CUstream s) { CUCHECK(cuStreamSynchronize(s)); }
 
-const ncclDataType_t kTypes[] = {ncclInt8, ncclUint8, ncclInt32, ncclUint32, ncclInt64, ncclUint64,
-                                 ncclFloat16, ncclFloat32, ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
+const ncclDataType_t kTypes[] = {ncclInt8,    ncclUint8,    ncclInt32,      ncclUint32,
+                                 ncclInt64,   ncclUint64,   ncclFloat16,    ncclFloat32,
+                                 ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
 const ncclRedOp_t kOps[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg};
 
 // ---- scenarios --------------------------------------------------------------------------------
@@ -232,7 +257,8 @@ void check_buf(const char* what, const void* buf, size_t n, ncclDataType_t t, au
   for (size_t i = 0; i < n; ++i) {
     double w = want(i);
     double g = get(buf, i, t);
-    if (!close_enough(g, w, t)) fail("%s type %d: element %zu is %g, want %g", what, (int)t, i, g, w);
+    if (!close_enough(g, w, t))
+      fail("%s type %d: element %zu is %g, want %g", what, (int)t, i, g, w);
   }
 }
 
@@ -249,13 +275,15 @@ void scenario_colls(Env& e) {
         if (op == ncclProd && is_fp8(t)) continue;  // 0/1 inputs: product is covered by min
         NCCLCHECK(ncclAllReduce(send.data(), recv.data(), count, t, op, e.comm, e.stream));
         sync(e.stream);
-        check_buf("allreduce", recv.data(), count, t, [&](size_t i) { return expect_reduce(i, t, op); });
+        check_buf("allreduce", recv.data(), count, t,
+                  [&](size_t i) { return expect_reduce(i, t, op); });
       }
       // In place.
       std::vector<char> inplace(send.begin(), send.begin() + count * es);
       NCCLCHECK(ncclAllReduce(inplace.data(), inplace.data(), count, t, ncclSum, e.comm, e.stream));
       sync(e.stream);
-      check_buf("allreduce in place", inplace.data(), count, t, [&](size_t i) { return expect_reduce(i, t, ncclSum); });
+      check_buf("allreduce in place", inplace.data(), count, t,
+                [&](size_t i) { return expect_reduce(i, t, ncclSum); });
       // Broadcast from the last rank, and ncclBcast in place from rank 0.
       int root = n - 1;
       NCCLCHECK(ncclBroadcast(send.data(), recv.data(), count, t, root, e.comm, e.stream));
@@ -268,30 +296,41 @@ void scenario_colls(Env& e) {
       // Reduce to rank 1 % n.
       root = 1 % n;
       if (!recv.empty()) memset(recv.data(), 0, recv.size());
-      NCCLCHECK(ncclReduce(send.data(), me == root ? recv.data() : nullptr, count, t, ncclMax, root, e.comm, e.stream));
+      NCCLCHECK(ncclReduce(send.data(), me == root ? recv.data() : nullptr, count, t, ncclMax, root,
+                           e.comm, e.stream));
       sync(e.stream);
-      if (me == root) check_buf("reduce", recv.data(), count, t, [&](size_t i) { return expect_reduce(i, t, ncclMax); });
+      if (me == root)
+        check_buf("reduce", recv.data(), count, t,
+                  [&](size_t i) { return expect_reduce(i, t, ncclMax); });
       // AllGather: rank r's count elements land at r * count.
       NCCLCHECK(ncclAllGather(send.data(), recv.data(), count, t, e.comm, e.stream));
       sync(e.stream);
-      check_buf("allgather", recv.data(), count * n, t, [&](size_t i) { return input(static_cast<int>(i / count), i % count, t); });
+      check_buf("allgather", recv.data(), count * n, t,
+                [&](size_t i) { return input(static_cast<int>(i / count), i % count, t); });
       // ReduceScatter: element j of my block is the sum over ranks of their element me*count + j.
       NCCLCHECK(ncclReduceScatter(send.data(), recv.data(), count, t, ncclSum, e.comm, e.stream));
       sync(e.stream);
-      check_buf("reducescatter", recv.data(), count, t, [&](size_t j) { return expect_reduce(me * count + j, t, ncclSum); });
+      check_buf("reducescatter", recv.data(), count, t,
+                [&](size_t j) { return expect_reduce(me * count + j, t, ncclSum); });
       // AlltoAll: block r of my output is block me of rank r's input.
       NCCLCHECK(ncclAlltoAll(send.data(), recv.data(), count, t, e.comm, e.stream));
       sync(e.stream);
-      check_buf("alltoall", recv.data(), count * n, t,
-                [&](size_t i) { return input(static_cast<int>(i / count), me * count + i % count, t); });
+      check_buf("alltoall", recv.data(), count * n, t, [&](size_t i) {
+        return input(static_cast<int>(i / count), me * count + i % count, t);
+      });
       // Gather to rank 0 and Scatter from the last rank.
-      NCCLCHECK(ncclGather(send.data(), me == 0 ? recv.data() : nullptr, count, t, 0, e.comm, e.stream));
+      NCCLCHECK(
+          ncclGather(send.data(), me == 0 ? recv.data() : nullptr, count, t, 0, e.comm, e.stream));
       sync(e.stream);
-      if (me == 0) check_buf("gather", recv.data(), count * n, t, [&](size_t i) { return input(static_cast<int>(i / count), i % count, t); });
+      if (me == 0)
+        check_buf("gather", recv.data(), count * n, t,
+                  [&](size_t i) { return input(static_cast<int>(i / count), i % count, t); });
       root = n - 1;
-      NCCLCHECK(ncclScatter(me == root ? send.data() : nullptr, recv.data(), count, t, root, e.comm, e.stream));
+      NCCLCHECK(ncclScatter(me == root ? send.data() : nullptr, recv.data(), count, t, root, e.comm,
+                            e.stream));
       sync(e.stream);
-      check_buf("scatter", recv.data(), count, t, [&](size_t j) { return input(root, me * count + j, t); });
+      check_buf("scatter", recv.data(), count, t,
+                [&](size_t j) { return input(root, me * count + j, t); });
     }
   }
   // PreMulSum: every rank scales its input by (rank + 1), host-immediate and device-resident.
@@ -307,16 +346,21 @@ void scenario_colls(Env& e) {
     NCCLCHECK(ncclAllReduce(send.data(), recv.data(), count, ncclFloat32, op, e.comm, e.stream));
     sync(e.stream);
     NCCLCHECK(ncclRedOpDestroy(op, e.comm));
-    check_buf("premulsum", recv.data(), count, ncclFloat32, [&](size_t i) { return expect_reduce(i, ncclFloat32, ncclSum, scale.data()); });
+    check_buf("premulsum", recv.data(), count, ncclFloat32,
+              [&](size_t i) { return expect_reduce(i, ncclFloat32, ncclSum, scale.data()); });
   }
   // Bad arguments are refused with a clear error, and do not consume a sequence number.
   float x = 0;
-  if (ncclAllReduce(&x, &x, 1, static_cast<ncclDataType_t>(99), ncclSum, e.comm, e.stream) != ncclInvalidArgument)
+  if (ncclAllReduce(&x, &x, 1, static_cast<ncclDataType_t>(99), ncclSum, e.comm, e.stream) !=
+      ncclInvalidArgument)
     fail("bad datatype accepted");
-  if (ncclBroadcast(&x, &x, 1, ncclFloat32, n, e.comm, e.stream) != ncclInvalidArgument) fail("bad root accepted");
-  if (ncclAllReduce(&x, &x, 1, ncclFloat32, static_cast<ncclRedOp_t>(77), e.comm, e.stream) != ncclInvalidArgument)
+  if (ncclBroadcast(&x, &x, 1, ncclFloat32, n, e.comm, e.stream) != ncclInvalidArgument)
+    fail("bad root accepted");
+  if (ncclAllReduce(&x, &x, 1, ncclFloat32, static_cast<ncclRedOp_t>(77), e.comm, e.stream) !=
+      ncclInvalidArgument)
     fail("bad op accepted");
-  if (ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, e.comm, reinterpret_cast<cudaStream_t>(0x1234)) != ncclInvalidArgument)
+  if (ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, e.comm,
+                    reinterpret_cast<cudaStream_t>(0x1234)) != ncclInvalidArgument)
     fail("bad stream accepted");
   // Groups of collectives: several in one launch, nested groups.
   std::vector<int32_t> a(100, me), b(100, 2 * me);
@@ -328,7 +372,8 @@ void scenario_colls(Env& e) {
   NCCLCHECK(ncclGroupEnd());
   sync(e.stream);
   int tri = n * (n - 1) / 2;
-  if (a[5] != tri || b[99] != 2 * tri) fail("grouped allreduce: %d %d, want %d %d", a[5], b[99], tri, 2 * tri);
+  if (a[5] != tri || b[99] != 2 * tri)
+    fail("grouped allreduce: %d %d, want %d %d", a[5], b[99], tri, 2 * tri);
   // GroupSimulateEnd launches nothing: the next collective still matches across ranks.
   ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;
   NCCLCHECK(ncclGroupStart());
@@ -350,7 +395,8 @@ void scenario_p2p(Env& e) {
   NCCLCHECK(ncclGroupEnd());
   sync(e.stream);
   for (size_t i = 0; i < count; ++i)
-    if (r[i] != static_cast<float>(left * 1000 + i % 997)) fail("ring recv element %zu = %g", i, r[i]);
+    if (r[i] != static_cast<float>(left * 1000 + i % 997))
+      fail("ring recv element %zu = %g", i, r[i]);
   // Ungrouped pairs, in order, several messages per pair: even ranks send first.
   for (int k = 0; k < 5; ++k) {
     int partner = me ^ 1;
@@ -364,7 +410,8 @@ void scenario_p2p(Env& e) {
       NCCLCHECK(ncclSend(out.data(), out.size(), ncclInt64, partner, e.comm, e.stream));
     }
     sync(e.stream);
-    if (in.back() != partner * 100 + k) fail("pair message %d: %lld", k, static_cast<long long>(in.back()));
+    if (in.back() != partner * 100 + k)
+      fail("pair message %d: %lld", k, static_cast<long long>(in.back()));
   }
   // Send to self inside a group, and a zero-byte exchange.
   std::vector<int32_t> mine(10, me + 5), back(10, 0);
@@ -402,7 +449,8 @@ void scenario_split(Env& e) {
   int members_above = 0;
   for (int r = me + 1; r < n; ++r)
     if (r % 2 == me % 2) ++members_above;
-  if (cnt != want_cnt || ur != members_above) fail("split: count %d rank %d, want %d %d", cnt, ur, want_cnt, members_above);
+  if (cnt != want_cnt || ur != members_above)
+    fail("split: count %d rank %d, want %d %d", cnt, ur, want_cnt, members_above);
   int32_t v = me, sum = 0;
   NCCLCHECK(ncclAllReduce(&v, &sum, 1, ncclInt32, ncclSum, sub, e.stream));
   sync(e.stream);
@@ -470,8 +518,10 @@ void abort_and_drain(Env& e) {
   e.comm = nullptr;
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (cuStreamQuery(e.stream) != CUDA_SUCCESS)
-    if (std::chrono::steady_clock::now() > end) fail("abort did not unblock the stream");
-    else std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (std::chrono::steady_clock::now() > end)
+      fail("abort did not unblock the stream");
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }
 
 void scenario_mismatch(Env& e, const std::string& field) {
@@ -483,21 +533,29 @@ void scenario_mismatch(Env& e, const std::string& field) {
   if (buf[0] != static_cast<float>(n)) fail("matching allreduce: %g", buf[0]);
   bool odd = me == n - 1;
   if (field == "count") {
-    NCCLCHECK(ncclAllReduce(buf.data(), buf.data(), odd ? 32 : 64, ncclFloat32, ncclSum, e.comm, e.stream));
+    NCCLCHECK(ncclAllReduce(buf.data(), buf.data(), odd ? 32 : 64, ncclFloat32, ncclSum, e.comm,
+                            e.stream));
   } else if (field == "dtype") {
-    NCCLCHECK(ncclAllReduce(buf.data(), buf.data(), 16, odd ? ncclInt32 : ncclFloat32, ncclSum, e.comm, e.stream));
+    NCCLCHECK(ncclAllReduce(buf.data(), buf.data(), 16, odd ? ncclInt32 : ncclFloat32, ncclSum,
+                            e.comm, e.stream));
   } else if (field == "op") {
-    NCCLCHECK(ncclAllReduce(buf.data(), buf.data(), 64, ncclFloat32, odd ? ncclMax : ncclSum, e.comm, e.stream));
+    NCCLCHECK(ncclAllReduce(buf.data(), buf.data(), 64, ncclFloat32, odd ? ncclMax : ncclSum,
+                            e.comm, e.stream));
   } else if (field == "root") {
-    NCCLCHECK(ncclBroadcast(buf.data(), buf.data(), 64, ncclFloat32, odd ? 1 : 0, e.comm, e.stream));
+    NCCLCHECK(
+        ncclBroadcast(buf.data(), buf.data(), 64, ncclFloat32, odd ? 1 : 0, e.comm, e.stream));
   } else if (field == "kind") {
-    if (odd) NCCLCHECK(ncclAllGather(buf.data(), buf.data(), 4, ncclFloat32, e.comm, e.stream));
-    else NCCLCHECK(ncclAllReduce(buf.data(), buf.data(), 4, ncclFloat32, ncclSum, e.comm, e.stream));
+    if (odd)
+      NCCLCHECK(ncclAllGather(buf.data(), buf.data(), 4, ncclFloat32, e.comm, e.stream));
+    else
+      NCCLCHECK(ncclAllReduce(buf.data(), buf.data(), 4, ncclFloat32, ncclSum, e.comm, e.stream));
   } else if (field == "p2p-count") {
     if (me < 2) {
       int peer = 1 - me;
-      if (me == 0) NCCLCHECK(ncclSend(buf.data(), 64, ncclFloat32, peer, e.comm, e.stream));
-      else NCCLCHECK(ncclRecv(buf.data(), 32, ncclFloat32, peer, e.comm, e.stream));
+      if (me == 0)
+        NCCLCHECK(ncclSend(buf.data(), 64, ncclFloat32, peer, e.comm, e.stream));
+      else
+        NCCLCHECK(ncclRecv(buf.data(), 32, ncclFloat32, peer, e.comm, e.stream));
     } else {
       return;  // not involved: nothing pending
     }
@@ -521,7 +579,8 @@ void scenario_dead(Env& e) {
   expect_hang(e.stream, 300, "collective with a dead member");
   ncclResult_t ae;  // checked before any survivor aborts
   NCCLCHECK(ncclCommGetAsyncError(e.comm, &ae));
-  if (ae != ncclSuccess) fail("a silently dead peer is not detected in the emulation (as over NVLink), got %d", ae);
+  if (ae != ncclSuccess)
+    fail("a silently dead peer is not detected in the emulation (as over NVLink), got %d", ae);
   expect_hang(e.stream, 1200, "collective with a dead member");
   abort_and_drain(e);
 }
@@ -577,7 +636,8 @@ void scenario_revoke(Env& e) {
   }
   if (async == ncclInProgress) fail("revoked comm never quiescent");
   if (ncclCommFinalize(e.comm) != ncclInvalidUsage) fail("finalize after revoke accepted");
-  if (ncclAllReduce(&v, &out, 1, ncclInt32, ncclSum, e.comm, e.stream) != ncclInvalidUsage) fail("revoked comm accepted work");
+  if (ncclAllReduce(&v, &out, 1, ncclInt32, ncclSum, e.comm, e.stream) != ncclInvalidUsage)
+    fail("revoked comm accepted work");
   NCCLCHECK(ncclCommDestroy(e.comm));
   e.comm = nullptr;
 }
@@ -590,7 +650,8 @@ void scenario_order(Env& e) {
   int64_t t0 = 0;
   if (g_rank == 0) {
     t0 = mono_ns();
-    NCCLCHECK(static_cast<ncclResult_t>(frsim_stream_stall(e.stream, 700) ? ncclUnhandledCudaError : ncclSuccess));
+    NCCLCHECK(static_cast<ncclResult_t>(frsim_stream_stall(e.stream, 700) ? ncclUnhandledCudaError
+                                                                          : ncclSuccess));
     for (int r = 1; r < g_n; ++r) post_flag(("order-stalled-for-" + std::to_string(r)).c_str(), t0);
   } else {
     t0 = take_flag(("order-stalled-for-" + std::to_string(g_rank)).c_str(), 0);
@@ -614,15 +675,20 @@ void scenario_train(Env& e, int steps) {
   int per_stage = n / pp, stage = me / per_stage;
   NCCLCHECK(ncclCommSplit(e.comm, me % per_stage, me, &ppc, nullptr));
   NCCLCHECK(ncclCommSplit(e.comm, stage * tp + me % tp, me, &dpc, nullptr));
-  std::vector<float> act(4096, 1.0f), gath(4096 * tp), grad(16384, 1.0f), loss(1, 1.0f), bc(256, 0.0f);
+  std::vector<float> act(4096, 1.0f), gath(4096 * tp), grad(16384, 1.0f), loss(1, 1.0f),
+      bc(256, 0.0f);
   for (int s = 0; s < steps; ++s) {
     NCCLCHECK(ncclAllGather(act.data(), gath.data(), act.size(), ncclFloat32, tpc, e.stream));
-    NCCLCHECK(ncclReduceScatter(gath.data(), act.data(), act.size(), ncclFloat32, ncclSum, tpc, e.stream));
+    NCCLCHECK(ncclReduceScatter(gath.data(), act.data(), act.size(), ncclFloat32, ncclSum, tpc,
+                                e.stream));
     NCCLCHECK(ncclGroupStart());
-    if (stage == 0) NCCLCHECK(ncclSend(act.data(), act.size(), ncclFloat32, 1, ppc, e.stream));
-    else NCCLCHECK(ncclRecv(act.data(), act.size(), ncclFloat32, 0, ppc, e.stream));
+    if (stage == 0)
+      NCCLCHECK(ncclSend(act.data(), act.size(), ncclFloat32, 1, ppc, e.stream));
+    else
+      NCCLCHECK(ncclRecv(act.data(), act.size(), ncclFloat32, 0, ppc, e.stream));
     NCCLCHECK(ncclGroupEnd());
-    NCCLCHECK(ncclAllReduce(grad.data(), grad.data(), grad.size(), ncclFloat32, ncclAvg, dpc, e.stream));
+    NCCLCHECK(
+        ncclAllReduce(grad.data(), grad.data(), grad.size(), ncclFloat32, ncclAvg, dpc, e.stream));
     NCCLCHECK(ncclAllReduce(loss.data(), loss.data(), 1, ncclFloat32, ncclAvg, e.comm, e.stream));
     NCCLCHECK(ncclBroadcast(bc.data(), bc.data(), bc.size(), ncclFloat32, 0, e.comm, e.stream));
     sync(e.stream);
@@ -640,7 +706,8 @@ void scenario_bcast_interpose(Env& e) {
   NCCLCHECK(ncclBcast(b.data(), 8, ncclInt32, 0, e.comm, e.stream));
   NCCLCHECK(pncclBcast(b.data(), 8, ncclInt32, 0, e.comm, e.stream));
   sync(e.stream);
-  if (count() != 2) fail("ncclBcast reached the interposed ncclBroadcast %d times, want 2", count());
+  if (count() != 2)
+    fail("ncclBcast reached the interposed ncclBroadcast %d times, want 2", count());
   if (b[7] != 0) fail("bcast result %d", b[7]);
   NCCLCHECK(ncclBroadcast(b.data(), b.data(), 8, ncclInt32, 0, e.comm, e.stream));
   sync(e.stream);
@@ -666,7 +733,8 @@ void scenario_prof(Env& e, const std::string& arg) {
   auto counts = reinterpret_cast<Counts>(dlsym(lib, "frsim_test_prof_counts"));
   int c[8] = {};
   counts(c);
-  printf("inits=%d coll=%d proxy_ops=%d steps=%d kernel=%d states=%d stops=%d\n", c[0], c[1], c[2], c[3], c[4], c[5], c[6]);
+  printf("inits=%d coll=%d proxy_ops=%d steps=%d kernel=%d states=%d stops=%d\n", c[0], c[1], c[2],
+         c[3], c[4], c[5], c[6]);
   if (c[0] != 1 || c[1] != 2) fail("inits %d colls %d", c[0], c[1]);
   if (c[2] == 0 || c[3] == 0 || c[4] == 0 || c[5] == 0) fail("no proxy or kernel events");
   if (c[6] < c[1] + c[2] + c[3] + c[4]) fail("events left open: %d stops", c[6]);
@@ -683,7 +751,8 @@ void scenario_grow(const ncclUniqueId& id, const std::string& path, CUstream str
     // Suspended communicators refuse work until resumed.
     NCCLCHECK(ncclCommSuspend(base, 0));
     int32_t v = 1, out = 0;
-    if (ncclAllReduce(&v, &out, 1, ncclInt32, ncclSum, base, stream) != ncclInvalidUsage) fail("suspended comm accepted work");
+    if (ncclAllReduce(&v, &out, 1, ncclInt32, ncclSum, base, stream) != ncclInvalidUsage)
+      fail("suspended comm accepted work");
     NCCLCHECK(ncclCommResume(base));
     NCCLCHECK(ncclAllReduce(&v, &out, 1, ncclInt32, ncclSum, base, stream));
     sync(stream);
@@ -693,10 +762,12 @@ void scenario_grow(const ncclUniqueId& id, const std::string& path, CUstream str
       NCCLCHECK(ncclCommGetUniqueId(base, &gid));
       // NCCL 2.30: one id at a time, until a grow consumes it.
       ncclUniqueId again;
-      if (ncclCommGetUniqueId(base, &again) != ncclInvalidUsage) fail("second unconsumed grow id accepted");
+      if (ncclCommGetUniqueId(base, &again) != ncclInvalidUsage)
+        fail("second unconsumed grow id accepted");
       std::string tmp = path + ".tmp";
       FILE* f = fopen(tmp.c_str(), "wb");
-      if (f == nullptr || fwrite(&gid, sizeof gid, 1, f) != 1 || fclose(f) != 0) fail("cannot write %s", tmp.c_str());
+      if (f == nullptr || fwrite(&gid, sizeof gid, 1, f) != 1 || fclose(f) != 0)
+        fail("cannot write %s", tmp.c_str());
       if (rename(tmp.c_str(), path.c_str()) != 0) fail("rename");
     }
     NCCLCHECK(ncclCommGrow(base, n, me == 0 ? &gid : nullptr, -1, &grown, nullptr));
@@ -706,8 +777,10 @@ void scenario_grow(const ncclUniqueId& id, const std::string& path, CUstream str
     auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     FILE* f = nullptr;
     while ((f = fopen(path.c_str(), "rb")) == nullptr)
-      if (std::chrono::steady_clock::now() > end) fail("no grow id");
-      else std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (std::chrono::steady_clock::now() > end)
+        fail("no grow id");
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
     if (fread(&gid, sizeof gid, 1, f) != 1) fail("short grow id");
     fclose(f);
     NCCLCHECK(ncclCommGrow(nullptr, n, &gid, me, &grown, nullptr));
@@ -740,7 +813,8 @@ void scenario_markers(Env& e) {
   NCCLCHECK(ncclAllReduce(&v, &out, 1, ncclInt32, ncclSum, e.comm, e.stream));
   CUCHECK(cuStreamWriteValue64(e.stream, d + 8, 1, 0));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  if (__atomic_load_n(&words[0], __ATOMIC_ACQUIRE) != 0) fail("started before the stream reached the op");
+  if (__atomic_load_n(&words[0], __ATOMIC_ACQUIRE) != 0)
+    fail("started before the stream reached the op");
   __atomic_store_n(const_cast<uint32_t*>(&go), 1u, __ATOMIC_RELEASE);
   auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (__atomic_load_n(&words[0], __ATOMIC_ACQUIRE) != 1)
@@ -749,11 +823,13 @@ void scenario_markers(Env& e) {
     // The last rank is still away (it waits for this rank's flag): give a wrong early completion
     // 200 ms to show.
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    if (__atomic_load_n(&words[1], __ATOMIC_ACQUIRE) != 0) fail("completed before every rank arrived");
+    if (__atomic_load_n(&words[1], __ATOMIC_ACQUIRE) != 0)
+      fail("completed before every rank arrived");
     post_flag("markers-checked");
   }
   sync(e.stream);
-  if (words[1] != 1 || out != n) fail("completed %llu, allreduce %d", static_cast<unsigned long long>(words[1]), out);
+  if (words[1] != 1 || out != n)
+    fail("completed %llu, allreduce %d", static_cast<unsigned long long>(words[1]), out);
   CUCHECK(cuMemHostUnregister(words));
 }
 
@@ -815,19 +891,32 @@ int main(int argc, char** argv) {
   int dev = -1;
   NCCLCHECK(ncclCommCuDevice(e.comm, &dev));
   if (dev != 0) fail("ncclCommCuDevice %d", dev);
-  if (scenario == "colls") scenario_colls(e);
-  else if (scenario == "p2p") scenario_p2p(e);
-  else if (scenario == "split") scenario_split(e);
-  else if (scenario == "mismatch") scenario_mismatch(e, arg);
-  else if (scenario == "dead") scenario_dead(e);
-  else if (scenario == "abort") scenario_abort(e);
-  else if (scenario == "revoke") scenario_revoke(e);
-  else if (scenario == "order") scenario_order(e);
-  else if (scenario == "bcast-interpose") scenario_bcast_interpose(e);
-  else if (scenario == "markers") scenario_markers(e);
-  else if (scenario == "prof") scenario_prof(e, arg);
-  else if (scenario == "train") scenario_train(e, arg.empty() ? 100 : atoi(arg.c_str()));
-  else fail("unknown scenario %s", scenario.c_str());
+  if (scenario == "colls")
+    scenario_colls(e);
+  else if (scenario == "p2p")
+    scenario_p2p(e);
+  else if (scenario == "split")
+    scenario_split(e);
+  else if (scenario == "mismatch")
+    scenario_mismatch(e, arg);
+  else if (scenario == "dead")
+    scenario_dead(e);
+  else if (scenario == "abort")
+    scenario_abort(e);
+  else if (scenario == "revoke")
+    scenario_revoke(e);
+  else if (scenario == "order")
+    scenario_order(e);
+  else if (scenario == "bcast-interpose")
+    scenario_bcast_interpose(e);
+  else if (scenario == "markers")
+    scenario_markers(e);
+  else if (scenario == "prof")
+    scenario_prof(e, arg);
+  else if (scenario == "train")
+    scenario_train(e, arg.empty() ? 100 : atoi(arg.c_str()));
+  else
+    fail("unknown scenario %s", scenario.c_str());
   if (e.comm != nullptr) {
     NCCLCHECK(ncclCommFinalize(e.comm));
     NCCLCHECK(ncclCommDestroy(e.comm));

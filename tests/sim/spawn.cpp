@@ -39,8 +39,8 @@ std::vector<std::string> leftover_shm(const std::string& prefix) {
   return out;
 }
 
-std::vector<RankResult> run_ranks(const std::string& scenario, int n, const std::string& arg, int deadline_s,
-                                  const std::vector<std::string>& extra_env) {
+std::vector<RankResult> run_ranks(const std::string& scenario, int n, const std::string& arg,
+                                  int deadline_s, const std::vector<std::string>& extra_env) {
   // The id comes from the emulation's own ncclGetUniqueId, so its key is random.
   ncclUniqueId id;
   ncclGetUniqueId(&id);
@@ -64,7 +64,8 @@ std::vector<RankResult> run_ranks(const std::string& scenario, int n, const std:
   env_store.push_back("FRSIM_SHM_PREFIX=" + g_prefix);
   for (const auto& kv : extra_env) {  // an extra entry replaces an inherited one of the same name
     std::string name = kv.substr(0, kv.find('=') + 1);
-    std::erase_if(env_store, [&](const std::string& e) { return e.compare(0, name.size(), name) == 0; });
+    std::erase_if(env_store,
+                  [&](const std::string& e) { return e.compare(0, name.size(), name) == 0; });
     env_store.push_back(kv);
   }
 
@@ -86,7 +87,8 @@ std::vector<RankResult> run_ranks(const std::string& scenario, int n, const std:
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, logs[r].c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    if (posix_spawn(&pids[r], exe.c_str(), &fa, nullptr, argv.data(), envp.data()) != 0) pids[r] = -1;
+    if (posix_spawn(&pids[r], exe.c_str(), &fa, nullptr, argv.data(), envp.data()) != 0)
+      pids[r] = -1;
     posix_spawn_file_actions_destroy(&fa);
   }
   std::vector<RankResult> res(n);

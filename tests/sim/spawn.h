@@ -16,7 +16,8 @@ struct RankResult {
 // Runs `frsim_rank scenario r n id [arg]` for r in 0..n-1 under the emulation.
 // extra_env entries ("NAME=value") are added to every rank's environment.
 std::vector<RankResult> run_ranks(const std::string& scenario, int n, const std::string& arg = "",
-                                  int deadline_s = 120, const std::vector<std::string>& extra_env = {});
+                                  int deadline_s = 120,
+                                  const std::vector<std::string>& extra_env = {});
 
 // The shm prefix the last run_ranks used, and the objects under /dev/shm that still carry it.
 std::string last_prefix();

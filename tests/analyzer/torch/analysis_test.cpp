@@ -200,8 +200,11 @@ TEST_CASE("torch analysis: exported synthetic jobs keep their verdict", "[torch]
   }
 }
 
-TEST_CASE("torch analysis: dumps PyTorch 2.15 wrote on gloo, every fault and form", "[torch][analysis]") {
+TEST_CASE("torch analysis: dumps PyTorch 2.15 wrote on gloo, every fault and form",
+          "[torch][analysis]") {
   // data/torch-2.15-gloo/<fault>/{file,bytes,json}: written by real/fr_torch_job.py.
-  const std::string data = std::string(FR_SOURCE_DIR) + "/tests/analyzer/torch/data/torch-2.15-gloo";
-  for (const char* fault : fr_real_torch::kFaults) fr_real_torch::check_forms(fault, data + "/" + fault);
+  const std::string data =
+      std::string(FR_SOURCE_DIR) + "/tests/analyzer/torch/data/torch-2.15-gloo";
+  for (const char* fault : fr_real_torch::kFaults)
+    fr_real_torch::check_forms(fault, data + "/" + fault);
 }

@@ -18,17 +18,29 @@ namespace {
 json gloo_dump(const std::vector<json>& op_ids, json enqueued, json completed) {
   json entries = json::array();
   for (size_t i = 0; i < op_ids.size(); ++i)
-    entries.push_back({{"record_id", i}, {"collective_seq_id", i + 1}, {"p2p_seq_id", 0},
-                       {"op_id", op_ids[i]}, {"is_p2p", false}, {"pg_id", 0},
+    entries.push_back({{"record_id", i},
+                       {"collective_seq_id", i + 1},
+                       {"p2p_seq_id", 0},
+                       {"op_id", op_ids[i]},
+                       {"is_p2p", false},
+                       {"pg_id", 0},
                        {"process_group", json::array({"0", "default_pg"})},
-                       {"profiling_name", "gloo:all_reduce"}, {"input_sizes", {{8}}},
-                       {"input_dtypes", {"Float"}}, {"output_sizes", {{8}}}, {"output_dtypes", {"Float"}},
-                       {"state", "scheduled"}, {"retired", i + 1 < op_ids.size()},
+                       {"profiling_name", "gloo:all_reduce"},
+                       {"input_sizes", {{8}}},
+                       {"input_dtypes", {"Float"}},
+                       {"output_sizes", {{8}}},
+                       {"output_dtypes", {"Float"}},
+                       {"state", "scheduled"},
+                       {"retired", i + 1 < op_ids.size()},
                        {"time_created_ns", 1000 + i}});
-  return {{"version", "2.10"}, {"rank", 0},
+  return {{"version", "2.10"},
+          {"rank", 0},
           {"pg_config", {{"", {{"name", ""}, {"desc", ""}, {"ranks", "[0, 1]"}}}}},
-          {"pg_status", {{"0", {{"last_enqueued_collective", enqueued}, {"last_started_collective", "-1"},
-                                {"last_completed_collective", completed}}}}},
+          {"pg_status",
+           {{"0",
+             {{"last_enqueued_collective", enqueued},
+              {"last_started_collective", "-1"},
+              {"last_completed_collective", completed}}}}},
           {"entries", entries}};
 }
 
@@ -42,17 +54,18 @@ const fr_comm_entry& default_group(const t::TorchReadResult& r) {
 
 TEST_CASE("torch counters: a pg_status counter maps to the collective it names", "[torch]") {
   const t::OpIdMap ids = {{1, 1}, {2, 2}, {7, 3}, {8, 4}};  // 4 p2p ops between #2 and #3
-  CHECK(t::coll_seq_at({}, 15) == 15);    // no op_ids: the same numbering
-  CHECK(t::coll_seq_at(ids, -1) == -1);   // "not said"
+  CHECK(t::coll_seq_at({}, 15) == 15);                      // no op_ids: the same numbering
+  CHECK(t::coll_seq_at(ids, -1) == -1);                     // "not said"
   CHECK(t::coll_seq_at(ids, 7) == 3);
-  CHECK(t::coll_seq_at(ids, 5) == 2);     // a p2p op: the collective before it
-  CHECK(t::coll_seq_at(ids, 10) == 6);    // beyond the ring: taken as collectives
+  CHECK(t::coll_seq_at(ids, 5) == 2);   // a p2p op: the collective before it
+  CHECK(t::coll_seq_at(ids, 10) == 6);  // beyond the ring: taken as collectives
   CHECK(t::coll_seq_at({{5, 5}}, 2) == 2);
-  CHECK(t::coll_seq_at({{9, 2}}, 1) == 0);  // never below 0
+  CHECK(t::coll_seq_at({{9, 2}}, 1) == 0);                              // never below 0
   CHECK(t::coll_seq_at({{1, INT64_MAX - 1}}, INT64_MAX) == INT64_MAX);  // saturates
 }
 
-TEST_CASE("torch counters: gloo's p2p ops run pg_status ahead and invent no collective", "[torch]") {
+TEST_CASE("torch counters: gloo's p2p ops run pg_status ahead and invent no collective",
+          "[torch]") {
   // Ten all_reduces, four send/recv, all_reduce #11 (op 15) pending: pg_status says 15 enqueued.
   std::vector<json> ids;
   for (int i = 1; i <= 10; ++i) ids.push_back(i);
@@ -69,7 +82,8 @@ TEST_CASE("torch counters: gloo's p2p ops run pg_status ahead and invent no coll
 
 TEST_CASE("torch counters: hostile op_ids and counters are read without harm", "[torch]") {
   for (const std::vector<json>& ids :
-       {std::vector<json>{json("x"), json(-5), json(3)}, std::vector<json>{json(9), json(4), json(1)},
+       {std::vector<json>{json("x"), json(-5), json(3)},
+        std::vector<json>{json(9), json(4), json(1)},
         std::vector<json>{json(INT64_MAX), json(INT64_MAX), json(0)},
         std::vector<json>{json(nullptr), json(1.5), json::array()}}) {
     for (const json& enq : {json("99999999999999999999"), json("-7"), json(INT64_MAX), json("3")}) {

@@ -14,9 +14,9 @@ namespace fr_real_torch {
 
 using nlohmann::json;
 
-inline const char* const kFaults[] = {"hang",     "skip",     "size",  "op",        "group",
-                                     "kill",     "p2p",      "p2p_pair", "p2p_skip", "empty",
-                                     "unreached", "stale",   "raised",   "root"};
+inline const char* const kFaults[] = {"hang",      "skip",  "size",     "op",       "group",
+                                      "kill",      "p2p",   "p2p_pair", "p2p_skip", "empty",
+                                      "unreached", "stale", "raised",   "root"};
 
 inline std::set<int> culprits(const json& doc) {
   std::set<int> s;

@@ -38,7 +38,8 @@ std::string run_job(const TempDir& dir, const std::string& fault) {
   int rc = run(std::string("timeout 280 python3 ") + FR_SOURCE_DIR +
                    "/tests/analyzer/torch/real/fr_torch_job.py " + dir.path + " " + fault,
                &out);
-  if (rc == 77) FR_SKIP("python3 cannot import torch (scripts/install-deps.sh installs it): " << out);
+  if (rc == 77)
+    FR_SKIP("python3 cannot import torch (scripts/install-deps.sh installs it): " << out);
   INFO(out);
   REQUIRE(rc == 0);
   return dir.path + "/" + fault;
@@ -46,8 +47,9 @@ std::string run_job(const TempDir& dir, const std::string& fault) {
 
 }  // namespace
 
-TEST_CASE("real torch: a rank that stays on the host is named, with the collective it never entered",
-          "[real_torch]") {
+TEST_CASE(
+    "real torch: a rank that stays on the host is named, with the collective it never entered",
+    "[real_torch]") {
   TempDir dir;
   fr_real_torch::check_forms("hang", run_job(dir, "hang"));
 }
@@ -79,8 +81,10 @@ TEST_CASE("real torch: a rank killed before it dumps leaves the verdict incomple
   fr_real_torch::check_forms("kill", run_job(dir, "kill"));
 }
 
-TEST_CASE("real torch: gloo's unrecorded send/recv are read as such, and the verdict says what "
-          "they leave undecided", "[real_torch]") {
+TEST_CASE(
+    "real torch: gloo's unrecorded send/recv are read as such, and the verdict says what "
+    "they leave undecided",
+    "[real_torch]") {
   TempDir dir;
   fr_real_torch::check_forms("p2p", run_job(dir, "p2p"));
 }

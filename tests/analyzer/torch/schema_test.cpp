@@ -27,10 +27,17 @@ const t::TorchSchema* row(const char* version) {
 // completed, 2 started and 3 enqueued, and both names of the NCCL version.
 json dump_at(const std::string& version) {
   auto entry = [](int id, const char* name, int coll, int p2p, bool is_p2p, bool retired) {
-    return json{{"record_id", id}, {"pg_id", 0}, {"process_group", {"0", "default_pg"}},
-                {"collective_seq_id", coll}, {"p2p_seq_id", p2p}, {"is_p2p", is_p2p},
-                {"profiling_name", name}, {"time_created_ns", 100 + id},
-                {"input_sizes", {{4}}}, {"input_dtypes", {"Float"}}, {"state", "scheduled"},
+    return json{{"record_id", id},
+                {"pg_id", 0},
+                {"process_group", {"0", "default_pg"}},
+                {"collective_seq_id", coll},
+                {"p2p_seq_id", p2p},
+                {"is_p2p", is_p2p},
+                {"profiling_name", name},
+                {"time_created_ns", 100 + id},
+                {"input_sizes", {{4}}},
+                {"input_dtypes", {"Float"}},
+                {"state", "scheduled"},
                 {"retired", retired}};
   };
   json d;
@@ -39,8 +46,10 @@ json dump_at(const std::string& version) {
   d["nccl_version"] = "2.18.1";
   d["comm_lib_version"] = "2.21.5";
   d["pg_config"] = {{"0", {{"name", "0"}, {"desc", "default_pg"}, {"ranks", "[0, 1]"}}}};
-  d["pg_status"] = {{"0", {{"last_enqueued_collective", 3}, {"last_started_collective", 2},
-                           {"last_completed_collective", 1}}}};
+  d["pg_status"] = {{"0",
+                     {{"last_enqueued_collective", 3},
+                      {"last_started_collective", 2},
+                      {"last_completed_collective", 1}}}};
   d["entries"] = {entry(0, "nccl:all_reduce", 1, 0, false, false),
                   entry(1, "nccl:all_reduce", 2, 0, false, true),
                   entry(2, "nccl:send 0->1", 3, 1, true, false)};
@@ -143,10 +152,10 @@ TEST_CASE("torch schema 2.3 and 2.7: p2p numbers, pg_status, retired", "[torch]"
     REQUIRE(f.records.size() == 3);
     CHECK(f.records[2].raw.seq == 1);  // p2p_seq_id
     CHECK(f.comms[0].p2p_seq == 1);
-    CHECK(f.comms[0].coll_seq == 3);  // pg_status: collective 3 enqueued
+    CHECK(f.comms[0].coll_seq == 3);                    // pg_status: collective 3 enqueued
     CHECK(f.records[0].gpu_state == FR_GPU_COMPLETED);  // pg_status: 1 completed
     CHECK(f.records[1].gpu_state == FR_GPU_COMPLETED);  // retired
-    CHECK(f.header.nccl_version == 21801);  // "nccl_version" first
+    CHECK(f.header.nccl_version == 21801);              // "nccl_version" first
     CHECK(warnings(r).find("schema version") == std::string::npos);
   }
 }
@@ -168,7 +177,8 @@ TEST_CASE("torch schema 2.10 (PyTorch 2.15): the NCCL version under comm_lib_ver
   CHECK(old_key.logs[0].header.nccl_version == 21801);
 }
 
-TEST_CASE("torch schema: a newer dump reads as the newest row, an older one is refused", "[torch]") {
+TEST_CASE("torch schema: a newer dump reads as the newest row, an older one is refused",
+          "[torch]") {
   auto newer = read_at("2.99");
   REQUIRE(newer.logs.size() == 1);
   CHECK(warnings(newer).find("newer") != std::string::npos);

@@ -28,9 +28,9 @@ namespace {
 
 const std::string kData = std::string(FR_SOURCE_DIR) + "/tests/analyzer/torch/data";
 
-using fr::test::TempDir;
 using fr::test::slurp;
 using fr::test::spit;
+using fr::test::TempDir;
 
 bool have_python_pickle() {
   static int have = std::system("python3 -c 'import pickle, json, ast' >/dev/null 2>&1") == 0;
@@ -186,10 +186,11 @@ TEST_CASE("torch: pickles written by python3 (protocols 2 to 5)", "[torch]") {
   LogFile j = read_one(kData + "/json/nccl_trace_rank_0");
   for (int proto = 2; proto <= 5; ++proto) {
     std::string out = tmp.path + "/p" + std::to_string(proto) + "_rank_0";
-    std::string cmd = "python3 -c 'import json, pickle, sys; d = json.load(open(sys.argv[1])); "
-                      "d[\"pg_config\"][\"0\"][\"ranks\"] = [0, 1]; "
-                      "open(sys.argv[2], \"wb\").write(pickle.dumps(d, protocol=int(sys.argv[3])))' '" +
-                      kData + "/json/nccl_trace_rank_0' '" + out + "' " + std::to_string(proto);
+    std::string cmd =
+        "python3 -c 'import json, pickle, sys; d = json.load(open(sys.argv[1])); "
+        "d[\"pg_config\"][\"0\"][\"ranks\"] = [0, 1]; "
+        "open(sys.argv[2], \"wb\").write(pickle.dumps(d, protocol=int(sys.argv[3])))' '" +
+        kData + "/json/nccl_trace_rank_0' '" + out + "' " + std::to_string(proto);
     REQUIRE(std::system(cmd.c_str()) == 0);
     INFO("protocol " << proto);
     CHECK(t::looks_like_torch_dump(out));
@@ -203,9 +204,12 @@ TEST_CASE("torch: pickles written by python3 (protocols 2 to 5)", "[torch]") {
   std::string cmd =
       "python3 -c 'import os, pickle, sys\n"
       "class E:\n"
-      "    def __reduce__(self): return (os.system, (\"touch " + marker + "\",))\n"
+      "    def __reduce__(self): return (os.system, (\"touch " +
+      marker +
+      "\",))\n"
       "d = {\"version\": \"2.10\", \"pg_config\": {}, \"entries\": [E()]}\n"
-      "open(sys.argv[1], \"wb\").write(pickle.dumps(d, protocol=2))' '" + evil + "'";
+      "open(sys.argv[1], \"wb\").write(pickle.dumps(d, protocol=2))' '" +
+      evil + "'";
   REQUIRE(std::system(cmd.c_str()) == 0);
   CHECK(t::looks_like_torch_dump(evil));
   auto r = t::read_torch_dump(evil);
@@ -228,24 +232,55 @@ TEST_CASE("torch: a pickle made byte by byte, the way torch's C++ pickler writes
     for (int i = 0; i < 4; ++i) b += char((s.size() >> (8 * i)) & 0xFF);
     b += s;
   };
-  str("version"); str("2.10");
-  str("pg_config"); b += "}("; str("0"); b += "}(";
-  str("name"); str("0"); str("desc"); str("default_pg"); str("ranks"); str("[0, 1, 2, 3]");
+  str("version");
+  str("2.10");
+  str("pg_config");
+  b += "}(";
+  str("0");
+  b += "}(";
+  str("name");
+  str("0");
+  str("desc");
+  str("default_pg");
+  str("ranks");
+  str("[0, 1, 2, 3]");
   b += "uu";
-  str("rank"); b += "K\x02";
-  str("entries"); b += "]("; b += "}(";
-  str("record_id"); b += "K\x07";
-  str("process_group"); str("0"); str("default_pg"); b += "\x86";
-  str("collective_seq_id"); b += "K\x09";
-  str("p2p_seq_id"); b += 'K'; b += '\0';
-  str("profiling_name"); str("nccl:broadcast");
-  str("input_sizes"); b += "]("; b += "]("; b += "K\x03K\x05"; b += "e"; b += "e";
-  str("input_dtypes"); b += "]("; str("Double"); b += "e";
-  str("state"); str("scheduled");
-  str("time_created_ns"); b += "\x8a\x08"; b += std::string("\x00\x00\x00\x00\x00\x00\x00\x40", 8);
-  b += "u";  // entry dict
-  b += "e";  // entries list
-  b += "u.";  // top dict
+  str("rank");
+  b += "K\x02";
+  str("entries");
+  b += "](";
+  b += "}(";
+  str("record_id");
+  b += "K\x07";
+  str("process_group");
+  str("0");
+  str("default_pg");
+  b += "\x86";
+  str("collective_seq_id");
+  b += "K\x09";
+  str("p2p_seq_id");
+  b += 'K';
+  b += '\0';
+  str("profiling_name");
+  str("nccl:broadcast");
+  str("input_sizes");
+  b += "](";
+  b += "](";
+  b += "K\x03K\x05";
+  b += "e";
+  b += "e";
+  str("input_dtypes");
+  b += "](";
+  str("Double");
+  b += "e";
+  str("state");
+  str("scheduled");
+  str("time_created_ns");
+  b += "\x8a\x08";
+  b += std::string("\x00\x00\x00\x00\x00\x00\x00\x40", 8);
+  b += "u";                                                // entry dict
+  b += "e";                                                // entries list
+  b += "u.";                                               // top dict
   auto r = t::read_torch_dump_bytes(b, "/some/dir/dump");  // no digits: rank from the dump
   INFO(r.error);
   REQUIRE(r.error.empty());
@@ -303,7 +338,7 @@ TEST_CASE("torch: sniffing tells dumps from other files", "[torch]") {
   CHECK(sniff("  \n{\"version\": \"2.10\", \"pg_config\": {}}"));
   CHECK(sniff(slurp(kData + "/pickle/nccl_trace_rank_1")));
   CHECK_FALSE(sniff("{\"schema\": \"fr-dump-set/1\", \"processes\": []}"));  // a manifest
-  CHECK_FALSE(sniff(std::string("FLGHTLO1\x01\x00\x00\x00", 12)));         // a flight log
+  CHECK_FALSE(sniff(std::string("FLGHTLO1\x01\x00\x00\x00", 12)));           // a flight log
   CHECK_FALSE(sniff("pg_config but not JSON"));
   CHECK_FALSE(sniff(""));
   CHECK_FALSE(sniff(std::string("\x80\x09pg_config", 11)));
@@ -407,7 +442,7 @@ TEST_CASE("torch: older dumps without the newer fields", "[torch]") {
   REQUIRE(f.records.size() == 2);
   CHECK(f.records[0].raw.op == FR_OP_ALLREDUCE);
   CHECK(f.records[0].raw.count == 6);
-  CHECK(f.records[0].raw.dtype == 255);  // no input_dtypes: unknown
+  CHECK(f.records[0].raw.dtype == 255);             // no input_dtypes: unknown
   CHECK(f.records[0].gpu_state == FR_GPU_STARTED);  // from the discovered-started time
   CHECK(f.records[1].raw.op == FR_OP_RECV);
   CHECK(f.records[1].raw.peer == 0);
@@ -450,8 +485,8 @@ std::vector<LogFile> synthetic_job() {
     comm(kWorld, 3, rank, "");
     if (rank != 1) comm(kPP, 2, rank == 0 ? 0 : 1, "pp");
     uint64_t id = 10;
-    auto rec = [&](uint64_t comm_id, uint16_t op, uint64_t seq, uint64_t count, int dtype,
-                   int peer, fr_gpu_state st, uint64_t group = 0) {
+    auto rec = [&](uint64_t comm_id, uint16_t op, uint64_t seq, uint64_t count, int dtype, int peer,
+                   fr_gpu_state st, uint64_t group = 0) {
       fr::log::Record r{};
       std::memset(&r.raw, 0, sizeof r.raw);
       r.raw.id = id++;
@@ -514,7 +549,7 @@ TEST_CASE("torch: export to PyTorch's JSON schema and read back", "[torch]") {
       CHECK(b->rank == c.rank);
       // The unnamed world communicator is PyTorch's default group; other unnamed ones have no
       // description.
-      std::string want = c.name[0] ? std::string(c.name)
+      std::string want = c.name[0]                       ? std::string(c.name)
                          : c.id == 0x1111222233334444ull ? std::string("default_pg")
                                                          : std::string("undefined");
       CHECK(std::string(b->name) == want);
@@ -608,7 +643,8 @@ TEST_CASE("torch: export refuses what PyTorch's layout cannot hold", "[torch]") 
   }
   if (have_python_pickle())
     CHECK(std::system(("python3 -c 'import pickle, sys; pickle.load(open(sys.argv[1], \"rb\"))' '" +
-                       tmp.path + "/okp/nccl_trace_rank_0'").c_str()) == 0);
+                       tmp.path + "/okp/nccl_trace_rank_0'")
+                          .c_str()) == 0);
 }
 
 // A pickled dump's entries are read in place (no JSON tree); the same bytes read through the
@@ -653,7 +689,8 @@ TEST_CASE("torch: pickled entries read in place give what the JSON document give
     for (int proto : {2, 4}) {
       std::string out = tmp.path + "/nccl_trace_rank_1";
       REQUIRE(std::system(("python3 '" + tmp.path + "/gen.py' '" + out + "' " + form + " " +
-                           std::to_string(proto)).c_str()) == 0);
+                           std::to_string(proto))
+                              .c_str()) == 0);
       INFO(form << ", protocol " << proto);
       std::string bytes = slurp(out);
       t::TorchReadResult fast = t::read_torch_dump_bytes(bytes, out);

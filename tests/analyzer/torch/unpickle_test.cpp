@@ -20,15 +20,21 @@ namespace {
 // Builds pickle bytes by hand.
 struct P {
   std::string b;
-  P& op(uint8_t c) { b.push_back(char(c)); return *this; }
-  P& raw(const std::string& s) { b += s; return *this; }
+  P& op(uint8_t c) {
+    b.push_back(char(c));
+    return *this;
+  }
+  P& raw(const std::string& s) {
+    b += s;
+    return *this;
+  }
   P& u8(uint8_t v) { return op(v); }
   P& le(uint64_t v, int n) {
     for (int i = 0; i < n; ++i) b.push_back(char((v >> (8 * i)) & 0xFF));
     return *this;
   }
   P& proto(int v) { return op(0x80).u8(uint8_t(v)); }
-  P& str(const std::string& s) { return op('X').le(s.size(), 4).raw(s); }       // BINUNICODE
+  P& str(const std::string& s) { return op('X').le(s.size(), 4).raw(s); }          // BINUNICODE
   P& sstr(const std::string& s) { return op(0x8c).u8(uint8_t(s.size())).raw(s); }  // SHORT_
   P& i1(uint8_t v) { return op('K').u8(v); }
   P& stop() { return op('.'); }
@@ -45,7 +51,7 @@ TEST_CASE("unpickle: plain values of protocol 2", "[torch][unpickle]") {
   p.str("i2").op('M').le(60000, 2);
   p.str("i4").op('J').le(uint32_t(-123456), 4);
   p.str("long8").op(0x8a).u8(8).le(uint64_t(1700000000000000000ull), 8);
-  p.str("neg").op(0x8a).u8(2).le(0xFF85, 2);                // -123 in two bytes
+  p.str("neg").op(0x8a).u8(2).le(0xFF85, 2);                       // -123 in two bytes
   p.str("u64").op(0x8a).u8(9).le(0xFFFFFFFFFFFFFFFFull, 8).u8(0);  // 2^64-1
   p.str("zero").op(0x8a).u8(0);
   p.str("l4").op(0x8b).le(1, 4).u8(7);
@@ -92,15 +98,28 @@ TEST_CASE("unpickle: memo shares mutable containers, protocol 4 framing", "[torc
   // A list memoized while empty, filled afterwards, then referenced again: both uses see the
   // items (pickle's reference semantics), as Python's pickle.dumps writes shared lists.
   P body;
-  body.op(']').op(0x94)                  // [] MEMOIZE -> memo 0
-      .op('(').sstr("x").op(0x94).sstr("y").op('e')  // APPENDS
-      .op('h').u8(0)                     // BINGET 0
-      .op('j').le(1, 4)                  // LONG_BINGET 1 ("x")
-      .op(0x87)                          // TUPLE3 (list, list, "x")
-      .op(0x8f).op('(').i1(3).i1(4).op(0x90)  // EMPTY_SET ADDITEMS
-      .op('(').i1(5).op(0x91)           // FROZENSET
-      .op(0x86)                          // TUPLE2 (set, frozenset)
-      .op(0x86)                          // ((list,list,x),(set,frozenset))
+  body.op(']')
+      .op(0x94)  // [] MEMOIZE -> memo 0
+      .op('(')
+      .sstr("x")
+      .op(0x94)
+      .sstr("y")
+      .op('e')  // APPENDS
+      .op('h')
+      .u8(0)  // BINGET 0
+      .op('j')
+      .le(1, 4)  // LONG_BINGET 1 ("x")
+      .op(0x87)  // TUPLE3 (list, list, "x")
+      .op(0x8f)
+      .op('(')
+      .i1(3)
+      .i1(4)
+      .op(0x90)  // EMPTY_SET ADDITEMS
+      .op('(')
+      .i1(5)
+      .op(0x91)  // FROZENSET
+      .op(0x86)  // TUPLE2 (set, frozenset)
+      .op(0x86)  // ((list,list,x),(set,frozenset))
       .stop();
   P p;
   p.proto(4).op(0x95).le(body.b.size(), 8).raw(body.b);
@@ -114,8 +133,26 @@ TEST_CASE("unpickle: memo shares mutable containers, protocol 4 framing", "[torc
 
   // Text PUT/GET, DICT with MARK, SETITEM, POP, POP_MARK, DUP.
   P q;
-  q.proto(2).op('(').str("k").i1(1).op('d').op('p').raw("7\n").op('0').op('g').raw("7\n")
-      .str("k2").i1(2).op('s').op('2').op('(').i1(1).i1(2).op('1').op(0x86).stop();
+  q.proto(2)
+      .op('(')
+      .str("k")
+      .i1(1)
+      .op('d')
+      .op('p')
+      .raw("7\n")
+      .op('0')
+      .op('g')
+      .raw("7\n")
+      .str("k2")
+      .i1(2)
+      .op('s')
+      .op('2')
+      .op('(')
+      .i1(1)
+      .i1(2)
+      .op('1')
+      .op(0x86)
+      .stop();
   auto r2 = unpickle(q.b);
   REQUIRE(r2.ok());
   CHECK(r2.value[0] == json({{"k", 1}, {"k2", 2}}));
@@ -206,7 +243,10 @@ TEST_CASE("unpickle: code-running opcodes are refused and nothing runs", "[torch
   REQUIRE_FALSE(r.ok());
   CHECK(r.error.find("REDUCE") != std::string::npos);
 
-  struct Case { uint8_t op; const char* name; };
+  struct Case {
+    uint8_t op;
+    const char* name;
+  };
   for (Case c : {Case{'b', "BUILD"}, Case{'i', "INST"}, Case{'o', "OBJ"}, Case{0x81, "NEWOBJ"},
                  Case{0x92, "NEWOBJ_EX"}, Case{0x82, "EXT1"}, Case{0x83, "EXT2"},
                  Case{0x84, "EXT4"}, Case{'P', "PERSID"}, Case{'Q', "BINPERSID"},
@@ -235,8 +275,24 @@ TEST_CASE("unpickle: code-running opcodes are refused and nothing runs", "[torch
 TEST_CASE("unpickle: truncated and malformed input gives errors, never crashes",
           "[torch][unpickle]") {
   P p;
-  p.proto(2).op('}').op('q').u8(0).op('(').str("a").op(0x8a).u8(8).le(77, 8).str("b")
-      .op('G').raw(std::string(8, '\0')).str("c").op('(').i1(1).op('l').op('u').stop();
+  p.proto(2)
+      .op('}')
+      .op('q')
+      .u8(0)
+      .op('(')
+      .str("a")
+      .op(0x8a)
+      .u8(8)
+      .le(77, 8)
+      .str("b")
+      .op('G')
+      .raw(std::string(8, '\0'))
+      .str("c")
+      .op('(')
+      .i1(1)
+      .op('l')
+      .op('u')
+      .stop();
   REQUIRE(unpickle(p.b).ok());
   for (size_t n = 0; n < p.b.size(); ++n) {
     auto r = unpickle(std::string_view(p.b).substr(0, n));
@@ -248,19 +304,25 @@ TEST_CASE("unpickle: truncated and malformed input gives errors, never crashes",
 
   // Stack underflow, mark misuse, wrong container types, bad memo, invalid UTF-8, bad protocol.
   for (std::string bad : {
-           std::string("\x80\x02.", 3),                    // STOP on empty stack
-           std::string("\x80\x02(e.", 4),                 // APPENDS with no list below
-           std::string("\x80\x02Na.", 5),                 // APPEND with one value
-           std::string("\x80\x02)K\x01" "a.", 7),         // APPEND to a tuple
-           std::string("\x80\x02]K\x01K\x02s.", 9),       // SETITEM on a list
-           std::string("\x80\x02(K\x01" "d.", 7),         // DICT with odd items
-           std::string("\x80\x02h\x05.", 5),              // BINGET of a missing memo key
+           std::string("\x80\x02.", 3),    // STOP on empty stack
+           std::string("\x80\x02(e.", 4),  // APPENDS with no list below
+           std::string("\x80\x02Na.", 5),  // APPEND with one value
+           std::string("\x80\x02)K\x01"
+                       "a.",
+                       7),                           // APPEND to a tuple
+           std::string("\x80\x02]K\x01K\x02s.", 9),  // SETITEM on a list
+           std::string("\x80\x02(K\x01"
+                       "d.",
+                       7),                                         // DICT with odd items
+           std::string("\x80\x02h\x05.", 5),                       // BINGET of a missing memo key
            std::string("\x80\x02X\x02\x00\x00\x00\xC3\x28.", 10),  // invalid UTF-8
-           std::string("\x80\x09N.", 4),                  // protocol 9
+           std::string("\x80\x09N.", 4),                           // protocol 9
            std::string("\x80\x02\x8b\xff\xff\xff\xff.", 8),        // LONG4 negative length
            std::string("\x80\x04\x95\xff\xff\xff\xff\x00\x00\x00\x00N.", 13),  // frame too long
-           std::string("\x80\x02" "1.", 4),                // POP_MARK without MARK
-           std::string("\x80\x02N(\x85.", 6),             // TUPLE1 across a MARK
+           std::string("\x80\x02"
+                       "1.",
+                       4),                     // POP_MARK without MARK
+           std::string("\x80\x02N(\x85.", 6),  // TUPLE1 across a MARK
        }) {
     auto r = unpickle(bad);
     INFO(bad.size());
@@ -291,7 +353,14 @@ TEST_CASE("unpickle: cycles and expansion bombs hit the limits", "[torch][unpick
   P bomb;
   bomb.proto(2).op(']').op('q').u8(0);
   for (int i = 1; i <= 60; ++i) {
-    bomb.op('(').op('h').u8(uint8_t(i - 1)).op('h').u8(uint8_t(i - 1)).op('l').op('q').u8(uint8_t(i));
+    bomb.op('(')
+        .op('h')
+        .u8(uint8_t(i - 1))
+        .op('h')
+        .u8(uint8_t(i - 1))
+        .op('l')
+        .op('q')
+        .u8(uint8_t(i));
   }
   bomb.stop();
   UnpickleLimits lim;

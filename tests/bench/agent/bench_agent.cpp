@@ -145,8 +145,8 @@ int profiler_bench(ncclComm_t comm, int batches) {
   g_counting = false;
   printf("allreduce_no_plugin_ns=%.1f\n", before);
   printf("allreduce_plugin_context_ns=%.1f\n", after);
-  printf("proxy_step_ns=%.1f\n", st);   // start, two states, stop
-  printf("proxy_op_ns=%.1f\n", po);     // start, stop
+  printf("proxy_step_ns=%.1f\n", st);      // start, two states, stop
+  printf("proxy_op_ns=%.1f\n", po);        // start, stop
   printf("kernel_channel_ns=%.1f\n", kc);  // start, KernelChStop, stop
   printf("allocs_in_loop=%lu\n", g_allocs);
   return 0;
@@ -156,7 +156,8 @@ int main(int argc, char** argv) {
   const bool profiler_mode = argc == 2 && strcmp(argv[1], "--profiler") == 0;
   const bool count_mode = argc == 4 && strcmp(argv[1], "--calls") == 0;
   if (argc > 1 && !count_mode && !profiler_mode && (argc != 2 || atoi(argv[1]) <= 0)) {
-    fprintf(stderr, "usage: fr_bench_agent [BATCHES] | --calls allreduce|group|group16 N | --profiler\n");
+    fprintf(stderr,
+            "usage: fr_bench_agent [BATCHES] | --calls allreduce|group|group16 N | --profiler\n");
     return 2;
   }
   int batches = argc == 2 && !profiler_mode ? atoi(argv[1]) : 200;

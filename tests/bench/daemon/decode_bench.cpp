@@ -118,9 +118,11 @@ int main(int argc, char** argv) {
               bytes.size(), n);
   std::printf("    protobuf into a fresh message, from_proto into a fresh report: %7.0f ns\n",
               fresh_ns);
-  std::printf("    protobuf into a kept message, from_proto into a kept report:   %7.0f ns (%.1fx less)\n",
-              kept_ns, fresh_ns / kept_ns);
-  std::printf("    HeartbeatDecoder, as the coordinator runs it:                   %7.0f ns (%.1fx less)\n",
-              fast_ns, fresh_ns / fast_ns);
+  std::printf(
+      "    protobuf into a kept message, from_proto into a kept report:   %7.0f ns (%.1fx less)\n",
+      kept_ns, fresh_ns / kept_ns);
+  std::printf(
+      "    HeartbeatDecoder, as the coordinator runs it:                   %7.0f ns (%.1fx less)\n",
+      fast_ns, fresh_ns / fast_ns);
   return sink == 0;
 }

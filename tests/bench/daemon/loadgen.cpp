@@ -285,7 +285,8 @@ int run_worker(const Options& o, int index, FILE* in, FILE* out) {
       uint64_t due = uint64_t(elapsed / o.interval * o.nodes);
       for (; next < due && !stop; ++next) {
         const uint64_t node = next % uint64_t(o.nodes);
-        if (node % uint64_t(o.procs) == uint64_t(index)) sims[node / uint64_t(o.procs)]->heartbeat();
+        if (node % uint64_t(o.procs) == uint64_t(index))
+          sims[node / uint64_t(o.procs)]->heartbeat();
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
@@ -390,15 +391,24 @@ int main(int argc, char** argv) {
   Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
-    if (k == "--coordinator") o.addr = v;
-    else if (k == "--nodes") o.nodes = std::atoi(v.c_str());
-    else if (k == "--ranks") o.ranks = std::atoi(v.c_str());
-    else if (k == "--coordinator-pid") o.pid = std::atoi(v.c_str());
-    else if (k == "--channels") o.channels = std::atoi(v.c_str());
-    else if (k == "--procs") o.procs = std::atoi(v.c_str());
-    else if (k == "--interval") o.interval = std::atof(v.c_str());
-    else if (k == "--warmup") o.warmup = std::atof(v.c_str());
-    else if (k == "--window") o.window = std::atof(v.c_str());
+    if (k == "--coordinator")
+      o.addr = v;
+    else if (k == "--nodes")
+      o.nodes = std::atoi(v.c_str());
+    else if (k == "--ranks")
+      o.ranks = std::atoi(v.c_str());
+    else if (k == "--coordinator-pid")
+      o.pid = std::atoi(v.c_str());
+    else if (k == "--channels")
+      o.channels = std::atoi(v.c_str());
+    else if (k == "--procs")
+      o.procs = std::atoi(v.c_str());
+    else if (k == "--interval")
+      o.interval = std::atof(v.c_str());
+    else if (k == "--warmup")
+      o.warmup = std::atof(v.c_str());
+    else if (k == "--window")
+      o.window = std::atof(v.c_str());
     else {
       std::fprintf(stderr, "frd-loadgen: unknown option %s\n", k.c_str());
       return 2;
@@ -542,27 +552,30 @@ int main(int argc, char** argv) {
     std::printf("  coordinator memory: %.0f MiB resident, %.0f MiB peak (%.1f KiB per node)\n", rss,
                 status_mib(pid, "VmHWM"), rss * 1024 / nodes);
   }
-  std::printf("  measured on %ld cores: the coordinator on CPU %s, the load generator (%.2f cores) "
-              "on CPU %s, and whatever else ran (load average %.1f at the start of the window)\n",
-              sysconf(_SC_NPROCESSORS_ONLN), pid ? cpus_of(pid).c_str() : "?",
-              (self1 - self0) / wsec, cpus_of(0).c_str(), load0[0]);
+  std::printf(
+      "  measured on %ld cores: the coordinator on CPU %s, the load generator (%.2f cores) "
+      "on CPU %s, and whatever else ran (load average %.1f at the start of the window)\n",
+      sysconf(_SC_NPROCESSORS_ONLN), pid ? cpus_of(pid).c_str() : "?", (self1 - self0) / wsec,
+      cpus_of(0).c_str(), load0[0]);
   if (!triggered)
     std::printf("  fan-out: trigger failed: %s\n", error.c_str());
   else
-    std::printf("  fan-out: %d/%d nodes asked to dump within %.3f s of the trigger's send (trigger "
-                "answered after %.3f s; a status call before it, %.3f s)\n",
-                asked, nodes, fanout, replied, status_s);
+    std::printf(
+        "  fan-out: %d/%d nodes asked to dump within %.3f s of the trigger's send (trigger "
+        "answered after %.3f s; a status call before it, %.3f s)\n",
+        asked, nodes, fanout, replied, status_s);
   if (opened && !asked_real.empty()) {
     auto since = [&](int64_t t) { return double(t - opened) / 1e9; };
-    std::printf("  fan-out from the coordinator's decision (%.3f s after the send): every node "
-                "asked within %.3f s; half within %.3f s, 99%% within %.3f s\n",
-                since(t0_real) * -1, since(asked_real.back()),
-                since(asked_real[asked_real.size() / 2]),
-                since(asked_real[std::min(asked_real.size() - 1, asked_real.size() * 99 / 100)]));
+    std::printf(
+        "  fan-out from the coordinator's decision (%.3f s after the send): every node "
+        "asked within %.3f s; half within %.3f s, 99%% within %.3f s\n",
+        since(t0_real) * -1, since(asked_real.back()), since(asked_real[asked_real.size() / 2]),
+        since(asked_real[std::min(asked_real.size() - 1, asked_real.size() * 99 / 100)]));
   }
   if (triggered)
-    std::printf("  during the fan-out (%.2f s): coordinator %.2f cores, load generator %.2f cores "
-                "(receiving the requests and answering them)\n",
-                fan_wall, pid ? fan_cpu / fan_wall : 0.0, fan_self / fan_wall);
+    std::printf(
+        "  during the fan-out (%.2f s): coordinator %.2f cores, load generator %.2f cores "
+        "(receiving the requests and answering them)\n",
+        fan_wall, pid ? fan_cpu / fan_wall : 0.0, fan_self / fan_wall);
   return triggered && asked == nodes ? 0 : 1;
 }

@@ -40,8 +40,8 @@ int main(int argc, char** argv) {
     std::vector<NodeReport> reports;
     std::string err;
     for (int n = 0; n < nodes; ++n) {
-      sessions.push_back(st.connect("node" + std::to_string(n), "node" + std::to_string(n),
-                                    "bench", 0, &err));
+      sessions.push_back(
+          st.connect("node" + std::to_string(n), "node" + std::to_string(n), "bench", 0, &err));
       NodeReport r;
       for (int k = 0; k < 8; ++k) {
         ProcessReport p;
@@ -77,7 +77,8 @@ int main(int argc, char** argv) {
           }
       std::vector<NodeReport> copies = reports;  // heartbeats arrive as fresh reports
       double c0 = cpu_us();
-      for (int n = 0; n < nodes; ++n) st.heartbeat(sessions[size_t(n)], std::move(copies[size_t(n)]), t + n);
+      for (int n = 0; n < nodes; ++n)
+        st.heartbeat(sessions[size_t(n)], std::move(copies[size_t(n)]), t + n);
       double c1 = cpu_us();
       for (int k = 0; k < 10; ++k) st.tick(t + nodes + k * 100'000'000);
       double c2 = cpu_us();
@@ -88,12 +89,13 @@ int main(int argc, char** argv) {
     }
     hb_us /= rounds - 1;
     tick_us /= rounds - 1;
-    std::printf("state machine, %d nodes x 8 ranks x 4 communicators: %.1f us CPU per heartbeat, "
-                "%.2f ms CPU per tick -> %.3f core at 1 Hz (ticking every 100 ms); "
-                "%zu communicators learned, %zu bytes of reports kept\n",
-                nodes, hb_us, tick_us / 1000, (hb_us * nodes + tick_us * 10) / 1e6,
-                size_t(st.status(0, StatusQuery{0, 0, true, 0}).at("stall").at("learned_communicators")),
-                st.retained_bytes());
+    std::printf(
+        "state machine, %d nodes x 8 ranks x 4 communicators: %.1f us CPU per heartbeat, "
+        "%.2f ms CPU per tick -> %.3f core at 1 Hz (ticking every 100 ms); "
+        "%zu communicators learned, %zu bytes of reports kept\n",
+        nodes, hb_us, tick_us / 1000, (hb_us * nodes + tick_us * 10) / 1e6,
+        size_t(st.status(0, StatusQuery{0, 0, true, 0}).at("stall").at("learned_communicators")),
+        st.retained_bytes());
   }
   std::string rm = std::string("rm -rf ") + dir;
   return std::system(rm.c_str()) == 0 ? 0 : 1;

@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
   static float buf[256];
   CUstream s = (CUstream)(uintptr_t)0x10;
   noop_cuda_set_capturing(true);
-  for (int i = 0; i < 8; ++i) ncclAllReduce(buf, buf, 256, ncclFloat32, ncclSum, comm, (cudaStream_t)s);
+  for (int i = 0; i < 8; ++i)
+    ncclAllReduce(buf, buf, 256, ncclFloat32, ncclSum, comm, (cudaStream_t)s);
   noop_cuda_set_capturing(false);
   CUgraphExec exec = nullptr;
   if (cuGraphInstantiateWithFlags(&exec, noop_cuda_graph(), 0) != CUDA_SUCCESS) return 1;

@@ -24,13 +24,16 @@ API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* d, void* p, unsigned int)
   *d = (CUdeviceptr)p;
   return CUDA_SUCCESS;
 }
-API CUresult cuStreamWriteValue64_v2(CUstream, CUdeviceptr, cuuint64_t, unsigned int) { return CUDA_SUCCESS; }
+API CUresult cuStreamWriteValue64_v2(CUstream, CUdeviceptr, cuuint64_t, unsigned int) {
+  return CUDA_SUCCESS;
+}
 API CUresult cuStreamIsCapturing(CUstream, CUstreamCaptureStatus* s) {
   *s = g_capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
   return CUDA_SUCCESS;
 }
-API CUresult cuStreamGetCaptureInfo_v3(CUstream, CUstreamCaptureStatus* s, cuuint64_t* id, CUgraph* g,
-                                       const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* n) {
+API CUresult cuStreamGetCaptureInfo_v3(CUstream, CUstreamCaptureStatus* s, cuuint64_t* id,
+                                       CUgraph* g, const CUgraphNode** deps,
+                                       const CUgraphEdgeData** edges, size_t* n) {
   *s = g_capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
   if (id) *id = 1;
   if (g) *g = (CUgraph)&g_graph;

@@ -21,13 +21,12 @@ namespace nx = fr::agent::nixl;
 
 void nixl_ctor(void*, const nx::StdString*, const void*) __asm__(
     "_ZN9nixlAgentC1ERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERK15nixlAgentConfig");
-int nixl_create(const void*, const int*, const nx::DescList*, const nx::DescList*,
-                const nx::StdString*, void**, const nx::OptArgs*)
-    __asm__("_ZNK9nixlAgent13createXferReqERK14nixl_xfer_op_tRK12nixlDescListI13nixlBasicDescES7_RK"
-            "NSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERP12nixlXferReqHPK21nixlAgentOp"
-            "tionalArgs");
-int nixl_post(const void*, void*, const nx::OptArgs*)
-    __asm__("_ZNK9nixlAgent11postXferReqEP12nixlXferReqHPK21nixlAgentOptionalArgs");
+int nixl_create(const void*, const int*, const nx::DescList*, const nx::DescList*, const nx::StdString*, void**, const nx::OptArgs*) __asm__(
+    "_ZNK9nixlAgent13createXferReqERK14nixl_xfer_op_tRK12nixlDescListI13nixlBasicDescES7_RK"
+    "NSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERP12nixlXferReqHPK21nixlAgentOp"
+    "tionalArgs");
+int nixl_post(const void*, void*, const nx::OptArgs*) __asm__(
+    "_ZNK9nixlAgent11postXferReqEP12nixlXferReqHPK21nixlAgentOptionalArgs");
 int nixl_status(const void*, void*) __asm__("_ZNK9nixlAgent13getXferStatusEP12nixlXferReqH");
 int nixl_release(const void*, void*) __asm__("_ZNK9nixlAgent14releaseXferReqEP12nixlXferReqH");
 
@@ -61,7 +60,8 @@ struct Transfer {
   }
   void one() {
     void* req = nullptr;
-    if (nixl_create(agent, &op, &local, &remote, &remote_name, &req, &extra) != nx::kSuccess) abort();
+    if (nixl_create(agent, &op, &local, &remote, &remote_name, &req, &extra) != nx::kSuccess)
+      abort();
     nixl_post(agent, req, nullptr);
     while (nixl_status(agent, req) == nx::kInProg) {
     }

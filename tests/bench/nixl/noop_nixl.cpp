@@ -18,11 +18,11 @@ namespace {
 alignas(64) unsigned char g_requests[64];  // handles: addresses in here
 }
 
-FR_NOOP int noop_create(const void*, const int*, const nx::DescList*, const nx::DescList*,
-                        const nx::StdString*, void** req, const nx::OptArgs*)
-    __asm__("_ZNK9nixlAgent13createXferReqERK14nixl_xfer_op_tRK12nixlDescListI13nixlBasicDescES7_RK"
-            "NSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERP12nixlXferReqHPK21nixlAgentOp"
-            "tionalArgs");
+FR_NOOP int
+noop_create(const void*, const int*, const nx::DescList*, const nx::DescList*, const nx::StdString*, void** req, const nx::OptArgs*) __asm__(
+    "_ZNK9nixlAgent13createXferReqERK14nixl_xfer_op_tRK12nixlDescListI13nixlBasicDescES7_RK"
+    "NSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERP12nixlXferReqHPK21nixlAgentOp"
+    "tionalArgs");
 int noop_create(const void*, const int*, const nx::DescList*, const nx::DescList*,
                 const nx::StdString*, void** req, const nx::OptArgs*) {
   static unsigned next;
@@ -30,12 +30,14 @@ int noop_create(const void*, const int*, const nx::DescList*, const nx::DescList
   return nx::kSuccess;
 }
 
-FR_NOOP int noop_post(const void*, void*, const nx::OptArgs*)
-    __asm__("_ZNK9nixlAgent11postXferReqEP12nixlXferReqHPK21nixlAgentOptionalArgs");
+FR_NOOP int noop_post(const void*, void*, const nx::OptArgs*) __asm__(
+    "_ZNK9nixlAgent11postXferReqEP12nixlXferReqHPK21nixlAgentOptionalArgs");
 int noop_post(const void*, void*, const nx::OptArgs*) { return nx::kInProg; }
 
-FR_NOOP int noop_status(const void*, void*) __asm__("_ZNK9nixlAgent13getXferStatusEP12nixlXferReqH");
+FR_NOOP int noop_status(const void*,
+                        void*) __asm__("_ZNK9nixlAgent13getXferStatusEP12nixlXferReqH");
 int noop_status(const void*, void*) { return nx::kSuccess; }
 
-FR_NOOP int noop_release(const void*, void*) __asm__("_ZNK9nixlAgent14releaseXferReqEP12nixlXferReqH");
+FR_NOOP int noop_release(const void*,
+                         void*) __asm__("_ZNK9nixlAgent14releaseXferReqEP12nixlXferReqH");
 int noop_release(const void*, void*) { return nx::kSuccess; }
