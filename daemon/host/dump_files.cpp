@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "daemon/base/crc32c.h"
+#include "daemon/base/model_json.h"
 #include "log/safe_file.h"
 
 namespace fr::daemon {
@@ -91,18 +92,7 @@ nlohmann::json dump_header_json(const DumpHeader& h) {
                  skipped = nlohmann::json::array();
   for (const auto& f : h.files)
     files.push_back({{"name", f.name}, {"size", f.size}, {"crc32c", f.crc32c}});
-  for (const auto& p : h.processes)
-    procs.push_back({{"rank", p.rank},
-                     {"world_size", p.world_size},
-                     {"pid", p.pid},
-                     {"host", p.host},
-                     {"job_id", p.job_id},
-                     {"file", p.file},
-                     {"source", p.source},
-                     {"alive", p.alive},
-                     {"records", p.records},
-                     {"overwritten", p.overwritten},
-                     {"torn", p.torn}});
+  for (const auto& p : h.processes) procs.push_back(p);
   for (const auto& s : h.skipped) skipped.push_back({{"file", s.file}, {"error", s.error}});
   return {{"incident_id", h.incident_id},
           {"node_name", h.node_name},

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "daemon/base/model_json.h"
 #include "daemon/base/names.h"
 #include "log/reader.h"
 
@@ -79,18 +80,7 @@ nlohmann::json CoordinatorState::incident_json(const Incident& inc) const {
   for (const auto& u : inc.uploaded) uploaded.push_back(u);
   for (const auto& u : inc.placed) placed.push_back(u);
   nlohmann::json procs = nlohmann::json::array();
-  for (const auto& p : inc.processes)
-    procs.push_back({{"rank", p.rank},
-                     {"world_size", p.world_size},
-                     {"pid", p.pid},
-                     {"host", p.host},
-                     {"job_id", p.job_id},
-                     {"file", p.file},
-                     {"source", p.source},
-                     {"alive", p.alive},
-                     {"records", p.records},
-                     {"overwritten", p.overwritten},
-                     {"torn", p.torn}});
+  for (const auto& p : inc.processes) procs.push_back(p);
   return {
       {"schema", "frd-incident/1"},
       {"id", inc.id},
