@@ -185,8 +185,8 @@ struct Context {
   int use_tsc;
   uint64_t ns_per_tick_q32;  // nanoseconds per tick, fixed point with 32 fraction bits
   uint64_t reanchor_ticks;
-  uint64_t
-      records_lost;  // records lost to a busy slot (atomic; the header's overwritten adds laps)
+  // Records lost to a busy slot (atomic; the header's overwritten adds laps).
+  uint64_t records_lost;
   // NIXL transfers (xfers.cpp)
   uint32_t xfer_cap;
   fr_xfer_entry* xfers;

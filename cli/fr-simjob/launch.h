@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -84,6 +85,7 @@ struct Job {
   bool map_board();
   bool start_daemons();  // coordinator, then one node daemon per node, all connected
   bool start_coordinator(const std::string& port_file);
+  bool wait_for_daemon(size_t d, const std::function<bool()>& ready, const std::string& late_error);
   std::string wait_for_port(const std::string& port_file);
   bool start_node(int node, const std::string& port);
   bool wait_for_nodes();

@@ -195,25 +195,18 @@ bool Job::start_ranks() {
       list += (i ? "," : "") + std::to_string(node * s.ranks_per_node + i);
     return list;
   };
+  // clang-format off
   std::vector<std::string> args = {rank_exe,
-                                   "--nodes",
-                                   std::to_string(s.nodes),
-                                   "--ranks-per-node",
-                                   std::to_string(s.ranks_per_node),
-                                   "--tp",
-                                   std::to_string(s.tp),
-                                   "--pp",
-                                   std::to_string(s.pp),
-                                   "--steps",
-                                   std::to_string(s.steps),
-                                   "--step-ms",
-                                   std::to_string(s.step_ms),
-                                   "--step-jitter",
-                                   std::to_string(s.jitter),
-                                   "--pause-step",
-                                   std::to_string(s.pause_step),
-                                   "--pause-ms",
-                                   std::to_string(s.pause_ms)};
+      "--nodes",          std::to_string(s.nodes),
+      "--ranks-per-node", std::to_string(s.ranks_per_node),
+      "--tp",             std::to_string(s.tp),
+      "--pp",             std::to_string(s.pp),
+      "--steps",          std::to_string(s.steps),
+      "--step-ms",        std::to_string(s.step_ms),
+      "--step-jitter",    std::to_string(s.jitter),
+      "--pause-step",     std::to_string(s.pause_step),
+      "--pause-ms",       std::to_string(s.pause_ms)};
+  // clang-format on
   if (o.graphs) args.push_back("--graphs");
   if (o.run_ahead) args.push_back("--run-ahead");
   if (s.elastic >= 0) {
@@ -333,43 +326,54 @@ bool Job::start_coordinator(const std::string& port_file) {
   return true;
 }
 
-// The coordinator writes its port once it listens. Empty: it exited or wrote none in 30 s.
-std::string Job::wait_for_port(const std::string& port_file) {
+// Polls ready() every 10 ms until it holds; false, with daemon_error, when daemon d exits first
+// or 30 s pass (late_error) or the launcher is interrupted.
+bool Job::wait_for_daemon(size_t d, const std::function<bool()>& ready,
+                          const std::string& late_error) {
   auto t0 = Clock::now();
-  for (;;) {
-    std::string text = read_small_file(port_file);
-    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-    if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos) return text;
+  while (!ready()) {
     reap(daemons);
-    if (daemons[0].exited) {
-      daemon_error = "frd coordinator exited at start (see " + daemons[0].log + ")";
-      return "";
+    if (daemons[d].exited) {
+      daemon_error = "frd " + daemons[d].role + " exited at start (see " + daemons[d].log + ")";
+      return false;
     }
     if (seconds_since(t0) > 30 || g_signal) {
-      daemon_error = "frd coordinator wrote no port file " + port_file + " within 30 s";
-      return "";
+      daemon_error = late_error;
+      return false;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  return true;
+}
+
+// The coordinator writes its port once it listens. Empty: it exited or wrote none in 30 s.
+std::string Job::wait_for_port(const std::string& port_file) {
+  std::string port;
+  auto written = [&] {
+    std::string text = read_small_file(port_file);
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+    if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) return false;
+    port = text;
+    return true;
+  };
+  if (!wait_for_daemon(0, written,
+                       "frd coordinator wrote no port file " + port_file + " within 30 s"))
+    return "";
+  return port;
 }
 
 bool Job::start_node(int n, const std::string& port) {
   write_nvml(n);
   ChildSpec node;
-  node.argv = {frd_exe,
-               "node",
-               "--coordinator",
-               "127.0.0.1:" + port,
-               "--log-dir",
-               node_log_dir(n),
-               "--node-name",
-               "node" + std::to_string(n),
-               "--heartbeat-interval",
-               "0.2",
-               "--dump-dir",
-               node_dir(n) + "/spool",
-               "--nvml-lib",
-               sim_lib + "/libnvidia-ml.so.1"};
+  // clang-format off
+  node.argv = {frd_exe, "node",
+      "--coordinator",        "127.0.0.1:" + port,
+      "--log-dir",            node_log_dir(n),
+      "--node-name",          "node" + std::to_string(n),
+      "--heartbeat-interval", "0.2",
+      "--dump-dir",           node_dir(n) + "/spool",
+      "--nvml-lib",           sim_lib + "/libnvidia-ml.so.1"};
+  // clang-format on
   if (o.stack_budget_s > 0) {
     node.argv.push_back("--stack-budget");
     node.argv.push_back(std::to_string(o.stack_budget_s));
@@ -395,21 +399,15 @@ bool Job::start_node(int n, const std::string& port) {
 // As on a real cluster, the sidecars run before the job starts: each node daemon has read its
 // GPUs (and registered for their Xid events) and reached the coordinator.
 bool Job::wait_for_nodes() {
-  auto t0 = Clock::now();
   for (size_t d = 1; d < daemons.size(); ++d) {
-    while (read_small_file(daemons[d].log).find("connected to") == std::string::npos) {
-      reap(daemons);
-      if (daemons[d].exited) {
-        daemon_error = "frd " + daemons[d].role + " exited at start (see " + daemons[d].log + ")";
-        return false;
-      }
-      if (seconds_since(t0) > 30 || g_signal) {
-        daemon_error = "frd " + daemons[d].role +
-                       " did not reach the coordinator within 30 s (see " + daemons[d].log + ")";
-        return false;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    auto connected = [&] {
+      return read_small_file(daemons[d].log).find("connected to") != std::string::npos;
+    };
+    if (!wait_for_daemon(d, connected,
+                         "frd " + daemons[d].role +
+                             " did not reach the coordinator within 30 s (see " + daemons[d].log +
+                             ")"))
+      return false;
   }
   return true;
 }

@@ -316,10 +316,10 @@ class Simulation {
   std::vector<std::vector<LateOp>> late_;
   std::vector<Unit> units_;
   std::vector<std::deque<int>> stream_;  // per rank: units, the head one running
-  std::unordered_map<uint64_t, std::vector<std::pair<int, int>>>
-      arrivals_;  // (instance, seq) -> (rank, op)
-  std::map<std::tuple<int, int, int>, std::pair<Waiting, Waiting>>
-      p2p_;                // (instance, src, dst) -> sends, recvs
+  // (instance, seq) -> (rank, op)
+  std::unordered_map<uint64_t, std::vector<std::pair<int, int>>> arrivals_;
+  // (instance, src, dst) -> sends, recvs
+  std::map<std::tuple<int, int, int>, std::pair<Waiting, Waiting>> p2p_;
   std::vector<int> work_;  // ranks whose stream head may progress
 };
 

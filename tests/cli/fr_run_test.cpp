@@ -305,8 +305,8 @@ TEST_CASE("fr-run: signals are forwarded to the command", "[cli][fr-run]") {
   REQUIRE(wait_for([&] { return p.out().find("ready") != std::string::npos; }, 20));
   for (auto [sig, said] : {std::pair{SIGHUP, "got HUP"}, std::pair{SIGUSR1, "got USR1"},
                            std::pair{SIGUSR2, "got USR2"}, std::pair{SIGINT, "got INT"}}) {
-    const std::string text =
-        said;  // a plain variable: lambdas cannot capture a structured binding (C++17, clang)
+    // A plain variable: lambdas cannot capture a structured binding (C++17, clang).
+    const std::string text = said;
     INFO(text);
     ::kill(p.pid, sig);
     CHECK(wait_for([&] { return p.out().find(text) != std::string::npos; }, 20));

@@ -59,8 +59,8 @@ struct Run {
   int64_t now = 1'000'000'000;
   std::unique_ptr<DumpReceiver> receiver;
   DumpHeader header;
-  fr::daemon::NodeReport
-      report;  // reused between heartbeats, as the coordinator reuses its reports
+  // Reused between heartbeats, as the coordinator reuses its reports.
+  fr::daemon::NodeReport report;
   bool receiving = false;
 
   static CoordinatorConfig config(const std::string& root) {

@@ -547,8 +547,7 @@ TEST_CASE(
   Result a = run({kAnalyze, "--trace", trace, tmp.path + "/job/dumps"}, {}, tmp.path);
   REQUIRE(a.status == 0);
   const json t = json::parse(slurp(trace));
-  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>>
-      tracks;  // (start, end) in us
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> tracks;  // (start, end) us
   std::map<std::string, int> async_open;
   bool groups = false, stall = false;
   for (const auto& e : t["traceEvents"]) {
