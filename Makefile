@@ -14,8 +14,9 @@ build: deps
 	cmake --build $(BUILD) -j $(JOBS)
 
 # The full suite: build, CTest, the agent and emulation again under TSan and ASan+UBSan, the short
-# fuzz run; then, whatever failed, a summary of what ran and why each skipped test was skipped
-# (tests/ctest_report.py over each step's JUnit file). Under CI (FR_CI=1, set by .ci/run) a skip
+# fuzz run; then, whatever failed, the test inventory (each build's Catch2 cases against the CTest
+# tests that run them, one to one: tests/test_inventory.py) and a summary of what ran and why each
+# skipped test was skipped (tests/ctest_report.py over each step's JUnit file). Under CI (FR_CI=1, set by .ci/run) a skip
 # whose reason this machine kind can meet fails the run.
 JUNIT = ctest-junit.xml
 test: build
@@ -24,6 +25,7 @@ test: build
 	$(MAKE) --no-print-directory test-unit REPORT= || status=1; \
 	$(MAKE) --no-print-directory test-sanitizers REPORT= || status=1; \
 	$(MAKE) --no-print-directory fuzz-check || status=1; \
+	python3 tests/test_inventory.py $(BUILD) build-tsan build-asan || status=1; \
 	python3 tests/ctest_report.py $(BUILD)/$(JUNIT) build-tsan/$(JUNIT) build-asan/$(JUNIT) || status=1; \
 	exit $$status
 

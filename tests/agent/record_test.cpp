@@ -16,26 +16,11 @@ using fr::agent_test::TempDir;
 namespace {
 
 // The log directory must be set before the first NCCL call of the process: at static init.
-TempDir& log_dir() {
-  static TempDir dir;
-  return dir;
-}
-const bool g_env_ready = [] {
-  setenv("FR_LOG_DIR", log_dir().path().c_str(), 1);
-  setenv("FR_BUFFER_ENTRIES", "16384", 1);
-  unsetenv("FR_DISABLE");
-  return true;
-}();
+TempDir& log_dir() { return fr::agent_test::in_process_log_dir("16384"); }
+const bool g_env_ready = !log_dir().path().empty();
 
-fr::log::LogFile read_own_log() {
-  auto logs = log_dir().logs();
-  REQUIRE(logs.size() == 1);
-  auto r = fr::log::read_log(logs[0]);
-  INFO(r.message);
-  REQUIRE(r.ok());
-  r.log->comms = fr::agent_test::raw_comms(logs[0]);  // all entries, also those sharing an id
-  return *r.log;
-}
+// All entries, also those sharing an id.
+fr::log::LogFile read_own_log() { return fr::agent_test::read_in_process_log(log_dir(), true); }
 
 template <class T>
 uint64_t A(T v) {

@@ -184,6 +184,32 @@ inline std::string slurp(FILE* f) {
   return s;
 }
 
+// The log directory of an in-process test: FR_LOG_DIR (and a ring of `ring_entries`) set before the
+// first NCCL call of the process, so call it from a namespace-scope initializer. One per process.
+inline TempDir& in_process_log_dir(const char* ring_entries) {
+  static TempDir dir;
+  static const bool ready = [&] {
+    setenv("FR_LOG_DIR", dir.path().c_str(), 1);
+    setenv("FR_BUFFER_ENTRIES", ring_entries, 1);
+    unsetenv("FR_DISABLE");
+    return true;
+  }();
+  (void)ready;
+  return dir;
+}
+
+// The test's own log, read whole; `all_comms` keeps every communicator entry (also several that
+// share an id, as raw_comms does) instead of the newest per id.
+inline fr::log::LogFile read_in_process_log(const TempDir& dir, bool all_comms = false) {
+  auto logs = dir.logs();
+  REQUIRE(logs.size() == 1);
+  auto r = fr::log::read_log(logs[0]);
+  INFO(r.message);
+  REQUIRE(r.ok());
+  if (all_comms) r.log->comms = raw_comms(logs[0]);
+  return *r.log;
+}
+
 // Records of one op kind, oldest first.
 inline std::vector<fr_record> records_of(const fr::log::LogFile& log, fr_op op) {
   std::vector<fr_record> out;

@@ -420,7 +420,7 @@ TEST_CASE("text view: verdict first, colors only when asked", "[analyzer]") {
   CHECK(color.find("\033[") != std::string::npos);
 }
 
-TEST_CASE("text view: every control byte from a dump is shown as \\xNN", "[analyzer]") {
+TEST_CASE("text view: every control byte from a dump is shown as a hex escape", "[analyzer]") {
   TempDir t;
   json doc = run(spec_with("kind=hang-host,rank=1"), t);
   std::string hostile = "pg";

@@ -207,7 +207,7 @@ TEST_CASE("oversize torch dumps are refused by their size, before any read", "[a
   CHECK(with_set["verdict"]["culprit_ranks"] == json({5}));
 }
 
-TEST_CASE("a broken manifest is named; the files are still read", "[analyzer]") {
+TEST_CASE("a broken manifest is named, the files are still read", "[analyzer]") {
   TempDir t;
   make_set(t.sub("set"));
   spit(t.sub("set/manifest.json"), "{\"schema\": \"something-else\"");

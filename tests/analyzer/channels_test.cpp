@@ -132,7 +132,7 @@ TEST_CASE("channels: a stopped kernel is found upstream of the ranks that wait",
   CHECK(w["channel_progress"].size() == 6);
 }
 
-TEST_CASE("channels: the earliest step wins over the lower channel; a link is both ends",
+TEST_CASE("channels: the earliest step wins over the lower channel, a link is both ends",
           "[analyzer]") {
   json v;
   auto logs = stuck_logs(&v);

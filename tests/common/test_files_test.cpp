@@ -25,7 +25,7 @@ TEST_CASE("slurp reads back what spit wrote, byte for byte") {
   CHECK(fr::test::slurp(dir.sub("empty")).empty());
 }
 
-TEST_CASE("slurp of what cannot be read is empty; spit where it cannot write says so") {
+TEST_CASE("slurp of what cannot be read is empty, spit where it cannot write says so") {
   TempDir dir("fr-test-common");
   CHECK(fr::test::slurp(dir.sub("missing")).empty());
   CHECK(fr::test::slurp(dir.path).empty());  // a directory

@@ -59,7 +59,7 @@ TEST_CASE("a dump written into the incident's directory is checked file by file"
   CHECK(check_placed(target, h, lim, &err) == PlacedCheck::kBadHeader);
 }
 
-TEST_CASE("a dump's stacks and GPU health files pass the header check; other names do not",
+TEST_CASE("a dump's stacks and GPU health files pass the header check, other names do not",
           "[daemon]") {
   UploadLimits lim;
   std::string err;

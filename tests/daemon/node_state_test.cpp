@@ -58,7 +58,7 @@ TEST_CASE("node state: the welcome sets the job, the threshold and the upload ke
   CHECK(s.stall_after_ns() == 30 * kSec);
 }
 
-TEST_CASE("node state: a dump request is queued once; repeats and delivered dumps are dropped",
+TEST_CASE("node state: a dump request is queued once, repeats and delivered dumps are dropped",
           "[daemon]") {
   NodeState s(config());
   s.connecting();
@@ -83,7 +83,7 @@ TEST_CASE("node state: a dump request is queued once; repeats and delivered dump
   CHECK_FALSE(s.has_work());
 }
 
-TEST_CASE("node state: unsafe incident ids are ignored; a request without a job takes ours",
+TEST_CASE("node state: unsafe incident ids are ignored, a request without a job takes ours",
           "[daemon]") {
   NodeState s(config());
   s.connecting();
@@ -166,7 +166,7 @@ TEST_CASE("node state: a refused dump stays in the spool and leaves the queue", 
   CHECK(s.counters().dumps_failed == 1);
 }
 
-TEST_CASE("node state: a dump that cannot be taken is dropped; one dropped while queued is skipped",
+TEST_CASE("node state: a dump that cannot be taken is dropped, one dropped while queued is skipped",
           "[daemon]") {
   NodeState s(config());
   s.dump_request("job1", "inc-1", "x");

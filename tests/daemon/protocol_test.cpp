@@ -96,7 +96,7 @@ class CoordinatorV1 final : public fr::v1::Coordinator::Service {
 
 }  // namespace
 
-TEST_CASE("protocol: the agreed version is the lower one; below the oldest is refused",
+TEST_CASE("protocol: the agreed version is the lower one, below the oldest is refused",
           "[daemon][protocol]") {
   std::string err;
   CHECK(agree_protocol(1, &err) == 1);

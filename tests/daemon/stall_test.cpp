@@ -150,6 +150,30 @@ TEST_CASE("the threshold is max(floor, k x p99), capped, and the cap until learn
   CHECK(slow.threshold_ns(p) < t);
 }
 
+TEST_CASE("learned thresholds keep their units from milliseconds to minutes", "[daemon]") {
+  // A wide policy, so that neither the floor nor the cap decides: what is learned does. Ops that
+  // take 40 s give a threshold of 5 x their p99 (200 s to 283 s: the p99 is a bucket's upper
+  // edge, two buckets to an octave); ops of 2 ms give 10 ms to 15 ms. A unit slip anywhere between
+  // nanoseconds and the buckets (a microsecond taken for a millisecond) moves these by a factor
+  // of a thousand, or pins them to the buckets' ends.
+  StallPolicy p = auto_policy();
+  p.floor_ns = 1 * kMs;
+  p.cap_ns = 3600 * kSec;
+  CommModel slow;
+  teach(slow, 50, 40 * kSec);
+  CHECK(slow.threshold_ns(p) >= 200 * kSec);
+  CHECK(slow.threshold_ns(p) <= 283 * kSec);
+  CommModel fast;
+  teach(fast, 50, 2 * kMs);
+  CHECK(fast.threshold_ns(p) >= 10 * kMs);
+  CHECK(fast.threshold_ns(p) <= 15 * kMs);
+  // The floor and the cap in their own units.
+  p.floor_ns = 90 * kSec;
+  CHECK(fast.threshold_ns(p) == 90 * kSec);
+  p.cap_ns = 120 * kSec;
+  CHECK(slow.threshold_ns(p) == 120 * kSec);
+}
+
 TEST_CASE("a member teaches lower bounds of finished ops, the gap and its waiting", "[daemon]") {
   CommModel m;
   MemberTrack t = observe(m, nullptr, 9, 3, 7, 11, 400 * kMs, 10, 1 * kSec);

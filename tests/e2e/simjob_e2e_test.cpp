@@ -648,7 +648,7 @@ TEST_CASE("fr-simjob: faults on the other communicators give the expected verdic
   fr::e2e::remove_run(run);
 }
 
-TEST_CASE("fr-simjob: faults repeat; a straggler does not hide the hung rank", "[e2e]") {
+TEST_CASE("fr-simjob: faults repeat, a straggler does not hide the hung rank", "[e2e]") {
   SimRun run = fr::e2e::run_simjob(
       fr::e2e::small_job(6, {"rank=3,step=0,kind=slow,ms=40", "rank=6,step=2,kind=hang-host"}));
   auto ranks = stalled_dump(run);

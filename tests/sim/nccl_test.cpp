@@ -61,7 +61,7 @@ TEST_CASE("a mismatched collective hangs (1.5 s watched) until aborted", "[sim][
   }
 }
 
-TEST_CASE("a dead member leaves the others blocked (1.5 s watched); abort unblocks them",
+TEST_CASE("a dead member leaves the others blocked (1.5 s watched), abort unblocks them",
           "[sim][nccl]") {
   auto res = run_ranks("dead", 4);
   for (size_t r = 0; r < res.size(); ++r) {
@@ -89,7 +89,7 @@ TEST_CASE("ncclBcast calls ncclBroadcast through the exported symbol", "[sim][nc
                            {"LD_PRELOAD=" + lib, "ASAN_OPTIONS=verify_asan_link_order=0"}));
 }
 
-TEST_CASE("a profiler plugin is loaded as NCCL loads it; an unknown version is not used",
+TEST_CASE("a profiler plugin is loaded as NCCL loads it, an unknown version is not used",
           "[sim][nccl]") {
   const std::string dir = std::string(FR_BUILD_DIR) + "/tests/";
   for (int n : {2, 3}) {
@@ -111,7 +111,7 @@ TEST_CASE("a training-shaped loop over split communicators runs 16 ranks", "[sim
   require_all_ok(run_ranks("train", 16, "50"));
 }
 
-TEST_CASE("grow adds a rank; suspend refuses work until resume", "[sim][nccl]") {
+TEST_CASE("grow adds a rank, suspend refuses work until resume", "[sim][nccl]") {
   char tmpl[] = "/tmp/frsim_grow_XXXXXX";
   std::string dir = mkdtemp(tmpl);
   std::string path = dir + "/grow.id";

@@ -156,6 +156,31 @@ TEST_CASE("torch analysis: culprits first, in the middle and last", "[torch][ana
   }
 }
 
+TEST_CASE("torch analysis: a completed entry without timing fields is finished, never blamed",
+          "[torch][analysis]") {
+  // Timing off (no discovered times) and not yet retired: the state alone says the collective
+  // finished. Ranks 0 to 2 finished AllReduce #5; rank 3's GPU started it and never finished.
+  const int world = 4;
+  TempDir tmp;
+  for (int r = 0; r < world; ++r) {
+    std::vector<Op> ops;
+    for (int i = 0; i < 4; ++i) ops.push_back({"all_reduce", 1024, "Float", "completed"});
+    ops.push_back({"all_reduce", 1024, "Float", r == 3 ? "started" : "completed"});
+    json d = torch_dump(world, ops);
+    for (auto& e : d["entries"]) {
+      e["retired"] = false;
+      e.erase("time_discovered_started_ns");
+      e.erase("time_discovered_completed_ns");
+    }
+    write_json(tmp.path + "/nccl_trace_rank_" + std::to_string(r), d);
+  }
+  json a = analyze(tmp.path);
+  INFO(a["verdict"].dump());
+  CHECK(a["verdict"]["kind"] == "stuck_in_collective");
+  CHECK(a["verdict"]["seq"] == 5);
+  CHECK(culprits(a) == std::vector<int>{3});
+}
+
 TEST_CASE("torch analysis: exported synthetic jobs keep their verdict", "[torch][analysis]") {
   // Faults whose evidence PyTorch's schema can carry (ops, counts, dtypes, sequence numbers,
   // GPU states, liveness through the "writer_alive" extra), culprit first, middle and last.

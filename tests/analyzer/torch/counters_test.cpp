@@ -95,3 +95,55 @@ TEST_CASE("torch counters: hostile op_ids and counters are read without harm", "
     }
   }
 }
+
+TEST_CASE("torch state: the entry's state, raised by its timing fields and retired", "[torch]") {
+  // Dumps with timing on carry discovered start and completion times; without it (and in older
+  // dumps) only the state. A finished entry must read as completed either way: read as started, a
+  // finished collective looks in flight and can make stuck_in_collective blame a healthy rank.
+  const t::TorchSchema& newest = t::kTorchSchemas[std::size(t::kTorchSchemas) - 1];
+  const t::TorchSchema& oldest = t::kTorchSchemas[0];
+  REQUIRE(newest.retired);
+  REQUIRE_FALSE(oldest.retired);
+  struct Case {
+    const char* state;
+    int64_t started_ns, completed_ns;
+    bool retired;
+    fr_gpu_state want;
+  };
+  const Case cases[] = {
+      {"completed", 0, 0, false, FR_GPU_COMPLETED},  // timing off: the state alone says it
+      {"completed", 5, 9, false, FR_GPU_COMPLETED},  // timing on
+      {"completed", 5, 0, false, FR_GPU_COMPLETED},  // the completion not yet discovered
+      {"started", 0, 0, false, FR_GPU_STARTED},
+      {"started", 5, 0, false, FR_GPU_STARTED},
+      {"started", 5, 9, false, FR_GPU_COMPLETED},  // a completion time outranks the state
+      {"scheduled", 0, 0, false, FR_GPU_ENQUEUED},
+      {"scheduled", 5, 0, false, FR_GPU_STARTED},
+      {"scheduled", 0, 9, false, FR_GPU_COMPLETED},
+      {"scheduled", 0, 0, true, FR_GPU_COMPLETED},  // gloo: retired is the only sign
+      {"", 0, 0, false, FR_GPU_ENQUEUED},
+  };
+  for (const Case& c : cases) {
+    for (const t::TorchSchema* schema : {&newest, &oldest}) {
+      t::RawEntry e;
+      e.state = c.state;
+      e.started_ns = c.started_ns;
+      e.completed_ns = c.completed_ns;
+      e.retired = c.retired;
+      t::Warnings w;
+      // Dumps before "retired" existed keep the flag's meaning out of their states.
+      const fr_gpu_state want =
+          (c.retired && !schema->retired && c.started_ns == 0 && c.completed_ns == 0)
+              ? FR_GPU_ENQUEUED
+              : c.want;
+      INFO("state \"" << c.state << "\", started " << c.started_ns << ", completed "
+                      << c.completed_ns << ", retired " << c.retired << ", schema "
+                      << schema->version);
+      CHECK(t::state_from(e, *schema, &w) == want);
+    }
+  }
+  t::RawEntry odd;
+  odd.state = "exploded";
+  t::Warnings w;
+  CHECK(t::state_from(odd, newest, &w) == FR_GPU_ENQUEUED);
+}
