@@ -81,14 +81,15 @@ void analyze_alltoall_totals(AnalysisState& state, int ci) {
     for (const auto& [v, ranks] : values) s.mismatch->values.push_back({v, ranks});
     const bool told = !uneven.empty() && uneven.size() < ios.size();
     if (told) s.culprits = uneven;
-    s.summary = "mismatch in " + s.op + " #" + std::to_string(seq) + " on comm " + comm_text(c) +
-                ": the members send " + std::to_string(in) + " elements in all and receive " +
-                std::to_string(out) + ", so some receive waits for data no send carries; " +
-                (told ? ranks_word(uneven.size()) + rank_list_text(uneven) +
-                            (uneven.size() > 1 ? " receive" : " receives") +
-                            " another count than " + (uneven.size() > 1 ? "they send" : "it sends") +
-                            " where every other member's agree"
-                      : std::string("which rank's counts are wrong cannot be told"));
+    s.summary =
+        "mismatch in " + s.op + " #" + std::to_string(seq) + " on comm " + comm_text(c) +
+        ": the members send " + std::to_string(in) + " elements in all and receive " +
+        std::to_string(out) + ", so some receive waits for data no send carries; " +
+        (told ? ranks_word(uneven.size()) + rank_list_text(uneven) +
+                    (uneven.size() > 1 ? " receive" : " receives") + " another count than " +
+                    (uneven.size() > 1 ? "they send" : "it sends") +
+                    " where every other member's agree"
+              : std::string("which rank's counts are wrong cannot be told"));
     s.extra["totals"] = {{"in", in}, {"out", out}};
     s.fraction = static_cast<double>(s.culprits.size()) / static_cast<double>(c.members.size());
     state.stalls.push_back(std::move(s));
@@ -167,7 +168,8 @@ std::vector<Finding> torch_arg_findings(const Model& m, const std::string& comm_
       list += (list.empty() ? "" : ", ") + v + " on " + ranks_word(ranks.size()) +
               rank_list_text(ranks);
       by[v] = ranks;
-      if (ranks.size() < most) f.culprit_ranks.insert(f.culprit_ranks.end(), ranks.begin(), ranks.end());
+      if (ranks.size() < most)
+        f.culprit_ranks.insert(f.culprit_ranks.end(), ranks.begin(), ranks.end());
     }
     std::sort(f.culprit_ranks.begin(), f.culprit_ranks.end());
     f.details["field"] = "version";

@@ -27,8 +27,8 @@ bool no_groups(const std::vector<ConvEntry>& entries, size_t groups) {
 
 }  // namespace
 
-void apply_coalesced_groups(std::vector<ConvEntry>* out, size_t groups,
-                            const std::string& path, Warnings* w) {
+void apply_coalesced_groups(std::vector<ConvEntry>* out, size_t groups, const std::string& path,
+                            Warnings* w) {
   std::vector<ConvEntry>& entries = *out;
   if (no_groups(entries, groups)) return;  // the common case, without building the map below
   struct Key {
@@ -78,6 +78,5 @@ void apply_coalesced_groups(std::vector<ConvEntry>* out, size_t groups,
            " coalesced marker entries whose ops are not in the dump dropped");
   entries = std::move(kept);
 }
-
 
 }  // namespace fr::analyzer::torch
