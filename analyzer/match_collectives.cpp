@@ -217,10 +217,10 @@ void decide(const Model& m, const Comm& c, const Members& mb, const std::vector<
                      ? "no member waits in it"
                      : std::to_string(s.blocked.size()) + " of " + members + " members wait in it");
     if (!mb.raised.empty())
-      s.summary +=
-          "; on " + ranks_word(mb.raised.size()) + rank_list_text(mb.raised) +
-          " it ended with an error (raised or timed out: it cannot complete without them), "
-          "not completed";
+      s.summary += "; on " + ranks_word(mb.raised.size()) + rank_list_text(mb.raised) +
+                   " it ended with an error (raised or timed out: it cannot complete without " +
+                   ranks_word(mb.not_entered.size()) + rank_list_text(mb.not_entered) +
+                   "), not completed";
     unrecorded_ops_note(m, c, mb, s);
   } else if (c.size < 0 && mb.not_started.empty() && !s.blocked.empty()) {
     // Nobody knows the communicator's members (a PyTorch group its dumps do not describe): a
