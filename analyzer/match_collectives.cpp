@@ -240,10 +240,11 @@ void decide(const Model& m, const Comm& c, const Members& mb, const std::vector<
     if (!mb.not_started.empty() && some_started) {
       s.kind = VerdictKind::kStuckInCollective;
       s.culprits = mb.not_started;
-      s.summary = "every member with a dump entered " + where + " (" + absent + "); the GPU of " +
-                  ranks_word(mb.not_started.size()) + rank_list_text(mb.not_started) +
-                  " never started it while other members' did, whatever the members without a "
-                  "dump did: that stream is held before it";
+      s.summary = "every member with a dump entered " + where + ", and " + absent +
+                  "; the GPU of " + ranks_word(mb.not_started.size()) +
+                  rank_list_text(mb.not_started) +
+                  " never started it while other members' did: that stream is held before it, "
+                  "whatever the members without a dump did";
     } else {
       s.kind = VerdictKind::kIncomplete;
       s.culprits = missing_global;

@@ -198,6 +198,14 @@ const Case kCases[] = {
      "",
      {},
      ""},
+    {"missing_rank_timing_held",
+     "AssertionError: Missing dump files from ranks {3}",
+     "stuck_in_collective",
+     {2},
+     "",
+     {},
+     "ranks 0 and 1's GPUs started all_reduce #3 and rank 2's never did: its stream is held "
+     "before the op, which no member without a dump explains"},
     {"mixed_versions",
      "AssertionError: Rank 2 has different version 2.9",
      "not_entered",
@@ -253,7 +261,10 @@ TEST_CASE(
     CHECK(inconsistent == c.inconsistent);
     CHECK(!has(v, " 0 of "));
     // A member without a dump never entered anything.
-    if (!doc["ranks"]["missing"].empty()) CHECK(!has(v, "all members entered"));
+    if (!doc["ranks"]["missing"].empty()) {
+      CHECK(!has(v, "all members entered"));
+      CHECK(has(v, "no dump"));
+    }
   }
 }
 

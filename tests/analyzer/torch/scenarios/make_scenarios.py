@@ -165,6 +165,9 @@ ALL_EVENTS = [
     ("all_to_all_single", [(4, 4)], [(4, 4)]), ("all_to_all_v_single", [(4, 4)], [(4, 4)]),
     ("all_reduce_barrier", [(4, 4)], [(4, 4)]), ("barrier", [(4, 4)], [(4, 4)]),
     ("allreduce_coalesced", [(4, 4)], [(4, 4)]), ("allgather_coalesced", [(4, 4)], [(4, 4)]),
+    # The end markers' names with shapes: the op itself, as torch's test reads them.
+    ("ALLGATHER_coalesced", [(4, 4)], [(32,)]), ("REDUCE_SCATTER_coalesced", [(4, 4)], [(8,)]),
+    ("split", [(4, 4)], [(4, 4)]), ("new_window", [(4, 4)], [(4, 4)]),
 ]
 
 
@@ -264,6 +267,11 @@ def c10d():
     s["missing_rank_timing"] = ({"0": ("default_pg", [0, 1, 2])}, {
         r: done(2, started=True) + [op("all_reduce", 3, "scheduled", started=False)]
         for r in range(2)})
+    # Rank 3 has no dump; 0 and 1's GPUs started all_reduce #3 (timing on), 2's never did: its
+    # stream is held before the op, whatever rank 3 did.
+    s["missing_rank_timing_held"] = (w4, {
+        r: done(2, started=True) + [op("all_reduce", 3, "started" if r < 2 else "scheduled",
+                                       started=r < 2)] for r in range(3)})
     s["mixed_versions"] = (w4, per_rank(4, pre, lambda r: [op("all_reduce", 3, "scheduled")]
                                         if r != 3 else []), {2: "2.9"})
     return s
