@@ -203,7 +203,7 @@ std::vector<Row> rows_at(const Model& m, const Comm& c, uint64_t seq, std::vecto
     who.push_back({&p, &pc});
   }
   size_t k = 0;
-  for (bool same = true; same; ++k) {
+  for (bool same = !calls.empty(); same; ++k) {  // no op of it in the window: nothing to compare
     for (const auto& ops : calls)
       same =
           same && k < ops.size() && k < calls[0].size() && sig_of(*ops[k]) == sig_of(*calls[0][k]);

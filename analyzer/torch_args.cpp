@@ -13,6 +13,7 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 
 #include "passes.h"
 
@@ -21,11 +22,12 @@ namespace {
 
 using fr::analyzer::torch::TorchIo;
 
-// A member's entry of collective `seq` on communicator `id` among its kept inputs and outputs.
-const TorchIo* io_at(const Proc& p, uint64_t id, uint64_t seq) {
+// A member's all_to_all entries on communicator `id`, by collective number.
+std::unordered_map<uint64_t, const TorchIo*> alltoalls(const Proc& p, uint64_t id) {
+  std::unordered_map<uint64_t, const TorchIo*> out;
   for (const auto& io : p.torch_io)
-    if (io.comm_id == id && io.seq == seq) return &io;
-  return nullptr;
+    if (io.comm_id == id && io.op == FR_OP_ALLTOALL) out.emplace(io.seq, &io);
+  return out;
 }
 
 bool torch_only(const Model& m, const Comm& c) {
@@ -46,17 +48,19 @@ void analyze_alltoall_totals(AnalysisState& state, int ci) {
   const Comm& c = m.comms[ci];
   // Every member's dump is needed: the totals are over the whole group.
   if (!torch_only(m, c) || c.size <= 0 || static_cast<int>(c.members.size()) != c.size) return;
+  std::vector<std::unordered_map<uint64_t, const TorchIo*>> by_member;
+  for (const auto& mem : c.members) by_member.push_back(alltoalls(m.procs[mem.proc], c.id));
   std::vector<uint64_t> seqs;
-  for (const auto& io : m.procs[c.members.front().proc].torch_io)
-    if (io.comm_id == c.id && io.op == FR_OP_ALLTOALL) seqs.push_back(io.seq);
+  for (const auto& [seq, io] : by_member.front()) seqs.push_back(seq);
+  std::sort(seqs.begin(), seqs.end());
   for (uint64_t seq : seqs) {
     std::vector<const TorchIo*> ios;
     uint64_t in = 0, out = 0;
-    for (const auto& mem : c.members) {
-      const TorchIo* io = io_at(m.procs[mem.proc], c.id, seq);
-      if (!io || io->op != FR_OP_ALLTOALL) break;
-      ios.push_back(io);
-      in += io->in_count, out += io->out_count;
+    for (const auto& member : by_member) {
+      auto it = member.find(seq);
+      if (it == member.end()) break;
+      ios.push_back(it->second);
+      in += it->second->in_count, out += it->second->out_count;
     }
     if (ios.size() != c.members.size() || in == out) continue;
     Stall s;
