@@ -4,12 +4,20 @@
 // PyTorch 2.15 dump, written by scenarios/make_scenarios.py into data/torch-scenarios. Each case
 // holds what torch's test expects (and its fr_trace reports) beside what fr-analyze must say.
 // Where fr judges differently on purpose, `why` says why.
+#include <sys/wait.h>
+
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "analyzer/analyze.h"
+#include "skip.h"
+#include "temp_dir.h"
 
 using nlohmann::json;
 
@@ -291,4 +299,41 @@ TEST_CASE("torch scenarios: a coalesced group's end markers, plain and per op, r
   CHECK(v["seq"] == 3);
   CHECK(v["group"]["ops"].size() == 4);  // the group's four broadcasts, its marker dropped
   CHECK(has(v, "3 of 4 members wait"));
+}
+
+namespace {
+
+std::string file_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+TEST_CASE("torch scenarios: the committed dump sets are what the generator writes",
+          "[torch][analysis][scenarios]") {
+  namespace fs = std::filesystem;
+  const std::string root = std::string(FR_SOURCE_DIR) + "/tests/analyzer/torch";
+  fr::test::TempDir tmp;
+  const std::string cmd =
+      "python3 " + root + "/scenarios/make_scenarios.py " + tmp.path + " > /dev/null 2>&1";
+  const int st = std::system(cmd.c_str());
+  const int rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  if (rc == 127) FR_SKIP("no python3 to run scenarios/make_scenarios.py");
+  REQUIRE(rc == 0);
+  std::set<std::string> made, kept;
+  for (const auto& d : fs::directory_iterator(tmp.path)) made.insert(d.path().filename());
+  for (const auto& d : fs::directory_iterator(root + "/data/torch-scenarios"))
+    kept.insert(d.path().filename());
+  CHECK(made == kept);
+  for (const std::string& name : made) {
+    for (const auto& f : fs::directory_iterator(fs::path(tmp.path) / name)) {
+      INFO(name << "/" << f.path().filename().string());
+      const fs::path committed =
+          fs::path(root) / "data/torch-scenarios" / name / f.path().filename();
+      CHECK(file_bytes(f.path()) == file_bytes(committed));
+    }
+  }
 }
