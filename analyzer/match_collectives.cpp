@@ -236,7 +236,7 @@ void decide(const Model& m, const Comm& c, const Members& mb, const std::vector<
                                (missing_global.empty() ? ""
                                                        : " (" + ranks_word(missing_global.size()) +
                                                              rank_list_text(missing_global) + ")");
-    const bool some_started = mb.not_started.size() < s.blocked.size() || max_completed >= t;
+    const bool some_started = !mb.not_completed.empty() || max_completed >= t;
     if (!mb.not_started.empty() && some_started) {
       s.kind = VerdictKind::kStuckInCollective;
       s.culprits = mb.not_started;
