@@ -55,6 +55,9 @@
 //     thread_id          -> tid (low 32 bits when numeric)
 //     duration_ms, timeout_ms, frames, thread_name: not kept (a pickle's are never even
 //                        turned into values); output_dtypes only when inputs have none
+//     input and output counts and dtypes: beside the log (TorchSide, torch_dump.h) for
+//                        all_to_all and every entry whose output differs from its input
+//   version            -> TorchSide::version as well (mixed versions are a finding)
 //   nccl_comm_state    NCCL's per-communicator dump strings: not kept
 //
 // Coalesced groups (torch_groups.cpp): the ops of a group and the end marker PyTorch adds after
