@@ -40,6 +40,7 @@ std::vector<Communicator> match_communicators(AnalysisState& state) {
     std::optional<Spread> coll, p2p;
     const size_t before = state.stalls.size();
     analyze_collectives(state, ci, &coll);
+    analyze_alltoall_totals(state, ci);
     analyze_p2p(state, ci, &p2p);
     analyze_unrecorded_p2p(state, ci);
     analyze_joining(state, ci);
@@ -127,6 +128,7 @@ Analysis analyze_model(const Model& m, const Options& opts) {
     else
       a.findings.push_back(finding_of(state, s));
   }
+  for (auto& f : torch_arg_findings(m, opts.comm)) a.findings.push_back(std::move(f));
   skew_thread.join();
   if (skew.straggler) a.findings.push_back(std::move(*skew.straggler));
   if (!have_verdict) a.verdict = quiet_verdict(census, a.findings);

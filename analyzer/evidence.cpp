@@ -273,7 +273,8 @@ void add_recent_ops(const Model& m, Finding* verdict) {
 // A finding is a consequence of the verdict when every rank it blames is one the verdict already
 // accounts for: a culprit of the verdict, or a member blocked in the verdict's op (a rank waiting
 // there can do nothing elsewhere). Stragglers (skew) stand on their own. Marked with
-// "consequence": true and "consequence_of": the verdict's kind.
+// "consequence": true and "consequence_of": the verdict's kind. Findings only ever findings
+// (stragglers, inconsistencies) stand on their own.
 void mark_consequences(const Finding& verdict, std::vector<Finding>* findings) {
   if (verdict.kind == VerdictKind::kNoHang) return;
   if (verdict.kind == VerdictKind::kIncomplete && verdict.culprit_ranks.empty()) return;
@@ -286,7 +287,7 @@ void mark_consequences(const Finding& verdict, std::vector<Finding>* findings) {
         held.insert(e["rank"].get<int>());
     }
   for (auto& f : *findings) {
-    if (f.kind == VerdictKind::kSkew) continue;
+    if (finding_only(f.kind)) continue;
     // An undecided finding (incomplete, nobody blamed: a group no dump lists, say) follows from
     // the verdict when every rank it shows waiting is held by it.
     std::vector<int> ranks = f.culprit_ranks;

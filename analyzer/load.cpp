@@ -347,8 +347,13 @@ Loaded load_one(const Job& job, LoadMode mode) {
         const std::string lead = job.path + ": ";
         out.warnings.push_back({job.path, w.rfind(lead, 0) == 0 ? w.substr(lead.size()) : w});
       }
-      for (const auto& log : r.logs) {
+      for (size_t i = 0; i < r.logs.size(); ++i) {
+        const auto& log = r.logs[i];
         out.procs.push_back(proc_from_log(log, "torch"));
+        if (i < r.sides.size()) {
+          out.procs.back().torch_version = std::move(r.sides[i].version);
+          out.procs.back().torch_io = std::move(r.sides[i].io);
+        }
         for (const auto& rec : log.records)  // the reader keeps each entry's op_id there
           if (rec.raw.op_index > 0 && fr::log::op_is_collective(rec.raw.op))
             out.procs.back().torch_op_ids.push_back(

@@ -478,6 +478,9 @@ Proc proc_from_log(const fr::log::LogFile& log, const std::string& source_kind) 
   }
   proc_chans(log, &p);
   proc_nixl(log, seen.nixl, &p);
+  if (source_kind == "torch")
+    for (auto& o : p.ops)
+      if (o.op == FR_OP_ALLTOALL) o.flags |= kOpUnevenCounts;
   build_histories(&p);
   return p;
 }

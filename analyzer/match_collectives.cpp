@@ -210,15 +210,17 @@ void decide(const Model& m, const Comm& c, const Members& mb, const std::vector<
   if (!mb.not_entered.empty()) {
     s.kind = VerdictKind::kNotEntered;
     s.culprits = mb.not_entered;
+    const std::string members = std::to_string(c.size > 0 ? c.size : static_cast<int>(present));
     s.summary = ranks_word(mb.not_entered.size()) + rank_list_text(mb.not_entered) +
-                " never entered " + where + "; " + std::to_string(s.blocked.size()) + " of " +
-                std::to_string(c.size > 0 ? c.size : static_cast<int>(present)) +
-                " members wait in it";
+                " never entered " + where + "; " +
+                (s.blocked.empty()
+                     ? "no member waits in it"
+                     : std::to_string(s.blocked.size()) + " of " + members + " members wait in it");
     if (!mb.raised.empty())
-      s.summary +=
-          "; on " + ranks_word(mb.raised.size()) + rank_list_text(mb.raised) +
-          " it ended with an error (raised or timed out: it cannot complete without them), "
-          "not completed";
+      s.summary += "; on " + ranks_word(mb.raised.size()) + rank_list_text(mb.raised) +
+                   " it ended with an error (raised or timed out: it cannot complete without " +
+                   ranks_word(mb.not_entered.size()) + rank_list_text(mb.not_entered) +
+                   "), not completed";
     unrecorded_ops_note(m, c, mb, s);
   } else if (c.size < 0 && mb.not_started.empty() && !s.blocked.empty()) {
     // Nobody knows the communicator's members (a PyTorch group its dumps do not describe): a
@@ -226,15 +228,34 @@ void decide(const Model& m, const Comm& c, const Members& mb, const std::vector<
     s.kind = VerdictKind::kIncomplete;
     s.summary = ranks_word(s.blocked.size()) + rank_list_text(s.blocked) + " wait in " + where +
                 ", whose members no dump lists; a member that never entered it cannot be named";
-  } else if (!missing.empty() && mb.not_started.empty()) {
-    s.kind = VerdictKind::kIncomplete;
-    s.culprits = missing_global;
-    s.summary = "every member with a dump is in " + where + "; " + std::to_string(missing.size()) +
-                plural(missing.size(), " member has", " members have") + " no dump" +
-                (missing_global.empty() ? ""
-                                        : " (" + ranks_word(missing_global.size()) +
-                                              rank_list_text(missing_global) + ")") +
-                " and would decide it";
+  } else if (!missing.empty()) {
+    // A member without a dump never counts as having entered. Only a GPU that never started the
+    // op while another member's did is told without it: that stream is held before the op.
+    const std::string absent = std::to_string(missing.size()) +
+                               plural(missing.size(), " member has", " members have") + " no dump" +
+                               (missing_global.empty() ? ""
+                                                       : " (" + ranks_word(missing_global.size()) +
+                                                             rank_list_text(missing_global) + ")");
+    const bool some_started = !mb.not_completed.empty() || max_completed >= t;
+    if (!mb.not_started.empty() && some_started) {
+      s.kind = VerdictKind::kStuckInCollective;
+      s.culprits = mb.not_started;
+      s.summary = "every member with a dump entered " + where + ", and " + absent +
+                  "; the GPU of " + ranks_word(mb.not_started.size()) +
+                  rank_list_text(mb.not_started) +
+                  " never started it while other members' did: that stream is held before it, "
+                  "whatever the members without a dump did";
+    } else {
+      s.kind = VerdictKind::kIncomplete;
+      s.culprits = missing_global;
+      s.summary =
+          "every member with a dump is in " + where + "; " + absent + " and would decide it" +
+          (mb.not_started.empty()
+               ? std::string()
+               : std::string(mb.not_started.size() > 1 ? " (the GPUs of " : " (the GPU of ") +
+                     ranks_word(mb.not_started.size()) + rank_list_text(mb.not_started) +
+                     (mb.not_started.size() > 1 ? " have" : " has") + " not started it)");
+    }
   } else {
     decide_stuck(mb, where, t, max_completed, s);
   }

@@ -26,7 +26,10 @@ struct Field {
 const Field kFields[] = {
     {"op", [](const Op& o) { return std::string(fr::log::op_name(o.op)); }},
     {"dtype", [](const Op& o) { return std::string(fr::log::dtype_name(o.dtype)); }},
-    {"count", [](const Op& o) { return std::to_string(o.count); }},
+    {"count",
+     [](const Op& o) {
+       return (o.flags & kOpUnevenCounts) ? std::string("-") : std::to_string(o.count);
+     }},
     {"root",
      [](const Op& o) { return is_rooted(o.op) ? std::to_string(o.peer) : std::string("-"); }},
     {"redop",
@@ -36,6 +39,29 @@ const Field kFields[] = {
 };
 
 using Groups = std::map<std::string, std::vector<int>>;  // value -> ranks that called it
+
+// One member's history entries for one sequence number: h->sig[at, at + n).
+struct Run {
+  const Proc* p = nullptr;
+  const CollHistory* h = nullptr;
+  size_t at = 0, n = 0;
+};
+
+bool same_calls(const Run& a, const Run& b) {
+  if (a.n != b.n) return false;
+  for (size_t k = 0; k < a.n; ++k)
+    if (!(a.p->sigs[a.h->sig[a.at + k]] == b.p->sigs[b.h->sig[b.at + k]])) return false;
+  return true;
+}
+
+// A member's ops of collective number `seq`, in record order (several in a coalesced group).
+std::vector<const Op*> ops_at(const Proc& p, const ProcComm& pc, uint64_t seq) {
+  std::vector<const Op*> out;
+  for_each_op(p, pc, Family::kCollective, [&](const Op& o) {
+    if (o.seq == seq) out.push_back(&o);
+  });
+  return out;
+}
 
 // The first field whose values differ among the rows, with the ranks per value.
 const Field* differing_field(const std::vector<Row>& rows, Groups* groups) {
@@ -113,7 +139,8 @@ std::set<int> mismatch_culprits(const std::vector<Row>& rows, const Field& field
 
 uint64_t earliest_mismatch(const Model& m, const Comm& c) {
   // From the members' collective histories, which loading keeps whole even when it leaves old
-  // records out: the signature of each sequence number, compared across members.
+  // records out: the signatures of each sequence number, compared across members. A number
+  // holds several ops where PyTorch coalesced them (they share one): compared as a list.
   uint64_t lo = UINT64_MAX, hi = 0;
   size_t total = 0;
   for (const auto& mem : c.members) {
@@ -129,39 +156,82 @@ uint64_t earliest_mismatch(const Model& m, const Comm& c) {
   const uint64_t cap = std::max<uint64_t>(4 * total + 1024, 1 << 20);
   if (hi - lo + 1 > cap) lo = hi - cap + 1;
   struct Slot {
-    const SigKey* first = nullptr;  // what the first member to call it called
+    Run first;  // what the first member to call it called
     bool differs = false;
   };
   std::vector<Slot> slots(hi - lo + 1);
   uint64_t first = 0;
   for (const auto& mem : c.members) {
     const Proc& p = m.procs[mem.proc];
-    p.comms[mem.pc].history.for_each([&](uint64_t seq, uint64_t, uint32_t sig) {
-      if (seq < lo || seq > hi) return;
+    const CollHistory& h = p.comms[mem.pc].history;
+    for (size_t i = 0; i < h.size();) {
+      if (h.sig[i] == CollHistory::kNoSig) {
+        ++i;
+        continue;
+      }
+      const uint64_t seq = h.seq_at(i);
+      size_t j = i + 1;  // the entries with this number
+      while (j < h.size() && h.sig[j] != CollHistory::kNoSig && h.seq_at(j) == seq) ++j;
+      const Run run{&p, &h, i, j - i};
+      i = j;
+      if (seq < lo || seq > hi) continue;
       Slot& s = slots[seq - lo];
-      const SigKey* k = &p.sigs[sig];
-      if (!s.first) {
-        s.first = k;
-      } else if (!s.differs && !(*s.first == *k)) {
+      if (!s.first.p) {
+        s.first = run;
+      } else if (!s.differs && !same_calls(s.first, run)) {
         s.differs = true;
         if (first == 0 || seq < first) first = seq;
       }
-    });
+    }
   }
   return first;
 }
 
-Stall mismatch_stall(const Model& m, int ci, uint64_t seq) {
-  const Comm& c = m.comms[ci];
-  std::vector<Row> rows;
+namespace {
+
+// Each member's op at the first place where the members' calls of `seq` differ (the first op,
+// unless a coalesced group differs further on); members without an op there go to *none.
+std::vector<Row> rows_at(const Model& m, const Comm& c, uint64_t seq, std::vector<int>* none) {
+  std::vector<std::vector<const Op*>> calls;
+  std::vector<std::pair<const Proc*, const ProcComm*>> who;
   for (const auto& mem : c.members) {
     const Proc& p = m.procs[mem.proc];
     const ProcComm& pc = p.comms[mem.pc];
-    if (const Op* o = find_seq(p, pc, seq, Family::kCollective))
-      rows.push_back({p.rank, o, &p, &pc});
+    std::vector<const Op*> ops = ops_at(p, pc, seq);
+    if (ops.empty()) continue;
+    calls.push_back(std::move(ops));
+    who.push_back({&p, &pc});
   }
+  size_t k = 0;
+  for (bool same = !calls.empty(); same; ++k) {  // no op of it in the window: nothing to compare
+    for (const auto& ops : calls)
+      same =
+          same && k < ops.size() && k < calls[0].size() && sig_of(*ops[k]) == sig_of(*calls[0][k]);
+    if (!same) break;
+  }
+  std::vector<Row> rows;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (k < calls[i].size())
+      rows.push_back({who[i].first->rank, calls[i][k], who[i].first, who[i].second});
+    else
+      none->push_back(who[i].first->rank);
+  }
+  return rows;
+}
+
+}  // namespace
+
+Stall mismatch_stall(const Model& m, int ci, uint64_t seq) {
+  const Comm& c = m.comms[ci];
+  std::vector<int> none;
+  std::vector<Row> rows = rows_at(m, c, seq, &none);
   Groups groups;
-  const Field& field = *differing_field(rows, &groups);
+  const Field& field = none.empty() ? *differing_field(rows, &groups) : kFields[0];
+  if (!none.empty()) {  // some members' group ends before the others': "none" there
+    groups.clear();
+    for (const Row& r : rows) groups[kFields[0].get(*r.op)].push_back(r.rank);
+    groups["none"] = none;
+  }
   const std::string expected = expected_value(rows, field, groups, seq);
   const std::set<int> culprits = mismatch_culprits(rows, field, groups, expected, seq);
 

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "analyzer/analyze.h"
+#include "analyzer/torch/torch_dump.h"
 #include "log/reader.h"
 #include "log/side_files.h"
 
@@ -49,6 +50,9 @@ inline constexpr uint32_t kOpReplayed = 0x80000000u;
 // Op::flags bit for a PyTorch collective that its dump shows finished (retired) although a
 // member never entered it: it ended with an error (raised, timed out), not completed.
 inline constexpr uint32_t kOpRaised = 0x40000000u;
+// Op::flags bit for a PyTorch all_to_all: torch runs it as grouped sends and receives, so each
+// member's counts may differ; only the totals over the group must agree (torch_args.cpp).
+inline constexpr uint32_t kOpUnevenCounts = 0x20000000u;
 
 // Where a replayed op comes from: replay `replay` of the process's graph `graph` (its ordinal),
 // captured op `pos` of `ops`.
@@ -230,6 +234,10 @@ struct Proc {
   // PyTorch dumps: per collective entry, {communicator id, collective seq, op_id}; op_id counts
   // every op of the group, point-to-point too, which gloo records no entry for (torch_infer.cpp).
   std::vector<std::array<uint64_t, 3>> torch_op_ids;
+  // PyTorch dumps: the recorder's version, and the inputs and outputs of the collective entries
+  // whose arguments torch_args.cpp compares.
+  std::string torch_version;
+  std::vector<fr::analyzer::torch::TorchIo> torch_io;
 };
 
 // The replay an op of `p` was made from, or nullptr for an op the program called itself.

@@ -63,6 +63,13 @@ inline bool in_family(const Op& o, Family family) {
   return counts(o) && op_class(o.op) == (family == Family::kP2p ? OpClass::P2P : OpClass::COLL);
 }
 
+// What a collective's arguments are compared by (SigKey): a PyTorch all_to_all's count is no
+// part of it (kOpUnevenCounts).
+inline SigKey sig_of(const Op& o) {
+  return SigKey{o.op, o.dtype, has_redop(o.op) ? o.redop : -1, is_rooted(o.op) ? o.peer : -1,
+                (o.flags & kOpUnevenCounts) ? 0 : o.count};
+}
+
 // Calls f(op) for every counted op of `family` a member recorded on one communicator, in record order.
 template <class F>
 void for_each_op(const Proc& p, const ProcComm& pc, Family family, F&& f) {
@@ -177,6 +184,12 @@ void analyze_p2p(AnalysisState& state, int ci, std::optional<Spread>* spread);
 // PyTorch groups of two whose members counted a different number of unrecorded ops (gloo's
 // send and recv, seen only in op_id) between the same two collectives (torch_infer.cpp).
 void analyze_unrecorded_p2p(AnalysisState& state, int ci);
+// PyTorch all_to_all whose totals over the group cannot match: a mismatch (torch_args.cpp).
+void analyze_alltoall_totals(AnalysisState& state, int ci);
+// Outputs unlike their inputs and mixed recorder versions in PyTorch dumps: findings of kind
+// `inconsistent`, which cannot hang a job (torch_args.cpp); on the communicators `comm_filter`
+// keeps (--comm), and job-wide.
+std::vector<Finding> torch_arg_findings(const Model& m, const std::string& comm_filter);
 // Blocking host calls every member must make (communicator creation, split, shrink, grow).
 void analyze_joining(AnalysisState& state, int ci);
 

@@ -11,8 +11,10 @@
 //   - a collective that one member's dump shows finished (retired) while a member that is not
 //     stale never entered it cannot have completed: it raised or timed out (kOpRaised);
 //   - a group whose members no dump lists (PyTorch 2.15 on gloo writes one nameless pg_config
-//     entry) where some members wait: when exactly one other rank has nothing pending at all,
-//     that rank is the member that never came (the others are busy elsewhere), and the group's
+//     entry) where some members wait and none finished any of its collectives (one that did
+//     needed every member, and a rank that recorded none of them took part in none): when
+//     exactly one other rank has nothing pending at all, that rank is the member that never
+//     came (the others are busy elsewhere), and the group's
 //     members are the ranks seen in it plus that one, numbered in global rank order as
 //     new_group numbers them.
 // And one matching pass over what the dumps count but do not record: analyze_unrecorded_p2p.
@@ -167,15 +169,18 @@ void infer_members(Model* m) {
   for (int ci = 0; ci < static_cast<int>(m->comms.size()); ++ci) {
     Comm& c = m->comms[ci];
     if (c.size >= 0 || !torch_comm(*m, c)) continue;
-    bool waits = false;
+    bool waits = false, finished = false;
     std::vector<char> in(m->procs.size(), 0);
     for (const auto& mem : c.members) {
       const Proc& p = m->procs[mem.proc];
       in[mem.proc] = 1;
       const Frontier f = frontier(p, p.comms[mem.pc], Family::kCollective);
       waits = waits || f.enq > f.completed;
+      finished = finished || f.completed > 0;
     }
-    if (!waits) continue;
+    // A collective some member finished needed every member: a rank that recorded none of the
+    // group's ops is no member of it (its whole dump would show them).
+    if (!waits || finished) continue;
     std::vector<int> idle_ranks;
     for (int pi = 0; pi < static_cast<int>(m->procs.size()); ++pi)
       if (!in[pi] && is_torch(m->procs[pi]) && idle(m->procs[pi])) idle_ranks.push_back(pi);

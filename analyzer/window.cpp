@@ -34,11 +34,6 @@ struct SigHash {
   }
 };
 
-SigKey sig_of(const Op& o) {
-  return SigKey{o.op, o.dtype, has_redop(o.op) ? o.redop : -1, is_rooted(o.op) ? o.peer : -1,
-                o.count};
-}
-
 // A process's signatures as ids: a hash table, and before it a small cache of the ops last
 // looked up, compared by their raw fields (a history repeats a few signatures, often in turn).
 class SigIds {

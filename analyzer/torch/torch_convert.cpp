@@ -55,13 +55,13 @@
 //     thread_id          -> tid (low 32 bits when numeric)
 //     duration_ms, timeout_ms, frames, thread_name: not kept (a pickle's are never even
 //                        turned into values); output_dtypes only when inputs have none
+//     input and output counts and dtypes: beside the log (TorchSide, torch_dump.h) for
+//                        all_to_all and every entry whose output differs from its input
+//   version            -> TorchSide::version as well (mixed versions are a finding)
 //   nccl_comm_state    NCCL's per-communicator dump strings: not kept
 //
-// Coalesced groups: every op of a group carries the same sequence number, and PyTorch adds a
-// "nccl:coalesced" entry after them that holds the CUDA events of the whole group (the member
-// entries stay "scheduled"). Entries of one process group with the same kind and sequence number
-// become one group (FR_REC_F_IN_GROUP, a shared group_id) and take the marker's state; the
-// marker itself is dropped.
+// Coalesced groups (torch_groups.cpp): the ops of a group and the end marker PyTorch adds after
+// them share a sequence number; they become one group with the marker's state.
 //
 // The rank comes from a top-level "rank" when present (our exports write it), else from the
 // trailing digits of the file name (<prefix><rank>, as PyTorch names the files). Header: job id
@@ -99,24 +99,6 @@ struct Group {
   size_t comm_index = 0;
 };
 
-// One entry, parsed, before grouping.
-struct Entry {
-  int64_t record_id = -1;
-  size_t group = 0;  // index into groups
-  int op = -1;       // fr_op, or -2 for the coalesced marker
-  bool p2p = false;
-  int64_t seq = 0;
-  uint64_t count = 0;
-  int dtype = -1;
-  int32_t peer = -1;
-  uint64_t call_ns = 0;
-  uint32_t tid = 0;
-  fr_gpu_state state = FR_GPU_NONE;
-  uint64_t group_id = 0;  // "fr_group_id" when present
-  int64_t pg_id = -1;
-  int64_t op_id = -1;  // gloo: the group's count of every op, which pg_status counts in too
-};
-
 class DumpConverter {
  public:
   DumpConverter(const json& d, std::string path, int name_rank, Warnings* w,
@@ -128,9 +110,21 @@ class DumpConverter {
     if (!read_pg_config(error)) return false;
     if (!read_entries(error)) return false;
     apply_progress();
-    apply_groups();
+    apply_coalesced_groups(&entries_, groups_.size(), path_, &w_);
     build(out);
     return true;
+  }
+
+  // The version, and the inputs and outputs of the entries whose arguments are compared.
+  void side(TorchSide* out) const {
+    out->version = as_text(field(d_, "version"));
+    for (const ConvEntry& e : entries_) {
+      if (e.op < 0 || e.p2p || e.seq <= 0 || !e.out_known) continue;
+      if (e.op != FR_OP_ALLTOALL && e.in_count == e.out_count && e.in_dtype == e.out_dtype)
+        continue;
+      out->io.push_back({groups_[e.group].id, uint64_t(e.seq), uint16_t(e.op), e.in_count,
+                         e.out_count, e.in_dtype, e.out_dtype});
+    }
   }
 
  private:
@@ -146,7 +140,7 @@ class DumpConverter {
   std::map<int64_t, size_t> by_pg_id_;
   size_t last_group_ = SIZE_MAX;  // the group group_of() found last
   int64_t last_pg_id_ = -1;       // the pg_id entry_from_raw() saw last
-  std::vector<Entry> entries_;
+  std::vector<ConvEntry> entries_;
   uint64_t min_ns_ = 0, max_ns_ = 0;
   int64_t anon_world_ = -1;  // world size hinted by a nameless pg_config entry
   bool start_seen_ = false;  // some entry or pg_status reports the start of work
@@ -280,7 +274,7 @@ class DumpConverter {
   }
 
   // Count, dtype and (send, recv) peer of a real op.
-  void read_op_fields(const RawEntry& e, std::string_view meta, Entry* x) {
+  void read_op_fields(const RawEntry& e, std::string_view meta, ConvEntry* x) {
     bool by_output = x->op == FR_OP_REDUCESCATTER || x->op == FR_OP_SCATTER;
     bool ok = by_output ? e.out_ok : e.in_ok;
     x->count = by_output ? e.out_count : e.in_count;
@@ -306,7 +300,7 @@ class DumpConverter {
   }
 
   // One entry into an Entry; false (with a warning) when it cannot be used.
-  bool entry_from_raw(const RawEntry& e, Entry* x) {
+  bool entry_from_raw(const RawEntry& e, ConvEntry* x) {
     if (!e.is_dict) {
       w_.add(path_ + ": entry that is not a dict skipped");
       return false;
@@ -316,7 +310,7 @@ class DumpConverter {
       return false;
     }
     OpName name = split_profiling_name(e.profiling_name);
-    x->op = torch_op_from_name(name.op);
+    x->op = coalesced_end_marker(name.op, e) ? kCoalescedEnd : torch_op_from_name(name.op);
     if (x->op == -1) {
       w_.add(path_ + ": entries with unknown operation \"" + std::string(name.op.substr(0, 48)) +
              "\" skipped");
@@ -352,6 +346,8 @@ class DumpConverter {
     if (e.has_tid) x->tid = uint32_t(uint64_t(e.tid));
     x->group_id = e.group_id;
     if (x->op >= 0) read_op_fields(e, name.meta, x);
+    x->in_count = e.in_count, x->out_count = e.out_count, x->out_known = e.out_ok;
+    x->in_dtype = e.in_dtype, x->out_dtype = e.out_dtype;
     return true;
   }
 
@@ -371,7 +367,7 @@ class DumpConverter {
     }
     entries_.reserve(list->size());
     for (const RawEntry& e : *list) {
-      Entry x;
+      ConvEntry x;
       if (entry_from_raw(e, &x)) entries_.push_back(x);
     }
     return true;
@@ -435,70 +431,6 @@ class DumpConverter {
         continue;
       e.state = FR_GPU_STARTED;
     }
-  }
-
-  // Whether no entry belongs to a coalesced group: no marker, no group id, and every sequence
-  // number used once per process group and kind (seen when they ascend, as PyTorch writes them).
-  bool no_groups() const {
-    std::vector<int64_t> last(groups_.size() * 2, 0);
-    for (const auto& e : entries_) {
-      if (e.seq <= 0) continue;
-      int64_t& l = last[e.group * 2 + (e.p2p ? 1 : 0)];
-      if (e.op == -2 || e.group_id || e.seq <= l) return false;
-      l = e.seq;
-    }
-    return true;
-  }
-
-  // Coalesced groups: same process group, kind and sequence number; the marker's state wins.
-  void apply_groups() {
-    if (no_groups()) return;  // the common case, without building the map below
-    struct Key {
-      size_t group;
-      bool p2p;
-      int64_t seq;
-      bool operator<(const Key& o) const {
-        return std::tie(group, p2p, seq) < std::tie(o.group, o.p2p, o.seq);
-      }
-    };
-    struct Info {
-      size_t members = 0;
-      bool marker = false;
-      fr_gpu_state marker_state = FR_GPU_NONE;
-      uint64_t id = 0;
-    };
-    std::map<Key, Info> keys;
-    for (const auto& e : entries_) {
-      if (e.seq <= 0) continue;
-      Info& in = keys[Key{e.group, e.p2p, e.seq}];
-      if (e.op == -2) {
-        in.marker = true;
-        in.marker_state = std::max(in.marker_state, e.state);
-      } else {
-        ++in.members;
-      }
-    }
-    uint64_t next_id = 1;
-    std::vector<Entry> kept;
-    kept.reserve(entries_.size());
-    size_t lone_markers = 0;
-    for (auto& e : entries_) {
-      Info* in = e.seq > 0 ? &keys[Key{e.group, e.p2p, e.seq}] : nullptr;
-      if (e.op == -2) {
-        if (!in || in->members == 0) ++lone_markers;
-        continue;
-      }
-      if (in && (in->members > 1 || in->marker || e.group_id)) {
-        if (in->id == 0) in->id = e.group_id ? e.group_id : (uint64_t(1) << 63) | next_id++;
-        e.group_id = in->id;
-        e.state = std::max(e.state, in->marker_state);
-      }
-      kept.push_back(e);
-    }
-    if (lone_markers)
-      w_.add(path_ + ": " + std::to_string(lone_markers) +
-             " coalesced marker entries whose ops are not in the dump dropped");
-    entries_ = std::move(kept);
   }
 
   void build(fr::log::LogFile* out) {
@@ -575,7 +507,7 @@ class DumpConverter {
   void build_records(const Numbering& n, size_t ncomm, fr::log::LogFile* f) {
     f->records.reserve(entries_.size());
     for (size_t i = 0; i < entries_.size(); ++i) {
-      const Entry& e = entries_[i];
+      const ConvEntry& e = entries_[i];
       fr::log::Record rec{};
       fr_record& r = rec.raw;
       std::memset(&r, 0, sizeof r);
@@ -687,9 +619,12 @@ class DumpConverter {
 }  // namespace
 
 bool convert_dump(const json& dump, const std::string& path, int name_rank, Warnings* w,
-                  const std::vector<RawEntry>* raw, fr::log::LogFile* out, std::string* error) {
+                  const std::vector<RawEntry>* raw, fr::log::LogFile* out, TorchSide* side,
+                  std::string* error) {
   DumpConverter c(dump, path, name_rank, w, raw);
-  return c.run(out, error);
+  if (!c.run(out, error)) return false;
+  if (side) c.side(side);
+  return true;
 }
 
 }  // namespace fr::analyzer::torch

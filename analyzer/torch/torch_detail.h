@@ -34,7 +34,8 @@ std::string torch_export_text(const std::vector<fr::log::LogFile>& logs, size_t 
 bool sniff_torch_dump(std::string_view head);
 
 // fr_op for the operation part of a profiling name ("all_reduce", "send", ...); -1 when
-// unknown, -2 for "coalesced" (the marker entry PyTorch adds after a coalesced group).
+// unknown, -2 (kCoalescedEnd) for "coalesced" (the end marker PyTorch adds after a coalesced
+// group; the per-op markers are told by their empty shapes, torch_convert.h).
 int torch_op_from_name(std::string_view op);
 // The profiling-name operation PyTorch uses for one of our ops, nullptr when it has none.
 const char* torch_op_name(uint16_t op);

@@ -208,11 +208,14 @@ TorchReadResult convert_torch_document(const json& doc, const std::string& name)
   Warnings w;
   auto one = [&](const json& d, const std::string& path, int name_rank) {
     fr::log::LogFile f;
+    TorchSide side;
     std::string err;
-    if (convert_dump(d, path, name_rank, &w, nullptr, &f, &err))
+    if (convert_dump(d, path, name_rank, &w, nullptr, &f, &side, &err)) {
       r.logs.push_back(std::move(f));
-    else
+      r.sides.push_back(std::move(side));
+    } else {
       w.add(err);
+    }
   };
   if (is_dump(doc)) {
     one(doc, name, rank_from_name(name));
@@ -297,10 +300,13 @@ bool convert_pickle(const PickleDoc& doc, const std::string& name, TorchReadResu
 
   Warnings w;
   fr::log::LogFile f;
-  if (convert_dump(rest, name, rank_from_name(name), &w, &raw, &f, &err))
+  TorchSide side;
+  if (convert_dump(rest, name, rank_from_name(name), &w, &raw, &f, &side, &err)) {
     r->logs.push_back(std::move(f));
-  else
+    r->sides.push_back(std::move(side));
+  } else {
     w.add(err);
+  }
   w.flush(&r->warnings);
   if (r->logs.empty())
     r->error = r->warnings.empty() ? name + ": no usable dump in the file" : r->warnings.back();

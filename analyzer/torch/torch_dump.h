@@ -7,6 +7,7 @@
 // torch_convert.cpp.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,8 +16,28 @@
 namespace fr::analyzer::torch {
 
 bool looks_like_torch_dump(const std::string& path);  // sniff JSON / pickle FR dumps
+
+// What a collective entry says that a flight-log record has no field for: its inputs and outputs
+// (element counts over all tensors, the first dtype of each list as torch names it), for the
+// checks that compare them (the analyzer's torch_args.cpp). Kept for the entries where they
+// matter: all_to_all, and every entry whose output differs from its input in count or dtype.
+struct TorchIo {
+  uint64_t comm_id = 0;
+  uint64_t seq = 0;
+  uint16_t op = 0;
+  uint64_t in_count = 0, out_count = 0;
+  std::string in_dtype, out_dtype;
+};
+
+// Per dump: the recorder's version ("2.10") and its entries' TorchIo, in record order.
+struct TorchSide {
+  std::string version;
+  std::vector<TorchIo> io;
+};
+
 struct TorchReadResult {
   std::vector<fr::log::LogFile> logs;
+  std::vector<TorchSide> sides;  // one per log, in the same order
   std::vector<std::string> warnings;
   std::string error;
 };

@@ -47,8 +47,10 @@ RawEntry raw_from_json(const json& e) {
     x.group_id = gid->get<uint64_t>();
   else if (gid && gid->is_number_integer() && gid->get<int64_t>() > 0)
     x.group_id = uint64_t(gid->get<int64_t>());
-  x.in_count = element_count(field(e, "input_sizes"), &x.in_ok);
-  x.out_count = element_count(field(e, "output_sizes"), &x.out_ok);
+  x.in_count = element_count(field(e, "input_sizes"), &x.in_ok, &x.dims);
+  x.out_count = element_count(field(e, "output_sizes"), &x.out_ok, &x.dims);
+  for (auto [key, out] : {std::pair{"input_dtypes", &x.in_dtype}, {"output_dtypes", &x.out_dtype}})
+    if (const json* l = field(e, key); l && l->is_array() && !l->empty()) *out = as_text(&(*l)[0]);
   const json* dts = field(e, "input_dtypes");
   if (!dts || !dts->is_array() || dts->empty()) dts = field(e, "output_dtypes");
   if (dts && dts->is_array() && !dts->empty()) {
@@ -110,9 +112,10 @@ bool p_bool(const PickleDoc& d, PRef v, bool dflt) {
   return dflt;
 }
 
-// element_count() of a pickled list of shapes. `tmp` and `dims` are scratch lists.
+// element_count() of a pickled list of shapes, adding its dimensions to *ndims. `tmp` and `dims`
+// are scratch lists.
 uint64_t p_element_count(const PickleDoc& d, PRef sizes, bool* ok, std::vector<PRef>* tmp,
-                         std::vector<PRef>* dims) {
+                         std::vector<PRef>* dims, uint64_t* ndims) {
   *ok = false;
   if (!p_is_seq(d.type(sizes))) return 0;
   d.items(sizes, tmp);
@@ -120,6 +123,7 @@ uint64_t p_element_count(const PickleDoc& d, PRef sizes, bool* ok, std::vector<P
   for (PRef t : *tmp) {
     if (!p_is_seq(d.type(t))) return 0;
     d.items(t, dims);
+    *ndims += dims->size();
     uint64_t prod = 1;
     for (PRef x : *dims) {
       uint64_t dim;
@@ -255,15 +259,19 @@ RawEntry PickleEntryReader::read(PRef e) {
       case Field::kThreadId: x.has_tid = p_int(d_, v, &x.tid); break;
     }
   }
-  x.in_count = has_in_sz ? p_element_count(d_, in_sz, &x.in_ok, &tmp_, &dims_) : 0;
-  x.out_count = has_out_sz ? p_element_count(d_, out_sz, &x.out_ok, &tmp_, &dims_) : 0;
-  bool has = has_in_dt && p_is_seq(d_.type(in_dt)) && (d_.items(in_dt, &tmp_), !tmp_.empty());
-  if (!has) {
-    has = has_out_dt && p_is_seq(d_.type(out_dt)) && (d_.items(out_dt, &tmp_), !tmp_.empty());
-  }
-  if (has) {
+  x.in_count = has_in_sz ? p_element_count(d_, in_sz, &x.in_ok, &tmp_, &dims_, &x.dims) : 0;
+  x.out_count = has_out_sz ? p_element_count(d_, out_sz, &x.out_ok, &tmp_, &dims_, &x.dims) : 0;
+  // The first of each dtype list; the record's dtype is the input's, else the output's.
+  auto first = [&](bool has, PRef l, std::string* out) {
+    if (!has || !p_is_seq(d_.type(l)) || (d_.items(l, &tmp_), tmp_.empty())) return false;
+    *out = p_text(d_, tmp_[0]);
+    return true;
+  };
+  const bool has_in = first(has_in_dt, in_dt, &x.in_dtype);
+  const bool has_out = first(has_out_dt, out_dt, &x.out_dtype);
+  if (has_in || has_out) {
     x.has_dtype = true;
-    x.dtype = p_text(d_, tmp_[0]);
+    x.dtype = has_in ? x.in_dtype : x.out_dtype;
   }
   return x;
 }

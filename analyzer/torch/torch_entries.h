@@ -36,8 +36,12 @@ struct RawEntry {
   uint64_t group_id = 0;  // "fr_group_id" when a positive int
   bool in_ok = false, out_ok = false;
   uint64_t in_count = 0, out_count = 0;  // element counts of input_sizes and output_sizes
+  // Dimensions over all of input_sizes and output_sizes: 0 when every shape is empty ([] or
+  // [[]]), as in the end marker of a coalesced group.
+  uint64_t dims = 0;
   bool has_dtype = false;
-  std::string dtype;  // the first input dtype, else the first output dtype
+  std::string dtype;                // the first input dtype, else the first output dtype
+  std::string in_dtype, out_dtype;  // the first of each list; empty when it has none
 };
 
 RawEntry raw_from_json(const nlohmann::json& e);

@@ -1,5 +1,5 @@
-// An entry's progress and name (torch_convert.h): its state, its profiling name split, and
-// pg_status counters in the entries' numbering. On gloo, pg_status counts every op a process
+// An entry's progress and name (torch_convert.h): its state, its profiling name split (and
+// whether it ends a coalesced group), and pg_status counters in the entries' numbering. On gloo, pg_status counts every op a process
 // group issued (its op_id), collectives and point-to-point alike, while the entries'
 // collective_seq_id counts collectives only; gloo records no entry for send and recv, so its
 // counters run ahead of the entries by the point-to-point ops issued so far.
@@ -36,6 +36,15 @@ OpName split_profiling_name(std::string_view name) {
   size_t space = name.find(' ');
   if (space == std::string_view::npos) return {name, {}};
   return {name.substr(0, space), name.substr(space + 1)};
+}
+
+bool coalesced_end_marker(std::string_view op, const RawEntry& e) {
+  if (op == "coalesced") return true;
+  constexpr std::string_view kTail = "_coalesced";
+  if (op.size() <= kTail.size() || op.substr(op.size() - kTail.size()) != kTail) return false;
+  for (char c : op.substr(0, op.size() - kTail.size()))
+    if (!((c >= 'A' && c <= 'Z') || c == '_')) return false;
+  return e.dims == 0;
 }
 
 int64_t coll_seq_at(const OpIdMap& ids, int64_t counter) {

@@ -168,12 +168,13 @@ int nccl_version_code(const std::string& v) {
   return (x <= 2 && y <= 8) ? x * 1000 + y * 100 + z : x * 10000 + y * 100 + z;
 }
 
-uint64_t element_count(const json* sizes, bool* ok) {
+uint64_t element_count(const json* sizes, bool* ok, uint64_t* dims) {
   *ok = false;
   if (!sizes || !sizes->is_array()) return 0;
   uint64_t total = 0;
   for (const auto& t : *sizes) {
     if (!t.is_array()) return 0;
+    if (dims) *dims += t.size();
     uint64_t prod = 1;
     for (const auto& d : t) {
       uint64_t dim;

@@ -76,6 +76,7 @@ inline uint64_t saturating_add(uint64_t a, uint64_t b) {
   return a > UINT64_MAX - b ? UINT64_MAX : a + b;
 }
 
-uint64_t element_count(const nlohmann::json* sizes, bool* ok);
+// `dims`, when given, gets the number of dimensions over all shapes added to it.
+uint64_t element_count(const nlohmann::json* sizes, bool* ok, uint64_t* dims = nullptr);
 
 }  // namespace fr::analyzer::torch

@@ -233,3 +233,46 @@ TEST_CASE("torch analysis: dumps PyTorch 2.15 wrote on gloo, every fault and for
   for (const char* fault : fr_real_torch::kFaults)
     fr_real_torch::check_forms(fault, data + "/" + fault);
 }
+
+TEST_CASE("torch analysis: a per-op coalesced end marker in JSON, [] or [[]] shapes",
+          "[torch][analysis]") {
+  // An uneven all_gather as PyTorch's JSON dump holds it: one _broadcast_oop per rank, all #3,
+  // ended by ALLGATHER_coalesced with empty shapes. Rank 2 never entered the group.
+  for (const char* empty : {"[]", "[[]]"}) {
+    INFO(empty);
+    TempDir tmp;
+    const int world = 4;
+    for (int r = 0; r < world; ++r) {
+      std::vector<Op> ops(2, Op{"all_reduce", 16, "Float", "completed"});
+      json d = torch_dump(world, ops);
+      if (r != 2) {
+        for (int i = 0; i <= world; ++i) {
+          json e = d["entries"][0];
+          e["record_id"] = 2 + i;
+          e["collective_seq_id"] = 3;
+          e["op_id"] = 3 + i;
+          e["state"] = "scheduled";
+          e["retired"] = false;
+          if (i < world) {
+            e["profiling_name"] = "nccl:_broadcast_oop";
+            e["input_sizes"] = e["output_sizes"] = json::array({json::array({4 + i, 4})});
+          } else {
+            e["profiling_name"] = "nccl:ALLGATHER_coalesced";
+            e["input_sizes"] = e["output_sizes"] = json::parse(empty);
+            e["input_dtypes"] = e["output_dtypes"] = json::array();
+          }
+          d["entries"].push_back(e);
+        }
+      }
+      write_json(tmp.path + "/nccl_trace_rank_" + std::to_string(r), d);
+    }
+    json a = analyze(tmp.path);
+    CHECK(a["verdict"]["kind"] == "not_entered");
+    CHECK(culprits(a) == std::vector<int>{2});
+    CHECK(a["verdict"]["seq"] == 3);
+    CHECK(a["verdict"]["op"] == "Broadcast");
+    CHECK(a["verdict"]["group"]["ops"].size() == 4);
+    for (const auto& w : a["inputs"]["warnings"])
+      CHECK(w["warning"].get<std::string>().find("marker") == std::string::npos);
+  }
+}

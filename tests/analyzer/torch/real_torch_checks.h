@@ -16,7 +16,7 @@ using nlohmann::json;
 
 inline const char* const kFaults[] = {"hang",      "skip",  "size",     "op",       "group",
                                       "kill",      "p2p",   "p2p_pair", "p2p_skip", "empty",
-                                      "unreached", "stale", "raised",   "root"};
+                                      "unreached", "stale", "raised",   "root",     "subgroups"};
 
 inline std::set<int> culprits(const json& doc) {
   std::set<int> s;
@@ -117,6 +117,28 @@ inline void check_inferred(const std::string& fault, const json& doc) {
     std::string text = fr::analyzer::render_text(doc, false);
     CHECK(text.find("AllReduce #11: raised") != std::string::npos);
     CHECK(text.find("AllReduce #11: completed") == std::string::npos);
+  } else if (fault == "subgroups") {
+    // grp_a [0, 1, 2], grp_b [2, 3] and grp_c [0, 2, 3], which no dump lists, each finished two
+    // all_reduces; 1 stays on the host before grp_a's #3, where 0 and 2 wait; 3 waits in grp_c's
+    // #3, which 0 and 2 never reach. Rank 1 has nothing pending, but it recorded no op of grp_c,
+    // whose members finished collectives that needed every member: it is no member of grp_c.
+    CHECK(v["kind"] == "not_entered");
+    CHECK(culprits(doc) == std::set<int>{1});
+    CHECK(v["comm"]["name"] == "grp_a");
+    CHECK(v["seq"] == 3);
+    CHECK(has(v, "summary", "2 of 3 members wait"));
+    bool grp_c = false;
+    for (const auto& f : doc["findings"]) {
+      if (f["comm"].is_null() || f["comm"]["name"] != "grp_c") continue;
+      grp_c = true;
+      CHECK(f["kind"] == "not_entered");
+      CHECK(culprits(json{{"verdict", f}}) == std::set<int>{0, 2});
+      CHECK(f["seq"] == 3);
+      CHECK(f["consequence"] == true);
+    }
+    CHECK(grp_c);
+    for (const auto& w : doc["inputs"]["warnings"])
+      CHECK(w["warning"].get<std::string>().find("taken to be ranks") == std::string::npos);
   } else if (fault == "root") {
     // 3 broadcasts from itself, the others from 0: the roots 0 and 3 disagree, which gloo's
     // entries cannot show (no root recorded). Said so; nobody blamed.
@@ -136,6 +158,9 @@ inline void check_fault(const std::string& fault, const json& doc) {
   const json& v = doc["verdict"];
   // Files torch wrote are read, never skipped; remarks on them are warnings.
   CHECK(doc["inputs"]["skipped"].empty());
+  // A member that never entered is never said to be waited for by nobody in numbers.
+  CHECK(!has(v, "summary", " 0 of "));
+  for (const auto& f : doc["findings"]) CHECK(!has(f, "summary", " 0 of "));
   if (fault == "hang") {
     CHECK(v["kind"] == "not_entered");
     CHECK(culprits(doc) == std::set<int>{3});

@@ -129,3 +129,11 @@ TEST_CASE("real torch: a root mismatch gloo cannot show is said to be undecidabl
   TempDir dir;
   fr_real_torch::check_forms("root", run_job(dir, "root"));
 }
+
+TEST_CASE(
+    "real torch: a rank held on the host is blamed in its own group, never in one whose ops it "
+    "never recorded",
+    "[real_torch]") {
+  TempDir dir;
+  fr_real_torch::check_forms("subgroups", run_job(dir, "subgroups"));
+}

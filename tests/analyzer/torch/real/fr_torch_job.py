@@ -7,7 +7,8 @@ and has every rank that can dump write its Flight Recorder dump in the three for
   OUT/<fault>/json/rank_<r>.json  _dump_fr_trace_json (JSON bytes, written here)
 
 Usage: fr_torch_job.py OUT FAULT...   (FAULT: hang skip size op group kill p2p p2p_pair
-                                              p2p_skip empty unreached stale raised root)
+                                              p2p_skip empty unreached stale raised root
+                                              subgroups)
 Exit 0 when every job wrote its dumps, 77 when torch (with gloo) cannot be imported, else 1.
 
 Every job does ten all_reduces that finish, then the fault at collective #11 on rank 3:
@@ -34,6 +35,9 @@ Every job does ten all_reduces that finish, then the fault at collective #11 on 
   raised (2 ranks) a group with a 3 s timeout; rank 1 stays on the host before the group's
          all_reduce #1; rank 0's raises (timed out) and it dumps after
   root   broadcast #11 from rank 0 on 0, 1, 2 and from rank 3 on rank 3 (gloo records no root)
+  subgroups groups grp_a [0, 1, 2], grp_b [2, 3], grp_c [0, 2, 3] each finish two all_reduces;
+         then rank 1 stays on the host while 0 and 2 wait in grp_a's all_reduce #3, and 3 waits
+         in grp_c's #3, which 0 and 2 (held in grp_a) never reach
 
 Collectives after the fault are issued with async_op=True, so a rank dumps while its work is
 still pending, as a hung job's ranks would. The faults are chosen so that gloo never receives
@@ -52,7 +56,8 @@ import time
 WORLD = {"hang": 6, "group": 6, "raised": 2, "p2p_pair": 2, "p2p_skip": 2}
 DEFAULT_WORLD = 4
 CULPRIT = 3
-CULPRITS = {"raised": 1, "p2p_pair": 1, "p2p_skip": 0}
+CULPRITS = {"raised": 1, "p2p_pair": 1, "p2p_skip": 0, "subgroups": 1}
+SUBGROUPS = (("grp_a", (0, 1, 2)), ("grp_b", (2, 3)), ("grp_c", (0, 2, 3)))
 LIMIT_S = 60
 # torch marks finished work retired a moment after the call returns; a dump taken at once can
 # show the last finished collective as unfinished on one rank. A hung job is dumped seconds
@@ -86,6 +91,14 @@ def exchange(dist, t, rank, rounds):
 def fault_ops(fault, rank, dist, torch, t, sub):
     """What rank issues at the fault, after the all_reduces that finish: its pending work."""
     culprit = CULPRITS.get(fault, CULPRIT)
+    if fault == "subgroups":
+        for g, (_, members) in zip(sub, SUBGROUPS):
+            if rank in members:
+                for _ in range(2):
+                    dist.all_reduce(t, group=g)
+        if rank == culprit:
+            return []
+        return [dist.all_reduce(t, group=sub[2 if rank == 3 else 0], async_op=True)]
     if fault == "p2p":
         exchange(dist, t, rank, 2)
         if rank == 2:
@@ -142,6 +155,8 @@ def rank_main(fault, rank, world, store, out):
         sub = dist.new_group([1, 2, 3, 4], group_desc="sub_ranks")
     elif fault == "unreached":
         sub = dist.new_group([1, 2, 3], group_desc="trio")
+    elif fault == "subgroups":
+        sub = [dist.new_group(list(members), group_desc=desc) for desc, members in SUBGROUPS]
 
     def dump():
         c10d._dump_fr_trace_file(rank)
