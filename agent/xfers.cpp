@@ -16,8 +16,11 @@ namespace {
 inline constexpr uint32_t kBuckets = 1u << 14;  // power of two, well above the table's capacity
 inline constexpr uint32_t kProbes = 32;
 
+// A bucket's key while map_insert rewrites it: readers probe past it (never a request handle).
+inline constexpr uint64_t kChanging = ~uint64_t{0};
+
 struct Bucket {
-  uint64_t key;   // the request handle, 0 = empty (atomic)
+  uint64_t key;   // the request handle, 0 = empty, kChanging while rewritten (atomic)
   uint32_t slot;  // entry index (atomic)
   uint32_t pad;
 };
@@ -68,7 +71,9 @@ void map_insert(uint64_t handle, uint32_t slot) {
     Bucket& k = g_xp.buckets[b];
     uint64_t key = __atomic_load_n(&k.key, __ATOMIC_ACQUIRE);
     if (key == 0 || key == handle || !holds(__atomic_load_n(&k.slot, __ATOMIC_RELAXED), key)) {
-      __atomic_store_n(&k.key, 0, __ATOMIC_RELEASE);  // readers skip it while it changes
+      // Readers probe past it while it changes: an empty key would end their probe here and
+      // hide a live handle further along the chain.
+      __atomic_store_n(&k.key, kChanging, __ATOMIC_RELEASE);
       __atomic_store_n(&k.slot, slot, __ATOMIC_RELAXED);
       __atomic_store_n(&k.key, handle, __ATOMIC_RELEASE);
       return;
