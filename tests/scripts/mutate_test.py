@@ -7,8 +7,8 @@ twice, is refused (exit 2) before anything is built; a test regex that selects n
 refused; a failing baseline stops the run (exit 3) naming the test; a mutation of add() is killed,
 one that does not compile is killed by the compiler, one of scale() survives and, unexplained,
 fails the run (exit 1), explained it passes at a low enough --min-score and fails at 90; the
-mutated file is restored in the scratch copy and the source is never written; a --build-dir that
-the script did not make is left alone.
+mutated file is restored in the scratch copy, and what was built from it rebuilt, and the source
+is never written; a --build-dir that the script did not make is left alone.
 
 Needs cmake and a C compiler; without them this exits 77 (CTest: skipped) with the FR-SKIPPED line
 tests/ctest_report.py reads.
@@ -41,8 +41,8 @@ int main(int argc, char** argv) {
 """
 
 
-def block(mid, orig, repl, tests="^calc_add$", extra=""):
-    return (f"id: {mid}\nfile: calc.c\ntargets: calc_test\ntests: {tests}\nwhat: {mid}\n{extra}"
+def block(mid, orig, repl, tests="^calc_add$", extra="", targets="calc_test"):
+    return (f"id: {mid}\nfile: calc.c\ntargets: {targets}\ntests: {tests}\nwhat: {mid}\n{extra}"
             f"- |{orig}\n+ |{repl}\n\n")
 
 
@@ -153,6 +153,13 @@ def cases(script, tmp):
           rc == 1 and "remove its expect" in out)
     rc, out = mutate(ADD + SCALE, "--only", "toy.add")
     check("--only runs just the named mutation", rc == 0 and "toy.scale" not in out)
+
+    # The next mutation rebuilds only the library, yet runs calc_test: it must find calc_test
+    # rebuilt from the restored add(), not the one built while add() was mutated.
+    rc, out = mutate(ADD + block("toy.scale_lib", "a * 1", "a * 2", targets="calc"),
+                     "--min-score", "0")
+    check("a binary built from a mutated file is rebuilt once it is restored",
+          "survived" in line_of(out, "toy.scale_lib"))
 
     # A folder the script did not make is never used (nor removed).
     other = os.path.join(tmp, "precious")
