@@ -151,6 +151,10 @@ def cases(script, tmp):
                            extra="expect: survives\nwhy: stale\n"))
     check("a mutation said to survive that is killed fails the run (stale list)",
           rc == 1 and "remove its expect" in out)
+    rc, out = mutate(block("toy.add", "return a + b;", "return a - b;",
+                           extra="expect: either\nwhy: a race kills it in some runs\n"))
+    check("a mutation that a race kills in some runs (expect: either) may be killed",
+          rc == 0 and "remove its expect" not in out)
     rc, out = mutate(ADD + SCALE, "--only", "toy.add")
     check("--only runs just the named mutation", rc == 0 and "toy.scale" not in out)
 
