@@ -5,7 +5,8 @@ The toy: calc.c with add() (tested by ctest test calc_add) and scale() (tested b
 test calc_bad that always fails. Checked: a mutation whose original text is absent, or occurs
 twice, is refused (exit 2) before anything is built; a test regex that selects no test is
 refused; a failing baseline stops the run (exit 3) naming the test; a mutation of add() is killed,
-one that does not compile is killed by the compiler, one of scale() survives and, unexplained,
+one that does not compile is killed by the compiler, one that hangs is killed at
+--mutation-timeout and its test ended, one of scale() survives and, unexplained,
 fails the run (exit 1), explained it passes at a low enough --min-score and fails at 90; the
 mutated file is restored in the scratch copy, and what was built from it rebuilt, and the source
 is never written; a --build-dir that the script did not make is left alone.
@@ -20,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 failures = []
 
@@ -157,6 +159,17 @@ def cases(script, tmp):
           rc == 0 and "remove its expect" not in out)
     rc, out = mutate(ADD + SCALE, "--only", "toy.add")
     check("--only runs just the named mutation", rc == 0 and "toy.scale" not in out)
+
+    # A mutation that hangs its test is killed when its tests run past --mutation-timeout, and
+    # the hung test is ended with them.
+    start = time.time()
+    rc, out = mutate(block("toy.hang", "return a + b;", "while (1) {} return a + b;"),
+                     "--mutation-timeout", "5", "--test-timeout", "100")
+    check("a hanging mutation is killed at --mutation-timeout",
+          "ran past --mutation-timeout" in line_of(out, "toy.hang") and time.time() - start < 60)
+    hung = subprocess.run(["pgrep", "-f", os.path.join(scratch, "tree", "build", "calc_test")],
+                          capture_output=True, text=True).stdout.split()
+    check("the hung test does not outlive the run", not hung)
 
     # The next mutation rebuilds only the library, yet runs calc_test: it must find calc_test
     # rebuilt from the restored add(), not the one built while add() was mutated.
