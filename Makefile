@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
 .PHONY: deps build test test-unit test-sanitizers test-tsan test-asan test-asan-daemon fuzz-build \
-  fuzz-check fuzz fuzz-long bench demo install package clean shape gpu-check gpu-bundle
+  fuzz-check fuzz fuzz-long bench demo install package clean shape gpu-check gpu-bundle mutate
 
 deps:
 	@bash scripts/install-deps.sh
@@ -101,6 +101,14 @@ shape:
 	python3 scripts/check-shape
 	python3 scripts/check-format
 
+# Mutation testing (scripts/mutate, docs/mutation.md), not part of `make test`: each mutation of
+# tests/mutations/mutations.txt applied alone to a scratch copy (build-mutate/), its targets
+# rebuilt and its tests run; prints the score and the survivors. MUTATE_ARGS passes options
+# (e.g. MUTATE_ARGS="--only reader.ring_end --keep").
+MUTATE_ARGS ?=
+mutate:
+	python3 scripts/mutate -j $(JOBS) $(MUTATE_ARGS)
+
 # The demo builds only what it runs, quietly: its output starts with the demo itself. The setup
 # and build go to $(BUILD)/demo-build.log, whose tail and path are shown if they fail.
 DEMO_TARGETS = fr-simjob fr-simjob-rank frsim_nccl frsim_cuda fr_agent fr-analyze frd
@@ -123,7 +131,7 @@ package: build
 	cd $(BUILD) && cpack -B packages
 
 clean:
-	rm -rf build build-tsan build-asan build-asan-all build-fuzz
+	rm -rf build build-tsan build-asan build-asan-all build-fuzz build-mutate
 
 # Container images with buildah, no registry needed: the agent's init container (the agent from
 # this build) and frd built from source (docker/build-images.sh). The first run makes and caches a
