@@ -52,6 +52,10 @@ def check(what, ok):
 
 
 def install_deps(src, *args):
+    # Never run the installer itself: without its --print mode it would install.
+    script = open(os.path.join(src, "scripts", "install-deps.sh"), encoding="utf-8").read()
+    if "--print)" not in script:
+        return 1, "", "install-deps.sh has no --print mode (not run)"
     res = subprocess.run(["bash", os.path.join(src, "scripts", "install-deps.sh"), *args],
                          capture_output=True, text=True, timeout=60)
     return res.returncode, res.stdout, res.stderr
