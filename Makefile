@@ -109,16 +109,25 @@ MUTATE_ARGS ?=
 mutate:
 	python3 scripts/mutate -j $(JOBS) $(MUTATE_ARGS)
 
-# The demo builds only what it runs, quietly: its output starts with the demo itself. The setup
-# and build go to $(BUILD)/demo-build.log, whose tail and path are shown if they fail.
+# The demo installs only the packages its build needs (scripts/install-deps.sh --demo) and builds
+# only what it runs. It says so in one line before each step, which then goes quietly to
+# $(BUILD)/demo-build.log (its tail and path are shown if a step fails); then the demo itself.
+# DEMO_MINUTES: the first build of DEMO_TARGETS on a 2-core machine, no ccache (a later one only
+# rebuilds what changed).
 DEMO_TARGETS = fr-simjob fr-simjob-rank frsim_nccl frsim_cuda fr_agent fr-analyze frd
+DEMO_MINUTES = 7
 demo:
-	@mkdir -p $(BUILD); log=$(BUILD)/demo-build.log; \
-	if ! { bash scripts/install-deps.sh && cmake -S . -B $(BUILD) $(CMAKE_FLAGS) && \
-	       cmake --build $(BUILD) -j $(JOBS) --target $(DEMO_TARGETS); } > $$log 2>&1; then \
-	  tail -n 40 $$log >&2; \
-	  echo "make demo: setting up or building failed; the whole log is $$log" >&2; exit 1; \
-	fi
+	@mkdir -p $(BUILD); log=$(BUILD)/demo-build.log; : > $$log; \
+	fail() { tail -n 40 $$log >&2; echo "make demo: $$1 failed; the whole log is $$log" >&2; \
+	  exit 1; }; \
+	echo "make demo: setting up packages (first run only, a few minutes)..."; \
+	bash scripts/install-deps.sh --demo >> $$log 2>&1 || fail "setting up packages"; \
+	echo "make demo: building the demo's $(words $(DEMO_TARGETS)) targets (about $(DEMO_MINUTES)" \
+	  "minutes on 2 cores the first time; log in $$log)..."; \
+	start=$$(date +%s); \
+	{ cmake -S . -B $(BUILD) $(CMAKE_FLAGS) && \
+	  cmake --build $(BUILD) -j $(JOBS) --target $(DEMO_TARGETS); } >> $$log 2>&1 || fail building; \
+	echo "make demo: built in $$(( $$(date +%s) - start )) s"; echo
 	@bash examples/demo/run.sh $(BUILD)
 
 # Install (PREFIX, default /usr/local) or build the .deb packages into $(BUILD)/packages (see

@@ -37,6 +37,9 @@ PY
   rm -rf "$tmp"
 done
 
+# --nccl-only (scripts/install-deps.sh --demo, when no nccl.h is at hand): no Debian 11 root.
+[[ ${1:-} == --nccl-only ]] && exit 0
+
 root=${FR_BULLSEYE_ROOT:-/var/cache/fr/bullseye-root}
 if [[ ! -x $root/bin/true ]]; then
   if ! command -v debootstrap >/dev/null && [[ $(id -u) -eq 0 ]]; then

@@ -1,16 +1,40 @@
 #!/usr/bin/env bash
 # Installs every Debian package that building and testing fr needs. Idempotent; run as root.
 # The CUDA toolkit and NCCL headers are expected in /usr/local/cuda (they come with the machine).
+#   scripts/install-deps.sh            everything: the build, the tests, the examples and images
+#                                      (`make test`, .ci/run)
+#   scripts/install-deps.sh --demo     only what configuring and building the demo's targets needs
+#                                      (`make demo`): no torch, py-spy, NIXL, Chromium, buildah,
+#                                      sanitizer runtimes or test tools
+#   scripts/install-deps.sh --print    print the packages of the mode (one a line) and exit
 set -euo pipefail
 
-# The agent's NCCL headers and libraries and its Debian 11 test root (cached; never fails).
-bash "$(dirname "$0")/install-agent-deps.sh"
+usage() { sed -n '2,9s/^# \{0,1\}//p' "$0"; }
+mode=full print=0
+for arg in "$@"; do
+  case $arg in
+    --demo) mode=demo ;;
+    --print) print=1 ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "install-deps: unknown argument '$arg' (--demo, --print, --help)" >&2; exit 2 ;;
+  esac
+done
+
+# What `cmake -S . -B build` and building the demo's targets (Makefile DEMO_TARGETS) need: the
+# compiler, CMake and pkg-config; gRPC and protobuf (proto/, frd); CLI11 and nlohmann-json (every
+# tool); OpenSSL (frd's HTTP listener); libdw and libelf (frd's stacks); Catch2 and python3,
+# which configuring the tests asks for even when none is built.
+demo_packages=(
+  build-essential cmake pkg-config python3
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  catch2 libcli11-dev nlohmann-json3-dev
+  libssl-dev libdw-dev libelf-dev
+)
 
 packages=(
-  build-essential cmake pkg-config git python3
+  "${demo_packages[@]}" git
   clang libclang-rt-14-dev
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  catch2 libcli11-dev nlohmann-json3-dev libbenchmark-dev
+  libbenchmark-dev
   binutils procps bc time valgrind
 )
 # Packaging (cpack's .deb and its test): dpkg-shlibdeps computes the Depends line and needs file.
@@ -19,12 +43,8 @@ packages+=(dpkg-dev file)
 # The tests' own tools: openssl makes the TLS certificates of daemon_rpc_test. A test without them
 # reports itself skipped, and CI (FR_CI=1) fails on such a skip.
 packages+=(openssl)
-# frd: the HTTP listener's TLS (metrics, the web pages) is OpenSSL's.
-packages+=(libssl-dev)
 # The web tests (tests/web) load the pages in headless Chromium.
 packages+=(chromium)
-# frd: the stacks of every rank are unwound and symbolized with elfutils' libdw.
-packages+=(libdw-dev libelf-dev)
 # The format check (scripts/check-format) holds every C and C++ file to .clang-format with the
 # clang-format Debian 12 ships (14): another version formats some lines differently.
 packages+=(clang-format-14)
@@ -48,6 +68,19 @@ install_fr_tools() {
 }
 # --- end of examples and images
 
+if [[ $mode == demo ]]; then
+  packages=("${demo_packages[@]}")
+fi
+if ((print)); then
+  printf '%s\n' "${packages[@]}"
+  exit 0
+fi
+
+if [[ $mode == full ]]; then
+  # The agent's NCCL headers and libraries and its Debian 11 test root (cached; never fails).
+  bash "$(dirname "$0")/install-agent-deps.sh"
+fi
+
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -61,6 +94,15 @@ else
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+if [[ $mode == demo ]]; then
+  # The agent needs an nccl.h: the toolkit's will do; without one, only NCCL's header is fetched.
+  if [[ ! -f /opt/fr-deps/nccl-2.32.3/include/nccl.h &&
+        ! -f ${FR_CUDA_HOME:-/usr/local/cuda}/include/nccl.h ]]; then
+    bash "$(dirname "$0")/install-agent-deps.sh" --nccl-only
+  fi
+  exit 0
 fi
 
 # --- PyTorch (PyPI) --------------------------------------------------------------------------

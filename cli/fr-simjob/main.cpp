@@ -24,7 +24,8 @@ struct CommandLine {
 };
 
 const char kFooter[] =
-    "Fault kinds (--fault rank=R,step=S,kind=K[,comm=world|tp|pp|dp][,ms=M], steps count from 0):\n"
+    "Fault kinds (--fault rank=R,step=S,kind=K[,comm=world|tp|pp|dp][,ms=M][,xid=X], steps count\n"
+    "from 0; xid=X: rank R's emulated GPU reports Xid X when the fault strikes):\n"
     "  hang-host       rank R blocks forever on the host before step S's first call\n"
     "  skip            rank R skips its call on comm (default dp) at step S\n"
     "  crash           rank R dies (SIGKILL) at step S\n"
@@ -36,6 +37,13 @@ const char kFooter[] =
     "  mismatch-root   rank R calls step S's world broadcast with another root\n"
     "  p2p-skip        rank R skips one pipeline send at step S\n"
     "  slow            rank R sleeps ms=M per step from step S on\n"
+    "Transport faults (the emulation's channels, proxies and links; comm world, tp, dp; default dp):\n"
+    "  chan-stall      rank R's kernel stops on channel=C (all without it) in collective nth=N\n"
+    "                  of comm in step S (default 0), at channel step at=K (default 0)\n"
+    "  proxy-stall     rank R's proxy stops sending to global rank peer=P, from step at=K\n"
+    "  proxy-recv-stall\n"
+    "                  rank R's proxy stops receiving from peer=P (posts no buffer)\n"
+    "  link-down       what rank R transmits to peer=P never arrives\n"
     "\n"
     "Exit codes: 0 the job completed or a dump set was taken; 2 bad usage; 3 setup failed\n"
     "(missing build outputs, unwritable --out); 4 the job did not complete and no dump set\n"
