@@ -450,7 +450,7 @@ TEST_CASE(
   const std::set<std::string> optional = {
       "dlsym", "dlvsym",
       // NCCL's profiler plugin interface (agent/profiler_v*.cpp)
-      "ncclProfiler_v5", "ncclProfiler_v6",
+      "ncclProfiler_v5", "ncclProfiler_v6", "ncclProfiler_v7",
       // CUDA graph launches (driver, runtime, and the driver
       // entries the runtime fetches)
       "cuGraphLaunch", "cuGraphLaunch_ptsz", "cuGraphInstantiateWithFlags",
