@@ -4,6 +4,6 @@
 #include "profiler_adapter.h"
 
 // Constant-initialized (constinit): ready before NCCL can look it up.
-extern "C" __attribute__((
-    visibility("default"))) constinit const fr::nccl_prof::PluginV7 ncclProfiler_v7 =
-    fr::agent::prof::plugin_table<7, fr::nccl_prof::DescrV7>();
+extern "C"
+    __attribute__((visibility("default"))) constinit const fr::nccl_prof::PluginV7 ncclProfiler_v7 =
+        fr::agent::prof::plugin_table<7, fr::nccl_prof::DescrV7>();
