@@ -133,7 +133,8 @@ struct Field {
   const char* path;
   size_t offset, size;
 };
-#define FR_FIELD(T, p) Field{#p, offsetof(T, p), sizeof(((T*)nullptr)->p)}
+#define FR_FIELD(T, p) \
+  Field { #p, offsetof(T, p), sizeof(((T*)nullptr)->p) }
 
 template <class D>
 std::vector<Field> descr_fields(int version) {
@@ -172,8 +173,8 @@ std::vector<Field> descr_fields(int version) {
   };
   if (version >= 7) {
     const std::vector<Field> v7 = {
-        FR_FIELD(ap::DescrV7, coll.kernelVariant),   FR_FIELD(ap::DescrV7, coll.isSymColl),
-        FR_FIELD(ap::DescrV7, coll.userTag),         FR_FIELD(ap::DescrV7, p2p.userTag),
+        FR_FIELD(ap::DescrV7, coll.kernelVariant),    FR_FIELD(ap::DescrV7, coll.isSymColl),
+        FR_FIELD(ap::DescrV7, coll.userTag),          FR_FIELD(ap::DescrV7, p2p.userTag),
         FR_FIELD(ap::DescrV7, kernelPhase.channelId), FR_FIELD(ap::DescrV7, kernelPhase.phaseId),
         FR_FIELD(ap::DescrV7, kernelPhase.phaseName), FR_FIELD(ap::DescrV7, kernelPhase.pTimer)};
     f.insert(f.end(), v7.begin(), v7.end());
@@ -183,8 +184,12 @@ std::vector<Field> descr_fields(int version) {
 
 template <class T>
 std::vector<Field> table_fields() {
-  return {FR_FIELD(T, name),      FR_FIELD(T, init),     FR_FIELD(T, startEvent),
-          FR_FIELD(T, stopEvent), FR_FIELD(T, recordEventState), FR_FIELD(T, finalize)};
+  return {FR_FIELD(T, name),
+          FR_FIELD(T, init),
+          FR_FIELD(T, startEvent),
+          FR_FIELD(T, stopEvent),
+          FR_FIELD(T, recordEventState),
+          FR_FIELD(T, finalize)};
 }
 
 std::vector<Field> state_fields() {
@@ -230,12 +235,15 @@ void check_library(const char* release, const char* path) {
     if (!knows(v)) continue;
     ++checked;
     const std::string s = "_v" + std::to_string(v) + "_t";
-    if (v == 5) check_type(n, "ncclProfilerEventDescr" + s, sizeof(ap::DescrV5),
-                           descr_fields<ap::DescrV5>(5));
-    if (v == 6) check_type(n, "ncclProfilerEventDescr" + s, sizeof(ap::DescrV6),
-                           descr_fields<ap::DescrV6>(6));
-    if (v == 7) check_type(n, "ncclProfilerEventDescr" + s, sizeof(ap::DescrV7),
-                           descr_fields<ap::DescrV7>(7));
+    if (v == 5)
+      check_type(n, "ncclProfilerEventDescr" + s, sizeof(ap::DescrV5),
+                 descr_fields<ap::DescrV5>(5));
+    if (v == 6)
+      check_type(n, "ncclProfilerEventDescr" + s, sizeof(ap::DescrV6),
+                 descr_fields<ap::DescrV6>(6));
+    if (v == 7)
+      check_type(n, "ncclProfilerEventDescr" + s, sizeof(ap::DescrV7),
+                 descr_fields<ap::DescrV7>(7));
     check_type(n, "ncclProfilerEventStateArgs" + s, sizeof(ap::StateArgs), state_fields());
     check_type(n, "ncclProfiler" + s, sizeof(ap::PluginV5), table_fields<ap::PluginV5>());
   }
