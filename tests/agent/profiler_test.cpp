@@ -374,7 +374,9 @@ TEST_CASE("profiler plugin: hostile arguments are refused, never followed", "[ag
   CHECK(mask == 0);
   CHECK(ctx == nullptr);
   CHECK(v5->init(nullptr, 1, &mask, "x", 1, 4, 0, nullptr) == 0);
+  ctx = reinterpret_cast<void*>(1);
   CHECK(v5->init(&ctx, 1, nullptr, "x", 1, 4, 0, nullptr) == 0);
+  CHECK(ctx == nullptr);
   REQUIRE(v5->init(&ctx, 2, &mask, nullptr, 1, 2, 0, nullptr) == 0);
   REQUIRE(ctx != nullptr);
   ap::DescrV5 d;
