@@ -23,6 +23,8 @@ namespace {
 struct CudaApi {
   void* lib;
   CUresult (*ctx_get_current)(CUcontext*);
+  CUresult (*ctx_get_device)(CUdevice*);                                 // optional
+  CUresult (*device_get_attribute)(int*, CUdevice_attribute, CUdevice);  // optional
   CUresult (*mem_host_register)(void*, size_t, unsigned int);
   CUresult (*mem_host_get_device_pointer)(CUdeviceptr*, void*, unsigned int);
   CUresult (*stream_write_value64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
@@ -98,6 +100,9 @@ bool load_cuda() {
     return false;
   }
   g_cuda.ctx_get_current = (decltype(g_cuda.ctx_get_current))sym("cuCtxGetCurrent", nullptr);
+  g_cuda.ctx_get_device = (decltype(g_cuda.ctx_get_device))sym("cuCtxGetDevice", nullptr);
+  g_cuda.device_get_attribute =
+      (decltype(g_cuda.device_get_attribute))sym("cuDeviceGetAttribute", nullptr);
   g_cuda.mem_host_register =
       (decltype(g_cuda.mem_host_register))sym("cuMemHostRegister_v2", "cuMemHostRegister");
   g_cuda.mem_host_get_device_pointer = (decltype(g_cuda.mem_host_get_device_pointer))sym(
@@ -402,6 +407,19 @@ int gpu_stream_capture(uint64_t stream) {
   return st == CU_STREAM_CAPTURE_STATUS_NONE ? kNotCapturing : kCapturing;
 }
 
+// Whether the current device says it cannot do 64-bit stream memory operations (the markers'
+// cuStreamWriteValue64). Unknown (an older driver, no such attribute) counts as able: a write
+// that then fails falls back per stream.
+bool memops_unsupported() {
+  CUdevice dev = 0;
+  int can = 1;
+  return g_cuda.ctx_get_device != nullptr && g_cuda.device_get_attribute != nullptr &&
+         g_cuda.ctx_get_device(&dev) == CUDA_SUCCESS &&
+         g_cuda.device_get_attribute(&can, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS,
+                                     dev) == CUDA_SUCCESS &&
+         can == 0;
+}
+
 int gpu_prepare() {
   int mode = __atomic_load_n(&g_ctx.gpu_mode, __ATOMIC_ACQUIRE);
   if (__builtin_expect(mode != kGpuUndecided, 1)) return mode;
@@ -425,12 +443,16 @@ int gpu_prepare() {
       // PORTABLE: every context of the process sees the mapping (one process may drive several
       // devices); the mapping is page-aligned, as registration requires.
       CUresult rr = CUDA_ERROR_NOT_FOUND, dr = CUDA_ERROR_NOT_FOUND;
-      if (has_ctx && g_cuda.mem_host_register && g_cuda.mem_host_get_device_pointer &&
-          g_cuda.stream_write_value64 &&
-          (rr = g_cuda.mem_host_register(
-               g_ctx.map, page_rounded(g_ctx.map_size),
-               CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE)) == CUDA_SUCCESS &&
-          (dr = g_cuda.mem_host_get_device_pointer(&dev, g_ctx.map, 0)) == CUDA_SUCCESS) {
+      const bool no_memops = has_ctx && memops_unsupported();
+      if (no_memops) {
+        note_failure(FR_GPU_CALL_DEVICE_GET_ATTRIBUTE, CUDA_ERROR_NOT_SUPPORTED);
+        fall_back();
+      } else if (has_ctx && g_cuda.mem_host_register && g_cuda.mem_host_get_device_pointer &&
+                 g_cuda.stream_write_value64 &&
+                 (rr = g_cuda.mem_host_register(g_ctx.map, page_rounded(g_ctx.map_size),
+                                                CU_MEMHOSTREGISTER_DEVICEMAP |
+                                                    CU_MEMHOSTREGISTER_PORTABLE)) == CUDA_SUCCESS &&
+                 (dr = g_cuda.mem_host_get_device_pointer(&dev, g_ctx.map, 0)) == CUDA_SUCCESS) {
         g_ctx.dev_base = (uint64_t)dev;
         choose(kGpuMarkers);
       } else if (has_ctx) {

@@ -205,13 +205,15 @@ typedef enum fr_gpu_state {
 
 /* The driver call whose failure changed how GPU progress is tracked (fr_log_header.gpu_error_call):
  * no current context (tracking decided without one), the log's host registration or its device
- * address (no markers: events for every stream), a stream write (events for that stream). */
+ * address (no markers: events for every stream), a stream write (events for that stream), the
+ * device saying it has no 64-bit stream memory operations (events for every stream). */
 #define FR_GPU_CALL_LIST(X)                                      \
   X(NONE, 0, "none")                                             \
   X(CTX_GET_CURRENT, 1, "cuCtxGetCurrent")                       \
   X(MEM_HOST_REGISTER, 2, "cuMemHostRegister")                   \
   X(MEM_HOST_GET_DEVICE_POINTER, 3, "cuMemHostGetDevicePointer") \
-  X(STREAM_WRITE_VALUE64, 4, "cuStreamWriteValue64")
+  X(STREAM_WRITE_VALUE64, 4, "cuStreamWriteValue64")             \
+  X(DEVICE_GET_ATTRIBUTE, 5, "cuDeviceGetAttribute(CAN_USE_64_BIT_STREAM_MEM_OPS)")
 
 typedef enum fr_gpu_call {
 #define FR_X_GPU_CALL_ENUM(e, v, s) FR_GPU_CALL_##e = v,

@@ -63,6 +63,19 @@ API CUresult cuCtxGetCurrent(CUcontext* ctx) {
   return CUDA_SUCCESS;
 }
 
+API CUresult cuCtxGetDevice(CUdevice* dev) {
+  *dev = 0;
+  return CUDA_SUCCESS;
+}
+
+// FAKE_CUDA_NO_MEMOPS=1: the device says it cannot do 64-bit stream memory operations.
+API CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attr, CUdevice) {
+  const char* v = getenv("FAKE_CUDA_NO_MEMOPS");
+  if (attr != CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS) return CUDA_ERROR_INVALID_VALUE;
+  *value = v != nullptr && strcmp(v, "1") == 0 ? 0 : 1;
+  return CUDA_SUCCESS;
+}
+
 API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
   int old = __atomic_exchange_n(&thread_mode(), 1 + (int)*mode, __ATOMIC_RELAXED);
   *mode = old == 0 ? CU_STREAM_CAPTURE_MODE_GLOBAL : (CUstreamCaptureMode)(old - 1);

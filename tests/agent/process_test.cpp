@@ -395,6 +395,21 @@ TEST_CASE("GPU markers surround launches and never touch a capturing stream", "[
     for (const auto& rec : log.records)
       if (rec.raw.op == FR_OP_RECV) CHECK(rec.gpu_state == FR_GPU_COMPLETED);
   }
+  // A device without 64-bit stream memory operations: events for every stream, from the start.
+  {
+    TempDir dir;
+    Env extra = {{"LD_LIBRARY_PATH", FR_FAKE_CUDA_DIR}, {"FAKE_CUDA_NO_MEMOPS", "1"}};
+    RunResult r = run({kProbe, "gpu"}, env_for(dir, extra));
+    INFO(r.out);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.values["gpu_completed"] == "5");
+    CHECK(r.values["writes"] == "0");
+    auto log = only_log(dir);
+    CHECK((log.header.flags & FR_LOG_F_GPU_MARKERS) == 0);
+    CHECK((log.header.flags & FR_LOG_F_GPU_EVENTS) != 0);
+    CHECK(log.header.gpu_error == int32_t(CUDA_ERROR_NOT_SUPPORTED));
+    CHECK(log.header.gpu_error_call == uint32_t(FR_GPU_CALL_DEVICE_GET_ATTRIBUTE));
+  }
   // Without libcuda (or a CUDA context) nothing is tracked, and the records say so.
   TempDir dir;
   REQUIRE(
