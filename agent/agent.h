@@ -101,9 +101,11 @@ struct CommPriv {
   uint64_t split_calls;  // per-kind call counters for derived ids (atomic)
   uint64_t shrink_calls;
   uint64_t grow_calls;
-  uint32_t nonblocking;  // set before the handle is mapped, read-only after (atomic)
-  uint32_t ready;        // size/rank/device known (atomic)
-  int lock;              // spin lock over deferred (short critical sections only)
+  uint64_t nccl_hash;      // NCCL's hash of the communicator (profiler.h); 0: not known (atomic)
+  uint32_t nccl_children;  // splits and grows made from it, as NCCL counts them (atomic)
+  uint32_t nonblocking;    // set before the handle is mapped, read-only after (atomic)
+  uint32_t ready;          // size/rank/device known (atomic)
+  int lock;                // spin lock over deferred (short critical sections only)
   uint32_t n_deferred;
   Deferred deferred[kMaxDeferred];
 };

@@ -23,6 +23,8 @@ namespace {
 struct CudaApi {
   void* lib;
   CUresult (*ctx_get_current)(CUcontext*);
+  CUresult (*ctx_get_device)(CUdevice*);                                 // optional
+  CUresult (*device_get_attribute)(int*, CUdevice_attribute, CUdevice);  // optional
   CUresult (*mem_host_register)(void*, size_t, unsigned int);
   CUresult (*mem_host_get_device_pointer)(CUdeviceptr*, void*, unsigned int);
   CUresult (*stream_write_value64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
@@ -98,6 +100,9 @@ bool load_cuda() {
     return false;
   }
   g_cuda.ctx_get_current = (decltype(g_cuda.ctx_get_current))sym("cuCtxGetCurrent", nullptr);
+  g_cuda.ctx_get_device = (decltype(g_cuda.ctx_get_device))sym("cuCtxGetDevice", nullptr);
+  g_cuda.device_get_attribute =
+      (decltype(g_cuda.device_get_attribute))sym("cuDeviceGetAttribute", nullptr);
   g_cuda.mem_host_register =
       (decltype(g_cuda.mem_host_register))sym("cuMemHostRegister_v2", "cuMemHostRegister");
   g_cuda.mem_host_get_device_pointer = (decltype(g_cuda.mem_host_get_device_pointer))sym(
@@ -236,23 +241,70 @@ bool place_event(int32_t slot, uint64_t stream, uint64_t index, bool completed) 
   return queued;
 }
 
+// Streams whose stream write failed: their progress comes from events from then on, while the
+// other streams keep markers (a stream of another context, say, fails where the rest work).
+// Keys are stream + 1 (the NULL stream is 0); written under gpu_lock, read without it.
+constexpr uint32_t kEventStreams = 64;
+uint64_t g_event_streams[kEventStreams];  // (atomic)
+uint32_t g_event_stream_count;            // (atomic)
+
+bool uses_events(uint64_t stream) {
+  const uint32_t n = __atomic_load_n(&g_event_stream_count, __ATOMIC_ACQUIRE);
+  for (uint32_t i = 0; i < n && i < kEventStreams; ++i)
+    if (__atomic_load_n(&g_event_streams[i], __ATOMIC_RELAXED) == stream + 1) return true;
+  return false;
+}
+
+const char* gpu_call_name(uint32_t call) {
+#define FR_X(e, v, s) \
+  if (call == v) return s;
+  FR_GPU_CALL_LIST(FR_X)
+#undef FR_X
+  return "?";
+}
+
+// The failed call and its CUresult, in the header, where a reader of the dump sees them.
+void note_failure(uint32_t call, CUresult r) {
+  if (g_ctx.hdr == nullptr) return;
+  __atomic_store_n(&g_ctx.hdr->gpu_error, (int32_t)r, __ATOMIC_RELAXED);
+  __atomic_store_n(&g_ctx.hdr->gpu_error_call, call, __ATOMIC_RELEASE);
+  debug_log("GPU progress: %s failed (CUresult %d)", gpu_call_name(call), (int)r);
+}
+
+// Under gpu_lock: a stream write failed on `stream`. That stream goes to events (its progress
+// stays tracked, the others keep markers); when events cannot be had or too many streams failed,
+// the whole process falls back as before.
+void stream_failed(uint64_t stream, CUresult r) {
+  note_failure(FR_GPU_CALL_STREAM_WRITE_VALUE64, r);
+  const uint32_t n = g_event_stream_count;
+  if (n < kEventStreams && events_available() && start_poller()) {
+    __atomic_store_n(&g_event_streams[n], stream + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_event_stream_count, n + 1, __ATOMIC_RELEASE);
+    if (g_ctx.hdr != nullptr)
+      __atomic_fetch_add(&g_ctx.hdr->gpu_event_streams, 1u, __ATOMIC_RELAXED);
+    set_log_flags(FR_LOG_F_GPU_EVENTS, 0);  // with GPU_MARKERS: some streams each way
+    debug_log("GPU progress: stream %#llx from events from now on", (unsigned long long)stream);
+    return;
+  }
+  debug_log("cuStreamWriteValue64 failed; falling back");
+  fall_back();
+}
+
 bool place(int32_t slot, uint64_t stream, uint64_t index, bool completed) {
   if (slot < 0 || index == 0) return false;
   int mode = __atomic_load_n(&g_ctx.gpu_mode, __ATOMIC_ACQUIRE);
-  if (mode == kGpuMarkers) {
+  if (mode == kGpuMarkers && !uses_events(stream)) {
     uint64_t off = (uint64_t)((uint8_t*)counter(slot, completed) - g_ctx.map);
-    if (g_cuda.stream_write_value64((CUstream)stream, g_ctx.dev_base + off, index, 0) ==
-        CUDA_SUCCESS)
-      return true;
+    CUresult r = g_cuda.stream_write_value64((CUstream)stream, g_ctx.dev_base + off, index, 0);
+    if (r == CUDA_SUCCESS) return true;
     pthread_mutex_lock(&g_ctx.gpu_lock);
-    if (__atomic_load_n(&g_ctx.gpu_mode, __ATOMIC_ACQUIRE) == kGpuMarkers) {
-      debug_log("cuStreamWriteValue64 failed; falling back");
-      fall_back();
-    }
+    if (__atomic_load_n(&g_ctx.gpu_mode, __ATOMIC_ACQUIRE) == kGpuMarkers && !uses_events(stream))
+      stream_failed(stream, r);
     pthread_mutex_unlock(&g_ctx.gpu_lock);
     mode = __atomic_load_n(&g_ctx.gpu_mode, __ATOMIC_ACQUIRE);
+    if (mode == kGpuMarkers && !uses_events(stream)) return false;
   }
-  if (mode == kGpuEvents) return place_event(slot, stream, index, completed);
+  if (mode == kGpuEvents || mode == kGpuMarkers) return place_event(slot, stream, index, completed);
   return false;
 }
 
@@ -355,6 +407,19 @@ int gpu_stream_capture(uint64_t stream) {
   return st == CU_STREAM_CAPTURE_STATUS_NONE ? kNotCapturing : kCapturing;
 }
 
+// Whether the current device says it cannot do 64-bit stream memory operations (the markers'
+// cuStreamWriteValue64). Unknown (an older driver, no such attribute) counts as able: a write
+// that then fails falls back per stream.
+bool memops_unsupported() {
+  CUdevice dev = 0;
+  int can = 1;
+  return g_cuda.ctx_get_device != nullptr && g_cuda.device_get_attribute != nullptr &&
+         g_cuda.ctx_get_device(&dev) == CUDA_SUCCESS &&
+         g_cuda.device_get_attribute(&can, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS,
+                                     dev) == CUDA_SUCCESS &&
+         can == 0;
+}
+
 int gpu_prepare() {
   int mode = __atomic_load_n(&g_ctx.gpu_mode, __ATOMIC_ACQUIRE);
   if (__builtin_expect(mode != kGpuUndecided, 1)) return mode;
@@ -365,8 +430,8 @@ int gpu_prepare() {
       choose(kGpuNone);
     } else {
       CUcontext ctx = nullptr;
-      bool has_ctx =
-          g_cuda.ctx_get_current && g_cuda.ctx_get_current(&ctx) == CUDA_SUCCESS && ctx != nullptr;
+      CUresult cr = g_cuda.ctx_get_current ? g_cuda.ctx_get_current(&ctx) : CUDA_ERROR_NOT_FOUND;
+      bool has_ctx = cr == CUDA_SUCCESS && ctx != nullptr;
       if (!has_ctx && ++g_ctx.gpu_tries < 8) {
         // No context on this thread yet (the launch itself may create the primary one): decide
         // at a later launch, and leave this op untracked.
@@ -377,17 +442,30 @@ int gpu_prepare() {
       RelaxedCapture relaxed;
       // PORTABLE: every context of the process sees the mapping (one process may drive several
       // devices); the mapping is page-aligned, as registration requires.
-      if (has_ctx && g_cuda.mem_host_register && g_cuda.mem_host_get_device_pointer &&
-          g_cuda.stream_write_value64 &&
-          g_cuda.mem_host_register(g_ctx.map, page_rounded(g_ctx.map_size),
-                                   CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE) ==
-              CUDA_SUCCESS &&
-          g_cuda.mem_host_get_device_pointer(&dev, g_ctx.map, 0) == CUDA_SUCCESS) {
+      CUresult rr = CUDA_ERROR_NOT_FOUND, dr = CUDA_ERROR_NOT_FOUND;
+      const bool no_memops = has_ctx && memops_unsupported();
+      if (no_memops) {
+        note_failure(FR_GPU_CALL_DEVICE_GET_ATTRIBUTE, CUDA_ERROR_NOT_SUPPORTED);
+        fall_back();
+      } else if (has_ctx && g_cuda.mem_host_register && g_cuda.mem_host_get_device_pointer &&
+                 g_cuda.stream_write_value64 &&
+                 (rr = g_cuda.mem_host_register(g_ctx.map, page_rounded(g_ctx.map_size),
+                                                CU_MEMHOSTREGISTER_DEVICEMAP |
+                                                    CU_MEMHOSTREGISTER_PORTABLE)) == CUDA_SUCCESS &&
+                 (dr = g_cuda.mem_host_get_device_pointer(&dev, g_ctx.map, 0)) == CUDA_SUCCESS) {
         g_ctx.dev_base = (uint64_t)dev;
         choose(kGpuMarkers);
       } else if (has_ctx) {
+        if (rr != CUDA_SUCCESS)
+          note_failure(FR_GPU_CALL_MEM_HOST_REGISTER, rr);
+        else
+          note_failure(FR_GPU_CALL_MEM_HOST_GET_DEVICE_POINTER, dr);
         fall_back();
       } else {
+        // Eight launches found no current context: the result says why (or CUDA_SUCCESS with
+        // none current).
+        note_failure(FR_GPU_CALL_CTX_GET_CURRENT,
+                     cr == CUDA_SUCCESS ? CUDA_ERROR_INVALID_CONTEXT : cr);
         choose(kGpuNone);
       }
     }

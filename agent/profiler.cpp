@@ -6,40 +6,57 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "profiler_abi.h"
-
 namespace fr::agent::prof {
 namespace {
 
-// One communicator as NCCL's profiler sees it.
+// One communicator as NCCL's profiler sees it. `used` is the allocation flag (0 free, 1 taken):
+// finalize gives the entry back, so a job that makes communicators all along never runs out.
 struct Ctx {
+  uint32_t used;     // (atomic)
+  uint32_t ordinal;  // 1-based, never reused (the slots keep the old ones' numbers)
   uint64_t comm_hash;
-  uint64_t comm_id;  // fr's id, once claim_context found it (atomic)
+  uint64_t comm_id;  // fr's id, once a claim matched (atomic)
   int32_t rank;
   int32_t nranks;
-  uint32_t ordinal;  // 1-based
+  char name[FR_NAME_LEN];
 };
 constexpr uint32_t kMaxContexts = 4096;
 Ctx g_ctxs[kMaxContexts];
-uint32_t g_next_ctx;  // (atomic)
+uint32_t g_ordinals;  // (atomic)
+int g_mask_given;     // the mask the first served init handed out; 0: none yet (atomic)
 int g_version;        // (atomic)
 int g_pid;
+
+// The communicators the agent registered, newest last (a ring: the oldest are overwritten).
+struct Claim {
+  uint64_t seq;  // index + 1 once complete (atomic)
+  uint64_t comm_id;
+  uint64_t nccl_hash;
+  int32_t rank;
+  int32_t nranks;
+  char name[FR_NAME_LEN];
+};
+constexpr uint32_t kMaxClaims = 1024;
+Claim g_claims[kMaxClaims];
+uint64_t g_claim_count;  // (atomic)
 
 // Slot index: key -> slot, open addressing over a fixed table (never grows).
 constexpr uint32_t kBuckets = 2 * FR_MAX_CHAN_CAPACITY;
 uint64_t g_keys[kBuckets];  // 0 = empty (atomic)
 int32_t g_slots[kBuckets];  // slot + 1; 0 while the key's slot is being made (atomic)
-// Per slot, private: the first step id of the current op (NCCL numbers steps per connection)
-// and the states of the last steps, so the oldest unfinished step's state is known when an
-// older one finishes.
+// Per slot, private: the generation of the op in flight (a handle of an older op on the slot is
+// stale: its stops and states are ignored), the first step id of the current op (NCCL numbers
+// steps per connection) and the states of the last steps, so the oldest unfinished step's state
+// is known when an older one finishes.
 constexpr uint32_t kStepRing = 8;  // NCCL_STEPS: steps in flight per connection
 struct SlotPriv {
   int64_t base;  // -1 until the op's first step (atomic)
+  uint32_t gen;  // low 16 bits in handles (atomic)
   uint8_t states[kStepRing];
 };
 SlotPriv g_priv[FR_MAX_CHAN_CAPACITY];
 
-// Handles: the type in the top byte, never 0.
+// Handles: the type in the top byte, never 0. Slot handles carry (slot, generation, step).
 enum : uint64_t { kHColl = 1, kHProxyOp = 2, kHStep = 3, kHKernel = 4, kHOther = 5 };
 inline void* make_handle(uint64_t type, uint64_t payload) {
   return reinterpret_cast<void*>((type << 56) | (payload & ((1ull << 56) - 1)));
@@ -47,6 +64,17 @@ inline void* make_handle(uint64_t type, uint64_t payload) {
 inline uint64_t handle_type(void* h) { return reinterpret_cast<uint64_t>(h) >> 56; }
 inline uint64_t handle_payload(void* h) {
   return reinterpret_cast<uint64_t>(h) & ((1ull << 56) - 1);
+}
+inline void* slot_handle(uint64_t type, uint32_t slot, uint32_t gen, uint32_t rel) {
+  return make_handle(
+      type, (uint64_t(slot & 0xffff) << 40) | (uint64_t(gen & 0xffff) << 24) | (rel & 0xffffff));
+}
+struct SlotRef {
+  uint32_t slot, gen, rel;
+};
+inline SlotRef slot_ref(void* h) {
+  const uint64_t p = handle_payload(h);
+  return {uint32_t(p >> 40) & 0xffff, uint32_t(p >> 24) & 0xffff, uint32_t(p) & 0xffffff};
 }
 
 uint16_t op_of(const char* func) {
@@ -131,6 +159,32 @@ void parent_op(void* parent, uint64_t* seq, uint32_t* op) {
   *seq = p & ((1ull << 40) - 1);
 }
 
+// The slot's generation for a new op; a handle whose generation differs is stale.
+uint32_t next_gen(uint32_t s) {
+  return __atomic_add_fetch(&g_priv[s].gen, 1u, __ATOMIC_RELAXED) & 0xffff;
+}
+bool current(const SlotRef& r) {
+  return r.slot < g_ctx.chan_cap &&
+         (__atomic_load_n(&g_priv[r.slot].gen, __ATOMIC_RELAXED) & 0xffff) == r.gen;
+}
+
+// The slot's step view from its private states: `done` is the finished prefix of the op's
+// steps, `state` the state of the oldest unfinished one (DONE when none is).
+void settle(uint32_t s) {
+  fr_chan_entry& ch = g_ctx.chans[s];
+  uint32_t done = load32(&ch.done);
+  const uint32_t posted = load32(&ch.posted);
+  while (done < posted &&
+         __atomic_load_n(&g_priv[s].states[done % kStepRing], __ATOMIC_RELAXED) == FR_CHANST_DONE)
+    ++done;
+  store32(&ch.done, done);
+  store32(&ch.state_step, done);
+  store32(&ch.state, done < posted
+                         ? __atomic_load_n(&g_priv[s].states[done % kStepRing], __ATOMIC_RELAXED)
+                         : uint32_t(FR_CHANST_DONE));
+  store64(&ch.last_ns, now_ns());
+}
+
 void* start_proxy_op(Ctx& c, const Event& e) {
   const int kind = e.is_send ? FR_CHAN_SEND : FR_CHAN_RECV;
   if (e.peer < 0 || e.peer >= c.nranks) return nullptr;
@@ -145,7 +199,12 @@ void* start_proxy_op(Ctx& c, const Event& e) {
   // A parent from another process (a proxy serving several) is not ours to decode.
   parent_op(e.pid == g_pid ? e.parent : nullptr, &seq, &op);
   const uint64_t now = now_ns();
+  // The slot now shows this op: steps of the previous op on the connection still in flight
+  // carry the old generation and no longer count (they would read as a stuck step).
+  const uint32_t gen = next_gen(uint32_t(s));
   __atomic_store_n(&g_priv[s].base, int64_t{-1}, __ATOMIC_RELAXED);
+  for (uint8_t& st : g_priv[s].states)
+    __atomic_store_n(&st, uint8_t(FR_CHANST_IDLE), __ATOMIC_RELAXED);
   store32(&ch.posted, 0);
   store32(&ch.done, 0);
   store32(&ch.state_step, 0);
@@ -157,13 +216,14 @@ void* start_proxy_op(Ctx& c, const Event& e) {
   store64(&ch.op_start_ns, now);
   store64(&ch.last_ns, now);
   __atomic_fetch_add(&ch.ops_started, 1, __ATOMIC_RELEASE);
-  return make_handle(kHProxyOp, uint64_t(s));
+  return slot_handle(kHProxyOp, uint32_t(s), gen, 0);
 }
 
 void* start_step(const Event& e) {
   if (e.parent == nullptr || handle_type(e.parent) != kHProxyOp || e.step < 0) return nullptr;
-  const uint32_t s = uint32_t(handle_payload(e.parent));
-  if (s >= g_ctx.chan_cap) return nullptr;
+  const SlotRef op = slot_ref(e.parent);
+  if (!current(op)) return nullptr;  // a step of an op the slot no longer shows
+  const uint32_t s = op.slot;
   fr_chan_entry& ch = g_ctx.chans[s];
   int64_t base = __atomic_load_n(&g_priv[s].base, __ATOMIC_RELAXED);
   if (base < 0) {
@@ -173,14 +233,15 @@ void* start_step(const Event& e) {
   const int64_t rel64 = int64_t(e.step) - base;
   if (rel64 < 0 || rel64 >= (1 << 24)) return nullptr;
   const uint32_t rel = uint32_t(rel64);
-  __atomic_store_n(&g_priv[s].states[rel % kStepRing], uint8_t(FR_CHANST_POSTED), __ATOMIC_RELAXED);
+  // NCCL keeps at most kStepRing steps in flight per connection: a step further back that never
+  // stopped (NCCL reports more starts than stops at times) is over, not stuck.
+  if (rel >= load32(&ch.done) + kStepRing) store32(&ch.done, rel - kStepRing + 1);
   if (rel + 1 > load32(&ch.posted)) store32(&ch.posted, rel + 1);
-  if (rel == load32(&ch.done)) {
-    store32(&ch.state_step, rel);
-    store32(&ch.state, FR_CHANST_POSTED);
-  }
-  store64(&ch.last_ns, now_ns());
-  return make_handle(kHStep, (uint64_t(s) << 24) | rel);
+  if (rel >= load32(&ch.done))
+    __atomic_store_n(&g_priv[s].states[rel % kStepRing], uint8_t(FR_CHANST_POSTED),
+                     __ATOMIC_RELAXED);
+  settle(s);
+  return slot_handle(kHStep, s, op.gen, rel);
 }
 
 void* start_kernel(Ctx& c, const Event& e) {
@@ -194,13 +255,14 @@ void* start_kernel(Ctx& c, const Event& e) {
   uint32_t op;
   parent_op(e.parent, &seq, &op);
   const uint64_t now = now_ns();
+  const uint32_t gen = next_gen(uint32_t(s));
   store64(&ch.op_seq, seq);
   store32(&ch.op, op);
   store32(&ch.state, FR_CHANST_RUNNING);
   store64(&ch.op_start_ns, now);
   store64(&ch.last_ns, now);
   __atomic_fetch_add(&ch.ops_started, 1, __ATOMIC_RELEASE);
-  return make_handle(kHKernel, uint64_t(s));
+  return slot_handle(kHKernel, uint32_t(s), gen, 0);
 }
 
 uint32_t chan_state_of(int nccl_state) {
@@ -215,18 +277,68 @@ uint32_t chan_state_of(int nccl_state) {
   }
 }
 
+bool claim_matches(const Claim& k, const Ctx& c) {
+  if (k.rank != c.rank || k.nranks != c.nranks) return false;
+  if (k.nccl_hash != 0) return k.nccl_hash == c.comm_hash;
+  return k.name[0] != '\0' && strcmp(k.name, c.name) == 0;
+}
+
+// The newest registered communicator that matches the context, if any.
+void claim_for(Ctx& c) {
+  const uint64_t n = __atomic_load_n(&g_claim_count, __ATOMIC_ACQUIRE);
+  const uint64_t oldest = n > kMaxClaims ? n - kMaxClaims : 0;
+  for (uint64_t i = n; i-- > oldest;) {
+    const Claim& k = g_claims[i % kMaxClaims];
+    if (__atomic_load_n(&k.seq, __ATOMIC_ACQUIRE) != i + 1 || !claim_matches(k, c)) continue;
+    uint64_t zero = 0;
+    __atomic_compare_exchange_n(&c.comm_id, &zero, k.comm_id, false, __ATOMIC_ACQ_REL,
+                                __ATOMIC_RELAXED);
+    return;
+  }
+}
+
+// A free context, taken; null when all are in use.
+Ctx* take_context() {
+  for (uint32_t i = 0; i < kMaxContexts; ++i) {
+    uint32_t zero = 0;
+    if (__atomic_load_n(&g_ctxs[i].used, __ATOMIC_RELAXED) == 0 &&
+        __atomic_compare_exchange_n(&g_ctxs[i].used, &zero, 1u, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED))
+      return &g_ctxs[i];
+  }
+  return nullptr;
+}
+
+bool serving(int nranks, int rank) {
+  const char* off = getenv("FR_PROFILER");
+  if (off != nullptr && strcmp(off, "0") == 0) return false;  // the kill switch
+  return recording() && table_ready() && nranks > 0 && rank >= 0 && rank < nranks;
+}
+
+int wanted_mask() {
+  const char* k = getenv("FR_PROFILER_KERNEL_CH");
+  return kDefaultMask | (k != nullptr && strcmp(k, "1") == 0 ? int(kEvKernelCh) : 0);
+}
+
 }  // namespace
 
-void claim_context(uint64_t comm_id, int nranks, int rank) {
-  uint32_t n = __atomic_load_n(&g_next_ctx, __ATOMIC_ACQUIRE);
-  if (n > kMaxContexts) n = kMaxContexts;
-  for (uint32_t i = n; i-- > 0;) {
-    Ctx& c = g_ctxs[i];
-    if (c.ordinal == 0 || c.rank != rank || c.nranks != nranks) continue;
+void claim_context(uint64_t comm_id, uint64_t nccl_hash, const char* name, int nranks, int rank) {
+  const uint64_t i = __atomic_fetch_add(&g_claim_count, 1u, __ATOMIC_ACQ_REL);
+  Claim& k = g_claims[i % kMaxClaims];
+  __atomic_store_n(&k.seq, uint64_t{0}, __ATOMIC_RELEASE);
+  k.comm_id = comm_id;
+  k.nccl_hash = nccl_hash;
+  k.rank = rank;
+  k.nranks = nranks;
+  size_t n = name != nullptr ? strnlen(name, FR_NAME_LEN - 1) : 0;
+  memcpy(k.name, name != nullptr ? name : "", n);
+  k.name[n] = '\0';
+  __atomic_store_n(&k.seq, i + 1, __ATOMIC_RELEASE);
+  for (Ctx& c : g_ctxs) {
+    if (__atomic_load_n(&c.used, __ATOMIC_ACQUIRE) == 0 || !claim_matches(k, c)) continue;
     uint64_t zero = 0;
-    if (__atomic_compare_exchange_n(&c.comm_id, &zero, comm_id, false, __ATOMIC_ACQ_REL,
-                                    __ATOMIC_RELAXED))
-      return;
+    __atomic_compare_exchange_n(&c.comm_id, &zero, comm_id, false, __ATOMIC_ACQ_REL,
+                                __ATOMIC_RELAXED);
   }
 }
 
@@ -235,25 +347,35 @@ void note_version(int version) {
     debug_log("NCCL loaded the profiler plugin interface v%d", version);
 }
 
-int init(void** context, uint64_t comm_hash, const char* name, int nnodes, int nranks, int rank) {
+int init(void** context, uint64_t comm_hash, const char* name, int nnodes, int nranks, int rank,
+         int current_mask) {
   (void)nnodes;
-  (void)name;
   *context = nullptr;
-  const char* off = getenv("FR_PROFILER");
-  if (off != nullptr && strcmp(off, "0") == 0) return 0;  // the kill switch
-  if (!recording() || !table_ready()) return 0;
-  if (nranks <= 0 || rank < 0 || rank >= nranks) return 0;
-  uint32_t i = __atomic_fetch_add(&g_next_ctx, 1u, __ATOMIC_RELAXED);
-  if (i >= kMaxContexts) return 0;
+  int given = __atomic_load_n(&g_mask_given, __ATOMIC_ACQUIRE);
+  Ctx* c = serving(nranks, rank) ? take_context() : nullptr;
+  // Not served: a null context (NCCL still calls with it; its events are ignored) and the mask
+  // left as it is, so the communicators already served keep their events.
+  if (c == nullptr) return given != 0 ? given : current_mask;
+  if (given == 0) {
+    int want = wanted_mask();
+    if (__atomic_compare_exchange_n(&g_mask_given, &given, want, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+      given = want;
+  }
   g_pid = int(getpid());
-  Ctx& c = g_ctxs[i];
-  c.comm_hash = comm_hash;
-  c.rank = rank;
-  c.nranks = nranks;
-  __atomic_store_n(&c.ordinal, i + 1, __ATOMIC_RELEASE);
-  *context = &c;
+  c->comm_hash = comm_hash;
+  c->rank = rank;
+  c->nranks = nranks;
+  size_t n = name != nullptr ? strnlen(name, FR_NAME_LEN - 1) : 0;
+  memcpy(c->name, name != nullptr ? name : "", n);
+  c->name[n] = '\0';
+  __atomic_store_n(&c->comm_id, uint64_t{0}, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->ordinal, __atomic_add_fetch(&g_ordinals, 1u, __ATOMIC_RELAXED),
+                   __ATOMIC_RELEASE);
+  claim_for(*c);
+  *context = c;
   set_log_flags(FR_LOG_F_PROFILER, 0);
-  return int(kEvColl | kEvP2p | kEvProxyOp | kEvProxyStep | kEvKernelCh);
+  return given;
 }
 
 void* start(void* context, const Event& e) {
@@ -272,50 +394,58 @@ void* start(void* context, const Event& e) {
 
 void stop(void* handle) {
   if (handle == nullptr || !table_ready()) return;
-  const uint64_t t = handle_type(handle), p = handle_payload(handle);
+  const uint64_t t = handle_type(handle);
+  if (t != kHStep && t != kHProxyOp && t != kHKernel) return;
+  const SlotRef r = slot_ref(handle);
+  if (r.slot >= g_ctx.chan_cap) return;
+  fr_chan_entry& ch = g_ctx.chans[r.slot];
   if (t == kHStep) {
-    const uint32_t s = uint32_t(p >> 24);
-    if (s >= g_ctx.chan_cap) return;
-    fr_chan_entry& ch = g_ctx.chans[s];
-    uint32_t done = __atomic_add_fetch(&ch.done, 1u, __ATOMIC_RELAXED);
-    uint32_t posted = load32(&ch.posted);
-    uint32_t next = done < posted
-                        ? __atomic_load_n(&g_priv[s].states[done % kStepRing], __ATOMIC_RELAXED)
-                        : uint32_t(FR_CHANST_DONE);
-    store32(&ch.state_step, done);
-    store32(&ch.state, next);
-    store64(&ch.last_ns, now_ns());
-  } else if (t == kHProxyOp || t == kHKernel) {
-    if (p >= g_ctx.chan_cap) return;
-    fr_chan_entry& ch = g_ctx.chans[p];
-    if (t == kHKernel) store32(&ch.state, FR_CHANST_STOPPED);
-    store64(&ch.last_ns, now_ns());
-    __atomic_fetch_add(&ch.ops_done, 1, __ATOMIC_RELEASE);
+    if (!current(r) || r.rel < load32(&ch.done) || r.rel >= load32(&ch.posted)) return;
+    __atomic_store_n(&g_priv[r.slot].states[r.rel % kStepRing], uint8_t(FR_CHANST_DONE),
+                     __ATOMIC_RELAXED);
+    settle(r.slot);
+    return;
   }
+  if (current(r)) {
+    if (t == kHKernel) {
+      store32(&ch.state, FR_CHANST_STOPPED);
+    } else {  // the op is over: a step it started and never stopped is not waiting
+      store32(&ch.done, load32(&ch.posted));
+      settle(r.slot);
+    }
+  }
+  store64(&ch.last_ns, now_ns());
+  __atomic_fetch_add(&ch.ops_done, 1, __ATOMIC_RELEASE);
 }
 
 void record(void* handle, int nccl_state, uint64_t trans_size) {
   if (handle == nullptr || !table_ready()) return;
-  const uint64_t t = handle_type(handle), p = handle_payload(handle);
-  if (t == kHKernel && nccl_state == kStKernelChStop && p < g_ctx.chan_cap) {
-    store32(&g_ctx.chans[p].state, FR_CHANST_STOPPED);
+  const uint64_t t = handle_type(handle);
+  if (t != kHStep && t != kHKernel) return;
+  const SlotRef r = slot_ref(handle);
+  if (!current(r)) return;
+  fr_chan_entry& ch = g_ctx.chans[r.slot];
+  if (t == kHKernel) {
+    if (nccl_state == kStKernelChStop) store32(&ch.state, FR_CHANST_STOPPED);
     return;
   }
-  if (t != kHStep) return;
-  const uint32_t s = uint32_t(p >> 24), rel = uint32_t(p & 0xffffff);
   const uint32_t st = chan_state_of(nccl_state);
-  if (s >= g_ctx.chan_cap || st == FR_CHANST_IDLE) return;
-  fr_chan_entry& ch = g_ctx.chans[s];
-  __atomic_store_n(&g_priv[s].states[rel % kStepRing], uint8_t(st), __ATOMIC_RELAXED);
-  if (rel == load32(&ch.done)) {
-    store32(&ch.state_step, rel);
-    store32(&ch.state, st);
-  }
+  if (st == FR_CHANST_IDLE || r.rel < load32(&ch.done) || r.rel >= load32(&ch.posted)) return;
+  __atomic_store_n(&g_priv[r.slot].states[r.rel % kStepRing], uint8_t(st), __ATOMIC_RELAXED);
   if (trans_size != 0 && (st == FR_CHANST_SEND_WAIT || st == FR_CHANST_RECV_GPU_WAIT))
     __atomic_fetch_add(&ch.bytes, trans_size, __ATOMIC_RELAXED);
-  store64(&ch.last_ns, now_ns());
+  settle(r.slot);
 }
 
-void finalize(void* context) { (void)context; }  // slots stay: a dump still shows them
+// The context goes back for a later communicator; its slots stay, so a dump still shows them.
+void finalize(void* context) {
+  if (context == nullptr) return;
+  const uintptr_t p = reinterpret_cast<uintptr_t>(context),
+                  lo = reinterpret_cast<uintptr_t>(&g_ctxs[0]);
+  if (p < lo || p >= lo + sizeof g_ctxs || (p - lo) % sizeof(Ctx) != 0) return;  // not ours
+  Ctx& c = *static_cast<Ctx*>(context);
+  __atomic_store_n(&c.ordinal, 0u, __ATOMIC_RELAXED);
+  __atomic_store_n(&c.used, 0u, __ATOMIC_RELEASE);
+}
 
 }  // namespace fr::agent::prof

@@ -1,12 +1,12 @@
-// What the profiler plugin's adapters (profiler_v5.cpp, profiler_v6.cpp) share: the callbacks of
-// a plugin table, as templates over the version's descriptor. The versions NCCL 2.28 to 2.32
-// accept differ in the events their descriptors can hold, not in the fields the core reads, so
-// each adapter file names its version's types and exports its table; what one version adds
-// (v6's copy-engine events) falls to the default case and is not recorded.
+// What the profiler plugin's adapters (profiler_v5.cpp, profiler_v6.cpp, profiler_v7.cpp) share:
+// the callbacks of a plugin table, as templates over the version's descriptor. The versions NCCL
+// 2.28 to 2.32 accept differ in the events their descriptors can hold and in where the union's
+// members end, not in the fields the core reads, so each adapter file names its version's types
+// and exports its table; what one version adds (v6's copy-engine events, v7's kernel phases)
+// falls to the default case and is not recorded (fr never asks for those events).
 #pragma once
 
 #include "profiler.h"
-#include "profiler_abi.h"
 
 namespace fr::agent::prof {
 
@@ -14,12 +14,18 @@ template <int Version>
 Result init_v(void** context, uint64_t comm_hash, int* mask, const char* name, int nnodes,
               int nranks, int rank, Logger) {
   note_version(Version);
-  *mask = init(context, comm_hash, name, nnodes, nranks, rank);
-  return 0;  // ncclSuccess: with a mask of 0 NCCL reports nothing, the job runs on
+  if (context == nullptr) return 0;
+  if (mask == nullptr) {  // nowhere to say what to report: nothing is
+    *context = nullptr;
+    return 0;
+  }
+  *mask = init(context, comm_hash, name, nnodes, nranks, rank, *mask);
+  return 0;  // ncclSuccess always: a null context profiles nothing, the job runs on
 }
 
 template <class Descr>
 Result start_v(void* context, void** handle, Descr* d) {
+  if (handle == nullptr) return 0;
   *handle = nullptr;
   if (d == nullptr) return 0;
   Event e = {};

@@ -44,6 +44,7 @@ uint64_t unique_id_hash(const ncclUniqueId* ids, int n) {
 
 struct NewComm {
   uint64_t id;
+  uint64_t nccl_hash;  // NCCL's own hash of it (what its profiler init gets); 0: not known
   uint64_t parent_id;
   uint64_t derive_index;
   int64_t color;
@@ -80,11 +81,12 @@ void register_comm(const NewComm& n, ncclComm_t handle, ncclResult_t res, uint64
                                         : FR_COMM_INITIALIZING;
   int32_t slot = comm_register(e, state, made ? handle : nullptr, n.nonblocking);
   if (slot < 0) return;
+  __atomic_store_n(&g_ctx.priv[slot].nccl_hash, n.nccl_hash, __ATOMIC_RELEASE);
   if (made && res == ncclSuccess) comm_learn_shape(slot, handle);
   const fr_comm_entry& c = g_ctx.comms[slot];
   int32_t size = __atomic_load_n(&c.size, __ATOMIC_RELAXED),
           rank = __atomic_load_n(&c.rank, __ATOMIC_RELAXED);
-  if (made && size > 0 && rank >= 0) prof::claim_context(n.id, size, rank);
+  if (made && size > 0 && rank >= 0) prof::claim_context(n.id, n.nccl_hash, e.name, size, rank);
 }
 
 inline constexpr auto no_follow = [](const fr_record&) {};
@@ -151,10 +153,11 @@ NewComm parent_derived(const CommRef& p, fr_comm_origin origin, uint64_t* counte
 
 // The prepare step of the init family (run_create): the id is the unique id's hash; blocking or
 // not as NCCL_COMM_BLOCKING or the config says, known once the agent has started.
-auto init_family(uint64_t id, int nranks, int rank, fr_comm_origin origin,
-                 const ncclConfig_t* config) {
+auto init_family(uint64_t id, const ncclUniqueId* first, int nranks, int rank,
+                 fr_comm_origin origin, const ncclConfig_t* config) {
   NewComm n = {};
   n.id = id;
+  n.nccl_hash = first != nullptr ? prof::nccl_id_hash(first->internal, NCCL_UNIQUE_ID_BYTES) : 0;
   n.nranks = nranks;
   n.rank = rank;
   n.origin = origin;
@@ -184,26 +187,28 @@ FR_API ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId 
   FR_REAL_OR_FAIL(ncclCommInitRank);
   return run_create(
       FR_OP_COMM_INIT_RANK, nullptr,
-      init_family(unique_id_hash(&commId, 1), nranks, rank, FR_ORIGIN_INIT_RANK, nullptr), comm,
-      [&] { return real(comm, nranks, commId, rank); });
+      init_family(unique_id_hash(&commId, 1), &commId, nranks, rank, FR_ORIGIN_INIT_RANK, nullptr),
+      comm, [&] { return real(comm, nranks, commId, rank); });
 }
 
 FR_API ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId,
                                            int rank, ncclConfig_t* config) {
   FR_REAL_OR_FAIL(ncclCommInitRankConfig);
-  return run_create(
-      FR_OP_COMM_INIT_RANK_CONFIG, nullptr,
-      init_family(unique_id_hash(&commId, 1), nranks, rank, FR_ORIGIN_INIT_RANK_CONFIG, config),
-      comm, [&] { return real(comm, nranks, commId, rank, config); });
+  return run_create(FR_OP_COMM_INIT_RANK_CONFIG, nullptr,
+                    init_family(unique_id_hash(&commId, 1), &commId, nranks, rank,
+                                FR_ORIGIN_INIT_RANK_CONFIG, config),
+                    comm, [&] { return real(comm, nranks, commId, rank, config); });
 }
 
 FR_API ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
                                              ncclUniqueId* commIds, ncclConfig_t* config) {
   FR_REAL_OR_FAIL(ncclCommInitRankScalable);
-  uint64_t id = (commIds != nullptr && nId > 0 && nId <= 4096) ? unique_id_hash(commIds, nId) : 1;
+  const bool ids = commIds != nullptr && nId > 0 && nId <= 4096;
+  uint64_t id = ids ? unique_id_hash(commIds, nId) : 1;
   return run_create(FR_OP_COMM_INIT_RANK_SCALABLE, nullptr,
-                    init_family(id, nranks, myrank, FR_ORIGIN_INIT_RANK_SCALABLE, config), newcomm,
-                    [&] { return real(newcomm, nranks, myrank, nId, commIds, config); });
+                    init_family(id, ids ? &commIds[0] : nullptr, nranks, myrank,
+                                FR_ORIGIN_INIT_RANK_SCALABLE, config),
+                    newcomm, [&] { return real(newcomm, nranks, myrank, nId, commIds, config); });
 }
 
 // ncclCommInitAll makes ndev communicators of one clique inside this process; no unique id is
@@ -254,6 +259,13 @@ FR_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_
                ? 0
                : hash_finish(hash_u64(hash_u64(hash_u64(kHashSeed, p.id), n.derive_index),
                                       (uint64_t)(int64_t)color));
+    // NCCL hashes (parent's hash, its split count from 1, color); grows count as splits (2.30).
+    if (p.slot >= 0) {
+      uint32_t k = __atomic_add_fetch(&g_ctx.priv[p.slot].nccl_children, 1u, __ATOMIC_RELAXED);
+      uint64_t ph = __atomic_load_n(&g_ctx.priv[p.slot].nccl_hash, __ATOMIC_ACQUIRE);
+      if (ph != 0 && color != NCCL_SPLIT_NOCOLOR)
+        n.nccl_hash = prof::nccl_split_hash(ph, int(k), color);
+    }
     return n;
   };
   return run_create(FR_OP_COMM_SPLIT, comm, prepare, newcomm,
@@ -340,6 +352,7 @@ FR_API ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId
     NewComm n = {};
     if (comm != nullptr) {
       n = parent_derived(p, FR_ORIGIN_GROW, p.slot >= 0 ? &g_ctx.priv[p.slot].grow_calls : nullptr);
+      if (p.slot >= 0) __atomic_add_fetch(&g_ctx.priv[p.slot].nccl_children, 1u, __ATOMIC_RELAXED);
       n.id = hash_finish(
           hash_u64(hash_u64(hash_u64(kHashSeed, p.id), n.derive_index), (uint64_t)(int64_t)nRanks));
     } else {

@@ -114,6 +114,51 @@ bool read_whole(int fd, uint64_t size_hint, size_t max_bytes, std::unique_ptr<ch
   return true;
 }
 
+// The CUresults a GPU-progress failure is likely to carry, by name (cuda.h's numbers).
+const char* cu_result_name(int32_t r) {
+  switch (r) {
+    case 1: return "CUDA_ERROR_INVALID_VALUE";
+    case 2: return "CUDA_ERROR_OUT_OF_MEMORY";
+    case 3: return "CUDA_ERROR_NOT_INITIALIZED";
+    case 4: return "CUDA_ERROR_DEINITIALIZED";
+    case 100: return "CUDA_ERROR_NO_DEVICE";
+    case 101: return "CUDA_ERROR_INVALID_DEVICE";
+    case 201: return "CUDA_ERROR_INVALID_CONTEXT";
+    case 400: return "CUDA_ERROR_INVALID_HANDLE";
+    case 500: return "CUDA_ERROR_NOT_FOUND";
+    case 700: return "CUDA_ERROR_ILLEGAL_ADDRESS";
+    case 712: return "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED";
+    case 719: return "CUDA_ERROR_LAUNCH_FAILED";
+    case 800: return "CUDA_ERROR_NOT_PERMITTED";
+    case 801: return "CUDA_ERROR_NOT_SUPPORTED";
+    case 900: return "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED";
+    case 901: return "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED";
+    case 906: return "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT";
+    default: return nullptr;
+  }
+}
+
+// Why a rank's GPU progress came from events or is missing, when its writer recorded a driver
+// failure (header gpu_error_call, version 6 on): "GPU progress from events on rank 3
+// (cuStreamWriteValue64: CUDA_ERROR_INVALID_HANDLE)". Empty when none was recorded.
+std::string gpu_progress_note(const fr_log_header& h, int rank) {
+  if (h.gpu_error_call == FR_GPU_CALL_NONE) return "";
+  const char* call = "an unknown call";
+#define FR_X(e, v, s) \
+  if (h.gpu_error_call == v) call = s;
+  FR_GPU_CALL_LIST(FR_X)
+#undef FR_X
+  const char* name = cu_result_name(h.gpu_error);
+  const std::string why = std::string(call) + ": " +
+                          (name ? std::string(name) : "CUresult " + std::to_string(h.gpu_error));
+  const std::string who = rank >= 0 ? "rank " + std::to_string(rank) : "this process";
+  if (h.flags & FR_LOG_F_NO_GPU_TRACKING) return "no GPU progress on " + who + " (" + why + ")";
+  if ((h.flags & FR_LOG_F_GPU_MARKERS) && h.gpu_event_streams > 0)
+    return "GPU progress from events for " + std::to_string(h.gpu_event_streams) +
+           " stream(s) of " + who + ", markers for the others (" + why + ")";
+  return "GPU progress from events on " + who + " (" + why + ")";
+}
+
 std::string without_trailing_slash(std::string dir) {
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   return dir;
@@ -381,12 +426,15 @@ Loaded load_one(const Job& job, LoadMode mode) {
     return out;
   }
   Proc p = proc_from_log(*r.log, "fr");
+  const fr_log_header header = r.log->header;
   // Kept for the next file while small (a default ring is 2,048 records).
   if (r.log->records.capacity() <= (size_t{1} << 15)) spare = std::move(*r.log);
   r.log.reset();
   if (mode == LoadMode::kWindow) out.windowed = window_proc(&p);
   if (p.rank < 0 && job.hint.rank >= 0) p.rank = job.hint.rank;
   if (p.host.empty()) p.host = job.hint.host;
+  if (std::string note = gpu_progress_note(header, p.rank); !note.empty())
+    out.warnings.push_back({job.path, note});
   out.procs.push_back(std::move(p));
   if (!job.no_stacks) load_stacks(job.dir, job.rel, job.path, &out.procs, &out.warnings);
   return out;

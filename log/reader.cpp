@@ -47,8 +47,11 @@ Layout layout_of(uint32_t version) {
   if (version == 4)
     return {FR_V4_HEADER_BYTES, FR_V4_COMM_BYTES, FR_V4_RECORD_BYTES, FR_V4_GRAPH_BYTES, 0,
             FR_V4_XFER_BYTES};
-  return {FR_V5_HEADER_BYTES, FR_V5_COMM_BYTES, FR_V5_RECORD_BYTES,
-          FR_V5_GRAPH_BYTES,  FR_V5_CHAN_BYTES, FR_V5_XFER_BYTES};
+  if (version == 5)
+    return {FR_V5_HEADER_BYTES, FR_V5_COMM_BYTES, FR_V5_RECORD_BYTES,
+            FR_V5_GRAPH_BYTES,  FR_V5_CHAN_BYTES, FR_V5_XFER_BYTES};
+  return {FR_V6_HEADER_BYTES, FR_V6_COMM_BYTES, FR_V6_RECORD_BYTES,
+          FR_V6_GRAPH_BYTES,  FR_V6_CHAN_BYTES, FR_V6_XFER_BYTES};
 }
 
 // The bytes of a structure this reader copies: min(stored size, its own size), and for an older

@@ -85,6 +85,10 @@ struct Flags {
           "the node daemon started leaves after SEC without a live flight\n"
           "log or an fr-run on this node (default 60; 0: never)");
     app.add_flag("--no-daemon", o->no_daemon, "never start a node daemon");
+    app.add_flag("--profiler-kernel-channels", o->kernel_channels,
+                 "have NCCL report kernel channels to fr too (FR_PROFILER_KERNEL_CH=1);\n"
+                 "off by default: NCCL then adds a proxy op per channel to every\n"
+                 "collective (docs/agent.md)");
     app.add_option("--parent-death-signal", signals,
                    "what CMD gets if fr-run dies, even by SIGKILL (KILL by default;\n"
                    "TERM, INT, HUP, ...; none: CMD lives on)")
@@ -255,6 +259,7 @@ Env child_env(const Options& o, const Env& env, bool agent_ok) {
   }
   out["FR_LOG_DIR"] = o.log_dir;
   if (!o.job_id.empty()) out["FR_JOB_ID"] = o.job_id;
+  if (o.kernel_channels) out["FR_PROFILER_KERNEL_CH"] = "1";
   return out;
 }
 

@@ -34,6 +34,9 @@ struct Options {
   // KILL by default, 0 for none (`none`).
   int parent_death_signal = 9;
   bool no_daemon = false;
+  // Ask NCCL for kernel-channel events too (FR_PROFILER_KERNEL_CH=1 for the command): off by
+  // default, since they change how NCCL runs every collective (docs/agent.md).
+  bool kernel_channels = false;
   bool verbose = false;
   bool help = false;
   bool version = false;
@@ -55,8 +58,9 @@ void resolve(Options* o, const Env& env, const std::string& exe_dir, unsigned ui
 // The default token file: ${XDG_RUNTIME_DIR:-/tmp}/frd-<uid>/token.
 std::string default_token_file(const Env& env, unsigned uid);
 
-// The command's environment: `env` with the agent prepended to LD_PRELOAD (once), FR_LOG_DIR,
-// and FR_JOB_ID when given. agent_ok false: the agent is missing, LD_PRELOAD stays as it was.
+// The command's environment: `env` with the agent prepended to LD_PRELOAD (once), the agent as
+// NCCL_PROFILER_PLUGIN unless the user named one, FR_LOG_DIR, FR_JOB_ID when given, and
+// FR_PROFILER_KERNEL_CH=1 with --profiler-kernel-channels. agent_ok false: the agent is missing, LD_PRELOAD stays as it was.
 Env child_env(const Options& o, const Env& env, bool agent_ok);
 
 // `frd node ...` for this node.

@@ -22,8 +22,10 @@ namespace fr::daemon {
   X(nvmlDeviceGetPciInfo_v3, true)                    \
   X(nvmlDeviceGetName, false)                         \
   X(nvmlDeviceGetUUID, false)                         \
+  X(nvmlDeviceGetTemperatureV, false)                 \
   X(nvmlDeviceGetTemperature, false)                  \
   X(nvmlDeviceGetPowerUsage, false)                   \
+  X(nvmlDeviceGetCurrentClocksEventReasons, false)    \
   X(nvmlDeviceGetCurrentClocksThrottleReasons, false) \
   X(nvmlDeviceGetTotalEccErrors, false)               \
   X(nvmlDeviceGetRetiredPagesPendingStatus, false)    \
@@ -185,13 +187,22 @@ struct DeviceReader {
   }
 
   // What a heartbeat takes (besides identity and Xids): temperature, power, throttle reasons.
+  // The current calls first (nvmlDeviceGetTemperatureV, nvmlDeviceGetCurrentClocksEventReasons);
+  // where the driver lacks them or refuses, the ones they replace (deprecated in 13.0).
   void read_cheap() {
     unsigned int u = 0;
-    if (get("temperature", a.nvmlDeviceGetTemperature, NVML_TEMPERATURE_GPU, &u))
+    nvmlTemperature_t t = {};
+    t.version = nvmlTemperature_v1;
+    t.sensorType = NVML_TEMPERATURE_GPU;
+    if (a.nvmlDeviceGetTemperatureV && a.nvmlDeviceGetTemperatureV(d, &t) == NVML_SUCCESS)
+      g.temperature_c = t.temperature;
+    else if (get("temperature", a.nvmlDeviceGetTemperature, NVML_TEMPERATURE_GPU, &u))
       g.temperature_c = u;
     if (get("power", a.nvmlDeviceGetPowerUsage, &u)) g.power_mw = u;
     unsigned long long ull = 0;
-    if (get("throttle_reasons", a.nvmlDeviceGetCurrentClocksThrottleReasons, &ull)) {
+    if ((a.nvmlDeviceGetCurrentClocksEventReasons &&
+         a.nvmlDeviceGetCurrentClocksEventReasons(d, &ull) == NVML_SUCCESS) ||
+        get("throttle_reasons", a.nvmlDeviceGetCurrentClocksThrottleReasons, &ull)) {
       g.throttle_reasons = int64_t(ull);
       g.throttle_names = throttle_reason_names(ull);
     }

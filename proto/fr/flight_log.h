@@ -63,7 +63,7 @@ extern "C" {
 #endif
 
 #define FR_LOG_MAGIC 0x314F4C5448474C46ull /* "FLGHTLO1" read as little-endian bytes */
-#define FR_LOG_VERSION 5u
+#define FR_LOG_VERSION 6u
 #define FR_LOG_FILE_SUFFIX ".frlog"
 
 #define FR_DEFAULT_RING_CAPACITY 2048u
@@ -202,6 +202,24 @@ typedef enum fr_gpu_state {
   FR_GPU_STATE_LIST(FR_X_GPU_ENUM)
 #undef FR_X_GPU_ENUM
 } fr_gpu_state;
+
+/* The driver call whose failure changed how GPU progress is tracked (fr_log_header.gpu_error_call):
+ * no current context (tracking decided without one), the log's host registration or its device
+ * address (no markers: events for every stream), a stream write (events for that stream), the
+ * device saying it has no 64-bit stream memory operations (events for every stream). */
+#define FR_GPU_CALL_LIST(X)                                      \
+  X(NONE, 0, "none")                                             \
+  X(CTX_GET_CURRENT, 1, "cuCtxGetCurrent")                       \
+  X(MEM_HOST_REGISTER, 2, "cuMemHostRegister")                   \
+  X(MEM_HOST_GET_DEVICE_POINTER, 3, "cuMemHostGetDevicePointer") \
+  X(STREAM_WRITE_VALUE64, 4, "cuStreamWriteValue64")             \
+  X(DEVICE_GET_ATTRIBUTE, 5, "cuDeviceGetAttribute(CAN_USE_64_BIT_STREAM_MEM_OPS)")
+
+typedef enum fr_gpu_call {
+#define FR_X_GPU_CALL_ENUM(e, v, s) FR_GPU_CALL_##e = v,
+  FR_GPU_CALL_LIST(FR_X_GPU_CALL_ENUM)
+#undef FR_X_GPU_CALL_ENUM
+} fr_gpu_call;
 
 /* What one channel slot (fr_chan_entry, version 5 on) follows: a GPU channel of the kernel, or
  * one proxy connection of a channel (send to or receive from one peer over the network). */
@@ -383,7 +401,13 @@ typedef struct fr_log_header {
   uint32_t chan_size;         /* 412 sizeof(fr_chan_entry) of the writer */
   uint32_t chan_count;        /* 416 channel entries in use (atomic) */
   uint32_t chan_dropped;      /* 420 slots that did not fit in the table (atomic) */
-  uint8_t reserved[88];       /* 424 zero */
+  /* Version 6 on: written when a driver call failed and GPU progress is tracked differently for
+   * it; all zero before, and when none failed. */
+  int32_t gpu_error;          /* 424 CUresult of the last such failure, 0 none (atomic) */
+  uint32_t gpu_error_call;    /* 428 fr_gpu_call: the call that failed (atomic) */
+  uint32_t gpu_event_streams; /* 432 streams whose progress comes from events since their stream
+                                     write failed; the others keep markers (atomic) */
+  uint8_t reserved[76];       /* 436 zero */
 } fr_log_header;              /* 512 */
 
 typedef struct fr_comm_entry {
@@ -575,6 +599,8 @@ FR_STATIC_ASSERT(offsetof(fr_xfer_entry, state) == 240, "xfer layout");
 FR_STATIC_ASSERT(offsetof(fr_xfer_entry, gpu_done) == 296, "xfer layout");
 FR_STATIC_ASSERT(offsetof(fr_log_header, chan_count) == 416, "header layout");
 FR_STATIC_ASSERT(offsetof(fr_log_header, chan_dropped) == 420, "header layout");
+FR_STATIC_ASSERT(offsetof(fr_log_header, gpu_error) == 424, "header layout");
+FR_STATIC_ASSERT(offsetof(fr_log_header, gpu_event_streams) == 432, "header layout");
 FR_STATIC_ASSERT(sizeof(fr_chan_entry) == 128, "fr_chan_entry is 128 bytes");
 FR_STATIC_ASSERT(offsetof(fr_chan_entry, op_seq) == 48, "chan layout");
 FR_STATIC_ASSERT(offsetof(fr_chan_entry, last_ns) == 104, "chan layout");

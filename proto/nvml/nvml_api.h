@@ -31,6 +31,7 @@ typedef enum nvmlReturn_enum {
   NVML_ERROR_IN_USE = 19,
   NVML_ERROR_MEMORY = 20,
   NVML_ERROR_NO_DATA = 21,
+  NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
   NVML_ERROR_UNKNOWN = 999
 } nvmlReturn_t;
 
@@ -42,7 +43,7 @@ typedef struct nvmlEventSet_st* nvmlEventSet_t;
 #define NVML_DEVICE_NAME_V2_BUFFER_SIZE 96
 #define NVML_DEVICE_UUID_V2_BUFFER_SIZE 96
 #define NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE 80
-#define NVML_NVLINK_MAX_LINKS 18
+#define NVML_NVLINK_MAX_LINKS 36 /* as today's nvml.h; older ones said 18 */
 
 typedef struct nvmlPciInfo_st {
   char busIdLegacy[NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE];
@@ -84,6 +85,15 @@ typedef enum nvmlEccCounterType_enum {
   NVML_AGGREGATE_ECC = 1
 } nvmlEccCounterType_t;
 typedef enum nvmlTemperatureSensors_enum { NVML_TEMPERATURE_GPU = 0 } nvmlTemperatureSensors_t;
+// nvmlDeviceGetTemperatureV's versioned argument (the call that replaces nvmlDeviceGetTemperature,
+// deprecated in 13.0): version = its size | (1 << 24).
+typedef struct {
+  unsigned int version;
+  nvmlTemperatureSensors_t sensorType;
+  int temperature;
+} nvmlTemperature_v1_t;
+typedef nvmlTemperature_v1_t nvmlTemperature_t;
+#define nvmlTemperature_v1 ((unsigned int)(sizeof(nvmlTemperature_v1_t) | (1u << 24)))
 typedef enum nvmlNvLinkErrorCounter_enum {
   NVML_NVLINK_ERROR_DL_REPLAY = 0,
   NVML_NVLINK_ERROR_DL_RECOVERY = 1,
@@ -113,7 +123,12 @@ nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned int len
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int length);
 nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType,
                                       unsigned int* temp);
+nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_t* temperature);
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int* power);
+// Clocks event reasons: the same bits as the throttle reasons, the name since 12.x (the
+// throttle call is deprecated in 13.0).
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
+                                                    unsigned long long* clocksEventReasons);
 nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device,
                                                        unsigned long long* clocksThrottleReasons);
 nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType,

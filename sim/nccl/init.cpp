@@ -14,6 +14,7 @@
 
 #include "fr_sim.h"
 #include "fr_sim_nccl.h"
+#include "fr/nccl_comm_hash.h"
 #include "internal.h"
 
 #define FRSIM_API extern "C" __attribute__((visibility("default")))
@@ -139,6 +140,7 @@ ncclResult_t init_rank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int 
   st->cuda_dev = frsim_current_device();
   st->blocking = blocking;
   st->name = name;
+  st->nccl_hash = fr::nccl_prof::nccl_id_hash(id.internal, NCCL_UNIQUE_ID_BYTES);
   bool grouped = group_depth() > 0;
   if (!blocking) {
     ncclComm_t h = new_handle(st);
@@ -259,6 +261,7 @@ FRSIM_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* d
   for (int i = 0; i < ndev; ++i) {
     auto st = std::make_shared<CommState>(ndev);
     st->cuda_dev = devlist ? devlist[i] : i;
+    st->nccl_hash = fr::nccl_prof::nccl_id_hash(id.internal, NCCL_UNIQUE_ID_BYTES);
     std::string err;
     if (ncclResult_t r = comm_join(st.get(), key, ndev, i, &err); r != ncclSuccess) {
       set_last_error(nullptr, "%s", err.c_str());
@@ -295,6 +298,10 @@ FRSIM_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCo
     child->cuda_dev = parent->cuda_dev;
     child->blocking = blocking;
     child->name = name;
+    // NCCL counts its splits from 1 (the parent's split count after this one).
+    if (parent->nccl_hash != 0)
+      child->nccl_hash =
+          fr::nccl_prof::nccl_split_hash(parent->nccl_hash, static_cast<int>(number + 1), color);
     if (!blocking) *newcomm = new_handle(child);
   }
   auto body = [parent, child, color, key, number]() -> ncclResult_t {

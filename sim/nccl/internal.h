@@ -206,11 +206,14 @@ struct XportFault {
 
 struct CommState {
   Segment seg;
-  void* prof_ctx = nullptr;  // the profiler plugin's context (profiler.cpp); null: not profiled
-  int prof_mask = 0;
+  void* prof_ctx = nullptr;  // the profiler plugin's context (profiler.cpp), null when it gave none
+  bool prof_on = false;      // the plugin's init succeeded for this communicator
   uint64_t func_seq[16] = {};  // per collective kind, as NCCL numbers them for the profiler
   XportFault fault;            // guarded by mu
   uint64_t key = 0;
+  // NCCL's hash of the communicator (fr/nccl_comm_hash.h), what the profiler init gets; made for
+  // the init family and split as NCCL makes it, 0 for the others (then `key` is passed).
+  uint64_t nccl_hash = 0;
   int rank = 0;
   int nranks = 0;
   int cuda_dev = 0;

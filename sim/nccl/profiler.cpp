@@ -1,33 +1,59 @@
 // The emulation loads a profiler plugin as NCCL does: NCCL_PROFILER_PLUGIN names the library (a
 // path or file name, else libnccl-profiler-<name>.so; "none" turns it off; unset:
-// libnccl-profiler.so), dlopen, then the versioned table, newest first: ncclProfiler_v6 (as NCCL
-// 2.29 to 2.32; FRSIM_PROFILER_MAX_VERSION=5 looks as 2.28 does, from v5), ncclProfiler_v5. A
-// library with neither (an older or unknown version) is not used: profiling is off, the job runs.
-// Each communicator calls the plugin's init once every member joined, with the activation mask
-// the plugin sets deciding which events it gets. The declarations of the interface are the
-// agent's (agent/profiler_abi.h): the same documented layout, one copy.
+// libnccl-profiler.so), dlopen, then the versioned tables in the order of the NCCL release it
+// plays: FRSIM_NCCL_VERSION=2.28 looks up ncclProfiler_v5 only; 2.29, 2.30, 2.31 look up v6, then
+// v5; 2.32 looks up v7, then v6, then v5 (unset: the release of the nccl.h it was built with). A
+// library with none of them (an older or unknown version) is not used: profiling is off, the job
+// runs. Each communicator calls the plugin's init once every member joined, and every init gets
+// the same process-wide activation mask, as NCCL's ncclProfilerEventMask: what one init writes
+// there holds for every communicator. Events are started with the communicator's context even
+// when the plugin returned a null one, as NCCL does. The declarations of the interface come from
+// proto/fr/profiler_abi.h, which a test checks against the real libnccl.so.2 builds.
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include <mutex>
 #include <string>
 
+#include "fr/profiler_abi.h"
 #include "internal.h"
-#include "profiler_abi.h"
 
 namespace frsim {
 namespace {
 
-namespace ap = fr::agent::prof;
+namespace ap = fr::nccl_prof;
 
 struct Loaded {
   int version = 0;  // 0: no plugin
   const ap::PluginV5* v5 = nullptr;
   const ap::PluginV6* v6 = nullptr;
+  const ap::PluginV7* v7 = nullptr;
 };
+
+// The process-wide activation mask (NCCL's ncclProfilerEventMask): every init gets its address.
+int g_event_mask;
+
+// The minor release whose lookup order to follow: FRSIM_NCCL_VERSION ("2.30", "2.30.7"), else
+// the nccl.h this was built with.
+int release_minor() {
+  const char* v = getenv("FRSIM_NCCL_VERSION");
+  int major = 0, minor = 0;
+  if (v != nullptr && sscanf(v, "%d.%d", &major, &minor) == 2 && major == 2) return minor;
+  return (NCCL_VERSION_CODE / 100) % 100;
+}
+
+// Calls `f` with the loaded table, whichever version it is.
+template <class F>
+void with_table(const Loaded& l, F f) {
+  if (l.version == 7)
+    f(l.v7);
+  else if (l.version == 6)
+    f(l.v6);
+  else if (l.version == 5)
+    f(l.v5);
+}
 
 bool debug_info() {
   const char* d = getenv("NCCL_DEBUG");
@@ -59,15 +85,14 @@ Loaded load() {
   if (name != nullptr && strcasecmp(name, "none") == 0) return l;
   void* lib = open_lib(name);
   if (lib == nullptr) return l;
-  const char* max = getenv("FRSIM_PROFILER_MAX_VERSION");
-  int newest = max != nullptr ? atoi(max) : 6;
-  if (newest >= 6) l.v6 = static_cast<const ap::PluginV6*>(dlsym(lib, "ncclProfiler_v6"));
-  if (l.v6 != nullptr) {
+  const int minor = release_minor();
+  if (minor >= 32 && (l.v7 = static_cast<const ap::PluginV7*>(dlsym(lib, "ncclProfiler_v7"))))
+    l.version = 7;
+  else if (minor >= 29 && (l.v6 = static_cast<const ap::PluginV6*>(dlsym(lib, "ncclProfiler_v6"))))
     l.version = 6;
-  } else if (newest >= 5 &&
-             (l.v5 = static_cast<const ap::PluginV5*>(dlsym(lib, "ncclProfiler_v5")))) {
+  else if ((l.v5 = static_cast<const ap::PluginV5*>(dlsym(lib, "ncclProfiler_v5"))))
     l.version = 5;
-  } else {
+  if (l.version == 0) {
     info("External profiler plugin %s is unsupported",
          name != nullptr ? name : "libnccl-profiler.so");
     dlclose(lib);
@@ -126,56 +151,51 @@ void fill(Descr* d, uint64_t type, void* parent, int rank, const ProfDescr& p) {
 
 void prof_comm_init(CommState* c) {
   const Loaded& l = plugin();
-  if (l.version == 0 || c->prof_ctx != nullptr) return;
-  int nodes = 1;
-  int mask = 0;
-  void* ctx = nullptr;
+  if (l.version == 0 || c->prof_on) return;
+  const uint64_t id = c->nccl_hash != 0 ? c->nccl_hash : c->key;
   int r = 0;
-  if (l.version == 6)
-    r = l.v6->init(&ctx, c->key, &mask, c->name.c_str(), nodes, c->nranks, c->rank, logger);
-  else
-    r = l.v5->init(&ctx, c->key, &mask, c->name.c_str(), nodes, c->nranks, c->rank, logger);
-  if (r != 0 || mask == 0) return;  // as NCCL: a failed init or an empty mask profiles nothing
+  void* ctx = nullptr;
+  with_table(l, [&](auto* t) {
+    r = t->init(&ctx, id, &g_event_mask, c->name.c_str(), 1, c->nranks, c->rank, logger);
+  });
+  if (r != 0) return;  // as NCCL: a failed init profiles nothing
   c->prof_ctx = ctx;
-  c->prof_mask = mask;
+  c->prof_on = true;
 }
 
 void prof_comm_finalize(CommState* c) {
-  const Loaded& l = plugin();
-  if (c->prof_ctx == nullptr) return;
-  if (l.version == 6)
-    l.v6->finalize(c->prof_ctx);
-  else
-    l.v5->finalize(c->prof_ctx);
+  if (!c->prof_on) return;
+  // As NCCL: finalize only for a context the plugin gave.
+  if (c->prof_ctx != nullptr) with_table(plugin(), [&](auto* t) { t->finalize(c->prof_ctx); });
   c->prof_ctx = nullptr;
+  c->prof_on = false;
 }
 
-// NCCL checks the mask before each event; steps and ops are reported when either is active.
-void* prof_start(CommState* c, uint64_t type, void* parent, const ProfDescr& p) {
-  if (c->prof_ctx == nullptr) return nullptr;
-  uint64_t want = type == ap::kEvProxyOp ? (ap::kEvProxyOp | ap::kEvProxyStep) : type;
-  if ((static_cast<uint64_t>(c->prof_mask) & want) == 0) return nullptr;
-  const Loaded& l = plugin();
+template <class D>
+void* start_with(const ap::PluginTable<D>* t, void* ctx, uint64_t type, void* parent, int rank,
+                 const ProfDescr& p) {
+  D d;
+  fill(&d, type, parent, rank, p);
   void* h = nullptr;
-  if (l.version == 6) {
-    ap::DescrV6 d;
-    fill(&d, type, parent, c->rank, p);
-    l.v6->startEvent(c->prof_ctx, &h, &d);
-  } else {
-    ap::DescrV5 d;
-    fill(&d, type, parent, c->rank, p);
-    l.v5->startEvent(c->prof_ctx, &h, &d);
-  }
+  t->startEvent(ctx, &h, &d);
+  return h;
+}
+
+// NCCL checks the process-wide mask before each event; steps and ops are reported when either
+// is active. The context goes as the plugin gave it, null included.
+void* prof_start(CommState* c, uint64_t type, void* parent, const ProfDescr& p) {
+  if (!c->prof_on) return nullptr;
+  uint64_t want = type == ap::kEvProxyOp ? (ap::kEvProxyOp | ap::kEvProxyStep) : type;
+  const int mask = __atomic_load_n(&g_event_mask, __ATOMIC_RELAXED);
+  if ((static_cast<uint64_t>(mask) & want) == 0) return nullptr;
+  void* h = nullptr;
+  with_table(plugin(), [&](auto* t) { h = start_with(t, c->prof_ctx, type, parent, c->rank, p); });
   return h;
 }
 
 void prof_stop(void* handle) {
   if (handle == nullptr) return;
-  const Loaded& l = plugin();
-  if (l.version == 6)
-    l.v6->stopEvent(handle);
-  else if (l.version == 5)
-    l.v5->stopEvent(handle);
+  with_table(plugin(), [&](auto* t) { t->stopEvent(handle); });
 }
 
 void prof_state(void* handle, int state, uint64_t trans_size) {
@@ -183,11 +203,7 @@ void prof_state(void* handle, int state, uint64_t trans_size) {
   ap::StateArgs a;
   memset(&a, 0, sizeof a);
   a.proxyStep.transSize = trans_size;
-  const Loaded& l = plugin();
-  if (l.version == 6)
-    l.v6->recordEventState(handle, state, &a);
-  else if (l.version == 5)
-    l.v5->recordEventState(handle, state, &a);
+  with_table(plugin(), [&](auto* t) { t->recordEventState(handle, state, &a); });
 }
 
 }  // namespace frsim

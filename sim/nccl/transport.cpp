@@ -21,11 +21,11 @@
 
 #include "fr_sim_nccl.h"
 #include "internal.h"
-#include "profiler_abi.h"
+#include "fr/profiler_abi.h"
 
 namespace frsim {
 
-namespace ap = fr::agent::prof;
+namespace ap = fr::nccl_prof;
 
 // One edge of this rank on one channel, and its progress for the current step.
 struct Link {

@@ -9,6 +9,8 @@
 //   gpu 0000:3b:00.0 pids=101,102 temp=45 power=250000 throttle=0x40 ecc_corrected=0
 //       ecc_uncorrected=2 retired_pending=1 remap_pending=0 remap_failed=0 pcie_replays=3
 //       nvlinks=4 nvlink_down=2 unsupported=ecc,remap            (all on one line)
+//   (unsupported= also takes temperature_v and clocks_event: the current calls refuse, as a
+//   driver without them; temperature_legacy and throttle_legacy: the deprecated ones refuse)
 //   xid 0000:3b:00.0 79        an Xid event on that GPU, delivered once to each event set
 //                              registered for it
 // Xid lines may also come from "<file>.events", where processes append them as they happen.
@@ -243,8 +245,20 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char* uuid, unsigned int length) 
 nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, nvmlTemperatureSensors_t sensor,
                                       unsigned int* temp) {
   FR_SIM_FIELD("temperature")
+  if (g.unsupported.count("temperature_legacy")) return NVML_ERROR_FUNCTION_NOT_FOUND;
   if (!temp || sensor != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
   *temp = unsigned(g.temp);
+  return NVML_SUCCESS;
+}
+
+// The current call; "unsupported=temperature_v" makes it refuse (as a driver before it would lack
+// it), so the caller's fallback to nvmlDeviceGetTemperature can be tested.
+nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t d, nvmlTemperature_t* t) {
+  FR_SIM_FIELD("temperature")
+  if (g.unsupported.count("temperature_v")) return NVML_ERROR_FUNCTION_NOT_FOUND;
+  if (!t || t->sensorType != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
+  if (t->version != nvmlTemperature_v1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+  t->temperature = g.temp;
   return NVML_SUCCESS;
 }
 
@@ -258,6 +272,16 @@ nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int* power) {
 nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t d,
                                                        unsigned long long* reasons) {
   FR_SIM_FIELD("throttle")
+  if (g.unsupported.count("throttle_legacy")) return NVML_ERROR_FUNCTION_NOT_FOUND;
+  if (!reasons) return NVML_ERROR_INVALID_ARGUMENT;
+  *reasons = g.throttle;
+  return NVML_SUCCESS;
+}
+
+// The current name of the throttle call; "unsupported=clocks_event" makes it refuse.
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t d, unsigned long long* reasons) {
+  FR_SIM_FIELD("throttle")
+  if (g.unsupported.count("clocks_event")) return NVML_ERROR_FUNCTION_NOT_FOUND;
   if (!reasons) return NVML_ERROR_INVALID_ARGUMENT;
   *reasons = g.throttle;
   return NVML_SUCCESS;

@@ -99,7 +99,7 @@ TEST_CASE("the agent wraps every function of the nccl.h it was built against", "
   std::set<std::string> beyond_header = {
       "dlsym", "dlvsym",
       // the agent as NCCL's profiler plugin (data, not functions NCCL declares)
-      "ncclProfiler_v5", "ncclProfiler_v6"};
+      "ncclProfiler_v5", "ncclProfiler_v6", "ncclProfiler_v7"};
   for (const fr::NcclFn& f : fr::kNcclApi) beyond_header.insert(f.name);
   // The CUDA graph calls the agent interposes to record replays (runtime and driver entries).
   const std::set<std::string> cuda_graph = {"cuGetProcAddress",

@@ -8,7 +8,9 @@
 // global-mode capture running in another thread) unless the calling thread is in relaxed capture
 // mode; the probe reports how many were made in global mode.
 //
-// FAKE_CUDA_NO_WRITE=1 makes cuStreamWriteValue64 fail, so the agent falls back to events.
+// FAKE_CUDA_NO_WRITE=1 makes cuStreamWriteValue64 fail (CUDA_ERROR_NOT_SUPPORTED), so the agent
+// falls back to events; FAKE_CUDA_NO_WRITE_STREAM=<stream> makes it fail on that stream only
+// (CUDA_ERROR_INVALID_HANDLE, as for a stream of another context).
 #include <cuda.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -61,6 +63,19 @@ API CUresult cuCtxGetCurrent(CUcontext* ctx) {
   return CUDA_SUCCESS;
 }
 
+API CUresult cuCtxGetDevice(CUdevice* dev) {
+  *dev = 0;
+  return CUDA_SUCCESS;
+}
+
+// FAKE_CUDA_NO_MEMOPS=1: the device says it cannot do 64-bit stream memory operations.
+API CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attr, CUdevice) {
+  const char* v = getenv("FAKE_CUDA_NO_MEMOPS");
+  if (attr != CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS) return CUDA_ERROR_INVALID_VALUE;
+  *value = v != nullptr && strcmp(v, "1") == 0 ? 0 : 1;
+  return CUDA_SUCCESS;
+}
+
 API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
   int old = __atomic_exchange_n(&thread_mode(), 1 + (int)*mode, __ATOMIC_RELAXED);
   *mode = old == 0 ? CU_STREAM_CAPTURE_MODE_GLOBAL : (CUstreamCaptureMode)(old - 1);
@@ -80,6 +95,9 @@ API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* dptr, void* p, unsigned i
 API CUresult cuStreamWriteValue64_v2(CUstream stream, CUdeviceptr addr, cuuint64_t value,
                                      unsigned int) {
   if (no_write()) return CUDA_ERROR_NOT_SUPPORTED;
+  const char* bad = getenv("FAKE_CUDA_NO_WRITE_STREAM");
+  if (bad != nullptr && *bad != '\0' && strtoull(bad, nullptr, 0) == (uint64_t)(uintptr_t)stream)
+    return CUDA_ERROR_INVALID_HANDLE;
   if (forbidden(stream)) __atomic_fetch_add(&g_violations, 1, __ATOMIC_RELAXED);
   __atomic_store_n((uint64_t*)(uintptr_t)addr, value, __ATOMIC_RELEASE);
   __atomic_fetch_add(&g_writes, 1, __ATOMIC_RELAXED);

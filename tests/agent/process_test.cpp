@@ -1,5 +1,6 @@
 // Out-of-process tests of the agent: each runs a probe program in a fresh temporary log directory
 // and reads what it left behind with the project's reader.
+#include <cuda.h>
 #include <nccl.h>
 #include <stdio.h>
 
@@ -346,6 +347,11 @@ TEST_CASE("GPU markers surround launches and never touch a capturing stream", "[
     auto log = only_log(dir);
     CHECK((log.header.flags & (events ? FR_LOG_F_GPU_EVENTS : FR_LOG_F_GPU_MARKERS)) != 0);
     CHECK((log.header.flags & FR_LOG_F_NO_GPU_TRACKING) == 0);
+    // Each stream whose write failed went to events on its own; the failure is in the header.
+    CHECK(log.header.gpu_event_streams == (events ? 2u : 0u));  // streams 0x10 and 0x20
+    CHECK(log.header.gpu_error == (events ? int32_t(CUDA_ERROR_NOT_SUPPORTED) : 0));
+    CHECK(log.header.gpu_error_call ==
+          uint32_t(events ? FR_GPU_CALL_STREAM_WRITE_VALUE64 : FR_GPU_CALL_NONE));
     std::vector<uint64_t> indices;
     for (const auto& rec : log.records) {
       const auto& raw = rec.raw;
@@ -369,6 +375,40 @@ TEST_CASE("GPU markers surround launches and never touch a capturing stream", "[
       indices.push_back(raw.op_index);
     }
     CHECK(indices == std::vector<uint64_t>{1, 2, 3, 4, 5});
+  }
+  // A write that fails on one stream only (a stream of another context): that stream's progress
+  // comes from events, the others keep their markers, and the header names the call and result.
+  {
+    TempDir dir;
+    Env extra = {{"LD_LIBRARY_PATH", FR_FAKE_CUDA_DIR}, {"FAKE_CUDA_NO_WRITE_STREAM", "0x20"}};
+    RunResult r = run({kProbe, "gpu"}, env_for(dir, extra));
+    INFO(r.out);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.values["gpu_completed"] == "5");
+    CHECK(r.values["writes"] == "6");  // the receive on 0x20: two markers become events
+    auto log = only_log(dir);
+    CHECK((log.header.flags & FR_LOG_F_GPU_MARKERS) != 0);
+    CHECK((log.header.flags & FR_LOG_F_GPU_EVENTS) != 0);
+    CHECK(log.header.gpu_event_streams == 1);
+    CHECK(log.header.gpu_error == int32_t(CUDA_ERROR_INVALID_HANDLE));
+    CHECK(log.header.gpu_error_call == uint32_t(FR_GPU_CALL_STREAM_WRITE_VALUE64));
+    for (const auto& rec : log.records)
+      if (rec.raw.op == FR_OP_RECV) CHECK(rec.gpu_state == FR_GPU_COMPLETED);
+  }
+  // A device without 64-bit stream memory operations: events for every stream, from the start.
+  {
+    TempDir dir;
+    Env extra = {{"LD_LIBRARY_PATH", FR_FAKE_CUDA_DIR}, {"FAKE_CUDA_NO_MEMOPS", "1"}};
+    RunResult r = run({kProbe, "gpu"}, env_for(dir, extra));
+    INFO(r.out);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.values["gpu_completed"] == "5");
+    CHECK(r.values["writes"] == "0");
+    auto log = only_log(dir);
+    CHECK((log.header.flags & FR_LOG_F_GPU_MARKERS) == 0);
+    CHECK((log.header.flags & FR_LOG_F_GPU_EVENTS) != 0);
+    CHECK(log.header.gpu_error == int32_t(CUDA_ERROR_NOT_SUPPORTED));
+    CHECK(log.header.gpu_error_call == uint32_t(FR_GPU_CALL_DEVICE_GET_ATTRIBUTE));
   }
   // Without libcuda (or a CUDA context) nothing is tracked, and the records say so.
   TempDir dir;
@@ -450,7 +490,7 @@ TEST_CASE(
   const std::set<std::string> optional = {
       "dlsym", "dlvsym",
       // NCCL's profiler plugin interface (agent/profiler_v*.cpp)
-      "ncclProfiler_v5", "ncclProfiler_v6",
+      "ncclProfiler_v5", "ncclProfiler_v6", "ncclProfiler_v7",
       // CUDA graph launches (driver, runtime, and the driver
       // entries the runtime fetches)
       "cuGraphLaunch", "cuGraphLaunch_ptsz", "cuGraphInstantiateWithFlags",

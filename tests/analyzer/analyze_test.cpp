@@ -296,6 +296,38 @@ TEST_CASE("grouped collectives are reported as one unit", "[analyzer]") {
   CHECK(doc["verdict"]["group"]["ops"].size() == 2);
 }
 
+TEST_CASE("a rank whose GPU progress fell back says why, with the call and its CUresult",
+          "[analyzer]") {
+  auto logs = fr::analyzer::synth::make_logs(spec_with(""));
+  for (auto& log : logs) {
+    if (log.header.global_rank == 2) {  // one stream's write failed: events for it
+      log.header.flags |= FR_LOG_F_GPU_EVENTS;
+      log.header.gpu_error = 400;
+      log.header.gpu_error_call = FR_GPU_CALL_STREAM_WRITE_VALUE64;
+      log.header.gpu_event_streams = 1;
+    }
+    if (log.header.global_rank == 5) {  // the log could not be registered: events everywhere
+      log.header.flags = (log.header.flags & ~FR_LOG_F_GPU_MARKERS) | FR_LOG_F_GPU_EVENTS;
+      log.header.gpu_error = 801;
+      log.header.gpu_error_call = FR_GPU_CALL_MEM_HOST_REGISTER;
+    }
+  }
+  TempDir t;
+  write_logs(logs, t.sub("set"));
+  json doc = analyze_dir(t.sub("set"));
+  std::vector<std::string> notes;
+  for (const auto& w : doc["inputs"]["warnings"]) notes.push_back(w.value("warning", ""));
+  INFO(doc["inputs"]["warnings"].dump(1));
+  auto has = [&](const std::string& text) {
+    return std::find(notes.begin(), notes.end(), text) != notes.end();
+  };
+  CHECK(
+      has("GPU progress from events for 1 stream(s) of rank 2, markers for the others "
+          "(cuStreamWriteValue64: CUDA_ERROR_INVALID_HANDLE)"));
+  CHECK(has("GPU progress from events on rank 5 (cuMemHostRegister: CUDA_ERROR_NOT_SUPPORTED)"));
+  CHECK(notes.size() == 2);
+}
+
 TEST_CASE("rings wrapped at different points", "[analyzer]") {
   for (int entries : {8, 13, 40}) {
     Spec s = spec_with("kind=hang-host,rank=6");

@@ -188,6 +188,15 @@ TEST_CASE("fr-run: the command's environment and the node daemon's command line"
   CHECK(e.count("NCCL_PROFILER_PLUGIN") == 0);
   o.job_id = "j";
   CHECK(fr::run::child_env(o, {}, true)["FR_JOB_ID"] == "j");
+  // Kernel channels only when asked for (a user's own FR_PROFILER_KERNEL_CH passes through).
+  CHECK(fr::run::child_env(o, {}, true).count("FR_PROFILER_KERNEL_CH") == 0);
+  CHECK(fr::run::child_env(o, {{"FR_PROFILER_KERNEL_CH", "1"}}, true)["FR_PROFILER_KERNEL_CH"] ==
+        "1");
+  fr::run::Options k = o;
+  std::string err;
+  REQUIRE(fr::run::parse_args({"--profiler-kernel-channels", "--", "true"}, &k, &err));
+  CHECK(k.kernel_channels);
+  CHECK(fr::run::child_env(k, {}, true)["FR_PROFILER_KERNEL_CH"] == "1");
 
   std::vector<std::string> argv = fr::run::frd_node_argv(o);
   CHECK(argv == std::vector<std::string>{"/opt/fr/bin/frd", "node", "--coordinator", "c:1",

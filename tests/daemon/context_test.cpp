@@ -426,6 +426,38 @@ TEST_CASE("nvml: the full reading of an incident, with what a GPU does not suppo
   REQUIRE(back.gpus[1].unavailable == b.unavailable);
 }
 
+TEST_CASE("nvml: 36 links are read, and the current calls fall back to the deprecated ones",
+          "[nvml]") {
+  // GPU 0: 36 NVLinks (NVML_NVLINK_MAX_LINKS of today's nvml.h); only the current calls answer
+  // (the deprecated ones refuse, as a driver that dropped them).
+  // GPU 1: a driver whose nvmlDeviceGetTemperatureV and nvmlDeviceGetCurrentClocksEventReasons
+  // refuse: the deprecated calls give the same values, and nothing is named unavailable.
+  SimNvml sim(
+      "gpu 0000:3b:00.0 temp=66 throttle=0x4 nvlinks=36 nvlink_down=35 "
+      "unsupported=temperature_legacy,throttle_legacy\n"
+      "gpu 0000:3c:00.0 temp=52 throttle=0x40 unsupported=temperature_v,clocks_event\n");
+  fr::daemon::GpuMonitor m;
+  std::string why;
+  REQUIRE(m.open(kNvml, &why));
+  fr::log::NodeGpus g = m.read(true);
+  REQUIRE(g.gpus.size() == 2);
+  const auto& a = g.gpus[0];
+  CHECK(a.temperature_c == 66);
+  CHECK(a.throttle_names == std::vector<std::string>{"SwPowerCap"});
+  REQUIRE(a.nvlinks.size() == 36);
+  CHECK(a.nvlinks[35].link == 35);
+  CHECK_FALSE(a.nvlinks[35].active);
+  CHECK(a.nvlinks[34].active);
+  const auto& b = g.gpus[1];
+  CHECK(b.temperature_c == 52);
+  CHECK(b.throttle_names == std::vector<std::string>{"HwThermalSlowdown"});
+  for (const std::string& u : b.unavailable) {
+    INFO(u);
+    CHECK(u.rfind("temperature", 0) != 0);
+    CHECK(u.rfind("throttle", 0) != 0);
+  }
+}
+
 TEST_CASE("nvml: Xid events after the start are kept with their time", "[nvml]") {
   SimNvml sim("gpu 0000:3b:00.0 pids=7\ngpu 0000:3c:00.0\nxid 0000:3b:00.0 13\n");  // 13: before us
   fr::daemon::GpuMonitor m;

@@ -62,6 +62,9 @@ class LayoutWriter {
     h.capture_offset = capture_off;
     h.capture_capacity = graphs ? kCaptures : 9;
     h.capture_count = graphs ? 1 : 0;
+    h.gpu_error = 801;  // version 6 on; a writer of an older version left bytes there
+    h.gpu_error_call = FR_GPU_CALL_STREAM_WRITE_VALUE64;
+    h.gpu_event_streams = 2;
     put(0, &h, sizeof h, lay.header);
 
     put(comm_off, comm(kCommA, 0), sizeof(fr_comm_entry), lay.comm);
@@ -226,6 +229,28 @@ TEST_CASE("compat: versions 3 and 4 at full size have no channel table (version 
   // A version 5 header smaller than version 5 defines is corrupt.
   auto r =
       LayoutWriter({5, FR_V4_HEADER_BYTES, FR_V5_COMM_BYTES, FR_V5_RECORD_BYTES, FR_V5_GRAPH_BYTES})
+          .read();
+  CHECK_FALSE(r.ok());
+  CHECK(r.error == fr::log::ReadError::kCorrupt);
+}
+
+TEST_CASE("compat: the GPU failure fields are read from version 6 on, as zero before", "[proto]") {
+  for (uint32_t version : {5u, 6u}) {
+    INFO("version " << version);
+    auto r = LayoutWriter({version, sizeof(fr_log_header), sizeof(fr_comm_entry), sizeof(fr_record),
+                           sizeof(fr_graph_entry)})
+                 .read();
+    INFO(r.message);
+    REQUIRE(r.ok());
+    check_common(*r.log);
+    CHECK(r.log->header.gpu_error == (version >= 6 ? 801 : 0));
+    CHECK(r.log->header.gpu_error_call ==
+          (version >= 6 ? uint32_t(FR_GPU_CALL_STREAM_WRITE_VALUE64) : 0u));
+    CHECK(r.log->header.gpu_event_streams == (version >= 6 ? 2u : 0u));
+  }
+  // A version 6 header smaller than version 6 defines is corrupt.
+  auto r =
+      LayoutWriter({6, FR_V5_HEADER_BYTES, FR_V6_COMM_BYTES, FR_V6_RECORD_BYTES, FR_V6_GRAPH_BYTES})
           .read();
   CHECK_FALSE(r.ok());
   CHECK(r.error == fr::log::ReadError::kCorrupt);

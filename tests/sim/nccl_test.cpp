@@ -89,17 +89,26 @@ TEST_CASE("ncclBcast calls ncclBroadcast through the exported symbol", "[sim][nc
                            {"LD_PRELOAD=" + lib, "ASAN_OPTIONS=verify_asan_link_order=0"}));
 }
 
-TEST_CASE("a profiler plugin is loaded as NCCL loads it, an unknown version is not used",
+TEST_CASE("a profiler plugin is loaded as each NCCL release loads it, an unknown version is not",
           "[sim][nccl]") {
   const std::string dir = std::string(FR_BUILD_DIR) + "/tests/";
   for (int n : {2, 3}) {
     INFO("ranks " << n);
-    require_all_ok(run_ranks("prof", n, "loaded", 120,
-                             {"NCCL_PROFILER_PLUGIN=" + dir + "libfrsim_prof_v5.so"}));
-    // The v6 lookup comes first: with it limited to v5 (as NCCL 2.28), the same plugin loads.
-    require_all_ok(run_ranks(
-        "prof", n, "loaded", 120,
-        {"NCCL_PROFILER_PLUGIN=" + dir + "libfrsim_prof_v5.so", "FRSIM_PROFILER_MAX_VERSION=5"}));
+    // A v5-only plugin loads as every release from 2.28 to 2.32 would load it.
+    for (const char* release : {"2.28", "2.30", "2.32"})
+      require_all_ok(run_ranks("prof", n, "loaded:5", 120,
+                               {"NCCL_PROFILER_PLUGIN=" + dir + "libfrsim_prof_v5.so",
+                                std::string("FRSIM_NCCL_VERSION=") + release}));
+    // One with v5, v6 and v7: each release takes the newest it knows.
+    const std::pair<const char*, const char*> order[] = {{"2.28.9", "loaded:5"},
+                                                         {"2.29.2", "loaded:6"},
+                                                         {"2.30.7", "loaded:6"},
+                                                         {"2.31.1", "loaded:6"},
+                                                         {"2.32.3", "loaded:7"}};
+    for (const auto& [release, want] : order)
+      require_all_ok(run_ranks("prof", n, want, 120,
+                               {"NCCL_PROFILER_PLUGIN=" + dir + "libfrsim_prof_v567.so",
+                                std::string("FRSIM_NCCL_VERSION=") + release}));
     require_all_ok(
         run_ranks("prof", n, "off", 120, {"NCCL_PROFILER_PLUGIN=" + dir + "libfrsim_prof_v9.so"}));
     require_all_ok(

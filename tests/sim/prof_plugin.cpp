@@ -1,11 +1,12 @@
-// A profiler plugin for the emulation's tests: it exports one versioned table (FRSIM_PROF_VERSION
-// 5, or 9: a version no NCCL knows) and counts what it is given, which the ranks read through
-// frsim_test_prof_counts. Built as libfrsim_prof_v5.so and libfrsim_prof_v9.so.
+// A profiler plugin for the emulation's tests: it exports versioned tables (FRSIM_PROF_VERSION 5:
+// ncclProfiler_v5; 9: a version no NCCL knows; 567: v5, v6 and v7, as the agent does) and counts
+// what it is given, which the ranks read through frsim_test_prof_counts (slot 7: the version
+// whose init was called). Built as libfrsim_prof_v5.so, libfrsim_prof_v9.so, libfrsim_prof_v567.so.
 #include <string.h>
 
-#include "profiler_abi.h"
+#include "fr/profiler_abi.h"
 
-namespace ap = fr::agent::prof;
+namespace ap = fr::nccl_prof;
 
 namespace {
 
@@ -13,13 +14,16 @@ int g_counts
     [8];  // 0 inits, 1 coll, 2 proxy ops, 3 proxy steps, 4 kernel channels, 5 states, 6 stops
 int g_token;
 
+template <int Version>
 int init(void** ctx, uint64_t, int* mask, const char*, int, int, int, ap::Logger) {
   ++g_counts[0];
+  g_counts[7] = Version;
   *ctx = &g_token;
   *mask = int(ap::kEvColl | ap::kEvProxyOp | ap::kEvProxyStep | ap::kEvKernelCh);
   return 0;
 }
-int start(void*, void** h, ap::DescrV5* d) {
+template <class Descr>
+int start(void*, void** h, Descr* d) {
   if (d->type == ap::kEvColl) ++g_counts[1];
   if (d->type == ap::kEvProxyOp) ++g_counts[2];
   if (d->type == ap::kEvProxyStep) ++g_counts[3];
@@ -40,12 +44,19 @@ int finalize(void*) { return 0; }
 }  // namespace
 
 extern "C" {
-#if FRSIM_PROF_VERSION == 5
+#if FRSIM_PROF_VERSION == 5 || FRSIM_PROF_VERSION == 567
 __attribute__((visibility("default")))
-ap::PluginV5 ncclProfiler_v5 = {"test", init, start, stop, record, finalize};
-#else
+ap::PluginV5 ncclProfiler_v5 = {"test", init<5>, start<ap::DescrV5>, stop, record, finalize};
+#endif
+#if FRSIM_PROF_VERSION == 567
 __attribute__((visibility("default")))
-ap::PluginV5 ncclProfiler_v9 = {"test", init, start, stop, record, finalize};
+ap::PluginV6 ncclProfiler_v6 = {"test", init<6>, start<ap::DescrV6>, stop, record, finalize};
+__attribute__((visibility("default")))
+ap::PluginV7 ncclProfiler_v7 = {"test", init<7>, start<ap::DescrV7>, stop, record, finalize};
+#endif
+#if FRSIM_PROF_VERSION == 9
+__attribute__((visibility("default")))
+ap::PluginV5 ncclProfiler_v9 = {"test", init<9>, start<ap::DescrV5>, stop, record, finalize};
 #endif
 __attribute__((visibility("default"))) void frsim_test_prof_counts(int* out) {
   memcpy(out, g_counts, sizeof g_counts);

@@ -715,8 +715,9 @@ void scenario_bcast_interpose(Env& e) {
 }
 
 // The profiler plugin NCCL_PROFILER_PLUGIN names (tests/sim/prof_plugin.cpp) is loaded (ARG
-// "loaded") or not (ARG "off": an unknown version): one all-reduce and one broadcast between
-// ranks of different nodes (FRSIM_NODE is the rank), counted by the plugin.
+// "loaded", or "loaded:V": through interface version V) or not (ARG "off": an unknown version):
+// one all-reduce and one broadcast between ranks of different nodes (FRSIM_NODE is the rank),
+// counted by the plugin.
 void scenario_prof(Env& e, const std::string& arg) {
   int32_t v = g_rank + 1, out = 0;
   NCCLCHECK(ncclAllReduce(&v, &out, 1, ncclInt32, ncclSum, e.comm, e.stream));
@@ -736,6 +737,8 @@ void scenario_prof(Env& e, const std::string& arg) {
   printf("inits=%d coll=%d proxy_ops=%d steps=%d kernel=%d states=%d stops=%d\n", c[0], c[1], c[2],
          c[3], c[4], c[5], c[6]);
   if (c[0] != 1 || c[1] != 2) fail("inits %d colls %d", c[0], c[1]);
+  if (arg.size() > 7 && arg.compare(0, 7, "loaded:") == 0 && c[7] != atoi(arg.c_str() + 7))
+    fail("NCCL took interface version %d, want %s", c[7], arg.c_str() + 7);
   if (c[2] == 0 || c[3] == 0 || c[4] == 0 || c[5] == 0) fail("no proxy or kernel events");
   if (c[6] < c[1] + c[2] + c[3] + c[4]) fail("events left open: %d stops", c[6]);
 }

@@ -19,7 +19,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "profiler_abi.h"
+#include "fr/profiler_abi.h"
 
 extern "C" void* __libc_malloc(size_t);
 extern "C" void* __libc_calloc(size_t, size_t);
@@ -74,7 +74,7 @@ double median_ns(std::vector<double>& v, int batches, int per_batch, F f) {
 
 }  // namespace
 
-namespace ap = fr::agent::prof;
+namespace ap = fr::nccl_prof;
 
 // `fr_bench_agent --profiler` (under the agent): the plugin interface's cost per event as NCCL
 // would report it (ncclProfiler_v5 looked up as NCCL does), and an all-reduce's host time before
