@@ -657,3 +657,141 @@ TEST_CASE("one dump set per node, read together, gives the analysis of the job's
     CHECK(without_paths(many) == without_paths(one));
   }
 }
+
+TEST_CASE("mismatch: a majority value that breaks the rhythm is the expected one", "[analyzer]") {
+  // mismatch-count at rank 3 makes its world AllReduce of the last step count 2048, the others'
+  // 1024. Turned around here: the seven others call 2048 and rank 3 keeps 1024, the count of that
+  // AllReduce in every step before. The majority says 2048 was expected; the rhythm alone, or
+  // each member's change from its own previous call, would blame the seven.
+  auto logs = fr::analyzer::synth::make_logs(spec_with("kind=mismatch-count,rank=3"));
+  REQUIRE(logs.size() == 8);
+  uint64_t comm = 0, seq = 0, odd = 0, usual = 0;
+  for (const auto& rec : logs[3].records) {
+    if (rec.raw.op != FR_OP_ALLREDUCE || rec.raw.seq == 0) continue;
+    for (const auto& other : logs[0].records)
+      if (other.raw.op == FR_OP_ALLREDUCE && other.raw.comm_id == rec.raw.comm_id &&
+          other.raw.seq == rec.raw.seq && other.raw.count != rec.raw.count) {
+        comm = rec.raw.comm_id, seq = rec.raw.seq, odd = rec.raw.count, usual = other.raw.count;
+      }
+  }
+  REQUIRE(seq != 0);
+  REQUIRE(odd == 2048);
+  REQUIRE(usual == 1024);
+  int edited = 0;
+  for (auto& log : logs)
+    for (auto& rec : log.records)
+      if (rec.raw.op == FR_OP_ALLREDUCE && rec.raw.comm_id == comm && rec.raw.seq == seq) {
+        rec.raw.count = log.header.global_rank == 3 ? usual : odd;
+        ++edited;
+      }
+  REQUIRE(edited == 8);
+  TempDir t;
+  write_logs(logs, t.sub("set"));
+  json doc = analyze_dir(t.sub("set"));
+  INFO(doc["verdict"].dump());
+  CHECK(doc["verdict"]["kind"] == "mismatch");
+  CHECK(doc["verdict"]["mismatch"]["field"] == "count");
+  CHECK(doc["verdict"]["mismatch"]["expected"] == "2048");
+  CHECK(culprits(doc["verdict"]) == std::vector<int>{3});
+}
+
+namespace {
+
+// A healthy job with whole histories (no ring wraps), for p2p ops appended by hand.
+std::vector<fr::log::LogFile> p2p_logs() {
+  Spec s = spec_with("");
+  s.entries = 400;
+  s.steps = 20;
+  return fr::analyzer::synth::make_logs(s);
+}
+
+// Appends a Send or Recv on the world communicator of `rank`, `after_ns` past its last record.
+// op_index 0: the stored GPU state stands as it is.
+void add_p2p(std::vector<fr::log::LogFile>& logs, int rank, fr_op op, int peer, fr_gpu_state state,
+             uint64_t after_ns) {
+  auto& log = logs[static_cast<size_t>(rank)];
+  fr_comm_entry* world = nullptr;
+  for (auto& c : log.comms)
+    if (c.size == static_cast<int>(logs.size())) world = &c;
+  REQUIRE(world);
+  fr::log::Record rec{};
+  rec.raw = log.records.back().raw;
+  rec.raw.id = log.header.record_counter++;
+  rec.raw.op = static_cast<uint16_t>(op);
+  rec.raw.comm_id = world->id;
+  rec.raw.seq = ++world->p2p_seq;
+  rec.raw.op_index = 0;
+  rec.raw.group_id = 0;
+  rec.raw.peer = peer;
+  rec.raw.count = 512;
+  rec.raw.redop = -1;
+  rec.raw.aux = 0;
+  rec.raw.call_ns += after_ns;
+  rec.raw.flags = FR_REC_F_LAUNCHED;
+  rec.raw.result = 0;
+  rec.raw.gpu_state = static_cast<uint8_t>(state);
+  rec.gpu_state = state;
+  log.records.push_back(rec);
+}
+
+}  // namespace
+
+TEST_CASE("p2p: a send nobody receives names the destination that never posted the receive",
+          "[analyzer]") {
+  auto logs = p2p_logs();
+  add_p2p(logs, 2, FR_OP_SEND, 5, FR_GPU_STARTED, 1'000'000);  // rank 5 posts no Recv from 2
+  TempDir t;
+  write_logs(logs, t.sub("set"));
+  json doc = analyze_dir(t.sub("set"));
+  INFO(doc["verdict"].dump());
+  CHECK(doc["verdict"]["kind"] == "p2p_unmatched");
+  CHECK(culprits(doc["verdict"]) == std::vector<int>{5});
+  CHECK(doc["verdict"]["blocked_ranks"] == json::array({2}));
+  CHECK(doc["verdict"]["summary"].get<std::string>().find("rank 2 sends to rank 5 (Send #") !=
+        std::string::npos);
+}
+
+TEST_CASE("p2p: of a stuck pair, the side whose GPU never started it is named", "[analyzer]") {
+  auto logs = p2p_logs();
+  add_p2p(logs, 2, FR_OP_SEND, 5, FR_GPU_STARTED, 1'000'000);
+  add_p2p(logs, 5, FR_OP_RECV, 2, FR_GPU_ENQUEUED, 1'000'000);  // paired, never started
+  TempDir t;
+  write_logs(logs, t.sub("set"));
+  json doc = analyze_dir(t.sub("set"));
+  INFO(doc["verdict"].dump());
+  CHECK(doc["verdict"]["kind"] == "stuck_in_collective");
+  CHECK(culprits(doc["verdict"]) == std::vector<int>{5});
+  CHECK(doc["verdict"]["summary"].get<std::string>().find(
+            "the GPU of rank 5 never started its side") != std::string::npos);
+}
+
+TEST_CASE("p2p: a wrapped ring that still holds the first p2p op is paired whole", "[analyzer]") {
+  // Ranks 1 and 2 lost their oldest records (collectives of step 0), but their first p2p op on
+  // the world communicator (seq 1, step 1) is still there: their p2p histories are whole and are
+  // paired from the first op. Rank 1's last Send to 2 completed with 2's first Recv; 2's second
+  // Recv, posted right after, has no Send. Counting only pending ops, the Send done just before
+  // would be taken for its match and nothing found.
+  auto logs = p2p_logs();
+  add_p2p(logs, 1, FR_OP_SEND, 2, FR_GPU_COMPLETED, 1'000'000);
+  add_p2p(logs, 2, FR_OP_RECV, 1, FR_GPU_COMPLETED, 1'000'000);
+  add_p2p(logs, 2, FR_OP_RECV, 1, FR_GPU_STARTED, 20'000);
+  for (int r : {1, 2}) {
+    auto& log = logs[static_cast<size_t>(r)];
+    const auto first_p2p =
+        std::find_if(log.records.begin(), log.records.end(),
+                     [](const fr::log::Record& x) { return fr::log::op_is_p2p(x.raw.op); });
+    REQUIRE(first_p2p != log.records.end());
+    REQUIRE(first_p2p->raw.seq == 1);
+    REQUIRE(first_p2p - log.records.begin() >= 2);
+    log.records.erase(log.records.begin(), log.records.begin() + 2);
+    log.header.overwritten = 2;
+  }
+  TempDir t;
+  write_logs(logs, t.sub("set"));
+  json doc = analyze_dir(t.sub("set"));
+  INFO(doc["verdict"].dump());
+  CHECK(doc["verdict"]["kind"] == "p2p_unmatched");
+  CHECK(culprits(doc["verdict"]) == std::vector<int>{1});
+  CHECK(doc["verdict"]["summary"].get<std::string>().find(
+            "rank 2 waits to receive from rank 1 (Recv #") != std::string::npos);
+}

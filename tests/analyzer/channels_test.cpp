@@ -170,3 +170,25 @@ TEST_CASE("channels: slots of another communicator, or finished, localize nothin
   CHECK_FALSE(w.contains("where"));
   CHECK(w["summary"] == v["summary"]);
 }
+
+TEST_CASE("channels: a sender that finished the waited step sent it, the link lost it",
+          "[analyzer]") {
+  // Rank 2 waits for step 3 from rank 3 on channel 0. Rank 3 finished step 3 (its slot is past
+  // it, waiting on its GPU for step 4): the data left the sender, so the link 3 -> 2 lost it. A
+  // sender that had not sent the step, without a receive side here, would be the only suspect.
+  json v;
+  auto logs = stuck_logs(&v);
+  plant(logs, v,
+        {{2, 0, FR_CHAN_RECV, 3, 3, FR_CHANST_RECV_WAIT},
+         {3, 0, FR_CHAN_SEND, 2, 4, FR_CHANST_SEND_GPU_WAIT}});
+  fr::test::TempDir t;
+  const json w = analyze(logs, t)["verdict"];
+  INFO(w.dump(2));
+  REQUIRE(w.contains("where"));
+  CHECK(w["where"]["channel"] == 0);
+  CHECK(w["where"]["step"] == 3);
+  CHECK(w["where"]["waiting_rank"] == 2);
+  CHECK(w["where"]["peer_rank"] == 3);
+  CHECK(w["where"]["cause"] == "link");
+  CHECK(w["culprit_ranks"] == json::array({2, 3}));
+}

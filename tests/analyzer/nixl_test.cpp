@@ -188,6 +188,43 @@ TEST_CASE("a remote disconnect is nixl_disconnected and names the dead remote",
   CHECK(v["summary"].get<std::string>().find("dead") != std::string::npos);
 }
 
+TEST_CASE("a transfer in flight from a dead process is no NIXL stall", "[analyzer][nixl]") {
+  // Rank 1 died, after its collectives completed, with a write to rank 0's agent still in flight
+  // long past the threshold: a dead process waits for nothing, so its transfer is no stall.
+  Planted j = healthy_job(2);
+  mark_nixl(j.logs[0]);
+  mark_nixl(j.logs[1]);
+  j.logs[0].xfers.push_back(xfer(1, "a", "b", FR_XFER_OP_READ, 8, FR_XFER_DONE, 0,
+                                 kSnapNs - 80 * kSec, kSnapNs - 80 * kSec + 1));
+  j.logs[1].xfers.push_back(xfer(1, "b", "a", FR_XFER_OP_WRITE, 1 << 20, FR_XFER_IN_PROGRESS,
+                                 FR_NIXL_IN_PROG, kSnapNs - 60 * kSec, 0));
+  j.alive[1] = false;
+  fr::test::TempDir t;
+  const json doc = analyze(j, t);
+  const json& v = doc["verdict"];
+  INFO(doc.dump(2));
+  CHECK(v["kind"] == "no_hang");
+  for (const auto& f : doc["findings"]) CHECK(f["kind"] != "nixl_stalled");
+}
+
+TEST_CASE("a transfer done before its remote went away is no disconnect", "[analyzer][nixl]") {
+  // The last status read of a transfer that had already completed (or been released) says the
+  // remote disconnected: the data arrived, nothing waits on it.
+  Planted j = healthy_job(2);
+  mark_nixl(j.logs[0]);
+  j.logs[0].xfers.push_back(xfer(1, "a", "gone", FR_XFER_OP_WRITE, 1 << 20, FR_XFER_DONE,
+                                 FR_NIXL_ERR_REMOTE_DISCONNECT, kSnapNs - 30 * kSec,
+                                 kSnapNs - 29 * kSec));
+  j.logs[0].xfers.push_back(xfer(2, "a", "gone", FR_XFER_OP_READ, 4096, FR_XFER_RELEASED,
+                                 FR_NIXL_ERR_REMOTE_DISCONNECT, kSnapNs - 20 * kSec,
+                                 kSnapNs - 19 * kSec));
+  fr::test::TempDir t;
+  const json doc = analyze(j, t);
+  INFO(doc.dump(2));
+  CHECK(doc["verdict"]["kind"] == "no_hang");
+  CHECK(doc["findings"].empty());
+}
+
 TEST_CASE("a remote agent outside the dump set is said to be so", "[analyzer][nixl]") {
   Planted j = healthy_job(2);
   mark_nixl(j.logs[0]);

@@ -366,6 +366,28 @@ TEST_CASE("a silent node is lost and the others are asked to dump", "[daemon]") 
   CHECK(st.incidents().size() == 1);
 }
 
+TEST_CASE("a silent node is lost without an incident when it has no live rank", "[daemon]") {
+  // A node that runs no rank (its job has not started there, or ended) going silent loses no
+  // rank: it is marked lost and logged, and nobody is asked to dump.
+  TempDir dir;
+  CoordinatorState st(config(dir.path));
+  std::string err;
+  uint64_t s0 = st.connect("n0", "h0", "job1", 0, &err);
+  uint64_t s1 = st.connect("n1", "h1", "job1", 0, &err);
+  st.heartbeat(s0, report({proc(0, true, 0)}), 0);
+  st.heartbeat(s1, report({}), 0);
+  bool logged = false;
+  for (int64_t t = kSec; t <= 8 * kSec; t += kSec) {
+    st.heartbeat(s0, report({proc(0, true, 0)}), t);  // n1 stays silent
+    Actions a = st.tick(t);
+    CHECK(a.dumps.empty());
+    for (const auto& line : a.log) logged |= line.find("node n1 lost") != std::string::npos;
+  }
+  CHECK(logged);
+  CHECK(st.status(8 * kSec)["nodes"][1]["lost"] == true);
+  CHECK(st.incidents().empty());
+}
+
 TEST_CASE("the dump deadline ends the wait for a node that never answers", "[daemon]") {
   TempDir dir;
   CoordinatorConfig cfg = config(dir.path);

@@ -150,6 +150,26 @@ TEST_CASE("the threshold is max(floor, k x p99), capped, and the cap until learn
   CHECK(slow.threshold_ns(p) < t);
 }
 
+TEST_CASE("the threshold is max(floor, k x p99) over a spread of latencies, not their median",
+          "[daemon]") {
+  // Nine ops in ten take 100 ms, one in ten takes 2 s: the p99 is the slow ones' bucket (2 s to
+  // 2.05 s), the median the fast ones' (100 ms to 128 ms). A wide policy, so that neither the
+  // floor nor the cap decides: 5 x p99 is 10 s to 10.3 s, where 5 x the median would be under 1 s.
+  StallPolicy p = auto_policy();
+  p.floor_ns = 1 * kMs;
+  p.cap_ns = 3600 * kSec;
+  CommModel m;
+  for (int i = 0; i < 10; ++i) {
+    teach(m, 9, 100 * kMs);
+    teach(m, 1, 2 * kSec);
+  }
+  REQUIRE(m.warm(p));
+  CHECK(m.latency.quantile(0.5) <= 128 * kMs);
+  CHECK(m.latency.quantile(0.99) >= 2 * kSec);
+  CHECK(m.threshold_ns(p) >= 10 * kSec);
+  CHECK(m.threshold_ns(p) <= 11 * kSec);
+}
+
 TEST_CASE("learned thresholds keep their units from milliseconds to minutes", "[daemon]") {
   // A wide policy, so that neither the floor nor the cap decides: what is learned does. Ops that
   // take 40 s give a threshold of 5 x their p99 (200 s to 283 s: the p99 is a bucket's upper
