@@ -65,6 +65,30 @@ fr_log_header load_header(const uint8_t* base, size_t keep) {
   return h;
 }
 
+// Whether the tables a header places (those with entries) share no byte: each is checked
+// against the ring above, but a transfer table laid exactly over the channel table would pass
+// that and have one writer's words read as the other's entries.
+bool disjoint_tables(const fr_log_header& h) {
+  struct Span {
+    uint64_t from, to;
+  };
+  Span spans[6];
+  size_t n = 0;
+  auto add = [&](uint64_t offset, uint32_t capacity, uint32_t size) {
+    if (capacity != 0) spans[n++] = {offset, offset + uint64_t{capacity} * size};
+  };
+  add(h.comm_offset, h.comm_capacity, h.comm_size);
+  add(h.ring_offset, h.ring_capacity, h.record_size);
+  add(h.graph_offset, h.graph_capacity, h.graph_size);
+  add(h.capture_offset, h.capture_capacity, h.record_size);
+  add(h.chan_offset, h.chan_capacity, h.chan_size);
+  add(h.xfer_offset, h.xfer_capacity, h.xfer_size);
+  std::sort(spans, spans + n, [](const Span& a, const Span& b) { return a.from < b.from; });
+  for (size_t i = 1; i < n; ++i)
+    if (spans[i].from < spans[i - 1].to) return false;
+  return true;
+}
+
 // Checks the geometry a header claims against the bytes actually present.
 ReadError check_geometry(const fr_log_header& h, size_t size, std::string* why) {
   auto bad = [&](ReadError e, std::string s) {
@@ -133,6 +157,8 @@ ReadError check_geometry(const fr_log_header& h, size_t size, std::string* why) 
     if (h.xfer_offset < ring_end || h.xfer_offset > (1ull << 40) || h.file_size < xfer_end)
       return bad(ReadError::kCorrupt, "transfer table out of place");
   }
+  if (!disjoint_tables(h))
+    return bad(ReadError::kCorrupt, "overlapping tables (two tables share bytes)");
   if (h.file_size > size)
     return bad(ReadError::kTruncated, "file is " + std::to_string(size) + " bytes, header says " +
                                           std::to_string(h.file_size));

@@ -125,7 +125,8 @@ bool make_sparse_log(const std::string& path) {
 // In a child: reads `path` and reports (exit codes) whether the file's allocated blocks stayed
 // the same. 0: read and nothing allocated; 6: blocks were allocated; 7: the read failed.
 int read_sparse(const std::string& path) {
-  struct stat before {}, after {};
+  struct stat before {};
+  struct stat after {};
   if (::stat(path.c_str(), &before) != 0) return 8;
   auto r = fr::log::read_log(path);
   if (!r.ok()) return 7;
