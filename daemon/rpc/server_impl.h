@@ -150,7 +150,7 @@ struct CoordinatorServer::Impl {
     auto it = md.find("authorization");
     if (it == md.end()) return false;
     std::string_view got(it->second.data(), it->second.size());
-    return equal_secret(got, "Bearer " + opts.token);
+    return bearer_matches(got, opts.token);
   }
 
   void log(const std::string& line, LogLevel level = LogLevel::kInfo) {
