@@ -382,6 +382,11 @@ Loaded load_one(const Job& job, LoadMode mode) {
   if (mode == LoadMode::kWindow) out.windowed = window_proc(&p);
   if (p.rank < 0 && job.hint.rank >= 0) p.rank = job.hint.rank;
   if (p.host.empty()) p.host = job.hint.host;
+  if (p.xfers_cut > 0)
+    out.warnings.push_back(
+        {job.path, std::to_string(p.xfers_cut) + " NIXL transfers left out: more than " +
+                       std::to_string(kMaxXfersPerProc) +
+                       " in one process (those in flight or failed are kept first)"});
   out.procs.push_back(std::move(p));
   if (!job.no_stacks) load_stacks(job.dir, job.rel, job.path, &out.procs, &out.warnings);
   return out;
