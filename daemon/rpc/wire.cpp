@@ -175,6 +175,7 @@ class Fast {
     p->records = 0;
     p->last_record_age_ns = 0;
     p->flags = 0;
+    p->xfer_pairs_cut = 0;
     uint64_t v;
     while (p_ < end_) {
       const uint32_t t = tag();
@@ -200,6 +201,7 @@ class Fast {
         case 9: p->records = v; break;
         case 10: p->last_record_age_ns = int64_t(v); break;
         case 12: p->flags = uint32_t(v); break;
+        case 14: p->xfer_pairs_cut = uint32_t(v); break;
         default: return false;
       }
     }
