@@ -1,7 +1,7 @@
 // `frd node --exit-when-idle` (the node daemon fr-run starts, with no coordinator reachable): it
 // leaves once its log directory has had no live flight log and no fr-run for that long, and not
-// before; it stays while a writer holds its log or an fr-run holds the directory's users lock,
-// and leaves after. It drops its node lock on the way out. Real frd processes, bounded in time.
+// before; it stays while a writer holds its log or an fr-run holds its users file, and leaves
+// after, whatever another user plants there. It drops its node lock on the way out. Real frd processes, bounded in time.
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
@@ -97,8 +97,8 @@ TEST_CASE("frd node --exit-when-idle: it stays while an fr-run uses the director
   use.reset();
   REQUIRE(node->wait(30));
   CHECK(node->status == 0);
-  // Once it has claimed the directory to leave, an fr-run coming now waits for it to be gone,
-  // then finds no node daemon (and would start one).
+  // Once it has left, an fr-run coming now takes its users file at once and finds no node
+  // daemon (and would start one).
   fr::daemon::NodeUse late;
   REQUIRE(late.acquire(d.path + "/shm", &error));
   CHECK_FALSE(fr::daemon::probe_node_lock(d.path + "/shm").held);
