@@ -1,7 +1,8 @@
 // `frd node --exit-when-idle` (the node daemon fr-run starts, with no coordinator reachable): it
 // leaves once its log directory has had no live flight log and no fr-run for that long, and not
 // before; it stays while a writer holds its log or an fr-run holds its users file, and leaves
-// after, whatever another user plants there. It drops its node lock on the way out. Real frd processes, bounded in time.
+// after, whatever another user plants there. It drops its node lock on the way out. Real frd
+// processes, bounded in time.
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
