@@ -143,8 +143,13 @@ void from_proto(const fr::v1::Heartbeat& in, NodeReport* r) {
   r->seq = in.seq();
   r->node_time_ns = in.node_time_ns();
   r->processes.resize(std::min<size_t>(size_t(in.processes_size()), kMaxProcessesPerNode));
-  for (size_t i = 0; i < r->processes.size(); ++i)
-    from_proto(in.processes(int(i)), &r->processes[i]);
+  size_t comms_left = kMaxCommsPerHeartbeat;
+  for (size_t i = 0; i < r->processes.size(); ++i) {
+    ProcessReport& p = r->processes[i];
+    from_proto(in.processes(int(i)), &p);
+    if (p.comms.size() > comms_left) p.comms.resize(comms_left);
+    comms_left -= p.comms.size();
+  }
   printable_list(in.unreadable(), 64, 256, &r->unreadable);
   printable_list(in.gpu_alerts(), 64, 256, &r->gpu_alerts);
 }
