@@ -60,6 +60,31 @@ std::shared_ptr<const std::string> CoordinatorServer::Impl::cached_live_page(int
   return nullptr;
 }
 
+// The live page: the one built less than kLivePageNs ago; else, while another thread builds
+// it, the last one built; else built here.
+std::shared_ptr<const std::string> CoordinatorServer::Impl::live_page_now() {
+  const int64_t now = mono_ns();
+  std::shared_ptr<const std::string> page = cached_live_page(now, false);
+  if (page) return page;
+  std::unique_lock<std::mutex> building(page_build_mu, std::try_to_lock);
+  if (!building.owns_lock()) {
+    if ((page = cached_live_page(now, true))) return page;  // another builds it
+    building.lock();  // none yet: wait for the one being built
+    if ((page = cached_live_page(mono_ns(), false))) return page;
+  }
+  nlohmann::json status;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    status = state.status(mono_ns());
+  }
+  page = std::make_shared<const std::string>(render_live_page(status));
+  live_page_builds.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> pl(page_mu);
+  live_page = page;
+  live_page_mono = mono_ns();
+  return page;
+}
+
 void CoordinatorServer::Impl::add_pages() {
   metrics.get("/metrics", [this](const HttpServer::Request&) {
     HttpServer::Response r;
@@ -130,29 +155,7 @@ void CoordinatorServer::Impl::add_pages() {
   metrics.get("/", [this](const HttpServer::Request&) {
     HttpServer::Response r;
     r.content_type = "text/html; charset=utf-8";
-    const int64_t now = mono_ns();
-    std::shared_ptr<const std::string> page = cached_live_page(now, false);
-    if (!page) {
-      std::unique_lock<std::mutex> building(page_build_mu, std::try_to_lock);
-      if (!building.owns_lock()) page = cached_live_page(now, true);  // another builds it
-      if (!page) {
-        if (!building.owns_lock()) building.lock();  // none yet: wait for the one being built
-        page = cached_live_page(mono_ns(), false);
-      }
-      if (!page) {
-        nlohmann::json status;
-        {
-          std::lock_guard<std::mutex> lk(mu);
-          status = state.status(mono_ns());
-        }
-        page = std::make_shared<const std::string>(render_live_page(status));
-        live_page_builds.fetch_add(1, std::memory_order_relaxed);
-        std::lock_guard<std::mutex> pl(page_mu);
-        live_page = page;
-        live_page_mono = mono_ns();
-      }
-    }
-    r.body = *page;
+    r.body = *live_page_now();
     return r;
   });
   metrics.get_under("/incidents/", [this](const HttpServer::Request& req) {

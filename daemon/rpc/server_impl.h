@@ -102,6 +102,7 @@ struct CoordinatorServer::Impl {
   int64_t live_page_mono = 0;                    // page_mu
   std::atomic<uint64_t> live_page_builds{0};
   std::shared_ptr<const std::string> cached_live_page(int64_t now, bool stale_ok);
+  std::shared_ptr<const std::string> live_page_now();
 
   // Heartbeats are applied to the state by one thread of ours, not on gRPC's few callback
   // threads (two on a 2-core machine), which must stay free to read, to complete the dump
