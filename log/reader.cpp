@@ -374,7 +374,7 @@ void read_liveness(int fd, LogFile* log) {
 // `base` holds the first `size` bytes of the file, or (`window` set) only its header while the
 // file is `size` bytes long: the tables are then read from the file through `window`.
 ReadResult parse(const uint8_t* base, size_t size, const std::string& name, int fd,
-                 LogFile log = LogFile{}, Window* window = nullptr) {
+                 LogFile log = LogFile{}, Window* window = nullptr, bool private_copy = false) {
   if (ReadResult bad = read_header(base, size, name, &log); !bad.message.empty()) return bad;
   const fr_log_header& h = log.header;
   const Layout defined = layout_of(h.version);
@@ -392,7 +392,7 @@ ReadResult parse(const uint8_t* base, size_t size, const std::string& name, int 
     t.keep = bytes_kept(stored, own, h.version, version_bytes);
     t.locked_end = locked_end;
     t.live = live;
-    t.copied = window != nullptr && !live;  // a dump's window is this reader's own copy
+    t.copied = (window != nullptr || private_copy) && !live;  // a dump in this reader's memory
     return t;
   };
   const Table comms = table(h.comm_offset, h.comm_capacity, h.comm_size, sizeof(fr_comm_entry),
@@ -469,26 +469,58 @@ LogFile recycled(LogFile* spare) {
   return log;
 }
 
+// Reads up to `n` bytes at `offset`; the count read, or -1 with errno set.
+ssize_t pread_full(int fd, uint8_t* dst, size_t n, off_t offset) {
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::pread(fd, dst + got, n - got, offset + off_t(got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -1;
+    if (r == 0) break;
+    got += size_t(r);
+  }
+  return ssize_t(got);
+}
+
+// A dump whose header says it is at most this long is read whole, in one call, into a buffer its
+// reading thread keeps (a 16k-rank dump set is 16k files of 260 KB: one read each costs less
+// than a window per table). Larger dumps and every live log are read a window at a time.
+constexpr size_t kWholeMaxBytes = size_t{4} << 20;
+
+uint8_t* thread_buffer(size_t bytes) {
+  thread_local std::unique_ptr<uint64_t[]> words;  // 8-byte aligned, as parse() needs
+  thread_local size_t capacity = 0;
+  if (bytes > capacity) {
+    capacity = std::max(bytes, size_t{1} << 18);
+    words.reset(new uint64_t[(capacity + 7) / 8]);
+  }
+  return reinterpret_cast<uint8_t*>(words.get());
+}
+
 // The header is read first and checked against the file's size before anything else is read
-// or allocated; then every table through a window (tables.h), never past what the header claims.
+// or allocated; then the tables, never past what the header's geometry claims.
 ReadResult read_fd(int fd, const struct stat& st, const std::string& name, LogFile* spare) {
   if (!S_ISREG(st.st_mode)) return fail(ReadError::kIo, name, "not a regular file");
   const size_t size = static_cast<size_t>(st.st_size);
   uint64_t head[sizeof(fr_log_header) / 8] = {};  // 8-byte aligned, as load_header reads words
   auto* bytes = reinterpret_cast<uint8_t*>(head);
   const size_t want = std::min(size, sizeof head);
-  size_t got = 0;
-  while (got < want) {
-    ssize_t n = ::pread(fd, bytes + got, want - got, off_t(got));
-    if (n < 0 && errno == EINTR) continue;
+  const ssize_t got = pread_full(fd, bytes, want, 0);
+  if (got < 0)
+    return fail(ReadError::kIo, name, std::string("cannot read: ") + std::strerror(errno));
+  // A file that shrank since fstat is as long as what was read of its header.
+  const size_t have = size_t(got) < want ? size_t(got) : size;
+  LogFile probe;
+  if (size_t(got) == sizeof head && read_header(bytes, have, name, &probe).message.empty() &&
+      probe.is_snapshot && probe.header.file_size <= kWholeMaxBytes) {
+    uint8_t* buf = thread_buffer(size_t(probe.header.file_size));
+    const ssize_t n = pread_full(fd, buf, size_t(probe.header.file_size), 0);
     if (n < 0)
       return fail(ReadError::kIo, name, std::string("cannot read: ") + std::strerror(errno));
-    if (n == 0) break;
-    got += size_t(n);
+    return parse(buf, size_t(n), name, fd, recycled(spare), nullptr, true);
   }
-  // A file that shrank since fstat is as long as what was read of its header.
   Window window(fd);
-  return parse(bytes, got < want ? got : size, name, fd, recycled(spare), &window);
+  return parse(bytes, have, name, fd, recycled(spare), &window);
 }
 
 }  // namespace

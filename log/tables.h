@@ -1,6 +1,6 @@
 // How the reader gets at the entries of one table of a log (internal to log/reader.cpp). A file
-// is never mapped: it is read with pread, a window of entries at a time, into buffers this thread
-// owns. A log lives in a directory other users write to (/dev/shm), and its owner can shrink,
+// is never mapped: a dump of up to 4 MiB is read whole into memory (reader.cpp), anything else
+// with pread, a window of entries at a time, into buffers this thread owns. A log lives in a directory other users write to (/dev/shm), and its owner can shrink,
 // grow or punch holes in it while it is read: a mapping of it raises SIGBUS on the first page past
 // a shrunken end and, populated, allocates every hole of a sparse file in the writer's tmpfs. A
 // copy costs neither: a shrunken end reads as empty entries, holes are skipped (SEEK_DATA) and
