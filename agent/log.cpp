@@ -48,7 +48,10 @@ static long env_long(const char* name) {
   char* end = nullptr;
   errno = 0;
   long x = strtol(v, &end, 10);
-  if (errno != 0 || end == v || *end != '\0' || x < 0) return -1;
+  if (end == v || *end != '\0' || x < 0) return -1;
+  // A number too large for a long is a number still: LONG_MAX, which every caller caps.
+  if (errno == ERANGE && x == LONG_MAX) return LONG_MAX;
+  if (errno != 0) return -1;
   return x;
 }
 

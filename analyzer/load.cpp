@@ -435,6 +435,11 @@ Loaded load_one(const Job& job, LoadMode mode) {
   if (p.host.empty()) p.host = job.hint.host;
   if (std::string note = gpu_progress_note(header, p.rank); !note.empty())
     out.warnings.push_back({job.path, note});
+  if (p.xfers_cut > 0)
+    out.warnings.push_back(
+        {job.path, std::to_string(p.xfers_cut) + " NIXL transfers left out: more than " +
+                       std::to_string(kMaxXfersPerProc) +
+                       " in one process (those in flight or failed are kept first)"});
   out.procs.push_back(std::move(p));
   if (!job.no_stacks) load_stacks(job.dir, job.rel, job.path, &out.procs, &out.warnings);
   return out;

@@ -409,11 +409,30 @@ static void proc_chans(const fr::log::LogFile& log, Proc* p) {
 
 // The NIXL transfer table's entries and the ring's NIXL calls (format version 4 on). The reader
 // has cut the agent and backend names to their arrays; the notification is raw, NUL-padded bytes.
+// At most kMaxXfersPerProc entries of one process are kept (a table may hold 2^20): those a
+// verdict can come from (posted, in progress, or ended in an error) first, then the others, all
+// in table order; the rest are counted in Proc::xfers_cut.
+static std::vector<const fr_xfer_entry*> kept_xfers(const fr::log::LogFile& log, Proc* p) {
+  std::vector<const fr_xfer_entry*> kept;
+  kept.reserve(std::min(log.xfers.size(), kMaxXfersPerProc));
+  auto pending = [](const fr_xfer_entry& e) {
+    return e.state == FR_XFER_POSTED || e.state == FR_XFER_IN_PROGRESS || e.status < 0;
+  };
+  for (int pass = 0; pass < 2; ++pass)
+    for (const fr_xfer_entry& e : log.xfers)
+      if (kept.size() < kMaxXfersPerProc && pending(e) == (pass == 0)) kept.push_back(&e);
+  std::sort(kept.begin(), kept.end());  // back to table order (the entries are one array)
+  p->xfers_cut = uint32_t(log.xfers.size() - kept.size());
+  return kept;
+}
+
 static void proc_nixl(const fr::log::LogFile& log, bool calls, Proc* p) {
   p->xfers_dropped = log.header.xfer_dropped;
   p->xfers_torn = log.xfers_torn;
-  p->xfers.reserve(log.xfers.size());
-  for (const fr_xfer_entry& e : log.xfers) {
+  const std::vector<const fr_xfer_entry*> kept = kept_xfers(log, p);
+  p->xfers.reserve(kept.size());
+  for (const fr_xfer_entry* entry : kept) {
+    const fr_xfer_entry& e = *entry;
     Xfer& x = p->xfers.emplace_back();
     x.id = e.id, x.create_ns = e.create_ns, x.bytes = e.bytes, x.posts = e.posts,
     x.post_ns = e.post_ns;

@@ -185,6 +185,10 @@ struct ProcComm {
   std::vector<DroppedP2p> dropped_p2p;
 };
 
+// The most NIXL transfers kept of one process (its table may hold 2^20): enough for any real
+// agent's requests at once, and what bounds the NIXL pass's time and memory per process.
+constexpr size_t kMaxXfersPerProc = 65536;
+
 struct Proc {
   std::string file;  // path as read
   std::string host;
@@ -228,6 +232,7 @@ struct Proc {
   std::vector<NixlCall> nixl_calls;
   uint32_t xfers_dropped = 0;
   uint32_t xfers_torn = 0;
+  uint32_t xfers_cut = 0;   // entries read but left out: over kMaxXfersPerProc (log_to_proc.cpp)
   bool has_stacks = false;  // a <dump>.stacks.json came with the dump
   fr::log::ProcessStacks stacks;
   std::vector<SigKey> sigs;  // the signatures its CollHistory::sig entries name

@@ -15,7 +15,9 @@
 #include <ctime>
 #include <map>
 #include <set>
+#include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "passes.h"
 
@@ -63,14 +65,17 @@ std::string who(const Proc& p) {
   return p.rank >= 0 ? "rank " + std::to_string(p.rank) + " (" + where + ")" : where;
 }
 
-// Local agent names a process's own transfers carry, in table order, each once.
+// Local agent names a process's own transfers carry, in table order, each once: linear in the
+// transfers (a table of 2^20 entries, each naming another agent, is one pass).
 std::vector<std::string> agents_of(const Proc& p) {
   std::vector<std::string> out;
+  std::unordered_set<std::string_view> seen;
   for (const auto& x : p.xfers)
-    if (!x.local_agent.empty() && std::find(out.begin(), out.end(), x.local_agent) == out.end())
-      out.push_back(x.local_agent);
+    if (!x.local_agent.empty() && seen.insert(x.local_agent).second) out.push_back(x.local_agent);
   return out;
 }
+
+constexpr size_t kAgentsShown = 8;  // local agent names per process, in its evidence row
 
 bool uses_nixl(const Proc& p) {
   return (p.flags & FR_LOG_F_NIXL) || !p.nixl_calls.empty() || !p.xfers.empty();
@@ -105,14 +110,15 @@ json xfer_json(const Proc& p, const Xfer& x, int64_t age_ns) {
 
 // A process as a row of the evidence: who, alive or dead, how long its log had been quiet at
 // the read, its last NIXL call and its stack.
-json proc_row(const Proc& p, const char* role, const std::string& state) {
+json proc_row(const Proc& p, const std::vector<std::string>& names, const char* role,
+              const std::string& state) {
   const int64_t read = read_ns(p);
   json e = {{"role", role},     {"rank", p.rank >= 0 ? json(p.rank) : json(nullptr)},
             {"pid", p.pid},     {"host", p.host},
             {"alive", p.alive}, {"state", state}};
   json agents = json::array();
-  for (const auto& a : agents_of(p))
-    if (agents.size() < 8) agents.push_back(nixl_text(a));
+  for (const auto& a : names)
+    if (agents.size() < kAgentsShown) agents.push_back(nixl_text(a));
   e["agents"] = agents;
   if (p.heartbeat_ns && read >= static_cast<int64_t>(p.heartbeat_ns))
     e["silent_ns"] = read - static_cast<int64_t>(p.heartbeat_ns);
@@ -186,11 +192,16 @@ class AgentIndex {
  public:
   explicit AgentIndex(const std::vector<const Proc*>& all) {
     for (const Proc* p : all) {
-      const std::vector<std::string> names = agents_of(*p);
+      std::vector<std::string> names = agents_of(*p);
       for (const auto& n : names) by_name_[n].push_back(p);
       if (names.empty() && uses_nixl(*p)) unnamed_.push_back(p);
+      if (names.size() > kAgentsShown) names.resize(kAgentsShown);
+      shown_[p] = std::move(names);
     }
   }
+  // The first local agent names of a process, as its evidence row shows them (computed once
+  // here: a stall's rows must not walk each poster's whole table again).
+  const std::vector<std::string>& shown(const Proc* p) const { return shown_.at(p); }
   Remote find(const std::string& name, const std::set<const Proc*>& posters) const {
     auto it = by_name_.find(name);
     if (it != by_name_.end()) return {it->second, "agent_name"};
@@ -203,6 +214,7 @@ class AgentIndex {
 
  private:
   std::unordered_map<std::string, std::vector<const Proc*>> by_name_;
+  std::unordered_map<const Proc*, std::vector<std::string>> shown_;
   std::vector<const Proc*> unnamed_;
 };
 
@@ -239,10 +251,11 @@ Stall stall_of(AnalysisState& state, const AgentIndex& index, Group& g) {
   std::stable_sort(g.hits.begin(), g.hits.end(),
                    [](const Hit& a, const Hit& b) { return a.age_ns > b.age_ns; });
   const Hit& rep = g.hits.front();
-  std::vector<const Proc*> posters;
+  std::vector<const Proc*> posters;  // in the order of their oldest transfer, each once
+  std::set<const Proc*> poster_set;
   for (const Hit& h : g.hits)
-    if (std::find(posters.begin(), posters.end(), h.p) == posters.end()) posters.push_back(h.p);
-  const Remote r = index.find(g.remote, std::set<const Proc*>(posters.begin(), posters.end()));
+    if (poster_set.insert(h.p).second) posters.push_back(h.p);
+  const Remote r = index.find(g.remote, poster_set);
   const int64_t threshold = state.opts.nixl_stall_ns;
 
   Stall s;
@@ -254,16 +267,17 @@ Stall stall_of(AnalysisState& state, const AgentIndex& index, Group& g) {
   json evidence = json::array();
   const std::string waiting = g.kind == VerdictKind::kNixlDisconnected ? "failed" : "waiting";
   for (const Proc* p : posters) {
-    if (p->rank >= 0 && std::find(s.blocked.begin(), s.blocked.end(), p->rank) == s.blocked.end())
-      s.blocked.push_back(p->rank);
+    if (p->rank >= 0) s.blocked.push_back(p->rank);
     if (evidence.size() < kRowsShown)
-      evidence.push_back(proc_row(*p, "posting", waiting + (p->alive ? "" : ",dead")));
+      evidence.push_back(
+          proc_row(*p, index.shown(p), "posting", waiting + (p->alive ? "" : ",dead")));
   }
   std::sort(s.blocked.begin(), s.blocked.end());
+  s.blocked.erase(std::unique(s.blocked.begin(), s.blocked.end()), s.blocked.end());
   for (const Proc* q : r.procs) {
     if (q->rank >= 0) s.culprits.push_back(q->rank);
     s.culprit_pids.push_back(q->pid);
-    json row = proc_row(*q, "remote", q->alive ? "alive" : "dead");
+    json row = proc_row(*q, index.shown(q), "remote", q->alive ? "alive" : "dead");
     row["culprit"] = true;
     row["found_by"] = r.found_by;
     evidence.push_back(std::move(row));

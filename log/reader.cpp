@@ -4,7 +4,6 @@
 #include "log/reader.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,12 +15,11 @@
 #include <unordered_map>
 
 #include "log/safe_file.h"
+#include "tables.h"
 
 namespace fr::log {
 
 namespace {
-
-constexpr int kLiveRetries = 4;  // attempts per slot while a live writer is mid-update
 
 std::string fixed_string(const char* s, size_t n) { return std::string(s, strnlen(s, n)); }
 
@@ -68,6 +66,30 @@ fr_log_header load_header(const uint8_t* base, size_t keep) {
   fr_copy_words_out(reinterpret_cast<uint64_t*>(&h), reinterpret_cast<const uint64_t*>(base),
                     keep / 8);
   return h;
+}
+
+// Whether the tables a header places (those with entries) share no byte: each is checked
+// against the ring above, but a transfer table laid exactly over the channel table would pass
+// that and have one writer's words read as the other's entries.
+bool disjoint_tables(const fr_log_header& h) {
+  struct Span {
+    uint64_t from, to;
+  };
+  Span spans[6];
+  size_t n = 0;
+  auto add = [&](uint64_t offset, uint32_t capacity, uint32_t size) {
+    if (capacity != 0) spans[n++] = {offset, offset + uint64_t{capacity} * size};
+  };
+  add(h.comm_offset, h.comm_capacity, h.comm_size);
+  add(h.ring_offset, h.ring_capacity, h.record_size);
+  add(h.graph_offset, h.graph_capacity, h.graph_size);
+  add(h.capture_offset, h.capture_capacity, h.record_size);
+  add(h.chan_offset, h.chan_capacity, h.chan_size);
+  add(h.xfer_offset, h.xfer_capacity, h.xfer_size);
+  std::sort(spans, spans + n, [](const Span& a, const Span& b) { return a.from < b.from; });
+  for (size_t i = 1; i < n; ++i)
+    if (spans[i].from < spans[i - 1].to) return false;
+  return true;
 }
 
 // Checks the geometry a header claims against the bytes actually present.
@@ -138,6 +160,8 @@ ReadError check_geometry(const fr_log_header& h, size_t size, std::string* why) 
     if (h.xfer_offset < ring_end || h.xfer_offset > (1ull << 40) || h.file_size < xfer_end)
       return bad(ReadError::kCorrupt, "transfer table out of place");
   }
+  if (!disjoint_tables(h))
+    return bad(ReadError::kCorrupt, "overlapping tables (two tables share bytes)");
   if (h.file_size > size)
     return bad(ReadError::kTruncated, "file is " + std::to_string(size) + " bytes, header says " +
                                           std::to_string(h.file_size));
@@ -151,50 +175,8 @@ bool plausible_comm(const fr_comm_entry& c) {
   return true;
 }
 
-// How the entries of one table are read: where they are, the stride the writer used, the bytes
-// kept of each (bytes_kept) and where the part under the sequence lock ends.
-struct Table {
-  const uint8_t* start = nullptr;
-  uint64_t stride = 0;
-  size_t keep = 0;
-  size_t locked_end = 0;
-  bool live = false;
-  bool copied = false;  // the bytes are this reader's own copy: nothing writes them meanwhile
-
-  const uint8_t* slot(uint64_t i) const { return start + i * stride; }
-  uint64_t lock(uint64_t i) const {
-    return __atomic_load_n(reinterpret_cast<const uint64_t*>(slot(i)), __ATOMIC_RELAXED);
-  }
-  // The format's sequence-lock read (fr_record_read, fr_comm_read, fr_graph_read) for an entry
-  // of the stored size: the words up to locked_end under the lock, the live words after it one
-  // by one. Retried while a live writer is in the middle of the entry.
-  template <typename T>
-  bool read(uint64_t i, T* out) const {
-    static_assert(sizeof(T) % 8 == 0, "entries are whole words");
-    auto* src = reinterpret_cast<const uint64_t*>(slot(i));
-    auto* dst = reinterpret_cast<uint64_t*>(out);
-    if (copied) {  // the same checks; a plain copy, which the compiler can widen
-      uint64_t l1;
-      std::memcpy(&l1, src, sizeof l1);
-      if (l1 == 0 || (l1 & 1u)) return false;
-      std::memcpy(dst, src, keep / 8 * 8);
-      return true;
-    }
-    const size_t locked = std::min(locked_end, keep) / 8;
-    for (int attempt = 0; attempt < (live ? kLiveRetries : 1); ++attempt) {
-      uint64_t l1 = __atomic_load_n(&src[0], __ATOMIC_ACQUIRE);
-      if (l1 == 0) return false;  // never written: retrying will not help
-      if (l1 & 1u) continue;
-      fr_copy_words_out(dst + 1, src + 1, locked - 1);
-      __atomic_thread_fence(__ATOMIC_ACQUIRE);
-      if (__atomic_load_n(&src[0], __ATOMIC_RELAXED) != l1) continue;
-      dst[0] = l1;
-      fr_copy_words_out(dst + locked, src + locked, keep / 8 - locked);
-      return true;
-    }
-    return false;
-  }
-};
+using detail::Table;
+using detail::Window;
 
 // The header's first words: magic, version and size, then the whole header at that size.
 ReadResult read_header(const uint8_t* base, size_t size, const std::string& name, LogFile* log) {
@@ -262,7 +244,8 @@ void read_ring(const Table& t, const std::unordered_map<uint64_t, size_t>& comm_
   const fr_log_header& h = log->header;
   const uint64_t counter = h.record_counter;
   const uint64_t first = counter > h.ring_capacity ? counter - h.ring_capacity : 0;
-  log->records.reserve(counter - first);
+  // Reserved as far as a real ring goes: a header's counter is no promise of records present.
+  log->records.reserve(std::min<uint64_t>(counter - first, FR_DEFAULT_RING_CAPACITY * 8));
   // Records come in runs on one communicator: its entry is looked up once per run.
   const fr_comm_entry* comm = nullptr;
   uint64_t comm_of = 0;
@@ -391,37 +374,46 @@ void read_liveness(int fd, LogFile* log) {
 }
 
 // Parses into `log`, whose vectors are empty (they may hold capacity from an earlier file).
-// `copied`: the bytes are a private copy of the file (read_fd's buffer), not shared memory.
+// `base` holds the first `size` bytes of the file, or (`window` set) only its header while the
+// file is `size` bytes long: the tables are then read from the file through `window`.
 ReadResult parse(const uint8_t* base, size_t size, const std::string& name, int fd,
-                 LogFile log = LogFile{}, bool copied = false) {
+                 LogFile log = LogFile{}, Window* window = nullptr, bool private_copy = false) {
   if (ReadResult bad = read_header(base, size, name, &log); !bad.message.empty()) return bad;
   const fr_log_header& h = log.header;
   const Layout defined = layout_of(h.version);
   const bool live = !log.is_snapshot;
-  auto table = [&](uint64_t offset, uint32_t stored, size_t own, uint32_t version_bytes,
-                   size_t locked_end) {
+  auto table = [&](uint64_t offset, uint32_t capacity, uint32_t stored, size_t own,
+                   uint32_t version_bytes, size_t locked_end) {
+    Table t;
     // A table with no entries may have any offset (read_header checks offsets only of tables
-    // it will read): never form a pointer past the mapping.
-    const uint8_t* start = offset <= size ? base + offset : nullptr;
-    return Table{start,      stored, bytes_kept(stored, own, h.version, version_bytes),
-                 locked_end, live,   copied && !live};
+    // it will read): never form a pointer past the bytes in memory.
+    if (window == nullptr) t.start = offset <= size ? base + offset : nullptr;
+    t.window = window;
+    t.offset = offset;
+    t.capacity = capacity;
+    t.stride = stored;
+    t.keep = bytes_kept(stored, own, h.version, version_bytes);
+    t.locked_end = locked_end;
+    t.live = live;
+    t.copied = (window != nullptr || private_copy) && !live;  // a dump in this reader's memory
+    return t;
   };
-  const Table comms = table(h.comm_offset, h.comm_size, sizeof(fr_comm_entry), defined.comm,
-                            offsetof(fr_comm_entry, state));
-  const Table ring =
-      table(h.ring_offset, h.record_size, sizeof(fr_record), defined.record, sizeof(fr_record));
-  const Table graphs = table(h.graph_offset, h.graph_size, sizeof(fr_graph_entry), defined.graph,
-                             offsetof(fr_graph_entry, n_ops));
-  const Table captures =
-      table(h.capture_offset, h.record_size, sizeof(fr_record), defined.record, sizeof(fr_record));
+  const Table comms = table(h.comm_offset, h.comm_capacity, h.comm_size, sizeof(fr_comm_entry),
+                            defined.comm, offsetof(fr_comm_entry, state));
+  const Table ring = table(h.ring_offset, h.ring_capacity, h.record_size, sizeof(fr_record),
+                           defined.record, sizeof(fr_record));
+  const Table graphs = table(h.graph_offset, h.graph_capacity, h.graph_size, sizeof(fr_graph_entry),
+                             defined.graph, offsetof(fr_graph_entry, n_ops));
+  const Table captures = table(h.capture_offset, h.capture_capacity, h.record_size,
+                               sizeof(fr_record), defined.record, sizeof(fr_record));
   auto comm_index = read_comms(comms, h.comm_capacity, &log);
   read_ring(ring, comm_index, &log);
   read_graphs(graphs, captures, &log);
-  const Table chans = table(h.chan_offset, h.chan_size, sizeof(fr_chan_entry), defined.chan,
-                            offsetof(fr_chan_entry, op_seq));
+  const Table chans = table(h.chan_offset, h.chan_capacity, h.chan_size, sizeof(fr_chan_entry),
+                            defined.chan, offsetof(fr_chan_entry, op_seq));
   read_chans(chans, &log);
-  const Table xfers = table(h.xfer_offset, h.xfer_size, sizeof(fr_xfer_entry), defined.xfer,
-                            offsetof(fr_xfer_entry, state));
+  const Table xfers = table(h.xfer_offset, h.xfer_capacity, h.xfer_size, sizeof(fr_xfer_entry),
+                            defined.xfer, offsetof(fr_xfer_entry, state));
   read_xfers(xfers, &log);
   read_liveness(fd, &log);
   ReadResult r;
@@ -493,12 +485,10 @@ ssize_t pread_full(int fd, uint8_t* dst, size_t n, off_t offset) {
   return ssize_t(got);
 }
 
-// Dump files up to this size are copied with pread into a buffer their reading thread keeps
-// (a 16k-rank dump set is 16k files of 260 KB: mapping and unmapping each cost more than the
-// copy, and each unmap interrupts the other reading threads to flush their TLBs). Larger files
-// and live logs are mapped: a live log's records are read under their sequence locks, which
-// needs the writer's memory, not a copy.
-constexpr size_t kCopiedMaxBytes = size_t{4} << 20;
+// A dump whose header says it is at most this long is read whole, in one call, into a buffer its
+// reading thread keeps (a 16k-rank dump set is 16k files of 260 KB: one read each costs less
+// than a window per table). Larger dumps and every live log are read a window at a time.
+constexpr size_t kWholeMaxBytes = size_t{4} << 20;
 
 uint8_t* thread_buffer(size_t bytes) {
   thread_local std::unique_ptr<uint64_t[]> words;  // 8-byte aligned, as parse() needs
@@ -510,42 +500,30 @@ uint8_t* thread_buffer(size_t bytes) {
   return reinterpret_cast<uint8_t*>(words.get());
 }
 
+// The header is read first and checked against the file's size before anything else is read
+// or allocated; then the tables, never past what the header's geometry claims.
 ReadResult read_fd(int fd, const struct stat& st, const std::string& name, LogFile* spare) {
   if (!S_ISREG(st.st_mode)) return fail(ReadError::kIo, name, "not a regular file");
-  size_t size = static_cast<size_t>(st.st_size);
-  if (size < sizeof(fr_log_header)) {
-    // Too small to map usefully: read what is there and let parse() name the problem.
-    uint8_t buf[sizeof(fr_log_header)] = {};
-    ssize_t n = size ? ::pread(fd, buf, size, 0) : 0;
+  const size_t size = static_cast<size_t>(st.st_size);
+  uint64_t head[sizeof(fr_log_header) / 8] = {};  // 8-byte aligned, as load_header reads words
+  auto* bytes = reinterpret_cast<uint8_t*>(head);
+  const size_t want = std::min(size, sizeof head);
+  const ssize_t got = pread_full(fd, bytes, want, 0);
+  if (got < 0)
+    return fail(ReadError::kIo, name, std::string("cannot read: ") + std::strerror(errno));
+  // A file that shrank since fstat is as long as what was read of its header.
+  const size_t have = size_t(got) < want ? size_t(got) : size;
+  LogFile probe;
+  if (size_t(got) == sizeof head && read_header(bytes, have, name, &probe).message.empty() &&
+      probe.is_snapshot && probe.header.file_size <= kWholeMaxBytes) {
+    uint8_t* buf = thread_buffer(size_t(probe.header.file_size));
+    const ssize_t n = pread_full(fd, buf, size_t(probe.header.file_size), 0);
     if (n < 0)
       return fail(ReadError::kIo, name, std::string("cannot read: ") + std::strerror(errno));
-    return parse(buf, static_cast<size_t>(n), name, -1, recycled(spare));
+    return parse(buf, size_t(n), name, fd, recycled(spare), nullptr, true);
   }
-  if (size <= kCopiedMaxBytes) {
-    uint8_t* buf = thread_buffer(size);
-    const size_t head = sizeof(fr_log_header);
-    ssize_t n = pread_full(fd, buf, head, 0);
-    if (n < 0)
-      return fail(ReadError::kIo, name, std::string("cannot read: ") + std::strerror(errno));
-    uint64_t magic;
-    uint32_t flags;
-    std::memcpy(&magic, buf, sizeof magic);
-    std::memcpy(&flags, buf + offsetof(fr_log_header, flags), sizeof flags);
-    // A file that shrank meanwhile is parsed at the length read: parse() names it truncated.
-    if (size_t(n) < head || magic != FR_LOG_MAGIC || (flags & FR_LOG_F_SNAPSHOT)) {
-      ssize_t rest = size_t(n) < head ? 0 : pread_full(fd, buf + head, size - head, off_t(head));
-      if (rest < 0)
-        return fail(ReadError::kIo, name, std::string("cannot read: ") + std::strerror(errno));
-      return parse(buf, size_t(n) + size_t(rest), name, fd, recycled(spare), true);
-    }
-  }
-  // Every page is read: mapping them all at once costs less than a fault per few pages.
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
-  if (map == MAP_FAILED)
-    return fail(ReadError::kIo, name, std::string("cannot map: ") + std::strerror(errno));
-  ReadResult r = parse(static_cast<const uint8_t*>(map), size, name, fd, recycled(spare));
-  ::munmap(map, size);
-  return r;
+  Window window(fd);
+  return parse(bytes, have, name, fd, recycled(spare), &window);
 }
 
 }  // namespace

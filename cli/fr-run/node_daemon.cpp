@@ -31,6 +31,33 @@ struct Fd {
   }
 };
 
+// Opens a file of the log directory, which other users may write into (/dev/shm): never through
+// a link, never waiting (a FIFO with no reader fails at once), and only a regular file owned by
+// this user or root; otherwise -1 and *why is one line naming the path.
+int open_shared(const std::string& path, int flags, std::string* why) {
+  int fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    *why = path + ": " +
+           (errno == ELOOP   ? "a symbolic link"
+            : errno == ENXIO ? "a FIFO or device, not a regular file"
+                             : std::strerror(errno));
+    return -1;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    *why = path + ": not a regular file";
+  } else if (st.st_uid != 0 && st.st_uid != ::geteuid()) {
+    *why = path + ": belongs to uid " + std::to_string(st.st_uid) + ", neither root nor this user";
+  } else {
+    int fl = ::fcntl(fd, F_GETFL);  // the daemon writes it blocking, as any file
+    if (fl >= 0) ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
+  }
+  ::close(fd);
+  errno = 0;  // opened, and refused: no reason to try another way
+  return -1;
+}
+
 // Starts the daemon detached (common/spawn.h forks twice), so it is nobody's child here (never a
 // zombie of fr-run, never in the command's process group or session): stdin from /dev/null, output
 // appended to `log_file` (or /dev/null), cwd /, default signals, nothing else of fr-run's open (a
@@ -44,7 +71,10 @@ pid_t spawn_detached(const std::vector<std::string>& argv, const std::string& lo
   // A relative name is taken from /, the daemon's working directory, as the daemon takes its
   // --log-dir.
   const std::string log_path = log_file.empty() || log_file[0] == '/' ? log_file : "/" + log_file;
-  out.fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0644);
+  std::string why;
+  out.fd = log_path.empty() ? -1 : open_shared(log_path, O_WRONLY | O_CREAT | O_APPEND, &why);
+  if (out.fd < 0 && !why.empty())
+    std::fprintf(stderr, "fr-run: the node daemon's output goes nowhere: %s\n", why.c_str());
   if (out.fd < 0) out.fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
   if (in.fd < 0 || out.fd < 0) {
     *error = exited;
@@ -125,23 +155,19 @@ DaemonResult ensure_node_daemon(const Options& o, int timeout_ms) {
     r.message = "cannot create " + o.log_dir + ": " + ec.message();
     return r;
   }
-  fr::daemon::NodeLockState s = fr::daemon::probe_node_lock(o.log_dir);
+  std::string untrusted;
+  fr::daemon::NodeLockState s = fr::daemon::probe_node_lock(o.log_dir, &untrusted);
   if (s.held) return already_running(o, s.pid);
-  // Take turns with the other fr-runs of this node.
+  if (!untrusted.empty()) std::fprintf(stderr, "fr-run: %s\n", untrusted.c_str());
+  // Take turns with the other fr-runs of this node, on a file of this user or root only: another
+  // user's (a link, a FIFO, a file they hold locked) is not waited on, the node lock alone then
+  // keeps two daemons apart.
   Fd start;
-  std::string start_path = fr::daemon::node_lock_path(o.log_dir) + ".start";
-  start.fd =
-      ::open(start_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
-  if (start.fd < 0)
-    start.fd = ::open(start_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  struct stat st {};
-  if (start.fd < 0 || ::fstat(start.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    r.message = "cannot open " + start_path +
-                (start.fd < 0 ? ": " + std::string(std::strerror(errno))
-                              : std::string(": not a regular file"));
-    return r;
-  }
-  while (::flock(start.fd, LOCK_EX | LOCK_NB) != 0) {
+  std::string start_path = fr::daemon::node_lock_path(o.log_dir) + ".start", why;
+  start.fd = open_shared(start_path, O_RDWR | O_CREAT, &why);
+  if (start.fd < 0 && errno == EACCES) start.fd = open_shared(start_path, O_RDONLY, &why);
+  if (start.fd < 0) std::fprintf(stderr, "fr-run: not taking turns to start: %s\n", why.c_str());
+  while (start.fd >= 0 && ::flock(start.fd, LOCK_EX | LOCK_NB) != 0) {
     if (Clock::now() > deadline) {
       r.message =
           "another fr-run has been starting the node daemon for too long (" + start_path + ")";

@@ -109,6 +109,8 @@ struct ProcessReport {
   uint32_t flags = 0;
   std::vector<CommProgress> comms;
   std::vector<XferProgress> xfers;  // per (local, remote) NIXL agent pair, at most kMaxXferPairs
+  uint32_t xfer_pairs_cut =
+      0;  // pairs left out past kMaxXferPairs (none in flight before any kept)
 
   static constexpr size_t kMaxXferPairs = 64;
   // The oldest op in flight over all communicators and NIXL agent pairs (0 when none).

@@ -64,4 +64,17 @@ bool equal_secret(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
+bool bearer_matches(std::string_view value, std::string_view token) {
+  constexpr std::string_view kScheme = "bearer";
+  if (value.size() <= kScheme.size() || value[kScheme.size()] != ' ') return false;
+  for (size_t i = 0; i < kScheme.size(); ++i) {
+    char c = value[i];
+    if (c >= 'A' && c <= 'Z') c = char(c - 'A' + 'a');
+    if (c != kScheme[i]) return false;
+  }
+  value.remove_prefix(kScheme.size());
+  while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+  return equal_secret(value, token);
+}
+
 }  // namespace fr::daemon

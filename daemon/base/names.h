@@ -25,4 +25,9 @@ void printable_into(std::string_view in, size_t max_len, std::string* out);
 // Constant-time comparison for tokens.
 bool equal_secret(std::string_view a, std::string_view b);
 
+// Whether an Authorization value is "Bearer TOKEN" for this token: the scheme in any case
+// (schemes are case-insensitive, RFC 9110 11.1), one or more spaces, then the token compared in
+// constant time.
+bool bearer_matches(std::string_view value, std::string_view token);
+
 }  // namespace fr::daemon

@@ -3,11 +3,13 @@
 // planted in a shared directory such as /dev/shm cannot redirect the write or hang the open.
 #include "daemon/base/node_lock.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -97,45 +99,100 @@ void NodeLock::release() {
 }
 
 namespace {
+
 std::string users_path(const std::string& log_dir) {
   return (log_dir.empty() ? std::string(".") : log_dir) + "/" + kNodeUsersName;
 }
+
+// The uid a users file's name gives (frd-node.lock.users.<uid>.<anything>); -1 for any other
+// name (the single shared name of older versions included: anyone could have made it).
+long named_uid(const char* name) {
+  const size_t n = std::strlen(kNodeUsersName);
+  if (std::strncmp(name, kNodeUsersName, n) != 0 || name[n] != '.') return -1;
+  char* end = nullptr;
+  errno = 0;
+  long uid = std::strtol(name + n + 1, &end, 10);
+  if (errno != 0 || end == name + n + 1 || *end != '.' || uid < 0) return -1;
+  return uid;
+}
+
 }  // namespace
 
 NodeUse::~NodeUse() {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ < 0) return;
+  ::unlink(path_.c_str());  // still locked while it goes: a daemon looking now counts it
+  ::close(fd_);
 }
 
-bool NodeUse::acquire(const std::string& log_dir, std::string* error, int wait_ms) {
-  const std::string path = users_path(log_dir);
-  int fd = open_lock_file(path, true, error);
-  if (fd < 0) return false;
-  for (int waited = 0; ::flock(fd, LOCK_SH | LOCK_NB) != 0; waited += 20) {
-    if ((errno != EWOULDBLOCK && errno != EINTR) || waited >= wait_ms) {
-      *error = errno == EWOULDBLOCK ? "a node daemon leaving " + log_dir + " still holds " + path
-                                    : "cannot lock " + path + ": " + std::strerror(errno);
+bool NodeUse::acquire(const std::string& log_dir, std::string* error) {
+  const std::string base =
+      users_path(log_dir) + "." + std::to_string(::getuid()) + "." + std::to_string(::getpid());
+  // A name taken (a file an earlier process of this pid left, or one another user planted) is
+  // passed over for the next: O_EXCL never opens what is there, a link included.
+  for (int n = 0; n < 16; ++n) {
+    const std::string path = n == 0 ? base : base + "-" + std::to_string(n);
+    int fd =
+        ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == EEXIST) continue;
+    if (fd < 0) {
+      *error = "cannot create " + path + ": " + std::strerror(errno);
+      return false;
+    }
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      *error = "cannot lock " + path + ": " + std::strerror(errno);
+      ::unlink(path.c_str());
       ::close(fd);
       return false;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+    path_ = path;
+    return true;
   }
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = fd;
-  return true;
-}
-
-bool claim_unused(const std::string& log_dir) {
-  int fd = open_lock_file(users_path(log_dir), true, nullptr);
-  if (fd < 0) return true;
-  if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return true;  // fd left open: held until the end
-  ::close(fd);
+  *error = "cannot create " + base + ": that name and 15 others are taken";
   return false;
 }
 
-NodeLockState probe_node_lock(const std::string& log_dir) {
+bool ServedUsers::serves(uid_t uid) const {
+  return any || std::find(uids.begin(), uids.end(), uid) != uids.end();
+}
+
+bool claim_unused(const std::string& log_dir, const ServedUsers& users) {
+  DIR* dir = ::opendir(log_dir.empty() ? "." : log_dir.c_str());
+  if (dir == nullptr) return true;
+  bool in_use = false;
+  while (dirent* e = ::readdir(dir)) {
+    const long uid = named_uid(e->d_name);
+    if (uid < 0 || !users.serves(uid_t(uid))) continue;
+    int fd = ::openat(::dirfd(dir), e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == uid_t(uid)) {
+      if (::flock(fd, LOCK_EX | LOCK_NB) == 0)
+        ::flock(fd, LOCK_UN);  // a file its fr-run left behind: nobody uses it
+      else if (errno == EWOULDBLOCK)
+        in_use = true;
+    }
+    ::close(fd);
+    if (in_use) break;
+  }
+  ::closedir(dir);
+  return !in_use;
+}
+
+NodeLockState probe_node_lock(const std::string& log_dir, std::string* untrusted) {
   NodeLockState s;
-  int fd = open_lock_file(node_lock_path(log_dir), false, nullptr);
+  const std::string path = node_lock_path(log_dir);
+  int fd = open_lock_file(path, false, nullptr);
   if (fd < 0) return s;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || (st.st_uid != 0 && st.st_uid != ::geteuid())) {
+    if (untrusted)
+      *untrusted = path + " belongs to uid " + std::to_string(st.st_uid) +
+                   ", neither root nor this user: not taken as a node daemon's lock";
+    ::close(fd);
+    return s;
+  }
   if (::flock(fd, LOCK_SH | LOCK_NB) == 0) {
     ::flock(fd, LOCK_UN);
   } else if (errno == EWOULDBLOCK) {

@@ -5,17 +5,22 @@
 // systemd or a sidecar started counts as much as one that fr-run started) before it starts one.
 // Plain POSIX, no gRPC: fr-run links this alone.
 //
-// The users of a node daemon: every fr-run holds a shared flock on LOG_DIR/frd-node.lock.users
-// for as long as it runs (its command with it), so that a node daemon that leaves when idle
+// The users of a node daemon: every fr-run holds an exclusive flock on a file of its own,
+// LOG_DIR/frd-node.lock.users.<uid>.<pid> (created with O_EXCL, removed when it ends), for as
+// long as it runs (its command with it), so that a node daemon that leaves when idle
 // (`frd node --exit-when-idle`) does not leave while a job is still starting and has no flight
-// log yet. A daemon leaving takes that lock exclusively (only when no fr-run holds it) and drops
-// its node lock before it exits: an fr-run that comes meanwhile waits, then finds no node daemon
-// and starts one.
+// log yet. A daemon about to leave looks for such files that are locked, trusting only regular
+// files owned by the uid their name gives (and only of users it serves), drops its node lock,
+// and looks again: an fr-run that found the daemon before it dropped the lock made its file
+// before, so the second look sees it and the daemon takes its lock back and stays. Nothing
+// another user plants there (a link, a FIFO, a file of theirs locked for good) can make a daemon
+// leave a running job, and fr-run never waits on a file another user holds.
 #pragma once
 
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 namespace fr::daemon {
 
@@ -50,7 +55,7 @@ class NodeLock {
 
 inline constexpr const char* kNodeUsersName = "frd-node.lock.users";
 
-// Held by fr-run for its lifetime: a shared lock on LOG_DIR/frd-node.lock.users.
+// Held by fr-run for its lifetime: its own users file, locked (see above).
 class NodeUse {
  public:
   NodeUse() = default;
@@ -58,18 +63,26 @@ class NodeUse {
   NodeUse& operator=(const NodeUse&) = delete;
   ~NodeUse();
 
-  // Takes the shared lock, waiting up to `wait_ms` for a node daemon that is leaving. False with
-  // *error when the file cannot be made or the wait runs out.
-  bool acquire(const std::string& log_dir, std::string* error, int wait_ms = 10000);
+  // Creates and locks the file at once (no waiting). False with *error when no file can be made.
+  bool acquire(const std::string& log_dir, std::string* error);
+  const std::string& path() const { return path_; }
 
  private:
   int fd_ = -1;
+  std::string path_;
 };
 
-// For a node daemon about to leave when idle: true when no fr-run uses LOG_DIR (its users lock
-// then stays taken, exclusively, until this process ends, so none can start using it while the
-// daemon leaves); false when one does. A users file that cannot be opened reads as no users.
-bool claim_unused(const std::string& log_dir);
+// Which users a node daemon serves (its --log-owner): only their users files count.
+struct ServedUsers {
+  bool any = true;
+  std::vector<uid_t> uids;
+  bool serves(uid_t uid) const;
+};
+
+// For a node daemon about to leave when idle: true when no fr-run of a served user holds a users
+// file in LOG_DIR now. Files that are links, not regular, or not owned by the uid their name
+// gives are not counted (nor the files of users it does not serve).
+bool claim_unused(const std::string& log_dir, const ServedUsers& users = {});
 
 // What a probe of the lock found.
 struct NodeLockState {
@@ -78,7 +91,9 @@ struct NodeLockState {
 };
 
 // Probes LOG_DIR/frd-node.lock without disturbing the holder (a shared lock taken and dropped at
-// once). A missing file, or one nobody holds, reads as not held.
-NodeLockState probe_node_lock(const std::string& log_dir);
+// once). A missing file, or one nobody holds, reads as not held; so does a file owned by neither
+// root nor this user (another user's lock says nothing of a node daemon): *untrusted, when given,
+// then says why in one line naming the path.
+NodeLockState probe_node_lock(const std::string& log_dir, std::string* untrusted = nullptr);
 
 }  // namespace fr::daemon

@@ -7,6 +7,7 @@
 #include <ctime>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include "daemon/base/names.h"
 #include "fr/flight_log.h"
@@ -33,22 +34,22 @@ bool in_flight(const fr::log::Record& r, bool gpu_tracked) {
 }
 
 // The log's NIXL transfers per (local, remote) agent pair: what is in flight, its oldest post, and
-// the posts finished (a post failed by a remote disconnect counts as in flight; an entry taken again for a new request drops its count: the coordinator
-// then learns nothing from that heartbeat).
+// the posts finished (a post failed by a remote disconnect counts as in flight; an entry taken
+// again for a new request drops its count: the coordinator then learns nothing from that
+// heartbeat). At most kMaxXferPairs pairs are sent: those with a post in flight, oldest first,
+// then the others in table order; the rest are counted in xfer_pairs_cut. A stalled transfer is
+// the oldest in flight, so no number of other pairs can push it out of the heartbeat.
 void summarize_xfers(const fr::log::LogFile& log, int64_t now_real_ns, ProcessReport* p) {
-  std::map<std::pair<std::string, std::string>, size_t> index;
+  std::unordered_map<std::string, size_t> index;  // local '\0' remote -> pairs
+  std::vector<XferProgress> pairs;                // table order of each pair's first entry
   for (const fr_xfer_entry& e : log.xfers) {
     std::string local =
         printable(std::string(e.local_agent, strnlen(e.local_agent, sizeof e.local_agent)), 64);
     std::string remote =
         printable(std::string(e.remote_agent, strnlen(e.remote_agent, sizeof e.remote_agent)), 64);
-    auto it = index.find({local, remote});
-    if (it == index.end()) {
-      if (p->xfers.size() >= ProcessReport::kMaxXferPairs) continue;
-      it = index.emplace(std::make_pair(local, remote), p->xfers.size()).first;
-      p->xfers.push_back({local, remote});
-    }
-    XferProgress& x = p->xfers[it->second];
+    auto [it, added] = index.try_emplace(local + '\0' + remote, pairs.size());
+    if (added) pairs.push_back({std::move(local), std::move(remote)});
+    XferProgress& x = pairs[it->second];
     // A post that failed because its remote went away and was not released counts as still in
     // flight: nothing will finish it, and a killed target leaves no other sign on this node.
     const bool disconnected = e.status == FR_NIXL_ERR_REMOTE_DISCONNECT &&
@@ -69,6 +70,15 @@ void summarize_xfers(const fr::log::LogFile& log, int64_t now_real_ns, ProcessRe
       x.oldest_status = e.status;
     }
   }
+  // Oldest in flight first; pairs with nothing in flight (age 0) keep their table order after.
+  std::stable_sort(pairs.begin(), pairs.end(), [](const XferProgress& a, const XferProgress& b) {
+    return a.oldest_age_ns > b.oldest_age_ns;
+  });
+  if (pairs.size() > ProcessReport::kMaxXferPairs) {
+    p->xfer_pairs_cut = uint32_t(pairs.size() - ProcessReport::kMaxXferPairs);
+    pairs.resize(ProcessReport::kMaxXferPairs);
+  }
+  p->xfers = std::move(pairs);
 }
 
 }  // namespace

@@ -24,7 +24,7 @@ constexpr const char* kCookie = "fr_token";
 // The token a request carries: the Authorization header, else the cookie.
 bool has_token(const HttpHead& req, const std::string& token) {
   const std::string auth = req.header("authorization");
-  if (!auth.empty() && equal_secret(auth, "Bearer " + token)) return true;
+  if (!auth.empty() && bearer_matches(auth, token)) return true;
   const std::string cookies = req.header("cookie");
   for (size_t pos = 0; pos < cookies.size();) {
     size_t end = cookies.find(';', pos);
@@ -192,8 +192,10 @@ HttpReply HttpServer::answer(const HttpHead& head) const {
       !token.empty() && t != head.query.end() && equal_secret(t->second, token)) {
     // A browser's way in: the token from the link becomes a cookie, and leaves the address bar.
     res.status = 303;
+    // Over TLS the cookie is Secure: a browser never sends it back over plain HTTP.
     res.headers = {
-        {"Set-Cookie", std::string(kCookie) + "=" + token + "; Path=/; HttpOnly; SameSite=Strict"},
+        {"Set-Cookie", std::string(kCookie) + "=" + token + "; Path=/; HttpOnly; SameSite=Strict" +
+                           (impl_->tls != nullptr ? "; Secure" : "")},
         {"Location", head.path}};
     return res;
   }

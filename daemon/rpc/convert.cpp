@@ -39,6 +39,7 @@ void to_proto(const NodeReport& in, fr::v1::Heartbeat* out) {
       d->set_oldest_in_flight_op(c.oldest_op);
       d->set_name(c.name);
     }
+    if (p.xfer_pairs_cut) q->set_xfer_pairs_cut(p.xfer_pairs_cut);
     for (const auto& x : p.xfers) {
       auto* d = q->add_xfers();
       d->set_local_agent(x.local_agent);
@@ -109,6 +110,10 @@ void from_proto(const fr::v1::ProcessReport& q, ProcessReport* p) {
   p->flags = q.flags();
   p->comms.resize(std::min<size_t>(size_t(q.comms_size()), kMaxCommsPerProcess));
   for (size_t i = 0; i < p->comms.size(); ++i) from_proto(q.comms(int(i)), &p->comms[i]);
+  p->xfer_pairs_cut = q.xfer_pairs_cut();
+  if (size_t(q.xfers_size()) > ProcessReport::kMaxXferPairs)
+    p->xfer_pairs_cut += uint32_t(std::min<size_t>(
+        size_t(q.xfers_size()) - ProcessReport::kMaxXferPairs, UINT32_MAX - p->xfer_pairs_cut));
   p->xfers.resize(std::min<size_t>(size_t(q.xfers_size()), ProcessReport::kMaxXferPairs));
   for (size_t i = 0; i < p->xfers.size(); ++i) {
     const fr::v1::XferProgress& d = q.xfers(int(i));
@@ -138,8 +143,13 @@ void from_proto(const fr::v1::Heartbeat& in, NodeReport* r) {
   r->seq = in.seq();
   r->node_time_ns = in.node_time_ns();
   r->processes.resize(std::min<size_t>(size_t(in.processes_size()), kMaxProcessesPerNode));
-  for (size_t i = 0; i < r->processes.size(); ++i)
-    from_proto(in.processes(int(i)), &r->processes[i]);
+  size_t comms_left = kMaxCommsPerHeartbeat;
+  for (size_t i = 0; i < r->processes.size(); ++i) {
+    ProcessReport& p = r->processes[i];
+    from_proto(in.processes(int(i)), &p);
+    if (p.comms.size() > comms_left) p.comms.resize(comms_left);
+    comms_left -= p.comms.size();
+  }
   printable_list(in.unreadable(), 64, 256, &r->unreadable);
   printable_list(in.gpu_alerts(), 64, 256, &r->gpu_alerts);
 }

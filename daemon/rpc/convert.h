@@ -10,6 +10,9 @@ namespace fr::daemon {
 
 constexpr size_t kMaxProcessesPerNode = 1024;
 constexpr size_t kMaxCommsPerProcess = 4096;
+// Communicators of all the processes of one heartbeat together (each costs about 100 bytes
+// decoded, two on the wire).
+constexpr size_t kMaxCommsPerHeartbeat = 65536;
 
 void to_proto(const NodeReport& in, fr::v1::Heartbeat* out);
 NodeReport from_proto(const fr::v1::Heartbeat& in);

@@ -52,6 +52,39 @@ bool is_loopback_address(const std::string& addr) {
   return all;
 }
 
+// The live page built less than kLivePageNs ago (or any, when `stale_ok`); null when none.
+std::shared_ptr<const std::string> CoordinatorServer::Impl::cached_live_page(int64_t now,
+                                                                             bool stale_ok) {
+  std::lock_guard<std::mutex> pl(page_mu);
+  if (live_page && (stale_ok || now - live_page_mono < kLivePageNs)) return live_page;
+  return nullptr;
+}
+
+// The live page: the one built less than kLivePageNs ago; else, while another thread builds
+// it, the last one built; else built here.
+std::shared_ptr<const std::string> CoordinatorServer::Impl::live_page_now() {
+  const int64_t now = mono_ns();
+  std::shared_ptr<const std::string> page = cached_live_page(now, false);
+  if (page) return page;
+  std::unique_lock<std::mutex> building(page_build_mu, std::try_to_lock);
+  if (!building.owns_lock()) {
+    if ((page = cached_live_page(now, true))) return page;  // another builds it
+    building.lock();  // none yet: wait for the one being built
+    if ((page = cached_live_page(mono_ns(), false))) return page;
+  }
+  nlohmann::json status;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    status = state.status(mono_ns());
+  }
+  page = std::make_shared<const std::string>(render_live_page(status));
+  live_page_builds.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> pl(page_mu);
+  live_page = page;
+  live_page_mono = mono_ns();
+  return page;
+}
+
 void CoordinatorServer::Impl::add_pages() {
   metrics.get("/metrics", [this](const HttpServer::Request&) {
     HttpServer::Response r;
@@ -79,6 +112,12 @@ void CoordinatorServer::Impl::add_pages() {
         "# TYPE frd_heartbeats_replaced_total counter\n"
         "frd_heartbeats_replaced_total " +
         std::to_string(replaced) +
+        "\n"
+        "# HELP frd_live_page_builds_total Times the live page was built (at most once per "
+        "2 s, however many clients reload it).\n"
+        "# TYPE frd_live_page_builds_total counter\n"
+        "frd_live_page_builds_total " +
+        std::to_string(live_page_builds.load(std::memory_order_relaxed)) +
         "\n"
         "# HELP frd_unknown_messages_total Node messages of a kind this coordinator does "
         "not know (a newer node's), skipped.\n"
@@ -116,12 +155,7 @@ void CoordinatorServer::Impl::add_pages() {
   metrics.get("/", [this](const HttpServer::Request&) {
     HttpServer::Response r;
     r.content_type = "text/html; charset=utf-8";
-    nlohmann::json status;
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      status = state.status(mono_ns());
-    }
-    r.body = render_live_page(status);
+    r.body = *live_page_now();
     return r;
   });
   metrics.get_under("/incidents/", [this](const HttpServer::Request& req) {

@@ -52,6 +52,7 @@ class Fast {
     out->seq = 0;
     out->node_time_ns = 0;
     size_t procs = 0, unreadable = 0, alerts = 0;
+    size_t comms_left = kMaxCommsPerHeartbeat;
     bool echoed = false;
     uint64_t v;
     std::string_view s;
@@ -76,6 +77,7 @@ class Fast {
           if (procs == kMaxProcessesPerNode) return false;
           if (procs == out->processes.size()) out->processes.emplace_back();
           Fast sub(nullptr, nullptr);
+          sub.comms_left_ = &comms_left;
           if (!enter(&sub) || !sub.process(&out->processes[procs++])) return false;
           break;
         }
@@ -175,11 +177,13 @@ class Fast {
     p->records = 0;
     p->last_record_age_ns = 0;
     p->flags = 0;
+    p->xfer_pairs_cut = 0;
     uint64_t v;
     while (p_ < end_) {
       const uint32_t t = tag();
       if (t == field(11, kBytes)) {
-        if (comms == kMaxCommsPerProcess) return false;
+        if (comms == kMaxCommsPerProcess || *comms_left_ == 0) return false;
+        --*comms_left_;
         if (comms == p->comms.size()) p->comms.emplace_back();
         Fast sub(nullptr, nullptr);
         if (!enter(&sub) || !sub.comm(&p->comms[comms++])) return false;
@@ -200,6 +204,7 @@ class Fast {
         case 9: p->records = v; break;
         case 10: p->last_record_age_ns = int64_t(v); break;
         case 12: p->flags = uint32_t(v); break;
+        case 14: p->xfer_pairs_cut = uint32_t(v); break;
         default: return false;
       }
     }
@@ -241,6 +246,7 @@ class Fast {
 
   const uint8_t* p_;
   const uint8_t* end_;
+  size_t* comms_left_ = nullptr;  // the heartbeat's communicators still allowed
 };
 
 }  // namespace
@@ -274,6 +280,7 @@ bool decode(const grpc::ByteBuffer& b, fr::v1::NodeMessage* m) {
 bool HeartbeatDecoder::decode(const grpc::ByteBuffer& b, NodeReport* out, fr::v1::PingEcho* echo) {
   if (held_ > kKeepBytes) {
     std::string().swap(bytes_);
+    std::string().swap(trimmed_);
     fr::v1::Heartbeat().Swap(&heartbeat_);
     fr::v1::NodeMessage().Swap(&whole_);
   }
@@ -293,8 +300,12 @@ bool HeartbeatDecoder::decode(const grpc::ByteBuffer& b, NodeReport* out, fr::v1
       fast_++;
       return true;
     }
-    if (heartbeat_.ParseFromArray(body, int(len))) hb = &heartbeat_;
-  } else if (whole_.ParseFromArray(p, int(n)) && whole_.has_heartbeat()) {
+    // Protobuf builds every entry before from_proto cuts: cut the bytes first (wire_trim.cpp).
+    if (!trim_heartbeat(body, len, &trimmed_)) return false;
+    if (heartbeat_.ParseFromArray(trimmed_.data(), int(trimmed_.size()))) hb = &heartbeat_;
+  } else if (trim_node_message(p, n, &trimmed_) &&
+             whole_.ParseFromArray(trimmed_.data(), int(trimmed_.size())) &&
+             whole_.has_heartbeat()) {
     hb = &whole_.heartbeat();
   }
   if (!hb) return false;

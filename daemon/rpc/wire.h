@@ -31,6 +31,17 @@ bool starts_with_heartbeat(const grpc::ByteBuffer& b);
 // Decodes a whole NodeMessage. False when the bytes are not one.
 bool decode(const grpc::ByteBuffer& b, fr::v1::NodeMessage* m);
 
+// A heartbeat's bytes (the body of NodeMessage.heartbeat) with every repeated field cut to what
+// from_proto keeps (kMaxProcessesPerNode processes, kMaxCommsPerProcess communicators each and
+// kMaxCommsPerHeartbeat in all, kMaxXferPairs agent pairs each, 64 unreadable logs and GPU
+// alerts), the rest copied as it is: protobuf then builds no more than that, and one message costs
+// a few times its size, not a hundred (two million empty processes in 4 MiB were 300 MB of
+// objects). False when the bytes are not well-formed protobuf wire format.
+bool trim_heartbeat(const uint8_t* p, size_t n, std::string* out);
+// The same over a whole NodeMessage: every heartbeat field in it, counted together (protobuf
+// merges them into one), the other fields as they are.
+bool trim_node_message(const uint8_t* p, size_t n, std::string* out);
+
 class HeartbeatDecoder {
  public:
   // The heartbeat in `b`, as from_proto(Heartbeat, NodeReport*) gives it (into *out, reusing its
@@ -43,6 +54,7 @@ class HeartbeatDecoder {
  private:
   std::vector<grpc::Slice> slices_;
   std::string bytes_;            // the message, in one piece
+  std::string trimmed_;          // a heartbeat cut to from_proto's bounds, for protobuf
   fr::v1::Heartbeat heartbeat_;  // reused: its memory stays from one heartbeat to the next
   fr::v1::NodeMessage whole_;    // the other shapes
   size_t held_ = 0;              // the size of the last message decoded

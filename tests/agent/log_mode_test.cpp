@@ -85,3 +85,28 @@ TEST_CASE("an FR_BUFFER_ENTRIES above the cap is capped and said once", "[agent]
   REQUIRE(q.exit_code == 0);
   CHECK(q.err.empty());
 }
+
+TEST_CASE("settings too large for a number clamp to their cap, not to the default", "[agent]") {
+  // 20 digits: past any long. The ring and the transfer table take their maximum, as a large
+  // number that fits does.
+  TempDir dir;
+  RunResult r =
+      run({kProbe, "ring", "3"}, mode_env(dir, {{"FR_BUFFER_ENTRIES", "99999999999999999999"},
+                                                {"FR_XFER_ENTRIES", "99999999999999999999"}}));
+  REQUIRE(r.exit_code == 0);
+  auto logs = dir.logs();
+  REQUIRE(logs.size() == 1);
+  auto log = fr::log::read_log(logs[0]);
+  REQUIRE(log.ok());
+  CHECK(log.log->header.ring_capacity == FR_MAX_RING_CAPACITY);
+  CHECK(log.log->header.xfer_capacity == FR_MAX_XFER_CAPACITY);
+  // What is not a number at all still falls back to the default.
+  TempDir other;
+  r = run({kProbe, "ring", "3"}, mode_env(other, {{"FR_XFER_ENTRIES", "nope"}}));
+  REQUIRE(r.exit_code == 0);
+  logs = other.logs();
+  REQUIRE(logs.size() == 1);
+  log = fr::log::read_log(logs[0]);
+  REQUIRE(log.ok());
+  CHECK(log.log->header.xfer_capacity == FR_DEFAULT_XFER_CAPACITY);
+}

@@ -434,3 +434,35 @@ TEST_CASE("the trace draws NIXL calls and transfers on their process's track", "
   CHECK(track);
   (void)doc;
 }
+
+TEST_CASE("a process with more transfers than the cap keeps those in flight and counts the rest",
+          "[analyzer][nixl]") {
+  // One rankless process with 1,000 transfers over the cap, each from its own local agent, all
+  // done but the last in table order, which has been in flight to decode-9 for 30 s (#37).
+  Planted j = healthy_job(2);
+  j.logs.push_back(nixl_only(j.logs[0], 7000, "prefill-host"));
+  j.alive.push_back(true);
+  fr::log::LogFile& big = j.logs.back();
+  const size_t n = fr::analyzer::kMaxXfersPerProc + 1000;
+  big.xfers.reserve(n);
+  for (size_t i = 0; i + 1 < n; ++i) {
+    const std::string local = "prefill-" + std::to_string(i);
+    big.xfers.push_back(xfer(i + 1, local.c_str(), "decode-0", FR_XFER_OP_WRITE, 4096,
+                             FR_XFER_RELEASED, 0, kSnapNs - 60 * kSec, kSnapNs - 59 * kSec));
+  }
+  big.xfers.push_back(xfer(n, "prefill-last", "decode-9", FR_XFER_OP_WRITE, 4096,
+                           FR_XFER_IN_PROGRESS, FR_NIXL_IN_PROG, kSnapNs - 30 * kSec, 0));
+  fr::test::TempDir t;
+  const json doc = analyze(j, t);
+  const json& v = doc["verdict"];
+  INFO(v.dump(1));
+  CHECK(v["kind"] == "nixl_stalled");
+  CHECK(v["nixl"]["remote_agent"] == "decode-9");
+  CHECK(v["nixl"]["local_agent"] == "prefill-last");
+  bool counted = false;
+  for (const auto& w : doc["inputs"]["warnings"])
+    counted = counted || w["warning"].get<std::string>().find("1000 NIXL transfers left out") !=
+                             std::string::npos;
+  INFO(doc["inputs"]["warnings"].dump(1));
+  CHECK(counted);
+}

@@ -575,3 +575,58 @@ TEST_CASE("fr-run: a hung job run rank by rank under fr-run is caught by the dae
   ::kill(coord.pid, SIGTERM);
   coord.wait(20);
 }
+
+TEST_CASE(
+    "fr-run: what another user plants in the log directory neither hangs it nor ends the watch",
+    "[cli][fr-run]") {
+  // A second local user (uid 65534) in a world-writable log directory, as /dev/shm is (#37): a
+  // FIFO named frd-node.log, a link at the start lock, and the users lock of older versions held
+  // exclusively for good. fr-run must start its daemon and its command at once, say what it
+  // refused, and the daemon must stay while the job runs and still leave when it is idle.
+  need({kFrRun, kAgent, kFrd});
+  if (::getuid() != 0 || ::access("/usr/bin/setpriv", X_OK) != 0 ||
+      ::access("/usr/bin/flock", X_OK) != 0)
+    FR_SKIP("needs root, setpriv and flock to act as a second user");
+  TempDir d;
+  REQUIRE(::chmod(d.path.c_str(), 0755) == 0);
+  const std::string logs = d.path + "/shm";
+  REQUIRE(::mkdir(logs.c_str(), 0777) == 0);
+  REQUIRE(::chmod(logs.c_str(), 01777) == 0);
+  const std::vector<std::string> as_other = {"/usr/bin/setpriv", "--reuid", "65534",
+                                             "--regid",          "65534",   "--clear-groups"};
+  auto other = [&](std::vector<std::string> argv) {
+    argv.insert(argv.begin(), as_other.begin(), as_other.end());
+    return argv;
+  };
+  REQUIRE(run(other({"/bin/sh", "-c",
+                     "mkfifo " + logs + "/frd-node.log && ln -s /etc/shadow " + logs +
+                         "/frd-node.lock.start"}),
+              {}, d.path)
+              .status == 0);
+  Proc holder(other({"/usr/bin/flock", "-x", logs + "/frd-node.lock.users", "sleep", "60"}), {},
+              d.path, "holder");
+  REQUIRE(wait_for([&] { return fs::exists(logs + "/frd-node.lock.users"); }, 10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the lock taken
+
+  const auto t0 = std::chrono::steady_clock::now();
+  Proc job({kFrRun, "--coordinator", "127.0.0.1:1", "--log-dir", logs, "--daemon-exit-when-idle",
+            "1", "--frd-arg=--dump-dir", "--frd-arg=" + d.path + "/spool", "--", "sleep", "4"},
+           {}, d.path, "job");
+  REQUIRE(wait_for([&] { return fr::daemon::probe_node_lock(logs).held; }, 20));
+  const double started =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("fr-run's node daemon held its lock %.2f s after fr-run started\n", started);
+  CHECK(started < 5);  // generous: the users lock of an older version made it wait 10 s
+  const pid_t daemon = fr::daemon::probe_node_lock(logs).pid;
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  CHECK_FALSE(gone(daemon));  // three idle limits, and the job still runs
+  REQUIRE(job.wait(30));
+  INFO(job.err());
+  CHECK(job.status == 0);
+  CHECK(job.err().find("fr-run: the node daemon's output goes nowhere: " + logs +
+                       "/frd-node.log: a FIFO or device, not a regular file") != std::string::npos);
+  CHECK(job.err().find("not taking turns to start: " + logs +
+                       "/frd-node.lock.start: a symbolic link") != std::string::npos);
+  // The job is over: the daemon leaves, whatever the other user holds.
+  CHECK(wait_for([&] { return gone(daemon); }, 20));
+}

@@ -98,3 +98,52 @@ TEST_CASE(
   CHECK(horde.longest_s[2] < 2.0);  // refused at once
   CHECK(rss_peak - rss_before < 200);
 }
+
+TEST_CASE("the live page is built at most once per 2 s, however many clients reload it",
+          "[daemon][http]") {
+  // Eight clients reloading `/` as fast as they can (#37): each build takes the state's lock, so
+  // every reload used to be one more build that heartbeats and `/metrics` waited behind.
+  TempDir dumps;
+  ServerOptions so = loopback_options();
+  so.metrics_listen = "127.0.0.1:0";
+  CoordinatorServer server(loopback_config(dumps.path), so);
+  std::string err;
+  REQUIRE(server.start(&err));
+  std::atomic<bool> stop{false};
+  std::atomic<size_t> pages{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 8; ++c)
+    clients.emplace_back([&] {
+      while (!stop) {
+        std::string body;
+        auto [status, seconds] =
+            fr::daemon::test::timed_http_get(server.metrics_port(), "/", &body);
+        if (status == "HTTP/1.1 200 OK" && body.find("<html") != std::string::npos) ++pages;
+      }
+    });
+  const auto t0 = Clock::now();
+  std::vector<double> scrapes;
+  while (since(t0) < 3) {
+    std::string body;
+    scrapes.push_back(
+        fr::daemon::test::timed_http_get(server.metrics_port(), "/metrics", &body).second);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  stop = true;
+  for (auto& t : clients) t.join();
+  const double elapsed = since(t0);
+  std::string metrics;
+  fr::daemon::test::timed_http_get(server.metrics_port(), "/metrics", &metrics);
+  const std::string key = "\nfrd_live_page_builds_total ";
+  const size_t at = metrics.find(key);
+  REQUIRE(at != std::string::npos);
+  const unsigned long builds = std::stoul(metrics.substr(at + key.size()));
+  std::sort(scrapes.begin(), scrapes.end());
+  std::printf(
+      "live page: %zu pages served to 8 clients in %.1f s from %lu builds; /metrics meanwhile "
+      "median %.1f ms, worst %.1f ms\n",
+      pages.load(), elapsed, builds, scrapes[scrapes.size() / 2] * 1e3, scrapes.back() * 1e3);
+  CHECK(pages > builds);
+  CHECK(builds >= 1);
+  CHECK(double(builds) <= elapsed / 2 + 2);
+}

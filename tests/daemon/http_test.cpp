@@ -10,12 +10,17 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
 #include "daemon/http/http_request.h"
 #include "daemon/http/metrics_http.h"
 #include "fixture.h"
+#include "skip.h"
+#include "temp_dir.h"
+#include "testing/files.h"
 #include "testing/wait.h"
 
 using namespace fr::daemon;
@@ -54,7 +59,7 @@ std::string send_and_read(int fd, const std::string& bytes) {
 
 struct Served {
   HttpServer http;
-  explicit Served(HttpLimits lim, const std::string& token = "") {
+  explicit Served(HttpLimits lim, const std::string& token = "", HttpSecurity sec = {}) {
     http.get("/metrics", [](const HttpServer::Request&) {
       HttpServer::Response r;
       r.body = "frd_up 1\n";
@@ -68,7 +73,8 @@ struct Served {
     });
     http.set_limits(lim);
     std::string err;
-    REQUIRE(http.start("127.0.0.1:0", HttpSecurity{token, "", "", ""}, &err));
+    sec.token = token;
+    REQUIRE(http.start("127.0.0.1:0", sec, &err));
   }
 };
 
@@ -242,10 +248,44 @@ TEST_CASE("http front: with a token, a route asks for it, and unknown paths are 
   CHECK(http_get(port, "/metrics", "Cookie: a=b; fr_token=tok\r\n").find("frd_up 1") !=
         std::string::npos);
   CHECK(http_get(port, "/metrics", "Authorization: Bearer tok2\r\n").rfind("HTTP/1.1 401", 0) == 0);
+  // The scheme in any case, as HTTP says (#37); the token exactly.
+  for (const char* scheme : {"bearer", "BEARER", "beaRer"})
+    CHECK(http_get(port, "/metrics", "Authorization: " + std::string(scheme) + "  tok\r\n")
+              .find("frd_up 1") != std::string::npos);
+  for (const char* bad : {"Bearertok", "Basic tok", "bearer TOK", "bearer", "bearer "})
+    CHECK(http_get(port, "/metrics", "Authorization: " + std::string(bad) + "\r\n")
+              .rfind("HTTP/1.1 401", 0) == 0);
   const std::string login = http_get(port, "/incidents/x?token=tok");
   CHECK(login.rfind("HTTP/1.1 303", 0) == 0);
   CHECK(login.find("Location: /incidents/x\r\n") != std::string::npos);
   CHECK(login.find("Set-Cookie: fr_token=tok; Path=/; HttpOnly; SameSite=Strict") !=
         std::string::npos);
   CHECK(http_get(port, "/nothing").rfind("HTTP/1.1 404", 0) == 0);
+}
+
+TEST_CASE("http front: over TLS the token cookie is Secure", "[daemon][http]") {
+  fr::test::TempDir tmp;
+  const std::string script = "cd " + tmp.path +
+                             " && openssl req -x509 -newkey ec -pkeyopt "
+                             "ec_paramgen_curve:prime256v1 -nodes -keyout key.pem -out cert.pem "
+                             "-days 2 -subj /CN=localhost 2>/dev/null";
+  if (std::system(script.c_str()) != 0) FR_SKIP("no openssl: it could not make a certificate");
+  HttpSecurity sec;
+  sec.tls_cert = fr::test::slurp(tmp.sub("cert.pem"));
+  sec.tls_key = fr::test::slurp(tmp.sub("key.pem"));
+  Served s(short_limits(), "tok", sec);
+  const std::string cmd =
+      "printf 'GET /metrics?token=tok HTTP/1.1\\r\\nHost: localhost\\r\\nConnection: "
+      "close\\r\\n\\r\\n' | timeout 10 openssl s_client -quiet -connect 127.0.0.1:" +
+      std::to_string(s.http.port()) + " 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p);
+  std::string got;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) got.append(buf, n);
+  pclose(p);
+  INFO(got);
+  CHECK(got.rfind("HTTP/1.1 303", 0) == 0);
+  CHECK(got.find("Set-Cookie: fr_token=tok; Path=/; HttpOnly; SameSite=Strict; Secure\r\n") !=
+        std::string::npos);
 }

@@ -100,6 +100,34 @@ TEST_CASE("the watcher summarizes NIXL transfers per agent pair", "[daemon][nixl
   }
 }
 
+TEST_CASE("a stalled transfer in the last of 200 agent pairs is in the heartbeat, the rest counted",
+          "[daemon][nixl]") {
+  // A prefill worker talking to 200 decode agents (#37): every pair has a young transfer in
+  // flight, the last pair in table order one posted an hour ago.
+  FakeLog f;
+  f.ops = {{FR_OP_ALLREDUCE, 1, 1, 5 * kSec, true, false}};
+  auto log = make_log(f);
+  const uint64_t now = uint64_t(real_ns());
+  for (uint64_t i = 0; i < 200; ++i) {
+    const std::string remote = "decode-" + std::to_string(i);
+    const uint64_t posted = i == 199 ? now - 3600 * kSec : now - kSec / 10;
+    log.xfers.push_back(entry(i + 1, "prefill", remote.c_str(), FR_XFER_IN_PROGRESS, posted, 0));
+  }
+  ProcessReport p = summarize_log(log, "a.frlog", real_ns());
+  REQUIRE(p.xfers.size() == ProcessReport::kMaxXferPairs);
+  CHECK(p.xfers[0].remote_agent == "decode-199");
+  CHECK(p.xfers[0].oldest_age_ns >= 3600 * kSec);
+  CHECK(p.xfer_pairs_cut == 200 - ProcessReport::kMaxXferPairs);
+  CHECK(p.oldest_age_ns() >= 3600 * kSec);  // what makes the node report at once
+  // The count crosses the wire.
+  fr::v1::Heartbeat hb;
+  to_proto(report({p}), &hb);
+  NodeReport back = from_proto(hb);
+  REQUIRE(back.processes.size() == 1);
+  CHECK(back.processes[0].xfer_pairs_cut == 200 - ProcessReport::kMaxXferPairs);
+  CHECK(back.processes[0].xfers[0].remote_agent == "decode-199");
+}
+
 TEST_CASE("the heartbeat carries NIXL agent pairs, bounded on the way in", "[daemon][nixl]") {
   NodeReport r = report({nixl_proc(0, 5 * kSec, 3)});
   fr::v1::Heartbeat hb;

@@ -1,13 +1,16 @@
 // `frd node --exit-when-idle` (the node daemon fr-run starts, with no coordinator reachable): it
 // leaves once its log directory has had no live flight log and no fr-run for that long, and not
-// before; it stays while a writer holds its log or an fr-run holds the directory's users lock,
-// and leaves after. It drops its node lock on the way out. Real frd processes, bounded in time.
+// before; it stays while a writer holds its log or an fr-run holds its users file, and leaves
+// after, whatever another user plants there. It drops its node lock on the way out. Real frd
+// processes, bounded in time.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <string>
 
@@ -95,9 +98,43 @@ TEST_CASE("frd node --exit-when-idle: it stays while an fr-run uses the director
   use.reset();
   REQUIRE(node->wait(30));
   CHECK(node->status == 0);
-  // Once it has claimed the directory to leave, an fr-run coming now waits for it to be gone,
-  // then finds no node daemon (and would start one).
+  // Once it has left, an fr-run coming now takes its users file at once and finds no node
+  // daemon (and would start one).
   fr::daemon::NodeUse late;
   REQUIRE(late.acquire(d.path + "/shm", &error));
   CHECK_FALSE(fr::daemon::probe_node_lock(d.path + "/shm").held);
+}
+
+TEST_CASE("frd node --exit-when-idle: another user's links and locks neither keep it nor end it",
+          "[daemon][node-idle]") {
+  // A second local user (uid 65534) plants a link at the very name this process's users file
+  // takes, and holds the users lock of older versions for good (#37).
+  if (::getuid() != 0 || ::access("/usr/bin/setpriv", X_OK) != 0 ||
+      ::access("/usr/bin/flock", X_OK) != 0)
+    FR_SKIP("needs root, setpriv and flock to act as a second user");
+  fr::daemon::test::TempDir d;
+  REQUIRE(::chmod(d.path.c_str(), 0755) == 0);
+  const std::string logs = d.path + "/shm";
+  REQUIRE(::mkdir(logs.c_str(), 0777) == 0);
+  REQUIRE(::chmod(logs.c_str(), 01777) == 0);
+  const std::string mine = logs + "/" + fr::daemon::kNodeUsersName + "." +
+                           std::to_string(::getuid()) + "." + std::to_string(::getpid());
+  const std::string setpriv = "/usr/bin/setpriv --reuid 65534 --regid 65534 --clear-groups ";
+  REQUIRE(std::system((setpriv + "ln -s /etc/shadow " + mine).c_str()) == 0);
+  Proc holder({"/usr/bin/setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+               "/usr/bin/flock", "-x", logs + "/" + fr::daemon::kNodeUsersName, "sleep", "60"},
+              {}, d.path, "holder");
+  REQUIRE(fr::test::wait_for(
+      [&] { return ::access((logs + "/" + fr::daemon::kNodeUsersName).c_str(), F_OK) == 0; }, 10));
+  std::string error;
+  auto use = std::make_unique<fr::daemon::NodeUse>();
+  const auto t0 = Clock::now();
+  REQUIRE(use->acquire(logs, &error));
+  CHECK(since(t0) < 1);               // generous: older versions waited 10 s on the held lock
+  CHECK(use->path() == mine + "-1");  // the link passed over, never followed
+  auto node = idle_node(d.path, "1");
+  CHECK_FALSE(node->wait(4));  // the job still starting: it stays
+  use.reset();
+  REQUIRE(node->wait(30));  // the job gone: it leaves, whatever the other user holds
+  CHECK(node->status == 0);
 }

@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 #include <google/protobuf/stubs/logging.h>
 
+#include <sys/resource.h>
+
 #include <random>
 #include <string>
 #include <vector>
@@ -244,4 +246,65 @@ TEST_CASE("messages for nodes are encoded once and read back whole", "[daemon]")
   REQUIRE(decode(buffer(hello.SerializeAsString(), 3), &decoded));
   CHECK(decoded.hello().node_name() == "n1");
   CHECK_FALSE(decode(buffer(std::string("\x0a\x05zz", 4)), &decoded));
+}
+
+TEST_CASE("a heartbeat of two million empty processes costs a few times its size, not a hundred",
+          "[daemon]") {
+  // 4 MiB of empty ProcessReports (#37): protobuf built all of them (about 300 MB) before
+  // from_proto kept 1,024. The bytes are cut to the bounds first.
+  std::string body;
+  for (int i = 0; i < 2'000'000; ++i) body.append("\x22\x00", 2);
+  // An unknown field 15 too (the fast decoder leaves such a heartbeat to protobuf).
+  body.append("\x7a\x01x", 3);
+  std::string bytes = "\x12";  // NodeMessage.heartbeat, then its length
+  {
+    uint64_t v = body.size();
+    while (v >= 0x80) {
+      bytes.push_back(char(v | 0x80));
+      v >>= 7;
+    }
+    bytes.push_back(char(v));
+  }
+  bytes += body;
+  HeartbeatDecoder d;
+  NodeReport out;
+  fr::v1::PingEcho echo;
+  struct rusage before {};
+  ::getrusage(RUSAGE_SELF, &before);
+  REQUIRE(d.decode(buffer(bytes), &out, &echo));
+  struct rusage after {};
+  ::getrusage(RUSAGE_SELF, &after);
+  CHECK(out.processes.size() == kMaxProcessesPerNode);
+  const long grew_kib = after.ru_maxrss - before.ru_maxrss;
+  INFO("peak RSS grew " << grew_kib / 1024 << " MiB for a message of " << bytes.size() / 1024
+                        << " KiB");
+  CHECK(grew_kib < 64 * 1024);
+
+  // The same processes spread over many heartbeat fields of one message (protobuf merges them):
+  // counted together.
+  std::string many;
+  for (int field = 0; field < 1000; ++field) {
+    std::string part;
+    for (int i = 0; i < 2000; ++i) part.append("\x22\x00", 2);
+    many.push_back('\x12');
+    for (uint64_t v = part.size();; v >>= 7) {
+      many.push_back(char(v >= 0x80 ? (v & 0x7f) | 0x80 : v));
+      if (v < 0x80) break;
+    }
+    many += part;
+  }
+  many.append("\x0a\x00", 2);  // a hello too: not the usual shape, decoded as a whole message
+  ::getrusage(RUSAGE_SELF, &before);
+  const bool decoded = d.decode(buffer(many), &out, &echo);
+  ::getrusage(RUSAGE_SELF, &after);
+  INFO("merged: peak RSS grew " << (after.ru_maxrss - before.ru_maxrss) / 1024 << " MiB");
+  CHECK(after.ru_maxrss - before.ru_maxrss < 64 * 1024);
+  if (decoded) CHECK(out.processes.size() <= kMaxProcessesPerNode);
+
+  // What the trimmer keeps of a message within the bounds is the message.
+  std::mt19937_64 rng(23);
+  const std::string whole = sample(rng, 5, 7, true).heartbeat().SerializeAsString();
+  std::string trimmed;
+  REQUIRE(trim_heartbeat(reinterpret_cast<const uint8_t*>(whole.data()), whole.size(), &trimmed));
+  CHECK(trimmed == whole);
 }

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdio>
 #include <thread>
 
 #include "log/reader.h"
@@ -275,4 +276,20 @@ TEST_CASE("names come from the format's lists") {
   CHECK(std::string(fr::log::comm_state_name(FR_COMM_ABORTED)) == "aborted");
   CHECK(std::string(fr::log::origin_name(FR_ORIGIN_SPLIT)) == "split");
   CHECK(std::string(fr::log::gpu_state_name(FR_GPU_STARTED)) == "started");
+}
+
+TEST_CASE("the documented size of a default log is the format's") {
+  const uint64_t size = fr_log_file_size_all(FR_DEFAULT_COMM_CAPACITY, FR_DEFAULT_RING_CAPACITY,
+                                             FR_DEFAULT_GRAPH_CAPACITY, FR_DEFAULT_CAPTURE_CAPACITY,
+                                             FR_DEFAULT_CHAN_CAPACITY, FR_DEFAULT_XFER_CAPACITY);
+  CHECK(size == 680448);
+  // Written with a thousands separator, as the docs write it.
+  char digits[32];
+  std::snprintf(digits, sizeof digits, "%llu,%03llu", (unsigned long long)(size / 1000),
+                (unsigned long long)(size % 1000));
+  const std::string text = digits;
+  for (const char* doc : {"docs/agent.md", "docs/flight-log-format.md"}) {
+    INFO(doc << " should say " << text << " bytes");
+    CHECK(slurp(std::string(FR_SOURCE_DIR) + "/" + doc).find(text + " bytes") != std::string::npos);
+  }
 }

@@ -130,6 +130,10 @@ TEST_CASE("xfer table: a table out of place or too small is corrupt", "[proto]")
   corrupt([](XferLog& l) { l.h()->xfer_offset = l.h()->ring_offset - 8; });  // over the ring
   corrupt([](XferLog& l) { l.h()->xfer_capacity = kXfers * 1000; });         // past the file
   corrupt([](XferLog& l) { l.h()->xfer_offset += 4; });                      // misaligned
+  // Laid exactly over the channel table, or over part of it (#37).
+  corrupt([](XferLog& l) { l.h()->xfer_offset = l.h()->chan_offset; });
+  corrupt([](XferLog& l) { l.h()->xfer_offset = l.h()->chan_offset + sizeof(fr_chan_entry); });
+  corrupt([](XferLog& l) { l.h()->chan_offset = l.h()->xfer_offset; });
 }
 
 TEST_CASE("xfer table: hostile or torn entries are refused, names are cut, the others kept",
