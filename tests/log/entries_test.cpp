@@ -2,9 +2,12 @@
 // gone): an entry whose sequence lock is odd (written when the copy was taken), a ring slot that
 // holds another record than the slot's (a stale lap, or a hostile file), a communicator whose rank
 // is not below its size, and a channel slot with more steps done than posted. Each case changes
-// one entry of an otherwise good log; the others stay.
+// one entry of an otherwise good log; the others stay. Each log is read from memory and from a
+// file, the two ways the reader copies entries.
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "log/reader.h"
@@ -70,11 +73,30 @@ struct Log {
     REQUIRE(fr_comm_publish_fixed(comm(i), &c));
     h()->comm_count = i + 1;
   }
+  // Read from memory (read_log_bytes, as over memory a writer may share) and from a file with no
+  // writer (read_log, a private copy): both must give the same answer.
   fr::log::LogFile read() {
     auto r = fr::log::read_log_bytes(base(), words.size() * 8, "entries.frlog");
     INFO(r.message);
     REQUIRE(r.ok());
-    return *r.log;
+    fr::test::TempDir dir;
+    const std::string path = dir.path + "/entries.frlog";
+    {
+      std::ofstream out(path, std::ios::binary);
+      out.write(reinterpret_cast<const char*>(base()), std::streamsize(words.size() * 8));
+    }
+    auto from_file = fr::log::read_log(path);
+    INFO(from_file.message);
+    REQUIRE(from_file.ok());
+    const fr::log::LogFile& a = *r.log;
+    const fr::log::LogFile& b = *from_file.log;
+    CHECK(a.comms.size() == b.comms.size());
+    CHECK(a.comms_torn == b.comms_torn);
+    REQUIRE(a.records.size() == b.records.size());
+    for (size_t i = 0; i < a.records.size(); ++i) CHECK(a.records[i].raw.id == b.records[i].raw.id);
+    REQUIRE(a.chans.size() == b.chans.size());
+    for (size_t i = 0; i < a.chans.size(); ++i) CHECK(a.chans[i].done == b.chans[i].done);
+    return b;
   }
 };
 
