@@ -2,7 +2,7 @@
 // gone): an entry whose sequence lock is odd (written when the copy was taken), a ring slot that
 // holds another record than the slot's (a stale lap, or a hostile file), a communicator whose rank
 // is not below its size, and a channel slot with more steps done than posted. Each case changes
-// one entry of an otherwise good log; the others stay. Each log is read from memory and from a
+// one entry of an otherwise good log; the others stay. Each log is read from memory and as a dump
 // file, the two ways the reader copies entries.
 #include <catch2/catch.hpp>
 #include <cstring>
@@ -73,8 +73,8 @@ struct Log {
     REQUIRE(fr_comm_publish_fixed(comm(i), &c));
     h()->comm_count = i + 1;
   }
-  // Read from memory (read_log_bytes, as over memory a writer may share) and from a file with no
-  // writer (read_log, a private copy): both must give the same answer.
+  // Read from memory (read_log_bytes, as over memory a writer may share) and from a dump file
+  // (read_log, a private copy): both must give the same answer.
   fr::log::LogFile read() {
     auto r = fr::log::read_log_bytes(base(), words.size() * 8, "entries.frlog");
     INFO(r.message);
@@ -82,8 +82,11 @@ struct Log {
     fr::test::TempDir dir;
     const std::string path = dir.path + "/entries.frlog";
     {
+      // As a dump: frd's snapshot flags its copies, which are read whole into private memory.
+      std::vector<uint64_t> dump = words;
+      reinterpret_cast<fr_log_header*>(dump.data())->flags |= FR_LOG_F_SNAPSHOT;
       std::ofstream out(path, std::ios::binary);
-      out.write(reinterpret_cast<const char*>(base()), std::streamsize(words.size() * 8));
+      out.write(reinterpret_cast<const char*>(dump.data()), std::streamsize(dump.size() * 8));
     }
     auto from_file = fr::log::read_log(path);
     INFO(from_file.message);
