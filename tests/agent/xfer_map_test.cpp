@@ -112,9 +112,11 @@ TEST_CASE("xfer map: lookups never miss a live handle while others reuse buckets
         }
       }
     });
-  // Bounded in time and count: a second, or 200,000 opens, whichever comes first.
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  while (std::chrono::steady_clock::now() < until && opens.load() < 200000)
+  // Bounded in time and count: until both sides have done 100,000 (on a loaded machine one side
+  // can starve the other for a while), or five seconds, whichever comes first.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < until &&
+         (opens.load() < 100000 || lookups.load() < 100000))
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   stop = true;
   for (auto& th : threads) th.join();
