@@ -1,6 +1,6 @@
 // Exactly one `frd node` per node: fr-run starts one only when no process holds the node lock
 // (daemon/base/node_lock.h) of the log directory. Concurrent fr-runs (the ranks of a node) take turns
-// on a second lock file, LOG_DIR/frd-node.lock.start, so only the first starts a daemon and the
+// on a second lock file beside it (its name with .start), so only the first starts a daemon and the
 // others find it holding the node lock. The daemon is started detached (its own session, stdin
 // from /dev/null, output appended to a log file, cwd /) and outlives the fr-run that started it:
 // the coordinator may still want a dump after the ranks are gone.

@@ -143,17 +143,22 @@ int NodeCommand::run() const {
   std::thread runner([&d] { d.run(); });
   const int64_t idle_limit_ns = to_ns(exit_when_idle);
   const fr::daemon::ServedUsers users{o.log_owners.any, o.log_owners.uids};
+  // Another user's fr-run keeps this daemon for ten idle limits at most (node_lock.h).
+  fr::daemon::ForeignUse foreign{10 * idle_limit_ns, {}};
   for (;;) {
     timespec second{1, 0};
     if (sigtimedwait(&set, nullptr, &second) > 0) break;
-    if (idle_limit_ns <= 0 || d.idle_ns() < idle_limit_ns) continue;
+    if (idle_limit_ns <= 0 || d.idle_ns() < idle_limit_ns) {
+      foreign.since_ns.clear();  // busy: other users' fr-runs count anew once idle
+      continue;
+    }
     // No fr-run uses the directory: the node lock goes, so that one coming now finds no node
     // daemon and starts its own. One that found this daemon before made its users file first
     // (node_lock.h): a second look sees it, and the daemon takes its lock back and stays (unless
     // a daemon that fr-run started has it by then).
-    if (!fr::daemon::claim_unused(log_dir, users)) continue;
+    if (!fr::daemon::claim_unused(log_dir, users, &foreign, fr::daemon::mono_ns())) continue;
     node_lock.release();
-    if (!fr::daemon::claim_unused(log_dir, users) &&
+    if (!fr::daemon::claim_unused(log_dir, users, &foreign, fr::daemon::mono_ns()) &&
         node_lock.acquire(log_dir, &error, 0) == fr::daemon::NodeLockOutcome::acquired)
       continue;
     fr::daemon::log_line(fr::daemon::LogLevel::kInfo, "frd node: no live flight log in " + log_dir +

@@ -1,6 +1,7 @@
-// The node lock (see node_lock.h): an flock on LOG_DIR/frd-node.lock, the holder's pid inside.
-// The file is opened without following a symlink and must be a regular file, so a link or FIFO
-// planted in a shared directory such as /dev/shm cannot redirect the write or hang the open.
+// The node lock (see node_lock.h): an flock on a file of the daemon's private lock directory (or,
+// without one, LOG_DIR/frd-node.lock), the holder's pid inside. The file is opened without
+// following a symlink and must be a regular file, so a link or FIFO planted in a shared directory
+// such as /dev/shm cannot redirect the write or hang the open.
 #include "daemon/base/node_lock.h"
 
 #include <dirent.h>
@@ -10,12 +11,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace fr::daemon {
 namespace {
@@ -54,7 +60,68 @@ pid_t read_pid(int fd) {
 
 }  // namespace
 
-std::string node_lock_path(const std::string& log_dir) {
+namespace {
+
+// A directory only `uid` (and root) can write into: a directory, not a link, owned by `owner`,
+// writable by nobody else.
+bool private_dir(const std::string& path, uid_t owner) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == owner &&
+         (st.st_mode & 022) == 0;
+}
+
+// The log directory's real path as one file name: '/' becomes '-', any byte but [A-Za-z0-9._]
+// becomes %XX; a name too long for a file is the directory's device and inode instead.
+std::string lock_name(const std::string& log_dir) {
+  char* real = ::realpath(log_dir.empty() ? "." : log_dir.c_str(), nullptr);
+  if (real == nullptr) return {};
+  std::string path(real), name;
+  std::free(real);
+  for (size_t i = 1; i < path.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(path[i]);
+    if (c == '/') {
+      name += '-';
+    } else if (std::isalnum(c) || c == '.' || c == '_') {
+      name += char(c);
+    } else {
+      char hex[4];
+      std::snprintf(hex, sizeof hex, "%%%02X", c);
+      name += hex;
+    }
+  }
+  if (name.empty()) name = "-";
+  if (name.size() > 200) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) return {};
+    name = "dir-" + std::to_string(st.st_dev) + "-" + std::to_string(st.st_ino);
+  }
+  return name + ".node.lock";
+}
+
+}  // namespace
+
+std::string private_lock_dir(uid_t uid, bool create) {
+  std::vector<std::pair<std::string, uid_t>> bases;  // (base, its owner)
+  if (uid == 0) {
+    bases.push_back({"/run", 0});
+  } else {
+    const char* xdg = uid == ::geteuid() ? std::getenv("XDG_RUNTIME_DIR") : nullptr;
+    if (xdg != nullptr && xdg[0] == '/') bases.push_back({xdg, uid});
+    bases.push_back({"/run/user/" + std::to_string(uid), uid});
+  }
+  for (const auto& [base, owner] : bases) {
+    if (!private_dir(base, owner)) continue;
+    const std::string dir = base + "/fr";
+    if (create) ::mkdir(dir.c_str(), uid == 0 ? 0755 : 0700);
+    if (private_dir(dir, uid)) return dir;
+  }
+  return {};
+}
+
+std::string node_lock_path(const std::string& log_dir, uid_t uid) {
+  const std::string dir = private_lock_dir(uid, uid == ::geteuid());
+  const std::string name = dir.empty() ? std::string() : lock_name(log_dir);
+  if (!name.empty()) return dir + "/" + name;
   return (log_dir.empty() ? std::string(".") : log_dir) + "/" + kNodeLockName;
 }
 
@@ -157,32 +224,51 @@ bool ServedUsers::serves(uid_t uid) const {
   return any || std::find(uids.begin(), uids.end(), uid) != uids.end();
 }
 
-bool claim_unused(const std::string& log_dir, const ServedUsers& users) {
+bool claim_unused(const std::string& log_dir, const ServedUsers& users, ForeignUse* foreign,
+                  int64_t now_ns) {
   DIR* dir = ::opendir(log_dir.empty() ? "." : log_dir.c_str());
   if (dir == nullptr) return true;
   bool in_use = false;
+  std::vector<uid_t> seen;  // the other users whose fr-runs hold a file now
   while (dirent* e = ::readdir(dir)) {
     const long uid = named_uid(e->d_name);
     if (uid < 0 || !users.serves(uid_t(uid))) continue;
     int fd = ::openat(::dirfd(dir), e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) continue;
     struct stat st {};
+    bool held = false;
     if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == uid_t(uid)) {
       if (::flock(fd, LOCK_EX | LOCK_NB) == 0)
         ::flock(fd, LOCK_UN);  // a file its fr-run left behind: nobody uses it
       else if (errno == EWOULDBLOCK)
-        in_use = true;
+        held = true;
     }
     ::close(fd);
-    if (in_use) break;
+    if (!held) continue;
+    if (foreign == nullptr || uid_t(uid) == ::geteuid()) {
+      in_use = true;
+      break;
+    }
+    if (std::find(seen.begin(), seen.end(), uid_t(uid)) == seen.end()) seen.push_back(uid_t(uid));
   }
   ::closedir(dir);
+  if (foreign == nullptr) return !in_use;
+  // Another user's fr-run counts from the first look that saw it, for the grace only.
+  std::map<uid_t, int64_t> kept;
+  for (uid_t uid : seen) {
+    auto it = foreign->since_ns.find(uid);
+    const int64_t since = it == foreign->since_ns.end() ? now_ns : it->second;
+    kept[uid] = since;
+    if (now_ns - since < foreign->grace_ns) in_use = true;
+  }
+  foreign->since_ns = std::move(kept);
   return !in_use;
 }
 
-NodeLockState probe_node_lock(const std::string& log_dir, std::string* untrusted) {
+namespace {
+
+NodeLockState probe_path(const std::string& path, std::string* untrusted) {
   NodeLockState s;
-  const std::string path = node_lock_path(log_dir);
   int fd = open_lock_file(path, false, nullptr);
   if (fd < 0) return s;
   struct stat st {};
@@ -201,6 +287,17 @@ NodeLockState probe_node_lock(const std::string& log_dir, std::string* untrusted
   }
   ::close(fd);
   return s;
+}
+
+}  // namespace
+
+NodeLockState probe_node_lock(const std::string& log_dir, std::string* untrusted) {
+  // A root daemon serves every user: a user's fr-run finds it first.
+  if (::geteuid() != 0) {
+    NodeLockState root = probe_path(node_lock_path(log_dir, 0), nullptr);
+    if (root.held) return root;
+  }
+  return probe_path(node_lock_path(log_dir), untrusted);
 }
 
 }  // namespace fr::daemon

@@ -236,20 +236,50 @@ TEST_CASE("node lock: one holder, probes see it, bad files refused", "[cli][node
   fr::daemon::NodeLock c;
   CHECK(c.acquire(d.path, &error) == fr::daemon::NodeLockOutcome::acquired);
 
-  // A missing directory, a symlink or a FIFO where the lock file belongs: a clear error.
+  // A missing directory: a clear error.
   fr::daemon::NodeLock e;
   CHECK(e.acquire(d.path + "/missing", &error) == fr::daemon::NodeLockOutcome::failed);
   CHECK(error.find("No such file") != std::string::npos);
+  // A symlink or a FIFO at LOG_DIR/frd-node.lock: nothing to this process where its lock lies in
+  // its private directory (#37), a clear error where it has none and the lock lies there.
+  const bool private_lock = !fr::daemon::private_lock_dir(::geteuid(), true).empty();
   fs::create_directories(d.path + "/link");
   fs::create_symlink(d.path + "/elsewhere", d.path + "/link/frd-node.lock");
-  CHECK(e.acquire(d.path + "/link", &error) == fr::daemon::NodeLockOutcome::failed);
-  CHECK(error.find("symbolic link") != std::string::npos);
+  if (private_lock) {
+    CHECK(fr::daemon::node_lock_path(d.path + "/link").rfind(d.path, 0) != 0);
+    fr::daemon::NodeLock f;
+    CHECK(f.acquire(d.path + "/link", &error) == fr::daemon::NodeLockOutcome::acquired);
+    CHECK(fr::daemon::probe_node_lock(d.path + "/link").held);
+  } else {
+    CHECK(e.acquire(d.path + "/link", &error) == fr::daemon::NodeLockOutcome::failed);
+    CHECK(error.find("symbolic link") != std::string::npos);
+  }
   CHECK_FALSE(fs::exists(d.path + "/elsewhere"));
   fs::create_directories(d.path + "/fifo");
   REQUIRE(::mkfifo((d.path + "/fifo/frd-node.lock").c_str(), 0600) == 0);
-  CHECK(e.acquire(d.path + "/fifo", &error) == fr::daemon::NodeLockOutcome::failed);
-  CHECK(error.find("not a regular file") != std::string::npos);
+  if (!private_lock) {
+    CHECK(e.acquire(d.path + "/fifo", &error) == fr::daemon::NodeLockOutcome::failed);
+    CHECK(error.find("not a regular file") != std::string::npos);
+  }
   CHECK_FALSE(fr::daemon::probe_node_lock(d.path + "/fifo").held);
+}
+
+TEST_CASE("node lock: kept apart per log directory, under its real path", "[cli][node-lock]") {
+  TempDir d;
+  fs::create_directories(d.path + "/a b");
+  fs::create_directories(d.path + "/c");
+  fs::create_directory_symlink(d.path + "/c", d.path + "/to-c");
+  const std::string a = fr::daemon::node_lock_path(d.path + "/a b");
+  CHECK(a != fr::daemon::node_lock_path(d.path + "/c"));
+  CHECK(fr::daemon::node_lock_path(d.path + "/to-c") == fr::daemon::node_lock_path(d.path + "/c"));
+  if (!fr::daemon::private_lock_dir(::geteuid(), true).empty())
+    CHECK(a.find("-a%20b.node.lock") != std::string::npos);
+  std::string error;
+  fr::daemon::NodeLock one, two;
+  CHECK(one.acquire(d.path + "/a b", &error) == fr::daemon::NodeLockOutcome::acquired);
+  CHECK(two.acquire(d.path + "/to-c", &error) == fr::daemon::NodeLockOutcome::acquired);
+  fr::daemon::NodeLock three;
+  CHECK(three.acquire(d.path + "/c", &error, 0) == fr::daemon::NodeLockOutcome::held);
 }
 
 TEST_CASE("fr-run: exit codes pass through, 128+N for a signal", "[cli][fr-run]") {
@@ -580,9 +610,10 @@ TEST_CASE(
     "fr-run: what another user plants in the log directory neither hangs it nor ends the watch",
     "[cli][fr-run]") {
   // A second local user (uid 65534) in a world-writable log directory, as /dev/shm is (#37): a
-  // FIFO named frd-node.log, a link at the start lock, and the users lock of older versions held
-  // exclusively for good. fr-run must start its daemon and its command at once, say what it
-  // refused, and the daemon must stay while the job runs and still leave when it is idle.
+  // FIFO named frd-node.log, a link at the start lock's old place, the node lock's old place and
+  // the users lock of older versions held exclusively for good. fr-run must start its daemon and
+  // its command at once, say what it refused, and the daemon must stay while the job runs and
+  // still leave when it is idle.
   need({kFrRun, kAgent, kFrd});
   if (::getuid() != 0 || ::access("/usr/bin/setpriv", X_OK) != 0 ||
       ::access("/usr/bin/flock", X_OK) != 0)
@@ -605,7 +636,10 @@ TEST_CASE(
               .status == 0);
   Proc holder(other({"/usr/bin/flock", "-x", logs + "/frd-node.lock.users", "sleep", "60"}), {},
               d.path, "holder");
+  Proc node_holder(other({"/usr/bin/flock", "-x", logs + "/frd-node.lock", "sleep", "60"}), {},
+                   d.path, "node-holder");
   REQUIRE(wait_for([&] { return fs::exists(logs + "/frd-node.lock.users"); }, 10));
+  REQUIRE(wait_for([&] { return fs::exists(logs + "/frd-node.lock"); }, 10));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the lock taken
 
   const auto t0 = std::chrono::steady_clock::now();
@@ -625,8 +659,9 @@ TEST_CASE(
   CHECK(job.status == 0);
   CHECK(job.err().find("fr-run: the node daemon's output goes nowhere: " + logs +
                        "/frd-node.log: a FIFO or device, not a regular file") != std::string::npos);
-  CHECK(job.err().find("not taking turns to start: " + logs +
-                       "/frd-node.lock.start: a symbolic link") != std::string::npos);
+  // The start lock and the node lock lie in root's private directory: the planted ones are
+  // nothing to them.
+  CHECK(job.err().find("frd-node.lock") == std::string::npos);
   // The job is over: the daemon leaves, whatever the other user holds.
   CHECK(wait_for([&] { return gone(daemon); }, 20));
 }

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <string>
+#include <thread>
 
 #include "daemon/base/node_lock.h"
 #include "fixture.h"
@@ -137,4 +138,33 @@ TEST_CASE("frd node --exit-when-idle: another user's links and locks neither kee
   use.reset();
   REQUIRE(node->wait(30));  // the job gone: it leaves, whatever the other user holds
   CHECK(node->status == 0);
+}
+
+TEST_CASE("frd node --exit-when-idle: another user's fr-run keeps a root daemon for a grace only",
+          "[daemon][node-idle]") {
+  // A root daemon without --log-owner serves every user, so another user's users file counts;
+  // one held for good (uid 65534 here) kept it for ever before (#37). Ten idle limits, no more.
+  if (::getuid() != 0 || ::access("/usr/bin/setpriv", X_OK) != 0 ||
+      ::access("/usr/bin/flock", X_OK) != 0)
+    FR_SKIP("needs root, setpriv and flock to act as a second user");
+  fr::daemon::test::TempDir d;
+  REQUIRE(::chmod(d.path.c_str(), 0755) == 0);
+  const std::string logs = d.path + "/shm";
+  REQUIRE(::mkdir(logs.c_str(), 0777) == 0);
+  REQUIRE(::chmod(logs.c_str(), 01777) == 0);
+  const std::string theirs = logs + "/" + fr::daemon::kNodeUsersName + ".65534.7";
+  Proc holder({"/usr/bin/setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+               "/usr/bin/flock", "-x", theirs, "sleep", "60"},
+              {}, d.path, "holder");
+  REQUIRE(fr::test::wait_for([&] { return ::access(theirs.c_str(), F_OK) == 0; }, 10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the lock taken
+  const auto t0 = Clock::now();
+  auto node = idle_node(d.path, "0.5");
+  CHECK_FALSE(node->wait(3));  // within the grace (5 s), the other user's fr-run counts
+  REQUIRE(node->wait(30));     // after it, not: the daemon leaves
+  std::printf("a root daemon kept by another user's held users file left after %.1f s\n",
+              since(t0));
+  INFO(node->err());
+  CHECK(node->status == 0);
+  CHECK(node->err().find("exiting (--exit-when-idle)") != std::string::npos);
 }
