@@ -22,6 +22,11 @@ bool log_owners(const std::vector<std::string>& users, fr::log::LogOwners* out, 
 
 int64_t to_ns(double seconds);
 
+// A number of seconds (or a factor) from lo to hi: CLI11's Range lets "nan" through (every
+// comparison with NaN is false) and "inf" past no bound of its own; this refuses both, and
+// anything out of range, with one line naming the value and the range.
+CLI::Validator number_range(double lo, double hi);
+
 // SIGINT and SIGTERM are taken synchronously by the main thread (sigwait), so no handler runs
 // inside gRPC or the daemons' threads. Block them before any thread starts.
 sigset_t block_stop_signals();

@@ -86,14 +86,14 @@ void CoordinatorCommand::add(CLI::App& parent) {
   app->add_option("--stall-factor", stall_factor,
                   "with --stall-after auto: the factor over the learned p99")
       ->capture_default_str()
-      ->check(CLI::Range(1.0, 1000.0));
+      ->check(number_range(1.0, 1000.0));
   app->add_option("--heartbeat-timeout", heartbeat_timeout,
                   "seconds of silence before a node counts as lost")
       ->capture_default_str()
-      ->check(CLI::Range(0.5, 1e6));
+      ->check(number_range(0.5, 1e6));
   app->add_option("--dump-deadline", dump_deadline, "seconds to wait for every node's dump")
       ->capture_default_str()
-      ->check(CLI::Range(0.5, 3600.0));
+      ->check(number_range(0.5, 3600.0));
   app->add_option("--metrics-listen", metrics_listen,
                   "HOST:PORT for HTTP: the web page (/), incidents (/incidents/ID), status JSON "
                   "(/api/v1/status) and Prometheus metrics (/metrics)");
@@ -103,7 +103,7 @@ void CoordinatorCommand::add(CLI::App& parent) {
   app->add_option("--on-verdict-timeout", on_verdict_timeout,
                   "seconds before the --on-verdict command is killed")
       ->capture_default_str()
-      ->check(CLI::Range(0.1, 86400.0));
+      ->check(number_range(0.1, 86400.0));
   app->add_option("--token-file", token_file,
                   "shared token every peer must present (default: the per-user token file, "
                   "created with a random token when absent)");

@@ -3,6 +3,10 @@
 
 #include <pthread.h>
 
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
 #include "daemon/base/logger.h"
 
 namespace frd {
@@ -22,6 +26,24 @@ bool log_owners(const std::vector<std::string>& users, fr::log::LogOwners* out,
 }
 
 int64_t to_ns(double seconds) { return int64_t(seconds * 1e9); }
+
+CLI::Validator number_range(double lo, double hi) {
+  auto text = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return std::string(buf);
+  };
+  const std::string range = text(lo) + " to " + text(hi);
+  return CLI::Validator(
+      [lo, hi, range](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || *end != '\0' || !std::isfinite(v) || v < lo || v > hi)
+          return "'" + s + "' is not a number from " + range;
+        return std::string();
+      },
+      "NUMBER in [" + range + "]");
+}
 
 sigset_t block_stop_signals() {
   sigset_t set;
@@ -46,7 +68,7 @@ void ContextFlags::add(CLI::App* app) {
   app->add_option("--stack-budget", stack_budget,
                   "seconds all stacks of one dump may take together (0: no stacks)")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 600.0));
+      ->check(number_range(0.0, 600.0));
   app->add_flag("--no-stacks", no_stacks, "take no stacks");
   app->add_option("--nvml-lib", nvml_lib, "the NVML library to read GPU health from")
       ->capture_default_str();

@@ -69,11 +69,11 @@ void NodeCommand::add(CLI::App& parent) {
   app->add_option("--node-name", node_name, "this node's name (default: the host name)");
   app->add_option("--heartbeat-interval", heartbeat_interval, "seconds between heartbeats")
       ->capture_default_str()
-      ->check(CLI::Range(0.05, 3600.0));
+      ->check(number_range(0.05, 3600.0));
   app->add_option("--stall-after", stall_after,
                   "seconds in flight before an op is reported at once")
       ->capture_default_str()
-      ->check(CLI::Range(0.1, 1e6));
+      ->check(number_range(0.1, 1e6));
   app->add_option("--dump-dir", dump_dir, "spool: dumps wait here until delivered");
   app->add_option("--upload-rate", upload_rate,
                   "most bytes per second an upload may send, e.g. 50M (default: no limit)");
@@ -86,7 +86,7 @@ void NodeCommand::add(CLI::App& parent) {
                   "exit once no live flight log (and no fr-run) has used the log directory for "
                   "this many seconds; 0: never (fr-run passes 60)")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 1e7))
+      ->check(number_range(0.0, 1e7))
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   context.add(app);
 }
@@ -118,6 +118,12 @@ int NodeCommand::run() const {
                          "frd node: " + error + "; running without the node lock");
   // Metrics off loopback follow the coordinator's rule: only behind the job's token.
   fr::daemon::HttpSecurity http_sec;
+  std::string metrics_host;
+  int metrics_port = 0;
+  if (!metrics_listen.empty() &&
+      !fr::daemon::split_host_port(metrics_listen, &metrics_host, &metrics_port))
+    return usage("--metrics-listen " + metrics_listen +
+                 ": not HOST:PORT with a port from 0 to 65535");
   if (!metrics_listen.empty() && !fr::daemon::is_loopback_address(metrics_listen)) {
     if (o.client.token.empty())
       return usage("--metrics-listen " + metrics_listen +

@@ -2,6 +2,8 @@
 // capture helper that both snapshot and the node daemon run (daemon/host/stacks.h).
 #include "commands.h"
 
+#include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 
@@ -80,11 +82,13 @@ void StacksCommand::add(CLI::App& parent) {
 int StacksCommand::run() const {
   std::vector<int> pid_list, ranks;
   for (const auto& p : pids) {
+    // errno catches a number past long (strtol's LONG_MAX, which as an int is -1: every process).
     char* end = nullptr;
+    errno = 0;
     long pid = std::strtol(p.c_str(), &end, 10);
     long rank = -1;
     if (end && *end == ':') rank = std::strtol(end + 1, &end, 10);
-    if (pid <= 0 || !end || *end) {
+    if (errno != 0 || pid <= 0 || pid > INT_MAX || rank < -1 || rank > INT_MAX || !end || *end) {
       std::fprintf(stderr, "frd stacks: --pid: '%s' is not PID or PID:RANK\n", p.c_str());
       return 2;
     }

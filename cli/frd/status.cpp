@@ -9,8 +9,10 @@ void StatusCommand::add(CLI::App& parent) {
   app = parent.add_subcommand("status", "show nodes, ranks, progress and incidents");
   client.add(app, false);
   app->add_flag("--json", json, "print the frd-status/1 document");
-  app->add_option("--offset", offset, "first node to show (status is paged by nodes)");
-  app->add_option("--limit", limit, "most nodes to show (default: the coordinator's page)");
+  app->add_option("--offset", offset, "first node to show (status is paged by nodes)")
+      ->check(CLI::Range(size_t(0), size_t(UINT32_MAX)));
+  app->add_option("--limit", limit, "most nodes to show (default: the coordinator's page)")
+      ->check(CLI::Range(size_t(0), size_t(UINT32_MAX)));
   app->add_flag("--summary", summary, "nodes without their processes");
 }
 

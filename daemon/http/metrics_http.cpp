@@ -219,7 +219,7 @@ bool HttpServer::start(const std::string& addr, const HttpSecurity& sec, std::st
   std::string host;
   int port = 0;
   if (!split_host_port(addr, &host, &port)) {
-    *error = "bad HTTP address '" + addr + "' (want HOST:PORT)";
+    *error = "bad HTTP address '" + addr + "' (want HOST:PORT, a port from 0 to 65535)";
     return false;
   }
   if (!sec.tls_cert.empty()) {

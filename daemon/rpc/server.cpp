@@ -200,6 +200,15 @@ namespace {
 // certificate); with a token the HTTP pages ask for it on loopback too (http_trust_loopback
 // aside); the HTTP listener speaks TLS when gRPC does.
 bool check_listeners(CoordinatorServer::Impl& m, HttpSecurity* http_sec, std::string* error) {
+  std::string host;
+  int port = 0;
+  for (const auto& [flag, addr] :
+       {std::pair<const char*, const std::string&>{"--listen", m.opts.listen},
+        {"--metrics-listen", m.opts.metrics_listen}})
+    if (!addr.empty() && !split_host_port(addr, &host, &port)) {
+      *error = std::string(flag) + " " + addr + ": not HOST:PORT with a port from 0 to 65535";
+      return false;
+    }
   const bool loopback = is_loopback_address(m.opts.listen);
   if (!loopback && m.opts.token.empty() && m.opts.tls_client_ca.empty()) {
     *error = "listening on " + m.opts.listen +

@@ -817,3 +817,55 @@ TEST_CASE("frd: usage errors and an unreachable coordinator have distinct exit c
       run({kFrd, "coordinator", "--insecure", "--dump-dir", d.path + "/x", "--stall-factor", "0.5"},
           log) == 2);
 }
+
+TEST_CASE("frd: numeric flags that are NaN, infinite or past their type are refused",
+          "[daemon][e2e]") {
+  // CLI11's Range lets "nan" through (#37): frd node took --heartbeat-interval nan and ran with a
+  // heartbeat interval of int64_t(NaN); `frd stacks --pid 99999999999999999999` read it as -1.
+  if (access(kFrd.c_str(), X_OK) != 0) FR_SKIP("not built: " << kFrd);
+  TempDir d;
+  const std::string log = d.path + "/out.log";
+  const std::vector<std::string> node = {kFrd,         "node",      "--coordinator", "127.0.0.1:1",
+                                         "--insecure", "--log-dir", d.path};
+  for (const char* flag :
+       {"--heartbeat-interval", "--stall-after", "--exit-when-idle", "--stack-budget"})
+    for (const char* bad : {"nan", "NaN", "inf", "-inf", "1e400", "99999999999999999999"}) {
+      INFO("frd node " << flag << " " << bad);
+      std::vector<std::string> argv = node;
+      argv.insert(argv.end(), {flag, bad});
+      CHECK(run(argv, log, 10) == 2);
+      CHECK(slurp(log).find(std::string(flag) + ": '" + bad + "' is not a number from ") !=
+            std::string::npos);
+    }
+  const std::vector<std::string> coord = {kFrd, "coordinator", "--insecure", "--dump-dir",
+                                          d.path + "/x"};
+  for (const char* flag :
+       {"--stall-factor", "--heartbeat-timeout", "--dump-deadline", "--on-verdict-timeout"})
+    for (const char* bad : {"nan", "inf", "1e400"}) {
+      INFO("frd coordinator " << flag << " " << bad);
+      std::vector<std::string> argv = coord;
+      argv.insert(argv.end(), {flag, bad});
+      CHECK(run(argv, log, 10) == 2);
+    }
+  for (const char* bad : {"127.0.0.1:99999999999999999999", "127.0.0.1:65536", "127.0.0.1:-1"}) {
+    INFO("--listen " << bad);
+    std::vector<std::string> argv = coord;
+    argv.insert(argv.end(), {"--listen", bad});
+    CHECK(run(argv, log, 10) == 1);
+    CHECK(slurp(log).find("not HOST:PORT with a port from 0 to 65535") != std::string::npos);
+    argv = node;
+    argv.insert(argv.end(), {"--metrics-listen", bad});
+    CHECK(run(argv, log, 10) == 2);
+    CHECK(slurp(log).find("not HOST:PORT with a port from 0 to 65535") != std::string::npos);
+  }
+  for (const char* bad : {"99999999999999999999", "4294967297", "1:99999999999999", "1:-5"}) {
+    INFO("frd stacks --pid " << bad);
+    CHECK(run({kFrd, "stacks", "--pid", bad}, log, 10) == 2);
+    CHECK(slurp(log).find("is not PID or PID:RANK") != std::string::npos);
+  }
+  for (const char* bad : {"-1", "99999999999999999999", "4294967296"}) {
+    INFO("frd status --limit " << bad);
+    CHECK(run({kFrd, "status", "--insecure", "--coordinator", "127.0.0.1:1", "--limit", bad}, log,
+              10) == 2);
+  }
+}
