@@ -104,20 +104,22 @@ struct HttpFront::Impl {
   std::unordered_map<std::string, std::list<uint64_t>> peers;
   uint64_t next_id = 2;
   int64_t accept_paused_until = 0;
+  size_t handshaking = 0;  // connections in Phase::kHandshake
 
   // Shared with the handler threads.
   std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Job> jobs;
+  std::condition_variable cv;        // the page threads wait on it (for either lane)
+  std::condition_variable first_cv;  // the priority thread waits on it (its lane only)
+  std::deque<Job> jobs, urgent;      // pages; priority paths (served first)
   std::vector<Done> done;
 
   std::atomic<uint64_t> accepted{0}, served{0}, evicted{0}, timed_out{0}, refused{0}, busy{0};
 
   void run_loop();
-  void run_worker();
+  void run_worker(bool urgent_only);
   void accept_all(int64_t now);
   void admit(int fd, std::string peer, int64_t now);
-  bool evict_from(const std::list<uint64_t>& ids);
+  bool evict_from(const std::list<uint64_t>& ids, bool handshakes_only = false);
   void close_conn(uint64_t id);
   void take_replies(int64_t now);
   void sweep(int64_t now);
@@ -159,8 +161,12 @@ bool HttpFront::start(int listen_fd, SSL_CTX* tls, std::string* error) {
   m.loop = std::thread([&m] { m.run_loop(); });
   pthread_setname_np(m.loop.native_handle(), "frd-http");
   for (int i = 0; i < std::max(1, m.lim.threads); ++i) {
-    m.workers.emplace_back([&m] { m.run_worker(); });
+    m.workers.emplace_back([&m] { m.run_worker(false); });
     pthread_setname_np(m.workers.back().native_handle(), "frd-http-page");
+  }
+  if (!m.lim.priority_paths.empty()) {
+    m.workers.emplace_back([&m] { m.run_worker(true); });
+    pthread_setname_np(m.workers.back().native_handle(), "frd-http-first");
   }
   return true;
 }
@@ -173,6 +179,7 @@ void HttpFront::stop() {
   (void)!write(m.wake, &one, sizeof one);
   m.loop.join();
   m.cv.notify_all();
+  m.first_cv.notify_all();
   for (auto& w : m.workers) w.join();
   m.workers.clear();
   for (int fd : {m.listen_fd, m.ep, m.wake})
@@ -224,15 +231,19 @@ void HttpFront::Impl::run_loop() {
   while (!conns.empty()) close_conn(conns.begin()->first);
 }
 
-void HttpFront::Impl::run_worker() {
+// A page thread takes a priority request first, then a page; the priority thread only the first.
+void HttpFront::Impl::run_worker(bool urgent_only) {
   for (;;) {
     Job job;
     {
       std::unique_lock<std::mutex> lk(mu);
-      cv.wait(lk, [&] { return stopping || !jobs.empty(); });
+      (urgent_only ? first_cv : cv).wait(lk, [&] {
+        return stopping || !urgent.empty() || (!urgent_only && !jobs.empty());
+      });
       if (stopping) return;
-      job = std::move(jobs.front());
-      jobs.pop_front();
+      std::deque<Job>& from = urgent.empty() ? jobs : urgent;
+      job = std::move(from.front());
+      from.pop_front();
     }
     HttpReply reply;
     try {
@@ -287,6 +298,7 @@ void HttpFront::Impl::admit(int fd, std::string peer, int64_t now) {
   c->peer = std::move(peer);
   c->head_deadline = now + lim.head_ms;
   c->last_byte = now;
+  if (tls && handshaking >= lim.max_handshakes) evict_from(order, true);
   if (tls) {
     c->ssl = SSL_new(tls);
     if (!c->ssl || SSL_set_fd(c->ssl, fd) != 1) {
@@ -295,8 +307,12 @@ void HttpFront::Impl::admit(int fd, std::string peer, int64_t now) {
       return;
     }
     SSL_set_accept_state(c->ssl);
-    SSL_set_mode(c->ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    // Its read and write buffers (about 34 KiB) are let go whenever they are empty, as they are
+    // in a handshake the peer left half done.
+    SSL_set_mode(c->ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
+                             SSL_MODE_RELEASE_BUFFERS);
     c->phase = Phase::kHandshake;
+    ++handshaking;
   }
   c->events = EPOLLIN;
   epoll_event ev{EPOLLIN, {.u64 = c->id}};
@@ -313,11 +329,12 @@ void HttpFront::Impl::admit(int fd, std::string peer, int64_t now) {
   if (!progress(ref, now)) close_conn(ref.id);
 }
 
-// Closes the oldest of `ids` still waiting for its request; false when none is.
-bool HttpFront::Impl::evict_from(const std::list<uint64_t>& ids) {
+// Closes the oldest of `ids` still waiting for its request (or still in its TLS handshake,
+// with `handshakes_only`); false when none is.
+bool HttpFront::Impl::evict_from(const std::list<uint64_t>& ids, bool handshakes_only) {
   for (uint64_t id : ids) {
     const Conn& c = *conns.at(id);
-    if (c.phase == Phase::kHandshake || c.phase == Phase::kHead) {
+    if (c.phase == Phase::kHandshake || (c.phase == Phase::kHead && !handshakes_only)) {
       close_conn(id);
       ++evicted;
       return true;
@@ -330,6 +347,7 @@ void HttpFront::Impl::close_conn(uint64_t id) {
   auto it = conns.find(id);
   if (it == conns.end()) return;
   Conn& c = *it->second;
+  if (c.phase == Phase::kHandshake) --handshaking;
   if (c.ssl) {
     ERR_clear_error();
     SSL_shutdown(c.ssl);  // one try at close_notify, never a wait
@@ -386,6 +404,7 @@ bool HttpFront::Impl::progress(Conn& c, int64_t now) {
       return true;
     }
     c.phase = Phase::kHead;
+    --handshaking;
   }
   switch (c.phase) {
     case Phase::kHead: return read_head(c, now);
@@ -423,10 +442,16 @@ bool HttpFront::Impl::dispatch(Conn& c, HttpHead head, int64_t now) {
     return reply_now(c, 405, "only GET and HEAD\n", now);
   ++c.served;
   const bool keep = head.keep_alive && c.served < lim.keep_alive_max;
+  const bool first = std::find(lim.priority_paths.begin(), lim.priority_paths.end(), head.path) !=
+                     lim.priority_paths.end();
   {
     std::lock_guard<std::mutex> lk(mu);
-    if (jobs.size() < lim.queue) {
-      jobs.push_back({c.id, keep, std::move(head)});
+    std::deque<Job>& lane = first ? urgent : jobs;
+    if (lane.size() < lim.queue) {
+      lane.push_back({c.id, keep, std::move(head)});
+      // Each lane wakes only threads that take it: a wake-up never lands on a thread that
+      // goes back to sleep (the priority thread on a page), leaving the request unserved.
+      if (first) first_cv.notify_one();
       cv.notify_one();
       ++served;
       c.phase = Phase::kBusy;

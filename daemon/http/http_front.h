@@ -6,12 +6,13 @@
 //
 // What bounds a hostile client (docs/frd.md, "Web page, status and metrics"):
 // - a deadline on the whole request head, TLS handshake included, and a shorter one on silence
-//   (which also ends a kept-alive connection left idle);
+//   (which also ends a kept-alive connection left idle); a cap on the TLS handshakes in progress;
 // - a cap on the connections of one peer address: a new connection from a peer at its cap
 //   closes that peer's oldest one still waiting for its request, so the peer only ever competes
 //   with itself; a cap on all connections does the same across peers;
 // - no request bodies (413 at once), a head of at most 8 KiB (431), and when every handler
-//   thread is busy and the queue is full, 503 at once instead of waiting.
+//   thread is busy and the queue is full, 503 at once instead of waiting;
+// - `/metrics` (HttpLimits::priority_paths) in a lane of its own, ahead of the pages.
 #pragma once
 
 #include <cstddef>
@@ -19,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "daemon/http/http_request.h"
 
@@ -34,8 +36,15 @@ struct HttpLimits {
   int64_t write_ms = 10000;       // to write one whole reply
   size_t max_head = 8192;         // request line and headers
   int threads = 4;                // running handlers
-  size_t queue = 64;              // complete requests waiting for a handler thread
-  int keep_alive_max = 100;       // requests on one connection
+  size_t queue = 64;              // complete requests waiting for a handler thread (per lane)
+  // Paths served ahead of the others: their own queue and a handler thread of their own (the
+  // page threads take them first too), so pages being built never keep them waiting.
+  std::vector<std::string> priority_paths{"/metrics"};
+  int keep_alive_max = 100;  // requests on one connection
+  // TLS handshakes in progress, all peers together: a new one past the cap closes the oldest
+  // still in its handshake. Each holds about 40 KiB (OpenSSL's state; its buffers are released
+  // while empty), so half-done handshakes hold a few MiB at most.
+  size_t max_handshakes = 256;
 };
 
 // What the front has done since it started (for tests and logs).

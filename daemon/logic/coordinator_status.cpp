@@ -40,13 +40,15 @@ std::string CoordinatorState::findings_text() const {
   return j.dump(2) + "\n";
 }
 
-void CoordinatorState::node_json(const Node& n, int64_t now_mono, bool summary,
-                                 std::string* out) const {
+namespace {
+
+void node_json(const StatusSnapshot::NodeView& n, bool summary, std::string* out) {
   nlohmann::json procs = nlohmann::json::array();
   if (!summary)
     for (const auto& p : n.last.processes) {
       nlohmann::json comms = nlohmann::json::array();
-      for (const auto& c : p.comms)
+      for (const auto& c : p.comms) {
+        auto t = n.thresholds.find(c.comm_id);
         comms.push_back({{"id", hex_id(c.comm_id)},
                          {"name", printable(c.name, 64)},
                          {"size", c.size},
@@ -57,7 +59,8 @@ void CoordinatorState::node_json(const Node& n, int64_t now_mono, bool summary,
                          {"started", c.started},
                          {"completed", c.completed},
                          {"oldest_in_flight_s", secs(c.oldest_age_ns)},
-                         {"stall_threshold_s", secs(stall_threshold_ns(c.comm_id))}});
+                         {"stall_threshold_s", secs(t == n.thresholds.end() ? 0 : t->second)}});
+      }
       procs.push_back({{"rank", p.rank},
                        {"world_size", p.world_size},
                        {"pid", p.pid},
@@ -71,10 +74,10 @@ void CoordinatorState::node_json(const Node& n, int64_t now_mono, bool summary,
                       {"host", n.host},
                       {"connected", n.connected},
                       {"lost", n.lost},
-                      {"heartbeat_age_s", secs(now_mono - n.last_heartbeat_mono)},
+                      {"heartbeat_age_s", secs(n.heartbeat_age_ns)},
                       {"heartbeats", n.heartbeats},
-                      {"clock_offset_ns", n.clock.offset_ns()},
-                      {"clock_rtt_ns", n.clock.delay_ns()},
+                      {"clock_offset_ns", n.clock_offset_ns},
+                      {"clock_rtt_ns", n.clock_rtt_ns},
                       {"ranks", n.last.processes.size()},
                       {"alive", n.alive},
                       {"trimmed", n.trimmed},
@@ -83,7 +86,36 @@ void CoordinatorState::node_json(const Node& n, int64_t now_mono, bool summary,
   *out += j.dump();
 }
 
-std::string CoordinatorState::status_text(int64_t now_mono, const StatusQuery& q) const {
+}  // namespace
+
+std::string render_status(const StatusSnapshot& s) {
+  const StatusQuery& q = s.query;
+  std::string nodes = "[";
+  size_t returned = 0;
+  bool more = s.more;
+  for (const auto& n : s.nodes) {
+    if (nodes.size() >= q.max_bytes) {
+      more = true;
+      break;
+    }
+    if (returned++) nodes += ",";
+    node_json(n, q.summary, &nodes);
+  }
+  nodes += "]";
+  nlohmann::json head = s.head;
+  head["page"] = {
+      {"offset", q.node_offset},
+      {"returned", returned},
+      {"next_offset", more ? nlohmann::json(q.node_offset + returned) : nlohmann::json()}};
+  std::string out = head.dump();
+  out.pop_back();  // the closing brace: the nodes go in as already rendered text
+  out += ",\"nodes\":" + nodes + "}";
+  return out;
+}
+
+StatusSnapshot CoordinatorState::status_snapshot(int64_t now_mono, const StatusQuery& q) const {
+  StatusSnapshot snap;
+  snap.query = q;
   // Counts over every node; entries for one page of them, bounded in bytes.
   int known = 0, alive = 0, dead = 0;
   size_t connected = 0, lost = 0;
@@ -98,19 +130,38 @@ std::string CoordinatorState::status_text(int64_t now_mono, const StatusQuery& q
         dead++;
     }
   }
-  std::string nodes = "[";
-  size_t index = 0, returned = 0;
-  bool more = false;
+  // The page's nodes, copied. The rendered text's size bounds the page (render_status); the
+  // reports' estimated size bounds the copy, well past it.
+  size_t index = 0, bytes = 0;
   for (const auto& [_, n] : nodes_) {
     if (index++ < q.node_offset) continue;
-    if (returned >= q.node_limit || nodes.size() >= q.max_bytes) {
-      more = true;
+    if (snap.nodes.size() >= q.node_limit || bytes >= 4 * q.max_bytes) {
+      snap.more = true;
       break;
     }
-    if (returned++) nodes += ",";
-    node_json(n, now_mono, q.summary, &nodes);
+    StatusSnapshot::NodeView v;
+    v.name = n.name;
+    v.host = n.host;
+    v.connected = n.connected;
+    v.lost = n.lost;
+    v.trimmed = n.trimmed;
+    v.heartbeat_age_ns = now_mono - n.last_heartbeat_mono;
+    v.heartbeats = n.heartbeats;
+    v.clock_offset_ns = n.clock.offset_ns();
+    v.clock_rtt_ns = n.clock.delay_ns();
+    v.alive = n.alive;
+    v.last.gpu_alerts = n.last.gpu_alerts;
+    if (q.summary) {
+      v.last.processes.resize(n.last.processes.size());  // counted, not shown
+    } else {
+      v.last.processes = n.last.processes;
+      for (const auto& p : n.last.processes)
+        for (const auto& c : p.comms)
+          v.thresholds.try_emplace(c.comm_id, stall_threshold_ns(c.comm_id));
+    }
+    bytes += q.summary ? 256 : n.retained;
+    snap.nodes.push_back(std::move(v));
   }
-  nodes += "]";
   nlohmann::json incs = nlohmann::json::array();
   for (const auto& i : incidents_) {
     nlohmann::json failed = nlohmann::json::object();
@@ -149,15 +200,9 @@ std::string CoordinatorState::status_text(int64_t now_mono, const StatusQuery& q
         {"factor", policy_.factor},
         {"learned_communicators", models_.size()}}},
       {"findings", findings_json()},
-      {"page",
-       {{"offset", q.node_offset},
-        {"returned", returned},
-        {"next_offset", more ? nlohmann::json(q.node_offset + returned) : nlohmann::json()}}},
       {"incidents", incs}};
-  std::string out = head.dump();
-  out.pop_back();  // the closing brace: the nodes go in as already rendered text
-  out += ",\"nodes\":" + nodes + "}";
-  return out;
+  snap.head = std::move(head);
+  return snap;
 }
 
 nlohmann::json CoordinatorState::status(int64_t now_mono, const StatusQuery& q) const {

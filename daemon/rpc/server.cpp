@@ -16,9 +16,11 @@
 #include <grpcpp/security/server_credentials.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <thread>
+#include <utility>
 
 #include "daemon/base/logger.h"
 #include "daemon/http/metrics_http.h"
@@ -52,6 +54,30 @@ bool is_loopback_address(const std::string& addr) {
   return all;
 }
 
+namespace {
+
+// `/api/v1/status`'s page, as `frd status` asks for it: ?offset=N&limit=N&summary=1. False for a
+// number that is malformed, negative or past 64 bits.
+bool status_query(const HttpServer::Request& req, StatusQuery* q) {
+  auto number = [&](const char* key, size_t* out) {
+    auto it = req.query.find(key);
+    if (it == req.query.end()) return true;
+    char* end = nullptr;
+    errno = 0;
+    unsigned long long v = std::strtoull(it->second.c_str(), &end, 10);
+    if (it->second.empty() || *end != '\0' || it->second[0] == '-' || errno != 0) return false;
+    *out = size_t(v);
+    return true;
+  };
+  size_t limit = q->node_limit;
+  if (!number("offset", &q->node_offset) || !number("limit", &limit)) return false;
+  if (limit > 0) q->node_limit = std::min(limit, q->node_limit);
+  q->summary = req.query.count("summary") && req.query.at("summary") != "0";
+  return true;
+}
+
+}  // namespace
+
 // The live page built less than kLivePageNs ago (or any, when `stale_ok`); null when none.
 std::shared_ptr<const std::string> CoordinatorServer::Impl::cached_live_page(int64_t now,
                                                                              bool stale_ok) {
@@ -72,12 +98,14 @@ std::shared_ptr<const std::string> CoordinatorServer::Impl::live_page_now() {
     building.lock();  // none yet: wait for the one being built
     if ((page = cached_live_page(mono_ns(), false))) return page;
   }
-  nlohmann::json status;
+  StatusSnapshot snap;
   {
     std::lock_guard<std::mutex> lk(mu);
-    status = state.status(mono_ns());
+    snap = state.status_snapshot(mono_ns(), StatusQuery{});
   }
-  page = std::make_shared<const std::string>(render_live_page(status));
+  // Rendered outside the state's lock: heartbeats and /metrics never wait on a page.
+  page = std::make_shared<const std::string>(
+      render_live_page(nlohmann::json::parse(render_status(snap))));
   live_page_builds.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> pl(page_mu);
   live_page = page;
@@ -131,25 +159,17 @@ void CoordinatorServer::Impl::add_pages() {
     HttpServer::Response r;
     r.content_type = "application/json";
     StatusQuery q;
-    auto number = [&](const char* key, size_t* out) {
-      auto it = req.query.find(key);
-      if (it == req.query.end()) return true;
-      char* end = nullptr;
-      unsigned long long v = std::strtoull(it->second.c_str(), &end, 10);
-      if (it->second.empty() || *end != '\0' || it->second[0] == '-') return false;
-      *out = size_t(v);
-      return true;
-    };
-    size_t limit = q.node_limit;
-    if (!number("offset", &q.node_offset) || !number("limit", &limit)) {
+    if (!status_query(req, &q)) {
       r.status = 400;
       r.body = "{\"error\":\"offset and limit are non-negative integers\"}\n";
       return r;
     }
-    if (limit > 0) q.node_limit = std::min(limit, q.node_limit);
-    q.summary = req.query.count("summary") && req.query.at("summary") != "0";
-    std::lock_guard<std::mutex> lk(mu);
-    r.body = state.status_text(mono_ns(), q) + "\n";
+    StatusSnapshot snap;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      snap = state.status_snapshot(mono_ns(), q);
+    }
+    r.body = render_status(snap) + "\n";
     return r;
   });
   metrics.get("/", [this](const HttpServer::Request&) {
@@ -162,12 +182,13 @@ void CoordinatorServer::Impl::add_pages() {
     HttpServer::Response r;
     r.content_type = "text/html; charset=utf-8";
     nlohmann::json incident;
+    StatusSnapshot snap;
     {
       std::lock_guard<std::mutex> lk(mu);
-      for (const auto& i : state.status(mono_ns(), StatusQuery{0, 0, true})
-                               .value("incidents", nlohmann::json::array()))
-        if (i.value("id", std::string()) == req.tail) incident = i;
+      snap = state.status_snapshot(mono_ns(), StatusQuery{0, 0, true});
     }
+    for (const auto& i : snap.head.value("incidents", nlohmann::json::array()))
+      if (i.value("id", std::string()) == req.tail) incident = i;
     if (incident.is_null()) {
       r.status = 404;
       r.body = render_missing_incident_page(req.tail);

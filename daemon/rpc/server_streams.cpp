@@ -261,11 +261,12 @@ class Service final : public ServiceBase {
     q.node_offset = req->node_offset();
     if (req->node_limit() > 0) q.node_limit = std::min<size_t>(req->node_limit(), 4096);
     q.summary = req->summary();
-    std::string text;
+    StatusSnapshot snap;
     {
       std::lock_guard<std::mutex> lk(impl_->mu);
-      text = impl_->state.status_text(mono_ns(), q);
+      snap = impl_->state.status_snapshot(mono_ns(), q);
     }
+    std::string text = render_status(snap);  // outside the state's lock
     const bool big = text.size() > (1 << 20);
     reply->set_json(std::move(text));
     r->Finish(grpc::Status::OK);

@@ -30,3 +30,40 @@ TEST_CASE("status and metrics describe nodes, ranks and incidents", "[daemon]") 
   CHECK(m.find("frd_ranks{state=\"alive\"} 1") != std::string::npos);
   CHECK(m.find("frd_incidents_total{kind=\"stall\"} 0") != std::string::npos);
 }
+
+TEST_CASE("status: a snapshot taken under the lock renders alone, after the state has moved on",
+          "[daemon]") {
+  // The pages render the status outside the state's lock (#37): what they render must be copied
+  // out whole, so that a heartbeat applied (or the state gone) meanwhile changes nothing.
+  TempDir dir;
+  std::string err, text;
+  StatusSnapshot snap;
+  {
+    CoordinatorState st(config(dir.path));
+    const uint64_t s0 = st.connect("n0", "h0", "job1", 0, &err);
+    const uint64_t s1 = st.connect("n1", "h1", "job1", 0, &err);
+    st.heartbeat(s0, report({proc(0, true, 0), proc(1, true, 0)}), 0);
+    st.heartbeat(s1, report({proc(2, true, 0)}), 0);
+    text = st.status_text(kSec, StatusQuery{});
+    snap = st.status_snapshot(kSec, StatusQuery{});
+    st.heartbeat(s1, report({proc(2, false, 0), proc(3, true, 0)}), kSec / 2);
+    CHECK(st.status_text(kSec, StatusQuery{}) != text);
+  }
+  CHECK(render_status(snap) == text);
+  const auto js = nlohmann::json::parse(render_status(snap));
+  CHECK(js["nodes"].size() == 2);
+  CHECK(js["ranks"]["alive"] == 3);
+  // A page of one node, and a summary: the same as the state would render.
+  StatusQuery one{1, 1, true};
+  TempDir dir2;
+  CoordinatorState st(config(dir2.path));
+  const uint64_t s0 = st.connect("n0", "h0", "job1", 0, &err);
+  st.connect("n1", "h1", "job1", 0, &err);
+  st.heartbeat(s0, report({proc(0, true, 0)}), 0);
+  const auto page = nlohmann::json::parse(render_status(st.status_snapshot(kSec, one)));
+  CHECK(page["nodes"].size() == 1);
+  CHECK(page["nodes"][0]["name"] == "n1");
+  CHECK(page["page"]["next_offset"].is_null());
+  CHECK(nlohmann::json::parse(
+            render_status(st.status_snapshot(kSec, {0, 1, true})))["page"]["next_offset"] == 1);
+}

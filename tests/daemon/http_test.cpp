@@ -5,19 +5,27 @@
 // keep-alive with pipelined requests, and the token rules.
 #include <catch2/catch.hpp>
 
+#include <openssl/bio.h>
+#include <openssl/ssl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "daemon/http/http_request.h"
 #include "daemon/http/metrics_http.h"
 #include "fixture.h"
+#include "horde.h"
 #include "skip.h"
 #include "temp_dir.h"
 #include "testing/files.h"
@@ -288,4 +296,158 @@ TEST_CASE("http front: over TLS the token cookie is Secure", "[daemon][http]") {
   CHECK(got.rfind("HTTP/1.1 303", 0) == 0);
   CHECK(got.find("Set-Cookie: fr_token=tok; Path=/; HttpOnly; SameSite=Strict; Secure\r\n") !=
         std::string::npos);
+}
+
+TEST_CASE("http front: /metrics is answered while every page thread is busy", "[daemon][http]") {
+  // Pages that take long to build (#37: the live page of a 256-node job) held every handler
+  // thread, and a scrape waited behind them. Here the pages never finish until released: the
+  // scrape must come back all the same, from its own lane.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  int building = 0;
+  HttpServer http;
+  http.get("/", [&](const HttpServer::Request&) {
+    std::unique_lock<std::mutex> lk(mu);
+    ++building;
+    cv.notify_all();
+    cv.wait(lk, [&] { return release; });
+    HttpServer::Response r;
+    r.body = "page\n";
+    return r;
+  });
+  http.get("/metrics", [](const HttpServer::Request&) {
+    HttpServer::Response r;
+    r.body = "frd_up 1\n";
+    return r;
+  });
+  HttpLimits lim;
+  http.set_limits(lim);
+  std::string err;
+  REQUIRE(http.start("127.0.0.1:0", {}, &err));
+  std::vector<std::thread> pages;
+  for (int i = 0; i < 2 * lim.threads; ++i) pages.emplace_back([&] { http_get(http.port(), "/"); });
+  {
+    std::unique_lock<std::mutex> lk(mu);
+    REQUIRE(cv.wait_for(lk, std::chrono::seconds(20), [&] { return building == lim.threads; }));
+  }
+  // Every page thread is held, more pages wait in the queue: the scrape still comes back.
+  std::string got;
+  std::atomic<bool> done{false};
+  std::thread scrape([&] {
+    got = http_get(http.port(), "/metrics");
+    done = true;
+  });
+  const bool answered = wait_for([&] { return done.load(); }, 20);
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    release = true;
+  }
+  cv.notify_all();
+  scrape.join();
+  for (auto& t : pages) t.join();
+  CHECK(answered);
+  CHECK(got.find("frd_up 1") != std::string::npos);
+}
+
+namespace {
+
+// A client's first TLS flight (its ClientHello), made once by OpenSSL over memory BIOs: sent
+// alone on a connection, it leaves the server's handshake half done.
+std::string client_hello() {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  SSL* ssl = SSL_new(ctx);
+  BIO* in = BIO_new(BIO_s_mem());
+  BIO* out = BIO_new(BIO_s_mem());
+  SSL_set_bio(ssl, in, out);
+  SSL_set_connect_state(ssl);
+  SSL_do_handshake(ssl);  // wants to read the server's answer
+  std::string hello;
+  char buf[4096];
+  for (int n; (n = BIO_read(out, buf, sizeof buf)) > 0;) hello.append(buf, size_t(n));
+  SSL_free(ssl);
+  SSL_CTX_free(ctx);
+  return hello;
+}
+
+}  // namespace
+
+TEST_CASE("http front: half-done TLS handshakes hold a bounded amount of memory",
+          "[daemon][http]") {
+  // 2,048 connections that each send a ClientHello and nothing more (#37): each used to hold
+  // about 70 KiB (+140 MB in all). Now at most 256 handshakes wait at once, each with its
+  // buffers let go while empty.
+  REQUIRE(fr::daemon::test::raise_open_files(8192));
+  fr::test::TempDir tmp;
+  const std::string script = "cd " + tmp.path +
+                             " && openssl req -x509 -newkey ec -pkeyopt "
+                             "ec_paramgen_curve:prime256v1 -nodes -keyout key.pem -out cert.pem "
+                             "-days 2 -subj /CN=localhost 2>/dev/null";
+  if (std::system(script.c_str()) != 0) FR_SKIP("no openssl: it could not make a certificate");
+  HttpSecurity sec;
+  sec.tls_cert = fr::test::slurp(tmp.sub("cert.pem"));
+  sec.tls_key = fr::test::slurp(tmp.sub("key.pem"));
+  HttpLimits lim;
+  lim.per_peer = 4096;
+  lim.max_connections = 4096;
+  lim.head_ms = 60000;
+  lim.idle_ms = 60000;
+  Served s(lim, "", sec);
+  const std::string hello = client_hello();
+  REQUIRE(hello.size() > 5);
+  // One handshake first, so that what every handshake shares (the certificate's key loaded, the
+  // allocator's arenas) is counted before.
+  auto half_done = [&](int n) {
+    std::vector<int> fds;
+    for (int i = 0; i < n; ++i) {
+      const int fd = connect_loopback(s.http.port());
+      if (fd < 0) break;
+      (void)!write(fd, hello.data(), hello.size());
+      fds.push_back(fd);
+    }
+    return fds;
+  };
+  std::vector<int> first = half_done(16);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const double before = fr::daemon::test::rss_mib();
+  std::vector<int> fds = half_done(2048);
+  REQUIRE(fds.size() == 2048);
+  // The server answers every ClientHello (its flight reaches our socket) and then waits.
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const double after = fr::daemon::test::rss_mib();
+  // Connections the cap closed read as closed here; the others wait with their answer.
+  size_t waiting = 0;
+  for (int fd : fds) {
+    char buf[16384];
+    pollfd p{fd, POLLIN, 0};
+    bool open = true;
+    while (poll(&p, 1, 0) > 0) {
+      const ssize_t n = read(fd, buf, sizeof buf);
+      if (n <= 0) {
+        open = false;
+        break;
+      }
+    }
+    waiting += open;
+  }
+  std::printf(
+      "2,048 half-done TLS handshakes: %zu left waiting, the listener's process grew %.1f MiB "
+      "(%.1f KiB per waiting handshake)\n",
+      waiting, after - before, (after - before) * 1024 / double(std::max<size_t>(waiting, 1)));
+  CHECK(waiting <= lim.max_handshakes + 16);
+  CHECK(after - before < 32);  // 140 MB before the cap
+  for (int fd : fds) close(fd);
+  for (int fd : first) close(fd);
+  // The listener still serves a whole handshake.
+  const std::string cmd =
+      "printf 'GET /metrics HTTP/1.1\\r\\nHost: localhost\\r\\nConnection: "
+      "close\\r\\n\\r\\n' | timeout 10 openssl s_client -quiet -connect 127.0.0.1:" +
+      std::to_string(s.http.port()) + " 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p);
+  std::string got;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) got.append(buf, n);
+  pclose(p);
+  CHECK(got.find("frd_up 1") != std::string::npos);
 }

@@ -11,8 +11,14 @@
 // the machine: the load generator runs beside the coordinator, on the same machine (on other
 // cores when run.sh pins them, and then it prints which), so the figures are an upper bound of
 // what the coordinator alone would cost. Its own receiving is shown apart:
-// the CPU it used during the fan-out and when the median node had its request.
+// the CPU it used during the fan-out and when the median node had its request. With
+// --http-port and --page-clients, clients reload the live page during the window while
+// `/metrics` is timed (#37: a page being built must not keep a scrape waiting).
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sched.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -48,9 +54,84 @@ int64_t real_now() {
       .count();
 }
 
+// One GET / HEAD-less request from 127.0.0.1: the seconds it took, the response's size in
+// *bytes (0 when it failed); every read limited to 10 s.
+double timed_get(int port, const char* path, size_t* bytes) {
+  const auto t0 = Clock::now();
+  *bytes = 0;
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    timeval tv{10, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    const std::string req =
+        std::string("GET ") + path + " HTTP/1.1\r\nHost: x\r\n" + "Connection: close\r\n\r\n";
+    (void)!::write(fd, req.data(), req.size());
+    char buf[65536];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0) *bytes += size_t(n);
+  }
+  if (fd >= 0) ::close(fd);
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// While it lives: `clients` threads reload the live page as fast as it comes, and `/metrics` is
+// scraped every 100 ms and timed; the figures are printed at the end (nothing when no port).
+class PageLoad {
+ public:
+  PageLoad(int port, int clients) : port_(port) {
+    if (port <= 0) return;
+    for (int c = 0; c < clients; ++c)
+      threads_.emplace_back([this] {
+        while (!stop_) {
+          size_t bytes = 0;
+          timed_get(port_, "/", &bytes);
+          if (bytes) ++pages_, page_bytes_ = bytes;
+        }
+      });
+    threads_.emplace_back([this] {
+      while (!stop_) {
+        size_t bytes = 0;
+        const double s = timed_get(port_, "/metrics", &bytes);
+        if (bytes) scrapes_.push_back(s);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    });
+    clients_ = clients;
+  }
+  ~PageLoad() {
+    if (port_ <= 0) return;
+    stop_ = true;
+    for (auto& t : threads_) t.join();
+    std::sort(scrapes_.begin(), scrapes_.end());
+    if (scrapes_.empty()) {
+      std::printf("  /metrics: no scrape answered\n");
+      return;
+    }
+    auto at = [&](double q) {
+      return scrapes_[std::min(scrapes_.size() - 1, size_t(q * scrapes_.size()))] * 1e3;
+    };
+    std::printf(
+        "  live page: %zu pages of %zu KiB to %d clients; /metrics meanwhile over %zu scrapes: "
+        "median %.1f ms, 90%% %.1f ms, worst %.1f ms\n",
+        pages_.load(), page_bytes_.load() / 1024, clients_, scrapes_.size(), at(0.5), at(0.9),
+        scrapes_.back() * 1e3);
+  }
+
+ private:
+  int port_, clients_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<size_t> pages_{0}, page_bytes_{0};
+  std::vector<double> scrapes_;  // the scraping thread's alone until the end
+  std::vector<std::thread> threads_;
+};
+
 class SimNode : public grpc::ClientBidiReactor<fr::v1::NodeMessage, fr::v1::CoordinatorMessage> {
  public:
-  SimNode(fr::v1::Coordinator::Stub* stub, int index, int ranks) {
+  SimNode(fr::v1::Coordinator::Stub* stub, int index, int ranks, int comms) {
     fr::daemon::NodeReport r;
     for (int k = 0; k < ranks; ++k) {
       fr::daemon::ProcessReport p;
@@ -62,7 +143,7 @@ class SimNode : public grpc::ClientBidiReactor<fr::v1::NodeMessage, fr::v1::Coor
       p.job_id = "load";
       p.host = "node" + std::to_string(index);
       p.records = 100000;
-      for (int c = 0; c < 4; ++c) {
+      for (int c = 0; c < comms; ++c) {
         fr::daemon::CommProgress cp;
         cp.comm_id = 0x1000 + uint64_t(c);
         cp.size = 8;
@@ -249,6 +330,8 @@ int64_t incident_opened_ns(fr::v1::Coordinator::Stub* stub, const std::string& i
 struct Options {
   std::string addr;
   int nodes = 512, ranks = 8, pid = 0, channels = 64, procs = 4;
+  int comms = 4;                        // communicators per rank
+  int http_port = 0, page_clients = 0;  // clients reloading `/` during the window
   double interval = 1.0, warmup = 4, window = 6;
 };
 
@@ -272,7 +355,8 @@ int run_worker(const Options& o, int index, FILE* in, FILE* out) {
   }
   std::vector<std::unique_ptr<SimNode>> sims;
   for (int n = index; n < o.nodes; n += o.procs)
-    sims.push_back(std::make_unique<SimNode>(stubs[sims.size() % stubs.size()].get(), n, o.ranks));
+    sims.push_back(
+        std::make_unique<SimNode>(stubs[sims.size() % stubs.size()].get(), n, o.ranks, o.comms));
   std::atomic<bool> stop{false};
   // Heartbeats spread over the interval: node n is due at (tick + n/nodes) periods, over all the
   // workers. The ticker wakes every 5 ms and sends whatever is due, so a loaded machine delays
@@ -409,6 +493,12 @@ int main(int argc, char** argv) {
       o.warmup = std::atof(v.c_str());
     else if (k == "--window")
       o.window = std::atof(v.c_str());
+    else if (k == "--comms")
+      o.comms = std::atoi(v.c_str());
+    else if (k == "--http-port")
+      o.http_port = std::atoi(v.c_str());
+    else if (k == "--page-clients")
+      o.page_clients = std::atoi(v.c_str());
     else {
       std::fprintf(stderr, "frd-loadgen: unknown option %s\n", k.c_str());
       return 2;
@@ -419,7 +509,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: frd-loadgen --coordinator HOST:PORT --coordinator-pid PID [--nodes N] "
                  "[--ranks R] [--interval SEC] [--channels C] [--procs P] [--warmup SEC] "
-                 "[--window SEC]\n");
+                 "[--window SEC] [--comms C] [--http-port PORT --page-clients N]\n");
     return 2;
   }
   o.procs = std::min(o.procs, o.nodes);
@@ -472,7 +562,10 @@ int main(int argc, char** argv) {
   double load0[3] = {0, 0, 0};
   getloadavg(load0, 3);
   auto w0 = Clock::now();
-  std::this_thread::sleep_for(std::chrono::duration<double>(window));
+  {
+    PageLoad pages(o.http_port, o.page_clients);
+    std::this_thread::sleep_for(std::chrono::duration<double>(window));
+  }
   double c1 = pid ? cpu_seconds(pid) : 0;
   double self1 = workers_cpu_seconds(workers);
   double wsec = std::chrono::duration<double>(Clock::now() - w0).count();

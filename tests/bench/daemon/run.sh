@@ -24,6 +24,7 @@
 #  4. the stacks of every rank of a node at a dump (8 ranks, frd node's "stacks of 8 of 8
 #     process(es) in X s"), native (fr-simjob-rank) and Python (fr-simjob --python, with py-spy
 #     when installed); target: 8 ranks within 2 s.
+#  5. the live page under 16 clients, /metrics timed (before 3; see there).
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 shift || true
@@ -174,6 +175,23 @@ if [[ ! -x $loadgen || ! -x $frd ]]; then
   exit 0
 fi
 ulimit -n 65536 2>/dev/null || true
+# 5. The live page under load (#37): 256 nodes x 8 ranks x 32 communicators, 16 clients reloading
+#    `/` while `/metrics` is scraped every 100 ms; its latency printed (target: under 1 s).
+echo "-- the live page: 16 clients on / of 256 nodes x 8 ranks x 32 communicators, /metrics timed"
+dir=$tmp/page
+mkdir -p "$dir"
+http=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+setsid "$frd" coordinator --insecure --listen 127.0.0.1:0 --port-file "$dir/port" \
+  --metrics-listen "127.0.0.1:$http" --dump-dir "$dir/dumps" --job-id page \
+  --heartbeat-timeout 60 2>"$dir/coord.log" &
+cpid=$!
+pids+=("$cpid")
+for _ in $(seq 100); do [[ -s $dir/port ]] && break; sleep 0.1; done
+setsid -w "$loadgen" --coordinator "127.0.0.1:$(cat "$dir/port")" --coordinator-pid "$cpid" \
+  --nodes 256 --ranks 8 --comms 32 --procs 1 --interval 1 --warmup 4 --window 10 \
+  --http-port "$http" --page-clients 16 || true
+kill "$cpid" 2>/dev/null || true
+wait "$cpid" 2>/dev/null || true
 # The coordinator gets the last CPU, the load generator the others.
 coord_cpus=$((ncpu - 1))
 gen_cpus=0-$((ncpu - 2))
