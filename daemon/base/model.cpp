@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <iterator>
 #include <string>
 
 namespace fr::daemon {
@@ -32,16 +33,37 @@ uint32_t agree_protocol(uint32_t peer, std::string* error) {
 }
 
 namespace {
-constexpr uint32_t kNodeMessageSince[] = {
-#define FR_X_SINCE(e, v) v,
-    FR_NODE_MESSAGE_LIST(FR_X_SINCE)};
-constexpr uint32_t kCoordinatorMessageSince[] = {FR_COORDINATOR_MESSAGE_LIST(FR_X_SINCE)};
-#undef FR_X_SINCE
+constexpr MessageRow kNodeRows[] = {
+#define FR_NODE_MESSAGE(kind, field, since) {field, since},
+#define FR_COORDINATOR_MESSAGE(kind, field, since)
+#include "fr/frd_messages.def"
+};
+constexpr MessageRow kCoordinatorRows[] = {
+#define FR_NODE_MESSAGE(kind, field, since)
+#define FR_COORDINATOR_MESSAGE(kind, field, since) {field, since},
+#include "fr/frd_messages.def"
+};
 }  // namespace
 
-bool may_send(NodeMessageKind k, uint32_t agreed) { return kNodeMessageSince[size_t(k)] <= agreed; }
+uint32_t MessageRows::since(int field) const {
+  for (size_t i = 0; i < count; ++i)
+    if (rows[i].field == field) return rows[i].since;
+  return 0;
+}
+
+MessageRows node_messages() { return {kNodeRows, std::size(kNodeRows)}; }
+MessageRows coordinator_messages() { return {kCoordinatorRows, std::size(kCoordinatorRows)}; }
+
+bool may_send(const MessageRows& rows, int field, uint32_t agreed) {
+  const uint32_t since = rows.since(field);
+  return since != 0 && since <= agreed;
+}
+
+bool may_send(NodeMessageKind k, uint32_t agreed) {
+  return may_send(node_messages(), kNodeRows[size_t(k)].field, agreed);
+}
 bool may_send(CoordinatorMessageKind k, uint32_t agreed) {
-  return kCoordinatorMessageSince[size_t(k)] <= agreed;
+  return may_send(coordinator_messages(), kCoordinatorRows[size_t(k)].field, agreed);
 }
 
 int64_t ProcessReport::oldest_age_ns() const {

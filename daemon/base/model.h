@@ -16,35 +16,48 @@ namespace fr::daemon {
 //      the receiver does not know closes the stream.
 //   2  Welcome names the agreed version; a message whose body the receiver does not know is
 //      counted and skipped, so a newer peer's new messages break nothing.
-// A new message goes into the list below with the version that adds it; a peer sends it only
-// when the agreed version has it (may_send), so an older peer never receives it.
+// A new message is one row of fr/frd_messages.def with the version that adds it; a peer sends it
+// only when the agreed version has it (may_send; every outgoing message goes through it:
+// daemon/rpc/gate.h), so an older peer never receives it.
 inline constexpr uint32_t kProtocol = 2;
 inline constexpr uint32_t kMinProtocol = 1;
 
-// X(enumerator, version that added it): the messages a node sends, then those it receives.
-#define FR_NODE_MESSAGE_LIST(X) \
-  X(kHello, 1)                  \
-  X(kHeartbeat, 1)              \
-  X(kDumpStatus, 1)
-#define FR_COORDINATOR_MESSAGE_LIST(X) \
-  X(kWelcome, 1)                       \
-  X(kPing, 1)                          \
-  X(kDumpRequest, 1)
-
+// The messages a node sends, then those it receives, in the list's order.
 enum class NodeMessageKind {
-#define FR_X_KIND(e, v) e,
-  FR_NODE_MESSAGE_LIST(FR_X_KIND)
+#define FR_NODE_MESSAGE(kind, field, since) kind,
+#define FR_COORDINATOR_MESSAGE(kind, field, since)
+#include "fr/frd_messages.def"
 };
 enum class CoordinatorMessageKind {
-  FR_COORDINATOR_MESSAGE_LIST(FR_X_KIND)
-#undef FR_X_KIND
+#define FR_NODE_MESSAGE(kind, field, since)
+#define FR_COORDINATOR_MESSAGE(kind, field, since) kind,
+#include "fr/frd_messages.def"
 };
+
+// One row of the list: a message body's field number in its oneof, and the version that added
+// it. Rows are what the check reads, so a test can add a message at a version to come.
+struct MessageRow {
+  int field;
+  uint32_t since;
+};
+struct MessageRows {
+  const MessageRow* rows;
+  size_t count;
+  // The version that added the body with this field number; 0 when the list has none (such a
+  // message is never sent).
+  uint32_t since(int field) const;
+};
+MessageRows node_messages();
+MessageRows coordinator_messages();
 
 // The version a peer that says `peer` and this side agree on; 0, with *error set, when none.
 uint32_t agree_protocol(uint32_t peer, std::string* error);
-// Whether a message of this kind may go to a peer that agreed on `agreed`.
+// Whether a message of this kind may go to a peer that agreed on `agreed` (before agreeing, ask
+// for kMinProtocol: what the oldest version has).
 bool may_send(NodeMessageKind k, uint32_t agreed);
 bool may_send(CoordinatorMessageKind k, uint32_t agreed);
+// The same for a body by field number, in `rows`: false for a body the list does not have.
+bool may_send(const MessageRows& rows, int field, uint32_t agreed);
 
 // A node's Hello, as the logic sees it (names sanitized by convert.cpp).
 struct NodeHello {

@@ -15,6 +15,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "daemon/rpc/convert.h"
+#include "daemon/rpc/gate.h"
 #include "daemon/host/dump_files.h"
 #include "daemon/base/names.h"
 #include "fr/v1/frd.grpc.pb.h"
@@ -44,19 +45,13 @@ struct NodeDaemon::Stream {
   grpc::ClientContext ctx;
   std::unique_ptr<grpc::ClientReaderWriter<fr::v1::NodeMessage, fr::v1::CoordinatorMessage>> rw;
   std::mutex wmu;
-  // A message goes out only when the version agreed with the coordinator has it (model.h);
-  // before the welcome, only what the oldest version has. One held back counts as written.
+  // Every message to the coordinator goes out here, and only when the version agreed with it
+  // has the message's kind (gate.h); before the welcome, only what the oldest version has. One
+  // held back counts as written.
   bool write(const fr::v1::NodeMessage& m, uint32_t agreed) {
-    if (!may_send(kind_of(m), agreed ? agreed : kMinProtocol)) return true;
+    if (!may_send(m, agreed)) return true;
     std::lock_guard<std::mutex> lk(wmu);
     return rw->Write(m);
-  }
-  static NodeMessageKind kind_of(const fr::v1::NodeMessage& m) {
-    switch (m.body_case()) {
-      case fr::v1::NodeMessage::kHello: return NodeMessageKind::kHello;
-      case fr::v1::NodeMessage::kDumpStatus: return NodeMessageKind::kDumpStatus;
-      default: return NodeMessageKind::kHeartbeat;
-    }
   }
 };
 

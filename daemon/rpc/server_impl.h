@@ -73,8 +73,8 @@ struct CoordinatorServer::Impl {
   // fan-out to every node is neither serialized on one thread nor holding up the heartbeats.
   struct FanoutSlice {
     std::string incident_id;
-    std::shared_ptr<const grpc::ByteBuffer> message;  // the request, encoded once (wire.h)
-    std::vector<NodeStream*> streams;                 // pinned: they stay alive until sent to
+    std::shared_ptr<const WireMessage> message;  // the request, encoded once (wire.h)
+    std::vector<NodeStream*> streams;            // pinned: they stay alive until sent to
   };
   std::mutex fanout_mu;
   std::condition_variable fanout_cv;

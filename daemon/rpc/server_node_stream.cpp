@@ -8,7 +8,12 @@
 
 namespace fr::daemon {
 
-void NodeStream::send(std::shared_ptr<const grpc::ByteBuffer> m) {
+void NodeStream::send(std::shared_ptr<const WireMessage> m) {
+  // protocol_ is set by the hello, before the stream is known to anyone who sends to it.
+  if (!m || !deliverable(*m, protocol_)) {
+    held_back_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   std::lock_guard<std::mutex> lk(wmu_);
   if (finished_ || finish_pending_ || done_) return;
   // A peer that does not read its commands gets dropped rather than grow our memory.
@@ -19,7 +24,7 @@ void NodeStream::send(std::shared_ptr<const grpc::ByteBuffer> m) {
   out_.push_back(std::move(m));
   if (!writing_) {
     writing_ = true;
-    StartWrite(out_.front().get());
+    StartWrite(&out_.front()->bytes);
   }
 }
 
@@ -99,7 +104,7 @@ void NodeStream::OnWriteDone(bool ok) {
     return;
   }
   if (!out_.empty()) {
-    StartWrite(out_.front().get());
+    StartWrite(&out_.front()->bytes);
   } else {
     writing_ = false;
   }

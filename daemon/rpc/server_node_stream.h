@@ -7,6 +7,7 @@
 // in server_node_stream.cpp.
 #pragma once
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -25,7 +26,11 @@ class NodeStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBu
   // Queues a message; called with impl->mu held, or pinned (or before the stream is known to
   // anyone).
   void send(const CoordinatorMessage& m) { send(to_wire(m)); }
-  void send(std::shared_ptr<const grpc::ByteBuffer> m);
+  // Every message to the node goes out here, and only when the version agreed with it has the
+  // message's kind (gate.h): an older node never receives a newer message. One held back is
+  // counted (held_back()).
+  void send(std::shared_ptr<const WireMessage> m);
+  uint64_t held_back() const { return held_back_.load(std::memory_order_relaxed); }
 
   // A fan-out thread holds the stream alive while it sends to it: pin() with impl->mu held while
   // the stream is registered, unpin() when done with it (the last one out deletes it).
@@ -82,7 +87,8 @@ class NodeStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBu
   int64_t last_ping_ = 0;
   int pings_ = 0;
   std::mutex wmu_;
-  std::deque<std::shared_ptr<const grpc::ByteBuffer>> out_;
+  std::deque<std::shared_ptr<const WireMessage>> out_;
+  std::atomic<uint64_t> held_back_{0};
   int pins_ = 0;
   bool done_ = false;
   bool writing_ = false;

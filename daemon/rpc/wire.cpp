@@ -1,6 +1,8 @@
 // See wire.h.
 #include "daemon/rpc/wire.h"
 
+#include "daemon/rpc/gate.h"
+
 #include <google/protobuf/io/coded_stream.h>
 
 #include <climits>
@@ -251,10 +253,18 @@ class Fast {
 
 }  // namespace
 
-std::shared_ptr<const grpc::ByteBuffer> to_wire(const fr::v1::CoordinatorMessage& m) {
+std::shared_ptr<const WireMessage> to_wire(const fr::v1::CoordinatorMessage& m,
+                                           const MessageRows& rows) {
   grpc::Slice s(m.ByteSizeLong());
   m.SerializeWithCachedSizesToArray(const_cast<uint8_t*>(s.begin()));
-  return std::make_shared<const grpc::ByteBuffer>(&s, 1);
+  auto w = std::make_shared<WireMessage>();
+  w->bytes = grpc::ByteBuffer(&s, 1);
+  w->since = rows.since(body_field(m));
+  return w;
+}
+
+bool deliverable(const WireMessage& m, uint32_t agreed) {
+  return m.since != 0 && m.since <= (agreed ? agreed : kMinProtocol);
 }
 
 bool starts_with_heartbeat(const grpc::ByteBuffer& b) {

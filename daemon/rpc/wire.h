@@ -21,8 +21,17 @@
 
 namespace fr::daemon {
 
-// The bytes of one message for a node.
-std::shared_ptr<const grpc::ByteBuffer> to_wire(const fr::v1::CoordinatorMessage& m);
+// One message for a node as bytes, encoded once, with the version that added its kind (the
+// message list, gate.h; 0 for a body the list lacks): a node's stream writes it only when the
+// version agreed with that node has it (NodeStream::send).
+struct WireMessage {
+  grpc::ByteBuffer bytes;
+  uint32_t since = 0;
+};
+std::shared_ptr<const WireMessage> to_wire(const fr::v1::CoordinatorMessage& m,
+                                           const MessageRows& rows = coordinator_messages());
+// Whether a node that agreed on `agreed` (0: not yet, so kMinProtocol) may receive `m`.
+bool deliverable(const WireMessage& m, uint32_t agreed);
 
 // Whether a node's message starts with a heartbeat field: the applier decodes it (and finds out
 // there whether it is one). Anything else is decoded where it arrives.

@@ -8,12 +8,15 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
 #include "daemon/base/model.h"
+#include "daemon/rpc/gate.h"
 #include "daemon/rpc/node.h"
 #include "daemon/rpc/server.h"
+#include "daemon/rpc/wire.h"
 #include "fixture.h"
 #include "fr/v1/frd.grpc.pb.h"
 #include "peer.h"
@@ -205,4 +208,106 @@ TEST_CASE("protocol: this node and this coordinator agree on this version", "[da
   REQUIRE(wait_for([&] { return node.daemon.protocol() != 0; }, 20));
   CHECK(node.daemon.protocol() == kProtocol);
   CHECK(wait_for([&] { return node_status(server, "n0").value("heartbeats", 0) >= 2; }, 20));
+}
+
+namespace {
+
+// The message list with one message more, at the version after this one: field 40 of either
+// side's oneof, which this build's frd.proto does not have (as a later version's would).
+constexpr int kFutureField = 40;
+
+struct FutureRows {
+  std::vector<MessageRow> rows;
+  explicit FutureRows(MessageRows real) : rows(real.rows, real.rows + real.count) {
+    rows.push_back({kFutureField, kProtocol + 1});
+  }
+  MessageRows view() const { return {rows.data(), rows.size()}; }
+};
+
+template <class Message>
+Message future_message() {
+  Message m;
+  m.GetReflection()->MutableUnknownFields(&m)->AddLengthDelimited(kFutureField, "later");
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("protocol: the message list has every body of frd.proto, and kind_of follows it",
+          "[daemon][protocol]") {
+  auto check = [](const google::protobuf::Descriptor* d, MessageRows rows) {
+    const auto* body = d->FindOneofByName("body");
+    REQUIRE(body);
+    CHECK(size_t(body->field_count()) == rows.count);
+    for (int i = 0; i < body->field_count(); ++i) {
+      INFO(d->name() << "." << body->field(i)->name());
+      CHECK(rows.since(body->field(i)->number()) >= kMinProtocol);
+      CHECK(rows.since(body->field(i)->number()) <= kProtocol);
+    }
+  };
+  check(fr::v1::NodeMessage::descriptor(), node_messages());
+  check(fr::v1::CoordinatorMessage::descriptor(), coordinator_messages());
+  fr::v1::NodeMessage m;
+  m.mutable_dump_status()->set_incident_id("i");
+  CHECK(kind_of(m) == NodeMessageKind::kDumpStatus);
+  m.mutable_hello();
+  CHECK(kind_of(m) == NodeMessageKind::kHello);
+  fr::v1::CoordinatorMessage c;
+  c.mutable_ping();
+  CHECK(kind_of(c) == CoordinatorMessageKind::kPing);
+  // No body, a body this build cannot name, a body beside unknown fields: no kind, never sent
+  // (the node's kind_of took any of them for a heartbeat, and sent it at every version).
+  const fr::v1::NodeMessage none, future = future_message<fr::v1::NodeMessage>();
+  fr::v1::NodeMessage mixed = future;
+  mixed.mutable_heartbeat()->set_seq(1);
+  for (const fr::v1::NodeMessage* bad :
+       {&none, &future, static_cast<const fr::v1::NodeMessage*>(&mixed)}) {
+    CHECK_FALSE(kind_of(*bad).has_value());
+    for (uint32_t v = 0; v <= kProtocol + 1; ++v) CHECK_FALSE(may_send(*bad, v));
+  }
+  CHECK_FALSE(kind_of(fr::v1::CoordinatorMessage()).has_value());
+  CHECK_FALSE(deliverable(*to_wire(fr::v1::CoordinatorMessage()), kProtocol));
+}
+
+TEST_CASE("protocol: a message added at a new version never goes to a peer of an older one",
+          "[daemon][protocol]") {
+  const FutureRows node_rows(node_messages()), coordinator_rows(coordinator_messages());
+  // The node's side: sent only once both agreed on the new version.
+  const auto future = future_message<fr::v1::NodeMessage>();
+  for (uint32_t v = 0; v <= kProtocol; ++v) CHECK_FALSE(may_send(future, v, node_rows.view()));
+  CHECK(may_send(future, kProtocol + 1, node_rows.view()));
+  // The coordinator's side: encoded once with its version, delivered only to a node that agreed
+  // on it (NodeStream::send asks deliverable()).
+  const auto wire = to_wire(future_message<fr::v1::CoordinatorMessage>(), coordinator_rows.view());
+  CHECK(wire->since == kProtocol + 1);
+  for (uint32_t v = 0; v <= kProtocol; ++v) CHECK_FALSE(deliverable(*wire, v));
+  CHECK(deliverable(*wire, kProtocol + 1));
+  fr::v1::CoordinatorMessage ping;
+  ping.mutable_ping();
+  CHECK(deliverable(*to_wire(ping, coordinator_rows.view()), 1));
+
+  // On the wire: a node of the new version with this coordinator (which speaks kProtocol, an
+  // older peer for it) sends through the check; the coordinator never receives the message.
+  TempDir dumps;
+  ServerOptions so = loopback_options();
+  so.metrics_listen = "127.0.0.1:0";
+  CoordinatorServer server(loopback_config(dumps.path), so);
+  std::string err;
+  REQUIRE(server.start(&err));
+  Peer p(client(server.port()), "n1", "", kProtocol + 1);
+  REQUIRE(p.welcomed);
+  REQUIRE(p.agreed == kProtocol);
+  bool sent = false;
+  if (may_send(future, p.agreed, node_rows.view())) sent = p.send(future);
+  CHECK_FALSE(sent);
+  REQUIRE(p.heartbeat(one_process("n1")));
+  REQUIRE(wait_for([&] { return node_status(server, "n1").value("heartbeats", 0) == 1; }, 10));
+  CHECK(http_get(server.metrics_port(), "/metrics").find("frd_unknown_messages_total 0") !=
+        std::string::npos);
+  // Unchecked, as the node's old kind_of let it go (as a heartbeat), the older peer gets it.
+  REQUIRE(p.send(future));
+  REQUIRE(p.heartbeat(one_process("n1")));
+  REQUIRE(wait_for([&] { return node_status(server, "n1").value("heartbeats", 0) == 2; }, 10));
+  CHECK(http_get(server.metrics_port(), "/metrics").find("frd_unknown_messages_total 1") !=
+        std::string::npos);
 }

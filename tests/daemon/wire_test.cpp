@@ -229,7 +229,8 @@ TEST_CASE("messages for nodes are encoded once and read back whole", "[daemon]")
   m.mutable_dump_request()->set_deadline_ms(5000);
   auto wire = to_wire(m);
   grpc::Slice one;
-  REQUIRE(wire->TrySingleSlice(&one).ok());
+  REQUIRE(wire->bytes.TrySingleSlice(&one).ok());
+  CHECK(wire->since == 1);
   fr::v1::CoordinatorMessage back;
   REQUIRE(back.ParseFromArray(one.begin(), int(one.size())));
   CHECK(back.dump_request().incident_id() == "incident-0001");
