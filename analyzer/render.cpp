@@ -91,7 +91,7 @@ void slow_table(std::ostringstream& out, const json& ev, const Style& st) {
   std::map<int, std::vector<int>, std::greater<int>> by_pct;
   for (const auto& e : ev)
     if (e.is_object() && e.contains("rank") && e["rank"].is_number_integer())
-      by_pct[int(std::lround(100 * e.value("late_fraction", 0.0)))].push_back(e["rank"].get<int>());
+      by_pct[int(std::lround(100 * e.value("late_share", 0.0)))].push_back(e["rank"].get<int>());
   out << "  " << st.dim() << "late at (share of the collectives):" << st.reset();
   for (const auto& [pct, ranks] : by_pct)
     out << (ranks.size() > 1 ? " ranks " : " rank ") << rank_list_text(ranks) << " " << pct << "%;";

@@ -32,11 +32,11 @@ namespace {
 
 using nlohmann::json;
 
-constexpr size_t kWindow = 256;         // the latest collectives looked at, per communicator
-constexpr size_t kMinCollectives = 12;  // fewer says nothing about consistency
-constexpr double kMinFraction = 0.75;   // late at three collectives in four, or more
+constexpr size_t kWindow = 256;          // the latest collectives looked at, per communicator
+constexpr size_t kMinCollectives = 12;   // fewer says nothing about consistency
+constexpr double kMinFraction = 0.75;    // late at three collectives in four, or more
 constexpr int64_t kMinLateNs = 1000000;  // 1 ms: below, scheduling noise
-constexpr double kMinRatio = 4;         // times the other members' median lateness
+constexpr double kMinRatio = 4;          // times the other members' median lateness
 
 int64_t median_of(std::vector<int64_t> v) {
   if (v.empty()) return 0;
@@ -51,7 +51,7 @@ struct Straggler {
   int rank = -1;
   size_t collectives = 0, late = 0;
   int64_t median_late = 0, others_late = 0;
-  int64_t step = 0;  // 0: unknown
+  int64_t step = 0;                      // 0: unknown
   uint64_t first_seq = 0, last_seq = 0;  // the run of collectives it is late in
   uint16_t op = 0;
   std::vector<std::pair<int, double>> member_fraction;  // (global rank, late fraction)
@@ -193,11 +193,11 @@ std::vector<Straggler> stragglers_on(const Model& m, int ci) {
 
 // The straggler's GPU's throttle reasons that slow its clocks, from the dump set's NVML health.
 std::vector<std::string> throttling(const Model& m, int rank) {
-  static const char* const kSlowing[] = {"HwSlowdown",         "HwThermalSlowdown",
-                                         "HwPowerBrakeSlowdown", "SwThermalSlowdown",
-                                         "SwPowerCap"};
+  static const char* const kSlowing[] = {"HwSlowdown", "HwThermalSlowdown", "HwPowerBrakeSlowdown",
+                                         "SwThermalSlowdown", "SwPowerCap"};
   std::vector<std::string> out;
-  auto it = std::find_if(m.procs.begin(), m.procs.end(), [&](const Proc& p) { return p.rank == rank; });
+  auto it =
+      std::find_if(m.procs.begin(), m.procs.end(), [&](const Proc& p) { return p.rank == rank; });
   if (it == m.procs.end()) return out;
   for (const auto& node : m.gpus) {
     if (node.node != it->host) continue;
@@ -225,19 +225,15 @@ Finding finding_of(const Model& m, const Straggler& s) {
   const double fraction = double(s.late) / double(s.collectives);
   const std::vector<std::string> throttle = throttling(m, s.rank);
   const bool gpu = !throttle.empty();
-  std::string text = "slow " + std::string(gpu ? "GPU" : "host") + ": rank " +
-                     std::to_string(s.rank) + " arrives last at " +
-                     std::to_string(int(std::lround(100 * fraction))) + "% of " + comm_word +
-                     " collectives (" + std::to_string(s.late) + " of the latest " +
-                     std::to_string(s.collectives) + ", since #" + std::to_string(s.first_seq) +
-                     "), " + ms_text(s.median_late) +
-                     " late on median (others " + ms_text(s.others_late) + ")";
-  json slow = {{"cause", gpu ? "gpu" : "host"},
-               {"late_fraction", fraction},
-               {"collectives", s.collectives},
-               {"since_seq", s.first_seq},
-               {"median_late_ns", s.median_late},
-               {"others_late_ns", s.others_late}};
+  std::string text =
+      "slow " + std::string(gpu ? "GPU" : "host") + ": rank " + std::to_string(s.rank) +
+      " arrives last at " + std::to_string(int(std::lround(100 * fraction))) + "% of " + comm_word +
+      " collectives (" + std::to_string(s.late) + " of the latest " +
+      std::to_string(s.collectives) + ", since #" + std::to_string(s.first_seq) + "), " +
+      ms_text(s.median_late) + " late on median (others " + ms_text(s.others_late) + ")";
+  json slow = {{"cause", gpu ? "gpu" : "host"}, {"late_share", fraction},
+               {"collectives", s.collectives},  {"since_seq", s.first_seq},
+               {"value_ns", s.median_late},     {"others_ns", s.others_late}};
   double factor = 0;
   if (s.step > 0) {
     // Without the straggler the others would not wait: its lateness comes off every step.
@@ -250,7 +246,7 @@ Finding finding_of(const Model& m, const Straggler& s) {
     text += b;
     slow["step_ns"] = s.step;
     slow["step_without_ns"] = without;
-    slow["loss_pct"] = std::round(loss * 10) / 10;
+    slow["loss_percent"] = std::round(loss * 10) / 10;
   }
   slow["factor"] = std::round(factor * 100) / 100;
   if (gpu) {
@@ -270,7 +266,7 @@ Finding finding_of(const Model& m, const Straggler& s) {
   f.details["slow"] = slow;
   f.evidence = json::array();
   for (const auto& [rank, frac] : s.member_fraction)
-    f.evidence.push_back({{"rank", rank}, {"late_fraction", std::round(frac * 1000) / 1000}});
+    f.evidence.push_back({{"rank", rank}, {"late_share", std::round(frac * 1000) / 1000}});
   return f;
 }
 
@@ -294,8 +290,7 @@ std::vector<Finding> find_slow(const AnalysisState& state) {
   }
   std::vector<Finding> out;
   for (const auto& [rank, s] : best)
-    if (state.rank_filter.empty() || state.rank_filter.count(rank))
-      out.push_back(finding_of(m, s));
+    if (state.rank_filter.empty() || state.rank_filter.count(rank)) out.push_back(finding_of(m, s));
   return out;
 }
 
