@@ -76,7 +76,8 @@ Arrivals arrivals_of(const Model& m, const Comm& c) {
     uint64_t lo, hi;
     size_t count;
     if (!h.range(&lo, &hi, &count)) return a;
-    const uint64_t from = hi >= 4 * kWindow ? hi - 4 * kWindow : 0;
+    // The window and a margin for collectives some member has not on record.
+    const uint64_t from = hi >= 2 * kWindow ? hi - 2 * kWindow : 0;
     h.for_each([&](uint64_t seq, uint64_t call_ns, uint32_t sig) {
       if (seq < from) return;
       auto& e = by_seq[seq];
@@ -145,8 +146,14 @@ std::vector<Straggler> stragglers_on(const Model& m, int ci) {
       is_late[k][i] = late[k][i] >= kMinLateNs && 2 * late[k][i] >= spread;
     }
   }
+  std::vector<size_t> runs(n);
+  size_t candidates = 0;
+  for (size_t i = 0; i < n; ++i) candidates += (runs[i] = late_run(is_late, i)) > 0;
+  // More than a third of the members late at once is the whole job shifting, not a straggler
+  // (and bounds the work below on a large communicator).
+  if (3 * candidates > n + 2) return out;
   for (size_t i = 0; i < n; ++i) {
-    const size_t run = late_run(is_late, i);
+    const size_t run = runs[i];
     if (run == 0) continue;
     const size_t from = a.t.size() - run;
     // Each member's median lateness over the run, and how often it was late there.
