@@ -160,3 +160,39 @@ TEST_CASE("slow finding: none on jittery jobs, checkpoint pauses or a rank late 
   json slight = analyze_reshaped([](int r, int) { return r == 4 ? kMs / 2 : 0; });
   CHECK(slow_findings(slight).empty());
 }
+
+TEST_CASE("slow finding: a synthetic gpu-slow rank is named with cause gpu from its GPU health",
+          "[analyzer][slow]") {
+  fr::test::TempDir t;
+  fr::analyzer::synth::Spec s;
+  s.ranks = 8;
+  s.entries = 512;
+  std::string err;
+  REQUIRE(fr::analyzer::synth::add_fault("rank=6,step=10,kind=gpu-slow,factor=3", &s, &err));
+  REQUIRE(fr::analyzer::synth::write_dump_set(s, t.sub("set"), &err));
+  REQUIRE(fs::exists(t.sub("set") + "/node1.gpu.json"));
+  json doc = fr::analyzer::analyze_paths({t.sub("set")}, {}, &err);
+  REQUIRE(doc.is_object());
+  auto found = slow_findings(doc);
+  REQUIRE(found.size() == 1);
+  CHECK(found[0]["culprit_ranks"] == json::array({6}));
+  CHECK(found[0]["slow"]["cause"] == "gpu");
+  CHECK(found[0]["slow"]["nvml_throttle"] == json::array({"HwThermalSlowdown"}));
+  // (3 - 1) x 2 ms of GPU work per step that its host waits for.
+  CHECK(found[0]["slow"]["value_ns"].get<int64_t>() > 3 * kMs);
+  // The same lateness without a throttled GPU beside it: its host.
+  fr::analyzer::synth::Spec h;
+  h.ranks = 8;
+  h.entries = 512;
+  REQUIRE(fr::analyzer::synth::add_fault("rank=6,step=10,kind=slow,ms=4", &h, &err));
+  REQUIRE(fr::analyzer::synth::write_dump_set(h, t.sub("host"), &err));
+  found = slow_findings(fr::analyzer::analyze_paths({t.sub("host")}, {}, &err));
+  REQUIRE(found.size() == 1);
+  CHECK(found[0]["slow"]["cause"] == "host");
+}
+
+TEST_CASE("slow finding: half of the ranks late together is a shift of the job, no straggler",
+          "[analyzer][slow]") {
+  json doc = analyze_reshaped([](int r, int k) { return r < 4 && k >= 5 ? 20 * kMs : 0; });
+  CHECK(slow_findings(doc).empty());
+}
