@@ -68,9 +68,15 @@ Finding quiet_verdict(const RankCensus& census, const std::vector<Finding>& find
     v.culprit_ranks = census.missing;
     return v;
   }
-  std::string straggler;
+  // The attributed fail-slow findings say more than the skew's average; the skew's straggler is
+  // named when there is none.
+  std::string straggler, slow;
   for (const auto& f : findings)
-    if (f.kind == VerdictKind::kSkew) straggler = "; " + f.summary;
+    if (f.kind == VerdictKind::kSkew)
+      straggler = "; " + f.summary;
+    else if (f.kind == VerdictKind::kSlow)
+      slow += "; " + f.summary;
+  if (!slow.empty()) straggler = slow;
   v.kind = VerdictKind::kNoHang;
   v.summary = "no hang: every communicator's members agree and nothing is left waiting" + straggler;
   return v;
@@ -96,7 +102,11 @@ Analysis analyze_model(const Model& m, const Options& opts) {
   // The skew reads every member's collective history and nothing the matching writes: it runs
   // beside the matching, on a thread of its own.
   SkewResult skew;
-  std::thread skew_thread([&state, &skew] { skew = measure_skew(state); });
+  std::vector<Finding> slow;
+  std::thread skew_thread([&state, &skew, &slow] {
+    skew = measure_skew(state);
+    slow = find_slow(state);
+  });
   struct Join {
     std::thread& t;
     ~Join() {
@@ -131,6 +141,7 @@ Analysis analyze_model(const Model& m, const Options& opts) {
   for (auto& f : torch_arg_findings(m, opts.comm)) a.findings.push_back(std::move(f));
   skew_thread.join();
   if (skew.straggler) a.findings.push_back(std::move(*skew.straggler));
+  for (auto& f : slow) a.findings.push_back(std::move(f));
   if (!have_verdict) a.verdict = quiet_verdict(census, a.findings);
 
   a.ranks = ranks_of(census, any_stall);

@@ -450,6 +450,13 @@ void findings(std::ostringstream& o, const Analysis& a) {
   for (const auto& f : a.findings) {
     o << "<li><span class=\"badge warn\">" << html_escape(verdict_name(f.kind)) << "</span> ";
     if (f.consequence) o << "<span class=\"badge\">consequence of the verdict</span> ";
+    if (f.kind == VerdictKind::kSlow && f.details.contains("slow")) {  // cause and factor first
+      const json& sl = f.details["slow"];
+      char factor[32];
+      std::snprintf(factor, sizeof factor, "%.1fx", sl.value("factor", 0.0));
+      o << "<span class=\"badge bad\">" << html_escape(sl.value("cause", std::string("?"))) << " "
+        << factor << "</span> ";
+    }
     o << html_escape(f.summary);
     o << "</li>";
   }

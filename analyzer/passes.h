@@ -249,4 +249,10 @@ struct SkewResult {
 };
 SkewResult measure_skew(const AnalysisState& state);
 
+// --- Fail-slow (slow.cpp) -------------------------------------------------------------------
+
+// One finding of kind slow per rank that consistently keeps the others waiting at collectives,
+// with its cause (host, or gpu when its GPU reports throttling) and what it costs the job.
+std::vector<Finding> find_slow(const AnalysisState& state);
+
 }  // namespace fr::analyzer

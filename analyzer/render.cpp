@@ -3,6 +3,8 @@
 // files and remarks on files that were read. Works from the JSON alone, so the coordinator's
 // report.txt and the CLI print the same.
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -84,9 +86,22 @@ std::string stalled_state(const json& e, uint64_t seq) {
   return st.rfind("not_entered", 0) == 0 ? "not called" : st;
 }
 
+// A slow finding's rows: how often each rank was late, ranks with the same share merged.
+void slow_table(std::ostringstream& out, const json& ev, const Style& st) {
+  std::map<int, std::vector<int>, std::greater<int>> by_pct;
+  for (const auto& e : ev)
+    if (e.is_object() && e.contains("rank") && e["rank"].is_number_integer())
+      by_pct[int(std::lround(100 * e.value("late_share", 0.0)))].push_back(e["rank"].get<int>());
+  out << "  " << st.dim() << "late at (share of the collectives):" << st.reset();
+  for (const auto& [pct, ranks] : by_pct)
+    out << (ranks.size() > 1 ? " ranks " : " rank ") << rank_list_text(ranks) << " " << pct << "%;";
+  out << "\n";
+}
+
 void table(std::ostringstream& out, const Finding& item, const Style& st) {
   const json& ev = evidence_of(item);
   if (ev.empty() || !item.comm) return;
+  if (item.kind == VerdictKind::kSlow) return slow_table(out, ev, st);
   // Rows that read the same are merged: the culprits stand out in a few lines even at 4,096 ranks.
   const GlobalOf global = global_ranks(item);
   const uint64_t seq = item.seq;

@@ -7,7 +7,7 @@
 // other (a rank waits for the transfer, or the transfer's remote waits in the collective), the
 // tier decides first. node_lost and rank_dead override every stall, except that a dead process
 // a NIXL verdict already names stays that verdict's culprit (overrides.cpp); no_hang is the
-// verdict when nothing waits; skew and inconsistent are only ever findings.
+// verdict when nothing waits; skew, slow and inconsistent are only ever findings.
 //
 // Adding a kind: one line here, then where the analysis decides it (a matching pass or
 // overrides.cpp) and, if it needs its own words, the text and page views (render.cpp, html.cpp).
@@ -30,6 +30,9 @@
   X(kIncomplete, "incomplete", "the members that would decide it have no dump")                    \
   X(kNoHang, "no_hang", "nothing is left waiting")                                                 \
   X(kSkew, "skew", "a straggler: some ranks arrive much later than the rest (finding only)")       \
+  X(kSlow, "slow",                                                                                 \
+    "fail-slow: one rank consistently keeps the others waiting, with its cause and cost (finding " \
+    "only)")                                                                                       \
   X(kInconsistent, "inconsistent",                                                                 \
     "dumps that differ where it cannot hang a job: an output unlike its input, mixed recorder "    \
     "versions (finding only)")
@@ -84,7 +87,7 @@ inline bool verdict_from_name(std::string_view name, VerdictKind* out) {
 
 // Whether kind `k` is only ever a finding, never a verdict.
 inline bool finding_only(VerdictKind k) {
-  return k == VerdictKind::kSkew || k == VerdictKind::kInconsistent;
+  return k == VerdictKind::kSkew || k == VerdictKind::kSlow || k == VerdictKind::kInconsistent;
 }
 
 // Whether `name` (a JSON `kind`) is kind `k`.

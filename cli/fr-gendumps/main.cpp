@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--tp", spec.tp, "tensor-parallel group size (1: none)")
       ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--fault", faults, "rank=R,step=S,kind=K[,comm=world|tp][,ms=M] (repeatable)")
+  app.add_option("--fault", faults,
+                 "rank=R,step=S,kind=K[,comm=world|tp][,ms=M][,factor=F] (repeatable)")
       ->allow_extra_args(false);
   app.add_option("--omit", spec.omit_ranks, "ranks whose dump is left out (repeatable)")
       ->allow_extra_args(false);

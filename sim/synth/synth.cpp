@@ -94,7 +94,7 @@ struct Job {
                  static_cast<uint64_t>(pos) * kOpNs +
                  mix(static_cast<uint64_t>(r) * 1000003u + static_cast<uint64_t>(k)) % 50'000;
     for (const auto& f : faults) {
-      if (f.kind != "slow" || k < f.step) continue;
+      if ((f.kind != "slow" && f.kind != "gpu-slow") || k < f.step) continue;
       t += static_cast<uint64_t>(f.ms) * 1'000'000ull * static_cast<uint64_t>(k - f.step);
       if (f.rank == r) t += static_cast<uint64_t>(f.ms) * 1'000'000ull;
     }
@@ -498,8 +498,10 @@ Job make_job(const Spec& spec) {
     if (f.kind == "p2p-skip" && f.step % 2 == 0) f.step = f.step > 0 ? f.step - 1 : 1;
     if (f.kind == "mismatch-root") f.comm = "world";
     f.rank = std::clamp(f.rank, 0, job.n - 1);
+    // gpu-slow: its host waits for its GPU's (factor - 1) x kGpuWorkNs more per step (synth.h).
+    if (f.kind == "gpu-slow") f.ms = static_cast<int>((f.factor - 1) * kGpuWorkNs / 1'000'000);
     job.faults.push_back(f);
-    if (f.kind != "healthy" && f.kind != "slow")
+    if (f.kind != "healthy" && f.kind != "slow" && f.kind != "gpu-slow")
       job.first_fault = std::min(job.first_fault, f.step);
   }
   if (job.first_fault == INT32_MAX) job.first_fault = job.steps;
@@ -519,8 +521,9 @@ std::vector<std::vector<LateOp>> run_job(const Job& job) {
 
 bool parse_fault(const std::string& spec, Fault* out, std::string* error) {
   static const char* const kinds[] = {
-      "healthy",        "hang-host",   "skip",          "crash",    "gpu-stall", "mismatch-count",
-      "mismatch-dtype", "mismatch-op", "mismatch-root", "p2p-skip", "slow",      "node-lost"};
+      "healthy",        "hang-host",      "skip",        "crash",         "gpu-stall",
+      "mismatch-count", "mismatch-dtype", "mismatch-op", "mismatch-root", "p2p-skip",
+      "slow",           "node-lost",      "gpu-slow"};
   Fault f;
   bool have_kind = false;
   std::stringstream ss(spec);
@@ -545,8 +548,11 @@ bool parse_fault(const std::string& spec, Fault* out, std::string* error) {
         f.comm = v;
       } else if (k == "ms") {
         f.ms = std::stoi(v);
+      } else if (k == "factor") {
+        f.factor = std::stod(v);
+        if (!(f.factor > 1 && f.factor <= 1000)) throw std::invalid_argument(v);
       } else {
-        *error = "unknown fault field '" + k + "' (rank, step, kind, comm, ms)";
+        *error = "unknown fault field '" + k + "' (rank, step, kind, comm, ms, factor)";
         return false;
       }
     } catch (const std::exception&) {
@@ -659,6 +665,7 @@ bool write_dump_set(const Spec& spec, const std::string& dir, std::string* error
     return node;
   };
   if (spec.dir_per_host) {
+    if (!write_gpu_health(spec, job.n, set_dir, error)) return false;
     // Each host's set names its own processes and node; every one expects the whole job.
     for (int h = 0; h < hosts; ++h) {
       std::vector<fr::log::SnapshotProcess> listed;
@@ -670,6 +677,7 @@ bool write_dump_set(const Spec& spec, const std::string& dir, std::string* error
     }
     return true;
   }
+  if (!write_gpu_health(spec, job.n, set_dir, error)) return false;
   std::vector<fr::log::SnapshotProcess> listed;
   for (int r = 0; r < job.n; ++r)
     if (ok[r]) listed.push_back(procs[r]);

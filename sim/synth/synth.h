@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,17 +16,23 @@
 namespace fr::analyzer::synth {
 
 // Fault kinds, as fr-simjob names them: healthy, hang-host, skip, crash, gpu-stall,
-// mismatch-count, mismatch-dtype, mismatch-op, mismatch-root, p2p-skip, slow; plus node-lost
-// (every rank on the host of `rank` crashes at `step` and its dumps are missing).
+// mismatch-count, mismatch-dtype, mismatch-op, mismatch-root, p2p-skip, slow, gpu-slow; plus
+// node-lost (every rank on the host of `rank` crashes at `step` and its dumps are missing).
 struct Fault {
   std::string kind = "healthy";
   int rank = 0;
   int step = -1;               // -1: the last step
   std::string comm = "world";  // world | tp
   int ms = 50;                 // slow: added per step
+  double factor = 4;           // gpu-slow: how many times slower its GPU works
 };
 
-// Parses fr-simjob's syntax "rank=R,step=S,kind=K[,comm=world|tp][,ms=M]"; "kind" alone (e.g.
+// gpu-slow: each rank's GPU works kGpuWorkNs per step that its host waits for at the step's end;
+// a GPU `factor` times slower makes its host (factor - 1) x that late, and the dump set gets each
+// host's GPU health (<node>.gpu.json) with that GPU throttled (HW thermal slowdown).
+inline constexpr double kGpuWorkNs = 2'000'000;
+
+// Parses fr-simjob's syntax "rank=R,step=S,kind=K[,comm=world|tp][,ms=M][,factor=F]"; "kind" alone (e.g.
 // "hang-host") is accepted too, with rank 0 and the last step.
 bool parse_fault(const std::string& spec, Fault* out, std::string* error);
 
@@ -59,5 +66,10 @@ std::vector<fr::log::LogFile> make_logs(const Spec& spec);
 // with Spec::dir_per_host, one such set per host under `dir`. Streams rank by rank, so large sets
 // never sit in memory whole.
 bool write_dump_set(const Spec& spec, const std::string& dir, std::string* error);
+
+// With a gpu-slow fault, each host's GPU health beside its dumps (gpus.cpp): one GPU per rank,
+// running that rank's pid, the slow ones throttled; nothing without one. set_dir(h): host h's set.
+bool write_gpu_health(const Spec& spec, int ranks, const std::function<std::string(int)>& set_dir,
+                      std::string* error);
 
 }  // namespace fr::analyzer::synth

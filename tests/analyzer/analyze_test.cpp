@@ -160,15 +160,18 @@ TEST_CASE("skip: the skipping rank is named, as not_entered or mismatch", "[anal
   }
 }
 
-TEST_CASE("slow rank: no hang, a skew finding names it", "[analyzer]") {
+TEST_CASE("slow rank: no hang, a skew finding and a slow finding name it", "[analyzer]") {
   for (int rank : {0, 4, 7}) {
     TempDir t;
     json doc = run(spec_with("kind=slow,ms=40,step=2,rank=" + std::to_string(rank)), t);
     INFO(doc.dump());
     CHECK(doc["verdict"]["kind"] == "no_hang");
-    REQUIRE(doc["findings"].size() == 1);
+    REQUIRE(doc["findings"].size() == 2);
     CHECK(doc["findings"][0]["kind"] == "skew");
     CHECK(culprits(doc["findings"][0]) == std::vector<int>{rank});
+    CHECK(doc["findings"][1]["kind"] == "slow");
+    CHECK(doc["findings"][1]["slow"]["cause"] == "host");
+    CHECK(culprits(doc["findings"][1]) == std::vector<int>{rank});
     CHECK(doc["skew"][0]["rank"] == rank);
     CHECK(doc["skew"][0]["mean_late_ns"].get<int64_t>() > 30'000'000);
   }

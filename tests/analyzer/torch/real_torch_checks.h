@@ -14,9 +14,9 @@ namespace fr_real_torch {
 
 using nlohmann::json;
 
-inline const char* const kFaults[] = {"hang",      "skip",  "size",     "op",       "group",
-                                      "kill",      "p2p",   "p2p_pair", "p2p_skip", "empty",
-                                      "unreached", "stale", "raised",   "root",     "subgroups"};
+inline const char* const kFaults[] = {
+    "hang",     "skip",  "size",      "op",    "group",  "kill", "p2p",       "p2p_pair",
+    "p2p_skip", "empty", "unreached", "stale", "raised", "root", "subgroups", "slow"};
 
 inline std::set<int> culprits(const json& doc) {
   std::set<int> s;
@@ -208,6 +208,20 @@ inline void check_fault(const std::string& fault, const json& doc) {
     CHECK(culprits(doc) == std::set<int>{3});
     CHECK(doc["ranks"]["missing"] == json::array({3}));
     CHECK(v["summary"].get<std::string>().find("no dump") != std::string::npos);
+  } else if (fault == "slow") {
+    // Nothing hangs; rank 3 slept 40 ms before each all_reduce from the fifth on: the slow
+    // finding names its host, from torch's time_created_ns as from fr's own call times.
+    CHECK(v["kind"] == "no_hang");
+    const json* slow = nullptr;
+    for (const auto& f : doc["findings"])
+      if (f["kind"] == "slow") slow = &f;
+    REQUIRE(slow != nullptr);
+    CHECK((*slow)["culprit_ranks"] == json::array({3}));
+    CHECK((*slow)["slow"]["cause"] == "host");
+    CHECK((*slow)["slow"]["value_ns"].get<int64_t>() > 30'000'000);
+    CHECK((*slow)["slow"]["factor"].get<double>() > 1.5);
+    CHECK((*slow)["comm"]["name"] == "default_pg");
+    CHECK(has(v, "summary", "slow host: rank 3 arrives last"));
   } else {
     check_inferred(fault, doc);
   }

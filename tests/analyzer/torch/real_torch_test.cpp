@@ -137,3 +137,9 @@ TEST_CASE(
   TempDir dir;
   fr_real_torch::check_forms("subgroups", run_job(dir, "subgroups"));
 }
+
+TEST_CASE("real torch: a rank that sleeps before every collective is named slow, on its host",
+          "[real_torch]") {
+  TempDir dir;
+  fr_real_torch::check_forms("slow", run_job(dir, "slow"));
+}

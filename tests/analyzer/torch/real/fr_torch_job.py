@@ -8,7 +8,7 @@ and has every rank that can dump write its Flight Recorder dump in the three for
 
 Usage: fr_torch_job.py OUT FAULT...   (FAULT: hang skip size op group kill p2p p2p_pair
                                               p2p_skip empty unreached stale raised root
-                                              subgroups)
+                                              subgroups slow)
 Exit 0 when every job wrote its dumps, 77 when torch (with gloo) cannot be imported, else 1.
 
 Every job does ten all_reduces that finish, then the fault at collective #11 on rank 3:
@@ -38,6 +38,8 @@ Every job does ten all_reduces that finish, then the fault at collective #11 on 
   subgroups groups grp_a [0, 1, 2], grp_b [2, 3], grp_c [0, 2, 3] each finish two all_reduces;
          then rank 1 stays on the host while 0 and 2 wait in grp_a's all_reduce #3, and 3 waits
          in grp_c's #3, which 0 and 2 (held in grp_a) never reach
+  slow   no hang: 30 all_reduces (instead of ten), and from the fifth on rank 3 sleeps
+         SLOW_S before each, as a straggler's host would; every rank dumps after the last
 
 Collectives after the fault are issued with async_op=True, so a rank dumps while its work is
 still pending, as a hung job's ranks would. The faults are chosen so that gloo never receives
@@ -65,6 +67,8 @@ LIMIT_S = 60
 SETTLE_S = 1.0
 # The group timeout of the job whose collective raises (gloo raises once it passes).
 TIMEOUT_S = {"raised": 3}
+# The slow job: its collectives, and the straggler's sleep before each from SLOW_FROM on.
+SLOW_COLLECTIVES, SLOW_FROM, SLOW_S = 30, 4, 0.04
 
 
 def wait_for(paths, limit_s):
@@ -119,6 +123,8 @@ def fault_ops(fault, rank, dist, torch, t, sub):
         return [dist.all_reduce(t, group=sub, async_op=True)] if rank in (1, 2, 4) else []
     if fault == "root":
         return [dist.broadcast(t, src=culprit if rank == culprit else 0, async_op=True)]
+    if fault == "slow":
+        return []  # nothing pending: the job ran to its end, slowly
     if fault == "raised":
         if rank == culprit:
             return []
@@ -167,7 +173,9 @@ def rank_main(fault, rank, world, store, out):
         open(os.path.join(out, f"done_{rank}"), "w").close()
 
     t = torch.ones(8)
-    for i in range(0 if fault == "empty" else 10):
+    for i in range(0 if fault == "empty" else SLOW_COLLECTIVES if fault == "slow" else 10):
+        if fault == "slow" and rank == culprit and i >= SLOW_FROM:
+            time.sleep(SLOW_S)
         dist.all_reduce(t)
         if fault == "stale" and rank == culprit and i == 3:
             time.sleep(SETTLE_S)
