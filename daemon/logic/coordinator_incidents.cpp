@@ -282,7 +282,7 @@ void CoordinatorState::close_if_cleared(Incident& inc, Actions* a) {
   for (const auto& [_, n] : nodes_) {
     any_lost |= n.lost;
     if (n.lost) continue;
-    if (n.alive) any_alive = true;
+    if (n.alive || n.unrecorded) any_alive = true;
     if (!n.dead_since.empty()) any_dead = true;
     if (n.max_age_ns > 0 && n.max_age_ns >= n.max_age_threshold_ns) any_stall = true;
     if (n.name == inc.trigger_node)
@@ -300,6 +300,10 @@ void CoordinatorState::close_if_cleared(Incident& inc, Actions* a) {
   if (!any_alive) {
     inc.state = IncidentState::kClosed;
     a->log.push_back("frd coordinator: " + inc.id + " closed: the job has no live rank left");
+  } else if (inc.unrecorded && unrecorded_stall().empty() && process_counts().torch > 0) {
+    inc.state = IncidentState::kClosedTransient;
+    a->log.push_back("frd coordinator: " + inc.id +
+                     " closed as transient: torch's process groups move again");
   } else if (inc.kind == IncidentKind::kStall && trigger_progressed && !any_stall && !any_dead) {
     inc.state = IncidentState::kClosedTransient;
     a->log.push_back("frd coordinator: " + inc.id +
@@ -339,6 +343,11 @@ void CoordinatorState::detect(const std::vector<const Node*>& newly_lost, int64_
              std::to_string(int(secs(now_mono - n->last_heartbeat_mono))) + " s with " +
              std::to_string(n->alive) + " live rank(s)",
          now_mono, a, nullptr);
+    return;
+  }
+  if (std::string why = unrecorded_stall(); !why.empty()) {
+    open(IncidentKind::kStall, why, now_mono, a, nullptr);
+    incidents_.back().unrecorded = true;
     return;
   }
   if (dead_nodes_ == 0 && over_threshold_nodes_ == 0) return;

@@ -67,6 +67,18 @@ void CoordinatorState::node_json(const Node& n, int64_t now_mono, bool summary,
                        {"records", p.records},
                        {"comms", comms}});
     }
+  // Processes under fr-run without a flight log (daemon/base/proc_file.h).
+  nlohmann::json unrecorded = nlohmann::json::array();
+  if (!summary)
+    for (const auto& u : n.last.unrecorded) {
+      nlohmann::json e = {{"rank", u.rank}, {"world_size", u.world_size}, {"pid", u.pid},
+                          {"torch", u.torch}};
+      if (u.torch) {
+        e["torch_seq"] = u.torch_seq;
+        e["torch_idle_s"] = secs(u.torch_idle_ns);
+      }
+      unrecorded.push_back(std::move(e));
+    }
   nlohmann::json j = {{"name", n.name},
                       {"host", n.host},
                       {"connected", n.connected},
@@ -79,6 +91,7 @@ void CoordinatorState::node_json(const Node& n, int64_t now_mono, bool summary,
                       {"alive", n.alive},
                       {"trimmed", n.trimmed},
                       {"gpu_alerts", n.last.gpu_alerts},
+                      {"unrecorded", unrecorded},
                       {"processes", procs}};
   *out += j.dump();
 }
@@ -129,8 +142,15 @@ std::string CoordinatorState::status_text(int64_t now_mono, const StatusQuery& q
                     {"culprit_ranks", i.culprits},
                     {"error", i.error}});
   }
+  const ProcessCounts pc = process_counts();
   nlohmann::json head = {
       {"schema", "frd-status/1"},
+      {"processes",
+       {{"total", pc.total},
+        {"recording", pc.recording},
+        {"torch", pc.torch},
+        {"nodes", pc.nodes},
+        {"summary", pc.summary()}}},
       {"coordinator_id", coordinator_id_},
       {"job_id", job_dir_name()},
       {"ranks",
