@@ -38,10 +38,20 @@ std::vector<UnrecordedProcess> scan_registrations(const std::string& log_dir,
                                                   const std::string& job_filter,
                                                   const std::vector<ProcessReport>& processes,
                                                   int64_t now_real_ns) {
-  std::vector<UnrecordedProcess> out;
   std::set<int> logged;
   for (const auto& p : processes)
     if (p.alive) logged.insert(p.pid);
+  std::vector<UnrecordedProcess> out;
+  for (auto& u : list_registrations(log_dir, owners, job_filter, now_real_ns))
+    if (!logged.count(u.pid)) out.push_back(std::move(u));
+  return out;
+}
+
+std::vector<UnrecordedProcess> list_registrations(const std::string& log_dir,
+                                                  const fr::log::LogOwners& owners,
+                                                  const std::string& job_filter,
+                                                  int64_t now_real_ns) {
+  std::vector<UnrecordedProcess> out;
   DIR* d = ::opendir(log_dir.c_str());
   if (!d) return out;
   std::vector<std::string> names;
@@ -58,7 +68,7 @@ std::vector<UnrecordedProcess> scan_registrations(const std::string& log_dir,
     if (!fr::log::read_all(f.fd.get(), kMaxRegistrationBytes, &text, &err, name) ||
         !parse_proc_file(text, &reg, &err) || reg.pid != proc_file_pid(name))
       continue;
-    if (logged.count(reg.pid) || process_start_ticks(reg.pid) != reg.start_ticks) continue;
+    if (process_start_ticks(reg.pid) != reg.start_ticks) continue;
     if (!job_filter.empty() && reg.job_id != job_filter) continue;
     UnrecordedProcess u;
     u.pid = reg.pid;

@@ -30,6 +30,12 @@ std::vector<UnrecordedProcess> scan_registrations(const std::string& log_dir,
                                                   const std::vector<ProcessReport>& processes,
                                                   int64_t now_real_ns);
 
+// Every running process fr-run registered in `log_dir`, flight log or not.
+std::vector<UnrecordedProcess> list_registrations(const std::string& log_dir,
+                                                  const fr::log::LogOwners& owners,
+                                                  const std::string& job_filter,
+                                                  int64_t now_real_ns);
+
 struct ScanResult {
   std::vector<ProcessReport> processes;
   std::vector<UnrecordedProcess> unrecorded;
