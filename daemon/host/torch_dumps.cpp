@@ -42,8 +42,8 @@ TorchAsked ask_torch_dumps(const std::string& log_dir, const fr::log::LogOwners&
 }
 
 std::string torch_dump_name(const std::string& node, const UnrecordedProcess& u) {
-  return node + "-torch-rank" + (u.rank >= 0 ? std::to_string(u.rank) : std::string("x")) +
-         "-pid" + std::to_string(u.pid);
+  return node + "-rank" + (u.rank >= 0 ? std::to_string(u.rank) : std::string("x")) + "-pid" +
+         std::to_string(u.pid) + kTorchDumpFileSuffix;
 }
 
 TorchGathered gather_torch_dumps(const std::string& log_dir, const TorchAsked& asked,
