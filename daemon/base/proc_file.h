@@ -24,7 +24,7 @@ inline constexpr const char* kProcFilePrefix = "fr-proc.";
 inline constexpr const char* kTorchProgressSuffix = ".torch";
 inline constexpr const char* kTorchRequestSuffix = ".dump-request";
 inline constexpr const char* kTorchDumpSuffix = ".fr-dump";
-// A torch recorder dump in a dump set: <node>-rank<R>-pid<P>.torchfr (torch's own pickle).
+// A torch recorder dump in a dump set: <node>-pid<P>-rank<R>.torchfr (torch's own pickle).
 inline constexpr const char* kTorchDumpFileSuffix = ".torchfr";
 
 struct ProcFile {

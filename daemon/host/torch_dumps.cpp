@@ -42,8 +42,10 @@ TorchAsked ask_torch_dumps(const std::string& log_dir, const fr::log::LogOwners&
 }
 
 std::string torch_dump_name(const std::string& node, const UnrecordedProcess& u) {
-  return node + "-rank" + (u.rank >= 0 ? std::to_string(u.rank) : std::string("x")) + "-pid" +
-         std::to_string(u.pid) + kTorchDumpFileSuffix;
+  // The rank last: torch's gloo dump does not say its rank, and the reader takes a dump's
+  // trailing digits for it, as torch names its own files.
+  return node + "-pid" + std::to_string(u.pid) + "-rank" +
+         (u.rank >= 0 ? std::to_string(u.rank) : std::string("x")) + kTorchDumpFileSuffix;
 }
 
 TorchGathered gather_torch_dumps(const std::string& log_dir, const TorchAsked& asked,

@@ -1,7 +1,7 @@
 // torch's own Flight Recorder in a node's dump: every process fr-run registered whose hook reports
 // torch (daemon/base/proc_file.h, cli/fr-run/sitecustomize.py) is asked at once to dump, before the
 // flight logs and stacks are taken, so that every rank dumps at about the same moment; the dumps
-// are then gathered into the dump, each as <node>-rank<R>-pid<P>.torchfr (torch's pickle, which
+// are then gathered into the dump, each as <node>-pid<P>-rank<R>.torchfr (torch's pickle, which
 // fr-analyze reads and merges with the flight log of the same rank). A process whose hook does
 // not answer within the budget (its GIL held by a thread stuck in C, say) is named, not waited for.
 #pragma once

@@ -85,9 +85,10 @@ bool NodeDaemon::take_dump(const Key& k, std::string* error) {
     if (!logged.count(u.pid))
       unrecorded.push_back({u.pid, u.rank, torch_dump_name(opts_.node_name, u), true,
                             proc_file_path(opts_.log_dir, u.pid)});
-  // Each hook looks twice a second: most dumps are in within a second of the asking.
+  // Each hook looks twice a second, and torch's dump takes a moment on a busy host: the stacks
+  // budget, but 10 s at least (a hook that cannot answer, its GIL held, costs that once).
   TorchGathered g = gather_torch_dumps(opts_.log_dir, torch, opts_.node_name, dir,
-                                       opts_.stacks.budget_ns);
+                                       std::max<int64_t>(opts_.stacks.budget_ns, 10'000'000'000));
   for (const auto& n : g.notes) log("no torch dump for " + n);
   if (!torch.asked.empty())
     log("torch's recorder dumped by " + std::to_string(g.files.size()) + " of " +
