@@ -31,9 +31,10 @@ bool merge_views(Proc* kept, Proc* other, std::vector<Skip>* warnings) {
   if (kept->host.empty()) kept->host = other->host;
   if (kept->pid == 0) kept->pid = other->pid;
   if (other->source_kind != "stacks")
-    warnings->push_back({other->file, "rank " + std::to_string(kept->rank) + ": " +
-                                          (other->source_kind == "torch" ? "torch's dump" : "fr's flight log") +
-                                          " read beside " + kept->file + ", which is matched (it holds more)"});
+    warnings->push_back(
+        {other->file, "rank " + std::to_string(kept->rank) + ": " +
+                          (other->source_kind == "torch" ? "torch's dump" : "fr's flight log") +
+                          " read beside " + kept->file + ", which is matched (it holds more)"});
   return true;
 }
 

@@ -125,10 +125,10 @@ struct UnrecordedProcess {
   int rank = -1;
   int world_size = -1;
   std::string job_id;
-  std::string file;          // its registration's file name in the log directory
-  bool torch = false;        // the hook reports torch's progress from it
-  uint64_t torch_seq = 0;    // its process groups' collective sequence numbers, summed
-  int64_t torch_idle_ns = 0; // since torch_seq last moved
+  std::string file;           // its registration's file name in the log directory
+  bool torch = false;         // the hook reports torch's progress from it
+  uint64_t torch_seq = 0;     // its process groups' collective sequence numbers, summed
+  int64_t torch_idle_ns = 0;  // since torch_seq last moved
 
   static constexpr size_t kMaxPerNode = 1024;
 };

@@ -39,8 +39,7 @@ bool parse_u64(const std::string& s, uint64_t* out) {
 
 // The first of `names` that is set to a number in [lo, hi], else -1.
 int first_number(const std::function<std::string(const char*)>& get,
-                 std::initializer_list<const char*> names,
-                 long long lo, long long hi) {
+                 std::initializer_list<const char*> names, long long lo, long long hi) {
   for (const char* n : names) {
     long long v = 0;
     if (parse_int(get(n), lo, hi, &v)) return int(v);
@@ -137,8 +136,8 @@ uint64_t process_start_ticks(int pid) {
 
 ProcFile proc_file_from_env(const std::function<std::string(const char*)>& get) {
   ProcFile p;
-  p.rank = first_number(get, {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}, 0,
-                        1 << 24);
+  p.rank =
+      first_number(get, {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}, 0, 1 << 24);
   p.world_size = first_number(
       get, {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}, 1, 1 << 24);
   for (const char* n : {"FR_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"}) {

@@ -57,7 +57,8 @@ size_t report_bytes(const NodeReport& r) {
     b += p.xfers.capacity() * sizeof(XferProgress);
     for (const auto& x : p.xfers) b += x.local_agent.size() + x.remote_agent.size() + 2;
   }
-  for (const auto& u : r.unrecorded) b += sizeof(UnrecordedProcess) + u.job_id.size() + u.file.size();
+  for (const auto& u : r.unrecorded)
+    b += sizeof(UnrecordedProcess) + u.job_id.size() + u.file.size();
   for (const auto& u : r.unreadable) b += sizeof(std::string) + u.size();
   for (const auto& a : r.gpu_alerts) b += sizeof(std::string) + a.size();
   return b;

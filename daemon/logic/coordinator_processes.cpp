@@ -33,8 +33,7 @@ std::string ProcessCounts::summary() const {
   else
     s += std::to_string(recording) + " record NCCL or NIXL calls, " +
          std::to_string(total - recording) + " have not called either yet";
-  if (torch > 0)
-    s += "; torch's recorder watched in " + plural(torch, "process", "processes");
+  if (torch > 0) s += "; torch's recorder watched in " + plural(torch, "process", "processes");
   return s;
 }
 
@@ -80,8 +79,8 @@ std::string CoordinatorState::unrecorded_stall() const {
   }
   if (least_idle < 0 || least_idle < unrecorded_threshold_ns()) return "";
   return "no progress in torch's process groups for " + std::to_string(int(secs(least_idle))) +
-         " s (--stall-after " + std::to_string(int(secs(unrecorded_threshold_ns()))) + " s): " +
-         c.summary();
+         " s (--stall-after " + std::to_string(int(secs(unrecorded_threshold_ns()))) +
+         " s): " + c.summary();
 }
 
 }  // namespace fr::daemon

@@ -71,8 +71,8 @@ void CoordinatorState::node_json(const Node& n, int64_t now_mono, bool summary,
   nlohmann::json unrecorded = nlohmann::json::array();
   if (!summary)
     for (const auto& u : n.last.unrecorded) {
-      nlohmann::json e = {{"rank", u.rank}, {"world_size", u.world_size}, {"pid", u.pid},
-                          {"torch", u.torch}};
+      nlohmann::json e = {
+          {"rank", u.rank}, {"world_size", u.world_size}, {"pid", u.pid}, {"torch", u.torch}};
       if (u.torch) {
         e["torch_seq"] = u.torch_seq;
         e["torch_idle_s"] = secs(u.torch_idle_ns);

@@ -163,7 +163,8 @@ void from_proto(const fr::v1::Heartbeat& in, NodeReport* r) {
   }
   printable_list(in.unreadable(), 64, 256, &r->unreadable);
   printable_list(in.gpu_alerts(), 64, 256, &r->gpu_alerts);
-  r->unrecorded.resize(std::min<size_t>(size_t(in.unrecorded_size()), UnrecordedProcess::kMaxPerNode));
+  r->unrecorded.resize(
+      std::min<size_t>(size_t(in.unrecorded_size()), UnrecordedProcess::kMaxPerNode));
   for (size_t i = 0; i < r->unrecorded.size(); ++i) {
     const auto& q = in.unrecorded(int(i));
     UnrecordedProcess& u = r->unrecorded[i];

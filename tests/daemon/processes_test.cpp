@@ -140,8 +140,9 @@ TEST_CASE("status counts processes under fr-run whether they record or not", "[d
   REQUIRE(s0);
   auto none = st.status(0);
   CHECK(none["processes"]["total"] == 0);
-  st.heartbeat(s0, unrecorded_report({unrecorded(0, false, 0), unrecorded(1, false, 0),
-                                      unrecorded(2, false, 0), unrecorded(3, false, 0)}),
+  st.heartbeat(s0,
+               unrecorded_report({unrecorded(0, false, 0), unrecorded(1, false, 0),
+                                  unrecorded(2, false, 0), unrecorded(3, false, 0)}),
                0);
   auto js = st.status(kSec);
   CHECK(js["processes"]["total"] == 4);
@@ -162,8 +163,7 @@ TEST_CASE("status counts processes under fr-run whether they record or not", "[d
         "either yet");
 }
 
-TEST_CASE("a job that records nothing stalls when torch's process groups stop moving",
-          "[daemon]") {
+TEST_CASE("a job that records nothing stalls when torch's process groups stop moving", "[daemon]") {
   TempDir dir;
   CoordinatorState st(config(dir.path));  // --stall-after 2
   std::string err;
@@ -176,8 +176,7 @@ TEST_CASE("a job that records nothing stalls when torch's process groups stop mo
                kSec);
   CHECK(st.tick(kSec).dumps.empty());
   // Without torch's progress there is nothing to judge: counted, never called stalled.
-  st.heartbeat(s0, unrecorded_report({unrecorded(0, false, 0), unrecorded(1, false, 0)}),
-               2 * kSec);
+  st.heartbeat(s0, unrecorded_report({unrecorded(0, false, 0), unrecorded(1, false, 0)}), 2 * kSec);
   CHECK(st.tick(2 * kSec).dumps.empty());
   // Every process still for the threshold: an incident, every node asked to dump.
   st.heartbeat(s0,
@@ -192,8 +191,7 @@ TEST_CASE("a job that records nothing stalls when torch's process groups stop mo
   CHECK(st.incidents()[0].reason.find("torch") != std::string::npos);
 }
 
-TEST_CASE("a job that records is judged by its flight logs, not by torch's progress",
-          "[daemon]") {
+TEST_CASE("a job that records is judged by its flight logs, not by torch's progress", "[daemon]") {
   TempDir dir;
   CoordinatorState st(config(dir.path));
   std::string err;
