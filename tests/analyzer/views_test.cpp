@@ -89,18 +89,18 @@ TEST_CASE("stacks alone: no rank stands apart when the groups are even", "[analy
   CHECK(a["verdict"]["culprit_ranks"].empty());
 }
 
-TEST_CASE("torch's dump and the stacks of one rank make one rank, not a duplicate",
-          "[analyzer]") {
+TEST_CASE("torch's dump and the stacks of one rank make one rank, not a duplicate", "[analyzer]") {
   TempDir t;
   const std::string dir = t.sub("set");
   fs::create_directories(dir);
   // torch 2.15's own dumps of a 6-rank gloo job whose rank 3 stays on the host, named as frd
   // names the dumps it gathers; the stacks of rank 3 beside its dump, of rank 5 alone.
-  const std::string data = std::string(FR_SOURCE_DIR) + "/tests/analyzer/torch/data/torch-2.15-gloo/hang/file";
+  const std::string data =
+      std::string(FR_SOURCE_DIR) + "/tests/analyzer/torch/data/torch-2.15-gloo/hang/file";
   for (int r = 0; r < 6; ++r)
-    fs::copy_file(data + "/fr_rank_" + std::to_string(r),
-                  dir + "/n0-pid" + std::to_string(1000 + r) + "-rank" + std::to_string(r) +
-                      ".torchfr");
+    fs::copy_file(
+        data + "/fr_rank_" + std::to_string(r),
+        dir + "/n0-pid" + std::to_string(1000 + r) + "-rank" + std::to_string(r) + ".torchfr");
   write(dir + "/n0-pid1003-rank3.torchfr.stacks.json",
         fr::log::stacks_to_text(stacks(3, {"hang_in_python", "main"})));
   write(dir + "/n0-pid1005-rank5-gone.stacks.json",
