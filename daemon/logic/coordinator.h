@@ -139,6 +139,9 @@ struct Incident {
   // A stall of a job whose processes record nothing of fr's own, seen through torch's recorder
   // (coordinator_processes.cpp): transient once torch's process groups move again.
   bool unrecorded = false;
+  // What the nodes saw when it opened (ProcessCounts::summary): "4 processes under fr-run on 1
+  // node; none has called NCCL or NIXL yet".
+  std::string processes_seen;
 };
 
 // How many processes the nodes see (`processes` of frd-status/1): those under fr-run or with the

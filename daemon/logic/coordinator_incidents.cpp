@@ -52,6 +52,7 @@ void CoordinatorState::open(IncidentKind kind, const std::string& reason, int64_
   inc.opened_mono = now_mono;
   inc.opened_real = real_ns();
   inc.deadline_mono = now_mono + cfg_.dump_deadline_ns;
+  inc.processes_seen = process_counts().summary();
   if (trigger) {
     inc.trigger_node = trigger->name;
     inc.trigger_log = trigger->max_age_log;
@@ -64,9 +65,11 @@ void CoordinatorState::open(IncidentKind kind, const std::string& reason, int64_
     actions->dumps.push_back(
         {n.session, name, inc.id, inc.job_id, inc.reason, cfg_.dump_deadline_ns / 1'000'000});
   }
-  actions->log.push_back("frd coordinator: " + inc.id + " opened (" + incident_kind_name(kind) +
-                         "): " + inc.reason + "; asking " + std::to_string(inc.asked.size()) +
-                         " node(s) to dump");
+  actions->log.push_back(
+      "frd coordinator: " + inc.id + " opened (" + incident_kind_name(kind) + "): " + inc.reason +
+      "; asking " + std::to_string(inc.asked.size()) + " node(s) to dump" +
+      (inc.reason.find(inc.processes_seen) != std::string::npos ? ""
+                                                                : " (" + inc.processes_seen + ")"));
   incidents_.push_back(std::move(inc));
   persist(incidents_.back(), actions);
   check_collected(incidents_.back(), now_mono, actions);
@@ -88,6 +91,7 @@ nlohmann::json CoordinatorState::incident_json(const Incident& inc) const {
       {"kind", incident_kind_name(inc.kind)},
       {"state", incident_state_name(inc.state)},
       {"reason", inc.reason},
+      {"processes_seen", inc.processes_seen},
       {"opened_ns", inc.opened_real},
       {"coordinator_id", coordinator_id_},
       {"nodes_asked", asked},

@@ -132,6 +132,7 @@ std::string CoordinatorState::status_text(int64_t now_mono, const StatusQuery& q
                     {"kind", incident_kind_name(i.kind)},
                     {"state", incident_state_name(i.state)},
                     {"reason", i.reason},
+                    {"processes_seen", i.processes_seen},
                     {"dir", i.dir},
                     {"opened_ns", i.opened_real},
                     {"asked", i.asked.size()},

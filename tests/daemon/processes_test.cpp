@@ -189,6 +189,9 @@ TEST_CASE("a job that records nothing stalls when torch's process groups stop mo
   CHECK(st.incidents()[0].kind == IncidentKind::kStall);
   CHECK(st.incidents()[0].reason.find("none has called NCCL or NIXL") != std::string::npos);
   CHECK(st.incidents()[0].reason.find("torch") != std::string::npos);
+  CHECK(st.status(3 * kSec)["incidents"][0]["processes_seen"] ==
+        "4 processes under fr-run on 1 node; none has called NCCL or NIXL yet; torch's recorder "
+        "watched in 4 processes");
 }
 
 TEST_CASE("a job that records is judged by its flight logs, not by torch's progress", "[daemon]") {
