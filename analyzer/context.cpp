@@ -12,7 +12,9 @@
 #include <map>
 #include <set>
 
+#include "analyzer/html.h"
 #include "analyzer/model.h"
+#include "passes.h"
 
 namespace fr::analyzer {
 namespace {
@@ -215,6 +217,63 @@ void add_gpus(const Model& m, Analysis* a) {
     }
 }
 
+std::string base_name(const std::string& path) { return path.substr(path.rfind('/') + 1); }
+
+// "hang_in_python <- main (job.py:35)": the innermost frames of a group, for a summary.
+std::string frames_text(const json& frames) {
+  // A Python program is told by its Python frames where it has them.
+  bool python = false;
+  for (const auto& f : frames) python |= f.value("kind", std::string()) == "python";
+  std::string s;
+  int n = 0;
+  for (const auto& f : frames) {
+    if (n == 3) break;
+    if (python && f.value("kind", std::string()) != "python") continue;
+    const std::string fn = f.value("function", std::string());
+    if (fn.empty() || fn.rfind("0x", 0) == 0) continue;
+    if (n++) s += " <- ";
+    s += fn;
+    if (n == 1 && !f.value("file", std::string()).empty())
+      s += " (" + base_name(f.value("file", std::string())) + ":" +
+           std::to_string(f.value("line", 0)) + ")";
+  }
+  return s.empty() ? "unnamed frames" : s;
+}
+
+// Where no recorder shows the hang (nothing recorded an op: a job on gloo whose torch recorder did
+// not answer, one hung before its first collective), the stacks may: when the ranks' main threads
+// stand in one set of frames but for a smaller group elsewhere, the ranks apart are the verdict's
+// culprits (three ranks waiting in the same collective frame, the fourth in its own loop).
+void stack_outlier_verdict(const Model& m, Analysis* a) {
+  if (a->verdict.kind != VerdictKind::kIncomplete && a->verdict.kind != VerdictKind::kNoHang)
+    return;
+  for (const auto& p : m.procs)
+    if (!p.ops.empty()) return;
+  const json& groups = a->context.value("stack_groups", json::array());
+  if (groups.size() < 2 || groups[0]["ranks"].size() < 2 ||
+      groups[1]["ranks"].size() >= groups[0]["ranks"].size())
+    return;
+  Finding v;
+  v.kind = VerdictKind::kStackOutlier;
+  v.evidence = json::array();
+  std::string apart;
+  for (size_t i = 1; i < groups.size(); ++i) {
+    std::vector<int> ranks = groups[i]["ranks"].get<std::vector<int>>();
+    v.culprit_ranks.insert(v.culprit_ranks.end(), ranks.begin(), ranks.end());
+    apart += (apart.empty() ? "" : "; ") + ranks_word(ranks.size()) + rank_list_text(ranks) +
+             " in " + frames_text(groups[i]["frames"]);
+  }
+  std::sort(v.culprit_ranks.begin(), v.culprit_ranks.end());
+  const std::vector<int> most = groups[0]["ranks"].get<std::vector<int>>();
+  v.blocked_ranks = most;
+  v.summary = "no recorder shows where the job waits; by the stacks, " + ranks_word(most.size()) +
+              rank_list_text(most) + " stand in the same frames (" +
+              frames_text(groups[0]["frames"]) + "), " + apart;
+  for (int r : v.culprit_ranks) v.evidence.push_back({{"rank", r}, {"culprit", true}});
+  for (int r : most) v.evidence.push_back({{"rank", r}, {"culprit", false}});
+  a->verdict = std::move(v);
+}
+
 }  // namespace
 
 json main_stack(const Proc& p) {
@@ -223,9 +282,10 @@ json main_stack(const Proc& p) {
 }
 
 void add_context(const Model& m, Analysis* a) {
+  add_stack_groups(m, &a->context);
+  stack_outlier_verdict(m, a);
   add_stacks(m, a->verdict);
   for (auto& f : a->findings) add_stacks(m, f);
-  add_stack_groups(m, &a->context);
   add_gpus(m, a);
 }
 

@@ -52,6 +52,9 @@ struct Job {
   std::string rel;
   // The listing of `dir` showed no stacks file for `rel` (a file directly in it): none is opened.
   bool no_stacks = false;
+  // `rel` is a stacks file whose dump is not in the dump set (a process under fr-run that recorded
+  // nothing and whose torch recorder did not answer): its stacks alone stand for the process.
+  bool stacks_only = false;
 };
 
 // A PyTorch dump is read whole; the same bound as the torch reader's own. Its kind is told from
@@ -273,6 +276,20 @@ Listing list_dir(const std::string& dir, std::string* error, std::vector<Skip>* 
   return listing;
 }
 
+// A job per stacks file of `dir` whose dump file is not there (Job::stacks_only).
+void add_stacks_only(const std::string& dir, const Listing& listing, std::vector<Job>* jobs) {
+  const std::string suffix = fr::log::kStacksSuffix;
+  std::set<std::string> files(listing.files.begin(), listing.files.end());
+  for (const auto& side : listing.side_files) {
+    if (side.size() <= suffix.size() ||
+        side.compare(side.size() - suffix.size(), suffix.size(), suffix) != 0 ||
+        files.count(side.substr(0, side.size() - suffix.size())))
+      continue;
+    jobs->push_back(job_in(dir, side, {}, true));
+    jobs->back().stacks_only = true;
+  }
+}
+
 // Marks the jobs from `first` on whose stacks file the listing of their directory did not show.
 void mark_missing_stacks(const Listing& listing, std::vector<Job>* jobs, size_t first) {
   if (!listing.complete) return;
@@ -291,6 +308,7 @@ void add_listed(const std::string& dir, const Listing& listing, const std::strin
   for (auto& f : listing.files) jobs->push_back(job_in(dir, f, {}, true));
   if (!err.empty()) model->skipped.push_back({dir, "cannot list: " + err});
   mark_missing_stacks(listing, jobs, first);
+  add_stacks_only(dir, listing, jobs);
 }
 
 void add_listing(const std::string& dir, Model* model, std::vector<Job>* jobs) {
@@ -342,6 +360,7 @@ void add_manifest_dir(const std::string& dir, Model* model, std::vector<Job>* jo
     jobs->push_back(job_in(dir, f, {}, true));
   }
   mark_missing_stacks(listing, jobs, first);
+  add_stacks_only(dir, listing, jobs);
   for (auto& n : notes)
     if (!listed.count(fs::path(n.file).filename().string())) model->skipped.push_back(std::move(n));
 }
@@ -354,7 +373,28 @@ struct Loaded {
   bool windowed = false;       // records older than the window were left out
 };
 
+// A process known by its stacks alone (Job::stacks_only): its rank and pid, nothing recorded.
+Loaded load_stacks_only(const Job& job) {
+  Loaded out;
+  std::string text, err;
+  Proc p;
+  if (!read_side_file(job.dir, job.rel, job.path, &text, &err) ||
+      !fr::log::parse_stacks(text, &p.stacks, &err)) {
+    out.skips.push_back({job.path, "stacks not read: " + err});
+    return out;
+  }
+  p.file = job.path;
+  p.source_kind = "stacks";
+  p.rank = p.stacks.rank;
+  p.pid = p.stacks.pid;
+  p.alive = true;
+  p.has_stacks = true;
+  out.procs.push_back(std::move(p));
+  return out;
+}
+
 Loaded load_one(const Job& job, LoadMode mode) {
+  if (job.stacks_only) return load_stacks_only(job);
   Loaded out;
   // Opened here, at analysis time, whatever was checked before (a coordinator accepted the file
   // earlier; it may have been swapped for a FIFO since).
@@ -404,6 +444,8 @@ Loaded load_one(const Job& job, LoadMode mode) {
             out.procs.back().torch_op_ids.push_back(
                 {rec.raw.comm_id, rec.raw.seq, rec.raw.op_index});
       }
+      // frd takes the stacks of a process it asked torch to dump beside that dump.
+      if (!job.no_stacks) load_stacks(job.dir, job.rel, job.path, &out.procs, &out.warnings);
       return out;
     }
   }
@@ -540,6 +582,7 @@ void keep_one_per_rank(std::vector<Proc> procs, Model* model) {
       continue;
     }
     if (!model->procs.empty() && model->procs.back().rank == p.rank) {
+      if (merge_views(&model->procs.back(), &p, &model->warnings)) continue;
       model->skipped.push_back({p.file, "duplicate rank " + std::to_string(p.rank) +
                                             " (kept the newer " + model->procs.back().file + ")"});
       continue;

@@ -313,6 +313,9 @@ Analysis analyze_model(const Model& model, const Options& opts);
 
 // Joins the stacks and GPU health of the dump set into a finished analysis (context.cpp).
 void add_context(const Model& model, Analysis* analysis);
+// Makes `kept` and `other`, two views of one rank of different kinds ("fr", "torch", "stacks"),
+// one in `kept` (views.cpp); false when they are of one kind (a duplicate, left to the caller).
+bool merge_views(Proc* kept, Proc* other, std::vector<Skip>* warnings);
 // A process's main-thread stack (frames innermost first) from its stacks file; null when none.
 nlohmann::json main_stack(const Proc& p);
 // One line for a stack: "hang_forever ← run_step ← main (rank_main.cpp:340)".

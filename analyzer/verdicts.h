@@ -27,6 +27,8 @@
   X(kStuckInCollective, "stuck_in_collective", "all entered; some GPUs never started or finished") \
   X(kNixlDisconnected, "nixl_disconnected", "a NIXL transfer failed: its remote agent went away")  \
   X(kNixlStalled, "nixl_stalled", "a NIXL transfer is still in flight past the stall threshold")   \
+  X(kStackOutlier, "stack_outlier",                                                                \
+    "no recorder shows the hang; the stacks show some ranks apart from all the others")            \
   X(kIncomplete, "incomplete", "the members that would decide it have no dump")                    \
   X(kNoHang, "no_hang", "nothing is left waiting")                                                 \
   X(kSkew, "skew", "a straggler: some ranks arrive much later than the rest (finding only)")       \

@@ -95,7 +95,7 @@ void copy_name(char* dst, const std::string& s) {
 int rank_from_name(const std::string& name) {
   std::string base =
       name.substr(name.find_last_of('/') == std::string::npos ? 0 : name.find_last_of('/') + 1);
-  for (const char* ext : {".json", ".pkl", ".pickle"}) {
+  for (const char* ext : {".json", ".pkl", ".pickle", ".torchfr"}) {
     size_t n = std::strlen(ext);
     if (base.size() > n && base.compare(base.size() - n, n, ext) == 0) {
       base.resize(base.size() - n);

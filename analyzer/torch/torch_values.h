@@ -60,7 +60,8 @@ int64_t int_or(const nlohmann::json& obj, const char* key, int64_t dflt);
 std::string as_text(const nlohmann::json* v);  // str, bytes or an int's digits; else empty
 bool as_bool(const nlohmann::json* v, bool dflt);
 void copy_name(char* dst, const std::string& s);  // into a FR_NAME_LEN field, cut to fit
-// Trailing decimal digits of a file's base name (extension .json/.pkl/.pickle ignored), -1 if
+// Trailing decimal digits of a file's base name (extension .json/.pkl/.pickle/.torchfr, frd's name
+// for a dump it gathered, ignored), -1 if
 // there are none.
 int rank_from_name(const std::string& name);
 // "[0, 1, 2]", "[0..5]" or a list of ints.

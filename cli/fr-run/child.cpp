@@ -47,7 +47,8 @@ std::string find_program(const std::string& name, const Env& env, int* err) {
 
 }  // namespace
 
-int run_command(const std::vector<std::string>& argv, const Env& env, int death_signal) {
+int run_command(const std::vector<std::string>& argv, const Env& env, int death_signal,
+                const std::function<void(int pid)>& started_hook) {
   int err = 0;
   std::string program = find_program(argv[0], env, &err);
   if (program.empty()) {
@@ -79,6 +80,7 @@ int run_command(const std::vector<std::string>& argv, const Env& env, int death_
     return started.error == ENOENT ? 127 : 126;
   }
   const pid_t child = started.pid;
+  if (started_hook) started_hook(int(child));
 
   while (true) {
     siginfo_t info{};

@@ -6,6 +6,7 @@
 // group (Ctrl-C) already reached the command, so it is not sent twice.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,8 @@ namespace fr::run {
 // `death_signal` (0: none) is what the command gets when fr-run dies first, however it dies
 // (PR_SET_PDEATHSIG): a killed fr-run leaves no command running on the GPU. The kernel clears it
 // when the command is a set-user-id program.
-int run_command(const std::vector<std::string>& argv, const Env& env, int death_signal);
+// `started` (may be empty) runs in fr-run once the command's process exists, with its pid.
+int run_command(const std::vector<std::string>& argv, const Env& env, int death_signal,
+                const std::function<void(int pid)>& started = {});
 
 }  // namespace fr::run

@@ -15,8 +15,10 @@
 #include "child.h"
 #include "fr/version.h"
 #include "daemon/base/node_lock.h"
+#include "daemon/base/proc_file.h"
 #include "node_daemon.h"
 #include "options.h"
+#include "register.h"
 
 extern char** environ;
 
@@ -103,5 +105,13 @@ int main(int argc, char** argv) {
   if (o.verbose && agent_ok)
     std::fprintf(stderr, "fr-run: LD_PRELOAD=%s FR_LOG_DIR=%s%s%s\n", o.agent.c_str(),
                  o.log_dir.c_str(), o.job_id.empty() ? "" : " FR_JOB_ID=", o.job_id.c_str());
-  return run_command(o.command, child_env(o, env, agent_ok), o.parent_death_signal);
+  const std::string hook = exe_dir() + "/../share/fr/python";
+  if (!o.no_torch_hook && regular_file(hook + "/sitecustomize.py")) o.python_hook = hook;
+  const Env cenv = child_env(o, env, agent_ok);
+  // The command is registered in the log directory while it runs, so the node daemon counts it
+  // before it calls NCCL or NIXL (daemon/base/proc_file.h).
+  Registration reg(o.log_dir, cenv);
+  return run_command(o.command, cenv, o.parent_death_signal, [&](int pid) {
+    if (!reg.write(pid, &error) && o.verbose) std::fprintf(stderr, "fr-run: %s\n", error.c_str());
+  });
 }

@@ -85,6 +85,9 @@ struct Flags {
           "the node daemon started leaves after SEC without a live flight\n"
           "log or an fr-run on this node (default 60; 0: never)");
     app.add_flag("--no-daemon", o->no_daemon, "never start a node daemon");
+    app.add_flag("--no-torch-hook", o->no_torch_hook,
+                 "leave PYTHONPATH alone: torch's own recorder is then not dumped\n"
+                 "into incidents (docs/fr-run.md)");
     app.add_flag("--profiler-kernel-channels", o->kernel_channels,
                  "have NCCL report kernel channels to fr too (FR_PROFILER_KERNEL_CH=1);\n"
                  "off by default: NCCL then adds a proxy op per channel to every\n"
@@ -260,6 +263,19 @@ Env child_env(const Options& o, const Env& env, bool agent_ok) {
   out["FR_LOG_DIR"] = o.log_dir;
   if (!o.job_id.empty()) out["FR_JOB_ID"] = o.job_id;
   if (o.kernel_channels) out["FR_PROFILER_KERNEL_CH"] = "1";
+  if (!o.python_hook.empty()) {
+    // First, so it shadows any other sitecustomize (which it then runs itself), and once.
+    std::string old = get(env, "PYTHONPATH");
+    std::string path = o.python_hook;
+    size_t start = 0;
+    while (!old.empty() && start <= old.size()) {
+      size_t end = std::min(old.find(':', start), old.size());
+      std::string item = old.substr(start, end - start);
+      if (item != o.python_hook) path += ":" + item;  // an empty item (the current folder) stays
+      start = end + 1;
+    }
+    out["PYTHONPATH"] = path;
+  }
   return out;
 }
 

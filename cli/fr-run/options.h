@@ -34,6 +34,10 @@ struct Options {
   // KILL by default, 0 for none (`none`).
   int parent_death_signal = 9;
   bool no_daemon = false;
+  // The folder of fr-run's sitecustomize.py (torch's recorder on request, docs/fr-run.md), put
+  // first on the command's PYTHONPATH; empty: none (--no-torch-hook, or not installed).
+  std::string python_hook;
+  bool no_torch_hook = false;
   // Ask NCCL for kernel-channel events too (FR_PROFILER_KERNEL_CH=1 for the command): off by
   // default, since they change how NCCL runs every collective (docs/agent.md).
   bool kernel_channels = false;
@@ -60,7 +64,8 @@ std::string default_token_file(const Env& env, unsigned uid);
 
 // The command's environment: `env` with the agent prepended to LD_PRELOAD (once), the agent as
 // NCCL_PROFILER_PLUGIN unless the user named one, FR_LOG_DIR, FR_JOB_ID when given, and
-// FR_PROFILER_KERNEL_CH=1 with --profiler-kernel-channels. agent_ok false: the agent is missing, LD_PRELOAD stays as it was.
+// FR_PROFILER_KERNEL_CH=1 with --profiler-kernel-channels, the python hook's folder first on
+// PYTHONPATH (once) when there is one. agent_ok false: the agent is missing, LD_PRELOAD stays as it was.
 Env child_env(const Options& o, const Env& env, bool agent_ok);
 
 // `frd node ...` for this node.

@@ -7,8 +7,12 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <set>
+
+#include "daemon/base/proc_file.h"
 #include "daemon/host/nvml.h"
 #include "daemon/host/stacks.h"
+#include "daemon/host/torch_dumps.h"
 #include "common/files.h"
 #include "log/snapshot.h"
 
@@ -35,6 +39,8 @@ int SnapshotCommand::run() const {
   opts.log_dir = log_dir;
   opts.out_dir = out;
   opts.job_id = job;
+  // torch's own recorder of the processes fr-run started, asked first (daemon/host/torch_dumps.h).
+  const fr::daemon::TorchAsked torch = fr::daemon::ask_torch_dumps(log_dir, opts.owners, job);
   fr::log::SnapshotResult res = fr::log::snapshot_dir(opts);
   for (const auto& skip : res.skipped)
     std::fprintf(stderr, "frd snapshot: skipped %s: %s\n", skip.file.c_str(), skip.error.c_str());
@@ -42,8 +48,26 @@ int SnapshotCommand::run() const {
     std::fprintf(stderr, "frd snapshot: %s\n", res.error.c_str());
     return 1;
   }
+  const std::string node = res.processes.empty() || res.processes.front().host.empty()
+                               ? std::string("localhost")
+                               : res.processes.front().host;
+  fr::daemon::TorchGathered tg =
+      fr::daemon::gather_torch_dumps(log_dir, torch, node, out, 10'000'000'000);
+  for (const auto& n : tg.notes)
+    std::fprintf(stderr, "frd snapshot: no torch dump for %s\n", n.c_str());
   std::vector<fr::daemon::StackTarget> targets;
-  for (const auto& p : res.processes) targets.push_back({p.pid, p.rank, p.file, p.alive, p.source});
+  std::set<int> logged;
+  for (const auto& p : res.processes) {
+    targets.push_back({p.pid, p.rank, p.file, p.alive, p.source});
+    logged.insert(p.pid);
+  }
+  size_t unrecorded = 0;
+  for (const auto& u : torch.registered)
+    if (!logged.count(u.pid)) {
+      ++unrecorded;
+      targets.push_back({u.pid, u.rank, fr::daemon::torch_dump_name(node, u), true,
+                         fr::daemon::proc_file_path(log_dir, u.pid)});
+    }
   fr::daemon::StacksTaken st = fr::daemon::take_stacks(
       fr::daemon::stack_options(ctx.py_spy, ctx.stack_budget, ctx.no_stacks), targets, out);
   for (const auto& n : st.notes)
@@ -61,6 +85,11 @@ int SnapshotCommand::run() const {
     std::fprintf(stderr, "frd snapshot: %s\n", err.c_str());
   std::printf("frd snapshot: %zu process(es) into %s", res.processes.size(), out.c_str());
   if (!res.skipped.empty()) std::printf(" (%zu skipped)", res.skipped.size());
+  // Processes fr-run started that have no flight log: said, not passed over.
+  if (unrecorded > 0)
+    std::printf("; %zu process(es) under fr-run that have not called NCCL or NIXL", unrecorded);
+  if (!torch.asked.empty())
+    std::printf("; torch's recorder of %zu of %zu", tg.files.size(), torch.asked.size());
   std::printf(
       "; stacks of %zu in %.2f s; %s\n", st.taken, double(st.took_ns) / 1e9,
       g.error.empty() ? (std::to_string(g.gpus.size()) + " GPU(s)").c_str() : g.error.c_str());

@@ -130,10 +130,27 @@ struct ProcessReport {
   int64_t oldest_age_ns() const;
 };
 
+// A process fr-run started that has no flight log yet: it has called neither NCCL nor NIXL
+// (daemon/base/proc_file.h). Counted, watched through torch's recorder where fr-run's hook runs
+// in it, and its stacks taken at a dump.
+struct UnrecordedProcess {
+  int pid = 0;
+  int rank = -1;
+  int world_size = -1;
+  std::string job_id;
+  std::string file;           // its registration's file name in the log directory
+  bool torch = false;         // the hook reports torch's progress from it
+  uint64_t torch_seq = 0;     // its process groups' collective sequence numbers, summed
+  int64_t torch_idle_ns = 0;  // since torch_seq last moved
+
+  static constexpr size_t kMaxPerNode = 1024;
+};
+
 struct NodeReport {
   uint64_t seq = 0;
   int64_t node_time_ns = 0;
   std::vector<ProcessReport> processes;
+  std::vector<UnrecordedProcess> unrecorded;  // alive, at most UnrecordedProcess::kMaxPerNode
   std::vector<std::string> unreadable;
   std::vector<std::string> gpu_alerts;  // "GPU 0000:3b:00.0 reported Xid 79", ...
 };

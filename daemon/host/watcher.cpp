@@ -197,6 +197,7 @@ ScanResult LogWatcher::scan() {
     out.processes.push_back(std::move(p));
   }
   seen_ = std::move(now_seen);
+  out.unrecorded = scan_registrations(log_dir_, owners_, job_filter_, out.processes, real_ns());
   return out;
 }
 

@@ -21,8 +21,24 @@ namespace fr::daemon {
 ProcessReport summarize_log(const fr::log::LogFile& log, const std::string& file_name,
                             int64_t now_real_ns);
 
+// The processes fr-run registered in `log_dir` that run and have no flight log among `processes`
+// (daemon/base/proc_file.h): registrations of other users, of ended processes or of reused pids
+// are left out. `now_real_ns` gives the torch progress files' ages.
+std::vector<UnrecordedProcess> scan_registrations(const std::string& log_dir,
+                                                  const fr::log::LogOwners& owners,
+                                                  const std::string& job_filter,
+                                                  const std::vector<ProcessReport>& processes,
+                                                  int64_t now_real_ns);
+
+// Every running process fr-run registered in `log_dir`, flight log or not.
+std::vector<UnrecordedProcess> list_registrations(const std::string& log_dir,
+                                                  const fr::log::LogOwners& owners,
+                                                  const std::string& job_filter,
+                                                  int64_t now_real_ns);
+
 struct ScanResult {
   std::vector<ProcessReport> processes;
+  std::vector<UnrecordedProcess> unrecorded;
   std::vector<std::string> unreadable;  // "file: reason"
   bool urgent = false;                  // a death or a new stall since the previous scan
 };

@@ -120,10 +120,15 @@ void job_card(std::ostringstream& o, const json& s, const JobProgress& jp) {
   o << "<h1>Job " << html_escape(str(s, "job_id").empty() ? "(not named yet)" : str(s, "job_id"))
     << "</h1>";
   const int dead = r.value("dead", 0);
-  o << "<section class=\"card verdict" << (open || dead ? "" : " ok") << "\"><span class=\"kind\">"
-    << (open   ? "incident open"
-        : dead ? "ranks dead"
-               : "running")
+  // A job whose processes record nothing of ours is not shown as a healthy one: fr is half blind.
+  const json& pc = s.value("processes", json::object());
+  const bool blind = pc.is_object() && pc.value("recording", 0) == 0;
+  o << "<section class=\"card verdict" << (open || dead || blind ? "" : " ok")
+    << "\"><span class=\"kind\">"
+    << (open    ? "incident open"
+        : dead  ? "ranks dead"
+        : blind ? "not recording"
+                : "running")
     << "</span><p class=\"sentence\" id=\"job-sentence\">";
   if (open) {
     for (const auto& i : incidents)
@@ -132,6 +137,8 @@ void job_card(std::ostringstream& o, const json& s, const JobProgress& jp) {
           << html_escape(str(i, "summary").empty() ? str(i, "reason") : str(i, "summary"));
         break;
       }
+  } else if (blind) {
+    o << html_escape(str(pc, "summary")) << "; no incident open";
   } else {
     o << r.value("alive", 0) << " of "
       << (r.value("expected", -1) > 0 ? r.value("expected", -1) : r.value("known", 0))
@@ -141,6 +148,9 @@ void job_card(std::ostringstream& o, const json& s, const JobProgress& jp) {
   o << "</p><div class=\"facts\"><span>ranks <b>" << r.value("alive", 0) << "</b> alive, <b>"
     << r.value("dead", 0) << "</b> dead, <b>" << r.value("known", 0) << "</b> known";
   if (r.value("expected", -1) > 0) o << " of <b>" << r.value("expected", -1) << "</b> expected";
+  if (pc.is_object())
+    o << "</span><span>processes <b>" << pc.value("total", 0) << "</b>, recording NCCL or NIXL <b>"
+      << pc.value("recording", 0) << "</b>";
   o << "</span><span>nodes <b>" << nc.value("connected", 0) << "</b> connected, <b>"
     << nc.value("lost", 0) << "</b> lost</span><span>oldest op in flight <b>"
     << (oldest_s > 0 ? html_escape(secs_text(oldest_s)) + "</b> (" + html_escape(oldest_where) + ")"

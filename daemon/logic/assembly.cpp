@@ -1,5 +1,6 @@
 // See assembly.h.
 #include "daemon/logic/assembly.h"
+#include "daemon/base/proc_file.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -61,7 +62,8 @@ bool check_dump_header(const DumpHeader& hdr, const UploadLimits& lim, std::stri
   uint64_t total = 0;
   for (const auto& f : hdr.files) {
     if (!is_safe_name(f.name, 200) ||
-        !(ends_with(f.name, ".frlog") || fr::log::is_side_file(f.name))) {
+        !(ends_with(f.name, ".frlog") || ends_with(f.name, kTorchDumpFileSuffix) ||
+          fr::log::is_side_file(f.name))) {
       *error = "refused file name '" + printable(f.name, 80) + "'";
       return false;
     }

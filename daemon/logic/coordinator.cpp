@@ -57,6 +57,8 @@ size_t report_bytes(const NodeReport& r) {
     b += p.xfers.capacity() * sizeof(XferProgress);
     for (const auto& x : p.xfers) b += x.local_agent.size() + x.remote_agent.size() + 2;
   }
+  for (const auto& u : r.unrecorded)
+    b += sizeof(UnrecordedProcess) + u.job_id.size() + u.file.size();
   for (const auto& u : r.unreadable) b += sizeof(std::string) + u.size();
   for (const auto& a : r.gpu_alerts) b += sizeof(std::string) + a.size();
   return b;
@@ -230,6 +232,7 @@ bool CoordinatorState::heartbeat(uint64_t session, NodeReport* given, int64_t no
     }
   }
   n->dead_since = std::move(dead);
+  note_unrecorded(*n, report);
   set_hints(*n, n->max_age_ns > 0 && n->max_age_ns >= n->max_age_threshold_ns,
             !n->dead_since.empty());
   // Keep what the bounds allow: per node, and over all nodes. Past them the per-communicator

@@ -157,6 +157,23 @@ struct Incident {
   std::string verdict_summary;
   std::vector<int> culprits;
   std::string error;  // the dump set could not be written
+  // A stall of a job whose processes record nothing of fr's own, seen through torch's recorder
+  // (coordinator_processes.cpp): transient once torch's process groups move again.
+  bool unrecorded = false;
+  // What the nodes saw when it opened (ProcessCounts::summary): "4 processes under fr-run on 1
+  // node; none has called NCCL or NIXL yet".
+  std::string processes_seen;
+};
+
+// How many processes the nodes see (`processes` of frd-status/1): those under fr-run or with the
+// agent loaded, and of them those that record NCCL or NIXL calls (have a flight log).
+struct ProcessCounts {
+  int total = 0;
+  int recording = 0;
+  int torch = 0;  // without a flight log, watched through torch's recorder (fr-run's hook)
+  int nodes = 0;  // nodes with at least one
+  // "4 processes under fr-run on 1 node; none has called NCCL or NIXL yet", ...
+  std::string summary() const;
 };
 
 // One dump set to write: everything the assembler needs, copied out of the state.
@@ -265,6 +282,7 @@ class CoordinatorState {
 
   nlohmann::json status(int64_t now_mono) const { return status(now_mono, StatusQuery{}); }
   nlohmann::json status(int64_t now_mono, const StatusQuery& q) const;
+  ProcessCounts process_counts() const;
   // The same document as text, built node by node: its size is bounded by q.max_bytes plus one
   // node's entry, and its cost is linear in what is kept.
   std::string status_text(int64_t now_mono, const StatusQuery& q) const {
@@ -323,6 +341,9 @@ class CoordinatorState {
     std::map<std::string, Dead> dead_since;  // log -> when it was first seen dead
     bool over_threshold = false;             // its oldest op is past its threshold (last report)
     bool has_dead = false;                   // dead_since is not empty
+    int unrecorded = 0;                      // processes under fr-run without a flight log
+    int torch_watched = 0;                   // of them, those torch's progress comes from
+    int64_t torch_min_idle_ns = -1;          // the least idle of those; -1: none
   };
 
   Incident* active();
@@ -339,6 +360,12 @@ class CoordinatorState {
   void age_findings(int64_t now_mono, Actions* actions);
   void detect(const std::vector<const Node*>& newly_lost, int64_t now_mono, Actions* actions);
   std::string stall_reason(const Node& n) const;
+  // The unrecorded job's stall (coordinator_processes.cpp): every process of it without a flight
+  // log, torch's process groups still for the threshold; the reason, or "" when not stalled.
+  std::string unrecorded_stall() const;
+  int64_t unrecorded_threshold_ns() const;
+  // Sets n's unrecorded counts from its report, at each heartbeat.
+  void note_unrecorded(Node& n, const NodeReport& report);
   AssemblyJob make_job(const Incident& inc) const;
   nlohmann::json incident_json(const Incident& inc) const;
   void persist(const Incident& inc, Actions* actions) const;
@@ -377,6 +404,8 @@ class CoordinatorState {
   // nodes for detection only when there are some (a walk over 16k nodes costs milliseconds).
   size_t over_threshold_nodes_ = 0;
   size_t dead_nodes_ = 0;
+  // A node ever reported processes without a flight log: tick() then looks for their stall.
+  bool any_unrecorded_ = false;
   int64_t last_forget_mono_ = 0;
   // No connected node can be past the heartbeat timeout before this (mark_lost walks then): the
   // earliest a node not lost times out, lowered by every connect and every node found again.

@@ -52,6 +52,7 @@ void CoordinatorState::open(IncidentKind kind, const std::string& reason, int64_
   inc.opened_mono = now_mono;
   inc.opened_real = real_ns();
   inc.deadline_mono = now_mono + cfg_.dump_deadline_ns;
+  inc.processes_seen = process_counts().summary();
   if (trigger) {
     inc.trigger_node = trigger->name;
     inc.trigger_log = trigger->max_age_log;
@@ -64,9 +65,11 @@ void CoordinatorState::open(IncidentKind kind, const std::string& reason, int64_
     actions->dumps.push_back(
         {n.session, name, inc.id, inc.job_id, inc.reason, cfg_.dump_deadline_ns / 1'000'000});
   }
-  actions->log.push_back("frd coordinator: " + inc.id + " opened (" + incident_kind_name(kind) +
-                         "): " + inc.reason + "; asking " + std::to_string(inc.asked.size()) +
-                         " node(s) to dump");
+  actions->log.push_back(
+      "frd coordinator: " + inc.id + " opened (" + incident_kind_name(kind) + "): " + inc.reason +
+      "; asking " + std::to_string(inc.asked.size()) + " node(s) to dump" +
+      (inc.reason.find(inc.processes_seen) != std::string::npos ? ""
+                                                                : " (" + inc.processes_seen + ")"));
   incidents_.push_back(std::move(inc));
   persist(incidents_.back(), actions);
   check_collected(incidents_.back(), now_mono, actions);
@@ -88,6 +91,7 @@ nlohmann::json CoordinatorState::incident_json(const Incident& inc) const {
       {"kind", incident_kind_name(inc.kind)},
       {"state", incident_state_name(inc.state)},
       {"reason", inc.reason},
+      {"processes_seen", inc.processes_seen},
       {"opened_ns", inc.opened_real},
       {"coordinator_id", coordinator_id_},
       {"nodes_asked", asked},
@@ -282,7 +286,7 @@ void CoordinatorState::close_if_cleared(Incident& inc, Actions* a) {
   for (const auto& [_, n] : nodes_) {
     any_lost |= n.lost;
     if (n.lost) continue;
-    if (n.alive) any_alive = true;
+    if (n.alive || n.unrecorded) any_alive = true;
     if (!n.dead_since.empty()) any_dead = true;
     if (n.max_age_ns > 0 && n.max_age_ns >= n.max_age_threshold_ns) any_stall = true;
     if (n.name == inc.trigger_node)
@@ -300,6 +304,10 @@ void CoordinatorState::close_if_cleared(Incident& inc, Actions* a) {
   if (!any_alive) {
     inc.state = IncidentState::kClosed;
     a->log.push_back("frd coordinator: " + inc.id + " closed: the job has no live rank left");
+  } else if (inc.unrecorded && unrecorded_stall().empty() && process_counts().torch > 0) {
+    inc.state = IncidentState::kClosedTransient;
+    a->log.push_back("frd coordinator: " + inc.id +
+                     " closed as transient: torch's process groups move again");
   } else if (inc.kind == IncidentKind::kStall && trigger_progressed && !any_stall && !any_dead) {
     inc.state = IncidentState::kClosedTransient;
     a->log.push_back("frd coordinator: " + inc.id +
@@ -339,6 +347,11 @@ void CoordinatorState::detect(const std::vector<const Node*>& newly_lost, int64_
              std::to_string(int(secs(now_mono - n->last_heartbeat_mono))) + " s with " +
              std::to_string(n->alive) + " live rank(s)",
          now_mono, a, nullptr);
+    return;
+  }
+  if (std::string why = unrecorded_stall(); !why.empty()) {
+    open(IncidentKind::kStall, why, now_mono, a, nullptr);
+    incidents_.back().unrecorded = true;
     return;
   }
   if (dead_nodes_ == 0 && over_threshold_nodes_ == 0) return;

@@ -70,6 +70,18 @@ void node_json(const StatusSnapshot::NodeView& n, bool summary, std::string* out
                        {"records", p.records},
                        {"comms", comms}});
     }
+  // Processes under fr-run without a flight log (daemon/base/proc_file.h).
+  nlohmann::json unrecorded = nlohmann::json::array();
+  if (!summary)
+    for (const auto& u : n.last.unrecorded) {
+      nlohmann::json e = {
+          {"rank", u.rank}, {"world_size", u.world_size}, {"pid", u.pid}, {"torch", u.torch}};
+      if (u.torch) {
+        e["torch_seq"] = u.torch_seq;
+        e["torch_idle_s"] = secs(u.torch_idle_ns);
+      }
+      unrecorded.push_back(std::move(e));
+    }
   nlohmann::json j = {{"name", n.name},
                       {"host", n.host},
                       {"connected", n.connected},
@@ -82,6 +94,7 @@ void node_json(const StatusSnapshot::NodeView& n, bool summary, std::string* out
                       {"alive", n.alive},
                       {"trimmed", n.trimmed},
                       {"gpu_alerts", n.last.gpu_alerts},
+                      {"unrecorded", unrecorded},
                       {"processes", procs}};
   *out += j.dump();
 }
@@ -170,6 +183,7 @@ StatusSnapshot CoordinatorState::status_snapshot(int64_t now_mono, const StatusQ
                     {"kind", incident_kind_name(i.kind)},
                     {"state", incident_state_name(i.state)},
                     {"reason", i.reason},
+                    {"processes_seen", i.processes_seen},
                     {"dir", i.dir},
                     {"opened_ns", i.opened_real},
                     {"asked", i.asked.size()},
@@ -180,8 +194,15 @@ StatusSnapshot CoordinatorState::status_snapshot(int64_t now_mono, const StatusQ
                     {"culprit_ranks", i.culprits},
                     {"error", i.error}});
   }
+  const ProcessCounts pc = process_counts();
   nlohmann::json head = {
       {"schema", "frd-status/1"},
+      {"processes",
+       {{"total", pc.total},
+        {"recording", pc.recording},
+        {"torch", pc.torch},
+        {"nodes", pc.nodes},
+        {"summary", pc.summary()}}},
       {"coordinator_id", coordinator_id_},
       {"job_id", job_dir_name()},
       {"ranks",

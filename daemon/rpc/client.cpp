@@ -216,6 +216,10 @@ std::string render_status(const nlohmann::json& s) {
     << r.value("dead", 0) << " dead, " << r.value("known", 0) << " known";
   if (r.value("expected", -1) > 0) o << " of " << r.value("expected", -1) << " expected";
   o << "\n";
+  // What fr sees: the processes, recording NCCL or NIXL calls or not (an older coordinator sends
+  // none).
+  const auto& pc = s.value("processes", nlohmann::json::object());
+  if (!str(pc, "summary").empty()) o << "processes: " << str(pc, "summary") << "\n";
   for (const auto& n : s.value("nodes", nlohmann::json::array())) {
     o << "node " << str(n, "name") << " (" << str(n, "host") << "): "
       << (n.value("lost", false)        ? "LOST"

@@ -55,6 +55,17 @@ void to_proto(const NodeReport& in, fr::v1::Heartbeat* out) {
   }
   for (const auto& u : in.unreadable) out->add_unreadable(u);
   for (const auto& a : in.gpu_alerts) out->add_gpu_alerts(a);
+  for (const auto& u : in.unrecorded) {
+    auto* q = out->add_unrecorded();
+    q->set_pid(u.pid);
+    q->set_rank(u.rank);
+    q->set_world_size(u.world_size);
+    q->set_job_id(u.job_id);
+    q->set_file(u.file);
+    q->set_torch(u.torch);
+    q->set_torch_seq(u.torch_seq);
+    q->set_torch_idle_ns(u.torch_idle_ns);
+  }
 }
 
 NodeHello from_proto(const fr::v1::Hello& in) {
@@ -152,6 +163,20 @@ void from_proto(const fr::v1::Heartbeat& in, NodeReport* r) {
   }
   printable_list(in.unreadable(), 64, 256, &r->unreadable);
   printable_list(in.gpu_alerts(), 64, 256, &r->gpu_alerts);
+  r->unrecorded.resize(
+      std::min<size_t>(size_t(in.unrecorded_size()), UnrecordedProcess::kMaxPerNode));
+  for (size_t i = 0; i < r->unrecorded.size(); ++i) {
+    const auto& q = in.unrecorded(int(i));
+    UnrecordedProcess& u = r->unrecorded[i];
+    u.pid = q.pid();
+    u.rank = q.rank() >= -1 && q.rank() <= (1 << 24) ? q.rank() : -1;
+    u.world_size = q.world_size() >= -1 && q.world_size() <= (1 << 24) ? q.world_size() : -1;
+    u.job_id = printable(q.job_id(), 64);
+    u.file = printable(q.file(), 64);
+    u.torch = q.torch();
+    u.torch_seq = q.torch_seq();
+    u.torch_idle_ns = std::max<int64_t>(0, q.torch_idle_ns());
+  }
 }
 
 void to_proto(const DumpHeader& in, fr::v1::UploadHeader* out) {

@@ -332,6 +332,7 @@ bool NodeDaemon::send_heartbeat(Stream& s, ScanResult scan) {
   NodeReport r;
   r.node_time_ns = real_ns();
   r.processes = std::move(scan.processes);
+  r.unrecorded = std::move(scan.unrecorded);
   r.unreadable = std::move(scan.unreadable);
   r.gpu_alerts = check_gpus();
   std::optional<PingEcho> echo;

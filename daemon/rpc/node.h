@@ -93,9 +93,11 @@ class NodeDaemon {
   void apply(const NodeActions& a);
   std::string spool_of(const Key& k) const;
   bool take_dump(const Key& k, std::string* error);
-  // The stacks and GPU health beside a dump's logs; returns the files written.
+  // The stacks and GPU health beside a dump's logs, and the stacks of the processes under fr-run
+  // without a flight log (`unrecorded`); returns the files written.
   std::vector<DumpFile> take_context(const std::string& dir,
-                                     const std::vector<fr::log::SnapshotProcess>& procs);
+                                     const std::vector<fr::log::SnapshotProcess>& procs,
+                                     const std::vector<StackTarget>& unrecorded);
   // The cheap GPU reading of a heartbeat: its problems, one line each; new Xid events are also
   // logged at once.
   std::vector<std::string> check_gpus();

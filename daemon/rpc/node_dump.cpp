@@ -13,11 +13,14 @@
 #include <cstring>
 #include <optional>
 #include <random>
+#include <set>
 
 #include <grpcpp/grpcpp.h>
 
 #include "daemon/rpc/convert.h"
+#include "daemon/base/proc_file.h"
 #include "daemon/host/dump_files.h"
+#include "daemon/host/torch_dumps.h"
 #include "fr/v1/frd.grpc.pb.h"
 #include "log/safe_file.h"
 #include "log/snapshot.h"
@@ -49,6 +52,9 @@ bool NodeDaemon::take_dump(const Key& k, std::string* error) {
     std::lock_guard<std::mutex> lk(mu_);
     so.job_id = state_.job_filter();
   }
+  // torch's recorder is asked first, so every rank's hook dumps while the logs and the stacks are
+  // taken (daemon/host/torch_dumps.h).
+  const TorchAsked torch = ask_torch_dumps(opts_.log_dir, opts_.log_owners, so.job_id);
   fr::log::SnapshotResult res = fr::log::snapshot_dir(so);
   if (!res.ok()) {
     *error = res.error;
@@ -71,16 +77,40 @@ bool NodeDaemon::take_dump(const Key& k, std::string* error) {
                            p.records, p.overwritten, p.torn});
   }
   for (const auto& s : res.skipped) h.skipped.push_back({s.file, s.error});
-  for (auto& f : take_context(dir, res.processes)) h.files.push_back(std::move(f));
+  // Processes under fr-run without a flight log: their stacks go beside their torch dump's name.
+  std::set<int> logged;
+  for (const auto& p : res.processes) logged.insert(p.pid);
+  std::vector<StackTarget> unrecorded;
+  for (const auto& u : torch.registered)
+    if (!logged.count(u.pid))
+      unrecorded.push_back({u.pid, u.rank, torch_dump_name(opts_.node_name, u), true,
+                            proc_file_path(opts_.log_dir, u.pid)});
+  // Each hook looks twice a second, and torch's dump takes a moment on a busy host: the stacks
+  // budget, but 10 s at least (a hook that cannot answer, its GIL held, costs that once).
+  TorchGathered g = gather_torch_dumps(opts_.log_dir, torch, opts_.node_name, dir,
+                                       std::max<int64_t>(opts_.stacks.budget_ns, 10'000'000'000));
+  for (const auto& n : g.notes) log("no torch dump for " + n);
+  if (!torch.asked.empty())
+    log("torch's recorder dumped by " + std::to_string(g.files.size()) + " of " +
+        std::to_string(torch.asked.size()) + " process(es)");
+  for (const auto& n : g.files) {
+    DumpFile f;
+    f.name = n;
+    if (file_crc(dir + "/" + n, &f.size, &f.crc32c)) h.files.push_back(f);
+  }
+  // The stacks after torch's dumps: the capture holds each process a moment, its hook too.
+  for (auto& f : take_context(dir, res.processes, unrecorded)) h.files.push_back(std::move(f));
   return fr::files::write_atomic(dir + "/dump.json", dump_header_json(h).dump() + "\n", error);
 }
 
 std::vector<DumpFile> NodeDaemon::take_context(const std::string& dir,
-                                               const std::vector<fr::log::SnapshotProcess>& procs) {
+                                               const std::vector<fr::log::SnapshotProcess>& procs,
+                                               const std::vector<StackTarget>& unrecorded) {
   std::vector<DumpFile> out;
   std::vector<std::string> names;
   std::vector<StackTarget> targets;
   for (const auto& p : procs) targets.push_back({p.pid, p.rank, p.file, p.alive, p.source});
+  targets.insert(targets.end(), unrecorded.begin(), unrecorded.end());
   StacksTaken st = take_stacks(opts_.stacks, targets, dir);
   for (const auto& n : st.notes) log("no stacks for " + n);
   if (!targets.empty()) {

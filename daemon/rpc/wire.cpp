@@ -53,6 +53,7 @@ class Fast {
   bool heartbeat(NodeReport* out, fr::v1::PingEcho* echo) {
     out->seq = 0;
     out->node_time_ns = 0;
+    out->unrecorded.clear();  // field 7: never on this path (it takes the slow one)
     size_t procs = 0, unreadable = 0, alerts = 0;
     size_t comms_left = kMaxCommsPerHeartbeat;
     bool echoed = false;

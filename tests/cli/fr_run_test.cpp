@@ -665,3 +665,51 @@ TEST_CASE(
   // The job is over: the daemon leaves, whatever the other user holds.
   CHECK(wait_for([&] { return gone(daemon); }, 20));
 }
+
+TEST_CASE("fr-run: its torch hook goes first on PYTHONPATH, once, the rest kept", "[cli][fr-run]") {
+  Options o = parsed({"x"});
+  fr::run::resolve(&o, {}, "/opt/fr/bin", 0, no_file);
+  // No hook (not installed, or --no-torch-hook): PYTHONPATH untouched.
+  CHECK(fr::run::child_env(o, {{"PYTHONPATH", "/mine"}}, true)["PYTHONPATH"] == "/mine");
+  CHECK(fr::run::child_env(o, {}, true).count("PYTHONPATH") == 0);
+  o.python_hook = "/opt/fr/share/fr/python";
+  CHECK(fr::run::child_env(o, {}, true)["PYTHONPATH"] == "/opt/fr/share/fr/python");
+  CHECK(fr::run::child_env(o, {{"PYTHONPATH", "/mine:/other"}}, true)["PYTHONPATH"] ==
+        "/opt/fr/share/fr/python:/mine:/other");
+  // An fr-run inside an fr-run: the hook once, first; an empty entry (the current folder) kept.
+  CHECK(fr::run::child_env(o, {{"PYTHONPATH", "/mine:/opt/fr/share/fr/python::/x"}},
+                           true)["PYTHONPATH"] == "/opt/fr/share/fr/python:/mine::/x");
+  Options n = parsed({"--no-torch-hook", "x"});
+  CHECK(n.no_torch_hook);
+}
+
+TEST_CASE("fr-run's python hook runs the sitecustomize it shadows and leaves a program alone",
+          "[cli][fr-run]") {
+  const std::string hook = kBuild + "/share/fr/python";
+  need({hook + "/sitecustomize.py"});
+  if (run({"/usr/bin/env", "python3", "-c", "pass"}, {}, ".").status != 0)
+    FR_SKIP("no python3 on PATH");
+  TempDir d;
+  fs::create_directories(d.path + "/other");
+  spit(d.path + "/other/sitecustomize.py",
+       "import os\nopen(os.environ['MARK'], 'w').write('chained')\n");
+  // Not registered by fr-run: the hook's thread starts, imports nothing, and the program's
+  // own sitecustomize still runs.
+  Result r = run({"/usr/bin/env", "python3", "-c",
+                  "import sys, threading\n"
+                  "print('torch' in sys.modules, 'fr-torch-hook' in "
+                  "[t.name for t in threading.enumerate()])"},
+                 {{"FR_LOG_DIR", d.path},
+                  {"PYTHONPATH", hook + ":" + d.path + "/other"},
+                  {"MARK", d.path + "/mark"}},
+                 d.path);
+  INFO(r.err);
+  CHECK(r.status == 0);
+  CHECK(r.out == "False True\n");
+  CHECK(slurp(d.path + "/mark") == "chained");
+  // FR_TORCH_HOOK=0: no thread.
+  r = run({"/usr/bin/env", "python3", "-c",
+           "import threading\nprint([t.name for t in threading.enumerate()])"},
+          {{"FR_LOG_DIR", d.path}, {"PYTHONPATH", hook}, {"FR_TORCH_HOOK", "0"}}, d.path);
+  CHECK(r.out == "['MainThread']\n");
+}

@@ -76,7 +76,8 @@ TEST_CASE("the .deb installs into a scratch root and its tools run from there", 
   for (const auto& deb : {fr_deb, emu_deb})
     REQUIRE(run({dpkg, "-x", deb, root}, {}, d.path).status == 0);
   const std::string prefix = root + "/opt/fr";
-  for (const char* f : {"lib/libfr_agent.so", "share/doc/fr/README.md", "share/doc/fr/fr-run.md",
+  for (const char* f : {"lib/libfr_agent.so", "share/fr/python/sitecustomize.py",
+                        "share/doc/fr/README.md", "share/doc/fr/fr-run.md",
                         "share/doc/fr/install.md", "sim/lib/libnccl.so.2", "sim/lib/libcuda.so.1"})
     CHECK(fs::exists(prefix + "/" + f));
   std::string unit = slurp(prefix + "/lib/systemd/system/frd-node.service");

@@ -682,3 +682,26 @@ TEST_CASE(
   // Plain HTTP on the TLS port gets no page.
   CHECK(http_get(std::stoi(port), "/metrics").first != 200);
 }
+
+TEST_CASE("live page: a job whose processes record nothing says so, not a green running badge",
+          "[web]") {
+  const std::string summary =
+      "4 processes under fr-run on 1 node; none has called NCCL or NIXL yet";
+  json s = {{"job_id", "gloo"},
+            {"ranks", {{"expected", 4}, {"known", 0}, {"alive", 0}, {"dead", 0}}},
+            {"processes", {{"total", 4}, {"recording", 0}, {"summary", summary}}},
+            {"node_counts", {{"known", 1}, {"connected", 1}, {"lost", 0}}},
+            {"nodes", json::array()},
+            {"incidents", json::array()}};
+  std::string page = fr::daemon::render_live_page(s);
+  CHECK(page.find(summary + "; no incident open") != std::string::npos);
+  CHECK(page.find("not recording") != std::string::npos);
+  CHECK(page.find("card verdict ok") == std::string::npos);
+  CHECK(page.find("processes <b>4</b>, recording NCCL or NIXL <b>0</b>") != std::string::npos);
+  // Once they record, the usual view.
+  s["processes"] = {{"total", 4}, {"recording", 4}, {"summary", "..."}};
+  s["ranks"] = {{"expected", 4}, {"known", 4}, {"alive", 4}, {"dead", 0}};
+  page = fr::daemon::render_live_page(s);
+  CHECK(page.find("card verdict ok") != std::string::npos);
+  CHECK(page.find("4 of 4 ranks alive") != std::string::npos);
+}
