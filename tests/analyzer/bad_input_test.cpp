@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "analyzer/analyze.h"
 #include "synth/synth.h"
@@ -88,7 +89,10 @@ TEST_CASE("a bad file among good ones is named and the rest analysed", "[analyze
        [](const std::string& f) {
          std::string b = slurp(f);
          uint32_t huge = 0xfffffff0u;
-         std::memcpy(&b[28], &huge, 4);  // ring_capacity that does not add up
+         // The ring's capacity in its directory row: one that does not add up.
+         std::memcpy(&b[sizeof(fr_log_header) + FR_SECTION_RING * sizeof(fr_log_section) +
+                        offsetof(fr_log_section, capacity)],
+                     &huge, 4);
          spit(f, b);
        },
        ""},
@@ -327,18 +331,23 @@ TEST_CASE("damaged fields inside valid files never crash the analysis", "[analyz
   for (int round = 0; round < 40; ++round) {
     for (size_t i = 0; i < files.size(); ++i) {
       std::string b = originals[i];
-      fr_log_header h;
-      std::memcpy(&h, b.data(), sizeof h);
+      // The two tables as the directory places them (version 7 on; a header copied with it).
+      std::vector<uint64_t> head((sizeof(fr_log_header) + sizeof(fr_log_section) * 8) / 8);
+      std::memcpy(head.data(), b.data(), std::min(b.size(), head.size() * 8));
+      const auto* hp = reinterpret_cast<const fr_log_header*>(head.data());
+      REQUIRE(fr_log_section_of(hp, FR_SECTION_RING) != nullptr);
+      const fr_log_section cs = *fr_log_section_of(hp, FR_SECTION_COMMS);
+      const fr_log_section rs = *fr_log_section_of(hp, FR_SECTION_RING);
       const int hits = 1 + static_cast<int>(next() % 24);
       for (int k = 0; k < hits; ++k) {
         // Skip lock words (offset 0 of each entry) so entries stay readable.
         size_t off;
-        if (next() % 4 == 0 && h.comm_capacity > 0) {
-          off = h.comm_offset + (next() % h.comm_capacity) * h.comm_size + 8 +
-                next() % (h.comm_size - 8);
+        if (next() % 4 == 0 && cs.capacity > 0) {
+          off =
+              cs.offset + (next() % cs.capacity) * cs.entry_size + 8 + next() % (cs.entry_size - 8);
         } else {
-          off = h.ring_offset + (next() % h.ring_capacity) * h.record_size + 16 +
-                next() % (h.record_size - 16);
+          off = rs.offset + (next() % rs.capacity) * rs.entry_size + 16 +
+                next() % (rs.entry_size - 16);
         }
         if (off + 4 > b.size()) continue;
         uint32_t v = static_cast<uint32_t>(next());
