@@ -4,9 +4,9 @@
 // naming an entry since reused or released is free), so nothing is ever deleted from it.
 // Taking an entry is under a spin lock (once per request); finding one is lock-free (every post
 // and status call).
-#include <sched.h>
 #include <string.h>
 
+#include "spin_lock.h"
 #include "wrappers.h"
 
 namespace fr::agent {
@@ -33,10 +33,8 @@ struct XferPriv {
 };
 constinit XferPriv g_xp = {};
 
-void lock() {
-  while (__atomic_exchange_n(&g_xp.lock, 1, __ATOMIC_ACQUIRE) != 0) sched_yield();
-}
-void unlock() { __atomic_store_n(&g_xp.lock, 0, __ATOMIC_RELEASE); }
+void lock() { spin_lock(&g_xp.lock); }
+void unlock() { spin_unlock(&g_xp.lock); }
 
 uint32_t bucket_of(uint64_t handle) {
   return (uint32_t)(hash_finish(hash_u64(kHashSeed, handle)) & (kBuckets - 1));
