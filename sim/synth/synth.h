@@ -12,7 +12,7 @@
 
 #include "log/reader.h"
 
-namespace fr::analyzer::synth {
+namespace fr::synth {
 
 // Fault kinds, as fr-simjob names them: healthy, hang-host, skip, crash, gpu-stall,
 // mismatch-count, mismatch-dtype, mismatch-op, mismatch-root, p2p-skip, slow; plus node-lost
@@ -60,4 +60,4 @@ std::vector<fr::log::LogFile> make_logs(const Spec& spec);
 // never sit in memory whole.
 bool write_dump_set(const Spec& spec, const std::string& dir, std::string* error);
 
-}  // namespace fr::analyzer::synth
+}  // namespace fr::synth

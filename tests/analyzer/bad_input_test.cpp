@@ -32,11 +32,11 @@ using fr::test::TempDir;
 // Writes an 8-rank set with rank 5 hung on the host; returns the dump file of each rank.
 std::vector<std::string> make_set(const std::string& dir,
                                   const std::string& fault = "kind=hang-host,rank=5") {
-  fr::analyzer::synth::Spec s;
+  fr::synth::Spec s;
   std::string err;
-  REQUIRE(fr::analyzer::synth::add_fault(fault, &s, &err));
+  REQUIRE(fr::synth::add_fault(fault, &s, &err));
   s.ranks = 8, s.entries = 64;
-  REQUIRE(fr::analyzer::synth::write_dump_set(s, dir, &err));
+  REQUIRE(fr::synth::write_dump_set(s, dir, &err));
   std::vector<std::string> files(8);
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
@@ -168,12 +168,12 @@ TEST_CASE("a duplicated rank is named and one copy analysed", "[analyzer]") {
 TEST_CASE("another job's dump in the same directory is named and left out", "[analyzer]") {
   TempDir t;
   make_set(t.sub("set"));
-  fr::analyzer::synth::Spec other;
+  fr::synth::Spec other;
   other.ranks = 2;
   other.entries = 16;
   other.job_id = "another-job";
   std::string err;
-  REQUIRE(fr::analyzer::synth::write_dump_set(other, t.sub("other"), &err));
+  REQUIRE(fr::synth::write_dump_set(other, t.sub("other"), &err));
   fs::copy_file(t.sub("other/rank1.node0.10001.frlog"), t.sub("set/stray.frlog"));
   json doc = analyze({t.sub("set")});
   json s = skipped_entry(doc, "stray.frlog");
