@@ -39,8 +39,12 @@ Layout layout_of(uint32_t version) {
   };
   switch (version) {
     case 1: set(FR_V1_HEADER_BYTES, FR_V1_COMM_BYTES, FR_V1_RECORD_BYTES, 0, 0, 0); break;
-    case 2: set(FR_V2_HEADER_BYTES, FR_V2_COMM_BYTES, FR_V2_RECORD_BYTES, FR_V2_GRAPH_BYTES, 0, 0); break;
-    case 3: set(FR_V3_HEADER_BYTES, FR_V3_COMM_BYTES, FR_V3_RECORD_BYTES, FR_V3_GRAPH_BYTES, 0, 0); break;
+    case 2:
+      set(FR_V2_HEADER_BYTES, FR_V2_COMM_BYTES, FR_V2_RECORD_BYTES, FR_V2_GRAPH_BYTES, 0, 0);
+      break;
+    case 3:
+      set(FR_V3_HEADER_BYTES, FR_V3_COMM_BYTES, FR_V3_RECORD_BYTES, FR_V3_GRAPH_BYTES, 0, 0);
+      break;
     case 4:
       set(FR_V4_HEADER_BYTES, FR_V4_COMM_BYTES, FR_V4_RECORD_BYTES, FR_V4_GRAPH_BYTES, 0,
           FR_V4_XFER_BYTES);
@@ -133,9 +137,9 @@ ReadError read_directory(const uint8_t* base, size_t head, const fr_log_header& 
                    " defines " + str(defined.section) + " bytes");
   const uint64_t end = directory_end(h);
   if (h.section_offset < h.header_size || h.section_offset % 8 || end > kDirectoryEndMax)
-    return bad(ReadError::kCorrupt, why,
-               "section directory out of place (bytes " + str(h.section_offset) + ".." + str(end) +
-                   ")");
+    return bad(
+        ReadError::kCorrupt, why,
+        "section directory out of place (bytes " + str(h.section_offset) + ".." + str(end) + ")");
   if (end > head) return bad(ReadError::kTruncated, why, "truncated inside the section directory");
   *dir = Directory{};
   for (uint32_t k = 0; k < FR_SECTION_KINDS; ++k) dir->at(k).kind = k;
@@ -143,10 +147,10 @@ ReadError read_directory(const uint8_t* base, size_t head, const fr_log_header& 
   const size_t keep = std::min<size_t>(h.section_size, sizeof(fr_log_section));
   for (uint32_t i = 0; i < h.section_count; ++i) {
     fr_log_section row{};
-    fr_copy_words_out(reinterpret_cast<uint64_t*>(&row),
-                      reinterpret_cast<const uint64_t*>(base + h.section_offset +
-                                                        uint64_t{i} * h.section_size),
-                      keep / 8);
+    fr_copy_words_out(
+        reinterpret_cast<uint64_t*>(&row),
+        reinterpret_cast<const uint64_t*>(base + h.section_offset + uint64_t{i} * h.section_size),
+        keep / 8);
     if (row.kind >= FR_SECTION_KINDS)
       return bad(ReadError::kCorrupt, why,
                  "unknown section kind " + str(row.kind) + " in directory row " + str(i));
@@ -169,8 +173,9 @@ ReadError check_geometry(const fr_log_header& h, const Directory& dir, size_t si
   Span spans[FR_SECTION_KINDS + 1];
   size_t n = 0;
   // The header (and the directory) come first; every table lies after them.
-  spans[n++] = {0, h.version >= 7 ? std::max<uint64_t>(h.header_size, directory_end(h))
-                                  : uint64_t{h.header_size},
+  spans[n++] = {0,
+                h.version >= 7 ? std::max<uint64_t>(h.header_size, directory_end(h))
+                               : uint64_t{h.header_size},
                 "header"};
   if (dir[FR_SECTION_RING].capacity == 0)
     return bad(ReadError::kCorrupt, why, "ring capacity 0 out of range");
@@ -189,8 +194,8 @@ ReadError check_geometry(const fr_log_header& h, const Directory& dir, size_t si
     const uint64_t end = s.offset + uint64_t{s.capacity} * s.entry_size;
     if (end > h.file_size)
       return bad(ReadError::kCorrupt, why,
-                 name + " table out of place: bytes " + str(s.offset) + ".." + str(end) +
-                     " of a " + str(h.file_size) + "-byte log");
+                 name + " table out of place: bytes " + str(s.offset) + ".." + str(end) + " of a " +
+                     str(h.file_size) + "-byte log");
     // Version 7's writers keep each count within its table (the ring's lives in the header).
     if (h.version >= 7 && s.kind != FR_SECTION_RING && s.count > s.capacity)
       return bad(ReadError::kCorrupt, why,

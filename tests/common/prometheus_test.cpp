@@ -9,7 +9,9 @@
 TEST_CASE("prometheus text: families, samples, labels and numbers", "[common]") {
   fr::PrometheusText o;
   o.gauge("frd_x", "An x.", uint64_t{18446744073709551615u});
-  o.family("frd_nodes", "gauge", "Node daemons.").sample("state", "connected", 2).sample("state", "lost", size_t{0});
+  o.family("frd_nodes", "gauge", "Node daemons.")
+      .sample("state", "connected", 2)
+      .sample("state", "lost", size_t{0});
   o.counter("frd_total", "A count.", true);
   o.gauge("frd_seconds", "Seconds, as an ostream prints them.", 0.25);
   o.gauge("frd_small", "Six significant digits.", 1234567.0);

@@ -32,7 +32,8 @@ inline uint64_t xfer_offset(uint32_t comms, uint32_t ring, uint32_t graphs, uint
 }
 inline uint64_t file_size(uint32_t comms, uint32_t ring, uint32_t graphs, uint32_t captures,
                           uint32_t chans = 0, uint32_t xfers = 0) {
-  return xfer_offset(comms, ring, graphs, captures, chans) + uint64_t{xfers} * sizeof(fr_xfer_entry);
+  return xfer_offset(comms, ring, graphs, captures, chans) +
+         uint64_t{xfers} * sizeof(fr_xfer_entry);
 }
 
 }  // namespace fr::test::v6

@@ -271,8 +271,9 @@ TEST_CASE("sections: hostile directories are refused with a clear error", "[prot
   using fr::log::ReadError;
   auto row = [](VersionLog& l, fr_section_kind k) { return l.row(k); };
   // Two tables that share bytes.
-  check_refused([&](VersionLog& l) { row(l, FR_SECTION_XFERS)->offset = row(l, FR_SECTION_CHANS)->offset; },
-                "overlapping sections");
+  check_refused(
+      [&](VersionLog& l) { row(l, FR_SECTION_XFERS)->offset = row(l, FR_SECTION_CHANS)->offset; },
+      "overlapping sections");
   check_refused([&](VersionLog& l) { row(l, FR_SECTION_RING)->offset -= 128; }, "overlapping");
   // A table over the header or the directory.
   check_refused([&](VersionLog& l) { row(l, FR_SECTION_COMMS)->offset = 256; }, "header");
@@ -290,9 +291,11 @@ TEST_CASE("sections: hostile directories are refused with a clear error", "[prot
   // Counts past the capacity; capacities past the format's maximum; no ring.
   check_refused([&](VersionLog& l) { row(l, FR_SECTION_COMMS)->count = 3; },
                 "communicators count 3 past its capacity 2");
-  check_refused([&](VersionLog& l) { row(l, FR_SECTION_CAPTURES)->count = 2; }, "past its capacity");
-  check_refused([&](VersionLog& l) { row(l, FR_SECTION_RING)->capacity = FR_MAX_RING_CAPACITY + 1; },
-                "ring capacity 4194305 out of range");
+  check_refused([&](VersionLog& l) { row(l, FR_SECTION_CAPTURES)->count = 2; },
+                "past its capacity");
+  check_refused(
+      [&](VersionLog& l) { row(l, FR_SECTION_RING)->capacity = FR_MAX_RING_CAPACITY + 1; },
+      "ring capacity 4194305 out of range");
   check_refused([&](VersionLog& l) { row(l, FR_SECTION_RING)->capacity = 0; }, "ring capacity 0");
   // The directory itself: an unknown kind, a kind twice, rows too small, out of place.
   check_refused([&](VersionLog& l) { row(l, FR_SECTION_CHANS)->kind = FR_SECTION_KINDS; },
@@ -301,11 +304,14 @@ TEST_CASE("sections: hostile directories are refused with a clear error", "[prot
                 "section ring listed twice");
   check_refused([](VersionLog& l) { l.header()->section_size = 32; },
                 "section row size 32 where version 7 defines 40 bytes");
-  check_refused([](VersionLog& l) { l.header()->section_offset = 8; }, "section directory out of place");
+  check_refused([](VersionLog& l) { l.header()->section_offset = 8; },
+                "section directory out of place");
   check_refused([](VersionLog& l) { l.header()->section_offset = 4096; },
                 "section directory out of place");
-  check_refused([](VersionLog& l) { l.header()->section_count = 0; }, "section directory of 0 rows");
-  check_refused([](VersionLog& l) { l.header()->section_count = 65; }, "section directory of 65 rows");
+  check_refused([](VersionLog& l) { l.header()->section_count = 0; },
+                "section directory of 0 rows");
+  check_refused([](VersionLog& l) { l.header()->section_count = 65; },
+                "section directory of 65 rows");
   // A file cut inside its directory.
   VersionLog cut(7);
   auto r = fr::log::read_log_bytes(cut.bytes().data(), sizeof(fr_log_header) + 60, "cut.frlog");
