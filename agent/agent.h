@@ -144,6 +144,7 @@ struct Context {
   uint64_t map_size;
   uint8_t* map;  // the shared mapping of the log file
   fr_log_header* hdr;
+  fr_log_section* sections;  // the log's directory, one row per kind (FR_SECTION_*)
   fr_comm_entry* comms;
   fr_record* ring;
   // Private tables, one anonymous mapping: handle map then CommPriv[comm_cap].

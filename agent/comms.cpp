@@ -77,12 +77,12 @@ int32_t comm_register(const fr_comm_entry& e, uint32_t state, const void* handle
     fr_comm_publish_fixed(s, &e);  // a fresh slot: no other writer can hold it
     __atomic_store_n(&s->state, state, __ATOMIC_RELAXED);
     __atomic_store_n(&s->last_call_ns, e.create_ns, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&c.hdr->comm_count, 1, __ATOMIC_RELEASE);
+    __atomic_fetch_add(&c.sections[FR_SECTION_COMMS].count, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&c.priv[slot].nonblocking, nonblocking ? 1u : 0u, __ATOMIC_RELEASE);
     if (handle != nullptr && !map_handle((uint64_t)(uintptr_t)handle, slot))
       debug_log("communicator map full; calls on comm %p go unattributed", handle);
   } else {
-    __atomic_fetch_add(&c.hdr->comm_dropped, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&c.sections[FR_SECTION_COMMS].dropped, 1, __ATOMIC_RELAXED);
     debug_log("communicator table full (%u); comm %p not tracked", c.comm_cap, handle);
   }
   pthread_mutex_unlock(&c.reg_lock);

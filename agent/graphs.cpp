@@ -208,9 +208,9 @@ CaptureRef graph_capture_op(fr_record& r, int32_t comm_slot, bool p2p, bool) {
     if (gpu_capture_replay_kernel(r.stream, &c.graphs[g].gpu_replays, e.ordinal))
       flags |= FR_GRAPH_F_GPU_REPLAYS;
     __atomic_store_n(&c.graphs[g].flags, flags, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&c.hdr->graph_count, 1, __ATOMIC_RELEASE);
+    __atomic_fetch_add(&c.sections[FR_SECTION_GRAPHS].count, 1, __ATOMIC_RELEASE);
   } else if (g < 0) {
-    __atomic_fetch_add(&c.hdr->graph_dropped, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&c.sections[FR_SECTION_GRAPHS].dropped, 1, __ATOMIC_RELAXED);
   }
   if (g >= 0) {
     GraphPriv& p = c.graph_priv[g];
@@ -264,7 +264,7 @@ void graph_capture_done(const CaptureRef& cr, int32_t comm_slot, uint64_t stream
   fr_record copy = r;
   copy.id = i;
   fr_record_publish(&c.captures[i], &copy);
-  __atomic_fetch_add(&c.hdr->capture_count, 1, __ATOMIC_RELEASE);
+  __atomic_fetch_add(&c.sections[FR_SECTION_CAPTURES].count, 1, __ATOMIC_RELEASE);
 }
 
 void graph_capture_finish_in_group(const CaptureRef& cr, int32_t comm_slot, uint64_t stream,

@@ -55,6 +55,31 @@ static long env_long(const char* name) {
   return x;
 }
 
+// The size of a log of the default capacities but `ring_cap` records.
+static uint64_t default_log_size(uint32_t ring_cap) {
+  uint32_t capacity[FR_SECTION_KINDS] = {};
+  capacity[FR_SECTION_COMMS] = FR_DEFAULT_COMM_CAPACITY;
+  capacity[FR_SECTION_RING] = ring_cap;
+  capacity[FR_SECTION_GRAPHS] = FR_DEFAULT_GRAPH_CAPACITY;
+  capacity[FR_SECTION_CAPTURES] = FR_DEFAULT_CAPTURE_CAPACITY;
+  capacity[FR_SECTION_CHANS] = FR_DEFAULT_CHAN_CAPACITY;
+  capacity[FR_SECTION_XFERS] = FR_DEFAULT_XFER_CAPACITY;
+  fr_log_section dir[FR_SECTION_KINDS];
+  return fr_log_layout(capacity, dir);
+}
+
+// The sections of this process's log (the capacities log_open chose).
+static uint64_t context_layout(const Context& c, fr_log_section dir[FR_SECTION_KINDS]) {
+  uint32_t capacity[FR_SECTION_KINDS] = {};
+  capacity[FR_SECTION_COMMS] = c.comm_cap;
+  capacity[FR_SECTION_RING] = c.ring_cap;
+  capacity[FR_SECTION_GRAPHS] = c.graph_cap;
+  capacity[FR_SECTION_CAPTURES] = c.capture_cap;
+  capacity[FR_SECTION_CHANS] = c.chan_cap;
+  capacity[FR_SECTION_XFERS] = c.xfer_cap;
+  return fr_log_layout(capacity, dir);
+}
+
 static uint32_t ring_capacity() {
   const char* v = getenv("FR_BUFFER_ENTRIES");
   if (v == nullptr || v[0] == '\0') return FR_DEFAULT_RING_CAPACITY;
@@ -70,10 +95,7 @@ static uint32_t ring_capacity() {
         "FR_BUFFER_ENTRIES=%s is above the maximum; using %u records (%llu MiB of shared "
         "memory per process)",
         v, FR_MAX_RING_CAPACITY,
-        (unsigned long long)(fr_log_file_size(FR_DEFAULT_COMM_CAPACITY, FR_MAX_RING_CAPACITY,
-                                              FR_DEFAULT_GRAPH_CAPACITY,
-                                              FR_DEFAULT_CAPTURE_CAPACITY) >>
-                             20));
+        (unsigned long long)(default_log_size(FR_MAX_RING_CAPACITY) >> 20));
     x = FR_MAX_RING_CAPACITY;
   }
   return (uint32_t)x;
@@ -218,14 +240,15 @@ static bool create_log_file(Context& c) {
   }
   c.fd = fd;
   c.hdr = (fr_log_header*)c.map;
-  c.comms = (fr_comm_entry*)(c.map + fr_log_comm_offset());
-  c.ring = (fr_record*)(c.map + fr_log_ring_offset(c.comm_cap));
-  c.graphs = (fr_graph_entry*)(c.map + fr_log_graph_offset(c.comm_cap, c.ring_cap));
-  c.captures = (fr_record*)(c.map + fr_log_capture_offset(c.comm_cap, c.ring_cap, c.graph_cap));
-  c.chans = (fr_chan_entry*)(c.map + fr_log_chan_offset(c.comm_cap, c.ring_cap, c.graph_cap,
-                                                        c.capture_cap));
-  c.xfers = (fr_xfer_entry*)(c.map + fr_log_xfer_offset(c.comm_cap, c.ring_cap, c.graph_cap,
-                                                        c.capture_cap, c.chan_cap));
+  fr_log_section dir[FR_SECTION_KINDS];
+  context_layout(c, dir);
+  c.sections = (fr_log_section*)(c.map + sizeof(fr_log_header));
+  c.comms = (fr_comm_entry*)(c.map + dir[FR_SECTION_COMMS].offset);
+  c.ring = (fr_record*)(c.map + dir[FR_SECTION_RING].offset);
+  c.graphs = (fr_graph_entry*)(c.map + dir[FR_SECTION_GRAPHS].offset);
+  c.captures = (fr_record*)(c.map + dir[FR_SECTION_CAPTURES].offset);
+  c.chans = (fr_chan_entry*)(c.map + dir[FR_SECTION_CHANS].offset);
+  c.xfers = (fr_xfer_entry*)(c.map + dir[FR_SECTION_XFERS].offset);
   return true;
 }
 
@@ -234,24 +257,8 @@ static void fill_header(Context& c, const fr_log_header& id, uint64_t create_ns,
   fr_log_header* h = c.hdr;
   h->version = FR_LOG_VERSION;
   h->header_size = sizeof(fr_log_header);
-  h->comm_size = sizeof(fr_comm_entry);
-  h->record_size = sizeof(fr_record);
-  h->comm_capacity = c.comm_cap;
-  h->ring_capacity = c.ring_cap;
-  h->comm_offset = fr_log_comm_offset();
-  h->ring_offset = fr_log_ring_offset(c.comm_cap);
-  h->graph_offset = fr_log_graph_offset(c.comm_cap, c.ring_cap);
-  h->graph_capacity = c.graph_cap;
-  h->graph_size = sizeof(fr_graph_entry);
-  h->capture_offset = fr_log_capture_offset(c.comm_cap, c.ring_cap, c.graph_cap);
-  h->capture_capacity = c.capture_cap;
-  h->chan_offset = fr_log_chan_offset(c.comm_cap, c.ring_cap, c.graph_cap, c.capture_cap);
-  h->chan_capacity = c.chan_cap;
-  h->xfer_offset =
-      fr_log_xfer_offset(c.comm_cap, c.ring_cap, c.graph_cap, c.capture_cap, c.chan_cap);
-  h->xfer_capacity = c.xfer_cap;
-  h->xfer_size = sizeof(fr_xfer_entry);
-  h->chan_size = sizeof(fr_chan_entry);
+  fr_log_header_set_directory(h);
+  context_layout(c, c.sections);  // rows by kind, where create_log_file placed the tables
   h->file_size = c.map_size;
   h->create_ns = create_ns;
   h->create_mono_ns = mono_ns;
@@ -281,8 +288,8 @@ bool log_open() {
   c.capture_cap = FR_DEFAULT_CAPTURE_CAPACITY;
   c.chan_cap = FR_DEFAULT_CHAN_CAPACITY;
   c.xfer_cap = xfer_capacity();
-  c.map_size = fr_log_file_size_all(c.comm_cap, c.ring_cap, c.graph_cap, c.capture_cap, c.chan_cap,
-                                    c.xfer_cap);
+  fr_log_section sections[FR_SECTION_KINDS];
+  c.map_size = context_layout(c, sections);
 
   // The private side tables first: if they fail there is no file to clean up.
   if (!map_private_tables(c)) return false;

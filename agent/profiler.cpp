@@ -91,7 +91,9 @@ bool table_ready() {
          g_ctx.chan_cap != 0;
 }
 
-void dropped() { __atomic_fetch_add(&g_ctx.hdr->chan_dropped, 1u, __ATOMIC_RELAXED); }
+void dropped() {
+  __atomic_fetch_add(&g_ctx.sections[FR_SECTION_CHANS].dropped, 1u, __ATOMIC_RELAXED);
+}
 
 uint64_t slot_key(const Ctx& c, int channel, int kind, int peer) {
   return (uint64_t{c.ordinal} << 40) | (uint64_t(channel & 0xff) << 32) | (uint64_t(kind) << 28) |
@@ -100,11 +102,14 @@ uint64_t slot_key(const Ctx& c, int channel, int kind, int peer) {
 
 // A new slot's fixed part; -1 when the table is full.
 int32_t make_slot(const Ctx& c, int channel, int kind, int peer) {
-  uint32_t i = __atomic_fetch_add(&g_ctx.hdr->chan_count, 1u, __ATOMIC_RELAXED);
-  if (i >= g_ctx.chan_cap) {
-    __atomic_store_n(&g_ctx.hdr->chan_count, g_ctx.chan_cap, __ATOMIC_RELAXED);
-    return -1;
-  }
+  // Taken only while there is room: a reader never sees the count past the capacity.
+  uint64_t* count = &g_ctx.sections[FR_SECTION_CHANS].count;
+  uint64_t taken = __atomic_load_n(count, __ATOMIC_RELAXED);
+  do {
+    if (taken >= g_ctx.chan_cap) return -1;
+  } while (!__atomic_compare_exchange_n(count, &taken, taken + 1, true, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED));
+  const uint32_t i = (uint32_t)taken;
   fr_chan_entry e = {};
   e.comm_hash = c.comm_hash;
   e.comm_id = __atomic_load_n(&c.comm_id, __ATOMIC_ACQUIRE);

@@ -3,6 +3,7 @@
 // communicators held until the application sees them succeed, an op issued on a capturing stream
 // (its place in the CUDA graph), and the answer of a wrapper whose real function is missing. They
 // are called, not inlined, so the inlined path of every op wrapper stays short.
+#include "spin_lock.h"
 #include "wrappers.h"
 
 #include <sched.h>
@@ -56,33 +57,24 @@ void mark(uint64_t rec_id, uint32_t flags, uint64_t op_index) {
 
 // ---- nonblocking launches --------------------------------------------------------------------
 
-namespace {
-
-void priv_lock(CommPriv& p) {
-  while (__atomic_exchange_n(&p.lock, 1, __ATOMIC_ACQUIRE) != 0) sched_yield();
-}
-void priv_unlock(CommPriv& p) { __atomic_store_n(&p.lock, 0, __ATOMIC_RELEASE); }
-
-}  // namespace
-
 void defer(int32_t slot, uint64_t rec_id, uint64_t stream, uint64_t op_index) {
   if (slot < 0) return;
   CommPriv& p = g_ctx.priv[slot];
-  priv_lock(p);
+  spin_lock(&p.lock);
   bool kept = p.n_deferred < kMaxDeferred;
   if (kept) p.deferred[p.n_deferred++] = Deferred{rec_id, stream, op_index};
-  priv_unlock(p);
+  spin_unlock(&p.lock);
   if (!kept) mark(rec_id, FR_REC_F_GPU_UNTRACKED, 0);
 }
 
 void release_deferred(int32_t slot) {
   CommPriv& p = g_ctx.priv[slot];
   Deferred batch[kMaxDeferred];
-  priv_lock(p);
+  spin_lock(&p.lock);
   uint32_t n = p.n_deferred;
   memcpy(batch, p.deferred, n * sizeof(Deferred));
   p.n_deferred = 0;
-  priv_unlock(p);
+  spin_unlock(&p.lock);
   for (uint32_t i = 0; i < n; ++i) {
     uint32_t flags = FR_REC_F_LAUNCHED;
     if (batch[i].op_index == 0 || !gpu_after(slot, batch[i].stream, batch[i].op_index))
@@ -93,9 +85,9 @@ void release_deferred(int32_t slot) {
 
 void drop_deferred(int32_t slot) {
   CommPriv& p = g_ctx.priv[slot];
-  priv_lock(p);
+  spin_lock(&p.lock);
   p.n_deferred = 0;
-  priv_unlock(p);
+  spin_unlock(&p.lock);
 }
 
 // ---- the general op path (the fast lane is inline, wrappers.h) ----------------------------------

@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 
 #include "nixl_abi.h"
+#include "spin_lock.h"
 #include "wrappers.h"
 
 namespace fr::agent {
@@ -64,10 +65,8 @@ struct NixlState {
 };
 constinit NixlState g_nx = {};
 
-void tlock() {
-  while (__atomic_exchange_n(&g_nx.lock, 1, __ATOMIC_ACQUIRE) != 0) sched_yield();
-}
-void tunlock() { __atomic_store_n(&g_nx.lock, 0, __ATOMIC_RELEASE); }
+void tlock() { spin_lock(&g_nx.lock); }
+void tunlock() { spin_unlock(&g_nx.lock); }
 
 void resolve() {
   void* h = os_dlopen("libnixl.so", RTLD_NOLOAD | RTLD_LAZY);

@@ -4,9 +4,9 @@
 // naming an entry since reused or released is free), so nothing is ever deleted from it.
 // Taking an entry is under a spin lock (once per request); finding one is lock-free (every post
 // and status call).
-#include <sched.h>
 #include <string.h>
 
+#include "spin_lock.h"
 #include "wrappers.h"
 
 namespace fr::agent {
@@ -33,10 +33,8 @@ struct XferPriv {
 };
 constinit XferPriv g_xp = {};
 
-void lock() {
-  while (__atomic_exchange_n(&g_xp.lock, 1, __ATOMIC_ACQUIRE) != 0) sched_yield();
-}
-void unlock() { __atomic_store_n(&g_xp.lock, 0, __ATOMIC_RELEASE); }
+void lock() { spin_lock(&g_xp.lock); }
+void unlock() { spin_unlock(&g_xp.lock); }
 
 uint32_t bucket_of(uint64_t handle) {
   return (uint32_t)(hash_finish(hash_u64(kHashSeed, handle)) & (kBuckets - 1));
@@ -91,7 +89,7 @@ fr_xfer_entry* xfer_open(uint64_t handle, fr_xfer_entry& fixed) {
   int64_t slot = free_entry();
   if (slot < 0) {
     unlock();
-    __atomic_fetch_add(&g_ctx.hdr->xfer_dropped, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&g_ctx.sections[FR_SECTION_XFERS].dropped, 1, __ATOMIC_RELAXED);
     return nullptr;
   }
   fr_xfer_entry* e = &g_ctx.xfers[slot];
@@ -107,8 +105,9 @@ fr_xfer_entry* xfer_open(uint64_t handle, fr_xfer_entry& fixed) {
   // Under the lock, and no other thread of the writer takes this entry's lock: it cannot be busy.
   fr_xfer_publish_fixed(e, &fixed);
   uint32_t used = (uint32_t)slot + 1;
-  uint32_t count = __atomic_load_n(&g_ctx.hdr->xfer_count, __ATOMIC_RELAXED);
-  if (used > count) __atomic_store_n(&g_ctx.hdr->xfer_count, used, __ATOMIC_RELEASE);
+  uint64_t count = __atomic_load_n(&g_ctx.sections[FR_SECTION_XFERS].count, __ATOMIC_RELAXED);
+  if (used > count)
+    __atomic_store_n(&g_ctx.sections[FR_SECTION_XFERS].count, used, __ATOMIC_RELEASE);
   map_insert(handle, (uint32_t)slot);
   unlock();
   return e;

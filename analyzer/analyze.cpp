@@ -6,7 +6,8 @@
 #include "analyzer/analyze.h"
 
 #include <algorithm>
-#include <thread>
+
+#include "common/parallel.h"
 
 #include "passes.h"
 
@@ -92,6 +93,34 @@ Ranks ranks_of(const RankCensus& census, bool any_stall) {
   return r;
 }
 
+// The matching and the ranking of stalls into a verdict and findings (into `a`). False when the
+// window loaded too little for this case (the caller analyses every record instead).
+bool match_and_rank(const Model& m, const Options& opts, const RankCensus& census,
+                    AnalysisState& state, Analysis* a, bool* have_verdict, bool* any_stall) {
+  a->inputs = inputs_of(m, opts);
+  a->communicators = match_communicators(state);
+  if (state.needs_history && m.windowed) return false;
+  analyze_nixl(state);
+  rank_stalls(state);
+  *any_stall = !state.stalls.empty();
+  std::vector<Stall> ranked = std::move(state.stalls);
+  apply_overrides(m, census, &ranked);
+
+  // The first stall is the verdict, the others findings (--comm keeps the findings on that
+  // communicator).
+  for (size_t i = 0; i < ranked.size(); ++i) {
+    const Stall& s = ranked[i];
+    if (!opts.comm.empty() && s.comm >= 0 && i > 0 && !comm_matches(m.comms[s.comm], opts.comm))
+      continue;
+    if (i == 0)
+      a->verdict = finding_of(state, s), *have_verdict = true;
+    else
+      a->findings.push_back(finding_of(state, s));
+  }
+  for (auto& f : torch_arg_findings(m, opts.comm)) a->findings.push_back(std::move(f));
+  return true;
+}
+
 }  // namespace
 
 Analysis analyze_model(const Model& m, const Options& opts) {
@@ -100,46 +129,19 @@ Analysis analyze_model(const Model& m, const Options& opts) {
   state.job_missing.insert(census.missing.begin(), census.missing.end());
 
   // The skew reads every member's collective history and nothing the matching writes: it runs
-  // beside the matching, on a thread of its own.
+  // beside the matching.
   SkewResult skew;
   std::vector<Finding> slow;
-  std::thread skew_thread([&state, &skew, &slow] {
-    skew = measure_skew(state);
-    slow = find_slow(state);
-  });
-  struct Join {
-    std::thread& t;
-    ~Join() {
-      if (t.joinable()) t.join();  // also on the early return below
-    }
-  } join{skew_thread};
-
   Analysis a;
-  a.inputs = inputs_of(m, opts);
-  a.communicators = match_communicators(state);
+  bool have_verdict = false, any_stall = false, matched = false;
+  fr::parallel::both(
+      [&] {
+        skew = measure_skew(state);
+        slow = find_slow(state);
+      },
+      [&] { matched = match_and_rank(m, opts, census, state, &a, &have_verdict, &any_stall); });
   // The window loaded too little for this case: the same analysis from every record.
-  if (state.needs_history && m.windowed)
-    return analyze_model(load_model(m.paths, opts.threads, LoadMode::kFull), opts);
-  analyze_nixl(state);
-  rank_stalls(state);
-  const bool any_stall = !state.stalls.empty();
-  std::vector<Stall> ranked = std::move(state.stalls);
-  apply_overrides(m, census, &ranked);
-
-  // The first stall is the verdict, the others findings (--comm keeps the findings on that
-  // communicator).
-  bool have_verdict = false;
-  for (size_t i = 0; i < ranked.size(); ++i) {
-    const Stall& s = ranked[i];
-    if (!opts.comm.empty() && s.comm >= 0 && i > 0 && !comm_matches(m.comms[s.comm], opts.comm))
-      continue;
-    if (i == 0)
-      a.verdict = finding_of(state, s), have_verdict = true;
-    else
-      a.findings.push_back(finding_of(state, s));
-  }
-  for (auto& f : torch_arg_findings(m, opts.comm)) a.findings.push_back(std::move(f));
-  skew_thread.join();
+  if (!matched) return analyze_model(load_model(m.paths, opts.threads, LoadMode::kFull), opts);
   if (skew.straggler) a.findings.push_back(std::move(*skew.straggler));
   for (auto& f : slow) a.findings.push_back(std::move(f));
   if (!have_verdict) a.verdict = quiet_verdict(census, a.findings);

@@ -17,7 +17,6 @@
 #include <cstring>
 #include <memory>
 #include <filesystem>
-#include <future>
 #include <map>
 #include <set>
 #include <type_traits>
@@ -323,12 +322,12 @@ void add_manifest_dir(const std::string& dir, Model* model, std::vector<Job>* jo
   // each takes a tenth of a second).
   std::string lerr;
   std::vector<Skip> notes;
-  auto listing_of_dir = std::async(std::launch::async,
-                                   [&dir, &lerr, &notes] { return list_dir(dir, &lerr, &notes); });
+  Listing listing;
   fr::log::Manifest m;
   std::string err;
-  const bool have_manifest = fr::log::read_manifest(dir, &m, &err);
-  const Listing listing = listing_of_dir.get();
+  bool have_manifest = false;
+  fr::parallel::both([&] { listing = list_dir(dir, &lerr, &notes); },
+                     [&] { have_manifest = fr::log::read_manifest(dir, &m, &err); });
   if (!have_manifest) {
     model->skipped.push_back({(fs::path(dir) / "manifest.json").string(), err});
     for (auto& n : notes) model->skipped.push_back(std::move(n));

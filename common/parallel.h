@@ -1,5 +1,6 @@
-// fr::parallel: the one way the analyzer fans work out over threads (dump files to read, JSON
-// parts to render, evidence rows to build). Items are numbered 0..n-1 and handed out in that order
+// fr::parallel: the one way the analyzer and the synthetic dump generator fan work out over
+// threads (dump files to read or write, JSON parts to render, evidence rows to build, two passes
+// side by side). Items are numbered 0..n-1 and handed out in that order
 // to whichever thread is free; each item writes only its own result slot, so what comes out
 // never depends on which thread ran what or when. Header-only (templates over the body).
 #pragma once
@@ -80,6 +81,20 @@ void for_each_index(size_t n, unsigned threads, Body&& body) {
     work();
   }
   if (error) std::rethrow_exception(error);
+}
+
+// Runs first() and second() side by side (one on a thread of its own, one on the calling thread)
+// and returns when both are done; both in turn on the calling thread when no thread can be
+// started. When one throws, the other is not started if it has not been yet (as for_each_index),
+// and the exception is rethrown once both have stopped, first()'s when both threw.
+template <class First, class Second>
+void both(First&& first, Second&& second) {
+  for_each_index(2, 2, [&](size_t i) {
+    if (i == 0)
+      first();
+    else
+      second();
+  });
 }
 
 // The same with the results taken in order: `threads` (thread_count) workers run body(i) while

@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "log/safe_file.h"
+#include "sections.h"
 #include "tables.h"
 
 namespace fr::log {
@@ -30,142 +31,17 @@ ReadResult fail(ReadError e, const std::string& name, const std::string& what) {
   return r;
 }
 
-// What one version of the format defines of each structure (flight_log.h, FR_V<n>_*_BYTES).
-struct Layout {
-  uint32_t header, comm, record, graph, chan, xfer;
-};
-
-Layout layout_of(uint32_t version) {
-  if (version == 1)
-    return {FR_V1_HEADER_BYTES, FR_V1_COMM_BYTES, FR_V1_RECORD_BYTES, FR_V1_GRAPH_BYTES, 0, 0};
-  if (version == 2)
-    return {FR_V2_HEADER_BYTES, FR_V2_COMM_BYTES, FR_V2_RECORD_BYTES, FR_V2_GRAPH_BYTES, 0, 0};
-  if (version == 3)
-    return {FR_V3_HEADER_BYTES, FR_V3_COMM_BYTES, FR_V3_RECORD_BYTES, FR_V3_GRAPH_BYTES, 0, 0};
-  if (version == 4)
-    return {FR_V4_HEADER_BYTES, FR_V4_COMM_BYTES, FR_V4_RECORD_BYTES, FR_V4_GRAPH_BYTES, 0,
-            FR_V4_XFER_BYTES};
-  if (version == 5)
-    return {FR_V5_HEADER_BYTES, FR_V5_COMM_BYTES, FR_V5_RECORD_BYTES,
-            FR_V5_GRAPH_BYTES,  FR_V5_CHAN_BYTES, FR_V5_XFER_BYTES};
-  return {FR_V6_HEADER_BYTES, FR_V6_COMM_BYTES, FR_V6_RECORD_BYTES,
-          FR_V6_GRAPH_BYTES,  FR_V6_CHAN_BYTES, FR_V6_XFER_BYTES};
-}
-
-// The bytes of a structure this reader copies: min(stored size, its own size), and for an older
-// version no more than that version defines (what lies past it reads as zero).
-size_t bytes_kept(uint32_t stored, size_t own, uint32_t version, uint32_t defined) {
-  size_t keep = std::min<size_t>(stored, own);
-  return version < FR_LOG_VERSION ? std::min<size_t>(keep, defined) : keep;
-}
-
 // Copies the header with relaxed word loads (a live writer updates its counters concurrently),
 // `keep` bytes of it; the rest stays zero.
 fr_log_header load_header(const uint8_t* base, size_t keep) {
   fr_log_header h{};
+  // Whole words (the stored header is), then the bytes past `keep` zeroed again: a version may
+  // end inside a word (version 6 at 436).
+  const size_t words = (keep + 7) / 8;
   fr_copy_words_out(reinterpret_cast<uint64_t*>(&h), reinterpret_cast<const uint64_t*>(base),
-                    keep / 8);
+                    words);
+  std::memset(reinterpret_cast<uint8_t*>(&h) + keep, 0, words * 8 - keep);
   return h;
-}
-
-// Whether the tables a header places (those with entries) share no byte: each is checked
-// against the ring above, but a transfer table laid exactly over the channel table would pass
-// that and have one writer's words read as the other's entries.
-bool disjoint_tables(const fr_log_header& h) {
-  struct Span {
-    uint64_t from, to;
-  };
-  Span spans[6];
-  size_t n = 0;
-  auto add = [&](uint64_t offset, uint32_t capacity, uint32_t size) {
-    if (capacity != 0) spans[n++] = {offset, offset + uint64_t{capacity} * size};
-  };
-  add(h.comm_offset, h.comm_capacity, h.comm_size);
-  add(h.ring_offset, h.ring_capacity, h.record_size);
-  add(h.graph_offset, h.graph_capacity, h.graph_size);
-  add(h.capture_offset, h.capture_capacity, h.record_size);
-  add(h.chan_offset, h.chan_capacity, h.chan_size);
-  add(h.xfer_offset, h.xfer_capacity, h.xfer_size);
-  std::sort(spans, spans + n, [](const Span& a, const Span& b) { return a.from < b.from; });
-  for (size_t i = 1; i < n; ++i)
-    if (spans[i].from < spans[i - 1].to) return false;
-  return true;
-}
-
-// Checks the geometry a header claims against the bytes actually present.
-ReadError check_geometry(const fr_log_header& h, size_t size, std::string* why) {
-  auto bad = [&](ReadError e, std::string s) {
-    *why = std::move(s);
-    return e;
-  };
-  const Layout defined = layout_of(h.version);
-  if (h.comm_size < defined.comm || h.record_size < defined.record)
-    return bad(ReadError::kCorrupt,
-               "structure sizes smaller than version " + std::to_string(h.version) + " defines");
-  if (h.comm_size % 8 || h.record_size % 8 || h.comm_offset % 8 || h.ring_offset % 8)
-    return bad(ReadError::kCorrupt, "misaligned structure sizes or offsets");
-  if (h.comm_size > (1u << 16) || h.record_size > (1u << 16))
-    return bad(ReadError::kCorrupt, "implausible structure sizes");
-  if (h.ring_capacity == 0 || h.ring_capacity > FR_MAX_RING_CAPACITY)
-    return bad(ReadError::kCorrupt,
-               "ring capacity " + std::to_string(h.ring_capacity) + " out of range");
-  if (h.comm_capacity > FR_MAX_COMM_CAPACITY)
-    return bad(ReadError::kCorrupt, "communicator capacity out of range");
-  // Capacities and sizes are bounded above, so these products cannot overflow 64 bits.
-  uint64_t comm_end = h.comm_offset + uint64_t{h.comm_capacity} * h.comm_size;
-  uint64_t ring_end = h.ring_offset + uint64_t{h.ring_capacity} * h.record_size;
-  if (h.comm_offset < h.header_size || h.comm_offset > (1ull << 40) || h.ring_offset < comm_end ||
-      h.ring_offset > (1ull << 40) || h.file_size < ring_end)
-    return bad(ReadError::kCorrupt, "overlapping or out-of-order sections");
-  // Version 2's graph sections follow the ring; a capacity of 0 means there are none.
-  if (h.graph_capacity != 0 || h.capture_capacity != 0) {
-    if (h.graph_capacity > FR_MAX_GRAPH_CAPACITY || h.capture_capacity > FR_MAX_CAPTURE_CAPACITY)
-      return bad(ReadError::kCorrupt, "graph or capture capacity out of range");
-    if (h.graph_size < std::max<uint32_t>(defined.graph, 8))
-      return bad(ReadError::kCorrupt, "graph entry size " + std::to_string(h.graph_size) +
-                                          " smaller than version " + std::to_string(h.version) +
-                                          " defines");
-    if (h.graph_size % 8 || h.graph_size > (1u << 16) || h.graph_offset % 8 || h.capture_offset % 8)
-      return bad(ReadError::kCorrupt, "misaligned or implausible graph sections");
-    uint64_t graph_end = h.graph_offset + uint64_t{h.graph_capacity} * h.graph_size;
-    uint64_t capture_end = h.capture_offset + uint64_t{h.capture_capacity} * h.record_size;
-    if (h.graph_offset < ring_end || h.graph_offset > (1ull << 40) ||
-        h.capture_offset < graph_end || h.capture_offset > (1ull << 40) ||
-        h.file_size < capture_end)
-      return bad(ReadError::kCorrupt, "overlapping or out-of-order graph sections");
-  }
-  // Version 5's channel table; a capacity of 0 means there is none.
-  if (h.chan_capacity != 0) {
-    if (h.chan_capacity > FR_MAX_CHAN_CAPACITY)
-      return bad(ReadError::kCorrupt, "channel capacity out of range");
-    if (h.chan_size < std::max<uint32_t>(defined.chan, 8) || h.chan_size % 8 ||
-        h.chan_size > (1u << 16) || h.chan_offset % 8)
-      return bad(ReadError::kCorrupt, "channel entry size " + std::to_string(h.chan_size) +
-                                          " misaligned or smaller than version " +
-                                          std::to_string(h.version) + " defines");
-    uint64_t chan_end = h.chan_offset + uint64_t{h.chan_capacity} * h.chan_size;
-    if (h.chan_offset < ring_end || h.chan_offset > (1ull << 40) || h.file_size < chan_end)
-      return bad(ReadError::kCorrupt, "channel table out of place");
-  }
-  // Version 4's transfer table; a capacity of 0 means there is none.
-  if (h.xfer_capacity != 0) {
-    if (h.xfer_capacity > FR_MAX_XFER_CAPACITY)
-      return bad(ReadError::kCorrupt, "transfer capacity out of range");
-    if (h.xfer_size < std::max<uint32_t>(defined.xfer, 8) || h.xfer_size % 8 ||
-        h.xfer_size > (1u << 16) || h.xfer_offset % 8)
-      return bad(ReadError::kCorrupt, "transfer entry size " + std::to_string(h.xfer_size) +
-                                          " misaligned or smaller than version " +
-                                          std::to_string(h.version) + " defines");
-    uint64_t xfer_end = h.xfer_offset + uint64_t{h.xfer_capacity} * h.xfer_size;
-    if (h.xfer_offset < ring_end || h.xfer_offset > (1ull << 40) || h.file_size < xfer_end)
-      return bad(ReadError::kCorrupt, "transfer table out of place");
-  }
-  if (!disjoint_tables(h))
-    return bad(ReadError::kCorrupt, "overlapping tables (two tables share bytes)");
-  if (h.file_size > size)
-    return bad(ReadError::kTruncated, "file is " + std::to_string(size) + " bytes, header says " +
-                                          std::to_string(h.file_size));
-  return ReadError::kNone;
 }
 
 bool plausible_comm(const fr_comm_entry& c) {
@@ -175,11 +51,16 @@ bool plausible_comm(const fr_comm_entry& c) {
   return true;
 }
 
+using detail::bytes_kept;
+using detail::Directory;
+using detail::layout_of;
 using detail::Table;
 using detail::Window;
 
-// The header's first words: magic, version and size, then the whole header at that size.
-ReadResult read_header(const uint8_t* base, size_t size, const std::string& name, LogFile* log) {
+// The header's first words: magic, version and size, then the whole header at that size, then
+// its section directory. `base` holds the file's first `head` bytes; the file is `size` long.
+ReadResult read_header(const uint8_t* base, size_t size, size_t head, const std::string& name,
+                       LogFile* log, Directory* dir) {
   if (size < 16)
     return fail(
         ReadError::kTooSmall, name,
@@ -206,7 +87,12 @@ ReadResult read_header(const uint8_t* base, size_t size, const std::string& name
   log->header = load_header(base, bytes_kept(header_size, sizeof(fr_log_header), version, defined));
   fr_log_header& h = log->header;
   std::string why;
-  if (ReadError e = check_geometry(h, size, &why); e != ReadError::kNone) return fail(e, name, why);
+  if (ReadError e = detail::read_directory(base, head, h, dir, &why); e != ReadError::kNone)
+    return fail(e, name, why);
+  if (ReadError e = detail::check_geometry(h, *dir, size, &why); e != ReadError::kNone)
+    return fail(e, name, why);
+  // Consumers read every version's rows where versions 1 to 6 kept them (sections.h).
+  if (h.version >= 7) detail::show_in_header(*dir, &h);
   h.job_id[FR_NAME_LEN - 1] = h.hostname[FR_NAME_LEN - 1] = h.exe[FR_NAME_LEN - 1] = '\0';
   log->is_snapshot = (h.flags & FR_LOG_F_SNAPSHOT) != 0;
   return ReadResult{};
@@ -373,47 +259,56 @@ void read_liveness(int fd, LogFile* log) {
   }
 }
 
+// What this reader keeps of each kind's entries: its own size, and where the part under the
+// sequence lock ends (the live words after it are read one by one).
+struct Own {
+  size_t size, locked_end;
+};
+constexpr Own kOwn[FR_SECTION_KINDS] = {
+    {sizeof(fr_comm_entry), offsetof(fr_comm_entry, state)},
+    {sizeof(fr_record), sizeof(fr_record)},
+    {sizeof(fr_graph_entry), offsetof(fr_graph_entry, n_ops)},
+    {sizeof(fr_record), sizeof(fr_record)},
+    {sizeof(fr_chan_entry), offsetof(fr_chan_entry, op_seq)},
+    {sizeof(fr_xfer_entry), offsetof(fr_xfer_entry, state)},
+};
+
 // Parses into `log`, whose vectors are empty (they may hold capacity from an earlier file).
-// `base` holds the first `size` bytes of the file, or (`window` set) only its header while the
-// file is `size` bytes long: the tables are then read from the file through `window`.
-ReadResult parse(const uint8_t* base, size_t size, const std::string& name, int fd,
+// `base` holds the first `size` bytes of the file, or (`window` set) only its first `head` bytes
+// (the header and the directory) while the file is `size` bytes long: the tables are then read
+// from the file through `window`.
+ReadResult parse(const uint8_t* base, size_t size, size_t head, const std::string& name, int fd,
                  LogFile log = LogFile{}, Window* window = nullptr, bool private_copy = false) {
-  if (ReadResult bad = read_header(base, size, name, &log); !bad.message.empty()) return bad;
+  Directory dir{};
+  if (ReadResult bad = read_header(base, size, head, name, &log, &dir); !bad.message.empty())
+    return bad;
   const fr_log_header& h = log.header;
-  const Layout defined = layout_of(h.version);
+  const detail::Layout defined = layout_of(h.version);
   const bool live = !log.is_snapshot;
-  auto table = [&](uint64_t offset, uint32_t capacity, uint32_t stored, size_t own,
-                   uint32_t version_bytes, size_t locked_end) {
+  auto table = [&](fr_section_kind kind) {
+    const fr_log_section& s = dir[kind];
     Table t;
-    // A table with no entries may have any offset (read_header checks offsets only of tables
+    // A table with no entries may have any offset (check_geometry checks offsets only of tables
     // it will read): never form a pointer past the bytes in memory.
-    if (window == nullptr) t.start = offset <= size ? base + offset : nullptr;
+    if (window == nullptr) t.start = s.offset <= size ? base + s.offset : nullptr;
     t.window = window;
-    t.offset = offset;
-    t.capacity = capacity;
-    t.stride = stored;
-    t.keep = bytes_kept(stored, own, h.version, version_bytes);
-    t.locked_end = locked_end;
+    t.offset = s.offset;
+    t.capacity = s.capacity;
+    t.stride = s.entry_size;
+    t.keep = bytes_kept(s.entry_size, kOwn[kind].size, h.version, defined.entry[kind]);
+    t.locked_end = kOwn[kind].locked_end;
     t.live = live;
     t.copied = (window != nullptr || private_copy) && !live;  // a dump in this reader's memory
     return t;
   };
-  const Table comms = table(h.comm_offset, h.comm_capacity, h.comm_size, sizeof(fr_comm_entry),
-                            defined.comm, offsetof(fr_comm_entry, state));
-  const Table ring = table(h.ring_offset, h.ring_capacity, h.record_size, sizeof(fr_record),
-                           defined.record, sizeof(fr_record));
-  const Table graphs = table(h.graph_offset, h.graph_capacity, h.graph_size, sizeof(fr_graph_entry),
-                             defined.graph, offsetof(fr_graph_entry, n_ops));
-  const Table captures = table(h.capture_offset, h.capture_capacity, h.record_size,
-                               sizeof(fr_record), defined.record, sizeof(fr_record));
+  // Each table is its own object while any is read: the window knows its tables by address.
+  const Table comms = table(FR_SECTION_COMMS), ring = table(FR_SECTION_RING),
+              graphs = table(FR_SECTION_GRAPHS), captures = table(FR_SECTION_CAPTURES),
+              chans = table(FR_SECTION_CHANS), xfers = table(FR_SECTION_XFERS);
   auto comm_index = read_comms(comms, h.comm_capacity, &log);
   read_ring(ring, comm_index, &log);
   read_graphs(graphs, captures, &log);
-  const Table chans = table(h.chan_offset, h.chan_capacity, h.chan_size, sizeof(fr_chan_entry),
-                            defined.chan, offsetof(fr_chan_entry, op_seq));
   read_chans(chans, &log);
-  const Table xfers = table(h.xfer_offset, h.xfer_capacity, h.xfer_size, sizeof(fr_xfer_entry),
-                            defined.xfer, offsetof(fr_xfer_entry, state));
   read_xfers(xfers, &log);
   read_liveness(fd, &log);
   ReadResult r;
@@ -505,7 +400,9 @@ uint8_t* thread_buffer(size_t bytes) {
 ReadResult read_fd(int fd, const struct stat& st, const std::string& name, LogFile* spare) {
   if (!S_ISREG(st.st_mode)) return fail(ReadError::kIo, name, "not a regular file");
   const size_t size = static_cast<size_t>(st.st_size);
-  uint64_t head[sizeof(fr_log_header) / 8] = {};  // 8-byte aligned, as load_header reads words
+  // The header and the section directory (which lies in the first 4 KiB), 8-byte aligned, as
+  // load_header reads words.
+  uint64_t head[4096 / 8] = {};
   auto* bytes = reinterpret_cast<uint8_t*>(head);
   const size_t want = std::min(size, sizeof head);
   const ssize_t got = pread_full(fd, bytes, want, 0);
@@ -514,16 +411,18 @@ ReadResult read_fd(int fd, const struct stat& st, const std::string& name, LogFi
   // A file that shrank since fstat is as long as what was read of its header.
   const size_t have = size_t(got) < want ? size_t(got) : size;
   LogFile probe;
-  if (size_t(got) == sizeof head && read_header(bytes, have, name, &probe).message.empty() &&
+  Directory dir;
+  if (size_t(got) == want && size_t(got) >= sizeof(fr_log_header) &&
+      read_header(bytes, have, size_t(got), name, &probe, &dir).message.empty() &&
       probe.is_snapshot && probe.header.file_size <= kWholeMaxBytes) {
     uint8_t* buf = thread_buffer(size_t(probe.header.file_size));
     const ssize_t n = pread_full(fd, buf, size_t(probe.header.file_size), 0);
     if (n < 0)
       return fail(ReadError::kIo, name, std::string("cannot read: ") + std::strerror(errno));
-    return parse(buf, size_t(n), name, fd, recycled(spare), nullptr, true);
+    return parse(buf, size_t(n), size_t(n), name, fd, recycled(spare), nullptr, true);
   }
   Window window(fd);
-  return parse(bytes, have, name, fd, recycled(spare), &window);
+  return parse(bytes, have, size_t(got), name, fd, recycled(spare), &window);
 }
 
 }  // namespace
@@ -541,9 +440,9 @@ ReadResult read_log_bytes(const void* data, size_t size, const std::string& name
   if (reinterpret_cast<uintptr_t>(data) % 8 != 0) {
     std::vector<uint64_t> aligned((size + 7) / 8);
     if (size) std::memcpy(aligned.data(), data, size);
-    return parse(reinterpret_cast<const uint8_t*>(aligned.data()), size, name, -1);
+    return parse(reinterpret_cast<const uint8_t*>(aligned.data()), size, size, name, -1);
   }
-  return parse(static_cast<const uint8_t*>(data), size, name, -1);
+  return parse(static_cast<const uint8_t*>(data), size, size, name, -1);
 }
 
 std::optional<bool> writer_alive(const std::string& path) {
@@ -584,39 +483,31 @@ std::string encode_snapshot(const LogFile& log, uint64_t snapshot_ns) {
       static_cast<uint32_t>(std::min<size_t>(log.chans.size(), FR_MAX_CHAN_CAPACITY));
   const uint32_t xfer_cap =
       static_cast<uint32_t>(std::min<size_t>(log.xfers.size(), FR_MAX_XFER_CAPACITY));
-  std::string out(
-      fr_log_file_size_all(comm_cap, ring_cap, graph_cap, capture_cap, chan_cap, xfer_cap), '\0');
+  uint32_t capacity[FR_SECTION_KINDS] = {};
+  capacity[FR_SECTION_COMMS] = comm_cap;
+  capacity[FR_SECTION_RING] = ring_cap;
+  capacity[FR_SECTION_GRAPHS] = graph_cap;
+  capacity[FR_SECTION_CAPTURES] = capture_cap;
+  capacity[FR_SECTION_CHANS] = chan_cap;
+  capacity[FR_SECTION_XFERS] = xfer_cap;
+  Directory dir;
+  std::string out(fr_log_layout(capacity, dir.data()), '\0');
   auto* base = reinterpret_cast<uint8_t*>(out.data());
+  // Every entry kept is in use; what the log counted as dropped stays dropped.
+  const Directory counted = detail::legacy_directory(log.header);
+  for (fr_log_section& s : dir) {
+    s.count = s.kind == FR_SECTION_RING ? 0 : s.capacity;
+    s.dropped = s.kind == FR_SECTION_RING ? 0 : counted[s.kind].dropped;
+  }
 
   fr_log_header h = log.header;
+  detail::clear_legacy_fields(&h);
   h.magic = FR_LOG_MAGIC;
   h.version = FR_LOG_VERSION;
   h.header_size = sizeof(fr_log_header);
-  h.comm_size = sizeof(fr_comm_entry);
-  h.record_size = sizeof(fr_record);
-  h.comm_capacity = comm_cap;
-  h.ring_capacity = ring_cap;
-  h.comm_offset = fr_log_comm_offset();
-  h.ring_offset = fr_log_ring_offset(comm_cap);
-  h.graph_offset = fr_log_graph_offset(comm_cap, ring_cap);
-  h.graph_capacity = graph_cap;
-  h.graph_size = sizeof(fr_graph_entry);
-  h.graph_count = graph_cap;
-  h.capture_offset = fr_log_capture_offset(comm_cap, ring_cap, graph_cap);
-  h.capture_capacity = capture_cap;
-  h.capture_count = capture_cap;
-  h.chan_offset = chan_cap ? fr_log_chan_offset(comm_cap, ring_cap, graph_cap, capture_cap) : 0;
-  h.chan_capacity = chan_cap;
-  h.chan_size = chan_cap ? sizeof(fr_chan_entry) : 0;
-  h.chan_count = chan_cap;
-  h.xfer_offset =
-      xfer_cap ? fr_log_xfer_offset(comm_cap, ring_cap, graph_cap, capture_cap, chan_cap) : 0;
-  h.xfer_capacity = xfer_cap;
-  h.xfer_size = xfer_cap ? sizeof(fr_xfer_entry) : 0;
-  h.xfer_count = xfer_cap;
+  fr_log_header_set_directory(&h);
   h.file_size = out.size();
   h.record_counter = counter;
-  h.comm_count = comm_cap;
   h.flags |= FR_LOG_F_SNAPSHOT;
   h.snapshot_ns = snapshot_ns;
   h.writer_alive = log.writer_alive ? 1 : 0;
@@ -624,38 +515,39 @@ std::string encode_snapshot(const LogFile& log, uint64_t snapshot_ns) {
   uint64_t torn = log.torn + (log.is_snapshot ? log.header.torn_skipped : 0);
   h.torn_skipped = static_cast<uint32_t>(std::min<uint64_t>(torn, UINT32_MAX));
   std::memcpy(base, &h, sizeof h);
+  std::memcpy(base + h.section_offset, dir.data(), sizeof dir);
 
   for (uint32_t i = 0; i < comm_cap; ++i) {
     fr_comm_entry c = log.comms[i];
     c.lock = 2;
-    std::memcpy(base + h.comm_offset + uint64_t{i} * sizeof c, &c, sizeof c);
+    std::memcpy(base + dir[FR_SECTION_COMMS].offset + uint64_t{i} * sizeof c, &c, sizeof c);
   }
   for (const Record& rec : log.records) {
     if (rec.raw.id < first) continue;
     fr_record r = rec.raw;
     r.lock = 2;
     r.gpu_state = static_cast<uint8_t>(rec.gpu_state);
-    std::memcpy(base + h.ring_offset + (r.id % ring_cap) * sizeof r, &r, sizeof r);
+    std::memcpy(base + dir[FR_SECTION_RING].offset + (r.id % ring_cap) * sizeof r, &r, sizeof r);
   }
   for (uint32_t i = 0; i < graph_cap; ++i) {
     fr_graph_entry g = log.graphs[i];
     g.lock = 2;
-    std::memcpy(base + h.graph_offset + uint64_t{i} * sizeof g, &g, sizeof g);
+    std::memcpy(base + dir[FR_SECTION_GRAPHS].offset + uint64_t{i} * sizeof g, &g, sizeof g);
   }
   for (uint32_t i = 0; i < capture_cap; ++i) {
     fr_record r = log.captures[i];
     r.lock = 2;
-    std::memcpy(base + h.capture_offset + uint64_t{i} * sizeof r, &r, sizeof r);
+    std::memcpy(base + dir[FR_SECTION_CAPTURES].offset + uint64_t{i} * sizeof r, &r, sizeof r);
   }
   for (uint32_t i = 0; i < chan_cap; ++i) {
     fr_chan_entry e = log.chans[i];
     e.lock = 2;
-    std::memcpy(base + h.chan_offset + uint64_t{i} * sizeof e, &e, sizeof e);
+    std::memcpy(base + dir[FR_SECTION_CHANS].offset + uint64_t{i} * sizeof e, &e, sizeof e);
   }
   for (uint32_t i = 0; i < xfer_cap; ++i) {
     fr_xfer_entry x = log.xfers[i];
     x.lock = 2;
-    std::memcpy(base + h.xfer_offset + uint64_t{i} * sizeof x, &x, sizeof x);
+    std::memcpy(base + dir[FR_SECTION_XFERS].offset + uint64_t{i} * sizeof x, &x, sizeof x);
   }
   return out;
 }

@@ -580,9 +580,14 @@ class DumpConverter {
     h.record_size = sizeof(fr_record);
     h.comm_capacity = uint32_t(std::max<size_t>(ncomm, 1));
     h.ring_capacity = uint32_t(std::max<uint64_t>(n.span, 1));
-    h.comm_offset = fr_log_comm_offset();
-    h.ring_offset = fr_log_ring_offset(h.comm_capacity);
-    h.file_size = fr_log_file_size(h.comm_capacity, h.ring_capacity, 0, 0);
+    // Where a log of this version would hold the two tables (the rows a reader shows here).
+    uint32_t capacity[FR_SECTION_KINDS] = {};
+    capacity[FR_SECTION_COMMS] = h.comm_capacity;
+    capacity[FR_SECTION_RING] = h.ring_capacity;
+    fr_log_section dir[FR_SECTION_KINDS];
+    h.file_size = fr_log_layout(capacity, dir);
+    h.comm_offset = dir[FR_SECTION_COMMS].offset;
+    h.ring_offset = dir[FR_SECTION_RING].offset;
     h.create_ns = min_ns_;
     h.pid = int32_t(int_or(d_, "pid", 0));
     h.global_rank = int32_t(rank_);

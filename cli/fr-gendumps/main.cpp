@@ -14,7 +14,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"fr-gendumps: write a synthetic dump set with a planted fault"};
   app.set_version_flag("--version", FR_VERSION_LINE("fr-gendumps"));
-  fr::analyzer::synth::Spec spec;
+  fr::synth::Spec spec;
   std::vector<std::string> faults;
   std::string out;
   app.add_option("--ranks", spec.ranks, "ranks in the job")
@@ -52,16 +52,16 @@ int main(int argc, char** argv) {
   }
   spec.gpu_tracking = !no_gpu;
   for (const auto& f : faults) {
-    fr::analyzer::synth::Fault fault;
+    fr::synth::Fault fault;
     std::string err;
-    if (!fr::analyzer::synth::parse_fault(f, &fault, &err)) {
+    if (!fr::synth::parse_fault(f, &fault, &err)) {
       std::cerr << "fr-gendumps: --fault " << f << ": " << err << "\n";
       return 2;
     }
     spec.faults.push_back(fault);
   }
   std::string err;
-  if (!fr::analyzer::synth::write_dump_set(spec, out, &err)) {
+  if (!fr::synth::write_dump_set(spec, out, &err)) {
     std::cerr << "fr-gendumps: " << err << "\n";
     return 4;
   }

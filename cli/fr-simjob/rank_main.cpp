@@ -3,7 +3,7 @@
 // and libcuda.so.1, found at run time on LD_LIBRARY_PATH), so the agent preloaded into it records
 // exactly what it would record in a real job.
 //
-// This file: the rank's setup (arguments, the progress board, CUDA, the unique-id exchange and the
+// This file: the rank's setup (arguments, on CLI11 as the other tools', the progress board, CUDA, the unique-id exchange and the
 // communicators) and its loop over the steps. A step is rank_step.cpp (with --graphs, step 0 runs
 // eagerly, the warm-up, and every later step replays the step captured into one CUDA graph; see
 // README.md); --elastic STEP is rank_elastic.cpp.
@@ -19,6 +19,9 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
 
 #include "fr/version.h"
 #include "rank.h"
@@ -219,60 +222,56 @@ int env_int(const char* name, int fallback) {
 
 int usage(const std::string& msg) {
   std::fprintf(stderr, "fr-simjob-rank: %s\n", msg.c_str());
-  std::fprintf(
-      stderr,
-      "usage: fr-simjob-rank --nodes N --ranks-per-node R --tp T --pp P --steps S "
-      "[--graphs [--run-ahead]] [--elastic STEP [--join]] [--fault SPEC]...\n(started by fr-simjob with RANK, WORLD_SIZE and %s set)\n",
-      kEnvRunDir);
+  std::fprintf(stderr,
+               "(fr-simjob-rank --help lists the options; started by fr-simjob with RANK, "
+               "WORLD_SIZE and %s set)\n",
+               kEnvRunDir);
   return kExitUsage;
 }
 
+// parse_args's answer when the rank is to run (any other value is main's exit code).
+constexpr int kParsed = -1;
+
 // The command line (the job's shape and faults, as fr-simjob passes them) and the environment
-// (RANK, WORLD_SIZE, the run directory). 0, or the exit code of a usage error.
+// (RANK, WORLD_SIZE, the run directory). kParsed, 0 after --help or --version, or the exit code
+// of a usage error.
 int parse_args(int argc, char** argv, Rank& r) {
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--graphs" || a == "--join" || a == "--run-ahead") {
-      (a == "--graphs" ? r.graphs : a == "--join" ? r.joiner : r.run_ahead) = true;
-      continue;
-    }
-    if (i + 1 >= argc) return usage("missing value after " + a);
-    std::string v = argv[++i];
-    int* target = a == "--nodes"            ? &r.shape.nodes
-                  : a == "--ranks-per-node" ? &r.shape.ranks_per_node
-                  : a == "--tp"             ? &r.shape.tp
-                  : a == "--pp"             ? &r.shape.pp
-                  : a == "--steps"          ? &r.shape.steps
-                  : a == "--elastic"        ? &r.shape.elastic
-                                            : nullptr;
-    // Options that may be 0 (or -1 for the pause step).
-    int* zero_ok = a == "--step-ms"       ? &r.shape.step_ms
-                   : a == "--step-jitter" ? &r.shape.jitter
-                   : a == "--pause-step"  ? &r.shape.pause_step
-                   : a == "--pause-ms"    ? &r.shape.pause_ms
-                   : a == "--pause-every" ? &r.shape.pause_every
-                   : a == "--seed"        ? &r.shape.seed
-                                          : nullptr;
-    if (zero_ok) {
-      char* end = nullptr;
-      long x = std::strtol(v.c_str(), &end, 10);
-      if (*end != '\0' || x < -1 || x > (1L << 30)) return usage("bad value for " + a + ": " + v);
-      *zero_ok = static_cast<int>(x);
-    } else if (target) {
-      char* end = nullptr;
-      long x = std::strtol(v.c_str(), &end, 10);
-      long least = a == "--elastic" ? 0 : 1;
-      if (*end != '\0' || x < least || x > (1L << 30))
-        return usage("bad value for " + a + ": " + v);
-      *target = static_cast<int>(x);
-    } else if (a == "--fault") {
-      Fault f;
-      std::string err;
-      if (!parse_fault(v, &f, &err)) return usage(err);
-      r.faults.push_back(f);
-    } else {
-      return usage("unknown option " + a);
-    }
+  CLI::App app{"fr-simjob-rank: one rank of a simulated NCCL training job (started by fr-simjob)"};
+  app.set_version_flag("--version", FR_VERSION_LINE("fr-simjob-rank"));
+  app.footer(std::string("Started by fr-simjob with RANK, WORLD_SIZE and ") + kEnvRunDir + " set.");
+  constexpr int kMax = 1 << 30;
+  auto number = [&](const char* name, int* v, int least, const char* what) {
+    app.add_option(name, *v, what)->check(CLI::Range(least, kMax));
+  };
+  number("--nodes", &r.shape.nodes, 1, "simulated nodes");
+  number("--ranks-per-node", &r.shape.ranks_per_node, 1, "ranks per node");
+  number("--tp", &r.shape.tp, 1, "tensor-parallel group size");
+  number("--pp", &r.shape.pp, 1, "pipeline stages");
+  number("--steps", &r.shape.steps, 1, "training steps");
+  number("--elastic", &r.shape.elastic, 0,
+         "the highest rank leaves at this step, a fresh one joins");
+  number("--step-ms", &r.shape.step_ms, -1, "host work before each step, in ms");
+  number("--step-jitter", &r.shape.jitter, -1, "one step in ten takes 1 to this many times longer");
+  number("--pause-step", &r.shape.pause_step, -1, "every rank pauses at this step (-1: never)");
+  number("--pause-ms", &r.shape.pause_ms, -1, "how long that pause lasts, in ms");
+  number("--pause-every", &r.shape.pause_every, -1, "and again every this many steps (0: once)");
+  number("--seed", &r.shape.seed, -1, "varies the jitter draw between runs of the same shape");
+  std::vector<std::string> faults;
+  app.add_option("--fault", faults, "a fault to inject (repeatable; fr-simjob's syntax)");
+  app.add_flag("--graphs", r.graphs, "replay each step from one CUDA graph");
+  app.add_flag("--run-ahead", r.run_ahead, "with --graphs: do not synchronize between replays");
+  app.add_flag("--join", r.joiner, "with --elastic: this rank is the one that joins");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitUsage;
+  }
+  for (const std::string& spec : faults) {
+    Fault f;
+    std::string err;
+    if (!parse_fault(spec, &f, &err)) return usage(err);
+    r.faults.push_back(f);
   }
   std::string err;
   if (!validate(r.shape, &r.faults, &err)) return usage(err);
@@ -284,7 +283,7 @@ int parse_args(int argc, char** argv, Rank& r) {
   if (!run_dir || !*run_dir) return usage(std::string(kEnvRunDir) + " is not set");
   r.run_dir = run_dir;
   r.pos = position_of(r.shape, rank);
-  return 0;
+  return kParsed;
 }
 
 }  // namespace
@@ -293,11 +292,7 @@ int parse_args(int argc, char** argv, Rank& r) {
 int main(int argc, char** argv) {
   using namespace fr::simjob;
   Rank r;
-  if (argc == 2 && std::string(argv[1]) == "--version") {
-    std::printf("%s\n", FR_VERSION_LINE("fr-simjob-rank"));
-    return 0;
-  }
-  if (int code = parse_args(argc, argv, r)) return code;
+  if (int code = parse_args(argc, argv, r); code != kParsed) return code;
   int rank = r.pos.rank;
   r.check_until = first_fault_step(r.faults);
   r.slot = map_board(rank);

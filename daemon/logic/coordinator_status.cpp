@@ -4,8 +4,8 @@
 #include "daemon/logic/coordinator_helpers.h"
 
 #include <algorithm>
-#include <sstream>
 
+#include "common/prometheus.h"
 #include "daemon/base/names.h"
 
 namespace fr::daemon {
@@ -250,51 +250,36 @@ std::string CoordinatorState::metrics(int64_t now_mono) const {
   }
   size_t slow = 0;
   for (const auto& f : findings_) slow += f.active;
-  std::ostringstream o;
-  o << "# HELP frd_nodes Node daemons known to the coordinator.\n# TYPE frd_nodes gauge\n"
-    << "frd_nodes{state=\"connected\"} " << connected << "\n"
-    << "frd_nodes{state=\"lost\"} " << lost << "\n"
-    << "frd_nodes{state=\"known\"} " << nodes_.size() << "\n"
-    << "# HELP frd_ranks Ranks (processes with a flight log) reported by the nodes.\n"
-    << "# TYPE frd_ranks gauge\n"
-    << "frd_ranks{state=\"known\"} " << ranks << "\n"
-    << "frd_ranks{state=\"alive\"} " << alive << "\n"
-    << "frd_ranks{state=\"expected\"} " << expected_ranks() << "\n"
-    << "# HELP frd_heartbeat_age_max_seconds Oldest last heartbeat among connected nodes.\n"
-    << "# TYPE frd_heartbeat_age_max_seconds gauge\n"
-    << "frd_heartbeat_age_max_seconds " << max_age << "\n"
-    << "# HELP frd_heartbeats_total Heartbeats received.\n# TYPE frd_heartbeats_total counter\n"
-    << "frd_heartbeats_total " << heartbeats_total_ << "\n"
-    << "# HELP frd_incidents_total Incidents opened, by kind.\n"
-    << "# TYPE frd_incidents_total counter\n";
+  PrometheusText o;
+  o.family("frd_nodes", "gauge", "Node daemons known to the coordinator.")
+      .sample("state", "connected", connected)
+      .sample("state", "lost", lost)
+      .sample("state", "known", nodes_.size());
+  o.family("frd_ranks", "gauge", "Ranks (processes with a flight log) reported by the nodes.")
+      .sample("state", "known", ranks)
+      .sample("state", "alive", alive)
+      .sample("state", "expected", expected_ranks());
+  o.gauge("frd_heartbeat_age_max_seconds", "Oldest last heartbeat among connected nodes.", max_age);
+  o.counter("frd_heartbeats_total", "Heartbeats received.", heartbeats_total_);
+  o.family("frd_incidents_total", "counter", "Incidents opened, by kind.");
   for (const char* k : {"stall", "rank_dead", "node_lost", "manual"})
-    o << "frd_incidents_total{kind=\"" << k << "\"} " << by_kind[k] << "\n";
-  o << "# HELP frd_incidents_open Incidents collecting, analysing or still open.\n"
-    << "# TYPE frd_incidents_open gauge\nfrd_incidents_open " << open << "\n"
-    << "# HELP frd_dump_duration_seconds Last incident: from opening to every dump in.\n"
-    << "# TYPE frd_dump_duration_seconds gauge\nfrd_dump_duration_seconds " << last_dump_seconds_
-    << "\n"
-    << "# HELP frd_analysis_duration_seconds Last incident: writing and analysing the dump set.\n"
-    << "# TYPE frd_analysis_duration_seconds gauge\nfrd_analysis_duration_seconds "
-    << last_analysis_seconds_ << "\n"
-    << "# HELP frd_upload_failures_total Dumps that failed to arrive or to be written.\n"
-    << "# TYPE frd_upload_failures_total counter\nfrd_upload_failures_total " << upload_failures_
-    << "\n"
-    << "# HELP frd_retained_report_bytes Estimated bytes kept of the nodes' last reports.\n"
-    << "# TYPE frd_retained_report_bytes gauge\nfrd_retained_report_bytes " << retained_bytes_
-    << "\n"
-    << "# HELP frd_reports_trimmed_total Reports cut to the memory bounds.\n"
-    << "# TYPE frd_reports_trimmed_total counter\nfrd_reports_trimmed_total " << reports_trimmed_
-    << "\n"
-    << "# HELP frd_slow_ranks Ranks their peers keep waiting for, the job still progressing.\n"
-    << "# TYPE frd_slow_ranks gauge\nfrd_slow_ranks " << slow << "\n"
-    << "# HELP frd_learned_communicators Communicators whose normal op latency is learned.\n"
-    << "# TYPE frd_learned_communicators gauge\nfrd_learned_communicators " << models_.size()
-    << "\n"
-    << "# HELP frd_nodes_forgotten_total Lost nodes forgotten (no open incident needed them).\n"
-    << "# TYPE frd_nodes_forgotten_total counter\nfrd_nodes_forgotten_total " << nodes_forgotten_
-    << "\n";
-  return o.str();
+    o.sample("kind", k, by_kind[k]);
+  o.gauge("frd_incidents_open", "Incidents collecting, analysing or still open.", open);
+  o.gauge("frd_dump_duration_seconds", "Last incident: from opening to every dump in.",
+          last_dump_seconds_);
+  o.gauge("frd_analysis_duration_seconds", "Last incident: writing and analysing the dump set.",
+          last_analysis_seconds_);
+  o.counter("frd_upload_failures_total", "Dumps that failed to arrive or to be written.",
+            upload_failures_);
+  o.gauge("frd_retained_report_bytes", "Estimated bytes kept of the nodes' last reports.",
+          retained_bytes_);
+  o.counter("frd_reports_trimmed_total", "Reports cut to the memory bounds.", reports_trimmed_);
+  o.gauge("frd_slow_ranks", "Ranks their peers keep waiting for, the job still progressing.", slow);
+  o.gauge("frd_learned_communicators", "Communicators whose normal op latency is learned.",
+          models_.size());
+  o.counter("frd_nodes_forgotten_total", "Lost nodes forgotten (no open incident needed them).",
+            nodes_forgotten_);
+  return o.take();
 }
 
 }  // namespace fr::daemon

@@ -3,6 +3,7 @@
 // until delivered. Each feeds NodeState under mu_ and carries out what it returns.
 #include "daemon/rpc/node.h"
 #include "common/files.h"
+#include "common/prometheus.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -106,10 +107,9 @@ void NodeDaemon::check_log_dir() {
 }
 
 std::string NodeDaemon::metrics() const {
-  std::string o;
+  PrometheusText o;
   auto metric = [&](const char* name, const char* type, const char* help, uint64_t v) {
-    o += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
-         name + " " + std::to_string(v) + "\n";
+    o.family(name, type, help).sample(v);
   };
   metric("frd_node_connected", "gauge", "1 while the stream to the coordinator is up.",
          connected_ ? 1 : 0);
@@ -133,7 +133,7 @@ std::string NodeDaemon::metrics() const {
          unknown_commands_);
   metric("frd_node_log_dir_readable", "gauge", "0 while the log directory cannot be read.",
          state_.log_dir_readable() ? 1 : 0);
-  return o;
+  return o.take();
 }
 
 bool NodeDaemon::init(std::string* error) {

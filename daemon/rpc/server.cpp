@@ -5,6 +5,7 @@
 #include "daemon/rpc/server.h"
 #include "daemon/rpc/server_impl.h"
 #include "common/files.h"
+#include "common/prometheus.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -129,29 +130,24 @@ void CoordinatorServer::Impl::add_pages() {
       std::lock_guard<std::mutex> hl(hb_mu);
       replaced = heartbeats_replaced;
     }
-    r.body +=
-        "# HELP frd_fanout_seconds Last incident: from listing its dump requests to handing "
-        "the last one to its node's stream.\n# TYPE frd_fanout_seconds gauge\n"
-        "frd_fanout_seconds " +
-        std::to_string(fanout) +
-        "\n"
-        "# HELP frd_heartbeats_replaced_total Heartbeats replaced by a newer one from the "
-        "same node before they were applied (the coordinator short of CPU).\n"
-        "# TYPE frd_heartbeats_replaced_total counter\n"
-        "frd_heartbeats_replaced_total " +
-        std::to_string(replaced) +
-        "\n"
-        "# HELP frd_live_page_builds_total Times the live page was built (at most once per "
-        "2 s, however many clients reload it).\n"
-        "# TYPE frd_live_page_builds_total counter\n"
-        "frd_live_page_builds_total " +
-        std::to_string(live_page_builds.load(std::memory_order_relaxed)) +
-        "\n"
-        "# HELP frd_unknown_messages_total Node messages of a kind this coordinator does "
-        "not know (a newer node's), skipped.\n"
-        "# TYPE frd_unknown_messages_total counter\n"
-        "frd_unknown_messages_total " +
-        std::to_string(unknown_messages.load(std::memory_order_relaxed)) + "\n";
+    PrometheusText o;
+    // std::to_string's six decimals, as this line always printed them.
+    o.gauge("frd_fanout_seconds",
+            "Last incident: from listing its dump requests to handing the last one to its node's "
+            "stream.",
+            std::to_string(fanout));
+    o.counter("frd_heartbeats_replaced_total",
+              "Heartbeats replaced by a newer one from the same node before they were applied (the "
+              "coordinator short of CPU).",
+              replaced);
+    o.counter("frd_live_page_builds_total",
+              "Times the live page was built (at most once per 2 s, however many clients reload "
+              "it).",
+              live_page_builds.load(std::memory_order_relaxed));
+    o.counter("frd_unknown_messages_total",
+              "Node messages of a kind this coordinator does not know (a newer node's), skipped.",
+              unknown_messages.load(std::memory_order_relaxed));
+    r.body += o.str();
     return r;
   });
   // Paged as `frd status` is: ?offset=N&limit=N&summary=1.

@@ -2,14 +2,22 @@
  * The flight-log format: the one file layout shared by the agent (the writer), the node daemon,
  * snapshots, dump sets and the analyzer (the readers).
  *
- * A flight log is a single file (by default in /dev/shm) made of three parts at fixed offsets:
+ * A flight log is a single file (by default in /dev/shm): a header, a directory of its sections,
+ * and the sections themselves, each a table of fixed-size entries (version 7 on):
  *
- *   [fr_log_header][fr_comm_entry x comm_capacity][fr_record x ring_capacity]
- *   [fr_graph_entry x graph_capacity][fr_record x capture_capacity]      (version 2 on)
- *   [fr_chan_entry x chan_capacity]                                      (version 5 on)
- *   [fr_xfer_entry x xfer_capacity]                                      (version 4 on)
+ *   [fr_log_header][fr_log_section x section_count, padded to 64 bytes]
+ *   [fr_comm_entry x capacity][fr_record x capacity (the ring)]
+ *   [fr_graph_entry x capacity][fr_record x capacity (captured ops)]
+ *   [fr_chan_entry x capacity][fr_xfer_entry x capacity]
  *
- * The last two sections describe CUDA graphs that hold NCCL work: one entry per captured graph
+ * Each row of the directory (fr_log_section) names one section's kind (FR_SECTION_LIST in
+ * fr/flight_log_sections.h), where it lies, the size of its entries, how many it holds, how many
+ * are in use and how many found no room. Readers find every section through its row and check
+ * every row the same way; a new table is one more kind in that list. Versions 1 to 6 kept each
+ * table's offset, capacity, count and dropped at fixed places in the header instead (the fields
+ * marked "versions 1 to 6" below); readers of this version still read them there.
+ *
+ * The graph sections describe CUDA graphs that hold NCCL work: one entry per captured graph
  * (its replay counter is live) and, in the capture table, one record per NCCL op captured into a
  * graph, kept out of the ring so that thousands of replays never overwrite what a replay runs. A
  * replay is one ring record (FR_OP_GRAPH_LAUNCH); the graph itself writes its position into the
@@ -18,14 +26,12 @@
  * captured kernel that also resets its positions, so the positions always belong to the replay
  * that counter names, even while the host has launched newer replays.
  *
+ * The channel table (version 5 on) follows channel progress as NCCL's profiler plugin reports it.
  * The transfer table (version 4 on) holds NIXL one-sided transfers: one entry per transfer request
  * (nixlAgent::createXferReq or makeXferReq), its description under a sequence lock (local and
  * remote agent, READ or WRITE, bytes, descriptors, backend, notification) and its progress in live
  * words (state, last NIXL status, posts, times). Each NIXL call is also one ring record (op kind
  * NIXL, ops 64..79) whose aux is the entry's id, so the timeline shows transfers beside NCCL ops.
- *
- * Each section is found through its offset in the header: the transfer table (version 4) sits
- * last only because the channel table of version 5 landed first.
  *
  * There is exactly one writer per file (one process); readers live in other processes and never
  * trust the writer. Every record and every communicator entry is guarded by a sequence lock: the
@@ -47,8 +53,9 @@
  * newer than the reader's is refused with a clear error, never guessed at. A structure stored
  * smaller than the fields its version defines (FR_V<n>_*_BYTES below) is corrupt; fields its
  * version did not define read as zero, whatever the writer left in those bytes.
- * log/reader.cpp implements the rule; tests/log/compat_test.cpp writes logs at older,
- * smaller and bigger layouts to hold it to it.
+ * log/reader.cpp and log/sections.cpp implement the rule; tests/log/compat_test.cpp writes logs
+ * at older, smaller and bigger layouts, and tests/log/sections_test.cpp logs of every version
+ * (tests/log/legacy_layout.h lays out versions 1 to 6), to hold them to it.
  */
 #ifndef FR_FLIGHT_LOG_H_
 #define FR_FLIGHT_LOG_H_
@@ -63,7 +70,7 @@ extern "C" {
 #endif
 
 #define FR_LOG_MAGIC 0x314F4C5448474C46ull /* "FLGHTLO1" read as little-endian bytes */
-#define FR_LOG_VERSION 6u
+#define FR_LOG_VERSION 7u
 #define FR_LOG_FILE_SUFFIX ".frlog"
 
 #define FR_DEFAULT_RING_CAPACITY 2048u
@@ -353,12 +360,14 @@ typedef struct fr_log_header {
   uint64_t magic;           /*   0 FR_LOG_MAGIC */
   uint32_t version;         /*   8 FR_LOG_VERSION of the writer */
   uint32_t header_size;     /*  12 sizeof(fr_log_header) of the writer */
-  uint32_t comm_size;       /*  16 sizeof(fr_comm_entry) of the writer */
-  uint32_t record_size;     /*  20 sizeof(fr_record) of the writer */
-  uint32_t comm_capacity;   /*  24 entries in the communicator table */
-  uint32_t ring_capacity;   /*  28 records in the ring */
-  uint64_t comm_offset;     /*  32 byte offset of the communicator table */
-  uint64_t ring_offset;     /*  40 byte offset of the ring */
+  /* Bytes 16..47, 112..119 and 336..423 held the tables' geometry and counts in versions 1 to 6
+   * (marked v1-6); from version 7 on they are zero and the section directory holds them. */
+  uint32_t comm_size;       /*  16 v1-6: sizeof(fr_comm_entry) of the writer */
+  uint32_t record_size;     /*  20 v1-6: sizeof(fr_record) of the writer */
+  uint32_t comm_capacity;   /*  24 v1-6: entries in the communicator table */
+  uint32_t ring_capacity;   /*  28 v1-6: records in the ring */
+  uint64_t comm_offset;     /*  32 v1-6: byte offset of the communicator table */
+  uint64_t ring_offset;     /*  40 v1-6: byte offset of the ring */
   uint64_t file_size;       /*  48 total bytes */
   uint64_t create_ns;       /*  56 CLOCK_REALTIME when the log was made */
   uint64_t create_mono_ns;  /*  64 CLOCK_MONOTONIC at the same moment */
@@ -368,10 +377,12 @@ typedef struct fr_log_header {
   int32_t local_rank;       /*  84 -1 when unknown */
   uint32_t flags;           /*  88 FR_LOG_F_* (atomic) */
   int32_t nccl_version;     /*  92 ncclGetVersion of the loaded library, 0 until known */
+  /* The ring's count and dropped, in every version: the words every record updates stay on the
+   * header's cache line with heartbeat_ns (the ring's directory row holds 0 in both). */
   uint64_t record_counter;  /*  96 records ever written = id of the next record (atomic) */
   uint64_t overwritten;     /* 104 records lost to ring wrap-around (atomic) */
-  uint32_t comm_count;      /* 112 communicator entries in use (atomic) */
-  uint32_t comm_dropped;    /* 116 communicators that did not fit in the table (atomic) */
+  uint32_t comm_count;      /* 112 v1-6: communicator entries in use (atomic) */
+  uint32_t comm_dropped;    /* 116 v1-6: communicators that did not fit in the table (atomic) */
   uint64_t heartbeat_ns;    /* 120 CLOCK_REALTIME of the writer's last record (atomic) */
   uint64_t snapshot_ns;     /* 128 snapshots: when the copy was taken; 0 in live logs */
   int32_t writer_alive;     /* 136 snapshots: 1/0 whether the writer lived then; -1 live log */
@@ -379,7 +390,7 @@ typedef struct fr_log_header {
   char job_id[FR_NAME_LEN];   /* 144 FR_JOB_ID, TORCHELASTIC_RUN_ID or SLURM_JOB_ID */
   char hostname[FR_NAME_LEN]; /* 208 */
   char exe[FR_NAME_LEN];      /* 272 program name (basename of /proc/self/exe) */
-  /* Version 2 on; all zero in version 1 (no graph sections). */
+  /* Versions 2 to 6; all zero in version 1 (no graph sections). */
   uint64_t graph_offset;      /* 336 byte offset of the graph table */
   uint32_t graph_capacity;    /* 344 entries in the graph table */
   uint32_t graph_size;        /* 348 sizeof(fr_graph_entry) of the writer */
@@ -388,14 +399,14 @@ typedef struct fr_log_header {
   uint64_t capture_offset;    /* 360 byte offset of the capture table (fr_record entries) */
   uint32_t capture_capacity;  /* 368 records in the capture table */
   uint32_t capture_count;     /* 372 capture records in use (atomic) */
-  /* Version 4 on: the NIXL transfer table; all zero before, and xfer_capacity 0 when absent. */
+  /* Versions 4 to 6: the NIXL transfer table; all zero before, and xfer_capacity 0 when absent. */
   uint64_t xfer_offset;       /* 376 byte offset of the transfer table */
   uint32_t xfer_capacity;     /* 384 entries in the transfer table */
   uint32_t xfer_size;         /* 388 sizeof(fr_xfer_entry) of the writer */
   uint32_t xfer_count;        /* 392 transfer entries ever taken (atomic) */
   uint32_t xfer_dropped;      /* 396 transfers that found no free entry (atomic) */
-  /* Version 5 on: channel progress from NCCL's profiler plugin interface; all zero before, and
-   * chan_capacity 0 when the section is absent. */
+  /* Versions 5 and 6: channel progress from NCCL's profiler plugin interface; all zero before,
+   * and chan_capacity 0 when the section is absent. */
   uint64_t chan_offset;       /* 400 byte offset of the channel table (fr_chan_entry entries) */
   uint32_t chan_capacity;     /* 408 entries in the channel table */
   uint32_t chan_size;         /* 412 sizeof(fr_chan_entry) of the writer */
@@ -407,7 +418,11 @@ typedef struct fr_log_header {
   uint32_t gpu_error_call;    /* 428 fr_gpu_call: the call that failed (atomic) */
   uint32_t gpu_event_streams; /* 432 streams whose progress comes from events since their stream
                                      write failed; the others keep markers (atomic) */
-  uint8_t reserved[76];       /* 436 zero */
+  /* Version 7 on: the section directory (fr_log_section rows). */
+  uint32_t section_count;     /* 436 rows in the directory */
+  uint64_t section_offset;    /* 440 byte offset of the directory (after the header) */
+  uint32_t section_size;      /* 448 sizeof(fr_log_section) of the writer */
+  uint8_t reserved[60];       /* 452 zero */
 } fr_log_header;              /* 512 */
 
 typedef struct fr_comm_entry {
@@ -602,11 +617,13 @@ FR_STATIC_ASSERT(offsetof(fr_log_header, chan_dropped) == 420, "header layout");
 FR_STATIC_ASSERT(offsetof(fr_log_header, gpu_error) == 424, "header layout");
 FR_STATIC_ASSERT(offsetof(fr_log_header, gpu_event_streams) == 432, "header layout");
 FR_STATIC_ASSERT(sizeof(fr_chan_entry) == 128, "fr_chan_entry is 128 bytes");
+FR_STATIC_ASSERT(offsetof(fr_log_header, section_offset) == 440, "header layout");
+FR_STATIC_ASSERT(offsetof(fr_log_header, reserved) == 452, "header layout");
 FR_STATIC_ASSERT(offsetof(fr_chan_entry, op_seq) == 48, "chan layout");
 FR_STATIC_ASSERT(offsetof(fr_chan_entry, last_ns) == 104, "chan layout");
 
-#include "fr/flight_log_versions.h"
 #include "fr/flight_log_sections.h"
+#include "fr/flight_log_versions.h"
 
 /* The typed sequence-lock reads and publishes of each entry (the protocol is fr/seqlock.h). */
 

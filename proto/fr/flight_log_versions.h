@@ -38,9 +38,18 @@
 #define FR_V6_GRAPH_BYTES 72u
 #define FR_V6_CHAN_BYTES 120u
 #define FR_V6_XFER_BYTES 304u
+#define FR_V7_HEADER_BYTES 452u /* up to section_size: the directory's place */
+#define FR_V7_SECTION_BYTES 40u /* a whole fr_log_section row */
+#define FR_V7_COMM_BYTES 224u
+#define FR_V7_RECORD_BYTES 128u
+#define FR_V7_GRAPH_BYTES 72u
+#define FR_V7_CHAN_BYTES 120u
+#define FR_V7_XFER_BYTES 304u
 FR_STATIC_ASSERT(FR_V4_HEADER_BYTES == offsetof(fr_log_header, chan_offset), "v4 header");
 FR_STATIC_ASSERT(FR_V5_HEADER_BYTES == offsetof(fr_log_header, gpu_error), "v5 header");
-FR_STATIC_ASSERT(FR_V6_HEADER_BYTES == offsetof(fr_log_header, reserved), "v6 header");
+FR_STATIC_ASSERT(FR_V6_HEADER_BYTES == offsetof(fr_log_header, section_count), "v6 header");
+FR_STATIC_ASSERT(FR_V7_HEADER_BYTES == offsetof(fr_log_header, reserved), "v7 header");
+FR_STATIC_ASSERT(FR_V7_SECTION_BYTES == sizeof(fr_log_section), "v7 section row");
 FR_STATIC_ASSERT(FR_V5_CHAN_BYTES == offsetof(fr_chan_entry, reserved), "v5 chan entry");
 FR_STATIC_ASSERT(FR_V1_HEADER_BYTES == offsetof(fr_log_header, graph_offset), "v1 header");
 FR_STATIC_ASSERT(FR_V1_COMM_BYTES == offsetof(fr_comm_entry, graph_started), "v1 comm entry");

@@ -9,7 +9,7 @@
 #include "log/side_files.h"
 #include "synth/synth.h"
 
-namespace fr::analyzer::synth {
+namespace fr::synth {
 
 bool write_gpu_health(const Spec& spec, int ranks, const std::function<std::string(int)>& set_dir,
                       std::string* error) {
@@ -46,4 +46,4 @@ bool write_gpu_health(const Spec& spec, int ranks, const std::function<std::stri
   return true;
 }
 
-}  // namespace fr::analyzer::synth
+}  // namespace fr::synth

@@ -10,22 +10,21 @@
 #include "fr/hash.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <mutex>
 #include <sstream>
-#include <thread>
+#include <stdexcept>
 #include <unordered_map>
 
+#include "common/parallel.h"
 #include "log/snapshot.h"
 
 namespace fs = std::filesystem;
 
-namespace fr::analyzer::synth {
+namespace fr::synth {
 namespace {
 
 constexpr uint64_t kWorldId = 0x5eed00000000a11cull;
@@ -611,50 +610,37 @@ bool write_dump_set(const Spec& spec, const std::string& dir, std::string* error
   const uint64_t snap_ns = job.call_ns(0, job.steps + 1, 0) + 1'000'000'000ull;
   std::vector<fr::log::SnapshotProcess> procs(job.n);
   std::vector<char> ok(job.n, 0);
-  std::atomic<int> next{0};
-  std::atomic<bool> failed{false};
-  std::string first_error;
-  std::mutex err_mu;
-  auto worker = [&] {
-    for (int r; (r = next.fetch_add(1)) < job.n && !failed;) {
-      if (job.omitted(r)) continue;
-      fr::log::LogFile log = build_log(job, r, late[r]);
-      std::vector<LateOp>().swap(late[r]);
-      const std::string host = log.hostname();
-      const std::string name = "rank" + std::to_string(r) + "." + host + "." +
-                               std::to_string(log.header.pid) + FR_LOG_FILE_SUFFIX;
-      std::string bytes = fr::log::encode_snapshot(log, snap_ns);
-      const fs::path file = fs::path(set_dir(job.host_of(r))) / name;
-      std::ofstream out(file, std::ios::binary | std::ios::trunc);
-      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-      if (!out) {
-        std::lock_guard<std::mutex> g(err_mu);
-        first_error = file.string() + ": write failed";
-        failed = true;
-        return;
-      }
-      auto& p = procs[r];
-      p.rank = r;
-      p.world_size = job.n;
-      p.pid = log.header.pid;
-      p.host = host;
-      p.job_id = spec.job_id;
-      p.file = name;
-      p.source = "/dev/shm/fr." + spec.job_id + "." + host + "." + std::to_string(p.pid) + ".frlog";
-      p.alive = log.writer_alive;
-      p.records = log.records.size();
-      p.overwritten = log.header.overwritten;
-      ok[r] = 1;
-    }
+  // Each rank writes only its own file, procs[r] and ok[r].
+  auto write_rank = [&](size_t i) {
+    const int r = static_cast<int>(i);
+    if (job.omitted(r)) return;
+    fr::log::LogFile log = build_log(job, r, late[r]);
+    std::vector<LateOp>().swap(late[r]);
+    const std::string host = log.hostname();
+    const std::string name = "rank" + std::to_string(r) + "." + host + "." +
+                             std::to_string(log.header.pid) + FR_LOG_FILE_SUFFIX;
+    std::string bytes = fr::log::encode_snapshot(log, snap_ns);
+    const fs::path file = fs::path(set_dir(job.host_of(r))) / name;
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out) throw std::runtime_error(file.string() + ": write failed");
+    auto& p = procs[r];
+    p.rank = r;
+    p.world_size = job.n;
+    p.pid = log.header.pid;
+    p.host = host;
+    p.job_id = spec.job_id;
+    p.file = name;
+    p.source = "/dev/shm/fr." + spec.job_id + "." + host + "." + std::to_string(p.pid) + ".frlog";
+    p.alive = log.writer_alive;
+    p.records = log.records.size();
+    p.overwritten = log.header.overwritten;
+    ok[r] = 1;
   };
-  unsigned threads =
-      spec.threads ? spec.threads : std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
-  if (failed) {
-    *error = first_error;
+  try {
+    fr::parallel::for_each_index(static_cast<size_t>(job.n), spec.threads, write_rank);
+  } catch (const std::runtime_error& e) {  // the first rank whose file could not be written
+    *error = e.what();
     return false;
   }
   auto node_of = [&](int h) {
@@ -687,4 +673,4 @@ bool write_dump_set(const Spec& spec, const std::string& dir, std::string* error
                                  error);
 }
 
-}  // namespace fr::analyzer::synth
+}  // namespace fr::synth

@@ -13,7 +13,7 @@
 
 #include "log/reader.h"
 
-namespace fr::analyzer::synth {
+namespace fr::synth {
 
 // Fault kinds, as fr-simjob names them: healthy, hang-host, skip, crash, gpu-stall,
 // mismatch-count, mismatch-dtype, mismatch-op, mismatch-root, p2p-skip, slow, gpu-slow; plus
@@ -72,4 +72,4 @@ bool write_dump_set(const Spec& spec, const std::string& dir, std::string* error
 bool write_gpu_health(const Spec& spec, int ranks, const std::function<std::string(int)>& set_dir,
                       std::string* error);
 
-}  // namespace fr::analyzer::synth
+}  // namespace fr::synth

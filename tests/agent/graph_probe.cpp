@@ -89,16 +89,18 @@ void finish(Job& j) {
 
 // After replay n: the graph's entry and the communicator's counters and positions.
 void report(const fr_log_header* h, const char* prefix) {
-  if (h == nullptr || h->graph_capacity == 0) {
+  const fr_log_section* graphs = h ? fr_log_section_of(h, FR_SECTION_GRAPHS) : nullptr;
+  if (graphs == nullptr || graphs->capacity == 0) {
     printf("%s.log=missing\n", prefix);
     return;
   }
-  auto* g = (const fr_graph_entry*)((const uint8_t*)h + h->graph_offset);
-  auto* c = (const fr_comm_entry*)((const uint8_t*)h + h->comm_offset);
+  auto* g = (const fr_graph_entry*)((const uint8_t*)h + graphs->offset);
+  auto* c =
+      (const fr_comm_entry*)((const uint8_t*)h + fr_log_section_of(h, FR_SECTION_COMMS)->offset);
   printf(
       "%s.graphs=%u\n%s.replays=%llu\n%s.n_ops=%u\n%s.coll_seq=%llu\n%s.started=%llx\n"
       "%s.completed=%llx\n",
-      prefix, __atomic_load_n(&h->graph_count, __ATOMIC_ACQUIRE), prefix,
+      prefix, (unsigned)__atomic_load_n(&graphs->count, __ATOMIC_ACQUIRE), prefix,
       (unsigned long long)__atomic_load_n(&g->replays, __ATOMIC_ACQUIRE), prefix,
       __atomic_load_n(&g->n_ops, __ATOMIC_ACQUIRE), prefix,
       (unsigned long long)__atomic_load_n(&c->coll_seq, __ATOMIC_ACQUIRE), prefix,
@@ -122,8 +124,10 @@ int runtime(long n) {
     if (i % 1000 == 0 || i == n) {
       check("cudaStreamSynchronize", cudaStreamSynchronize(s));
       // Replay i finished both ops: the position is the graph's last op, the counters are exact.
-      auto* c = (const fr_comm_entry*)((const uint8_t*)h + h->comm_offset);
-      auto* ge = (const fr_graph_entry*)((const uint8_t*)h + h->graph_offset);
+      auto* c = (const fr_comm_entry*)((const uint8_t*)h +
+                                       fr_log_section_of(h, FR_SECTION_COMMS)->offset);
+      auto* ge = (const fr_graph_entry*)((const uint8_t*)h +
+                                         fr_log_section_of(h, FR_SECTION_GRAPHS)->offset);
       if (c->graph_completed != FR_GRAPH_POS(1, 2) || c->graph_started != FR_GRAPH_POS(1, 2) ||
           c->coll_seq != (uint64_t)(2 * i) || ge->replays != (uint64_t)i)
         ++bad_positions;

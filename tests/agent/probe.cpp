@@ -115,7 +115,8 @@ int scenario_gpu() {
   const fr_log_header* h = own_log();
   uint64_t started = 0, completed = 0;
   if (h != nullptr) {
-    const fr_comm_entry* c = (const fr_comm_entry*)((const uint8_t*)h + h->comm_offset);
+    const fr_comm_entry* c =
+        (const fr_comm_entry*)((const uint8_t*)h + fr_log_section_of(h, FR_SECTION_COMMS)->offset);
     for (int i = 0; i < 1000; ++i) {  // events are polled by the agent's thread: allow time
       started = __atomic_load_n(&c->gpu_started, __ATOMIC_ACQUIRE);
       completed = __atomic_load_n(&c->gpu_completed, __ATOMIC_ACQUIRE);

@@ -602,10 +602,12 @@ TEST_CASE("the fast lane leaves a busy slot alone and counts its record lost", "
   close(fd);
   REQUIRE(m != MAP_FAILED);
   auto* h = (fr_log_header*)m;
-  auto* ring = (fr_record*)((uint8_t*)m + h->ring_offset);
+  const fr_log_section* row = fr_log_section_of(h, FR_SECTION_RING);
+  REQUIRE(row != nullptr);
+  auto* ring = (fr_record*)((uint8_t*)m + row->offset);
   const uint64_t next = __atomic_load_n(&h->record_counter, __ATOMIC_ACQUIRE);
-  REQUIRE(next < h->ring_capacity);  // so `overwritten` moves only by the lost record
-  fr_record* slot = &ring[next % h->ring_capacity];
+  REQUIRE(next < row->capacity);  // so `overwritten` moves only by the lost record
+  fr_record* slot = &ring[next % row->capacity];
   const uint64_t lock = __atomic_load_n(&slot->lock, __ATOMIC_ACQUIRE);
   REQUIRE(lock % 2 == 0);
   __atomic_store_n(&slot->lock, lock + 1, __ATOMIC_RELEASE);  // held by "another writer"

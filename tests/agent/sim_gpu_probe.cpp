@@ -48,7 +48,7 @@ const fr_comm_entry* first_comm() {
   close(fd);
   if (m == MAP_FAILED) return nullptr;
   auto* h = (const fr_log_header*)m;
-  return (const fr_comm_entry*)((const uint8_t*)m + h->comm_offset);
+  return (const fr_comm_entry*)((const uint8_t*)m + fr_log_section_of(h, FR_SECTION_COMMS)->offset);
 }
 
 void print_counters(const char* when, const fr_comm_entry* c) {

@@ -135,11 +135,13 @@ inline std::vector<fr_comm_entry> raw_comms(const std::string& path) {
     void* m = mmap(nullptr, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
     if (m != MAP_FAILED) {
       const auto* h = (const fr_log_header*)m;
-      uint64_t end = h->comm_offset + (uint64_t)h->comm_capacity * sizeof(fr_comm_entry);
-      if (h->magic == FR_LOG_MAGIC && h->comm_size == sizeof(fr_comm_entry) &&
+      const fr_log_section* row =
+          h->magic == FR_LOG_MAGIC ? fr_log_section_of(h, FR_SECTION_COMMS) : nullptr;
+      const uint64_t end = row ? row->offset + (uint64_t)row->capacity * sizeof(fr_comm_entry) : 0;
+      if (row != nullptr && row->entry_size == sizeof(fr_comm_entry) &&
           end <= (uint64_t)st.st_size) {
-        const auto* slots = (const fr_comm_entry*)((const uint8_t*)m + h->comm_offset);
-        for (uint32_t i = 0; i < h->comm_capacity; ++i) {
+        const auto* slots = (const fr_comm_entry*)((const uint8_t*)m + row->offset);
+        for (uint32_t i = 0; i < row->capacity; ++i) {
           fr_comm_entry e;
           if (fr_comm_read(&slots[i], &e)) out.push_back(e);
         }

@@ -69,8 +69,8 @@ struct Mapped {
   }
   const fr_log_header& header() const { return *(const fr_log_header*)base; }
   const fr_record* slot(uint64_t id) const {
-    const fr_log_header& h = header();
-    return (const fr_record*)(base + h.ring_offset + (id % h.ring_capacity) * h.record_size);
+    const fr_log_section* ring = fr_log_section_of(&header(), FR_SECTION_RING);
+    return (const fr_record*)(base + ring->offset + (id % ring->capacity) * ring->entry_size);
   }
 };
 

@@ -34,15 +34,18 @@ constexpr uint32_t kEntries = 24;  // within the map's probe length, so every op
 
 struct Table {
   fr_log_header header{};
+  fr_log_section sections[FR_SECTION_KINDS] = {};  // the transfer table's count and dropped
   std::vector<fr_xfer_entry> entries = std::vector<fr_xfer_entry>(kEntries);
   Table() {
     fa::g_ctx.hdr = &header;
+    fa::g_ctx.sections = sections;
     fa::g_ctx.xfers = entries.data();
     fa::g_ctx.xfer_cap = kEntries;
   }
   ~Table() {
     fa::g_ctx.xfers = nullptr;
     fa::g_ctx.xfer_cap = 0;
+    fa::g_ctx.sections = nullptr;
     fa::g_ctx.hdr = nullptr;
   }
 };

@@ -21,8 +21,8 @@
 #include "temp_dir.h"
 
 namespace fs = std::filesystem;
-using fr::analyzer::synth::Fault;
-using fr::analyzer::synth::Spec;
+using fr::synth::Fault;
+using fr::synth::Spec;
 using nlohmann::json;
 
 namespace {
@@ -36,7 +36,7 @@ Spec spec_with(const std::string& fault_spec, int ranks = 8) {
   if (!fault_spec.empty()) {
     Fault f;
     std::string err;
-    REQUIRE(fr::analyzer::synth::parse_fault(fault_spec, &f, &err));
+    REQUIRE(fr::synth::parse_fault(fault_spec, &f, &err));
     s.faults.push_back(f);
   }
   return s;
@@ -52,7 +52,7 @@ json analyze_dir(const std::string& dir, fr::analyzer::Options opts = {}) {
 
 json run(const Spec& s, const TempDir& t, const std::string& name = "set") {
   std::string err;
-  REQUIRE(fr::analyzer::synth::write_dump_set(s, t.sub(name), &err));
+  REQUIRE(fr::synth::write_dump_set(s, t.sub(name), &err));
   return analyze_dir(t.sub(name));
 }
 
@@ -254,7 +254,7 @@ TEST_CASE("grouped collectives are reported as one unit", "[analyzer]") {
   // rank 3 never calls it, the others are in it.
   Spec s = spec_with("");
   s.steps = 11;  // last step 10: 10 % 4 == 2
-  auto logs = fr::analyzer::synth::make_logs(s);
+  auto logs = fr::synth::make_logs(s);
   uint64_t t_group = 0;
   for (const auto& rec : logs[0].records)
     if (rec.raw.group_id != 0 && rec.raw.op == FR_OP_ALLREDUCE) t_group = rec.raw.call_ns;
@@ -301,7 +301,7 @@ TEST_CASE("grouped collectives are reported as one unit", "[analyzer]") {
 
 TEST_CASE("a rank whose GPU progress fell back says why, with the call and its CUresult",
           "[analyzer]") {
-  auto logs = fr::analyzer::synth::make_logs(spec_with(""));
+  auto logs = fr::synth::make_logs(spec_with(""));
   for (auto& log : logs) {
     if (log.header.global_rank == 2) {  // one stream's write failed: events for it
       log.header.flags |= FR_LOG_F_GPU_EVENTS;
@@ -336,7 +336,7 @@ TEST_CASE("rings wrapped at different points", "[analyzer]") {
     Spec s = spec_with("kind=hang-host,rank=6");
     s.entries = entries;
     s.steps = 60;
-    auto logs = fr::analyzer::synth::make_logs(s);
+    auto logs = fr::synth::make_logs(s);
     // Shorten some rings further, as if those ranks had smaller logs.
     for (auto& log : logs)
       if (log.header.global_rank % 3 == 1 && log.records.size() > 4)
@@ -434,8 +434,7 @@ TEST_CASE("the fr-analysis/1 contract", "[analyzer]") {
 TEST_CASE("rank filter narrows the evidence, not the verdict", "[analyzer]") {
   TempDir t;
   std::string err;
-  REQUIRE(
-      fr::analyzer::synth::write_dump_set(spec_with("kind=hang-host,rank=3"), t.sub("set"), &err));
+  REQUIRE(fr::synth::write_dump_set(spec_with("kind=hang-host,rank=3"), t.sub("set"), &err));
   fr::analyzer::Options o;
   o.ranks = {3, 4};
   json doc = analyze_dir(t.sub("set"), o);
@@ -489,8 +488,7 @@ TEST_CASE("text view: every control byte from a dump is shown as a hex escape", 
 TEST_CASE("trace: one track per rank per communicator, the stall highlighted", "[analyzer]") {
   TempDir t;
   std::string err;
-  REQUIRE(
-      fr::analyzer::synth::write_dump_set(spec_with("kind=gpu-stall,rank=2"), t.sub("set"), &err));
+  REQUIRE(fr::synth::write_dump_set(spec_with("kind=gpu-stall,rank=2"), t.sub("set"), &err));
   auto model = fr::analyzer::load_model({t.sub("set")}, 2);
   json doc = fr::analyzer::analyze_model(model, {});
   REQUIRE(fr::analyzer::write_trace(model, doc, {}, t.sub("trace.json"), &err));
@@ -533,7 +531,7 @@ TEST_CASE("whole histories (no ring wrap): p2p paired from the first op", "[anal
 TEST_CASE("a rank that never joins a communicator's creation is named", "[analyzer]") {
   // Every rank but 6 is inside ncclCommSplit on the world communicator (the host call has not
   // returned); rank 6 never called it. No sequence number moves, only the call tells.
-  auto logs = fr::analyzer::synth::make_logs(spec_with(""));
+  auto logs = fr::synth::make_logs(spec_with(""));
   for (auto& log : logs) {
     if (log.header.global_rank == 6) continue;
     fr::log::Record rec{};
@@ -567,7 +565,7 @@ TEST_CASE("a wait no signal can satisfy names the rank that owes the signal", "[
     Spec s = spec_with("");
     s.entries = 400;
     s.steps = 20;
-    auto logs = fr::analyzer::synth::make_logs(s);
+    auto logs = fr::synth::make_logs(s);
     // Appends a signal record on the world communicator of `rank`.
     auto add = [&](int rank, fr_op op, int peer, int sig_idx, uint64_t count, bool done) {
       auto& log = logs[rank];
@@ -646,7 +644,7 @@ TEST_CASE("one dump set per node, read together, gives the analysis of the job's
     json one = run(s, t, "one");
     s.dir_per_host = true;
     std::string err;
-    REQUIRE(fr::analyzer::synth::write_dump_set(s, t.sub("nodes"), &err));
+    REQUIRE(fr::synth::write_dump_set(s, t.sub("nodes"), &err));
     std::vector<std::string> sets;
     for (int h = 0; h < 6; ++h) {
       sets.push_back(t.sub("nodes/node" + std::to_string(h)));
@@ -666,7 +664,7 @@ TEST_CASE("mismatch: a majority value that breaks the rhythm is the expected one
   // 1024. Turned around here: the seven others call 2048 and rank 3 keeps 1024, the count of that
   // AllReduce in every step before. The majority says 2048 was expected; the rhythm alone, or
   // each member's change from its own previous call, would blame the seven.
-  auto logs = fr::analyzer::synth::make_logs(spec_with("kind=mismatch-count,rank=3"));
+  auto logs = fr::synth::make_logs(spec_with("kind=mismatch-count,rank=3"));
   REQUIRE(logs.size() == 8);
   uint64_t comm = 0, seq = 0, odd = 0, usual = 0;
   for (const auto& rec : logs[3].records) {
@@ -705,7 +703,7 @@ std::vector<fr::log::LogFile> p2p_logs() {
   Spec s = spec_with("");
   s.entries = 400;
   s.steps = 20;
-  return fr::analyzer::synth::make_logs(s);
+  return fr::synth::make_logs(s);
 }
 
 // Appends a Send or Recv on the world communicator of `rank`, `after_ns` past its last record.

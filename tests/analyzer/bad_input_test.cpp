@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "analyzer/analyze.h"
 #include "synth/synth.h"
@@ -31,11 +32,11 @@ using fr::test::TempDir;
 // Writes an 8-rank set with rank 5 hung on the host; returns the dump file of each rank.
 std::vector<std::string> make_set(const std::string& dir,
                                   const std::string& fault = "kind=hang-host,rank=5") {
-  fr::analyzer::synth::Spec s;
+  fr::synth::Spec s;
   std::string err;
-  REQUIRE(fr::analyzer::synth::add_fault(fault, &s, &err));
+  REQUIRE(fr::synth::add_fault(fault, &s, &err));
   s.ranks = 8, s.entries = 64;
-  REQUIRE(fr::analyzer::synth::write_dump_set(s, dir, &err));
+  REQUIRE(fr::synth::write_dump_set(s, dir, &err));
   std::vector<std::string> files(8);
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
@@ -88,7 +89,10 @@ TEST_CASE("a bad file among good ones is named and the rest analysed", "[analyze
        [](const std::string& f) {
          std::string b = slurp(f);
          uint32_t huge = 0xfffffff0u;
-         std::memcpy(&b[28], &huge, 4);  // ring_capacity that does not add up
+         // The ring's capacity in its directory row: one that does not add up.
+         std::memcpy(&b[sizeof(fr_log_header) + FR_SECTION_RING * sizeof(fr_log_section) +
+                        offsetof(fr_log_section, capacity)],
+                     &huge, 4);
          spit(f, b);
        },
        ""},
@@ -164,12 +168,12 @@ TEST_CASE("a duplicated rank is named and one copy analysed", "[analyzer]") {
 TEST_CASE("another job's dump in the same directory is named and left out", "[analyzer]") {
   TempDir t;
   make_set(t.sub("set"));
-  fr::analyzer::synth::Spec other;
+  fr::synth::Spec other;
   other.ranks = 2;
   other.entries = 16;
   other.job_id = "another-job";
   std::string err;
-  REQUIRE(fr::analyzer::synth::write_dump_set(other, t.sub("other"), &err));
+  REQUIRE(fr::synth::write_dump_set(other, t.sub("other"), &err));
   fs::copy_file(t.sub("other/rank1.node0.10001.frlog"), t.sub("set/stray.frlog"));
   json doc = analyze({t.sub("set")});
   json s = skipped_entry(doc, "stray.frlog");
@@ -327,18 +331,23 @@ TEST_CASE("damaged fields inside valid files never crash the analysis", "[analyz
   for (int round = 0; round < 40; ++round) {
     for (size_t i = 0; i < files.size(); ++i) {
       std::string b = originals[i];
-      fr_log_header h;
-      std::memcpy(&h, b.data(), sizeof h);
+      // The two tables as the directory places them (version 7 on; a header copied with it).
+      std::vector<uint64_t> head((sizeof(fr_log_header) + sizeof(fr_log_section) * 8) / 8);
+      std::memcpy(head.data(), b.data(), std::min(b.size(), head.size() * 8));
+      const auto* hp = reinterpret_cast<const fr_log_header*>(head.data());
+      REQUIRE(fr_log_section_of(hp, FR_SECTION_RING) != nullptr);
+      const fr_log_section cs = *fr_log_section_of(hp, FR_SECTION_COMMS);
+      const fr_log_section rs = *fr_log_section_of(hp, FR_SECTION_RING);
       const int hits = 1 + static_cast<int>(next() % 24);
       for (int k = 0; k < hits; ++k) {
         // Skip lock words (offset 0 of each entry) so entries stay readable.
         size_t off;
-        if (next() % 4 == 0 && h.comm_capacity > 0) {
-          off = h.comm_offset + (next() % h.comm_capacity) * h.comm_size + 8 +
-                next() % (h.comm_size - 8);
+        if (next() % 4 == 0 && cs.capacity > 0) {
+          off =
+              cs.offset + (next() % cs.capacity) * cs.entry_size + 8 + next() % (cs.entry_size - 8);
         } else {
-          off = h.ring_offset + (next() % h.ring_capacity) * h.record_size + 16 +
-                next() % (h.record_size - 16);
+          off = rs.offset + (next() % rs.capacity) * rs.entry_size + 16 +
+                next() % (rs.entry_size - 16);
         }
         if (off + 4 > b.size()) continue;
         uint32_t v = static_cast<uint32_t>(next());

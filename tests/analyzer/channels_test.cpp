@@ -14,7 +14,7 @@
 #include "temp_dir.h"
 
 namespace fs = std::filesystem;
-using fr::analyzer::synth::Spec;
+using fr::synth::Spec;
 using nlohmann::json;
 
 namespace {
@@ -58,11 +58,11 @@ std::vector<fr::log::LogFile> stuck_logs(json* verdict) {
   s.tp = 1;
   s.entries = 96;
   s.ranks_per_host = 1;
-  fr::analyzer::synth::Fault f;
+  fr::synth::Fault f;
   std::string err;
-  REQUIRE(fr::analyzer::synth::parse_fault("rank=1,kind=gpu-stall", &f, &err));
+  REQUIRE(fr::synth::parse_fault("rank=1,kind=gpu-stall", &f, &err));
   s.faults.push_back(f);
-  auto logs = fr::analyzer::synth::make_logs(s);
+  auto logs = fr::synth::make_logs(s);
   fr::test::TempDir t;
   *verdict = analyze(logs, t)["verdict"];
   REQUIRE((*verdict)["kind"] == "stuck_in_collective");

@@ -18,7 +18,7 @@ constexpr uint32_t kComms = 2, kRing = 16, kGraphs = 2, kCaptures = 4;
 constexpr uint64_t kCommId = 0xc0ffee, kGraphId = 0x9a9a;
 
 std::vector<uint8_t> make_log(uint32_t version, bool gpu_counted) {
-  std::vector<uint8_t> buf(fr_log_file_size(kComms, kRing, kGraphs, kCaptures));
+  std::vector<uint8_t> buf(fr::test::v6::file_size(kComms, kRing, kGraphs, kCaptures));
   auto* h = reinterpret_cast<fr_log_header*>(buf.data());
   fr::test::fill_layout(h, version, kComms, kRing, kGraphs, kCaptures, buf.size());
   h->global_rank = 0;
@@ -79,7 +79,7 @@ fr::analyzer::Proc proc_of(const std::vector<uint8_t>& buf) {
 
 TEST_CASE("graph replays: with the GPU replay counter, positions belong to the GPU's replay",
           "[analyzer]") {
-  auto p = proc_of(make_log(FR_LOG_VERSION, true));
+  auto p = proc_of(make_log(fr::test::v6::kVersion, true));
   CHECK(p.graph_replays == 3);
   CHECK(state_of(p, 1, 1) == FR_GPU_COMPLETED);
   CHECK(state_of(p, 1, 2) == FR_GPU_COMPLETED);
@@ -91,7 +91,7 @@ TEST_CASE("graph replays: with the GPU replay counter, positions belong to the G
 
 TEST_CASE("graph replays: without the counter, positions are the newest launch's (as before)",
           "[analyzer]") {
-  for (uint32_t version : {2u, FR_LOG_VERSION}) {
+  for (uint32_t version : {2u, fr::test::v6::kVersion}) {
     INFO("version " << version);
     // A version 2 log has no counter (even with a stray GPU_REPLAYS bit, which is not trusted);
     // version 3 without GPU_REPLAYS is the agent's fallback.

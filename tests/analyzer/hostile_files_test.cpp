@@ -36,11 +36,11 @@ using fr::test::TempDir;
 
 // An 8-rank set with rank 5 hung on the host; returns the dump file of each rank.
 std::vector<std::string> make_set(const std::string& dir) {
-  fr::analyzer::synth::Spec s;
+  fr::synth::Spec s;
   std::string err;
-  REQUIRE(fr::analyzer::synth::add_fault("kind=hang-host,rank=5", &s, &err));
+  REQUIRE(fr::synth::add_fault("kind=hang-host,rank=5", &s, &err));
   s.ranks = 8, s.entries = 64;
-  REQUIRE(fr::analyzer::synth::write_dump_set(s, dir, &err));
+  REQUIRE(fr::synth::write_dump_set(s, dir, &err));
   std::vector<std::string> files(8);
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();

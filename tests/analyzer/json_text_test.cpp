@@ -78,11 +78,11 @@ TEST_CASE("write_json: the analyzer's documents") {
   // 4,100 ranks: each evidence list of the world communicator is made on two threads
   // (evidence.cpp): its rows come in member order, every member once.
   fr::test::TempDir t;
-  fr::analyzer::synth::Spec spec;
+  fr::synth::Spec spec;
   std::string error;
-  REQUIRE(fr::analyzer::synth::add_fault("rank=2071,kind=hang-host", &spec, &error));
+  REQUIRE(fr::synth::add_fault("rank=2071,kind=hang-host", &spec, &error));
   spec.ranks = 4100, spec.entries = 24, spec.ranks_per_host = 256;
-  REQUIRE(fr::analyzer::synth::write_dump_set(spec, t.sub("set"), &error));
+  REQUIRE(fr::synth::write_dump_set(spec, t.sub("set"), &error));
   const json doc = fr::analyzer::analyze_paths({t.sub("set")}, {}, &error);
   INFO(error);
   REQUIRE(doc.is_object());

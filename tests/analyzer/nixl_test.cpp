@@ -19,7 +19,7 @@
 #include "testing/clock.h"
 
 namespace fs = std::filesystem;
-using fr::analyzer::synth::Spec;
+using fr::synth::Spec;
 using fr::test::kSec;
 using nlohmann::json;
 
@@ -39,7 +39,7 @@ Planted healthy_job(int ranks) {
   s.entries = 64;
   s.ranks_per_host = 1;
   Planted p;
-  p.logs = fr::analyzer::synth::make_logs(s);
+  p.logs = fr::synth::make_logs(s);
   p.alive.assign(p.logs.size(), true);
   return p;
 }
@@ -325,12 +325,12 @@ TEST_CASE("a collective hang whose culprit waits for a transfer: the transfer is
   s.tp = 1;
   s.entries = 64;
   s.ranks_per_host = 1;
-  fr::analyzer::synth::Fault f;
+  fr::synth::Fault f;
   std::string err;
-  REQUIRE(fr::analyzer::synth::parse_fault("rank=1,kind=hang-host", &f, &err));
+  REQUIRE(fr::synth::parse_fault("rank=1,kind=hang-host", &f, &err));
   s.faults.push_back(f);
   Planted j;
-  j.logs = fr::analyzer::synth::make_logs(s);
+  j.logs = fr::synth::make_logs(s);
   j.alive.assign(2, true);
   j.logs.push_back(nixl_only(j.logs[0], 7777, "store"));
   j.alive.push_back(true);

@@ -45,11 +45,11 @@ struct Analysed {
     std::string tmpl = (fs::temp_directory_path() / "fr-result-test.XXXXXX").string();
     root = mkdtemp(tmpl.data());
     dir = root + "/set";
-    fr::analyzer::synth::Spec spec;
+    fr::synth::Spec spec;
     std::string err;
-    REQUIRE(fr::analyzer::synth::add_fault(f.fault, &spec, &err));
+    REQUIRE(fr::synth::add_fault(f.fault, &spec, &err));
     spec.ranks = 4, spec.entries = 16, spec.ranks_per_host = 2;
-    REQUIRE(fr::analyzer::synth::write_dump_set(spec, dir, &err));
+    REQUIRE(fr::synth::write_dump_set(spec, dir, &err));
     auto a = fr::analyzer::analyze({dir}, {}, &err);
     INFO(err);
     REQUIRE(a.has_value());

@@ -31,12 +31,12 @@ using Extra = std::function<int64_t(int r, int k)>;
 // arrives extra(r, k) late at step k, and every later step starts after the slowest rank of the
 // earlier ones (the job waits for it at each collective).
 json analyze_reshaped(const Extra& extra) {
-  fr::analyzer::synth::Spec s;
+  fr::synth::Spec s;
   s.ranks = kRanks;
   s.entries = 4096;
   s.steps = kSteps;
   s.wrap_jitter = false;
-  std::vector<fr::log::LogFile> logs = fr::analyzer::synth::make_logs(s);
+  std::vector<fr::log::LogFile> logs = fr::synth::make_logs(s);
   std::vector<int64_t> shift(kSteps + 2, 0);
   for (int k = 0; k <= kSteps; ++k) {
     int64_t worst = 0;
@@ -164,12 +164,12 @@ TEST_CASE("slow finding: none on jittery jobs, checkpoint pauses or a rank late 
 TEST_CASE("slow finding: a synthetic gpu-slow rank is named with cause gpu from its GPU health",
           "[analyzer][slow]") {
   fr::test::TempDir t;
-  fr::analyzer::synth::Spec s;
+  fr::synth::Spec s;
   s.ranks = 8;
   s.entries = 512;
   std::string err;
-  REQUIRE(fr::analyzer::synth::add_fault("rank=6,step=10,kind=gpu-slow,factor=3", &s, &err));
-  REQUIRE(fr::analyzer::synth::write_dump_set(s, t.sub("set"), &err));
+  REQUIRE(fr::synth::add_fault("rank=6,step=10,kind=gpu-slow,factor=3", &s, &err));
+  REQUIRE(fr::synth::write_dump_set(s, t.sub("set"), &err));
   REQUIRE(fs::exists(t.sub("set") + "/node1.gpu.json"));
   json doc = fr::analyzer::analyze_paths({t.sub("set")}, {}, &err);
   REQUIRE(doc.is_object());
@@ -181,11 +181,11 @@ TEST_CASE("slow finding: a synthetic gpu-slow rank is named with cause gpu from 
   // (3 - 1) x 2 ms of GPU work per step that its host waits for.
   CHECK(found[0]["slow"]["value_ns"].get<int64_t>() > 3 * kMs);
   // The same lateness without a throttled GPU beside it: its host.
-  fr::analyzer::synth::Spec h;
+  fr::synth::Spec h;
   h.ranks = 8;
   h.entries = 512;
-  REQUIRE(fr::analyzer::synth::add_fault("rank=6,step=10,kind=slow,ms=4", &h, &err));
-  REQUIRE(fr::analyzer::synth::write_dump_set(h, t.sub("host"), &err));
+  REQUIRE(fr::synth::add_fault("rank=6,step=10,kind=slow,ms=4", &h, &err));
+  REQUIRE(fr::synth::write_dump_set(h, t.sub("host"), &err));
   found = slow_findings(fr::analyzer::analyze_paths({t.sub("host")}, {}, &err));
   REQUIRE(found.size() == 1);
   CHECK(found[0]["slow"]["cause"] == "host");

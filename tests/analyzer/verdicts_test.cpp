@@ -65,18 +65,18 @@ TEST_CASE("verdict kinds: the analysis writes only listed kinds", "[analyzer]") 
   std::set<std::string> seen;
   int n = 0;
   for (const auto& fault : faults) {
-    fr::analyzer::synth::Spec spec;
+    fr::synth::Spec spec;
     spec.ranks = 8;
     spec.entries = 96;
     if (!fault.empty()) {
-      fr::analyzer::synth::Fault f;
+      fr::synth::Fault f;
       std::string err;
-      REQUIRE(fr::analyzer::synth::parse_fault(fault, &f, &err));
+      REQUIRE(fr::synth::parse_fault(fault, &f, &err));
       spec.faults.push_back(f);
     }
     const std::string dir = root + "/set" + std::to_string(n++);
     std::string err;
-    REQUIRE(fr::analyzer::synth::write_dump_set(spec, dir, &err));
+    REQUIRE(fr::synth::write_dump_set(spec, dir, &err));
     json doc = fr::analyzer::analyze_paths({dir}, {}, &err);
     REQUIRE(doc.is_object());
     for (const auto& kind : kinds_in(doc)) {
@@ -97,15 +97,15 @@ namespace {
 // The verdict and the findings' kinds of a synthetic job with two faults on different
 // communicators that do not explain each other (each culprit waits nowhere else).
 json two_faults(const std::string& a, const std::string& b, const std::string& dir) {
-  fr::analyzer::synth::Spec spec;
+  fr::synth::Spec spec;
   spec.ranks = 8;
   spec.entries = 96;
   for (const auto& f : {a, b}) {
     std::string err;
-    REQUIRE(fr::analyzer::synth::add_fault(f, &spec, &err));
+    REQUIRE(fr::synth::add_fault(f, &spec, &err));
   }
   std::string err;
-  REQUIRE(fr::analyzer::synth::write_dump_set(spec, dir, &err));
+  REQUIRE(fr::synth::write_dump_set(spec, dir, &err));
   json doc = fr::analyzer::analyze_paths({dir}, {}, &err);
   INFO(err);
   REQUIRE(doc.is_object());

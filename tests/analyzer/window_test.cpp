@@ -16,8 +16,8 @@
 
 namespace fs = std::filesystem;
 using fr::analyzer::LoadMode;
-using fr::analyzer::synth::Fault;
-using fr::analyzer::synth::Spec;
+using fr::synth::Fault;
+using fr::synth::Spec;
 
 namespace {
 
@@ -33,7 +33,7 @@ Spec wrapped(const std::string& fault, int tp) {
   if (!fault.empty()) {
     Fault f;
     std::string err;
-    REQUIRE(fr::analyzer::synth::parse_fault(fault, &f, &err));
+    REQUIRE(fr::synth::parse_fault(fault, &f, &err));
     s.faults.push_back(f);
   }
   return s;
@@ -64,7 +64,7 @@ TEST_CASE("window: the same analysis as from every record", "[analyzer][window]"
       INFO("fault '" << fault << "', tp " << tp);
       TempDir t;
       std::string err;
-      REQUIRE(fr::analyzer::synth::write_dump_set(wrapped(fault, tp), t.path, &err));
+      REQUIRE(fr::synth::write_dump_set(wrapped(fault, tp), t.path, &err));
       const fr::analyzer::Model full = fr::analyzer::load_model({t.path}, 2, LoadMode::kFull);
       const fr::analyzer::Model windowed = fr::analyzer::load_model({t.path}, 2, LoadMode::kWindow);
       CHECK_FALSE(full.windowed);
@@ -82,7 +82,7 @@ TEST_CASE("window: the same analysis as from every record", "[analyzer][window]"
 TEST_CASE("window: a rank's digest keeps every collective it left out", "[analyzer][window]") {
   TempDir t;
   std::string err;
-  REQUIRE(fr::analyzer::synth::write_dump_set(wrapped("kind=hang-host,rank=5", 1), t.path, &err));
+  REQUIRE(fr::synth::write_dump_set(wrapped("kind=hang-host,rank=5", 1), t.path, &err));
   const fr::analyzer::Model full = fr::analyzer::load_model({t.path}, 1, LoadMode::kFull);
   const fr::analyzer::Model windowed = fr::analyzer::load_model({t.path}, 1, LoadMode::kWindow);
   REQUIRE(full.procs.size() == windowed.procs.size());

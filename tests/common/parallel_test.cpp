@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -105,4 +106,38 @@ TEST_CASE("for_each_index_ordered stops before a failed item and rethrows", "[co
                         }),
                     "consume 2");
   CHECK(taken == std::vector<size_t>{0, 1});
+}
+
+TEST_CASE("both runs its two parts side by side and rethrows after both stopped", "[common]") {
+  // Each part waits for the other to have started: they can only finish side by side.
+  std::atomic<int> started{0};
+  auto meet = [&] {
+    started.fetch_add(1);
+    for (int spins = 0; started.load() < 2 && spins < 50'000'000; ++spins)
+      std::this_thread::yield();
+  };
+  std::atomic<bool> first_done{false}, second_done{false};
+  fr::parallel::both(
+      [&] {
+        meet();
+        first_done = true;
+      },
+      [&] {
+        meet();
+        second_done = true;
+      });
+  CHECK(started.load() == 2);
+  CHECK(first_done.load());
+  CHECK(second_done.load());
+
+  // A part that throws: its exception comes back, after the other part (if it started) ended.
+  std::atomic<int> running{0};
+  CHECK_THROWS_WITH(fr::parallel::both([] { throw std::runtime_error("first"); },
+                                       [&] {
+                                         running.fetch_add(1);
+                                         std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                                         running.fetch_sub(1);
+                                       }),
+                    "first");
+  CHECK(running.load() == 0);
 }

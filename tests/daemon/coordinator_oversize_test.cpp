@@ -70,12 +70,12 @@ TEST_CASE(
   j.time_ns = real_ns();
   j.incident = {{"id", j.incident_id}};
   // A good set of eight ranks where rank 5 hangs in host code, as the nodes would deliver it.
-  fr::analyzer::synth::Spec spec;
+  fr::synth::Spec spec;
   std::string err;
-  REQUIRE(fr::analyzer::synth::add_fault("kind=hang-host,rank=5", &spec, &err));
+  REQUIRE(fr::synth::add_fault("kind=hang-host,rank=5", &spec, &err));
   spec.ranks = 8;
   spec.entries = 64;
-  REQUIRE(fr::analyzer::synth::write_dump_set(spec, j.dir, &err));
+  REQUIRE(fr::synth::write_dump_set(spec, j.dir, &err));
   std::filesystem::remove(j.dir + "/manifest.json");
   for (int r = 0; r < 4; ++r)
     plant_oversize_torch(j.dir + "/nodeX-nccl_trace_rank_" + std::to_string(r));

@@ -91,8 +91,11 @@ def tracking_mode(log_dir):
 
 def graph_entries(log_dir):
     """The graph entries of the logs in log_dir: (header flags, [entry dicts]) per log, from the
-    header's graph table fields (offsets 336..352) and each entry's ordinal (32), flags (44),
-    replays (48) and, from version 3 on, gpu_replays (64)."""
+    graph table's row of the section directory (version 7 on: the header's section_count at 436,
+    section_offset at 440, section_size at 448; a row is kind, entry_size, offset, capacity, 0,
+    count; the graph table is kind 2) or the header's graph table fields (versions 2 to 6,
+    offsets 336..352), and each entry's ordinal (32), flags (44), replays (48) and, from version 3
+    on, gpu_replays (64)."""
     out = []
     for path in sorted(glob.glob(os.path.join(log_dir, "*.frlog"))):
         with open(path, "rb") as f:
@@ -102,8 +105,22 @@ def graph_entries(log_dir):
         version = struct.unpack_from("<I", data, 8)[0]
         flags = struct.unpack_from("<I", data, LOG_FLAGS_OFFSET)[0]
         entries = []
-        if version >= 2:
+        offset = size = count = 0
+        if version >= 7:
+            rows, = struct.unpack_from("<I", data, 436)
+            dir_at, = struct.unpack_from("<Q", data, 440)
+            row_size, = struct.unpack_from("<I", data, 448)
+            for r in range(rows):
+                at = dir_at + r * row_size
+                if at + 40 > len(data):
+                    break
+                kind, entry_size, row_offset, _cap, _res, row_count = struct.unpack_from(
+                    "<IIQIIQ", data, at)
+                if kind == 2:
+                    offset, size, count = row_offset, entry_size, row_count
+        elif version >= 2:
             offset, _cap, size, count = struct.unpack_from("<QIII", data, 336)
+        if count:
             for i in range(count):
                 at = offset + i * size
                 if at + min(size, 72) > len(data):

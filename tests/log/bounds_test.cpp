@@ -29,21 +29,21 @@ struct Log {
 // A well-formed, empty log of this shape at the current version, as big as its tables.
 Log make_log(const Shape& s) {
   const uint64_t size =
-      fr_log_file_size_all(s.comms, s.ring, s.graphs, s.captures, s.chans, s.xfers);
+      fr::test::v6::file_size(s.comms, s.ring, s.graphs, s.captures, s.chans, s.xfers);
   Log log;
   log.words.assign(size / 8, 0);
   fr_log_header* h = log.h();
-  fr::test::fill_layout(h, FR_LOG_VERSION, s.comms, s.ring, s.graphs, s.captures, size);
+  fr::test::fill_layout(h, fr::test::v6::kVersion, s.comms, s.ring, s.graphs, s.captures, size);
   h->global_rank = 0;
   h->world_size = 1;
-  if (s.graphs) h->capture_offset = fr_log_capture_offset(s.comms, s.ring, s.graphs);
+  if (s.graphs) h->capture_offset = fr::test::v6::capture_offset(s.comms, s.ring, s.graphs);
   if (s.chans) {
-    h->chan_offset = fr_log_chan_offset(s.comms, s.ring, s.graphs, s.captures);
+    h->chan_offset = fr::test::v6::chan_offset(s.comms, s.ring, s.graphs, s.captures);
     h->chan_capacity = s.chans;
     h->chan_size = sizeof(fr_chan_entry);
   }
   if (s.xfers) {
-    h->xfer_offset = fr_log_xfer_offset(s.comms, s.ring, s.graphs, s.captures, s.chans);
+    h->xfer_offset = fr::test::v6::xfer_offset(s.comms, s.ring, s.graphs, s.captures, s.chans);
     h->xfer_capacity = s.xfers;
     h->xfer_size = sizeof(fr_xfer_entry);
   }

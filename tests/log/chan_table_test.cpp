@@ -20,13 +20,13 @@ struct ChanLog {
     return reinterpret_cast<fr_chan_entry*>(base() + h()->chan_offset) + i;
   }
 
-  explicit ChanLog(uint32_t version = FR_LOG_VERSION) {
-    const uint64_t size = fr_log_file_size_chan(kComms, kRing, 0, 0, kChans);
+  explicit ChanLog(uint32_t version = fr::test::v6::kVersion) {
+    const uint64_t size = fr::test::v6::file_size(kComms, kRing, 0, 0, kChans);
     words.assign(size / 8, 0);
     fr::test::fill_layout(h(), version, kComms, kRing, 0, 0, size);
     h()->global_rank = 0;
     h()->world_size = 2;
-    h()->chan_offset = fr_log_chan_offset(kComms, kRing, 0, 0);
+    h()->chan_offset = fr::test::v6::chan_offset(kComms, kRing, 0, 0);
     h()->chan_capacity = kChans;
     h()->chan_size = sizeof(fr_chan_entry);
     h()->chan_count = 2;

@@ -35,12 +35,12 @@ struct Log {
   }
 
   Log() {
-    const uint64_t size = fr_log_file_size_chan(kComms, kRing, 0, 0, kChans);
+    const uint64_t size = fr::test::v6::file_size(kComms, kRing, 0, 0, kChans);
     words.assign(size / 8, 0);
-    fr::test::fill_layout(h(), FR_LOG_VERSION, kComms, kRing, 0, 0, size);
+    fr::test::fill_layout(h(), fr::test::v6::kVersion, kComms, kRing, 0, 0, size);
     h()->global_rank = 0;
     h()->world_size = 4;
-    h()->chan_offset = fr_log_chan_offset(kComms, kRing, 0, 0);
+    h()->chan_offset = fr::test::v6::chan_offset(kComms, kRing, 0, 0);
     h()->chan_capacity = kChans;
     h()->chan_size = sizeof(fr_chan_entry);
     add_comm(0, kComm, 4, 0);

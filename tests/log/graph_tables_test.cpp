@@ -19,8 +19,8 @@ constexpr uint64_t kCommId = 0xc0ffee, kGraphId = 0x9a9a;
 // a graph of two captured ops and two replays of it.
 std::vector<uint8_t> make_log(uint32_t version) {
   const bool graphs = version >= 2;
-  std::vector<uint8_t> buf(graphs ? fr_log_file_size(kComms, kRing, kGraphs, kCaptures)
-                                  : fr_log_graph_offset(kComms, kRing));
+  std::vector<uint8_t> buf(graphs ? fr::test::v6::file_size(kComms, kRing, kGraphs, kCaptures)
+                                  : fr::test::v6::graph_offset(kComms, kRing));
   auto* h = reinterpret_cast<fr_log_header*>(buf.data());
   fr::test::fill_layout(h, version, kComms, kRing, graphs ? kGraphs : 0, kCaptures, buf.size());
   h->global_rank = 0;

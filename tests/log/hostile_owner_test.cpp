@@ -110,7 +110,7 @@ namespace {
 bool make_sparse_log(const std::string& path) {
   fr_log_header h{};
   const uint32_t ring = FR_MAX_RING_CAPACITY, record = 2048;
-  fr::test::fill_layout(&h, FR_LOG_VERSION, 1, ring, 0, 0, 0);
+  fr::test::fill_layout(&h, fr::test::v6::kVersion, 1, ring, 0, 0, 0);
   h.record_size = record;
   h.file_size = h.ring_offset + uint64_t{ring} * record;
   h.record_counter = ring;

@@ -11,13 +11,14 @@
 #include <string>
 
 #include "fr/flight_log.h"
+#include "legacy_layout.h"
 #include "temp_dir.h"
 
 namespace fr::test {
 
-// The layout fields of a header for a log of these capacities at `version`, `size` bytes long:
-// magic, version, structure sizes, capacities and offsets (the graph and capture tables only when
-// `graphs` is not 0; their counts are the caller's).
+// The layout fields of a version 1 to 6 header (legacy_layout.h) for a log of these capacities at
+// `version`, `size` bytes long: magic, version, structure sizes, capacities and offsets (the graph
+// and capture tables only when `graphs` is not 0; their counts are the caller's).
 inline void fill_layout(fr_log_header* h, uint32_t version, uint32_t comms, uint32_t ring,
                         uint32_t graphs, uint32_t captures, uint64_t size) {
   h->magic = FR_LOG_MAGIC;
@@ -27,14 +28,14 @@ inline void fill_layout(fr_log_header* h, uint32_t version, uint32_t comms, uint
   h->record_size = sizeof(fr_record);
   h->comm_capacity = comms;
   h->ring_capacity = ring;
-  h->comm_offset = fr_log_comm_offset();
-  h->ring_offset = fr_log_ring_offset(comms);
+  h->comm_offset = fr::test::v6::comm_offset();
+  h->ring_offset = fr::test::v6::ring_offset(comms);
   h->file_size = size;
   if (graphs == 0) return;
-  h->graph_offset = fr_log_graph_offset(comms, ring);
+  h->graph_offset = fr::test::v6::graph_offset(comms, ring);
   h->graph_capacity = graphs;
   h->graph_size = sizeof(fr_graph_entry);
-  h->capture_offset = fr_log_capture_offset(comms, ring, graphs);
+  h->capture_offset = fr::test::v6::capture_offset(comms, ring, graphs);
   h->capture_capacity = captures;
 }
 
@@ -86,6 +87,7 @@ inline bool put_two_op_graph(uint8_t* base, const fr_log_header* h, uint64_t gra
   return true;
 }
 
+// A log of this version (communicators and a ring, no other table), written as the agent writes.
 struct TestLog {
   std::string path;
   int fd = -1;
@@ -93,25 +95,35 @@ struct TestLog {
   size_t size = 0;
 
   fr_log_header* header() { return reinterpret_cast<fr_log_header*>(base); }
+  fr_log_section* section(fr_section_kind kind) { return fr_log_section_of(header(), kind); }
   fr_comm_entry* comm(uint32_t i) {
-    return reinterpret_cast<fr_comm_entry*>(base + header()->comm_offset) + i;
+    return reinterpret_cast<fr_comm_entry*>(base + section(FR_SECTION_COMMS)->offset) + i;
   }
   fr_record* slot(uint64_t id) {
-    return reinterpret_cast<fr_record*>(base + header()->ring_offset) +
-           id % header()->ring_capacity;
+    const fr_log_section* ring = section(FR_SECTION_RING);
+    return reinterpret_cast<fr_record*>(base + ring->offset) + id % ring->capacity;
   }
 
   // Creates the file; lock=true takes the writer's advisory lock as the agent does.
   bool create(const std::string& p, uint32_t comms, uint32_t ring, int rank, bool lock = false) {
     path = p;
-    size = fr_log_file_size(comms, ring, 0, 0);
+    uint32_t capacity[FR_SECTION_KINDS] = {};
+    capacity[FR_SECTION_COMMS] = comms;
+    capacity[FR_SECTION_RING] = ring;
+    fr_log_section dir[FR_SECTION_KINDS];
+    size = fr_log_layout(capacity, dir);
     fd = ::open(p.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0 || ::ftruncate(fd, off_t(size)) != 0) return false;
     void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (m == MAP_FAILED) return false;
     base = static_cast<uint8_t*>(m);
     fr_log_header* h = header();
-    fill_layout(h, FR_LOG_VERSION, comms, ring, 0, 0, size);
+    h->magic = FR_LOG_MAGIC;
+    h->version = FR_LOG_VERSION;
+    h->header_size = sizeof(fr_log_header);
+    h->file_size = size;
+    fr_log_header_set_directory(h);
+    std::memcpy(base + h->section_offset, dir, sizeof dir);
     h->pid = ::getpid();
     h->global_rank = rank;
     h->world_size = 8;
@@ -141,7 +153,7 @@ struct TestLog {
     comm(i)->state = FR_COMM_LIVE;
     comm(i)->gpu_started = started;
     comm(i)->gpu_completed = completed;
-    header()->comm_count = i + 1;
+    section(FR_SECTION_COMMS)->count = i + 1;
   }
 
   static fr_record make(uint64_t id, uint64_t comm_id) {
@@ -181,7 +193,7 @@ struct TestLog {
     uint64_t id = __atomic_fetch_add(&header()->record_counter, 0, __ATOMIC_RELAXED);
     fr_record r = make(id, comm_id);
     fr_record_publish(slot(id), &r);
-    if (id >= header()->ring_capacity)
+    if (id >= section(FR_SECTION_RING)->capacity)
       __atomic_fetch_add(&header()->overwritten, 1, __ATOMIC_RELAXED);
     __atomic_store_n(&header()->record_counter, id + 1, __ATOMIC_RELEASE);
   }

@@ -22,17 +22,17 @@ struct XferLog {
     return reinterpret_cast<fr_xfer_entry*>(base() + h()->xfer_offset) + i;
   }
 
-  explicit XferLog(uint32_t version = FR_LOG_VERSION) {
-    const uint64_t size = fr_log_file_size_all(kComms, kRing, 0, 0, kChans, kXfers);
+  explicit XferLog(uint32_t version = fr::test::v6::kVersion) {
+    const uint64_t size = fr::test::v6::file_size(kComms, kRing, 0, 0, kChans, kXfers);
     words.assign(size / 8, 0);
     fr::test::fill_layout(h(), version, kComms, kRing, 0, 0, size);
     h()->global_rank = 0;
     h()->world_size = 1;
     h()->flags |= FR_LOG_F_NIXL;
-    h()->chan_offset = fr_log_chan_offset(kComms, kRing, 0, 0);
+    h()->chan_offset = fr::test::v6::chan_offset(kComms, kRing, 0, 0);
     h()->chan_capacity = kChans;
     h()->chan_size = sizeof(fr_chan_entry);
-    h()->xfer_offset = fr_log_xfer_offset(kComms, kRing, 0, 0, kChans);
+    h()->xfer_offset = fr::test::v6::xfer_offset(kComms, kRing, 0, 0, kChans);
     h()->xfer_capacity = kXfers;
     h()->xfer_size = sizeof(fr_xfer_entry);
     h()->xfer_count = 2;

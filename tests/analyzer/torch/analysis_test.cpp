@@ -197,18 +197,18 @@ TEST_CASE("torch analysis: exported synthetic jobs keep their verdict", "[torch]
   };
   for (const char* spec_text : faults) {
     INFO(spec_text);
-    fr::analyzer::synth::Spec spec;
+    fr::synth::Spec spec;
     spec.ranks = 8;
     spec.entries = 48;
     spec.tp = 2;
     spec.threads = 1;
-    fr::analyzer::synth::Fault fault;
+    fr::synth::Fault fault;
     std::string error;
-    REQUIRE(fr::analyzer::synth::parse_fault(spec_text, &fault, &error));
+    REQUIRE(fr::synth::parse_fault(spec_text, &fault, &error));
     spec.faults.push_back(fault);
     TempDir tmp;
-    REQUIRE(fr::analyzer::synth::write_dump_set(spec, tmp.path + "/ours", &error));
-    auto logs = fr::analyzer::synth::make_logs(spec);
+    REQUIRE(fr::synth::write_dump_set(spec, tmp.path + "/ours", &error));
+    auto logs = fr::synth::make_logs(spec);
     REQUIRE(t::export_torch_json(logs, tmp.path + "/json", &error));
     REQUIRE(t::export_torch_pickle(logs, tmp.path + "/pickle", &error));
 
