@@ -127,8 +127,11 @@ std::string CoordinatorState::status_text(int64_t now_mono, const StatusQuery& q
                     {"verdict", i.verdict_kind},
                     {"summary", i.verdict_summary},
                     {"culprit_ranks", i.culprits},
+                    {"slow", i.slow ? slow_json(*i.slow) : nlohmann::json(nullptr)},
                     {"error", i.error}});
   }
+  nlohmann::json slow = nlohmann::json::array();
+  for (const auto& f : slow_.findings()) slow.push_back(slow_json(f));
   nlohmann::json head = {
       {"schema", "frd-status/1"},
       {"coordinator_id", coordinator_id_},
@@ -149,6 +152,7 @@ std::string CoordinatorState::status_text(int64_t now_mono, const StatusQuery& q
         {"factor", policy_.factor},
         {"learned_communicators", models_.size()}}},
       {"findings", findings_json()},
+      {"slow", slow},
       {"page",
        {{"offset", q.node_offset},
         {"returned", returned},
@@ -201,7 +205,7 @@ std::string CoordinatorState::metrics(int64_t now_mono) const {
     << "frd_heartbeats_total " << heartbeats_total_ << "\n"
     << "# HELP frd_incidents_total Incidents opened, by kind.\n"
     << "# TYPE frd_incidents_total counter\n";
-  for (const char* k : {"stall", "rank_dead", "node_lost", "manual"})
+  for (const char* k : {"stall", "rank_dead", "node_lost", "manual", "slow"})
     o << "frd_incidents_total{kind=\"" << k << "\"} " << by_kind[k] << "\n";
   o << "# HELP frd_incidents_open Incidents collecting, analysing or still open.\n"
     << "# TYPE frd_incidents_open gauge\nfrd_incidents_open " << open << "\n"
@@ -227,7 +231,8 @@ std::string CoordinatorState::metrics(int64_t now_mono) const {
     << "\n"
     << "# HELP frd_nodes_forgotten_total Lost nodes forgotten (no open incident needed them).\n"
     << "# TYPE frd_nodes_forgotten_total counter\nfrd_nodes_forgotten_total " << nodes_forgotten_
-    << "\n";
+    << "\n"
+    << slow_metrics(slow_);
   return o.str();
 }
 

@@ -157,7 +157,8 @@ inline SlowOutcome run(const SlowJob& j, SlowDetector& det) {
       if (rec.size() > CommProgress::kMaxRecent) rec.erase(rec.begin());
       for (int ch = 0; ch < j.channels; ++ch) {
         double st = double(j.kernel_ns) / j.link_steps * (1 + 0.1 * expo(rng));
-        if (faulty && j.fault == Fault::kLink && r == j.fault_rank && ch == 1) st *= j.factor;
+        if (faulty && j.fault == Fault::kLink && r == j.fault_rank && ch == j.channels - 1)
+          st *= j.factor;
         link_step[size_t(r)][size_t(ch)] = int64_t(st);
       }
     }
