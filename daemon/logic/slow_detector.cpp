@@ -64,7 +64,9 @@ double SlowFinding::loss_percent() const {
 }
 
 std::string SlowFinding::evidence() const {
-  std::string comm = comm_name.empty() ? "its communicator" : comm_name;
+  char hex[40];
+  std::snprintf(hex, sizeof hex, "communicator 0x%llx", static_cast<unsigned long long>(comm_id));
+  const std::string comm = comm_name.empty() ? std::string(hex) : comm_name;
   std::string e;
   char pct[48];
   std::snprintf(pct, sizeof pct, "%.0f%%", 100 * share);
@@ -142,13 +144,13 @@ void SlowDetector::member(const CommProgress& cp, int global_rank, int64_t offse
 }
 
 void SlowDetector::finish(Comm& c, std::map<uint64_t, Pending>::iterator p) {
-  join(c, p->second);
+  join(c, p->first, p->second);
   c.done.insert(p->first);
   while (c.done.size() > 4 * cfg_.max_pending) c.done.erase(c.done.begin());
   c.pending.erase(p);
 }
 
-void SlowDetector::join(Comm& c, Pending& p) {
+void SlowDetector::join(Comm& c, uint64_t seq, Pending& p) {
   auto& a = p.arrivals;
   // A collective seen by fewer than half the members says little of who is late.
   if (a.size() < 3 || a.size() * 2 < size_t(c.size)) return;
@@ -179,20 +181,20 @@ void SlowDetector::join(Comm& c, Pending& p) {
   c.joined++;
   // The pace of the job: the collectives' median call times.
   if (c.medians.size() < cfg_.window) {
-    c.medians.push_back(med);
+    c.medians.emplace_back(seq, med);
   } else {
-    c.medians[c.median_next] = med;
+    c.medians[c.median_next] = {seq, med};
     c.median_next = (c.median_next + 1) % cfg_.window;
   }
 }
 
 int64_t SlowDetector::step_ns(const Comm& c) const {
+  // The mean time per collective over the last joined ones (several may share a step: the median
+  // gap would be one of those; collectives not joined count by their sequence numbers).
   if (c.medians.size() < 3) return 0;
-  std::vector<int64_t> t = c.medians;
-  std::sort(t.begin(), t.end());
-  std::vector<int64_t> gaps;
-  for (size_t i = 1; i < t.size(); ++i) gaps.push_back(t[i] - t[i - 1]);
-  return median_of(gaps);
+  const auto [lo, hi] = std::minmax_element(c.medians.begin(), c.medians.end());
+  if (hi->first <= lo->first || hi->second <= lo->second) return 0;
+  return (hi->second - lo->second) / int64_t(hi->first - lo->first);
 }
 
 void SlowDetector::links(const ProcessReport& p, int64_t now_mono) {

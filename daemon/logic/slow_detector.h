@@ -150,14 +150,15 @@ class SlowDetector {
     std::map<uint64_t, Pending> pending;      // by seq
     double noise_ns = 0;                      // decaying median |lateness|
     uint32_t joined = 0;
-    std::vector<int64_t> medians;  // ring: median call time of the last joined collectives
+    // Ring: (sequence number, median call time) of the last joined collectives.
+    std::vector<std::pair<uint64_t, int64_t>> medians;
     size_t median_next = 0;
     std::set<uint64_t> done;  // collectives joined lately (their late reports are dropped)
     std::map<std::tuple<int, int, int>, Link> links;  // (src, dst, channel)
   };
 
   void finish(Comm& c, std::map<uint64_t, Pending>::iterator p);
-  void join(Comm& c, Pending& p);
+  void join(Comm& c, uint64_t seq, Pending& p);
   int64_t step_ns(const Comm& c) const;
   void judge_hosts(uint64_t id, Comm& c, int64_t now_mono, std::vector<SlowFinding>* out);
   void judge_gpus(uint64_t id, Comm& c, int64_t now_mono, std::vector<SlowFinding>* out);
