@@ -1,10 +1,14 @@
 // The fail-slow detector on synthetic jobs (slow_synth.h): each kind of fault named with its
 // cause, healthy jobs with heavy jitter and checkpoint pauses left alone, a straggler that recovers
-// cleared, and the bounds held.
+// cleared, and the bounds held; then the coordinator's slow incidents from heartbeats.
 #include <catch2/catch.hpp>
 
+#include <nlohmann/json.hpp>
+
+#include "daemon/logic/coordinator.h"
 #include "daemon/logic/slow_detector.h"
 #include "slow_synth.h"
+#include "temp_dir.h"
 
 using namespace fr::daemon;
 using fr::daemon::synth::Fault;
@@ -130,4 +134,115 @@ TEST_CASE("slow detector keeps to its bounds") {
   det.judge(1'000'000'000);
   REQUIRE(det.tracked_comms() == 2);
   REQUIRE(det.rank_stats().size() == 3);  // members 0..2 of the first communicators only
+}
+
+namespace {
+
+// Two nodes of two ranks on one communicator of four, one collective every 100 ms; rank 3 calls
+// each one `late_ns` after the others. Each node heartbeats once a second with every rank's newest
+// 16 collectives; the coordinator ticks after each round. `stall`: rank 0 shows an op in flight
+// for a minute.
+struct SlowJobFeed {
+  CoordinatorState& st;
+  std::vector<uint64_t> sessions;
+  uint64_t seq = 0;
+  int64_t now = 0;
+
+  explicit SlowJobFeed(CoordinatorState& s) : st(s) {
+    std::string err;
+    for (int n = 0; n < 2; ++n)
+      sessions.push_back(st.connect("n" + std::to_string(n), "h" + std::to_string(n), "job", 0,
+                                    &err));
+  }
+
+  Actions second(int64_t late_ns, bool stall = false) {
+    seq += 10;
+    now += 1'000'000'000;
+    for (int n = 0; n < 2; ++n) {
+      NodeReport r;
+      for (int k = 0; k < 2; ++k) {
+        ProcessReport p;
+        p.rank = n * 2 + k;
+        p.log = "fr.job.r" + std::to_string(p.rank) + ".frlog";
+        p.alive = true;
+        p.job_id = "job";
+        CommProgress c;
+        c.comm_id = 0xd0;
+        c.size = 4;
+        c.rank = p.rank;
+        c.name = "dp";
+        c.completed = seq;
+        if (stall && p.rank == 0) {
+          c.oldest_age_ns = 60'000'000'000;
+          c.oldest_seq = seq;
+        }
+        for (uint64_t s = seq > 15 ? seq - 15 : 1; s <= seq; ++s)
+          c.recent.push_back({s, 1, int64_t(s) * 100'000'000 + (p.rank == 3 ? late_ns : 0) +
+                                        int64_t(s * 7 + uint64_t(p.rank) * 13) % 300'000,
+                              0});
+        p.comms.push_back(c);
+        r.processes.push_back(p);
+      }
+      st.heartbeat(sessions[size_t(n)], std::move(r), now + n);
+    }
+    return st.tick(now + 10);
+  }
+};
+
+size_t count_kind(const CoordinatorState& st, IncidentKind k) {
+  size_t n = 0;
+  for (const auto& i : st.incidents()) n += i.kind == k;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("coordinator opens one slow incident per straggler, dumps, and closes it when it clears") {
+  fr::test::TempDir dir("fr-slow");
+  CoordinatorConfig cfg;
+  cfg.dump_dir = dir.path;
+  cfg.job_id = "job";
+  CoordinatorState st(cfg);
+  SlowJobFeed feed(st);
+  bool asked = false;
+  for (int i = 0; i < 15; ++i) {
+    Actions a = feed.second(50'000'000);
+    asked |= a.dumps.size() == 2;  // every node asked for a dump
+  }
+  REQUIRE(count_kind(st, IncidentKind::kSlow) == 1);
+  REQUIRE(asked);
+  const Incident& inc = st.incidents()[0];
+  REQUIRE(inc.slow);
+  REQUIRE(inc.slow->cause == SlowCause::kHost);
+  REQUIRE(inc.slow->rank == 3);
+  REQUIRE(inc.culprits == std::vector<int>{3});
+  REQUIRE(inc.reason.find("rank 3 arrives late at") != std::string::npos);
+  // Status and metrics show it.
+  nlohmann::json s = st.status(feed.now);
+  REQUIRE(s["slow"].size() == 1);
+  REQUIRE(s["slow"][0]["cause"] == "host");
+  REQUIRE(s["slow"][0]["culprit_ranks"] == nlohmann::json::array({3}));
+  REQUIRE(s["incidents"][0]["kind"] == "slow");
+  const std::string m = st.metrics(feed.now);
+  REQUIRE(m.find("frd_slow_findings{cause=\"host\"} 1") != std::string::npos);
+  REQUIRE(m.find("frd_rank_lateness_seconds{rank=\"3\"} 0.05") != std::string::npos);
+  REQUIRE(m.find("frd_incidents_total{kind=\"slow\"} 1") != std::string::npos);
+  // Analysed: its verdict is the detector's, and it stays open while the straggler lasts.
+  Actions a;
+  AssemblyResult r;
+  r.ok = true;
+  r.verdict_kind = "no_hang";
+  st.assembled(inc.id, r, feed.now, &a);
+  REQUIRE(st.incidents()[0].state == IncidentState::kOpen);
+  REQUIRE(st.incidents()[0].verdict_kind == "slow");
+  REQUIRE(st.incidents()[0].culprits == std::vector<int>{3});
+  // An open slow incident holds back no hang: a stall opens its own incident.
+  for (int i = 0; i < 3; ++i) feed.second(50'000'000, true);
+  REQUIRE(count_kind(st, IncidentKind::kStall) == 1);
+  REQUIRE(count_kind(st, IncidentKind::kSlow) == 1);
+  // The straggler recovers: the slow incident closes, and none opens again.
+  for (int i = 0; i < 30; ++i) feed.second(0);
+  REQUIRE(st.incidents()[0].state == IncidentState::kClosedTransient);
+  REQUIRE(st.slow_detector().findings().empty());
+  REQUIRE(count_kind(st, IncidentKind::kSlow) == 1);
 }
