@@ -27,6 +27,30 @@ bool parse_int(const std::string& s, int64_t lo, int64_t hi, int64_t* out) {
   return true;
 }
 
+// A slowdown: a decimal above 1, at most 1000.
+bool parse_factor(const std::string& s, double* out) {
+  char* end = nullptr;
+  double x = s.empty() ? 0 : std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0' || !(x > 1.0) || x > 1000.0) return false;
+  *out = x;
+  return true;
+}
+
+// The checks of gpu-slow and link-slow (and of factor= elsewhere); empty when the fault is fine.
+std::string fail_slow_problem(const Shape& s, const Fault& f) {
+  const bool fail_slow = f.kind == FaultKind::kGpuSlow || f.kind == FaultKind::kLinkSlow;
+  if (!fail_slow) return f.factor > 0 ? "factor= applies only to gpu-slow and link-slow" : "";
+  const std::string name = fault_kind_name(f.kind);
+  if (f.factor <= 0) return name + " needs factor=F (how many times slower, above 1)";
+  if (s.gpu_us == 0) return name + " needs a pace: --gpu-us above 0";
+  if (f.kind == FaultKind::kGpuSlow) return "";
+  if (f.peer < 0 || f.peer == f.rank || f.peer >= s.world())
+    return "link-slow needs peer=P, another global rank (0.." + std::to_string(s.world() - 1) + ")";
+  if (f.channel >= 0 || f.at > 0 || f.nth > 0)
+    return "link-slow takes peer= and factor=, not channel=, at= or nth=";
+  return "";
+}
+
 bool needs_comm(FaultKind k) {
   switch (k) {
     case FaultKind::kSkip:
@@ -123,6 +147,7 @@ std::string Fault::to_spec() const {
   if (peer >= 0) o << ",peer=" << peer;
   if (at > 0) o << ",at=" << at;
   if (nth > 0) o << ",nth=" << nth;
+  if (factor > 0) o << ",factor=" << factor;
   return o.str();
 }
 
@@ -207,9 +232,15 @@ bool parse_fault(const std::string& text, Fault* out, std::string* error) {
        : key == "peer"  ? f.peer
        : key == "at"    ? f.at
                         : f.nth) = static_cast<int>(v);
+    } else if (key == "factor") {
+      if (!parse_factor(value, &f.factor)) {
+        *error = "fault spec '" + text + "': factor '" + value +
+                 "' is not a slowdown above 1 (at most 1000, e.g. 2.5)";
+        return false;
+      }
     } else {
       *error = "fault spec '" + text + "': unknown key '" + key +
-               "' (rank, step, kind, comm, ms, xid, channel, peer, at, nth)";
+               "' (rank, step, kind, comm, ms, xid, channel, peer, at, nth, factor)";
       return false;
     }
   }
@@ -231,6 +262,7 @@ int64_t host_ms(const Shape& shape, int rank, int step) {
   if (shape.jitter > 1 && shape.step_ms > 0) {
     // A fixed hash of (rank, step): reproducible, and independent between ranks.
     uint64_t h = (uint64_t(uint32_t(rank)) << 32 | uint32_t(step)) * 0x9E3779B97F4A7C15ull;
+    h ^= uint64_t(uint32_t(shape.seed)) * 0xD6E8FEB86659FD93ull;  // seed 0 keeps the old draw
     h ^= h >> 29;
     h *= 0xBF58476D1CE4E5B9ull;
     h ^= h >> 32;
@@ -239,12 +271,22 @@ int64_t host_ms(const Shape& shape, int rank, int step) {
       ms = int64_t(double(shape.step_ms) * f);
     }
   }
-  if (step == shape.pause_step) ms += shape.pause_ms;
+  if (shape.pause_step >= 0 && step >= shape.pause_step &&
+      (step == shape.pause_step ||
+       (shape.pause_every > 0 && (step - shape.pause_step) % shape.pause_every == 0)))
+    ms += shape.pause_ms;
   return ms;
 }
 
+int effective_gpu_us(const Shape& shape, const std::vector<Fault>& faults) {
+  if (shape.gpu_us >= 0) return shape.gpu_us;
+  for (const Fault& f : faults)
+    if (f.kind == FaultKind::kGpuSlow || f.kind == FaultKind::kLinkSlow) return kDefaultGpuUs;
+  return 0;
+}
+
 bool parse_pause(const std::string& text, Shape* shape, std::string* error) {
-  int step = -1;
+  int step = -1, every = 0;
   long long ms = -1;
   size_t pos = 0;
   while (pos <= text.size()) {
@@ -255,26 +297,30 @@ bool parse_pause(const std::string& text, Shape* shape, std::string* error) {
     char* end = nullptr;
     long long x = v.empty() ? -1 : std::strtoll(v.c_str(), &end, 10);
     if (v.empty() || *end != '\0' || x < 0 || x > (1LL << 30)) {
-      *error = "--pause " + text + ": '" + kv + "' is not step=N or ms=N";
+      *error = "--pause " + text + ": '" + kv + "' is not step=N, ms=N or every=N";
       return false;
     }
     if (k == "step")
       step = int(x);
     else if (k == "ms")
       ms = x;
+    else if (k == "every" && x >= 1)
+      every = int(x);
     else {
-      *error = "--pause " + text + ": unknown key '" + k + "' (step=S,ms=M)";
+      *error = "--pause " + text + ": unknown key '" + k + "' (step=S,ms=M[,every=N], every >= 1)";
       return false;
     }
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
+  if (step < 0 && every > 0) step = every;  // every=N alone: steps N, 2N, ...
   if (step < 0 || ms < 0) {
-    *error = "--pause " + text + ": needs step=S and ms=M";
+    *error = "--pause " + text + ": needs ms=M and step=S or every=N";
     return false;
   }
   shape->pause_step = step;
   shape->pause_ms = int(ms);
+  shape->pause_every = every;
   return true;
 }
 
@@ -319,6 +365,8 @@ bool validate(const Shape& s, std::vector<Fault>* faults, std::string* error) {
       return fail(where + "comm= does not apply to " + fault_kind_name(f.kind));
     if (f.ms >= 0 && f.kind != FaultKind::kSlow && f.kind != FaultKind::kGpuStall)
       return fail(where + "ms= applies only to slow and gpu-stall");
+    if (std::string p = fail_slow_problem(s, f); !p.empty()) return fail(where + p);
+    if (f.kind == FaultKind::kLinkSlow) continue;  // peer= is a global rank, no comm
     int size = comm_size(s, f.comm);
     if (!is_transport_fault(f.kind) && (f.channel >= 0 || f.peer >= 0 || f.at > 0 || f.nth > 0))
       return fail(where + "channel=, peer=, at= and nth= apply only to the transport faults");

@@ -28,6 +28,8 @@ std::optional<CommKind> parse_comm_kind(const std::string& s);
   X(kMismatchRoot, "mismatch-root")      \
   X(kP2pSkip, "p2p-skip")                \
   X(kSlow, "slow")                       \
+  X(kGpuSlow, "gpu-slow")                \
+  X(kLinkSlow, "link-slow")              \
   X(kChanStall, "chan-stall")            \
   X(kProxyStall, "proxy-stall")          \
   X(kProxyRecvStall, "proxy-recv-stall") \
@@ -57,8 +59,11 @@ struct Fault {
   int peer = -1;
   int at = 0;
   int nth = 0;  // which collective of comm in the step (world: 0 the AllReduce, 1 the Broadcast)
+  // gpu-slow: the rank's GPU works `factor` times slower; link-slow: what it transmits to global
+  // rank `peer` takes `factor` times longer per channel step (0: not given).
+  double factor = 0;
 
-  std::string to_spec() const;  // canonical "rank=R,step=S,kind=K[,comm=C][,ms=M][,xid=X]"
+  std::string to_spec() const;  // canonical "rank=R,step=S,kind=K[,comm=C][,ms=M][,xid=X]..."
 };
 
 // Parses one --fault value. Errors name the offending key or value.
@@ -75,9 +80,16 @@ struct Shape {
   // takes longer, by a factor drawn evenly from 1 to J (the same draw on every run).
   int step_ms = 0;
   int jitter = 1;
-  // Every rank pauses pause_ms at the start of step pause_step, as for a checkpoint (-1: never).
+  // Every rank pauses pause_ms at the start of step pause_step, as for a checkpoint (-1: never),
+  // and again every pause_every steps after it (0: once).
   int pause_step = -1;
   int pause_ms = 0;
+  int pause_every = 0;
+  int seed = 0;  // varies the jitter draw between runs of the same shape
+  // The emulated GPU's pace (FRSIM_KERNEL_US and FRSIM_STEP_US, sim/nccl/pace.cpp): each
+  // collective's own kernel work and each channel step's transmission, in us (0: instantaneous).
+  // gpu-slow and link-slow multiply it; with such a fault and no --gpu-us it is kDefaultGpuUs.
+  int gpu_us = -1;
   int elastic =
       -1;  // --elastic STEP: the highest rank leaves at STEP and a fresh one joins; -1: no
 
@@ -110,7 +122,11 @@ std::vector<int> group_of(const Shape& shape, int rank, CommKind kind);
 // How long `rank` works on the host before `step` (step time, jitter and the pause), in ms.
 int64_t host_ms(const Shape& shape, int rank, int step);
 
-// Parses --pause "step=S,ms=M" into the shape.
+// The pace the ranks run with: gpu_us when given, else kDefaultGpuUs with a fail-slow fault, else 0.
+inline constexpr int kDefaultGpuUs = 1000;
+int effective_gpu_us(const Shape& shape, const std::vector<Fault>& faults);
+
+// Parses --pause "step=S,ms=M[,every=N]" (or "every=N,ms=M": from step N) into the shape.
 bool parse_pause(const std::string& text, Shape* shape, std::string* error);
 // The emulated GPU of a local rank as the emulated NVML shows it (sim/nvml): its PCI bus id,
 // "0000:3b:00.0" for local rank 0, one bus further per local rank.

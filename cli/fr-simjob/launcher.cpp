@@ -179,6 +179,8 @@ void Job::write_nvml(int node) {
   for (int l = 0; l < o.shape.ranks_per_node; ++l) {
     int r = node * o.shape.ranks_per_node + l;
     text += "gpu " + sim_gpu_bus_id(l) + " nvlinks=4";
+    for (const Fault& f : o.faults)  // a slow GPU shows why: its clocks slowed down (thermal)
+      if (f.rank == r && f.kind == FaultKind::kGpuSlow) text += " throttle=0x40 temp=91";
     if (r < static_cast<int>(ranks.size()) && ranks[r].pid > 0)
       text += " pids=" + std::to_string(ranks[r].pid);
     text += "\n";
@@ -205,7 +207,9 @@ bool Job::start_ranks() {
       "--step-ms",        std::to_string(s.step_ms),
       "--step-jitter",    std::to_string(s.jitter),
       "--pause-step",     std::to_string(s.pause_step),
-      "--pause-ms",       std::to_string(s.pause_ms)};
+      "--pause-ms",       std::to_string(s.pause_ms),
+      "--pause-every",    std::to_string(s.pause_every),
+      "--seed",           std::to_string(s.seed)};
   // clang-format on
   if (o.graphs) args.push_back("--graphs");
   if (o.run_ahead) args.push_back("--run-ahead");
@@ -220,6 +224,7 @@ bool Job::start_ranks() {
   if (o.python) args.insert(args.begin(), python_exe);
   const char* old_ld = std::getenv("LD_LIBRARY_PATH");
   std::string ld_path = sim_lib + (old_ld && *old_ld ? ":" + std::string(old_ld) : "");
+  const int gpu_us = effective_gpu_us(s, o.faults);
   std::vector<ChildSpec> specs(s.world());
   for (int r = 0; r < s.world(); ++r) {
     Position p = position_of(s, r);
@@ -240,6 +245,9 @@ bool Job::start_ranks() {
         {kEnvBoard, run_dir + "/board"},
         {kEnvRunDir, run_dir},
         {kEnvSimNvml, nvml_file(p.node)},
+        // The emulated GPU's pace, which gpu-slow and link-slow multiply (sim/nccl/pace.cpp).
+        {"FRSIM_KERNEL_US", std::to_string(gpu_us)},
+        {"FRSIM_STEP_US", std::to_string(gpu_us)},
     };
     if (o.agent) {
       env.push_back({"LD_PRELOAD", agent_lib});

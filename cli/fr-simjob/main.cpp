@@ -24,7 +24,8 @@ struct CommandLine {
 };
 
 const char kFooter[] =
-    "Fault kinds (--fault rank=R,step=S,kind=K[,comm=world|tp|pp|dp][,ms=M][,xid=X], steps count\n"
+    "Fault kinds (--fault rank=R,step=S,kind=K[,comm=world|tp|pp|dp][,ms=M][,xid=X][,peer=P]\n"
+    "[,factor=F], steps count\n"
     "from 0; xid=X: rank R's emulated GPU reports Xid X when the fault strikes):\n"
     "  hang-host       rank R blocks forever on the host before step S's first call\n"
     "  skip            rank R skips its call on comm (default dp) at step S\n"
@@ -37,6 +38,10 @@ const char kFooter[] =
     "  mismatch-root   rank R calls step S's world broadcast with another root\n"
     "  p2p-skip        rank R skips one pipeline send at step S\n"
     "  slow            rank R sleeps ms=M per step from step S on\n"
+    "  gpu-slow        rank R's GPU works factor=F times slower from step S on (its collectives'\n"
+    "                  own work; the peers wait for it; its NVML reports thermal throttling)\n"
+    "  link-slow       what rank R transmits to global rank peer=P takes factor=F times longer\n"
+    "                  per channel step from step S on (every communicator holding both)\n"
     "Transport faults (the emulation's channels, proxies and links; comm world, tp, dp; default dp):\n"
     "  chan-stall      rank R's kernel stops on channel=C (all without it) in collective nth=N\n"
     "                  of comm in step S (default 0), at channel step at=K (default 0)\n"
@@ -112,8 +117,20 @@ void add_options(CLI::App& app, CommandLine& c) {
                  "J: one step in ten of each rank takes 1 to J times --step-ms")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
-  app.add_option("--pause", c.pause,
-                 "step=S,ms=M: every rank pauses M ms at the start of step S (a checkpoint)");
+  app.add_option("--seed", c.o.shape.seed,
+                 "N: which steps of each rank --step-jitter lengthens, and by how much (the same "
+                 "N gives the same draw)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 30));
+  app.add_option(
+      "--pause", c.pause,
+      "step=S,ms=M[,every=N]: every rank pauses M ms at the start of step S (a "
+      "checkpoint), and again every N steps after it; every=N,ms=M: at steps N, 2N, ...");
+  app.add_option("--gpu-us", c.o.shape.gpu_us,
+                 "US: each collective's own GPU work and each channel step's transmission take US "
+                 "microseconds on the emulation (default 0, instantaneous; 1000 with a gpu-slow or "
+                 "link-slow fault)")
+      ->check(CLI::Range(0, 1000000));
   app.add_option("--verdict-timeout", c.o.verdict_timeout_s,
                  "--daemons: give up this many seconds after the stall threshold")
       ->capture_default_str()

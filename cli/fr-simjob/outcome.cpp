@@ -173,9 +173,12 @@ json Job::result_json() const {
   r["steps"] = o.shape.steps;
   r["step_ms"] = o.shape.step_ms;
   r["step_jitter"] = o.shape.jitter;
-  r["pause"] = o.shape.pause_step >= 0
-                   ? json{{"step", o.shape.pause_step}, {"ms", o.shape.pause_ms}}
-                   : json(nullptr);
+  r["seed"] = o.shape.seed;
+  r["gpu_us"] = effective_gpu_us(o.shape, o.faults);
+  r["pause"] = o.shape.pause_step >= 0 ? json{{"step", o.shape.pause_step},
+                                              {"ms", o.shape.pause_ms},
+                                              {"every", o.shape.pause_every}}
+                                       : json(nullptr);
   r["graphs"] = o.graphs;
   r["elastic"] = o.shape.elastic >= 0 ? json(o.shape.elastic) : json(nullptr);
   r["agent"] = o.agent;
@@ -188,6 +191,8 @@ json Job::result_json() const {
                {"kind", fault_kind_name(f.kind)}};
     if (f.to_spec().find("comm=") != std::string::npos) jf["comm"] = comm_kind_name(f.comm);
     if (f.ms >= 0) jf["ms"] = f.ms;
+    if (f.peer >= 0) jf["peer"] = f.peer;
+    if (f.factor > 0) jf["factor"] = f.factor;
     faults.push_back(jf);
   }
   r["faults"] = faults;

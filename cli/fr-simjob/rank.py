@@ -45,10 +45,13 @@ class Fault:
     def __init__(self, spec):
         self.rank = self.step = -1
         self.kind, self.comm, self.ms, self.xid = "", "dp", -1, -1
+        self.peer, self.factor = -1, 0.0
         for item in spec.split(","):
             key, _, value = item.partition("=")
-            if key in ("rank", "step", "ms", "xid"):
+            if key in ("rank", "step", "ms", "xid", "peer"):
                 setattr(self, key, int(value))
+            elif key == "factor":
+                self.factor = float(value)
             elif key in ("kind", "comm"):
                 setattr(self, key, value)
             else:
@@ -236,6 +239,25 @@ class Rank:
                 with open(nvml + ".events", "a") as ev:
                     ev.write(f"xid 0000:{(0x3b + self.local_rank) & 0xff:02x}:00.0 {f.xid}\n")
 
+    def apply_fail_slow(self, step):
+        # gpu-slow and link-slow multiply the emulation's pace (sim/include/fr_sim_nccl.h), as
+        # the C++ ranks do: the link on every collective communicator holding both ends.
+        for f in self.faults:
+            if f.rank != self.rank or step < f.step:
+                continue
+            if f.kind == "gpu-slow":
+                self.nccl.frsim_gpu_slow(ctypes.c_double(f.factor))
+            elif f.kind == "link-slow":
+                s, p = self.shape, f.peer
+                peer_tp_color, peer_tp_rank = p // s.tp, p % s.tp
+                peer_dp_color = p // (s.tp * s.dp()) * s.tp + peer_tp_rank
+                peer_dp_rank = (p // s.tp) % s.dp()
+                for comm, same, rank in ((self.world, True, p),
+                                         (self.tp, peer_tp_color == self.tp_color, peer_tp_rank),
+                                         (self.dp, peer_dp_color == self.dp_color, peer_dp_rank)):
+                    if same:
+                        self.nccl.frsim_nccl_link_slow(comm, rank, ctypes.c_double(f.factor))
+
     def run_step(self, step):
         self.report_xids(step)
         if self.fault(step, "crash"):
@@ -246,6 +268,7 @@ class Rank:
         for f in self.faults:
             if f.rank == self.rank and f.kind == "slow" and step >= f.step:
                 time.sleep(f.ms / 1000)
+        self.apply_fail_slow(step)
         s = self.stream
         if not self.before_op(step, "tp"):
             n, dt, _, _ = self.args(step, "tp", TP_COUNT)
@@ -285,7 +308,8 @@ class Rank:
 
 def main(argv):
     shape, faults, i = Shape(), [], 1
-    pacing = {"--step-ms": 0, "--step-jitter": 1, "--pause-step": -1, "--pause-ms": 0}
+    pacing = {"--step-ms": 0, "--step-jitter": 1, "--pause-step": -1, "--pause-ms": 0,
+              "--pause-every": 0, "--seed": 0}
     names = {"--nodes": "nodes", "--ranks-per-node": "ranks_per_node", "--tp": "tp", "--pp": "pp",
              "--steps": "steps"}
     while i < len(argv):
@@ -294,7 +318,7 @@ def main(argv):
         key, value = argv[i], argv[i + 1]
         if key in names:
             setattr(shape, names[key], int(value))
-        elif key in ("--step-ms", "--step-jitter", "--pause-step", "--pause-ms"):
+        elif key in pacing:
             # Host work between steps (fr-simjob --step-ms, --pause); the Python ranks sleep the
             # plain step time and the pause, without the C++ ranks' jitter draw.
             pacing[key] = int(value)
@@ -312,7 +336,9 @@ def main(argv):
     r.setup_comms()
     r.board.phase(2)
     for step in range(shape.steps):
-        pause = pacing["--pause-ms"] if step == pacing["--pause-step"] else 0
+        first, every = pacing["--pause-step"], pacing["--pause-every"]
+        pausing = first >= 0 and (step == first or (every > 0 and step > first and (step - first) % every == 0))
+        pause = pacing["--pause-ms"] if pausing else 0
         if pacing["--step-ms"] + pause > 0:
             time.sleep((pacing["--step-ms"] + pause) / 1000.0)
         r.run_step(step)

@@ -250,6 +250,8 @@ int parse_args(int argc, char** argv, Rank& r) {
                    : a == "--step-jitter" ? &r.shape.jitter
                    : a == "--pause-step"  ? &r.shape.pause_step
                    : a == "--pause-ms"    ? &r.shape.pause_ms
+                   : a == "--pause-every" ? &r.shape.pause_every
+                   : a == "--seed"        ? &r.shape.seed
                                           : nullptr;
     if (zero_ok) {
       char* end = nullptr;

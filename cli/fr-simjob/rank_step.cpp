@@ -84,6 +84,33 @@ void arm_transport_fault(Rank& r, int step, CommKind comm) {
   }
 }
 
+// gpu-slow and link-slow multiply the emulation's pace (frsim_gpu_slow, frsim_nccl_link_slow of
+// sim/include/fr_sim_nccl.h, looked up at run time: on a real NCCL nothing slows down). Applied
+// at every step from S on, so communicators made again (--elastic) are slowed as well.
+void apply_fail_slow(Rank& r, int step) {
+  using GpuSlow = ncclResult_t (*)(double);
+  using LinkSlow = ncclResult_t (*)(ncclComm_t, int, double);
+  static GpuSlow gpu = reinterpret_cast<GpuSlow>(dlsym(RTLD_DEFAULT, "frsim_gpu_slow"));
+  static LinkSlow link = reinterpret_cast<LinkSlow>(dlsym(RTLD_DEFAULT, "frsim_nccl_link_slow"));
+  for (const Fault& f : r.faults) {
+    if (f.rank != r.pos.rank || step < f.step) continue;
+    if (f.kind == FaultKind::kGpuSlow && gpu != nullptr && gpu(f.factor) != ncclSuccess)
+      std::fprintf(stderr, "fr-simjob-rank: cannot apply %s\n", f.to_spec().c_str());
+    if (f.kind != FaultKind::kLinkSlow || link == nullptr) continue;
+    // Every collective communicator that holds both ends carries the link (pp has no
+    // collectives).
+    for (CommKind k : {CommKind::kWorld, CommKind::kTp, CommKind::kDp}) {
+      std::vector<int> g = group_of(r.shape, r.pos.rank, k);
+      auto it = std::find(g.begin(), g.end(), f.peer);
+      ncclComm_t c = comm_handle(r, k);
+      if (it == g.end() || c == nullptr) continue;
+      if (link(c, static_cast<int>(it - g.begin()), f.factor) != ncclSuccess)
+        std::fprintf(stderr, "fr-simjob-rank: cannot apply %s on %s\n", f.to_spec().c_str(),
+                     comm_kind_name(k));
+    }
+  }
+}
+
 // --graphs: a kernel captured before a communicator's first op; it counts the replays that reach
 // it and stalls the one the host armed (a device counter and flag read by a spinning kernel, on
 // a real GPU), wherever the host is by then.
@@ -365,6 +392,7 @@ void run_step(Rank& r, int step) {
   for (const Fault& f : r.faults)
     if (f.rank == r.pos.rank && f.kind == FaultKind::kSlow && step >= f.step)
       std::this_thread::sleep_for(std::chrono::milliseconds(f.ms));
+  apply_fail_slow(r, step);
 
   bool replay = r.graphs && step > 0;
   if (replay && fault_at(r, step, FaultKind::kSkip)) {  // the whole replay is skipped

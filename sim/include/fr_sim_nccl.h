@@ -32,6 +32,16 @@ ncclResult_t ncclCommResume(ncclComm_t comm);
 #define FRSIM_FAULT_PROXY_RECV_STALL 3
 #define FRSIM_FAULT_LINK_DOWN 4
 ncclResult_t frsim_nccl_fault(ncclComm_t comm, int kind, int channel, int peer, int step, int nth);
+
+/* Emulation only: fail-slow. The emulation is instantaneous unless FRSIM_KERNEL_US (each
+ * collective's own GPU work, after its data moved) and FRSIM_STEP_US (each channel step's
+ * transmission) give it a pace; these multiply that pace from the next step or collective on.
+ *   frsim_gpu_slow: this process's GPU does its kernels' work `factor` times slower.
+ *   frsim_nccl_link_slow: what this rank transmits to comm rank `peer` takes `factor` times
+ *     longer per step (one direction of the link, every channel that uses it).
+ * factor 1 restores the pace; 1 to 1000, else ncclInvalidArgument (also for a bad peer). */
+ncclResult_t frsim_gpu_slow(double factor);
+ncclResult_t frsim_nccl_link_slow(ncclComm_t comm, int peer, double factor);
 #ifdef __cplusplus
 }
 #endif

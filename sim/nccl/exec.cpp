@@ -166,10 +166,26 @@ void compute(Op& op, uint64_t a, uint64_t b, int p) {
   }
 }
 
+// After its data moved, a collective's kernel does its own work (FRSIM_KERNEL_US, slowed by
+// frsim_gpu_slow) before it ends; the peers' next collective waits for this GPU. True once done.
+bool kernel_work(Op& op) {
+  if (op.kernel_due_ns == 0) {
+    uint64_t t = pace_kernel_ns();
+    op.kernel_due_ns = t > 0 ? pace_now_ns() + t : 1;
+  }
+  if (op.kernel_due_ns > 1 && pace_now_ns() < op.kernel_due_ns) {
+    pace_wait_until(op.kernel_due_ns);
+    return false;
+  }
+  finish(op);
+  return true;
+}
+
 // One step of a collective; true when its state changed.
 bool step_coll(Op& op) {
   CommState& c = *op.comm;
   if (c.coll_done.load(std::memory_order_acquire) != op.seq) return false;  // not its turn yet
+  if (op.phase == 2) return kernel_work(op);
   size_t esz = dtype_size(op.dtype);
   uint64_t per = c.seg.hdr()->coll_chunk / esz;
   uint64_t len = posted_len(op);
@@ -216,7 +232,10 @@ bool step_coll(Op& op) {
   c.coll_stamp = t;
   ++op.chunk;
   op.phase = 0;
-  if (op.chunk >= op.nchunks) finish(op);
+  if (op.chunk >= op.nchunks) {
+    op.phase = 2;  // the kernel's own work (pace.cpp) before it ends
+    kernel_work(op);
+  }
   return true;
 }
 
@@ -311,6 +330,7 @@ void execute(std::vector<Op>& ops) {
         watch->init_state.load(std::memory_order_acquire) == 1 ? watch->me() : nullptr;
     uint32_t bell = bell_slot ? bell_slot->bell.load(std::memory_order_seq_cst) : 0;
     bool progressed = false;
+    pace_take_wait();  // due times are gathered afresh by this pass
     for (auto& op : ops)
       while (!op.done && step(op)) progressed = true;
     if (progressed) continue;
@@ -318,9 +338,16 @@ void execute(std::vector<Op>& ops) {
       usleep(1000);
       continue;
     }
+    int timeout_ms = several ? 2 : 200;
+    if (uint64_t due = pace_take_wait(); due > 0) {  // a timed gate: wake when it is due
+      uint64_t now = pace_now_ns();
+      int until = due > now ? static_cast<int>((due - now + 999999) / 1000000) : 0;
+      if (until == 0) continue;
+      timeout_ms = std::min(timeout_ms, until);
+    }
     bell_slot->sleepers.fetch_add(1, std::memory_order_seq_cst);
     if (bell_slot->bell.load(std::memory_order_seq_cst) == bell)
-      futex_wait(&bell_slot->bell, bell, several ? 2 : 200);
+      futex_wait(&bell_slot->bell, bell, timeout_ms);
     bell_slot->sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
 }

@@ -208,8 +208,9 @@ struct CommState {
   Segment seg;
   void* prof_ctx = nullptr;  // the profiler plugin's context (profiler.cpp), null when it gave none
   bool prof_on = false;      // the plugin's init succeeded for this communicator
-  uint64_t func_seq[16] = {};  // per collective kind, as NCCL numbers them for the profiler
-  XportFault fault;            // guarded by mu
+  uint64_t func_seq[16] = {};       // per collective kind, as NCCL numbers them for the profiler
+  XportFault fault;                 // guarded by mu
+  std::vector<double> link_factor;  // per comm rank: a slow link to it (pace.cpp); guarded by mu
   uint64_t key = 0;
   // NCCL's hash of the communicator (fr/nccl_comm_hash.h), what the profiler init gets; made for
   // the init family and split as NCCL makes it, 0 for the others (then `key` is passed).
@@ -317,7 +318,8 @@ struct Op {
   uint64_t stamp = 0;
   bool done = false;
   bool mismatch = false;
-  std::vector<char> staged;             // private copy of an input that overlaps the output
+  uint64_t kernel_due_ns = 0;  // a collective's own GPU work ends then (pace.cpp); 0: not begun
+  std::vector<char> staged;    // private copy of an input that overlaps the output
   std::shared_ptr<struct Xport> xport;  // transport-model progress (transport.cpp)
 };
 
@@ -342,6 +344,18 @@ struct ProfDescr {
   int peer = -1, channel = -1, nsteps = 0, is_send = 0, step = 0;
   size_t count = 0;
 };
+
+// ---- timing (pace.cpp) ------------------------------------------------------------------------------
+// Without FRSIM_KERNEL_US and FRSIM_STEP_US everything is instantaneous, as before. With them, a
+// collective's kernel spends kernel_us of its own GPU work once its data moved (times the
+// process's GPU slowdown, frsim_gpu_slow), and every channel step's transmission takes step_us
+// (times the link's slowdown, frsim_nccl_link_slow). A gate that is not due yet leaves its due
+// time with pace_wait_until, so the stream's worker wakes in time.
+uint64_t pace_now_ns();
+uint64_t pace_kernel_ns();                      // this op's own GPU work, slowdown included
+uint64_t pace_step_ns(CommState& c, int peer);  // one step's transmission to comm rank peer
+void pace_wait_until(uint64_t due_ns);          // the earliest due gate of this worker's turn
+uint64_t pace_take_wait();                      // and back (0: none), for the worker's wait
 
 // Takes an op from an API call: enqueues it now, or keeps it until ncclGroupEnd.
 ncclResult_t submit(Op op);

@@ -30,10 +30,11 @@ namespace ap = fr::nccl_prof;
 // One edge of this rank on one channel, and its progress for the current step.
 struct Link {
   int peer = 0;
-  int edge = 0;      // index of the edge in the sender's out-edges
-  bool net = false;  // across nodes: the proxy serves it
-  int stage = 0;     // 0 not started; recv: 1 credit posted, 2 received, 3 consumed;
-                     // send: 1 waiting for the GPU, 2 waiting for credit, 3 transmitted
+  int edge = 0;         // index of the edge in the sender's out-edges
+  bool net = false;     // across nodes: the proxy serves it
+  int stage = 0;        // 0 not started; recv: 1 credit posted, 2 received, 3 consumed;
+                        // send: 1 waiting for the GPU, 2 waiting for credit, 3 transmitted
+  uint64_t due_ns = 0;  // send: the step's transmission ends then (pace.cpp); 0: not begun
   void* op_h = nullptr;
   void* step_h = nullptr;
 };
@@ -242,7 +243,14 @@ bool advance_out(Op& op, Xport& x, int ch, Link& l) {
   }
   if (l.stage == 2) {
     if (w->ready.load(std::memory_order_acquire) < want) return false;
-    step_event(c, l, k, ap::kStSendWait);
+    if (l.due_ns == 0) {  // on the wire: the transmission takes the pace's time (pace.cpp)
+      step_event(c, l, k, ap::kStSendWait);
+      l.due_ns = pace_now_ns() + pace_step_ns(c, l.peer);
+    }
+    if (pace_now_ns() < l.due_ns) {
+      pace_wait_until(l.due_ns);
+      return false;
+    }
     l.stage = 3;
     if (strikes(x, FRSIM_FAULT_LINK_DOWN, ch, l.peer, k, op.nchunks))
       return true;  // lost on the wire
@@ -264,7 +272,10 @@ XportResult xport_step(Op& op) {
     x.step = op.chunk;
     for (auto& cs : x.chans)
       for (auto* v : {&cs.ins, &cs.outs})
-        for (Link& l : *v) l.stage = 0;
+        for (Link& l : *v) {
+          l.stage = 0;
+          l.due_ns = 0;
+        }
   }
   bool changed = false, done = true;
   for (int ch = 0; ch < static_cast<int>(x.chans.size()); ++ch) {

@@ -231,3 +231,92 @@ TEST_CASE("transport faults: channel, peer, at and nth, checked against the shap
   CHECK_FALSE(parse_fault("rank=1,step=1,kind=chan-stall,channel=64", &bad, &err));
   CHECK_FALSE(parse_fault("rank=1,step=1,kind=chan-stall,at=-1", &bad, &err));
 }
+
+TEST_CASE("fail-slow faults: gpu-slow and link-slow take factor=, link-slow a peer", "[simjob]") {
+  Fault f;
+  std::string err;
+  REQUIRE(parse_fault("rank=3,step=2,kind=gpu-slow,factor=2.5", &f, &err));
+  REQUIRE(f.kind == FaultKind::kGpuSlow);
+  REQUIRE(f.factor == 2.5);
+  REQUIRE(f.to_spec() == "rank=3,step=2,kind=gpu-slow,factor=2.5");
+  REQUIRE(parse_fault("rank=1,step=0,kind=link-slow,peer=2,factor=10", &f, &err));
+  REQUIRE(f.to_spec() == "rank=1,step=0,kind=link-slow,peer=2,factor=10");
+  for (const char* bad : {"factor=1", "factor=0.5", "factor=x", "factor=", "factor=1001"}) {
+    INFO(bad);
+    REQUIRE_FALSE(parse_fault(std::string("rank=1,step=0,kind=gpu-slow,") + bad, &f, &err));
+    REQUIRE(err.find("factor") != std::string::npos);
+  }
+
+  Shape s;
+  s.nodes = 2;
+  s.ranks_per_node = 2;
+  s.steps = 10;
+  auto check = [&](const std::string& spec) {
+    Fault g;
+    REQUIRE(parse_fault(spec, &g, &err));
+    std::vector<Fault> v{g};
+    err.clear();
+    return validate(s, &v, &err);
+  };
+  REQUIRE(check("rank=1,step=2,kind=gpu-slow,factor=3"));
+  REQUIRE(check("rank=1,step=2,kind=link-slow,peer=2,factor=3"));
+  REQUIRE_FALSE(check("rank=1,step=2,kind=gpu-slow"));
+  REQUIRE(err.find("needs factor=") != std::string::npos);
+  REQUIRE_FALSE(check("rank=1,step=2,kind=slow,ms=5,factor=2"));
+  REQUIRE(err.find("factor= applies only") != std::string::npos);
+  REQUIRE_FALSE(check("rank=1,step=2,kind=link-slow,factor=3"));
+  REQUIRE(err.find("peer=P") != std::string::npos);
+  REQUIRE_FALSE(check("rank=1,step=2,kind=link-slow,peer=1,factor=3"));
+  REQUIRE_FALSE(check("rank=1,step=2,kind=link-slow,peer=4,factor=3"));
+  REQUIRE_FALSE(check("rank=1,step=2,kind=link-slow,peer=2,factor=3,channel=1"));
+  REQUIRE_FALSE(check("rank=1,step=2,kind=gpu-slow,factor=3,peer=2"));
+
+  // The pace they multiply: 1000 us unless given; 0 refuses them.
+  std::vector<Fault> none;
+  REQUIRE(effective_gpu_us(s, none) == 0);
+  Fault g;
+  REQUIRE(parse_fault("rank=1,step=2,kind=gpu-slow,factor=3", &g, &err));
+  REQUIRE(effective_gpu_us(s, {g}) == kDefaultGpuUs);
+  s.gpu_us = 250;
+  REQUIRE(effective_gpu_us(s, {g}) == 250);
+  s.gpu_us = 0;
+  REQUIRE_FALSE(check("rank=1,step=2,kind=gpu-slow,factor=3"));
+  REQUIRE(err.find("--gpu-us") != std::string::npos);
+}
+
+TEST_CASE("checkpoint pauses repeat with every=, and the seed changes the jitter draw",
+          "[simjob]") {
+  Shape s;
+  s.nodes = 1;
+  s.ranks_per_node = 2;
+  s.steps = 100;
+  s.step_ms = 10;
+  std::string err;
+  REQUIRE(parse_pause("step=5,ms=300,every=20", &s, &err));
+  for (int step = 0; step < 100; ++step) {
+    const bool pausing = step == 5 || step == 25 || step == 45 || step == 65 || step == 85;
+    INFO(step);
+    REQUIRE(host_ms(s, 0, step) == (pausing ? 310 : 10));
+    REQUIRE(host_ms(s, 1, step) == host_ms(s, 0, step));  // every rank pauses together
+  }
+  Shape t = s;
+  REQUIRE(parse_pause("every=30,ms=100", &t, &err));
+  REQUIRE(t.pause_step == 30);
+  REQUIRE(t.pause_every == 30);
+  REQUIRE(host_ms(t, 0, 60) == 110);
+  REQUIRE(host_ms(t, 0, 0) == 10);
+  REQUIRE_FALSE(parse_pause("every=0,ms=100", &t, &err));
+  REQUIRE_FALSE(parse_pause("every=5", &t, &err));
+
+  // Seeds: each gives its own draw, the same one every time.
+  Shape a, b;
+  a.step_ms = b.step_ms = 100;
+  a.jitter = b.jitter = 10;
+  b.seed = 7;
+  int differ = 0;
+  for (int step = 0; step < 500; ++step) {
+    differ += host_ms(a, 0, step) != host_ms(b, 0, step);
+    REQUIRE(host_ms(b, 0, step) == host_ms(b, 0, step));
+  }
+  REQUIRE(differ > 20);
+}

@@ -82,6 +82,12 @@ TEST_CASE("a stalled stream delays the collective on every member", "[sim][nccl]
   require_all_ok(run_ranks("order", 3));
 }
 
+TEST_CASE("fail-slow pacing: a slowed GPU and a slowed link lengthen the collective",
+          "[sim][nccl]") {
+  for (int n : {2, 3})
+    require_all_ok(run_ranks("pace", n, "", 120, {"FRSIM_KERNEL_US=20000", "FRSIM_STEP_US=20000"}));
+}
+
 TEST_CASE("ncclBcast calls ncclBroadcast through the exported symbol", "[sim][nccl]") {
   std::string lib = std::string(FR_BUILD_DIR) + "/tests/libfrsim_interpose.so";
   // Under AddressSanitizer the preloaded interposer comes before the runtime: allowed here.

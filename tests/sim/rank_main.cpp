@@ -836,6 +836,31 @@ void scenario_markers(Env& e) {
   CUCHECK(cuMemHostUnregister(words));
 }
 
+// Fail-slow pacing (FRSIM_KERNEL_US = FRSIM_STEP_US = 20 ms, set by the test): a collective
+// takes at least one step's transmission and the kernel's own work; rank 1's slowed GPU makes
+// its own collective take its work 3 times; a slowed link 0 -> 1 holds every member's. Only
+// lower bounds are checked: the gates never fire early, however loaded the machine.
+void scenario_pace(Env& e) {
+  const int n = g_n, me = g_rank;
+  auto timed_allreduce = [&] {
+    int32_t v = me, out = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    NCCLCHECK(ncclAllReduce(&v, &out, 1, ncclInt32, ncclSum, e.comm, e.stream));
+    sync(e.stream);
+    if (out != n * (n - 1) / 2) fail("allreduce %d", out);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  if (double ms = timed_allreduce(); ms < 40) fail("paced allreduce took %.1f ms", ms);
+  if (frsim_gpu_slow(0.5) != ncclInvalidArgument) fail("factor 0.5 accepted");
+  if (frsim_nccl_link_slow(e.comm, me, 2) != ncclInvalidArgument) fail("link to itself accepted");
+  if (frsim_nccl_link_slow(e.comm, n, 2) != ncclInvalidArgument) fail("peer out of range");
+  if (me == 1) NCCLCHECK(frsim_gpu_slow(3));
+  if (double ms = timed_allreduce(); me == 1 && ms < 80) fail("slow GPU: %.1f ms", ms);
+  if (me == 1) NCCLCHECK(frsim_gpu_slow(1));
+  if (me == 0) NCCLCHECK(frsim_nccl_link_slow(e.comm, 1, 4));
+  if (double ms = timed_allreduce(); ms < 100) fail("slow link: %.1f ms", ms);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -916,6 +941,8 @@ int main(int argc, char** argv) {
     scenario_markers(e);
   else if (scenario == "prof")
     scenario_prof(e, arg);
+  else if (scenario == "pace")
+    scenario_pace(e);
   else if (scenario == "train")
     scenario_train(e, arg.empty() ? 100 : atoi(arg.c_str()));
   else
