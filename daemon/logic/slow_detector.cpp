@@ -267,12 +267,18 @@ int64_t SlowDetector::without(int64_t step, int64_t loss) {
   return std::max(step / 20, step - std::max<int64_t>(0, loss));
 }
 
+bool SlowDetector::worth(const SlowFinding& f, int64_t excess_ns) const {
+  if (excess_ns < cfg_.min_excess_ns) return false;
+  return f.step_ns <= 0 || f.loss_percent() >= cfg_.min_loss_percent;
+}
+
 void SlowDetector::judge_hosts(uint64_t id, Comm& c, int64_t now_mono,
                                std::vector<SlowFinding>* out) {
   if (c.joined < kMinJoined) return;
   const int64_t bar = std::max<int64_t>(cfg_.late_floor_ns, int64_t(cfg_.noise_factor * c.noise_ns));
   std::vector<std::pair<int, int64_t>> late;  // (comm rank, median lateness) of candidates
   size_t judged = 0;
+  const int64_t step = step_ns(c);
   for (auto& [rank, m] : c.members) {
     if (m.late.size() < cfg_.window / 2) {
       m.host_streak = 0;
@@ -283,7 +289,10 @@ void SlowDetector::judge_hosts(uint64_t id, Comm& c, int64_t now_mono,
     for (int64_t l : m.late) n += l > bar;
     const double share = double(n) / double(m.late.size());
     const int64_t med = median_of(m.late);
-    const bool holds = share >= cfg_.late_share && med > bar;
+    SlowFinding probe;
+    probe.step_ns = step;
+    probe.step_without_ns = without(step, med);
+    const bool holds = share >= cfg_.late_share && med > bar && worth(probe, med);
     if (report(&m.host_streak, holds, "host:" + std::to_string(m.global_rank)))
       late.emplace_back(rank, med);
   }
@@ -294,7 +303,6 @@ void SlowDetector::judge_hosts(uint64_t id, Comm& c, int64_t now_mono,
   for (const auto& [rank, m] : c.members)
     if (!m.late.empty()) typical.push_back(std::llabs(median_of(m.late)));
   const int64_t others = median_of(typical);
-  const int64_t step = step_ns(c);
   for (const auto& [rank, med] : late) {
     const Member& m = c.members[rank];
     SlowFinding f;
@@ -353,20 +361,23 @@ void SlowDetector::judge_gpus(uint64_t id, Comm& c, int64_t now_mono,
   std::vector<SlowFinding> found;
   for (auto& [rank, m] : c.members) {
     auto w = worst.find(rank);
-    const bool holds = w != worst.end() && w->second.ratio >= w->second.bar;
+    SlowFinding f;
+    if (w != worst.end()) {
+      f.cause = SlowCause::kGpu;
+      f.comm_id = id;
+      f.comm_name = c.name;
+      f.rank = m.global_rank;
+      f.factor = w->second.ratio;
+      f.value_ns = w->second.value;
+      f.others_ns = w->second.others;
+      f.step_ns = step;
+      f.step_without_ns = without(step, f.value_ns - f.others_ns);
+      f.since_mono = now_mono;
+    }
+    const bool holds = w != worst.end() && w->second.ratio >= w->second.bar &&
+                       worth(f, f.value_ns - f.others_ns);
     if (!report(&m.gpu_streak, holds, "gpu:" + std::to_string(m.global_rank))) continue;
     flagged++;
-    SlowFinding f;
-    f.cause = SlowCause::kGpu;
-    f.comm_id = id;
-    f.comm_name = c.name;
-    f.rank = m.global_rank;
-    f.factor = w->second.ratio;
-    f.value_ns = w->second.value;
-    f.others_ns = w->second.others;
-    f.step_ns = step;
-    f.step_without_ns = without(step, f.value_ns - f.others_ns);
-    f.since_mono = now_mono;
     found.push_back(std::move(f));
   }
   if (flagged * 3 <= worst.size())
@@ -392,7 +403,6 @@ void SlowDetector::judge_links(uint64_t id, Comm& c, int64_t now_mono,
     const int gsrc = src == c.members.end() ? -1 : src->second.global_rank;
     const int gdst = dst == c.members.end() ? -1 : dst->second.global_rank;
     const std::string name = "link:" + std::to_string(gsrc) + "->" + std::to_string(gdst);
-    if (!report(&k.streak, k.ratio >= bar && gsrc >= 0 && gdst >= 0, name)) continue;
     SlowFinding f;
     f.cause = SlowCause::kLink;
     f.comm_id = id;
@@ -404,8 +414,11 @@ void SlowDetector::judge_links(uint64_t id, Comm& c, int64_t now_mono,
     f.value_ns = int64_t(std::exp(k.log_avg));
     f.others_ns = int64_t(std::exp(med));
     f.step_ns = step;
-    f.step_without_ns = without(step, int64_t(double(f.value_ns - f.others_ns) * k.steps));
+    const int64_t excess = int64_t(double(f.value_ns - f.others_ns) * k.steps);
+    f.step_without_ns = without(step, excess);
     f.since_mono = now_mono;
+    const bool holds = k.ratio >= bar && gsrc >= 0 && gdst >= 0 && worth(f, excess);
+    if (!report(&k.streak, holds, name)) continue;
     found.push_back(std::move(f));
   }
   if (found.size() * 3 <= l.size())

@@ -37,15 +37,20 @@
 namespace fr::daemon {
 
 struct SlowConfig {
-  uint32_t window = 20;           // a member's recent collectives judged for lateness
+  uint32_t window = 16;           // a member's recent collectives judged for lateness
   double late_share = 0.75;       // ... of which it must be late at this share
   int64_t late_floor_ns = 2'000'000;  // host: late by at least this
-  double noise_factor = 4;        // ... and by this many times the communicator's noise
+  double noise_factor = 3;        // ... and by this many times the communicator's noise
   double gpu_floor = 1.3;         // gpu: at least this many times the peers' median
   double link_floor = 1.5;        // link: at least this many times the communicator's median link
   double ratio_noise_factor = 4;  // ... and 1 + this x the spread of the others' ratios
   uint32_t min_gpu_samples = 8;   // kernel times a member needs before it is judged
   uint32_t min_link_samples = 4;
+  // A finding must cost the job something: its excess over its peers per op (host: lateness;
+  // link: per step x steps) at least min_excess_ns, and where the pace is known at least
+  // min_loss_percent of the time between collectives (microsecond noise on fast links is not slow).
+  int64_t min_excess_ns = 200'000;
+  double min_loss_percent = 1;
   uint32_t streak = 3;            // judgements in a row before a candidate becomes a finding
   uint32_t clear_streak = 5;      // judgements in a row without it before a finding clears
   int64_t join_ns = 3'000'000'000;  // a collective is joined this long after its first arrival
@@ -168,6 +173,8 @@ class SlowDetector {
   // or is a finding already).
   bool report(uint32_t* streak, bool holds, const std::string& key) const;
   static int64_t without(int64_t step, int64_t loss);
+  // Whether a candidate costs enough to be worth a finding (min_excess_ns, min_loss_percent).
+  bool worth(const SlowFinding& f, int64_t excess_ns) const;
 
   SlowConfig cfg_;
   std::unordered_map<uint64_t, Comm> comms_;
