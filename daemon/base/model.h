@@ -99,8 +99,8 @@ struct LinkTiming {
   int32_t peer = -1;  // the remote rank in the communicator
   bool send = false;  // this rank sends to the peer (else receives from it)
   uint64_t op_seq = 0;
-  uint32_t steps = 0;    // steps finished of that op
-  int64_t step_ns = 0;   // their mean time
+  uint32_t steps = 0;   // steps finished of that op
+  int64_t step_ns = 0;  // their mean time
 };
 
 // A process's NIXL transfers from one local agent to one remote agent (flight-log transfer table),

@@ -139,7 +139,7 @@ struct Incident {
   std::string verdict_kind;
   std::string verdict_summary;
   std::vector<int> culprits;
-  std::string error;  // the dump set could not be written
+  std::string error;                // the dump set could not be written
   std::optional<SlowFinding> slow;  // kSlow: what was found (its key names the incident's cause)
 };
 

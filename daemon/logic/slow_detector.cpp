@@ -83,8 +83,8 @@ std::string SlowFinding::evidence() const {
       break;
     case SlowCause::kLink:
       e = "channel " + std::to_string(channel) + "'s rank " + std::to_string(peer_rank) +
-          " -> rank " + std::to_string(rank) + " steps take " + times(factor) +
-          " the others on " + comm + " (" + ms(value_ns) + " per step vs " + ms(others_ns) + ")";
+          " -> rank " + std::to_string(rank) + " steps take " + times(factor) + " the others on " +
+          comm + " (" + ms(value_ns) + " per step vs " + ms(others_ns) + ")";
       break;
   }
   if (step_ns > 0 && step_without_ns > 0 && step_without_ns < step_ns) {
@@ -275,7 +275,8 @@ bool SlowDetector::worth(const SlowFinding& f, int64_t excess_ns) const {
 void SlowDetector::judge_hosts(uint64_t id, Comm& c, int64_t now_mono,
                                std::vector<SlowFinding>* out) {
   if (c.joined < kMinJoined) return;
-  const int64_t bar = std::max<int64_t>(cfg_.late_floor_ns, int64_t(cfg_.noise_factor * c.noise_ns));
+  const int64_t bar =
+      std::max<int64_t>(cfg_.late_floor_ns, int64_t(cfg_.noise_factor * c.noise_ns));
   std::vector<std::pair<int, int64_t>> late;  // (comm rank, median lateness) of candidates
   size_t judged = 0;
   const int64_t step = step_ns(c);
@@ -374,8 +375,8 @@ void SlowDetector::judge_gpus(uint64_t id, Comm& c, int64_t now_mono,
       f.step_without_ns = without(step, f.value_ns - f.others_ns);
       f.since_mono = now_mono;
     }
-    const bool holds = w != worst.end() && w->second.ratio >= w->second.bar &&
-                       worth(f, f.value_ns - f.others_ns);
+    const bool holds =
+        w != worst.end() && w->second.ratio >= w->second.bar && worth(f, f.value_ns - f.others_ns);
     if (!report(&m.gpu_streak, holds, "gpu:" + std::to_string(m.global_rank))) continue;
     flagged++;
     found.push_back(std::move(f));

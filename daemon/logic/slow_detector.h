@@ -37,11 +37,11 @@
 namespace fr::daemon {
 
 struct SlowConfig {
-  uint32_t window = 16;           // a member's recent collectives judged for lateness
-  double late_share = 0.75;       // ... of which it must be late at this share
+  uint32_t window = 16;               // a member's recent collectives judged for lateness
+  double late_share = 0.75;           // ... of which it must be late at this share
   int64_t late_floor_ns = 2'000'000;  // host: late by at least this
-  double noise_factor = 3;        // ... and by this many times the communicator's noise
-  double gpu_floor = 1.3;         // gpu: at least this many times the peers' median
+  double noise_factor = 3;            // ... and by this many times the communicator's noise
+  double gpu_floor = 1.3;             // gpu: at least this many times the peers' median
   double link_floor = 1.5;        // link: at least this many times the communicator's median link
   double ratio_noise_factor = 4;  // ... and 1 + this x the spread of the others' ratios
   uint32_t min_gpu_samples = 8;   // kernel times a member needs before it is judged
@@ -51,9 +51,9 @@ struct SlowConfig {
   // min_loss_percent of the time between collectives (microsecond noise on fast links is not slow).
   int64_t min_excess_ns = 200'000;
   double min_loss_percent = 1;
-  uint32_t streak = 3;            // judgements in a row before a candidate becomes a finding
-  uint32_t clear_streak = 5;      // judgements in a row without it before a finding clears
-  int64_t join_ns = 3'000'000'000;  // a collective is joined this long after its first arrival
+  uint32_t streak = 3;                // judgements in a row before a candidate becomes a finding
+  uint32_t clear_streak = 5;          // judgements in a row without it before a finding clears
+  int64_t join_ns = 3'000'000'000;    // a collective is joined this long after its first arrival
   int64_t stale_ns = 30'000'000'000;  // a communicator not heard of this long is forgotten
   size_t max_comms = 4096;
   size_t max_members = 1 << 20;
@@ -69,17 +69,17 @@ struct SlowFinding {
   SlowCause cause = SlowCause::kHost;
   uint64_t comm_id = 0;
   std::string comm_name;
-  int rank = -1;       // global rank: the slow host or GPU; link: the receiving (waiting) rank
-  int peer_rank = -1;  // link: the sending rank
-  int channel = -1;    // link
-  double factor = 1;   // how many times slower than its peers
-  double share = 0;    // host: share of recent collectives it was late at
+  int rank = -1;          // global rank: the slow host or GPU; link: the receiving (waiting) rank
+  int peer_rank = -1;     // link: the sending rank
+  int channel = -1;       // link
+  double factor = 1;      // how many times slower than its peers
+  double share = 0;       // host: share of recent collectives it was late at
   int64_t value_ns = 0;   // host: median lateness; gpu: median kernel time; link: step time
   int64_t others_ns = 0;  // the peers' typical value (host: their median |lateness|)
   int64_t step_ns = 0;    // time between collectives now (with the straggler)
   int64_t step_without_ns = 0;  // ... estimated without it
   int64_t since_mono = 0;
-  std::string key() const;     // "host:6", "gpu:6", "link:2->3"
+  std::string key() const;       // "host:6", "gpu:6", "link:2->3"
   std::string evidence() const;  // one paragraph an operator reads
   double loss_percent() const;   // share of the step time the straggler costs
 };
@@ -89,8 +89,8 @@ struct SlowFinding {
 struct SlowRankStat {
   int rank = -1;
   uint64_t comm_id = 0;
-  int64_t late_ns = 0;     // median lateness over its window (can be negative: early)
-  double gpu_ratio = 0;    // 0 unknown
+  int64_t late_ns = 0;   // median lateness over its window (can be negative: early)
+  double gpu_ratio = 0;  // 0 unknown
 };
 struct SlowLinkStat {
   int src = -1, dst = -1, channel = -1;
@@ -127,10 +127,10 @@ class SlowDetector {
   };
   struct Member {
     int global_rank = -1;
-    uint64_t last_seq = 0;                // newest collective taken from its reports
-    std::vector<int64_t> late;            // ring of its last `window` lateness values
+    uint64_t last_seq = 0;      // newest collective taken from its reports
+    std::vector<int64_t> late;  // ring of its last `window` lateness values
     size_t late_next = 0;
-    std::vector<GpuAvg> gpu;              // per op
+    std::vector<GpuAvg> gpu;  // per op
     uint32_t host_streak = 0, gpu_streak = 0;
     double gpu_ratio = 0;
   };
@@ -180,7 +180,8 @@ class SlowDetector {
   std::unordered_map<uint64_t, Comm> comms_;
   std::vector<SlowFinding> findings_;
   std::map<std::string, uint32_t> missing_;
-  std::set<std::string> active_;  // keys of the findings at the start of a judgement  // finding key -> judgements in a row without it
+  std::set<std::string>
+      active_;  // keys of the findings at the start of a judgement  // finding key -> judgements in a row without it
 };
 
 }  // namespace fr::daemon

@@ -153,8 +153,13 @@ void from_proto(const fr::v1::ProcessReport& q, ProcessReport* p) {
   p->links.resize(std::min<size_t>(size_t(q.links_size()), ProcessReport::kMaxLinks));
   for (size_t i = 0; i < p->links.size(); ++i) {
     const fr::v1::LinkTiming& d = q.links(int(i));
-    p->links[i] = {d.comm_id(), d.channel(), d.peer(),     d.send(),
-                   d.op_seq(),  d.steps(),   d.step_ns() < 0 ? 0 : d.step_ns()};
+    p->links[i] = {d.comm_id(),
+                   d.channel(),
+                   d.peer(),
+                   d.send(),
+                   d.op_seq(),
+                   d.steps(),
+                   d.step_ns() < 0 ? 0 : d.step_ns()};
   }
 }
 

@@ -284,8 +284,13 @@ class Fast {
   bool link(LinkTiming* l) {
     uint64_t f[8] = {};
     if (!flat(f)) return false;
-    *l = {f[1],         int32_t(f[2]), int32_t(f[3]), f[4] != 0,
-          f[5],         uint32_t(f[6]), int64_t(f[7]) < 0 ? 0 : int64_t(f[7])};
+    *l = {f[1],
+          int32_t(f[2]),
+          int32_t(f[3]),
+          f[4] != 0,
+          f[5],
+          uint32_t(f[6]),
+          int64_t(f[7]) < 0 ? 0 : int64_t(f[7])};
     return true;
   }
 

@@ -76,8 +76,9 @@ extern "C" __attribute__((visibility("default"))) ncclResult_t frsim_gpu_slow(do
   return ncclSuccess;
 }
 
-extern "C" __attribute__((visibility("default"))) ncclResult_t frsim_nccl_link_slow(
-    ncclComm_t comm, int peer, double factor) {
+extern "C" __attribute__((visibility("default"))) ncclResult_t frsim_nccl_link_slow(ncclComm_t comm,
+                                                                                    int peer,
+                                                                                    double factor) {
   ncclResult_t err = ncclSuccess;
   auto c = frsim::ready_comm(comm, &err);
   if (!c) return err;

@@ -151,8 +151,8 @@ struct SlowJobFeed {
   explicit SlowJobFeed(CoordinatorState& s) : st(s) {
     std::string err;
     for (int n = 0; n < 2; ++n)
-      sessions.push_back(st.connect("n" + std::to_string(n), "h" + std::to_string(n), "job", 0,
-                                    &err));
+      sessions.push_back(
+          st.connect("n" + std::to_string(n), "h" + std::to_string(n), "job", 0, &err));
   }
 
   Actions second(int64_t late_ns, bool stall = false) {
@@ -177,8 +177,9 @@ struct SlowJobFeed {
           c.oldest_seq = seq;
         }
         for (uint64_t s = seq > 15 ? seq - 15 : 1; s <= seq; ++s)
-          c.recent.push_back({s, 1, int64_t(s) * 100'000'000 + (p.rank == 3 ? late_ns : 0) +
-                                        int64_t(s * 7 + uint64_t(p.rank) * 13) % 300'000,
+          c.recent.push_back({s, 1,
+                              int64_t(s) * 100'000'000 + (p.rank == 3 ? late_ns : 0) +
+                                  int64_t(s * 7 + uint64_t(p.rank) * 13) % 300'000,
                               0});
         p.comms.push_back(c);
         r.processes.push_back(p);
@@ -197,7 +198,8 @@ size_t count_kind(const CoordinatorState& st, IncidentKind k) {
 
 }  // namespace
 
-TEST_CASE("coordinator opens one slow incident per straggler, dumps, and closes it when it clears") {
+TEST_CASE(
+    "coordinator opens one slow incident per straggler, dumps, and closes it when it clears") {
   fr::test::TempDir dir("fr-slow");
   CoordinatorConfig cfg;
   cfg.dump_dir = dir.path;

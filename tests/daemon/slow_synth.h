@@ -22,29 +22,29 @@ enum class Fault { kNone, kHost, kGpu, kLink };
 struct SlowJob {
   int ranks = 8;
   int per_node = 4;
-  int64_t compute_ns = 40'000'000;  // host work per step before the collective
-  int64_t kernel_ns = 8'000'000;    // the collective's kernel time
-  double jitter = 0.05;             // per rank and step: exponential, this share of compute_ns
+  int64_t compute_ns = 40'000'000;   // host work per step before the collective
+  int64_t kernel_ns = 8'000'000;     // the collective's kernel time
+  double jitter = 0.05;              // per rank and step: exponential, this share of compute_ns
   int64_t clock_error_ns = 200'000;  // per node, uniform in +-, left after offset correction
-  int pause_every = 0;              // steps between checkpoint pauses (0: none)
+  int pause_every = 0;               // steps between checkpoint pauses (0: none)
   int64_t pause_ns = 2'000'000'000;
-  bool pause_rank0_only = false;    // rank 0 writes the checkpoint, the others wait for it
+  bool pause_rank0_only = false;  // rank 0 writes the checkpoint, the others wait for it
   Fault fault = Fault::kNone;
-  int fault_rank = 3;               // host, gpu: the rank; link: the receiving rank
+  int fault_rank = 3;  // host, gpu: the rank; link: the receiving rank
   double factor = 2;
   int fault_step = 20;
-  int fault_end = 1 << 30;          // the fault stops before this step
+  int fault_end = 1 << 30;  // the fault stops before this step
   int steps = 200;
   int channels = 2;
-  int link_steps = 8;               // proxy steps per op and channel
+  int link_steps = 8;  // proxy steps per op and channel
   uint64_t seed = 1;
   bool stop_at_finding = true;
 };
 
 struct SlowOutcome {
-  bool found = false;       // the fault's rank (link: its two ranks) named with the right cause
-  bool wrong = false;       // a finding that names something else
-  int steps_to_find = -1;   // from the fault's step
+  bool found = false;      // the fault's rank (link: its two ranks) named with the right cause
+  bool wrong = false;      // a finding that names something else
+  int steps_to_find = -1;  // from the fault's step
   double seconds_to_find = -1;
   std::vector<SlowFinding> findings;  // what the detector held when it stopped
   std::vector<std::string> wrong_keys;

@@ -208,8 +208,8 @@ TEST_CASE("recent ops and links past their bounds are cut alike by both decoders
   CHECK(got.processes[1].links.back().step_ns == 0);
   // The trimmed bytes hold no more than the bounds: what protobuf builds is bounded.
   std::string trimmed;
-  REQUIRE(trim_node_message(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
-                            &trimmed));
+  REQUIRE(
+      trim_node_message(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), &trimmed));
   fr::v1::NodeMessage back;
   REQUIRE(back.ParseFromString(trimmed));
   CHECK(back.heartbeat().processes(0).comms(0).recent_size() == int(CommProgress::kMaxRecent));

@@ -489,10 +489,10 @@ TEST_CASE("fr-simjob --daemons: a straggler opens one slow incident naming it, n
   // Rank 2 sleeps 60 ms more than its peers in every step from step 5: about 9 s of steps, several
   // heartbeats past the 1.5 s stall threshold. The coordinator names it while the job runs (a
   // slow incident, its dump taken without stopping anything), once, and the job completes.
-  SimRun run = fr::e2e::run_simjob({"--nodes", "2", "--ranks-per-node", "2", "--steps", "120",
-                                    "--fault", "rank=2,step=5,kind=slow,ms=60", "--daemons",
-                                    "--stall-after", "1.5", "--quiet"},
-                                   240);
+  SimRun run = fr::e2e::run_simjob(
+      {"--nodes", "2", "--ranks-per-node", "2", "--steps", "120", "--fault",
+       "rank=2,step=5,kind=slow,ms=60", "--daemons", "--stall-after", "1.5", "--quiet"},
+      240);
   INFO(describe(run));
   REQUIRE(run.exit_code == 0);
   REQUIRE(run.result["completed"] == true);
@@ -516,6 +516,25 @@ TEST_CASE("fr-simjob --daemons: a straggler opens one slow incident naming it, n
   // Every rank's dump was taken, and the job ran on to its end.
   REQUIRE(inc["nodes_uploaded"].size() == 2);
   REQUIRE(run.result["dump_set"] == run.dir + "/dumps");
+  fr::e2e::remove_run(run);
+}
+
+TEST_CASE("fr-simjob --daemons: a gpu-slow rank opens a slow incident naming it", "[e2e]") {
+  // Rank 1's GPU works 4 times slower from step 5 (1 ms of kernel work per collective, 4 on it):
+  // its peers wait for it at every step. The flight log holds no per-op GPU times (only the
+  // profiler plugin's kernel slots would), so what the coordinator sees is the rank arriving late;
+  // it names rank 1 while the job runs on to its end.
+  SimRun run = fr::e2e::run_simjob(
+      {"--nodes", "2", "--ranks-per-node", "2", "--steps", "150", "--fault",
+       "rank=1,step=5,kind=gpu-slow,factor=4", "--daemons", "--stall-after", "5", "--quiet"},
+      240);
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
+  REQUIRE(run.result["completed"] == true);
+  const json& opened = run.result["incidents_opened"];
+  REQUIRE(opened.size() == 1);
+  REQUIRE(opened[0]["kind"] == "slow");
+  REQUIRE(opened[0]["reason"].get<std::string>().rfind("rank 1 ", 0) == 0);
   fr::e2e::remove_run(run);
 }
 

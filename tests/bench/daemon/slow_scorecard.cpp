@@ -130,9 +130,10 @@ int main(int argc, char** argv) {
       if (keys.size() < 5 && !out.wrong_keys.empty()) keys.push_back(out.wrong_keys[0]);
     }
   }
-  std::printf("healthy (jitter 30-100%% of the work, checkpoint pauses): %d of %d jobs with a "
-              "false finding\n",
-              healthy_false, per_kind);
+  std::printf(
+      "healthy (jitter 30-100%% of the work, checkpoint pauses): %d of %d jobs with a "
+      "false finding\n",
+      healthy_false, per_kind);
   for (const auto& k : keys) std::printf("      false: %s\n", k.c_str());
   return 0;
 }
