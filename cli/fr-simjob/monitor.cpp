@@ -1,11 +1,15 @@
 // Watching a running job: the progress board says whether any rank moved; the job ends when every
 // rank has exited, when no rank has moved for --snapshot-after seconds, or (--daemons) when the
-// coordinator has written an incident's analysis, or gave none in time.
+// coordinator has written an incident's analysis (a hang's: a slow incident leaves the job running),
+// or gave none in time.
 #include <sys/wait.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "launch.h"
 
@@ -24,13 +28,23 @@ uint64_t Job::total_progress() const {
   return sum;
 }
 
-// The first incident whose analysis.json exists (the coordinator writes it last, atomically).
+// Whether the incident in `dir` is a slow one (incident.json says so): the job runs on.
+static bool slow_incident(const fs::path& dir) {
+  std::ifstream f(dir / "incident.json");
+  nlohmann::json j = nlohmann::json::parse(f, nullptr, false);
+  return j.is_object() && j.value("kind", "") == "slow";
+}
+
+// The first incident whose analysis.json exists (the coordinator writes it last, atomically),
+// slow incidents aside.
 std::string Job::find_incident_analysis() const {
   std::error_code ec;
   fs::path job_dir = fs::path(incidents_dir()) / job_id;
   std::vector<fs::path> found;
   for (const auto& e : fs::directory_iterator(job_dir, ec))
-    if (e.is_directory(ec) && fs::exists(e.path() / "analysis.json", ec)) found.push_back(e.path());
+    if (e.is_directory(ec) && fs::exists(e.path() / "analysis.json", ec) &&
+        !slow_incident(e.path()))
+      found.push_back(e.path());
   if (found.empty()) return {};
   std::sort(found.begin(), found.end());
   return found.front().string();

@@ -74,7 +74,20 @@ struct DumpStatusReport {
   std::string error;
 };
 
+// One recent collective of a member, as its flight log holds it: when the host called it and, where
+// the profiler plugin timed its kernel, the GPU time (fail-slow detection, slow_detector.h).
+struct CollTiming {
+  uint64_t seq = 0;     // collective sequence number on the communicator
+  uint32_t op = 0;      // fr_op
+  int64_t call_ns = 0;  // CLOCK_REALTIME of the node at the call's entry
+  int64_t gpu_ns = 0;   // the kernel's time where the plugin recorded it; 0 unknown
+};
+
 struct CommProgress {
+  // Recent collectives reported per communicator: enough to join the same collective across
+  // ranks between two heartbeats, few enough that a heartbeat stays small.
+  static constexpr size_t kMaxRecent = 16;
+
   uint64_t comm_id = 0;
   int size = -1;
   int rank = -1;
@@ -88,6 +101,19 @@ struct CommProgress {
   uint64_t oldest_seq = 0;
   uint32_t oldest_op = 0;  // fr_op
   std::string name;
+  std::vector<CollTiming> recent;  // the newest collectives, oldest first, at most kMaxRecent
+};
+
+// Proxy steps between this rank and one peer on one channel of a communicator, as the profiler
+// plugin reports them: the time per step of the newest op on that connection.
+struct LinkTiming {
+  uint64_t comm_id = 0;
+  int32_t channel = 0;
+  int32_t peer = -1;  // the remote rank in the communicator
+  bool send = false;  // this rank sends to the peer (else receives from it)
+  uint64_t op_seq = 0;
+  uint32_t steps = 0;   // steps finished of that op
+  int64_t step_ns = 0;  // their mean time
 };
 
 // A process's NIXL transfers from one local agent to one remote agent (flight-log transfer table),
@@ -125,7 +151,10 @@ struct ProcessReport {
   uint32_t xfer_pairs_cut =
       0;  // pairs left out past kMaxXferPairs (none in flight before any kept)
 
+  std::vector<LinkTiming> links;  // at most kMaxLinks, the slowest steps first
+
   static constexpr size_t kMaxXferPairs = 64;
+  static constexpr size_t kMaxLinks = 64;
   // The oldest op in flight over all communicators and NIXL agent pairs (0 when none).
   int64_t oldest_age_ns() const;
 };

@@ -2,7 +2,7 @@
 // coordinator writes (page someone, post the verdict, stop the job so the scheduler restarts it).
 // It runs as `/bin/sh -c CMD` in its own process group, with the coordinator's environment plus
 // the incident (FR_INCIDENT_ID, FR_INCIDENT_DIR, FR_INCIDENT_KIND, FR_JOB_ID, FR_VERDICT,
-// FR_CULPRITS, FR_SUMMARY), and is never waited for on the caller's thread: poll() reaps it and
+// FR_CULPRITS, FR_SUMMARY; for a slow incident also FR_SLOW_CAUSE and FR_SLOW_FACTOR), and is never waited for on the caller's thread: poll() reaps it and
 // kills it (its whole group) once past its time limit.
 #pragma once
 

@@ -81,6 +81,66 @@ void summarize_xfers(const fr::log::LogFile& log, int64_t now_real_ns, ProcessRe
   p->xfers = std::move(pairs);
 }
 
+// The newest collectives of each communicator (at most CommProgress::kMaxRecent, oldest first),
+// and the GPU time of those the profiler plugin's kernel slots still show finished: a kernel slot
+// holds the op it ran last, from its start to its last change.
+void summarize_recent(const fr::log::LogFile& log, ProcessReport* p) {
+  std::unordered_map<uint64_t, CommProgress*> by_id;
+  for (auto& cp : p->comms) by_id[cp.comm_id] = &cp;
+  for (auto it = log.records.rbegin(); it != log.records.rend(); ++it) {
+    const fr_record& r = it->raw;
+    if (!fr::log::op_is_collective(r.op) || r.seq == 0 || (r.flags & FR_REC_F_CAPTURED)) continue;
+    auto c = by_id.find(r.comm_id);
+    if (c == by_id.end() || c->second->recent.size() >= CommProgress::kMaxRecent) continue;
+    c->second->recent.push_back({r.seq, r.op, int64_t(r.call_ns), 0});
+  }
+  for (auto& cp : p->comms) std::reverse(cp.recent.begin(), cp.recent.end());
+  // Kernel time per (communicator, op): the longest channel of the op, once every channel is done.
+  std::map<std::pair<uint64_t, uint64_t>, int64_t> kernel;  // (comm, NCCL op seq) -> ns
+  for (const fr_chan_entry& e : log.chans) {
+    if (e.kind != FR_CHAN_KERNEL || e.comm_id == 0 || e.op_start_ns == 0) continue;
+    int64_t& k = kernel[{e.comm_id, e.op_seq}];
+    if (e.ops_started > e.ops_done || e.last_ns < e.op_start_ns)
+      k = -1;  // still running on a channel
+    else if (k >= 0)
+      k = std::max<int64_t>(k, int64_t(e.last_ns - e.op_start_ns));
+  }
+  // NCCL counts op_seq per collective kind; the slot names the op, so the newest record of that op
+  // on the communicator takes the time.
+  for (const fr_chan_entry& e : log.chans) {
+    if (e.kind != FR_CHAN_KERNEL || e.comm_id == 0) continue;
+    auto k = kernel.find({e.comm_id, e.op_seq});
+    auto c = by_id.find(e.comm_id);
+    if (k == kernel.end() || k->second <= 0 || c == by_id.end()) continue;
+    for (auto t = c->second->recent.rbegin(); t != c->second->recent.rend(); ++t)
+      if (t->op == e.op) {
+        t->gpu_ns = k->second;
+        break;
+      }
+  }
+}
+
+// Proxy steps per (communicator, channel, peer, direction): the mean step time of the newest op on
+// each send and receive slot that finished steps. The slowest first, at most kMaxLinks.
+void summarize_links(const fr::log::LogFile& log, ProcessReport* p) {
+  for (const fr_chan_entry& e : log.chans) {
+    if (e.kind == FR_CHAN_KERNEL || e.comm_id == 0 || e.peer < 0 || e.done == 0) continue;
+    if (e.op_start_ns == 0 || e.last_ns <= e.op_start_ns) continue;
+    LinkTiming l;
+    l.comm_id = e.comm_id;
+    l.channel = e.channel;
+    l.peer = e.peer;
+    l.send = e.kind == FR_CHAN_SEND;
+    l.op_seq = e.op_seq;
+    l.steps = e.done;
+    l.step_ns = int64_t(e.last_ns - e.op_start_ns) / int64_t(e.done);
+    p->links.push_back(l);
+  }
+  std::stable_sort(p->links.begin(), p->links.end(),
+                   [](const LinkTiming& a, const LinkTiming& b) { return a.step_ns > b.step_ns; });
+  if (p->links.size() > ProcessReport::kMaxLinks) p->links.resize(ProcessReport::kMaxLinks);
+}
+
 }  // namespace
 
 ProcessReport summarize_log(const fr::log::LogFile& log, const std::string& file_name,
@@ -156,6 +216,8 @@ ProcessReport summarize_log(const fr::log::LogFile& log, const std::string& file
     }
   }
   summarize_xfers(log, now_real_ns, &p);
+  summarize_recent(log, &p);
+  summarize_links(log, &p);
   p.exited_cleanly = !p.alive && all_closed;
   return p;
 }

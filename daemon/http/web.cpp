@@ -265,6 +265,20 @@ void nodes_table(std::ostringstream& o, const json& s) {
   o << "</div>\n";
 }
 
+// The ranks, GPUs and links found slow now (the fail-slow detector's findings), each with its
+// evidence and what the job loses.
+void slow_card(std::ostringstream& o, const json& s) {
+  const json& slow = s.value("slow", json::array());
+  if (!slow.is_array() || slow.empty()) return;
+  o << "<section class=\"card verdict\" id=\"slow-findings\"><span class=\"kind\">slow</span>";
+  for (const auto& f : slow) {
+    if (!f.is_object()) continue;
+    o << "<p class=\"sentence\">" << html_escape(str(f, "cause")) << ": "
+      << html_escape(str(f, "evidence")) << "</p>";
+  }
+  o << "</section>\n";
+}
+
 }  // namespace
 
 std::string render_live_page(const json& s) {
@@ -276,6 +290,7 @@ std::string render_live_page(const json& s) {
   o << fr::analyzer::html_open(page);
   const JobProgress jp = gather(s);
   job_card(o, s, jp);
+  slow_card(o, s);
   incidents_table(o, s.value("incidents", json::array()));
   comms_table(o, jp.comms);
   nodes_table(o, s);

@@ -22,6 +22,7 @@ const char* incident_kind_name(IncidentKind k) {
     case IncidentKind::kRankDead: return "rank_dead";
     case IncidentKind::kNodeLost: return "node_lost";
     case IncidentKind::kManual: return "manual";
+    case IncidentKind::kSlow: return "slow";
   }
   return "unknown";
 }
@@ -93,6 +94,14 @@ Incident* CoordinatorState::active() {
   for (auto& i : incidents_)
     if (i.state == IncidentState::kCollecting || i.state == IncidentState::kAnalyzing ||
         i.state == IncidentState::kOpen)
+      return &i;
+  return nullptr;
+}
+
+Incident* CoordinatorState::blocking() {
+  for (auto& i : incidents_)
+    if (i.state == IncidentState::kCollecting || i.state == IncidentState::kAnalyzing ||
+        (i.state == IncidentState::kOpen && i.kind != IncidentKind::kSlow))
       return &i;
   return nullptr;
 }
@@ -216,6 +225,13 @@ bool CoordinatorState::heartbeat(uint64_t session, NodeReport* given, int64_t no
   // The detection summary comes from the whole report, before anything is cut from it. The op
   // that counts is the one furthest past (or nearest to) its communicator's threshold.
   learn(*n, report, now_mono);
+  learn_slow(*n, report, now_mono);
+  // The detector keeps what it needs of the timing summaries; the report kept for status does
+  // not (their memory stays, for the next heartbeat to be decoded into).
+  for (auto& p : report.processes) {
+    p.links.clear();
+    for (auto& c : p.comms) c.recent.clear();
+  }
   int64_t worst_margin = INT64_MIN;
   for (const auto& p : report.processes) {
     // Only an authenticated node may name the job (an anonymous first speaker could not).

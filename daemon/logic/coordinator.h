@@ -29,6 +29,7 @@
 
 #include "daemon/logic/clock.h"
 #include "daemon/base/model.h"
+#include "daemon/logic/slow_detector.h"
 #include "daemon/logic/stall.h"
 
 namespace fr::daemon {
@@ -113,7 +114,10 @@ struct Finding {
   bool active = true;
 };
 
-enum class IncidentKind { kStall, kRankDead, kNodeLost, kManual };
+// kSlow: a rank, GPU or link keeps the job slow (slow_detector.h). Its dump takes nothing from the
+// job (as every dump) and it never holds back the detection of a hang: only while its dumps are
+// collected and analysed does it count as the active incident.
+enum class IncidentKind { kStall, kRankDead, kNodeLost, kManual, kSlow };
 const char* incident_kind_name(IncidentKind k);
 
 enum class IncidentState {
@@ -156,7 +160,8 @@ struct Incident {
   std::string verdict_kind;
   std::string verdict_summary;
   std::vector<int> culprits;
-  std::string error;  // the dump set could not be written
+  std::string error;                // the dump set could not be written
+  std::optional<SlowFinding> slow;  // kSlow: what was found (its key names the incident's cause)
   // A stall of a job whose processes record nothing of fr's own, seen through torch's recorder
   // (coordinator_processes.cpp): transient once torch's process groups move again.
   bool unrecorded = false;
@@ -290,6 +295,8 @@ class CoordinatorState {
   }
   // What status_text renders, copied (StatusSnapshot): take it under the lock, render outside.
   StatusSnapshot status_snapshot(int64_t now_mono, const StatusQuery& q) const;
+  // What the fail-slow detector holds now (status, metrics, the live page).
+  const SlowDetector& slow_detector() const { return slow_; }
   // The verdict hook may run for this incident (once per incident, also across restarts).
   bool take_hook(const std::string& incident_id, Actions* actions);
   // Estimated bytes kept of the nodes' reports, and the nodes known.
@@ -347,11 +354,18 @@ class CoordinatorState {
   };
 
   Incident* active();
+  // The incident that holds back automatic detection: any incident collecting or analysing, and
+  // any open one but a slow one (a hang while the job is slow is still found).
+  Incident* blocking();
+  // Fail-slow: feeds one heartbeat to the detector; judges once an interval, opens a slow
+  // incident for a new finding and closes those whose finding cleared.
+  void learn_slow(const Node& n, const NodeReport& report, int64_t now_mono);
+  void slow_pass(int64_t now_mono, Actions* actions);
   Incident* find(const std::string& id);
   Node* by_session(uint64_t session);
   std::string job_dir_name() const;
   void open(IncidentKind kind, const std::string& reason, int64_t now_mono, Actions* actions,
-            const Node* trigger);
+            const Node* trigger, const SlowFinding* slow = nullptr);
   void check_collected(Incident& inc, int64_t now_mono, Actions* actions);
   // tick()'s passes, in order: nodes gone silent, incidents whose condition cleared, slow-rank
   // findings not seen lately, and (when no incident is active) detection of a new one.
@@ -400,6 +414,8 @@ class CoordinatorState {
   std::vector<char> members_kept_;
   std::vector<Finding> findings_;
   bool findings_dirty_ = false;
+  SlowDetector slow_;
+  int64_t next_slow_judge_mono_ = 0;
   // Nodes whose last report shows an op past its threshold, or a dead rank: tick() walks the
   // nodes for detection only when there are some (a walk over 16k nodes costs milliseconds).
   size_t over_threshold_nodes_ = 0;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "daemon/logic/coordinator.h"
 
@@ -29,5 +30,15 @@ inline std::string hex_id(uint64_t v) {
 inline bool is_closed(IncidentState s) {
   return s == IncidentState::kClosed || s == IncidentState::kClosedTransient;
 }
+
+// A slow finding as incidents and the status give it (coordinator_slow.cpp): cause, factor,
+// culprit ranks, for a link `where` (waiting_rank, peer_rank, channel), the evidence and the loss.
+nlohmann::json slow_json(const SlowFinding& f);
+// Whom a slow finding names: the rank; for a link its sender, then its receiver.
+std::vector<int> slow_culprits(const SlowFinding& f);
+// The fail-slow series in Prometheus text: findings by cause, lateness and GPU time ratio per
+// rank, step time and ratio per link (at most kMaxSlowSeries of each, the worst first).
+inline constexpr size_t kMaxSlowSeries = 4096;
+std::string slow_metrics(const SlowDetector& d);
 
 }  // namespace fr::daemon::coordinator_helpers

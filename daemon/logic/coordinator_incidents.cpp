@@ -32,9 +32,13 @@ std::string threshold_note(int64_t threshold_ns, const CommModel* m, const Stall
 }  // namespace
 
 void CoordinatorState::open(IncidentKind kind, const std::string& reason, int64_t now_mono,
-                            Actions* actions, const Node* trigger) {
+                            Actions* actions, const Node* trigger, const SlowFinding* slow) {
   Incident inc;
   inc.kind = kind;
+  if (slow) {
+    inc.slow = *slow;
+    inc.culprits = slow_culprits(*slow);
+  }
   inc.reason = printable(reason, 512);
   inc.job_id = job_dir_name();
   std::string job_dir = cfg_.dump_dir + "/" + inc.job_id;
@@ -107,6 +111,7 @@ nlohmann::json CoordinatorState::incident_json(const Incident& inc) const {
       {"verdict", inc.verdict_kind},
       {"summary", inc.verdict_summary},
       {"culprit_ranks", inc.culprits},
+      {"slow", inc.slow ? slow_json(*inc.slow) : nlohmann::json(nullptr)},
       {"hook_fired", inc.hook_fired},
       {"error", inc.error},
       {"collect_seconds", inc.collected_mono ? secs(inc.collected_mono - inc.opened_mono) : 0.0}};
@@ -243,7 +248,8 @@ Actions CoordinatorState::tick(int64_t now_mono) {
     }
   for (auto& inc : incidents_) close_if_cleared(inc, &a);
   age_findings(now_mono, &a);
-  if (!active()) detect(newly_lost, now_mono, &a);
+  if (!blocking()) detect(newly_lost, now_mono, &a);
+  slow_pass(now_mono, &a);
   // After detection: newly_lost points into nodes_, and a node lost just now is the news, not
   // something to forget (with --forget-after below the heartbeat timeout it would qualify).
   forget(now_mono);
@@ -442,12 +448,19 @@ void CoordinatorState::assembled(const std::string& incident_id, const AssemblyR
     return;
   }
   inc->state = inc->kind == IncidentKind::kManual ? IncidentState::kClosed : IncidentState::kOpen;
+  // A slow incident's verdict is the detector's: the dump set shows no hang, and the operator's
+  // hook must know whom to drain.
+  if (inc->kind == IncidentKind::kSlow && inc->slow) {
+    inc->verdict_kind = "slow";
+    inc->verdict_summary = inc->slow->evidence();
+    inc->culprits = slow_culprits(*inc->slow);
+  }
   persist(*inc, actions);
   std::string culprits;
-  for (int c : r.culprits) culprits += (culprits.empty() ? "" : ",") + std::to_string(c);
+  for (int c : inc->culprits) culprits += (culprits.empty() ? "" : ",") + std::to_string(c);
   if (r.ok)
-    actions->log.push_back("frd coordinator: " + inc->id + " verdict " + r.verdict_kind +
-                           " culprits [" + culprits + "]: " + r.verdict_summary + " -> " +
+    actions->log.push_back("frd coordinator: " + inc->id + " verdict " + inc->verdict_kind +
+                           " culprits [" + culprits + "]: " + inc->verdict_summary + " -> " +
                            inc->dir);
   else
     actions->log.push_back("frd coordinator: " + inc->id + " dump set not written: " + r.error);

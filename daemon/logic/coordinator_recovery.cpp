@@ -21,7 +21,7 @@ namespace {
 
 IncidentKind kind_of(const std::string& s) {
   for (IncidentKind k : {IncidentKind::kStall, IncidentKind::kRankDead, IncidentKind::kNodeLost,
-                         IncidentKind::kManual})
+                         IncidentKind::kManual, IncidentKind::kSlow})
     if (s == incident_kind_name(k)) return k;
   return IncidentKind::kManual;
 }

@@ -192,9 +192,12 @@ StatusSnapshot CoordinatorState::status_snapshot(int64_t now_mono, const StatusQ
                     {"verdict", i.verdict_kind},
                     {"summary", i.verdict_summary},
                     {"culprit_ranks", i.culprits},
+                    {"slow", i.slow ? slow_json(*i.slow) : nlohmann::json(nullptr)},
                     {"error", i.error}});
   }
   const ProcessCounts pc = process_counts();
+  nlohmann::json slow = nlohmann::json::array();
+  for (const auto& f : slow_.findings()) slow.push_back(slow_json(f));
   nlohmann::json head = {
       {"schema", "frd-status/1"},
       {"processes",
@@ -221,6 +224,7 @@ StatusSnapshot CoordinatorState::status_snapshot(int64_t now_mono, const StatusQ
         {"factor", policy_.factor},
         {"learned_communicators", models_.size()}}},
       {"findings", findings_json()},
+      {"slow", slow},
       {"incidents", incs}};
   snap.head = std::move(head);
   return snap;
@@ -262,7 +266,7 @@ std::string CoordinatorState::metrics(int64_t now_mono) const {
   o.gauge("frd_heartbeat_age_max_seconds", "Oldest last heartbeat among connected nodes.", max_age);
   o.counter("frd_heartbeats_total", "Heartbeats received.", heartbeats_total_);
   o.family("frd_incidents_total", "counter", "Incidents opened, by kind.");
-  for (const char* k : {"stall", "rank_dead", "node_lost", "manual"})
+  for (const char* k : {"stall", "rank_dead", "node_lost", "manual", "slow"})
     o.sample("kind", k, by_kind[k]);
   o.gauge("frd_incidents_open", "Incidents collecting, analysing or still open.", open);
   o.gauge("frd_dump_duration_seconds", "Last incident: from opening to every dump in.",
@@ -279,7 +283,7 @@ std::string CoordinatorState::metrics(int64_t now_mono) const {
           models_.size());
   o.counter("frd_nodes_forgotten_total", "Lost nodes forgotten (no open incident needed them).",
             nodes_forgotten_);
-  return o.take();
+  return o.take() + slow_metrics(slow_);
 }
 
 }  // namespace fr::daemon

@@ -38,6 +38,13 @@ void to_proto(const NodeReport& in, fr::v1::Heartbeat* out) {
       d->set_oldest_in_flight_seq(c.oldest_seq);
       d->set_oldest_in_flight_op(c.oldest_op);
       d->set_name(c.name);
+      for (const auto& t : c.recent) {
+        auto* r = d->add_recent();
+        r->set_seq(t.seq);
+        r->set_op(t.op);
+        r->set_call_ns(t.call_ns);
+        if (t.gpu_ns) r->set_gpu_ns(t.gpu_ns);
+      }
     }
     if (p.xfer_pairs_cut) q->set_xfer_pairs_cut(p.xfer_pairs_cut);
     for (const auto& x : p.xfers) {
@@ -51,6 +58,16 @@ void to_proto(const NodeReport& in, fr::v1::Heartbeat* out) {
       d->set_oldest_bytes(x.oldest_bytes);
       d->set_oldest_status(x.oldest_status);
       d->set_completed(x.completed);
+    }
+    for (const auto& l : p.links) {
+      auto* d = q->add_links();
+      d->set_comm_id(l.comm_id);
+      d->set_channel(l.channel);
+      d->set_peer(l.peer);
+      d->set_send(l.send);
+      d->set_op_seq(l.op_seq);
+      d->set_steps(l.steps);
+      d->set_step_ns(l.step_ns);
     }
   }
   for (const auto& u : in.unreadable) out->add_unreadable(u);
@@ -105,6 +122,11 @@ void from_proto(const fr::v1::CommProgress& d, CommProgress* c) {
   c->oldest_seq = d.oldest_in_flight_seq();
   c->oldest_op = d.oldest_in_flight_op();
   printable_into(d.name(), 64, &c->name);
+  c->recent.resize(std::min<size_t>(size_t(d.recent_size()), CommProgress::kMaxRecent));
+  for (size_t i = 0; i < c->recent.size(); ++i) {
+    const fr::v1::CollTiming& t = d.recent(int(i));
+    c->recent[i] = {t.seq(), t.op(), t.call_ns(), t.gpu_ns() < 0 ? 0 : t.gpu_ns()};
+  }
 }
 
 void from_proto(const fr::v1::ProcessReport& q, ProcessReport* p) {
@@ -138,6 +160,17 @@ void from_proto(const fr::v1::ProcessReport& q, ProcessReport* p) {
     x.oldest_bytes = d.oldest_bytes();
     x.oldest_status = d.oldest_status();
     x.completed = d.completed();
+  }
+  p->links.resize(std::min<size_t>(size_t(q.links_size()), ProcessReport::kMaxLinks));
+  for (size_t i = 0; i < p->links.size(); ++i) {
+    const fr::v1::LinkTiming& d = q.links(int(i));
+    p->links[i] = {d.comm_id(),
+                   d.channel(),
+                   d.peer(),
+                   d.send(),
+                   d.op_seq(),
+                   d.steps(),
+                   d.step_ns() < 0 ? 0 : d.step_ns()};
   }
 }
 

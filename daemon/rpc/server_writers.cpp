@@ -4,6 +4,7 @@
 // dir, and the persister writes incident.json as incidents change.
 #include "daemon/rpc/server_impl.h"
 
+#include <cstdio>
 #include <fstream>
 
 #include "daemon/rpc/convert.h"
@@ -72,15 +73,28 @@ void CoordinatorServer::Impl::assembler_loop() {
     // The operator's command, once the dump set stands (not when it is about to be rewritten),
     // and once per incident, also across restarts.
     if (hook.enabled() && r.ok && a.assemble.empty() && state.take_hook(job.incident_id, &a)) {
+      // The incident's verdict as the state holds it: a slow incident's is the detector's.
+      const Incident* inc = nullptr;
+      for (const auto& i : state.incidents())
+        if (i.id == job.incident_id) inc = &i;
+      const std::string& verdict = inc ? inc->verdict_kind : r.verdict_kind;
+      const std::string& summary = inc ? inc->verdict_summary : r.verdict_summary;
       std::string culprits, error;
-      for (int c : r.culprits) culprits += (culprits.empty() ? "" : ",") + std::to_string(c);
+      for (int c : inc ? inc->culprits : r.culprits)
+        culprits += (culprits.empty() ? "" : ",") + std::to_string(c);
       std::map<std::string, std::string> env = {{"FR_INCIDENT_ID", job.incident_id},
                                                 {"FR_INCIDENT_DIR", job.dir},
                                                 {"FR_INCIDENT_KIND", job.kind},
                                                 {"FR_JOB_ID", job.job_id},
-                                                {"FR_VERDICT", r.verdict_kind},
+                                                {"FR_VERDICT", verdict},
                                                 {"FR_CULPRITS", culprits},
-                                                {"FR_SUMMARY", printable(r.verdict_summary, 1024)}};
+                                                {"FR_SUMMARY", printable(summary, 1024)}};
+      if (inc && inc->slow) {
+        char factor[32];
+        std::snprintf(factor, sizeof factor, "%.2f", inc->slow->factor);
+        env["FR_SLOW_CAUSE"] = slow_cause_name(inc->slow->cause);
+        env["FR_SLOW_FACTOR"] = factor;
+      }
       if (!hook.start(job.incident_id, env, mono_ns(), &error))
         a.log.push_back("frd coordinator: --on-verdict for " + job.incident_id +
                         " not run: " + error);

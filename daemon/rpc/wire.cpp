@@ -181,9 +181,17 @@ class Fast {
     p->last_record_age_ns = 0;
     p->flags = 0;
     p->xfer_pairs_cut = 0;
+    size_t links = 0;
     uint64_t v;
     while (p_ < end_) {
       const uint32_t t = tag();
+      if (t == field(15, kBytes)) {
+        if (links == ProcessReport::kMaxLinks) return false;
+        if (links == p->links.size()) p->links.emplace_back();
+        Fast sub(nullptr, nullptr);
+        if (!enter(&sub) || !sub.link(&p->links[links++])) return false;
+        continue;
+      }
       if (t == field(11, kBytes)) {
         if (comms == kMaxCommsPerProcess || *comms_left_ == 0) return false;
         --*comms_left_;
@@ -212,6 +220,7 @@ class Fast {
       }
     }
     p->comms.resize(comms);
+    p->links.resize(links);
     sanitize_name_into(log, 200, &p->log);
     printable_into(job, 64, &p->job_id);
     printable_into(host, 64, &p->host);
@@ -222,10 +231,18 @@ class Fast {
     std::string_view name;
     uint64_t f[13] = {};  // by field number
     uint64_t v;
+    size_t recent = 0;
     while (p_ < end_) {
       const uint32_t t = tag();
       if (t == field(13, kBytes)) {
         if (!text(&name)) return false;
+        continue;
+      }
+      if (t == field(14, kBytes)) {
+        if (recent == CommProgress::kMaxRecent) return false;
+        if (recent == c->recent.size()) c->recent.emplace_back();
+        Fast sub(nullptr, nullptr);
+        if (!enter(&sub) || !sub.timing(&c->recent[recent++])) return false;
         continue;
       }
       if ((t & 7) != kVarint || (t >> 3) == 0 || (t >> 3) > 12 || !varint(&v)) return false;
@@ -244,6 +261,39 @@ class Fast {
     c->oldest_seq = f[11];
     c->oldest_op = uint32_t(f[12]);
     printable_into(name, 64, &c->name);
+    c->recent.resize(recent);
+    return true;
+  }
+
+  // Varint fields 1..n of a flat message, by field number (f[0] unused); false on anything else.
+  template <size_t N>
+  bool flat(uint64_t (&f)[N]) {
+    uint64_t v;
+    while (p_ < end_) {
+      const uint32_t t = tag();
+      if ((t & 7) != kVarint || (t >> 3) == 0 || (t >> 3) >= N || !varint(&v)) return false;
+      f[t >> 3] = v;
+    }
+    return true;
+  }
+
+  bool timing(CollTiming* t) {
+    uint64_t f[5] = {};
+    if (!flat(f)) return false;
+    *t = {f[1], uint32_t(f[2]), int64_t(f[3]), int64_t(f[4]) < 0 ? 0 : int64_t(f[4])};
+    return true;
+  }
+
+  bool link(LinkTiming* l) {
+    uint64_t f[8] = {};
+    if (!flat(f)) return false;
+    *l = {f[1],
+          int32_t(f[2]),
+          int32_t(f[3]),
+          f[4] != 0,
+          f[5],
+          uint32_t(f[6]),
+          int64_t(f[7]) < 0 ? 0 : int64_t(f[7])};
     return true;
   }
 

@@ -42,7 +42,8 @@ bool decode(const grpc::ByteBuffer& b, fr::v1::NodeMessage* m);
 
 // A heartbeat's bytes (the body of NodeMessage.heartbeat) with every repeated field cut to what
 // from_proto keeps (kMaxProcessesPerNode processes, kMaxCommsPerProcess communicators each and
-// kMaxCommsPerHeartbeat in all, kMaxXferPairs agent pairs each, 64 unreadable logs and GPU
+// kMaxCommsPerHeartbeat in all, kMaxRecent collectives per communicator, kMaxXferPairs agent
+// pairs and kMaxLinks links per process, 64 unreadable logs and GPU
 // alerts), the rest copied as it is: protobuf then builds no more than that, and one message costs
 // a few times its size, not a hundred (two million empty processes in 4 MiB were 300 MB of
 // objects). False when the bytes are not well-formed protobuf wire format.

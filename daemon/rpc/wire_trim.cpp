@@ -88,10 +88,23 @@ void copy(const Field& f, std::string* out) {
   out->append(reinterpret_cast<const char*>(f.start), size_t(f.end - f.start));
 }
 
+// One CommProgress: at most kMaxRecent recent collectives.
+bool trim_comm(const uint8_t* p, const uint8_t* end, std::string* out) {
+  size_t recent = 0;
+  Field f;
+  while (p < end) {
+    if (!next_field(&p, end, &f)) return false;
+    if (f.type == 2 && f.number == 14 && recent++ >= CommProgress::kMaxRecent) continue;
+    copy(f, out);
+  }
+  return true;
+}
+
 // One ProcessReport: at most kMaxCommsPerProcess communicators (and no more than *comms_left
-// for the heartbeat) and kMaxXferPairs agent pairs.
+// for the heartbeat), kMaxXferPairs agent pairs and kMaxLinks links.
 bool trim_process(const uint8_t* p, const uint8_t* end, size_t* comms_left, std::string* out) {
-  size_t comms = 0, xfers = 0;
+  size_t comms = 0, xfers = 0, links = 0;
+  std::string comm;
   Field f;
   while (p < end) {
     if (!next_field(&p, end, &f)) return false;
@@ -99,9 +112,18 @@ bool trim_process(const uint8_t* p, const uint8_t* end, size_t* comms_left, std:
       if (comms == kMaxCommsPerProcess || *comms_left == 0) continue;
       ++comms;
       --*comms_left;
+      comm.clear();
+      if (!trim_comm(f.payload, f.end, &comm)) return false;
+      out->push_back(char(11 << 3 | 2));
+      put_varint(comm.size(), out);
+      out->append(comm);
+      continue;
     } else if (f.type == 2 && f.number == 13) {
       if (xfers == ProcessReport::kMaxXferPairs) continue;
       ++xfers;
+    } else if (f.type == 2 && f.number == 15) {
+      if (links == ProcessReport::kMaxLinks) continue;
+      ++links;
     }
     copy(f, out);
   }

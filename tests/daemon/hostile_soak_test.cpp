@@ -113,10 +113,10 @@ TEST_CASE(
   const int grpc_port = std::stoi(slurp(d.path + "/port"));
   const std::string addr = "127.0.0.1:" + std::to_string(grpc_port);
 
-  // The job: rank 0 slows every step to 50 ms, so it lasts; rank 1's GPU stalls at step 100.
-  Proc job({kSimjob, "--nodes", "2", "--ranks-per-node", "2", "--steps", "1000000", "--fault",
-            "rank=0,step=0,kind=slow,ms=50", "--fault", "rank=1,step=100,kind=gpu-stall", "--quiet",
-            "--out", d.path + "/job"},
+  // The job: every step takes 50 ms, so it lasts (every rank alike: a straggler would open a slow
+  // incident first); rank 1's GPU stalls at step 100.
+  Proc job({kSimjob, "--nodes", "2", "--ranks-per-node", "2", "--steps", "1000000", "--step-ms",
+            "50", "--fault", "rank=1,step=100,kind=gpu-stall", "--quiet", "--out", d.path + "/job"},
            {}, d.path, "simjob");
   REQUIRE(wait_for(
       [&] {

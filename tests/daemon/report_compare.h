@@ -38,6 +38,21 @@ inline bool same_report(const NodeReport& a, const NodeReport& b, std::string* w
           x.oldest_age_ns != y.oldest_age_ns || x.oldest_seq != y.oldest_seq ||
           x.oldest_op != y.oldest_op || x.name != y.name)
         return differ(at + "communicator " + std::to_string(c));
+      if (x.recent.size() != y.recent.size())
+        return differ(at + "communicator " + std::to_string(c) + ": the number of recent ops");
+      for (size_t t = 0; t < x.recent.size(); ++t)
+        if (x.recent[t].seq != y.recent[t].seq || x.recent[t].op != y.recent[t].op ||
+            x.recent[t].call_ns != y.recent[t].call_ns || x.recent[t].gpu_ns != y.recent[t].gpu_ns)
+          return differ(at + "communicator " + std::to_string(c) + ": recent op " +
+                        std::to_string(t));
+    }
+    if (p.links.size() != q.links.size()) return differ(at + "the number of links");
+    for (size_t l = 0; l < p.links.size(); ++l) {
+      const LinkTiming& x = p.links[l];
+      const LinkTiming& y = q.links[l];
+      if (x.comm_id != y.comm_id || x.channel != y.channel || x.peer != y.peer ||
+          x.send != y.send || x.op_seq != y.op_seq || x.steps != y.steps || x.step_ns != y.step_ns)
+        return differ(at + "link " + std::to_string(l));
     }
   }
   return true;

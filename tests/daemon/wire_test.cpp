@@ -52,8 +52,14 @@ fr::v1::NodeMessage sample(std::mt19937_64& rng, int processes, int comms, bool 
       cp.oldest_seq = rng();
       cp.oldest_op = uint32_t(rng() % 20);
       cp.name = c % 2 ? "tp" + std::to_string(c) : "";
+      for (int t = 0; t < int(rng() % (CommProgress::kMaxRecent + 1)); ++t)
+        cp.recent.push_back({rng() % 100000, uint32_t(rng() % 20), int64_t(rng()),
+                             t % 3 ? int64_t(rng()) : 0});  // negative gpu_ns: cut to 0
       p.comms.push_back(cp);
     }
+    for (int l = 0; l < comms; ++l)
+      p.links.push_back({rng(), int32_t(rng() % 64), int32_t(rng() % 70000) - 5, rng() % 2 == 0,
+                         rng(), uint32_t(rng()), int64_t(rng())});
     r.processes.push_back(p);
   }
   for (int i = 0; i < processes % 3; ++i)
@@ -170,6 +176,48 @@ TEST_CASE("the shapes the fast decoder leaves to protobuf decode the same", "[da
   slow(std::string("\x12\x03\x08\x81\x00", 5));
   // And the decoder still takes the usual shape after all of them.
   CHECK(agrees(d, reused, plain));
+}
+
+TEST_CASE("recent ops and links past their bounds are cut alike by both decoders", "[daemon]") {
+  std::mt19937_64 rng(23);
+  fr::v1::NodeMessage m = sample(rng, 2, 2, false);
+  auto* hb = m.mutable_heartbeat();
+  // 40 recent collectives on a communicator, 100 links on a process: 16 and 64 are kept.
+  auto* comm = hb->mutable_processes(0)->mutable_comms(0);
+  comm->clear_recent();
+  for (int t = 1; t <= 40; ++t) {
+    auto* r = comm->add_recent();
+    r->set_seq(uint64_t(t));
+    r->set_call_ns(t * 1000);
+  }
+  auto* proc = hb->mutable_processes(1);
+  proc->clear_links();
+  for (int l = 0; l < 100; ++l) {
+    auto* k = proc->add_links();
+    k->set_peer(l);
+    k->set_step_ns(-l);  // negative: cut to 0
+  }
+  const std::string bytes = m.SerializeAsString();
+  HeartbeatDecoder d;
+  NodeReport got;
+  CHECK_FALSE(agrees(d, got, bytes));  // past the bounds: protobuf's path, after the trim
+  REQUIRE(got.processes[0].comms[0].recent.size() == CommProgress::kMaxRecent);
+  CHECK(got.processes[0].comms[0].recent.back().seq == CommProgress::kMaxRecent);
+  REQUIRE(got.processes[1].links.size() == ProcessReport::kMaxLinks);
+  CHECK(got.processes[1].links.back().peer == int(ProcessReport::kMaxLinks) - 1);
+  CHECK(got.processes[1].links.back().step_ns == 0);
+  // The trimmed bytes hold no more than the bounds: what protobuf builds is bounded.
+  std::string trimmed;
+  REQUIRE(
+      trim_node_message(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), &trimmed));
+  fr::v1::NodeMessage back;
+  REQUIRE(back.ParseFromString(trimmed));
+  CHECK(back.heartbeat().processes(0).comms(0).recent_size() == int(CommProgress::kMaxRecent));
+  CHECK(back.heartbeat().processes(1).links_size() == int(ProcessReport::kMaxLinks));
+  // At the bounds exactly, the fast decoder takes it.
+  comm->mutable_recent()->DeleteSubrange(16, 24);
+  proc->mutable_links()->DeleteSubrange(64, 36);
+  CHECK(agrees(d, got, m.SerializeAsString()));
 }
 
 TEST_CASE("damaged heartbeats are refused as protobuf refuses them", "[daemon]") {

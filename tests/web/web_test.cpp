@@ -321,6 +321,19 @@ TEST_CASE("live page: ranks, communicators with name (0x id), the oldest op in f
   CHECK(page.find("http-equiv=\"refresh\"") != std::string::npos);
 }
 
+TEST_CASE("live page: the ranks and links found slow, with their evidence", "[web]") {
+  json s = {{"job_id", "j"}, {"ranks", {{"alive", 4}, {"known", 4}}}, {"nodes", json::array()}};
+  REQUIRE(fr::daemon::render_live_page(s).find("slow-findings") == std::string::npos);
+  s["slow"] = {{{"cause", "link"},
+                {"evidence", "channel 1's rank 2 -> rank 3 steps take 10.0x the others <NET>"}},
+               {{"cause", "host"}, {"evidence", "rank 6 arrives late at 97% of dp collectives"}}};
+  const std::string page = fr::daemon::render_live_page(s);
+  CHECK(page.find("id=\"slow-findings\"") != std::string::npos);
+  CHECK(page.find("link: channel 1&#39;s rank 2 -&gt; rank 3 steps take 10.0x the others "
+                  "&lt;NET&gt;") != std::string::npos);
+  CHECK(page.find("host: rank 6 arrives late at 97% of dp collectives") != std::string::npos);
+}
+
 TEST_CASE("frd log lines: UTC timestamp, level, text", "[web][log]") {
   // 2026-12-03T03:40:37.123Z
   const int64_t t = 1796269237'123'000'000LL;

@@ -145,6 +145,11 @@ decodebench=$build/tests/bench/daemon/frd-decode-bench
 [[ -x $decodebench ]] || decodebench=$build/bin/frd-decode-bench
 if [[ -x $decodebench ]]; then "$decodebench"; else echo "  skipped: $decodebench not built"; fi
 
+echo "-- fail-slow scorecard: the detector on seeded random synthetic jobs (no gRPC)"
+scorecard=$build/tests/bench/daemon/frd-slow-scorecard
+[[ -x $scorecard ]] || scorecard=$build/bin/frd-slow-scorecard
+if [[ -x $scorecard ]]; then "$scorecard" 200 38; else echo "  skipped: $scorecard not built"; fi
+
 if [[ ${FR_BENCH_LOAD_ONLY:-0} != 1 ]]; then
 echo "-- stacks of 8 ranks of one node at a dump (frd node, 1 node x 8 ranks)"
 if [[ -x $simjob && -x $frd ]]; then

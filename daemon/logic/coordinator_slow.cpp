@@ -1,0 +1,129 @@
+// The coordinator's fail-slow pass (#38): every heartbeat's timing summaries go to the detector
+// (slow_detector.h); once a heartbeat interval it judges, and a new finding opens an incident of
+// kind slow, one per finding (cause and rank or link) until it clears, which closes it. Its dump
+// is the usual one (a copy of every log, every rank's stacks): nothing in the job stops.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "daemon/logic/coordinator.h"
+#include "daemon/logic/coordinator_helpers.h"
+
+namespace fr::daemon {
+
+namespace coordinator_helpers {
+
+nlohmann::json slow_json(const SlowFinding& f) {
+  nlohmann::json j = {{"cause", slow_cause_name(f.cause)},
+                      {"factor", std::round(f.factor * 100) / 100},
+                      {"culprit_ranks", slow_culprits(f)},
+                      {"comm", f.comm_id},
+                      {"comm_name", f.comm_name},
+                      {"evidence", f.evidence()},
+                      {"value_ns", f.value_ns},
+                      {"others_ns", f.others_ns},
+                      {"step_ns", f.step_ns},
+                      {"step_without_ns", f.step_without_ns},
+                      {"loss_percent", std::round(f.loss_percent() * 10) / 10}};
+  if (f.cause == SlowCause::kHost) j["late_share"] = std::round(f.share * 1000) / 1000;
+  if (f.cause == SlowCause::kLink)
+    j["where"] = {{"waiting_rank", f.rank}, {"peer_rank", f.peer_rank}, {"channel", f.channel}};
+  return j;
+}
+
+std::vector<int> slow_culprits(const SlowFinding& f) {
+  if (f.cause == SlowCause::kLink) return {f.peer_rank, f.rank};
+  return {f.rank};
+}
+
+std::string slow_metrics(const SlowDetector& d) {
+  std::ostringstream o;
+  std::map<std::string, int> by_cause = {{"host", 0}, {"gpu", 0}, {"link", 0}};
+  for (const auto& f : d.findings()) by_cause[slow_cause_name(f.cause)]++;
+  o << "# HELP frd_slow_findings Ranks, GPUs and links found slow now, by cause.\n"
+    << "# TYPE frd_slow_findings gauge\n";
+  for (const auto& [cause, n] : by_cause)
+    o << "frd_slow_findings{cause=\"" << cause << "\"} " << n << "\n";
+  std::vector<SlowRankStat> ranks = d.rank_stats();
+  std::sort(ranks.begin(), ranks.end(),
+            [](const SlowRankStat& a, const SlowRankStat& b) { return a.late_ns > b.late_ns; });
+  if (ranks.size() > kMaxSlowSeries) ranks.resize(kMaxSlowSeries);
+  o << "# HELP frd_rank_lateness_seconds Median time a rank calls its collectives after the "
+       "median rank.\n# TYPE frd_rank_lateness_seconds gauge\n";
+  for (const auto& r : ranks)
+    o << "frd_rank_lateness_seconds{rank=\"" << r.rank << "\"} " << secs(r.late_ns) << "\n";
+  o << "# HELP frd_rank_gpu_time_ratio A rank's kernel time over its peers' median, same op.\n"
+    << "# TYPE frd_rank_gpu_time_ratio gauge\n";
+  for (const auto& r : ranks)
+    if (r.gpu_ratio > 0)
+      o << "frd_rank_gpu_time_ratio{rank=\"" << r.rank << "\"} " << r.gpu_ratio << "\n";
+  std::vector<SlowLinkStat> links = d.link_stats();
+  std::sort(links.begin(), links.end(),
+            [](const SlowLinkStat& a, const SlowLinkStat& b) { return a.ratio > b.ratio; });
+  if (links.size() > kMaxSlowSeries) links.resize(kMaxSlowSeries);
+  o << "# HELP frd_link_step_seconds Mean proxy step time from one rank to another.\n"
+    << "# TYPE frd_link_step_seconds gauge\n";
+  auto labels = [](const SlowLinkStat& l) {
+    return "{src=\"" + std::to_string(l.src) + "\",dst=\"" + std::to_string(l.dst) +
+           "\",channel=\"" + std::to_string(l.channel) + "\"} ";
+  };
+  for (const auto& l : links) o << "frd_link_step_seconds" << labels(l) << secs(l.step_ns) << "\n";
+  o << "# HELP frd_link_step_ratio A link's step time over its communicator's median link.\n"
+    << "# TYPE frd_link_step_ratio gauge\n";
+  for (const auto& l : links) o << "frd_link_step_ratio" << labels(l) << l.ratio << "\n";
+  return o.str();
+}
+
+}  // namespace coordinator_helpers
+
+using namespace coordinator_helpers;
+
+void CoordinatorState::learn_slow(const Node& n, const NodeReport& report, int64_t now_mono) {
+  const int64_t offset = n.clock.has_offset() ? n.clock.offset_ns() : 0;
+  for (const auto& p : report.processes) {
+    if (!p.alive || p.rank < 0) continue;
+    for (const auto& c : p.comms)
+      if (!c.recent.empty()) slow_.member(c, p.rank, offset, now_mono);
+    if (!p.links.empty()) slow_.links(p, now_mono);
+  }
+}
+
+void CoordinatorState::slow_pass(int64_t now_mono, Actions* a) {
+  if (now_mono < next_slow_judge_mono_) return;
+  next_slow_judge_mono_ = now_mono + cfg_.heartbeat_interval_ns;
+  slow_.judge(now_mono);
+  const auto& found = slow_.findings();
+  auto finding = [&](const std::string& key) -> const SlowFinding* {
+    for (const auto& f : found)
+      if (f.key() == key) return &f;
+    return nullptr;
+  };
+  // Open slow incidents: their evidence follows the finding; cleared, they close.
+  for (auto& inc : incidents_) {
+    if (inc.kind != IncidentKind::kSlow || !inc.slow || is_closed(inc.state)) continue;
+    if (const SlowFinding* f = finding(inc.slow->key())) {
+      inc.slow = *f;
+      continue;
+    }
+    if (inc.state != IncidentState::kOpen) continue;  // closed once its dump set stands
+    inc.state = IncidentState::kClosedTransient;
+    a->log.push_back("frd coordinator: " + inc.id + " closed as transient: " + inc.slow->key() +
+                     " no longer slow");
+    persist(inc, a);
+  }
+  // One new slow incident at a time, and none while another incident collects or is analysed.
+  for (const auto& inc : incidents_)
+    if (inc.state == IncidentState::kCollecting || inc.state == IncidentState::kAnalyzing) return;
+  for (const auto& f : found) {
+    const bool covered = std::any_of(incidents_.begin(), incidents_.end(), [&](const Incident& i) {
+      return i.kind == IncidentKind::kSlow && i.slow && !is_closed(i.state) &&
+             i.slow->key() == f.key();
+    });
+    if (covered) continue;
+    open(IncidentKind::kSlow, f.evidence(), now_mono, a, nullptr, &f);
+    return;
+  }
+}
+
+}  // namespace fr::daemon

@@ -1,0 +1,488 @@
+// See slow_detector.h.
+#include "daemon/logic/slow_detector.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <tuple>
+
+namespace fr::daemon {
+
+namespace {
+
+constexpr double kNoiseAlpha = 0.1;  // weight of the newest collective in a communicator's noise
+constexpr double kAvgAlpha = 0.2;    // weight of the newest sample in a kernel or link average
+constexpr uint32_t kMinJoined = 8;   // collectives joined before a communicator's hosts are judged
+
+template <class T>
+T median_of(std::vector<T> v) {
+  if (v.empty()) return T{};
+  auto mid = v.begin() + std::ptrdiff_t(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+std::string ms(int64_t ns) {
+  char b[32];
+  std::snprintf(b, sizeof b, ns >= 10'000'000 || ns <= -10'000'000 ? "%.0f ms" : "%.1f ms",
+                double(ns) / 1e6);
+  return b;
+}
+
+std::string times(double f) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1fx", f);
+  return b;
+}
+
+// The bar a ratio must pass: the floor, or 1 + k x the others' spread when that is higher.
+double ratio_bar(double floor, double k, double spread_log) {
+  return std::max(floor, 1 + k * (std::exp(spread_log) - 1));
+}
+
+}  // namespace
+
+const char* slow_cause_name(SlowCause c) {
+  switch (c) {
+    case SlowCause::kHost: return "host";
+    case SlowCause::kGpu: return "gpu";
+    case SlowCause::kLink: return "link";
+  }
+  return "host";
+}
+
+std::string SlowFinding::key() const {
+  std::string k = std::string(slow_cause_name(cause)) + ":";
+  if (cause == SlowCause::kLink) return k + std::to_string(peer_rank) + "->" + std::to_string(rank);
+  return k + std::to_string(rank);
+}
+
+double SlowFinding::loss_percent() const {
+  if (step_ns <= 0 || step_without_ns <= 0 || step_without_ns >= step_ns) return 0;
+  return 100.0 * double(step_ns - step_without_ns) / double(step_ns);
+}
+
+std::string SlowFinding::evidence() const {
+  char hex[40];
+  std::snprintf(hex, sizeof hex, "communicator 0x%llx", static_cast<unsigned long long>(comm_id));
+  const std::string comm = comm_name.empty() ? std::string(hex) : comm_name;
+  std::string e;
+  char pct[48];
+  std::snprintf(pct, sizeof pct, "%.0f%%", 100 * share);
+  switch (cause) {
+    case SlowCause::kHost:
+      e = "rank " + std::to_string(rank) + " arrives late at " + pct + " of " + comm +
+          " collectives, " + ms(value_ns) + " late on median (others " + ms(others_ns) +
+          "): its host is slow";
+      break;
+    case SlowCause::kGpu:
+      e = "rank " + std::to_string(rank) + "'s GPU takes " + times(factor) +
+          " the others' time for the same collectives on " + comm + " (median " + ms(value_ns) +
+          " vs " + ms(others_ns) + ")";
+      break;
+    case SlowCause::kLink:
+      e = "channel " + std::to_string(channel) + "'s rank " + std::to_string(peer_rank) +
+          " -> rank " + std::to_string(rank) + " steps take " + times(factor) + " the others on " +
+          comm + " (" + ms(value_ns) + " per step vs " + ms(others_ns) + ")";
+      break;
+  }
+  if (step_ns > 0 && step_without_ns > 0 && step_without_ns < step_ns) {
+    char b[160];
+    std::snprintf(b, sizeof b,
+                  "; the job loses %.0f%% of its time: %s between collectives with it, about "
+                  "%s without",
+                  loss_percent(), ms(step_ns).c_str(), ms(step_without_ns).c_str());
+    e += b;
+  }
+  return e;
+}
+
+SlowDetector::SlowDetector(SlowConfig cfg) : cfg_(cfg) {}
+
+void SlowDetector::member(const CommProgress& cp, int global_rank, int64_t offset_ns,
+                          int64_t now_mono) {
+  if (cp.rank < 0 || cp.size < 2) return;
+  auto it = comms_.find(cp.comm_id);
+  if (it == comms_.end()) {
+    if (comms_.size() >= cfg_.max_comms) return;
+    it = comms_.emplace(cp.comm_id, Comm{}).first;
+  }
+  Comm& c = it->second;
+  c.size = cp.size;
+  c.last_mono = now_mono;
+  if (c.name.empty() && !cp.name.empty()) c.name = cp.name;
+  auto m = c.members.find(cp.rank);
+  if (m == c.members.end()) {
+    if (c.members.size() >= cfg_.max_members) return;
+    m = c.members.emplace(cp.rank, Member{}).first;
+  }
+  Member& mem = m->second;
+  mem.global_rank = global_rank;
+  for (const CollTiming& t : cp.recent) {
+    if (t.seq <= mem.last_seq) continue;
+    mem.last_seq = t.seq;
+    if (t.gpu_ns > 0) {
+      auto g = std::find_if(mem.gpu.begin(), mem.gpu.end(),
+                            [&](const GpuAvg& a) { return a.op == t.op; });
+      if (g == mem.gpu.end() && mem.gpu.size() < 8) g = mem.gpu.insert(mem.gpu.end(), {t.op});
+      if (g != mem.gpu.end()) {
+        const double l = std::log(double(t.gpu_ns));
+        g->log_avg = g->n == 0 ? l : (1 - kAvgAlpha) * g->log_avg + kAvgAlpha * l;
+        g->n++;
+      }
+    }
+    auto p = c.pending.find(t.seq);
+    if (p == c.pending.end()) {
+      if (c.done.count(t.seq)) continue;  // joined already: this member reported it late
+      if (c.pending.size() >= cfg_.max_pending) finish(c, c.pending.begin());
+      p = c.pending.emplace(t.seq, Pending{now_mono, {}}).first;
+    }
+    p->second.arrivals.emplace_back(cp.rank, t.call_ns + offset_ns);
+    if (int(p->second.arrivals.size()) >= c.size) finish(c, p);
+  }
+}
+
+void SlowDetector::finish(Comm& c, std::map<uint64_t, Pending>::iterator p) {
+  join(c, p->first, p->second);
+  c.done.insert(p->first);
+  while (c.done.size() > 4 * cfg_.max_pending) c.done.erase(c.done.begin());
+  c.pending.erase(p);
+}
+
+void SlowDetector::join(Comm& c, uint64_t seq, Pending& p) {
+  auto& a = p.arrivals;
+  // A collective seen by fewer than half the members says little of who is late.
+  if (a.size() < 3 || a.size() * 2 < size_t(c.size)) return;
+  std::sort(a.begin(), a.end());
+  a.erase(std::unique(a.begin(), a.end(),
+                      [](const auto& x, const auto& y) { return x.first == y.first; }),
+          a.end());
+  std::vector<int64_t> t;
+  t.reserve(a.size());
+  for (const auto& [_, at] : a) t.push_back(at);
+  const int64_t med = median_of(t);
+  std::vector<int64_t> dev;
+  dev.reserve(a.size());
+  for (const auto& [rank, at] : a) {
+    dev.push_back(std::llabs(at - med));
+    auto m = c.members.find(rank);
+    if (m == c.members.end()) continue;
+    Member& mem = m->second;
+    if (mem.late.size() < cfg_.window) {
+      mem.late.push_back(at - med);
+    } else {
+      mem.late[mem.late_next] = at - med;
+      mem.late_next = (mem.late_next + 1) % cfg_.window;
+    }
+  }
+  const double noise = double(median_of(dev));
+  c.noise_ns = c.joined == 0 ? noise : (1 - kNoiseAlpha) * c.noise_ns + kNoiseAlpha * noise;
+  c.joined++;
+  // The pace of the job: the collectives' median call times.
+  if (c.medians.size() < cfg_.window) {
+    c.medians.emplace_back(seq, med);
+  } else {
+    c.medians[c.median_next] = {seq, med};
+    c.median_next = (c.median_next + 1) % cfg_.window;
+  }
+}
+
+int64_t SlowDetector::step_ns(const Comm& c) const {
+  // The mean time per collective over the last joined ones (several may share a step: the median
+  // gap would be one of those; collectives not joined count by their sequence numbers).
+  if (c.medians.size() < 3) return 0;
+  const auto [lo, hi] = std::minmax_element(c.medians.begin(), c.medians.end());
+  if (hi->first <= lo->first || hi->second <= lo->second) return 0;
+  return (hi->second - lo->second) / int64_t(hi->first - lo->first);
+}
+
+void SlowDetector::links(const ProcessReport& p, int64_t now_mono) {
+  for (const LinkTiming& l : p.links) {
+    auto it = comms_.find(l.comm_id);
+    if (it == comms_.end() || l.step_ns <= 0 || l.steps == 0) continue;
+    Comm& c = it->second;
+    int self = -1;
+    for (const auto& cp : p.comms)
+      if (cp.comm_id == l.comm_id) self = cp.rank;
+    if (self < 0 || l.peer < 0 || l.peer >= c.size || l.peer == self) continue;
+    // The sender's and the receiver's slots time the same connection: one entry for both.
+    const int src = l.send ? self : l.peer, dst = l.send ? l.peer : self;
+    auto key = std::make_tuple(src, dst, int(l.channel));
+    auto k = c.links.find(key);
+    if (k == c.links.end()) {
+      if (c.links.size() >= cfg_.max_links) continue;
+      k = c.links.emplace(key, Link{src, dst, int(l.channel)}).first;
+    }
+    Link& link = k->second;
+    // A slot shows its newest op until the next one: each op is learned from once per side.
+    if (link.n > 0 && l.op_seq == link.last_op_seq) continue;
+    link.last_op_seq = l.op_seq;
+    const double v = std::log(double(l.step_ns));
+    link.log_avg = link.n == 0 ? v : (1 - kAvgAlpha) * link.log_avg + kAvgAlpha * v;
+    link.steps = link.n == 0 ? l.steps : (1 - kAvgAlpha) * link.steps + kAvgAlpha * l.steps;
+    link.n++;
+    c.last_mono = now_mono;
+  }
+}
+
+bool SlowDetector::judge(int64_t now_mono) {
+  active_.clear();
+  for (const auto& f : findings_) active_.insert(f.key());
+  std::vector<SlowFinding> now;
+  for (auto it = comms_.begin(); it != comms_.end();) {
+    Comm& c = it->second;
+    if (now_mono - c.last_mono > cfg_.stale_ns) {
+      it = comms_.erase(it);
+      continue;
+    }
+    // Collectives whose missing members did not report within join_ns: joined as they are.
+    for (auto p = c.pending.begin(); p != c.pending.end();) {
+      auto next = std::next(p);
+      if (now_mono - p->second.first_mono > cfg_.join_ns) finish(c, p);
+      p = next;
+    }
+    const size_t before = now.size();
+    judge_gpus(it->first, c, now_mono, &now);
+    judge_hosts(it->first, c, now_mono, &now);
+    // A rank slow on its host or GPU slows every link it is on: those are not blamed.
+    std::set<int> blamed;
+    for (size_t i = before; i < now.size(); ++i) blamed.insert(now[i].rank);
+    std::vector<SlowFinding> links;
+    judge_links(it->first, c, now_mono, &links);
+    for (auto& l : links)
+      if (!blamed.count(l.rank) && !blamed.count(l.peer_rank)) now.push_back(std::move(l));
+    ++it;
+  }
+  return merge(std::move(now), now_mono);
+}
+
+bool SlowDetector::report(uint32_t* streak, bool holds, const std::string& key) const {
+  *streak = holds ? *streak + 1 : 0;
+  return holds && (*streak >= cfg_.streak || active_.count(key));
+}
+
+int64_t SlowDetector::without(int64_t step, int64_t loss) {
+  if (step <= 0) return 0;
+  return std::max(step / 20, step - std::max<int64_t>(0, loss));
+}
+
+bool SlowDetector::worth(const SlowFinding& f, int64_t excess_ns) const {
+  if (excess_ns < cfg_.min_excess_ns) return false;
+  return f.step_ns <= 0 || f.loss_percent() >= cfg_.min_loss_percent;
+}
+
+void SlowDetector::judge_hosts(uint64_t id, Comm& c, int64_t now_mono,
+                               std::vector<SlowFinding>* out) {
+  if (c.joined < kMinJoined) return;
+  const int64_t bar =
+      std::max<int64_t>(cfg_.late_floor_ns, int64_t(cfg_.noise_factor * c.noise_ns));
+  std::vector<std::pair<int, int64_t>> late;  // (comm rank, median lateness) of candidates
+  size_t judged = 0;
+  const int64_t step = step_ns(c);
+  for (auto& [rank, m] : c.members) {
+    if (m.late.size() < cfg_.window / 2) {
+      m.host_streak = 0;
+      continue;
+    }
+    judged++;
+    size_t n = 0;
+    for (int64_t l : m.late) n += l > bar;
+    const double share = double(n) / double(m.late.size());
+    const int64_t med = median_of(m.late);
+    SlowFinding probe;
+    probe.step_ns = step;
+    probe.step_without_ns = without(step, med);
+    const bool holds = share >= cfg_.late_share && med > bar && worth(probe, med);
+    if (report(&m.host_streak, holds, "host:" + std::to_string(m.global_rank)))
+      late.emplace_back(rank, med);
+  }
+  // More than a third of the members late is a shift of the whole job (or of a node's clock),
+  // not a straggler.
+  if (late.empty() || late.size() * 3 > judged) return;
+  std::vector<int64_t> typical;
+  for (const auto& [rank, m] : c.members)
+    if (!m.late.empty()) typical.push_back(std::llabs(median_of(m.late)));
+  const int64_t others = median_of(typical);
+  for (const auto& [rank, med] : late) {
+    const Member& m = c.members[rank];
+    SlowFinding f;
+    f.cause = SlowCause::kHost;
+    f.comm_id = id;
+    f.comm_name = c.name;
+    f.rank = m.global_rank;
+    size_t n = 0;
+    for (int64_t l : m.late) n += l > bar;
+    f.share = double(n) / double(m.late.size());
+    f.value_ns = med;
+    f.others_ns = others;
+    f.step_ns = step;
+    f.step_without_ns = without(step, med);
+    f.factor = f.step_without_ns > 0 ? double(step) / double(f.step_without_ns) : 1;
+    f.since_mono = now_mono;
+    out->push_back(std::move(f));
+  }
+}
+
+void SlowDetector::judge_gpus(uint64_t id, Comm& c, int64_t now_mono,
+                              std::vector<SlowFinding>* out) {
+  // Every op the members timed, each judged apart; a member's ratio is its worst op's.
+  std::set<uint32_t> ops;
+  for (auto& [rank, m] : c.members) {
+    m.gpu_ratio = 0;
+    for (const auto& g : m.gpu) ops.insert(g.op);
+  }
+  struct Worst {
+    double ratio = 0, bar = 0;
+    int64_t value = 0, others = 0;
+  };
+  std::unordered_map<int, Worst> worst;
+  for (uint32_t op : ops) {
+    std::vector<std::pair<int, double>> avg;
+    for (const auto& [rank, m] : c.members)
+      for (const auto& g : m.gpu)
+        if (g.op == op && g.n >= cfg_.min_gpu_samples) avg.emplace_back(rank, g.log_avg);
+    if (avg.size() < 3) continue;
+    std::vector<double> l;
+    for (const auto& [_, v] : avg) l.push_back(v);
+    const double med = median_of(l);
+    std::vector<double> dev;
+    for (double v : l) dev.push_back(std::fabs(v - med));
+    const double bar = ratio_bar(cfg_.gpu_floor, cfg_.ratio_noise_factor, median_of(dev));
+    for (const auto& [rank, v] : avg) {
+      const double r = std::exp(v - med);
+      c.members[rank].gpu_ratio = std::max(c.members[rank].gpu_ratio, r);
+      Worst& w = worst[rank];
+      if (r / bar > (w.bar > 0 ? w.ratio / w.bar : 0))
+        w = {r, bar, int64_t(std::exp(v)), int64_t(std::exp(med))};
+    }
+  }
+  const int64_t step = step_ns(c);
+  size_t flagged = 0;
+  std::vector<SlowFinding> found;
+  for (auto& [rank, m] : c.members) {
+    auto w = worst.find(rank);
+    SlowFinding f;
+    if (w != worst.end()) {
+      f.cause = SlowCause::kGpu;
+      f.comm_id = id;
+      f.comm_name = c.name;
+      f.rank = m.global_rank;
+      f.factor = w->second.ratio;
+      f.value_ns = w->second.value;
+      f.others_ns = w->second.others;
+      f.step_ns = step;
+      f.step_without_ns = without(step, f.value_ns - f.others_ns);
+      f.since_mono = now_mono;
+    }
+    const bool holds =
+        w != worst.end() && w->second.ratio >= w->second.bar && worth(f, f.value_ns - f.others_ns);
+    if (!report(&m.gpu_streak, holds, "gpu:" + std::to_string(m.global_rank))) continue;
+    flagged++;
+    found.push_back(std::move(f));
+  }
+  if (flagged * 3 <= worst.size())
+    for (auto& f : found) out->push_back(std::move(f));
+}
+
+void SlowDetector::judge_links(uint64_t id, Comm& c, int64_t now_mono,
+                               std::vector<SlowFinding>* out) {
+  std::vector<double> l;
+  for (const auto& [_, k] : c.links)
+    if (k.n >= cfg_.min_link_samples) l.push_back(k.log_avg);
+  if (l.size() < 3) return;
+  const double med = median_of(l);
+  std::vector<double> dev;
+  for (double v : l) dev.push_back(std::fabs(v - med));
+  const double bar = ratio_bar(cfg_.link_floor, cfg_.ratio_noise_factor, median_of(dev));
+  const int64_t step = step_ns(c);
+  std::vector<SlowFinding> found;
+  for (auto& [key, k] : c.links) {
+    if (k.n < cfg_.min_link_samples) continue;
+    k.ratio = std::exp(k.log_avg - med);
+    auto src = c.members.find(k.src), dst = c.members.find(k.dst);
+    const int gsrc = src == c.members.end() ? -1 : src->second.global_rank;
+    const int gdst = dst == c.members.end() ? -1 : dst->second.global_rank;
+    const std::string name = "link:" + std::to_string(gsrc) + "->" + std::to_string(gdst);
+    SlowFinding f;
+    f.cause = SlowCause::kLink;
+    f.comm_id = id;
+    f.comm_name = c.name;
+    f.rank = gdst;
+    f.peer_rank = gsrc;
+    f.channel = k.channel;
+    f.factor = k.ratio;
+    f.value_ns = int64_t(std::exp(k.log_avg));
+    f.others_ns = int64_t(std::exp(med));
+    f.step_ns = step;
+    const int64_t excess = int64_t(double(f.value_ns - f.others_ns) * k.steps);
+    f.step_without_ns = without(step, excess);
+    f.since_mono = now_mono;
+    const bool holds = k.ratio >= bar && gsrc >= 0 && gdst >= 0 && worth(f, excess);
+    if (!report(&k.streak, holds, name)) continue;
+    found.push_back(std::move(f));
+  }
+  if (found.size() * 3 <= l.size())
+    for (auto& f : found) out->push_back(std::move(f));
+}
+
+bool SlowDetector::merge(std::vector<SlowFinding> now, int64_t now_mono) {
+  (void)now_mono;
+  bool changed = false;
+  std::set<std::string> seen;
+  for (auto& f : now) {
+    const std::string key = f.key();
+    if (!seen.insert(key).second) continue;  // one finding per key, the first communicator's
+    missing_.erase(key);
+    auto old = std::find_if(findings_.begin(), findings_.end(),
+                            [&](const SlowFinding& x) { return x.key() == key; });
+    if (old != findings_.end()) {
+      f.since_mono = old->since_mono;
+      *old = std::move(f);
+    } else {
+      findings_.push_back(std::move(f));
+      changed = true;
+    }
+  }
+  for (auto it = findings_.begin(); it != findings_.end();) {
+    const std::string key = it->key();
+    if (seen.count(key) || ++missing_[key] < cfg_.clear_streak) {
+      ++it;
+      continue;
+    }
+    missing_.erase(key);
+    it = findings_.erase(it);
+    changed = true;
+  }
+  return changed;
+}
+
+std::vector<SlowRankStat> SlowDetector::rank_stats() const {
+  std::map<int, std::pair<int, SlowRankStat>> best;  // global rank -> (comm size, stat)
+  for (const auto& [id, c] : comms_)
+    for (const auto& [rank, m] : c.members) {
+      if (m.global_rank < 0) continue;
+      auto& b = best[m.global_rank];
+      if (b.second.rank >= 0 && b.first >= c.size) continue;
+      b.first = c.size;
+      b.second = {m.global_rank, id, m.late.empty() ? 0 : median_of(m.late), m.gpu_ratio};
+    }
+  std::vector<SlowRankStat> out;
+  for (const auto& [_, b] : best) out.push_back(b.second);
+  return out;
+}
+
+std::vector<SlowLinkStat> SlowDetector::link_stats() const {
+  std::vector<SlowLinkStat> out;
+  for (const auto& [id, c] : comms_)
+    for (const auto& [_, k] : c.links) {
+      if (k.n < cfg_.min_link_samples) continue;
+      auto src = c.members.find(k.src), dst = c.members.find(k.dst);
+      if (src == c.members.end() || dst == c.members.end()) continue;
+      out.push_back({src->second.global_rank, dst->second.global_rank, k.channel, id,
+                     int64_t(std::exp(k.log_avg)), k.ratio});
+    }
+  return out;
+}
+
+}  // namespace fr::daemon

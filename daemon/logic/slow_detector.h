@@ -1,0 +1,187 @@
+// Fail-slow detection (#38): which rank, GPU or link keeps a running job slower than it should be.
+// Pure logic, no clock and no socket: the coordinator feeds it what each heartbeat says of each
+// member (a process on a communicator) and asks it to judge once a heartbeat interval.
+//
+// Three signals, each compared with the same member's peers on the same communicator, never
+// with a fixed expectation, so a fast and a slow job are judged alike:
+//   - host: when each rank called each recent collective (its node's clock moved onto the
+//     coordinator's). The same collective (comm, seq) is joined across ranks from every node; a
+//     rank's lateness is its call time minus the median call time of the collective. A rank is
+//     late at a collective when that lateness passes max(floor, k x the communicator's noise),
+//     the noise being a decaying average of the collectives' median absolute lateness: heavy
+//     jitter raises the bar, a quiet job lowers it (as the stall threshold adapts, stall.h).
+//     Late at most of its recent collectives: slow.
+//   - gpu: the kernel time of the rank's recent collectives (profiler plugin), a decaying log
+//     average per (member, op), over the median of its peers' averages for the same op.
+//   - link: the mean proxy-step time per (sender, receiver, channel), over the median of the
+//     communicator's links.
+// A candidate must hold at `streak` judgements in a row to become a finding, and a finding clears
+// after `clear_streak` judgements without it: ranks slow in turn by chance, a checkpoint pause
+// (every rank waits alike) or one slow collective raise nothing. A rank found slow on the GPU or
+// the host is not also blamed for its links.
+//
+// Bounds: communicators tracked (max_comms), members per communicator (max_members), collectives
+// waiting to be joined per communicator (max_pending, the oldest judged first), links per
+// communicator (max_links). Past them new entries are not tracked.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "daemon/base/model.h"
+
+namespace fr::daemon {
+
+struct SlowConfig {
+  uint32_t window = 16;               // a member's recent collectives judged for lateness
+  double late_share = 0.75;           // ... of which it must be late at this share
+  int64_t late_floor_ns = 2'000'000;  // host: late by at least this
+  double noise_factor = 3;            // ... and by this many times the communicator's noise
+  double gpu_floor = 1.3;             // gpu: at least this many times the peers' median
+  double link_floor = 1.5;        // link: at least this many times the communicator's median link
+  double ratio_noise_factor = 4;  // ... and 1 + this x the spread of the others' ratios
+  uint32_t min_gpu_samples = 8;   // kernel times a member needs before it is judged
+  uint32_t min_link_samples = 4;
+  // A finding must cost the job something: its excess over its peers per op (host: lateness;
+  // link: per step x steps) at least min_excess_ns, and where the pace is known at least
+  // min_loss_percent of the time between collectives (microsecond noise on fast links is not slow).
+  int64_t min_excess_ns = 200'000;
+  double min_loss_percent = 1;
+  uint32_t streak = 3;                // judgements in a row before a candidate becomes a finding
+  uint32_t clear_streak = 5;          // judgements in a row without it before a finding clears
+  int64_t join_ns = 3'000'000'000;    // a collective is joined this long after its first arrival
+  int64_t stale_ns = 30'000'000'000;  // a communicator not heard of this long is forgotten
+  size_t max_comms = 4096;
+  size_t max_members = 1 << 20;
+  size_t max_pending = 32;
+  size_t max_links = 4096;
+};
+
+enum class SlowCause { kHost, kGpu, kLink };
+const char* slow_cause_name(SlowCause c);
+
+// A rank, GPU or link found slow, with its evidence.
+struct SlowFinding {
+  SlowCause cause = SlowCause::kHost;
+  uint64_t comm_id = 0;
+  std::string comm_name;
+  int rank = -1;          // global rank: the slow host or GPU; link: the receiving (waiting) rank
+  int peer_rank = -1;     // link: the sending rank
+  int channel = -1;       // link
+  double factor = 1;      // how many times slower than its peers
+  double share = 0;       // host: share of recent collectives it was late at
+  int64_t value_ns = 0;   // host: median lateness; gpu: median kernel time; link: step time
+  int64_t others_ns = 0;  // the peers' typical value (host: their median |lateness|)
+  int64_t step_ns = 0;    // time between collectives now (with the straggler)
+  int64_t step_without_ns = 0;  // ... estimated without it
+  int64_t since_mono = 0;
+  std::string key() const;       // "host:6", "gpu:6", "link:2->3"
+  std::string evidence() const;  // one paragraph an operator reads
+  double loss_percent() const;   // share of the step time the straggler costs
+};
+
+// What each rank shows now (the metrics): its lateness and GPU time ratio on its communicator
+// with the most members.
+struct SlowRankStat {
+  int rank = -1;
+  uint64_t comm_id = 0;
+  int64_t late_ns = 0;   // median lateness over its window (can be negative: early)
+  double gpu_ratio = 0;  // 0 unknown
+};
+struct SlowLinkStat {
+  int src = -1, dst = -1, channel = -1;
+  uint64_t comm_id = 0;
+  int64_t step_ns = 0;
+  double ratio = 0;
+};
+
+class SlowDetector {
+ public:
+  explicit SlowDetector(SlowConfig cfg = {});
+
+  // One member's heartbeat: its communicator, its place in it and in the job, its recent
+  // collectives (times on its node's clock, moved by offset_ns onto the coordinator's).
+  void member(const CommProgress& c, int global_rank, int64_t offset_ns, int64_t now_mono);
+  // One process's proxy-step timings (its place in each communicator from p.comms; the peers'
+  // global ranks come from their own member() reports).
+  void links(const ProcessReport& p, int64_t now_mono);
+  // Joins what is due, judges every member and link, and updates the findings. Returns whether
+  // the set of findings changed.
+  bool judge(int64_t now_mono);
+
+  const std::vector<SlowFinding>& findings() const { return findings_; }
+  std::vector<SlowRankStat> rank_stats() const;
+  std::vector<SlowLinkStat> link_stats() const;
+  const SlowConfig& config() const { return cfg_; }
+  size_t tracked_comms() const { return comms_.size(); }
+
+ private:
+  struct GpuAvg {
+    uint32_t op = 0;
+    double log_avg = 0;
+    uint32_t n = 0;
+  };
+  struct Member {
+    int global_rank = -1;
+    uint64_t last_seq = 0;      // newest collective taken from its reports
+    std::vector<int64_t> late;  // ring of its last `window` lateness values
+    size_t late_next = 0;
+    std::vector<GpuAvg> gpu;  // per op
+    uint32_t host_streak = 0, gpu_streak = 0;
+    double gpu_ratio = 0;
+  };
+  struct Pending {
+    int64_t first_mono = 0;
+    std::vector<std::pair<int, int64_t>> arrivals;  // (comm rank, call time on coordinator clock)
+  };
+  struct Link {
+    int src = -1, dst = -1, channel = -1;  // comm ranks
+    uint64_t last_op_seq = 0;
+    double log_avg = 0;
+    double steps = 0;  // average steps per op
+    uint32_t n = 0;
+    uint32_t streak = 0;
+    double ratio = 0;
+  };
+  struct Comm {
+    int size = -1;
+    std::string name;
+    int64_t last_mono = 0;
+    std::unordered_map<int, Member> members;  // by comm rank
+    std::map<uint64_t, Pending> pending;      // by seq
+    double noise_ns = 0;                      // decaying median |lateness|
+    uint32_t joined = 0;
+    // Ring: (sequence number, median call time) of the last joined collectives.
+    std::vector<std::pair<uint64_t, int64_t>> medians;
+    size_t median_next = 0;
+    std::set<uint64_t> done;  // collectives joined lately (their late reports are dropped)
+    std::map<std::tuple<int, int, int>, Link> links;  // (src, dst, channel)
+  };
+
+  void finish(Comm& c, std::map<uint64_t, Pending>::iterator p);
+  void join(Comm& c, uint64_t seq, Pending& p);
+  int64_t step_ns(const Comm& c) const;
+  void judge_hosts(uint64_t id, Comm& c, int64_t now_mono, std::vector<SlowFinding>* out);
+  void judge_gpus(uint64_t id, Comm& c, int64_t now_mono, std::vector<SlowFinding>* out);
+  void judge_links(uint64_t id, Comm& c, int64_t now_mono, std::vector<SlowFinding>* out);
+  bool merge(std::vector<SlowFinding> now, int64_t now_mono);
+  // Counts the judgements in a row that `holds`; whether to report it now (it held long enough,
+  // or is a finding already).
+  bool report(uint32_t* streak, bool holds, const std::string& key) const;
+  static int64_t without(int64_t step, int64_t loss);
+  // Whether a candidate costs enough to be worth a finding (min_excess_ns, min_loss_percent).
+  bool worth(const SlowFinding& f, int64_t excess_ns) const;
+
+  SlowConfig cfg_;
+  std::unordered_map<uint64_t, Comm> comms_;
+  std::vector<SlowFinding> findings_;
+  std::map<std::string, uint32_t> missing_;
+  std::set<std::string>
+      active_;  // keys of the findings at the start of a judgement  // finding key -> judgements in a row without it
+};
+
+}  // namespace fr::daemon

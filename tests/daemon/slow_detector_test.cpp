@@ -1,0 +1,250 @@
+// The fail-slow detector on synthetic jobs (slow_synth.h): each kind of fault named with its
+// cause, healthy jobs with heavy jitter and checkpoint pauses left alone, a straggler that recovers
+// cleared, and the bounds held; then the coordinator's slow incidents from heartbeats.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/logic/coordinator.h"
+#include "daemon/logic/slow_detector.h"
+#include "slow_synth.h"
+#include "temp_dir.h"
+
+using namespace fr::daemon;
+using fr::daemon::synth::Fault;
+using fr::daemon::synth::SlowJob;
+
+namespace {
+
+SlowJob job(Fault f, int rank, double factor, uint64_t seed) {
+  SlowJob j;
+  j.fault = f;
+  j.fault_rank = rank;
+  j.factor = factor;
+  j.seed = seed;
+  return j;
+}
+
+}  // namespace
+
+TEST_CASE("slow detector names a slow host with its lateness and what the job loses") {
+  for (uint64_t seed : {1, 2, 3}) {
+    SlowDetector det;
+    auto out = synth::run(job(Fault::kHost, 3, 1.5, seed), det);
+    INFO("seed " << seed);
+    REQUIRE(out.found);
+    REQUIRE_FALSE(out.wrong);
+    // Found within 30 s of the fault (the heartbeats come once a second; the steps are short).
+    REQUIRE(out.steps_to_find > 0);
+    REQUIRE(out.seconds_to_find <= 30);
+    REQUIRE(out.findings.size() == 1);
+    const SlowFinding& f = out.findings[0];
+    REQUIRE(f.cause == SlowCause::kHost);
+    REQUIRE(f.rank == 3);
+    REQUIRE(f.key() == "host:3");
+    // 40 ms of work made 60: about 20 ms late, out of a step of about 70 ms.
+    REQUIRE(f.value_ns > 15'000'000);
+    REQUIRE(f.value_ns < 25'000'000);
+    REQUIRE(f.loss_percent() > 15);
+    REQUIRE(f.loss_percent() < 40);
+    const std::string e = f.evidence();
+    REQUIRE(e.find("rank 3 arrives late at") != std::string::npos);
+    REQUIRE(e.find("of dp collectives") != std::string::npos);
+    REQUIRE(e.find("the job loses") != std::string::npos);
+  }
+}
+
+TEST_CASE("slow detector names a slow GPU by its kernel time ratio") {
+  SlowDetector det;
+  auto out = synth::run(job(Fault::kGpu, 5, 3, 7), det);
+  REQUIRE(out.found);
+  REQUIRE_FALSE(out.wrong);
+  REQUIRE(out.findings.size() == 1);
+  const SlowFinding& f = out.findings[0];
+  REQUIRE(f.cause == SlowCause::kGpu);
+  REQUIRE(f.rank == 5);
+  REQUIRE(f.factor > 2.4);
+  REQUIRE(f.factor < 3.6);
+  REQUIRE(f.evidence().find("rank 5's GPU takes") != std::string::npos);
+}
+
+TEST_CASE("slow detector names a slow link by its sender and receiver") {
+  SlowDetector det;
+  auto out = synth::run(job(Fault::kLink, 2, 5, 11), det);
+  REQUIRE(out.found);
+  REQUIRE_FALSE(out.wrong);
+  REQUIRE(out.findings.size() == 1);
+  const SlowFinding& f = out.findings[0];
+  REQUIRE(f.cause == SlowCause::kLink);
+  REQUIRE(f.rank == 2);
+  REQUIRE(f.peer_rank == 1);
+  REQUIRE(f.channel == 1);
+  REQUIRE(f.key() == "link:1->2");
+  REQUIRE(f.evidence().find("channel 1's rank 1 -> rank 2 steps take") != std::string::npos);
+}
+
+TEST_CASE("slow detector finds nothing in healthy jobs with heavy jitter and checkpoint pauses") {
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    SlowJob j;
+    j.seed = seed;
+    j.jitter = 0.5;
+    j.steps = 400;
+    j.pause_every = 40;
+    j.pause_rank0_only = seed % 2 == 0;
+    j.ranks = 16;
+    SlowDetector det;
+    auto out = synth::run(j, det);
+    INFO("seed " << seed << " wrong " << (out.wrong_keys.empty() ? "" : out.wrong_keys[0]));
+    REQUIRE_FALSE(out.wrong);
+    REQUIRE(out.findings.empty());
+  }
+}
+
+TEST_CASE("slow detector clears a straggler that recovers") {
+  SlowJob j = job(Fault::kHost, 6, 2, 5);
+  j.fault_end = 120;
+  j.steps = 300;
+  j.stop_at_finding = false;
+  SlowDetector det;
+  auto out = synth::run(j, det);
+  REQUIRE(out.found);
+  REQUIRE(out.findings.empty());  // gone by the end
+  // While it lasts it is one finding, not one per judgement.
+  SlowDetector again;
+  j.steps = 119;
+  auto during = synth::run(j, again);
+  REQUIRE(during.findings.size() == 1);
+  REQUIRE(during.findings[0].key() == "host:6");
+}
+
+TEST_CASE("slow detector keeps to its bounds") {
+  SlowConfig cfg;
+  cfg.max_comms = 2;
+  cfg.max_members = 3;
+  SlowDetector det(cfg);
+  for (uint64_t id = 1; id <= 5; ++id)
+    for (int r = 0; r < 8; ++r) {
+      CommProgress c;
+      c.comm_id = id;
+      c.size = 8;
+      c.rank = r;
+      for (uint64_t s = 1; s <= 40; ++s) c.recent.push_back({s, 1, int64_t(s) * 1'000'000, 0});
+      det.member(c, r, 0, 0);
+    }
+  det.judge(1'000'000'000);
+  REQUIRE(det.tracked_comms() == 2);
+  REQUIRE(det.rank_stats().size() == 3);  // members 0..2 of the first communicators only
+}
+
+namespace {
+
+// Two nodes of two ranks on one communicator of four, one collective every 100 ms; rank 3 calls
+// each one `late_ns` after the others. Each node heartbeats once a second with every rank's newest
+// 16 collectives; the coordinator ticks after each round. `stall`: rank 0 shows an op in flight
+// for a minute.
+struct SlowJobFeed {
+  CoordinatorState& st;
+  std::vector<uint64_t> sessions;
+  uint64_t seq = 0;
+  int64_t now = 0;
+
+  explicit SlowJobFeed(CoordinatorState& s) : st(s) {
+    std::string err;
+    for (int n = 0; n < 2; ++n)
+      sessions.push_back(
+          st.connect("n" + std::to_string(n), "h" + std::to_string(n), "job", 0, &err));
+  }
+
+  Actions second(int64_t late_ns, bool stall = false) {
+    seq += 10;
+    now += 1'000'000'000;
+    for (int n = 0; n < 2; ++n) {
+      NodeReport r;
+      for (int k = 0; k < 2; ++k) {
+        ProcessReport p;
+        p.rank = n * 2 + k;
+        p.log = "fr.job.r" + std::to_string(p.rank) + ".frlog";
+        p.alive = true;
+        p.job_id = "job";
+        CommProgress c;
+        c.comm_id = 0xd0;
+        c.size = 4;
+        c.rank = p.rank;
+        c.name = "dp";
+        c.completed = seq;
+        if (stall && p.rank == 0) {
+          c.oldest_age_ns = 60'000'000'000;
+          c.oldest_seq = seq;
+        }
+        for (uint64_t s = seq > 15 ? seq - 15 : 1; s <= seq; ++s)
+          c.recent.push_back({s, 1,
+                              int64_t(s) * 100'000'000 + (p.rank == 3 ? late_ns : 0) +
+                                  int64_t(s * 7 + uint64_t(p.rank) * 13) % 300'000,
+                              0});
+        p.comms.push_back(c);
+        r.processes.push_back(p);
+      }
+      st.heartbeat(sessions[size_t(n)], std::move(r), now + n);
+    }
+    return st.tick(now + 10);
+  }
+};
+
+size_t count_kind(const CoordinatorState& st, IncidentKind k) {
+  size_t n = 0;
+  for (const auto& i : st.incidents()) n += i.kind == k;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "coordinator opens one slow incident per straggler, dumps, and closes it when it clears") {
+  fr::test::TempDir dir("fr-slow");
+  CoordinatorConfig cfg;
+  cfg.dump_dir = dir.path;
+  cfg.job_id = "job";
+  CoordinatorState st(cfg);
+  SlowJobFeed feed(st);
+  bool asked = false;
+  for (int i = 0; i < 15; ++i) {
+    Actions a = feed.second(50'000'000);
+    asked |= a.dumps.size() == 2;  // every node asked for a dump
+  }
+  REQUIRE(count_kind(st, IncidentKind::kSlow) == 1);
+  REQUIRE(asked);
+  const Incident& inc = st.incidents()[0];
+  REQUIRE(inc.slow);
+  REQUIRE(inc.slow->cause == SlowCause::kHost);
+  REQUIRE(inc.slow->rank == 3);
+  REQUIRE(inc.culprits == std::vector<int>{3});
+  REQUIRE(inc.reason.find("rank 3 arrives late at") != std::string::npos);
+  // Status and metrics show it.
+  nlohmann::json s = st.status(feed.now);
+  REQUIRE(s["slow"].size() == 1);
+  REQUIRE(s["slow"][0]["cause"] == "host");
+  REQUIRE(s["slow"][0]["culprit_ranks"] == nlohmann::json::array({3}));
+  REQUIRE(s["incidents"][0]["kind"] == "slow");
+  const std::string m = st.metrics(feed.now);
+  REQUIRE(m.find("frd_slow_findings{cause=\"host\"} 1") != std::string::npos);
+  REQUIRE(m.find("frd_rank_lateness_seconds{rank=\"3\"} 0.05") != std::string::npos);
+  REQUIRE(m.find("frd_incidents_total{kind=\"slow\"} 1") != std::string::npos);
+  // Analysed: its verdict is the detector's, and it stays open while the straggler lasts.
+  Actions a;
+  AssemblyResult r;
+  r.ok = true;
+  r.verdict_kind = "no_hang";
+  st.assembled(inc.id, r, feed.now, &a);
+  REQUIRE(st.incidents()[0].state == IncidentState::kOpen);
+  REQUIRE(st.incidents()[0].verdict_kind == "slow");
+  REQUIRE(st.incidents()[0].culprits == std::vector<int>{3});
+  // An open slow incident holds back no hang: a stall opens its own incident.
+  for (int i = 0; i < 3; ++i) feed.second(50'000'000, true);
+  REQUIRE(count_kind(st, IncidentKind::kStall) == 1);
+  REQUIRE(count_kind(st, IncidentKind::kSlow) == 1);
+  // The straggler recovers: the slow incident closes, and none opens again.
+  for (int i = 0; i < 30; ++i) feed.second(0);
+  REQUIRE(st.incidents()[0].state == IncidentState::kClosedTransient);
+  REQUIRE(st.slow_detector().findings().empty());
+  REQUIRE(count_kind(st, IncidentKind::kSlow) == 1);
+}
