@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdio>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -31,16 +32,29 @@ class PrometheusText {
   }
   template <typename T>
   PrometheusText& sample(std::string_view label, std::string_view label_value, const T& value) {
-    out_.append(name_).append("{").append(label).append("=\"");
-    for (char c : label_value) {
-      if (c == '\\' || c == '"') out_.push_back('\\');
-      if (c == '\n') {
-        out_.append("\\n");
-        continue;
+    return sample({{label, label_value}}, value);
+  }
+  // One sample with several labels, in the order given.
+  template <typename T>
+  PrometheusText& sample(
+      std::initializer_list<std::pair<std::string_view, std::string_view>> labels,
+      const T& value) {
+    out_.append(name_).append("{");
+    const char* sep = "";
+    for (const auto& [label, label_value] : labels) {
+      out_.append(sep).append(label).append("=\"");
+      sep = ",";
+      for (char c : label_value) {
+        if (c == '\\' || c == '"') out_.push_back('\\');
+        if (c == '\n') {
+          out_.append("\\n");
+          continue;
+        }
+        out_.push_back(c);
       }
-      out_.push_back(c);
+      out_.append("\"");
     }
-    out_.append("\"} ").append(text(value)).append("\n");
+    out_.append("} ").append(text(value)).append("\n");
     return *this;
   }
 

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <sstream>
 
+#include "common/prometheus.h"
 #include "daemon/logic/coordinator.h"
 #include "daemon/logic/coordinator_helpers.h"
 
@@ -38,41 +38,36 @@ std::vector<int> slow_culprits(const SlowFinding& f) {
 }
 
 std::string slow_metrics(const SlowDetector& d) {
-  std::ostringstream o;
+  PrometheusText o;
   std::map<std::string, int> by_cause = {{"host", 0}, {"gpu", 0}, {"link", 0}};
   for (const auto& f : d.findings()) by_cause[slow_cause_name(f.cause)]++;
-  o << "# HELP frd_slow_findings Ranks, GPUs and links found slow now, by cause.\n"
-    << "# TYPE frd_slow_findings gauge\n";
-  for (const auto& [cause, n] : by_cause)
-    o << "frd_slow_findings{cause=\"" << cause << "\"} " << n << "\n";
+  o.family("frd_slow_findings", "gauge", "Ranks, GPUs and links found slow now, by cause.");
+  for (const auto& [cause, n] : by_cause) o.sample("cause", cause, n);
   std::vector<SlowRankStat> ranks = d.rank_stats();
   std::sort(ranks.begin(), ranks.end(),
             [](const SlowRankStat& a, const SlowRankStat& b) { return a.late_ns > b.late_ns; });
   if (ranks.size() > kMaxSlowSeries) ranks.resize(kMaxSlowSeries);
-  o << "# HELP frd_rank_lateness_seconds Median time a rank calls its collectives after the "
-       "median rank.\n# TYPE frd_rank_lateness_seconds gauge\n";
+  o.family("frd_rank_lateness_seconds", "gauge",
+           "Median time a rank calls its collectives after the median rank.");
+  for (const auto& r : ranks) o.sample("rank", std::to_string(r.rank), secs(r.late_ns));
+  o.family("frd_rank_gpu_time_ratio", "gauge",
+           "A rank's kernel time over its peers' median, same op.");
   for (const auto& r : ranks)
-    o << "frd_rank_lateness_seconds{rank=\"" << r.rank << "\"} " << secs(r.late_ns) << "\n";
-  o << "# HELP frd_rank_gpu_time_ratio A rank's kernel time over its peers' median, same op.\n"
-    << "# TYPE frd_rank_gpu_time_ratio gauge\n";
-  for (const auto& r : ranks)
-    if (r.gpu_ratio > 0)
-      o << "frd_rank_gpu_time_ratio{rank=\"" << r.rank << "\"} " << r.gpu_ratio << "\n";
+    if (r.gpu_ratio > 0) o.sample("rank", std::to_string(r.rank), r.gpu_ratio);
   std::vector<SlowLinkStat> links = d.link_stats();
   std::sort(links.begin(), links.end(),
             [](const SlowLinkStat& a, const SlowLinkStat& b) { return a.ratio > b.ratio; });
   if (links.size() > kMaxSlowSeries) links.resize(kMaxSlowSeries);
-  o << "# HELP frd_link_step_seconds Mean proxy step time from one rank to another.\n"
-    << "# TYPE frd_link_step_seconds gauge\n";
-  auto labels = [](const SlowLinkStat& l) {
-    return "{src=\"" + std::to_string(l.src) + "\",dst=\"" + std::to_string(l.dst) +
-           "\",channel=\"" + std::to_string(l.channel) + "\"} ";
+  auto sample = [&o](const SlowLinkStat& l, double value) {
+    const std::string src = std::to_string(l.src), dst = std::to_string(l.dst),
+                      ch = std::to_string(l.channel);
+    o.sample({{"src", src}, {"dst", dst}, {"channel", ch}}, value);
   };
-  for (const auto& l : links) o << "frd_link_step_seconds" << labels(l) << secs(l.step_ns) << "\n";
-  o << "# HELP frd_link_step_ratio A link's step time over its communicator's median link.\n"
-    << "# TYPE frd_link_step_ratio gauge\n";
-  for (const auto& l : links) o << "frd_link_step_ratio" << labels(l) << l.ratio << "\n";
-  return o.str();
+  o.family("frd_link_step_seconds", "gauge", "Mean proxy step time from one rank to another.");
+  for (const auto& l : links) sample(l, secs(l.step_ns));
+  o.family("frd_link_step_ratio", "gauge", "A link's step time over its communicator's median link.");
+  for (const auto& l : links) sample(l, l.ratio);
+  return o.take();
 }
 
 }  // namespace coordinator_helpers
