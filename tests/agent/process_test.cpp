@@ -459,6 +459,64 @@ TEST_CASE("under the CUDA emulation markers run on the stream in order", "[agent
   CHECK(indices == std::vector<uint64_t>{1, 2, 3, 4});
 }
 
+TEST_CASE("under the strict CUDA emulation the agent never breaks another thread's global capture",
+          "[agent]") {
+  if (!FR_HAVE_SIM_CUDA) {
+    FR_SKIP("not built: the CUDA emulation is not part of this build");
+  }
+  TempDir dir;
+  RunResult r = run({kDir + "/fr_agent_sim_strict_probe"}, env_for(dir));
+  INFO(r.out);
+  REQUIRE(r.exit_code == 0);
+  // The emulation is strict: an unsafe call of a global-mode thread invalidates the capture.
+  CHECK(r.values["control.alloc"] == std::to_string(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED));
+  CHECK(r.values["control.end"] == std::to_string(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED));
+  // The agent registered its log during that kind of capture, and the capture survived.
+  CHECK(r.values["rc.OtherThreadsCapture"] == "0");
+  auto log = only_log(dir);
+  CHECK((log.header.flags & FR_LOG_F_GPU_MARKERS) != 0);
+  CHECK(log.header.gpu_error_call == FR_GPU_CALL_NONE);
+  int completed = 0;
+  for (const auto& rec : log.records)
+    if (rec.raw.op == FR_OP_ALLREDUCE && rec.gpu_state == FR_GPU_COMPLETED) ++completed;
+  CHECK(completed == 3);
+}
+
+TEST_CASE("under the CUDA emulation's driver refusals GPU progress falls back and says why",
+          "[agent]") {
+  if (!FR_HAVE_SIM_CUDA) {
+    FR_SKIP("not built: the CUDA emulation is not part of this build");
+  }
+  struct Case {
+    const char* fail;
+    uint32_t call;
+    int32_t error;
+  };
+  const Case cases[] = {
+      {"register-unsupported", FR_GPU_CALL_MEM_HOST_REGISTER, CUDA_ERROR_NOT_SUPPORTED},
+      {"register-no-context", FR_GPU_CALL_MEM_HOST_REGISTER, CUDA_ERROR_INVALID_CONTEXT},
+      {"write64-unsupported", FR_GPU_CALL_DEVICE_GET_ATTRIBUTE, CUDA_ERROR_NOT_SUPPORTED},
+      {"write-no-context", FR_GPU_CALL_STREAM_WRITE_VALUE64, CUDA_ERROR_INVALID_CONTEXT},
+  };
+  for (const Case& c : cases) {
+    DYNAMIC_SECTION(c.fail) {
+      TempDir dir;
+      RunResult r =
+          run({kDir + "/fr_agent_sim_strict_probe"}, env_for(dir, {{"FRSIM_CU_FAIL", c.fail}}));
+      INFO(r.out);
+      REQUIRE(r.exit_code == 0);  // the program never sees the refusal
+      auto log = only_log(dir);
+      CHECK(log.header.gpu_error_call == c.call);
+      CHECK(log.header.gpu_error == c.error);
+      // Events stand in for the markers: every op still completes in the log.
+      int completed = 0;
+      for (const auto& rec : log.records)
+        if (rec.raw.op == FR_OP_ALLREDUCE && rec.gpu_state == FR_GPU_COMPLETED) ++completed;
+      CHECK(completed == 3);
+    }
+  }
+}
+
 TEST_CASE(
     "libfr_agent.so exports the NCCL API, dlsym and dlvsym, the graph entries, and nothing else",
     "[agent]") {
