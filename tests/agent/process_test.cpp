@@ -517,6 +517,83 @@ TEST_CASE("under the CUDA emulation's driver refusals GPU progress falls back an
   }
 }
 
+namespace {
+
+// Runs the one-process job (small_log_probe.cpp) with FR_LOG_DIR on a tmpfs of `kib` KiB mounted in
+// a private mount namespace; the logs it leaves are copied to `out`. The agent is its profiler
+// plugin and asks for kernel channels (so one node's job has channel slots to fill).
+RunResult run_in_small_dir(int kib, const TempDir& out, const TempDir& mnt) {
+  const std::string script = "mount -t tmpfs -o size=" + std::to_string(kib) + "k tmpfs '" +
+                             mnt.path() + "' || exit 90; FR_LOG_DIR='" + mnt.path() +
+                             "' \"$0\"; rc=$?; cp '" + mnt.path() + "'/*.frlog '" + out.path() +
+                             "/' 2>/dev/null; exit $rc";
+  return run(
+      {"/usr/bin/unshare", "-Urm", "/bin/sh", "-c", script, kDir + "/fr_agent_small_log_probe"},
+      env_for(out, {{"NCCL_PROFILER_PLUGIN", FR_AGENT_LIB},
+                    {"FR_PROFILER_KERNEL_CH", "1"},
+                    {"FRSIM_SHM_PREFIX", "/frsmall" + std::to_string(getpid())}}));
+}
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("in a small log directory the log shrinks, then loses its channel slots, never the job",
+          "[agent]") {
+  if (!FR_HAVE_SIM_CUDA) {
+    FR_SKIP("not built: the CUDA emulation is not part of this build");
+  }
+  if (std::system(
+          "/usr/bin/unshare -Urm /bin/sh -c 'mount -t tmpfs -o size=64k tmpfs /mnt' 2>/dev/null") !=
+      0) {
+    FR_SKIP("cannot mount a private tmpfs here (unshare -Urm is not permitted)");
+  }
+  struct Case {
+    int kib;            // the file system's size
+    uint32_t records;   // the log's capacity; 0: no log
+    uint32_t channels;  // its channel slots
+  };
+  // The configured log is 665 KiB; the smaller one 166 KiB; without channel slots 134 KiB.
+  const Case cases[] = {{1024, FR_DEFAULT_RING_CAPACITY, FR_DEFAULT_CHAN_CAPACITY},
+                        {512, 256, 256},
+                        {160, 256, 0},
+                        {64, 0, 0}};
+  for (const Case& c : cases) {
+    DYNAMIC_SECTION(c.kib << " KiB") {
+      TempDir out, mnt;
+      RunResult r = run_in_small_dir(c.kib, out, mnt);
+      INFO(r.out << r.err);
+      REQUIRE(r.exit_code != 90);
+      CHECK(r.exit_code == 0);  // never a failed job
+      CHECK(r.values["ok"] == "1");
+      const bool full = c.records == FR_DEFAULT_RING_CAPACITY;
+      CHECK(count_of(r.err, "no room in") == (full ? 0u : 1u));  // one notice, or none
+      if (c.records == 0) {
+        CHECK(out.logs().empty());
+        CHECK(count_of(r.err, "runs unrecorded") == 1);
+        continue;
+      }
+      auto log = only_log(out);
+      CHECK(log.header.ring_capacity == c.records);
+      CHECK(log.header.chan_capacity == c.channels);
+      CHECK(((log.header.flags & FR_LOG_F_SMALL_LOG) != 0) == !full);
+      CHECK(records_of(log, FR_OP_ALLREDUCE).size() == 20);
+      size_t used = 0;
+      for (const auto& e : log.chans) used += e.ops_done > 0;
+      if (c.channels != 0) {
+        CHECK((log.header.flags & FR_LOG_F_PROFILER) != 0);
+        CHECK(used > 0);  // the profiler plugin's data
+      } else {
+        CHECK((log.header.flags & FR_LOG_F_PROFILER) == 0);  // the plugin was declined
+      }
+    }
+  }
+}
+
 TEST_CASE(
     "libfr_agent.so exports the NCCL API, dlsym and dlvsym, the graph entries, and nothing else",
     "[agent]") {
