@@ -201,13 +201,14 @@ static bool map_private_tables(Context& c) {
 }
 
 // Creates the log file at c.path (never an existing one), takes the writer's lock, reserves its
-// pages and maps it. On failure nothing is left behind: no file, no descriptor.
-static bool create_log_file(Context& c) {
+// pages and maps it. On failure nothing is left behind: no file, no descriptor. 0, or the error.
+static int create_log_file(Context& c) {
   const mode_t mode = log_mode();
   int fd = open(c.path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
   if (fd < 0) {
-    debug_log("cannot create %s: %s; not recording", c.path, strerror(errno));
-    return false;
+    const int err = errno;
+    debug_log("cannot create %s: %s; not recording", c.path, strerror(err));
+    return err != 0 ? err : EIO;
   }
   // Exactly the mode asked for: the umask would only take bits away from an explicit FR_LOG_MODE.
   if (fchmod(fd, mode) != 0)
@@ -233,10 +234,11 @@ static bool create_log_file(Context& c) {
       c.map = (uint8_t*)m;
   }
   if (what != nullptr) {
-    debug_log("cannot %s %s: %s; not recording", what, c.path, strerror(err));
+    debug_log("cannot %s %s (%llu bytes): %s", what, c.path, (unsigned long long)c.map_size,
+              strerror(err));
     unlink(c.path);
     close(fd);
-    return false;
+    return err != 0 ? err : EIO;
   }
   c.fd = fd;
   c.hdr = (fr_log_header*)c.map;
@@ -249,7 +251,56 @@ static bool create_log_file(Context& c) {
   c.captures = (fr_record*)(c.map + dir[FR_SECTION_CAPTURES].offset);
   c.chans = (fr_chan_entry*)(c.map + dir[FR_SECTION_CHANS].offset);
   c.xfers = (fr_xfer_entry*)(c.map + dir[FR_SECTION_XFERS].offset);
-  return true;
+  return 0;
+}
+
+// What the log holds, tried in order until one fits where the log goes (docs/agent.md, "The
+// /dev/shm it needs"): the configured log; a smaller one (256 records, 128 captured ops, 256
+// channel slots, 32 transfers); the same without channel slots, so that NCCL's profiler plugin
+// is declined and has nowhere to write. Communicators and graphs keep their tables (the private
+// side tables are sized for them before the file exists).
+enum LogTier { kTierFull, kTierSmaller, kTierNoChannels, kTierCount };
+
+static void set_tier(Context& c, LogTier tier, uint32_t ring, uint32_t xfer) {
+  c.ring_cap = tier == kTierFull ? ring : (ring < 256 ? ring : 256u);
+  c.ring_mask = (c.ring_cap & (c.ring_cap - 1)) == 0 ? c.ring_cap - 1 : 0;
+  c.capture_cap = tier == kTierFull ? FR_DEFAULT_CAPTURE_CAPACITY : 128u;
+  c.chan_cap = tier == kTierFull ? FR_DEFAULT_CHAN_CAPACITY : tier == kTierSmaller ? 256u : 0u;
+  c.xfer_cap = tier == kTierFull ? xfer : (xfer < 32 ? xfer : 32u);
+  fr_log_section dir[FR_SECTION_KINDS];
+  c.map_size = context_layout(c, dir);
+}
+
+// Whether an error says the file system has no room (the next tier may fit).
+static bool no_room(int err) { return err == ENOSPC || err == EDQUOT || err == EFBIG; }
+
+// Creates the largest log that fits, with one notice when it is not the configured one (or when
+// none fits). 0, or the error of the last try.
+static int create_fitting_log(Context& c, const char* dir) {
+  const uint32_t ring = c.ring_cap, xfer = c.xfer_cap;
+  const uint64_t full = c.map_size;
+  int err = 0;
+  for (int t = kTierFull; t < kTierCount; ++t) {
+    set_tier(c, LogTier(t), ring, xfer);
+    err = create_log_file(c);
+    if (err == 0 && t == kTierFull) return 0;
+    if (err == 0) {
+      notice_log(
+          "no room in %s for a %llu KiB flight log; recording into a smaller one "
+          "(%llu KiB: %u records, %s)",
+          dir, (unsigned long long)(full >> 10), (unsigned long long)(c.map_size >> 10), c.ring_cap,
+          t == kTierSmaller ? "256 profiler channel slots"
+                            : "no profiler channel slots: NCCL's profiler plugin is declined");
+      set_log_flags(FR_LOG_F_SMALL_LOG, 0);
+      return 0;
+    }
+    if (!no_room(err)) return err;  // not a matter of size
+  }
+  notice_log(
+      "no room in %s for a flight log, even one of %llu KiB (%s); this process runs "
+      "unrecorded",
+      dir, (unsigned long long)(c.map_size >> 10), strerror(err));
+  return err;
 }
 
 // The header of the new (zero-filled) file: only non-zero fields are written, the magic last.
@@ -309,7 +360,7 @@ bool log_open() {
     debug_log("FR_LOG_DIR is too long; not recording");
     return false;
   }
-  if (!create_log_file(c)) return false;
+  if (create_fitting_log(c, dir) != 0) return false;
   fill_header(c, id, create_ns, (uint64_t)mono.tv_sec * 1000000000ull + (uint64_t)mono.tv_nsec);
   if (uint32_t pending = __atomic_exchange_n(&g_pending_flags, 0u, __ATOMIC_RELAXED))
     set_log_flags(pending, 0);

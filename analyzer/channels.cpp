@@ -112,20 +112,22 @@ std::optional<Candidate> explain(const std::map<std::tuple<int, int, int, int>, 
   return k;
 }
 
-std::optional<Candidate> pick(const std::map<std::tuple<int, int, int, int>, Conn>& conns) {
+template <class Accept>
+std::optional<Candidate> pick(const std::map<std::tuple<int, int, int, int>, Conn>& conns,
+                              Accept accept) {
   std::optional<Candidate> best;
   for (const auto& [key, conn] : conns) {
     auto [rank, ch, kind, peer] = key;
     if (kind != FR_CHAN_RECV || !waits_for_data(conn.e->state)) continue;
     auto k = explain(conns, ch, rank, peer, conn.e->done);
-    if (k && (!best || *k < *best)) best = k;
+    if (k && accept(*k) && (!best || *k < *best)) best = k;
   }
   if (best) return best;
   for (const auto& [key, conn] : conns) {  // nobody waits: a receiver that never consumed its data
     auto [rank, ch, kind, peer] = key;
     if (kind != FR_CHAN_RECV || conn.e->state != FR_CHANST_RECV_GPU_WAIT) continue;
     Candidate k{conn.e->done, ch, rank, peer, "recv", "kernel", true};
-    if (!best || k < *best) best = k;
+    if (accept(k) && (!best || k < *best)) best = k;
   }
   return best;
 }
@@ -167,11 +169,20 @@ nlohmann::json progress_rows(const Model& m, const Comm& c,
 
 }  // namespace
 
-void localize_in_channels(const Model& m, const Comm& c, const std::string& where, Stall& s) {
+void localize_in_channels(const Model& m, const Comm& c, const std::string& where,
+                          const std::vector<int>& not_started, Stall& s) {
   const auto conns = connections(m, c, s.op);
   if (conns.empty()) return;
   s.extra["channel_progress"] = progress_rows(m, c, conns);
-  const std::optional<Candidate> k = pick(conns);
+  auto unstarted = [&](int rank_in_comm) {
+    const int g = global_of(m, c, rank_in_comm);
+    return std::find(not_started.begin(), not_started.end(), g) != not_started.end();
+  };
+  const std::optional<Candidate> k = pick(conns, [&](const Candidate& k) {
+    if (not_started.empty()) return true;
+    if (k.cause == "link") return unstarted(k.waiting) || unstarted(k.peer);
+    return unstarted(k.self ? k.waiting : k.peer);
+  });
   if (!k) return;
   const int waiting = global_of(m, c, k->waiting), peer = global_of(m, c, k->peer);
   s.extra["where"] = {{"channel", k->channel}, {"step", k->step},    {"waiting_rank", waiting},

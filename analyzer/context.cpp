@@ -169,7 +169,9 @@ std::string gpu_owner(const std::string& node, const GpuHealth& g, const std::ve
   return "the GPU " + g.pci_bus_id + " of ranks " + s;
 }
 
-// GPUs, joined to ranks through the PIDs running on them (PIDs are per host).
+// GPUs, joined to ranks through the PIDs running on them (PIDs are per host). NVML reports the
+// host's PIDs; a rank in a container (its own PID namespace) recorded the pid it sees itself as,
+// which the node daemon read from /proc/PID/status NSpid (own_pids): either one joins.
 void add_gpus(const Model& m, Analysis* a) {
   if (m.gpus.empty()) return;
   Finding& verdict = a->verdict;
@@ -182,8 +184,10 @@ void add_gpus(const Model& m, Analysis* a) {
     if (!node.error.empty()) nodes_without.push_back({{"node", node.node}, {"error", node.error}});
     for (const auto& g : node.gpus) {
       std::vector<int> ranks;
-      for (int pid : g.pids) {
-        auto it = rank_of.find({node.node, pid});
+      for (size_t k = 0; k < g.pids.size(); ++k) {
+        auto it = rank_of.find({node.node, g.pids[k]});
+        if (it == rank_of.end() && k < g.own_pids.size() && g.own_pids[k] > 0)
+          it = rank_of.find({node.node, g.own_pids[k]});
         if (it != rank_of.end()) ranks.push_back(it->second);
       }
       std::sort(ranks.begin(), ranks.end());

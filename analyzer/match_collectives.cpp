@@ -309,7 +309,8 @@ void analyze_collectives(AnalysisState& state, int ci, std::optional<Spread>* sp
   const auto missing = missing_members(m, c, state.job_missing);
   if (!missing.empty()) s.extra["missing_members"] = missing_json(missing);
   decide(m, c, mb, missing, where, t, got.max_completed, s);
-  if (s.kind == VerdictKind::kStuckInCollective) localize_in_channels(m, c, where, s);
+  if (s.kind == VerdictKind::kStuckInCollective)
+    localize_in_channels(m, c, where, mb.not_started, s);
   s.fraction = static_cast<double>(s.culprits.size()) / static_cast<double>(c.members.size());
   state.stalls.push_back(std::move(s));
 }

@@ -172,7 +172,12 @@ struct AnalysisState {
 // and step that stopped, the waiting rank, its peer, the transport and the direction. Fills
 // s.extra["where"] and s.extra["channel_progress"], names the culprits and extends the summary;
 // leaves `s` as it is when the dumps hold no channel progress for the op.
-void localize_in_channels(const Model& m, const Comm& c, const std::string& where, Stall& s);
+// `not_started` (global ranks): members whose GPU never started the op. When there are some, only
+// a stopped connection that blames one of them localizes the stall: such a GPU holds its ring
+// neighbours back, and their waits (over NCCL's many steps) would otherwise point at whoever sits
+// next to a connection without proxy events.
+void localize_in_channels(const Model& m, const Comm& c, const std::string& where,
+                          const std::vector<int>& not_started, Stall& s);
 
 // --- The matching passes, one communicator at a time (ci: index into Model::comms) ----------
 

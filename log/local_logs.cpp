@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -70,21 +71,8 @@ bool process_start_ns(int pid, uint64_t* start_ns) {
   return true;
 }
 
-// Whether process `lock_pid` (in this reader's namespace) is `pid` in its own namespace: the last
-// NSpid entry of its status is its pid in the innermost namespace.
-bool same_process(int lock_pid, int pid) {
-  if (lock_pid == pid) return true;
-  std::ifstream f("/proc/" + std::to_string(lock_pid) + "/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("NSpid:", 0) != 0) continue;
-    std::istringstream in(line.substr(6));
-    long v = 0, last = -1;
-    while (in >> v) last = v;
-    return last == pid;
-  }
-  return false;
-}
+// Whether process `lock_pid` (in this reader's namespace) is `pid` in its own namespace.
+bool same_process(int lock_pid, int pid) { return lock_pid == pid || own_pid_of(lock_pid) == pid; }
 
 // Step 1: type, owner, header and lock of one directory entry. False with `why` when refused.
 bool examine(int dir_fd, const std::string& dir, const std::string& name,
@@ -342,6 +330,20 @@ ReadResult read_local_log(const std::string& dir, const LocalLog& log) {
     return r;
   }
   return read_log_fd(f.fd.get(), f.st, path);
+}
+
+int own_pid_of(int pid) {
+  if (pid <= 0) return 0;
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("NSpid:", 0) != 0) continue;
+    std::istringstream in(line.substr(6));
+    long v = 0, last = 0;
+    while (in >> v) last = v;
+    return last > 0 && last <= INT32_MAX ? int(last) : 0;
+  }
+  return 0;
 }
 
 }  // namespace fr::log

@@ -80,4 +80,9 @@ LocalLogs list_local_logs(const LocalLogOptions& opts);
 // that was listed and checked.
 ReadResult read_local_log(const std::string& dir, const LocalLog& log);
 
+// Process `pid` of this reader's PID namespace as it sees itself: the last entry of NSpid in its
+// /proc/PID/status (the pid in its innermost namespace; `pid` itself when it shares this one).
+// 0 when the process is not there or the kernel does not say.
+int own_pid_of(int pid);
+
 }  // namespace fr::log

@@ -198,6 +198,7 @@ json to_json(const GpuHealth& d) {
             {"nvlinks", array_of(d.nvlinks)},
             {"throttle_names", d.throttle_names},
             {"pids", d.pids},
+            {"own_pids", d.own_pids},
             {"unavailable", d.unavailable}};
   opt(j, "ecc_volatile_corrected", d.ecc_volatile_corrected);
   opt(j, "ecc_volatile_uncorrected", d.ecc_volatile_uncorrected);
@@ -222,6 +223,10 @@ void from_json(const json& j, GpuHealth* d) {
   if (const json* ps = array(j, "pids"))
     for (const auto& p : *ps)
       if (p.is_number_integer() && d->pids.size() < kMaxList) d->pids.push_back(p.get<int>());
+  if (const json* ps = array(j, "own_pids"))
+    for (const auto& p : *ps)
+      if (p.is_number_integer() && d->own_pids.size() < kMaxList)
+        d->own_pids.push_back(p.get<int>());
   strings(j, "unavailable", 64, 200, &d->unavailable);
   d->ecc_volatile_corrected = num(j, "ecc_volatile_corrected", -1);
   d->ecc_volatile_uncorrected = num(j, "ecc_volatile_uncorrected", -1);

@@ -93,7 +93,10 @@ struct GpuHealth {
   int64_t temperature_c = -1;
   int64_t power_mw = -1;
   int64_t pcie_replays = -1;
-  std::vector<int> pids;                 // compute processes running on it
+  std::vector<int> pids;  // compute processes running on it, as NVML reports them (the host's PIDs)
+  // The same processes as each sees itself (the innermost pid of /proc/PID/status NSpid, read by
+  // the node daemon; 0 where unknown): what a rank in a container records as its pid.
+  std::vector<int> own_pids;
   std::vector<std::string> unavailable;  // "ecc: Not Supported", ...
 };
 

@@ -2,10 +2,12 @@
 #include "daemon/host/nvml.h"
 
 #include <dlfcn.h>
+#include <sys/stat.h>
 
 #include <cstring>
 
 #include "daemon/base/model.h"
+#include "log/local_logs.h"
 #include "nvml/nvml_api.h"
 
 namespace fr::daemon {
@@ -46,6 +48,14 @@ struct GpuMonitor::Api {
 };
 
 namespace {
+
+// Whether this process is in the initial PID namespace (the kernel's PROC_PID_INIT_INO), whose
+// PIDs are the ones NVML reports. Elsewhere (a pod's shared namespace) a host PID may name
+// another process or none.
+bool in_initial_pid_namespace() {
+  struct stat st {};
+  return ::stat("/proc/self/ns/pid", &st) == 0 && st.st_ino == 0xEFFFFFFCu;
+}
 
 std::string text(const GpuMonitor::Api*, nvmlReturn_t r);
 
@@ -281,7 +291,13 @@ struct DeviceReader {
       r = a.nvmlDeviceGetComputeRunningProcesses_v3(d, &n, procs.data());
     }
     if (r == NVML_SUCCESS)
-      for (unsigned int k = 0; k < n && k < procs.size(); ++k) g.pids.push_back(int(procs[k].pid));
+      for (unsigned int k = 0; k < n && k < procs.size(); ++k) {
+        // NVML reports the host's PIDs; a rank in a container records the one it sees itself as.
+        // Only where this daemon sees the host's PIDs can /proc map one to the other.
+        static const bool host_pids = in_initial_pid_namespace();
+        g.pids.push_back(int(procs[k].pid));
+        g.own_pids.push_back(host_pids ? fr::log::own_pid_of(int(procs[k].pid)) : 0);
+      }
     else
       g.unavailable.push_back("pids: " + text(&a, r));
   }

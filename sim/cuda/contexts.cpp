@@ -73,7 +73,9 @@ FRSIM_API CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUde
     case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: *pi = 0; break;
     case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM: *pi = 1; break;
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *pi = 1; break;
-    case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS: *pi = 1; break;
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS:
+      *pi = cu_fail(CuFail::kWriteUnsupported) || cu_fail(CuFail::kWrite64Unsupported) ? 0 : 1;
+      break;
     case CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR: *pi = 1; break;
     case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: *pi = 1; break;
     case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED: *pi = 1; break;
@@ -213,6 +215,7 @@ FRSIM_API CUresult cuCtxGetId(CUcontext ctx, unsigned long long* id) {
 }
 
 FRSIM_API CUresult cuCtxSynchronize(void) {
+  if (CUresult r = capture_unsafe_call(); r != CUDA_SUCCESS) return r;
   // Waits for every stream of the process (the emulation does not partition them by context).
   std::vector<std::shared_ptr<CUstream_st>> all;
   {

@@ -68,10 +68,14 @@ struct CUstream_st {
   uint64_t enqueued = 0;
   uint64_t finished = 0;
   bool destroyed = false;
+  bool legacy = false;      // the NULL / CU_STREAM_LEGACY stream
+  bool per_thread = false;  // a thread's CU_STREAM_PER_THREAD stream
   // Capture state, guarded by mu.
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
   CUgraph graph = nullptr;
   unsigned long long capture_id = 0;
+  CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  pid_t capture_tid = 0;  // the thread that began the capture
 };
 
 struct CUevent_st {
@@ -124,6 +128,8 @@ struct State {
   std::map<uintptr_t, size_t> host_ranges;  // registered or host-allocated: start -> size
   std::map<uintptr_t, size_t> dev_allocs;   // cuMemAlloc: start -> size
   std::shared_ptr<CUstream_st> legacy;
+  std::vector<std::weak_ptr<CUstream_st>> per_thread;  // every thread's per-thread stream
+  std::vector<CUstream_st*> capturing;                 // streams with a capture begun, not ended
   unsigned long long next_stream_id = 1;
   unsigned long long next_capture_id = 1;
 };
@@ -141,8 +147,9 @@ bool valid_device(CUdevice d);
 int current_device();
 
 std::shared_ptr<CUstream_st> make_stream(int device, CUcontext ctx, unsigned flags, int prio);
-// Resolves a stream handle (NULL, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD mean the one default
-// stream of the process); nullptr for a handle that is not a live stream.
+// Resolves a stream handle (NULL and CU_STREAM_LEGACY mean the legacy default stream of the
+// process, CU_STREAM_PER_THREAD the calling thread's own default stream); nullptr for a handle
+// that is not a live stream.
 std::shared_ptr<CUstream_st> get_stream(CUstream h);
 std::shared_ptr<CUevent_st> get_event(CUevent h);
 // Queues work on a stream, or appends it to the graph being captured. Returns the ticket the
@@ -156,6 +163,34 @@ CUresult enqueue_prepared(const std::shared_ptr<CUstream_st>& st,
                           std::function<std::function<void()>()> prepare);
 // Waits until the stream has finished everything queued before the call.
 void wait_stream(const std::shared_ptr<CUstream_st>& st);
+
+// ---- capture rules and driver failures on demand (capture.cpp) ----------------------------------
+
+// A potentially unsafe call (allocation, registration, synchronization) by the calling thread: as
+// CUDA, it is refused with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and the captures that forbid it
+// are invalidated, when the thread's capture mode (cuThreadExchangeStreamCaptureMode) is GLOBAL
+// and another thread has a GLOBAL capture, or when the thread has a capture of its own that is not
+// RELAXED. CUDA_SUCCESS when the call may go on.
+CUresult capture_unsafe_call();
+// Work on the legacy stream while a blocking stream captures would make an implicit dependency:
+// CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, and those captures are invalidated.
+CUresult capture_legacy_use();
+// Ends a stream's capture (invalidated or not): it leaves the list of capturing streams.
+void capture_forget(CUstream_st* st);
+// Work a blocking stream's new item must wait for first (legacy stream semantics): the other
+// streams' tickets at the time of the call. Empty when nothing is outstanding.
+std::vector<std::pair<std::shared_ptr<CUstream_st>, uint64_t>> legacy_deps(
+    const std::shared_ptr<CUstream_st>& st);
+
+// Driver failures asked for with FRSIM_CU_FAIL (a comma list; sim/README.md).
+enum class CuFail {
+  kRegisterUnsupported,
+  kRegisterNoContext,
+  kWriteUnsupported,
+  kWrite64Unsupported,
+  kWriteNoContext
+};
+bool cu_fail(CuFail f);
 
 // Whether [p, p + len) lies in registered, host-allocated or cuMemAlloc'ed memory (memory.cpp).
 bool addr_is_host_mapped(uintptr_t p, size_t len);

@@ -2,27 +2,29 @@
 // a graph instead of running it (enqueue() in state.cpp); an instantiated graph replays the
 // recorded work in order at each launch, queued on the launch stream. Work made by a `prepare`
 // (a captured NCCL call) is made anew on the host at every launch.
+#include <sys/syscall.h>
+
 #include "driver.h"
 
 using namespace frsim;
 
 FRSIM_API CUresult cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode) {
-  (void)mode;
-  if (h == nullptr || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD)
-    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (h == nullptr || h == CU_STREAM_LEGACY) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+      mode != CU_STREAM_CAPTURE_MODE_RELAXED)
+    return CUDA_ERROR_INVALID_VALUE;
   auto st = get_stream(h);
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
   State& s = state();
-  unsigned long long id;
-  {
-    std::lock_guard<std::mutex> g(s.mu);
-    id = s.next_capture_id++;
-  }
+  std::lock_guard<std::mutex> sg(s.mu);  // s.mu before a stream's mu, as everywhere
   std::lock_guard<std::mutex> g(st->mu);
   if (st->capture != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_ILLEGAL_STATE;
   st->capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
   st->graph = new CUgraph_st();
-  st->capture_id = id;
+  st->capture_id = s.next_capture_id++;
+  st->capture_mode = mode;
+  st->capture_tid = static_cast<pid_t>(syscall(SYS_gettid));
+  s.capturing.push_back(st.get());
   return CUDA_SUCCESS;
 }
 
@@ -31,12 +33,20 @@ FRSIM_API CUresult cuStreamEndCapture(CUstream h, CUgraph* graph) {
   auto st = get_stream(h);
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
   CUgraph g;
+  bool invalidated;
   {
     std::lock_guard<std::mutex> lk(st->mu);
-    if (st->capture != CU_STREAM_CAPTURE_STATUS_ACTIVE) return CUDA_ERROR_ILLEGAL_STATE;
+    if (st->capture == CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_ILLEGAL_STATE;
+    invalidated = st->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED;
     g = st->graph;
     st->graph = nullptr;
     st->capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  }
+  capture_forget(st.get());
+  if (invalidated) {  // as CUDA: the capture ends, and no graph comes of it
+    delete g;
+    *graph = nullptr;
+    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   }
   State& s = state();
   std::lock_guard<std::mutex> lk(s.mu);

@@ -31,8 +31,12 @@ static bool overlaps(const std::map<uintptr_t, size_t>& m, uintptr_t p, size_t n
 }
 
 FRSIM_API CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned int flags) {
-  (void)flags;
-  if (p == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  constexpr unsigned kFlags = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
+                              CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY;
+  if (cu_fail(CuFail::kRegisterNoContext)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (cu_fail(CuFail::kRegisterUnsupported)) return CUDA_ERROR_NOT_SUPPORTED;
+  if (p == nullptr || bytes == 0 || (flags & ~kFlags) != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = capture_unsafe_call(); r != CUDA_SUCCESS) return r;
   State& s = ready();
   std::lock_guard<std::mutex> g(s.mu);
   auto a = reinterpret_cast<uintptr_t>(p);
@@ -42,6 +46,7 @@ FRSIM_API CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned int flag
 }
 
 FRSIM_API CUresult cuMemHostUnregister(void* p) {
+  if (CUresult r = capture_unsafe_call(); r != CUDA_SUCCESS) return r;
   State& s = ready();
   std::lock_guard<std::mutex> g(s.mu);
   auto it = s.host_ranges.find(reinterpret_cast<uintptr_t>(p));
@@ -67,6 +72,7 @@ FRSIM_API CUresult cuMemHostGetFlags(unsigned int* flags, void* p) {
 FRSIM_API CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned int flags) {
   (void)flags;
   if (pp == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = capture_unsafe_call(); r != CUDA_SUCCESS) return r;
   void* p = nullptr;
   if (posix_memalign(&p, 4096, bytes) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
   State& s = ready();
@@ -81,6 +87,7 @@ FRSIM_API CUresult cuMemAllocHost_v2(void** pp, size_t bytes) {
 }
 
 FRSIM_API CUresult cuMemFreeHost(void* p) {
+  if (CUresult r = capture_unsafe_call(); r != CUDA_SUCCESS) return r;
   State& s = ready();
   {
     std::lock_guard<std::mutex> g(s.mu);
@@ -94,6 +101,7 @@ FRSIM_API CUresult cuMemFreeHost(void* p) {
 
 FRSIM_API CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = capture_unsafe_call(); r != CUDA_SUCCESS) return r;
   void* p = nullptr;
   if (posix_memalign(&p, 256, bytes) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
   State& s = ready();
@@ -105,6 +113,7 @@ FRSIM_API CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
 
 FRSIM_API CUresult cuMemFree_v2(CUdeviceptr dptr) {
   if (dptr == 0) return CUDA_SUCCESS;
+  if (CUresult r = capture_unsafe_call(); r != CUDA_SUCCESS) return r;
   State& s = ready();
   {
     std::lock_guard<std::mutex> g(s.mu);
@@ -127,6 +136,7 @@ FRSIM_API CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
 static CUresult sync_copy(void* dst, const void* src, size_t n) {
   if (n == 0) return CUDA_SUCCESS;
   if (dst == nullptr || src == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = capture_unsafe_call(); r != CUDA_SUCCESS) return r;
   wait_stream(get_stream(nullptr));
   memmove(dst, src, n);
   return CUDA_SUCCESS;
@@ -168,6 +178,7 @@ FRSIM_API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t
 }
 
 FRSIM_API CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n) {
+  if (CUresult r = capture_unsafe_call(); r != CUDA_SUCCESS) return r;
   if (dst == 0 && n != 0) return CUDA_ERROR_INVALID_VALUE;
   wait_stream(get_stream(nullptr));
   memset(FRSIM_PTR(dst), v, n);
@@ -175,6 +186,7 @@ FRSIM_API CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n) {
 }
 
 FRSIM_API CUresult cuMemsetD32_v2(CUdeviceptr dst, unsigned int v, size_t n) {
+  if (CUresult r = capture_unsafe_call(); r != CUDA_SUCCESS) return r;
   if ((dst == 0 && n != 0) || dst % 4 != 0) return CUDA_ERROR_INVALID_VALUE;
   wait_stream(get_stream(nullptr));
   auto* p = static_cast<uint32_t*>(FRSIM_PTR(dst));

@@ -142,7 +142,10 @@ FRSIM_API CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int versi
 // ---- plain and per-thread names ------------------------------------------------------------------
 // cuda.h renames most entry points (cuStreamWriteValue64 -> cuStreamWriteValue64_v2, and to
 // *_ptsz with per-thread default streams). Programs that resolve by the plain name with dlsym, or
-// were built that way, find these forwarders; the per-thread default stream is the legacy one here.
+// were built that way, find these forwarders. In a *_ptsz entry point the NULL stream is the
+// calling thread's per-thread default stream, as cuda.h's per-thread mode makes it (PT below).
+
+#define PT(s) ((s) == nullptr ? CU_STREAM_PER_THREAD : (s))
 
 #define FRSIM_FORWARD(sym, target, params, args)                                                   \
   extern "C" __attribute__((visibility("default"))) CUresult frsim_fwd_##sym params __asm__(#sym); \
@@ -157,13 +160,13 @@ FRSIM_FORWARD(cuStreamWaitValue64, cuStreamWaitValue64_v2,
 FRSIM_FORWARD(cuStreamWaitValue32, cuStreamWaitValue32_v2,
               (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned f), (s, a, v, f))
 FRSIM_FORWARD(cuStreamWriteValue64_v2_ptsz, cuStreamWriteValue64_v2,
-              (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned f), (s, a, v, f))
+              (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned f), (PT(s), a, v, f))
 FRSIM_FORWARD(cuStreamWriteValue32_v2_ptsz, cuStreamWriteValue32_v2,
-              (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned f), (s, a, v, f))
+              (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned f), (PT(s), a, v, f))
 FRSIM_FORWARD(cuStreamWaitValue64_v2_ptsz, cuStreamWaitValue64_v2,
-              (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned f), (s, a, v, f))
+              (CUstream s, CUdeviceptr a, cuuint64_t v, unsigned f), (PT(s), a, v, f))
 FRSIM_FORWARD(cuStreamWaitValue32_v2_ptsz, cuStreamWaitValue32_v2,
-              (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned f), (s, a, v, f))
+              (CUstream s, CUdeviceptr a, cuuint32_t v, unsigned f), (PT(s), a, v, f))
 FRSIM_FORWARD(cuMemHostGetDevicePointer, cuMemHostGetDevicePointer_v2,
               (CUdeviceptr * d, void* p, unsigned f), (d, p, f))
 FRSIM_FORWARD(cuMemHostRegister, cuMemHostRegister_v2, (void* p, size_t n, unsigned f), (p, n, f))
@@ -176,28 +179,29 @@ FRSIM_FORWARD(cuEventDestroy, cuEventDestroy_v2, (CUevent e), (e))
 FRSIM_FORWARD(cuEventElapsedTime, cuEventElapsedTime_v2, (float* ms, CUevent a, CUevent b),
               (ms, a, b))
 FRSIM_FORWARD(cuDeviceGetUuid, cuDeviceGetUuid_v2, (CUuuid * u, CUdevice d), (u, d))
-FRSIM_FORWARD(cuStreamQuery_ptsz, cuStreamQuery, (CUstream s), (s))
-FRSIM_FORWARD(cuStreamSynchronize_ptsz, cuStreamSynchronize, (CUstream s), (s))
+FRSIM_FORWARD(cuStreamQuery_ptsz, cuStreamQuery, (CUstream s), (PT(s)))
+FRSIM_FORWARD(cuStreamSynchronize_ptsz, cuStreamSynchronize, (CUstream s), (PT(s)))
 FRSIM_FORWARD(cuStreamWaitEvent_ptsz, cuStreamWaitEvent, (CUstream s, CUevent e, unsigned f),
-              (s, e, f))
+              (PT(s), e, f))
 FRSIM_FORWARD(cuStreamIsCapturing_ptsz, cuStreamIsCapturing, (CUstream s, CUstreamCaptureStatus* c),
-              (s, c))
-FRSIM_FORWARD(cuStreamEndCapture_ptsz, cuStreamEndCapture, (CUstream s, CUgraph* g), (s, g))
+              (PT(s), c))
+FRSIM_FORWARD(cuStreamEndCapture_ptsz, cuStreamEndCapture, (CUstream s, CUgraph* g), (PT(s), g))
 FRSIM_FORWARD(cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture_v2,
-              (CUstream s, CUstreamCaptureMode m), (s, m))
-FRSIM_FORWARD(cuEventRecord_ptsz, cuEventRecord, (CUevent e, CUstream s), (e, s))
-FRSIM_FORWARD(cuLaunchHostFunc_ptsz, cuLaunchHostFunc, (CUstream s, CUhostFn f, void* u), (s, f, u))
-FRSIM_FORWARD(cuGraphLaunch_ptsz, cuGraphLaunch, (CUgraphExec g, CUstream s), (g, s))
+              (CUstream s, CUstreamCaptureMode m), (PT(s), m))
+FRSIM_FORWARD(cuEventRecord_ptsz, cuEventRecord, (CUevent e, CUstream s), (e, PT(s)))
+FRSIM_FORWARD(cuLaunchHostFunc_ptsz, cuLaunchHostFunc, (CUstream s, CUhostFn f, void* u),
+              (PT(s), f, u))
+FRSIM_FORWARD(cuGraphLaunch_ptsz, cuGraphLaunch, (CUgraphExec g, CUstream s), (g, PT(s)))
 FRSIM_FORWARD(cuLaunchKernel_ptsz, cuLaunchKernel,
               (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                unsigned bz, unsigned sh, CUstream s, void** p, void** x),
-              (f, gx, gy, gz, bx, by, bz, sh, s, p, x))
+              (f, gx, gy, gz, bx, by, bz, sh, PT(s), p, x))
 FRSIM_FORWARD(cuGraphInstantiate, cuGraphInstantiateWithFlags,
               (CUgraphExec * e, CUgraph g, unsigned long long f), (e, g, f))
 FRSIM_FORWARD(cuStreamGetCaptureInfo_v3_ptsz, cuStreamGetCaptureInfo_v3,
               (CUstream s, CUstreamCaptureStatus* c, cuuint64_t* i, CUgraph* g,
                const CUgraphNode** d, const CUgraphEdgeData** e, size_t* n),
-              (s, c, i, g, d, e, n))
+              (PT(s), c, i, g, d, e, n))
 
 // Entry points whose plain name has an older signature.
 FRSIM_FORWARD(cuCtxCreate, create_ctx, (CUcontext * c, unsigned f, CUdevice d), (c, f, d))

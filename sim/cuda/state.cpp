@@ -132,13 +132,29 @@ int current_device() {
   return 0;
 }
 
+namespace {
+thread_local std::shared_ptr<CUstream_st> tls_per_thread;  // made on first use
+}
+
 std::shared_ptr<CUstream_st> get_stream(CUstream h) {
   State& s = ready();
-  if (h == nullptr || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) {
+  if (h == CU_STREAM_PER_THREAD) {
+    if (!tls_per_thread) {
+      auto st = make_stream(current_device(),
+                            tls_ctx_stack.empty() ? nullptr : tls_ctx_stack.back(), 0, 0);
+      st->per_thread = true;
+      std::lock_guard<std::mutex> g(s.mu);
+      s.per_thread.push_back(st);
+      tls_per_thread = st;
+    }
+    return tls_per_thread;
+  }
+  if (h == nullptr || h == CU_STREAM_LEGACY) {
     std::unique_lock<std::mutex> g(s.mu);
     if (!s.legacy) {
       g.unlock();
       auto st = make_stream(0, s.primary.empty() ? nullptr : s.primary[0], 0, 0);
+      st->legacy = true;
       g.lock();
       if (!s.legacy)
         s.legacy = st;
@@ -164,8 +180,24 @@ std::shared_ptr<CUevent_st> get_event(CUevent h) {
 
 CUresult enqueue(const std::shared_ptr<CUstream_st>& st, std::function<void()> fn, uint64_t* ticket,
                  bool run_if_idle) {
+  if (st->legacy)
+    if (CUresult r = capture_legacy_use(); r != CUDA_SUCCESS) return r;
+  // The legacy stream and the blocking streams wait for each other's earlier work.
+  auto deps = legacy_deps(st);
+  if (!deps.empty()) {
+    run_if_idle = false;
+    fn = [deps = std::move(deps), inner = std::move(fn)] {
+      for (auto& [o, t] : deps) {
+        std::unique_lock<std::mutex> lk(o->mu);
+        o->done_cv.wait(lk, [&, t = t] { return o->finished >= t; });
+      }
+      inner();
+    };
+  }
   std::lock_guard<std::mutex> g(st->mu);
   if (st->destroyed) return CUDA_ERROR_INVALID_HANDLE;
+  if (st->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED)
+    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   if (st->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
     st->graph->items.push_back(GraphItem{std::move(fn), nullptr});
     if (ticket) *ticket = 0;
@@ -191,6 +223,8 @@ CUresult enqueue_prepared(const std::shared_ptr<CUstream_st>& st,
   {
     std::lock_guard<std::mutex> g(st->mu);
     if (st->destroyed) return CUDA_ERROR_INVALID_HANDLE;
+    if (st->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED)
+      return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     if (st->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
       st->graph->items.push_back(GraphItem{nullptr, std::move(prepare)});
       return CUDA_SUCCESS;

@@ -56,6 +56,7 @@ FRSIM_API CUresult cuStreamDestroy_v2(CUstream h) {
     st = it->second;
     s.streams.erase(it);
   }
+  capture_forget(st.get());
   // As on a GPU, queued work still runs; the worker ends once the queue is drained.
   std::lock_guard<std::mutex> g(st->mu);
   st->destroyed = true;
@@ -68,9 +69,12 @@ FRSIM_API CUresult cuStreamSynchronize(CUstream h) {
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
   {
     std::lock_guard<std::mutex> g(st->mu);
-    if (st->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE)
+    if (st->capture != CU_STREAM_CAPTURE_STATUS_NONE) {  // syncing a capture invalidates it
+      st->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
       return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
   }
+  if (CUresult r = capture_unsafe_call(); r != CUDA_SUCCESS) return r;
   wait_stream(st);
   return CUDA_SUCCESS;
 }
@@ -79,7 +83,10 @@ FRSIM_API CUresult cuStreamQuery(CUstream h) {
   auto st = get_stream(h);
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
   std::lock_guard<std::mutex> g(st->mu);
-  if (st->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (st->capture != CU_STREAM_CAPTURE_STATUS_NONE) {  // querying a capture invalidates it
+    st->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
   return st->finished >= st->enqueued ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
@@ -159,7 +166,14 @@ FRSIM_API CUresult cuStreamAddCallback(CUstream h, CUstreamCallback cb, void* us
 
 // ---- stream memory operations --------------------------------------------------------------------
 
-static CUresult check_mem_op(CUdeviceptr addr, size_t len) {
+// As the driver: FRSIM_CU_FAIL's refusals first (a GPU or driver without stream memory
+// operations, or 64-bit ones; no current context), then the flags, then the address: aligned to
+// its size and inside memory the GPU can reach.
+static CUresult check_mem_op(CUdeviceptr addr, size_t len, unsigned flags, unsigned valid_flags) {
+  if (cu_fail(CuFail::kWriteNoContext)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (cu_fail(CuFail::kWriteUnsupported) || (len == 8 && cu_fail(CuFail::kWrite64Unsupported)))
+    return CUDA_ERROR_NOT_SUPPORTED;
+  if ((flags & ~valid_flags) != 0) return CUDA_ERROR_INVALID_VALUE;
   if (addr == 0 || addr % len != 0) return CUDA_ERROR_INVALID_VALUE;
   if (!addr_is_host_mapped(static_cast<uintptr_t>(addr), len)) return CUDA_ERROR_INVALID_VALUE;
   return CUDA_SUCCESS;
@@ -167,10 +181,11 @@ static CUresult check_mem_op(CUdeviceptr addr, size_t len) {
 
 FRSIM_API CUresult cuStreamWriteValue64_v2(CUstream h, CUdeviceptr addr, cuuint64_t value,
                                            unsigned int flags) {
-  (void)flags;
   auto st = get_stream(h);
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
-  if (CUresult r = check_mem_op(addr, 8); r != CUDA_SUCCESS) return r;
+  if (CUresult r = check_mem_op(addr, 8, flags, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER);
+      r != CUDA_SUCCESS)
+    return r;
   auto* p = reinterpret_cast<uint64_t*>(static_cast<uintptr_t>(addr));
   return enqueue(
       st, [p, value] { __atomic_store_n(p, value, __ATOMIC_SEQ_CST); }, nullptr, true);
@@ -178,10 +193,11 @@ FRSIM_API CUresult cuStreamWriteValue64_v2(CUstream h, CUdeviceptr addr, cuuint6
 
 FRSIM_API CUresult cuStreamWriteValue32_v2(CUstream h, CUdeviceptr addr, cuuint32_t value,
                                            unsigned int flags) {
-  (void)flags;
   auto st = get_stream(h);
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
-  if (CUresult r = check_mem_op(addr, 4); r != CUDA_SUCCESS) return r;
+  if (CUresult r = check_mem_op(addr, 4, flags, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER);
+      r != CUDA_SUCCESS)
+    return r;
   auto* p = reinterpret_cast<uint32_t*>(static_cast<uintptr_t>(addr));
   return enqueue(
       st, [p, value] { __atomic_store_n(p, value, __ATOMIC_SEQ_CST); }, nullptr, true);
@@ -191,7 +207,9 @@ FRSIM_API CUresult cuStreamWaitValue64_v2(CUstream h, CUdeviceptr addr, cuuint64
                                           unsigned int flags) {
   auto st = get_stream(h);
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
-  if (CUresult r = check_mem_op(addr, 8); r != CUDA_SUCCESS) return r;
+  if (CUresult r = check_mem_op(addr, 8, flags, 0xf | CU_STREAM_WAIT_VALUE_FLUSH);
+      r != CUDA_SUCCESS)
+    return r;
   if ((flags & 0xf) > CU_STREAM_WAIT_VALUE_NOR) return CUDA_ERROR_INVALID_VALUE;
   auto* p = reinterpret_cast<const uint64_t*>(static_cast<uintptr_t>(addr));
   return enqueue(st, [p, value, flags] {
@@ -204,7 +222,9 @@ FRSIM_API CUresult cuStreamWaitValue32_v2(CUstream h, CUdeviceptr addr, cuuint32
                                           unsigned int flags) {
   auto st = get_stream(h);
   if (!st) return CUDA_ERROR_INVALID_HANDLE;
-  if (CUresult r = check_mem_op(addr, 4); r != CUDA_SUCCESS) return r;
+  if (CUresult r = check_mem_op(addr, 4, flags, 0xf | CU_STREAM_WAIT_VALUE_FLUSH);
+      r != CUDA_SUCCESS)
+    return r;
   if ((flags & 0xf) > CU_STREAM_WAIT_VALUE_NOR) return CUDA_ERROR_INVALID_VALUE;
   auto* p = reinterpret_cast<const uint32_t*>(static_cast<uintptr_t>(addr));
   return enqueue(st, [p, value, flags] {

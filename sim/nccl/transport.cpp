@@ -6,15 +6,24 @@
 // a rank has out-edges and in-edges: a ring for AllReduce, AllGather and ReduceScatter (even
 // channels send to rank+1, odd channels to rank-1, as NCCL's rings alternate direction), a binary
 // tree rooted at the root for Broadcast (down) and Reduce (up). AlltoAll, Gather and Scatter have
-// no channel model (their data moves as before). Step k of every channel is the k-th chunk: a
-// rank posts a chunk's data only once its channel steps for it are done, so a stopped step stops
-// the collective on every member, as in NCCL.
+// no channel model (their data moves as before).
+//
+// Each channel runs as many steps as NCCL's proxy runs for the op with the SIMPLE protocol
+// (nccl_steps below, from NCCL's computeColl: a ring all-reduce 2(n-1) chunk steps per loop, an
+// all-gather or reduce-scatter n-1, a pipeline 1; loops by size over nChannels x chunks per loop x
+// chunkSize; each ring chunk sent as 2 slices, and a step is a slice, as in NCCL's ProxyStep
+// numbers). The emulation's data chunks are spread over those steps: a rank posts data chunk i
+// only once every channel finished the steps up to i's share, so a stopped step stops the
+// collective on every member, and the step at which it stopped is the one the fault named.
 //
 // A step on an in-edge: the receiver posts a buffer (credit: `ready`), waits for data (`tx`),
 // then its kernel consumes it. On an out-edge: the kernel produces the data (on trees, once the
 // step's receives are consumed), the proxy waits for the receiver's credit, then transmits.
 // Proxy events (ProxyOp, ProxyStep with the v5/v6 states) are emitted only for edges to ranks of
 // another node (FRSIM_NODE): NCCL's proxy serves NET connections; P2P and SHM ones have none.
+// KernelCh events are another matter: with KernelCh in the process-wide mask NCCL adds a
+// profiler proxy op on every channel of every kernel (ncclProfilerNeedsProxy, SaveProxyProfiler),
+// whatever the transport, and the proxy reports the kernel's start and end on that channel.
 #include <stdlib.h>
 
 #include <algorithm>
@@ -40,12 +49,13 @@ struct Link {
 };
 struct ChannelState {
   std::vector<Link> ins, outs;
+  uint64_t step = 0;  // the step in progress on this channel
   void* kernel_h = nullptr;
 };
 struct Xport {
   bool modeled = false;
   bool tree = false;
-  uint64_t step = 0;  // the step in progress (= the chunk)
+  uint64_t nsteps = 1;  // steps every channel runs for the op
   std::vector<ChannelState> chans;
   void* coll_h = nullptr;
   XportFault fault;
@@ -81,6 +91,26 @@ std::vector<int> outs_of(OpKind kind, int n, int root, int c, int r) {
     v.push_back(abs((i - 1) / 2));
   }
   return v;
+}
+
+bool ring_kind(OpKind k) { return k == kAllReduce || k == kAllGather || k == kReduceScatter; }
+
+// NCCL's proxy step count for one channel of a collective (computeColl, SIMPLE protocol, default
+// NCCL_BUFFSIZE of 4 MiB in NCCL_STEPS = 8 buffer steps): rings send chunks of chunkSteps = 4
+// buffer steps, as sliceSteps = 2 slices each (NCCL's ProxyOp nSteps and ProxyStep numbers count
+// slices); the Broadcast and Reduce pipelines send one buffer step per chunk.
+uint64_t nccl_steps(const Op& op, int n, int nch) {
+  constexpr uint64_t kStepBytes = (4u << 20) / 8;
+  const bool ring = ring_kind(op.kind);
+  const bool per_rank_count = op.kind == kAllGather || op.kind == kReduceScatter;
+  const uint64_t bytes = op.count * dtype_size(op.dtype) * (per_rank_count ? n : 1);
+  const uint64_t chunk = ring ? kStepBytes * 4 : kStepBytes;
+  const uint64_t chunks_per_loop = ring ? n : 1;
+  const uint64_t steps_per_loop = op.kind == kAllReduce ? 2 * (n - 1) : ring ? n - 1 : 1;
+  const uint64_t slices = ring ? 2 : 1;
+  const uint64_t loop = static_cast<uint64_t>(nch) * chunks_per_loop * chunk;
+  const uint64_t loops = std::max<uint64_t>(1, (bytes + loop - 1) / loop);
+  return std::min<uint64_t>(steps_per_loop * loops * slices, 0xffffff);
 }
 
 bool modeled_kind(OpKind k) {
@@ -123,8 +153,16 @@ void start_op(Op& op) {
   if (p2p) d.seq = 0;  // NCCL's p2p descriptor has no sequence number
   x->coll_h = prof_start(&c, p2p ? ap::kEvP2p : ap::kEvColl, nullptr, d);
   prof_stop(x->coll_h);  // NCCL stops the task event once the plan is launched; children keep it
-  if (!x->modeled) return;
+  ProfDescr k0;
+  k0.channel = 0;
+  if (!x->modeled) {  // one kernel channel: the ops without a channel model run on channel 0
+    x->chans.resize(1);
+    // A one-rank communicator launches no NCCL kernel (NCCL copies locally): no kernel channel.
+    if (c.nranks > 1) x->chans[0].kernel_h = prof_start(&c, ap::kEvKernelCh, x->coll_h, k0);
+    return;
+  }
   const int n = c.nranks, me = c.rank;
+  x->nsteps = nccl_steps(op, n, sim_channels());
   const int my_node = c.seg.slot(me)->node.load();
   x->chans.resize(sim_channels());
   for (int ch = 0; ch < sim_channels(); ++ch) {
@@ -150,20 +188,18 @@ void start_op(Op& op) {
     }
     ProfDescr k;
     k.channel = ch;
-    bool any_net = false;
     for (auto* v : {&cs.ins, &cs.outs})
       for (Link& l : *v) {
         if (!l.net) continue;
-        any_net = true;
         ProfDescr pd;
         pd.channel = ch;
         pd.peer = l.peer;
-        pd.nsteps = static_cast<int>(op.nchunks);
+        pd.nsteps = static_cast<int>(x->nsteps);
         pd.is_send = v == &cs.outs;
         l.op_h = prof_start(&c, ap::kEvProxyOp, x->coll_h, pd);
       }
-    // NCCL reports kernel channels through the proxy: only channels that have NET peers.
-    if (any_net) cs.kernel_h = prof_start(&c, ap::kEvKernelCh, x->coll_h, k);
+    // The profiler proxy op of every channel (only when KernelCh is in the mask: prof_start).
+    cs.kernel_h = prof_start(&c, ap::kEvKernelCh, x->coll_h, k);
   }
 }
 
@@ -196,10 +232,10 @@ void step_done(Link& l) {
 bool advance_in(Op& op, Xport& x, int ch, Link& l) {
   CommState& c = *op.comm;
   EdgeWord* w = c.seg.edge(ch, l.peer, l.edge);
-  const uint64_t k = x.step, want = pack(op.seq, k + 1);
+  const uint64_t k = x.chans[ch].step, want = pack(op.seq, k + 1);
   if (l.stage == 0) {
     step_event(c, l, k, ap::kStRecvWait);
-    if (!strikes(x, FRSIM_FAULT_PROXY_RECV_STALL, ch, l.peer, k, op.nchunks)) {
+    if (!strikes(x, FRSIM_FAULT_PROXY_RECV_STALL, ch, l.peer, k, x.nsteps)) {
       w->ready.store(want, std::memory_order_release);
       ring(c.seg.slot(l.peer));
     }
@@ -207,14 +243,14 @@ bool advance_in(Op& op, Xport& x, int ch, Link& l) {
     return true;
   }
   if (l.stage == 1) {
-    if (strikes(x, FRSIM_FAULT_PROXY_RECV_STALL, ch, l.peer, k, op.nchunks)) return false;
+    if (strikes(x, FRSIM_FAULT_PROXY_RECV_STALL, ch, l.peer, k, x.nsteps)) return false;
     if (w->tx.load(std::memory_order_acquire) < want) return false;
     step_event(c, l, k, ap::kStRecvGpuWait);
     l.stage = 2;
     return true;
   }
   if (l.stage == 2) {
-    if (strikes(x, FRSIM_FAULT_CHANNEL_STALL, ch, -1, k, op.nchunks)) return false;
+    if (strikes(x, FRSIM_FAULT_CHANNEL_STALL, ch, -1, k, x.nsteps)) return false;
     step_done(l);
     l.stage = 3;
     return true;
@@ -225,15 +261,15 @@ bool advance_in(Op& op, Xport& x, int ch, Link& l) {
 bool advance_out(Op& op, Xport& x, int ch, Link& l) {
   CommState& c = *op.comm;
   EdgeWord* w = c.seg.edge(ch, c.rank, l.edge);
-  const uint64_t k = x.step, want = pack(op.seq, k + 1);
+  const uint64_t k = x.chans[ch].step, want = pack(op.seq, k + 1);
   if (l.stage == 0) {
     step_event(c, l, k, ap::kStSendGpuWait);
     l.stage = 1;
     return true;
   }
   if (l.stage == 1) {
-    if (strikes(x, FRSIM_FAULT_CHANNEL_STALL, ch, -1, k, op.nchunks)) return false;
-    if (strikes(x, FRSIM_FAULT_PROXY_SEND_STALL, ch, l.peer, k, op.nchunks)) return false;
+    if (strikes(x, FRSIM_FAULT_CHANNEL_STALL, ch, -1, k, x.nsteps)) return false;
+    if (strikes(x, FRSIM_FAULT_PROXY_SEND_STALL, ch, l.peer, k, x.nsteps)) return false;
     if (x.tree)  // a tree forwards what it received this step
       for (const Link& in : x.chans[ch].ins)
         if (in.stage < 3) return false;
@@ -252,7 +288,7 @@ bool advance_out(Op& op, Xport& x, int ch, Link& l) {
       return false;
     }
     l.stage = 3;
-    if (strikes(x, FRSIM_FAULT_LINK_DOWN, ch, l.peer, k, op.nchunks))
+    if (strikes(x, FRSIM_FAULT_LINK_DOWN, ch, l.peer, k, x.nsteps))
       return true;  // lost on the wire
     w->tx.store(want, std::memory_order_release);
     ring(c.seg.slot(l.peer));
@@ -262,32 +298,45 @@ bool advance_out(Op& op, Xport& x, int ch, Link& l) {
   return false;
 }
 
+// Runs one channel's steps up to `target` as far as they can go now; true when it changed.
+bool advance_channel(Op& op, Xport& x, int ch, uint64_t target) {
+  ChannelState& cs = x.chans[ch];
+  bool changed = false;
+  while (cs.step < target) {
+    bool all = true;
+    for (Link& l : cs.ins) {
+      while (advance_in(op, x, ch, l)) changed = true;
+      if (l.stage < 3) all = false;
+    }
+    for (Link& l : cs.outs) {
+      while (advance_out(op, x, ch, l)) changed = true;
+      if (l.stage < 3 || l.step_h != nullptr) all = false;
+    }
+    if (!all) break;
+    ++cs.step;  // the step is over on every edge: the next one begins
+    for (auto* v : {&cs.ins, &cs.outs})
+      for (Link& l : *v) {
+        l.stage = 0;
+        l.due_ns = 0;  // the next step is paced afresh (pace.cpp)
+      }
+    changed = true;
+  }
+  return changed;
+}
+
 }  // namespace
 
 XportResult xport_step(Op& op) {
   if (!op.xport) start_op(op);
   Xport& x = *op.xport;
   if (!x.modeled) return kXportDone;
-  if (x.step != op.chunk) {  // the previous chunk moved: its steps are over, the next ones begin
-    x.step = op.chunk;
-    for (auto& cs : x.chans)
-      for (auto* v : {&cs.ins, &cs.outs})
-        for (Link& l : *v) {
-          l.stage = 0;
-          l.due_ns = 0;
-        }
-  }
+  // The steps data chunk op.chunk needs done: its share of the op's steps, all of them for the last.
+  const uint64_t target =
+      op.chunk + 1 >= op.nchunks ? x.nsteps : (op.chunk + 1) * x.nsteps / op.nchunks;
   bool changed = false, done = true;
   for (int ch = 0; ch < static_cast<int>(x.chans.size()); ++ch) {
-    ChannelState& cs = x.chans[ch];
-    for (Link& l : cs.ins) {
-      while (advance_in(op, x, ch, l)) changed = true;
-      if (l.stage < 3) done = false;
-    }
-    for (Link& l : cs.outs) {
-      while (advance_out(op, x, ch, l)) changed = true;
-      if (l.stage < 3 || l.step_h != nullptr) done = false;
-    }
+    if (advance_channel(op, x, ch, target)) changed = true;
+    if (x.chans[ch].step < target) done = false;
   }
   if (done) return kXportDone;
   return changed ? kXportProgressed : kXportWaiting;

@@ -459,6 +459,141 @@ TEST_CASE("under the CUDA emulation markers run on the stream in order", "[agent
   CHECK(indices == std::vector<uint64_t>{1, 2, 3, 4});
 }
 
+TEST_CASE("under the strict CUDA emulation the agent never breaks another thread's global capture",
+          "[agent]") {
+  if (!FR_HAVE_SIM_CUDA) {
+    FR_SKIP("not built: the CUDA emulation is not part of this build");
+  }
+  TempDir dir;
+  RunResult r = run({kDir + "/fr_agent_sim_strict_probe"}, env_for(dir));
+  INFO(r.out);
+  REQUIRE(r.exit_code == 0);
+  // The emulation is strict: an unsafe call of a global-mode thread invalidates the capture.
+  CHECK(r.values["control.alloc"] == std::to_string(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED));
+  CHECK(r.values["control.end"] == std::to_string(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED));
+  // The agent registered its log during that kind of capture, and the capture survived.
+  CHECK(r.values["rc.OtherThreadsCapture"] == "0");
+  auto log = only_log(dir);
+  CHECK((log.header.flags & FR_LOG_F_GPU_MARKERS) != 0);
+  CHECK(log.header.gpu_error_call == FR_GPU_CALL_NONE);
+  int completed = 0;
+  for (const auto& rec : log.records)
+    if (rec.raw.op == FR_OP_ALLREDUCE && rec.gpu_state == FR_GPU_COMPLETED) ++completed;
+  CHECK(completed == 3);
+}
+
+TEST_CASE("under the CUDA emulation's driver refusals GPU progress falls back and says why",
+          "[agent]") {
+  if (!FR_HAVE_SIM_CUDA) {
+    FR_SKIP("not built: the CUDA emulation is not part of this build");
+  }
+  struct Case {
+    const char* fail;
+    uint32_t call;
+    int32_t error;
+  };
+  const Case cases[] = {
+      {"register-unsupported", FR_GPU_CALL_MEM_HOST_REGISTER, CUDA_ERROR_NOT_SUPPORTED},
+      {"register-no-context", FR_GPU_CALL_MEM_HOST_REGISTER, CUDA_ERROR_INVALID_CONTEXT},
+      {"write64-unsupported", FR_GPU_CALL_DEVICE_GET_ATTRIBUTE, CUDA_ERROR_NOT_SUPPORTED},
+      {"write-no-context", FR_GPU_CALL_STREAM_WRITE_VALUE64, CUDA_ERROR_INVALID_CONTEXT},
+  };
+  for (const Case& c : cases) {
+    DYNAMIC_SECTION(c.fail) {
+      TempDir dir;
+      RunResult r =
+          run({kDir + "/fr_agent_sim_strict_probe"}, env_for(dir, {{"FRSIM_CU_FAIL", c.fail}}));
+      INFO(r.out);
+      REQUIRE(r.exit_code == 0);  // the program never sees the refusal
+      auto log = only_log(dir);
+      CHECK(log.header.gpu_error_call == c.call);
+      CHECK(log.header.gpu_error == c.error);
+      // Events stand in for the markers: every op still completes in the log.
+      int completed = 0;
+      for (const auto& rec : log.records)
+        if (rec.raw.op == FR_OP_ALLREDUCE && rec.gpu_state == FR_GPU_COMPLETED) ++completed;
+      CHECK(completed == 3);
+    }
+  }
+}
+
+namespace {
+
+// Runs the one-process job (small_log_probe.cpp) with FR_LOG_DIR on a tmpfs of `kib` KiB mounted in
+// a private mount namespace; the logs it leaves are copied to `out`. The agent is its profiler
+// plugin and asks for kernel channels (so one node's job has channel slots to fill).
+RunResult run_in_small_dir(int kib, const TempDir& out, const TempDir& mnt) {
+  const std::string script = "mount -t tmpfs -o size=" + std::to_string(kib) + "k tmpfs '" +
+                             mnt.path() + "' || exit 90; FR_LOG_DIR='" + mnt.path() +
+                             "' \"$0\"; rc=$?; cp '" + mnt.path() + "'/*.frlog '" + out.path() +
+                             "/' 2>/dev/null; exit $rc";
+  return run(
+      {"/usr/bin/unshare", "-Urm", "/bin/sh", "-c", script, kDir + "/fr_agent_small_log_probe"},
+      env_for(out, {{"NCCL_PROFILER_PLUGIN", FR_AGENT_LIB},
+                    {"FR_PROFILER_KERNEL_CH", "1"},
+                    {"FRSIM_SHM_PREFIX", "/frsmall" + std::to_string(getpid())}}));
+}
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("in a small log directory the log shrinks, then loses its channel slots, never the job",
+          "[agent]") {
+  if (!FR_HAVE_SIM_CUDA) {
+    FR_SKIP("not built: the CUDA emulation is not part of this build");
+  }
+  if (std::system(
+          "/usr/bin/unshare -Urm /bin/sh -c 'mount -t tmpfs -o size=64k tmpfs /mnt' 2>/dev/null") !=
+      0) {
+    FR_SKIP("cannot mount a private tmpfs here (unshare -Urm is not permitted)");
+  }
+  struct Case {
+    int kib;            // the file system's size
+    uint32_t records;   // the log's capacity; 0: no log
+    uint32_t channels;  // its channel slots
+  };
+  // The configured log is 665 KiB; the smaller one 166 KiB; without channel slots 134 KiB.
+  const Case cases[] = {{1024, FR_DEFAULT_RING_CAPACITY, FR_DEFAULT_CHAN_CAPACITY},
+                        {512, 256, 256},
+                        {160, 256, 0},
+                        {64, 0, 0}};
+  for (const Case& c : cases) {
+    DYNAMIC_SECTION(c.kib << " KiB") {
+      TempDir out, mnt;
+      RunResult r = run_in_small_dir(c.kib, out, mnt);
+      INFO(r.out << r.err);
+      REQUIRE(r.exit_code != 90);
+      CHECK(r.exit_code == 0);  // never a failed job
+      CHECK(r.values["ok"] == "1");
+      const bool full = c.records == FR_DEFAULT_RING_CAPACITY;
+      CHECK(count_of(r.err, "no room in") == (full ? 0u : 1u));  // one notice, or none
+      if (c.records == 0) {
+        CHECK(out.logs().empty());
+        CHECK(count_of(r.err, "runs unrecorded") == 1);
+        continue;
+      }
+      auto log = only_log(out);
+      CHECK(log.header.ring_capacity == c.records);
+      CHECK(log.header.chan_capacity == c.channels);
+      CHECK(((log.header.flags & FR_LOG_F_SMALL_LOG) != 0) == !full);
+      CHECK(records_of(log, FR_OP_ALLREDUCE).size() == 20);
+      size_t used = 0;
+      for (const auto& e : log.chans) used += e.ops_done > 0;
+      if (c.channels != 0) {
+        CHECK((log.header.flags & FR_LOG_F_PROFILER) != 0);
+        CHECK(used > 0);  // the profiler plugin's data
+      } else {
+        CHECK((log.header.flags & FR_LOG_F_PROFILER) == 0);  // the plugin was declined
+      }
+    }
+  }
+}
+
 TEST_CASE(
     "libfr_agent.so exports the NCCL API, dlsym and dlvsym, the graph entries, and nothing else",
     "[agent]") {

@@ -17,6 +17,7 @@
 #include "analyzer/model.h"
 #include "synth/synth.h"
 #include "analyzer/trace.h"
+#include "log/side_files.h"
 #include "log/snapshot.h"
 #include "temp_dir.h"
 
@@ -795,4 +796,33 @@ TEST_CASE("p2p: a wrapped ring that still holds the first p2p op is paired whole
   CHECK(culprits(doc["verdict"]) == std::vector<int>{1});
   CHECK(doc["verdict"]["summary"].get<std::string>().find(
             "rank 2 waits to receive from rank 1 (Recv #") != std::string::npos);
+}
+
+TEST_CASE("GPUs join ranks in a PID namespace through the PIDs the node daemon mapped",
+          "[analyzer]") {
+  auto logs = fr::synth::make_logs(spec_with(""));
+  std::string host;
+  int pid = 0;
+  for (const auto& log : logs)
+    if (log.header.global_rank == 2) host = log.hostname(), pid = log.header.pid;
+  REQUIRE(pid != 0);
+  for (bool mapped : {false, true}) {
+    INFO((mapped ? "with" : "without") << " the daemon's mapping");
+    TempDir t;
+    write_logs(logs, t.sub("set"));
+    // NVML reports the host's PID (4242); in its container, rank 2 recorded its own.
+    fr::log::NodeGpus g;
+    g.node = host;
+    fr::log::GpuHealth gpu;
+    gpu.pci_bus_id = "0000:3b:00.0";
+    gpu.pids = {4242};
+    if (mapped) gpu.own_pids = {pid};
+    g.gpus.push_back(gpu);
+    std::ofstream(t.sub("set") + "/" + host + ".gpu.json") << fr::log::gpus_to_text(g);
+    json doc = analyze_dir(t.sub("set"));
+    const json& gpus = doc.contains("gpus") ? doc["gpus"] : doc["context"]["gpus"];
+    INFO(gpus.dump(1));
+    REQUIRE(gpus.size() == 1);
+    CHECK(gpus[0]["ranks"] == (mapped ? json::array({2}) : json::array()));
+  }
 }

@@ -52,7 +52,7 @@ json analyze(std::vector<fr::log::LogFile> logs, const fr::test::TempDir& t) {
   return doc;
 }
 
-std::vector<fr::log::LogFile> stuck_logs(json* verdict) {
+std::vector<fr::log::LogFile> stuck_logs(json* verdict, bool rank1_started = true) {
   Spec s;
   s.ranks = 4;
   s.tp = 1;
@@ -63,6 +63,25 @@ std::vector<fr::log::LogFile> stuck_logs(json* verdict) {
   REQUIRE(fr::synth::parse_fault("rank=1,kind=gpu-stall", &f, &err));
   s.faults.push_back(f);
   auto logs = fr::synth::make_logs(s);
+  // Rank 1's GPU stopped inside the op, not before it: every member's GPU started it, so the
+  // channels may name anyone (with a GPU that never started it, only that one: see
+  // "a GPU that never started the op is not blamed on its neighbours" below).
+  for (auto& log : logs) {
+    if (log.header.global_rank != 1 || !rank1_started) continue;
+    for (auto& c : log.comms) {
+      uint64_t first = 0;
+      for (auto& rec : log.records)
+        if (rec.raw.comm_id == c.id && rec.gpu_state == FR_GPU_ENQUEUED && rec.raw.op_index != 0 &&
+            (first == 0 || rec.raw.op_index < first))
+          first = rec.raw.op_index;
+      for (auto& rec : log.records)
+        if (rec.raw.comm_id == c.id && first != 0 && rec.raw.op_index == first) {
+          rec.gpu_state = FR_GPU_STARTED;
+          rec.raw.gpu_state = static_cast<uint8_t>(rec.gpu_state);
+        }
+      if (first != 0) c.gpu_started = std::max<uint64_t>(c.gpu_started, first);
+    }
+  }
   fr::test::TempDir t;
   *verdict = analyze(logs, t)["verdict"];
   REQUIRE((*verdict)["kind"] == "stuck_in_collective");
@@ -158,6 +177,35 @@ TEST_CASE("channels: the earliest step wins over the lower channel, a link is bo
   CHECK(w["summary"].get<std::string>().find(
             "channel 1 stopped at step 2; rank 2 waits for data from rank 3 over NET") !=
         std::string::npos);
+}
+
+TEST_CASE("channels: a GPU that never started the op is not blamed on its neighbours",
+          "[analyzer]") {
+  json v;
+  auto logs = stuck_logs(&v, false);  // rank 1's GPU is held before the op
+  INFO(v.dump(2));
+  REQUIRE(v["culprit_ranks"] == json::array({1}));
+  // Waits that blame rank 2 (it started the op): the ring waits behind rank 1, not on rank 2.
+  auto blaming_2 = logs;
+  plant(blaming_2, v,
+        {{3, 0, FR_CHAN_RECV, 2, 5, FR_CHANST_RECV_WAIT},
+         {2, 0, FR_CHAN_SEND, 3, 5, FR_CHANST_SEND_GPU_WAIT},
+         {2, 0, FR_CHAN_RECV, 1, 5, FR_CHANST_RECV_GPU_WAIT}});
+  fr::test::TempDir t;
+  json w = analyze(blaming_2, t)["verdict"];
+  INFO(w.dump(2));
+  CHECK(!w.contains("where"));
+  CHECK(w["culprit_ranks"] == json::array({1}));
+  CHECK(w["channel_progress"].size() == 3);
+  // A wait that blames rank 1 itself localizes the stall.
+  plant(logs, v, {{2, 1, FR_CHAN_RECV, 1, 0, FR_CHANST_RECV_WAIT}});
+  fr::test::TempDir t2;
+  w = analyze(logs, t2)["verdict"];
+  INFO(w.dump(2));
+  REQUIRE(w.contains("where"));
+  CHECK(w["where"]["peer_rank"] == 1);
+  CHECK(w["where"]["step"] == 0);
+  CHECK(w["culprit_ranks"] == json::array({1}));
 }
 
 TEST_CASE("channels: slots of another communicator, or finished, localize nothing", "[analyzer]") {

@@ -426,6 +426,74 @@ TEST_CASE("nvml: the full reading of an incident, with what a GPU does not suppo
   REQUIRE(back.gpus[1].unavailable == b.unavailable);
 }
 
+namespace {
+
+// A process in a PID namespace of its own (unshare -Urpf --mount-proc): `unshare` forks it as pid
+// 1 there; `host_pid` is its pid here. Killed with its unshare parent on destruction.
+struct NamespacedSleeper {
+  pid_t unshare_pid = -1;
+  int host_pid = 0;
+  NamespacedSleeper() {
+    unshare_pid = ::fork();
+    if (unshare_pid == 0) {
+      ::execl("/usr/bin/unshare", "unshare", "-Urpf", "--mount-proc", "/bin/sleep", "60",
+              static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    // The forked child of unshare, once it is there.
+    fr::test::wait_for(
+        [&] {
+          std::ifstream f("/proc/" + std::to_string(unshare_pid) + "/task/" +
+                          std::to_string(unshare_pid) + "/children");
+          int pid = 0;
+          if (f >> pid) host_pid = pid;
+          return host_pid > 0;
+        },
+        10);
+  }
+  ~NamespacedSleeper() {
+    if (host_pid > 0) ::kill(host_pid, SIGKILL);
+    if (unshare_pid > 0) {
+      ::kill(unshare_pid, SIGKILL);
+      ::waitpid(unshare_pid, nullptr, 0);
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("nvml: the host PIDs NVML reports are mapped to the PIDs processes see in a namespace",
+          "[nvml]") {
+  if (std::system("/usr/bin/unshare -Urpf --mount-proc /bin/true 2>/dev/null") != 0) {
+    FR_SKIP("cannot create a PID namespace here (unshare -Urpf is not permitted)");
+  }
+  struct stat self_ns {};
+  if (::stat("/proc/self/ns/pid", &self_ns) != 0 || self_ns.st_ino != 0xEFFFFFFCu) {
+    FR_SKIP(
+        "this test runs in a nested PID namespace: NVML's PIDs (the initial namespace's) "
+        "cannot be mapped from here");
+  }
+  NamespacedSleeper ns;
+  REQUIRE(ns.host_pid > 0);
+  // The emulated NVML reports host PIDs, as the driver does: the namespaced process, and this one.
+  const int self = int(::getpid());
+  SimNvml sim("gpu 0000:3b:00.0 pids=" + std::to_string(ns.host_pid) + "," + std::to_string(self) +
+              "\n");
+  fr::daemon::GpuMonitor m;
+  std::string why;
+  REQUIRE(m.open(kNvml, &why));
+  fr::log::NodeGpus g = m.read(true);
+  REQUIRE(g.gpus.size() == 1);
+  CHECK(g.gpus[0].pids == std::vector<int>{ns.host_pid, self});
+  // Inside its namespace the sleeper is pid 1 (what a rank there records); this process shares
+  // the reader's namespace, so it is itself.
+  CHECK(g.gpus[0].own_pids == std::vector<int>{1, self});
+  fr::log::NodeGpus back;
+  std::string err;
+  REQUIRE(fr::log::parse_gpus(fr::log::gpus_to_text(g), &back, &err));
+  CHECK(back.gpus[0].own_pids == g.gpus[0].own_pids);
+}
+
 TEST_CASE("nvml: 36 links are read, and the current calls fall back to the deprecated ones",
           "[nvml]") {
   // GPU 0: 36 NVLinks (NVML_NVLINK_MAX_LINKS of today's nvml.h); only the current calls answer

@@ -21,6 +21,7 @@ struct Case {
   int channel, waiting, peer;
   const char* direction;
   const char* cause;
+  int step = 0;  // the channel step at which it stops (fr-simjob's at=, NCCL's step numbers)
 };
 
 json verdict_of(const SimRun& run) {
@@ -55,6 +56,11 @@ TEST_CASE("transport faults are located to their channel and peer pair", "[e2e][
       // the root's proxy stops sending to 2: the root has no receive side, kernel and proxy alike
       {"rank=0,step=1,kind=proxy-stall,comm=world,nth=1,peer=2", "Broadcast", 0, 2, 0, "recv",
        "sender"},
+      // A ring all-reduce of 4 ranks runs 4(n-1) = 12 steps (sim/README.md): a stop at step 5
+      // or 7 is reported at that step, not at the start of the collective.
+      {"rank=1,step=1,kind=chan-stall,channel=1,at=5", "AllReduce", 1, 0, 1, "recv", "kernel", 5},
+      {"rank=2,step=1,kind=proxy-stall,peer=3,at=7", "AllReduce", 0, 3, 2, "recv", "proxy", 7},
+      {"rank=1,step=1,kind=link-down,peer=0,at=11", "AllReduce", 1, 0, 1, "recv", "link", 11},
   };
   for (const Case& c : cases) {
     DYNAMIC_SECTION(c.fault) {
@@ -72,12 +78,12 @@ TEST_CASE("transport faults are located to their channel and peer pair", "[e2e][
       CHECK(w["transport"] == "NET");
       CHECK(w["direction"] == c.direction);
       CHECK(w["cause"] == c.cause);
-      CHECK(w["step"] == 0);
+      CHECK(w["step"] == c.step);
       REQUIRE(v.contains("channel_progress"));
       CHECK(!v["channel_progress"].empty());
       const std::string summary = v["summary"];
-      CHECK(summary.find("channel " + std::to_string(c.channel) + " stopped at step 0") !=
-            std::string::npos);
+      CHECK(summary.find("channel " + std::to_string(c.channel) + " stopped at step " +
+                         std::to_string(c.step)) != std::string::npos);
       // The Perfetto trace draws the channels: the stopped connection is an open slice.
       const std::string trace = run.dir + "/trace.json";
       const std::string cmd = fr::e2e::build_dir() + "/bin/fr-analyze --trace " + trace + " " +

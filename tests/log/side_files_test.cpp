@@ -38,7 +38,8 @@ NodeGpus full_node() {
   a.power_mw = 310000;
   a.pcie_replays = 7;
   a.pids = {101, 102};
-  GpuHealth b;  // NVML could give nothing of the incident's set
+  a.own_pids = {7, 0};  // the first in a PID namespace of its own, the second not mapped
+  GpuHealth b;          // NVML could give nothing of the incident's set
   b.index = 1;
   b.pci_bus_id = "0000:3c:00.0";
   b.unavailable = {"ecc: Not Supported", "nvlink: Not Supported"};
@@ -71,6 +72,10 @@ const char* const kFullNodeText = R"({
      "recovery_errors": 0,
      "replay_errors": 0
     }
+   ],
+   "own_pids": [
+    7,
+    0
    ],
    "pci_bus_id": "0000:3b:00.0",
    "pcie_replays": 7,
@@ -105,6 +110,7 @@ const char* const kFullNodeText = R"({
    "index": 1,
    "name": "",
    "nvlinks": [],
+   "own_pids": [],
    "pci_bus_id": "0000:3c:00.0",
    "pids": [],
    "throttle_names": [],
@@ -204,6 +210,7 @@ TEST_CASE("gpu file: what is written is read back, field for field") {
     CHECK(r.power_mw == w.power_mw);
     CHECK(r.pcie_replays == w.pcie_replays);
     CHECK(r.pids == w.pids);
+    CHECK(r.own_pids == w.own_pids);
     CHECK(r.unavailable == w.unavailable);
   }
   // Written again, the same bytes.

@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <string>
 #include <chrono>
 #include <mutex>
 #include <thread>
@@ -271,7 +273,6 @@ TEST_CASE("stream capture records work instead of running it", "[sim][cuda]") {
   REQUIRE(cuStreamGetCaptureInfo(s, &st, &id, nullptr, nullptr, nullptr, nullptr) == CUDA_SUCCESS);
   CHECK(id != 0);
   REQUIRE(cuLaunchHostFunc(s, record_item, &it) == CUDA_SUCCESS);
-  CHECK(cuStreamSynchronize(s) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   CUgraph g;
   REQUIRE(cuStreamEndCapture(s, &g) == CUDA_SUCCESS);
   hold_for(20);
@@ -287,6 +288,235 @@ TEST_CASE("stream capture records work instead of running it", "[sim][cuda]") {
   REQUIRE(cuGraphExecDestroy(ex) == CUDA_SUCCESS);
   REQUIRE(cuGraphDestroy(g) == CUDA_SUCCESS);
   cuStreamDestroy(s);
+}
+
+namespace {
+
+// Runs `fn` on a thread of its own (its own capture mode and per-thread stream) and returns its
+// result.
+template <class F>
+CUresult on_other_thread(F fn) {
+  CUresult r = CUDA_ERROR_UNKNOWN;
+  std::thread t([&] { r = fn(); });
+  t.join();
+  return r;
+}
+
+CUresult alloc_and_free() {
+  CUdeviceptr p = 0;
+  CUresult r = cuMemAlloc(&p, 64);
+  if (r == CUDA_SUCCESS) cuMemFree(p);
+  return r;
+}
+
+// Ends the capture of `s`; the result of cuStreamEndCapture (the graph, if any, is destroyed).
+CUresult end_capture(CUstream s) {
+  CUgraph g = nullptr;
+  CUresult r = cuStreamEndCapture(s, &g);
+  if (g != nullptr) cuGraphDestroy(g);
+  if (r != CUDA_SUCCESS) CHECK(g == nullptr);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("capture modes: what a global, thread-local or relaxed capture forbids, as CUDA",
+          "[sim][cuda]") {
+  CUstream s, other;
+  REQUIRE(cuStreamCreate(&s, 0) == CUDA_SUCCESS);
+  REQUIRE(cuStreamCreate(&other, 0) == CUDA_SUCCESS);
+  Recorder rec;
+  Item it{&rec, 1, 0};
+  SECTION("global: an allocation on another thread fails and invalidates the capture") {
+    REQUIRE(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+    CHECK(on_other_thread(alloc_and_free) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    CUstreamCaptureStatus st;
+    REQUIRE(cuStreamIsCapturing(s, &st) == CUDA_SUCCESS);
+    CHECK(st == CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+    CHECK(cuLaunchHostFunc(s, record_item, &it) == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    CHECK(end_capture(s) == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    // The capture is over: the stream runs work again, and allocations are allowed.
+    REQUIRE(cuLaunchHostFunc(s, record_item, &it) == CUDA_SUCCESS);
+    REQUIRE(cuStreamSynchronize(s) == CUDA_SUCCESS);
+    CHECK(rec.seen.size() == 1);
+    CHECK(alloc_and_free() == CUDA_SUCCESS);
+  }
+  SECTION("global: so does a synchronization of another stream on another thread") {
+    REQUIRE(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+    CHECK(on_other_thread([&] { return cuStreamSynchronize(other); }) ==
+          CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    CHECK(end_capture(s) == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  }
+  SECTION("global: a thread that switched itself to relaxed may allocate") {
+    REQUIRE(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+    CHECK(on_other_thread([] {
+            CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+            cuThreadExchangeStreamCaptureMode(&m);
+            CUresult r = alloc_and_free();
+            cuThreadExchangeStreamCaptureMode(&m);
+            return m == CU_STREAM_CAPTURE_MODE_RELAXED ? r : CUDA_ERROR_UNKNOWN;
+          }) == CUDA_SUCCESS);
+    CHECK(end_capture(s) == CUDA_SUCCESS);
+  }
+  SECTION("thread-local: other threads may allocate, the capturing thread may not") {
+    REQUIRE(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) == CUDA_SUCCESS);
+    CHECK(on_other_thread(alloc_and_free) == CUDA_SUCCESS);
+    CHECK(alloc_and_free() == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    CHECK(end_capture(s) == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  }
+  SECTION("relaxed: the capturing thread may allocate and register") {
+    REQUIRE(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS);
+    CHECK(alloc_and_free() == CUDA_SUCCESS);
+    static char page[4096] __attribute__((aligned(4096)));
+    CHECK(cuMemHostRegister(page, sizeof page, 0) == CUDA_SUCCESS);
+    CHECK(cuMemHostUnregister(page) == CUDA_SUCCESS);
+    CHECK(end_capture(s) == CUDA_SUCCESS);
+  }
+  SECTION("any mode: synchronizing or querying the capturing stream invalidates it") {
+    REQUIRE(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS);
+    CHECK(cuStreamSynchronize(s) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    CHECK(end_capture(s) == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    REQUIRE(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS);
+    CHECK(cuStreamQuery(s) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    CHECK(end_capture(s) == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+  }
+  SECTION("the legacy stream during a blocking stream's capture: an implicit dependency") {
+    REQUIRE(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS);
+    CHECK(cuLaunchHostFunc(nullptr, record_item, &it) == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+    CHECK(end_capture(s) == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    CUstream nb;
+    REQUIRE(cuStreamCreate(&nb, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+    REQUIRE(cuStreamBeginCapture(nb, CU_STREAM_CAPTURE_MODE_RELAXED) == CUDA_SUCCESS);
+    CHECK(cuLaunchHostFunc(nullptr, record_item, &it) == CUDA_SUCCESS);  // no dependency
+    CHECK(end_capture(nb) == CUDA_SUCCESS);
+    REQUIRE(cuStreamSynchronize(nullptr) == CUDA_SUCCESS);
+    cuStreamDestroy(nb);
+  }
+  CHECK(cuStreamBeginCapture(s, static_cast<CUstreamCaptureMode>(7)) == CUDA_ERROR_INVALID_VALUE);
+  cuStreamDestroy(s);
+  cuStreamDestroy(other);
+}
+
+TEST_CASE("the legacy stream and per-thread default streams are distinct streams, as CUDA's",
+          "[sim][cuda]") {
+  static volatile uint32_t gate = 0;
+  gate = 0;
+  CUstream blocking, nonblocking;
+  REQUIRE(cuStreamCreate(&blocking, 0) == CUDA_SUCCESS);
+  REQUIRE(cuStreamCreate(&nonblocking, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+  Recorder rec;
+  Item a{&rec, 1, 0}, b{&rec, 2, 0}, c{&rec, 3, 0};
+  SECTION("per-thread streams of two threads do not wait for each other") {
+    REQUIRE(frsim_stream_stall_until(CU_STREAM_PER_THREAD, &gate) == CUDA_SUCCESS);
+    CHECK(on_other_thread([&] {
+            CUresult r = cuLaunchHostFunc(CU_STREAM_PER_THREAD, record_item, &a);
+            return r == CUDA_SUCCESS ? cuStreamSynchronize(CU_STREAM_PER_THREAD) : r;
+          }) == CUDA_SUCCESS);
+    CHECK(rec.seen == std::vector<int>{1});
+    // Capture is allowed on a per-thread stream, never on the legacy one.
+    CHECK(cuStreamBeginCapture(CU_STREAM_LEGACY, CU_STREAM_CAPTURE_MODE_RELAXED) ==
+          CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    gate = 1;
+    REQUIRE(cuStreamSynchronize(CU_STREAM_PER_THREAD) == CUDA_SUCCESS);
+  }
+  SECTION("the legacy stream waits for blocking streams' earlier work, not non-blocking ones'") {
+    REQUIRE(frsim_stream_stall_until(nonblocking, &gate) == CUDA_SUCCESS);
+    REQUIRE(cuLaunchHostFunc(CU_STREAM_LEGACY, record_item, &a) == CUDA_SUCCESS);
+    REQUIRE(cuStreamSynchronize(CU_STREAM_LEGACY) == CUDA_SUCCESS);  // not held by `nonblocking`
+    REQUIRE(frsim_stream_stall_until(blocking, &gate) == CUDA_SUCCESS);
+    REQUIRE(cuLaunchHostFunc(nullptr, record_item, &b) == CUDA_SUCCESS);
+    hold_for(50);
+    {
+      std::lock_guard<std::mutex> g(rec.mu);
+      CHECK(rec.seen == std::vector<int>{1});  // b waits behind the stalled blocking stream
+    }
+    // And work on a blocking stream waits for the legacy stream's earlier work.
+    CUstream later;
+    REQUIRE(cuStreamCreate(&later, 0) == CUDA_SUCCESS);
+    REQUIRE(cuLaunchHostFunc(later, record_item, &c) == CUDA_SUCCESS);
+    hold_for(20);
+    {
+      std::lock_guard<std::mutex> g(rec.mu);
+      CHECK(rec.seen.size() == 1);
+    }
+    gate = 1;
+    REQUIRE(cuStreamSynchronize(later) == CUDA_SUCCESS);
+    CHECK(rec.seen == std::vector<int>{1, 2, 3});
+    cuStreamDestroy(later);
+  }
+  gate = 1;
+  cuStreamSynchronize(blocking);
+  cuStreamSynchronize(nonblocking);
+  cuStreamDestroy(blocking);
+  cuStreamDestroy(nonblocking);
+}
+
+TEST_CASE("host registration and stream writes check flags and addresses as the driver does",
+          "[sim][cuda]") {
+  static char page[4096] __attribute__((aligned(4096)));
+  CHECK(cuMemHostRegister(page, sizeof page, 0x80) == CUDA_ERROR_INVALID_VALUE);
+  REQUIRE(cuMemHostRegister(page, sizeof page, CU_MEMHOSTREGISTER_DEVICEMAP) == CUDA_SUCCESS);
+  CUstream s;
+  REQUIRE(cuStreamCreate(&s, 0) == CUDA_SUCCESS);
+  const auto at = [](size_t off) { return reinterpret_cast<CUdeviceptr>(page + off); };
+  CHECK(cuStreamWriteValue64(s, at(8), 1, 0) == CUDA_SUCCESS);
+  CHECK(cuStreamWriteValue64(s, at(8), 1, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER) == CUDA_SUCCESS);
+  CHECK(cuStreamWriteValue64(s, at(8), 1, 0x4) == CUDA_ERROR_INVALID_VALUE);
+  CHECK(cuStreamWriteValue64(s, at(4), 1, 0) == CUDA_ERROR_INVALID_VALUE);  // unaligned
+  CHECK(cuStreamWriteValue32(s, at(4), 1, 0) == CUDA_SUCCESS);
+  REQUIRE(cuStreamSynchronize(s) == CUDA_SUCCESS);
+  CHECK(cuMemHostUnregister(page) == CUDA_SUCCESS);
+  cuStreamDestroy(s);
+}
+
+// The failures FRSIM_CU_FAIL asks for, checked in a child run of this test program (the variable
+// is read once per process): the parent test starts it.
+TEST_CASE("FRSIM_CU_FAIL child", "[.cu-fail-child]") {
+  const char* mode = getenv("FRSIM_CU_FAIL");
+  REQUIRE(mode != nullptr);
+  static char page[4096] __attribute__((aligned(4096)));
+  CUstream s;
+  REQUIRE(cuStreamCreate(&s, 0) == CUDA_SUCCESS);
+  int can64 = -1;
+  REQUIRE(cuDeviceGetAttribute(&can64, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, 0) ==
+          CUDA_SUCCESS);
+  const auto at = reinterpret_cast<CUdeviceptr>(page);
+  if (std::string(mode) == "register-unsupported,write64-unsupported") {
+    CHECK(cuMemHostRegister(page, sizeof page, 0) == CUDA_ERROR_NOT_SUPPORTED);
+    void* host = nullptr;
+    REQUIRE(cuMemAllocHost(&host, 4096) == CUDA_SUCCESS);
+    const auto h = reinterpret_cast<CUdeviceptr>(host);
+    CHECK(can64 == 0);
+    CHECK(cuStreamWriteValue64(s, h, 1, 0) == CUDA_ERROR_NOT_SUPPORTED);
+    CHECK(cuStreamWriteValue32(s, h, 1, 0) == CUDA_SUCCESS);
+    REQUIRE(cuStreamSynchronize(s) == CUDA_SUCCESS);
+    cuMemFreeHost(host);
+  } else {
+    REQUIRE(std::string(mode) == "register-no-context,write-no-context");
+    CHECK(cuMemHostRegister(page, sizeof page, 0) == CUDA_ERROR_INVALID_CONTEXT);
+    CHECK(can64 == 1);
+    CHECK(cuStreamWriteValue64(s, at, 1, 0) == CUDA_ERROR_INVALID_CONTEXT);
+    CHECK(cuStreamWriteValue32(s, at, 1, 0) == CUDA_ERROR_INVALID_CONTEXT);
+  }
+  cuStreamDestroy(s);
+}
+
+TEST_CASE("FRSIM_CU_FAIL makes registration and stream writes fail as the driver does",
+          "[sim][cuda]") {
+  for (const char* mode :
+       {"register-unsupported,write64-unsupported", "register-no-context,write-no-context"}) {
+    INFO(mode);
+    const std::string cmd = "FRSIM_CU_FAIL=" + std::string(mode) + " /proc/" +
+                            std::to_string(getpid()) + "/exe '[.cu-fail-child]' 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    REQUIRE(p != nullptr);
+    std::string out;
+    char buf[512];
+    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    INFO(out);
+    CHECK(pclose(p) == 0);
+    CHECK(out.find("in 1 test case") != std::string::npos);  // the child test did run
+  }
 }
 
 TEST_CASE("modules: the agent's replay kernel runs at each graph launch, other PTX never runs",

@@ -122,6 +122,27 @@ TEST_CASE("a profiler plugin is loaded as each NCCL release loads it, an unknown
   }
 }
 
+TEST_CASE("channels run NCCL's step counts and KernelCh adds a kernel channel to every kernel",
+          "[sim][nccl]") {
+  const std::string plugin =
+      "NCCL_PROFILER_PLUGIN=" + std::string(FR_BUILD_DIR) + "/tests/libfrsim_prof_v5.so";
+  const std::string with_kch = "FRSIM_TEST_PROF_MASK=" + std::to_string(2 | 8 | 16 | 64);
+  const std::string without_kch = "FRSIM_TEST_PROF_MASK=" + std::to_string(2 | 8 | 16);
+  // A ring all-reduce: 2(n-1) chunk steps per loop, 2 slices each; one loop for 4 bytes.
+  for (int n : {2, 4}) {
+    INFO("ranks " << n);
+    const std::string want = std::to_string(4 * (n - 1));
+    require_all_ok(run_ranks("prof-steps", n, "net,one," + want + ",3", 120, {plugin, with_kch}));
+    require_all_ok(
+        run_ranks("prof-steps", n, "net,one," + want + ",0", 120, {plugin, without_kch}));
+    // One node: no proxy ops, yet a kernel channel on every channel when KernelCh is asked for.
+    require_all_ok(run_ranks("prof-steps", n, "node,one,0,3", 120, {plugin, with_kch}));
+    require_all_ok(run_ranks("prof-steps", n, "node,one,0,0", 120, {plugin, without_kch}));
+  }
+  // 9 MiB over 2 ranks and 2 channels of 2 MiB chunks: two loops of 2 steps, 2 slices each.
+  require_all_ok(run_ranks("prof-steps", 2, "net,big,8,3", 120, {plugin, with_kch}));
+}
+
 TEST_CASE("a training-shaped loop over split communicators runs 16 ranks", "[sim][nccl]") {
   require_all_ok(run_ranks("train", 16, "50"));
 }

@@ -743,6 +743,31 @@ void scenario_prof(Env& e, const std::string& arg) {
   if (c[6] < c[1] + c[2] + c[3] + c[4]) fail("events left open: %d stops", c[6]);
 }
 
+// NCCL's step counts and kernel-channel semantics, seen by the test plugin: one all-reduce (ARG
+// "WHERE,SIZE,NSTEPS,KBITS": WHERE "net" puts every rank on its own node, "node" all on one;
+// SIZE "one" is one int32, "big" 9 MiB; the largest ProxyOp nSteps must be NSTEPS and the largest
+// ProxyStep number NSTEPS - 1 (none at all when NSTEPS is 0), KBITS the channels with a KernelCh).
+void scenario_prof_steps(Env& e, const std::string& arg) {
+  char where[8] = {}, size[8] = {};
+  int nsteps = -1, kbits = -1;
+  if (sscanf(arg.c_str(), "%7[^,],%7[^,],%d,%d", where, size, &nsteps, &kbits) != 4)
+    fail("bad ARG %s", arg.c_str());
+  const size_t count = strcmp(size, "big") == 0 ? (9u << 20) / 4 : 1;
+  std::vector<float> in(count, 1.0f), out(count, 0.0f);
+  NCCLCHECK(ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, e.comm, e.stream));
+  sync(e.stream);
+  if (out[0] != float(g_n) || out[count - 1] != float(g_n)) fail("result %f", out[0]);
+  void* lib = dlopen(getenv("NCCL_PROFILER_PLUGIN"), RTLD_NOW | RTLD_NOLOAD);
+  if (lib == nullptr) fail("the plugin is not loaded");
+  auto steps = reinterpret_cast<void (*)(int*)>(dlsym(lib, "frsim_test_prof_steps"));
+  int got[3] = {};
+  steps(got);
+  printf("nsteps=%d steps=%d kernel_bits=%d\n", got[0], got[1], got[2]);
+  if (got[0] != nsteps || got[1] != nsteps || got[2] != kbits)
+    fail("nsteps %d, steps %d, kernel channels %d; want %d, %d, %d", got[0], got[1], got[2], nsteps,
+         nsteps, kbits);
+}
+
 // Ranks 0..n-2 share a communicator; the last rank joins through ncclCommGrow. Rank 0 hands the
 // grow id to it through the file ARG (written whole, then renamed into place).
 void scenario_grow(const ncclUniqueId& id, const std::string& path, CUstream stream) {
@@ -914,7 +939,8 @@ int main(int argc, char** argv) {
     printf("OK\n");
     return 0;
   }
-  if (scenario == "prof") setenv("FRSIM_NODE", std::to_string(g_rank).c_str(), 1);
+  if (scenario == "prof" || (scenario == "prof-steps" && arg.compare(0, 4, "net,") == 0))
+    setenv("FRSIM_NODE", std::to_string(g_rank).c_str(), 1);
   NCCLCHECK(ncclCommInitRank(&e.comm, g_n, id, g_rank));
   int dev = -1;
   NCCLCHECK(ncclCommCuDevice(e.comm, &dev));
@@ -943,6 +969,8 @@ int main(int argc, char** argv) {
     scenario_prof(e, arg);
   else if (scenario == "pace")
     scenario_pace(e);
+  else if (scenario == "prof-steps")
+    scenario_prof_steps(e, arg);
   else if (scenario == "train")
     scenario_train(e, arg.empty() ? 100 : atoi(arg.c_str()));
   else
