@@ -37,8 +37,7 @@ class PrometheusText {
   // One sample with several labels, in the order given.
   template <typename T>
   PrometheusText& sample(
-      std::initializer_list<std::pair<std::string_view, std::string_view>> labels,
-      const T& value) {
+      std::initializer_list<std::pair<std::string_view, std::string_view>> labels, const T& value) {
     out_.append(name_).append("{");
     const char* sep = "";
     for (const auto& [label, label_value] : labels) {

@@ -65,7 +65,8 @@ std::string slow_metrics(const SlowDetector& d) {
   };
   o.family("frd_link_step_seconds", "gauge", "Mean proxy step time from one rank to another.");
   for (const auto& l : links) sample(l, secs(l.step_ns));
-  o.family("frd_link_step_ratio", "gauge", "A link's step time over its communicator's median link.");
+  o.family("frd_link_step_ratio", "gauge",
+           "A link's step time over its communicator's median link.");
   for (const auto& l : links) sample(l, l.ratio);
   return o.take();
 }

@@ -307,10 +307,8 @@ typedef enum fr_xfer_op {
                                               graph positions follow the host's launches */
 #define FR_LOG_F_PROFILER 0x100u           /* NCCL loaded the agent as its profiler plugin */
 #define FR_LOG_F_NIXL 0x200u               /* NIXL calls are recorded (the transfer table is in use) */
-#define FR_LOG_F_NIXL_OFF 0x400u           /* the loaded NIXL's symbols or layouts differ from the
-                                              supported version: its calls are not recorded */
-#define FR_LOG_F_SMALL_LOG 0x800u          /* the log directory had no room for the configured
-                                              log: a smaller one (see the capacities) */
+#define FR_LOG_F_NIXL_OFF 0x400u           /* the loaded NIXL differs from the one supported */
+#define FR_LOG_F_SMALL_LOG 0x800u          /* no room for the configured log: a smaller one */
 
 /* fr_comm_entry.flags */
 #define FR_COMM_F_NONBLOCKING 0x1u
