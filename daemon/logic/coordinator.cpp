@@ -81,10 +81,13 @@ CoordinatorState::CoordinatorState(CoordinatorConfig cfg) : cfg_(std::move(cfg))
   recover();
 }
 
+std::string CoordinatorState::known_job() const {
+  return !cfg_.job_id.empty() ? cfg_.job_id : learned_job_;
+}
+
 std::string CoordinatorState::job_dir_name() const {
-  if (!cfg_.job_id.empty()) return cfg_.job_id;
-  if (!learned_job_.empty()) return learned_job_;
-  return "job";
+  const std::string job = known_job();
+  return job.empty() ? "job" : job;
 }
 
 Incident* CoordinatorState::active() {

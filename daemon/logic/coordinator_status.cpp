@@ -132,7 +132,7 @@ std::string CoordinatorState::status_text(int64_t now_mono, const StatusQuery& q
   nlohmann::json head = {
       {"schema", "frd-status/1"},
       {"coordinator_id", coordinator_id_},
-      {"job_id", job_dir_name()},
+      {"job_id", known_job()},
       {"ranks",
        {{"expected", expected_ranks()}, {"known", known}, {"alive", alive}, {"dead", dead}}},
       {"node_counts",
