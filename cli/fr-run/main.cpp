@@ -63,6 +63,8 @@ int main(int argc, char** argv) {
   }
   Env env = current_env();
   resolve(&o, env, exe_dir(), ::getuid(), regular_file);
+  std::error_code cwd_error;
+  make_paths_absolute(&o, std::filesystem::current_path(cwd_error).string());
 
   bool agent_ok = regular_file(o.agent);
   if (!agent_ok)
@@ -84,14 +86,22 @@ int main(int argc, char** argv) {
                  error.c_str());
   if (!o.coordinator.empty() && !o.no_daemon) {
     DaemonResult d = ensure_node_daemon(o);
+    if (!d.replaced.empty())
+      std::fprintf(stderr,
+                   "fr-run: replaced the node daemon serving %s, which followed %s, with one "
+                   "following %s\n",
+                   o.log_dir.c_str(), d.replaced.c_str(), o.coordinator.c_str());
     if (d.outcome == DaemonOutcome::failed)
       std::fprintf(stderr, "fr-run: no node daemon: %s\n", d.message.c_str());
     else if (!d.other_coordinator.empty())
       std::fprintf(stderr,
-                   "fr-run: the node daemon serving %s (pid %d) follows %s, not %s; give this job "
-                   "its own --log-dir\n",
+                   "fr-run: the node daemon serving %s (pid %d) follows %s, which is alive and "
+                   "serves another job, not %s: this job runs unwatched; give it its own "
+                   "--log-dir\n",
                    o.log_dir.c_str(), int(d.pid), d.other_coordinator.c_str(),
                    o.coordinator.c_str());
+    else if (std::string refused = refusal_of(o, d.pid); !refused.empty())
+      std::fprintf(stderr, "fr-run: %s\n", refused.c_str());
     else if (o.verbose)
       std::fprintf(stderr, "fr-run: node daemon %s (pid %d) serves %s\n",
                    d.outcome == DaemonOutcome::started ? "started" : "already running", int(d.pid),

@@ -219,8 +219,9 @@ bool CoordinatorState::heartbeat(uint64_t session, NodeReport* given, int64_t no
   learn(*n, report, now_mono);
   int64_t worst_margin = INT64_MIN;
   for (const auto& p : report.processes) {
-    // Only an authenticated node may name the job (an anonymous first speaker could not).
-    if (learned_job_.empty() && !p.job_id.empty() && n->authenticated)
+    // Only an authenticated node may name the job (an anonymous first speaker could not), and
+    // only from a live process: a log directory may still hold an earlier job's logs.
+    if (learned_job_.empty() && !p.job_id.empty() && n->authenticated && p.alive)
       learned_job_ = sanitize_name(p.job_id);
     if (p.world_size > 0 && p.world_size <= (1 << 24))
       n->world_size = std::max(n->world_size, p.world_size);
