@@ -315,17 +315,13 @@ std::string terminal_safe(const std::string& text, bool color) {
 
 std::string mixed_jobs_text(const Inputs& in) {
   if (in.other_jobs.empty()) return "";
-  uint64_t files = 0;
   std::string others;
-  for (const auto& o : in.other_jobs) {
-    files += o.files;
+  for (const auto& o : in.other_jobs)
     others += (others.empty() ? "'" : ", '") + o.job_id + "' (" + std::to_string(o.files) +
               (o.files == 1 ? " file)" : " files)");
-  }
   return "this dump set mixes " + std::to_string(in.other_jobs.size() + 1) +
-         " jobs: the verdict is about job '" + in.job_id + "' alone; " + std::to_string(files) +
-         (files == 1 ? " file" : " files") + " of " + others +
-         " were left out (analyse each job's dumps on their own)";
+         " jobs: the verdict is about job '" + in.job_id + "' alone; left out: " + others +
+         " (analyse each job's dumps on their own)";
 }
 
 std::string render_text(const Analysis& a, bool color) {

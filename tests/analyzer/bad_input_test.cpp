@@ -200,7 +200,8 @@ TEST_CASE("two jobs' dumps in one call: said first, in every view, with exit cod
   const size_t mixed = out.find("MIXED JOBS: this dump set mixes 2 jobs");
   REQUIRE(mixed != std::string::npos);
   CHECK(mixed < out.find("verdict:"));
-  CHECK(out.find("2 files of 'another-job' (2 files) were left out") != std::string::npos);
+  CHECK(out.find("the verdict is about job 'synthetic' alone; left out: 'another-job' (2 files)") !=
+        std::string::npos);
   CHECK(run_cli("--json " + t.sub("set") + " " + t.sub("other"), &out) == 5);
   CHECK(run_cli("--html " + t.sub("page.html") + " " + t.sub("set") + " " + t.sub("other"), &out) ==
         5);
