@@ -14,9 +14,11 @@
 #include <string>
 
 #include "analyzer/analyze.h"
+#include "analyzer/html.h"
 #include "synth/synth.h"
 #include "analyzer/torch/torch_detail.h"
 #include "analyzer/torch/torch_dump.h"
+#include "log/snapshot.h"
 #include "real_torch_checks.h"
 #include "temp_dir.h"
 
@@ -315,4 +317,38 @@ TEST_CASE("torch analysis: the file's time is the dump time, and in-flight ops r
   CHECK(rows == 6);
   // The checked-out fixture's time is far from its entries: the newest entry stands for it.
   for (const auto& e : before["verdict"]["evidence"]) CHECK(e["read_ns"].get<int64_t>() <= newest);
+}
+
+TEST_CASE("torch analysis: the host a manifest names fills the host torch does not record",
+          "[torch][analysis]") {
+  fr::test::TempDir t;
+  const std::string src =
+      std::string(FR_SOURCE_DIR) + "/tests/analyzer/torch/data/torch-2.15-gloo/hang/file";
+  std::vector<fr::log::SnapshotProcess> procs;
+  for (int r = 0; r < 6; ++r) {
+    const std::string name = "fr_rank_" + std::to_string(r);
+    std::filesystem::copy_file(src + "/" + name, t.sub(name));
+    fr::log::SnapshotProcess p;
+    p.rank = r;
+    p.world_size = 6;
+    p.host = "node-" + std::to_string(r / 3);
+    p.file = name;
+    procs.push_back(p);
+  }
+  std::string err;
+  REQUIRE(
+      fr::log::write_manifest(t.path, "", 1796205700000000000ull, procs, {}, {}, "test", 6, &err));
+  std::string fatal;
+  nlohmann::json doc = fr::analyzer::analyze_paths({t.path}, {}, &fatal);
+  INFO(fatal);
+  REQUIRE(doc.is_object());
+  CHECK(doc["verdict"]["culprit_ranks"] == nlohmann::json({3}));
+  for (const auto& e : doc["verdict"]["evidence"])
+    CHECK(e["host"] == "node-" + std::to_string(e["rank"].get<int>() / 3));
+  // Without the manifest nothing says the host, and the views say so.
+  nlohmann::json bare = fr::analyzer::analyze_paths({src}, {}, &fatal);
+  REQUIRE(bare.is_object());
+  CHECK(bare["verdict"]["evidence"][0]["host"] == "");
+  CHECK(fr::analyzer::render_incident_html(bare, {}).find("<td>not recorded</td>") !=
+        std::string::npos);
 }
