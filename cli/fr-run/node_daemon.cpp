@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/spawn.h"
+#include "daemon/base/names.h"
 #include "daemon/base/node_lock.h"
 #include "daemon/base/node_status.h"
 
@@ -220,6 +221,25 @@ bool stop_daemon(const Options& o, pid_t pid, Clock::time_point deadline) {
 }
 
 }  // namespace
+
+bool own_log_dir(const Options& o, std::string* dir, std::string* why) {
+  *dir = o.log_dir + "/fr-" + fr::daemon::sanitize_name(o.coordinator, 128);
+  if (::mkdir(dir->c_str(), 0700) != 0 && errno != EEXIST) {
+    *why = "cannot make " + *dir + ": " + std::strerror(errno);
+    return false;
+  }
+  struct stat st {};
+  if (::lstat(dir->c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    *why = *dir + " is not a directory (a link or a file is never followed)";
+  } else if (st.st_uid != ::geteuid()) {
+    *why = *dir + " belongs to uid " + std::to_string(st.st_uid) + ", not this user";
+  } else if (st.st_mode & 022) {
+    *why = *dir + " is writable by others";
+  } else {
+    return true;
+  }
+  return false;
+}
 
 std::string refusal_of(const Options& o, pid_t pid, int wait_ms) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(wait_ms);

@@ -39,6 +39,12 @@ struct DaemonResult {
   std::string replaced;
 };
 
+// A log directory of this job's own, for when the daemon serving o.log_dir follows another
+// coordinator that is alive (another job still runs there): LOG_DIR/fr-<coordinator address>,
+// made 0700 when absent. It must be a directory of this user that others cannot write (not a
+// link); false with *why otherwise. The ranks of one job compute the same directory.
+bool own_log_dir(const Options& o, std::string* dir, std::string* why);
+
 // After the daemon is there: waits up to `wait_ms` for its first word on the connection
 // (daemon/base/node_status.h) and returns one line when the coordinator refused it (a wrong or
 // missing token), naming the file; empty when it connected, is still trying, or says nothing.

@@ -464,12 +464,20 @@ TEST_CASE("fr-run: concurrent ranks of a node share exactly one node daemon", "[
   Result later = run({kFrRun, "--coordinator", addr, "--log-dir", logs, "--", "true"}, {}, d.path);
   CHECK(later.status == 0);
   CHECK(later.err.empty());
-  // A rank of another job pointed at the same directory is told that the daemon is not its own.
-  later =
-      run({kFrRun, "--coordinator", "127.0.0.1:1", "--log-dir", logs, "--", "true"}, {}, d.path);
+  // A rank of another job pointed at the same directory, while this one's coordinator is alive,
+  // gets a directory and a daemon of its own below it; this job's daemon stays.
+  later = run({kFrRun, "--coordinator", "127.0.0.1:1", "--log-dir", logs, "--", "/bin/sh", "-c",
+               "echo $FR_LOG_DIR"},
+              {}, d.path);
   CHECK(later.status == 0);
-  CHECK(later.err.find("follows " + addr + ", which is alive and serves another job, not " +
-                       "127.0.0.1:1: this job runs unwatched") != std::string::npos);
+  const std::string own = logs + "/fr-127.0.0.1_1";
+  CHECK(later.err.find("follows " + addr + ", which is alive and serves another job; this job's " +
+                       "flight logs go to " + own + ", with a node daemon of its own") !=
+        std::string::npos);
+  CHECK(later.out == own + "\n");
+  CHECK(fr::daemon::probe_node_lock(own).held);
+  CHECK(fr::daemon::probe_node_lock(logs).pid == s.pid);
+  stop_node_daemon(own);
   Result second = run({kFrd, "node", "--coordinator", addr, "--log-dir", logs}, {}, d.path, "", 30);
   CHECK(second.status == 1);
   CHECK(second.err.find("another frd node serves") != std::string::npos);
@@ -696,6 +704,45 @@ TEST_CASE("fr-run: a second job in the same log directory within seconds is watc
   stop_node_daemon(logs);
   ::kill(two.proc->pid, SIGTERM);
   two.proc->wait(20);
+}
+
+TEST_CASE("fr-run: two jobs at once in one log directory: the second gets its own, and is watched",
+          "[cli][fr-run][e2e]") {
+  need_simjob();
+  TempDir d;
+  const std::string logs = d.path + "/shm";
+  fs::create_directories(d.path + "/one");
+  fs::create_directories(d.path + "/two");
+  // Job one still runs (its coordinator alive, its rank sleeping): its daemon serves `logs`.
+  Coordinator one(d.path + "/one", d.path + "/one/dumps");
+  Proc first({kFrRun, "--coordinator", one.addr, "--log-dir", logs, "--", "/bin/sleep", "60"}, {},
+             d.path, "first");
+  REQUIRE(wait_for([&] { return fr::daemon::probe_node_lock(logs).held; }, 20));
+  const pid_t first_daemon = fr::daemon::probe_node_lock(logs).pid;
+  Coordinator two(d.path + "/two", d.path + "/two/dumps");
+  const std::string job = "second-" + std::to_string(::getpid());
+  auto ranks = start_hung_job(d.path, logs, two.addr, job);
+  const std::string analysis = wait_for_analysis(two.dumps, 90);
+  const std::string own = logs + "/fr-" + two.addr.substr(0, two.addr.find(':')) + "_" +
+                          two.addr.substr(two.addr.find(':') + 1);
+  INFO("coordinator two: " << two.proc->err() << "\nrank0: " << ranks[0]->err());
+  REQUIRE(!analysis.empty());
+  nlohmann::json a = nlohmann::json::parse(slurp(analysis));
+  CHECK(a["verdict"]["culprit_ranks"] == nlohmann::json::array({1}));
+  CHECK(ranks[0]->err().find("this job's flight logs go to " + own) != std::string::npos);
+  // Job one's daemon was left alone.
+  CHECK(fr::daemon::probe_node_lock(logs).pid == first_daemon);
+  CHECK(fr::daemon::probe_node_lock(own).held);
+  for (auto& r : ranks) ::kill(r->pid, SIGKILL);
+  for (auto& r : ranks) r->wait(30);
+  ::kill(first.pid, SIGKILL);
+  first.wait(10);
+  stop_node_daemon(own);
+  stop_node_daemon(logs);
+  for (auto* c : {&one, &two}) {
+    ::kill(c->proc->pid, SIGTERM);
+    c->proc->wait(20);
+  }
 }
 
 TEST_CASE("fr-run: a wrong token is said on fr-run's first line, by the node and the coordinator",
