@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
 .PHONY: deps build test test-unit test-sanitizers test-tsan test-asan test-asan-daemon fuzz-build \
-  fuzz-check fuzz fuzz-long bench demo install package clean shape gpu-check gpu-bundle mutate
+  fuzz-check fuzz fuzz-long bench demo install package wheel clean shape gpu-check gpu-bundle mutate
 
 deps:
 	@bash scripts/install-deps.sh
@@ -138,6 +138,13 @@ install: build
 
 package: build
 	cd $(BUILD) && cpack -B packages
+
+# The wheel a PyTorch user installs with pip (`pip install build/wheels/fr-*.whl`): the tools, the
+# agent, the libraries they need beyond glibc, and the Python package `fr` (scripts/build-wheel).
+wheel: deps
+	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j $(JOBS) --target fr-run frd fr-analyze fr_agent
+	python3 scripts/build-wheel --build $(BUILD) --out $(BUILD)/wheels
 
 clean:
 	rm -rf build build-tsan build-asan build-asan-all build-fuzz build-mutate

@@ -25,6 +25,7 @@ Inputs inputs_of(const Model& m, const Options& opts) {
     in.warnings.push_back({w.file, w.error});  // read: remarks, not failures
   in.clock = m.clock_aligned ? "aligned" : "per_host";
   in.job_id = m.job_id;
+  for (const auto& [job, files] : m.other_jobs) in.other_jobs.push_back({job, files});
   in.filtered = !opts.ranks.empty() || !opts.comm.empty();
   if (in.filtered) in.filter_ranks = opts.ranks, in.filter_comm = opts.comm;
   return in;

@@ -38,6 +38,9 @@ nlohmann::json analyze_paths(const std::vector<std::string>& paths, const Option
 // The text view; every control byte that came from the input is written as \xNN (terminal_safe).
 std::string render_text(const Analysis& analysis, bool color);
 std::string render_text(const nlohmann::json& analysis, bool color);
+// A dump set that mixes jobs, in one sentence ("this dump set mixes 2 jobs: ..."); empty when it
+// does not. Every view says it first, above the verdict, which covers one job alone.
+std::string mixed_jobs_text(const Inputs& inputs);
 // `text` with every control byte but '\n' written as \xNN; with `color`, the text view's own
 // styles kept as they are.
 std::string terminal_safe(const std::string& text, bool color);

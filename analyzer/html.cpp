@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 
+#include "analyzer/analyze.h"
 #include "analyzer/verdicts.h"
 #include "fr/version.h"
 
@@ -84,14 +85,16 @@ std::string op_label(const json& o, const std::map<int, int>& global_of_local) {
   std::string s = "#" + std::to_string(o.value("seq", 0ull)) + " " + str(o, "op");
   if (o.contains("dtype")) {
     s += "(" + str(o, "dtype") + " ×" + std::to_string(o.value("count", 0ull));
-    if (o.contains("redop")) s += ", " + str(o, "redop");
+    if (o.contains("redop")) s += ", " + redop_text(str(o, "redop"));
     auto peer = [&](int local) {
       auto it = global_of_local.find(local);
       return it == global_of_local.end()
                  ? "comm rank " + std::to_string(local)
                  : "rank " + std::to_string(it->second) + " (" + std::to_string(local) + ")";
     };
-    if (o.contains("root")) s += ", root " + peer(o.value("root", -1));
+    if (o.contains("root"))
+      s += o.value("root", -1) < 0 ? std::string(", root not recorded")
+                                   : ", root " + peer(o.value("root", -1));
     if (o.contains("peer"))
       s += std::string(str(o, "op") == "Send" ? ", to " : ", from ") + peer(o.value("peer", -1));
     s += ")";
@@ -369,7 +372,8 @@ void evidence_table(std::ostringstream& o, const Finding& item, const char* capt
     if (++shown > kMaxTableRows) break;
     const json* s = stalled_op(*e, seq);
     o << "<tr" << (e->value("culprit", false) ? " class=\"culprit\"" : "") << "><td>"
-      << rank_cell(*e) << "</td><td>" << html_escape(str(*e, "host")) << "</td><td>"
+      << rank_cell(*e) << "</td><td>"
+      << html_escape(str(*e, "host").empty() ? "not recorded" : str(*e, "host")) << "</td><td>"
       << state_badge(str(*e, "state")) << "</td><td class=\"mono\">"
       << html_escape(s                                               ? str(*s, "state")
                      : str(*e, "state").rfind("not_entered", 0) == 0 ? "not called"
@@ -543,6 +547,10 @@ std::string rank_list_text(std::vector<int> r) {
   return out;
 }
 
+std::string redop_text(const std::string& redop) {
+  return redop == "not recorded" ? "reduction not recorded" : redop;
+}
+
 std::string html_open(const HtmlPage& page) {
   std::ostringstream o;
   o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -570,7 +578,14 @@ std::string render_incident_html(const Analysis& a, const HtmlPage& page_in) {
   o << html_open(page);
   std::ostringstream body;
   try {
+    if (const std::string mixed = mixed_jobs_text(a.inputs); !mixed.empty())
+      body
+          << "<section class=\"card\" id=\"mixed-jobs\"><span class=\"badge bad\">mixed jobs</span> "
+          << html_escape(mixed) << "</section>\n";
     verdict_card(body, a.verdict);
+    if (!page.trigger.empty())
+      body << "<p class=\"muted\" id=\"trigger\"><b>trigger</b> (what opened the incident): "
+           << html_escape(page.trigger) << "</p>\n";
     timeline(body, a.verdict);
     evidence_table(body, a.verdict, "Evidence: every member at the verdict's op");
     stacks(body, a);

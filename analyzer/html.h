@@ -17,6 +17,9 @@ namespace fr::analyzer {
 struct HtmlPage {
   std::string title;    // the browser's title; empty: from the verdict
   std::string heading;  // above the verdict, e.g. "incident 3 · stall · job 42"
+  // What made the coordinator open the incident (its first sign, which need not be the verdict's
+  // op or culprit): shown below the verdict, labelled as the trigger. Empty: none.
+  std::string trigger;
   std::vector<std::pair<std::string, std::string>> links;  // (href, text) in the top bar
   int refresh_s = 0;  // > 0: the page reloads itself (live pages)
 };
@@ -28,6 +31,9 @@ std::string html_escape(const std::string& text);
 // is written everywhere. The second form takes a JSON {"id", "name"} object (frd's status).
 std::string comm_label(const CommRef& comm);
 std::string comm_label(const nlohmann::json& comm);
+
+// A reduction as the views write it: "reduction not recorded" for what a dump does not record.
+std::string redop_text(const std::string& redop);
 
 // "0-3,7": a rank list as people write it.
 std::string rank_list_text(std::vector<int> ranks);

@@ -10,6 +10,7 @@
 // blocks), and read from that descriptor: a FIFO, device or socket is named and skipped, never
 // opened, so the analysis never hangs. Links inside a dump set (in a listing or a manifest entry,
 // at any depth) are not followed; a path the user names on the command line may be a link.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -329,7 +330,11 @@ void add_manifest_dir(const std::string& dir, Model* model, std::vector<Job>* jo
   fr::parallel::both([&] { listing = list_dir(dir, &lerr, &notes); },
                      [&] { have_manifest = fr::log::read_manifest(dir, &m, &err); });
   if (!have_manifest) {
-    model->skipped.push_back({(fs::path(dir) / "manifest.json").string(), err});
+    // The reader's message may name the manifest; the skip entry carries the file apart.
+    const std::string manifest = (fs::path(dir) / "manifest.json").string();
+    const size_t named = err.find("manifest.json: ");
+    if (err.rfind(dir, 0) == 0 && named != std::string::npos) err = err.substr(named + 15);
+    model->skipped.push_back({manifest, err});
     for (auto& n : notes) model->skipped.push_back(std::move(n));
     add_listed(dir, listing, lerr, model, jobs);
     return;
@@ -392,6 +397,18 @@ Loaded load_stacks_only(const Job& job) {
   return out;
 }
 
+// torch records no dump time: its reader takes the newest entry's, so an op still in flight
+// would end where it began. The file's modification time is when torch wrote it; it stands for
+// the dump time when it is later than every entry and not so late that the file was copied or
+// touched since (an hour).
+void dump_time_from_file(const struct stat& st, Proc* p) {
+  const uint64_t mtime =
+      uint64_t(st.st_mtim.tv_sec) * 1'000'000'000ull + uint64_t(st.st_mtim.tv_nsec);
+  const uint64_t newest = p->heartbeat_ns;
+  if (p->snapshot_ns != newest || newest == 0) return;  // the dump carries its own time
+  if (mtime > newest && mtime - newest < 3'600'000'000'000ull) p->snapshot_ns = mtime;
+}
+
 Loaded load_one(const Job& job, LoadMode mode) {
   if (job.stacks_only) return load_stacks_only(job);
   Loaded out;
@@ -434,6 +451,10 @@ Loaded load_one(const Job& job, LoadMode mode) {
       for (size_t i = 0; i < r.logs.size(); ++i) {
         const auto& log = r.logs[i];
         out.procs.push_back(proc_from_log(log, "torch"));
+        Proc& tp = out.procs.back();
+        if (tp.host.empty()) tp.host = job.hint.host;  // torch records no host; the manifest does
+        if (tp.rank < 0 && job.hint.rank >= 0) tp.rank = job.hint.rank;
+        dump_time_from_file(file.st, &tp);
         if (i < r.sides.size()) {
           out.procs.back().torch_version = std::move(r.sides[i].version);
           out.procs.back().torch_io = std::move(r.sides[i].io);
@@ -565,6 +586,7 @@ void keep_one_per_rank(std::vector<Proc> procs, Model* model) {
     Proc& p = procs[i];
     if (!job.empty() && !p.job_id.empty() && p.job_id != job) {
       model->skipped.push_back({p.file, "belongs to job '" + p.job_id + "', not '" + job + "'"});
+      ++model->other_jobs[p.job_id];
       continue;
     }
     if (p.rank < 0 && (!p.xfers.empty() || !p.nixl_calls.empty())) {

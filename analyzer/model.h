@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -282,6 +283,8 @@ struct Model {
   bool clock_aligned = false;
   std::vector<std::string> manifest_hosts;  // hosts named by manifests (nodes and processes)
   std::string job_id;
+  // Files of other jobs than `job_id` that were left out: job id -> how many.
+  std::map<std::string, size_t> other_jobs;
   size_t files_read = 0;
   std::vector<fr::log::NodeGpus> gpus;  // the dump sets' <node>.gpu.json files
   bool windowed = false;                // some records were left out (LoadMode::kWindow)

@@ -60,7 +60,7 @@ std::string op_text(const json& o, const GlobalOf& global) {
       "#" + std::to_string(o.value("seq", 0ull)) + " " + o.value("op", std::string("?"));
   if (o.contains("dtype")) {
     s += "(" + o.value("dtype", std::string()) + " x" + std::to_string(o.value("count", 0ull));
-    if (o.contains("redop")) s += ", " + o.value("redop", std::string());
+    if (o.contains("redop")) s += ", " + redop_text(o.value("redop", std::string()));
     if (o.contains("root"))
       s += o.value("root", -1) < 0 ? std::string(", root not recorded")
                                    : ", root " + peer_text(o.value("root", -1), global);
@@ -123,9 +123,13 @@ void table(std::ostringstream& out, const Finding& item, const Style& st) {
             op_text(e.value("last_completed", json()), global);
     }
     int r = e["rank"].is_number() ? e["rank"].get<int>() : -1 - e.value("rank_in_comm", 0);
+    // Culprits and the rest never share a row, so the star marks culprits only. The first byte
+    // of the key says which, and is not printed.
+    const bool culprit = e.value("culprit", false);
+    key = (culprit ? "*" : " ") + key;
     if (!rows.count(key)) order.push_back(key);
     rows[key].push_back(r);
-    if (e.value("culprit", false)) culprit_row[key] = true;
+    if (culprit) culprit_row[key] = true;
   }
   out << "  " << st.dim() << "ranks: state | " << (own.empty() ? "" : own + " | ")
       << "last enqueued | last started | last completed" << st.reset() << "\n";
@@ -156,7 +160,7 @@ void table(std::ostringstream& out, const Finding& item, const Style& st) {
     if (!local.empty())
       who += std::string(who.empty() ? "" : ",") + "comm rank " + ranks_text(local);
     const bool c = culprit_row[k];
-    out << "  " << (c ? st.red() : "") << (c ? "* " : "  ") << who << ": " << k
+    out << "  " << (c ? st.red() : "") << (c ? "* " : "  ") << who << ": " << k.substr(1)
         << (c ? st.reset() : "") << "\n";
   }
 }
@@ -324,9 +328,22 @@ std::string terminal_safe(const std::string& text, bool color) {
   return out;
 }
 
+std::string mixed_jobs_text(const Inputs& in) {
+  if (in.other_jobs.empty()) return "";
+  std::string others;
+  for (const auto& o : in.other_jobs)
+    others += (others.empty() ? "'" : ", '") + o.job_id + "' (" + std::to_string(o.files) +
+              (o.files == 1 ? " file)" : " files)");
+  return "this dump set mixes " + std::to_string(in.other_jobs.size() + 1) +
+         " jobs: the verdict is about job '" + in.job_id + "' alone; left out: " + others +
+         " (analyse each job's dumps on their own)";
+}
+
 std::string render_text(const Analysis& a, bool color) {
   Style st{color};
   std::ostringstream out;
+  if (const std::string mixed = mixed_jobs_text(a.inputs); !mixed.empty())
+    out << st.red() << "MIXED JOBS: " << st.reset() << st.bold() << mixed << st.reset() << "\n\n";
   verdict_block(out, a.verdict, st);
   stacks_and_gpus(out, a, st);
   if (!a.findings.empty()) {

@@ -170,6 +170,11 @@ json inputs_to_json(const Inputs& in) {
             {"warnings", notes_json(in.warnings, "warning")},
             {"clock", in.clock}};
   if (!in.job_id.empty()) j["job_id"] = in.job_id;
+  if (!in.other_jobs.empty()) {
+    j["other_jobs"] = json::array();
+    for (const auto& o : in.other_jobs)
+      j["other_jobs"].push_back({{"job_id", o.job_id}, {"files", o.files}});
+  }
   if (in.filtered) j["filters"] = {{"ranks", in.filter_ranks}, {"comm", in.filter_comm}};
   return j;
 }
@@ -182,6 +187,9 @@ Inputs inputs_from_json(const json& j) {
   in.warnings = notes_from_json(j.value("warnings", json::array()), "warning");
   in.clock = j.value("clock", std::string());
   in.job_id = j.value("job_id", std::string());
+  for (const auto& o : j.value("other_jobs", json::array()))
+    if (o.is_object())
+      in.other_jobs.push_back({o.value("job_id", std::string()), o.value("files", uint64_t{0})});
   if (j.contains("filters")) {
     in.filtered = true;
     in.filter_ranks = j["filters"].value("ranks", std::vector<int>{});

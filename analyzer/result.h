@@ -69,8 +69,15 @@ struct Inputs {
   uint64_t files_read = 0;
   std::vector<FileNote> skipped;
   std::vector<FileNote> warnings;
-  std::string clock;      // "aligned" or "per_host"
-  std::string job_id;     // empty: none known
+  std::string clock;   // "aligned" or "per_host"
+  std::string job_id;  // empty: none known
+  // Dumps of other jobs found beside this one's and left out (a mixed dump set): which job, how
+  // many files. Not empty: the verdict covers `job_id` alone.
+  struct OtherJob {
+    std::string job_id;
+    uint64_t files = 0;
+  };
+  std::vector<OtherJob> other_jobs;
   bool filtered = false;  // --rank or --comm given: the two below
   std::vector<int> filter_ranks;
   std::string filter_comm;

@@ -23,6 +23,11 @@ namespace fr::analyzer {
 
 namespace {
 
+// A track's host: PyTorch dumps record none (unless a manifest names it).
+std::string host_text(const std::string& host) {
+  return host.empty() ? "(host not recorded)" : host;
+}
+
 // A JSON string; bytes that are not UTF-8 (a damaged dump's names) become U+FFFD.
 std::string esc(const std::string& s) {
   return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -120,9 +125,9 @@ void comm_tracks(Writer& w, const Model& m, const Comm& c, int pid, const std::v
     const Proc& p = m.procs[mem.proc];
     if (!rank_filter.empty() && !rank_filter.count(p.rank)) continue;
     const ProcComm& pc = p.comms[mem.pc];
-    w.meta(
-        "thread_name", pid, p.rank,
-        "rank " + std::to_string(p.rank) + " (" + std::to_string(mem.rank_in_comm) + ") " + p.host);
+    w.meta("thread_name", pid, p.rank,
+           "rank " + std::to_string(p.rank) + " (" + std::to_string(mem.rank_in_comm) + ") " +
+               host_text(p.host));
     const int64_t dump_ns =
         static_cast<int64_t>(p.snapshot_ns ? p.snapshot_ns : p.heartbeat_ns) + p.clock_offset_ns;
     const std::vector<uint32_t> order = by_time(p, pc);
@@ -204,7 +209,8 @@ void group_tracks(Writer& w, const Model& m, const std::vector<const Comm*>& stu
       if (pc.ops_end == pc.ops_begin) continue;
       if (!named) w.meta("process_name", pid, -1, "NCCL groups (no communicator)");
       named = true;
-      w.meta("thread_name", pid, p.rank, "rank " + std::to_string(p.rank) + " " + p.host);
+      w.meta("thread_name", pid, p.rank,
+             "rank " + std::to_string(p.rank) + " " + host_text(p.host));
       const int64_t dump_ns =
           static_cast<int64_t>(p.snapshot_ns ? p.snapshot_ns : p.heartbeat_ns) + p.clock_offset_ns;
       std::vector<int64_t> open;  // start times of the groups not yet ended, innermost last
@@ -253,7 +259,7 @@ void nixl_tracks(Writer& w, const Model& m, int pid, const std::set<int>& rank_f
     const int tid = p.rank >= 0 ? p.rank : 1'000'000 + static_cast<int>(i);
     w.meta("thread_name", pid, tid,
            (p.rank >= 0 ? "rank " + std::to_string(p.rank) + " " : std::string()) + "pid " +
-               std::to_string(p.pid) + " " + p.host);
+               std::to_string(p.pid) + " " + host_text(p.host));
     const int64_t dump_ns =
         static_cast<int64_t>(p.snapshot_ns ? p.snapshot_ns : p.heartbeat_ns) + p.clock_offset_ns;
     for (size_t k = 0; k < p.nixl_calls.size(); ++k) {

@@ -151,7 +151,7 @@ const char* dtype_name(int dtype) {
 // ncclRedOp_t: five built-in values; larger ones are user ops made by ncclRedOpCreatePreMulSum.
 const char* redop_name(int redop) {
   static const char* const kNames[] = {"sum", "prod", "max", "min", "avg"};
-  if (redop < 0) return "none";
+  if (redop < 0) return "not recorded";  // a PyTorch dump does not record the reduction
   if (redop < 5) return kNames[redop];
   return unknown("premulsum", redop);
 }

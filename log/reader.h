@@ -112,6 +112,7 @@ const char* gpu_state_name(uint32_t state);
 const char* chan_kind_name(uint32_t kind);    // "kernel", "send", "recv"
 const char* chan_state_name(uint32_t state);  // "recv_wait", ... "state(N)" for unknown values
 const char* dtype_name(int dtype);            // ncclDataType_t names: "float32", "bfloat16", ...
-const char* redop_name(int redop);            // "sum", "prod", "max", "min", "avg", "premulsum(N)"
+// "sum", "prod", "max", "min", "avg", "premulsum(N)"; "not recorded" (negative: PyTorch dumps)
+const char* redop_name(int redop);
 
 }  // namespace fr::log

@@ -43,6 +43,9 @@ packages+=(dpkg-dev file)
 # The tests' own tools: openssl makes the TLS certificates of daemon_rpc_test. A test without them
 # reports itself skipped, and CI (FR_CI=1) fails on such a skip.
 packages+=(openssl)
+# `make wheel` (scripts/build-wheel): patchelf points the bundled libraries at each other
+# ($ORIGIN run paths), as auditwheel would; python3-venv installs the wheel in its test.
+packages+=(patchelf)
 # The web tests (tests/web) load the pages in headless Chromium.
 packages+=(chromium)
 # The format check (scripts/check-format) holds every C and C++ file to .clang-format with the

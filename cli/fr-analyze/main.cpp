@@ -4,7 +4,8 @@
 //   fr-analyze export --format torch-json|torch-pickle DIR OUT
 //
 // Exit codes (docs/fr-analyze.md): 0 the analysis finished, whatever the verdict; 2 bad usage;
-// 3 unusable input (nothing readable); 4 an output could not be written; 1 an internal error.
+// 3 unusable input (nothing readable); 4 an output could not be written; 5 the analysis finished
+// on a dump set that mixes jobs (the verdict covers one of them); 1 an internal error.
 #include <malloc.h>
 #include <unistd.h>
 
@@ -32,6 +33,7 @@ constexpr int kExitUsage = 2;
 constexpr int kExitInput = 3;
 constexpr int kExitOutput = 4;
 constexpr int kExitInternal = 1;
+constexpr int kExitMixedJobs = 5;
 
 namespace fs = std::filesystem;
 
@@ -120,12 +122,21 @@ constexpr bool kFastExit = true;
 constexpr bool kFastExit = true;
 #endif
 
-// Flushes standard output; with the fast exit, ends the process there with the exit code.
-void finish() {
+// Flushes standard output; with the fast exit, ends the process there with the exit code
+// (`done`, or kExitOutput when the output could not be written).
+void finish(int done) {
   std::cout.flush();
   if (!kFastExit) return;
   std::fflush(stdout);
-  std::_Exit(std::cout && !std::ferror(stdout) ? 0 : kExitOutput);
+  std::_Exit(std::cout && !std::ferror(stdout) ? done : kExitOutput);
+}
+
+// 0, or kExitMixedJobs for a dump set that mixes jobs, said on stderr too (the JSON and the
+// views say it in full, first).
+int exit_code_of(const fr::analyzer::Analysis& analysis) {
+  if (analysis.inputs.other_jobs.empty()) return 0;
+  std::cerr << "fr-analyze: " << fr::analyzer::mixed_jobs_text(analysis.inputs) << "\n";
+  return kExitMixedJobs;
 }
 
 }  // namespace
@@ -193,6 +204,7 @@ int main(int argc, char** argv) {
       return kExitInput;
     }
     fr::analyzer::Analysis analysis = fr::analyzer::analyze_model(model, opts);
+    const int done = exit_code_of(analysis);
     if (!trace_file.empty()) {
       std::string err;
       if (!fr::analyzer::write_trace(model, analysis, opts, trace_file, &err)) {
@@ -215,13 +227,13 @@ int main(int argc, char** argv) {
       const nlohmann::json doc = analysis.take_json();
       fr::analyzer::write_json(doc, 2, std::cout, opts.threads);
       std::cout << "\n";
-      finish();  // with the fast exit, `doc` and `analysis` are never freed
+      finish(done);  // with the fast exit, `doc` and `analysis` are never freed
     } else {
       std::cout << fr::analyzer::render_text(analysis, isatty(STDOUT_FILENO) == 1);
-      finish();
+      finish(done);
     }
     if (!std::cout) return kExitOutput;
-    return 0;
+    return done;
   } catch (const std::exception& e) {
     std::cerr << "fr-analyze: internal error: " << e.what() << "\n";
     return kExitInternal;

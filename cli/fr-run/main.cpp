@@ -45,6 +45,27 @@ bool regular_file(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
+// The daemon found serves another job that still runs: this job gets a log directory of its
+// own below it, with a daemon of its own (node_daemon.h). Returns the daemon serving the job.
+fr::run::DaemonResult use_own_log_dir(fr::run::Options* o, const fr::run::DaemonResult& d,
+                                      fr::daemon::NodeUse* use) {
+  std::string own, why;
+  if (!fr::run::own_log_dir(*o, &own, &why)) {
+    std::fprintf(stderr, "fr-run: no log directory of this job's own: %s\n", why.c_str());
+    return d;
+  }
+  std::fprintf(stderr,
+               "fr-run: the node daemon serving %s (pid %d) follows %s, which is alive and serves "
+               "another job; this job's flight logs go to %s, with a node daemon of its own\n",
+               o->log_dir.c_str(), int(d.pid), d.other_coordinator.c_str(), own.c_str());
+  const bool default_log = o->daemon_log == o->log_dir + "/frd-node.log";
+  o->log_dir = own;
+  if (default_log) o->daemon_log = own + "/frd-node.log";
+  std::string error;
+  if (!use->acquire(o->log_dir, &error)) std::fprintf(stderr, "fr-run: %s\n", error.c_str());
+  return fr::run::ensure_node_daemon(*o);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -65,6 +86,8 @@ int main(int argc, char** argv) {
   }
   Env env = current_env();
   resolve(&o, env, exe_dir(), ::getuid(), regular_file);
+  std::error_code cwd_error;
+  make_paths_absolute(&o, std::filesystem::current_path(cwd_error).string());
 
   bool agent_ok = regular_file(o.agent);
   if (!agent_ok)
@@ -84,16 +107,27 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "fr-run: %s; the node daemon may leave while this job has no flight log yet\n",
                  error.c_str());
+  fr::daemon::NodeUse own_use;  // the same, in this job's own log directory when it gets one
   if (!o.coordinator.empty() && !o.no_daemon) {
     DaemonResult d = ensure_node_daemon(o);
+    if (d.outcome != DaemonOutcome::failed && !d.other_coordinator.empty())
+      d = use_own_log_dir(&o, d, &own_use);
+    if (!d.replaced.empty())
+      std::fprintf(stderr,
+                   "fr-run: replaced the node daemon serving %s, which followed %s, with one "
+                   "following %s\n",
+                   o.log_dir.c_str(), d.replaced.c_str(), o.coordinator.c_str());
     if (d.outcome == DaemonOutcome::failed)
       std::fprintf(stderr, "fr-run: no node daemon: %s\n", d.message.c_str());
     else if (!d.other_coordinator.empty())
       std::fprintf(stderr,
-                   "fr-run: the node daemon serving %s (pid %d) follows %s, not %s; give this job "
-                   "its own --log-dir\n",
+                   "fr-run: the node daemon serving %s (pid %d) follows %s, which is alive and "
+                   "serves another job, not %s: this job runs unwatched; give it its own "
+                   "--log-dir\n",
                    o.log_dir.c_str(), int(d.pid), d.other_coordinator.c_str(),
                    o.coordinator.c_str());
+    else if (std::string refused = refusal_of(o, d.pid); !refused.empty())
+      std::fprintf(stderr, "fr-run: %s\n", refused.c_str());
     else if (o.verbose)
       std::fprintf(stderr, "fr-run: node daemon %s (pid %d) serves %s\n",
                    d.outcome == DaemonOutcome::started ? "started" : "already running", int(d.pid),

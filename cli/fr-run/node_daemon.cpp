@@ -2,8 +2,11 @@
 #include "node_daemon.h"
 
 #include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,11 +15,14 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 #include <vector>
 
 #include "common/spawn.h"
+#include "daemon/base/names.h"
 #include "daemon/base/node_lock.h"
+#include "daemon/base/node_status.h"
 
 namespace fr::run {
 namespace {
@@ -144,7 +150,112 @@ DaemonResult already_running(const Options& o, pid_t pid) {
   return r;
 }
 
+// Whether a TCP connection to HOST:PORT is refused outright (nothing listens there: the
+// coordinator is gone). A timeout or a name that does not resolve says nothing either way.
+bool nothing_listens(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return false;
+  std::string host = address.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  if (::getaddrinfo(host.c_str(), address.substr(colon + 1).c_str(), &hints, &res) != 0)
+    return false;
+  bool refused = res != nullptr;
+  for (addrinfo* a = res; a && refused; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      refused = false;
+      break;
+    }
+    int err = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+    if (err == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      socklen_t len = sizeof err;
+      err = ::poll(&p, 1, 1000) == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0
+                ? err
+                : ETIMEDOUT;
+    }
+    ::close(fd);
+    refused = err == ECONNREFUSED;
+  }
+  ::freeaddrinfo(res);
+  return refused;
+}
+
+// The real uid of a process; -1 when unreadable.
+long uid_of(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("Uid:", 0) == 0) return std::strtol(line.c_str() + 4, nullptr, 10);
+  return -1;
+}
+
+// Why the daemon `pid`, following `theirs`, may be replaced: empty when it may not (another
+// user's, or its coordinator is alive and so serves another job).
+std::string replaceable(const Options& o, pid_t pid, const std::string& theirs) {
+  if (pid <= 0 || uid_of(pid) != long(::geteuid())) return "";
+  fr::daemon::NodeStatus st;
+  const bool said =
+      fr::daemon::read_node_status(o.log_dir, &st) && st.pid == pid && st.coordinator == theirs;
+  if (said && st.state == "refused") return "it was refused there (" + st.message + ")";
+  if (nothing_listens(theirs)) return "nothing listens there any more";
+  struct timespec now {};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  const int64_t now_ns = int64_t(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+  if (said && st.state == "unreachable" && now_ns - st.since_real_ns >= 10'000'000'000)
+    return "it has not been reachable for " +
+           std::to_string((now_ns - st.since_real_ns) / 1'000'000'000) + " s";
+  return "";
+}
+
+// Stops the daemon `pid` (SIGTERM) and waits for the node lock to be free; false on timeout.
+bool stop_daemon(const Options& o, pid_t pid, Clock::time_point deadline) {
+  if (::kill(pid, SIGTERM) != 0) return false;
+  while (fr::daemon::probe_node_lock(o.log_dir).held) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
 }  // namespace
+
+bool own_log_dir(const Options& o, std::string* dir, std::string* why) {
+  *dir = o.log_dir + "/fr-" + fr::daemon::sanitize_name(o.coordinator, 128);
+  if (::mkdir(dir->c_str(), 0700) != 0 && errno != EEXIST) {
+    *why = "cannot make " + *dir + ": " + std::strerror(errno);
+    return false;
+  }
+  struct stat st {};
+  if (::lstat(dir->c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    *why = *dir + " is not a directory (a link or a file is never followed)";
+  } else if (st.st_uid != ::geteuid()) {
+    *why = *dir + " belongs to uid " + std::to_string(st.st_uid) + ", not this user";
+  } else if (st.st_mode & 022) {
+    *why = *dir + " is writable by others";
+  } else {
+    return true;
+  }
+  return false;
+}
+
+std::string refusal_of(const Options& o, pid_t pid, int wait_ms) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(wait_ms);
+  do {
+    fr::daemon::NodeStatus st;
+    if (fr::daemon::read_node_status(o.log_dir, &st) && st.pid == pid &&
+        st.coordinator == o.coordinator) {
+      if (st.state == "refused")
+        return "the node daemon (pid " + std::to_string(pid) +
+               ") was refused by the coordinator at " + st.coordinator + ": " + st.message;
+      return "";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (Clock::now() < deadline);
+  return "";
+}
 
 DaemonResult ensure_node_daemon(const Options& o, int timeout_ms) {
   DaemonResult r;
@@ -157,7 +268,12 @@ DaemonResult ensure_node_daemon(const Options& o, int timeout_ms) {
   }
   std::string untrusted;
   fr::daemon::NodeLockState s = fr::daemon::probe_node_lock(o.log_dir, &untrusted);
-  if (s.held) return already_running(o, s.pid);
+  if (s.held) {
+    DaemonResult running = already_running(o, s.pid);
+    if (running.other_coordinator.empty() ||
+        replaceable(o, s.pid, running.other_coordinator).empty())
+      return running;
+  }
   if (!untrusted.empty()) std::fprintf(stderr, "fr-run: %s\n", untrusted.c_str());
   // Take turns with the other fr-runs of this node, on a file of this user or root only: another
   // user's (a link, a FIFO, a file they hold locked) is not waited on, the node lock alone then
@@ -176,7 +292,18 @@ DaemonResult ensure_node_daemon(const Options& o, int timeout_ms) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   s = fr::daemon::probe_node_lock(o.log_dir);
-  if (s.held) return already_running(o, s.pid);  // the previous holder of the start lock started it
+  if (s.held) {  // the previous holder of the start lock started it, or the old one is still there
+    DaemonResult running = already_running(o, s.pid);
+    if (running.other_coordinator.empty()) return running;
+    const std::string why = replaceable(o, s.pid, running.other_coordinator);
+    if (why.empty()) return running;
+    if (!stop_daemon(o, s.pid, deadline)) {
+      r.message = "the node daemon (pid " + std::to_string(s.pid) + ") following " +
+                  running.other_coordinator + " did not leave in time";
+      return r;
+    }
+    r.replaced = running.other_coordinator + " (" + why + ")";
+  }
   if (::access(o.frd.c_str(), X_OK) != 0) {
     r.message = "cannot run " + o.frd + ": " + std::strerror(errno);
     return r;

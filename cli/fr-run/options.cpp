@@ -240,6 +240,32 @@ void resolve(Options* o, const Env& env, const std::string& exe_dir, unsigned ui
   fill(&o->daemon_log, o->log_dir + "/frd-node.log");
 }
 
+void make_paths_absolute(Options* o, const std::string& cwd) {
+  const std::string base = cwd.empty() || cwd.back() == '/' ? cwd : cwd + "/";
+  auto fix = [&](std::string* p) {
+    if (!p->empty() && (*p)[0] != '/' && !base.empty()) *p = base + *p;
+  };
+  for (std::string* p : {&o->log_dir, &o->token_file, &o->daemon_log, &o->agent, &o->frd}) fix(p);
+  static const char* const kPathFlags[] = {"--token-file", "--tls-ca", "--tls-cert", "--tls-key",
+                                           "--dump-dir"};
+  for (size_t i = 0; i < o->frd_args.size(); ++i) {
+    std::string& a = o->frd_args[i];
+    for (const char* f : kPathFlags) {
+      const std::string flag = f;
+      if (a == flag && i + 1 < o->frd_args.size()) {
+        fix(&o->frd_args[++i]);
+        break;
+      }
+      if (a.rfind(flag + "=", 0) == 0) {
+        std::string v = a.substr(flag.size() + 1);
+        fix(&v);
+        a = flag + "=" + v;
+        break;
+      }
+    }
+  }
+}
+
 Env child_env(const Options& o, const Env& env, bool agent_ok) {
   Env out = env;
   if (agent_ok) {

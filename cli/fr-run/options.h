@@ -59,6 +59,13 @@ bool parse_args(const std::vector<std::string>& args, Options* o, std::string* e
 void resolve(Options* o, const Env& env, const std::string& exe_dir, unsigned uid,
              bool (*token_exists)(const std::string& path));
 
+// Makes every path the node daemon and the command are given absolute, from `cwd`: the
+// detached daemon runs in /, the command wherever it changes to. The log directory, the token
+// file, the daemon's log, the agent, frd, and the paths of --frd-arg flags that take one
+// (--token-file, --tls-ca, --tls-cert, --tls-key, --dump-dir, in both `--flag V` and
+// `--flag=V` forms).
+void make_paths_absolute(Options* o, const std::string& cwd);
+
 // The default token file: ${XDG_RUNTIME_DIR:-/tmp}/frd-<uid>/token.
 std::string default_token_file(const Env& env, unsigned uid);
 

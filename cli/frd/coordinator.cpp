@@ -6,8 +6,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+
+#include <unistd.h>
 
 #include "daemon/base/logger.h"
+#include "daemon/rpc/client.h"
 #include "daemon/rpc/server.h"
 
 namespace frd {
@@ -65,6 +69,27 @@ bool credentials(const CoordinatorCommand& c, fr::daemon::ServerOptions* so, std
       !fr::daemon::read_text_file(c.tls_client_ca, &so->tls_client_ca, error))
     return false;
   return true;
+}
+
+// How to open the web page: its address, and where the token it asks for is (never the token
+// itself, which the log must not carry).
+std::string how_to_open(const CoordinatorCommand& c, const fr::daemon::ServerOptions& so,
+                        int port) {
+  std::string host = c.metrics_listen.substr(0, c.metrics_listen.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]") {
+    char name[256] = {};
+    host = ::gethostname(name, sizeof name - 1) == 0 && name[0] ? name : "localhost";
+  }
+  const std::string url = "http://" + host + ":" + std::to_string(port) + "/";
+  const bool asks = !so.token.empty() &&
+                    !(so.http_trust_loopback && fr::daemon::is_loopback_address(c.metrics_listen));
+  if (!asks) return "open the web page at " + url;
+  std::error_code ec;
+  std::string file = c.token_file.empty() ? fr::daemon::default_token_file() : c.token_file;
+  const auto abs = std::filesystem::absolute(file, ec);
+  if (!ec) file = abs.string();
+  return "open the web page at " + url + "?token=TOKEN once (a cookie keeps it), TOKEN being " +
+         "the contents of " + file + ": " + url + "?token=$(cat " + file + ")";
 }
 
 }  // namespace
@@ -155,10 +180,13 @@ int CoordinatorCommand::run() const {
                            (so.tls_cert.empty()        ? ""
                             : so.tls_client_ca.empty() ? " (TLS)"
                                                        : " (mutual TLS)"));
-  if (server.metrics_port())
+  if (server.metrics_port()) {
     fr::daemon::log_line(
         fr::daemon::LogLevel::kInfo,
         "frd coordinator: web page and metrics on port " + std::to_string(server.metrics_port()));
+    fr::daemon::log_line(fr::daemon::LogLevel::kInfo,
+                         "frd coordinator: " + how_to_open(*this, so, server.metrics_port()));
+  }
   int sig = 0;
   sigwait(&set, &sig);
   server.shutdown();

@@ -1,6 +1,8 @@
 // The flags and helpers several of frd's roles share (commands.h).
 #include "commands.h"
 
+#include <filesystem>
+
 #include <pthread.h>
 
 #include <cmath>
@@ -100,6 +102,9 @@ bool ClientFlags::resolve(const char* who, fr::daemon::ClientOptions* out,
   if (!token_file.empty()) {
     if (!fr::daemon::read_token_file(token_file, &out->token, &loose, error)) return false;
     if (loose) warn_loose(who, token_file);
+    std::error_code ec;
+    const auto abs = std::filesystem::absolute(token_file, ec);
+    out->token_from = ec ? token_file : abs.string();
   } else if (!insecure) {
     // Read at each call: the coordinator may create it after we start.
     out->token_file = fr::daemon::default_token_file();

@@ -108,6 +108,13 @@ JobProgress gather(const json& s) {
   return jp;
 }
 
+// "Job ID", or what the page knows when no node has named the job: without a token (--insecure)
+// no node may, and the coordinator's --job-id names it.
+std::string job_title(const json& s) {
+  const std::string job = str(s, "job_id");
+  return job.empty() ? "Job not named yet (give the coordinator --job-id)" : "Job " + job;
+}
+
 // The job at a glance: a sentence, the rank and node counts, the oldest op in flight.
 void job_card(std::ostringstream& o, const json& s, const JobProgress& jp) {
   const json& r = s.value("ranks", json::object());
@@ -117,8 +124,7 @@ void job_card(std::ostringstream& o, const json& s, const JobProgress& jp) {
   for (const auto& i : incidents) open += is_open(i);
   const double oldest_s = jp.oldest_s;
   const std::string& oldest_where = jp.oldest_where;
-  o << "<h1>Job " << html_escape(str(s, "job_id").empty() ? "(not named yet)" : str(s, "job_id"))
-    << "</h1>";
+  o << "<h1>" << html_escape(job_title(s)) << "</h1>";
   const int dead = r.value("dead", 0);
   // A job whose processes record nothing of ours is not shown as a healthy one: fr is half blind.
   const json& pc = s.value("processes", json::object());
@@ -283,7 +289,7 @@ void slow_card(std::ostringstream& o, const json& s) {
 
 std::string render_live_page(const json& s) {
   fr::analyzer::HtmlPage page;
-  page.title = "fr: job " + str(s, "job_id");
+  page.title = "fr: " + job_title(s);
   page.links = {{"/", "live job"}, {"/api/v1/status", "status JSON"}, {"/metrics", "metrics"}};
   page.refresh_s = kRefreshSeconds;
   std::ostringstream o;
@@ -303,7 +309,8 @@ std::string render_incident_page(const json& incident, const json& analysis) {
   const std::string id = str(incident, "id");
   page.title = "fr: incident " + id;
   page.heading = id + " · " + str(incident, "kind") + " · " + str(incident, "state") + " · " +
-                 str(incident, "reason") + " · " + str(incident, "dir");
+                 str(incident, "dir");
+  page.trigger = str(incident, "reason");
   page.links = {{"/", "live job"}, {"/api/v1/status", "status JSON"}};
   if (!analysis.is_null()) return fr::analyzer::render_incident_html(analysis, page);
   page.refresh_s = 2;
@@ -316,7 +323,8 @@ std::string render_incident_page(const json& incident, const json& analysis) {
     << "</p><div class=\"facts\"><span>nodes asked <b>" << incident.value("asked", 0)
     << "</b>, dumps in <b>" << incident.value("uploaded", 0) << "</b>, failed <b>"
     << incident.value("failed", json::object()).size() << "</b></span></div></section>"
-    << fr::analyzer::html_close();
+    << "<p class=\"muted\" id=\"trigger\"><b>trigger</b> (what opened the incident): "
+    << html_escape(page.trigger) << "</p>" << fr::analyzer::html_close();
   return o.str();
 }
 

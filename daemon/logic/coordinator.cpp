@@ -84,10 +84,13 @@ CoordinatorState::CoordinatorState(CoordinatorConfig cfg) : cfg_(std::move(cfg))
   recover();
 }
 
+std::string CoordinatorState::known_job() const {
+  return !cfg_.job_id.empty() ? cfg_.job_id : learned_job_;
+}
+
 std::string CoordinatorState::job_dir_name() const {
-  if (!cfg_.job_id.empty()) return cfg_.job_id;
-  if (!learned_job_.empty()) return learned_job_;
-  return "job";
+  const std::string job = known_job();
+  return job.empty() ? "job" : job;
 }
 
 Incident* CoordinatorState::active() {
@@ -234,8 +237,9 @@ bool CoordinatorState::heartbeat(uint64_t session, NodeReport* given, int64_t no
   }
   int64_t worst_margin = INT64_MIN;
   for (const auto& p : report.processes) {
-    // Only an authenticated node may name the job (an anonymous first speaker could not).
-    if (learned_job_.empty() && !p.job_id.empty() && n->authenticated)
+    // Only an authenticated node may name the job (an anonymous first speaker could not), and
+    // only from a live process: a log directory may still hold an earlier job's logs.
+    if (learned_job_.empty() && !p.job_id.empty() && n->authenticated && p.alive)
       learned_job_ = sanitize_name(p.job_id);
     if (p.world_size > 0 && p.world_size <= (1 << 24))
       n->world_size = std::max(n->world_size, p.world_size);

@@ -363,6 +363,9 @@ class CoordinatorState {
   void slow_pass(int64_t now_mono, Actions* actions);
   Incident* find(const std::string& id);
   Node* by_session(uint64_t session);
+  // The job's id when known (given, or learned from an authenticated node); empty otherwise,
+  // where job_dir_name() says "job" for the directory's sake.
+  std::string known_job() const;
   std::string job_dir_name() const;
   void open(IncidentKind kind, const std::string& reason, int64_t now_mono, Actions* actions,
             const Node* trigger, const SlowFinding* slow = nullptr);

@@ -207,7 +207,7 @@ StatusSnapshot CoordinatorState::status_snapshot(int64_t now_mono, const StatusQ
         {"nodes", pc.nodes},
         {"summary", pc.summary()}}},
       {"coordinator_id", coordinator_id_},
-      {"job_id", job_dir_name()},
+      {"job_id", known_job()},
       {"ranks",
        {{"expected", expected_ranks()}, {"known", known}, {"alive", alive}, {"dead", dead}}},
       {"node_counts",

@@ -106,7 +106,9 @@ NodeActions NodeState::stream_closed(const std::string& error, int64_t now_mono)
   if (unreachable_.due(now_mono, &again))
     a.log.push_back(
         {LogLevel::kWarn,
-         "cannot reach the coordinator at " + cfg_.address + ": " +
+         (error.rfind("UNAUTHENTICATED", 0) == 0 ? "refused by the coordinator at "
+                                                 : "cannot reach the coordinator at ") +
+             cfg_.address + ": " +
              (error.empty() ? std::string("closed before its welcome") : error) + "; retrying" +
              (again ? " (" + std::to_string(again) + " more failed attempts since the last report)"
                     : "")});

@@ -160,6 +160,21 @@ void add_auth(grpc::ClientContext* ctx, const ClientOptions& opts) {
   if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
 }
 
+std::string status_text(const grpc::Status& st, const ClientOptions& opts) {
+  if (st.error_code() != grpc::StatusCode::UNAUTHENTICATED) return st.error_message();
+  const std::string file = !opts.token_from.empty() ? opts.token_from : opts.token_file;
+  std::string token, unread;
+  const bool sent = !opts.token.empty() ||
+                    (!opts.token_file.empty() &&
+                     read_text_file(opts.token_file, &token, &unread, true) && !token.empty());
+  if (!sent)
+    return "UNAUTHENTICATED: no token sent" +
+           (file.empty() ? std::string(" (--insecure)") : " (no token file at " + file + ")") +
+           "; give the coordinator's --token-file";
+  return "UNAUTHENTICATED: wrong token (file " + file +
+         "); the coordinator's token file holds another";
+}
+
 bool fetch_status(const ClientOptions& opts, nlohmann::json* out, std::string* error,
                   size_t node_offset, size_t node_limit, bool summary) {
   auto stub = fr::v1::Coordinator::NewStub(make_channel(opts));
@@ -173,7 +188,7 @@ bool fetch_status(const ClientOptions& opts, nlohmann::json* out, std::string* e
   fr::v1::StatusReply rep;
   grpc::Status st = stub->Status(&ctx, req, &rep);
   if (!st.ok()) {
-    *error = opts.address + ": " + st.error_message();
+    *error = opts.address + ": " + status_text(st, opts);
     return false;
   }
   *out = nlohmann::json::parse(rep.json(), nullptr, false);
@@ -195,7 +210,7 @@ bool trigger_dump(const ClientOptions& opts, const std::string& reason, std::str
   fr::v1::TriggerReply rep;
   grpc::Status st = stub->TriggerDump(&ctx, req, &rep);
   if (!st.ok()) {
-    *error = opts.address + ": " + st.error_message();
+    *error = opts.address + ": " + status_text(st, opts);
     return false;
   }
   if (!rep.ok()) {

@@ -16,6 +16,7 @@
 namespace grpc {
 class Channel;
 class ClientContext;
+class Status;
 }  // namespace grpc
 
 namespace fr::daemon {
@@ -24,6 +25,7 @@ struct ClientOptions {
   std::string address = "127.0.0.1:7470";
   std::string token;       // sent as "authorization: Bearer <token>" when set
   std::string token_file;  // when `token` is empty: read at each call (absent: no token)
+  std::string token_from;  // the file `token` was read from, for messages (empty: none)
   std::string tls_ca;      // PEM contents; TLS when set
   std::string tls_cert;    // PEM contents of the client certificate (mutual TLS)
   std::string tls_key;
@@ -52,6 +54,9 @@ void setup_grpc_process();
 
 std::shared_ptr<grpc::Channel> make_channel(const ClientOptions& opts);
 void add_auth(grpc::ClientContext* ctx, const ClientOptions& opts);
+// A failed call's status in one line. A refused token names the file it came from:
+// "UNAUTHENTICATED: wrong token (file /run/user/0/frd-0/token)", or says that none was sent.
+std::string status_text(const grpc::Status& status, const ClientOptions& opts);
 
 // One page of status: nodes from `node_offset`, at most `node_limit` (0: the coordinator's
 // default page); `summary` leaves out per-process detail.

@@ -19,6 +19,7 @@
 #include "daemon/rpc/gate.h"
 #include "daemon/host/dump_files.h"
 #include "daemon/base/names.h"
+#include "daemon/base/node_status.h"
 #include "fr/v1/frd.grpc.pb.h"
 
 namespace fr::daemon {
@@ -91,6 +92,24 @@ void NodeDaemon::send_dump_status(const std::string& incident, bool ok, const st
   m.mutable_dump_status()->set_error(error);
   std::lock_guard<std::mutex> lk(mu_);
   if (stream_) stream_->write(m, protocol_);
+}
+
+void NodeDaemon::note_connection(const std::string& state, const std::string& message) {
+  NodeStatus st;
+  st.pid = ::getpid();
+  st.coordinator = opts_.client.address;
+  st.state = state;
+  st.message = message;
+  NodeStatus before;
+  // The time the state began: kept while only the message changes.
+  st.since_real_ns = parse_node_status(status_written_, &before) && before.state == state
+                         ? before.since_real_ns
+                         : real_ns();
+  const std::string text = format_node_status(st);
+  if (text == status_written_) return;
+  std::string error;
+  if (fr::files::write_atomic(node_status_path(opts_.log_dir), text, &error))
+    status_written_ = text;
 }
 
 void NodeDaemon::check_log_dir() {
@@ -228,11 +247,14 @@ void NodeDaemon::connect_once() {
   }
   std::atomic<bool> reader_done{false};
   std::thread reader;
-  if (send_hello(s)) {
+  const bool said_hello = send_hello(s);
+  if (said_hello) {
     reader = std::thread([this, &s, &reader_done] { read_commands(s, &reader_done); });
     heartbeat_loop(s, reader_done);
   }
-  s.ctx.TryCancel();
+  // A stream the coordinator closed (a refused token) is not cancelled, so that Finish returns
+  // the coordinator's reason rather than CANCELLED.
+  if (said_hello && !reader_done) s.ctx.TryCancel();
   if (reader.joinable()) reader.join();
   grpc::Status st = s.rw->Finish();
   NodeActions a;
@@ -242,7 +264,12 @@ void NodeDaemon::connect_once() {
     connected_ = false;
     protocol_ = 0;
     if (stopping_) return;
-    a = state_.stream_closed(st.ok() ? std::string() : st.error_message(), mono_ns());
+    const std::string why = st.ok() ? std::string() : status_text(st, opts_.client);
+    a = state_.stream_closed(why, mono_ns());
+    const bool refused = st.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+                         st.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
+                         st.error_code() == grpc::StatusCode::FAILED_PRECONDITION;
+    note_connection(refused ? "refused" : "unreachable", why.empty() ? "closed" : why);
   }
   apply(a);
   sleep_for(a.wait_ns);
@@ -275,6 +302,7 @@ void NodeDaemon::read_commands(Stream& s, std::atomic<bool>* done) {
         protocol_ = w.protocol() == 0 ? 1u : std::min(w.protocol(), kProtocol);
         apply(state_.welcome(w.job_id(), w.stall_after_ms(), w.upload_key()));
         connected_ = true;
+        note_connection("connected", "");
         break;
       }
       case fr::v1::CoordinatorMessage::kPing: state_.ping(m.ping().t1_ns(), real_ns()); break;

@@ -108,6 +108,9 @@ class NodeDaemon {
   DeliveryOutcome place(const Key& k, const DumpHeader& h, std::string* error);
   DeliveryOutcome placed_reply(const Key& k, const DumpHeader& h, std::string* error);
   void send_dump_status(const std::string& incident, bool ok, const std::string& error);
+  // Keeps LOG_DIR/frd-node.state (daemon/base/node_status.h) saying how the connection goes;
+  // written when the state or its message changes.
+  void note_connection(const std::string& state, const std::string& message);
   void log(const std::string& line, LogLevel level = LogLevel::kInfo);
   // Says at once, then at a bounded rate, that the log directory cannot be read; and when it can
   // again.
@@ -130,6 +133,7 @@ class NodeDaemon {
   std::atomic<uint64_t> heartbeats_{0}, processes_{0}, processes_alive_{0};
   GpuMonitor gpus_;
   size_t xids_seen_ = 0;
+  std::string status_written_;  // the state file's last text (guarded by mu_)
 };
 
 }  // namespace fr::daemon

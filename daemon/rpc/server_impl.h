@@ -165,6 +165,12 @@ struct CoordinatorServer::Impl {
     return bearer_matches(got, opts.token);
   }
 
+  // A call refused for its token: logged (the peer, the call, a missing or a wrong token) at most
+  // once every 10 s with the count of those refused meanwhile; returns the status to send.
+  grpc::Status refuse(grpc::CallbackServerContext* ctx, const char* call);
+  std::atomic<int64_t> refusal_logged_ns{0};
+  std::atomic<uint64_t> refusals_unlogged{0};
+
   void log(const std::string& line, LogLevel level = LogLevel::kInfo) {
     if (!opts.quiet) log_line(level, line);
   }

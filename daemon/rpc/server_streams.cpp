@@ -21,10 +21,6 @@ std::string peer_host(const std::string& peer) {
   return c == std::string::npos ? peer : peer.substr(0, c);
 }
 
-grpc::Status unauthenticated() {
-  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong token");
-}
-
 // A stream refused before it started (wrong token, too many uploads).
 template <class Base>
 class Refused : public Base {
@@ -34,6 +30,25 @@ class Refused : public Base {
 };
 
 }  // namespace
+
+grpc::Status CoordinatorServer::Impl::refuse(grpc::CallbackServerContext* ctx, const char* call) {
+  const auto& md = ctx->client_metadata();
+  const bool sent = md.find("authorization") != md.end();
+  const int64_t now = mono_ns(), last = refusal_logged_ns.load();
+  int64_t expected = last;
+  if ((last == 0 || now - last >= 10'000'000'000) &&
+      refusal_logged_ns.compare_exchange_strong(expected, now)) {
+    const uint64_t more = refusals_unlogged.exchange(0);
+    log("frd coordinator: refused " + std::string(call) + " from " + printable(ctx->peer(), 128) +
+            ": " + (sent ? "wrong token" : "no token") +
+            " (the peer must use this coordinator's token file)" +
+            (more ? "; " + std::to_string(more) + " more refused since the last report" : ""),
+        LogLevel::kWarn);
+  } else {
+    refusals_unlogged.fetch_add(1);
+  }
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, sent ? "wrong token" : "no token");
+}
 
 // An upload takes one of the limited slots only once a valid header from the node that was
 // asked has arrived; until then it is a waiting stream, bounded in number per peer host and
@@ -209,14 +224,14 @@ class Service final : public ServiceBase {
       grpc::CallbackServerContext* ctx) override {
     if (!impl_->authorized(ctx))
       return new Refused<grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>>(
-          unauthenticated());
+          impl_->refuse(ctx, "a node's connection"));
     return new NodeStream(impl_, ctx);
   }
 
   grpc::ServerReadReactor<UploadChunk>* Upload(grpc::CallbackServerContext* ctx,
                                                UploadReply* reply) override {
     if (!impl_->authorized(ctx))
-      return new Refused<grpc::ServerReadReactor<UploadChunk>>(unauthenticated());
+      return new Refused<grpc::ServerReadReactor<UploadChunk>>(impl_->refuse(ctx, "an upload"));
     std::string peer = peer_host(ctx->peer());
     std::lock_guard<std::mutex> lk(impl_->mu);
     // Streams that have not said what they carry are cheap but bounded: per peer host, and in
@@ -236,7 +251,7 @@ class Service final : public ServiceBase {
                                    const fr::v1::UploadHeader* req, UploadReply* reply) override {
     auto* r = ctx->DefaultReactor();
     if (!impl_->authorized(ctx)) {
-      r->Finish(unauthenticated());
+      r->Finish(impl_->refuse(ctx, "a placed dump"));
       return r;
     }
     std::lock_guard<std::mutex> lk(impl_->mu);
@@ -254,7 +269,7 @@ class Service final : public ServiceBase {
                                    fr::v1::StatusReply* reply) override {
     auto* r = ctx->DefaultReactor();
     if (!impl_->authorized(ctx)) {
-      r->Finish(unauthenticated());
+      r->Finish(impl_->refuse(ctx, "a status query"));
       return r;
     }
     StatusQuery q;
@@ -280,7 +295,7 @@ class Service final : public ServiceBase {
                                         fr::v1::TriggerReply* reply) override {
     auto* r = ctx->DefaultReactor();
     if (!impl_->authorized(ctx)) {
-      r->Finish(unauthenticated());
+      r->Finish(impl_->refuse(ctx, "a dump trigger"));
       return r;
     }
     {

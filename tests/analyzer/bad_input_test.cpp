@@ -182,6 +182,54 @@ TEST_CASE("another job's dump in the same directory is named and left out", "[an
   CHECK(doc["verdict"]["culprit_ranks"] == json({5}));
 }
 
+TEST_CASE("two jobs' dumps in one call: said first, in every view, with exit code 5",
+          "[analyzer][cli]") {
+  TempDir t;
+  make_set(t.sub("set"));
+  fr::analyzer::synth::Spec other;
+  other.ranks = 2;
+  other.entries = 16;
+  other.job_id = "another-job";
+  std::string err;
+  REQUIRE(fr::analyzer::synth::write_dump_set(other, t.sub("other"), &err));
+  json doc = analyze({t.sub("set"), t.sub("other")});
+  REQUIRE(doc["inputs"]["other_jobs"].size() == 1);
+  CHECK(doc["inputs"]["other_jobs"][0]["job_id"] == "another-job");
+  CHECK(doc["inputs"]["other_jobs"][0]["files"] == 2);
+  CHECK(doc["verdict"]["culprit_ranks"] == json({5}));
+  // The text view says it before the verdict.
+  std::string out;
+  CHECK(run_cli(t.sub("set") + " " + t.sub("other"), &out) == 5);
+  INFO(out);
+  const size_t mixed = out.find("MIXED JOBS: this dump set mixes 2 jobs");
+  REQUIRE(mixed != std::string::npos);
+  CHECK(mixed < out.find("verdict:"));
+  CHECK(out.find("the verdict is about job 'synthetic' alone; left out: 'another-job' (2 files)") !=
+        std::string::npos);
+  CHECK(run_cli("--json " + t.sub("set") + " " + t.sub("other"), &out) == 5);
+  CHECK(run_cli("--html " + t.sub("page.html") + " " + t.sub("set") + " " + t.sub("other"), &out) ==
+        5);
+  const std::string page = slurp(t.sub("page.html"));
+  CHECK(page.find("id=\"mixed-jobs\"") < page.find("id=\"verdict-sentence\""));
+  // One job alone: 0, and no such line.
+  CHECK(run_cli(t.sub("set"), &out) == 0);
+  CHECK(out.find("MIXED") == std::string::npos);
+}
+
+TEST_CASE("a manifest that cannot be read is named once in its error", "[analyzer]") {
+  TempDir t;
+  make_set(t.sub("set"));
+  fs::remove(t.sub("set/manifest.json"));
+  fs::create_directories(t.sub("set/manifest.json"));  // opened, and refused as no regular file
+  json doc = analyze({t.sub("set")});
+  const json s = skipped_entry(doc, "manifest.json");
+  REQUIRE(!s.is_null());
+  INFO(s.dump());
+  CHECK(s["error"].get<std::string>().find("manifest.json") == std::string::npos);
+  CHECK(s["error"].get<std::string>().find("not a regular file") != std::string::npos);
+  CHECK(doc["verdict"]["culprit_ranks"] == json({5}));
+}
+
 TEST_CASE("oversize torch dumps are refused by their size, before any read", "[analyzer]") {
   // Eight sparse 10 GiB files that start as a real torch pickle: each is refused by fstat alone,
   // so the analysis neither reads them nor takes memory for them (a full read would be 80 GiB).

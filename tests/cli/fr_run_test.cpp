@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/base/node_lock.h"
+#include "daemon/base/node_status.h"
 #include "options.h"
 #include "proc.h"
 #include "skip.h"
@@ -160,6 +161,53 @@ TEST_CASE("fr-run: defaults from the environment, flags win", "[cli][fr-run]") {
   fr::run::resolve(&o, {{"FR_TOKEN_FILE", "/env-t"}, {"FR_AGENT", "/a.so"}}, "/b", 0, no_file);
   CHECK(o.token_file == "/env-t");
   CHECK(o.agent == "/a.so");
+}
+
+TEST_CASE("fr-run: relative paths become absolute before the daemon starts in /", "[cli][fr-run]") {
+  fr::run::Options o;
+  o.log_dir = "logs";
+  o.token_file = "tok/x";
+  o.frd = "/opt/fr/bin/frd";
+  o.frd_args = {"--tls-ca", "ca.pem", "--dump-dir=spool", "--heartbeat-interval", "0.2"};
+  fr::run::resolve(&o, {}, "bin", 0, no_file);
+  fr::run::make_paths_absolute(&o, "/home/me/job");
+  CHECK(o.log_dir == "/home/me/job/logs");
+  CHECK(o.token_file == "/home/me/job/tok/x");
+  CHECK(o.daemon_log == "/home/me/job/logs/frd-node.log");
+  CHECK(o.agent == "/home/me/job/bin/../lib/libfr_agent.so");
+  CHECK(o.frd == "/opt/fr/bin/frd");
+  CHECK(o.frd_args == std::vector<std::string>{"--tls-ca", "/home/me/job/ca.pem",
+                                               "--dump-dir=/home/me/job/spool",
+                                               "--heartbeat-interval", "0.2"});
+  const auto argv = fr::run::frd_node_argv(o);
+  CHECK(std::find(argv.begin(), argv.end(), "/home/me/job/tok/x") != argv.end());
+}
+
+TEST_CASE("node status file: written and read back, odd text refused", "[cli][node-lock]") {
+  fr::daemon::NodeStatus st;
+  st.pid = 42;
+  st.coordinator = "127.0.0.1:7470";
+  st.state = "refused";
+  st.message = "UNAUTHENTICATED: wrong token (file /t)\nsecond line";
+  st.since_real_ns = 123;
+  fr::daemon::NodeStatus back;
+  REQUIRE(fr::daemon::parse_node_status(fr::daemon::format_node_status(st), &back));
+  CHECK(back.pid == 42);
+  CHECK(back.coordinator == st.coordinator);
+  CHECK(back.state == "refused");
+  CHECK(back.message == "UNAUTHENTICATED: wrong token (file /t) second line");
+  CHECK(back.since_real_ns == 123);
+  CHECK_FALSE(fr::daemon::parse_node_status("pid 0\nstate connected\n", &back));
+  CHECK_FALSE(fr::daemon::parse_node_status("pid 7\nstate sleeping\n", &back));
+  CHECK_FALSE(fr::daemon::parse_node_status("pid x7\nstate connected\n", &back));
+  // A link planted in the log directory is not read.
+  TempDir d;
+  fs::create_symlink(d.path + "/elsewhere", d.path + "/frd-node.state");
+  spit(d.path + "/elsewhere", fr::daemon::format_node_status(st));
+  CHECK_FALSE(fr::daemon::read_node_status(d.path, &back));
+  fs::remove(d.path + "/frd-node.state");
+  spit(d.path + "/frd-node.state", fr::daemon::format_node_status(st));
+  CHECK(fr::daemon::read_node_status(d.path, &back));
 }
 
 TEST_CASE("fr-run: the command's environment and the node daemon's command line", "[cli][fr-run]") {
@@ -446,11 +494,20 @@ TEST_CASE("fr-run: concurrent ranks of a node share exactly one node daemon", "[
   Result later = run({kFrRun, "--coordinator", addr, "--log-dir", logs, "--", "true"}, {}, d.path);
   CHECK(later.status == 0);
   CHECK(later.err.empty());
-  // A rank of another job pointed at the same directory is told that the daemon is not its own.
-  later =
-      run({kFrRun, "--coordinator", "127.0.0.1:1", "--log-dir", logs, "--", "true"}, {}, d.path);
+  // A rank of another job pointed at the same directory, while this one's coordinator is alive,
+  // gets a directory and a daemon of its own below it; this job's daemon stays.
+  later = run({kFrRun, "--coordinator", "127.0.0.1:1", "--log-dir", logs, "--", "/bin/sh", "-c",
+               "echo $FR_LOG_DIR"},
+              {}, d.path);
   CHECK(later.status == 0);
-  CHECK(later.err.find("follows " + addr + ", not 127.0.0.1:1") != std::string::npos);
+  const std::string own = logs + "/fr-127.0.0.1_1";
+  CHECK(later.err.find("follows " + addr + ", which is alive and serves another job; this job's " +
+                       "flight logs go to " + own + ", with a node daemon of its own") !=
+        std::string::npos);
+  CHECK(later.out == own + "\n");
+  CHECK(fr::daemon::probe_node_lock(own).held);
+  CHECK(fr::daemon::probe_node_lock(logs).pid == s.pid);
+  stop_node_daemon(own);
   Result second = run({kFrd, "node", "--coordinator", addr, "--log-dir", logs}, {}, d.path, "", 30);
   CHECK(second.status == 1);
   CHECK(second.err.find("another frd node serves") != std::string::npos);
@@ -516,50 +573,53 @@ TEST_CASE("fr-run: a daemon that cannot start does not stop the command", "[cli]
   CHECK(r.err.find("no node daemon: cannot run " + d.path + "/no-frd") != std::string::npos);
 }
 
-TEST_CASE("fr-run: a hung job run rank by rank under fr-run is caught by the daemons",
-          "[cli][fr-run][e2e]") {
-  std::string rank_exe = kBuild + "/bin/fr-simjob-rank";
-  need({kFrRun, kAgent, kFrd, rank_exe, kBuild + "/sim/lib/libnccl.so.2",
-        kBuild + "/sim/lib/libcuda.so.1"});
-  TempDir d;
-  std::string logs = d.path + "/shm", dumps = d.path + "/dumps";
-  fs::create_directories(d.path + "/run");
-  Proc coord({kFrd, "coordinator", "--listen", "127.0.0.1:0", "--port-file", d.path + "/port",
-              "--dump-dir", dumps, "--stall-after", "1", "--expect-ranks", "4"},
-             {}, d.path, "coordinator");
-  REQUIRE(wait_for([&] { return !slurp(d.path + "/port").empty(); }, 30));
-  std::string addr = "127.0.0.1:" + slurp(d.path + "/port");
-  while (!addr.empty() && (addr.back() == '\n' || addr.back() == ' ')) addr.pop_back();
+namespace {
 
-  std::string job = "frrun-" + std::to_string(::getpid());
+// A coordinator for one job (--stall-after 1, 4 ranks), serving until the test ends.
+struct Coordinator {
+  std::unique_ptr<Proc> proc;
+  std::string addr, dumps;
+  Coordinator(const std::string& dir, const std::string& dumps_dir,
+              std::vector<std::string> extra = {})
+      : dumps(dumps_dir) {
+    std::vector<std::string> argv = {kFrd,          "coordinator",    "--listen",
+                                     "127.0.0.1:0", "--port-file",    dir + "/port",
+                                     "--dump-dir",  dumps_dir,        "--stall-after",
+                                     "1",           "--expect-ranks", "4"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    fs::remove(dir + "/port");
+    proc = std::make_unique<Proc>(argv, std::map<std::string, std::string>{}, dir, "coordinator");
+    REQUIRE(wait_for([&] { return !slurp(dir + "/port").empty(); }, 30));
+    addr = "127.0.0.1:" + slurp(dir + "/port");
+    while (!addr.empty() && (addr.back() == '\n' || addr.back() == ' ')) addr.pop_back();
+  }
+};
+
+// Four ranks of a simulated job, each under its own fr-run, rank 1 hung on the host at step 3.
+std::vector<std::unique_ptr<Proc>> start_hung_job(const std::string& dir, const std::string& logs,
+                                                  const std::string& addr, const std::string& job,
+                                                  std::vector<std::string> fr_run_flags = {}) {
+  const std::string rank_exe = kBuild + "/bin/fr-simjob-rank";
+  fs::create_directories(dir + "/run-" + job);
   std::vector<std::unique_ptr<Proc>> ranks;
-  for (int r = 0; r < 4; ++r)
+  for (int r = 0; r < 4; ++r) {
+    std::vector<std::string> argv = {kFrRun,
+                                     "--coordinator",
+                                     addr,
+                                     "--job-id",
+                                     job,
+                                     "--log-dir",
+                                     logs,
+                                     "--frd-arg=--heartbeat-interval",
+                                     "--frd-arg=0.2",
+                                     "--frd-arg=--dump-dir",
+                                     "--frd-arg=" + dir + "/spool"};
+    argv.insert(argv.end(), fr_run_flags.begin(), fr_run_flags.end());
+    argv.insert(argv.end(),
+                {"--", rank_exe, "--nodes", "1", "--ranks-per-node", "4", "--tp", "2", "--pp", "2",
+                 "--steps", "20", "--fault", "rank=1,step=3,kind=hang-host"});
     ranks.push_back(std::make_unique<Proc>(
-        std::vector<std::string>{kFrRun,
-                                 "--coordinator",
-                                 addr,
-                                 "--job-id",
-                                 job,
-                                 "--log-dir",
-                                 logs,
-                                 "--frd-arg=--heartbeat-interval",
-                                 "--frd-arg=0.2",
-                                 "--frd-arg=--dump-dir",
-                                 "--frd-arg=" + d.path + "/spool",
-                                 "--",
-                                 rank_exe,
-                                 "--nodes",
-                                 "1",
-                                 "--ranks-per-node",
-                                 "4",
-                                 "--tp",
-                                 "2",
-                                 "--pp",
-                                 "2",
-                                 "--steps",
-                                 "20",
-                                 "--fault",
-                                 "rank=1,step=3,kind=hang-host"},
+        argv,
         std::map<std::string, std::string>{{"RANK", std::to_string(r)},
                                            {"WORLD_SIZE", "4"},
                                            {"LOCAL_RANK", std::to_string(r)},
@@ -567,12 +627,17 @@ TEST_CASE("fr-run: a hung job run rank by rank under fr-run is caught by the dae
                                            {"CUDA_VISIBLE_DEVICES", "0,1,2,3"},
                                            {"LD_LIBRARY_PATH", kBuild + "/sim/lib"},
                                            {"FRSIM_SHM_PREFIX", "/frrun" + job},
-                                           {"FRSIMJOB_RUN_DIR", d.path + "/run"},
+                                           {"FRSIMJOB_RUN_DIR", dir + "/run-" + job},
                                            {"FRSIMJOB_BOARD", "<unset>"}},
-        d.path, "rank" + std::to_string(r)));
+        dir, "rank" + std::to_string(r)));
+  }
+  return ranks;
+}
 
+// The first analysis.json under `dumps` within `seconds`; empty when none came.
+std::string wait_for_analysis(const std::string& dumps, int seconds) {
   std::string analysis;
-  bool found = wait_for(
+  wait_for(
       [&] {
         std::error_code ec;
         for (auto it = fs::recursive_directory_iterator(dumps, ec); !ec && it != fs::end(it);
@@ -580,10 +645,29 @@ TEST_CASE("fr-run: a hung job run rank by rank under fr-run is caught by the dae
           if (it->path().filename() == "analysis.json") analysis = it->path().string();
         return !analysis.empty();
       },
-      90);
-  INFO("coordinator: " << coord.err() << "\nnode daemon: " << slurp(logs + "/frd-node.log")
+      seconds);
+  return analysis;
+}
+
+void need_simjob() {
+  need({kFrRun, kAgent, kFrd, kBuild + "/bin/fr-simjob-rank", kBuild + "/sim/lib/libnccl.so.2",
+        kBuild + "/sim/lib/libcuda.so.1"});
+}
+
+}  // namespace
+
+TEST_CASE("fr-run: a hung job run rank by rank under fr-run is caught by the daemons",
+          "[cli][fr-run][e2e]") {
+  need_simjob();
+  TempDir d;
+  std::string logs = d.path + "/shm";
+  Coordinator coord(d.path, d.path + "/dumps");
+  std::string job = "frrun-" + std::to_string(::getpid());
+  auto ranks = start_hung_job(d.path, logs, coord.addr, job);
+  const std::string analysis = wait_for_analysis(coord.dumps, 90);
+  INFO("coordinator: " << coord.proc->err() << "\nnode daemon: " << slurp(logs + "/frd-node.log")
                        << "\nrank0: " << ranks[0]->err());
-  REQUIRE(found);
+  REQUIRE(!analysis.empty());
   // The flight logs are the job's, in the log dir fr-run gave.
   int frlogs = 0;
   for (const auto& e : fs::directory_iterator(logs))
@@ -602,8 +686,132 @@ TEST_CASE("fr-run: a hung job run rank by rank under fr-run is caught by the dae
     CHECK(r->status == 128 + SIGTERM);
   }
   stop_node_daemon(logs);
-  ::kill(coord.pid, SIGTERM);
-  coord.wait(20);
+  ::kill(coord.proc->pid, SIGTERM);
+  coord.proc->wait(20);
+}
+
+TEST_CASE("fr-run: a second job in the same log directory within seconds is watched too",
+          "[cli][fr-run][e2e]") {
+  // The first job's node daemon outlives it (it leaves when idle, after 60 s). The second job,
+  // with a coordinator of its own, replaces it instead of running unwatched.
+  need_simjob();
+  TempDir d;
+  const std::string logs = d.path + "/shm";
+  fs::create_directories(d.path + "/one");
+  fs::create_directories(d.path + "/two");
+  pid_t first_daemon = 0;
+  {
+    Coordinator one(d.path + "/one", d.path + "/one/dumps");
+    auto ranks = start_hung_job(d.path, logs, one.addr, "first-" + std::to_string(::getpid()));
+    INFO("coordinator one: " << one.proc->err());
+    REQUIRE(!wait_for_analysis(one.dumps, 90).empty());
+    for (auto& r : ranks) ::kill(r->pid, SIGKILL);
+    for (auto& r : ranks) r->wait(30);
+    first_daemon = fr::daemon::probe_node_lock(logs).pid;
+    ::kill(one.proc->pid, SIGTERM);
+    REQUIRE(one.proc->wait(20));
+  }
+  REQUIRE(first_daemon > 0);
+  REQUIRE(fr::daemon::probe_node_lock(logs).held);  // still there, following a coordinator gone
+  Coordinator two(d.path + "/two", d.path + "/two/dumps");
+  const std::string job = "second-" + std::to_string(::getpid());
+  auto ranks = start_hung_job(d.path, logs, two.addr, job);
+  const std::string analysis = wait_for_analysis(two.dumps, 90);
+  INFO("coordinator two: " << two.proc->err() << "\nnode daemon: " << slurp(logs + "/frd-node.log")
+                           << "\nrank0: " << ranks[0]->err());
+  REQUIRE(!analysis.empty());
+  nlohmann::json a = nlohmann::json::parse(slurp(analysis));
+  CHECK(a["verdict"]["culprit_ranks"] == nlohmann::json::array({1}));
+  CHECK(a["inputs"]["job_id"] == job);
+  // One fr-run replaced the old daemon and said so; none ran unwatched.
+  std::string said;
+  for (auto& r : ranks) said += r->err();
+  CHECK(said.find("fr-run: replaced the node daemon serving " + logs) != std::string::npos);
+  CHECK(said.find("runs unwatched") == std::string::npos);
+  CHECK(fr::daemon::probe_node_lock(logs).pid != first_daemon);
+  for (auto& r : ranks) ::kill(r->pid, SIGKILL);
+  for (auto& r : ranks) r->wait(30);
+  stop_node_daemon(logs);
+  ::kill(two.proc->pid, SIGTERM);
+  two.proc->wait(20);
+}
+
+TEST_CASE("fr-run: two jobs at once in one log directory: the second gets its own, and is watched",
+          "[cli][fr-run][e2e]") {
+  need_simjob();
+  TempDir d;
+  const std::string logs = d.path + "/shm";
+  fs::create_directories(d.path + "/one");
+  fs::create_directories(d.path + "/two");
+  // Job one still runs (its coordinator alive, its rank sleeping): its daemon serves `logs`.
+  Coordinator one(d.path + "/one", d.path + "/one/dumps");
+  Proc first({kFrRun, "--coordinator", one.addr, "--log-dir", logs, "--", "/bin/sleep", "60"}, {},
+             d.path, "first");
+  REQUIRE(wait_for([&] { return fr::daemon::probe_node_lock(logs).held; }, 20));
+  const pid_t first_daemon = fr::daemon::probe_node_lock(logs).pid;
+  Coordinator two(d.path + "/two", d.path + "/two/dumps");
+  const std::string job = "second-" + std::to_string(::getpid());
+  auto ranks = start_hung_job(d.path, logs, two.addr, job);
+  const std::string analysis = wait_for_analysis(two.dumps, 90);
+  const std::string own = logs + "/fr-" + two.addr.substr(0, two.addr.find(':')) + "_" +
+                          two.addr.substr(two.addr.find(':') + 1);
+  INFO("coordinator two: " << two.proc->err() << "\nrank0: " << ranks[0]->err());
+  REQUIRE(!analysis.empty());
+  nlohmann::json a = nlohmann::json::parse(slurp(analysis));
+  CHECK(a["verdict"]["culprit_ranks"] == nlohmann::json::array({1}));
+  CHECK(ranks[0]->err().find("this job's flight logs go to " + own) != std::string::npos);
+  // Job one's daemon was left alone.
+  CHECK(fr::daemon::probe_node_lock(logs).pid == first_daemon);
+  CHECK(fr::daemon::probe_node_lock(own).held);
+  for (auto& r : ranks) ::kill(r->pid, SIGKILL);
+  for (auto& r : ranks) r->wait(30);
+  ::kill(first.pid, SIGKILL);
+  first.wait(10);
+  stop_node_daemon(own);
+  stop_node_daemon(logs);
+  for (auto* c : {&one, &two}) {
+    ::kill(c->proc->pid, SIGTERM);
+    c->proc->wait(20);
+  }
+}
+
+TEST_CASE("fr-run: a wrong token is said on fr-run's first line, by the node and the coordinator",
+          "[cli][fr-run]") {
+  need({kFrRun, kFrd});
+  TempDir d;
+  fs::create_directories(d.path + "/tok");
+  spit(d.path + "/tok/coord", "the-right-token\n");
+  spit(d.path + "/tok/node", "a-wrong-token\n");
+  ::chmod((d.path + "/tok/coord").c_str(), 0600);
+  ::chmod((d.path + "/tok/node").c_str(), 0600);
+  Coordinator coord(d.path, d.path + "/dumps", {"--token-file", d.path + "/tok/coord"});
+  const std::string logs = d.path + "/shm";
+  // A relative token file: fr-run makes it absolute for the daemon, which runs in /.
+  Proc run({"/bin/sh", "-c",
+            "cd \"$0\" && exec \"$1\" --coordinator \"$2\" --token-file tok/node --log-dir shm "
+            "-- /bin/true",
+            d.path, kFrRun, coord.addr},
+           {}, d.path, "fr-run");
+  REQUIRE(run.wait(30));
+  CHECK(run.status == 0);
+  INFO("fr-run: " << run.err() << "\ncoordinator: " << coord.proc->err()
+                  << "\nnode daemon: " << slurp(logs + "/frd-node.log"));
+  const std::string first = run.err().substr(0, run.err().find('\n'));
+  CHECK(first.find("fr-run: the node daemon (pid ") == 0);
+  CHECK(first.find("UNAUTHENTICATED: wrong token (file " + d.path + "/tok/node)") !=
+        std::string::npos);
+  CHECK(slurp(logs + "/frd-node.log")
+            .find("UNAUTHENTICATED: wrong token (file " + d.path + "/tok/node)") !=
+        std::string::npos);
+  CHECK(wait_for(
+      [&] {
+        return coord.proc->err().find("refused a node's connection") != std::string::npos &&
+               coord.proc->err().find("wrong token") != std::string::npos;
+      },
+      10));
+  stop_node_daemon(logs);
+  ::kill(coord.proc->pid, SIGTERM);
+  coord.proc->wait(20);
 }
 
 TEST_CASE(

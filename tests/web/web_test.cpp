@@ -447,11 +447,19 @@ TEST_CASE("frd coordinator: the live page, the incident page and /api/v1/status"
   CHECK(incident["verdict"] == "stuck_in_collective");
   const std::string sentence = incident["summary"];
 
-  check_page(
-      look("http://127.0.0.1:" + std::to_string(http) + "/incidents/" + id, tmp.path, "incident"),
-      sentence);
+  Seen page =
+      look("http://127.0.0.1:" + std::to_string(http) + "/incidents/" + id, tmp.path, "incident");
+  check_page(page, sentence);
+  // What opened the incident is labelled as the trigger, below the verdict.
+  const size_t trigger = page.dom.find("id=\"trigger\"");
+  REQUIRE(trigger != std::string::npos);
+  CHECK(trigger > page.dom.find("id=\"verdict-sentence\""));
+  CHECK(page.dom.find("page check", trigger) != std::string::npos);
   Seen live = look("http://127.0.0.1:" + std::to_string(http) + "/", tmp.path, "live");
   check_page(live, sentence);  // the incident is listed with its verdict
+  // Without a token no node may name the job, and the page does not make one up.
+  CHECK(live.dom.find("Job job") == std::string::npos);
+  CHECK(live.dom.find("Job not named yet") != std::string::npos);
   CHECK(live.dom.find("Communicators") != std::string::npos);
   CHECK(live.dom.find("rank 3") != std::string::npos);
 

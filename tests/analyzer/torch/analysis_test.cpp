@@ -2,17 +2,23 @@
 // first, in the middle and last give the right verdict (where fr_trace, starting from the first
 // rank, blames the wrong one), and synthetic jobs exported to PyTorch's schema (JSON and pickle)
 // and analysed again give the verdict their own dumps give.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "analyzer/analyze.h"
+#include "analyzer/html.h"
 #include "synth/synth.h"
 #include "analyzer/torch/torch_detail.h"
 #include "analyzer/torch/torch_dump.h"
+#include "log/snapshot.h"
 #include "real_torch_checks.h"
 #include "temp_dir.h"
 
@@ -275,4 +281,74 @@ TEST_CASE("torch analysis: a per-op coalesced end marker in JSON, [] or [[]] sha
     for (const auto& w : a["inputs"]["warnings"])
       CHECK(w["warning"].get<std::string>().find("marker") == std::string::npos);
   }
+}
+
+TEST_CASE("torch analysis: the file's time is the dump time, and in-flight ops reach it",
+          "[torch][analysis]") {
+  // torch records no dump time. A dump written 5 s after its newest entry: the waiting ranks'
+  // evidence reads the file's time, so the page draws their AllReduce in flight up to it.
+  fr::test::TempDir t;
+  const std::string src =
+      std::string(FR_SOURCE_DIR) + "/tests/analyzer/torch/data/torch-2.15-gloo/hang/file";
+  std::string fatal;
+  nlohmann::json before = fr::analyzer::analyze_paths({src}, {}, &fatal);
+  REQUIRE(before.is_object());
+  int64_t newest = 0;
+  for (const auto& e : before["verdict"]["evidence"])
+    for (const auto& op : e["recent_ops"]) newest = std::max(newest, op["call_ns"].get<int64_t>());
+  REQUIRE(newest > 0);
+  const int64_t written = newest + 5'000'000'000;
+  for (const auto& f : std::filesystem::directory_iterator(src)) {
+    const std::string dst = t.sub(f.path().filename().string());
+    std::filesystem::copy_file(f.path(), dst);
+    const struct timespec times[2] = {{written / 1'000'000'000, written % 1'000'000'000},
+                                      {written / 1'000'000'000, written % 1'000'000'000}};
+    REQUIRE(::utimensat(AT_FDCWD, dst.c_str(), times, 0) == 0);
+  }
+  nlohmann::json doc = fr::analyzer::analyze_paths({t.path}, {}, &fatal);
+  REQUIRE(doc.is_object());
+  CHECK(doc["verdict"]["culprit_ranks"] == nlohmann::json({3}));
+  size_t rows = 0;
+  for (const auto& e : doc["verdict"]["evidence"]) {
+    INFO(e.dump());
+    CHECK(e["read_ns"].get<int64_t>() == written);
+    ++rows;
+  }
+  CHECK(rows == 6);
+  // The checked-out fixture's time is far from its entries: the newest entry stands for it.
+  for (const auto& e : before["verdict"]["evidence"]) CHECK(e["read_ns"].get<int64_t>() <= newest);
+}
+
+TEST_CASE("torch analysis: the host a manifest names fills the host torch does not record",
+          "[torch][analysis]") {
+  fr::test::TempDir t;
+  const std::string src =
+      std::string(FR_SOURCE_DIR) + "/tests/analyzer/torch/data/torch-2.15-gloo/hang/file";
+  std::vector<fr::log::SnapshotProcess> procs;
+  for (int r = 0; r < 6; ++r) {
+    const std::string name = "fr_rank_" + std::to_string(r);
+    std::filesystem::copy_file(src + "/" + name, t.sub(name));
+    fr::log::SnapshotProcess p;
+    p.rank = r;
+    p.world_size = 6;
+    p.host = "node-" + std::to_string(r / 3);
+    p.file = name;
+    procs.push_back(p);
+  }
+  std::string err;
+  REQUIRE(
+      fr::log::write_manifest(t.path, "", 1796205700000000000ull, procs, {}, {}, "test", 6, &err));
+  std::string fatal;
+  nlohmann::json doc = fr::analyzer::analyze_paths({t.path}, {}, &fatal);
+  INFO(fatal);
+  REQUIRE(doc.is_object());
+  CHECK(doc["verdict"]["culprit_ranks"] == nlohmann::json({3}));
+  for (const auto& e : doc["verdict"]["evidence"])
+    CHECK(e["host"] == "node-" + std::to_string(e["rank"].get<int>() / 3));
+  // Without the manifest nothing says the host, and the views say so.
+  nlohmann::json bare = fr::analyzer::analyze_paths({src}, {}, &fatal);
+  REQUIRE(bare.is_object());
+  CHECK(bare["verdict"]["evidence"][0]["host"] == "");
+  CHECK(fr::analyzer::render_incident_html(bare, {}).find("<td>not recorded</td>") !=
+        std::string::npos);
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "analyzer/analyze.h"
+#include "analyzer/html.h"
 #include "skip.h"
 #include "temp_dir.h"
 
@@ -233,7 +234,54 @@ bool has(const json& f, const std::string& text) {
   return f["summary"].get<std::string>().find(text) != std::string::npos;
 }
 
+// The ranks of every starred (culprit) row of the text view's tables: "  * 0,2-3: ...".
+std::set<int> starred_ranks(const std::string& text) {
+  std::set<int> out;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("  * ", 0) != 0) continue;
+    std::istringstream list(line.substr(4, line.find(':') - 4));
+    for (std::string part; std::getline(list, part, ',');) {
+      const size_t dash = part.find('-');
+      const int lo = std::stoi(part.substr(0, dash));
+      const int hi = dash == std::string::npos ? lo : std::stoi(part.substr(dash + 1));
+      for (int r = lo; r <= hi; ++r) out.insert(r);
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+TEST_CASE("torch scenarios: the text view stars culprits only, and says what was not recorded",
+          "[torch][analysis][scenarios]") {
+  const std::string data =
+      std::string(FR_SOURCE_DIR) + "/tests/analyzer/torch/data/torch-scenarios/";
+  size_t shared_state = 0;  // scenarios where a culprit's row reads like its peers'
+  for (const Case& c : kCases) {
+    INFO(c.name);
+    std::string fatal;
+    json doc = fr::analyzer::analyze_paths({data + c.name}, fr::analyzer::Options{}, &fatal);
+    REQUIRE(doc.is_object());
+    const std::string text = fr::analyzer::render_text(doc, false);
+    INFO(text);
+    const std::set<int> culprits = ranks_of(doc["verdict"]["culprit_ranks"]);
+    for (int r : starred_ranks(text)) CHECK(culprits.count(r) == 1);
+    // torch records neither the reduction nor (gloo) the root: never "none" or "comm rank -1".
+    CHECK(text.find(", none") == std::string::npos);
+    CHECK(text.find("rank -1") == std::string::npos);
+    const std::string page = fr::analyzer::render_incident_html(doc, fr::analyzer::HtmlPage{});
+    CHECK(page.find(", none") == std::string::npos);
+    CHECK(page.find("rank -1") == std::string::npos);
+    if (std::string(c.name) == "c10d_alltoall_totals") {
+      // All four ranks are in AlltoAll #3 alike; rank 2 alone is the culprit and has its own row.
+      CHECK(text.find("  * 2: started") != std::string::npos);
+      CHECK(text.find("    0,1,3: started") != std::string::npos);
+      ++shared_state;
+    }
+  }
+  CHECK(shared_state == 1);
+}
 
 TEST_CASE(
     "torch scenarios: every scenario of PyTorch's Flight Recorder tests, as torch expects "
