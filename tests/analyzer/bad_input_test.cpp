@@ -186,12 +186,12 @@ TEST_CASE("two jobs' dumps in one call: said first, in every view, with exit cod
           "[analyzer][cli]") {
   TempDir t;
   make_set(t.sub("set"));
-  fr::analyzer::synth::Spec other;
+  fr::synth::Spec other;
   other.ranks = 2;
   other.entries = 16;
   other.job_id = "another-job";
   std::string err;
-  REQUIRE(fr::analyzer::synth::write_dump_set(other, t.sub("other"), &err));
+  REQUIRE(fr::synth::write_dump_set(other, t.sub("other"), &err));
   json doc = analyze({t.sub("set"), t.sub("other")});
   REQUIRE(doc["inputs"]["other_jobs"].size() == 1);
   CHECK(doc["inputs"]["other_jobs"][0]["job_id"] == "another-job");
