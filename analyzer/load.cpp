@@ -397,13 +397,10 @@ Loaded load_stacks_only(const Job& job) {
   return out;
 }
 
-// torch records no dump time: its reader takes the newest entry's, so an op still in flight
-// would end where it began. The file's modification time is when torch wrote it; it stands for
-// the dump time when it is later than every entry and not so late that the file was copied or
-// touched since (an hour).
+// torch records no dump time (its reader takes the newest entry's): the file's modification time
+// stands for it when later than every entry by less than an hour (not copied or touched since).
 void dump_time_from_file(const struct stat& st, Proc* p) {
-  const uint64_t mtime =
-      uint64_t(st.st_mtim.tv_sec) * 1'000'000'000ull + uint64_t(st.st_mtim.tv_nsec);
+  const uint64_t mtime = uint64_t(st.st_mtim.tv_sec) * 1'000'000'000ull + st.st_mtim.tv_nsec;
   const uint64_t newest = p->heartbeat_ns;
   if (p->snapshot_ns != newest || newest == 0) return;  // the dump carries its own time
   if (mtime > newest && mtime - newest < 3'600'000'000'000ull) p->snapshot_ns = mtime;

@@ -126,6 +126,15 @@ std::string render_status(const StatusSnapshot& s) {
   return out;
 }
 
+// `processes` of frd-status/1.
+static nlohmann::json processes_json(const ProcessCounts& pc) {
+  return {{"total", pc.total},
+          {"recording", pc.recording},
+          {"torch", pc.torch},
+          {"nodes", pc.nodes},
+          {"summary", pc.summary()}};
+}
+
 StatusSnapshot CoordinatorState::status_snapshot(int64_t now_mono, const StatusQuery& q) const {
   StatusSnapshot snap;
   snap.query = q;
@@ -195,17 +204,11 @@ StatusSnapshot CoordinatorState::status_snapshot(int64_t now_mono, const StatusQ
                     {"slow", i.slow ? slow_json(*i.slow) : nlohmann::json(nullptr)},
                     {"error", i.error}});
   }
-  const ProcessCounts pc = process_counts();
   nlohmann::json slow = nlohmann::json::array();
   for (const auto& f : slow_.findings()) slow.push_back(slow_json(f));
   nlohmann::json head = {
       {"schema", "frd-status/1"},
-      {"processes",
-       {{"total", pc.total},
-        {"recording", pc.recording},
-        {"torch", pc.torch},
-        {"nodes", pc.nodes},
-        {"summary", pc.summary()}}},
+      {"processes", processes_json(process_counts())},
       {"coordinator_id", coordinator_id_},
       {"job_id", known_job()},
       {"ranks",
