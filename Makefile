@@ -88,7 +88,8 @@ bench: build
 # fr on a real GPU with a real torch and NCCL (tests/gpu/README.md): prints a table of figures, or
 # exits 77 with one line per missing prerequisite (no GPU, no torch with CUDA, no real NCCL). No
 # `build` prerequisite: a GPU machine may have no network for deps; run.sh builds what is missing.
-# gpu-bundle packs this build's tools for a bare GPU machine (BUILD/gpu-bundle, carried there).
+# gpu-bundle packs the check and this build's tools for a bare GPU machine (BUILD/gpu-bundle, at
+# most 60 MiB, carried there and run as `bash run.sh` in it).
 gpu-check:
 	bash tests/gpu/run.sh $(BUILD)
 

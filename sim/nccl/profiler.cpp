@@ -98,6 +98,12 @@ Loaded load() {
     dlclose(lib);
     return l;
   }
+  // NCCL's own lines (2.2x-2.32): which interface it took, then that the plugin is loaded.
+  char loaded[192];
+  with_table(l, [&](const auto* t) {
+    snprintf(loaded, sizeof loaded, "PROFILER/Plugin: Loaded %s (v%d)", t->name, l.version);
+  });
+  info("%s", loaded);
   info("Successfully loaded external profiler plugin %s",
        name != nullptr ? name : "libnccl-profiler.so");
   return l;

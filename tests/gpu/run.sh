@@ -16,15 +16,24 @@
 #   #13  `frd snapshot` of a torch process stuck on a spinning kernel: its native and Python
 #        stacks (py-spy), and NVML read for its GPU and joined to its rank
 #
-#   bash tests/gpu/run.sh [BUILD]        (make gpu-check)
+#   #34  the agent as NCCL's profiler plugin, the job started by fr-run: which plugin version NCCL
+#        loaded (its NCCL_DEBUG=INFO lines)
 #
-# Tools come from BUILD/gpu-bundle when present (tests/gpu/bundle.sh: the agent, frd, fr-analyze,
-# their libraries and py-spy, for a bare machine), else from BUILD, else they are built there.
+# First of all it prints a preamble (preamble.py: versions, /dev/shm, a ctypes probe of host
+# registration, a stream write and a captured write replayed); its probe rows join the table.
+#
+#   bash tests/gpu/run.sh [BUILD]        (make gpu-check)
+#   bash run.sh                          (in a bundle: tests/gpu/bundle.sh, make gpu-bundle)
+#
+# Tools come from the bundle (FR_GPU_BUNDLE, set by a bundle's run.sh, else BUILD/gpu-bundle when
+# present: tests/gpu/bundle.sh packs the agent, frd, fr-analyze, fr-run, their libraries, py-spy
+# and these scripts for a bare machine), else from BUILD, else they are built there.
 # FR_GPU_BACKEND (default nccl) is the backend of the graph and stuck-process checks (the graph
 # checks fall back to nccl-legacy when the first cannot capture an all-reduce);
 # FR_GPU_SAVE=DIR leaves DIR/gpu-check.tgz with every step's output and analysis.
 # FR_GPU_ASSUME=emulation (selftest.sh only) runs it all on the CPU emulation instead.
-# Exit: 0 every check passed; 1 a check failed or could not be set up; 77 no GPU here.
+# Exit: 0 every check passed; 1 a check failed or could not be set up; 77 no GPU here (then the
+# table says which checks did not run).
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -36,6 +45,42 @@ backend=${FR_GPU_BACKEND:-nccl}
 graph_backend=$backend
 job=$here/torch_job.py
 check=$here/check.py
+bundle=${FR_GPU_BUNDLE:-$build/gpu-bundle}
+checks=("#9 agent, backend nccl" "#9 agent, backend nccl-legacy" "#10 graph, 100 replays"
+  "#10 graph, replay 60 stalls" "#13 stacks + NVML" "#34 plugin via fr-run")
+rows=()
+failed=0
+row() {  # row CHECK STATUS DETAIL
+  rows+=("$(printf '| %-31s | %-4s | %s |' "$1" "$2" "$3")")
+  [[ $2 == FAIL ]] && failed=1
+  printf '%s: %s  %s\n' "$1" "$2" "$3"
+}
+table() {
+  echo
+  echo "| check | result | detail |"
+  echo "| --- | --- | --- |"
+  printf '%s\n' "${rows[@]}"
+}
+
+# ---- preamble: versions, /dev/shm and a probe of the driver, before anything else --------------
+fr_version=unknown glibc_needed=""
+if [[ -f $bundle/MANIFEST ]]; then
+  glibc_needed=$(sed -n 's/^glibc_needed=//p' "$bundle/MANIFEST")
+  fr_version="$(sed -n 's/^fr=//p' "$bundle/MANIFEST") (bundle $bundle)"
+elif [[ -x $build/bin/fr-analyze ]]; then
+  fr_version="$("$build/bin/fr-analyze" --version 2>&1 | head -n 1) ($build)"
+fi
+echo "== fr GPU check $(date -u +%FT%TZ) on $(hostname)"
+if [[ ${FR_GPU_ASSUME:-} == emulation ]]; then
+  for c in "cuInit + context" cuMemHostRegister cuStreamWriteValue64 "captured write, replayed"; do
+    row "probe: $c" "NOT RUN" "the emulation: no driver to probe"
+  done
+else
+  pre=$(timeout -k 5 90 python3 "$here/preamble.py" --fr-version "$fr_version" --glibc-needed "$glibc_needed" 2>&1)
+  [[ $? == 124 ]] && pre+=$'\nrow=preamble|FAIL|did not finish in 90 s'
+  grep -v -e '^row=' -e '^nogpu=' -e 'Warning' -e '^  cpu = ' <<<"$pre"
+  while IFS='|' read -r c r d; do row "${c#row=}" "$r" "$d"; done < <(grep '^row=' <<<"$pre")
+fi
 
 # ---- prerequisites: a GPU, torch that sees it, the real NCCL ------------------------------------
 kv() { sed -n "s/^$1=//p" <<<"$2" | tail -n 1; }
@@ -98,6 +143,9 @@ EOF
 fi
 if ((${#skips[@]})); then
   for s in "${skips[@]}"; do echo "FR-SKIPPED: $s"; done
+  for c in "${checks[@]}"; do row "$c" "NOT RUN" "${skips[0]}"; done
+  table
+  echo "gpu-check: NOT RUN: ${skips[0]} (exit 77)"
   exit 77
 fi
 
@@ -116,19 +164,18 @@ trap finish EXIT
 
 # ---- tools: the bundle, else the build, else build them ---------------------------------------
 tool_env=(env)
-bundle=$build/gpu-bundle
 if [[ -d $bundle ]]; then
-  agent=$bundle/lib/libfr_agent.so frd=$bundle/bin/frd fra=$bundle/bin/fr-analyze
+  agent=$bundle/lib/libfr_agent.so frd=$bundle/bin/frd fra=$bundle/bin/fr-analyze frrun=$bundle/bin/fr-run
   tool_env=(env "LD_LIBRARY_PATH=$bundle/deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
 else
-  agent=$build/lib/libfr_agent.so frd=$build/bin/frd fra=$build/bin/fr-analyze
-  if [[ ! -f $agent || ! -f $frd || ! -f $fra ]]; then
+  agent=$build/lib/libfr_agent.so frd=$build/bin/frd fra=$build/bin/fr-analyze frrun=$build/bin/fr-run
+  if [[ ! -f $agent || ! -f $frd || ! -f $fra || ! -f $frrun ]]; then
     echo "gpu-check: building the agent, frd and fr-analyze into $build (log: $work/build.log)"
     args=(-DFR_CUDA_HOME=/usr/local/cuda)
     inc=$(kv nccl_include "$probe")
     [[ -f $inc/nccl.h ]] && args+=("-DFR_NCCL_INCLUDE_DIR=$inc")
     if ! { cmake -S "$root" -B "$build" "${args[@]}" &&
-           cmake --build "$build" -j "$(nproc)" --target fr_agent frd fr-analyze; } >"$work/build.log" 2>&1; then
+           cmake --build "$build" -j "$(nproc)" --target fr_agent frd fr-analyze fr-run; } >"$work/build.log" 2>&1; then
       tail -n 15 "$work/build.log" >&2
       echo "gpu-check: could not build the tools (tests/gpu/bundle.sh packs a build for a bare machine)" >&2
       exit 1
@@ -151,13 +198,6 @@ runs "$frd" || frd_ok=0
 echo "== fr GPU check: $gpu; torch $torch_version; NCCL $(kv nccl_version "$probe") ($nccl)"
 echo "   agent $agent; py-spy ${spy:-none}; NVML ${nvml:-not found}; frd $([[ $frd_ok == 1 ]] && echo runs || echo "cannot run: $(head -n 1 "$work/version.frd")")"
 
-rows=()
-failed=0
-row() {  # row CHECK STATUS FIGURES
-  rows+=("$(printf '| %-28s | %-4s | %s |' "$1" "$2" "$3")")
-  [[ $2 == FAIL ]] && failed=1
-  printf '%s: %s  %s\n' "$1" "$2" "$3"
-}
 # bound: sets `bounded`, the timeout of the next step (the step limit, or what is left of the total);
 # fails when too little is left to start one.
 bound() {
@@ -174,7 +214,15 @@ stop() {  # stop PID [PYTHON_PID]: the bounded job and the python under it
   kill -TERM "$1" 2>/dev/null
   wait "$1" 2>/dev/null
 }
-analyze() { "${tool_env[@]}" "$fra" --json "$@"; }
+# tool_limit N: N seconds, or less when the total is nearly spent (at least 15: a step already run
+# still gets its analysis), so the run ends close to FR_GPU_TOTAL_LIMIT.
+tool_limit() {
+  local left=$((deadline - SECONDS + 15))
+  ((left < $1)) || left=$1
+  ((left >= 15)) || left=15
+  echo "$left"
+}
+analyze() { timeout -k 5 "$(tool_limit 120)" "${tool_env[@]}" "$fra" --json "$@"; }
 last_err() { grep -v '^\s*$' "$1" | grep -v -i warning | tail -n 1; }
 wait_file() {  # wait_file FILE PID: until FILE exists; fails if PID exits first or time runs out
   local end=$((SECONDS + limit < deadline ? SECONDS + limit : deadline))
@@ -257,7 +305,7 @@ check_graph_stall() {
   sleep 1
   local src=$d/logs how="fr-analyze on the live log"
   if ((frd_ok)); then
-    "${tool_env[@]}" "$frd" snapshot --log-dir "$d/logs" --out "$d/dump" --no-stacks >"$d/snapshot.out" 2>&1 && src=$d/dump how="frd snapshot + fr-analyze"
+    timeout -k 5 "$(tool_limit 60)" "${tool_env[@]}" "$frd" snapshot --log-dir "$d/logs" --out "$d/dump" --no-stacks >"$d/snapshot.out" 2>&1 && src=$d/dump how="frd snapshot + fr-analyze"
   fi
   analyze "$src" >"$d/analysis.json" 2>"$d/analyze.err"
   local expect replay graph
@@ -290,7 +338,7 @@ check_stuck() {
   local spid t0 t1
   spid=$(cat "$d/ready")
   t0=$(date +%s.%N)
-  "${tool_env[@]}" "$frd" snapshot --log-dir "$d/logs" --out "$d/dump" --stack-budget 30 ${spy:+--py-spy "$spy"} \
+  timeout -k 5 "$(tool_limit 90)" "${tool_env[@]}" "$frd" snapshot --log-dir "$d/logs" --out "$d/dump" --stack-budget 30 ${spy:+--py-spy "$spy"} \
     ${nvml:+--nvml-lib "$nvml"} >"$d/snapshot.out" 2>&1
   t1=$(date +%s.%N)
   analyze "$d/dump" >"$d/analysis.json" 2>"$d/analyze.err"
@@ -306,16 +354,41 @@ check_stuck() {
   else row "#13 stacks + NVML" FAIL "$figures; $(grep '^check:' "$d/check.out")"; fi
 }
 
+# ---- #34: the agent as NCCL's profiler plugin, the job started by fr-run -------------------------
+# fr-run preloads the agent and names it NCCL_PROFILER_PLUGIN (docs/fr-run.md); NCCL_DEBUG=INFO
+# makes NCCL say whether it loaded the plugin and which interface version it took. fr-run gets the
+# bundle's libraries, the job under it the caller's LD_LIBRARY_PATH again.
+check_plugin() {
+  local d=$work/plugin rc name="#34 plugin via fr-run"
+  mkdir -p "$d/logs"
+  bound || { out_of_time "$name"; return; }
+  "${bounded[@]}" env -u NCCL_PROFILER_PLUGIN NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV FR_BUFFER_ENTRIES=65536 \
+    "${tool_env[@]}" "$frrun" --agent "$agent" --log-dir "$d/logs" --job-id gpu-check --no-daemon -- \
+    env "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" python3 "$job" allreduce --backend "$backend" --n 200 --rounds 1 \
+    >"$d/job.out" 2>"$d/job.err"
+  rc=$?
+  local loaded version
+  loaded=$(grep -h -o 'Successfully loaded external profiler plugin.*' "$d/job.out" "$d/job.err" | head -n 1)
+  version=$(grep -h -o -E 'PROFILER/Plugin: Loaded .* \(v[0-9]+\)' "$d/job.out" "$d/job.err" | head -n 1)
+  if ((rc != 0)); then row "$name" FAIL "exit $rc: $(last_err "$d/job.err")"; return; fi
+  analyze --trace "$d/trace.json" "$d/logs" >"$d/analysis.json" 2>"$d/analyze.err"
+  python3 "$check" records --analysis "$d/analysis.json" --trace "$d/trace.json" --log-dir "$d/logs" \
+    --min "$(kv allreduces "$(cat "$d/job.out")")" >"$d/check.out" 2>&1
+  rc=$?
+  local figures
+  figures="NCCL: '${loaded:-no plugin line}'; ${version:-version line not printed}; $(kv recorded "$(cat "$d/check.out")") recorded, tracking $(kv tracking "$(cat "$d/check.out")")"
+  if ((rc == 0)) && [[ -n $loaded ]]; then row "$name" OK "$figures"
+  else row "$name" FAIL "$figures; $(grep '^check:' "$d/check.out")"; fi
+}
+
 check_allreduce nccl
 check_allreduce nccl-legacy
 check_graph
 check_graph_stall
 check_stuck
+check_plugin
 
-echo
-echo "| check | result | figures |"
-echo "| --- | --- | --- |"
-printf '%s\n' "${rows[@]}"
+table
 for f in "$work"/*/check.out; do
   echo "-- ${f#"$work"/}"
   cat "$f"

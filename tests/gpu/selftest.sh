@@ -137,13 +137,15 @@ else
 fi
 
 # run.sh itself, end to end on the emulation (emulated_job.py in place of torch): every check
-# passes but nccl-legacy, which the emulation answers as a torch without that backend.
+# passes but nccl-legacy, which the emulation answers as a torch without that backend (the
+# preamble's driver probe is not run there).
 FR_GPU_ASSUME=emulation FR_SIM_NVML=$work/run-nvml.conf LD_LIBRARY_PATH=$build/sim/lib FR_GPU_STEP_LIMIT=60 \
   bash "$here/run.sh" "$build" >"$work/run.out" 2>&1
 rc=$?
 oks=$(grep -c '^| #[0-9]* .*| OK   |' "$work/run.out")
-if [[ $rc == 0 && $oks == 4 ]] && grep -q '^| #9 agent, backend nccl-legacy | SKIP |' "$work/run.out"; then
-  echo "ok   run.sh on the emulation (4 checks OK, nccl-legacy skipped)"
+if [[ $rc == 0 && $oks == 5 ]] && grep -q '^| #9 agent, backend nccl-legacy *| SKIP |' "$work/run.out" &&
+   grep -q '^| #34 plugin via fr-run *| OK   |' "$work/run.out"; then
+  echo "ok   run.sh on the emulation (5 checks OK, nccl-legacy skipped)"
 else
   echo "FAIL run.sh on the emulation: exit $rc, $oks checks OK:"
   sed 's/^/     /' "$work/run.out"
