@@ -177,6 +177,7 @@ StatusSnapshot CoordinatorState::status_snapshot(int64_t now_mono, const StatusQ
       v.last.processes.resize(n.last.processes.size());  // counted, not shown
     } else {
       v.last.processes = n.last.processes;
+      v.last.unrecorded = n.last.unrecorded;
       for (const auto& p : n.last.processes)
         for (const auto& c : p.comms)
           v.thresholds.try_emplace(c.comm_id, stall_threshold_ns(c.comm_id));
