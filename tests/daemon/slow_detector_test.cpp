@@ -7,6 +7,7 @@
 
 #include "daemon/logic/coordinator.h"
 #include "daemon/logic/slow_detector.h"
+#include "fr/flight_log.h"
 #include "slow_synth.h"
 #include "temp_dir.h"
 
@@ -81,6 +82,80 @@ TEST_CASE("slow detector names a slow link by its sender and receiver") {
   REQUIRE(f.channel == 1);
   REQUIRE(f.key() == "link:1->2");
   REQUIRE(f.evidence().find("channel 1's rank 1 -> rank 2 steps take") != std::string::npos);
+}
+
+namespace {
+
+// A 4-rank ring over two nodes (0,1 | 2,3): the links crossing them, 1 -> 2 and 3 -> 0, on two
+// channels, each step lockstep with the slowest so every link shows the same step time. Every
+// heartbeat (0.2 s) says each sender's state; `wire_1to2` and `wire_3to0` of every 10 catch the
+// sender on the wire (SEND_WAIT), the others waiting for credit or done with its op. Returns the
+// detector's findings.
+std::vector<SlowFinding> lockstep_ring(int wire_1to2, int wire_3to0) {
+  SlowDetector det;
+  const uint64_t comm = 0xabc;
+  uint64_t seq = 0;
+  for (int hb = 0; hb < 60; ++hb) {
+    const int64_t at = 1'000'000'000 + int64_t(hb) * 200'000'000;
+    std::vector<CollTiming> recent;
+    for (int i = 0; i < 2; ++i) recent.push_back({++seq, 1, at - 100'000'000 * (1 - i), 0});
+    for (int r = 0; r < 4; ++r) {
+      CommProgress c;
+      c.comm_id = comm;
+      c.size = 4;
+      c.rank = r;
+      c.name = "dp";
+      c.recent = recent;
+      det.member(c, r, 0, at);
+      ProcessReport p;
+      p.rank = r;
+      p.comms.push_back(c);
+      const bool sender = r == 1 || r == 3;
+      const int wire = r == 1 ? wire_1to2 : wire_3to0;
+      for (int ch = 0; ch < 2; ++ch) {
+        LinkTiming l;
+        l.comm_id = comm;
+        l.channel = ch;
+        l.peer = sender ? (r + 1) % 4 : (r + 3) % 4;
+        l.send = sender;
+        l.op_seq = seq;
+        l.steps = 8;
+        l.step_ns = 10'000'000;  // alike on both links: lockstep
+        if (sender)
+          l.state = (hb + ch) % 10 < wire ? FR_CHANST_SEND_WAIT
+                    : (hb + ch) % 2 == 0  ? FR_CHANST_SEND_PEER_WAIT
+                                          : FR_CHANST_DONE;
+        else
+          l.state = FR_CHANST_RECV_WAIT;
+        p.links.push_back(l);
+      }
+      det.links(p, at);
+    }
+    det.judge(at);
+  }
+  return det.findings();
+}
+
+}  // namespace
+
+TEST_CASE("slow detector names the slow link of a lockstep ring by its sender on the wire") {
+  // Step times cannot tell the links apart: the sender of 1 -> 2 is on the wire at 9 of 10
+  // heartbeats, 3's at 1 of 10.
+  auto found = lockstep_ring(9, 1);
+  REQUIRE(found.size() == 1);
+  const SlowFinding& f = found[0];
+  REQUIRE(f.cause == SlowCause::kLink);
+  REQUIRE(f.key() == "link:1->2");
+  REQUIRE(f.rank == 2);
+  REQUIRE(f.peer_rank == 1);
+  REQUIRE(f.factor > 5);
+  REQUIRE(f.factor < 15);
+  REQUIRE(f.evidence().find("its sender on the wire at 90%") != std::string::npos);
+  // Both senders on the wire alike (a link-bound job, no slow link): nothing.
+  REQUIRE(lockstep_ring(5, 5).empty());
+  REQUIRE(lockstep_ring(9, 8).empty());
+  // Neither on the wire much (waiting for a slow host or GPU): nothing.
+  REQUIRE(lockstep_ring(1, 0).empty());
 }
 
 TEST_CASE("slow detector finds nothing in healthy jobs with heavy jitter and checkpoint pauses") {
