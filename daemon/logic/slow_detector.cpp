@@ -75,8 +75,10 @@ std::string SlowFinding::evidence() const {
   switch (cause) {
     case SlowCause::kHost:
       e = "rank " + std::to_string(rank) + " arrives late at " + pct + " of " + comm +
-          " collectives, " + ms(value_ns) + " late on median (others " + ms(others_ns) +
-          "): its host is slow";
+          " collectives, " + ms(value_ns) + " late on median (others " + ms(others_ns) + ")" +
+          (gpu_timed ? ": its host is slow"
+                     : ": its host calls late (no kernel times here: a slower GPU that its "
+                       "host waits for would look the same)");
       break;
     case SlowCause::kGpu:
       e = "rank " + std::to_string(rank) + "'s GPU takes " + times(factor) +
@@ -334,6 +336,8 @@ void SlowDetector::judge_hosts(uint64_t id, Comm& c, int64_t now_mono,
     f.share = double(n) / double(m.late.size());
     f.value_ns = med;
     f.others_ns = others;
+    // Its kernel times judged against its peers' (judge_gpus ran first) and not slow.
+    f.gpu_timed = m.gpu_ratio > 0 && m.gpu_ratio < cfg_.gpu_floor;
     f.step_ns = step;
     f.step_without_ns = without(step, med);
     f.factor = f.step_without_ns > 0 ? double(step) / double(f.step_without_ns) : 1;

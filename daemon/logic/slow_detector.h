@@ -87,6 +87,9 @@ struct SlowFinding {
   int64_t step_ns = 0;    // time between collectives now (with the straggler)
   int64_t step_without_ns = 0;  // ... estimated without it
   int64_t since_mono = 0;
+  // host: the rank's kernel times were judged against its peers' and are not slow. Without them a GPU slower than its
+  // peers', which a host that synchronizes with it waits for, makes the same late calls.
+  bool gpu_timed = false;
   std::string key() const;       // "host:6", "gpu:6", "link:2->3"
   std::string evidence() const;  // one paragraph an operator reads
   double loss_percent() const;   // share of the step time the straggler costs

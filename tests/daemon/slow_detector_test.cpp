@@ -52,7 +52,34 @@ TEST_CASE("slow detector names a slow host with its lateness and what the job lo
     REQUIRE(e.find("rank 3 arrives late at") != std::string::npos);
     REQUIRE(e.find("of dp collectives") != std::string::npos);
     REQUIRE(e.find("the job loses") != std::string::npos);
+    // Its kernel times, once judged, like its peers': the host, not a GPU it waits for.
+    REQUIRE((e.find("its host is slow") != std::string::npos) == f.gpu_timed);
   }
+}
+
+TEST_CASE("slow detector says a late rank without kernel times may be waiting on its GPU") {
+  // No kernel times (the plugin's kernel slots off, or no plugin): a slow host and a slow GPU
+  // that the host synchronizes with make the same late calls; the finding says so.
+  SlowJob j = job(Fault::kHost, 3, 1.5, 1);
+  j.kernel_ns = 0;
+  SlowDetector det;
+  auto out = synth::run(j, det);
+  REQUIRE(out.found);
+  REQUIRE(out.findings.size() == 1);
+  const SlowFinding& f = out.findings[0];
+  REQUIRE(f.cause == SlowCause::kHost);
+  REQUIRE_FALSE(f.gpu_timed);
+  const std::string e = f.evidence();
+  REQUIRE(e.find("its host calls late (no kernel times here") != std::string::npos);
+  REQUIRE(e.find("its host is slow") == std::string::npos);
+  // With kernel times, judged over the whole job and like its peers': its host is slow.
+  SlowJob timed = job(Fault::kHost, 3, 1.5, 1);
+  timed.stop_at_finding = false;
+  SlowDetector det2;
+  auto out2 = synth::run(timed, det2);
+  REQUIRE(out2.findings.size() == 1);
+  REQUIRE(out2.findings[0].gpu_timed);
+  REQUIRE(out2.findings[0].evidence().find("its host is slow") != std::string::npos);
 }
 
 TEST_CASE("slow detector names a slow GPU by its kernel time ratio") {

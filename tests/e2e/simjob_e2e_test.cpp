@@ -535,6 +535,8 @@ TEST_CASE("fr-simjob --daemons: a gpu-slow rank opens a slow incident naming it"
   REQUIRE(opened.size() == 1);
   REQUIRE(opened[0]["kind"] == "slow");
   REQUIRE(opened[0]["reason"].get<std::string>().rfind("rank 1 ", 0) == 0);
+  // Without kernel times it cannot say host or GPU, and says so.
+  REQUIRE(opened[0]["reason"].get<std::string>().find("no kernel times here") != std::string::npos);
   fr::e2e::remove_run(run);
 }
 
