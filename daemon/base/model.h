@@ -114,6 +114,10 @@ struct LinkTiming {
   uint64_t op_seq = 0;
   uint32_t steps = 0;   // steps finished of that op
   int64_t step_ns = 0;  // their mean time
+  // fr_chan_state of the slot's oldest unfinished step when the node read it: sampled heartbeat
+  // after heartbeat, how often a sender is on the wire (SEND_WAIT) tells the slow link of a ring
+  // apart from the links that wait for it, whose step times it stretches alike.
+  uint32_t state = 0;
 };
 
 // A process's NIXL transfers from one local agent to one remote agent (flight-log transfer table),

@@ -134,6 +134,7 @@ void summarize_links(const fr::log::LogFile& log, ProcessReport* p) {
     l.op_seq = e.op_seq;
     l.steps = e.done;
     l.step_ns = int64_t(e.last_ns - e.op_start_ns) / int64_t(e.done);
+    l.state = e.state;
     p->links.push_back(l);
   }
   std::stable_sort(p->links.begin(), p->links.end(),

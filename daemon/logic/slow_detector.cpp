@@ -7,6 +7,8 @@
 #include <set>
 #include <tuple>
 
+#include "fr/flight_log.h"
+
 namespace fr::daemon {
 
 namespace {
@@ -73,8 +75,10 @@ std::string SlowFinding::evidence() const {
   switch (cause) {
     case SlowCause::kHost:
       e = "rank " + std::to_string(rank) + " arrives late at " + pct + " of " + comm +
-          " collectives, " + ms(value_ns) + " late on median (others " + ms(others_ns) +
-          "): its host is slow";
+          " collectives, " + ms(value_ns) + " late on median (others " + ms(others_ns) + ")" +
+          (gpu_timed ? ": its host is slow"
+                     : ": its host calls late (no kernel times here: a slower GPU that its "
+                       "host waits for would look the same)");
       break;
     case SlowCause::kGpu:
       e = "rank " + std::to_string(rank) + "'s GPU takes " + times(factor) +
@@ -85,6 +89,9 @@ std::string SlowFinding::evidence() const {
       e = "channel " + std::to_string(channel) + "'s rank " + std::to_string(peer_rank) +
           " -> rank " + std::to_string(rank) + " steps take " + times(factor) + " the others on " +
           comm + " (" + ms(value_ns) + " per step vs " + ms(others_ns) + ")";
+      if (share > 0)
+        e += std::string(", its sender on the wire at ") + pct +
+             " of the heartbeats (the other links wait for it)";
       break;
   }
   if (step_ns > 0 && step_without_ns > 0 && step_without_ns < step_ns) {
@@ -215,6 +222,17 @@ void SlowDetector::links(const ProcessReport& p, int64_t now_mono) {
       k = c.links.emplace(key, Link{src, dst, int(l.channel)}).first;
     }
     Link& link = k->second;
+    // Every report samples the sender's state (not once per op): on the wire, or anything else
+    // (waiting for the GPU or for credit, or done with its op and waiting for the next).
+    if (l.send && l.state >= FR_CHANST_POSTED && l.state <= FR_CHANST_DONE) {
+      if (link.sampled >= 64) {  // halved: recent heartbeats weigh most
+        link.sampled /= 2;
+        link.wire /= 2;
+      }
+      link.sampled++;
+      link.wire += l.state == FR_CHANST_SEND_WAIT;
+      c.last_mono = now_mono;
+    }
     // A slot shows its newest op until the next one: each op is learned from once per side.
     if (link.n > 0 && l.op_seq == link.last_op_seq) continue;
     link.last_op_seq = l.op_seq;
@@ -249,7 +267,9 @@ bool SlowDetector::judge(int64_t now_mono) {
     std::set<int> blamed;
     for (size_t i = before; i < now.size(); ++i) blamed.insert(now[i].rank);
     std::vector<SlowFinding> links;
-    judge_links(it->first, c, now_mono, &links);
+    // Where the senders' states tell which link the others wait for, they decide: a slow link
+    // stretches the step times of the links that wait for it too.
+    if (!judge_wire(it->first, c, now_mono, &links)) judge_links(it->first, c, now_mono, &links);
     for (auto& l : links)
       if (!blamed.count(l.rank) && !blamed.count(l.peer_rank)) now.push_back(std::move(l));
     ++it;
@@ -316,6 +336,8 @@ void SlowDetector::judge_hosts(uint64_t id, Comm& c, int64_t now_mono,
     f.share = double(n) / double(m.late.size());
     f.value_ns = med;
     f.others_ns = others;
+    // Its kernel times judged against its peers' (judge_gpus ran first) and not slow.
+    f.gpu_timed = m.gpu_ratio > 0 && m.gpu_ratio < cfg_.gpu_floor;
     f.step_ns = step;
     f.step_without_ns = without(step, med);
     f.factor = f.step_without_ns > 0 ? double(step) / double(f.step_without_ns) : 1;
@@ -424,6 +446,64 @@ void SlowDetector::judge_links(uint64_t id, Comm& c, int64_t now_mono,
   }
   if (found.size() * 3 <= l.size())
     for (auto& f : found) out->push_back(std::move(f));
+}
+
+bool SlowDetector::judge_wire(uint64_t id, Comm& c, int64_t now_mono,
+                              std::vector<SlowFinding>* out) {
+  struct Pair {
+    uint32_t sampled = 0, wire = 0;
+    const Link* top = nullptr;  // its channel on the wire most
+  };
+  std::map<std::pair<int, int>, Pair> pairs;
+  for (const auto& [key, k] : c.links) {
+    if (k.sampled == 0 || k.n == 0) continue;
+    Pair& p = pairs[{k.src, k.dst}];
+    p.sampled += k.sampled;
+    p.wire += k.wire;
+    if (p.top == nullptr || k.wire * p.top->sampled > p.top->wire * k.sampled) p.top = &k;
+  }
+  std::vector<std::pair<std::pair<int, int>, double>> shares;  // judged pairs' wire shares
+  for (const auto& [key, p] : pairs)
+    if (p.sampled >= cfg_.min_wire_samples) shares.emplace_back(key, double(p.wire) / p.sampled);
+  if (shares.size() < 2) return false;
+  const int64_t step = step_ns(c);
+  std::vector<SlowFinding> found;
+  for (const auto& [key, share] : shares) {
+    std::vector<double> others;
+    for (const auto& [k2, s2] : shares)
+      if (k2 != key) others.push_back(s2);
+    // A share of 0 in a few dozen samples is below 1 in 50, not nothing.
+    const double other = std::max(median_of(others), 0.02);
+    const Pair& p = pairs[key];
+    auto src = c.members.find(key.first), dst = c.members.find(key.second);
+    const int gsrc = src == c.members.end() ? -1 : src->second.global_rank;
+    const int gdst = dst == c.members.end() ? -1 : dst->second.global_rank;
+    SlowFinding f;
+    f.cause = SlowCause::kLink;
+    f.comm_id = id;
+    f.comm_name = c.name;
+    f.rank = gdst;
+    f.peer_rank = gsrc;
+    f.channel = p.top->channel;
+    // Lockstep: the others' steps last as long as the slow link's, on the wire only for the time
+    // a step of theirs takes; the ratio of the shares estimates how much slower it is.
+    f.factor = std::min(share / other, 1000.0);
+    f.share = share;
+    f.value_ns = int64_t(std::exp(p.top->log_avg));
+    f.others_ns = int64_t(double(f.value_ns) / std::max(f.factor, 1.0));
+    f.step_ns = step;
+    const int64_t excess = int64_t(double(f.value_ns - f.others_ns) * p.top->steps);
+    f.step_without_ns = without(step, excess);
+    f.since_mono = now_mono;
+    const bool holds = share >= cfg_.wire_share && share >= cfg_.wire_ratio * other && gsrc >= 0 &&
+                       gdst >= 0 && worth(f, excess);
+    if (!report(&c.wire_streak[key], holds, f.key())) continue;
+    found.push_back(std::move(f));
+  }
+  // One link standing out; the senders of half the pairs on the wire is the pace of the job.
+  if (found.size() * 2 <= shares.size())
+    for (auto& f : found) out->push_back(std::move(f));
+  return true;
 }
 
 bool SlowDetector::merge(std::vector<SlowFinding> now, int64_t now_mono) {

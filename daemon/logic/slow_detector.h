@@ -14,7 +14,12 @@
 //   - gpu: the kernel time of the rank's recent collectives (profiler plugin), a decaying log
 //     average per (member, op), over the median of its peers' averages for the same op.
 //   - link: the mean proxy-step time per (sender, receiver, channel), over the median of the
-//     communicator's links.
+//     communicator's links; and, where the steps are lockstep (a ring: every link's step waits
+//     for the slowest, so all step times stretch alike), how often the heartbeats catch a
+//     sender on the wire (SEND_WAIT), per (sender, receiver) over its channels, against the
+//     other pairs: the slow link's sender is on the wire for most of each op, the others wait
+//     for credit or data, or are done with their part. Where the states suffice to judge, they
+//     decide alone.
 // A candidate must hold at `streak` judgements in a row to become a finding, and a finding clears
 // after `clear_streak` judgements without it: ranks slow in turn by chance, a checkpoint pause
 // (every rank waits alike) or one slow collective raise nothing. A rank found slow on the GPU or
@@ -46,6 +51,9 @@ struct SlowConfig {
   double ratio_noise_factor = 4;  // ... and 1 + this x the spread of the others' ratios
   uint32_t min_gpu_samples = 8;   // kernel times a member needs before it is judged
   uint32_t min_link_samples = 4;
+  uint32_t min_wire_samples = 12;  // states of a sender pair's slots before it is judged
+  double wire_share = 0.15;        // ... on the wire at least this share of them
+  double wire_ratio = 3;           // ... and this many times the other pairs' median share
   // A finding must cost the job something: its excess over its peers per op (host: lateness;
   // link: per step x steps) at least min_excess_ns, and where the pace is known at least
   // min_loss_percent of the time between collectives (microsecond noise on fast links is not slow).
@@ -73,12 +81,15 @@ struct SlowFinding {
   int peer_rank = -1;     // link: the sending rank
   int channel = -1;       // link
   double factor = 1;      // how many times slower than its peers
-  double share = 0;       // host: share of recent collectives it was late at
+  double share = 0;       // host: share of recent collectives it was late at; link: on the wire
   int64_t value_ns = 0;   // host: median lateness; gpu: median kernel time; link: step time
   int64_t others_ns = 0;  // the peers' typical value (host: their median |lateness|)
   int64_t step_ns = 0;    // time between collectives now (with the straggler)
   int64_t step_without_ns = 0;  // ... estimated without it
   int64_t since_mono = 0;
+  // host: the rank's kernel times were judged against its peers' and are not slow. Without them a GPU slower than its
+  // peers', which a host that synchronizes with it waits for, makes the same late calls.
+  bool gpu_timed = false;
   std::string key() const;       // "host:6", "gpu:6", "link:2->3"
   std::string evidence() const;  // one paragraph an operator reads
   double loss_percent() const;   // share of the step time the straggler costs
@@ -146,6 +157,7 @@ class SlowDetector {
     uint32_t n = 0;
     uint32_t streak = 0;
     double ratio = 0;
+    uint32_t sampled = 0, wire = 0;  // sender's states seen, of which on the wire
   };
   struct Comm {
     int size = -1;
@@ -159,7 +171,8 @@ class SlowDetector {
     std::vector<std::pair<uint64_t, int64_t>> medians;
     size_t median_next = 0;
     std::set<uint64_t> done;  // collectives joined lately (their late reports are dropped)
-    std::map<std::tuple<int, int, int>, Link> links;  // (src, dst, channel)
+    std::map<std::tuple<int, int, int>, Link> links;      // (src, dst, channel)
+    std::map<std::pair<int, int>, uint32_t> wire_streak;  // (src, dst)
   };
 
   void finish(Comm& c, std::map<uint64_t, Pending>::iterator p);
@@ -168,6 +181,9 @@ class SlowDetector {
   void judge_hosts(uint64_t id, Comm& c, int64_t now_mono, std::vector<SlowFinding>* out);
   void judge_gpus(uint64_t id, Comm& c, int64_t now_mono, std::vector<SlowFinding>* out);
   void judge_links(uint64_t id, Comm& c, int64_t now_mono, std::vector<SlowFinding>* out);
+  // Whether the senders' states were enough to judge the communicator's links by (then
+  // judge_links is not asked).
+  bool judge_wire(uint64_t id, Comm& c, int64_t now_mono, std::vector<SlowFinding>* out);
   bool merge(std::vector<SlowFinding> now, int64_t now_mono);
   // Counts the judgements in a row that `holds`; whether to report it now (it held long enough,
   // or is a finding already).

@@ -68,6 +68,7 @@ void to_proto(const NodeReport& in, fr::v1::Heartbeat* out) {
       d->set_op_seq(l.op_seq);
       d->set_steps(l.steps);
       d->set_step_ns(l.step_ns);
+      d->set_state(l.state);
     }
   }
   for (const auto& u : in.unreadable) out->add_unreadable(u);
@@ -170,7 +171,8 @@ void from_proto(const fr::v1::ProcessReport& q, ProcessReport* p) {
                    d.send(),
                    d.op_seq(),
                    d.steps(),
-                   d.step_ns() < 0 ? 0 : d.step_ns()};
+                   d.step_ns() < 0 ? 0 : d.step_ns(),
+                   d.state()};
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include "daemon/logic/coordinator.h"
 #include "daemon/logic/slow_detector.h"
+#include "fr/flight_log.h"
 #include "slow_synth.h"
 #include "temp_dir.h"
 
@@ -51,7 +52,34 @@ TEST_CASE("slow detector names a slow host with its lateness and what the job lo
     REQUIRE(e.find("rank 3 arrives late at") != std::string::npos);
     REQUIRE(e.find("of dp collectives") != std::string::npos);
     REQUIRE(e.find("the job loses") != std::string::npos);
+    // Its kernel times, once judged, like its peers': the host, not a GPU it waits for.
+    REQUIRE((e.find("its host is slow") != std::string::npos) == f.gpu_timed);
   }
+}
+
+TEST_CASE("slow detector says a late rank without kernel times may be waiting on its GPU") {
+  // No kernel times (the plugin's kernel slots off, or no plugin): a slow host and a slow GPU
+  // that the host synchronizes with make the same late calls; the finding says so.
+  SlowJob j = job(Fault::kHost, 3, 1.5, 1);
+  j.kernel_ns = 0;
+  SlowDetector det;
+  auto out = synth::run(j, det);
+  REQUIRE(out.found);
+  REQUIRE(out.findings.size() == 1);
+  const SlowFinding& f = out.findings[0];
+  REQUIRE(f.cause == SlowCause::kHost);
+  REQUIRE_FALSE(f.gpu_timed);
+  const std::string e = f.evidence();
+  REQUIRE(e.find("its host calls late (no kernel times here") != std::string::npos);
+  REQUIRE(e.find("its host is slow") == std::string::npos);
+  // With kernel times, judged over the whole job and like its peers': its host is slow.
+  SlowJob timed = job(Fault::kHost, 3, 1.5, 1);
+  timed.stop_at_finding = false;
+  SlowDetector det2;
+  auto out2 = synth::run(timed, det2);
+  REQUIRE(out2.findings.size() == 1);
+  REQUIRE(out2.findings[0].gpu_timed);
+  REQUIRE(out2.findings[0].evidence().find("its host is slow") != std::string::npos);
 }
 
 TEST_CASE("slow detector names a slow GPU by its kernel time ratio") {
@@ -81,6 +109,80 @@ TEST_CASE("slow detector names a slow link by its sender and receiver") {
   REQUIRE(f.channel == 1);
   REQUIRE(f.key() == "link:1->2");
   REQUIRE(f.evidence().find("channel 1's rank 1 -> rank 2 steps take") != std::string::npos);
+}
+
+namespace {
+
+// A 4-rank ring over two nodes (0,1 | 2,3): the links crossing them, 1 -> 2 and 3 -> 0, on two
+// channels, each step lockstep with the slowest so every link shows the same step time. Every
+// heartbeat (0.2 s) says each sender's state; `wire_1to2` and `wire_3to0` of every 10 catch the
+// sender on the wire (SEND_WAIT), the others waiting for credit or done with its op. Returns the
+// detector's findings.
+std::vector<SlowFinding> lockstep_ring(int wire_1to2, int wire_3to0) {
+  SlowDetector det;
+  const uint64_t comm = 0xabc;
+  uint64_t seq = 0;
+  for (int hb = 0; hb < 60; ++hb) {
+    const int64_t at = 1'000'000'000 + int64_t(hb) * 200'000'000;
+    std::vector<CollTiming> recent;
+    for (int i = 0; i < 2; ++i) recent.push_back({++seq, 1, at - 100'000'000 * (1 - i), 0});
+    for (int r = 0; r < 4; ++r) {
+      CommProgress c;
+      c.comm_id = comm;
+      c.size = 4;
+      c.rank = r;
+      c.name = "dp";
+      c.recent = recent;
+      det.member(c, r, 0, at);
+      ProcessReport p;
+      p.rank = r;
+      p.comms.push_back(c);
+      const bool sender = r == 1 || r == 3;
+      const int wire = r == 1 ? wire_1to2 : wire_3to0;
+      for (int ch = 0; ch < 2; ++ch) {
+        LinkTiming l;
+        l.comm_id = comm;
+        l.channel = ch;
+        l.peer = sender ? (r + 1) % 4 : (r + 3) % 4;
+        l.send = sender;
+        l.op_seq = seq;
+        l.steps = 8;
+        l.step_ns = 10'000'000;  // alike on both links: lockstep
+        if (sender)
+          l.state = (hb + ch) % 10 < wire ? FR_CHANST_SEND_WAIT
+                    : (hb + ch) % 2 == 0  ? FR_CHANST_SEND_PEER_WAIT
+                                          : FR_CHANST_DONE;
+        else
+          l.state = FR_CHANST_RECV_WAIT;
+        p.links.push_back(l);
+      }
+      det.links(p, at);
+    }
+    det.judge(at);
+  }
+  return det.findings();
+}
+
+}  // namespace
+
+TEST_CASE("slow detector names the slow link of a lockstep ring by its sender on the wire") {
+  // Step times cannot tell the links apart: the sender of 1 -> 2 is on the wire at 9 of 10
+  // heartbeats, 3's at 1 of 10.
+  auto found = lockstep_ring(9, 1);
+  REQUIRE(found.size() == 1);
+  const SlowFinding& f = found[0];
+  REQUIRE(f.cause == SlowCause::kLink);
+  REQUIRE(f.key() == "link:1->2");
+  REQUIRE(f.rank == 2);
+  REQUIRE(f.peer_rank == 1);
+  REQUIRE(f.factor > 5);
+  REQUIRE(f.factor < 15);
+  REQUIRE(f.evidence().find("its sender on the wire at 90%") != std::string::npos);
+  // Both senders on the wire alike (a link-bound job, no slow link): nothing.
+  REQUIRE(lockstep_ring(5, 5).empty());
+  REQUIRE(lockstep_ring(9, 8).empty());
+  // Neither on the wire much (waiting for a slow host or GPU): nothing.
+  REQUIRE(lockstep_ring(1, 0).empty());
 }
 
 TEST_CASE("slow detector finds nothing in healthy jobs with heavy jitter and checkpoint pauses") {

@@ -535,6 +535,40 @@ TEST_CASE("fr-simjob --daemons: a gpu-slow rank opens a slow incident naming it"
   REQUIRE(opened.size() == 1);
   REQUIRE(opened[0]["kind"] == "slow");
   REQUIRE(opened[0]["reason"].get<std::string>().rfind("rank 1 ", 0) == 0);
+  // Without kernel times it cannot say host or GPU, and says so.
+  REQUIRE(opened[0]["reason"].get<std::string>().find("no kernel times here") != std::string::npos);
+  fr::e2e::remove_run(run);
+}
+
+TEST_CASE("fr-simjob --daemons: a link-slow link opens a slow incident naming it, no hang",
+          "[e2e]") {
+  // What rank 1 sends to rank 2 (the ring's link from node 0 to node 1) takes 10 times longer
+  // from step 5: every link of the ring waits for it, so their step times stretch too; the
+  // coordinator names the link by its sender, on the wire while the others wait, once, and the
+  // job runs on to its end.
+  SimRun run = fr::e2e::run_simjob({"--nodes", "2", "--ranks-per-node", "2", "--steps", "150",
+                                    "--fault", "rank=1,step=5,kind=link-slow,peer=2,factor=10",
+                                    "--daemons", "--stall-after", "5", "--quiet"},
+                                   240);
+  INFO(describe(run));
+  REQUIRE(run.exit_code == 0);
+  REQUIRE(run.result["completed"] == true);
+  REQUIRE(run.result["stop_reason"] == "completed");
+  const json& opened = run.result["incidents_opened"];
+  REQUIRE(opened.size() == 1);
+  REQUIRE(opened[0]["kind"] == "slow");
+  REQUIRE(opened[0]["reason"].get<std::string>().find("rank 1 -> rank 2 steps take") !=
+          std::string::npos);
+  const std::string job = run.result["job_id"].get<std::string>();
+  std::ifstream f(run.dir + "/incidents/" + job + "/" + opened[0]["id"].get<std::string>() +
+                  "/incident.json");
+  json inc = json::parse(f, nullptr, false);
+  REQUIRE(inc.is_object());
+  INFO("incident " << inc.dump());
+  REQUIRE(inc["slow"]["cause"] == "link");
+  REQUIRE(inc["slow"]["where"]["waiting_rank"] == 2);
+  REQUIRE(inc["slow"]["where"]["peer_rank"] == 1);
+  REQUIRE(inc["slow"]["factor"].get<double>() > 2);
   fr::e2e::remove_run(run);
 }
 
