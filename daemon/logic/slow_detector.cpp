@@ -407,6 +407,25 @@ void SlowDetector::judge_gpus(uint64_t id, Comm& c, int64_t now_mono,
     for (auto& f : found) out->push_back(std::move(f));
 }
 
+namespace {
+
+// A link finding on communicator `id`: comm-local sender and receiver named by their global
+// ranks (-1 for one the communicator's members do not list), the receiver waiting.
+template <typename CommT>
+SlowFinding link_finding(uint64_t id, const CommT& c, int src, int dst, int channel) {
+  auto s = c.members.find(src), d = c.members.find(dst);
+  SlowFinding f;
+  f.cause = SlowCause::kLink;
+  f.comm_id = id;
+  f.comm_name = c.name;
+  f.rank = d == c.members.end() ? -1 : d->second.global_rank;
+  f.peer_rank = s == c.members.end() ? -1 : s->second.global_rank;
+  f.channel = channel;
+  return f;
+}
+
+}  // namespace
+
 void SlowDetector::judge_links(uint64_t id, Comm& c, int64_t now_mono,
                                std::vector<SlowFinding>* out) {
   std::vector<double> l;
@@ -422,17 +441,9 @@ void SlowDetector::judge_links(uint64_t id, Comm& c, int64_t now_mono,
   for (auto& [key, k] : c.links) {
     if (k.n < cfg_.min_link_samples) continue;
     k.ratio = std::exp(k.log_avg - med);
-    auto src = c.members.find(k.src), dst = c.members.find(k.dst);
-    const int gsrc = src == c.members.end() ? -1 : src->second.global_rank;
-    const int gdst = dst == c.members.end() ? -1 : dst->second.global_rank;
+    SlowFinding f = link_finding(id, c, k.src, k.dst, k.channel);
+    const int gsrc = f.peer_rank, gdst = f.rank;
     const std::string name = "link:" + std::to_string(gsrc) + "->" + std::to_string(gdst);
-    SlowFinding f;
-    f.cause = SlowCause::kLink;
-    f.comm_id = id;
-    f.comm_name = c.name;
-    f.rank = gdst;
-    f.peer_rank = gsrc;
-    f.channel = k.channel;
     f.factor = k.ratio;
     f.value_ns = int64_t(std::exp(k.log_avg));
     f.others_ns = int64_t(std::exp(med));
@@ -475,16 +486,8 @@ bool SlowDetector::judge_wire(uint64_t id, Comm& c, int64_t now_mono,
     // A share of 0 in a few dozen samples is below 1 in 50, not nothing.
     const double other = std::max(median_of(others), 0.02);
     const Pair& p = pairs[key];
-    auto src = c.members.find(key.first), dst = c.members.find(key.second);
-    const int gsrc = src == c.members.end() ? -1 : src->second.global_rank;
-    const int gdst = dst == c.members.end() ? -1 : dst->second.global_rank;
-    SlowFinding f;
-    f.cause = SlowCause::kLink;
-    f.comm_id = id;
-    f.comm_name = c.name;
-    f.rank = gdst;
-    f.peer_rank = gsrc;
-    f.channel = p.top->channel;
+    SlowFinding f = link_finding(id, c, key.first, key.second, p.top->channel);
+    const int gsrc = f.peer_rank, gdst = f.rank;
     // Lockstep: the others' steps last as long as the slow link's, on the wire only for the time
     // a step of theirs takes; the ratio of the shares estimates how much slower it is.
     f.factor = std::min(share / other, 1000.0);
