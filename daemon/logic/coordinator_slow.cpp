@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "common/prometheus.h"
 #include "daemon/logic/coordinator.h"
@@ -85,6 +86,9 @@ void CoordinatorState::learn_slow(const Node& n, const NodeReport& report, int64
   }
 }
 
+// How long a slow incident that cleared keeps its key from opening another.
+constexpr int64_t kSlowReopenNs = 60'000'000'000;
+
 void CoordinatorState::slow_pass(int64_t now_mono, Actions* a) {
   if (now_mono < next_slow_judge_mono_) return;
   next_slow_judge_mono_ = now_mono + cfg_.heartbeat_interval_ns;
@@ -104,6 +108,7 @@ void CoordinatorState::slow_pass(int64_t now_mono, Actions* a) {
     }
     if (inc.state != IncidentState::kOpen) continue;  // closed once its dump set stands
     inc.state = IncidentState::kClosedTransient;
+    inc.slow_cleared_mono = now_mono;
     a->log.push_back("frd coordinator: " + inc.id + " closed as transient: " + inc.slow->key() +
                      " no longer slow");
     persist(inc, a);
@@ -111,10 +116,26 @@ void CoordinatorState::slow_pass(int64_t now_mono, Actions* a) {
   // One new slow incident at a time, and none while another incident collects or is analysed.
   for (const auto& inc : incidents_)
     if (inc.state == IncidentState::kCollecting || inc.state == IncidentState::kAnalyzing) return;
+  // A finding is covered by a slow incident still open that names any of its ranks (a slow GPU
+  // may also make its rank's links look slow: one straggler, one incident), and by one of its
+  // own key that cleared less than kSlowReopenNs ago (a straggler at the edge of the threshold
+  // flaps; the live finding shows meanwhile, the incident does not reopen).
+  auto ranks_of = [](const SlowFinding& f) {
+    std::set<int> r = {f.rank};
+    if (f.cause == SlowCause::kLink) r.insert(f.peer_rank);
+    return r;
+  };
   for (const auto& f : found) {
+    const std::set<int> ranks = ranks_of(f);
     const bool covered = std::any_of(incidents_.begin(), incidents_.end(), [&](const Incident& i) {
-      return i.kind == IncidentKind::kSlow && i.slow && !is_closed(i.state) &&
-             i.slow->key() == f.key();
+      if (i.kind != IncidentKind::kSlow || !i.slow) return false;
+      if (!is_closed(i.state)) {
+        for (int r : ranks_of(*i.slow))
+          if (ranks.count(r)) return true;
+        return false;
+      }
+      return i.slow->key() == f.key() && i.slow_cleared_mono != 0 &&
+             now_mono - i.slow_cleared_mono < kSlowReopenNs;
     });
     if (covered) continue;
     open(IncidentKind::kSlow, f.evidence(), now_mono, a, nullptr, &f);

@@ -350,3 +350,32 @@ TEST_CASE(
   REQUIRE(st.slow_detector().findings().empty());
   REQUIRE(count_kind(st, IncidentKind::kSlow) == 1);
 }
+
+TEST_CASE(
+    "coordinator: a straggler that comes back within a minute of clearing opens no second "
+    "slow incident, one that comes back later does") {
+  fr::test::TempDir dir("fr-slow");
+  CoordinatorConfig cfg;
+  cfg.dump_dir = dir.path;
+  cfg.job_id = "job";
+  CoordinatorState st(cfg);
+  SlowJobFeed feed(st);
+  for (int i = 0; i < 15; ++i) feed.second(50'000'000);
+  REQUIRE(count_kind(st, IncidentKind::kSlow) == 1);
+  Actions a;
+  AssemblyResult r;
+  r.ok = true;
+  r.verdict_kind = "no_hang";
+  st.assembled(st.incidents()[0].id, r, feed.now, &a);
+  // It clears, and comes back 20 s later: the live finding shows, the incident does not reopen.
+  for (int i = 0; i < 20; ++i) feed.second(0);
+  REQUIRE(st.incidents()[0].state == IncidentState::kClosedTransient);
+  for (int i = 0; i < 15; ++i) feed.second(50'000'000);
+  REQUIRE(st.slow_detector().findings().size() == 1);
+  REQUIRE(count_kind(st, IncidentKind::kSlow) == 1);
+  // It clears for good, then, more than a minute later, comes back: a new incident.
+  for (int i = 0; i < 80; ++i) feed.second(0);
+  REQUIRE(st.slow_detector().findings().empty());
+  for (int i = 0; i < 15; ++i) feed.second(50'000'000);
+  REQUIRE(count_kind(st, IncidentKind::kSlow) == 2);
+}
