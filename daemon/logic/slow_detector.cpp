@@ -443,7 +443,6 @@ void SlowDetector::judge_links(uint64_t id, Comm& c, int64_t now_mono,
     k.ratio = std::exp(k.log_avg - med);
     SlowFinding f = link_finding(id, c, k.src, k.dst, k.channel);
     const int gsrc = f.peer_rank, gdst = f.rank;
-    const std::string name = "link:" + std::to_string(gsrc) + "->" + std::to_string(gdst);
     f.factor = k.ratio;
     f.value_ns = int64_t(std::exp(k.log_avg));
     f.others_ns = int64_t(std::exp(med));
@@ -452,7 +451,7 @@ void SlowDetector::judge_links(uint64_t id, Comm& c, int64_t now_mono,
     f.step_without_ns = without(step, excess);
     f.since_mono = now_mono;
     const bool holds = k.ratio >= bar && gsrc >= 0 && gdst >= 0 && worth(f, excess);
-    if (!report(&k.streak, holds, name)) continue;
+    if (!report(&k.streak, holds, f.key())) continue;
     found.push_back(std::move(f));
   }
   if (found.size() * 3 <= l.size())
