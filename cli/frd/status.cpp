@@ -31,7 +31,7 @@ int StatusCommand::run() const {
   if (json)
     std::printf("%s\n", s.dump(2).c_str());
   else
-    std::printf("%s", fr::daemon::render_status(s).c_str());
+    std::printf("%s", fr::daemon::render_status(s.get<fr::daemon::CoordinatorStatus>()).c_str());
   return 0;
 }
 

@@ -21,10 +21,7 @@ namespace {
 constexpr int kRefreshSeconds = 5;
 constexpr size_t kMaxRankRows = 256;
 
-std::string str(const json& j, const char* key) {
-  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>()
-                                                                : std::string();
-}
+double secs(int64_t ns) { return double(ns) / 1e9; }
 
 std::string secs_text(double s) {
   char buf[32];
@@ -35,35 +32,27 @@ std::string secs_text(double s) {
   return buf;
 }
 
-bool is_open(const json& inc) {
-  const std::string s = str(inc, "state");
-  return s == "collecting" || s == "analyzing" || s == "open";
-}
-
-std::string incident_row(const json& i) {
+std::string incident_row(const StatusIncident& i) {
   std::ostringstream o;
-  const std::string id = str(i, "id"), verdict = str(i, "verdict");
+  const std::string& id = i.id;
+  const std::string& verdict = i.verdict;
   o << "<tr><td><a href=\"/incidents/" << html_escape(id) << "\">" << html_escape(id)
-    << "</a></td><td>" << html_escape(str(i, "kind")) << "</td><td><span class=\"badge"
-    << (is_open(i) ? " bad" : "") << "\">" << html_escape(str(i, "state")) << "</span></td><td>"
-    << html_escape(str(i, "reason")) << "</td><td>";
+    << "</a></td><td>" << html_escape(i.kind) << "</td><td><span class=\"badge"
+    << (i.is_open() ? " bad" : "") << "\">" << html_escape(i.state) << "</span></td><td>"
+    << html_escape(i.reason) << "</td><td>";
   if (!verdict.empty())
     o << "<span class=\"badge"
       << (fr::analyzer::is_verdict(verdict, fr::analyzer::VerdictKind::kNoHang) ? " ok" : " bad")
-      << "\">" << html_escape(verdict) << "</span> " << html_escape(str(i, "summary"));
+      << "\">" << html_escape(verdict) << "</span> " << html_escape(i.summary);
   else
-    o << "<span class=\"muted\">"
-      << (str(i, "error").empty() ? "being gathered" : html_escape(str(i, "error"))) << "</span>";
+    o << "<span class=\"muted\">" << (i.error.empty() ? "being gathered" : html_escape(i.error))
+      << "</span>";
   o << "</td></tr>";
   return o.str();
 }
 
-// frd-status/1 gives communicator ids as bare hex; pages write them as the analysis does.
-json comm_of(const json& c) {
-  std::string id = str(c, "id");
-  if (!id.empty() && id.rfind("0x", 0) != 0) id = "0x" + id;
-  return {{"id", id}, {"name", str(c, "name")}};
-}
+// Pages write communicator ids as the analysis does: 0x and 16 hex digits.
+json comm_of(const StatusComm& c) { return {{"id", "0x" + status_hex_id(c.id)}, {"name", c.name}}; }
 
 struct CommProgress {
   json comm;  // {"id", "name"} for the label
@@ -76,33 +65,32 @@ struct CommProgress {
 
 // Per communicator: progress across its members; and the oldest op in flight anywhere.
 struct JobProgress {
-  std::map<std::string, CommProgress> comms;
+  std::map<uint64_t, CommProgress> comms;
   double oldest_s = 0;
   std::string oldest_where;
 };
 
-JobProgress gather(const json& s) {
+JobProgress gather(const CoordinatorStatus& s) {
   JobProgress jp;
   auto& comms = jp.comms;
   double& oldest_s = jp.oldest_s;
   std::string& oldest_where = jp.oldest_where;
-  for (const auto& n : s.value("nodes", json::array()))
-    for (const auto& p : n.value("processes", json::array()))
-      for (const auto& c : p.value("comms", json::array())) {
-        CommProgress& cp = comms[str(c, "id")];
+  for (const auto& n : s.nodes)
+    for (const auto& p : n.processes)
+      for (const auto& c : p.comms) {
+        CommProgress& cp = comms[c.id];
         cp.comm = comm_of(c);
-        cp.size = c.value("size", -1);
+        cp.size = c.size;
         cp.members++;
-        const uint64_t done = c.value("completed", uint64_t(0));
-        cp.min_done = std::min(cp.min_done, done);
-        cp.max_done = std::max(cp.max_done, done);
-        cp.max_enq = std::max(cp.max_enq, c.value("enqueued", uint64_t(0)));
-        const double age = c.value("oldest_in_flight_s", 0.0);
-        if (age > cp.oldest_s) cp.oldest_s = age, cp.oldest_rank = p.value("rank", -1);
+        cp.min_done = std::min(cp.min_done, c.completed);
+        cp.max_done = std::max(cp.max_done, c.completed);
+        cp.max_enq = std::max(cp.max_enq, c.enqueued);
+        const double age = secs(c.oldest_in_flight_ns);
+        if (age > cp.oldest_s) cp.oldest_s = age, cp.oldest_rank = p.rank;
         if (age > oldest_s) {
           oldest_s = age;
-          oldest_where = "rank " + std::to_string(p.value("rank", -1)) + " on " +
-                         fr::analyzer::comm_label(cp.comm) + " (node " + str(n, "name") + ")";
+          oldest_where = "rank " + std::to_string(p.rank) + " on " +
+                         fr::analyzer::comm_label(cp.comm) + " (node " + n.name + ")";
         }
       }
   return jp;
@@ -110,25 +98,25 @@ JobProgress gather(const json& s) {
 
 // "Job ID", or what the page knows when no node has named the job: without a token (--insecure)
 // no node may, and the coordinator's --job-id names it.
-std::string job_title(const json& s) {
-  const std::string job = str(s, "job_id");
+std::string job_title(const CoordinatorStatus& s) {
+  const std::string& job = s.job_id;
   return job.empty() ? "Job not named yet (give the coordinator --job-id)" : "Job " + job;
 }
 
 // The job at a glance: a sentence, the rank and node counts, the oldest op in flight.
-void job_card(std::ostringstream& o, const json& s, const JobProgress& jp) {
-  const json& r = s.value("ranks", json::object());
-  const json& nc = s.value("node_counts", json::object());
-  const json& incidents = s.value("incidents", json::array());
+void job_card(std::ostringstream& o, const CoordinatorStatus& s, const JobProgress& jp) {
+  const StatusRanks& r = s.ranks;
+  const StatusNodeCounts& nc = s.node_counts;
+  const auto& incidents = s.incidents;
   size_t open = 0;
-  for (const auto& i : incidents) open += is_open(i);
+  for (const auto& i : incidents) open += i.is_open();
   const double oldest_s = jp.oldest_s;
   const std::string& oldest_where = jp.oldest_where;
   o << "<h1>" << html_escape(job_title(s)) << "</h1>";
-  const int dead = r.value("dead", 0);
+  const int dead = r.dead;
   // A job whose processes record nothing of ours is not shown as a healthy one: fr is half blind.
-  const json& pc = s.value("processes", json::object());
-  const bool blind = pc.is_object() && pc.value("recording", 0) == 0;
+  const std::optional<StatusProcesses>& pc = s.processes;
+  const bool blind = pc && pc->recording == 0;
   o << "<section class=\"card verdict" << (open || dead || blind ? "" : " ok")
     << "\"><span class=\"kind\">"
     << (open    ? "incident open"
@@ -138,34 +126,32 @@ void job_card(std::ostringstream& o, const json& s, const JobProgress& jp) {
     << "</span><p class=\"sentence\" id=\"job-sentence\">";
   if (open) {
     for (const auto& i : incidents)
-      if (is_open(i)) {
-        o << "incident " << html_escape(str(i, "id")) << ": "
-          << html_escape(str(i, "summary").empty() ? str(i, "reason") : str(i, "summary"));
+      if (i.is_open()) {
+        o << "incident " << html_escape(i.id) << ": "
+          << html_escape(i.summary.empty() ? i.reason : i.summary);
         break;
       }
   } else if (blind) {
-    o << html_escape(str(pc, "summary")) << "; no incident open";
+    o << html_escape(pc->summary) << "; no incident open";
   } else {
-    o << r.value("alive", 0) << " of "
-      << (r.value("expected", -1) > 0 ? r.value("expected", -1) : r.value("known", 0))
-      << " ranks alive" << (dead ? ", " + std::to_string(dead) + " dead" : std::string())
-      << ", no incident open";
+    o << r.alive << " of " << (r.expected > 0 ? r.expected : r.known) << " ranks alive"
+      << (dead ? ", " + std::to_string(dead) + " dead" : std::string()) << ", no incident open";
   }
-  o << "</p><div class=\"facts\"><span>ranks <b>" << r.value("alive", 0) << "</b> alive, <b>"
-    << r.value("dead", 0) << "</b> dead, <b>" << r.value("known", 0) << "</b> known";
-  if (r.value("expected", -1) > 0) o << " of <b>" << r.value("expected", -1) << "</b> expected";
-  if (pc.is_object())
-    o << "</span><span>processes <b>" << pc.value("total", 0) << "</b>, recording NCCL or NIXL <b>"
-      << pc.value("recording", 0) << "</b>";
-  o << "</span><span>nodes <b>" << nc.value("connected", 0) << "</b> connected, <b>"
-    << nc.value("lost", 0) << "</b> lost</span><span>oldest op in flight <b>"
+  o << "</p><div class=\"facts\"><span>ranks <b>" << r.alive << "</b> alive, <b>" << r.dead
+    << "</b> dead, <b>" << r.known << "</b> known";
+  if (r.expected > 0) o << " of <b>" << r.expected << "</b> expected";
+  if (pc)
+    o << "</span><span>processes <b>" << pc->total << "</b>, recording NCCL or NIXL <b>"
+      << pc->recording << "</b>";
+  o << "</span><span>nodes <b>" << nc.connected << "</b> connected, <b>" << nc.lost
+    << "</b> lost</span><span>oldest op in flight <b>"
     << (oldest_s > 0 ? html_escape(secs_text(oldest_s)) + "</b> (" + html_escape(oldest_where) + ")"
                      : "none</b>")
     << "</span></div></section>\n";
 }
 
 // Open incidents first, then the past ones, newest first.
-void incidents_table(std::ostringstream& o, const json& incidents) {
+void incidents_table(std::ostringstream& o, const std::vector<StatusIncident>& incidents) {
   o << "<h2>Incidents</h2><div class=\"card scroll\">";
   if (incidents.empty()) {
     o << "<p class=\"muted\">none so far</p>";
@@ -175,13 +161,13 @@ void incidents_table(std::ostringstream& o, const json& incidents) {
     // Open ones first, then the past ones, newest first.
     for (int pass = 0; pass < 2; ++pass)
       for (auto it = incidents.rbegin(); it != incidents.rend(); ++it)
-        if (is_open(*it) == (pass == 0)) o << incident_row(*it);
+        if (it->is_open() == (pass == 0)) o << incident_row(*it);
     o << "</tbody></table>";
   }
   o << "</div>\n";
 }
 
-void comms_table(std::ostringstream& o, const std::map<std::string, CommProgress>& comms) {
+void comms_table(std::ostringstream& o, const std::map<uint64_t, CommProgress>& comms) {
   o << "<h2>Communicators</h2><div class=\"card scroll\">";
   if (comms.empty()) {
     o << "<p class=\"muted\">no communicator reported yet</p>";
@@ -212,15 +198,15 @@ void comms_table(std::ostringstream& o, const std::map<std::string, CommProgress
 }
 
 // Every rank, by node, with its communicators' progress.
-void nodes_table(std::ostringstream& o, const json& s) {
+void nodes_table(std::ostringstream& o, const CoordinatorStatus& s) {
   o << "<h2>Nodes and ranks</h2><div class=\"card scroll\"><table class=\"grid\"><thead><tr><th>node</th><th>state</th>"
        "<th>heartbeat</th><th>rank</th><th>pid</th><th>process</th><th>communicators: completed / enqueued</th></tr>"
        "</thead><tbody>";
   size_t rows = 0;
-  for (const auto& n : s.value("nodes", json::array())) {
-    const bool lost = n.value("lost", false), connected = n.value("connected", false);
-    std::string node_cells = "<td>" + html_escape(str(n, "name")) + " <span class=\"muted\">" +
-                             html_escape(str(n, "host")) + "</span></td><td><span class=\"badge" +
+  for (const auto& n : s.nodes) {
+    const bool lost = n.lost, connected = n.connected;
+    std::string node_cells = "<td>" + html_escape(n.name) + " <span class=\"muted\">" +
+                             html_escape(n.host) + "</span></td><td><span class=\"badge" +
                              std::string(lost        ? " bad"
                                          : connected ? " ok"
                                                      : " warn") +
@@ -228,31 +214,29 @@ void nodes_table(std::ostringstream& o, const json& s) {
                              (lost        ? "lost"
                               : connected ? "connected"
                                           : "away") +
-                             "</span></td><td>" +
-                             html_escape(secs_text(n.value("heartbeat_age_s", 0.0))) + " ago</td>";
-    const json& procs = n.value("processes", json::array());
+                             "</span></td><td>" + html_escape(secs_text(secs(n.heartbeat_age_ns))) +
+                             " ago</td>";
+    const auto& procs = n.processes;
     if (procs.empty())
       o << "<tr>" << node_cells << "<td colspan=\"4\" class=\"muted\">no process</td></tr>";
     for (const auto& p : procs) {
       if (++rows > kMaxRankRows) break;
-      const bool alive = p.value("alive", false);
-      o << "<tr" << (!alive && !p.value("exited_cleanly", false) ? " class=\"culprit\"" : "") << ">"
-        << node_cells << "<td>rank " << p.value("rank", -1) << "</td><td>" << p.value("pid", 0)
-        << "</td><td><span class=\"badge"
-        << (alive                              ? " ok"
-            : p.value("exited_cleanly", false) ? ""
-                                               : " bad")
+      const bool alive = p.alive;
+      o << "<tr" << (!alive && !p.exited_cleanly ? " class=\"culprit\"" : "") << ">" << node_cells
+        << "<td>rank " << p.rank << "</td><td>" << p.pid << "</td><td><span class=\"badge"
+        << (alive              ? " ok"
+            : p.exited_cleanly ? ""
+                               : " bad")
         << "\">"
-        << (alive                              ? "alive"
-            : p.value("exited_cleanly", false) ? "exited"
-                                               : "dead")
+        << (alive              ? "alive"
+            : p.exited_cleanly ? "exited"
+                               : "dead")
         << "</span></td><td class=\"mono\">";
-      for (const auto& c : p.value("comms", json::array())) {
+      for (const auto& c : p.comms) {
         o << html_escape(fr::analyzer::comm_label(comm_of(c)));
-        if (c.value("rank", -1) >= 0)
-          o << " <span class=\"muted\">(" << c.value("rank", -1) << ")</span>";
-        o << ": " << c.value("completed", 0) << " / " << c.value("enqueued", 0);
-        const double age = c.value("oldest_in_flight_s", 0.0);
+        if (c.rank >= 0) o << " <span class=\"muted\">(" << c.rank << ")</span>";
+        o << ": " << c.completed << " / " << c.enqueued;
+        const double age = secs(c.oldest_in_flight_ns);
         if (age > 0)
           o << " <span class=\"badge warn\">oldest " << html_escape(secs_text(age)) << "</span>";
         o << "<br>";
@@ -263,31 +247,26 @@ void nodes_table(std::ostringstream& o, const json& s) {
   o << "</tbody></table>";
   if (rows > kMaxRankRows)
     o << "<p class=\"muted\">" << rows - kMaxRankRows << " more ranks: see /api/v1/status.</p>";
-  const json& pg = s.value("page", json::object());
-  if (pg.contains("next_offset") && pg["next_offset"].is_number())
-    o << "<p class=\"muted\">more nodes: <a href=\"/api/v1/status?offset="
-      << pg["next_offset"].get<size_t>()
-      << "\">/api/v1/status?offset=" << pg["next_offset"].get<size_t>() << "</a></p>";
+  if (s.page.next_offset)
+    o << "<p class=\"muted\">more nodes: <a href=\"/api/v1/status?offset=" << *s.page.next_offset
+      << "\">/api/v1/status?offset=" << *s.page.next_offset << "</a></p>";
   o << "</div>\n";
 }
 
 // The ranks, GPUs and links found slow now (the fail-slow detector's findings), each with its
 // evidence and what the job loses.
-void slow_card(std::ostringstream& o, const json& s) {
-  const json& slow = s.value("slow", json::array());
-  if (!slow.is_array() || slow.empty()) return;
+void slow_card(std::ostringstream& o, const CoordinatorStatus& s) {
+  if (s.slow.empty()) return;
   o << "<section class=\"card verdict\" id=\"slow-findings\"><span class=\"kind\">slow</span>";
-  for (const auto& f : slow) {
-    if (!f.is_object()) continue;
-    o << "<p class=\"sentence\">" << html_escape(str(f, "cause")) << ": "
-      << html_escape(str(f, "evidence")) << "</p>";
-  }
+  for (const auto& f : s.slow)
+    o << "<p class=\"sentence\">" << html_escape(f.cause) << ": " << html_escape(f.evidence)
+      << "</p>";
   o << "</section>\n";
 }
 
 }  // namespace
 
-std::string render_live_page(const json& s) {
+std::string render_live_page(const CoordinatorStatus& s) {
   fr::analyzer::HtmlPage page;
   page.title = "fr: " + job_title(s);
   page.links = {{"/", "live job"}, {"/api/v1/status", "status JSON"}, {"/metrics", "metrics"}};
@@ -297,32 +276,30 @@ std::string render_live_page(const json& s) {
   const JobProgress jp = gather(s);
   job_card(o, s, jp);
   slow_card(o, s);
-  incidents_table(o, s.value("incidents", json::array()));
+  incidents_table(o, s.incidents);
   comms_table(o, jp.comms);
   nodes_table(o, s);
   o << fr::analyzer::html_close();
   return o.str();
 }
 
-std::string render_incident_page(const json& incident, const json& analysis) {
+std::string render_incident_page(const StatusIncident& incident, const json& analysis) {
   fr::analyzer::HtmlPage page;
-  const std::string id = str(incident, "id");
+  const std::string& id = incident.id;
   page.title = "fr: incident " + id;
-  page.heading = id + " · " + str(incident, "kind") + " · " + str(incident, "state") + " · " +
-                 str(incident, "dir");
-  page.trigger = str(incident, "reason");
+  page.heading = id + " · " + incident.kind + " · " + incident.state + " · " + incident.dir;
+  page.trigger = incident.reason;
   page.links = {{"/", "live job"}, {"/api/v1/status", "status JSON"}};
   if (!analysis.is_null()) return fr::analyzer::render_incident_html(analysis, page);
   page.refresh_s = 2;
   std::ostringstream o;
   o << fr::analyzer::html_open(page) << "<section class=\"card verdict\"><span class=\"kind\">"
-    << html_escape(str(incident, "state"))
-    << "</span><p class=\"sentence\" id=\"verdict-sentence\">"
-    << (str(incident, "error").empty() ? "the dump set is being gathered and analysed"
-                                       : html_escape(str(incident, "error")))
-    << "</p><div class=\"facts\"><span>nodes asked <b>" << incident.value("asked", 0)
-    << "</b>, dumps in <b>" << incident.value("uploaded", 0) << "</b>, failed <b>"
-    << incident.value("failed", json::object()).size() << "</b></span></div></section>"
+    << html_escape(incident.state) << "</span><p class=\"sentence\" id=\"verdict-sentence\">"
+    << (incident.error.empty() ? "the dump set is being gathered and analysed"
+                               : html_escape(incident.error))
+    << "</p><div class=\"facts\"><span>nodes asked <b>" << incident.asked << "</b>, dumps in <b>"
+    << incident.uploaded << "</b>, failed <b>" << incident.failed.size()
+    << "</b></span></div></section>"
     << "<p class=\"muted\" id=\"trigger\"><b>trigger</b> (what opened the incident): "
     << html_escape(page.trigger) << "</p>" << fr::analyzer::html_close();
   return o.str();

@@ -1,6 +1,6 @@
-// The coordinator's web pages, built from what `frd status --json` returns (frd-status/1) and
-// from an incident's analysis.json, so they are tested without sockets; the HTTP listener in
-// server.cpp only routes to them. The incident page is the analyzer's (analyzer/html.h): the
+// The coordinator's web pages, drawn from its typed status (daemon/base/status.h, what
+// `frd status --json` returns as frd-status/1) and from an incident's analysis.json, so they are
+// tested without sockets; CoordinatorPages (coordinator_pages.h) routes to them. The incident page is the analyzer's (analyzer/html.h): the
 // coordinator and `fr-analyze --html` draw the same page.
 #pragma once
 
@@ -8,15 +8,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/base/status.h"
+
 namespace fr::daemon {
 
 // `/`: the live job: ranks and nodes, per-communicator progress, the oldest op in flight, open
 // and past incidents. Reloads itself every few seconds.
-std::string render_live_page(const nlohmann::json& status);
+std::string render_live_page(const CoordinatorStatus& status);
 
-// `/incidents/ID`: `incident` is the incident's frd-status/1 entry; `analysis` its analysis.json,
+// `/incidents/ID`: `incident` is the incident's entry in the status; `analysis` its analysis.json,
 // or null while the dump set is still being gathered or analysed (the page then reloads itself).
-std::string render_incident_page(const nlohmann::json& incident, const nlohmann::json& analysis);
+std::string render_incident_page(const StatusIncident& incident, const nlohmann::json& analysis);
 
 // The page for an unknown incident id.
 std::string render_missing_incident_page(const std::string& id);

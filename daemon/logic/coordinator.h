@@ -29,6 +29,7 @@
 
 #include "daemon/logic/clock.h"
 #include "daemon/base/model.h"
+#include "daemon/base/status.h"
 #include "daemon/logic/slow_detector.h"
 #include "daemon/logic/stall.h"
 
@@ -68,35 +69,6 @@ struct PeerAuth {
   bool authenticated = true;
   std::string principal;
 };
-
-// Which part of the status document to build (one page of nodes).
-struct StatusQuery {
-  size_t node_offset = 0;
-  size_t node_limit = 256;
-  bool summary = false;        // no per-process detail
-  size_t max_bytes = 4 << 20;  // stop adding nodes past this much text
-};
-
-// The status document's parts, copied out of the state under the caller's lock, and rendered
-// into text (render_status) with no access to the state, so that a big page never holds the lock
-// while it is built: a node's last report is copied, not rendered (a few ms at 256 nodes x 8
-// processes x 32 communicators, against half a second to render).
-struct StatusSnapshot {
-  struct NodeView {
-    std::string name, host;
-    bool connected = false, lost = false, trimmed = false;
-    int64_t heartbeat_age_ns = 0, clock_offset_ns = 0, clock_rtt_ns = 0;
-    uint64_t heartbeats = 0;
-    int alive = 0;
-    NodeReport last;                         // its processes left out for a summary
-    std::map<uint64_t, int64_t> thresholds;  // stall threshold by communicator
-  };
-  StatusQuery query;
-  nlohmann::json head;          // the document but its page and its nodes
-  std::vector<NodeView> nodes;  // from query.node_offset, at most query.node_limit
-  bool more = false;            // nodes left after these
-};
-std::string render_status(const StatusSnapshot& s);
 
 // A problem seen from the heartbeats that is not an incident: a slow rank (its peers keep
 // waiting for it while the communicator still progresses).
@@ -289,13 +261,18 @@ class CoordinatorState {
   nlohmann::json status(int64_t now_mono) const { return status(now_mono, StatusQuery{}); }
   nlohmann::json status(int64_t now_mono, const StatusQuery& q) const;
   ProcessCounts process_counts() const;
+  // The status (daemon/base/status.h), copied out of the state: take it under the lock, render it
+  // outside (a node's last report is copied, not rendered: a few ms at 256 nodes x 8 processes x
+  // 32 communicators, against half a second to render), so a big page never holds the lock.
+  CoordinatorStatus status_snapshot(int64_t now_mono, const StatusQuery& q) const;
   // The same document as text, built node by node: its size is bounded by q.max_bytes plus one
   // node's entry, and its cost is linear in what is kept.
   std::string status_text(int64_t now_mono, const StatusQuery& q) const {
-    return render_status(status_snapshot(now_mono, q));
+    return to_json_text(status_snapshot(now_mono, q));
   }
-  // What status_text renders, copied (StatusSnapshot): take it under the lock, render outside.
-  StatusSnapshot status_snapshot(int64_t now_mono, const StatusQuery& q) const;
+  // One incident's entry in the status, found by its id without building the rest; none when no
+  // incident has that id.
+  std::optional<StatusIncident> incident_status(const std::string& id) const;
   // What the fail-slow detector holds now (status, metrics, the live page).
   const SlowDetector& slow_detector() const { return slow_; }
   // The verdict hook may run for this incident (once per incident, also across restarts).

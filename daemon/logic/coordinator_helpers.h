@@ -34,6 +34,9 @@ inline bool is_closed(IncidentState s) {
 // A slow finding as incidents and the status give it (coordinator_slow.cpp): cause, factor,
 // culprit ranks, for a link `where` (waiting_rank, peer_rank, channel), the evidence and the loss.
 nlohmann::json slow_json(const SlowFinding& f);
+StatusSlow slow_status(const SlowFinding& f);
+// A slow-rank finding as the status and findings.json give it (coordinator_status.cpp).
+StatusRankFinding finding_status(const Finding& f);
 // Whom a slow finding names: the rank; for a link its sender, then its receiver.
 std::vector<int> slow_culprits(const SlowFinding& f);
 // The fail-slow series in Prometheus text: findings by cause, lateness and GPU time ratio per

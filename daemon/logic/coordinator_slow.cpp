@@ -15,23 +15,25 @@ namespace fr::daemon {
 
 namespace coordinator_helpers {
 
-nlohmann::json slow_json(const SlowFinding& f) {
-  nlohmann::json j = {{"cause", slow_cause_name(f.cause)},
-                      {"factor", std::round(f.factor * 100) / 100},
-                      {"culprit_ranks", slow_culprits(f)},
-                      {"comm", f.comm_id},
-                      {"comm_name", f.comm_name},
-                      {"evidence", f.evidence()},
-                      {"value_ns", f.value_ns},
-                      {"others_ns", f.others_ns},
-                      {"step_ns", f.step_ns},
-                      {"step_without_ns", f.step_without_ns},
-                      {"loss_percent", std::round(f.loss_percent() * 10) / 10}};
-  if (f.cause == SlowCause::kHost) j["late_share"] = std::round(f.share * 1000) / 1000;
-  if (f.cause == SlowCause::kLink)
-    j["where"] = {{"waiting_rank", f.rank}, {"peer_rank", f.peer_rank}, {"channel", f.channel}};
-  return j;
+StatusSlow slow_status(const SlowFinding& f) {
+  StatusSlow s;
+  s.cause = slow_cause_name(f.cause);
+  s.factor = std::round(f.factor * 100) / 100;
+  s.culprit_ranks = slow_culprits(f);
+  s.comm = f.comm_id;
+  s.comm_name = f.comm_name;
+  s.evidence = f.evidence();
+  s.value_ns = f.value_ns;
+  s.others_ns = f.others_ns;
+  s.step_ns = f.step_ns;
+  s.step_without_ns = f.step_without_ns;
+  s.loss_percent = std::round(f.loss_percent() * 10) / 10;
+  if (f.cause == SlowCause::kHost) s.late_share = std::round(f.share * 1000) / 1000;
+  if (f.cause == SlowCause::kLink) s.where = StatusSlow::Where{f.rank, f.peer_rank, f.channel};
+  return s;
 }
+
+nlohmann::json slow_json(const SlowFinding& f) { return slow_status(f); }
 
 std::vector<int> slow_culprits(const SlowFinding& f) {
   if (f.cause == SlowCause::kLink) return {f.peer_rank, f.rank};

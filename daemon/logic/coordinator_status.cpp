@@ -18,17 +18,7 @@ std::string CoordinatorState::findings_path() const {
 
 nlohmann::json CoordinatorState::findings_json() const {
   nlohmann::json list = nlohmann::json::array();
-  for (const auto& f : findings_)
-    list.push_back({{"kind", f.kind},
-                    {"rank", f.rank},
-                    {"node", f.node},
-                    {"comm", hex_id(f.comm_id)},
-                    {"comm_name", f.comm_name},
-                    {"rank_waiting", f.rank_waiting},
-                    {"peers_waiting", f.peers_waiting},
-                    {"first_ns", f.first_real},
-                    {"last_ns", f.last_real},
-                    {"active", f.active}});
+  for (const auto& f : findings_) list.push_back(finding_status(f));
   return list;
 }
 
@@ -42,101 +32,82 @@ std::string CoordinatorState::findings_text() const {
 
 namespace {
 
-void node_json(const StatusSnapshot::NodeView& n, bool summary, std::string* out) {
-  nlohmann::json procs = nlohmann::json::array();
-  if (!summary)
-    for (const auto& p : n.last.processes) {
-      nlohmann::json comms = nlohmann::json::array();
-      for (const auto& c : p.comms) {
-        auto t = n.thresholds.find(c.comm_id);
-        comms.push_back({{"id", hex_id(c.comm_id)},
-                         {"name", printable(c.name, 64)},
-                         {"size", c.size},
-                         {"rank", c.rank},
-                         {"coll_seq", c.coll_seq},
-                         {"p2p_seq", c.p2p_seq},
-                         {"enqueued", c.enqueued},
-                         {"started", c.started},
-                         {"completed", c.completed},
-                         {"oldest_in_flight_s", secs(c.oldest_age_ns)},
-                         {"stall_threshold_s", secs(t == n.thresholds.end() ? 0 : t->second)}});
-      }
-      procs.push_back({{"rank", p.rank},
-                       {"world_size", p.world_size},
-                       {"pid", p.pid},
-                       {"alive", p.alive},
-                       {"exited_cleanly", p.exited_cleanly},
-                       {"log", printable(p.log, 128)},
-                       {"records", p.records},
-                       {"comms", comms}});
+StatusIncident incident_status_of(const Incident& i) {
+  StatusIncident v;
+  v.id = i.id;
+  v.kind = incident_kind_name(i.kind);
+  v.state = incident_state_name(i.state);
+  v.reason = i.reason;
+  v.processes_seen = i.processes_seen;
+  v.dir = i.dir;
+  v.opened_ns = i.opened_real;
+  v.asked = i.asked.size();
+  v.uploaded = i.uploaded.size();
+  v.failed = i.failed;
+  v.verdict = i.verdict_kind;
+  v.summary = i.verdict_summary;
+  v.culprit_ranks = i.culprits;
+  if (i.slow) v.slow = slow_status(*i.slow);
+  v.error = i.error;
+  return v;
+}
+
+// A node's last report, as the status gives its processes (peers' text made printable).
+void copy_processes(const CoordinatorState& st, const NodeReport& r, StatusNode* v) {
+  std::map<uint64_t, int64_t> thresholds;  // looked up once per communicator
+  v->processes.reserve(r.processes.size());
+  for (const auto& p : r.processes) {
+    StatusProcess sp;
+    sp.rank = p.rank;
+    sp.world_size = p.world_size;
+    sp.pid = p.pid;
+    sp.alive = p.alive;
+    sp.exited_cleanly = p.exited_cleanly;
+    sp.log = printable(p.log, 128);
+    sp.records = p.records;
+    sp.comms.reserve(p.comms.size());
+    for (const auto& c : p.comms) {
+      auto t = thresholds.try_emplace(c.comm_id, 0);
+      if (t.second) t.first->second = st.stall_threshold_ns(c.comm_id);
+      sp.comms.push_back({c.comm_id, printable(c.name, 64), c.size, c.rank, c.coll_seq, c.p2p_seq,
+                          c.enqueued, c.started, c.completed, c.oldest_age_ns, t.first->second});
     }
-  // Processes under fr-run without a flight log (daemon/base/proc_file.h).
-  nlohmann::json unrecorded = nlohmann::json::array();
-  if (!summary)
-    for (const auto& u : n.last.unrecorded) {
-      nlohmann::json e = {
-          {"rank", u.rank}, {"world_size", u.world_size}, {"pid", u.pid}, {"torch", u.torch}};
-      if (u.torch) {
-        e["torch_seq"] = u.torch_seq;
-        e["torch_idle_s"] = secs(u.torch_idle_ns);
-      }
-      unrecorded.push_back(std::move(e));
-    }
-  nlohmann::json j = {{"name", n.name},
-                      {"host", n.host},
-                      {"connected", n.connected},
-                      {"lost", n.lost},
-                      {"heartbeat_age_s", secs(n.heartbeat_age_ns)},
-                      {"heartbeats", n.heartbeats},
-                      {"clock_offset_ns", n.clock_offset_ns},
-                      {"clock_rtt_ns", n.clock_rtt_ns},
-                      {"ranks", n.last.processes.size()},
-                      {"alive", n.alive},
-                      {"trimmed", n.trimmed},
-                      {"gpu_alerts", n.last.gpu_alerts},
-                      {"unrecorded", unrecorded},
-                      {"processes", procs}};
-  *out += j.dump();
+    v->processes.push_back(std::move(sp));
+  }
+  for (const auto& u : r.unrecorded)
+    v->unrecorded.push_back({u.rank, u.world_size, u.pid, u.torch, u.torch_seq, u.torch_idle_ns});
+}
+
+StatusProcesses processes_status(const ProcessCounts& pc) {
+  return {pc.total, pc.recording, pc.torch, pc.nodes, pc.summary()};
 }
 
 }  // namespace
 
-std::string render_status(const StatusSnapshot& s) {
-  const StatusQuery& q = s.query;
-  std::string nodes = "[";
-  size_t returned = 0;
-  bool more = s.more;
-  for (const auto& n : s.nodes) {
-    if (nodes.size() >= q.max_bytes) {
-      more = true;
-      break;
-    }
-    if (returned++) nodes += ",";
-    node_json(n, q.summary, &nodes);
-  }
-  nodes += "]";
-  nlohmann::json head = s.head;
-  head["page"] = {
-      {"offset", q.node_offset},
-      {"returned", returned},
-      {"next_offset", more ? nlohmann::json(q.node_offset + returned) : nlohmann::json()}};
-  std::string out = head.dump();
-  out.pop_back();  // the closing brace: the nodes go in as already rendered text
-  out += ",\"nodes\":" + nodes + "}";
-  return out;
+StatusRankFinding coordinator_helpers::finding_status(const Finding& f) {
+  StatusRankFinding v;
+  v.kind = f.kind;
+  v.rank = f.rank;
+  v.node = f.node;
+  v.comm = f.comm_id;
+  v.comm_name = f.comm_name;
+  v.rank_waiting = f.rank_waiting;
+  v.peers_waiting = f.peers_waiting;
+  v.first_ns = f.first_real;
+  v.last_ns = f.last_real;
+  v.active = f.active;
+  return v;
 }
 
-// `processes` of frd-status/1.
-static nlohmann::json processes_json(const ProcessCounts& pc) {
-  return {{"total", pc.total},
-          {"recording", pc.recording},
-          {"torch", pc.torch},
-          {"nodes", pc.nodes},
-          {"summary", pc.summary()}};
+std::optional<StatusIncident> CoordinatorState::incident_status(const std::string& id) const {
+  for (const auto& i : incidents_)
+    if (i.id == id) return incident_status_of(i);
+  return std::nullopt;
 }
 
-StatusSnapshot CoordinatorState::status_snapshot(int64_t now_mono, const StatusQuery& q) const {
-  StatusSnapshot snap;
+// The one place the status is filled from the state.
+CoordinatorStatus CoordinatorState::status_snapshot(int64_t now_mono, const StatusQuery& q) const {
+  CoordinatorStatus snap;
   snap.query = q;
   // Counts over every node; entries for one page of them, bounded in bytes.
   int known = 0, alive = 0, dead = 0;
@@ -152,7 +123,7 @@ StatusSnapshot CoordinatorState::status_snapshot(int64_t now_mono, const StatusQ
         dead++;
     }
   }
-  // The page's nodes, copied. The rendered text's size bounds the page (render_status); the
+  // The page's nodes, copied. The rendered text's size bounds the page (to_json_text); the
   // reports' estimated size bounds the copy, well past it.
   size_t index = 0, bytes = 0;
   for (const auto& [_, n] : nodes_) {
@@ -161,7 +132,7 @@ StatusSnapshot CoordinatorState::status_snapshot(int64_t now_mono, const StatusQ
       snap.more = true;
       break;
     }
-    StatusSnapshot::NodeView v;
+    StatusNode v;
     v.name = n.name;
     v.host = n.host;
     v.connected = n.connected;
@@ -171,66 +142,28 @@ StatusSnapshot CoordinatorState::status_snapshot(int64_t now_mono, const StatusQ
     v.heartbeats = n.heartbeats;
     v.clock_offset_ns = n.clock.offset_ns();
     v.clock_rtt_ns = n.clock.delay_ns();
+    v.ranks = n.last.processes.size();
     v.alive = n.alive;
-    v.last.gpu_alerts = n.last.gpu_alerts;
-    if (q.summary) {
-      v.last.processes.resize(n.last.processes.size());  // counted, not shown
-    } else {
-      v.last.processes = n.last.processes;
-      v.last.unrecorded = n.last.unrecorded;
-      for (const auto& p : n.last.processes)
-        for (const auto& c : p.comms)
-          v.thresholds.try_emplace(c.comm_id, stall_threshold_ns(c.comm_id));
-    }
+    v.gpu_alerts = n.last.gpu_alerts;
+    if (!q.summary) copy_processes(*this, n.last, &v);
     bytes += q.summary ? 256 : n.retained;
     snap.nodes.push_back(std::move(v));
   }
-  nlohmann::json incs = nlohmann::json::array();
-  for (const auto& i : incidents_) {
-    nlohmann::json failed = nlohmann::json::object();
-    for (const auto& [k, v] : i.failed) failed[k] = v;
-    incs.push_back({{"id", i.id},
-                    {"kind", incident_kind_name(i.kind)},
-                    {"state", incident_state_name(i.state)},
-                    {"reason", i.reason},
-                    {"processes_seen", i.processes_seen},
-                    {"dir", i.dir},
-                    {"opened_ns", i.opened_real},
-                    {"asked", i.asked.size()},
-                    {"uploaded", i.uploaded.size()},
-                    {"failed", failed},
-                    {"verdict", i.verdict_kind},
-                    {"summary", i.verdict_summary},
-                    {"culprit_ranks", i.culprits},
-                    {"slow", i.slow ? slow_json(*i.slow) : nlohmann::json(nullptr)},
-                    {"error", i.error}});
-  }
-  nlohmann::json slow = nlohmann::json::array();
-  for (const auto& f : slow_.findings()) slow.push_back(slow_json(f));
-  nlohmann::json head = {
-      {"schema", "frd-status/1"},
-      {"processes", processes_json(process_counts())},
-      {"coordinator_id", coordinator_id_},
-      {"job_id", known_job()},
-      {"ranks",
-       {{"expected", expected_ranks()}, {"known", known}, {"alive", alive}, {"dead", dead}}},
-      {"node_counts",
-       {{"known", nodes_.size()},
-        {"connected", connected},
-        {"lost", lost},
-        {"forgotten", nodes_forgotten_}}},
-      {"retained_report_bytes", retained_bytes_},
-      {"stall",
-       {{"mode", policy_.automatic ? "auto" : "fixed"},
-        {"fixed_s", secs(policy_.fixed_ns)},
-        {"floor_s", secs(policy_.floor_ns)},
-        {"cap_s", secs(policy_.cap_ns)},
-        {"factor", policy_.factor},
-        {"learned_communicators", models_.size()}}},
-      {"findings", findings_json()},
-      {"slow", slow},
-      {"incidents", incs}};
-  snap.head = std::move(head);
+  for (const auto& i : incidents_) snap.incidents.push_back(incident_status_of(i));
+  for (const auto& f : slow_.findings()) snap.slow.push_back(slow_status(f));
+  for (const auto& f : findings_) snap.findings.push_back(finding_status(f));
+  snap.processes = processes_status(process_counts());
+  snap.coordinator_id = coordinator_id_;
+  snap.job_id = known_job();
+  snap.ranks = {expected_ranks(), known, alive, dead};
+  snap.node_counts = {nodes_.size(), connected, lost, nodes_forgotten_};
+  snap.retained_report_bytes = retained_bytes_;
+  snap.stall = {policy_.automatic ? "auto" : "fixed",
+                policy_.fixed_ns,
+                policy_.floor_ns,
+                policy_.cap_ns,
+                policy_.factor,
+                models_.size()};
   return snap;
 }
 

@@ -221,53 +221,52 @@ bool trigger_dump(const ClientOptions& opts, const std::string& reason, std::str
   return true;
 }
 
-std::string render_status(const nlohmann::json& s) {
+std::string render_status(const CoordinatorStatus& s) {
   std::ostringstream o;
-  auto str = [](const nlohmann::json& j, const char* k) {
-    return j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : std::string();
-  };
-  const auto& r = s.value("ranks", nlohmann::json::object());
-  o << "job " << str(s, "job_id") << "  ranks: " << r.value("alive", 0) << " alive, "
-    << r.value("dead", 0) << " dead, " << r.value("known", 0) << " known";
-  if (r.value("expected", -1) > 0) o << " of " << r.value("expected", -1) << " expected";
+  const StatusRanks& r = s.ranks;
+  o << "job " << s.job_id << "  ranks: " << r.alive << " alive, " << r.dead << " dead, " << r.known
+    << " known";
+  if (r.expected > 0) o << " of " << r.expected << " expected";
   o << "\n";
   // What fr sees: the processes, recording NCCL or NIXL calls or not (an older coordinator sends
   // none).
-  const auto& pc = s.value("processes", nlohmann::json::object());
-  if (!str(pc, "summary").empty()) o << "processes: " << str(pc, "summary") << "\n";
-  for (const auto& n : s.value("nodes", nlohmann::json::array())) {
-    o << "node " << str(n, "name") << " (" << str(n, "host") << "): "
-      << (n.value("lost", false)        ? "LOST"
-          : n.value("connected", false) ? "connected"
-                                        : "away")
-      << ", heartbeat " << n.value("heartbeat_age_s", 0.0) << " s ago, clock offset "
-      << n.value("clock_offset_ns", 0) / 1000 << " us\n";
-    for (const auto& p : n.value("processes", nlohmann::json::array())) {
-      o << "  rank " << p.value("rank", -1) << " pid " << p.value("pid", 0) << " "
-        << (p.value("alive", false)            ? "alive"
-            : p.value("exited_cleanly", false) ? "exited"
-                                               : "DEAD");
-      for (const auto& c : p.value("comms", nlohmann::json::array())) {
-        std::string label = str(c, "name").empty() ? str(c, "id").substr(0, 8) : str(c, "name");
-        o << "  [" << label << " coll " << c.value("coll_seq", 0) << " gpu "
-          << c.value("completed", 0) << "/" << c.value("enqueued", 0);
-        double age = c.value("oldest_in_flight_s", 0.0);
+  if (s.processes && !s.processes->summary.empty())
+    o << "processes: " << s.processes->summary << "\n";
+  for (const auto& n : s.nodes) {
+    o << "node " << n.name << " (" << n.host << "): "
+      << (n.lost        ? "LOST"
+          : n.connected ? "connected"
+                        : "away")
+      << ", heartbeat " << double(n.heartbeat_age_ns) / 1e9 << " s ago, clock offset "
+      << n.clock_offset_ns / 1000 << " us\n";
+    for (const auto& p : n.processes) {
+      o << "  rank " << p.rank << " pid " << p.pid << " "
+        << (p.alive            ? "alive"
+            : p.exited_cleanly ? "exited"
+                               : "DEAD");
+      for (const auto& c : p.comms) {
+        std::string label = c.name.empty() ? status_hex_id(c.id).substr(0, 8) : c.name;
+        o << "  [" << label << " coll " << c.coll_seq << " gpu " << c.completed << "/"
+          << c.enqueued;
+        const double age = double(c.oldest_in_flight_ns) / 1e9;
         if (age > 0) o << " oldest " << age << " s";
         o << "]";
       }
       o << "\n";
     }
   }
-  const auto& page = s.value("page", nlohmann::json::object());
-  if (page.contains("next_offset") && page["next_offset"].is_number())
-    o << "... more nodes: frd status --offset " << page["next_offset"].get<size_t>() << "\n";
-  for (const auto& i : s.value("incidents", nlohmann::json::array())) {
-    o << "incident " << str(i, "id") << " " << str(i, "kind") << " " << str(i, "state") << ": "
-      << str(i, "reason");
-    if (!str(i, "verdict").empty()) o << " -> " << str(i, "verdict") << ": " << str(i, "summary");
-    o << " (" << str(i, "dir") << ")\n";
+  if (s.page.next_offset)
+    o << "... more nodes: frd status --offset " << *s.page.next_offset << "\n";
+  for (const auto& i : s.incidents) {
+    o << "incident " << i.id << " " << i.kind << " " << i.state << ": " << i.reason;
+    if (!i.verdict.empty()) o << " -> " << i.verdict << ": " << i.summary;
+    o << " (" << i.dir << ")\n";
   }
   return o.str();
+}
+
+std::string render_status(const nlohmann::json& s) {
+  return render_status(s.get<CoordinatorStatus>());
 }
 
 }  // namespace fr::daemon

@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/base/status.h"
+
 namespace grpc {
 class Channel;
 class ClientContext;
@@ -65,7 +67,8 @@ bool fetch_status(const ClientOptions& opts, nlohmann::json* out, std::string* e
 bool trigger_dump(const ClientOptions& opts, const std::string& reason, std::string* incident_id,
                   std::string* error);
 
-// Human view of a frd-status/1 document.
+// Human view of the status (`frd status`), and of a frd-status/1 document read into it.
+std::string render_status(const CoordinatorStatus& status);
 std::string render_status(const nlohmann::json& status);
 
 }  // namespace fr::daemon

@@ -1,5 +1,6 @@
 // See server.h. Starting and stopping the coordinator server: the listeners' rules (loopback,
-// token, TLS), the gRPC listener, the HTTP pages, and the threads; the reactors are in
+// token, TLS), the gRPC listener, the HTTP listener with the pages (daemon/http/coordinator_pages.h)
+// and what they ask of the state, and the threads; the reactors are in
 // server_streams.cpp and server_node_stream.h, the fan-out and heartbeat threads in
 // server_threads.cpp, the threads that write in server_writers.cpp (server_impl.h).
 #include "daemon/rpc/server.h"
@@ -16,16 +17,11 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/security/server_credentials.h>
 
-#include <algorithm>
-#include <cerrno>
-#include <cstdlib>
-#include <fstream>
 #include <thread>
 #include <utility>
 
 #include "daemon/base/logger.h"
 #include "daemon/http/metrics_http.h"
-#include "daemon/http/web.h"
 
 namespace fr::daemon {
 
@@ -55,152 +51,41 @@ bool is_loopback_address(const std::string& addr) {
   return all;
 }
 
-namespace {
-
-// `/api/v1/status`'s page, as `frd status` asks for it: ?offset=N&limit=N&summary=1. False for a
-// number that is malformed, negative or past 64 bits.
-bool status_query(const HttpServer::Request& req, StatusQuery* q) {
-  auto number = [&](const char* key, size_t* out) {
-    auto it = req.query.find(key);
-    if (it == req.query.end()) return true;
-    char* end = nullptr;
-    errno = 0;
-    unsigned long long v = std::strtoull(it->second.c_str(), &end, 10);
-    if (it->second.empty() || *end != '\0' || it->second[0] == '-' || errno != 0) return false;
-    *out = size_t(v);
-    return true;
-  };
-  size_t limit = q->node_limit;
-  if (!number("offset", &q->node_offset) || !number("limit", &limit)) return false;
-  if (limit > 0) q->node_limit = std::min(limit, q->node_limit);
-  q->summary = req.query.count("summary") && req.query.at("summary") != "0";
-  return true;
+CoordinatorStatus CoordinatorServer::Impl::status(const StatusQuery& query) {
+  std::lock_guard<RankedMutex> lk(mu);
+  return state.status_snapshot(mono_ns(), query);
 }
 
-}  // namespace
-
-// The live page built less than kLivePageNs ago (or any, when `stale_ok`); null when none.
-std::shared_ptr<const std::string> CoordinatorServer::Impl::cached_live_page(int64_t now,
-                                                                             bool stale_ok) {
-  std::lock_guard<std::mutex> pl(page_mu);
-  if (live_page && (stale_ok || now - live_page_mono < kLivePageNs)) return live_page;
-  return nullptr;
+std::optional<StatusIncident> CoordinatorServer::Impl::incident(const std::string& id) {
+  std::lock_guard<RankedMutex> lk(mu);
+  return state.incident_status(id);
 }
 
-// The live page: the one built less than kLivePageNs ago; else, while another thread builds
-// it, the last one built; else built here.
-std::shared_ptr<const std::string> CoordinatorServer::Impl::live_page_now() {
-  const int64_t now = mono_ns();
-  std::shared_ptr<const std::string> page = cached_live_page(now, false);
-  if (page) return page;
-  std::unique_lock<std::mutex> building(page_build_mu, std::try_to_lock);
-  if (!building.owns_lock()) {
-    if ((page = cached_live_page(now, true))) return page;  // another builds it
-    building.lock();  // none yet: wait for the one being built
-    if ((page = cached_live_page(mono_ns(), false))) return page;
-  }
-  StatusSnapshot snap;
+std::string CoordinatorServer::Impl::metrics_text() {
+  std::string text;
+  double fanout;
+  uint64_t replaced;
   {
-    std::lock_guard<std::mutex> lk(mu);
-    snap = state.status_snapshot(mono_ns(), StatusQuery{});
+    std::lock_guard<RankedMutex> lk(mu);
+    text = state.metrics(mono_ns());
+    std::lock_guard<RankedMutex> ql(queue_mu);
+    fanout = last_fanout_seconds;
+    replaced = heartbeats_replaced;
   }
-  // Rendered outside the state's lock: heartbeats and /metrics never wait on a page.
-  page = std::make_shared<const std::string>(
-      render_live_page(nlohmann::json::parse(render_status(snap))));
-  live_page_builds.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> pl(page_mu);
-  live_page = page;
-  live_page_mono = mono_ns();
-  return page;
-}
-
-void CoordinatorServer::Impl::add_pages() {
-  metrics.get("/metrics", [this](const HttpServer::Request&) {
-    HttpServer::Response r;
-    r.content_type = "text/plain; version=0.0.4";
-    std::lock_guard<std::mutex> lk(mu);
-    r.body = state.metrics(mono_ns());
-    double fanout;
-    {
-      std::lock_guard<std::mutex> fl(fanout_mu);
-      fanout = last_fanout_seconds;
-    }
-    uint64_t replaced;
-    {
-      std::lock_guard<std::mutex> hl(hb_mu);
-      replaced = heartbeats_replaced;
-    }
-    PrometheusText o;
-    // std::to_string's six decimals, as this line always printed them.
-    o.gauge("frd_fanout_seconds",
-            "Last incident: from listing its dump requests to handing the last one to its node's "
-            "stream.",
-            std::to_string(fanout));
-    o.counter("frd_heartbeats_replaced_total",
-              "Heartbeats replaced by a newer one from the same node before they were applied (the "
-              "coordinator short of CPU).",
-              replaced);
-    o.counter("frd_live_page_builds_total",
-              "Times the live page was built (at most once per 2 s, however many clients reload "
-              "it).",
-              live_page_builds.load(std::memory_order_relaxed));
-    o.counter("frd_unknown_messages_total",
-              "Node messages of a kind this coordinator does not know (a newer node's), skipped.",
-              unknown_messages.load(std::memory_order_relaxed));
-    r.body += o.str();
-    return r;
-  });
-  // Paged as `frd status` is: ?offset=N&limit=N&summary=1.
-  metrics.get("/api/v1/status", [this](const HttpServer::Request& req) {
-    HttpServer::Response r;
-    r.content_type = "application/json";
-    StatusQuery q;
-    if (!status_query(req, &q)) {
-      r.status = 400;
-      r.body = "{\"error\":\"offset and limit are non-negative integers\"}\n";
-      return r;
-    }
-    StatusSnapshot snap;
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      snap = state.status_snapshot(mono_ns(), q);
-    }
-    r.body = render_status(snap) + "\n";
-    return r;
-  });
-  metrics.get("/", [this](const HttpServer::Request&) {
-    HttpServer::Response r;
-    r.content_type = "text/html; charset=utf-8";
-    r.body = *live_page_now();
-    return r;
-  });
-  metrics.get_under("/incidents/", [this](const HttpServer::Request& req) {
-    HttpServer::Response r;
-    r.content_type = "text/html; charset=utf-8";
-    nlohmann::json incident;
-    StatusSnapshot snap;
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      snap = state.status_snapshot(mono_ns(), StatusQuery{0, 0, true});
-    }
-    for (const auto& i : snap.head.value("incidents", nlohmann::json::array()))
-      if (i.value("id", std::string()) == req.tail) incident = i;
-    if (incident.is_null()) {
-      r.status = 404;
-      r.body = render_missing_incident_page(req.tail);
-      return r;
-    }
-    // The analysis is on disk once the dump set is analysed; read outside the lock.
-    nlohmann::json analysis;
-    const std::string incident_state = incident.value("state", std::string());
-    if (incident_state != "collecting" && incident_state != "analyzing") {
-      std::ifstream in(incident.value("dir", std::string()) + "/analysis.json");
-      if (in) analysis = nlohmann::json::parse(in, nullptr, false);
-      if (analysis.is_discarded()) analysis = nullptr;
-    }
-    r.body = render_incident_page(incident, analysis);
-    return r;
-  });
+  PrometheusText o;
+  // std::to_string's six decimals, as this line always printed them.
+  o.gauge("frd_fanout_seconds",
+          "Last incident: from listing its dump requests to handing the last one to its node's "
+          "stream.",
+          std::to_string(fanout));
+  o.counter("frd_heartbeats_replaced_total",
+            "Heartbeats replaced by a newer one from the same node before they were applied (the "
+            "coordinator short of CPU).",
+            replaced);
+  o.counter("frd_unknown_messages_total",
+            "Node messages of a kind this coordinator does not know (a newer node's), skipped.",
+            unknown_messages.load(std::memory_order_relaxed));
+  return text + o.str();
 }
 
 CoordinatorServer::CoordinatorServer(CoordinatorConfig cfg, ServerOptions opts)
@@ -310,7 +195,7 @@ bool CoordinatorServer::start(std::string* error) {
   if (!check_listeners(m, &http_sec, error)) return false;
   if (!fr::files::make_dirs(m.cfg.dump_dir, error)) return false;
   if (!start_grpc(m, error)) return false;
-  m.add_pages();
+  m.pages.add_routes(&m.metrics);
   if (!m.opts.metrics_listen.empty() && !m.metrics.start(m.opts.metrics_listen, http_sec, error)) {
     m.server->Shutdown();
     m.server.reset();
@@ -348,7 +233,7 @@ void CoordinatorServer::shutdown() {
   m.started = false;
   m.server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   {
-    std::lock_guard<std::mutex> lk(m.mu);
+    std::lock_guard<RankedMutex> lk(m.mu);
     m.stopping = true;
   }
   m.tick_cv.notify_all();
@@ -360,14 +245,14 @@ void CoordinatorServer::shutdown() {
   m.placed_checker.join();
   m.persister.join();
   {
-    std::lock_guard<std::mutex> fl(m.fanout_mu);
+    std::lock_guard<RankedMutex> ql(m.queue_mu);
     m.fanout_stopping = true;
   }
   m.fanout_cv.notify_all();
   for (auto& t : m.fanout_threads) t.join();
   m.fanout_threads.clear();
   {
-    std::lock_guard<std::mutex> hl(m.hb_mu);
+    std::lock_guard<RankedMutex> ql(m.queue_mu);
     m.hb_stopping = true;
   }
   m.hb_cv.notify_all();
@@ -377,7 +262,7 @@ void CoordinatorServer::shutdown() {
 }
 
 nlohmann::json CoordinatorServer::status() {
-  std::lock_guard<std::mutex> lk(impl_->mu);
+  std::lock_guard<RankedMutex> lk(impl_->mu);
   return impl_->state.status(mono_ns());
 }
 

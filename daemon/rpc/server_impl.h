@@ -1,19 +1,22 @@
 // The coordinator server's inside (server.h), shared by its units and seen by nothing else:
-// server.cpp starts and stops it (listeners, HTTP pages, threads), server_streams.cpp holds the
-// gRPC service (uploads, placed dumps, status, trigger) and the ticker, server_node_stream.h
-// (and .cpp) the node streams' reactor, server_threads.cpp the threads that drive the streams
-// (fan-out, heartbeats), server_writers.cpp the threads that write to disk (dump sets, placed-dump checks,
-// incident.json). Locking: Impl::mu guards the state, the stream and upload registries and the
-// queues; each NodeStream has its own write lock, always taken after Impl::mu, never before, and
-// so are the fan-out queue's lock and the heartbeat queue's lock (hb_mu); a stream's write lock
-// may be taken under hb_mu. Fan-out threads take a stream's write lock alone; gRPC's threads take
-// hb_mu alone to hand a heartbeat over (and, during a fan-out, to defer their next read).
+// server.cpp starts and stops it (listeners, threads) and answers the HTTP pages' questions
+// (StatusSource, daemon/http/coordinator_pages.h, which serves the pages), server_streams.cpp
+// holds the gRPC service (uploads, placed dumps, status, trigger) and the ticker,
+// server_node_stream.h (and .cpp) the node streams' reactor, server_threads.cpp the threads that
+// drive the streams (fan-out, heartbeats), server_writers.cpp the threads that write to disk (dump
+// sets, placed-dump checks, incident.json). Locking: Impl::mu guards the state, the stream and
+// upload registries and the writers' queues; queue_mu the fan-out and heartbeat queues; each
+// NodeStream has its own write lock. The order (daemon/base/lock_order.h) is mu, then queue_mu,
+// then a stream's write lock, and RankedMutex aborts on any acquisition out of it. Fan-out threads
+// take a stream's write lock alone; gRPC's threads take queue_mu alone to hand a heartbeat over
+// (and, during a fan-out, to defer their next read).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <optional>
 #include <deque>
 #include <map>
 #include <memory>
@@ -23,8 +26,11 @@
 #include <thread>
 #include <vector>
 
+#include "common/ranked_mutex.h"
 #include "daemon/host/hook.h"
+#include "daemon/base/lock_order.h"
 #include "daemon/base/logger.h"
+#include "daemon/http/coordinator_pages.h"
 #include "daemon/http/metrics_http.h"
 #include "daemon/base/names.h"
 #include "daemon/rpc/server.h"
@@ -41,12 +47,13 @@ using fr::v1::UploadReply;
 class NodeStream;    // one node's control stream (server_node_stream.h)
 class UploadStream;  // one node's upload (server_streams.cpp)
 
-struct CoordinatorServer::Impl {
+struct CoordinatorServer::Impl : StatusSource {
   CoordinatorConfig cfg;
   ServerOptions opts;
 
-  std::mutex mu;
-  std::condition_variable tick_cv, assemble_cv;
+  RankedMutex mu{lock_order::kState, "CoordinatorServer::mu"};
+  // Condition variables over a RankedMutex (ranked_mutex.h).
+  std::condition_variable_any tick_cv, assemble_cv;
   bool poke = false;
   bool stopping = false;
   CoordinatorState state;
@@ -58,7 +65,7 @@ struct CoordinatorServer::Impl {
   std::deque<AssemblyJob> assembly_queue;
   // incident.json writes, in order, one pending entry per file (the latest contents).
   std::deque<std::pair<std::string, std::string>> persist_queue;
-  std::condition_variable persist_cv;
+  std::condition_variable_any persist_cv;
   // Dumps nodes wrote into a shared dump dir, waiting for their files to be checked.
   struct PlacedCall {
     grpc::ServerUnaryReactor* reactor;
@@ -67,7 +74,13 @@ struct CoordinatorServer::Impl {
     PeerAuth auth;
   };
   std::deque<PlacedCall> placed_queue;
-  std::condition_variable placed_cv;
+  std::condition_variable_any placed_cv;
+
+  // The fan-out queue and the heartbeat queue share one lock. Whether a fan-out is being sent
+  // (hb_fanout, fanout_pending) is one fact both sides read and write, which two locks kept in
+  // two halves; and every hold of it is a few pointer moves (a slice taken, a heartbeat handed
+  // over), so a second lock would save no waiting worth its place in the order.
+  RankedMutex queue_mu{lock_order::kQueues, "CoordinatorServer::queue_mu"};
 
   // Dump requests go out from a few fan-out threads, in slices of streams, outside `mu`: a
   // fan-out to every node is neither serialized on one thread nor holding up the heartbeats.
@@ -76,8 +89,7 @@ struct CoordinatorServer::Impl {
     std::shared_ptr<const WireMessage> message;  // the request, encoded once (wire.h)
     std::vector<NodeStream*> streams;            // pinned: they stay alive until sent to
   };
-  std::mutex fanout_mu;
-  std::condition_variable fanout_cv;
+  std::condition_variable_any fanout_cv;  // queue_mu
   std::deque<FanoutSlice> fanout_queue;
   bool fanout_stopping = false;
   std::vector<std::thread> fanout_threads;
@@ -89,20 +101,8 @@ struct CoordinatorServer::Impl {
     int64_t cpu_ns = 0;  // the fan-out threads' CPU time on it
   };
   std::map<std::string, FanoutRound> fanout_rounds;
-  size_t fanout_pending = 0;       // slices queued or being sent (fanout_mu)
+  size_t fanout_pending = 0;       // slices queued or being sent
   double last_fanout_seconds = 0;  // the last round: listed to handed to gRPC
-
-  // The live page (`/`), built at most once per kLivePageNs whoever asks: building it takes the
-  // state's lock (0.57 s at 256 nodes x 8 processes x 32 communicators), and clients reloading
-  // it must not keep heartbeats and `/metrics` waiting. One thread builds (page_build_mu); the
-  // others serve the page they find (page_mu), stale for as long as the build takes.
-  static constexpr int64_t kLivePageNs = 2'000'000'000;
-  std::mutex page_build_mu, page_mu;
-  std::shared_ptr<const std::string> live_page;  // page_mu
-  int64_t live_page_mono = 0;                    // page_mu
-  std::atomic<uint64_t> live_page_builds{0};
-  std::shared_ptr<const std::string> cached_live_page(int64_t now, bool stale_ok);
-  std::shared_ptr<const std::string> live_page_now();
 
   // Heartbeats are applied to the state by one thread of ours, not on gRPC's few callback
   // threads (two on a 2-core machine), which must stay free to read, to complete the dump
@@ -110,8 +110,7 @@ struct CoordinatorServer::Impl {
   // stream holds at most one heartbeat waiting (a newer one replaces it, and is counted), so a
   // coordinator short of CPU applies fewer, fresher reports instead of falling behind. While a
   // fan-out is being sent the applier waits (up to kFanoutFirstNs): the requests come first.
-  std::mutex hb_mu;
-  std::condition_variable hb_cv;
+  std::condition_variable_any hb_cv;  // queue_mu
   std::vector<NodeStream*> hb_ready;  // streams with a heartbeat waiting: pinned
   bool hb_stopping = false;
   bool hb_fanout = false;  // a fan-out is being sent
@@ -129,6 +128,7 @@ struct CoordinatorServer::Impl {
   std::unique_ptr<grpc::Server> server;
   int port = 0;
   HttpServer metrics;
+  CoordinatorPages pages{this};  // the HTTP routes, over the StatusSource below
   std::thread ticker, assembler, placed_checker, persister;
   bool started = false;
 
@@ -188,8 +188,10 @@ struct CoordinatorServer::Impl {
   void assembler_loop();
   void placed_loop();
   void persist_loop();
-  // The HTTP pages: metrics, status JSON, the live page, incidents (server.cpp).
-  void add_pages();
+  // What the HTTP pages ask (StatusSource, server.cpp): copies taken under mu.
+  CoordinatorStatus status(const StatusQuery& query) override;
+  std::optional<StatusIncident> incident(const std::string& id) override;
+  std::string metrics_text() override;
 };
 
 // The gRPC service over an Impl (server_streams.cpp).

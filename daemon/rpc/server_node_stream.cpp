@@ -14,7 +14,7 @@ void NodeStream::send(std::shared_ptr<const WireMessage> m) {
     held_back_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  std::lock_guard<std::mutex> lk(wmu_);
+  std::lock_guard<RankedMutex> lk(wmu_);
   if (finished_ || finish_pending_ || done_) return;
   // A peer that does not read its commands gets dropped rather than grow our memory.
   if (out_.size() >= kMaxQueued) {
@@ -31,7 +31,7 @@ void NodeStream::send(std::shared_ptr<const WireMessage> m) {
 void NodeStream::unpin() {
   bool last;
   {
-    std::lock_guard<std::mutex> lk(wmu_);
+    std::lock_guard<RankedMutex> lk(wmu_);
     last = --pins_ == 0 && done_;
   }
   if (last) delete this;
@@ -39,14 +39,14 @@ void NodeStream::unpin() {
 
 void NodeStream::resume_read() {
   {
-    std::lock_guard<std::mutex> lk(wmu_);
+    std::lock_guard<RankedMutex> lk(wmu_);
     if (finished_ || finish_pending_ || done_) return;
     resuming_ = true;
   }
   StartRead(&in_);
   bool finish = false;
   {
-    std::lock_guard<std::mutex> lk(wmu_);
+    std::lock_guard<RankedMutex> lk(wmu_);
     resuming_ = false;
     if (finish_pending_ && !writing_ && !finished_) finish = finished_ = true;
   }
@@ -88,7 +88,7 @@ void NodeStream::OnReadDone(bool ok) {
 }
 
 void NodeStream::OnWriteDone(bool ok) {
-  std::lock_guard<std::mutex> lk(wmu_);
+  std::lock_guard<RankedMutex> lk(wmu_);
   out_.pop_front();
   if (finish_pending_) {
     writing_ = false;
@@ -112,7 +112,7 @@ void NodeStream::OnWriteDone(bool ok) {
 
 void NodeStream::OnDone() {
   {
-    std::lock_guard<std::mutex> lk(impl_->mu);
+    std::lock_guard<RankedMutex> lk(impl_->mu);
     if (session_) {
       impl_->state.disconnect(session_, mono_ns());
       auto it = impl_->streams.find(session_);
@@ -121,7 +121,7 @@ void NodeStream::OnDone() {
   }
   bool last;
   {
-    std::lock_guard<std::mutex> lk(wmu_);
+    std::lock_guard<RankedMutex> lk(wmu_);
     done_ = true;
     last = pins_ == 0;
   }
@@ -152,7 +152,7 @@ bool NodeStream::on_hello(const fr::v1::Hello& wire_hello, int64_t now) {
     close(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, error));
     return false;
   }
-  std::lock_guard<std::mutex> lk(impl_->mu);
+  std::lock_guard<RankedMutex> lk(impl_->mu);
   uint64_t s =
       impl_->state.connect(h.node_name, h.host, h.job_id, impl_->peer_auth(ctx_), now, &error);
   if (!s) {
@@ -182,7 +182,7 @@ bool NodeStream::on_hello(const fr::v1::Hello& wire_hello, int64_t now) {
 
 void NodeStream::on_dump_status(const fr::v1::DumpStatus& wire_status, int64_t now) {
   const DumpStatusReport d = from_proto(wire_status);
-  std::lock_guard<std::mutex> lk(impl_->mu);
+  std::lock_guard<RankedMutex> lk(impl_->mu);
   impl_->state.dump_status(session_, d.incident_id, d.ok, d.error, now);
   impl_->poke = true;
   impl_->tick_cv.notify_one();
@@ -201,7 +201,7 @@ bool NodeStream::on_heartbeat(int64_t now, int64_t t4) {
   std::unique_ptr<grpc::ByteBuffer> replaced;  // freed outside the lock
   bool first, defer, wake = false;
   {
-    std::lock_guard<std::mutex> lk(impl_->hb_mu);
+    std::lock_guard<RankedMutex> lk(impl_->queue_mu);
     defer = impl_->hb_fanout && !impl_->hb_stopping;
     if (defer) {
       pin();

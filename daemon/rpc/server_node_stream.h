@@ -35,13 +35,13 @@ class NodeStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBu
   // A fan-out thread holds the stream alive while it sends to it: pin() with impl->mu held while
   // the stream is registered, unpin() when done with it (the last one out deletes it).
   void pin() {
-    std::lock_guard<std::mutex> lk(wmu_);
+    std::lock_guard<RankedMutex> lk(wmu_);
     pins_++;
   }
   void unpin();
 
   void close(grpc::Status st) {
-    std::lock_guard<std::mutex> lk(wmu_);
+    std::lock_guard<RankedMutex> lk(wmu_);
     close_locked(std::move(st));
   }
 
@@ -54,7 +54,7 @@ class NodeStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBu
   // A stream whose read is deferred has no operation to fail when the call is cancelled.
   void OnCancel() override { close(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled")); }
 
-  // The heartbeat waiting for the applier, taken with impl->hb_mu held.
+  // The heartbeat waiting for the applier, taken with impl->queue_mu held.
   std::unique_ptr<grpc::ByteBuffer> take_heartbeat(int64_t* t4) {
     *t4 = hb_t4_;
     return std::move(hb_);
@@ -82,11 +82,11 @@ class NodeStream : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBu
   grpc::ByteBuffer in_;  // what the pending read fills
   uint64_t session_ = 0;
   uint32_t protocol_ = 0;
-  std::unique_ptr<grpc::ByteBuffer> hb_;  // the heartbeat waiting for the applier (impl->hb_mu)
+  std::unique_ptr<grpc::ByteBuffer> hb_;  // the heartbeat waiting for the applier (impl->queue_mu)
   int64_t hb_t4_ = 0;                     // ... and when it arrived (real time, for the clock)
   int64_t last_ping_ = 0;
   int pings_ = 0;
-  std::mutex wmu_;
+  RankedMutex wmu_{lock_order::kStreamWrite, "NodeStream::wmu"};
   std::deque<std::shared_ptr<const WireMessage>> out_;
   std::atomic<uint64_t> held_back_{0};
   int pins_ = 0;

@@ -88,7 +88,7 @@ class UploadStream : public grpc::ServerReadReactor<UploadChunk> {
       bool dup = false;
       grpc::StatusCode refused = grpc::StatusCode::OK;
       {
-        std::lock_guard<std::mutex> lk(impl_->mu);
+        std::lock_guard<RankedMutex> lk(impl_->mu);
         const std::string key = hdr_.incident_id + "/" + hdr_.node_name;
         if (!check_dump_header(hdr_, impl_->opts.limits, &error)) {
           refused = grpc::StatusCode::INVALID_ARGUMENT;
@@ -128,7 +128,7 @@ class UploadStream : public grpc::ServerReadReactor<UploadChunk> {
 
   void OnDone() override {
     {
-      std::lock_guard<std::mutex> lk(impl_->mu);
+      std::lock_guard<RankedMutex> lk(impl_->mu);
       impl_->uploads.erase(this);
       if (slot_) {
         impl_->uploads_active--;
@@ -158,7 +158,7 @@ class UploadStream : public grpc::ServerReadReactor<UploadChunk> {
           receiver_.io_failure() ? grpc::StatusCode::UNAVAILABLE : grpc::StatusCode::DATA_LOSS,
           error);
     {
-      std::lock_guard<std::mutex> lk(impl_->mu);
+      std::lock_guard<RankedMutex> lk(impl_->mu);
       impl_->state.upload_done(hdr_, mono_ns());
       impl_->poke = true;
       impl_->tick_cv.notify_one();
@@ -176,7 +176,7 @@ class UploadStream : public grpc::ServerReadReactor<UploadChunk> {
   void fail(grpc::StatusCode code, const std::string& error, bool note = true) {
     receiver_.abort();
     {
-      std::lock_guard<std::mutex> lk(impl_->mu);
+      std::lock_guard<RankedMutex> lk(impl_->mu);
       if (note && have_header_)
         impl_->state.upload_failed(hdr_.incident_id, hdr_.node_name, error, mono_ns());
       // The upload is over once its files are gone: the node may retry at once, before the
@@ -233,7 +233,7 @@ class Service final : public ServiceBase {
     if (!impl_->authorized(ctx))
       return new Refused<grpc::ServerReadReactor<UploadChunk>>(impl_->refuse(ctx, "an upload"));
     std::string peer = peer_host(ctx->peer());
-    std::lock_guard<std::mutex> lk(impl_->mu);
+    std::lock_guard<RankedMutex> lk(impl_->mu);
     // Streams that have not said what they carry are cheap but bounded: per peer host, and in
     // all. They take no upload slot.
     size_t waiting = impl_->uploads.size() - impl_->uploads_active;
@@ -254,7 +254,7 @@ class Service final : public ServiceBase {
       r->Finish(impl_->refuse(ctx, "a placed dump"));
       return r;
     }
-    std::lock_guard<std::mutex> lk(impl_->mu);
+    std::lock_guard<RankedMutex> lk(impl_->mu);
     if (impl_->stopping || impl_->placed_queue.size() >= size_t(impl_->opts.max_uploads)) {
       r->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "too many dumps at once"));
       return r;
@@ -276,12 +276,12 @@ class Service final : public ServiceBase {
     q.node_offset = req->node_offset();
     if (req->node_limit() > 0) q.node_limit = std::min<size_t>(req->node_limit(), 4096);
     q.summary = req->summary();
-    StatusSnapshot snap;
+    CoordinatorStatus snap;
     {
-      std::lock_guard<std::mutex> lk(impl_->mu);
+      std::lock_guard<RankedMutex> lk(impl_->mu);
       snap = impl_->state.status_snapshot(mono_ns(), q);
     }
-    std::string text = render_status(snap);  // outside the state's lock
+    std::string text = to_json_text(snap);  // outside the state's lock
     const bool big = text.size() > (1 << 20);
     reply->set_json(std::move(text));
     r->Finish(grpc::Status::OK);
@@ -299,7 +299,7 @@ class Service final : public ServiceBase {
       return r;
     }
     {
-      std::lock_guard<std::mutex> lk(impl_->mu);
+      std::lock_guard<RankedMutex> lk(impl_->mu);
       Actions a;
       std::string id = impl_->state.trigger(printable(req->reason(), 256), mono_ns(), &a);
       impl_->dispatch(a);
@@ -326,10 +326,10 @@ void CoordinatorServer::Impl::ticker_loop() {
   constexpr int64_t kMinGapNs = 20'000'000;
   constexpr int64_t kFanoutGapNs = 100'000'000;
   auto fanout_sending = [this] {
-    std::lock_guard<std::mutex> hl(hb_mu);  // taken under mu, as the lock order allows
+    std::lock_guard<RankedMutex> ql(queue_mu);  // taken under mu, as the lock order allows
     return hb_fanout;
   };
-  std::unique_lock<std::mutex> lk(mu);
+  std::unique_lock<RankedMutex> lk(mu);
   int64_t last_trim = mono_ns();
   int64_t last_tick = 0;
   while (!stopping) {

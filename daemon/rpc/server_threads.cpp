@@ -50,11 +50,8 @@ void CoordinatorServer::Impl::dispatch(Actions& a) {
   }
   if (!slices.empty()) {
     int64_t now = mono_ns();
-    {
-      std::lock_guard<std::mutex> hl(hb_mu);
-      hb_fanout = true;
-    }
-    std::lock_guard<std::mutex> fl(fanout_mu);
+    std::lock_guard<RankedMutex> ql(queue_mu);
+    hb_fanout = true;
     fanout_pending += slices.size();
     for (auto& sl : slices) {
       FanoutRound& r = fanout_rounds[sl.incident_id];
@@ -82,7 +79,7 @@ void CoordinatorServer::Impl::dispatch(Actions& a) {
 }
 
 void CoordinatorServer::Impl::fanout_loop() {
-  std::unique_lock<std::mutex> lk(fanout_mu);
+  std::unique_lock<RankedMutex> lk(queue_mu);
   for (;;) {
     fanout_cv.wait(lk, [&] { return fanout_stopping || !fanout_queue.empty(); });
     if (fanout_queue.empty()) return;  // stopping, every pinned stream released
@@ -114,8 +111,11 @@ void CoordinatorServer::Impl::fanout_loop() {
           "%.1f us per node)",
           r->second.streams, last_fanout_seconds, double(r->second.cpu_ns) / 1e9,
           double(r->second.cpu_ns) / 1e3 / double(std::max<size_t>(r->second.streams, 1)));
-      log("frd coordinator: " + id + ": " + line);
+      const std::string text = "frd coordinator: " + id + ": " + line;
       fanout_rounds.erase(r);
+      lk.unlock();  // the heartbeats' handover shares this lock: not held across a write
+      log(text);
+      lk.lock();
     }
   }
 }
@@ -123,7 +123,7 @@ void CoordinatorServer::Impl::fanout_loop() {
 void CoordinatorServer::Impl::resume_reads(bool start) {
   std::vector<NodeStream*> deferred;
   {
-    std::lock_guard<std::mutex> hl(hb_mu);
+    std::lock_guard<RankedMutex> ql(queue_mu);
     if (start) hb_fanout = false;
     deferred.swap(reads_deferred);
   }
@@ -159,7 +159,7 @@ void CoordinatorServer::Impl::applier_loop() {
   std::vector<NodeReport> reports(kBatch);
   HeartbeatDecoder decoder;
   std::vector<std::pair<NodeStream*, grpc::Status>> refused;
-  std::unique_lock<std::mutex> lk(hb_mu);
+  std::unique_lock<RankedMutex> lk(queue_mu);
   for (;;) {
     hb_cv.wait(lk, [&] { return hb_stopping || !hb_ready.empty(); });
     if (hb_ready.empty()) return;  // stopping, every pinned stream released
@@ -182,7 +182,7 @@ void CoordinatorServer::Impl::applier_loop() {
         a.message.reset();
       }
       {
-        std::lock_guard<std::mutex> g(mu);
+        std::lock_guard<RankedMutex> g(mu);
         const int64_t at_once = state.stall_policy().report_at_once_ns();
         bool urgent = false;
         for (size_t k = 0; k < batch.size(); ++k) {

@@ -13,7 +13,7 @@
 namespace fr::daemon {
 
 void CoordinatorServer::Impl::assembler_loop() {
-  std::unique_lock<std::mutex> lk(mu);
+  std::unique_lock<RankedMutex> lk(mu);
   for (;;) {
     assemble_cv.wait(lk, [&] { return stopping || !assembly_queue.empty(); });
     if (assembly_queue.empty()) return;  // stopping with nothing left to write
@@ -51,7 +51,7 @@ void CoordinatorServer::Impl::assembler_loop() {
         bool stop;
         {
           wl.unlock();
-          std::lock_guard<std::mutex> g(mu);
+          std::lock_guard<RankedMutex> g(mu);
           stop = stopping;
           wl.lock();
         }
@@ -104,7 +104,7 @@ void CoordinatorServer::Impl::assembler_loop() {
 }
 
 void CoordinatorServer::Impl::placed_loop() {
-  std::unique_lock<std::mutex> lk(mu);
+  std::unique_lock<RankedMutex> lk(mu);
   for (;;) {
     placed_cv.wait(lk, [&] { return stopping || !placed_queue.empty(); });
     if (placed_queue.empty()) return;
@@ -147,7 +147,7 @@ void CoordinatorServer::Impl::placed_loop() {
 }
 
 void CoordinatorServer::Impl::persist_loop() {
-  std::unique_lock<std::mutex> lk(mu);
+  std::unique_lock<RankedMutex> lk(mu);
   for (;;) {
     persist_cv.wait(lk, [&] { return stopping || !persist_queue.empty(); });
     if (persist_queue.empty()) return;

@@ -4,6 +4,7 @@
 #include "coordinator_fixture.h"
 #include "daemon/logic/coordinator.h"
 #include "fixture.h"
+#include "status_golden.h"
 #include "testing/clock.h"
 
 using namespace fr::daemon;
@@ -37,7 +38,7 @@ TEST_CASE("status: a snapshot taken under the lock renders alone, after the stat
   // out whole, so that a heartbeat applied (or the state gone) meanwhile changes nothing.
   TempDir dir;
   std::string err, text;
-  StatusSnapshot snap;
+  CoordinatorStatus snap;
   {
     CoordinatorState st(config(dir.path));
     const uint64_t s0 = st.connect("n0", "h0", "job1", 0, &err);
@@ -49,8 +50,8 @@ TEST_CASE("status: a snapshot taken under the lock renders alone, after the stat
     st.heartbeat(s1, report({proc(2, false, 0), proc(3, true, 0)}), kSec / 2);
     CHECK(st.status_text(kSec, StatusQuery{}) != text);
   }
-  CHECK(render_status(snap) == text);
-  const auto js = nlohmann::json::parse(render_status(snap));
+  CHECK(to_json_text(snap) == text);
+  const auto js = nlohmann::json::parse(to_json_text(snap));
   CHECK(js["nodes"].size() == 2);
   CHECK(js["ranks"]["alive"] == 3);
   // A page of one node, and a summary: the same as the state would render.
@@ -60,10 +61,62 @@ TEST_CASE("status: a snapshot taken under the lock renders alone, after the stat
   const uint64_t s0 = st.connect("n0", "h0", "job1", 0, &err);
   st.connect("n1", "h1", "job1", 0, &err);
   st.heartbeat(s0, report({proc(0, true, 0)}), 0);
-  const auto page = nlohmann::json::parse(render_status(st.status_snapshot(kSec, one)));
+  const auto page = nlohmann::json::parse(to_json_text(st.status_snapshot(kSec, one)));
   CHECK(page["nodes"].size() == 1);
   CHECK(page["nodes"][0]["name"] == "n1");
   CHECK(page["page"]["next_offset"].is_null());
   CHECK(nlohmann::json::parse(
-            render_status(st.status_snapshot(kSec, {0, 1, true})))["page"]["next_offset"] == 1);
+            to_json_text(st.status_snapshot(kSec, {0, 1, true})))["page"]["next_offset"] == 1);
+}
+
+TEST_CASE("status: the typed status renders the same text as the document built before it",
+          "[daemon]") {
+  // frd-status/1 is read by scripts and pinned by docs: field names, values and the order of the
+  // text stay as they were when the status was built as a JSON tree (status_golden.inc).
+  static const std::vector<std::pair<std::string, std::string>> golden = {
+#include "status_golden.inc"
+  };
+  TempDir dir;
+  const auto texts = golden_status_texts(dir.path);
+  REQUIRE(texts.size() == golden.size());
+  for (size_t i = 0; i < texts.size(); ++i) {
+    INFO(texts[i].first);
+    CHECK(texts[i].first == golden[i].first);
+    CHECK(texts[i].second == golden[i].second);
+  }
+}
+
+TEST_CASE("status: read back from its JSON, the typed status renders the same JSON", "[daemon]") {
+  // What `frd status` and the pages read (from_json) holds everything the document says.
+  TempDir dir;
+  for (const auto& [name, text] : golden_status_texts(dir.path)) {
+    INFO(name);
+    const CoordinatorStatus back = nlohmann::json::parse(text).get<CoordinatorStatus>();
+    CoordinatorStatus whole = back;
+    whole.query.max_bytes = SIZE_MAX;  // what was read fits: no node cut again
+    CHECK(to_json_text(whole) == text);
+  }
+}
+
+TEST_CASE("status: one incident's entry is found by its id, as the whole status gives it",
+          "[daemon]") {
+  TempDir dir;
+  CoordinatorState st(config(dir.path));
+  std::string err;
+  const uint64_t s0 = st.connect("n0", "h0", "job1", 0, &err);
+  st.heartbeat(s0, report({proc(0, true, 0)}), 0);
+  Actions a;
+  const std::string id = st.trigger("by hand", kSec, &a);
+  const auto one = st.incident_status(id);
+  REQUIRE(one);
+  CHECK(one->id == id);
+  CHECK(one->kind == "manual");
+  CHECK(one->state == "collecting");
+  CHECK(one->is_open());
+  CHECK_FALSE(one->analysed());
+  const CoordinatorStatus whole = st.status_snapshot(kSec, StatusQuery{});
+  REQUIRE(whole.incident(id));
+  CHECK(nlohmann::json(*one) == nlohmann::json(*whole.incident(id)));
+  CHECK_FALSE(st.incident_status("incident-9999"));
+  CHECK_FALSE(whole.incident("incident-9999"));
 }

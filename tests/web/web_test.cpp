@@ -310,7 +310,7 @@ TEST_CASE("live page: ranks, communicators with name (0x id), the oldest op in f
                {"reason", "AllReduce #6 stuck"},
                {"verdict", "stuck_in_collective"},
                {"summary", "the GPU of rank 0 never started it"}}}}};
-  const std::string page = fr::daemon::render_live_page(s);
+  const std::string page = fr::daemon::render_live_page(s.get<fr::daemon::CoordinatorStatus>());
   CHECK(page.find("train&lt;7&gt;") != std::string::npos);
   CHECK(page.find("dp0 (0x00000000000000ab)") != std::string::npos);
   CHECK(page.find("incident-0002: the GPU of rank 0 never started it") != std::string::npos);
@@ -323,11 +323,13 @@ TEST_CASE("live page: ranks, communicators with name (0x id), the oldest op in f
 
 TEST_CASE("live page: the ranks and links found slow, with their evidence", "[web]") {
   json s = {{"job_id", "j"}, {"ranks", {{"alive", 4}, {"known", 4}}}, {"nodes", json::array()}};
-  REQUIRE(fr::daemon::render_live_page(s).find("slow-findings") == std::string::npos);
+  REQUIRE(
+      fr::daemon::render_live_page(s.get<fr::daemon::CoordinatorStatus>()).find("slow-findings") ==
+      std::string::npos);
   s["slow"] = {{{"cause", "link"},
                 {"evidence", "channel 1's rank 2 -> rank 3 steps take 10.0x the others <NET>"}},
                {{"cause", "host"}, {"evidence", "rank 6 arrives late at 97% of dp collectives"}}};
-  const std::string page = fr::daemon::render_live_page(s);
+  const std::string page = fr::daemon::render_live_page(s.get<fr::daemon::CoordinatorStatus>());
   CHECK(page.find("id=\"slow-findings\"") != std::string::npos);
   CHECK(page.find("link: channel 1&#39;s rank 2 -&gt; rank 3 steps take 10.0x the others "
                   "&lt;NET&gt;") != std::string::npos);
@@ -714,7 +716,7 @@ TEST_CASE("live page: a job whose processes record nothing says so, not a green 
             {"node_counts", {{"known", 1}, {"connected", 1}, {"lost", 0}}},
             {"nodes", json::array()},
             {"incidents", json::array()}};
-  std::string page = fr::daemon::render_live_page(s);
+  std::string page = fr::daemon::render_live_page(s.get<fr::daemon::CoordinatorStatus>());
   CHECK(page.find(summary + "; no incident open") != std::string::npos);
   CHECK(page.find("not recording") != std::string::npos);
   CHECK(page.find("card verdict ok") == std::string::npos);
@@ -722,7 +724,7 @@ TEST_CASE("live page: a job whose processes record nothing says so, not a green 
   // Once they record, the usual view.
   s["processes"] = {{"total", 4}, {"recording", 4}, {"summary", "..."}};
   s["ranks"] = {{"expected", 4}, {"known", 4}, {"alive", 4}, {"dead", 0}};
-  page = fr::daemon::render_live_page(s);
+  page = fr::daemon::render_live_page(s.get<fr::daemon::CoordinatorStatus>());
   CHECK(page.find("card verdict ok") != std::string::npos);
   CHECK(page.find("4 of 4 ranks alive") != std::string::npos);
 }
