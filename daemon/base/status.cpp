@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 
 namespace fr::daemon {
 
@@ -39,8 +40,10 @@ void get(const json& j, const char* key, Int* out) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_number()) return;
   if (it->is_number_float()) {
-    const double d = it->get<double>();
-    if (std::isfinite(d)) *out = Int(d);
+    const double d = it->get<double>();  // kept only when it fits (a cast past the range is UB)
+    if (d >= double(std::numeric_limits<Int>::lowest()) &&
+        d < double(std::numeric_limits<Int>::max()))
+      *out = Int(d);
   } else if (it->is_number_unsigned()) {
     *out = Int(it->get<uint64_t>());
   } else {

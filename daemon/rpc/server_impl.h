@@ -76,10 +76,11 @@ struct CoordinatorServer::Impl : StatusSource {
   std::deque<PlacedCall> placed_queue;
   std::condition_variable_any placed_cv;
 
-  // The fan-out queue and the heartbeat queue share one lock. Whether a fan-out is being sent
-  // (hb_fanout, fanout_pending) is one fact both sides read and write, which two locks kept in
-  // two halves; and every hold of it is a few pointer moves (a slice taken, a heartbeat handed
-  // over), so a second lock would save no waiting worth its place in the order.
+  // The fan-out queue and the heartbeat queue share one lock. Whether a fan-out is being sent is
+  // one fact (fanout_pending on the fan-out's side, hb_fanout on the heartbeats'), which two
+  // locks kept in two halves, set and cleared in two steps; and every hold is a few pointer moves
+  // (a slice taken, a heartbeat handed over), so a second lock saved no waiting worth its place
+  // in the order.
   RankedMutex queue_mu{lock_order::kQueues, "CoordinatorServer::queue_mu"};
 
   // Dump requests go out from a few fan-out threads, in slices of streams, outside `mu`: a

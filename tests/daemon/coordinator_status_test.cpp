@@ -120,3 +120,40 @@ TEST_CASE("status: one incident's entry is found by its id, as the whole status 
   CHECK_FALSE(st.incident_status("incident-9999"));
   CHECK_FALSE(whole.incident("incident-9999"));
 }
+
+TEST_CASE("status: a document of odd types reads without a throw, odd fields at their default",
+          "[daemon]") {
+  // `frd status` reads what a coordinator sends: a field of the wrong type, a number past its
+  // type, or no field at all leaves the default.
+  const auto j = nlohmann::json::parse(R"({
+    "job_id": 7, "ranks": {"alive": "x", "dead": 1e300, "known": 3.0, "expected": null},
+    "processes": {"total": -2, "summary": ["no"]},
+    "nodes": [{"name": "n0", "heartbeat_age_s": 1e300, "processes": [{"rank": 2, "comms": [
+      {"id": "zz", "completed": -1, "oldest_in_flight_s": "soon"}, 5]}, "p"]}, 3],
+    "incidents": [{"id": "i1", "failed": {"a": "why", "b": 2}, "slow": {"cause": "gpu"}}],
+    "page": {"next_offset": "1"}})");
+  CoordinatorStatus s;
+  REQUIRE_NOTHROW(s = j.get<CoordinatorStatus>());
+  CHECK(s.job_id.empty());
+  CHECK(s.ranks.alive == 0);
+  CHECK(s.ranks.dead == 0);
+  CHECK(s.ranks.known == 3);
+  CHECK(s.ranks.expected == -1);
+  REQUIRE(s.processes);
+  CHECK(s.processes->total == -2);
+  CHECK(s.processes->summary.empty());
+  REQUIRE(s.nodes.size() == 1);
+  CHECK(s.nodes[0].heartbeat_age_ns == INT64_MAX);
+  REQUIRE(s.nodes[0].processes.size() == 1);
+  CHECK(s.nodes[0].ranks == 1);
+  REQUIRE(s.nodes[0].processes[0].comms.size() == 1);
+  CHECK(s.nodes[0].processes[0].comms[0].id == 0);
+  CHECK(s.nodes[0].processes[0].comms[0].oldest_in_flight_ns == 0);
+  REQUIRE(s.incidents.size() == 1);
+  CHECK(s.incidents[0].failed == std::map<std::string, std::string>{{"a", "why"}});
+  REQUIRE(s.incidents[0].slow);
+  CHECK(s.incidents[0].slow->cause == "gpu");
+  CHECK_FALSE(s.page.next_offset);
+  // Not an object at all: the defaults.
+  CHECK(nlohmann::json::array().get<CoordinatorStatus>().schema == "frd-status/1");
+}
