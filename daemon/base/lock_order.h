@@ -9,6 +9,8 @@
 //                threads, the applier).
 //   kStreamWrite NodeStream's write lock, taken under mu, under queue_mu, or alone.
 //   kPageCache   CoordinatorPages: the live page last built; taken alone or under kPageBuild.
+//   kAssemblyWork One dump set's assembly, between the assembler and the thread doing it (taken
+//                alone: the assembler lets go of it before it takes mu).
 #pragma once
 
 namespace fr::daemon::lock_order {
@@ -19,6 +21,7 @@ enum Rank : int {
   kQueues = 3,
   kStreamWrite = 4,
   kPageCache = 5,
+  kAssemblyWork = 6,
 };
 
 }  // namespace fr::daemon::lock_order

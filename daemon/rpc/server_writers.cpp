@@ -22,8 +22,8 @@ void CoordinatorServer::Impl::assembler_loop() {
     // The work runs on its own thread that owns everything it touches, so that a stop can leave
     // it behind if it is stuck in I/O.
     struct Work {
-      std::mutex mu;
-      std::condition_variable cv;
+      RankedMutex mu{lock_order::kAssemblyWork, "CoordinatorServer assembly work"};
+      std::condition_variable_any cv;
       bool done = false;
       AssemblyResult result;
     };
@@ -35,7 +35,7 @@ void CoordinatorServer::Impl::assembler_loop() {
       } catch (const std::exception& e) {
         r.error = std::string("assembly failed: ") + e.what();
       }
-      std::lock_guard<std::mutex> wl(work->mu);
+      std::lock_guard<RankedMutex> wl(work->mu);
       work->result = std::move(r);
       work->done = true;
       work->cv.notify_all();
@@ -43,7 +43,7 @@ void CoordinatorServer::Impl::assembler_loop() {
     lk.unlock();
     bool finished;
     {
-      std::unique_lock<std::mutex> wl(work->mu);
+      std::unique_lock<RankedMutex> wl(work->mu);
       for (;;) {
         if (work->done) break;
         work->cv.wait_for(wl, std::chrono::milliseconds(100));
