@@ -5,7 +5,8 @@
 // read and write, and eight fan-out threads send an incident's dump requests (one shared message)
 // to slices of the streams outside the state's lock, ahead of heartbeat work, so that asking 16k
 // nodes neither waits on one thread nor behind their heartbeats. Every call is checked against
-// the shared token when one is set.
+// the shared token when one is set. The HTTP pages (--metrics-listen) are served by
+// daemon/http/coordinator_pages.h, which the server answers with copies of the state.
 //
 // Stopping never waits on analysis I/O for long: an analysis stuck in a read (a swapped file on
 // a broken shared file system) is left behind after a short wait, with nothing of the server it
