@@ -83,7 +83,7 @@ extern "C" __attribute__((visibility("hidden"))) int fr_find_object_by_phdr(void
 }
 
 extern "C" __attribute__((visibility("hidden"))) int _dl_find_object(void* pc,
-                                                                      dl_find_object* out) noexcept {
+                                                                     dl_find_object* out) noexcept {
   if (FindObject system = g_system_find.load(std::memory_order_acquire)) return system(pc, out);
   return fr_find_object_by_phdr(pc, out);
 }
