@@ -6,8 +6,9 @@ resolve inside the wheel (ldd) and the agent needs nothing beyond glibc 2.28; ev
 the wheel needs no symbol version newer than the tag's glibc and none of a library outside glibc
 and the wheel (no libstdc++), the tag names the newest glibc a file needs, and that is 2.34 at
 most (docs/install.md); the wheel's frd serves a coordinator that its `frd status` reads over
-gRPC, and reports a bad flag (a C++ exception through the static runtime's unwinder); `python -m
-fr` says where the tools are;
+gRPC, and, as coordinator and node daemons of a simulated job (fr-simjob --daemons) whose rank
+hangs, names the rank; it reports a bad flag (a C++ exception through the static runtime's
+unwinder); `python -m fr` says where the tools are;
 `fr.analyze` gives the verdict, findings and evidence as objects on a PyTorch dump set; a bad
 path raises fr.FrError; examples/python/first_hang.py runs; fr-run from the venv preloads the
 wheel's agent; `fr.snapshot` writes a dump set.
@@ -17,7 +18,9 @@ wheel's agent; `fr.snapshot` writes a dump set.
 Exits 77 (CTest: skipped) with an FR-SKIPPED line when the wheel's tools (build/wheel/bin, not in
 sanitizer builds) are not built or patchelf or python3-venv is missing.
 """
+import json
 import os
+import shutil
 import re
 import subprocess
 import sys
@@ -65,11 +68,42 @@ def glibc_of(needs):
                 for a, b in re.findall(r"^GLIBC_(\d+)\.(\d+)", x)] or [(0, 0)])
 
 
+def simjob_hang(build, pkg, tmp):
+    """The wheel's frd as the coordinator and the node daemons of a simulated job (fr-simjob
+    --daemons, from the build) whose rank 3 hangs: node streams, stacks and the dump upload over
+    the wheel's static gRPC, and the verdict names rank 3."""
+    simjob = os.path.join(build, "bin", "fr-simjob")
+    if not os.path.isfile(simjob) or not os.path.isdir(os.path.join(build, "sim", "lib")):
+        print(f"skip the simulated job: fr-simjob or the emulation is not built in {build}")
+        return
+    tree = os.path.join(tmp, "simtree")  # fr-simjob takes frd, the agent and sim/ beside it
+    os.makedirs(os.path.join(tree, "bin"))
+    os.makedirs(os.path.join(tree, "lib"))
+    shutil.copy2(simjob, os.path.join(tree, "bin", "fr-simjob"))
+    os.symlink(os.path.join(build, "bin", "fr-simjob-rank"),
+               os.path.join(tree, "bin", "fr-simjob-rank"))
+    os.symlink(os.path.join(build, "sim"), os.path.join(tree, "sim"))
+    os.symlink(os.path.join(pkg, "bin", "frd"), os.path.join(tree, "bin", "frd"))
+    os.symlink(os.path.join(pkg, "lib", "libfr_agent.so"),
+               os.path.join(tree, "lib", "libfr_agent.so"))
+    out = os.path.join(tmp, "simjob")
+    r = run([os.path.join(tree, "bin", "fr-simjob"), "--nodes", "2", "--ranks-per-node", "2",
+             "--steps", "20", "--fault", "rank=3,step=5,kind=hang-host", "--daemons",
+             "--stall-after", "3", "--quiet", "--out", out], cwd=tmp, timeout=200)
+    result = {}
+    if os.path.isfile(os.path.join(out, "result.json")):
+        result = json.load(open(os.path.join(out, "result.json")))
+    verdict = result.get("analysis", {}).get("verdict", {})
+    check(r.returncode == 0 and result.get("stop_reason") == "incident" and
+          verdict.get("kind") == "not_entered" and verdict.get("culprit_ranks") == [3],
+          f"the wheel's frd catches a simulated hang: {r.returncode} {verdict.get('summary')} "
+          f"{r.stderr.strip()[-400:]}")
+
+
 def main(build, source):
     for t in ("wheel/bin/fr-run", "wheel/bin/frd", "wheel/bin/fr-analyze", "lib/libfr_agent.so"):
         if not os.path.isfile(os.path.join(build, t)):
             skip(f"not built: {t} (in {build})")
-    import shutil
     if not shutil.which("patchelf"):
         skip("patchelf is not installed (scripts/install-deps.sh installs it)")
     with tempfile.TemporaryDirectory(prefix="fr-wheel-test.") as tmp:
@@ -167,6 +201,7 @@ def main(build, source):
         finally:
             coord.terminate()
             coord.wait(timeout=30)
+        simjob_hang(build, pkg, tmp)
         r = run(["frd", "--no-such-flag"], env=env, cwd=tmp)
         check(r.returncode == 2 and "--help" in r.stdout + r.stderr,
               f"the wheel's frd reports a bad flag: {r.returncode} {r.stdout} {r.stderr}")
