@@ -30,8 +30,7 @@ extern "C" void* dlvsym(void*, const char*, const char*) noexcept {
   return nullptr;
 }
 
-TEST_CASE("the wheel's unwinder runs on the fallback where glibc has no _dl_find_object",
-          "[cli]") {
+TEST_CASE("the wheel's unwinder runs on the fallback where glibc has no _dl_find_object", "[cli]") {
   CHECK(g_dlvsym_calls >= 1);
   try {
     outer(1);
