@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
 """The wheel as a PyTorch user meets it: scripts/build-wheel packs the built tools, a fresh venv
 (with the system's site packages, where torch lives) installs it with pip, offline, and then:
-fr-run, frd and fr-analyze are on the venv's PATH and answer --version; every tool's libraries
-resolve inside the wheel (ldd) and the agent needs nothing beyond glibc 2.28; every ELF file in
-the wheel needs no symbol version newer than the tag's glibc and none of a library outside glibc
-and the wheel (no libstdc++), the tag names the newest glibc a file needs, and that is 2.34 at
-most (docs/install.md); the wheel's frd serves a coordinator that its `frd status` reads over
-gRPC, and, as coordinator and node daemons of a simulated job (fr-simjob --daemons) whose rank
-hangs, names the rank; it reports a bad flag (a C++ exception through the static runtime's
-unwinder); `python -m fr` says where the tools are;
-`fr.analyze` gives the verdict, findings and evidence as objects on a PyTorch dump set; a bad
-path raises fr.FrError; examples/python/first_hang.py runs; fr-run from the venv preloads the
-wheel's agent; `fr.snapshot` writes a dump set.
+- fr-run, frd and fr-analyze are on the venv's PATH and answer --version; every tool's libraries
+  resolve inside the wheel (ldd) and the agent needs nothing beyond glibc 2.28;
+- every ELF file in the wheel needs no symbol version newer than the tag's glibc and none of a
+  library outside glibc and the wheel (no libstdc++); the tag names the newest glibc a file
+  needs, and that is 2.34 at most (docs/install.md); auditwheel (/opt/fr-tools) names the same tag;
+- the wheel's frd serves a coordinator that its `frd status` reads over gRPC; as coordinator and
+  node daemons of a simulated job (fr-simjob --daemons) whose rank 3 hangs, it names rank 3; it
+  reports a bad flag (a C++ exception through the static runtime's unwinder);
+- `python -m fr` says where the tools are; `fr.analyze` gives the verdict, findings and evidence
+  as objects on a PyTorch dump set; a bad path raises fr.FrError; examples/python/first_hang.py
+  runs; fr-run from the venv preloads the wheel's agent; `fr.snapshot` writes a dump set.
 
     wheel_test.py BUILD_DIR SOURCE_DIR
 
@@ -177,6 +177,20 @@ def main(build, source):
                   f"the tag's glibc {tag} is the newest needed {max(per_file.values())}")
             over = {f: v for f, v in per_file.items() if v > (2, 34)}
             check(tag <= (2, 34), f"the tag is manylinux_2_34 or older: {tag} (files: {over})")
+
+        # auditwheel, the reference for manylinux tags, judges the wheel as this script does.
+        auditwheel = shutil.which("auditwheel", path="/opt/fr-tools/bin:" + os.environ["PATH"])
+        if auditwheel and m:
+            r = run([auditwheel, "show", wheel])
+            said = re.search(r'consistent with\s+the\s+following\s+platform\s+tag:\s+"([^"]+)"',
+                             r.stdout)
+            tag_name = f"manylinux_{m.group(1)}_{m.group(2)}_x86_64"
+            check(said is not None and said.group(1) == tag_name,
+                  f"auditwheel show agrees with the tag: {r.stdout.strip()[:300]} {r.stderr[-300:]}")
+        else:
+            check(not os.environ.get("FR_CI"), "auditwheel is installed (scripts/install-deps.sh "
+                  "puts it in /opt/fr-tools)")
+            print("no auditwheel here: the tag is not checked against its policy")
 
         # The statically linked gRPC works: a coordinator, and frd status reading it.
         work = os.path.join(tmp, "coord")
