@@ -14,10 +14,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent.h"
+#include "comms.h"
+#include "gpu.h"
+#include "log.h"
 #include "replay_kernel.h"
 
 namespace fr::agent {
+
+constinit GpuState g_gpu = {};
+
 namespace {
 
 struct CudaApi {
@@ -58,7 +63,7 @@ struct Pending {
 constinit CudaApi g_cuda = {};
 constinit int g_cuda_loaded = 0;  // 0 not tried, 1 loaded, -1 unavailable (atomic)
 constinit Pending g_pending[kMaxPending] = {};
-constinit uint32_t g_pending_used = 0;  // under g_ctx.gpu_lock
+constinit uint32_t g_pending_used = 0;  // under g_gpu.lock
 constinit int g_poller_started = 0;
 
 // While another thread captures a graph in the (default) global mode, "unsafe" driver calls from
@@ -88,7 +93,7 @@ void* sym(const char* a, const char* b) {
   return p;
 }
 
-// Under gpu_lock.
+// Under g_gpu.lock.
 bool load_cuda() {
   int loaded = __atomic_load_n(&g_cuda_loaded, __ATOMIC_ACQUIRE);
   if (loaded != 0) return loaded > 0;
@@ -96,7 +101,7 @@ bool load_cuda() {
   if (g_cuda.lib == nullptr) {
     debug_log("libcuda.so.1 not found; no GPU progress tracking");
     __atomic_store_n(&g_cuda_loaded, -1, __ATOMIC_RELEASE);
-    __atomic_store_n(&g_ctx.cuda_absent, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&g_gpu.cuda_absent, 1, __ATOMIC_RELEASE);
     return false;
   }
   g_cuda.ctx_get_current = (decltype(g_cuda.ctx_get_current))sym("cuCtxGetCurrent", nullptr);
@@ -148,7 +153,7 @@ void* poller_main(void*) {
   struct timespec tick = {0, 2000000};  // 2 ms: finer than any hang worth reporting
   for (;;) {
     nanosleep(&tick, nullptr);
-    pthread_mutex_lock(&g_ctx.gpu_lock);
+    pthread_mutex_lock(&g_gpu.lock);
     uint32_t used = g_pending_used;
     for (uint32_t i = 0; i < kMaxPending && used > 0; ++i) {
       Pending& p = g_pending[i];
@@ -161,12 +166,12 @@ void* poller_main(void*) {
       p.event = nullptr;
       --g_pending_used;
     }
-    pthread_mutex_unlock(&g_ctx.gpu_lock);
+    pthread_mutex_unlock(&g_gpu.lock);
   }
   return nullptr;
 }
 
-// Under gpu_lock.
+// Under g_gpu.lock.
 bool start_poller() {
   if (g_poller_started) return true;
   sigset_t all, old;
@@ -185,7 +190,7 @@ bool start_poller() {
 }
 
 void choose(int mode) {
-  __atomic_store_n(&g_ctx.gpu_mode, mode, __ATOMIC_RELEASE);
+  __atomic_store_n(&g_gpu.mode, mode, __ATOMIC_RELEASE);
   uint32_t flag = mode == kGpuMarkers  ? FR_LOG_F_GPU_MARKERS
                   : mode == kGpuEvents ? FR_LOG_F_GPU_EVENTS
                                        : FR_LOG_F_NO_GPU_TRACKING;
@@ -196,7 +201,7 @@ void choose(int mode) {
                                                      : "not tracked");
 }
 
-// Under gpu_lock: markers failed or are missing; try events, else give up tracking.
+// Under g_gpu.lock: markers failed or are missing; try events, else give up tracking.
 void fall_back() {
   if (events_available() && start_poller())
     choose(kGpuEvents);
@@ -212,7 +217,7 @@ size_t page_rounded(uint64_t bytes) {
 }
 
 uint64_t* counter(int32_t slot, bool completed) {
-  fr_comm_entry* e = &g_ctx.comms[slot];
+  fr_comm_entry* e = &g_log.comms[slot];
   return completed ? &e->gpu_completed : &e->gpu_started;
 }
 
@@ -225,7 +230,7 @@ bool place_event(int32_t slot, uint64_t stream, uint64_t index, bool completed) 
     g_cuda.event_destroy(ev);
     return false;
   }
-  pthread_mutex_lock(&g_ctx.gpu_lock);
+  pthread_mutex_lock(&g_gpu.lock);
   bool queued = false;
   if (g_pending_used < kMaxPending) {
     for (uint32_t i = 0; i < kMaxPending; ++i) {
@@ -236,14 +241,14 @@ bool place_event(int32_t slot, uint64_t stream, uint64_t index, bool completed) 
       break;
     }
   }
-  pthread_mutex_unlock(&g_ctx.gpu_lock);
+  pthread_mutex_unlock(&g_gpu.lock);
   if (!queued) g_cuda.event_destroy(ev);
   return queued;
 }
 
 // Streams whose stream write failed: their progress comes from events from then on, while the
 // other streams keep markers (a stream of another context, say, fails where the rest work).
-// Keys are stream + 1 (the NULL stream is 0); written under gpu_lock, read without it.
+// Keys are stream + 1 (the NULL stream is 0); written under g_gpu.lock, read without it.
 constexpr uint32_t kEventStreams = 64;
 uint64_t g_event_streams[kEventStreams];  // (atomic)
 uint32_t g_event_stream_count;            // (atomic)
@@ -265,13 +270,13 @@ const char* gpu_call_name(uint32_t call) {
 
 // The failed call and its CUresult, in the header, where a reader of the dump sees them.
 void note_failure(uint32_t call, CUresult r) {
-  if (g_ctx.hdr == nullptr) return;
-  __atomic_store_n(&g_ctx.hdr->gpu_error, (int32_t)r, __ATOMIC_RELAXED);
-  __atomic_store_n(&g_ctx.hdr->gpu_error_call, call, __ATOMIC_RELEASE);
+  if (g_log.hdr == nullptr) return;
+  __atomic_store_n(&g_log.hdr->gpu_error, (int32_t)r, __ATOMIC_RELAXED);
+  __atomic_store_n(&g_log.hdr->gpu_error_call, call, __ATOMIC_RELEASE);
   debug_log("GPU progress: %s failed (CUresult %d)", gpu_call_name(call), (int)r);
 }
 
-// Under gpu_lock: a stream write failed on `stream`. That stream goes to events (its progress
+// Under g_gpu.lock: a stream write failed on `stream`. That stream goes to events (its progress
 // stays tracked, the others keep markers); when events cannot be had or too many streams failed,
 // the whole process falls back as before.
 void stream_failed(uint64_t stream, CUresult r) {
@@ -280,8 +285,8 @@ void stream_failed(uint64_t stream, CUresult r) {
   if (n < kEventStreams && events_available() && start_poller()) {
     __atomic_store_n(&g_event_streams[n], stream + 1, __ATOMIC_RELAXED);
     __atomic_store_n(&g_event_stream_count, n + 1, __ATOMIC_RELEASE);
-    if (g_ctx.hdr != nullptr)
-      __atomic_fetch_add(&g_ctx.hdr->gpu_event_streams, 1u, __ATOMIC_RELAXED);
+    if (g_log.hdr != nullptr)
+      __atomic_fetch_add(&g_log.hdr->gpu_event_streams, 1u, __ATOMIC_RELAXED);
     set_log_flags(FR_LOG_F_GPU_EVENTS, 0);  // with GPU_MARKERS: some streams each way
     debug_log("GPU progress: stream %#llx from events from now on", (unsigned long long)stream);
     return;
@@ -292,16 +297,16 @@ void stream_failed(uint64_t stream, CUresult r) {
 
 bool place(int32_t slot, uint64_t stream, uint64_t index, bool completed) {
   if (slot < 0 || index == 0) return false;
-  int mode = __atomic_load_n(&g_ctx.gpu_mode, __ATOMIC_ACQUIRE);
+  int mode = __atomic_load_n(&g_gpu.mode, __ATOMIC_ACQUIRE);
   if (mode == kGpuMarkers && !uses_events(stream)) {
-    uint64_t off = (uint64_t)((uint8_t*)counter(slot, completed) - g_ctx.map);
-    CUresult r = g_cuda.stream_write_value64((CUstream)stream, g_ctx.dev_base + off, index, 0);
+    uint64_t off = (uint64_t)((uint8_t*)counter(slot, completed) - g_log.map);
+    CUresult r = g_cuda.stream_write_value64((CUstream)stream, g_gpu.dev_base + off, index, 0);
     if (r == CUDA_SUCCESS) return true;
-    pthread_mutex_lock(&g_ctx.gpu_lock);
-    if (__atomic_load_n(&g_ctx.gpu_mode, __ATOMIC_ACQUIRE) == kGpuMarkers && !uses_events(stream))
+    pthread_mutex_lock(&g_gpu.lock);
+    if (__atomic_load_n(&g_gpu.mode, __ATOMIC_ACQUIRE) == kGpuMarkers && !uses_events(stream))
       stream_failed(stream, r);
-    pthread_mutex_unlock(&g_ctx.gpu_lock);
-    mode = __atomic_load_n(&g_ctx.gpu_mode, __ATOMIC_ACQUIRE);
+    pthread_mutex_unlock(&g_gpu.lock);
+    mode = __atomic_load_n(&g_gpu.mode, __ATOMIC_ACQUIRE);
     if (mode == kGpuMarkers && !uses_events(stream)) return false;
   }
   if (mode == kGpuEvents || mode == kGpuMarkers) return place_event(slot, stream, index, completed);
@@ -309,7 +314,7 @@ bool place(int32_t slot, uint64_t stream, uint64_t index, bool completed) {
 }
 
 // The replay kernel, loaded once per CUDA context (a module belongs to one context). Under
-// gpu_lock. Null when it cannot be had; then replay tracking stays on the host, for good.
+// g_gpu.lock. Null when it cannot be had; then replay tracking stays on the host, for good.
 constexpr uint32_t kMaxKernelContexts = 16;
 struct KernelSlot {
   CUcontext ctx;
@@ -371,21 +376,21 @@ bool gpu_capture_replay_kernel(uint64_t stream, uint64_t* counter, uint32_t ordi
   if (g_cuda.stream_get_ctx != nullptr &&
       (g_cuda.stream_get_ctx((CUstream)stream, &stream_ctx) != CUDA_SUCCESS || stream_ctx != ctx))
     return false;
-  pthread_mutex_lock(&g_ctx.gpu_lock);
+  pthread_mutex_lock(&g_gpu.lock);
   CUfunction fn = replay_kernel(ctx);
-  pthread_mutex_unlock(&g_ctx.gpu_lock);
+  pthread_mutex_unlock(&g_gpu.lock);
   if (fn == nullptr) return false;
-  unsigned long long counter_dev = g_ctx.dev_base + (uint64_t)((uint8_t*)counter - g_ctx.map);
-  unsigned long long comms_dev = g_ctx.dev_base + (uint64_t)((uint8_t*)g_ctx.comms - g_ctx.map);
-  unsigned n = g_ctx.comm_cap;
+  unsigned long long counter_dev = g_gpu.dev_base + (uint64_t)((uint8_t*)counter - g_log.map);
+  unsigned long long comms_dev = g_gpu.dev_base + (uint64_t)((uint8_t*)g_log.comms - g_log.map);
+  unsigned n = g_log.comm_cap;
   void* params[] = {&counter_dev, &comms_dev, &n, &ordinal};
   unsigned blocks = (n + kReplayKernelBlock - 1) / kReplayKernelBlock;
   CUresult r = g_cuda.launch_kernel(fn, blocks > 0 ? blocks : 1, 1, 1, kReplayKernelBlock, 1, 1, 0,
                                     (CUstream)stream, params, nullptr);
   if (r != CUDA_SUCCESS) {
-    pthread_mutex_lock(&g_ctx.gpu_lock);
+    pthread_mutex_lock(&g_gpu.lock);
     kernel_failed("cuLaunchKernel", (int)r);
-    pthread_mutex_unlock(&g_ctx.gpu_lock);
+    pthread_mutex_unlock(&g_gpu.lock);
     return false;
   }
   set_log_flags(FR_LOG_F_GRAPH_REPLAY_KERNEL, 0);
@@ -396,9 +401,9 @@ int gpu_stream_capture(uint64_t stream) {
   int loaded = __atomic_load_n(&g_cuda_loaded, __ATOMIC_ACQUIRE);
   if (loaded == 0) {
     // Only dlopen and dlsym here: no CUDA call may run before we know the stream is not capturing.
-    pthread_mutex_lock(&g_ctx.gpu_lock);
+    pthread_mutex_lock(&g_gpu.lock);
     loaded = load_cuda() ? 1 : -1;
-    pthread_mutex_unlock(&g_ctx.gpu_lock);
+    pthread_mutex_unlock(&g_gpu.lock);
   }
   if (loaded < 0) return kNotCapturing;  // no driver: nothing is enqueued anyway
   if (g_cuda.stream_is_capturing == nullptr) return kCaptureUnknown;
@@ -421,10 +426,10 @@ bool memops_unsupported() {
 }
 
 int gpu_prepare() {
-  int mode = __atomic_load_n(&g_ctx.gpu_mode, __ATOMIC_ACQUIRE);
+  int mode = __atomic_load_n(&g_gpu.mode, __ATOMIC_ACQUIRE);
   if (__builtin_expect(mode != kGpuUndecided, 1)) return mode;
-  pthread_mutex_lock(&g_ctx.gpu_lock);
-  mode = g_ctx.gpu_mode;
+  pthread_mutex_lock(&g_gpu.lock);
+  mode = g_gpu.mode;
   if (mode == kGpuUndecided) {
     if (!load_cuda()) {
       choose(kGpuNone);
@@ -432,10 +437,10 @@ int gpu_prepare() {
       CUcontext ctx = nullptr;
       CUresult cr = g_cuda.ctx_get_current ? g_cuda.ctx_get_current(&ctx) : CUDA_ERROR_NOT_FOUND;
       bool has_ctx = cr == CUDA_SUCCESS && ctx != nullptr;
-      if (!has_ctx && ++g_ctx.gpu_tries < 8) {
+      if (!has_ctx && ++g_gpu.tries < 8) {
         // No context on this thread yet (the launch itself may create the primary one): decide
         // at a later launch, and leave this op untracked.
-        pthread_mutex_unlock(&g_ctx.gpu_lock);
+        pthread_mutex_unlock(&g_gpu.lock);
         return kGpuUndecided;
       }
       CUdeviceptr dev = 0;
@@ -449,11 +454,11 @@ int gpu_prepare() {
         fall_back();
       } else if (has_ctx && g_cuda.mem_host_register && g_cuda.mem_host_get_device_pointer &&
                  g_cuda.stream_write_value64 &&
-                 (rr = g_cuda.mem_host_register(g_ctx.map, page_rounded(g_ctx.map_size),
+                 (rr = g_cuda.mem_host_register(g_log.map, page_rounded(g_log.map_size),
                                                 CU_MEMHOSTREGISTER_DEVICEMAP |
                                                     CU_MEMHOSTREGISTER_PORTABLE)) == CUDA_SUCCESS &&
-                 (dr = g_cuda.mem_host_get_device_pointer(&dev, g_ctx.map, 0)) == CUDA_SUCCESS) {
-        g_ctx.dev_base = (uint64_t)dev;
+                 (dr = g_cuda.mem_host_get_device_pointer(&dev, g_log.map, 0)) == CUDA_SUCCESS) {
+        g_gpu.dev_base = (uint64_t)dev;
         choose(kGpuMarkers);
       } else if (has_ctx) {
         if (rr != CUDA_SUCCESS)
@@ -469,9 +474,9 @@ int gpu_prepare() {
         choose(kGpuNone);
       }
     }
-    mode = g_ctx.gpu_mode;
+    mode = g_gpu.mode;
   }
-  pthread_mutex_unlock(&g_ctx.gpu_lock);
+  pthread_mutex_unlock(&g_gpu.lock);
   return mode;
 }
 
@@ -485,8 +490,8 @@ bool gpu_after(int32_t slot, uint64_t stream, uint64_t index) {
 
 bool gpu_write_word(uint64_t stream, uint64_t* word, uint64_t value) {
   if (gpu_prepare() != kGpuMarkers) return false;
-  uint64_t off = (uint64_t)((uint8_t*)word - g_ctx.map);
-  return g_cuda.stream_write_value64((CUstream)stream, g_ctx.dev_base + off, value, 0) ==
+  uint64_t off = (uint64_t)((uint8_t*)word - g_log.map);
+  return g_cuda.stream_write_value64((CUstream)stream, g_gpu.dev_base + off, value, 0) ==
          CUDA_SUCCESS;
 }
 
@@ -512,12 +517,12 @@ void gpu_forget_in_child() {
   memset(g_pending, 0, sizeof g_pending);
   g_pending_used = 0;
   g_poller_started = 0;
-  g_ctx.gpu_mode = kGpuUndecided;
-  g_ctx.gpu_tries = 0;
   memset(g_kernels, 0, sizeof g_kernels);  // modules belong to the parent's contexts
   g_kernels_used = 0;
   g_kernel_failed = 0;
-  g_ctx.dev_base = 0;
+  pthread_mutex_t lock = g_gpu.lock;  // made anew by the fork handler
+  g_gpu = GpuState{};                 // mode undecided, no device address, CUDA not known absent
+  g_gpu.lock = lock;
 }
 
 }  // namespace fr::agent

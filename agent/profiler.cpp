@@ -1,5 +1,7 @@
 // The profiler plugin's core (see profiler.h): contexts, tagged event handles and the channel
 // slots of the flight log.
+#include "comms.h"
+#include "log.h"
 #include "profiler.h"
 
 #include <stdlib.h>
@@ -87,12 +89,12 @@ uint16_t op_of(const char* func) {
 }
 
 bool table_ready() {
-  return __atomic_load_n(&g_ctx.mode, __ATOMIC_ACQUIRE) == kRecording && g_ctx.chans != nullptr &&
-         g_ctx.chan_cap != 0;
+  return __atomic_load_n(&g_agent.mode, __ATOMIC_ACQUIRE) == kRecording && g_log.chans != nullptr &&
+         g_log.chan_cap != 0;
 }
 
 void dropped() {
-  __atomic_fetch_add(&g_ctx.sections[FR_SECTION_CHANS].dropped, 1u, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&g_log.sections[FR_SECTION_CHANS].dropped, 1u, __ATOMIC_RELAXED);
 }
 
 uint64_t slot_key(const Ctx& c, int channel, int kind, int peer) {
@@ -103,10 +105,10 @@ uint64_t slot_key(const Ctx& c, int channel, int kind, int peer) {
 // A new slot's fixed part; -1 when the table is full.
 int32_t make_slot(const Ctx& c, int channel, int kind, int peer) {
   // Taken only while there is room: a reader never sees the count past the capacity.
-  uint64_t* count = &g_ctx.sections[FR_SECTION_CHANS].count;
+  uint64_t* count = &g_log.sections[FR_SECTION_CHANS].count;
   uint64_t taken = __atomic_load_n(count, __ATOMIC_RELAXED);
   do {
-    if (taken >= g_ctx.chan_cap) return -1;
+    if (taken >= g_log.chan_cap) return -1;
   } while (!__atomic_compare_exchange_n(count, &taken, taken + 1, true, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED));
   const uint32_t i = (uint32_t)taken;
@@ -120,7 +122,7 @@ int32_t make_slot(const Ctx& c, int channel, int kind, int peer) {
   e.kind = uint8_t(kind);
   e.ctx_ordinal = c.ordinal;
   __atomic_store_n(&g_priv[i].base, int64_t{-1}, __ATOMIC_RELAXED);
-  if (!fr_chan_publish_fixed(&g_ctx.chans[i], &e)) return -1;
+  if (!fr_chan_publish_fixed(&g_log.chans[i], &e)) return -1;
   return int32_t(i);
 }
 
@@ -169,14 +171,14 @@ uint32_t next_gen(uint32_t s) {
   return __atomic_add_fetch(&g_priv[s].gen, 1u, __ATOMIC_RELAXED) & 0xffff;
 }
 bool current(const SlotRef& r) {
-  return r.slot < g_ctx.chan_cap &&
+  return r.slot < g_log.chan_cap &&
          (__atomic_load_n(&g_priv[r.slot].gen, __ATOMIC_RELAXED) & 0xffff) == r.gen;
 }
 
 // The slot's step view from its private states: `done` is the finished prefix of the op's
 // steps, `state` the state of the oldest unfinished one (DONE when none is).
 void settle(uint32_t s) {
-  fr_chan_entry& ch = g_ctx.chans[s];
+  fr_chan_entry& ch = g_log.chans[s];
   uint32_t done = load32(&ch.done);
   const uint32_t posted = load32(&ch.posted);
   while (done < posted &&
@@ -198,7 +200,7 @@ void* start_proxy_op(Ctx& c, const Event& e) {
     dropped();
     return nullptr;
   }
-  fr_chan_entry& ch = g_ctx.chans[s];
+  fr_chan_entry& ch = g_log.chans[s];
   uint64_t seq;
   uint32_t op;
   // A parent from another process (a proxy serving several) is not ours to decode.
@@ -229,7 +231,7 @@ void* start_step(const Event& e) {
   const SlotRef op = slot_ref(e.parent);
   if (!current(op)) return nullptr;  // a step of an op the slot no longer shows
   const uint32_t s = op.slot;
-  fr_chan_entry& ch = g_ctx.chans[s];
+  fr_chan_entry& ch = g_log.chans[s];
   int64_t base = __atomic_load_n(&g_priv[s].base, __ATOMIC_RELAXED);
   if (base < 0) {
     base = e.step;
@@ -255,7 +257,7 @@ void* start_kernel(Ctx& c, const Event& e) {
     dropped();
     return nullptr;
   }
-  fr_chan_entry& ch = g_ctx.chans[s];
+  fr_chan_entry& ch = g_log.chans[s];
   uint64_t seq;
   uint32_t op;
   parent_op(e.parent, &seq, &op);
@@ -402,8 +404,8 @@ void stop(void* handle) {
   const uint64_t t = handle_type(handle);
   if (t != kHStep && t != kHProxyOp && t != kHKernel) return;
   const SlotRef r = slot_ref(handle);
-  if (r.slot >= g_ctx.chan_cap) return;
-  fr_chan_entry& ch = g_ctx.chans[r.slot];
+  if (r.slot >= g_log.chan_cap) return;
+  fr_chan_entry& ch = g_log.chans[r.slot];
   if (t == kHStep) {
     if (!current(r) || r.rel < load32(&ch.done) || r.rel >= load32(&ch.posted)) return;
     __atomic_store_n(&g_priv[r.slot].states[r.rel % kStepRing], uint8_t(FR_CHANST_DONE),
@@ -429,7 +431,7 @@ void record(void* handle, int nccl_state, uint64_t trans_size) {
   if (t != kHStep && t != kHKernel) return;
   const SlotRef r = slot_ref(handle);
   if (!current(r)) return;
-  fr_chan_entry& ch = g_ctx.chans[r.slot];
+  fr_chan_entry& ch = g_log.chans[r.slot];
   if (t == kHKernel) {
     if (nccl_state == kStKernelChStop) store32(&ch.state, FR_CHANST_STOPPED);
     return;
