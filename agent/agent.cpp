@@ -29,7 +29,6 @@ constinit AgentState g_agent = {};
 constinit ClockState g_clock = {};
 constinit thread_local ThreadState t_state __attribute__((tls_model("initial-exec"))) = {};
 static constinit thread_local GroupOp t_ops[kMaxGroupOps] = {};
-static int g_atfork_registered;  // survives fork: handlers are inherited by the child
 
 GroupOp* thread_ops_slow() {
   t_state.ops = t_ops;
@@ -193,7 +192,7 @@ static int comm_blocking_from_env() {
 static int start() {
   g_agent.debug = env_true("FR_DEBUG");
   g_comms.env_blocking = comm_blocking_from_env();
-  if (!g_atfork_registered) {
+  if (!g_agent.atfork_registered) {
     pthread_mutex_init(&g_comms.lock, nullptr);
     pthread_mutex_init(&g_gpu.lock, nullptr);
     pthread_mutex_init(&g_graphs.lock, nullptr);
@@ -201,7 +200,7 @@ static int start() {
       debug_log("pthread_atfork failed; not recording");
       return kOff;
     }
-    g_atfork_registered = 1;
+    g_agent.atfork_registered = 1;
   }
   if (env_true("FR_DISABLE")) {
     debug_log("FR_DISABLE is set; forwarding only");

@@ -35,6 +35,7 @@ struct AgentState {
   int mode;                // Mode (atomic)
   int debug;               // FR_DEBUG=1
   uint64_t next_group_id;  // (atomic) handed to threads kGroupIdBlock at a time (ThreadState)
+  int atfork_registered;   // survives fork: handlers are inherited by the child
 };
 FR_HIDDEN extern constinit AgentState g_agent;
 

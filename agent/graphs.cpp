@@ -279,9 +279,11 @@ void graph_capture_finish_in_group(const CaptureRef& cr, int32_t comm_slot, uint
 
 void graphs_forget_in_child() {
   // The child does not share the parent's graphs (its log is new when it records).
-  pthread_mutex_t lock = g_graphs.lock;  // made anew by the fork handler
-  g_graphs = GraphState{};
-  g_graphs.lock = lock;
+  // (The lock was made anew by the fork handler; the driver's entry points stay valid.)
+  g_graphs.priv = nullptr;  // in the parent's private mapping (log.h)
+  g_graphs.execs = nullptr;
+  g_graphs.next_slot = 0;
+  g_graphs.next_capture_slot = 0;
   t_in_graph_call = 0;
 }
 
@@ -324,13 +326,6 @@ Result instantiate_entry(Fn real, Result missing, Exec* exec, Graph graph, Arg a
   if ((int)res == 0) note_instantiate(exec, graph);
   return res;
 }
-
-// Driver pointers handed out by cuGetProcAddress, behind the agent's own entries.
-void* g_proc_launch;
-void* g_proc_launch_ptsz;
-void* g_proc_inst_flags;
-void* g_proc_inst_params;
-void* g_proc_inst_params_ptsz;
 }  // namespace
 
 #define FR_CU_REAL(type, sym, self)                                                  \
@@ -395,21 +390,22 @@ Fn proc_real(void** entry) {
   return (Fn)__atomic_load_n(entry, __ATOMIC_ACQUIRE);
 }
 CUresult proc_launch(CUgraphExec exec, CUstream stream) {
-  return launch_entry(proc_real<LaunchFn>(&g_proc_launch), kNoDriver, exec, stream);
+  return launch_entry(proc_real<LaunchFn>(&g_graphs.proc_launch), kNoDriver, exec, stream);
 }
 CUresult proc_launch_ptsz(CUgraphExec exec, CUstream stream) {
-  return launch_entry(proc_real<LaunchFn>(&g_proc_launch_ptsz), kNoDriver, exec, stream);
+  return launch_entry(proc_real<LaunchFn>(&g_graphs.proc_launch_ptsz), kNoDriver, exec, stream);
 }
 CUresult proc_inst_flags(CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
-  return instantiate_entry(proc_real<InstFlagsFn>(&g_proc_inst_flags), kNoDriver, exec, graph,
-                           flags);
+  return instantiate_entry(proc_real<InstFlagsFn>(&g_graphs.proc_inst_flags), kNoDriver, exec,
+                           graph, flags);
 }
 CUresult proc_inst_params(CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
-  return instantiate_entry(proc_real<InstParamsFn>(&g_proc_inst_params), kNoDriver, exec, graph, p);
+  return instantiate_entry(proc_real<InstParamsFn>(&g_graphs.proc_inst_params), kNoDriver, exec,
+                           graph, p);
 }
 CUresult proc_inst_params_ptsz(CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
-  return instantiate_entry(proc_real<InstParamsFn>(&g_proc_inst_params_ptsz), kNoDriver, exec,
-                           graph, p);
+  return instantiate_entry(proc_real<InstParamsFn>(&g_graphs.proc_inst_params_ptsz), kNoDriver,
+                           exec, graph, p);
 }
 
 // The agent's entry in place of the driver's, remembering the driver's; `fn` unchanged otherwise.
@@ -423,14 +419,14 @@ void* substitute_proc(const char* symbol, void* fn, int cuda_version, cuuint64_t
   void** cache = nullptr;
   void* ours = nullptr;
   if (strcmp(symbol, "cuGraphLaunch") == 0) {
-    cache = ptsz ? &g_proc_launch_ptsz : &g_proc_launch;
+    cache = ptsz ? &g_graphs.proc_launch_ptsz : &g_graphs.proc_launch;
     ours = ptsz ? (void*)&proc_launch_ptsz : (void*)&proc_launch;
   } else if (strcmp(symbol, "cuGraphInstantiateWithFlags") == 0 ||
              (strcmp(symbol, "cuGraphInstantiate") == 0 && cuda_version >= 12000)) {
-    cache = &g_proc_inst_flags;
+    cache = &g_graphs.proc_inst_flags;
     ours = (void*)&proc_inst_flags;
   } else if (strcmp(symbol, "cuGraphInstantiateWithParams") == 0) {
-    cache = ptsz ? &g_proc_inst_params_ptsz : &g_proc_inst_params;
+    cache = ptsz ? &g_graphs.proc_inst_params_ptsz : &g_graphs.proc_inst_params;
     ours = ptsz ? (void*)&proc_inst_params_ptsz : (void*)&proc_inst_params;
   } else {
     return fn;

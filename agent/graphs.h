@@ -41,6 +41,12 @@ struct GraphState {
   uint32_t next_slot;          // under lock
   uint32_t next_capture_slot;  // (atomic)
   pthread_mutex_t lock;        // graph registration (capture and instantiate, never on a launch)
+  // The driver's pointers handed out by cuGetProcAddress, behind the agent's own entries (atomic).
+  void* proc_launch;
+  void* proc_launch_ptsz;
+  void* proc_inst_flags;
+  void* proc_inst_params;
+  void* proc_inst_params_ptsz;
 };
 FR_HIDDEN extern constinit GraphState g_graphs;
 

@@ -161,10 +161,6 @@ static void fill_identity(fr_log_header* h) {
   h->local_rank = (lr >= 0 && lr <= INT32_MAX) ? (int32_t)lr : -1;
 }
 
-// Flags set before the log exists (NIXL resolves at its first call, which may come first); the
-// log takes them when it opens.
-static uint32_t g_pending_flags = 0;
-
 // Transfer table entries: FR_XFER_ENTRIES, FR_DEFAULT_XFER_CAPACITY by default, 16 at least.
 static uint32_t xfer_capacity() {
   long x = env_long("FR_XFER_ENTRIES");
@@ -367,7 +363,7 @@ bool log_open() {
   }
   if (create_fitting_log(c, dir) != 0) return false;
   fill_header(c, id, create_ns, (uint64_t)mono.tv_sec * 1000000000ull + (uint64_t)mono.tv_nsec);
-  if (uint32_t pending = __atomic_exchange_n(&g_pending_flags, 0u, __ATOMIC_RELAXED))
+  if (uint32_t pending = __atomic_exchange_n(&g_log.pending_flags, 0u, __ATOMIC_RELAXED))
     set_log_flags(pending, 0);
   return true;
 }
@@ -377,13 +373,15 @@ void log_forget_in_child() {
   if (c.map != nullptr) munmap(c.map, c.map_size);
   if (c.priv_map != nullptr) munmap(c.priv_map, c.priv_size);
   if (c.fd > 0) close(c.fd);
+  const uint32_t pending = c.pending_flags;  // set before the child's log exists: it takes them
   c = LogState{};
+  c.pending_flags = pending;
 }
 
 void set_log_flags(uint32_t set, uint32_t clear) {
   if (g_log.hdr == nullptr) {
-    uint32_t v = __atomic_load_n(&g_pending_flags, __ATOMIC_RELAXED);
-    while (!__atomic_compare_exchange_n(&g_pending_flags, &v, (v & ~clear) | set, true,
+    uint32_t v = __atomic_load_n(&g_log.pending_flags, __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(&g_log.pending_flags, &v, (v & ~clear) | set, true,
                                         __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     }
     return;

@@ -41,6 +41,9 @@ struct LogState {
   uint8_t* priv_map;
   uint64_t priv_size;
   char path[512];
+  // Flags set before the log exists (NIXL resolves at its first call, which may come first); the
+  // log takes them when it opens (atomic).
+  uint32_t pending_flags;
 };
 FR_HIDDEN extern constinit LogState g_log;
 
