@@ -7,7 +7,7 @@
 // The agent's state is one constinit global per subsystem, `g_<subsystem>` of type
 // `<Subsystem>State`, declared in the subsystem's header and defined in its .cpp file: zero
 // before the first NCCL call (loading the library runs no constructor), filled as the subsystem
-// starts, and reset by the subsystem's *_forget_in_child in a forked child.
+// starts; in a forked child, the subsystem's *_forget_in_child resets what the child must not keep.
 //
 // The agent runs inside arbitrary training processes, so it never throws, never allocates from the
 // heap on the call path, and turns recording off (never the forwarded call) when anything fails.
