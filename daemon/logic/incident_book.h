@@ -46,7 +46,8 @@ class IncidentBook {
 
   // A new incident, collecting, with its id, its directory (created now, so that a restarted
   // coordinator still accepts the dumps taken for it; a failure is its error), its times and its
-  // deadline. The caller fills in whom it asks and what triggered it.
+  // deadline. The caller fills in whom it asks and what triggered it. The reference (as any
+  // into the book) holds until the next incident opens or is added.
   Incident& open(IncidentKind kind, const std::string& reason, const std::string& job_id,
                  int64_t now_mono, int64_t deadline_ns);
   // An incident a previous run left (recovery.h).
