@@ -16,27 +16,11 @@ std::string CoordinatorState::findings_path() const {
   return cfg_.dump_dir + "/" + job_dir_name() + "/findings.json";
 }
 
-nlohmann::json CoordinatorState::findings_json() const {
-  nlohmann::json list = nlohmann::json::array();
-  for (const auto& f : findings_)
-    list.push_back({{"kind", f.kind},
-                    {"rank", f.rank},
-                    {"node", f.node},
-                    {"comm", hex_id(f.comm_id)},
-                    {"comm_name", f.comm_name},
-                    {"rank_waiting", f.rank_waiting},
-                    {"peers_waiting", f.peers_waiting},
-                    {"first_ns", f.first_real},
-                    {"last_ns", f.last_real},
-                    {"active", f.active}});
-  return list;
-}
-
 std::string CoordinatorState::findings_text() const {
   nlohmann::json j = {{"schema", "frd-findings/1"},
                       {"job_id", job_dir_name()},
-                      {"coordinator_id", coordinator_id_},
-                      {"findings", findings_json()}};
+                      {"coordinator_id", coordinator_id()},
+                      {"findings", comms_.findings_json()}};
   return j.dump(2) + "\n";
 }
 
@@ -210,24 +194,24 @@ StatusSnapshot CoordinatorState::status_snapshot(int64_t now_mono, const StatusQ
   nlohmann::json head = {
       {"schema", "frd-status/1"},
       {"processes", processes_json(process_counts())},
-      {"coordinator_id", coordinator_id_},
+      {"coordinator_id", coordinator_id()},
       {"job_id", known_job()},
       {"ranks",
-       {{"expected", expected_ranks()}, {"known", known}, {"alive", alive}, {"dead", dead}}},
+       {{"expected", nodes_.expected_ranks()}, {"known", known}, {"alive", alive}, {"dead", dead}}},
       {"node_counts",
        {{"known", nodes_.size()},
         {"connected", connected},
         {"lost", lost},
-        {"forgotten", nodes_forgotten_}}},
-      {"retained_report_bytes", retained_bytes_},
+        {"forgotten", nodes_.nodes_forgotten()}}},
+      {"retained_report_bytes", nodes_.retained_bytes()},
       {"stall",
-       {{"mode", policy_.automatic ? "auto" : "fixed"},
-        {"fixed_s", secs(policy_.fixed_ns)},
-        {"floor_s", secs(policy_.floor_ns)},
-        {"cap_s", secs(policy_.cap_ns)},
-        {"factor", policy_.factor},
-        {"learned_communicators", models_.size()}}},
-      {"findings", findings_json()},
+       {{"mode", stall_policy().automatic ? "auto" : "fixed"},
+        {"fixed_s", secs(stall_policy().fixed_ns)},
+        {"floor_s", secs(stall_policy().floor_ns)},
+        {"cap_s", secs(stall_policy().cap_ns)},
+        {"factor", stall_policy().factor},
+        {"learned_communicators", comms_.size()}}},
+      {"findings", comms_.findings_json()},
       {"slow", slow},
       {"incidents", incs}};
   snap.head = std::move(head);
@@ -257,7 +241,7 @@ std::string CoordinatorState::metrics(int64_t now_mono) const {
       open++;
   }
   size_t slow = 0;
-  for (const auto& f : findings_) slow += f.active;
+  for (const auto& f : comms_.findings()) slow += f.active;
   PrometheusText o;
   o.family("frd_nodes", "gauge", "Node daemons known to the coordinator.")
       .sample("state", "connected", connected)
@@ -266,27 +250,28 @@ std::string CoordinatorState::metrics(int64_t now_mono) const {
   o.family("frd_ranks", "gauge", "Ranks (processes with a flight log) reported by the nodes.")
       .sample("state", "known", ranks)
       .sample("state", "alive", alive)
-      .sample("state", "expected", expected_ranks());
+      .sample("state", "expected", nodes_.expected_ranks());
   o.gauge("frd_heartbeat_age_max_seconds", "Oldest last heartbeat among connected nodes.", max_age);
-  o.counter("frd_heartbeats_total", "Heartbeats received.", heartbeats_total_);
+  o.counter("frd_heartbeats_total", "Heartbeats received.", nodes_.heartbeats_total());
   o.family("frd_incidents_total", "counter", "Incidents opened, by kind.");
   for (const char* k : {"stall", "rank_dead", "node_lost", "manual", "slow"})
     o.sample("kind", k, by_kind[k]);
   o.gauge("frd_incidents_open", "Incidents collecting, analysing or still open.", open);
   o.gauge("frd_dump_duration_seconds", "Last incident: from opening to every dump in.",
-          last_dump_seconds_);
+          incidents_.last_dump_seconds());
   o.gauge("frd_analysis_duration_seconds", "Last incident: writing and analysing the dump set.",
-          last_analysis_seconds_);
+          incidents_.last_analysis_seconds());
   o.counter("frd_upload_failures_total", "Dumps that failed to arrive or to be written.",
-            upload_failures_);
+            uploads_.failures());
   o.gauge("frd_retained_report_bytes", "Estimated bytes kept of the nodes' last reports.",
-          retained_bytes_);
-  o.counter("frd_reports_trimmed_total", "Reports cut to the memory bounds.", reports_trimmed_);
+          nodes_.retained_bytes());
+  o.counter("frd_reports_trimmed_total", "Reports cut to the memory bounds.",
+            nodes_.reports_trimmed());
   o.gauge("frd_slow_ranks", "Ranks their peers keep waiting for, the job still progressing.", slow);
   o.gauge("frd_learned_communicators", "Communicators whose normal op latency is learned.",
-          models_.size());
+          comms_.size());
   o.counter("frd_nodes_forgotten_total", "Lost nodes forgotten (no open incident needed them).",
-            nodes_forgotten_);
+            nodes_.nodes_forgotten());
   return o.take() + slow_metrics(slow_);
 }
 
