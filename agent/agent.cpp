@@ -17,13 +17,18 @@
 #endif
 
 #include "agent.h"
+#include "comms.h"
+#include "gpu.h"
+#include "graphs.h"
+#include "log.h"
+#include "nixl.h"
 
 namespace fr::agent {
 
-constinit Context g_ctx = {};
+constinit AgentState g_agent = {};
+constinit ClockState g_clock = {};
 constinit thread_local ThreadState t_state __attribute__((tls_model("initial-exec"))) = {};
 static constinit thread_local GroupOp t_ops[kMaxGroupOps] = {};
-static int g_atfork_registered;  // survives fork: handlers are inherited by the child
 
 GroupOp* thread_ops_slow() {
   t_state.ops = t_ops;
@@ -54,17 +59,17 @@ static void calibrate_clock() {
   if (t1 <= t0) return;
   double ns_per_tick = (double)(m1 - m0) / (double)(t1 - t0);
   if (!(ns_per_tick > 0.01 && ns_per_tick < 100)) return;  // 10 MHz .. 100 GHz
-  g_ctx.ns_per_tick_q32 = (uint64_t)(ns_per_tick * 4294967296.0);
+  g_clock.ns_per_tick_q32 = (uint64_t)(ns_per_tick * 4294967296.0);
   // Every 100 ms; ticks * ns_per_tick_q32 stays below 100e6 * 2^32 < 2^59, so it never overflows.
-  g_ctx.reanchor_ticks = (uint64_t)(100e6 / ns_per_tick);
-  g_ctx.use_tsc = 1;
+  g_clock.reanchor_ticks = (uint64_t)(100e6 / ns_per_tick);
+  g_clock.use_tsc = 1;
 #endif
 }
 
 // now_ns (agent.h) past its fast path: a thread's first call, a re-anchor, or no invariant TSC.
 uint64_t now_ns_slow() {
 #if defined(__x86_64__)
-  if (g_ctx.use_tsc) {
+  if (g_clock.use_tsc) {
     // Re-anchor to the wall clock now and then (and at a thread's first call, whose anchor is 0),
     // so NTP adjustments are followed.
     ThreadState& t = t_state;
@@ -82,9 +87,9 @@ uint32_t current_tid_slow() {
 }
 
 void record_lost(uint64_t id) {
-  const uint64_t lost = __atomic_add_fetch(&g_ctx.records_lost, 1, __ATOMIC_RELAXED);
-  const uint64_t laps = id >= g_ctx.ring_cap ? id + 1 - g_ctx.ring_cap : 0;
-  __atomic_store_n(&g_ctx.hdr->overwritten, laps + lost, __ATOMIC_RELAXED);
+  const uint64_t lost = __atomic_add_fetch(&g_log.records_lost, 1, __ATOMIC_RELAXED);
+  const uint64_t laps = id >= g_log.ring_cap ? id + 1 - g_log.ring_cap : 0;
+  __atomic_store_n(&g_log.hdr->overwritten, laps + lost, __ATOMIC_RELAXED);
 }
 
 static void write_log_line(const char* fmt, va_list ap) {
@@ -98,7 +103,7 @@ static void write_log_line(const char* fmt, va_list ap) {
 }
 
 void debug_log(const char* fmt, ...) {
-  if (!g_ctx.debug) return;
+  if (!g_agent.debug) return;
   va_list ap;
   va_start(ap, fmt);
   write_log_line(fmt, ap);
@@ -132,25 +137,28 @@ void* resolve_real(const char* name, const char* pname, const void* self) {
 // ---- fork ------------------------------------------------------------------------------------
 
 static void atfork_prepare() {
-  pthread_mutex_lock(&g_ctx.reg_lock);
-  pthread_mutex_lock(&g_ctx.graph_lock);
-  pthread_mutex_lock(&g_ctx.gpu_lock);
+  pthread_mutex_lock(&g_comms.lock);
+  pthread_mutex_lock(&g_graphs.lock);
+  pthread_mutex_lock(&g_gpu.lock);
 }
 static void atfork_parent() {
-  pthread_mutex_unlock(&g_ctx.gpu_lock);
-  pthread_mutex_unlock(&g_ctx.graph_lock);
-  pthread_mutex_unlock(&g_ctx.reg_lock);
+  pthread_mutex_unlock(&g_gpu.lock);
+  pthread_mutex_unlock(&g_graphs.lock);
+  pthread_mutex_unlock(&g_comms.lock);
 }
 // The child starts over: it never writes into the parent's log (it does not hold the parent's
 // file lock either) and makes its own log if it calls NCCL itself.
 static void atfork_child() {
-  pthread_mutex_init(&g_ctx.reg_lock, nullptr);
-  pthread_mutex_init(&g_ctx.gpu_lock, nullptr);
-  pthread_mutex_init(&g_ctx.graph_lock, nullptr);
+  pthread_mutex_init(&g_comms.lock, nullptr);
+  pthread_mutex_init(&g_gpu.lock, nullptr);
+  pthread_mutex_init(&g_graphs.lock, nullptr);
   log_forget_in_child();
+  comms_forget_in_child();
   gpu_forget_in_child();
   graphs_forget_in_child();
   xfers_forget_in_child();
+  g_clock = ClockState{};  // calibrated again when the child starts recording
+  g_agent.next_group_id = 0;
   t_state.tid = 0;
   t_state.anchor_tsc = 0;
   t_state.cache_handle = 0;  // the child's communicator table starts empty
@@ -159,7 +167,7 @@ static void atfork_child() {
   t_state.group_id = 0;
   t_state.n_ops = 0;
   t_state.overflow = 0;
-  __atomic_store_n(&g_ctx.mode, (int)kUninit, __ATOMIC_RELEASE);
+  __atomic_store_n(&g_agent.mode, (int)kUninit, __ATOMIC_RELEASE);
 }
 
 // ---- start -----------------------------------------------------------------------------------
@@ -182,17 +190,17 @@ static int comm_blocking_from_env() {
 }
 
 static int start() {
-  g_ctx.debug = env_true("FR_DEBUG");
-  g_ctx.env_blocking = comm_blocking_from_env();
-  if (!g_atfork_registered) {
-    pthread_mutex_init(&g_ctx.reg_lock, nullptr);
-    pthread_mutex_init(&g_ctx.gpu_lock, nullptr);
-    pthread_mutex_init(&g_ctx.graph_lock, nullptr);
+  g_agent.debug = env_true("FR_DEBUG");
+  g_comms.env_blocking = comm_blocking_from_env();
+  if (!g_agent.atfork_registered) {
+    pthread_mutex_init(&g_comms.lock, nullptr);
+    pthread_mutex_init(&g_gpu.lock, nullptr);
+    pthread_mutex_init(&g_graphs.lock, nullptr);
     if (pthread_atfork(atfork_prepare, atfork_parent, atfork_child) != 0) {
       debug_log("pthread_atfork failed; not recording");
       return kOff;
     }
-    g_atfork_registered = 1;
+    g_agent.atfork_registered = 1;
   }
   if (env_true("FR_DISABLE")) {
     debug_log("FR_DISABLE is set; forwarding only");
@@ -200,23 +208,23 @@ static int start() {
   }
   calibrate_clock();
   if (!log_open()) return kOff;
-  debug_log("recording to %s (ring %u records)", g_ctx.path, g_ctx.ring_cap);
+  debug_log("recording to %s (ring %u records)", g_log.path, g_log.ring_cap);
   return kRecording;
 }
 
 bool recording_slow() {
-  int m = __atomic_load_n(&g_ctx.mode, __ATOMIC_ACQUIRE);
+  int m = __atomic_load_n(&g_agent.mode, __ATOMIC_ACQUIRE);
   if (m == kRecording) return true;
   if (m == kOff) return false;
   int expected = kUninit;
-  if (m == kUninit && __atomic_compare_exchange_n(&g_ctx.mode, &expected, (int)kStarting, false,
+  if (m == kUninit && __atomic_compare_exchange_n(&g_agent.mode, &expected, (int)kStarting, false,
                                                   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
     int result = start();
-    __atomic_store_n(&g_ctx.mode, result, __ATOMIC_RELEASE);
+    __atomic_store_n(&g_agent.mode, result, __ATOMIC_RELEASE);
     return result == kRecording;
   }
   // Another thread is starting the agent; it takes a few system calls.
-  while ((m = __atomic_load_n(&g_ctx.mode, __ATOMIC_ACQUIRE)) == kStarting) sched_yield();
+  while ((m = __atomic_load_n(&g_agent.mode, __ATOMIC_ACQUIRE)) == kStarting) sched_yield();
   return m == kRecording;
 }
 

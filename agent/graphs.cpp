@@ -18,7 +18,10 @@
 #include <dlfcn.h>
 #include <string.h>
 
-#include "agent.h"
+#include "comms.h"
+#include "gpu.h"
+#include "graphs.h"
+#include "log.h"
 
 using namespace fr::agent;
 
@@ -34,7 +37,7 @@ uint32_t exec_bucket(uint64_t key) {
 }
 
 int32_t exec_lookup(uint64_t key) {
-  ExecSlot* t = g_ctx.execs;
+  ExecSlot* t = g_graphs.execs;
   uint32_t i = exec_bucket(key);
   for (uint32_t probes = 0; probes < kExecBuckets; ++probes, i = (i + 1) & (kExecBuckets - 1)) {
     uint64_t k = __atomic_load_n(&t[i].key, __ATOMIC_ACQUIRE);
@@ -44,9 +47,9 @@ int32_t exec_lookup(uint64_t key) {
   return -1;
 }
 
-// Under graph_lock. An exec handle may be reused after its graph was destroyed: the newest wins.
+// Under g_graphs.lock. An exec handle may be reused after its graph was destroyed: the newest wins.
 void exec_map(uint64_t key, int32_t graph) {
-  ExecSlot* t = g_ctx.execs;
+  ExecSlot* t = g_graphs.execs;
   uint32_t i = exec_bucket(key);
   for (uint32_t probes = 0; probes < kExecBuckets; ++probes, i = (i + 1) & (kExecBuckets - 1)) {
     uint64_t k = __atomic_load_n(&t[i].key, __ATOMIC_RELAXED);
@@ -64,25 +67,24 @@ void exec_map(uint64_t key, int32_t graph) {
   debug_log("graph exec map full; launches of exec %llx go unrecorded", (unsigned long long)key);
 }
 
-bool active() { return __atomic_load_n(&g_ctx.mode, __ATOMIC_ACQUIRE) == kRecording; }
+bool active() { return __atomic_load_n(&g_agent.mode, __ATOMIC_ACQUIRE) == kRecording; }
 
 // After a successful instantiation: which captured graph (if any) the exec runs.
 void note_instantiate(const void* exec_out, const void* graph) {
   if (!active() || exec_out == nullptr) return;
   uint64_t exec = (uint64_t)(uintptr_t) * (void* const*)exec_out;
   if (exec == 0) return;
-  Context& c = g_ctx;
-  pthread_mutex_lock(&c.graph_lock);
+  pthread_mutex_lock(&g_graphs.lock);
   int32_t slot = -1;
-  for (uint32_t i = 0; i < c.next_graph_slot; ++i)
-    if (__atomic_load_n(&c.graph_priv[i].handle, __ATOMIC_RELAXED) == (uint64_t)(uintptr_t)graph)
+  for (uint32_t i = 0; i < g_graphs.next_slot; ++i)
+    if (__atomic_load_n(&g_graphs.priv[i].handle, __ATOMIC_RELAXED) == (uint64_t)(uintptr_t)graph)
       slot = (int32_t)i;  // the newest capture into this graph
   exec_map(exec, slot);
-  pthread_mutex_unlock(&c.graph_lock);
+  pthread_mutex_unlock(&g_graphs.lock);
 }
 
 void clear_flag(int32_t g, uint32_t flag) {
-  __atomic_fetch_and(&g_ctx.graphs[g].flags, ~flag, __ATOMIC_RELAXED);
+  __atomic_fetch_and(&g_log.graphs[g].flags, ~flag, __ATOMIC_RELAXED);
 }
 
 // One replay: the record and the communicators' sequence counters.
@@ -92,8 +94,7 @@ int launch(const void* exec, const void* stream, Call call) {
   int32_t g = exec_lookup((uint64_t)(uintptr_t)exec);
   if (g < 0) return call();
   ++t_in_graph_call;
-  Context& c = g_ctx;
-  fr_graph_entry* e = &c.graphs[g];
+  fr_graph_entry* e = &g_log.graphs[g];
   fr_record r = {};
   r.call_ns = now_ns();
   r.tid = current_tid();
@@ -108,7 +109,7 @@ int launch(const void* exec, const void* stream, Call call) {
   r.result = FR_RESULT_PENDING;
   r.flags = FR_REC_F_IN_CALL;
   __atomic_store_n(&e->last_launch_ns, r.call_ns, __ATOMIC_RELAXED);
-  const GraphPriv& gp = c.graph_priv[g];
+  const GraphPriv& gp = g_graphs.priv[g];
   uint32_t n_comms = __atomic_load_n(&gp.n_comms, __ATOMIC_ACQUIRE);
   // The graph's replay kernel resets its positions on the GPU, when the replay starts there; the
   // host must not, or a replay launched while the previous one still runs would take over the
@@ -116,7 +117,7 @@ int launch(const void* exec, const void* stream, Call call) {
   if (!(__atomic_load_n(&e->flags, __ATOMIC_RELAXED) & FR_GRAPH_F_GPU_REPLAYS)) {
     const uint64_t zero = FR_GRAPH_POS(g + 1, 0);
     for (uint32_t i = 0; i < n_comms; ++i) {
-      fr_comm_entry* ce = &c.comms[gp.comms[i].slot];
+      fr_comm_entry* ce = &g_log.comms[gp.comms[i].slot];
       __atomic_store_n(&ce->graph_started, zero, __ATOMIC_RELAXED);
       __atomic_store_n(&ce->graph_completed, zero, __ATOMIC_RELEASE);
     }
@@ -129,7 +130,7 @@ int launch(const void* exec, const void* stream, Call call) {
   if (res == 0) {
     // The graph's ops take their sequence numbers now, in host order, as NCCL gives them.
     for (uint32_t i = 0; i < n_comms; ++i) {
-      fr_comm_entry* ce = &c.comms[gp.comms[i].slot];
+      fr_comm_entry* ce = &g_log.comms[gp.comms[i].slot];
       if (gp.comms[i].n_coll)
         __atomic_add_fetch(&ce->coll_seq, gp.comms[i].n_coll, __ATOMIC_RELAXED);
       if (gp.comms[i].n_p2p) __atomic_add_fetch(&ce->p2p_seq, gp.comms[i].n_p2p, __ATOMIC_RELAXED);
@@ -178,43 +179,44 @@ void* cached(void** cache, const char* lib, const char* name, const char* versio
 
 namespace fr::agent {
 
+constinit GraphState g_graphs = {};
+
 CaptureRef graph_capture_op(fr_record& r, int32_t comm_slot, bool p2p, bool) {
   CaptureRef out = {-1, 0, false};
   uint64_t capture_id = 0, graph = 0;
   if (!gpu_capture_info(r.stream, &capture_id, &graph)) return out;
-  Context& c = g_ctx;
-  pthread_mutex_lock(&c.graph_lock);
+  pthread_mutex_lock(&g_graphs.lock);
   int32_t g = -1;
-  for (uint32_t i = 0; i < c.next_graph_slot; ++i)
-    if (c.graph_priv[i].capture_id == capture_id &&
-        __atomic_load_n(&c.graph_priv[i].handle, __ATOMIC_RELAXED) == graph)
+  for (uint32_t i = 0; i < g_graphs.next_slot; ++i)
+    if (g_graphs.priv[i].capture_id == capture_id &&
+        __atomic_load_n(&g_graphs.priv[i].handle, __ATOMIC_RELAXED) == graph)
       g = (int32_t)i;
-  if (g < 0 && c.next_graph_slot < c.graph_cap) {
-    g = (int32_t)c.next_graph_slot++;
-    GraphPriv& p = c.graph_priv[g];
+  if (g < 0 && g_graphs.next_slot < g_log.graph_cap) {
+    g = (int32_t)g_graphs.next_slot++;
+    GraphPriv& p = g_graphs.priv[g];
     memset(&p, 0, sizeof p);
     p.capture_id = capture_id;
     __atomic_store_n(&p.handle, graph, __ATOMIC_RELEASE);
     fr_graph_entry e = {};
     e.ordinal = (uint32_t)g + 1;
-    e.id = hash_finish(
-        hash_u64(hash_u64(hash_u64(kHashSeed, (uint64_t)c.hdr->pid), c.hdr->create_ns), e.ordinal));
+    e.id = hash_finish(hash_u64(
+        hash_u64(hash_u64(kHashSeed, (uint64_t)g_log.hdr->pid), g_log.hdr->create_ns), e.ordinal));
     e.capture_ns = r.call_ns;
     e.stream = r.stream;
-    fr_graph_publish_fixed(&c.graphs[g], &e);
+    fr_graph_publish_fixed(&g_log.graphs[g], &e);
     // Before the first op's position write: the replay kernel counts the replay and resets the
     // graph's positions (a kernel node, captured once; nothing per op).
     uint32_t flags = FR_GRAPH_F_GPU_POSITION;
-    if (gpu_capture_replay_kernel(r.stream, &c.graphs[g].gpu_replays, e.ordinal))
+    if (gpu_capture_replay_kernel(r.stream, &g_log.graphs[g].gpu_replays, e.ordinal))
       flags |= FR_GRAPH_F_GPU_REPLAYS;
-    __atomic_store_n(&c.graphs[g].flags, flags, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&c.sections[FR_SECTION_GRAPHS].count, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&g_log.graphs[g].flags, flags, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&g_log.sections[FR_SECTION_GRAPHS].count, 1, __ATOMIC_RELEASE);
   } else if (g < 0) {
-    __atomic_fetch_add(&c.sections[FR_SECTION_GRAPHS].dropped, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&g_log.sections[FR_SECTION_GRAPHS].dropped, 1, __ATOMIC_RELAXED);
   }
   if (g >= 0) {
-    GraphPriv& p = c.graph_priv[g];
-    fr_graph_entry* e = &c.graphs[g];
+    GraphPriv& p = g_graphs.priv[g];
+    fr_graph_entry* e = &g_log.graphs[g];
     out.graph = g;
     out.pos = ++p.next_op;
     __atomic_store_n(&e->n_ops, out.pos, __ATOMIC_RELAXED);
@@ -233,7 +235,7 @@ CaptureRef graph_capture_op(fr_record& r, int32_t comm_slot, bool p2p, bool) {
         ++gc->n_p2p;
       else
         ++gc->n_coll;
-      fr_comm_entry* ce = &c.comms[comm_slot];
+      fr_comm_entry* ce = &g_log.comms[comm_slot];
       uint32_t ord = e->ordinal;
       // Each launch resets the positions (launch below); the replay then marks op K started.
       out.marked = gpu_write_word(r.stream, &ce->graph_started, FR_GRAPH_POS(ord, out.pos));
@@ -243,43 +245,45 @@ CaptureRef graph_capture_op(fr_record& r, int32_t comm_slot, bool p2p, bool) {
     r.op_index = out.pos;
     if (out.marked) r.flags |= FR_REC_F_GPU_POSITION;
   }
-  pthread_mutex_unlock(&c.graph_lock);
+  pthread_mutex_unlock(&g_graphs.lock);
   return out;
 }
 
 void graph_capture_done(const CaptureRef& cr, int32_t comm_slot, uint64_t stream,
                         const fr_record& r, bool ok, bool write_end) {
   if (cr.graph < 0) return;
-  Context& c = g_ctx;
   if (write_end && cr.marked && comm_slot >= 0) {
-    if (!ok || !gpu_write_word(stream, &c.comms[comm_slot].graph_completed,
+    if (!ok || !gpu_write_word(stream, &g_log.comms[comm_slot].graph_completed,
                                FR_GRAPH_POS(cr.graph + 1, cr.pos)))
       clear_flag(cr.graph, FR_GRAPH_F_GPU_POSITION);
   }
-  uint32_t i = __atomic_fetch_add(&c.next_capture_slot, 1, __ATOMIC_RELAXED);
-  if (i >= c.capture_cap) {
-    __atomic_fetch_or(&c.graphs[cr.graph].flags, FR_GRAPH_F_OPS_DROPPED, __ATOMIC_RELAXED);
+  uint32_t i = __atomic_fetch_add(&g_graphs.next_capture_slot, 1, __ATOMIC_RELAXED);
+  if (i >= g_log.capture_cap) {
+    __atomic_fetch_or(&g_log.graphs[cr.graph].flags, FR_GRAPH_F_OPS_DROPPED, __ATOMIC_RELAXED);
     return;
   }
   fr_record copy = r;
   copy.id = i;
-  fr_record_publish(&c.captures[i], &copy);
-  __atomic_fetch_add(&c.sections[FR_SECTION_CAPTURES].count, 1, __ATOMIC_RELEASE);
+  fr_record_publish(&g_log.captures[i], &copy);
+  __atomic_fetch_add(&g_log.sections[FR_SECTION_CAPTURES].count, 1, __ATOMIC_RELEASE);
 }
 
 void graph_capture_finish_in_group(const CaptureRef& cr, int32_t comm_slot, uint64_t stream,
                                    ncclResult_t res) {
   if (cr.graph < 0 || !cr.marked || comm_slot < 0) return;
   bool ok = res == ncclSuccess || res == ncclInProgress;
-  if (!ok || !gpu_write_word(stream, &g_ctx.comms[comm_slot].graph_completed,
+  if (!ok || !gpu_write_word(stream, &g_log.comms[comm_slot].graph_completed,
                              FR_GRAPH_POS(cr.graph + 1, cr.pos)))
     clear_flag(cr.graph, FR_GRAPH_F_GPU_POSITION);
 }
 
 void graphs_forget_in_child() {
   // The child does not share the parent's graphs (its log is new when it records).
-  g_ctx.next_graph_slot = 0;
-  g_ctx.next_capture_slot = 0;
+  // (The lock was made anew by the fork handler; the driver's entry points stay valid.)
+  g_graphs.priv = nullptr;  // in the parent's private mapping (log.h)
+  g_graphs.execs = nullptr;
+  g_graphs.next_slot = 0;
+  g_graphs.next_capture_slot = 0;
   t_in_graph_call = 0;
 }
 
@@ -322,13 +326,6 @@ Result instantiate_entry(Fn real, Result missing, Exec* exec, Graph graph, Arg a
   if ((int)res == 0) note_instantiate(exec, graph);
   return res;
 }
-
-// Driver pointers handed out by cuGetProcAddress, behind the agent's own entries.
-void* g_proc_launch;
-void* g_proc_launch_ptsz;
-void* g_proc_inst_flags;
-void* g_proc_inst_params;
-void* g_proc_inst_params_ptsz;
 }  // namespace
 
 #define FR_CU_REAL(type, sym, self)                                                  \
@@ -393,21 +390,22 @@ Fn proc_real(void** entry) {
   return (Fn)__atomic_load_n(entry, __ATOMIC_ACQUIRE);
 }
 CUresult proc_launch(CUgraphExec exec, CUstream stream) {
-  return launch_entry(proc_real<LaunchFn>(&g_proc_launch), kNoDriver, exec, stream);
+  return launch_entry(proc_real<LaunchFn>(&g_graphs.proc_launch), kNoDriver, exec, stream);
 }
 CUresult proc_launch_ptsz(CUgraphExec exec, CUstream stream) {
-  return launch_entry(proc_real<LaunchFn>(&g_proc_launch_ptsz), kNoDriver, exec, stream);
+  return launch_entry(proc_real<LaunchFn>(&g_graphs.proc_launch_ptsz), kNoDriver, exec, stream);
 }
 CUresult proc_inst_flags(CUgraphExec* exec, CUgraph graph, unsigned long long flags) {
-  return instantiate_entry(proc_real<InstFlagsFn>(&g_proc_inst_flags), kNoDriver, exec, graph,
-                           flags);
+  return instantiate_entry(proc_real<InstFlagsFn>(&g_graphs.proc_inst_flags), kNoDriver, exec,
+                           graph, flags);
 }
 CUresult proc_inst_params(CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
-  return instantiate_entry(proc_real<InstParamsFn>(&g_proc_inst_params), kNoDriver, exec, graph, p);
+  return instantiate_entry(proc_real<InstParamsFn>(&g_graphs.proc_inst_params), kNoDriver, exec,
+                           graph, p);
 }
 CUresult proc_inst_params_ptsz(CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
-  return instantiate_entry(proc_real<InstParamsFn>(&g_proc_inst_params_ptsz), kNoDriver, exec,
-                           graph, p);
+  return instantiate_entry(proc_real<InstParamsFn>(&g_graphs.proc_inst_params_ptsz), kNoDriver,
+                           exec, graph, p);
 }
 
 // The agent's entry in place of the driver's, remembering the driver's; `fn` unchanged otherwise.
@@ -421,14 +419,14 @@ void* substitute_proc(const char* symbol, void* fn, int cuda_version, cuuint64_t
   void** cache = nullptr;
   void* ours = nullptr;
   if (strcmp(symbol, "cuGraphLaunch") == 0) {
-    cache = ptsz ? &g_proc_launch_ptsz : &g_proc_launch;
+    cache = ptsz ? &g_graphs.proc_launch_ptsz : &g_graphs.proc_launch;
     ours = ptsz ? (void*)&proc_launch_ptsz : (void*)&proc_launch;
   } else if (strcmp(symbol, "cuGraphInstantiateWithFlags") == 0 ||
              (strcmp(symbol, "cuGraphInstantiate") == 0 && cuda_version >= 12000)) {
-    cache = &g_proc_inst_flags;
+    cache = &g_graphs.proc_inst_flags;
     ours = (void*)&proc_inst_flags;
   } else if (strcmp(symbol, "cuGraphInstantiateWithParams") == 0) {
-    cache = ptsz ? &g_proc_inst_params_ptsz : &g_proc_inst_params;
+    cache = ptsz ? &g_graphs.proc_inst_params_ptsz : &g_graphs.proc_inst_params;
     ours = ptsz ? (void*)&proc_inst_params_ptsz : (void*)&proc_inst_params;
   } else {
     return fn;

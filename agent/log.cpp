@@ -12,9 +12,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent.h"
+#include "comms.h"
+#include "graphs.h"
+#include "log.h"
 
 namespace fr::agent {
+
+constinit LogState g_log = {};
 
 // Copies `src` into `dst` (FR_NAME_LEN bytes, NUL-terminated), keeping [A-Za-z0-9_.-] and
 // replacing anything else, so the value is safe in a file name.
@@ -69,7 +73,7 @@ static uint64_t default_log_size(uint32_t ring_cap) {
 }
 
 // The sections of this process's log (the capacities log_open chose).
-static uint64_t context_layout(const Context& c, fr_log_section dir[FR_SECTION_KINDS]) {
+static uint64_t context_layout(const LogState& c, fr_log_section dir[FR_SECTION_KINDS]) {
   uint32_t capacity[FR_SECTION_KINDS] = {};
   capacity[FR_SECTION_COMMS] = c.comm_cap;
   capacity[FR_SECTION_RING] = c.ring_cap;
@@ -150,16 +154,12 @@ static void fill_identity(fr_log_header* h) {
     h->global_rank = (int32_t)r;
     long s = env_long(kSize[i]);
     if (s > r && s <= INT32_MAX) h->world_size = (int32_t)s;
-    g_ctx.rank_from_env = 1;
+    g_comms.rank_from_env = 1;
     break;
   }
   long lr = env_long("LOCAL_RANK");
   h->local_rank = (lr >= 0 && lr <= INT32_MAX) ? (int32_t)lr : -1;
 }
-
-// Flags set before the log exists (NIXL resolves at its first call, which may come first); the
-// log takes them when it opens.
-static uint32_t g_pending_flags = 0;
 
 // Transfer table entries: FR_XFER_ENTRIES, FR_DEFAULT_XFER_CAPACITY by default, 16 at least.
 static uint32_t xfer_capacity() {
@@ -177,7 +177,7 @@ static void* map_private(uint64_t size) {
 
 // The private side tables (communicator handle map, CommPriv, GraphPriv, the exec map) in one
 // anonymous mapping, laid out for the capacities already in `c`.
-static bool map_private_tables(Context& c) {
+static bool map_private_tables(LogState& c) {
   uint32_t buckets = 1;
   while (buckets < c.comm_cap * 2) buckets <<= 1;
   uint64_t keys_bytes = (uint64_t)buckets * sizeof(uint64_t);
@@ -191,18 +191,18 @@ static bool map_private_tables(Context& c) {
     debug_log("cannot map %llu bytes of private tables", (unsigned long long)c.priv_size);
     return false;
   }
-  c.handle_keys = (uint64_t*)c.priv_map;
-  c.handle_slots = (int32_t*)(c.priv_map + keys_bytes);
-  c.handle_mask = buckets - 1;
-  c.priv = (CommPriv*)(c.priv_map + priv_off);
-  c.graph_priv = (GraphPriv*)(c.priv_map + graph_priv_off);
-  c.execs = (ExecSlot*)(c.priv_map + exec_off);
+  g_comms.handle_keys = (uint64_t*)c.priv_map;
+  g_comms.handle_slots = (int32_t*)(c.priv_map + keys_bytes);
+  g_comms.handle_mask = buckets - 1;
+  g_comms.priv = (CommPriv*)(c.priv_map + priv_off);
+  g_graphs.priv = (GraphPriv*)(c.priv_map + graph_priv_off);
+  g_graphs.execs = (ExecSlot*)(c.priv_map + exec_off);
   return true;
 }
 
 // Creates the log file at c.path (never an existing one), takes the writer's lock, reserves its
 // pages and maps it. On failure nothing is left behind: no file, no descriptor. 0, or the error.
-static int create_log_file(Context& c) {
+static int create_log_file(LogState& c) {
   const mode_t mode = log_mode();
   int fd = open(c.path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
   if (fd < 0) {
@@ -261,7 +261,7 @@ static int create_log_file(Context& c) {
 // side tables are sized for them before the file exists).
 enum LogTier { kTierFull, kTierSmaller, kTierNoChannels, kTierCount };
 
-static void set_tier(Context& c, LogTier tier, uint32_t ring, uint32_t xfer) {
+static void set_tier(LogState& c, LogTier tier, uint32_t ring, uint32_t xfer) {
   c.ring_cap = tier == kTierFull ? ring : (ring < 256 ? ring : 256u);
   c.ring_mask = (c.ring_cap & (c.ring_cap - 1)) == 0 ? c.ring_cap - 1 : 0;
   c.capture_cap = tier == kTierFull ? FR_DEFAULT_CAPTURE_CAPACITY : 128u;
@@ -276,7 +276,7 @@ static bool no_room(int err) { return err == ENOSPC || err == EDQUOT || err == E
 
 // Creates the largest log that fits, with one notice when it is not the configured one (or when
 // none fits). 0, or the error of the last try.
-static int create_fitting_log(Context& c, const char* dir) {
+static int create_fitting_log(LogState& c, const char* dir) {
   const uint32_t ring = c.ring_cap, xfer = c.xfer_cap;
   const uint64_t full = c.map_size;
   int err = 0;
@@ -304,7 +304,8 @@ static int create_fitting_log(Context& c, const char* dir) {
 }
 
 // The header of the new (zero-filled) file: only non-zero fields are written, the magic last.
-static void fill_header(Context& c, const fr_log_header& id, uint64_t create_ns, uint64_t mono_ns) {
+static void fill_header(LogState& c, const fr_log_header& id, uint64_t create_ns,
+                        uint64_t mono_ns) {
   fr_log_header* h = c.hdr;
   h->version = FR_LOG_VERSION;
   h->header_size = sizeof(fr_log_header);
@@ -330,7 +331,7 @@ static void fill_header(Context& c, const fr_log_header& id, uint64_t create_ns,
 }
 
 bool log_open() {
-  Context& c = g_ctx;
+  LogState& c = g_log;
   c.ring_cap = ring_capacity();
   c.ring_mask = (c.ring_cap & (c.ring_cap - 1)) == 0 ? c.ring_cap - 1 : 0;
   c.records_lost = 0;  // a forked child's new log starts its own count
@@ -362,34 +363,31 @@ bool log_open() {
   }
   if (create_fitting_log(c, dir) != 0) return false;
   fill_header(c, id, create_ns, (uint64_t)mono.tv_sec * 1000000000ull + (uint64_t)mono.tv_nsec);
-  if (uint32_t pending = __atomic_exchange_n(&g_pending_flags, 0u, __ATOMIC_RELAXED))
+  if (uint32_t pending = __atomic_exchange_n(&g_log.pending_flags, 0u, __ATOMIC_RELAXED))
     set_log_flags(pending, 0);
   return true;
 }
 
 void log_forget_in_child() {
-  Context& c = g_ctx;
+  LogState& c = g_log;
   if (c.map != nullptr) munmap(c.map, c.map_size);
   if (c.priv_map != nullptr) munmap(c.priv_map, c.priv_size);
   if (c.fd > 0) close(c.fd);
-  int debug = c.debug;
-  pthread_mutex_t reg = c.reg_lock, gpu = c.gpu_lock;
-  c = Context{};  // the clock is calibrated again when the child starts recording
-  c.debug = debug;
-  c.reg_lock = reg;
-  c.gpu_lock = gpu;
+  const uint32_t pending = c.pending_flags;  // set before the child's log exists: it takes them
+  c = LogState{};
+  c.pending_flags = pending;
 }
 
 void set_log_flags(uint32_t set, uint32_t clear) {
-  if (g_ctx.hdr == nullptr) {
-    uint32_t v = __atomic_load_n(&g_pending_flags, __ATOMIC_RELAXED);
-    while (!__atomic_compare_exchange_n(&g_pending_flags, &v, (v & ~clear) | set, true,
+  if (g_log.hdr == nullptr) {
+    uint32_t v = __atomic_load_n(&g_log.pending_flags, __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(&g_log.pending_flags, &v, (v & ~clear) | set, true,
                                         __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     }
     return;
   }
-  if (clear) __atomic_fetch_and(&g_ctx.hdr->flags, ~clear, __ATOMIC_RELEASE);
-  if (set) __atomic_fetch_or(&g_ctx.hdr->flags, set, __ATOMIC_RELEASE);
+  if (clear) __atomic_fetch_and(&g_log.hdr->flags, ~clear, __ATOMIC_RELEASE);
+  if (set) __atomic_fetch_or(&g_log.hdr->flags, set, __ATOMIC_RELEASE);
 }
 
 uint64_t record_begin(fr_record& r) {

@@ -1,5 +1,7 @@
 // The profiler plugin's core (see profiler.h): contexts, tagged event handles and the channel
 // slots of the flight log.
+#include "comms.h"
+#include "log.h"
 #include "profiler.h"
 
 #include <stdlib.h>
@@ -7,54 +9,10 @@
 #include <unistd.h>
 
 namespace fr::agent::prof {
+
+constinit ProfilerState g_prof = {};
+
 namespace {
-
-// One communicator as NCCL's profiler sees it. `used` is the allocation flag (0 free, 1 taken):
-// finalize gives the entry back, so a job that makes communicators all along never runs out.
-struct Ctx {
-  uint32_t used;     // (atomic)
-  uint32_t ordinal;  // 1-based, never reused (the slots keep the old ones' numbers)
-  uint64_t comm_hash;
-  uint64_t comm_id;  // fr's id, once a claim matched (atomic)
-  int32_t rank;
-  int32_t nranks;
-  char name[FR_NAME_LEN];
-};
-constexpr uint32_t kMaxContexts = 4096;
-Ctx g_ctxs[kMaxContexts];
-uint32_t g_ordinals;  // (atomic)
-int g_mask_given;     // the mask the first served init handed out; 0: none yet (atomic)
-int g_version;        // (atomic)
-int g_pid;
-
-// The communicators the agent registered, newest last (a ring: the oldest are overwritten).
-struct Claim {
-  uint64_t seq;  // index + 1 once complete (atomic)
-  uint64_t comm_id;
-  uint64_t nccl_hash;
-  int32_t rank;
-  int32_t nranks;
-  char name[FR_NAME_LEN];
-};
-constexpr uint32_t kMaxClaims = 1024;
-Claim g_claims[kMaxClaims];
-uint64_t g_claim_count;  // (atomic)
-
-// Slot index: key -> slot, open addressing over a fixed table (never grows).
-constexpr uint32_t kBuckets = 2 * FR_MAX_CHAN_CAPACITY;
-uint64_t g_keys[kBuckets];  // 0 = empty (atomic)
-int32_t g_slots[kBuckets];  // slot + 1; 0 while the key's slot is being made (atomic)
-// Per slot, private: the generation of the op in flight (a handle of an older op on the slot is
-// stale: its stops and states are ignored), the first step id of the current op (NCCL numbers
-// steps per connection) and the states of the last steps, so the oldest unfinished step's state
-// is known when an older one finishes.
-constexpr uint32_t kStepRing = 8;  // NCCL_STEPS: steps in flight per connection
-struct SlotPriv {
-  int64_t base;  // -1 until the op's first step (atomic)
-  uint32_t gen;  // low 16 bits in handles (atomic)
-  uint8_t states[kStepRing];
-};
-SlotPriv g_priv[FR_MAX_CHAN_CAPACITY];
 
 // Handles: the type in the top byte, never 0. Slot handles carry (slot, generation, step).
 enum : uint64_t { kHColl = 1, kHProxyOp = 2, kHStep = 3, kHKernel = 4, kHOther = 5 };
@@ -87,12 +45,12 @@ uint16_t op_of(const char* func) {
 }
 
 bool table_ready() {
-  return __atomic_load_n(&g_ctx.mode, __ATOMIC_ACQUIRE) == kRecording && g_ctx.chans != nullptr &&
-         g_ctx.chan_cap != 0;
+  return __atomic_load_n(&g_agent.mode, __ATOMIC_ACQUIRE) == kRecording && g_log.chans != nullptr &&
+         g_log.chan_cap != 0;
 }
 
 void dropped() {
-  __atomic_fetch_add(&g_ctx.sections[FR_SECTION_CHANS].dropped, 1u, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&g_log.sections[FR_SECTION_CHANS].dropped, 1u, __ATOMIC_RELAXED);
 }
 
 uint64_t slot_key(const Ctx& c, int channel, int kind, int peer) {
@@ -103,10 +61,10 @@ uint64_t slot_key(const Ctx& c, int channel, int kind, int peer) {
 // A new slot's fixed part; -1 when the table is full.
 int32_t make_slot(const Ctx& c, int channel, int kind, int peer) {
   // Taken only while there is room: a reader never sees the count past the capacity.
-  uint64_t* count = &g_ctx.sections[FR_SECTION_CHANS].count;
+  uint64_t* count = &g_log.sections[FR_SECTION_CHANS].count;
   uint64_t taken = __atomic_load_n(count, __ATOMIC_RELAXED);
   do {
-    if (taken >= g_ctx.chan_cap) return -1;
+    if (taken >= g_log.chan_cap) return -1;
   } while (!__atomic_compare_exchange_n(count, &taken, taken + 1, true, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED));
   const uint32_t i = (uint32_t)taken;
@@ -119,8 +77,8 @@ int32_t make_slot(const Ctx& c, int channel, int kind, int peer) {
   e.channel = uint16_t(channel);
   e.kind = uint8_t(kind);
   e.ctx_ordinal = c.ordinal;
-  __atomic_store_n(&g_priv[i].base, int64_t{-1}, __ATOMIC_RELAXED);
-  if (!fr_chan_publish_fixed(&g_ctx.chans[i], &e)) return -1;
+  __atomic_store_n(&g_prof.priv[i].base, int64_t{-1}, __ATOMIC_RELAXED);
+  if (!fr_chan_publish_fixed(&g_log.chans[i], &e)) return -1;
   return int32_t(i);
 }
 
@@ -131,19 +89,19 @@ int32_t find_slot(const Ctx& c, int channel, int kind, int peer) {
   const uint32_t mask = kBuckets - 1;
   uint32_t b = uint32_t(hash_finish(hash_u64(0x9e3779b97f4a7c15ull, key))) & mask;
   for (uint32_t probe = 0; probe < 64; ++probe, b = (b + 1) & mask) {
-    uint64_t k = __atomic_load_n(&g_keys[b], __ATOMIC_ACQUIRE);
+    uint64_t k = __atomic_load_n(&g_prof.keys[b], __ATOMIC_ACQUIRE);
     if (k == 0) {
       uint64_t expected = 0;
-      if (__atomic_compare_exchange_n(&g_keys[b], &expected, key, false, __ATOMIC_ACQ_REL,
+      if (__atomic_compare_exchange_n(&g_prof.keys[b], &expected, key, false, __ATOMIC_ACQ_REL,
                                       __ATOMIC_ACQUIRE)) {
         int32_t s = make_slot(c, channel, kind, peer);
-        __atomic_store_n(&g_slots[b], s + 1 > 0 ? s + 1 : -1, __ATOMIC_RELEASE);
+        __atomic_store_n(&g_prof.slots[b], s + 1 > 0 ? s + 1 : -1, __ATOMIC_RELEASE);
         return s;
       }
       k = expected;
     }
     if (k == key) {
-      int32_t v = __atomic_load_n(&g_slots[b], __ATOMIC_ACQUIRE);
+      int32_t v = __atomic_load_n(&g_prof.slots[b], __ATOMIC_ACQUIRE);
       return v > 0 ? v - 1 : -1;  // still being made by another thread, or the table was full
     }
   }
@@ -166,27 +124,27 @@ void parent_op(void* parent, uint64_t* seq, uint32_t* op) {
 
 // The slot's generation for a new op; a handle whose generation differs is stale.
 uint32_t next_gen(uint32_t s) {
-  return __atomic_add_fetch(&g_priv[s].gen, 1u, __ATOMIC_RELAXED) & 0xffff;
+  return __atomic_add_fetch(&g_prof.priv[s].gen, 1u, __ATOMIC_RELAXED) & 0xffff;
 }
 bool current(const SlotRef& r) {
-  return r.slot < g_ctx.chan_cap &&
-         (__atomic_load_n(&g_priv[r.slot].gen, __ATOMIC_RELAXED) & 0xffff) == r.gen;
+  return r.slot < g_log.chan_cap &&
+         (__atomic_load_n(&g_prof.priv[r.slot].gen, __ATOMIC_RELAXED) & 0xffff) == r.gen;
 }
 
 // The slot's step view from its private states: `done` is the finished prefix of the op's
 // steps, `state` the state of the oldest unfinished one (DONE when none is).
 void settle(uint32_t s) {
-  fr_chan_entry& ch = g_ctx.chans[s];
+  fr_chan_entry& ch = g_log.chans[s];
   uint32_t done = load32(&ch.done);
   const uint32_t posted = load32(&ch.posted);
-  while (done < posted &&
-         __atomic_load_n(&g_priv[s].states[done % kStepRing], __ATOMIC_RELAXED) == FR_CHANST_DONE)
+  while (done < posted && __atomic_load_n(&g_prof.priv[s].states[done % kStepRing],
+                                          __ATOMIC_RELAXED) == FR_CHANST_DONE)
     ++done;
   store32(&ch.done, done);
   store32(&ch.state_step, done);
-  store32(&ch.state, done < posted
-                         ? __atomic_load_n(&g_priv[s].states[done % kStepRing], __ATOMIC_RELAXED)
-                         : uint32_t(FR_CHANST_DONE));
+  store32(&ch.state, done < posted ? __atomic_load_n(&g_prof.priv[s].states[done % kStepRing],
+                                                     __ATOMIC_RELAXED)
+                                   : uint32_t(FR_CHANST_DONE));
   store64(&ch.last_ns, now_ns());
 }
 
@@ -198,17 +156,17 @@ void* start_proxy_op(Ctx& c, const Event& e) {
     dropped();
     return nullptr;
   }
-  fr_chan_entry& ch = g_ctx.chans[s];
+  fr_chan_entry& ch = g_log.chans[s];
   uint64_t seq;
   uint32_t op;
   // A parent from another process (a proxy serving several) is not ours to decode.
-  parent_op(e.pid == g_pid ? e.parent : nullptr, &seq, &op);
+  parent_op(e.pid == g_prof.pid ? e.parent : nullptr, &seq, &op);
   const uint64_t now = now_ns();
   // The slot now shows this op: steps of the previous op on the connection still in flight
   // carry the old generation and no longer count (they would read as a stuck step).
   const uint32_t gen = next_gen(uint32_t(s));
-  __atomic_store_n(&g_priv[s].base, int64_t{-1}, __ATOMIC_RELAXED);
-  for (uint8_t& st : g_priv[s].states)
+  __atomic_store_n(&g_prof.priv[s].base, int64_t{-1}, __ATOMIC_RELAXED);
+  for (uint8_t& st : g_prof.priv[s].states)
     __atomic_store_n(&st, uint8_t(FR_CHANST_IDLE), __ATOMIC_RELAXED);
   store32(&ch.posted, 0);
   store32(&ch.done, 0);
@@ -229,11 +187,11 @@ void* start_step(const Event& e) {
   const SlotRef op = slot_ref(e.parent);
   if (!current(op)) return nullptr;  // a step of an op the slot no longer shows
   const uint32_t s = op.slot;
-  fr_chan_entry& ch = g_ctx.chans[s];
-  int64_t base = __atomic_load_n(&g_priv[s].base, __ATOMIC_RELAXED);
+  fr_chan_entry& ch = g_log.chans[s];
+  int64_t base = __atomic_load_n(&g_prof.priv[s].base, __ATOMIC_RELAXED);
   if (base < 0) {
     base = e.step;
-    __atomic_store_n(&g_priv[s].base, base, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_prof.priv[s].base, base, __ATOMIC_RELAXED);
   }
   const int64_t rel64 = int64_t(e.step) - base;
   if (rel64 < 0 || rel64 >= (1 << 24)) return nullptr;
@@ -243,7 +201,7 @@ void* start_step(const Event& e) {
   if (rel >= load32(&ch.done) + kStepRing) store32(&ch.done, rel - kStepRing + 1);
   if (rel + 1 > load32(&ch.posted)) store32(&ch.posted, rel + 1);
   if (rel >= load32(&ch.done))
-    __atomic_store_n(&g_priv[s].states[rel % kStepRing], uint8_t(FR_CHANST_POSTED),
+    __atomic_store_n(&g_prof.priv[s].states[rel % kStepRing], uint8_t(FR_CHANST_POSTED),
                      __ATOMIC_RELAXED);
   settle(s);
   return slot_handle(kHStep, s, op.gen, rel);
@@ -255,7 +213,7 @@ void* start_kernel(Ctx& c, const Event& e) {
     dropped();
     return nullptr;
   }
-  fr_chan_entry& ch = g_ctx.chans[s];
+  fr_chan_entry& ch = g_log.chans[s];
   uint64_t seq;
   uint32_t op;
   parent_op(e.parent, &seq, &op);
@@ -290,10 +248,10 @@ bool claim_matches(const Claim& k, const Ctx& c) {
 
 // The newest registered communicator that matches the context, if any.
 void claim_for(Ctx& c) {
-  const uint64_t n = __atomic_load_n(&g_claim_count, __ATOMIC_ACQUIRE);
+  const uint64_t n = __atomic_load_n(&g_prof.claim_count, __ATOMIC_ACQUIRE);
   const uint64_t oldest = n > kMaxClaims ? n - kMaxClaims : 0;
   for (uint64_t i = n; i-- > oldest;) {
-    const Claim& k = g_claims[i % kMaxClaims];
+    const Claim& k = g_prof.claims[i % kMaxClaims];
     if (__atomic_load_n(&k.seq, __ATOMIC_ACQUIRE) != i + 1 || !claim_matches(k, c)) continue;
     uint64_t zero = 0;
     __atomic_compare_exchange_n(&c.comm_id, &zero, k.comm_id, false, __ATOMIC_ACQ_REL,
@@ -306,10 +264,10 @@ void claim_for(Ctx& c) {
 Ctx* take_context() {
   for (uint32_t i = 0; i < kMaxContexts; ++i) {
     uint32_t zero = 0;
-    if (__atomic_load_n(&g_ctxs[i].used, __ATOMIC_RELAXED) == 0 &&
-        __atomic_compare_exchange_n(&g_ctxs[i].used, &zero, 1u, false, __ATOMIC_ACQ_REL,
+    if (__atomic_load_n(&g_prof.ctxs[i].used, __ATOMIC_RELAXED) == 0 &&
+        __atomic_compare_exchange_n(&g_prof.ctxs[i].used, &zero, 1u, false, __ATOMIC_ACQ_REL,
                                     __ATOMIC_RELAXED))
-      return &g_ctxs[i];
+      return &g_prof.ctxs[i];
   }
   return nullptr;
 }
@@ -328,8 +286,8 @@ int wanted_mask() {
 }  // namespace
 
 void claim_context(uint64_t comm_id, uint64_t nccl_hash, const char* name, int nranks, int rank) {
-  const uint64_t i = __atomic_fetch_add(&g_claim_count, 1u, __ATOMIC_ACQ_REL);
-  Claim& k = g_claims[i % kMaxClaims];
+  const uint64_t i = __atomic_fetch_add(&g_prof.claim_count, 1u, __ATOMIC_ACQ_REL);
+  Claim& k = g_prof.claims[i % kMaxClaims];
   __atomic_store_n(&k.seq, uint64_t{0}, __ATOMIC_RELEASE);
   k.comm_id = comm_id;
   k.nccl_hash = nccl_hash;
@@ -339,7 +297,7 @@ void claim_context(uint64_t comm_id, uint64_t nccl_hash, const char* name, int n
   memcpy(k.name, name != nullptr ? name : "", n);
   k.name[n] = '\0';
   __atomic_store_n(&k.seq, i + 1, __ATOMIC_RELEASE);
-  for (Ctx& c : g_ctxs) {
+  for (Ctx& c : g_prof.ctxs) {
     if (__atomic_load_n(&c.used, __ATOMIC_ACQUIRE) == 0 || !claim_matches(k, c)) continue;
     uint64_t zero = 0;
     __atomic_compare_exchange_n(&c.comm_id, &zero, comm_id, false, __ATOMIC_ACQ_REL,
@@ -348,7 +306,7 @@ void claim_context(uint64_t comm_id, uint64_t nccl_hash, const char* name, int n
 }
 
 void note_version(int version) {
-  if (__atomic_exchange_n(&g_version, version, __ATOMIC_RELAXED) != version)
+  if (__atomic_exchange_n(&g_prof.version, version, __ATOMIC_RELAXED) != version)
     debug_log("NCCL loaded the profiler plugin interface v%d", version);
 }
 
@@ -356,18 +314,18 @@ int init(void** context, uint64_t comm_hash, const char* name, int nnodes, int n
          int current_mask) {
   (void)nnodes;
   *context = nullptr;
-  int given = __atomic_load_n(&g_mask_given, __ATOMIC_ACQUIRE);
+  int given = __atomic_load_n(&g_prof.mask_given, __ATOMIC_ACQUIRE);
   Ctx* c = serving(nranks, rank) ? take_context() : nullptr;
   // Not served: a null context (NCCL still calls with it; its events are ignored) and the mask
   // left as it is, so the communicators already served keep their events.
   if (c == nullptr) return given != 0 ? given : current_mask;
   if (given == 0) {
     int want = wanted_mask();
-    if (__atomic_compare_exchange_n(&g_mask_given, &given, want, false, __ATOMIC_ACQ_REL,
+    if (__atomic_compare_exchange_n(&g_prof.mask_given, &given, want, false, __ATOMIC_ACQ_REL,
                                     __ATOMIC_ACQUIRE))
       given = want;
   }
-  g_pid = int(getpid());
+  g_prof.pid = int(getpid());
   c->comm_hash = comm_hash;
   c->rank = rank;
   c->nranks = nranks;
@@ -375,7 +333,7 @@ int init(void** context, uint64_t comm_hash, const char* name, int nnodes, int n
   memcpy(c->name, name != nullptr ? name : "", n);
   c->name[n] = '\0';
   __atomic_store_n(&c->comm_id, uint64_t{0}, __ATOMIC_RELAXED);
-  __atomic_store_n(&c->ordinal, __atomic_add_fetch(&g_ordinals, 1u, __ATOMIC_RELAXED),
+  __atomic_store_n(&c->ordinal, __atomic_add_fetch(&g_prof.ordinals, 1u, __ATOMIC_RELAXED),
                    __ATOMIC_RELEASE);
   claim_for(*c);
   *context = c;
@@ -402,11 +360,11 @@ void stop(void* handle) {
   const uint64_t t = handle_type(handle);
   if (t != kHStep && t != kHProxyOp && t != kHKernel) return;
   const SlotRef r = slot_ref(handle);
-  if (r.slot >= g_ctx.chan_cap) return;
-  fr_chan_entry& ch = g_ctx.chans[r.slot];
+  if (r.slot >= g_log.chan_cap) return;
+  fr_chan_entry& ch = g_log.chans[r.slot];
   if (t == kHStep) {
     if (!current(r) || r.rel < load32(&ch.done) || r.rel >= load32(&ch.posted)) return;
-    __atomic_store_n(&g_priv[r.slot].states[r.rel % kStepRing], uint8_t(FR_CHANST_DONE),
+    __atomic_store_n(&g_prof.priv[r.slot].states[r.rel % kStepRing], uint8_t(FR_CHANST_DONE),
                      __ATOMIC_RELAXED);
     settle(r.slot);
     return;
@@ -429,14 +387,14 @@ void record(void* handle, int nccl_state, uint64_t trans_size) {
   if (t != kHStep && t != kHKernel) return;
   const SlotRef r = slot_ref(handle);
   if (!current(r)) return;
-  fr_chan_entry& ch = g_ctx.chans[r.slot];
+  fr_chan_entry& ch = g_log.chans[r.slot];
   if (t == kHKernel) {
     if (nccl_state == kStKernelChStop) store32(&ch.state, FR_CHANST_STOPPED);
     return;
   }
   const uint32_t st = chan_state_of(nccl_state);
   if (st == FR_CHANST_IDLE || r.rel < load32(&ch.done) || r.rel >= load32(&ch.posted)) return;
-  __atomic_store_n(&g_priv[r.slot].states[r.rel % kStepRing], uint8_t(st), __ATOMIC_RELAXED);
+  __atomic_store_n(&g_prof.priv[r.slot].states[r.rel % kStepRing], uint8_t(st), __ATOMIC_RELAXED);
   if (trans_size != 0 && (st == FR_CHANST_SEND_WAIT || st == FR_CHANST_RECV_GPU_WAIT))
     __atomic_fetch_add(&ch.bytes, trans_size, __ATOMIC_RELAXED);
   settle(r.slot);
@@ -446,8 +404,8 @@ void record(void* handle, int nccl_state, uint64_t trans_size) {
 void finalize(void* context) {
   if (context == nullptr) return;
   const uintptr_t p = reinterpret_cast<uintptr_t>(context),
-                  lo = reinterpret_cast<uintptr_t>(&g_ctxs[0]);
-  if (p < lo || p >= lo + sizeof g_ctxs || (p - lo) % sizeof(Ctx) != 0) return;  // not ours
+                  lo = reinterpret_cast<uintptr_t>(&g_prof.ctxs[0]);
+  if (p < lo || p >= lo + sizeof g_prof.ctxs || (p - lo) % sizeof(Ctx) != 0) return;  // not ours
   Ctx& c = *static_cast<Ctx*>(context);
   __atomic_store_n(&c.ordinal, 0u, __ATOMIC_RELAXED);
   __atomic_store_n(&c.used, 0u, __ATOMIC_RELEASE);

@@ -56,6 +56,60 @@ struct Event {
 // every kernel plan) and come only with FR_PROFILER_KERNEL_CH=1 (docs/agent.md).
 inline constexpr int kDefaultMask = int(kEvColl | kEvP2p | kEvProxyOp | kEvProxyStep);
 
+// One communicator as NCCL's profiler sees it. `used` is the allocation flag (0 free, 1 taken):
+// finalize gives the entry back, so a job that makes communicators all along never runs out.
+struct Ctx {
+  uint32_t used;     // (atomic)
+  uint32_t ordinal;  // 1-based, never reused (the slots keep the old ones' numbers)
+  uint64_t comm_hash;
+  uint64_t comm_id;  // fr's id, once a claim matched (atomic)
+  int32_t rank;
+  int32_t nranks;
+  char name[FR_NAME_LEN];
+};
+inline constexpr uint32_t kMaxContexts = 4096;
+
+// A communicator the agent registered.
+struct Claim {
+  uint64_t seq;  // index + 1 once complete (atomic)
+  uint64_t comm_id;
+  uint64_t nccl_hash;
+  int32_t rank;
+  int32_t nranks;
+  char name[FR_NAME_LEN];
+};
+inline constexpr uint32_t kMaxClaims = 1024;
+
+// The slot index's size: key -> slot, open addressing over a fixed table (never grows).
+inline constexpr uint32_t kBuckets = 2 * FR_MAX_CHAN_CAPACITY;
+// Per slot, private: the generation of the op in flight (a handle of an older op on the slot is
+// stale: its stops and states are ignored), the first step id of the current op (NCCL numbers
+// steps per connection) and the states of the last steps, so the oldest unfinished step's state
+// is known when an older one finishes.
+inline constexpr uint32_t kStepRing = 8;  // NCCL_STEPS: steps in flight per connection
+struct SlotPriv {
+  int64_t base;  // -1 until the op's first step (atomic)
+  uint32_t gen;  // low 16 bits in handles (atomic)
+  uint8_t states[kStepRing];
+};
+
+// The plugin's state (profiler.cpp); the channel slots themselves are a table of the log (log.h).
+// A forked child keeps it as it is (no *_forget_in_child resets it).
+struct ProfilerState {
+  Ctx ctxs[kMaxContexts];
+  uint32_t ordinals;  // (atomic)
+  int mask_given;     // the mask the first served init handed out; 0: none yet (atomic)
+  int version;        // (atomic)
+  int pid;
+  // The communicators the agent registered, newest last (a ring: the oldest are overwritten).
+  Claim claims[kMaxClaims];
+  uint64_t claim_count;     // (atomic)
+  uint64_t keys[kBuckets];  // the slot index: 0 = empty (atomic)
+  int32_t slots[kBuckets];  // slot + 1; 0 while the key's slot is being made (atomic)
+  SlotPriv priv[FR_MAX_CHAN_CAPACITY];
+};
+FR_HIDDEN extern constinit ProfilerState g_prof;
+
 // init: returns the activation mask to leave in NCCL's process-wide int, which holds `current`
 // now (see above: the mask handed out first, or `current` untouched when none was).
 FR_HIDDEN int init(void** context, uint64_t comm_hash, const char* name, int nnodes, int nranks,

@@ -59,7 +59,7 @@ void mark(uint64_t rec_id, uint32_t flags, uint64_t op_index) {
 
 void defer(int32_t slot, uint64_t rec_id, uint64_t stream, uint64_t op_index) {
   if (slot < 0) return;
-  CommPriv& p = g_ctx.priv[slot];
+  CommPriv& p = g_comms.priv[slot];
   spin_lock(&p.lock);
   bool kept = p.n_deferred < kMaxDeferred;
   if (kept) p.deferred[p.n_deferred++] = Deferred{rec_id, stream, op_index};
@@ -68,7 +68,7 @@ void defer(int32_t slot, uint64_t rec_id, uint64_t stream, uint64_t op_index) {
 }
 
 void release_deferred(int32_t slot) {
-  CommPriv& p = g_ctx.priv[slot];
+  CommPriv& p = g_comms.priv[slot];
   Deferred batch[kMaxDeferred];
   spin_lock(&p.lock);
   uint32_t n = p.n_deferred;
@@ -84,7 +84,7 @@ void release_deferred(int32_t slot) {
 }
 
 void drop_deferred(int32_t slot) {
-  CommPriv& p = g_ctx.priv[slot];
+  CommPriv& p = g_comms.priv[slot];
   spin_lock(&p.lock);
   p.n_deferred = 0;
   spin_unlock(&p.lock);
@@ -104,7 +104,7 @@ void op_enter(const OpArgs& a, OpState& o) {
   o.op_index = 0;
   o.group_pos = kMaxGroupOps;
   // Without a CUDA driver nothing can be captured or tracked: one load decides it.
-  if (!__atomic_load_n(&g_ctx.cuda_absent, __ATOMIC_RELAXED)) {
+  if (!__atomic_load_n(&g_gpu.cuda_absent, __ATOMIC_RELAXED)) {
     int capture = gpu_stream_capture(o.stream);
     captured = capture == kCapturing;
     no_markers = capture == kCaptureUnknown;
@@ -211,7 +211,7 @@ void op_exit(OpState& o, ncclResult_t res) {
 GpuEnter op_gpu_enter(int32_t slot, uint64_t stream, bool in_group) {
   GpuEnter g = {gpu_stream_capture(stream), 0};
   if (g.capture == kNotCapturing && !in_group && is_tracked(gpu_prepare())) {
-    uint64_t index = __atomic_add_fetch(&g_ctx.comms[slot].op_index, 1, __ATOMIC_RELAXED);
+    uint64_t index = __atomic_add_fetch(&g_log.comms[slot].op_index, 1, __ATOMIC_RELAXED);
     if (gpu_before(slot, stream, index)) g.op_index = index;
   }
   return g;

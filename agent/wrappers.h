@@ -36,6 +36,10 @@
 #include <stdint.h>
 
 #include "agent.h"
+#include "comms.h"
+#include "gpu.h"
+#include "graphs.h"
+#include "log.h"
 
 // The call path's helpers are inlined into each wrapper whole.
 #define FR_INLINE inline __attribute__((always_inline))
@@ -60,15 +64,15 @@ static_assert(offsetof(RecResultFlags, flags) == 4, "result_word packs RecResult
 FR_INLINE CommRef comm_ref(const void* comm) {
   ThreadState& t = thread_state();
   const uint64_t key = (uint64_t)(uintptr_t)comm;
-  const uint64_t gen = __atomic_load_n(&g_ctx.comm_gen, __ATOMIC_ACQUIRE);
+  const uint64_t gen = __atomic_load_n(&g_comms.gen, __ATOMIC_ACQUIRE);
   if (__builtin_expect(key == t.cache_handle && gen == t.cache_gen, 1))
     return CommRef{t.cache_slot, t.cache_id, t.cache_entry, t.cache_flags != 0};
   CommRef c = {-1, 0, nullptr, false};
   c.slot = comm_lookup(comm);
   if (c.slot >= 0) {
-    c.entry = &g_ctx.comms[c.slot];
+    c.entry = &g_log.comms[c.slot];
     c.id = __atomic_load_n(&c.entry->id, __ATOMIC_RELAXED);
-    c.nonblocking = __atomic_load_n(&g_ctx.priv[c.slot].nonblocking, __ATOMIC_ACQUIRE) != 0;
+    c.nonblocking = __atomic_load_n(&g_comms.priv[c.slot].nonblocking, __ATOMIC_ACQUIRE) != 0;
     current_tid();  // the op path reads tid unchecked once the cache is filled
     t.cache_handle = key;
     t.cache_gen = gen;
@@ -298,7 +302,7 @@ FR_INLINE bool op_fast_enter_gpu_or_group(const OpArgs& a, ThreadState& t, FastO
   const bool in_group = t.group_depth > 0;
   uint64_t op_index = 0;
   uint32_t bits = 0;
-  if (!__atomic_load_n(&g_ctx.cuda_absent, __ATOMIC_RELAXED)) {
+  if (!__atomic_load_n(&g_gpu.cuda_absent, __ATOMIC_RELAXED)) {
     const GpuEnter g = op_gpu_enter(t.cache_slot, (uint64_t)(uintptr_t)a.stream, in_group);
     if (g.capture == kCapturing) return false;
     if (g.capture == kCaptureUnknown) bits = kOpNoMarkers;
@@ -330,14 +334,14 @@ enum Lane : int { kLaneGeneral = 0, kLaneFast = 1, kLaneFastGpuOrGroup = 2 };
 FR_INLINE Lane fast_lane(const OpArgs& a, const ThreadState& t, uint64_t* tsc, uint64_t* call_ns) {
 #if defined(__x86_64__) && defined(__ORDER_LITTLE_ENDIAN__)
   const uint64_t key = (uint64_t)(uintptr_t)a.comm;
-  if (__builtin_expect(key != t.cache_handle ||
-                           __atomic_load_n(&g_ctx.comm_gen, __ATOMIC_ACQUIRE) != t.cache_gen,
-                       0))
+  if (__builtin_expect(
+          key != t.cache_handle || __atomic_load_n(&g_comms.gen, __ATOMIC_ACQUIRE) != t.cache_gen,
+          0))
     return kLaneGeneral;
   *tsc = __builtin_ia32_rdtsc();
   const uint64_t ticks = *tsc - t.anchor_tsc;
-  if (__builtin_expect(ticks >= g_ctx.reanchor_ticks, 0)) return kLaneGeneral;  // 0 without TSC
-  *call_ns = t.anchor_ns + ((ticks * g_ctx.ns_per_tick_q32) >> 32);
+  if (__builtin_expect(ticks >= g_clock.reanchor_ticks, 0)) return kLaneGeneral;  // 0 without TSC
+  *call_ns = t.anchor_ns + ((ticks * g_clock.ns_per_tick_q32) >> 32);
   if (__builtin_expect((t.group_depth | (int)t.cuda_unknown) != 0, 0))  // group_depth >= 0
     return kLaneFastGpuOrGroup;
   return kLaneFast;
@@ -369,7 +373,7 @@ FR_INLINE void op_fast_exit(const ThreadState& t, const FastOp& f, ncclResult_t 
   const uint64_t duration = grouped
                                 ? 0
                                 : (uint64_t)(((unsigned __int128)(__builtin_ia32_rdtsc() - f.tsc) *
-                                              g_ctx.ns_per_tick_q32) >>
+                                              g_clock.ns_per_tick_q32) >>
                                              32);
   if (__builtin_expect(res != ncclSuccess || (f.rare != 0 && f.rare != kFastInGroup), 0))
     return op_fast_exit_rare(f, res, duration, op_flags);

@@ -18,7 +18,7 @@ constexpr uint32_t kConfigMagic = 0xcafebeef;
 
 // NCCL_COMM_BLOCKING overrides every config, as in NCCL; then the config's `blocking` field.
 bool config_nonblocking(const ncclConfig_t* config, bool inherited) {
-  if (g_ctx.env_blocking != 0) return g_ctx.env_blocking == 2;
+  if (g_comms.env_blocking != 0) return g_comms.env_blocking == 2;
   if (config == nullptr || config->magic != kConfigMagic ||
       config->size < offsetof(ncclConfig_t, blocking) + sizeof(int))
     return inherited;
@@ -81,9 +81,9 @@ void register_comm(const NewComm& n, ncclComm_t handle, ncclResult_t res, uint64
                                         : FR_COMM_INITIALIZING;
   int32_t slot = comm_register(e, state, made ? handle : nullptr, n.nonblocking);
   if (slot < 0) return;
-  __atomic_store_n(&g_ctx.priv[slot].nccl_hash, n.nccl_hash, __ATOMIC_RELEASE);
+  __atomic_store_n(&g_comms.priv[slot].nccl_hash, n.nccl_hash, __ATOMIC_RELEASE);
   if (made && res == ncclSuccess) comm_learn_shape(slot, handle);
-  const fr_comm_entry& c = g_ctx.comms[slot];
+  const fr_comm_entry& c = g_log.comms[slot];
   int32_t size = __atomic_load_n(&c.size, __ATOMIC_RELAXED),
           rank = __atomic_load_n(&c.rank, __ATOMIC_RELAXED);
   if (made && size > 0 && rank >= 0) prof::claim_context(n.id, n.nccl_hash, e.name, size, rank);
@@ -217,7 +217,7 @@ FR_API ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devli
   FR_REAL_OR_FAIL(ncclCommInitAll);
   Scope s;
   if (!s.active) return real(comm, ndev, devlist);
-  uint64_t call = __atomic_add_fetch(&g_ctx.init_all_calls, 1, __ATOMIC_RELAXED);
+  uint64_t call = __atomic_add_fetch(&g_comms.init_all_calls, 1, __ATOMIC_RELAXED);
   uint64_t h = hash_u64(hash_bytes(kHashSeed, "InitAll", 7), call);
   h = hash_u64(h, (uint64_t)(int64_t)ndev);
   if (devlist != nullptr && ndev > 0 && ndev <= 65536)
@@ -249,8 +249,8 @@ FR_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_
                                   ncclConfig_t* config) {
   FR_REAL_OR_FAIL(ncclCommSplit);
   auto prepare = [&](const CommRef& p) {
-    NewComm n =
-        parent_derived(p, FR_ORIGIN_SPLIT, p.slot >= 0 ? &g_ctx.priv[p.slot].split_calls : nullptr);
+    NewComm n = parent_derived(p, FR_ORIGIN_SPLIT,
+                               p.slot >= 0 ? &g_comms.priv[p.slot].split_calls : nullptr);
     n.color = color;
     n.key = key;
     n.nonblocking = config_nonblocking(config, p.nonblocking);
@@ -261,8 +261,8 @@ FR_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_
                                       (uint64_t)(int64_t)color));
     // NCCL hashes (parent's hash, its split count from 1, color); grows count as splits (2.30).
     if (p.slot >= 0) {
-      uint32_t k = __atomic_add_fetch(&g_ctx.priv[p.slot].nccl_children, 1u, __ATOMIC_RELAXED);
-      uint64_t ph = __atomic_load_n(&g_ctx.priv[p.slot].nccl_hash, __ATOMIC_ACQUIRE);
+      uint32_t k = __atomic_add_fetch(&g_comms.priv[p.slot].nccl_children, 1u, __ATOMIC_RELAXED);
+      uint64_t ph = __atomic_load_n(&g_comms.priv[p.slot].nccl_hash, __ATOMIC_ACQUIRE);
       if (ph != 0 && color != NCCL_SPLIT_NOCOLOR)
         n.nccl_hash = prof::nccl_split_hash(ph, int(k), color);
     }
@@ -278,7 +278,7 @@ FR_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_
 void write_excluded_blocks(const fr_record& shrink, const int* list, int n) {
   if (list == nullptr || n <= 0) return;
   uint32_t cap = FR_SHRINK_EXCLUDED_MAX_RECORDS;
-  if (g_ctx.ring_cap / 4 < cap) cap = g_ctx.ring_cap / 4;
+  if (g_log.ring_cap / 4 < cap) cap = g_log.ring_cap / 4;
   int64_t block = 0;  // the last block written (0: ranks below 128, in the CommShrink itself)
   for (uint32_t written = 0; written < cap; ++written) {
     int64_t next = INT64_MAX;
@@ -314,7 +314,7 @@ FR_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int e
   FR_REAL_OR_FAIL(ncclCommShrink);
   auto prepare = [&](const CommRef& p) {
     NewComm n = parent_derived(p, FR_ORIGIN_SHRINK,
-                               p.slot >= 0 ? &g_ctx.priv[p.slot].shrink_calls : nullptr);
+                               p.slot >= 0 ? &g_comms.priv[p.slot].shrink_calls : nullptr);
     // The exclusion list, order-independent: every member passes the same set.
     uint64_t excl = 0;
     int32_t parent_size =
@@ -351,8 +351,10 @@ FR_API ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId
   auto prepare = [&](const CommRef& p) {
     NewComm n = {};
     if (comm != nullptr) {
-      n = parent_derived(p, FR_ORIGIN_GROW, p.slot >= 0 ? &g_ctx.priv[p.slot].grow_calls : nullptr);
-      if (p.slot >= 0) __atomic_add_fetch(&g_ctx.priv[p.slot].nccl_children, 1u, __ATOMIC_RELAXED);
+      n = parent_derived(p, FR_ORIGIN_GROW,
+                         p.slot >= 0 ? &g_comms.priv[p.slot].grow_calls : nullptr);
+      if (p.slot >= 0)
+        __atomic_add_fetch(&g_comms.priv[p.slot].nccl_children, 1u, __ATOMIC_RELAXED);
       n.id = hash_finish(
           hash_u64(hash_u64(hash_u64(kHashSeed, p.id), n.derive_index), (uint64_t)(int64_t)nRanks));
     } else {
@@ -426,7 +428,7 @@ FR_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncEr
   if (c.slot < 0) return res;
   ncclResult_t err = *asyncError;
   if (err == ncclSuccess) {
-    if (!__atomic_load_n(&g_ctx.priv[c.slot].ready, __ATOMIC_ACQUIRE)) {
+    if (!__atomic_load_n(&g_comms.priv[c.slot].ready, __ATOMIC_ACQUIRE)) {
       comm_learn_shape(c.slot, comm);
       uint32_t expected = FR_COMM_INITIALIZING;
       __atomic_compare_exchange_n(&c.entry->state, &expected, (uint32_t)FR_COMM_LIVE, false,

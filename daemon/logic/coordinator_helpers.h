@@ -1,6 +1,6 @@
-// Small helpers the coordinator's units share (coordinator.cpp, coordinator_incidents.cpp,
-// coordinator_uploads.cpp, coordinator_recovery.cpp, coordinator_status.cpp); nothing outside
-// them includes this file.
+// Small helpers the coordinator's units share (its parts: node_table.cpp, comm_table.cpp,
+// incident_book.cpp, upload_tracker.cpp, recovery.cpp; and the coordinator_*.cpp that compose
+// them); nothing outside them includes this file.
 #pragma once
 
 #include <sys/stat.h>
@@ -10,7 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "daemon/logic/coordinator.h"
+#include <nlohmann/json.hpp>
+
+#include "daemon/base/status.h"
+#include "daemon/logic/coordinator_types.h"
+#include "daemon/logic/slow_detector.h"
 
 namespace fr::daemon::coordinator_helpers {
 

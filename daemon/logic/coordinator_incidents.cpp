@@ -1,6 +1,7 @@
-// The coordinator's incidents (coordinator.h): tick()'s passes (nodes gone silent, incidents
-// whose condition cleared, slow-rank findings, detection of a new incident), opening one and
-// asking the nodes to dump, its deadline, the dump set to assemble, and incident.json.
+// The coordinator's incidents across its parts (coordinator.h): tick()'s passes (nodes gone
+// silent, incidents whose condition cleared, slow-rank findings, detection of a new incident),
+// opening one and asking the nodes to dump, its deadline, the dump set to assemble, and what is
+// forgotten. The incidents themselves are in incident_book.h.
 #include "daemon/logic/coordinator.h"
 #include "daemon/logic/coordinator_helpers.h"
 #include "common/files.h"
@@ -33,35 +34,17 @@ std::string threshold_note(int64_t threshold_ns, const CommModel* m, const Stall
 
 void CoordinatorState::open(IncidentKind kind, const std::string& reason, int64_t now_mono,
                             Actions* actions, const Node* trigger, const SlowFinding* slow) {
-  Incident inc;
-  inc.kind = kind;
+  Incident& inc = incidents_.open(kind, reason, job_dir_name(), now_mono, cfg_.dump_deadline_ns);
   if (slow) {
     inc.slow = *slow;
     inc.culprits = slow_culprits(*slow);
   }
-  inc.reason = printable(reason, 512);
-  inc.job_id = job_dir_name();
-  std::string job_dir = cfg_.dump_dir + "/" + inc.job_id;
-  // Never reuse an id that a previous coordinator run left on disk.
-  do {
-    char b[32];
-    std::snprintf(b, sizeof b, "incident-%04d", next_incident_++);
-    inc.id = b;
-    inc.dir = job_dir + "/" + inc.id;
-  } while (is_dir(inc.dir));
-  // The directory exists from the start, so that a restarted coordinator still accepts the dumps
-  // nodes took for this incident.
-  std::string mkerr;
-  if (!fr::files::make_dirs(inc.dir, &mkerr)) inc.error = mkerr;
-  inc.opened_mono = now_mono;
-  inc.opened_real = real_ns();
-  inc.deadline_mono = now_mono + cfg_.dump_deadline_ns;
   inc.processes_seen = process_counts().summary();
   if (trigger) {
     inc.trigger_node = trigger->name;
-    inc.trigger_log = trigger->max_age_log;
-    inc.trigger_comm = trigger->max_age_comm;
-    inc.trigger_completed = trigger->max_age_completed;
+    inc.trigger_log = trigger->oldest.log;
+    inc.trigger_comm = trigger->oldest.comm;
+    inc.trigger_completed = trigger->oldest.completed;
   }
   for (auto& [name, n] : nodes_) {
     if (!n.connected || n.lost) continue;
@@ -74,110 +57,16 @@ void CoordinatorState::open(IncidentKind kind, const std::string& reason, int64_
       "; asking " + std::to_string(inc.asked.size()) + " node(s) to dump" +
       (inc.reason.find(inc.processes_seen) != std::string::npos ? ""
                                                                 : " (" + inc.processes_seen + ")"));
-  incidents_.push_back(std::move(inc));
-  persist(incidents_.back(), actions);
-  check_collected(incidents_.back(), now_mono, actions);
-}
-
-nlohmann::json CoordinatorState::incident_json(const Incident& inc) const {
-  nlohmann::json asked = nlohmann::json::array(), failed = nlohmann::json::object();
-  for (const auto& a : inc.asked) asked.push_back(a);
-  for (const auto& [k, v] : inc.failed) failed[k] = v;
-  nlohmann::json uploaded = nlohmann::json::array(), placed = nlohmann::json::array();
-  for (const auto& u : inc.uploaded) uploaded.push_back(u);
-  for (const auto& u : inc.placed) placed.push_back(u);
-  nlohmann::json procs = nlohmann::json::array();
-  for (const auto& p : inc.processes) procs.push_back(p);
-  return {
-      {"schema", "frd-incident/1"},
-      {"id", inc.id},
-      {"job_id", inc.job_id},
-      {"kind", incident_kind_name(inc.kind)},
-      {"state", incident_state_name(inc.state)},
-      {"reason", inc.reason},
-      {"processes_seen", inc.processes_seen},
-      {"opened_ns", inc.opened_real},
-      {"coordinator_id", coordinator_id_},
-      {"nodes_asked", asked},
-      {"nodes_uploaded", uploaded},
-      {"nodes_placed", placed},
-      {"nodes_failed", failed},
-      {"trigger",
-       {{"node", inc.trigger_node},
-        {"log", inc.trigger_log},
-        {"comm", inc.trigger_comm},
-        {"completed", inc.trigger_completed}}},
-      {"processes", procs},
-      {"verdict", inc.verdict_kind},
-      {"summary", inc.verdict_summary},
-      {"culprit_ranks", inc.culprits},
-      {"slow", inc.slow ? slow_json(*inc.slow) : nlohmann::json(nullptr)},
-      {"hook_fired", inc.hook_fired},
-      {"error", inc.error},
-      {"collect_seconds", inc.collected_mono ? secs(inc.collected_mono - inc.opened_mono) : 0.0}};
-}
-
-void CoordinatorState::persist(const Incident& inc, Actions* actions) const {
-  if (inc.dir.empty()) return;
-  actions->persist.emplace_back(inc.dir + "/incident.json", incident_json(inc).dump(2) + "\n");
-}
-
-bool CoordinatorState::take_hook(const std::string& incident_id, Actions* actions) {
-  Incident* inc = find(incident_id);
-  if (!inc || inc->hook_fired) return false;
-  inc->hook_fired = true;
-  persist(*inc, actions);
-  return true;
-}
-
-bool CoordinatorState::needed_by_incident(const std::string& node) const {
-  for (const auto& inc : incidents_)
-    if (!is_closed(inc.state) && (inc.asked.count(node) || inc.trigger_node == node)) return true;
-  return false;
+  persist(inc, actions);
+  check_collected(inc, now_mono, actions);
 }
 
 void CoordinatorState::forget(int64_t now_mono) {
-  // Forgetting is measured in minutes: a walk over the nodes once a second is plenty.
-  const bool walk = !forget_walked_ || now_mono - last_forget_mono_ >= 1'000'000'000 ||
-                    now_mono < last_forget_mono_;
-  if (walk) {
-    forget_walked_ = true;
-    last_forget_mono_ = now_mono;
-  }
-  for (auto it = nodes_.begin(); walk && it != nodes_.end();) {
-    const Node& n = it->second;
-    if (!n.connected && n.lost && now_mono - n.last_heartbeat_mono > cfg_.forget_after_ns &&
-        !needed_by_incident(n.name)) {
-      retained_bytes_ -= n.retained;
-      drop_members(it->second);
-      set_hints(it->second, false, false);
-      sessions_.erase(n.session);
-      nodes_forgotten_++;
-      it = nodes_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  // Communicators no member reported for as long as a lost node is kept.
-  for (auto it = models_.begin(); walk && it != models_.end();) {
-    if (it->second.waiting_members == 0 &&
-        now_mono - it->second.last_seen_mono > cfg_.forget_after_ns)
-      it = models_.erase(it);
-    else
-      ++it;
-  }
-  // Closed incidents stay on disk; memory keeps the latest few.
-  size_t closed = 0;
-  for (const auto& i : incidents_) closed += is_closed(i.state);
-  for (auto it = incidents_.begin();
-       closed > cfg_.max_closed_incidents && it != incidents_.end();) {
-    if (is_closed(it->state)) {
-      it = incidents_.erase(it);
-      closed--;
-    } else {
-      ++it;
-    }
-  }
+  // The nodes are walked at most once a second, and so are the communicators.
+  const bool walked = nodes_.forget(
+      now_mono, &comms_, [this](const std::string& node) { return incidents_.needs_node(node); });
+  if (walked) comms_.forget(now_mono);
+  incidents_.trim_closed(cfg_.max_closed_incidents);
 }
 
 void CoordinatorState::check_collected(Incident& inc, int64_t now_mono, Actions* actions) {
@@ -185,8 +74,8 @@ void CoordinatorState::check_collected(Incident& inc, int64_t now_mono, Actions*
   bool all = true;
   for (const auto& name : inc.asked) {
     if (inc.uploaded.count(name) || inc.failed.count(name)) continue;
-    auto n = nodes_.find(name);
-    if (n != nodes_.end() && n->second.lost) continue;  // it will not answer
+    const Node* n = nodes_.find(name);
+    if (n && n->lost) continue;  // it will not answer
     all = false;
     break;  // one is enough: this runs on every tick while thousands of nodes answer
   }
@@ -194,15 +83,13 @@ void CoordinatorState::check_collected(Incident& inc, int64_t now_mono, Actions*
   if (!all) {
     for (const auto& name : inc.asked)
       if (!inc.uploaded.count(name) && !inc.failed.count(name)) {
-        auto n = nodes_.find(name);
-        inc.failed[name] = n != nodes_.end() && n->second.connected
+        const Node* n = nodes_.find(name);
+        inc.failed[name] = n && n->connected
                                ? "connected, but its dump did not arrive before the deadline"
                                : "no dump before the deadline";
       }
   }
-  inc.state = IncidentState::kAnalyzing;
-  inc.collected_mono = now_mono;
-  last_dump_seconds_ = secs(now_mono - inc.opened_mono);
+  incidents_.mark_collected(inc, now_mono);
   actions->assemble.push_back(make_job(inc));
   persist(inc, actions);
 }
@@ -215,7 +102,7 @@ AssemblyJob CoordinatorState::make_job(const Incident& inc) const {
   j.reason = inc.reason;
   j.kind = incident_kind_name(inc.kind);
   j.time_ns = inc.opened_real;
-  j.expected_ranks = expected_ranks();
+  j.expected_ranks = nodes_.expected_ranks();
   j.processes = inc.processes;
   j.skipped = inc.skipped;
   // Nodes name their dumps' host after themselves (node.cpp), so offsets go by node name.
@@ -223,59 +110,28 @@ AssemblyJob CoordinatorState::make_job(const Incident& inc) const {
     if (inc.asked.count(name) || inc.uploaded.count(name))
       j.nodes.push_back({name, n.clock.offset_ns(), n.clock.has_offset()});
   for (const auto& [name, why] : inc.failed) {
-    auto n = nodes_.find(name);
-    if (n != nodes_.end() && n->second.connected && !n->second.lost) j.undelivered[name] = why;
+    const Node* n = nodes_.find(name);
+    if (n && n->connected && !n->lost) j.undelivered[name] = why;
   }
-  j.incident = incident_json(inc);
+  j.incident = incidents_.to_json(inc);
   return j;
 }
 
 Actions CoordinatorState::tick(int64_t now_mono) {
   Actions a;
-  std::vector<const Node*> newly_lost = mark_lost(now_mono, &a);
+  std::vector<const Node*> newly_lost = nodes_.mark_lost(now_mono, &comms_, &a.log);
   for (auto& inc : incidents_) check_collected(inc, now_mono, &a);
-  // While dumps come in, each one (in or failed) rewrites the whole incident.json: at 16k nodes a
-  // rewrite per tick took most of a core. Then it is written at most once a second; a change of
-  // state (check_collected) is written at once.
-  constexpr int64_t kProgressGapNs = 1'000'000'000;
-  for (auto& inc : incidents_)
-    if (inc.dirty && (inc.state != IncidentState::kCollecting ||
-                      now_mono - inc.progress_written_mono >= kProgressGapNs ||
-                      now_mono < inc.progress_written_mono)) {
-      inc.dirty = false;
-      inc.progress_written_mono = now_mono;
-      persist(inc, &a);
-    }
+  // A change of state (check_collected) is written at once; progress while dumps come in at
+  // most once a second.
+  incidents_.persist_changed(now_mono, &a);
   for (auto& inc : incidents_) close_if_cleared(inc, &a);
   age_findings(now_mono, &a);
-  if (!blocking()) detect(newly_lost, now_mono, &a);
+  if (!incidents_.blocking()) detect(newly_lost, now_mono, &a);
   slow_pass(now_mono, &a);
   // After detection: newly_lost points into nodes_, and a node lost just now is the news, not
   // something to forget (with --forget-after below the heartbeat timeout it would qualify).
   forget(now_mono);
   return a;
-}
-
-std::vector<const CoordinatorState::Node*> CoordinatorState::mark_lost(int64_t now_mono,
-                                                                       Actions* a) {
-  std::vector<const Node*> newly_lost;
-  // No node can be past the timeout before the earliest time one could (a walk over 16k nodes
-  // at every tick cost more than the heartbeats' bookkeeping).
-  if (now_mono < next_lost_check_mono_) return newly_lost;
-  next_lost_check_mono_ = INT64_MAX;
-  for (auto& [name, n] : nodes_) {
-    if (n.lost) continue;
-    if (now_mono - n.last_heartbeat_mono < cfg_.heartbeat_timeout_ns) {
-      next_lost_check_mono_ = std::min(next_lost_check_mono_, lost_at(n.last_heartbeat_mono));
-      continue;
-    }
-    n.lost = true;
-    drop_members(n);
-    a->log.push_back("frd coordinator: node " + name + " lost (silent for " +
-                     std::to_string(secs(now_mono - n.last_heartbeat_mono)) + " s)");
-    if (n.alive > 0) newly_lost.push_back(&n);
-  }
-  return newly_lost;
 }
 
 void CoordinatorState::close_if_cleared(Incident& inc, Actions* a) {
@@ -294,7 +150,7 @@ void CoordinatorState::close_if_cleared(Incident& inc, Actions* a) {
     if (n.lost) continue;
     if (n.alive || n.unrecorded) any_alive = true;
     if (!n.dead_since.empty()) any_dead = true;
-    if (n.max_age_ns > 0 && n.max_age_ns >= n.max_age_threshold_ns) any_stall = true;
+    if (n.oldest.stalled()) any_stall = true;
     if (n.name == inc.trigger_node)
       for (const auto& p : n.last.processes)
         if (p.log == inc.trigger_log) {
@@ -327,17 +183,8 @@ void CoordinatorState::close_if_cleared(Incident& inc, Actions* a) {
 
 void CoordinatorState::age_findings(int64_t now_mono, Actions* a) {
   // Slow-rank findings: inactive once not seen for a while; written when they change.
-  for (auto& f : findings_)
-    if (f.active && now_mono - f.last_mono > 10 * cfg_.heartbeat_interval_ns) {
-      f.active = false;
-      findings_dirty_ = true;
-      a->log.push_back("frd coordinator: rank " + std::to_string(f.rank) + " on " + f.comm_name +
-                       " no longer slow");
-    }
-  for (auto& line : pending_log_) a->log.push_back(std::move(line));
-  pending_log_.clear();
-  if (findings_dirty_ && !cfg_.dump_dir.empty()) {
-    findings_dirty_ = false;
+  comms_.age_findings(now_mono, &a->log);
+  if (!cfg_.dump_dir.empty() && comms_.take_findings_dirty()) {
     std::string mkerr;
     if (fr::files::make_dirs(cfg_.dump_dir + "/" + job_dir_name(), &mkerr))
       a->persist.emplace_back(findings_path(), findings_text());
@@ -360,10 +207,10 @@ void CoordinatorState::detect(const std::vector<const Node*>& newly_lost, int64_
     incidents_.back().unrecorded = true;
     return;
   }
-  if (dead_nodes_ == 0 && over_threshold_nodes_ == 0) return;
-  int alive = dead_nodes_ ? total_alive() : 0;
+  if (nodes_.dead_nodes() == 0 && nodes_.over_threshold_nodes() == 0) return;
+  int alive = nodes_.dead_nodes() ? nodes_.total_alive() : 0;
   for (const auto& [name, n] : nodes_) {
-    if (dead_nodes_ == 0) break;
+    if (nodes_.dead_nodes() == 0) break;
     if (n.lost || alive == 0) continue;
     for (const auto& [log, dead] : n.dead_since) {
       if (now_mono - dead.since < cfg_.dead_grace_ns) continue;
@@ -377,83 +224,63 @@ void CoordinatorState::detect(const std::vector<const Node*>& newly_lost, int64_
   for (const auto& [name, n] : nodes_) {
     // The age as last reported, not extrapolated: a node that stopped reporting (frozen) must
     // count as lost, not make its last ops look stalled. Nodes report a crossing at once.
-    if (n.lost || n.max_age_ns <= 0 || n.max_age_ns < n.max_age_threshold_ns) continue;
+    if (n.lost || !n.oldest.stalled()) continue;
     open(IncidentKind::kStall, stall_reason(n), now_mono, a, &n);
     return;
   }
 }
 
 std::string CoordinatorState::stall_reason(const Node& n) const {
-  if (n.max_age_xfer) {
-    const XferProgress& x = *n.max_age_xfer;
-    const std::string who = n.max_age_rank >= 0 ? "rank " + std::to_string(n.max_age_rank)
-                                                : "pid " + std::to_string(n.max_age_pid);
+  if (n.oldest.xfer) {
+    const XferProgress& x = *n.oldest.xfer;
+    const std::string who = n.oldest.rank >= 0 ? "rank " + std::to_string(n.oldest.rank)
+                                               : "pid " + std::to_string(n.oldest.pid);
     return who + " on node " + n.name + ": NIXL " + fr::log::xfer_op_name(x.oldest_op) + " of " +
            std::to_string(x.oldest_bytes) + " bytes from agent '" + x.local_agent + "' to agent '" +
            x.remote_agent +
            (x.oldest_status == FR_NIXL_ERR_REMOTE_DISCONNECT
                 ? "' failed (its remote went away), posted "
                 : "' in flight for ") +
-           std::to_string(secs(n.max_age_ns)).substr(0, 5) + " s" +
+           std::to_string(secs(n.oldest.age_ns)).substr(0, 5) + " s" +
            (x.oldest_status == FR_NIXL_ERR_REMOTE_DISCONNECT ? " ago (" : " (") +
            fr::log::nixl_status_name(x.oldest_status) + "; " + std::to_string(x.in_flight) +
            " in flight to it)" +
-           threshold_note(n.max_age_threshold_ns, comm_model(n.max_age_comm), policy_);
+           threshold_note(n.oldest.threshold_ns, comm_model(n.oldest.comm), comms_.policy());
   }
-  std::string op = n.max_age_op ? std::string(fr::log::op_name(uint16_t(n.max_age_op))) : "an op";
-  if (n.max_age_op && n.max_age_seq) op += " #" + std::to_string(n.max_age_seq);
-  std::string comm = n.max_age_comm_name.empty()
-                         ? "0x" + hex_id(n.max_age_comm)
-                         : n.max_age_comm_name + " (0x" + hex_id(n.max_age_comm) + ")";
-  return "rank " + std::to_string(n.max_age_rank) + " on node " + n.name + ": " + op +
+  std::string op = n.oldest.op ? std::string(fr::log::op_name(uint16_t(n.oldest.op))) : "an op";
+  if (n.oldest.op && n.oldest.seq) op += " #" + std::to_string(n.oldest.seq);
+  std::string comm = n.oldest.comm_name.empty()
+                         ? "0x" + hex_id(n.oldest.comm)
+                         : n.oldest.comm_name + " (0x" + hex_id(n.oldest.comm) + ")";
+  return "rank " + std::to_string(n.oldest.rank) + " on node " + n.name + ": " + op +
          " on communicator " + comm + " in flight for " +
-         std::to_string(secs(n.max_age_ns)).substr(0, 5) + " s" +
-         threshold_note(n.max_age_threshold_ns, comm_model(n.max_age_comm), policy_);
+         std::to_string(secs(n.oldest.age_ns)).substr(0, 5) + " s" +
+         threshold_note(n.oldest.threshold_ns, comm_model(n.oldest.comm), comms_.policy());
 }
 
 std::string CoordinatorState::trigger(const std::string& reason, int64_t now_mono,
                                       Actions* actions) {
-  for (auto& i : incidents_)
-    if (i.state == IncidentState::kCollecting || i.state == IncidentState::kAnalyzing) return i.id;
+  if (const Incident* busy = incidents_.collecting()) return busy->id;
   open(IncidentKind::kManual, reason.empty() ? "manual dump" : reason, now_mono, actions, nullptr);
   return incidents_.back().id;
 }
 
 void CoordinatorState::dump_status(uint64_t session, const std::string& incident_id, bool ok,
                                    const std::string& error, int64_t now_mono) {
-  Node* n = by_session(session);
-  Incident* inc = find(incident_id);
-  if (!n || !inc || ok || inc->uploaded.count(n->name)) return;
-  inc->failed[n->name] = printable(error, 256);
-  inc->dirty = true;
-  upload_failures_++;
   (void)now_mono;
+  Node* n = nodes_.by_session(session);
+  if (!n || ok) return;
+  uploads_.dump_failed(incident_id, n->name, error);
 }
 
 void CoordinatorState::assembled(const std::string& incident_id, const AssemblyResult& r,
                                  int64_t now_mono, Actions* actions) {
-  Incident* inc = find(incident_id);
+  Incident* inc = incidents_.find(incident_id);
   if (!inc) return;
-  inc->analyzed_mono = now_mono;
-  last_analysis_seconds_ = secs(now_mono - inc->collected_mono);
-  // An upload error (a full disk) stays visible after a dump set written without that dump.
-  if (!r.ok) inc->error = r.error;
-  inc->verdict_kind = r.verdict_kind;
-  inc->verdict_summary = r.verdict_summary;
-  inc->culprits = r.culprits;
-  if (inc->reassemble) {
-    inc->reassemble = false;
+  if (!incidents_.mark_analysed(*inc, r, now_mono)) {
     actions->assemble.push_back(make_job(*inc));
     persist(*inc, actions);
     return;
-  }
-  inc->state = inc->kind == IncidentKind::kManual ? IncidentState::kClosed : IncidentState::kOpen;
-  // A slow incident's verdict is the detector's: the dump set shows no hang, and the operator's
-  // hook must know whom to drain.
-  if (inc->kind == IncidentKind::kSlow && inc->slow) {
-    inc->verdict_kind = "slow";
-    inc->verdict_summary = inc->slow->evidence();
-    inc->culprits = slow_culprits(*inc->slow);
   }
   persist(*inc, actions);
   std::string culprits;

@@ -16,17 +16,11 @@ std::string CoordinatorState::findings_path() const {
   return cfg_.dump_dir + "/" + job_dir_name() + "/findings.json";
 }
 
-nlohmann::json CoordinatorState::findings_json() const {
-  nlohmann::json list = nlohmann::json::array();
-  for (const auto& f : findings_) list.push_back(finding_status(f));
-  return list;
-}
-
 std::string CoordinatorState::findings_text() const {
   nlohmann::json j = {{"schema", "frd-findings/1"},
                       {"job_id", job_dir_name()},
-                      {"coordinator_id", coordinator_id_},
-                      {"findings", findings_json()}};
+                      {"coordinator_id", coordinator_id()},
+                      {"findings", comms_.findings_json()}};
   return j.dump(2) + "\n";
 }
 
@@ -151,19 +145,20 @@ CoordinatorStatus CoordinatorState::status_snapshot(int64_t now_mono, const Stat
   }
   for (const auto& i : incidents_) snap.incidents.push_back(incident_status_of(i));
   for (const auto& f : slow_.findings()) snap.slow.push_back(slow_status(f));
-  for (const auto& f : findings_) snap.findings.push_back(finding_status(f));
+  for (const auto& f : comms_.findings()) snap.findings.push_back(finding_status(f));
   snap.processes = processes_status(process_counts());
-  snap.coordinator_id = coordinator_id_;
+  snap.coordinator_id = coordinator_id();
   snap.job_id = known_job();
-  snap.ranks = {expected_ranks(), known, alive, dead};
-  snap.node_counts = {nodes_.size(), connected, lost, nodes_forgotten_};
-  snap.retained_report_bytes = retained_bytes_;
-  snap.stall = {policy_.automatic ? "auto" : "fixed",
-                policy_.fixed_ns,
-                policy_.floor_ns,
-                policy_.cap_ns,
-                policy_.factor,
-                models_.size()};
+  snap.ranks = {nodes_.expected_ranks(), known, alive, dead};
+  snap.node_counts = {nodes_.size(), connected, lost, nodes_.nodes_forgotten()};
+  snap.retained_report_bytes = nodes_.retained_bytes();
+  const StallPolicy& policy = stall_policy();
+  snap.stall = {policy.automatic ? "auto" : "fixed",
+                policy.fixed_ns,
+                policy.floor_ns,
+                policy.cap_ns,
+                policy.factor,
+                comms_.size()};
   return snap;
 }
 
@@ -190,7 +185,7 @@ std::string CoordinatorState::metrics(int64_t now_mono) const {
       open++;
   }
   size_t slow = 0;
-  for (const auto& f : findings_) slow += f.active;
+  for (const auto& f : comms_.findings()) slow += f.active;
   PrometheusText o;
   o.family("frd_nodes", "gauge", "Node daemons known to the coordinator.")
       .sample("state", "connected", connected)
@@ -199,27 +194,28 @@ std::string CoordinatorState::metrics(int64_t now_mono) const {
   o.family("frd_ranks", "gauge", "Ranks (processes with a flight log) reported by the nodes.")
       .sample("state", "known", ranks)
       .sample("state", "alive", alive)
-      .sample("state", "expected", expected_ranks());
+      .sample("state", "expected", nodes_.expected_ranks());
   o.gauge("frd_heartbeat_age_max_seconds", "Oldest last heartbeat among connected nodes.", max_age);
-  o.counter("frd_heartbeats_total", "Heartbeats received.", heartbeats_total_);
+  o.counter("frd_heartbeats_total", "Heartbeats received.", nodes_.heartbeats_total());
   o.family("frd_incidents_total", "counter", "Incidents opened, by kind.");
   for (const char* k : {"stall", "rank_dead", "node_lost", "manual", "slow"})
     o.sample("kind", k, by_kind[k]);
   o.gauge("frd_incidents_open", "Incidents collecting, analysing or still open.", open);
   o.gauge("frd_dump_duration_seconds", "Last incident: from opening to every dump in.",
-          last_dump_seconds_);
+          incidents_.last_dump_seconds());
   o.gauge("frd_analysis_duration_seconds", "Last incident: writing and analysing the dump set.",
-          last_analysis_seconds_);
+          incidents_.last_analysis_seconds());
   o.counter("frd_upload_failures_total", "Dumps that failed to arrive or to be written.",
-            upload_failures_);
+            uploads_.failures());
   o.gauge("frd_retained_report_bytes", "Estimated bytes kept of the nodes' last reports.",
-          retained_bytes_);
-  o.counter("frd_reports_trimmed_total", "Reports cut to the memory bounds.", reports_trimmed_);
+          nodes_.retained_bytes());
+  o.counter("frd_reports_trimmed_total", "Reports cut to the memory bounds.",
+            nodes_.reports_trimmed());
   o.gauge("frd_slow_ranks", "Ranks their peers keep waiting for, the job still progressing.", slow);
   o.gauge("frd_learned_communicators", "Communicators whose normal op latency is learned.",
-          models_.size());
+          comms_.size());
   o.counter("frd_nodes_forgotten_total", "Lost nodes forgotten (no open incident needed them).",
-            nodes_forgotten_);
+            nodes_.nodes_forgotten());
   return o.take() + slow_metrics(slow_);
 }
 

@@ -11,12 +11,14 @@
 #include <thread>
 #include <vector>
 
+#include "nixl.h"
 #include "wrappers.h"
 
 namespace fr::agent {
 
 // What xfers.cpp needs of the rest of the agent.
-constinit Context g_ctx = {};
+constinit LogState g_log = {};
+constinit ClockState g_clock = {};
 constinit thread_local ThreadState t_state = {};
 uint64_t hash_u64(uint64_t h, uint64_t) { return h; }
 uint64_t hash_finish(uint64_t) { return 0; }  // one bucket for every handle
@@ -37,16 +39,16 @@ struct Table {
   fr_log_section sections[FR_SECTION_KINDS] = {};  // the transfer table's count and dropped
   std::vector<fr_xfer_entry> entries = std::vector<fr_xfer_entry>(kEntries);
   Table() {
-    fa::g_ctx.hdr = &header;
-    fa::g_ctx.sections = sections;
-    fa::g_ctx.xfers = entries.data();
-    fa::g_ctx.xfer_cap = kEntries;
+    fa::g_log.hdr = &header;
+    fa::g_log.sections = sections;
+    fa::g_log.xfers = entries.data();
+    fa::g_log.xfer_cap = kEntries;
   }
   ~Table() {
-    fa::g_ctx.xfers = nullptr;
-    fa::g_ctx.xfer_cap = 0;
-    fa::g_ctx.sections = nullptr;
-    fa::g_ctx.hdr = nullptr;
+    fa::g_log.xfers = nullptr;
+    fa::g_log.xfer_cap = 0;
+    fa::g_log.sections = nullptr;
+    fa::g_log.hdr = nullptr;
   }
 };
 

@@ -1,4 +1,4 @@
-// What a restarted coordinator recovers (daemon/logic/coordinator_recovery.cpp): incident ids of a
+// What a restarted coordinator recovers (daemon/logic/recovery.cpp): incident ids of a
 // previous run, its incidents when the job is not known yet, and when it judges them.
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-// Uploads as the coordinator's state machine sees them (daemon/logic/coordinator_uploads.cpp): unknown
+// Uploads as the coordinator's state machine sees them (daemon/logic/upload_tracker.cpp): unknown
 // incidents, unsafe names, dumps of another job.
 #include <catch2/catch.hpp>
 

@@ -1,7 +1,7 @@
-// What a restarted coordinator recovers (coordinator.h): the incidents a previous run left open
+// What a restarted coordinator recovers (recovery.h): the incidents a previous run left open
 // on disk (incident.json, read as untrusted input: bounded, names checked), and an incident of a
 // previous run that a node delivers a kept dump for. Partial uploads left behind are removed.
-#include "daemon/logic/coordinator.h"
+#include "daemon/logic/recovery.h"
 #include "daemon/logic/coordinator_helpers.h"
 
 #include <dirent.h>
@@ -99,7 +99,10 @@ void remove_staging(const std::string& incident_dir) {
 
 }  // namespace
 
-void CoordinatorState::recover() {
+Recovery::Recovery(const CoordinatorConfig& cfg) : cfg_(cfg) {}
+
+std::vector<Incident> Recovery::open_incidents() const {
+  std::vector<Incident> out;
   // Every job's directory when the job is not given: its incidents are ours to finish.
   std::vector<std::string> jobs;
   if (!cfg_.job_id.empty()) {
@@ -169,16 +172,18 @@ void CoordinatorState::recover() {
       // open: stays the active incident, so the same hang does not open a second one.
       inc.state = state == IncidentState::kAnalyzing ? IncidentState::kCollecting : state;
       inc.deadline_mono = state == IncidentState::kAnalyzing ? now : now + cfg_.dump_deadline_ns;
-      incidents_.push_back(std::move(inc));
+      out.push_back(std::move(inc));
     }
   }
+  return out;
 }
 
 // A dump for an incident of a previous coordinator run (the node kept it): accepted into that
 // incident's directory if it is there and not closed, and the dump set is written again.
-bool CoordinatorState::recover_incident(const DumpHeader& hdr, bool job_known, Incident** inc,
-                                        bool* duplicate, std::string* error) {
-  std::string job = hdr.job_id.empty() ? job_dir_name() : hdr.job_id;
+bool Recovery::incident_for_upload(const DumpHeader& hdr, const std::string& job_dir_name,
+                                   bool job_known, Incident* out, bool* duplicate,
+                                   std::string* error) const {
+  std::string job = hdr.job_id.empty() ? job_dir_name : hdr.job_id;
   auto dir_of = [&](const std::string& j) {
     return cfg_.dump_dir + "/" + j + "/" + hdr.incident_id;
   };
@@ -236,8 +241,7 @@ bool CoordinatorState::recover_incident(const DumpHeader& hdr, bool job_known, I
                                p.alive, p.records, p.overwritten, p.torn});
     for (const auto& s : m.skipped) rec.skipped.push_back({s.file, s.error});
   }
-  incidents_.push_back(std::move(rec));
-  *inc = &incidents_.back();
+  *out = std::move(rec);
   return true;
 }
 

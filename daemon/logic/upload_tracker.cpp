@@ -1,7 +1,7 @@
-// The coordinator's side of uploads (coordinator.h): whether a dump comes from the node that was
-// asked (its connection's upload key), where its files go, and what its arrival, or its failure,
-// does to the incident.
-#include "daemon/logic/coordinator.h"
+// The coordinator's side of uploads (upload_tracker.h): whether a dump comes from the node that
+// was asked (its connection's upload key), where its files go, and what its arrival, or its
+// failure, does to the incident.
+#include "daemon/logic/upload_tracker.h"
 #include "daemon/logic/coordinator_helpers.h"
 
 #include "daemon/base/names.h"
@@ -11,14 +11,18 @@ namespace fr::daemon {
 
 using namespace coordinator_helpers;
 
-bool CoordinatorState::check_uploader(const DumpHeader& hdr, const PeerAuth& auth,
-                                      std::string* error) const {
-  auto it = nodes_.find(hdr.node_name);
-  if (it == nodes_.end() || !it->second.connected) {
+UploadTracker::UploadTracker(IncidentBook* incidents, const NodeTable* nodes,
+                             const Recovery* recovery)
+    : incidents_(incidents), nodes_(nodes), recovery_(recovery) {}
+
+bool UploadTracker::check_uploader(const DumpHeader& hdr, const PeerAuth& auth,
+                                   std::string* error) const {
+  const Node* node = nodes_->find(hdr.node_name);
+  if (!node || !node->connected) {
     *error = "node " + printable(hdr.node_name, 64) + " is not connected";
     return false;
   }
-  const Node& n = it->second;
+  const Node& n = *node;
   if (hdr.upload_key.empty() || !equal_secret(hdr.upload_key, n.upload_key) ||
       auth.authenticated != n.authenticated || auth.principal != n.principal) {
     *error = "this upload does not come from node " + n.name + "'s connection";
@@ -31,7 +35,7 @@ bool CoordinatorState::check_uploader(const DumpHeader& hdr, const PeerAuth& aut
       *error = "file '" + printable(f.name, 80) + "' is not named after node " + n.name;
       return false;
     }
-  for (const auto& inc : incidents_)
+  for (const auto& inc : *incidents_)
     if (inc.id == hdr.incident_id && !inc.asked.empty() && !inc.asked.count(n.name) &&
         !inc.recovered) {
       *error = "node " + n.name + " was not asked to dump for " + inc.id;
@@ -40,8 +44,9 @@ bool CoordinatorState::check_uploader(const DumpHeader& hdr, const PeerAuth& aut
   return true;
 }
 
-bool CoordinatorState::begin_upload(const DumpHeader& hdr, std::string* dir, bool* duplicate,
-                                    std::string* error) {
+bool UploadTracker::begin_upload(const DumpHeader& hdr, const std::string& job_dir_name,
+                                 bool job_known, std::string* dir, bool* duplicate,
+                                 std::string* error) {
   *duplicate = false;
   if (!is_safe_name(hdr.incident_id, kMaxNameLen) || !is_safe_name(hdr.node_name, kMaxNameLen)) {
     *error = "bad incident id or node name";
@@ -51,15 +56,14 @@ bool CoordinatorState::begin_upload(const DumpHeader& hdr, std::string* dir, boo
     *error = "bad job id";
     return false;
   }
-  Incident* inc = find(hdr.incident_id);
+  Incident* inc = incidents_->find(hdr.incident_id);
   if (inc && !hdr.job_id.empty() && hdr.job_id != inc->job_id) {
     // Incident ids repeat across jobs: this is another job's dump that a node kept.
     *error = "dump of job " + hdr.job_id + " for " + hdr.incident_id + " of job " + inc->job_id;
     return false;
   }
-  bool job_known = !cfg_.job_id.empty() || !learned_job_.empty();
-  if (!inc && !hdr.job_id.empty() && job_known && hdr.job_id != job_dir_name()) {
-    *error = "dump of job " + hdr.job_id + ", not of this coordinator's job " + job_dir_name();
+  if (!inc && !hdr.job_id.empty() && job_known && hdr.job_id != job_dir_name) {
+    *error = "dump of job " + hdr.job_id + ", not of this coordinator's job " + job_dir_name;
     return false;
   }
   if (inc && is_closed(inc->state) && !inc->uploaded.count(hdr.node_name)) {
@@ -68,8 +72,11 @@ bool CoordinatorState::begin_upload(const DumpHeader& hdr, std::string* dir, boo
   }
   if (!inc) {
     // A dump for an incident of a previous coordinator run (the node kept it).
-    if (!recover_incident(hdr, job_known, &inc, duplicate, error)) return false;
+    Incident rec;
+    if (!recovery_->incident_for_upload(hdr, job_dir_name, job_known, &rec, duplicate, error))
+      return false;
     if (*duplicate) return true;
+    inc = &incidents_->add(std::move(rec));
   }
   if (inc->uploaded.count(hdr.node_name)) {
     *duplicate = true;
@@ -79,8 +86,8 @@ bool CoordinatorState::begin_upload(const DumpHeader& hdr, std::string* dir, boo
   return true;
 }
 
-void CoordinatorState::upload_done(const DumpHeader& hdr, int64_t now_mono, bool placed) {
-  Incident* inc = find(hdr.incident_id);
+void UploadTracker::upload_done(const DumpHeader& hdr, int64_t now_mono, bool placed) {
+  Incident* inc = incidents_->find(hdr.incident_id);
   if (!inc || inc->uploaded.count(hdr.node_name)) return;
   inc->uploaded.insert(hdr.node_name);
   inc->dirty = true;
@@ -104,14 +111,22 @@ void CoordinatorState::upload_done(const DumpHeader& hdr, int64_t now_mono, bool
   }
 }
 
-void CoordinatorState::upload_failed(const std::string& incident_id, const std::string& node,
-                                     const std::string& error, int64_t now_mono) {
-  (void)now_mono;
-  upload_failures_++;
-  Incident* inc = find(incident_id);
+void UploadTracker::upload_failed(const std::string& incident_id, const std::string& node,
+                                  const std::string& error) {
+  failures_++;
+  Incident* inc = incidents_->find(incident_id);
   if (!inc || inc->uploaded.count(node)) return;
   // The node keeps its dump and retries; until then this is only noted.
   inc->error = printable(node + ": " + error, 256);
+}
+
+void UploadTracker::dump_failed(const std::string& incident_id, const std::string& node,
+                                const std::string& error) {
+  Incident* inc = incidents_->find(incident_id);
+  if (!inc || inc->uploaded.count(node)) return;
+  inc->failed[node] = printable(error, 256);
+  inc->dirty = true;
+  failures_++;
 }
 
 }  // namespace fr::daemon
