@@ -38,9 +38,18 @@ IncidentBook::IncidentBook(std::string dump_dir, std::string coordinator_id)
     : dump_dir_(std::move(dump_dir)), coordinator_id_(std::move(coordinator_id)) {}
 
 Incident* IncidentBook::find(const std::string& id) {
-  for (auto& i : incidents_)
-    if (i.id == id) return &i;
-  return nullptr;
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : &incidents_[it->second];
+}
+
+const Incident* IncidentBook::find(const std::string& id) const {
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : &incidents_[it->second];
+}
+
+void IncidentBook::reindex() {
+  by_id_.clear();
+  for (size_t i = 0; i < incidents_.size(); ++i) by_id_.try_emplace(incidents_[i].id, i);
 }
 
 Incident* IncidentBook::active() {
@@ -87,11 +96,13 @@ Incident& IncidentBook::open(IncidentKind kind, const std::string& reason,
   inc.opened_real = real_ns();
   inc.deadline_mono = now_mono + deadline_ns;
   incidents_.push_back(std::move(inc));
+  by_id_.try_emplace(incidents_.back().id, incidents_.size() - 1);
   return incidents_.back();
 }
 
 Incident& IncidentBook::add(Incident inc) {
   incidents_.push_back(std::move(inc));
+  by_id_.try_emplace(incidents_.back().id, incidents_.size() - 1);
   return incidents_.back();
 }
 
@@ -176,6 +187,7 @@ void IncidentBook::trim_closed(size_t max_closed) {
   // Closed incidents stay on disk; memory keeps the latest few.
   size_t closed = 0;
   for (const auto& i : incidents_) closed += is_closed(i.state);
+  if (closed <= max_closed) return;
   for (auto it = incidents_.begin(); closed > max_closed && it != incidents_.end();) {
     if (is_closed(it->state)) {
       it = incidents_.erase(it);
@@ -184,6 +196,7 @@ void IncidentBook::trim_closed(size_t max_closed) {
       ++it;
     }
   }
+  reindex();
 }
 
 void IncidentBook::mark_collected(Incident& inc, int64_t now_mono) {

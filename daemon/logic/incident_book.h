@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -33,7 +34,10 @@ class IncidentBook {
   List::const_iterator end() const { return incidents_.end(); }
   Incident& back() { return incidents_.back(); }
 
+  // The incident with this id (an index, not a walk: /incidents/ID asks for one among every
+  // incident kept); null when none.
   Incident* find(const std::string& id);
+  const Incident* find(const std::string& id) const;
   // The incident collecting, being analysed or open, if any.
   Incident* active();
   // The incident that holds back automatic detection: any incident collecting or analysing, and
@@ -84,6 +88,10 @@ class IncidentBook {
   std::string dump_dir_;
   std::string coordinator_id_;
   List incidents_;
+  // Each incident's position in incidents_, by id (the first, should two share one): kept as
+  // incidents are added, rebuilt when trim_closed drops some.
+  std::unordered_map<std::string, size_t> by_id_;
+  void reindex();
   int next_incident_ = 1;
   double last_dump_seconds_ = 0;
   double last_analysis_seconds_ = 0;

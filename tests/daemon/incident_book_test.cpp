@@ -1,6 +1,7 @@
 // The coordinator's incidents on their own (daemon/logic/incident_book.h): ids that skip what a
 // previous run left, which incident is active or holds back detection, incident.json and when
-// it is written, the verdict hook's once-only flag, and the steps collected and analysed.
+// it is written, the verdict hook's once-only flag, the steps collected and analysed, and the
+// index by id.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -146,6 +147,34 @@ TEST_CASE("incident book: memory keeps the latest closed incidents", "[daemon]")
   REQUIRE(book.size() == 2);
   CHECK(book.list()[0].id == "incident-0003");  // not closed: kept
   CHECK(book.list()[1].id == "incident-0004");  // the latest closed one
+}
+
+TEST_CASE("incident book: an incident is found by its id after others are added and trimmed",
+          "[daemon]") {
+  TempDir dir;
+  IncidentBook book(dir.path, "c0ffee");
+  for (int i = 0; i < 4; ++i) book.open(IncidentKind::kManual, "m", "job1", 0, kSec);
+  Incident old;
+  old.id = "incident-0000";  // one a previous run left (recovery)
+  book.add(old);
+  REQUIRE(book.find("incident-0002"));
+  CHECK(book.find("incident-0002")->id == "incident-0002");
+  CHECK(book.find("incident-0000")->id == "incident-0000");
+  for (auto& inc : book)
+    if (inc.id != "incident-0003") inc.state = IncidentState::kClosed;
+  book.trim_closed(2);  // drops incident-0001 and -0002: the others move up
+  REQUIRE(book.size() == 3);
+  CHECK_FALSE(book.find("incident-0001"));
+  CHECK_FALSE(book.find("incident-0002"));
+  const IncidentBook& read_only = book;
+  for (const char* id : {"incident-0003", "incident-0004", "incident-0000"}) {
+    REQUIRE(read_only.find(id));
+    CHECK(read_only.find(id)->id == id);
+  }
+  book.open(IncidentKind::kManual, "m", "job1", 0, kSec);
+  REQUIRE(book.find("incident-0005"));
+  CHECK(book.find("incident-0005") == &book.back());
+  CHECK_FALSE(book.find("incident-9999"));
 }
 
 TEST_CASE("incident book: collected, then analysed, or assembled again", "[daemon]") {
