@@ -81,8 +81,7 @@ TEST_CASE("a dumped process keeps every field through its JSON", "[log]") {
   CHECK(skip.error == "bad magic");
 }
 
-TEST_CASE("a dumped process reads what is there and says when a field is missing or bad",
-          "[log]") {
+TEST_CASE("a dumped process reads what is there and says when a field is missing or bad", "[log]") {
   nlohmann::json j = full_process();
   j.erase("torn");
   SnapshotProcess p;
@@ -116,11 +115,11 @@ TEST_CASE("manifest.json is written byte for byte as before", "[log]") {
   std::string err;
   SnapshotProcess unknown;
   unknown.file = "rankunknown.node1.77.frlog";
-  REQUIRE(fr::log::write_manifest(
-      dir.path, "job-42", 1796205600123456789ull, {full_process(), unknown},
-      {{"/dev/shm/fr.bad.frlog", "bad magic: not a flight log"}},
-      {{"node0", 0, true}, {"node1", -2500, true}, {"node2", 0, false}}, "frd coordinator", 16,
-      &err));
+  REQUIRE(fr::log::write_manifest(dir.path, "job-42", 1796205600123456789ull,
+                                  {full_process(), unknown},
+                                  {{"/dev/shm/fr.bad.frlog", "bad magic: not a flight log"}},
+                                  {{"node0", 0, true}, {"node1", -2500, true}, {"node2", 0, false}},
+                                  "frd coordinator", 16, &err));
   const std::string want = R"({
   "expected_ranks": 16,
   "job_id": "job-42",
