@@ -295,10 +295,8 @@ AssemblyResult assemble(const AssemblyJob& job) {
       skipped.push_back({p.file, why});
   }
   skipped.insert(skipped.end(), job.skipped.begin(), job.skipped.end());
-  std::vector<fr::log::ManifestNode> nodes;
-  for (const auto& n : job.nodes) nodes.push_back({n.host, n.offset_ns, n.has_offset});
-  if (!fr::log::write_manifest(job.dir, job.job_id, uint64_t(job.time_ns), procs, skipped, nodes,
-                               "frd coordinator", job.expected_ranks, &err)) {
+  if (!fr::log::write_manifest(job.dir, job.job_id, uint64_t(job.time_ns), procs, skipped,
+                               job.nodes, "frd coordinator", job.expected_ranks, &err)) {
     r.error = "manifest: " + err;
     return r;
   }

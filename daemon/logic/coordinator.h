@@ -193,13 +193,8 @@ struct AssemblyJob {
   int expected_ranks = -1;
   std::vector<fr::log::SnapshotProcess> processes;
   std::vector<fr::log::SnapshotSkip> skipped;
-  struct NodeOffset {
-    std::string host;
-    int64_t offset_ns = 0;
-    bool has_offset = false;
-  };
-  std::vector<NodeOffset> nodes;
-  nlohmann::json incident;  // incident.json contents
+  std::vector<fr::log::ManifestNode> nodes;  // each node's host and clock offset
+  nlohmann::json incident;                   // incident.json contents
   // Nodes connected but whose dump did not arrive, with why: not lost, and said so.
   std::map<std::string, std::string> undelivered;
 };
