@@ -150,7 +150,7 @@ struct AssemblyJob {
   std::vector<fr::log::SnapshotProcess> processes;
   std::vector<fr::log::SnapshotSkip> skipped;
   std::vector<fr::log::ManifestNode> nodes;  // each node's host and clock offset
-  nlohmann::json incident;  // incident.json contents
+  nlohmann::json incident;                   // incident.json contents
   // Nodes connected but whose dump did not arrive, with why: not lost, and said so.
   std::map<std::string, std::string> undelivered;
 };
