@@ -1,10 +1,13 @@
 // The plain data the node and the coordinator exchange, free of any protocol: the gRPC adapters
-// convert to and from these (convert.h), and all logic is written and tested against them.
+// convert to and from these (convert.h), and all logic is written and tested against them. A
+// dumped process is the dump set's own record (fr::log::SnapshotProcess, log/manifest.h).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "log/manifest.h"
 
 namespace fr::daemon {
 
@@ -188,26 +191,6 @@ struct NodeReport {
   std::vector<std::string> gpu_alerts;  // "GPU 0000:3b:00.0 reported Xid 79", ...
 };
 
-// The part of a node's snapshot the coordinator needs to write the manifest.
-struct DumpProcess {
-  int rank = -1;
-  int world_size = -1;
-  int pid = 0;
-  std::string host;
-  std::string job_id;
-  std::string file;
-  std::string source;
-  bool alive = false;
-  uint64_t records = 0;
-  uint64_t overwritten = 0;
-  uint64_t torn = 0;
-};
-
-struct DumpSkip {
-  std::string file;
-  std::string error;
-};
-
 struct DumpFile {
   std::string name;
   uint64_t size = 0;
@@ -219,8 +202,9 @@ struct DumpHeader {
   std::string incident_id;
   std::string node_name;
   std::vector<DumpFile> files;
-  std::vector<DumpProcess> processes;
-  std::vector<DumpSkip> skipped;
+  // The node's snapshot, as the manifest will list it (one type from the log to the manifest).
+  std::vector<fr::log::SnapshotProcess> processes;
+  std::vector<fr::log::SnapshotSkip> skipped;
   int64_t snapshot_time_ns = 0;
   std::string job_id;      // the incident's job as the coordinator named it; may be empty
   std::string upload_key;  // the connection's secret (Welcome.upload_key); not stored

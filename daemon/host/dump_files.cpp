@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "daemon/base/crc32c.h"
-#include "daemon/base/model_json.h"
+#include "log/manifest.h"
 #include "log/safe_file.h"
 
 namespace fr::daemon {
@@ -93,7 +93,7 @@ nlohmann::json dump_header_json(const DumpHeader& h) {
   for (const auto& f : h.files)
     files.push_back({{"name", f.name}, {"size", f.size}, {"crc32c", f.crc32c}});
   for (const auto& p : h.processes) procs.push_back(p);
-  for (const auto& s : h.skipped) skipped.push_back({{"file", s.file}, {"error", s.error}});
+  for (const auto& s : h.skipped) skipped.push_back(s);
   return {{"incident_id", h.incident_id},
           {"node_name", h.node_name},
           {"job_id", h.job_id},
@@ -112,15 +112,11 @@ bool dump_header_from_json(const nlohmann::json& j, DumpHeader* h) {
     for (const auto& f : j.at("files"))
       h->files.push_back({f.at("name").get<std::string>(), f.at("size").get<uint64_t>(),
                           f.at("crc32c").get<uint32_t>()});
+    // The node's own file: every field of every entry must be there.
     for (const auto& p : j.at("processes"))
-      h->processes.push_back({p.at("rank").get<int>(), p.at("world_size").get<int>(),
-                              p.at("pid").get<int>(), p.at("host").get<std::string>(),
-                              p.at("job_id").get<std::string>(), p.at("file").get<std::string>(),
-                              p.at("source").get<std::string>(), p.at("alive").get<bool>(),
-                              p.at("records").get<uint64_t>(), p.at("overwritten").get<uint64_t>(),
-                              p.at("torn").get<uint64_t>()});
+      if (!fr::log::from_json(p, &h->processes.emplace_back())) return false;
     for (const auto& s : j.at("skipped"))
-      h->skipped.push_back({s.at("file").get<std::string>(), s.at("error").get<std::string>()});
+      if (!fr::log::from_json(s, &h->skipped.emplace_back())) return false;
     return true;
   } catch (const std::exception&) {
     return false;

@@ -289,29 +289,14 @@ AssemblyResult assemble(const AssemblyJob& job) {
   std::vector<fr::log::SnapshotSkip> skipped;
   for (const auto& p : job.processes) {
     std::string why;
-    if (!still_regular(job.dir + "/" + p.file, &why)) {
+    if (still_regular(job.dir + "/" + p.file, &why))
+      procs.push_back(p);
+    else
       skipped.push_back({p.file, why});
-      continue;
-    }
-    fr::log::SnapshotProcess s;
-    s.rank = p.rank;
-    s.world_size = p.world_size;
-    s.pid = p.pid;
-    s.host = p.host;
-    s.job_id = p.job_id;
-    s.file = p.file;
-    s.source = p.source;
-    s.alive = p.alive;
-    s.records = p.records;
-    s.overwritten = p.overwritten;
-    s.torn = p.torn;
-    procs.push_back(std::move(s));
   }
-  for (const auto& s : job.skipped) skipped.push_back({s.file, s.error});
-  std::vector<fr::log::ManifestNode> nodes;
-  for (const auto& n : job.nodes) nodes.push_back({n.host, n.offset_ns, n.has_offset});
-  if (!fr::log::write_manifest(job.dir, job.job_id, uint64_t(job.time_ns), procs, skipped, nodes,
-                               "frd coordinator", job.expected_ranks, &err)) {
+  skipped.insert(skipped.end(), job.skipped.begin(), job.skipped.end());
+  if (!fr::log::write_manifest(job.dir, job.job_id, uint64_t(job.time_ns), procs, skipped,
+                               job.nodes, "frd coordinator", job.expected_ranks, &err)) {
     r.error = "manifest: " + err;
     return r;
   }

@@ -8,7 +8,7 @@
 
 #include <algorithm>
 
-#include "daemon/base/model_json.h"
+#include "log/manifest.h"
 #include "daemon/base/names.h"
 #include "log/reader.h"
 

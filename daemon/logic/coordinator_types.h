@@ -101,8 +101,8 @@ struct Incident {
   std::set<std::string> uploaded;
   std::set<std::string> placed;               // of those, written by the node into a shared dir
   std::map<std::string, std::string> failed;  // node -> why
-  std::vector<DumpProcess> processes;
-  std::vector<DumpSkip> skipped;
+  std::vector<fr::log::SnapshotProcess> processes;
+  std::vector<fr::log::SnapshotSkip> skipped;
   // What triggered it (stall): the communicator and its completed counter at that time.
   std::string trigger_node;
   std::string trigger_log;
@@ -147,15 +147,10 @@ struct AssemblyJob {
   std::string kind;
   int64_t time_ns = 0;
   int expected_ranks = -1;
-  std::vector<DumpProcess> processes;
-  std::vector<DumpSkip> skipped;
-  struct NodeOffset {
-    std::string host;
-    int64_t offset_ns = 0;
-    bool has_offset = false;
-  };
-  std::vector<NodeOffset> nodes;
-  nlohmann::json incident;  // incident.json contents
+  std::vector<fr::log::SnapshotProcess> processes;
+  std::vector<fr::log::SnapshotSkip> skipped;
+  std::vector<fr::log::ManifestNode> nodes;  // each node's host and clock offset
+  nlohmann::json incident;                   // incident.json contents
   // Nodes connected but whose dump did not arrive, with why: not lost, and said so.
   std::map<std::string, std::string> undelivered;
 };

@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "common/files.h"
-#include "daemon/base/model_json.h"
+#include "log/manifest.h"
 #include "daemon/base/names.h"
 #include "daemon/logic/coordinator_helpers.h"
 

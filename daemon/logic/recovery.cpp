@@ -158,13 +158,12 @@ std::vector<Incident> Recovery::open_incidents() const {
       if (auto ps = j.find("processes"); ps != j.end() && ps->is_array())
         for (const auto& p : *ps) {
           if (!p.is_object() || inc.processes.size() >= 65536) break;
-          std::string file = jstr(p, "file");
-          if (!is_safe_name(file, 200)) continue;
-          inc.processes.push_back(
-              {p.value("rank", -1), p.value("world_size", -1), p.value("pid", 0), jstr(p, "host"),
-               jstr(p, "job_id"), file, jstr(p, "source"), p.value("alive", false),
-               p.value("records", uint64_t(0)), p.value("overwritten", uint64_t(0)),
-               p.value("torn", uint64_t(0))});
+          fr::log::SnapshotProcess sp;
+          fr::log::from_json(p, &sp);  // what is there: a file of an older coordinator too
+          if (!is_safe_name(sp.file, 200)) continue;
+          for (std::string* text : {&sp.host, &sp.job_id, &sp.source})
+            *text = printable(*text, 512);
+          inc.processes.push_back(std::move(sp));
         }
       inc.verdict_kind = jstr(j, "verdict");
       inc.verdict_summary = jstr(j, "summary");
@@ -236,10 +235,8 @@ bool Recovery::incident_for_upload(const DumpHeader& hdr, const std::string& job
   std::string merr;
   if (fr::log::read_manifest(d, &m, &merr)) {
     rec.opened_real = int64_t(m.time_ns);
-    for (const auto& p : m.processes)
-      rec.processes.push_back({p.rank, p.world_size, p.pid, p.host, p.job_id, p.file, p.source,
-                               p.alive, p.records, p.overwritten, p.torn});
-    for (const auto& s : m.skipped) rec.skipped.push_back({s.file, s.error});
+    rec.processes = std::move(m.processes);
+    rec.skipped = std::move(m.skipped);
   }
   *out = std::move(rec);
   return true;

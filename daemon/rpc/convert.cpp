@@ -204,8 +204,8 @@ void from_proto(const fr::v1::Heartbeat& in, NodeReport* r) {
     const auto& q = in.unrecorded(int(i));
     UnrecordedProcess& u = r->unrecorded[i];
     u.pid = q.pid();
-    u.rank = q.rank() >= -1 && q.rank() <= (1 << 24) ? q.rank() : -1;
-    u.world_size = q.world_size() >= -1 && q.world_size() <= (1 << 24) ? q.world_size() : -1;
+    u.rank = rank_or_unknown(q.rank());
+    u.world_size = rank_or_unknown(q.world_size());
     u.job_id = printable(q.job_id(), 64);
     u.file = printable(q.file(), 64);
     u.torch = q.torch();
@@ -226,25 +226,8 @@ void to_proto(const DumpHeader& in, fr::v1::UploadHeader* out) {
     g->set_size(f.size);
     g->set_crc32c(f.crc32c);
   }
-  for (const auto& p : in.processes) {
-    auto* q = out->add_processes();
-    q->set_rank(p.rank);
-    q->set_world_size(p.world_size);
-    q->set_pid(p.pid);
-    q->set_host(p.host);
-    q->set_job_id(p.job_id);
-    q->set_file(p.file);
-    q->set_source(p.source);
-    q->set_alive(p.alive);
-    q->set_records(p.records);
-    q->set_overwritten(p.overwritten);
-    q->set_torn(p.torn);
-  }
-  for (const auto& s : in.skipped) {
-    auto* t = out->add_skipped();
-    t->set_file(s.file);
-    t->set_error(s.error);
-  }
+  for (const auto& p : in.processes) to_proto(p, out->add_processes());
+  for (const auto& s : in.skipped) to_proto(s, out->add_skipped());
 }
 
 DumpHeader from_proto(const fr::v1::UploadHeader& in) {
@@ -259,16 +242,52 @@ DumpHeader from_proto(const fr::v1::UploadHeader& in) {
     h.files.push_back({g.name().substr(0, 256), g.size(), g.crc32c()});
   for (const auto& q : in.processes()) {
     if (h.processes.size() >= 4096) break;
-    h.processes.push_back({q.rank(), q.world_size(), q.pid(), printable(q.host(), 64),
-                           printable(q.job_id(), 64), q.file().substr(0, 256),
-                           printable(q.source(), 256), q.alive(), q.records(), q.overwritten(),
-                           q.torn()});
+    h.processes.push_back(from_proto(q));
   }
   for (const auto& t : in.skipped()) {
     if (h.skipped.size() >= 1024) break;
-    h.skipped.push_back({printable(t.file(), 256), printable(t.error(), 256)});
+    h.skipped.push_back(from_proto(t));
   }
   return h;
+}
+
+void to_proto(const fr::log::SnapshotProcess& in, fr::v1::SnapshotProcess* out) {
+  out->set_rank(in.rank);
+  out->set_world_size(in.world_size);
+  out->set_pid(in.pid);
+  out->set_host(in.host);
+  out->set_job_id(in.job_id);
+  out->set_file(in.file);
+  out->set_source(in.source);
+  out->set_alive(in.alive);
+  out->set_records(in.records);
+  out->set_overwritten(in.overwritten);
+  out->set_torn(in.torn);
+}
+
+fr::log::SnapshotProcess from_proto(const fr::v1::SnapshotProcess& in) {
+  fr::log::SnapshotProcess p;
+  p.rank = in.rank();
+  p.world_size = in.world_size();
+  p.pid = in.pid();
+  p.host = printable(in.host(), 64);
+  p.job_id = printable(in.job_id(), 64);
+  p.file = in.file().substr(0, 256);  // checked, not rewritten: an unsafe name refuses the dump
+  p.source = printable(in.source(), 256);
+  p.alive = in.alive();
+  p.records = in.records();
+  p.overwritten = in.overwritten();
+  p.torn = in.torn();
+  return p;
+}
+
+void to_proto(const fr::log::SnapshotSkip& in, fr::v1::SnapshotSkip* out) {
+  out->set_file(in.file);
+  out->set_error(in.error);
+}
+
+fr::log::SnapshotSkip from_proto(const fr::v1::SnapshotSkip& in) {
+  return {printable(in.file(), 256), printable(in.error(), 256)};
 }
 
 }  // namespace fr::daemon

@@ -14,6 +14,9 @@ constexpr size_t kMaxCommsPerProcess = 4096;
 // decoded, two on the wire).
 constexpr size_t kMaxCommsPerHeartbeat = 65536;
 
+// A rank or a size as the coordinator keeps it: -1 (unknown) to 2^24, anything else -1.
+inline int rank_or_unknown(int32_t v) { return v >= -1 && v <= (1 << 24) ? v : -1; }
+
 void to_proto(const NodeReport& in, fr::v1::Heartbeat* out);
 NodeReport from_proto(const fr::v1::Heartbeat& in);
 // The same into *out, whatever it held before, reusing its memory: the coordinator decodes every
@@ -27,5 +30,14 @@ DumpStatusReport from_proto(const fr::v1::DumpStatus& in);
 
 void to_proto(const DumpHeader& in, fr::v1::UploadHeader* out);
 DumpHeader from_proto(const fr::v1::UploadHeader& in);
+
+// A dumped process and a skipped log: the one mapping between the dump set's records
+// (log/manifest.h) and the wire, which the upload header uses. Text arrives printable and cut
+// (host and job at 64, source, skipped file and error at 256); a process's file is cut at 256
+// and otherwise left for the receiver to check.
+void to_proto(const fr::log::SnapshotProcess& in, fr::v1::SnapshotProcess* out);
+fr::log::SnapshotProcess from_proto(const fr::v1::SnapshotProcess& in);
+void to_proto(const fr::log::SnapshotSkip& in, fr::v1::SnapshotSkip* out);
+fr::log::SnapshotSkip from_proto(const fr::v1::SnapshotSkip& in);
 
 }  // namespace fr::daemon

@@ -73,10 +73,9 @@ bool NodeDaemon::take_dump(const Key& k, std::string* error) {
       return false;
     }
     h.files.push_back(f);
-    h.processes.push_back({p.rank, p.world_size, p.pid, p.host, p.job_id, p.file, p.source, p.alive,
-                           p.records, p.overwritten, p.torn});
   }
-  for (const auto& s : res.skipped) h.skipped.push_back({s.file, s.error});
+  h.processes = res.processes;
+  h.skipped = res.skipped;
   // Processes under fr-run without a flight log: their stacks go beside their torch dump's name.
   std::set<int> logged;
   for (const auto& p : res.processes) logged.insert(p.pid);

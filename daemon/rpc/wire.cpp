@@ -41,7 +41,10 @@ bool contiguous(const grpc::ByteBuffer& b, grpc::Slice* one, std::vector<grpc::S
 // returns false, having written part of *out), and protobuf's decoder decides: a field it does
 // not know or of another wire type, a string that is not plain ASCII (protobuf checks UTF-8), a
 // tag or varint in more bytes than needed, an echo given twice, counts past from_proto's bounds,
-// and every malformed message. On what it takes, it gives what protobuf and from_proto give.
+// and every malformed message. On what it takes, it gives what protobuf and from_proto give. It
+// knows every field of the Heartbeat message: wire_test.cpp walks the message's descriptor and
+// fails, naming the field, on one this decoder gives up or decodes otherwise, so a field added to
+// frd.proto is added here too.
 // Wire types, and a field's one-byte tag.
 constexpr uint32_t kVarint = 0, kBytes = 2;
 constexpr uint32_t field(uint32_t number, uint32_t type) { return number << 3 | type; }
@@ -53,8 +56,7 @@ class Fast {
   bool heartbeat(NodeReport* out, fr::v1::PingEcho* echo) {
     out->seq = 0;
     out->node_time_ns = 0;
-    out->unrecorded.clear();  // field 7: never on this path (it takes the slow one)
-    size_t procs = 0, unreadable = 0, alerts = 0;
+    size_t procs = 0, unreadable = 0, alerts = 0, unrecorded = 0;
     size_t comms_left = kMaxCommsPerHeartbeat;
     bool echoed = false;
     uint64_t v;
@@ -90,6 +92,13 @@ class Fast {
         case field(6, kBytes):
           if (!text(&s) || !add(s, &alerts, &out->gpu_alerts)) return false;
           break;
+        case field(7, kBytes): {
+          if (unrecorded == UnrecordedProcess::kMaxPerNode) return false;
+          if (unrecorded == out->unrecorded.size()) out->unrecorded.emplace_back();
+          Fast sub(nullptr, nullptr);
+          if (!enter(&sub) || !sub.unrecorded(&out->unrecorded[unrecorded++])) return false;
+          break;
+        }
         default: return false;
       }
     }
@@ -97,6 +106,7 @@ class Fast {
     out->processes.resize(procs);
     out->unreadable.resize(unreadable);
     out->gpu_alerts.resize(alerts);
+    out->unrecorded.resize(unrecorded);
     return true;
   }
 
@@ -181,10 +191,17 @@ class Fast {
     p->last_record_age_ns = 0;
     p->flags = 0;
     p->xfer_pairs_cut = 0;
-    size_t links = 0;
+    size_t links = 0, xfers = 0;
     uint64_t v;
     while (p_ < end_) {
       const uint32_t t = tag();
+      if (t == field(13, kBytes)) {
+        if (xfers == ProcessReport::kMaxXferPairs) return false;
+        if (xfers == p->xfers.size()) p->xfers.emplace_back();
+        Fast sub(nullptr, nullptr);
+        if (!enter(&sub) || !sub.xfer(&p->xfers[xfers++])) return false;
+        continue;
+      }
       if (t == field(15, kBytes)) {
         if (links == ProcessReport::kMaxLinks) return false;
         if (links == p->links.size()) p->links.emplace_back();
@@ -220,6 +237,7 @@ class Fast {
       }
     }
     p->comms.resize(comms);
+    p->xfers.resize(xfers);
     p->links.resize(links);
     sanitize_name_into(log, 200, &p->log);
     printable_into(job, 64, &p->job_id);
@@ -285,7 +303,7 @@ class Fast {
   }
 
   bool link(LinkTiming* l) {
-    uint64_t f[8] = {};
+    uint64_t f[9] = {};
     if (!flat(f)) return false;
     *l = {f[1],
           int32_t(f[2]),
@@ -293,7 +311,59 @@ class Fast {
           f[4] != 0,
           f[5],
           uint32_t(f[6]),
-          int64_t(f[7]) < 0 ? 0 : int64_t(f[7])};
+          int64_t(f[7]) < 0 ? 0 : int64_t(f[7]),
+          uint32_t(f[8])};
+    return true;
+  }
+
+  // Varint fields 1..N-1 of a message, by field number, but for its two text fields (numbers
+  // text_a and text_b, into *a and *b); false on anything else.
+  template <size_t N>
+  bool mixed(uint64_t (&f)[N], uint32_t text_a, std::string_view* a, uint32_t text_b,
+             std::string_view* b) {
+    uint64_t v;
+    while (p_ < end_) {
+      const uint32_t t = tag();
+      if (t == field(text_a, kBytes) || t == field(text_b, kBytes)) {
+        if (!text(t == field(text_a, kBytes) ? a : b)) return false;
+        continue;
+      }
+      if ((t & 7) != kVarint || (t >> 3) == 0 || (t >> 3) >= N || (t >> 3) == text_a ||
+          (t >> 3) == text_b || !varint(&v))
+        return false;
+      f[t >> 3] = v;
+    }
+    return true;
+  }
+
+  bool xfer(XferProgress* x) {
+    std::string_view local, remote;
+    uint64_t f[10] = {};
+    if (!mixed(f, 1, &local, 2, &remote)) return false;
+    printable_into(local, 64, &x->local_agent);
+    printable_into(remote, 64, &x->remote_agent);
+    x->in_flight = uint32_t(f[3]);
+    x->oldest_age_ns = int64_t(f[4]) < 0 ? 0 : int64_t(f[4]);
+    x->oldest_key = f[5];
+    x->oldest_op = uint32_t(f[6]);
+    x->oldest_bytes = f[7];
+    x->oldest_status = int32_t(f[8]);
+    x->completed = f[9];
+    return true;
+  }
+
+  bool unrecorded(UnrecordedProcess* u) {
+    std::string_view job, file;
+    uint64_t f[9] = {};
+    if (!mixed(f, 4, &job, 5, &file)) return false;
+    u->pid = int32_t(f[1]);
+    u->rank = rank_or_unknown(int32_t(f[2]));
+    u->world_size = rank_or_unknown(int32_t(f[3]));
+    printable_into(job, 64, &u->job_id);
+    printable_into(file, 64, &u->file);
+    u->torch = f[6] != 0;
+    u->torch_seq = f[7];
+    u->torch_idle_ns = int64_t(f[8]) < 0 ? 0 : int64_t(f[8]);
     return true;
   }
 

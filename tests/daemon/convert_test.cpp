@@ -1,11 +1,15 @@
 // The heartbeat's decoding (daemon/rpc/convert.h): what a node reports arrives bounded and printable,
 // and decoding into a report that held another node's heartbeat gives what a fresh decode gives.
+// A dump's header and its dumped processes (log/manifest.h's records) keep every field through the
+// one proto mapping, dump.json and the manifest's JSON.
 #include <catch2/catch.hpp>
 
 #include <string>
 #include <vector>
 
+#include "daemon/host/dump_files.h"
 #include "daemon/rpc/convert.h"
+#include "proto_fill.h"
 #include "report_compare.h"
 
 using namespace fr::daemon;
@@ -122,4 +126,78 @@ TEST_CASE("a heartbeat's names, text and counts arrive bounded", "[daemon]") {
   REQUIRE(fresh.unreadable.size() == 64);
   CHECK(fresh.unreadable[0] == "x-unreadable-0");
   CHECK(fresh.unreadable[1] == std::string(256, '?') + "...");
+}
+
+// The proto message's fields, walked by its descriptor: each one set to a value of its own, through
+// from_proto, to_json, from_json and to_proto, comes back; and the JSON names it as the proto does.
+TEST_CASE("a dumped process keeps every field through proto and JSON", "[daemon]") {
+  using namespace fr::daemon::test;
+  fr::v1::SnapshotProcess wire;
+  Filler().all(&wire);
+  const fr::log::SnapshotProcess p = from_proto(wire);
+  const nlohmann::json j = p;
+  const google::protobuf::Descriptor* d = wire.GetDescriptor();
+  CHECK(j.size() == size_t(d->field_count()));
+  for (int i = 0; i < d->field_count(); ++i) {
+    INFO(d->field(i)->name());
+    CHECK(j.contains(d->field(i)->name()));
+  }
+  fr::log::SnapshotProcess read;
+  CHECK(fr::log::from_json(j, &read));
+  fr::v1::SnapshotProcess back;
+  to_proto(read, &back);
+  std::string why;
+  const bool same = same_message(back, wire, &why);
+  INFO(why);
+  CHECK(same);
+
+  fr::v1::SnapshotSkip skip_wire;
+  Filler().all(&skip_wire);
+  const nlohmann::json sj = from_proto(skip_wire);
+  fr::log::SnapshotSkip skip;
+  CHECK(fr::log::from_json(sj, &skip));
+  fr::v1::SnapshotSkip skip_back;
+  to_proto(skip, &skip_back);
+  CHECK(same_message(skip_back, skip_wire, &why));
+}
+
+TEST_CASE("a dump header keeps every field through proto and dump.json", "[daemon]") {
+  using namespace fr::daemon::test;
+  fr::v1::UploadHeader wire;
+  Filler().all(&wire);
+  const DumpHeader h = from_proto(wire);
+  fr::v1::UploadHeader back;
+  to_proto(h, &back);
+  std::string why;
+  bool same = same_message(back, wire, &why);
+  INFO(why);
+  CHECK(same);
+  // dump.json, the node's own copy, holds all of it but the connection's secret.
+  DumpHeader read;
+  REQUIRE(dump_header_from_json(dump_header_json(h), &read));
+  CHECK(read.upload_key.empty());
+  read.upload_key = h.upload_key;
+  fr::v1::UploadHeader again;
+  to_proto(read, &again);
+  same = same_message(again, wire, &why);
+  INFO(why);
+  CHECK(same);
+  // The node reads its own file strictly: a process without a field is refused.
+  nlohmann::json j = dump_header_json(h);
+  j["processes"][1].erase("torn");
+  CHECK_FALSE(dump_header_from_json(j, &read));
+}
+
+TEST_CASE("a dumped process arrives bounded", "[daemon]") {
+  fr::v1::SnapshotProcess wire;
+  wire.set_host(std::string("h\x01", 2) + std::string(100, 'b'));
+  wire.set_job_id(std::string(100, 'j'));
+  wire.set_file(std::string(300, 'f'));
+  wire.set_source(std::string(300, 's'));
+  const fr::log::SnapshotProcess p = from_proto(wire);
+  CHECK(p.host.substr(0, 2) == "h?");
+  CHECK(p.host.size() == 64 + 3);
+  CHECK(p.job_id.size() == 64 + 3);
+  CHECK(p.file == std::string(256, 'f'));  // cut, not rewritten: the receiver checks it
+  CHECK(p.source.size() == 256 + 3);
 }

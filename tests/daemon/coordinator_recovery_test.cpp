@@ -65,3 +65,57 @@ TEST_CASE("a recovered incident is not judged before its nodes report", "[daemon
   st.tick(2 * kSec);
   CHECK(state_of(2 * kSec) != "open");
 }
+
+TEST_CASE("a restarted coordinator reads the dumped processes of an older incident.json",
+          "[daemon]") {
+  TempDir dir;
+  std::string err;
+  const std::string inc_dir = dir.path + "/job1/incident-0001";
+  REQUIRE(fr::files::make_dirs(inc_dir, &err));
+  // As a coordinator of a previous version wrote it, with what a damaged file may hold besides:
+  // a rank of the wrong type, a host with a control character, a file that leaves the directory.
+  const nlohmann::json inc = {{"schema", "frd-incident/1"},
+                              {"id", "incident-0001"},
+                              {"kind", "stall"},
+                              {"state", "collecting"},
+                              {"reason", "x"},
+                              {"processes",
+                               {{{"rank", 3},
+                                 {"world_size", 16},
+                                 {"pid", 4245},
+                                 {"host", "node0"},
+                                 {"job_id", "job1"},
+                                 {"file", "node0-rank3.node0.4245.frlog"},
+                                 {"source", "/dev/shm/fr.job1.node0.4245.frlog"},
+                                 {"alive", true},
+                                 {"records", 18446744073709551615ull},
+                                 {"overwritten", 311},
+                                 {"torn", 2}},
+                                {{"rank", "four"},
+                                 {"pid", 77},
+                                 {"host",
+                                  "no\x01"
+                                  "de1"},
+                                 {"file", "node1-rank4.frlog"}},
+                                {{"rank", 5}, {"file", "../../etc/passwd"}}}}};
+  REQUIRE(fr::files::write_atomic(inc_dir + "/incident.json", inc.dump(), &err));
+  CoordinatorState st(config(dir.path));
+  REQUIRE(st.incidents().size() == 1);
+  const auto& procs = st.incidents()[0].processes;
+  REQUIRE(procs.size() == 2);
+  CHECK(procs[0].rank == 3);
+  CHECK(procs[0].world_size == 16);
+  CHECK(procs[0].pid == 4245);
+  CHECK(procs[0].host == "node0");
+  CHECK(procs[0].job_id == "job1");
+  CHECK(procs[0].file == "node0-rank3.node0.4245.frlog");
+  CHECK(procs[0].source == "/dev/shm/fr.job1.node0.4245.frlog");
+  CHECK(procs[0].alive);
+  CHECK(procs[0].records == 18446744073709551615ull);
+  CHECK(procs[0].overwritten == 311);
+  CHECK(procs[0].torn == 2);
+  CHECK(procs[1].rank == -1);  // not a number: unknown, and the rest is read
+  CHECK(procs[1].pid == 77);
+  CHECK(procs[1].host == "no?de1");
+  CHECK(procs[1].file == "node1-rank4.frlog");
+}

@@ -13,6 +13,7 @@
 
 #include "daemon/rpc/convert.h"
 #include "daemon/rpc/wire.h"
+#include "proto_fill.h"
 #include "report_compare.h"
 
 using namespace fr::daemon;
@@ -144,6 +145,49 @@ TEST_CASE("heartbeats as nodes send them take the fast decoder and decode as pro
         }
   CHECK(fast == n);
   CHECK(d.fast_decodes() == uint64_t(n));
+}
+
+// The walk over the Heartbeat message's descriptor: every field, the ones added after this test
+// included, goes through from_proto and back through to_proto unchanged (so same_report, which
+// compares reports in their wire form, compares every field), and the fast decoder takes it and
+// decodes it as protobuf and from_proto do. A field that one of them drops, decodes
+// otherwise or leaves to protobuf's slower way fails here, by its name.
+TEST_CASE("every field of a heartbeat goes through from_proto and to_proto unchanged", "[daemon]") {
+  using namespace fr::daemon::test;
+  std::string why;
+  fr::v1::Heartbeat all;
+  Filler().all(&all);
+  all.clear_echo();  // not the report's: the decoders hand it back beside the report
+  fr::v1::Heartbeat back;
+  to_proto(from_proto(all), &back);
+  // The differences name the field ("deleted: processes[0].links[1].state").
+  const bool same = same_message(back, all, &why);
+  INFO(why);
+  CHECK(same);
+}
+
+TEST_CASE("the fast decoder takes every field of a heartbeat and decodes it as protobuf does",
+          "[daemon]") {
+  using namespace fr::daemon::test;
+  HeartbeatDecoder d;
+  NodeReport reused;
+  std::vector<FieldPath> leaves;
+  leaf_fields(fr::v1::Heartbeat::descriptor(), {}, &leaves);
+  for (Fill fill : {Fill::kPlain, Fill::kHostile})
+    for (int k = 0; k < 4; ++k) {
+      INFO((fill == Fill::kPlain ? "plain" : "hostile") << " values, variant " << k);
+      fr::v1::NodeMessage m;
+      Filler{fill, k}.all(m.mutable_heartbeat());
+      CHECK(agrees(d, reused, m.SerializeAsString()));
+      // One field at a time, so that the one the fast decoder gives up on is named.
+      for (const FieldPath& path : leaves) {
+        INFO(path_name(path));
+        fr::v1::NodeMessage one;
+        Filler filler{fill, k};
+        set_path(one.mutable_heartbeat(), path, &filler);
+        CHECK(agrees(d, reused, one.SerializeAsString()));
+      }
+    }
 }
 
 TEST_CASE("the shapes the fast decoder leaves to protobuf decode the same", "[daemon]") {
