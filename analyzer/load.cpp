@@ -455,11 +455,11 @@ Loaded load_one(const Job& job, LoadMode mode) {
         if (i < r.sides.size()) {
           out.procs.back().torch_version = std::move(r.sides[i].version);
           out.procs.back().torch_io = std::move(r.sides[i].io);
+          out.procs.back().torch_groups = std::move(r.sides[i].groups);
         }
         for (const auto& rec : log.records)  // the reader keeps each entry's op_id there
           if (rec.raw.op_index > 0 && fr::log::op_is_collective(rec.raw.op))
-            out.procs.back().torch_op_ids.push_back(
-                {rec.raw.comm_id, rec.raw.seq, rec.raw.op_index});
+            tp.torch_op_ids.push_back({rec.raw.comm_id, rec.raw.seq, rec.raw.op_index});
       }
       // frd takes the stacks of a process it asked torch to dump beside that dump.
       if (!job.no_stacks) load_stacks(job.dir, job.rel, job.path, &out.procs, &out.warnings);
