@@ -248,6 +248,7 @@ struct Proc {
   // PyTorch dumps: the process groups (torch's name and description per communicator id), for
   // the call sites read from the dump when a verdict names one of its ops (torch_join.cpp).
   std::vector<fr::analyzer::torch::TorchGroup> torch_groups;
+  std::pair<uint64_t, uint64_t> file_id{0, 0};  // PyTorch dumps: the file's (st_dev, st_ino)
   // fr's flight log of a rank that torch's dump also covers: that dump, read as a Proc of its
   // own (merge_views), for joining torch's process groups to fr's communicators.
   std::shared_ptr<const Proc> torch_view;

@@ -196,8 +196,8 @@ json read_site(const Model& m, const TorchOp& t, const std::vector<int>& ranks, 
       fr::analyzer::torch::TorchCallSite read;
       std::string err;
       found = cache->emplace(key, std::nullopt).first;
-      if (fr::analyzer::torch::read_torch_call_site(tp->file, t.group->name, t.seq, t.p2p, &read,
-                                                    &err))
+      if (fr::analyzer::torch::read_torch_call_site(tp->file, tp->file_id, t.group->name, t.seq,
+                                                    t.p2p, &read, &err))
         found->second = std::move(read);
     }
     if (!found->second) continue;

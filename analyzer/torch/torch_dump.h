@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "log/reader.h"
@@ -62,10 +63,12 @@ inline constexpr size_t kMaxFrameText = 512;
 // The stack torch recorded with collective `seq` (collective_seq_id; p2p_seq_id when `p2p`) of
 // process group `pg_name` in the dump at `path`. Reading the frames is kept out of
 // read_torch_dump (they are most of a dump's bytes); an analysis asks for the few entries its
-// verdict names. False with `error` when the file cannot be read or holds no such entry (or the
-// entry no frames).
-bool read_torch_call_site(const std::string& path, const std::string& pg_name, int64_t seq,
-                          bool p2p, TorchCallSite* out, std::string* error);
+// verdict names. `file_id` (st_dev, st_ino), when not {0, 0}: the file read before, which
+// must still be the one at `path`. False with `error` when the file cannot be read, is another
+// file, or holds no such entry (or the entry no frames).
+bool read_torch_call_site(const std::string& path, std::pair<uint64_t, uint64_t> file_id,
+                          const std::string& pg_name, int64_t seq, bool p2p, TorchCallSite* out,
+                          std::string* error);
 // Of frames innermost first, the innermost one outside torch's own package; -1 when none.
 int torch_user_frame(const std::vector<TorchFrame>& frames);
 

@@ -162,13 +162,23 @@ int torch_user_frame(const std::vector<TorchFrame>& frames) {
   return -1;
 }
 
-bool read_torch_call_site(const std::string& path, const std::string& pg_name, int64_t seq,
-                          bool p2p, TorchCallSite* out, std::string* error) {
+bool read_torch_call_site(const std::string& path, std::pair<uint64_t, uint64_t> file_id,
+                          const std::string& pg_name, int64_t seq, bool p2p, TorchCallSite* out,
+                          std::string* error) {
   *out = {};
   error->clear();
-  std::string bytes;
-  if (!fr::log::read_regular_file(path, kMaxFileBytes, &bytes, error, fr::log::Links::kFollow))
+  fr::log::OpenedFile f = fr::log::open_regular(path, fr::log::Links::kFollow);
+  if (!f.ok()) {
+    *error = f.message;
     return false;
+  }
+  if (file_id != std::pair<uint64_t, uint64_t>{0, 0} &&
+      file_id != std::pair<uint64_t, uint64_t>{uint64_t(f.st.st_dev), uint64_t(f.st.st_ino)}) {
+    *error = path + ": not the file read before (replaced since)";
+    return false;
+  }
+  std::string bytes;
+  if (!fr::log::read_all(f.fd.get(), kMaxFileBytes, &bytes, error, path)) return false;
   const Want w{pg_name, seq, p2p};
   if (!bytes.empty() && static_cast<unsigned char>(bytes[0]) == 0x80)
     return site_from_pickle(bytes, w, out, error);

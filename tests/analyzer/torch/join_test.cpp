@@ -10,6 +10,7 @@
 #include <string>
 
 #include "analyzer/analyze.h"
+#include "analyzer/html.h"
 #include "analyzer/torch/torch_detail.h"
 #include "analyzer/torch/torch_dump.h"
 #include "log/reader.h"
@@ -176,6 +177,8 @@ TEST_CASE("torch join: a rank torch shows issuing the op without a NCCL call is 
   const std::string text = fr::analyzer::render_text(fr::analyzer::Analysis::from_json(a), false);
   CHECK(text.find("torch: rank 3 issued it in torch, but no NCCL call for it came") !=
         std::string::npos);
+  const std::string page = fr::analyzer::render_incident_html(a, {});
+  CHECK(page.find("<p class=\"torch\">torch: rank 3 issued it in torch") != std::string::npos);
 }
 
 TEST_CASE("torch join: torch's numbers shifted from NCCL's still join", "[torch][join]") {
@@ -228,15 +231,15 @@ TEST_CASE("torch call sites: read from torch 2.15's own pickle dumps (gloo)", "[
       std::string(FR_SOURCE_DIR) + "/tests/analyzer/torch/data/torch-2.15-gloo/hang/bytes";
   t::TorchCallSite site;
   std::string err;
-  REQUIRE(t::read_torch_call_site(dir + "/fr_rank_0", "0", 11, false, &site, &err));
+  REQUIRE(t::read_torch_call_site(dir + "/fr_rank_0", {0, 0}, "0", 11, false, &site, &err));
   REQUIRE(site.user == 2);
   CHECK(site.frames[0].function == "all_reduce");
   CHECK(site.frames[2].function == "rank_main");
   CHECK(site.frames[2].line == 95);
   CHECK(site.frames[2].file.find("fr_torch_job.py") != std::string::npos);
-  CHECK_FALSE(t::read_torch_call_site(dir + "/fr_rank_0", "0", 99, false, &site, &err));
+  CHECK_FALSE(t::read_torch_call_site(dir + "/fr_rank_0", {0, 0}, "0", 99, false, &site, &err));
   CHECK(err == "no such entry");
-  CHECK_FALSE(t::read_torch_call_site(dir + "/none", "0", 11, false, &site, &err));
+  CHECK_FALSE(t::read_torch_call_site(dir + "/none", {0, 0}, "0", 11, false, &site, &err));
 
   std::string fatal;
   json a = fr::analyzer::analyze_paths({dir}, {}, &fatal);
@@ -258,7 +261,8 @@ TEST_CASE("torch call sites: read from torch 2.15's own pickle dumps (gloo)", "[
   CHECK_FALSE(b["verdict"]["torch"].contains("call_site"));
 }
 
-TEST_CASE("torch call sites: frames are bounded per entry and per name", "[torch][join]") {
+TEST_CASE("torch call sites: frames are bounded, and read from the file read before",
+          "[torch][join]") {
   fr::test::TempDir tmp;
   json frames = json::array();
   for (int i = 0; i < 500; ++i)
@@ -270,8 +274,13 @@ TEST_CASE("torch call sites: frames are bounded per entry and per name", "[torch
   std::ofstream(tmp.path + "/nccl_trace_rank_0") << d.dump();
   t::TorchCallSite site;
   std::string err;
-  REQUIRE(t::read_torch_call_site(tmp.path + "/nccl_trace_rank_0", "0", 1, false, &site, &err));
+  REQUIRE(
+      t::read_torch_call_site(tmp.path + "/nccl_trace_rank_0", {0, 0}, "0", 1, false, &site, &err));
   CHECK(site.frames.size() == t::kMaxTorchFrames);
   CHECK(site.frames[0].function.size() == t::kMaxFrameText);
   CHECK(site.user == 0);
+  // Another file than the one read before (its device and inode differ) is not read.
+  CHECK_FALSE(
+      t::read_torch_call_site(tmp.path + "/nccl_trace_rank_0", {1, 1}, "0", 1, false, &site, &err));
+  CHECK(err.find("not the file read before") != std::string::npos);
 }
