@@ -298,6 +298,9 @@ bool SlowDetector::judge(int64_t now_mono) {
     // A rank slow on its host or GPU slows every link it is on: those are not blamed.
     std::set<int> blamed;
     for (size_t i = before; i < now.size(); ++i) blamed.insert(now[i].rank);
+    // So does one late and not a finding yet (its cause waits for the GPU's counters).
+    for (const auto& [_, m] : c.members)
+      if (m.host_streak > 0) blamed.insert(m.global_rank);
     std::vector<SlowFinding> links;
     // Where the senders' states tell which link the others wait for, they decide: a slow link
     // stretches the step times of the links that wait for it too.
@@ -581,11 +584,32 @@ bool SlowDetector::judge_wire(uint64_t id, Comm& c, int64_t now_mono,
   return true;
 }
 
+namespace {
+
+// How much a finding's cause rests on: kernel times (a GPU finding of judge_gpus, or a host whose
+// kernels were judged), the GPU's progress counters, or call times alone.
+int weight(const SlowFinding& f) {
+  if (f.cause == SlowCause::kLink) return 2;
+  if (f.gpu_timed || (f.cause == SlowCause::kGpu && f.peers_busy_share == 0)) return 2;
+  return f.peers_busy_share > 0 ? 1 : 0;
+}
+
+}  // namespace
+
 bool SlowDetector::merge(std::vector<SlowFinding> now, int64_t now_mono) {
   (void)now_mono;
   bool changed = false;
+  // One finding per rank or link: where several communicators judged it, the one whose cause
+  // rests on the most (the first of those).
+  std::map<std::string, size_t> best;
+  for (size_t i = 0; i < now.size(); ++i) {
+    auto [it, fresh] = best.emplace(now[i].subject(), i);
+    if (!fresh && weight(now[i]) > weight(now[it->second])) it->second = i;
+  }
   std::set<std::string> seen;
-  for (auto& f : now) {
+  for (size_t i = 0; i < now.size(); ++i) {
+    SlowFinding& f = now[i];
+    if (best[f.subject()] != i) continue;
     const std::string key = f.key();
     if (!seen.insert(key).second) continue;  // one finding per key, the first communicator's
     missing_.erase(key);
