@@ -152,6 +152,7 @@ Analysis analyze_model(const Model& m, const Options& opts) {
   mark_consequences(a.verdict, &a.findings);
   a.skew = std::move(skew.table);
   add_context(m, &a);
+  add_torch_context(m, &a);
   return a;
 }
 

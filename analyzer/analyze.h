@@ -41,6 +41,11 @@ std::string render_text(const nlohmann::json& analysis, bool color);
 // A dump set that mixes jobs, in one sentence ("this dump set mixes 2 jobs: ..."); empty when it
 // does not. Every view says it first, above the verdict, which covers one job alone.
 std::string mixed_jobs_text(const Inputs& inputs);
+// A finding's `torch` object (torch's view of its op, torch_join.cpp) in words, for the text view
+// and the page: "torch: process group default_pg (name 0), collective #11, called at
+// train.py:42 in rank_main (rank 0's stack)", and a second line for the ranks torch shows issuing
+// the op while no NCCL call came. Empty when the finding has none.
+std::vector<std::string> torch_lines(const Finding& f);
 // `text` with every control byte but '\n' written as \xNN; with `color`, the text view's own
 // styles kept as they are.
 std::string terminal_safe(const std::string& text, bool color);

@@ -184,6 +184,7 @@ void verdict_card(std::ostringstream& o, const Finding& v) {
     }
   }
   o << "</div>";
+  for (const auto& line : torch_lines(v)) o << "<p class=\"torch\">" << html_escape(line) << "</p>";
   if (v.mismatch) {
     o << "<p>" << html_escape(v.mismatch->field) << " differs:";
     for (const auto& x : v.mismatch->values)

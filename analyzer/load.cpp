@@ -399,7 +399,8 @@ Loaded load_stacks_only(const Job& job) {
 
 // torch records no dump time (its reader takes the newest entry's): the file's modification time
 // stands for it when later than every entry by less than an hour (not copied or touched since).
-void dump_time_from_file(const struct stat& st, Proc* p) {
+void facts_from_file(const struct stat& st, Proc* p) {
+  p->file_id = {uint64_t(st.st_dev), uint64_t(st.st_ino)};  // its stacks are read again from it
   const uint64_t mtime = uint64_t(st.st_mtim.tv_sec) * 1'000'000'000ull + st.st_mtim.tv_nsec;
   const uint64_t newest = p->heartbeat_ns;
   if (p->snapshot_ns != newest || newest == 0) return;  // the dump carries its own time
@@ -451,15 +452,14 @@ Loaded load_one(const Job& job, LoadMode mode) {
         Proc& tp = out.procs.back();
         if (tp.host.empty()) tp.host = job.hint.host;  // torch records no host; the manifest does
         if (tp.rank < 0 && job.hint.rank >= 0) tp.rank = job.hint.rank;
-        dump_time_from_file(file.st, &tp);
+        facts_from_file(file.st, &tp);
         if (i < r.sides.size()) {
-          out.procs.back().torch_version = std::move(r.sides[i].version);
-          out.procs.back().torch_io = std::move(r.sides[i].io);
+          tp.torch_version = std::move(r.sides[i].version), tp.torch_io = std::move(r.sides[i].io);
+          tp.torch_groups = std::move(r.sides[i].groups);
         }
         for (const auto& rec : log.records)  // the reader keeps each entry's op_id there
           if (rec.raw.op_index > 0 && fr::log::op_is_collective(rec.raw.op))
-            out.procs.back().torch_op_ids.push_back(
-                {rec.raw.comm_id, rec.raw.seq, rec.raw.op_index});
+            tp.torch_op_ids.push_back({rec.raw.comm_id, rec.raw.seq, rec.raw.op_index});
       }
       // frd takes the stacks of a process it asked torch to dump beside that dump.
       if (!job.no_stacks) load_stacks(job.dir, job.rel, job.path, &out.procs, &out.warnings);

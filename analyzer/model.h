@@ -16,6 +16,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -244,6 +245,13 @@ struct Proc {
   // whose arguments torch_args.cpp compares.
   std::string torch_version;
   std::vector<fr::analyzer::torch::TorchIo> torch_io;
+  // PyTorch dumps: the process groups (torch's name and description per communicator id), for
+  // the call sites read from the dump when a verdict names one of its ops (torch_join.cpp).
+  std::vector<fr::analyzer::torch::TorchGroup> torch_groups;
+  std::pair<uint64_t, uint64_t> file_id{0, 0};  // PyTorch dumps: the file's (st_dev, st_ino)
+  // fr's flight log of a rank that torch's dump also covers: that dump, read as a Proc of its
+  // own (merge_views), for joining torch's process groups to fr's communicators.
+  std::shared_ptr<const Proc> torch_view;
 };
 
 // The replay an op of `p` was made from, or nullptr for an op the program called itself.
@@ -316,6 +324,10 @@ Analysis analyze_model(const Model& model, const Options& opts);
 
 // Joins the stacks and GPU health of the dump set into a finished analysis (context.cpp).
 void add_context(const Model& model, Analysis* analysis);
+// torch's process groups and call sites joined into a finished analysis (torch_join.cpp): the
+// `torch` object of the verdict and findings on a torch group or on fr's communicator a group
+// joins, and the document's `torch_joins`.
+void add_torch_context(const Model& model, Analysis* analysis);
 // Makes `kept` and `other`, two views of one rank of different kinds ("fr", "torch", "stacks"),
 // one in `kept` (views.cpp); false when they are of one kind (a duplicate, left to the caller).
 bool merge_views(Proc* kept, Proc* other, std::vector<Skip>* warnings);

@@ -8,6 +8,8 @@
 //   - evidence.cpp and skew.cpp: each stall as a Finding with its evidence rows, and the per-rank
 //     lateness at collectives;
 //   - context.cpp: stacks and GPU health joined in after the verdict;
+//   - torch_join.cpp: torch's process groups joined to fr's communicators, and the Python call
+//     site of the op a verdict names, from torch's dumps;
 //   - analyze.cpp: runs the passes in order and assembles the Analysis (result.h).
 // The passes read the Model and add to one AnalysisState; nothing here is global.
 #pragma once

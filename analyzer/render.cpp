@@ -255,6 +255,7 @@ void verdict_block(std::ostringstream& out, const Finding& v, const Style& st) {
         << ", " << v.seq_kind << " seq " << v.seq << " " << v.op << "\n";
   }
   if (!v.culprit_ranks.empty()) out << "  culprit ranks: " << ranks_text(v.culprit_ranks) << "\n";
+  for (const auto& line : torch_lines(v)) out << "  " << line << "\n";
   if (v.mismatch) {
     out << "  " << v.mismatch->field << " values:";
     for (const auto& x : v.mismatch->values)

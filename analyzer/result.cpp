@@ -266,7 +266,8 @@ Analysis Analysis::from_json(const json& doc) {
   for (const auto& r : doc.value("skew", json::array()))
     a.skew.push_back({r.value("rank", -1), r.value("mean_late_ns", int64_t{0}),
                       r.value("max_late_ns", int64_t{0}), r.value("collectives", uint64_t{0})});
-  for (const char* k : {"stack_groups", "stacks_unavailable", "gpus", "gpus_unavailable"})
+  for (const char* k :
+       {"stack_groups", "stacks_unavailable", "gpus", "gpus_unavailable", "torch_joins"})
     if (doc.contains(k)) a.context[k] = doc[k];
   return a;
 }

@@ -1,6 +1,8 @@
 // One process seen twice in a dump set: fr's flight log and torch's own dump of the same rank
 // (frd asks fr-run's hook for it at every incident), or either and the stacks frd took of it.
-// The view that holds more is matched; the other lends its stacks, host and pid.
+// The view that holds more is matched; the other lends its stacks, host and pid, and torch's
+// dump stays beside fr's log for the join of its process groups (torch_join.cpp).
+#include <memory>
 #include <utility>
 
 #include "analyzer/model.h"
@@ -35,6 +37,12 @@ bool merge_views(Proc* kept, Proc* other, std::vector<Skip>* warnings) {
         {other->file, "rank " + std::to_string(kept->rank) + ": " +
                           (other->source_kind == "torch" ? "torch's dump" : "fr's flight log") +
                           " read beside " + kept->file + ", which is matched (it holds more)"});
+  // torch's dump of a rank fr's log is matched for stays beside it: its process groups' names
+  // and call sites join fr's communicators (torch_join.cpp).
+  if (kept->source_kind == "fr" && other->source_kind == "torch") {
+    other->stacks = {};
+    kept->torch_view = std::make_shared<const Proc>(std::move(*other));
+  }
   return true;
 }
 

@@ -54,7 +54,8 @@
 //                        of all timestamps)
 //     thread_id          -> tid (low 32 bits when numeric)
 //     duration_ms, timeout_ms, frames, thread_name: not kept (a pickle's are never even
-//                        turned into values); output_dtypes only when inputs have none
+//                        turned into values; the frames of the entries a verdict names are read
+//                        apart, torch_frames.cpp); output_dtypes only when inputs have none
 //     input and output counts and dtypes: beside the log (TorchSide, torch_dump.h) for
 //                        all_to_all and every entry whose output differs from its input
 //   version            -> TorchSide::version as well (mixed versions are a finding)
@@ -125,6 +126,7 @@ class DumpConverter {
       out->io.push_back({groups_[e.group].id, uint64_t(e.seq), uint16_t(e.op), e.in_count,
                          e.out_count, e.in_dtype, e.out_dtype});
     }
+    for (const Group& g : groups_) out->groups.push_back({g.id, g.name, g.desc});
   }
 
  private:

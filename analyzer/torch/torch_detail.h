@@ -30,6 +30,9 @@ TorchReadResult convert_torch_document(const nlohmann::json& doc, const std::str
 std::string torch_export_text(const std::vector<fr::log::LogFile>& logs, size_t index,
                               bool pickle_form);
 
+// Whether JSON text nests deeper than the reader accepts (128 levels); checked before parsing.
+bool torch_json_too_deep(std::string_view text);
+
 // Whether the first bytes of a file look like a Flight Recorder dump (JSON or pickle).
 bool sniff_torch_dump(std::string_view head);
 

@@ -42,7 +42,14 @@ bool is_dump(const json& j) {
   return j.is_object() && (j.contains("pg_config") || j.contains("entries"));
 }
 
-bool json_too_deep(std::string_view text) {
+// Through fr::log's safe_file: a FIFO or device path is refused, never opened (it would block).
+bool read_file(const std::string& path, std::string* out, std::string* error) {
+  return fr::log::read_regular_file(path, kMaxFileBytes, out, error, fr::log::Links::kFollow);
+}
+
+}  // namespace
+
+bool torch_json_too_deep(std::string_view text) {
   size_t depth = 0;
   bool in_str = false, esc = false;
   for (char c : text) {
@@ -65,13 +72,6 @@ bool json_too_deep(std::string_view text) {
   }
   return false;
 }
-
-// Through fr::log's safe_file: a FIFO or device path is refused, never opened (it would block).
-bool read_file(const std::string& path, std::string* out, std::string* error) {
-  return fr::log::read_regular_file(path, kMaxFileBytes, out, error, fr::log::Links::kFollow);
-}
-
-}  // namespace
 
 uint64_t torch_pg_comm_id(std::string_view pg_name, const std::vector<int64_t>& ranks) {
   if (pg_name.size() == 16) {
@@ -338,7 +338,7 @@ TorchReadResult read_torch_dump_bytes(std::string_view bytes, const std::string&
     }
     return r;
   }
-  if (json_too_deep(bytes)) {
+  if (torch_json_too_deep(bytes)) {
     r.error = name + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels";
     return r;
   }

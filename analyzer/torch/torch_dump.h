@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "log/reader.h"
@@ -29,11 +30,47 @@ struct TorchIo {
   std::string in_dtype, out_dtype;
 };
 
-// Per dump: the recorder's version ("2.10") and its entries' TorchIo, in record order.
+// A process group as the dump names it: torch's name ("0", "1", ...) and description
+// ("default_pg", a new_group's group_desc), and the communicator id the reader gave it.
+struct TorchGroup {
+  uint64_t comm_id = 0;
+  std::string name, desc;
+};
+
+// Per dump: the recorder's version ("2.10"), its entries' TorchIo, in record order, and its
+// process groups.
 struct TorchSide {
   std::string version;
   std::vector<TorchIo> io;
+  std::vector<TorchGroup> groups;
 };
+
+// One frame of the Python stack torch keeps with each entry ("frames": name, filename, line).
+struct TorchFrame {
+  std::string function, file;
+  int64_t line = -1;
+};
+
+// The Python stack of one entry, innermost first, and which frame is its call site: the
+// innermost one outside torch's own package (the program's line that issued the collective).
+struct TorchCallSite {
+  std::vector<TorchFrame> frames;  // at most kMaxTorchFrames, each name cut to kMaxFrameText
+  int user = -1;                   // index into frames; -1 when every frame is torch's
+};
+inline constexpr size_t kMaxTorchFrames = 32;
+inline constexpr size_t kMaxFrameText = 512;
+
+// The stack torch recorded with collective `seq` (collective_seq_id; p2p_seq_id when `p2p`) of
+// process group `pg_name` in the dump at `path`. Reading the frames is kept out of
+// read_torch_dump (they are most of a dump's bytes); an analysis asks for the few entries its
+// verdict names. `file_id` (st_dev, st_ino), when not {0, 0}: the file read before, which
+// must still be the one at `path`. False with `error` when the file cannot be read, is another
+// file, or holds no such entry (or the entry no frames).
+bool read_torch_call_site(const std::string& path, std::pair<uint64_t, uint64_t> file_id,
+                          const std::string& pg_name, int64_t seq, bool p2p, TorchCallSite* out,
+                          std::string* error);
+// Of frames innermost first, the innermost one outside torch's own package; -1 when none.
+int torch_user_frame(const std::vector<TorchFrame>& frames);
 
 struct TorchReadResult {
   std::vector<fr::log::LogFile> logs;

@@ -230,6 +230,10 @@ void to_json(json& j, const StatusSlow& s) {
        {"step_without_ns", s.step_without_ns},
        {"loss_percent", s.loss_percent}};
   if (s.late_share) j["late_share"] = *s.late_share;
+  j["share"] = s.share;
+  j["kernel_timed"] = s.kernel_timed;
+  if (s.busy_share) j["busy_share"] = *s.busy_share;
+  if (s.peers_busy_share) j["peers_busy_share"] = *s.peers_busy_share;
   if (s.where)
     j["where"] = {{"waiting_rank", s.where->waiting_rank},
                   {"peer_rank", s.where->peer_rank},
@@ -371,6 +375,12 @@ void from_json(const json& j, StatusSlow& s) {
   get(j, "loss_percent", &s.loss_percent);
   if (j.contains("late_share") && j["late_share"].is_number())
     s.late_share = j["late_share"].get<double>();
+  get(j, "share", &s.share);
+  get(j, "kernel_timed", &s.kernel_timed);
+  if (j.contains("busy_share") && j["busy_share"].is_number())
+    s.busy_share = j["busy_share"].get<double>();
+  if (j.contains("peers_busy_share") && j["peers_busy_share"].is_number())
+    s.peers_busy_share = j["peers_busy_share"].get<double>();
   if (j.contains("where") && j["where"].is_object()) {
     StatusSlow::Where w;
     get(j["where"], "waiting_rank", &w.waiting_rank);

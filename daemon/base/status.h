@@ -96,6 +96,10 @@ struct StatusSlow {
   int64_t value_ns = 0, others_ns = 0, step_ns = 0, step_without_ns = 0;
   double loss_percent = 0;
   std::optional<double> late_share;  // host
+  // What the evidence is built from beyond the above (a restarted coordinator reads it back).
+  double share = 0;
+  bool kernel_timed = false;
+  std::optional<double> busy_share, peers_busy_share;  // both or neither
   struct Where {
     int waiting_rank = -1, peer_rank = -1, channel = -1;
   };

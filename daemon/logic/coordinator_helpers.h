@@ -3,6 +3,8 @@
 // them); nothing outside them includes this file.
 #pragma once
 
+#include <optional>
+
 #include <sys/stat.h>
 
 #include <cstdint>
@@ -43,6 +45,9 @@ StatusSlow slow_status(const SlowFinding& f);
 StatusRankFinding finding_status(const Finding& f);
 // Whom a slow finding names: the rank; for a link its sender, then its receiver.
 std::vector<int> slow_culprits(const SlowFinding& f);
+// A slow finding read back from slow_json (a recovered incident.json, untrusted: bounded, names
+// checked); nullopt when it is not one.
+std::optional<SlowFinding> slow_from_json(const nlohmann::json& j);
 // The fail-slow series in Prometheus text: findings by cause, lateness and GPU time ratio per
 // rank, step time and ratio per link (at most kMaxSlowSeries of each, the worst first).
 inline constexpr size_t kMaxSlowSeries = 4096;

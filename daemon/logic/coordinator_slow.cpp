@@ -4,10 +4,13 @@
 // is the usual one (a copy of every log, every rank's stacks): nothing in the job stops.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <set>
+#include <string>
 
 #include "common/prometheus.h"
+#include "daemon/base/names.h"
 #include "daemon/logic/coordinator.h"
 #include "daemon/logic/coordinator_helpers.h"
 
@@ -29,6 +32,13 @@ StatusSlow slow_status(const SlowFinding& f) {
   s.step_without_ns = f.step_without_ns;
   s.loss_percent = std::round(f.loss_percent() * 10) / 10;
   if (f.cause == SlowCause::kHost) s.late_share = std::round(f.share * 1000) / 1000;
+  // What the evidence is built from beyond the above, so a restarted coordinator says the same.
+  s.share = f.share;
+  s.kernel_timed = f.gpu_timed;
+  if (f.peers_busy_share > 0) {
+    s.busy_share = std::round(f.busy_share * 1000) / 1000;
+    s.peers_busy_share = std::round(f.peers_busy_share * 1000) / 1000;
+  }
   if (f.cause == SlowCause::kLink) s.where = StatusSlow::Where{f.rank, f.peer_rank, f.channel};
   return s;
 }
@@ -38,6 +48,52 @@ nlohmann::json slow_json(const SlowFinding& f) { return slow_status(f); }
 std::vector<int> slow_culprits(const SlowFinding& f) {
   if (f.cause == SlowCause::kLink) return {f.peer_rank, f.rank};
   return {f.rank};
+}
+
+std::optional<SlowFinding> slow_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) return std::nullopt;
+  auto num = [&j](const char* k, double lo, double hi, double dflt) {
+    auto it = j.find(k);
+    if (it == j.end() || !it->is_number()) return dflt;
+    const double v = it->get<double>();
+    return std::isfinite(v) ? std::clamp(v, lo, hi) : dflt;
+  };
+  auto as_rank = [](const nlohmann::json& v) {
+    return v.is_number_integer() ? int(std::clamp<int64_t>(v.get<int64_t>(), -1, 1 << 24)) : -1;
+  };
+  SlowFinding f;
+  auto cause = j.find("cause");
+  if (cause == j.end() || !cause->is_string()) return std::nullopt;
+  bool known = false;
+  for (SlowCause c : {SlowCause::kHost, SlowCause::kGpu, SlowCause::kLink})
+    if (cause->get<std::string>() == slow_cause_name(c)) {
+      f.cause = c;
+      known = true;
+    }
+  if (!known) return std::nullopt;
+  auto culprits = j.find("culprit_ranks");
+  if (culprits == j.end() || !culprits->is_array() || culprits->empty()) return std::nullopt;
+  f.rank = as_rank(culprits->back());  // the rank; a link: its receiver, after its sender
+  if (f.cause == SlowCause::kLink) {
+    f.peer_rank = as_rank(culprits->front());
+    if (auto w = j.find("where"); w != j.end() && w->is_object() && w->contains("channel"))
+      f.channel = as_rank((*w)["channel"]);
+  }
+  if (f.rank < 0) return std::nullopt;
+  if (auto c = j.find("comm"); c != j.end() && c->is_number_unsigned()) f.comm_id = *c;
+  if (auto n = j.find("comm_name"); n != j.end() && n->is_string())
+    f.comm_name = printable(n->get<std::string>(), 256);
+  constexpr double kMaxNs = 1e15;
+  f.factor = num("factor", 0, 1e6, 1);
+  f.share = num("share", 0, 1, 0);
+  f.value_ns = int64_t(num("value_ns", -kMaxNs, kMaxNs, 0));
+  f.others_ns = int64_t(num("others_ns", -kMaxNs, kMaxNs, 0));
+  f.step_ns = int64_t(num("step_ns", 0, kMaxNs, 0));
+  f.step_without_ns = int64_t(num("step_without_ns", 0, kMaxNs, 0));
+  f.busy_share = num("busy_share", 0, 1, 0);
+  f.peers_busy_share = num("peers_busy_share", 0, 1, 0);
+  if (auto k = j.find("kernel_timed"); k != j.end() && k->is_boolean()) f.gpu_timed = *k;
+  return f;
 }
 
 std::string slow_metrics(const SlowDetector& d) {
@@ -80,35 +136,47 @@ using namespace coordinator_helpers;
 
 void CoordinatorState::learn_slow(const Node& n, const NodeReport& report, int64_t now_mono) {
   const int64_t offset = n.clock.has_offset() ? n.clock.offset_ns() : 0;
+  const uint64_t node = std::hash<std::string>{}(n.name) | 1;  // nonzero: known
   for (const auto& p : report.processes) {
     if (!p.alive || p.rank < 0) continue;
     for (const auto& c : p.comms)
-      if (!c.recent.empty()) slow_.member(c, p.rank, offset, now_mono);
+      if (!c.recent.empty()) slow_.member(c, p.rank, offset, now_mono, node);
     if (!p.links.empty()) slow_.links(p, now_mono);
   }
 }
 
 // How long a slow incident that cleared keeps its key from opening another.
 constexpr int64_t kSlowReopenNs = 60'000'000'000;
+// How long a slow incident recovered after a restart stays open without the detector finding it
+// again, in heartbeat intervals: a host finding needs 8 collectives joined, half its window of 16,
+// and 3 judgements in a row.
+constexpr int64_t kSlowRecoveredHeartbeats = 30;
 
 void CoordinatorState::slow_pass(int64_t now_mono, Actions* a) {
   if (now_mono < next_slow_judge_mono_) return;
   next_slow_judge_mono_ = now_mono + cfg_.heartbeat_interval_ns;
   slow_.judge(now_mono);
   const auto& found = slow_.findings();
-  auto finding = [&](const std::string& key) -> const SlowFinding* {
+  // An incident follows its finding, also when the GPU's progress counters revise its cause.
+  auto finding = [&](const SlowFinding& of) -> const SlowFinding* {
     for (const auto& f : found)
-      if (f.key() == key) return &f;
+      if (f.key() == of.key()) return &f;
+    for (const auto& f : found)
+      if (f.subject() == of.subject()) return &f;
     return nullptr;
   };
   // Open slow incidents: their evidence follows the finding; cleared, they close.
   for (auto& inc : incidents_) {
     if (inc.kind != IncidentKind::kSlow || !inc.slow || is_closed(inc.state)) continue;
-    if (const SlowFinding* f = finding(inc.slow->key())) {
+    if (const SlowFinding* f = finding(*inc.slow)) {
       inc.slow = *f;
       continue;
     }
     if (inc.state != IncidentState::kOpen) continue;  // closed once its dump set stands
+    // Recovered after a restart: the detector starts empty and needs its window to find it again.
+    if (inc.recovered && inc.slow_grace_mono == 0)
+      inc.slow_grace_mono = now_mono + kSlowRecoveredHeartbeats * cfg_.heartbeat_interval_ns;
+    if (now_mono < inc.slow_grace_mono) continue;
     inc.state = IncidentState::kClosedTransient;
     inc.slow_cleared_mono = now_mono;
     a->log.push_back("frd coordinator: " + inc.id + " closed as transient: " + inc.slow->key() +
@@ -136,7 +204,7 @@ void CoordinatorState::slow_pass(int64_t now_mono, Actions* a) {
           if (ranks.count(r)) return true;
         return false;
       }
-      return i.slow->key() == f.key() && i.slow_cleared_mono != 0 &&
+      return i.slow->subject() == f.subject() && i.slow_cleared_mono != 0 &&
              now_mono - i.slow_cleared_mono < kSlowReopenNs;
     });
     if (covered) continue;

@@ -119,6 +119,7 @@ struct Incident {
   std::string error;                // the dump set could not be written
   std::optional<SlowFinding> slow;  // kSlow: what was found (its key names the incident's cause)
   int64_t slow_cleared_mono = 0;    // kSlow: when it closed because the finding cleared
+  int64_t slow_grace_mono = 0;      // kSlow recovered: open without its finding until then
   // A stall of a job whose processes record nothing of fr's own, seen through torch's recorder
   // (coordinator_processes.cpp): transient once torch's process groups move again.
   bool unrecorded = false;

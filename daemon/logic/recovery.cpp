@@ -97,6 +97,15 @@ void remove_staging(const std::string& incident_dir) {
   }
 }
 
+// A slow incident's finding (cause, factor, evidence) and the ranks it names, from its
+// incident.json: the status, the page and the hook's environment say what they said before.
+void restore_slow(const nlohmann::json& saved, Incident* inc) {
+  auto s = saved.find("slow");
+  if (s == saved.end()) return;
+  inc->slow = slow_from_json(*s);
+  if (inc->slow) inc->culprits = slow_culprits(*inc->slow);
+}
+
 }  // namespace
 
 Recovery::Recovery(const CoordinatorConfig& cfg) : cfg_(cfg) {}
@@ -167,6 +176,7 @@ std::vector<Incident> Recovery::open_incidents() const {
         }
       inc.verdict_kind = jstr(j, "verdict");
       inc.verdict_summary = jstr(j, "summary");
+      if (inc.kind == IncidentKind::kSlow) restore_slow(j, &inc);
       // Collecting: the nodes reconnect and are asked again; analysing: written again now;
       // open: stays the active incident, so the same hang does not open a second one.
       inc.state = state == IncidentState::kAnalyzing ? IncidentState::kCollecting : state;
@@ -226,6 +236,7 @@ bool Recovery::incident_for_upload(const DumpHeader& hdr, const std::string& job
     rec.asked = jnames(saved, "nodes_asked");
     rec.uploaded = jnames(saved, "nodes_uploaded");
     rec.hook_fired = saved.value("hook_fired", false);
+    if (rec.kind == IncidentKind::kSlow) restore_slow(saved, &rec);
   }
   rec.job_id = job;
   rec.dir = d;

@@ -38,6 +38,12 @@ std::string times(double f) {
   return b;
 }
 
+std::string percent(double share) {
+  char b[16];
+  std::snprintf(b, sizeof b, "%.0f%%", 100 * share);
+  return b;
+}
+
 // The bar a ratio must pass: the floor, or 1 + k x the others' spread when that is higher.
 double ratio_bar(double floor, double k, double spread_log) {
   return std::max(floor, 1 + k * (std::exp(spread_log) - 1));
@@ -60,6 +66,10 @@ std::string SlowFinding::key() const {
   return k + std::to_string(rank);
 }
 
+std::string SlowFinding::subject() const {
+  return cause == SlowCause::kLink ? key() : "rank:" + std::to_string(rank);
+}
+
 double SlowFinding::loss_percent() const {
   if (step_ns <= 0 || step_without_ns <= 0 || step_without_ns >= step_ns) return 0;
   return 100.0 * double(step_ns - step_without_ns) / double(step_ns);
@@ -75,12 +85,27 @@ std::string SlowFinding::evidence() const {
   switch (cause) {
     case SlowCause::kHost:
       e = "rank " + std::to_string(rank) + " arrives late at " + pct + " of " + comm +
-          " collectives, " + ms(value_ns) + " late on median (others " + ms(others_ns) + ")" +
-          (gpu_timed ? ": its host is slow"
-                     : ": its host calls late (no kernel times here: a slower GPU that its "
-                       "host waits for would look the same)");
+          " collectives, " + ms(value_ns) + " late on median (others " + ms(others_ns) + ")";
+      if (gpu_timed)
+        e += ": its host is slow";
+      else if (peers_busy_share > 0)
+        e += ": its host is slow (its GPU has a collective of it in flight at " +
+             percent(busy_share) + " of the heartbeats, its peers' at " +
+             percent(peers_busy_share) + ": its GPU is done and waits for its host)";
+      else
+        e += ": its host calls late (no kernel times here: a slower GPU that its host waits for "
+             "would look the same)";
       break;
     case SlowCause::kGpu:
+      if (peers_busy_share > 0) {
+        e = "rank " + std::to_string(rank) + "'s GPU holds up its host: it arrives late at " + pct +
+            " of " + comm + " collectives, " + ms(value_ns) + " late on median (others " +
+            ms(others_ns) + "), yet a collective of it is still in flight on its GPU at " +
+            percent(busy_share) + " of the heartbeats, as often as its peers' are at " +
+            percent(peers_busy_share) + ", who wait for it (no kernel times here: the " +
+            "GPU's progress counters say it is behind, not how much slower it runs)";
+        break;
+      }
       e = "rank " + std::to_string(rank) + "'s GPU takes " + times(factor) +
           " the others' time for the same collectives on " + comm + " (median " + ms(value_ns) +
           " vs " + ms(others_ns) + ")";
@@ -108,7 +133,7 @@ std::string SlowFinding::evidence() const {
 SlowDetector::SlowDetector(SlowConfig cfg) : cfg_(cfg) {}
 
 void SlowDetector::member(const CommProgress& cp, int global_rank, int64_t offset_ns,
-                          int64_t now_mono) {
+                          int64_t now_mono, uint64_t node) {
   if (cp.rank < 0 || cp.size < 2) return;
   auto it = comms_.find(cp.comm_id);
   if (it == comms_.end()) {
@@ -126,6 +151,13 @@ void SlowDetector::member(const CommProgress& cp, int global_rank, int64_t offse
   }
   Member& mem = m->second;
   mem.global_rank = global_rank;
+  mem.node = node;
+  // Once a heartbeat: a collective of it handed to its GPU and not done, or none.
+  c.counters |= cp.enqueued > 0;
+  if (c.late_period && mem.period_n < (1u << 30)) {
+    mem.period_n++;
+    mem.period_busy += cp.enqueued > cp.completed;
+  }
   for (const CollTiming& t : cp.recent) {
     if (t.seq <= mem.last_seq) continue;
     mem.last_seq = t.seq;
@@ -266,6 +298,9 @@ bool SlowDetector::judge(int64_t now_mono) {
     // A rank slow on its host or GPU slows every link it is on: those are not blamed.
     std::set<int> blamed;
     for (size_t i = before; i < now.size(); ++i) blamed.insert(now[i].rank);
+    // So does one late and not a finding yet (its cause waits for the GPU's counters).
+    for (const auto& [_, m] : c.members)
+      if (m.host_streak > 0) blamed.insert(m.global_rank);
     std::vector<SlowFinding> links;
     // Where the senders' states tell which link the others wait for, they decide: a slow link
     // stretches the step times of the links that wait for it too.
@@ -299,6 +334,7 @@ void SlowDetector::judge_hosts(uint64_t id, Comm& c, int64_t now_mono,
       std::max<int64_t>(cfg_.late_floor_ns, int64_t(cfg_.noise_factor * c.noise_ns));
   std::vector<std::pair<int, int64_t>> late;  // (comm rank, median lateness) of candidates
   size_t judged = 0;
+  bool any_late = false;
   const int64_t step = step_ns(c);
   for (auto& [rank, m] : c.members) {
     if (m.late.size() < cfg_.window / 2) {
@@ -314,8 +350,18 @@ void SlowDetector::judge_hosts(uint64_t id, Comm& c, int64_t now_mono,
     probe.step_ns = step;
     probe.step_without_ns = without(step, med);
     const bool holds = share >= cfg_.late_share && med > bar && worth(probe, med);
-    if (report(&m.host_streak, holds, "host:" + std::to_string(m.global_rank)))
-      late.emplace_back(rank, med);
+    const std::string g = std::to_string(m.global_rank);
+    const bool shown = active_.count("host:" + g) || active_.count("gpu:" + g);
+    any_late |= holds || shown;  // the period lasts while a finding does
+    // With the GPU's progress counters the cause is decided on the heartbeats since the lateness
+    // began: a new finding waits for enough of them.
+    const bool waiting = holds && !shown && c.counters && m.period_n < cfg_.min_busy_samples;
+    m.host_streak = holds ? m.host_streak + 1 : 0;
+    if (holds && !waiting && (m.host_streak >= cfg_.streak || shown)) late.emplace_back(rank, med);
+  }
+  if (any_late != c.late_period) {  // a late period begins or ends: its counts start afresh
+    c.late_period = any_late;
+    for (auto& [_, m] : c.members) m.period_n = m.period_busy = 0;
   }
   // More than a third of the members late is a shift of the whole job (or of a node's clock),
   // not a straggler.
@@ -342,8 +388,38 @@ void SlowDetector::judge_hosts(uint64_t id, Comm& c, int64_t now_mono,
     f.step_without_ns = without(step, med);
     f.factor = f.step_without_ns > 0 ? double(step) / double(f.step_without_ns) : 1;
     f.since_mono = now_mono;
+    if (!f.gpu_timed) attribute_late(c, rank, &f);
     out->push_back(std::move(f));
   }
+}
+
+void SlowDetector::attribute_late(const Comm& c, int rank, SlowFinding* f) const {
+  auto share = [](const Member& m) { return double(m.period_busy) / double(m.period_n); };
+  const Member& m = c.members.at(rank);
+  const std::string g = std::to_string(m.global_rank);
+  if (active_.count("gpu:" + g)) f->cause = SlowCause::kGpu;  // until judged again
+  if (m.period_n < cfg_.min_busy_samples) return;
+  // Its node's other members where it has any (sampled at the same instants), else all.
+  std::vector<double> peers, mates;
+  for (const auto& [r, p] : c.members) {
+    if (r == rank || p.period_n < cfg_.min_busy_samples) continue;
+    peers.push_back(share(p));
+    if (m.node != 0 && p.node == m.node) mates.push_back(share(p));
+  }
+  if (!mates.empty()) peers = std::move(mates);
+  if (peers.empty()) return;
+  const double others = median_of(peers);
+  // Peers seldom in flight while they wait for it: no counters to judge by.
+  if (others < cfg_.busy_floor) return;
+  f->busy_share = share(m);
+  f->peers_busy_share = others;
+  // Its host waits for its GPU. How much slower the GPU itself is, counters cannot tell: what it
+  // costs is what the host signal measured (the lateness, the step with and without it). Judged
+  // again as the heartbeats accumulate, with a margin around the bar for a cause already given.
+  double bar = cfg_.busy_ratio;
+  if (active_.count("gpu:" + g)) bar -= 0.1;
+  if (active_.count("host:" + g)) bar += 0.1;
+  f->cause = f->busy_share >= bar * others ? SlowCause::kGpu : SlowCause::kHost;
 }
 
 void SlowDetector::judge_gpus(uint64_t id, Comm& c, int64_t now_mono,
@@ -508,16 +584,43 @@ bool SlowDetector::judge_wire(uint64_t id, Comm& c, int64_t now_mono,
   return true;
 }
 
+namespace {
+
+// How much a finding's cause rests on: kernel times (a GPU finding of judge_gpus, or a host whose
+// kernels were judged), the GPU's progress counters, or call times alone.
+int weight(const SlowFinding& f) {
+  if (f.cause == SlowCause::kLink) return 2;
+  if (f.gpu_timed || (f.cause == SlowCause::kGpu && f.peers_busy_share == 0)) return 2;
+  return f.peers_busy_share > 0 ? 1 : 0;
+}
+
+}  // namespace
+
 bool SlowDetector::merge(std::vector<SlowFinding> now, int64_t now_mono) {
   (void)now_mono;
   bool changed = false;
+  // One finding per rank or link: where several communicators judged it, the one whose cause
+  // rests on the most (the first of those).
+  std::map<std::string, size_t> best;
+  for (size_t i = 0; i < now.size(); ++i) {
+    auto [it, fresh] = best.emplace(now[i].subject(), i);
+    if (!fresh && weight(now[i]) > weight(now[it->second])) it->second = i;
+  }
   std::set<std::string> seen;
-  for (auto& f : now) {
+  for (size_t i = 0; i < now.size(); ++i) {
+    SlowFinding& f = now[i];
+    if (best[f.subject()] != i) continue;
     const std::string key = f.key();
     if (!seen.insert(key).second) continue;  // one finding per key, the first communicator's
     missing_.erase(key);
+    // The same finding: its key, or its rank with a revised cause (host or gpu).
     auto old = std::find_if(findings_.begin(), findings_.end(),
                             [&](const SlowFinding& x) { return x.key() == key; });
+    if (old == findings_.end())
+      old = std::find_if(findings_.begin(), findings_.end(), [&](const SlowFinding& x) {
+        return x.subject() == f.subject() && !seen.count(x.key());
+      });
+    if (old != findings_.end()) missing_.erase(old->key());
     if (old != findings_.end()) {
       f.since_mono = old->since_mono;
       *old = std::move(f);

@@ -12,7 +12,11 @@
 //     jitter raises the bar, a quiet job lowers it (as the stall threshold adapts, stall.h).
 //     Late at most of its recent collectives: slow.
 //   - gpu: the kernel time of the rank's recent collectives (profiler plugin), a decaying log
-//     average per (member, op), over the median of its peers' averages for the same op.
+//     average per (member, op), over the median of its peers' averages for the same op. Without
+//     kernel times, a rank late by the host signal is judged by its GPU's progress counters: a
+//     rank whose host waits for its GPU has a collective in flight (handed to the GPU, not done)
+//     at as many heartbeats as its peers, who wait for it in flight; a rank whose host is slow
+//     has nothing in flight while they wait: its GPU is done and waits for its host.
 //   - link: the mean proxy-step time per (sender, receiver, channel), over the median of the
 //     communicator's links; and, where the steps are lockstep (a ring: every link's step waits
 //     for the slowest, so all step times stretch alike), how often the heartbeats catch a
@@ -52,8 +56,18 @@ struct SlowConfig {
   uint32_t min_gpu_samples = 8;   // kernel times a member needs before it is judged
   uint32_t min_link_samples = 4;
   uint32_t min_wire_samples = 12;  // states of a sender pair's slots before it is judged
-  double wire_share = 0.15;        // ... on the wire at least this share of them
-  double wire_ratio = 3;           // ... and this many times the other pairs' median share
+  // A late rank without kernel times: how often its heartbeats show a collective of it handed to
+  // its GPU and not done (in flight), against its peers', counted from when a member first turned
+  // late. Where the members report these counters, a late rank's finding waits for
+  // min_busy_samples heartbeats of it, and its cause is judged again at every judgement as they
+  // accumulate; judged where the peers' median share reaches busy_floor
+  // (they wait in flight for it). The peers are those on its node where it has any: sampled at
+  // the same instants, which a job's steady pace and the heartbeats' fixed period cannot alias.
+  uint32_t min_busy_samples = 10;
+  double busy_floor = 0.2;
+  double busy_ratio = 0.5;   // at least this share of the peers': its GPU, not its host
+  double wire_share = 0.15;  // ... on the wire at least this share of them
+  double wire_ratio = 3;     // ... and this many times the other pairs' median share
   // A finding must cost the job something: its excess over its peers per op (host: lateness;
   // link: per step x steps) at least min_excess_ns, and where the pace is known at least
   // min_loss_percent of the time between collectives (microsecond noise on fast links is not slow).
@@ -90,7 +104,14 @@ struct SlowFinding {
   // host: the rank's kernel times were judged against its peers' and are not slow. Without them a GPU slower than its
   // peers', which a host that synchronizes with it waits for, makes the same late calls.
   bool gpu_timed = false;
-  std::string key() const;       // "host:6", "gpu:6", "link:2->3"
+  // Without kernel times, from the GPU's progress counters: the share of heartbeats at which the
+  // rank had a collective in flight on its GPU, and its peers' median share (0: not judged).
+  double busy_share = 0;
+  double peers_busy_share = 0;
+  std::string key() const;  // "host:6", "gpu:6", "link:2->3"
+  // What it names: "rank:6" for a host or GPU (a finding whose cause the GPU's progress counters
+  // revise stays the same finding), the key for a link.
+  std::string subject() const;
   std::string evidence() const;  // one paragraph an operator reads
   double loss_percent() const;   // share of the step time the straggler costs
 };
@@ -116,7 +137,10 @@ class SlowDetector {
 
   // One member's heartbeat: its communicator, its place in it and in the job, its recent
   // collectives (times on its node's clock, moved by offset_ns onto the coordinator's).
-  void member(const CommProgress& c, int global_rank, int64_t offset_ns, int64_t now_mono);
+  // `node` names the member's node (its heartbeats sample its node's members at one instant);
+  // 0 unknown.
+  void member(const CommProgress& c, int global_rank, int64_t offset_ns, int64_t now_mono,
+              uint64_t node = 0);
   // One process's proxy-step timings (its place in each communicator from p.comms; the peers'
   // global ranks come from their own member() reports).
   void links(const ProcessReport& p, int64_t now_mono);
@@ -144,6 +168,10 @@ class SlowDetector {
     std::vector<GpuAvg> gpu;  // per op
     uint32_t host_streak = 0, gpu_streak = 0;
     double gpu_ratio = 0;
+    // Its heartbeats since the communicator's late period began, and those with a collective of
+    // it in flight.
+    uint32_t period_n = 0, period_busy = 0;
+    uint64_t node = 0;
   };
   struct Pending {
     int64_t first_mono = 0;
@@ -173,6 +201,8 @@ class SlowDetector {
     std::set<uint64_t> done;  // collectives joined lately (their late reports are dropped)
     std::map<std::tuple<int, int, int>, Link> links;      // (src, dst, channel)
     std::map<std::pair<int, int>, uint32_t> wire_streak;  // (src, dst)
+    bool counters = false;     // a member reported a collective handed to its GPU
+    bool late_period = false;  // a member is late: its members' heartbeats are counted
   };
 
   void finish(Comm& c, std::map<uint64_t, Pending>::iterator p);
@@ -180,6 +210,9 @@ class SlowDetector {
   int64_t step_ns(const Comm& c) const;
   void judge_hosts(uint64_t id, Comm& c, int64_t now_mono, std::vector<SlowFinding>* out);
   void judge_gpus(uint64_t id, Comm& c, int64_t now_mono, std::vector<SlowFinding>* out);
+  // A late rank without kernel times: its GPU's progress counters against its peers' say whether
+  // its host waits for its GPU (cause gpu) or its GPU for its host (host).
+  void attribute_late(const Comm& c, int rank, SlowFinding* f) const;
   void judge_links(uint64_t id, Comm& c, int64_t now_mono, std::vector<SlowFinding>* out);
   // Whether the senders' states were enough to judge the communicator's links by (then
   // judge_links is not asked).

@@ -95,6 +95,55 @@ class Evidence:
 
 
 @dataclass
+class Frame:
+    """One Python frame from torch's recorder: innermost first."""
+
+    function: str
+    file: str
+    line: int
+
+    @classmethod
+    def from_json(cls, j: Any) -> Optional["Frame"]:
+        if not isinstance(j, dict):
+            return None
+        return cls(function=str(j.get("function", "")), file=str(j.get("file", "")), line=int(j.get("line", 0) or 0))
+
+
+@dataclass
+class TorchView:
+    """What torch's own recorder says of a finding's op: its process group and Python call site.
+
+    ``joined`` is true where the group was joined to fr's communicator (an NCCL job with both
+    views), false on torch's own dumps; ``issued_in_torch_only`` lists the ranks torch shows
+    issuing the op while their flight log has no NCCL call for it."""
+
+    pg_name: str = ""
+    pg_desc: str = ""
+    seq: Optional[int] = None
+    joined: bool = False
+    site_rank: Optional[int] = None
+    call_site: Optional[Frame] = None
+    frames: List[Frame] = field(default_factory=list)
+    issued_in_torch_only: List[int] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, j: Any) -> Optional["TorchView"]:
+        if not isinstance(j, dict):
+            return None
+        frames = [Frame.from_json(f) for f in j.get("frames") or []]
+        return cls(
+            pg_name=str(j.get("pg_name", "")),
+            pg_desc=str(j.get("pg_desc", "")),
+            seq=j.get("seq"),
+            joined=bool(j.get("joined", False)),
+            site_rank=j.get("site_rank"),
+            call_site=Frame.from_json(j.get("call_site")),
+            frames=[f for f in frames if f is not None],
+            issued_in_torch_only=[int(r) for r in j.get("issued_in_torch_only") or []],
+        )
+
+
+@dataclass
 class Finding:
     """The verdict, and each further finding, in one shape (kind, summary, where, who)."""
 
@@ -109,6 +158,7 @@ class Finding:
     culprit_pids: List[int] = field(default_factory=list)
     consequence: bool = False
     evidence: List[Evidence] = field(default_factory=list)
+    torch: Optional[TorchView] = None  # torch's process group and call site, where recorded
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -125,6 +175,7 @@ class Finding:
             culprit_pids=[int(p) for p in j.get("culprit_pids", [])],
             consequence=bool(j.get("consequence", False)),
             evidence=[Evidence.from_json(e) for e in j.get("evidence") or [] if isinstance(e, dict)],
+            torch=TorchView.from_json(j.get("torch")),
             raw=j,
         )
 

@@ -235,6 +235,8 @@ assert a.verdict.kind == "not_entered", a.verdict.kind
 assert a.verdict.culprit_ranks == [3], a.verdict.culprit_ranks
 assert "rank 3 never entered AllReduce #11" in a.verdict.summary, a.verdict.summary
 assert a.verdict.comm.name == "default_pg" and a.verdict.seq == 11 and a.verdict.op == "AllReduce"
+t = a.verdict.torch
+assert isinstance(t, fr.TorchView) and t.pg_desc == "default_pg" and t.seq == 11 and not t.joined, t
 rows = {{e.rank: e for e in a.verdict.evidence}}
 assert sorted(rows) == [0, 1, 2, 3, 4, 5] and rows[3].culprit and not rows[0].culprit
 assert isinstance(rows[0], fr.Evidence) and rows[0].state == "started"

@@ -157,3 +157,28 @@ TEST_CASE("status: a document of odd types reads without a throw, odd fields at 
   // Not an object at all: the defaults.
   CHECK(nlohmann::json::array().get<CoordinatorStatus>().schema == "frd-status/1");
 }
+
+TEST_CASE("status: a slow finding's every field reads back as written", "[daemon]") {
+  StatusSlow s;
+  s.cause = "link";
+  s.factor = 10.5;
+  s.culprit_ranks = {2, 3};
+  s.comm = 0xab;
+  s.comm_name = "dp0";
+  s.evidence = "steps take 10.5x the others";
+  s.value_ns = 5, s.others_ns = 6, s.step_ns = 7, s.step_without_ns = 8;
+  s.loss_percent = 12.5;
+  s.late_share = 0.25;
+  s.share = 0.75;
+  s.kernel_timed = true;
+  s.busy_share = 0.5;
+  s.peers_busy_share = 0.125;
+  s.where = StatusSlow::Where{3, 2, 1};
+  const nlohmann::json j = s;
+  CHECK(nlohmann::json(j.get<StatusSlow>()) == j);
+  CHECK(j["where"]["channel"] == 1);
+  // The optional parts are absent unless set.
+  const nlohmann::json plain = StatusSlow{};
+  for (const char* k : {"late_share", "busy_share", "peers_busy_share", "where"})
+    CHECK_FALSE(plain.contains(k));
+}

@@ -3,9 +3,11 @@
 // cleared, and the bounds held; then the coordinator's slow incidents from heartbeats.
 #include <catch2/catch.hpp>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "daemon/logic/coordinator.h"
+#include "daemon/logic/coordinator_helpers.h"
 #include "daemon/logic/slow_detector.h"
 #include "fr/flight_log.h"
 #include "slow_synth.h"
@@ -80,6 +82,54 @@ TEST_CASE("slow detector says a late rank without kernel times may be waiting on
   REQUIRE(out2.findings.size() == 1);
   REQUIRE(out2.findings[0].gpu_timed);
   REQUIRE(out2.findings[0].evidence().find("its host is slow") != std::string::npos);
+}
+
+TEST_CASE("slow detector tells a slow GPU from a slow host by the GPU's progress counters") {
+  // No kernel times, each host waiting for its GPU at the end of its step: a slow GPU makes its
+  // host late. Its collectives stay in flight on its GPU as long as its peers' (who wait for it);
+  // a slow host's GPU is done and idle while its peers wait.
+  int judged_host = 0;
+  for (uint64_t seed : {1, 2, 3}) {
+    INFO("seed " << seed);
+    // At one heartbeat a second the cause waits for 10 of them after the lateness shows.
+    SlowJob g = job(Fault::kGpu, 3, 3, seed);
+    g.counters = true;
+    g.steps = 500;
+    SlowDetector det;
+    auto out = synth::run(g, det);
+    REQUIRE(out.found);
+    REQUIRE_FALSE(out.wrong);
+    REQUIRE(out.findings.size() == 1);
+    const SlowFinding& f = out.findings[0];
+    REQUIRE(f.cause == SlowCause::kGpu);
+    REQUIRE(f.key() == "gpu:3");
+    REQUIRE(f.peers_busy_share >= 0.2);
+    REQUIRE(f.busy_share >= 0.75 * f.peers_busy_share);
+    // 8 ms of kernel work made 24: about 16 ms late at every step.
+    REQUIRE(f.value_ns > 12'000'000);
+    REQUIRE(f.value_ns < 20'000'000);
+    REQUIRE(f.factor > 1.1);
+    const std::string e = f.evidence();
+    REQUIRE(e.find("rank 3's GPU holds up its host") != std::string::npos);
+    REQUIRE(e.find("progress counters") != std::string::npos);
+
+    SlowJob h = job(Fault::kHost, 3, 1.5, seed);
+    h.counters = true;
+    h.steps = 500;
+    SlowDetector det2;
+    auto out2 = synth::run(h, det2);
+    REQUIRE(out2.found);
+    REQUIRE_FALSE(out2.wrong);
+    REQUIRE(out2.findings.size() == 1);
+    const SlowFinding& f2 = out2.findings[0];
+    REQUIRE(f2.cause == SlowCause::kHost);
+    // Its node-mates' share can fall below the floor by chance (a few heartbeats): not judged.
+    if (f2.peers_busy_share == 0) continue;
+    judged_host++;
+    REQUIRE(f2.busy_share < 0.5 * f2.peers_busy_share);
+    REQUIRE(f2.evidence().find("its GPU is done and waits for its host") != std::string::npos);
+  }
+  REQUIRE(judged_host >= 2);
 }
 
 TEST_CASE("slow detector names a slow GPU by its kernel time ratio") {
@@ -378,4 +428,84 @@ TEST_CASE(
   REQUIRE(st.slow_detector().findings().empty());
   for (int i = 0; i < 15; ++i) feed.second(50'000'000);
   REQUIRE(count_kind(st, IncidentKind::kSlow) == 2);
+}
+
+TEST_CASE(
+    "coordinator: a slow incident recovered after a restart keeps its cause, factor and "
+    "evidence, and stays open while the straggler lasts") {
+  fr::test::TempDir dir("fr-slow");
+  CoordinatorConfig cfg;
+  cfg.dump_dir = dir.path;
+  cfg.job_id = "job";
+  // What the coordinator writes, written: its incident.json as a restarted one reads it.
+  auto write = [](const Actions& a) {
+    for (const auto& [path, text] : a.persist) {
+      std::ofstream(path, std::ios::trunc) << text;
+    }
+  };
+  std::string id, reason;
+  nlohmann::json before;
+  {
+    CoordinatorState st(cfg);
+    SlowJobFeed feed(st);
+    for (int i = 0; i < 15; ++i) write(feed.second(50'000'000));
+    REQUIRE(count_kind(st, IncidentKind::kSlow) == 1);
+    const Incident& inc = st.incidents()[0];
+    id = inc.id;
+    reason = inc.reason;
+    Actions a;
+    AssemblyResult r;
+    r.ok = true;
+    r.verdict_kind = "no_hang";
+    st.assembled(id, r, feed.now, &a);
+    write(a);
+    REQUIRE(st.incidents()[0].state == IncidentState::kOpen);
+    before = st.status(feed.now)["incidents"][0]["slow"];
+    REQUIRE(before.is_object());
+  }
+  CoordinatorState st(cfg);
+  REQUIRE(st.incidents().size() == 1);
+  const Incident& inc = st.incidents()[0];
+  REQUIRE(inc.id == id);
+  REQUIRE(inc.kind == IncidentKind::kSlow);
+  REQUIRE(inc.state == IncidentState::kOpen);
+  REQUIRE(inc.slow);
+  REQUIRE(inc.slow->cause == SlowCause::kHost);
+  REQUIRE(inc.slow->rank == 3);
+  REQUIRE(inc.slow->key() == "host:3");
+  REQUIRE(inc.slow->evidence() == reason);
+  REQUIRE(inc.culprits == std::vector<int>{3});
+  nlohmann::json after = st.status(0)["incidents"][0]["slow"];
+  REQUIRE(after == before);
+  // The straggler goes on: the new detector needs its window to find it again; meanwhile the
+  // recovered incident stays open, then follows the finding, and no second one opens.
+  SlowJobFeed feed(st);
+  for (int i = 0; i < 20; ++i) feed.second(50'000'000);
+  REQUIRE(count_kind(st, IncidentKind::kSlow) == 1);
+  REQUIRE(st.incidents()[0].state == IncidentState::kOpen);
+  REQUIRE(st.slow_detector().findings().size() == 1);
+  // It clears: the recovered incident closes as transient.
+  for (int i = 0; i < 40; ++i) feed.second(0);
+  REQUIRE(st.incidents()[0].state == IncidentState::kClosedTransient);
+}
+
+TEST_CASE("coordinator: a recovered slow incident's details are read as untrusted input") {
+  // Not an object, an unknown cause, no culprits: no finding. Out-of-range numbers are bounded.
+  using coordinator_helpers::slow_from_json;
+  CHECK_FALSE(slow_from_json(nlohmann::json::array()));
+  CHECK_FALSE(slow_from_json({{"cause", "disk"}, {"culprit_ranks", {1}}}));
+  CHECK_FALSE(slow_from_json({{"cause", "host"}}));
+  CHECK_FALSE(slow_from_json({{"cause", "host"}, {"culprit_ranks", {"x"}}}));
+  auto f = slow_from_json({{"cause", "link"},
+                           {"culprit_ranks", {2, 3}},
+                           {"where", {{"channel", 1}}},
+                           {"factor", 1e300},
+                           {"share", -4},
+                           {"comm_name", std::string(1000, 'a')}});
+  REQUIRE(f);
+  CHECK(f->key() == "link:2->3");
+  CHECK(f->channel == 1);
+  CHECK(f->factor == 1e6);
+  CHECK(f->share == 0);
+  CHECK(f->comm_name.size() < 300);
 }

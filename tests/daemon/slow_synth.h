@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -39,6 +40,10 @@ struct SlowJob {
   int link_steps = 8;  // proxy steps per op and channel
   uint64_t seed = 1;
   bool stop_at_finding = true;
+  // No kernel times: each host waits for its own GPU at the end of its step (as fr-simjob's ranks
+  // and a loop that reads its loss do) and goes on at once, and the heartbeats carry the GPU's
+  // progress counters (a collective in flight or not) instead. A slow GPU then makes its host late.
+  bool counters = false;
 };
 
 struct SlowOutcome {
@@ -52,8 +57,9 @@ struct SlowOutcome {
 
 inline bool right(const SlowJob& j, const SlowFinding& f) {
   switch (j.fault) {
-    case Fault::kHost:
-      return (f.cause == SlowCause::kHost || f.cause == SlowCause::kGpu) && f.rank == j.fault_rank;
+    case Fault::kHost:  // with kernel times, a late host whose kernels look slow too may be gpu
+      return (f.cause == SlowCause::kHost || (!j.counters && f.cause == SlowCause::kGpu)) &&
+             f.rank == j.fault_rank;
     case Fault::kGpu: return f.cause == SlowCause::kGpu && f.rank == j.fault_rank;
     case Fault::kLink:
       return f.cause == SlowCause::kLink && f.rank == j.fault_rank &&
@@ -84,6 +90,10 @@ inline SlowOutcome run(const SlowJob& j, SlowDetector& det) {
   const uint64_t comm = 0xc0ffee;
   SlowOutcome out;
   int64_t t = 0;  // the step's start, on the coordinator's clock
+  // counters: each rank's next step's start, and its collectives' time in flight (call to done) in
+  // the last two steps.
+  std::vector<int64_t> start(size_t(j.ranks), 0);
+  std::vector<std::array<int64_t, 4>> flight(size_t(j.ranks), {0, 0, 0, 0});
   int64_t fault_t = -1, next_judge = 1'000'000'000;
   auto heartbeats_until = [&](int64_t until, int step) {
     for (;;) {
@@ -111,7 +121,13 @@ inline SlowOutcome run(const SlowJob& j, SlowDetector& det) {
         c.rank = r;
         c.name = "dp";
         c.recent = recent[size_t(r)];
-        det.member(c, r, -clock_error[size_t(n)], at);
+        if (j.counters) {
+          const auto& fl = flight[size_t(r)];
+          const bool busy = (at >= fl[0] && at < fl[1]) || (at >= fl[2] && at < fl[3]);
+          c.completed = 1;
+          c.enqueued = busy ? 2 : 1;
+        }
+        det.member(c, r, -clock_error[size_t(n)], at, uint64_t(n) + 1);
         ProcessReport p;
         p.rank = r;
         p.comms.push_back(c);
@@ -134,6 +150,7 @@ inline SlowOutcome run(const SlowJob& j, SlowDetector& det) {
   };
   for (int s = 1; s <= j.steps; ++s) {
     const bool faulty = j.fault != Fault::kNone && s >= j.fault_step && s < j.fault_end;
+    if (j.counters) t = *std::min_element(start.begin(), start.end());
     if (faulty && fault_t < 0) fault_t = t;
     const bool pause = j.pause_every > 0 && s % j.pause_every == 0;
     int64_t latest = 0;
@@ -142,7 +159,7 @@ inline SlowOutcome run(const SlowJob& j, SlowDetector& det) {
       double work = double(j.compute_ns) * (1 + j.jitter * expo(rng));
       if (faulty && j.fault == Fault::kHost && r == j.fault_rank) work *= j.factor;
       if (pause && (!j.pause_rank0_only || r == 0)) work += double(j.pause_ns);
-      arrive[size_t(r)] = t + int64_t(work);
+      arrive[size_t(r)] = (j.counters ? start[size_t(r)] : t) + int64_t(work);
       latest = std::max(latest, arrive[size_t(r)]);
     }
     int64_t kernel_max = 0;
@@ -153,7 +170,13 @@ inline SlowOutcome run(const SlowJob& j, SlowDetector& det) {
       const int node = r / j.per_node;
       auto& rec = recent[size_t(r)];
       for (auto& x : rec) x.gpu_ns = 0;  // a kernel slot shows its newest op only
-      rec.push_back({uint64_t(s), 1, arrive[size_t(r)] + clock_error[size_t(node)], int64_t(k)});
+      rec.push_back({uint64_t(s), 1, arrive[size_t(r)] + clock_error[size_t(node)],
+                     j.counters ? 0 : int64_t(k)});
+      if (j.counters) {  // done once every member arrived and its own kernel ran
+        auto& fl = flight[size_t(r)];
+        fl = {fl[2], fl[3], arrive[size_t(r)], latest + int64_t(k)};
+        start[size_t(r)] = fl[3];
+      }
       if (rec.size() > CommProgress::kMaxRecent) rec.erase(rec.begin());
       for (int ch = 0; ch < j.channels; ++ch) {
         double st = double(j.kernel_ns) / j.link_steps * (1 + 0.1 * expo(rng));
@@ -163,7 +186,8 @@ inline SlowOutcome run(const SlowJob& j, SlowDetector& det) {
       }
     }
     t = latest + kernel_max;
-    heartbeats_until(t, s);
+    // counters: up to the first rank's next step, before which none calls again.
+    heartbeats_until(j.counters ? *std::min_element(start.begin(), start.end()) : t, s);
     if (out.found && j.stop_at_finding) break;
   }
   out.findings = det.findings();

@@ -511,6 +511,9 @@ TEST_CASE("fr-simjob --daemons: a straggler opens one slow incident naming it, n
   REQUIRE(inc.is_object());
   REQUIRE(inc["slow"]["cause"] == "host");
   REQUIRE(inc["slow"]["culprit_ranks"] == json::array({2}));
+  // Its GPU's progress counters: done and idle while its peers wait in flight.
+  REQUIRE(inc["slow"]["busy_share"].get<double>() <
+          0.5 * inc["slow"]["peers_busy_share"].get<double>());
   REQUIRE(inc["culprit_ranks"] == json::array({2}));
   REQUIRE(inc["slow"]["factor"].get<double>() > 1);
   // Every rank's dump was taken, and the job ran on to its end.
@@ -519,11 +522,12 @@ TEST_CASE("fr-simjob --daemons: a straggler opens one slow incident naming it, n
   fr::e2e::remove_run(run);
 }
 
-TEST_CASE("fr-simjob --daemons: a gpu-slow rank opens a slow incident naming it", "[e2e]") {
+TEST_CASE("fr-simjob --daemons: a gpu-slow rank opens a slow incident naming its GPU", "[e2e]") {
   // Rank 1's GPU works 4 times slower from step 5 (1 ms of kernel work per collective, 4 on it):
-  // its peers wait for it at every step. The flight log holds no per-op GPU times (only the
-  // profiler plugin's kernel slots would), so what the coordinator sees is the rank arriving late;
-  // it names rank 1 while the job runs on to its end.
+  // its host waits for it at the end of each step, so it arrives late and its peers wait for it.
+  // The flight log holds no per-op GPU times (only the profiler plugin's kernel slots would); the
+  // GPU's progress counters show its collectives in flight as often as its peers' (who wait in
+  // theirs): its GPU, not its host. It is named while the job runs on to its end.
   SimRun run = fr::e2e::run_simjob(
       {"--nodes", "2", "--ranks-per-node", "2", "--steps", "150", "--fault",
        "rank=1,step=5,kind=gpu-slow,factor=4", "--daemons", "--stall-after", "5", "--quiet"},
@@ -534,9 +538,19 @@ TEST_CASE("fr-simjob --daemons: a gpu-slow rank opens a slow incident naming it"
   const json& opened = run.result["incidents_opened"];
   REQUIRE(opened.size() == 1);
   REQUIRE(opened[0]["kind"] == "slow");
-  REQUIRE(opened[0]["reason"].get<std::string>().rfind("rank 1 ", 0) == 0);
-  // Without kernel times it cannot say host or GPU, and says so.
-  REQUIRE(opened[0]["reason"].get<std::string>().find("no kernel times here") != std::string::npos);
+  const std::string reason = opened[0]["reason"].get<std::string>();
+  REQUIRE(reason.rfind("rank 1's GPU holds up its host", 0) == 0);
+  REQUIRE(reason.find("progress counters") != std::string::npos);
+  const std::string job = run.result["job_id"].get<std::string>();
+  std::ifstream f(run.dir + "/incidents/" + job + "/" + opened[0]["id"].get<std::string>() +
+                  "/incident.json");
+  json inc = json::parse(f, nullptr, false);
+  REQUIRE(inc.is_object());
+  REQUIRE(inc["slow"]["cause"] == "gpu");
+  REQUIRE(inc["slow"]["culprit_ranks"] == json::array({1}));
+  REQUIRE(inc["slow"]["factor"].get<double>() > 1);
+  REQUIRE(inc["slow"]["busy_share"].get<double>() >=
+          0.5 * inc["slow"]["peers_busy_share"].get<double>());
   fr::e2e::remove_run(run);
 }
 

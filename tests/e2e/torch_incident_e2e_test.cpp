@@ -3,7 +3,11 @@
 // own, yet the job's processes are counted (processes.total 4, "none has called NCCL or NIXL"),
 // the stall is seen through torch's progress (--stall-after), and the incident's dump set holds
 // torch's own recorder dump of every rank (fr-run's hook) and every rank's stacks; fr-analyze
-// names rank 3. Skipped (exit 77) where python3 cannot import torch.
+// names rank 3. The same job on the emulated NCCL (torch_nccl_job.py: torch's process group on
+// gloo and a NCCL communicator of the same ranks beside it, rank 3 stuck in Python between torch's
+// all_reduce and NCCL's): fr's verdict on its communicator carries torch's process group, the
+// Python call site and rank 3 as stuck between torch and NCCL. Skipped (exit 77) where python3
+// cannot import torch.
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
@@ -74,4 +78,44 @@ TEST_CASE("real torch on gloo: a rank hung in Python opens an incident that name
   INFO(analysis.substr(0, 4000));
   CHECK(a["verdict"]["kind"] == "not_entered");
   CHECK(a["verdict"]["culprit_ranks"] == json::array({3}));
+}
+
+TEST_CASE("real torch on the emulated NCCL: the verdict carries torch's group and call site",
+          "[e2e][torch]") {
+  fr::test::TempDir dir;
+  std::string out;
+  int rc = run(std::string("timeout 400 python3 ") + FR_SOURCE_DIR +
+                   "/tests/e2e/torch_incident_run.py " + FR_BUILD_DIR + " " + dir.path +
+                   " --nccl " + FR_TORCH_NCCL_SHIM,
+               &out);
+  if (rc == 77) FR_SKIP("python3 cannot import torch (scripts/install-deps.sh installs it)");
+  INFO(out);
+  REQUIRE(rc == 0);
+  json r = json::parse(out.substr(out.rfind("\n{") == std::string::npos ? 0 : out.rfind("\n{")));
+  REQUIRE(r["incident"].is_object());
+  const std::string set = r["incident"]["dir"];
+  CHECK(count_suffix(set, ".torchfr") == 4);
+  std::string analysis;
+  REQUIRE(run(std::string(FR_BUILD_DIR) + "/bin/fr-analyze --json " + set, &analysis) == 0);
+  json a = json::parse(analysis);
+  const json& v = a["verdict"];
+  INFO(v.dump(1).substr(0, 4000));
+  // fr's view decides: rank 3 never called NCCL's all_reduce #6, on fr's communicator.
+  CHECK(v["kind"] == "not_entered");
+  CHECK(v["culprit_ranks"] == json::array({3}));
+  CHECK(v["seq"] == 6);
+  CHECK(v["comm"]["id"].get<std::string>().find("0x") == 0);
+  // torch's view joined into it: the default group, the line of the job that issued it, and
+  // rank 3 between torch and NCCL.
+  REQUIRE(v.contains("torch"));
+  CHECK(v["torch"]["joined"] == true);
+  CHECK(v["torch"]["pg_desc"] == "default_pg");
+  CHECK(v["torch"]["seq"] == 6);
+  CHECK(v["torch"]["call_site"]["function"] == "step");
+  CHECK(v["torch"]["call_site"]["file"].get<std::string>().find("torch_nccl_job.py") !=
+        std::string::npos);
+  CHECK(v["torch"]["issued_in_torch_only"] == json::array({3}));
+  CHECK(v["summary"].get<std::string>().find("torch process group default_pg") !=
+        std::string::npos);
+  CHECK(v["summary"].get<std::string>().find("torch_nccl_job.py:") != std::string::npos);
 }

@@ -69,11 +69,22 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(seed);
   std::printf("fail-slow scorecard: %d jobs per kind, seed %llu\n", per_kind,
               static_cast<unsigned long long>(seed));
-  for (Fault kind : {Fault::kHost, Fault::kGpu, Fault::kLink}) {
+  // The kinds; the last two without kernel times (each host waits for its GPU at the end of its
+  // step, the heartbeats carry the GPU's progress counters), where host and GPU must be told
+  // apart by the counters.
+  struct Kind {
+    Fault fault;
+    bool counters;
+    const char* name;
+  };
+  for (Kind kind : {Kind{Fault::kHost, false, "host"}, Kind{Fault::kGpu, false, "gpu"},
+                    Kind{Fault::kLink, false, "link"}, Kind{Fault::kHost, true, "host, counters"},
+                    Kind{Fault::kGpu, true, "gpu, counters"}}) {
     Tally t;
     for (int i = 0; i < per_kind; ++i) {
       SlowJob j = random_job(rng);
-      j.fault = kind;
+      j.fault = kind.fault;
+      j.counters = kind.counters;
       j.fault_rank = int(rng() % uint64_t(j.ranks));
       // 1.2x to 10x, log-uniform: as many mild faults as severe ones.
       j.factor = std::exp(std::log(1.2) + std::uniform_real_distribution<double>(0, 1)(rng) *
@@ -102,9 +113,9 @@ int main(int argc, char** argv) {
                                    std::to_string(j.ranks) + " ranks)");
       }
     }
-    const char* name = kind == Fault::kHost ? "host" : kind == Fault::kGpu ? "gpu" : "link";
+    const char* name = kind.name;
     std::printf(
-        "%-5s >=1.5x: named %.1f%% (%d/%d), within 30 s or 20 steps %.1f%%; "
+        "%-14s >=1.5x: named %.1f%% (%d/%d), within 30 s or 20 steps %.1f%%; "
         "time to finding median %.1f s (p95 %.1f s), %.0f steps (p95 %.0f); "
         "1.2-1.5x: named %.1f%% (%d/%d); jobs with a wrong finding: %d\n",
         name, pct(t.strong_found, t.strong), t.strong_found, t.strong,
@@ -123,6 +134,7 @@ int main(int argc, char** argv) {
     j.pause_ns = 5'000'000'000;
     j.pause_rank0_only = rng() % 2;
     j.steps = 400;
+    j.counters = i % 2;  // half of them with the GPU's progress counters
     SlowDetector det;
     auto out = fr::daemon::synth::run(j, det);
     if (out.wrong || !out.findings.empty()) {
@@ -131,8 +143,8 @@ int main(int argc, char** argv) {
     }
   }
   std::printf(
-      "healthy (jitter 30-100%% of the work, checkpoint pauses): %d of %d jobs with a "
-      "false finding\n",
+      "healthy (jitter 30-100%% of the work, checkpoint pauses, half with the GPU's progress "
+      "counters): %d of %d jobs with a false finding\n",
       healthy_false, per_kind);
   for (const auto& k : keys) std::printf("      false: %s\n", k.c_str());
   return 0;
