@@ -573,8 +573,8 @@ bool SlowDetector::judge_wire(uint64_t id, Comm& c, int64_t now_mono,
     const int64_t excess = int64_t(double(f.value_ns - f.others_ns) * p.top->steps);
     f.step_without_ns = without(step, excess);
     f.since_mono = now_mono;
-    const bool holds = share >= cfg_.wire_share && share >= cfg_.wire_ratio * other && gsrc >= 0 &&
-                       gdst >= 0 && worth(f, excess);
+    const bool holds = share >= cfg_.wire_share && share >= cfg_.wire_ratio * other &&
+                       p.wire >= cfg_.min_wire_hits && gsrc >= 0 && gdst >= 0 && worth(f, excess);
     if (!report(&c.wire_streak[key], holds, f.key())) continue;
     found.push_back(std::move(f));
   }

@@ -65,9 +65,10 @@ struct SlowConfig {
   // the same instants, which a job's steady pace and the heartbeats' fixed period cannot alias.
   uint32_t min_busy_samples = 10;
   double busy_floor = 0.2;
-  double busy_ratio = 0.5;   // at least this share of the peers': its GPU, not its host
-  double wire_share = 0.15;  // ... on the wire at least this share of them
-  double wire_ratio = 3;     // ... and this many times the other pairs' median share
+  double busy_ratio = 0.5;     // at least this share of the peers': its GPU, not its host
+  double wire_share = 0.15;    // ... on the wire at least this share of them
+  double wire_ratio = 3;       // ... and this many times the other pairs' median share
+  uint32_t min_wire_hits = 6;  // ... and on the wire in this many samples at least (not 2 of 12)
   // A finding must cost the job something: its excess over its peers per op (host: lateness;
   // link: per step x steps) at least min_excess_ns, and where the pace is known at least
   // min_loss_percent of the time between collectives (microsecond noise on fast links is not slow).
