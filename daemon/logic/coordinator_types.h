@@ -135,6 +135,7 @@ struct ProcessCounts {
   int recording = 0;
   int torch = 0;  // without a flight log, watched through torch's recorder (fr-run's hook)
   int nodes = 0;  // nodes with at least one
+  int ended = 0;  // processes whose flight log outlived them (dead or exited), not in total
   // "4 processes under fr-run on 1 node; none has called NCCL or NIXL yet", ...
   std::string summary() const;
 };

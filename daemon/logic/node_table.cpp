@@ -47,6 +47,10 @@ std::string plural(int n, const char* one, const char* many) {
 }  // namespace
 
 std::string ProcessCounts::summary() const {
+  if (total == 0 && ended > 0)
+    return "no live process under fr-run or with the agent loaded; " +
+           plural(ended, "process", "processes") + " ended, " +
+           (ended == 1 ? "its flight log kept" : "their flight logs kept");
   if (total == 0) return "no process under fr-run or with the agent loaded yet";
   std::string s = plural(total, "process", "processes") + " under fr-run on " +
                   plural(nodes, "node", "nodes") + "; ";
@@ -351,6 +355,7 @@ ProcessCounts NodeTable::process_counts() const {
     c.total += here;
     c.torch += n.torch_watched;
     c.nodes += here > 0;
+    for (const auto& p : n.last.processes) c.ended += !p.alive;
   }
   return c;
 }

@@ -207,6 +207,25 @@ TEST_CASE("node table: a silent node is lost once, then forgotten unless needed"
   CHECK(t.find("n1") == nullptr);
 }
 
+TEST_CASE("node table: a job whose processes all ended says so, not that none started",
+          "[daemon]") {
+  CoordinatorConfig c = node_config();
+  NodeTable t(c);
+  CommTable comms(c);
+  std::string err;
+  uint64_t s = t.connect("n0", "h0", "job1", token("a"), 0, &err);
+  REQUIRE(beat(t, comms, s, report({proc(0, false, 0), proc(1, false, 0)}), kSec));
+  ProcessCounts pc = t.process_counts();
+  CHECK(pc.total == 0);
+  CHECK(pc.ended == 2);
+  CHECK(pc.summary() ==
+        "no live process under fr-run or with the agent loaded; 2 processes ended, their flight "
+        "logs kept");
+  REQUIRE(beat(t, comms, s, report({proc(0, true, 0), proc(1, false, 0)}), 2 * kSec));
+  CHECK(t.process_counts().summary() ==
+        "1 process under fr-run on 1 node; it records NCCL or NIXL calls");
+}
+
 TEST_CASE("node table: processes without a flight log are counted and their stall judged",
           "[daemon]") {
   CoordinatorConfig c = node_config();
