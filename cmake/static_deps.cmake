@@ -1,16 +1,19 @@
-# Static twins of imported C++ libraries, for the tools the wheel ships (cli/wheel).
+# Static twins of imported libraries, for the tools the wheel ships (cli/wheel).
 #
 # A shared gRPC, protobuf or absl needs the system's libstdc++.so.6, and Debian 12's needs glibc
-# 2.36, so a wheel that bundles them can claim no older glibc. Linked from their static archives
-# (libgrpc++.a beside libgrpc++.so, as Debian ships both) the tools carry the C++ code they use and
-# need glibc alone.
+# 2.36, so a wheel that bundles them can claim no older glibc. The C libraries (OpenSSL, zlib,
+# c-ares, elfutils' libdw and libelf with the compression libraries they use) of Debian 12 need
+# glibc 2.34's symbol versions. Linked from their static archives (libgrpc++.a beside libgrpc++.so,
+# as Debian ships both) the tools carry the code they use, linked against the glibc 2.28 stubs of
+# cli/wheel/glibc-stubs, and need glibc 2.28 alone.
 #
 #   fr_static_twin(OUT target)
 #
 # sets OUT to a target that links as `target` does, with every library of the gRPC::, protobuf::,
-# absl:: and re2:: families (and what they link, recursively) taken from its .a; anything else (the
-# C libraries: OpenSSL, zlib, c-ares, libdl...) is linked as before. A library with no .a beside its
-# .so is a configure error.
+# absl::, re2::, OpenSSL::, ZLIB::, c-ares:: and PkgConfig:: families (and what they link,
+# recursively) taken from its .a; a PkgConfig:: target adds the libraries its module's static
+# link names (`pkg-config --static`). glibc's own libraries (dl, m, rt, pthread...) are linked as
+# before. A library with no .a beside its .so is a configure error.
 #
 #   fr_static_or_shared(OUT target)
 #
@@ -18,7 +21,9 @@
 # true and `target` for any other: a library links it PUBLIC (or PRIVATE) and each executable
 # picks, so the tests keep the shared libraries and the wheel's tools take the archives. Where
 # FR_WHEEL_TOOLS is off (no wheel tools in this build) OUT is `target`, and no archive is needed.
-set(FR_STATIC_FAMILIES "^(gRPC|protobuf|absl|re2)::")
+set(FR_STATIC_FAMILIES "^(gRPC|protobuf|absl|re2|OpenSSL|ZLIB|c-ares|PkgConfig)::")
+# Linked as named: glibc's, and GCC's libatomic, which absl asks for --as-needed (nothing is).
+set(FR_GLIBC_LIBS "^(c|dl|m|rt|pthread|util|resolv|atomic)$")
 
 function(_fr_static_archive_of lib out)
   string(REGEX REPLACE "\\.so(\\.[0-9.]+)?$" ".a" archive "${lib}")
@@ -42,8 +47,13 @@ function(_fr_imported_location target out)
   set(${out} "${loc}" PARENT_SCOPE)
 endfunction()
 
-# A library named by -lNAME in a twinned target's links (re2's, from pkg-config): its archive.
+# A library named by -lNAME in a twinned target's links (re2's, from pkg-config): its archive, or
+# -lNAME itself for one of FR_GLIBC_LIBS.
 function(_fr_static_name name dirs out)
+  if(name MATCHES "${FR_GLIBC_LIBS}")
+    set(${out} "-l${name}" PARENT_SCOPE)
+    return()
+  endif()
   find_library(_fr_archive_${name} NAMES lib${name}.a HINTS ${dirs} NO_CACHE)
   if(NOT _fr_archive_${name})
     message(FATAL_ERROR "fr_static_twin: no static archive lib${name}.a")
@@ -83,11 +93,20 @@ function(fr_static_twin out target)
         string(REGEX REPLACE "^\\$<LINK_ONLY:(.*)>$" "\\1" item "${item}")
         if(TARGET ${item})
           fr_static_twin(dep ${item})
-        elseif(target MATCHES "^re2::" AND item MATCHES "^-l([A-Za-z0-9_+]+)$")
+        elseif(item MATCHES "^-l([A-Za-z0-9_+]+)$")
           _fr_static_name(${CMAKE_MATCH_1} "${dirs}" dep)
+        elseif(item MATCHES "^/.*\\.so(\\.[0-9.]+)?$")
+          _fr_static_archive_of("${item}" dep)
         else()
           set(dep "${item}")
         endif()
+        list(APPEND twin_links "${dep}")
+      endforeach()
+    endif()
+    # A pkg-config module's static link: what its archives need, after them.
+    if(target MATCHES "^PkgConfig::(.+)$")
+      foreach(name ${${CMAKE_MATCH_1}_STATIC_LIBRARIES})
+        _fr_static_name(${name} "${dirs}" dep)
         list(APPEND twin_links "${dep}")
       endforeach()
     endif()
