@@ -5,7 +5,8 @@
 #    2.30.7 (PyTorch 2.15's), for the tests that call a real NCCL without a GPU: from the
 #    nvidia-nccl-cu13 wheels on PyPI, unpacked into /opt/fr-deps/nccl-<version>/{include,lib};
 #  - a Debian 11 root (bullseye, glibc 2.31) made with debootstrap in /var/cache/fr/bullseye-root,
-#    where a test runs a program with the agent preloaded.
+#    where a test runs a program with the agent preloaded, and one the wheel's tools
+#    (tests/cli/wheel_oldglibc_test.py).
 # Nothing here fails the install: what cannot be had is reported, the build falls back to the
 # toolkit's nccl.h and the tests that need the rest report themselves skipped.
 set -uo pipefail

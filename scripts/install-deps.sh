@@ -23,12 +23,15 @@ done
 # What `cmake -S . -B build` and building the demo's targets (Makefile DEMO_TARGETS) need: the
 # compiler, CMake and pkg-config; gRPC and protobuf (proto/, frd); CLI11 and nlohmann-json (every
 # tool); OpenSSL (frd's HTTP listener); libdw and libelf (frd's stacks); Catch2 and python3,
-# which configuring the tests asks for even when none is built.
+# which configuring the tests asks for even when none is built. The wheel's tools (cli/wheel) link
+# the C libraries from their static archives, which configuring checks for: zlib, c-ares, and
+# liblzma and libbz2, which libdw.a needs (libbz2-dev is no dependency of the others).
 demo_packages=(
   build-essential cmake pkg-config python3
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   catch2 libcli11-dev nlohmann-json3-dev
   libssl-dev libdw-dev libelf-dev
+  zlib1g-dev libc-ares-dev liblzma-dev libbz2-dev
 )
 
 packages=(
@@ -43,8 +46,8 @@ packages+=(dpkg-dev file)
 # The tests' own tools: openssl makes the TLS certificates of daemon_rpc_test. A test without them
 # reports itself skipped, and CI (FR_CI=1) fails on such a skip.
 packages+=(openssl)
-# `make wheel` (scripts/build-wheel): patchelf points the bundled libraries at each other
-# ($ORIGIN run paths), as auditwheel would; python3-venv installs the wheel in its test.
+# `make wheel` (scripts/build-wheel): patchelf points any bundled library at the others ($ORIGIN
+# run paths), as auditwheel would; python3-venv installs the wheel in its test.
 packages+=(patchelf)
 # The web tests (tests/web) load the pages in headless Chromium.
 packages+=(chromium)
