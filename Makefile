@@ -141,8 +141,8 @@ package: build
 	cd $(BUILD) && cpack -B packages
 
 # The wheel a PyTorch user installs with pip (`pip install build/wheels/fr-*.whl`): the tools as
-# cli/wheel links them (C++ runtime, gRPC and protobuf inside; glibc 2.34), the agent, the C
-# libraries they need beyond glibc, and the Python package `fr` (scripts/build-wheel).
+# cli/wheel links them (C++ runtime, gRPC, protobuf and the C libraries inside; glibc 2.28), the
+# agent, and the Python package `fr` (scripts/build-wheel).
 wheel: deps
 	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS) --target fr-run-wheel frd-wheel fr-analyze-wheel fr_agent

@@ -210,8 +210,7 @@ extern "C" __attribute__((visibility("hidden"))) int fstatat(int dirfd, const ch
 extern "C" __attribute__((visibility("hidden"))) int fr_cond_clockwait_by_timedwait(
     pthread_cond_t* cond, pthread_mutex_t* mutex, clockid_t clock, const timespec* abstime) {
   if (clock == CLOCK_REALTIME) return pthread_cond_timedwait(cond, mutex, abstime);
-  if (clock != CLOCK_MONOTONIC || abstime->tv_nsec < 0 || abstime->tv_nsec >= kNanos)
-    return EINVAL;
+  if (clock != CLOCK_MONOTONIC || abstime->tv_nsec < 0 || abstime->tv_nsec >= kNanos) return EINVAL;
   timespec mono{}, real{};
   clock_gettime(CLOCK_MONOTONIC, &mono);
   clock_gettime(CLOCK_REALTIME, &real);

@@ -14,8 +14,7 @@ extern fr_init_fn __init_array_start[] __attribute__((visibility("hidden")));
 extern fr_init_fn __init_array_end[] __attribute__((visibility("hidden")));
 extern void _init(void);
 
-__attribute__((visibility("hidden"), used)) void fr_start_init(int argc, char** argv,
-                                                               char** envp) {
+__attribute__((visibility("hidden"), used)) void fr_start_init(int argc, char** argv, char** envp) {
   _init();
   const size_t n = (size_t)(__init_array_end - __init_array_start);
   for (size_t i = 0; i < n; ++i) (*__init_array_start[i])(argc, argv, envp);

@@ -164,7 +164,8 @@ TEST_CASE("stat, lstat, fstat, fstat64 and fstatat answer as glibc's own", "[cli
     fclose(f);
   }
   REQUIRE(symlink(file.c_str(), link.c_str()) == 0);
-  struct stat want_file {}, want_link {};
+  struct stat want_file {
+  }, want_link{};
   REQUIRE(glibc_stat(file.c_str(), &want_file) == 0);
   REQUIRE(glibc_lstat(link.c_str(), &want_link) == 0);
   REQUIRE(S_ISLNK(want_link.st_mode));

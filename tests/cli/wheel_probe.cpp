@@ -35,7 +35,8 @@ struct CountsItsConstruction {
 __attribute__((constructor)) void count_attribute_ctor() { ++g_attribute_ctor_runs; }
 
 void report(const char* name, bool ok, const std::string& detail = "") {
-  std::printf("%s: %s%s%s\n", name, ok ? "ok" : "FAILED", detail.empty() ? "" : " ", detail.c_str());
+  std::printf("%s: %s%s%s\n", name, ok ? "ok" : "FAILED", detail.empty() ? "" : " ",
+              detail.c_str());
   if (!ok) ++g_failures;
 }
 
@@ -62,8 +63,8 @@ int main() {
     std::unique_lock<std::mutex> lock(m);
     auto start = std::chrono::steady_clock::now();
     bool timed_out = cv.wait_for(lock, std::chrono::milliseconds(30)) == std::cv_status::timeout;
-    report("condition_variable", timed_out && std::chrono::steady_clock::now() - start >=
-                                                  std::chrono::milliseconds(30));
+    report("condition_variable",
+           timed_out && std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(30));
   }
   std::atomic<int> sum{0};
   auto shared = std::make_shared<int>(1);
