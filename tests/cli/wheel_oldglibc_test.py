@@ -63,17 +63,20 @@ def probe_passes(r, where):
 
 
 def in_root_runner(root):
-    """argv prefix that runs a command inside `root` with /proc mounted (a private mount
-    namespace, so nothing changes outside), or plain chroot where unshare is not allowed."""
+    """A function that wraps argv to run inside `root` with /proc mounted (a private mount
+    namespace, so nothing changes outside; plain chroot where unshare is not allowed), and
+    whether /proc is there. LD_BIND_NOW=1: the loader binds every symbol a program imports
+    before it starts, so one that the root's glibc lacks fails the start, called or not."""
     r = run(["unshare", "-m", "--propagation", "private", "true"]) if shutil.which("unshare") \
         else None
     if r is not None and r.returncode == 0:
         def wrap(argv):
+            argv = ["/usr/bin/env", "LD_BIND_NOW=1"] + argv
             cmd = " ".join("'" + a.replace("'", "'\\''") + "'" for a in argv)
             return ["unshare", "-m", "--propagation", "private", "sh", "-c",
                     f"mount -t proc proc '{root}/proc' && exec chroot '{root}' {cmd}"]
         return wrap, True
-    return (lambda argv: ["chroot", root] + argv), False
+    return (lambda argv: ["chroot", root, "/usr/bin/env", "LD_BIND_NOW=1"] + argv), False
 
 
 def coordinator_in_root(wrap, host_dir, dir_):
