@@ -140,7 +140,8 @@ constexpr int kStatVersion = 1;  // _STAT_VER_LINUX on x86_64: struct stat as th
 std::atomic<bool> g_force_fallback{false};
 
 // The running glibc's own `name` at `version`, or null where it has none (or the fallbacks are
-// forced, for the tests). Looked up once; a null answer is kept as kAbsent.
+// forced, for the tests). Looked up once (before main: look_up_system_functions); a null answer
+// is kept as kAbsent.
 void* const kAbsent = reinterpret_cast<void*>(uintptr_t{1});
 
 template <typename F>
@@ -161,6 +162,16 @@ using StatFn = int (*)(const char*, struct stat*);
 using FstatFn = int (*)(int, struct stat*);
 using FstatatFn = int (*)(int, const char*, struct stat*, int);
 using ClockwaitFn = int (*)(pthread_cond_t*, pthread_mutex_t*, clockid_t, const timespec*);
+
+// Every lookup done before main, so that none happens later in a child between fork and exec
+// (dlvsym takes the loader's lock, which another thread of the parent may have held at the fork).
+__attribute__((constructor)) void look_up_system_functions() {
+  system_function<StatFn>(g_stat, "stat", "GLIBC_2.33");
+  system_function<StatFn>(g_lstat, "lstat", "GLIBC_2.33");
+  system_function<FstatFn>(g_fstat, "fstat", "GLIBC_2.33");
+  system_function<FstatatFn>(g_fstatat, "fstatat", "GLIBC_2.33");
+  system_function<ClockwaitFn>(g_clockwait, "pthread_cond_clockwait", "GLIBC_2.30");
+}
 
 constexpr int64_t kNanos = 1000000000;
 
