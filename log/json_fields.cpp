@@ -23,6 +23,18 @@ const json* array_field(const json& j, std::string_view key) {
   return v != nullptr && v->is_array() ? v : nullptr;
 }
 
+const json& object_or_empty(const json& j, std::string_view key) {
+  static const json empty = json::object();
+  const json* v = object_field(j, key);
+  return v != nullptr ? *v : empty;
+}
+
+const json& array_or_empty(const json& j, std::string_view key) {
+  static const json empty = json::array();
+  const json* v = array_field(j, key);
+  return v != nullptr ? *v : empty;
+}
+
 bool read_value(const json& v, std::string* out, size_t max_bytes) {
   if (!v.is_string()) return false;
   const auto& s = v.get_ref<const std::string&>();

@@ -4,7 +4,9 @@
 // only when it is there, of the right JSON type and within the bounds below; otherwise it counts
 // as missing: the destination is left as it was and the reader returns false. Nothing throws.
 //
-//   lookup    a key of a value that is not an object is missing.
+//   lookup    a key of a value that is not an object is missing; an object or array member that
+//             is missing or of another kind reads as an empty one (object_or_empty,
+//             array_or_empty).
 //   string    a JSON string only. With a bound, cut to at most max_bytes bytes, backed off to the
 //             start of a UTF-8 sequence, so that a cut never leaves half a character.
 //   bool      a JSON boolean only (not 0 or 1, not "true").
@@ -41,6 +43,11 @@ const nlohmann::json* field_of(const nlohmann::json& j, std::string_view key);
 // j[key] when it is an object (object_field) or an array (array_field), else nullptr.
 const nlohmann::json* object_field(const nlohmann::json& j, std::string_view key);
 const nlohmann::json* array_field(const nlohmann::json& j, std::string_view key);
+
+// j[key] by reference when it is an object (an array), else an empty one: for walking a member
+// that may be absent without a copy (nlohmann's value() copies) and without a check at each use.
+const nlohmann::json& object_or_empty(const nlohmann::json& j, std::string_view key);
+const nlohmann::json& array_or_empty(const nlohmann::json& j, std::string_view key);
 
 // ---- one value ---------------------------------------------------------------------------------
 bool read_value(const nlohmann::json& v, std::string* out, size_t max_bytes = kNoBound);

@@ -52,11 +52,7 @@ void get_list(const json& j, const char* key, std::vector<T>* out) {
   for (const auto& e : *a)
     if (e.is_object()) out->push_back(e.get<T>());
 }
-const json& member(const json& j, const char* key) {
-  static const json empty = json::object();
-  const json* o = fr::log::object_field(j, key);
-  return o != nullptr ? *o : empty;
-}
+using fr::log::object_or_empty;
 
 // The document but its nodes and its page.
 json head_json(const CoordinatorStatus& s) {
@@ -366,7 +362,7 @@ void from_json(const json& j, StatusIncident& i) {
   read_field(j, "opened_ns", &i.opened_ns);
   read_field(j, "asked", &i.asked);
   read_field(j, "uploaded", &i.uploaded);
-  for (const auto& [k, v] : member(j, "failed").items())
+  for (const auto& [k, v] : object_or_empty(j, "failed").items())
     if (v.is_string()) i.failed[k] = v.get<std::string>();
   read_field(j, "verdict", &i.verdict);
   read_field(j, "summary", &i.summary);
@@ -396,18 +392,18 @@ void from_json(const json& j, CoordinatorStatus& s) {
     s.processes = processes->get<StatusProcesses>();
   read_field(j, "coordinator_id", &s.coordinator_id);
   read_field(j, "job_id", &s.job_id);
-  const json& r = member(j, "ranks");
+  const json& r = object_or_empty(j, "ranks");
   read_field(r, "expected", &s.ranks.expected);
   read_field(r, "known", &s.ranks.known);
   read_field(r, "alive", &s.ranks.alive);
   read_field(r, "dead", &s.ranks.dead);
-  const json& nc = member(j, "node_counts");
+  const json& nc = object_or_empty(j, "node_counts");
   read_field(nc, "known", &s.node_counts.known);
   read_field(nc, "connected", &s.node_counts.connected);
   read_field(nc, "lost", &s.node_counts.lost);
   read_field(nc, "forgotten", &s.node_counts.forgotten);
   read_field(j, "retained_report_bytes", &s.retained_report_bytes);
-  const json& st = member(j, "stall");
+  const json& st = object_or_empty(j, "stall");
   read_field(st, "mode", &s.stall.mode);
   get_secs(st, "fixed_s", &s.stall.fixed_ns);
   get_secs(st, "floor_s", &s.stall.floor_ns);
@@ -418,7 +414,7 @@ void from_json(const json& j, CoordinatorStatus& s) {
   get_list(j, "slow", &s.slow);
   get_list(j, "incidents", &s.incidents);
   get_list(j, "nodes", &s.nodes);
-  s.page = member(j, "page").get<StatusPage>();
+  s.page = object_or_empty(j, "page").get<StatusPage>();
   s.query.node_offset = s.page.offset;
   s.more = s.page.next_offset.has_value();
 }

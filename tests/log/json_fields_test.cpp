@@ -30,6 +30,17 @@ TEST_CASE("json fields: a key of a value that is not an object is missing", "[lo
   CHECK(fr::log::object_field(json{{"a", 1}}, "a") == nullptr);
   CHECK(fr::log::array_field(json{{"a", json::object()}}, "a") == nullptr);
   CHECK(fr::log::object_field(json{{"a", json::object()}}, "a") != nullptr);
+  // By reference, an empty one of the kind asked when missing or of another kind.
+  const json doc = json::parse(R"({"o": {"k": 1}, "a": [1, 2], "s": "x"})");
+  CHECK(&fr::log::object_or_empty(doc, "o") == &doc["o"]);
+  CHECK(&fr::log::array_or_empty(doc, "a") == &doc["a"]);
+  for (const char* k : {"a", "s", "none"}) {
+    CHECK(fr::log::object_or_empty(doc, k) == json::object());
+  }
+  for (const char* k : {"o", "s", "none"}) {
+    CHECK(fr::log::array_or_empty(doc, k) == json::array());
+  }
+  CHECK(fr::log::object_or_empty(json(3), "o") == json::object());
 }
 
 TEST_CASE("json fields: an integer must be a JSON integer within the destination's range",
