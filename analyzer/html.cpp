@@ -13,6 +13,7 @@
 #include "analyzer/analyze.h"
 #include "analyzer/verdicts.h"
 #include "fr/version.h"
+#include "log/json_fields.h"
 
 namespace fr::analyzer {
 
@@ -23,20 +24,11 @@ namespace {
 constexpr size_t kMaxTableRows = 512;
 constexpr size_t kMaxTimelineRows = 32;
 
-// A member by reference (nlohmann's value() copies): an array or object as asked, else an empty one.
-const json& member(const json& j, const char* key) {
-  static const json empty = json::array();
-  return j.is_object() && j.contains(key) && j[key].is_array() ? j[key] : empty;
-}
-const json& object_member(const json& j, const char* key) {
-  static const json empty = json::object();
-  return j.is_object() && j.contains(key) && j[key].is_object() ? j[key] : empty;
-}
+using fr::log::array_or_empty;
+using fr::log::object_or_empty;
 
-std::string str(const json& j, const char* key) {
-  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>()
-                                                                : std::string();
-}
+// A text of the document, "" when missing (json_fields.h's rules).
+std::string str(const json& j, const char* key) { return fr::log::field_or(j, key, std::string()); }
 
 const char* kStyle = R"(
 :root{--bg:#f5f6f8;--card:#fff;--ink:#1d2330;--muted:#667085;--line:#dde1e8;--bad:#c62828;
@@ -144,7 +136,7 @@ std::string state_badge(const std::string& state) {
 const json* stalled_op(const json& e, uint64_t seq) {
   for (const char* k : {"last_enqueued", "last_started", "last_completed"})
     if (e.contains(k) && e[k].is_object() && e[k].value("seq", 0ull) == seq) return &e[k];
-  for (const auto& o : member(e, "recent_ops"))
+  for (const auto& o : array_or_empty(e, "recent_ops"))
     if (o.is_object() && o.value("seq", 0ull) == seq && str(o, "kind") != "api") return &o;
   return nullptr;
 }
@@ -417,7 +409,7 @@ void frames(std::ostringstream& o, const json& fs) {
 
 // Stacks: the analysis's groups (ranks that share a stack), else each evidence row's own.
 void stacks(std::ostringstream& o, const Analysis& a) {
-  const json& groups = member(a.context, "stack_groups");
+  const json& groups = array_or_empty(a.context, "stack_groups");
   std::vector<const json*> single;
   for (const auto& e : evidence_of(a.verdict))
     if (e.is_object() && e.contains("stack") && e["stack"].is_array() && !e["stack"].empty())
@@ -601,7 +593,7 @@ std::string render_incident_html(const Analysis& a, const HtmlPage& page_in) {
 }
 
 std::string render_incident_html(const json& doc, const HtmlPage& page) {
-  const json& v = object_member(doc, "verdict");
+  const json& v = object_or_empty(doc, "verdict");
   if (v.empty()) {
     HtmlPage empty = page;
     if (empty.title.empty()) empty.title = "fr: no analysis";

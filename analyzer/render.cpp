@@ -12,6 +12,7 @@
 #include "analyzer/html.h"
 #include "analyzer/model.h"
 #include "analyzer/verdicts.h"
+#include "log/json_fields.h"
 
 namespace fr::analyzer {
 namespace {
@@ -206,9 +207,7 @@ void stacks_and_gpus(std::ostringstream& out, const Analysis& a, const Style& st
 void nixl_block(std::ostringstream& out, const Finding& v, const Style& st) {
   const json x = v.details.value("nixl", json());
   if (!x.is_object()) return;
-  auto s = [&](const json& j, const char* k) {
-    return j.contains(k) && j[k].is_string() ? j[k].get<std::string>() : std::string("?");
-  };
+  auto s = [](const json& j, const char* k) { return fr::log::field_or(j, k, std::string("?")); };
   out << "  transfer: " << s(x, "op") << " " << x.value("bytes", uint64_t{0}) << " bytes, "
       << x.value("descs", 0u) << " descs, backend " << s(x, "backend") << ", agent '"
       << s(x, "local_agent") << "' -> '" << s(x, "remote_agent") << "', state " << s(x, "state")

@@ -1,7 +1,7 @@
 // A dump set's records and its manifest.json: one to_json and one from_json per record, which the
 // manifest and every daemon file that carries a process use, so the writers and the readers name
-// the same fields. from_json takes what is there and of the right type; the caller decides what
-// must be.
+// the same fields. from_json takes what is there, of the right type and in range (json_fields.h's
+// rules); the caller decides what must be.
 #include "log/manifest.h"
 
 #include <cstdio>
@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/files.h"
+#include "log/json_fields.h"
 #include "log/safe_file.h"
 
 namespace fr::log {
@@ -41,31 +42,12 @@ bool safe_relative_path(const std::string& p) {
   return p.find('\0') == std::string::npos;
 }
 
-// Each take() copies the field when it is there with the right type, and says whether it was.
-bool take(const json& o, const char* k, std::string* dst) {
-  auto it = o.find(k);
-  if (it == o.end() || !it->is_string()) return false;
-  *dst = it->get<std::string>();
-  return true;
-}
-bool take(const json& o, const char* k, uint64_t* dst) {
-  auto it = o.find(k);
-  if (it == o.end() || !it->is_number_unsigned()) return false;
-  *dst = it->get<uint64_t>();
-  return true;
-}
-bool take(const json& o, const char* k, bool* dst) {
-  auto it = o.find(k);
-  if (it == o.end() || !it->is_boolean()) return false;
-  *dst = it->get<bool>();
-  return true;
-}
-// A rank, size or pid: an integer; copied only from -1 to INT32_MAX, else left as it was.
-bool take(const json& o, const char* k, int* dst) {
-  auto it = o.find(k);
-  if (it == o.end() || !it->is_number_integer()) return false;
-  int64_t v = it->get<int64_t>();
-  if (v >= -1 && v <= INT32_MAX) *dst = int(v);
+// A rank, size or pid: read from -1 (unknown) to INT32_MAX. Another integer is there with the right
+// type (true) but unknown: *dst is left as it was.
+bool take_id(const json& o, const char* k, int* dst) {
+  const json* v = field_of(o, k);
+  if (v == nullptr || !v->is_number_integer()) return false;
+  read_value(*v, dst, -1, INT32_MAX);
   return true;
 }
 
@@ -77,11 +59,8 @@ json to_json(const ManifestNode& n) {
 
 ManifestNode node_from_json(const json& n) {
   ManifestNode node;
-  take(n, "host", &node.host);
-  if (auto o = n.find("clock_offset_ns"); o != n.end() && o->is_number_integer()) {
-    node.clock_offset_ns = o->get<int64_t>();
-    node.has_offset = true;
-  }
+  read_field(n, "host", &node.host);
+  node.has_offset = read_field(n, "clock_offset_ns", &node.clock_offset_ns);
   return node;
 }
 
@@ -98,24 +77,20 @@ json array_of(const std::vector<ManifestNode>& nodes) {
 }
 // The manifest's own fields: schema (which must be ours), job, source, time, expected ranks.
 bool header_from_json(const json& m, Manifest* r, std::string* error) {
-  take(m, "schema", &r->schema);
+  read_field(m, "schema", &r->schema);
   if (r->schema != kDumpSetSchema) {
     *error = "manifest.json: unknown schema \"" + r->schema.substr(0, 64) + "\" (expected " +
              kDumpSetSchema + ")";
     return false;
   }
-  take(m, "job_id", &r->job_id);
-  take(m, "source", &r->source);
-  take(m, "time_ns", &r->time_ns);
+  read_field(m, "job_id", &r->job_id);
+  read_field(m, "source", &r->source);
+  read_field(m, "time_ns", &r->time_ns);
   // A value that is not a rank count is left out, and said so (in the skipped list), not dropped
   // silently.
-  if (auto it = m.find("expected_ranks"); it != m.end() && !it->is_null()) {
-    int64_t v = -1;
-    if (it->is_number_integer()) v = it->get<int64_t>();
-    if (v >= 0 && v <= (1 << 24))
-      r->expected_ranks = int(v);
-    else
-      r->skipped.push_back({"manifest.json", "expected_ranks " + it->dump().substr(0, 32) +
+  if (const json* v = field_of(m, "expected_ranks"); v != nullptr && !v->is_null()) {
+    if (!read_value(*v, &r->expected_ranks, 0, 1 << 24))
+      r->skipped.push_back({"manifest.json", "expected_ranks " + v->dump().substr(0, 32) +
                                                  " is not a rank count (0 to 16777216): ignored"});
   }
   return true;
@@ -138,8 +113,8 @@ json to_json(const Manifest& m) {
 
 // Every process must be an object whose file stays inside the dump set.
 bool processes_from_json(const json& m, std::vector<SnapshotProcess>* out, std::string* error) {
-  auto procs = m.find("processes");
-  if (procs == m.end() || !procs->is_array()) {
+  const json* procs = array_field(m, "processes");
+  if (procs == nullptr) {
     *error = "manifest.json: missing \"processes\" array";
     return false;
   }
@@ -166,12 +141,12 @@ bool processes_from_json(const json& m, std::vector<SnapshotProcess>* out, std::
 // dropped; the processes must all be good).
 bool from_json(const json& m, Manifest* r, std::string* error) {
   if (!header_from_json(m, r, error)) return false;
-  if (auto it = m.find("nodes"); it != m.end() && it->is_array())
-    for (const auto& n : *it)
+  if (const json* nodes = array_field(m, "nodes"))
+    for (const auto& n : *nodes)
       if (n.is_object()) r->nodes.push_back(node_from_json(n));
   if (!processes_from_json(m, &r->processes, error)) return false;
-  if (auto it = m.find("skipped"); it != m.end() && it->is_array())
-    for (const auto& sk : *it)
+  if (const json* skipped = array_field(m, "skipped"))
+    for (const auto& sk : *skipped)
       if (sk.is_object()) from_json(sk, &r->skipped.emplace_back());
   return true;
 }
@@ -189,17 +164,18 @@ void to_json(json& j, const SnapshotProcess& p) {
 
 bool from_json(const json& j, SnapshotProcess* p) {
   // Every field is read, whatever came before: & rather than &&.
-  return take(j, "rank", &p->rank) & take(j, "world_size", &p->world_size) &
-         take(j, "pid", &p->pid) & take(j, "host", &p->host) & take(j, "job_id", &p->job_id) &
-         take(j, "file", &p->file) & take(j, "source", &p->source) & take(j, "alive", &p->alive) &
-         take(j, "records", &p->records) & take(j, "overwritten", &p->overwritten) &
-         take(j, "torn", &p->torn);
+  return take_id(j, "rank", &p->rank) & take_id(j, "world_size", &p->world_size) &
+         take_id(j, "pid", &p->pid) & read_field(j, "host", &p->host) &
+         read_field(j, "job_id", &p->job_id) & read_field(j, "file", &p->file) &
+         read_field(j, "source", &p->source) & read_field(j, "alive", &p->alive) &
+         read_field(j, "records", &p->records) & read_field(j, "overwritten", &p->overwritten) &
+         read_field(j, "torn", &p->torn);
 }
 
 void to_json(json& j, const SnapshotSkip& s) { j = {{"file", s.file}, {"error", s.error}}; }
 
 bool from_json(const json& j, SnapshotSkip* s) {
-  return take(j, "file", &s->file) & take(j, "error", &s->error);
+  return read_field(j, "file", &s->file) & read_field(j, "error", &s->error);
 }
 
 bool write_manifest(const std::string& out_dir, const std::string& job_id, uint64_t time_ns,

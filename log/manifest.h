@@ -36,9 +36,10 @@ struct SnapshotSkip {
 // {"rank", "world_size", "pid", "host", "job_id", "file", "source", "alive", "records",
 // "overwritten", "torn"}: the manifest's, dump.json's and incident.json's form of a process.
 void to_json(nlohmann::json& j, const SnapshotProcess& p);
-// Reads every field that is there with the right type (a rank, size or pid only from -1 to
-// INT32_MAX) and leaves the others as they were. True when all eleven were there with the right
-// type: a reader of its own files requires it, a reader of older or foreign ones need not.
+// Reads every field that is there with the right type (json_fields.h's rules; a rank, size or pid
+// only from -1 to INT32_MAX) and leaves the others as they were. True when all eleven were there
+// with the right type: a reader of its own files requires it, a reader of older or foreign ones
+// need not.
 bool from_json(const nlohmann::json& j, SnapshotProcess* p);
 // {"file", "error"}; from_json as above, true when both were strings.
 void to_json(nlohmann::json& j, const SnapshotSkip& s);

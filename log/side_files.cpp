@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "log/json_fields.h"
+
 namespace fr::log {
 namespace {
 
@@ -17,29 +19,18 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Bounded getters: a missing or mistyped optional field reads as its default.
+// Every text of these files is cut to kMaxText; the other rules are json_fields.h's.
 std::string str(const json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_string()) return {};
-  std::string s = it->get<std::string>();
-  if (s.size() > kMaxText) s.resize(kMaxText);
-  return s;
+  return field_or(j, key, std::string(), kMaxText);
 }
 
-int64_t num(const json& j, const char* key, int64_t dflt) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_number_integer()) return dflt;
-  return it->get<int64_t>();
-}
-
-bool flag(const json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_boolean() && it->get<bool>();
-}
-
-const json* array(const json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_array() ? &*it : nullptr;
+// An NVLink error counter: NVML's unsigned, or -1 read as that unsigned (UINT64_MAX), as older
+// writers put it.
+uint64_t counter(const json& j, const char* key) {
+  uint64_t u = 0;
+  if (read_field(j, key, &u)) return u;
+  int64_t s = 0;
+  return read_field(j, key, &s) ? uint64_t(s) : 0;
 }
 
 bool parse_doc(const std::string& text, const char* schema, json* out, std::string* error) {
@@ -77,7 +68,7 @@ void from_json(const json& j, GpuHealth* d);
 // At most `cap` of the objects in j[key], each read by its from_json; other elements are dropped.
 template <typename T>
 void objects(const json& j, const char* key, size_t cap, std::vector<T>* out) {
-  if (const json* a = array(j, key))
+  if (const json* a = array_field(j, key))
     for (const auto& e : *a) {
       if (out->size() >= cap) break;
       if (!e.is_object()) continue;
@@ -85,15 +76,6 @@ void objects(const json& j, const char* key, size_t cap, std::vector<T>* out) {
       from_json(e, &item);
       out->push_back(std::move(item));
     }
-}
-
-// At most `cap` of the strings in j[key], each cut to `max_len`; other elements are dropped.
-void strings(const json& j, const char* key, size_t cap, size_t max_len,
-             std::vector<std::string>* out) {
-  if (const json* a = array(j, key))
-    for (const auto& e : *a)
-      if (e.is_string() && out->size() < cap)
-        out->push_back(e.get<std::string>().substr(0, max_len));
 }
 
 template <typename T>
@@ -121,11 +103,11 @@ json to_json(const StackFrame& f) {
 void from_json(const json& j, StackFrame* f) {
   f->function = str(j, "function");
   f->file = str(j, "file");
-  f->line = int(std::clamp<int64_t>(num(j, "line", 0), 0, 1 << 30));
+  f->line = field_or(j, "line", 0, 0, 1 << 30);
   f->module = str(j, "module");
   f->kind = str(j, "kind");
   if (f->kind != "python" && f->kind != "kernel") f->kind = "native";
-  f->pc = uint64_t(num(j, "pc", 0));
+  f->pc = field_or<uint64_t>(j, "pc", 0);
 }
 
 json to_json(const ThreadStack& t) {
@@ -135,7 +117,7 @@ json to_json(const ThreadStack& t) {
 }
 
 void from_json(const json& j, ThreadStack* t) {
-  t->tid = int(num(j, "tid", 0));
+  t->tid = field_or(j, "tid", 0);
   t->name = str(j, "name");
   t->state = str(j, "state");
   t->error = str(j, "error");
@@ -153,22 +135,22 @@ json to_json(const ProcessStacks& s) {
 }
 
 void from_json(const json& j, ProcessStacks* s) {
-  s->pid = int(num(j, "pid", 0));
-  s->rank = int(num(j, "rank", -1));
+  s->pid = field_or(j, "pid", 0);
+  s->rank = field_or(j, "rank", -1);
   s->taker = str(j, "taker");
-  s->python = flag(j, "python");
+  s->python = field_or(j, "python", false);
   s->error = str(j, "error");
   s->python_error = str(j, "python_error");
-  s->time_ns = num(j, "time_ns", 0);
-  s->took_ns = num(j, "took_ns", 0);
+  s->time_ns = field_or<int64_t>(j, "time_ns", 0);
+  s->took_ns = field_or<int64_t>(j, "took_ns", 0);
   objects(j, "threads", kMaxStackThreads, &s->threads);
 }
 
 json to_json(const XidEvent& x) { return {{"xid", x.xid}, {"time_ns", x.time_ns}}; }
 
 void from_json(const json& j, XidEvent* x) {
-  x->xid = uint64_t(num(j, "xid", 0));
-  x->time_ns = num(j, "time_ns", 0);
+  x->xid = field_or<uint64_t>(j, "xid", 0);
+  x->time_ns = field_or<int64_t>(j, "time_ns", 0);
 }
 
 json to_json(const NvLinkState& l) {
@@ -181,12 +163,12 @@ json to_json(const NvLinkState& l) {
 }
 
 void from_json(const json& j, NvLinkState* l) {
-  l->link = int(num(j, "link", 0));
-  l->active = flag(j, "active");
-  l->replay_errors = uint64_t(num(j, "replay_errors", 0));
-  l->recovery_errors = uint64_t(num(j, "recovery_errors", 0));
-  l->crc_flit_errors = uint64_t(num(j, "crc_flit_errors", 0));
-  l->crc_data_errors = uint64_t(num(j, "crc_data_errors", 0));
+  l->link = field_or(j, "link", 0);
+  l->active = field_or(j, "active", false);
+  l->replay_errors = counter(j, "replay_errors");
+  l->recovery_errors = counter(j, "recovery_errors");
+  l->crc_flit_errors = counter(j, "crc_flit_errors");
+  l->crc_data_errors = counter(j, "crc_data_errors");
 }
 
 json to_json(const GpuHealth& d) {
@@ -213,30 +195,25 @@ json to_json(const GpuHealth& d) {
 }
 
 void from_json(const json& j, GpuHealth* d) {
-  d->index = int(num(j, "index", -1));
+  d->index = field_or(j, "index", -1);
   d->pci_bus_id = str(j, "pci_bus_id");
   d->uuid = str(j, "uuid");
   d->name = str(j, "name");
   objects(j, "xids", kMaxList, &d->xids);
   objects(j, "nvlinks", kMaxList, &d->nvlinks);
-  strings(j, "throttle_names", 64, 64, &d->throttle_names);
-  if (const json* ps = array(j, "pids"))
-    for (const auto& p : *ps)
-      if (p.is_number_integer() && d->pids.size() < kMaxList) d->pids.push_back(p.get<int>());
-  if (const json* ps = array(j, "own_pids"))
-    for (const auto& p : *ps)
-      if (p.is_number_integer() && d->own_pids.size() < kMaxList)
-        d->own_pids.push_back(p.get<int>());
-  strings(j, "unavailable", 64, 200, &d->unavailable);
-  d->ecc_volatile_corrected = num(j, "ecc_volatile_corrected", -1);
-  d->ecc_volatile_uncorrected = num(j, "ecc_volatile_uncorrected", -1);
-  d->retired_pages_pending = num(j, "retired_pages_pending", -1);
-  d->remapped_rows_pending = num(j, "remapped_rows_pending", -1);
-  d->remapped_rows_failed = num(j, "remapped_rows_failed", -1);
-  d->throttle_reasons = num(j, "throttle_reasons", -1);
-  d->temperature_c = num(j, "temperature_c", -1);
-  d->power_mw = num(j, "power_mw", -1);
-  d->pcie_replays = num(j, "pcie_replays", -1);
+  read_list(j, "throttle_names", &d->throttle_names, 64, size_t(64));
+  read_list(j, "pids", &d->pids, kMaxList);
+  read_list(j, "own_pids", &d->own_pids, kMaxList);
+  read_list(j, "unavailable", &d->unavailable, 64, size_t(200));
+  d->ecc_volatile_corrected = field_or<int64_t>(j, "ecc_volatile_corrected", -1);
+  d->ecc_volatile_uncorrected = field_or<int64_t>(j, "ecc_volatile_uncorrected", -1);
+  d->retired_pages_pending = field_or<int64_t>(j, "retired_pages_pending", -1);
+  d->remapped_rows_pending = field_or<int64_t>(j, "remapped_rows_pending", -1);
+  d->remapped_rows_failed = field_or<int64_t>(j, "remapped_rows_failed", -1);
+  d->throttle_reasons = field_or<int64_t>(j, "throttle_reasons", -1);
+  d->temperature_c = field_or<int64_t>(j, "temperature_c", -1);
+  d->power_mw = field_or<int64_t>(j, "power_mw", -1);
+  d->pcie_replays = field_or<int64_t>(j, "pcie_replays", -1);
 }
 
 json to_json(const NodeGpus& g) {
@@ -251,7 +228,7 @@ json to_json(const NodeGpus& g) {
 
 void from_json(const json& j, NodeGpus* g) {
   g->node = str(j, "node");
-  g->time_ns = num(j, "time_ns", 0);
+  g->time_ns = field_or<int64_t>(j, "time_ns", 0);
   g->error = str(j, "error");
   g->driver_version = str(j, "driver_version");
   objects(j, "gpus", kMaxList, &g->gpus);

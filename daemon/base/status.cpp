@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <limits>
+#include <type_traits>
+
+#include "log/json_fields.h"
 
 namespace fr::daemon {
 
@@ -22,40 +24,21 @@ int64_t from_secs(double s) {
   return std::llround(ns);
 }
 
-// Readers that leave *out as it is when the key is absent or of another type.
-void get(const json& j, const char* key, std::string* out) {
-  auto it = j.find(key);
-  if (it != j.end() && it->is_string()) *out = it->get<std::string>();
+// The readers are fr::log's (json_fields.h): *out is left as it is when the key is absent, of
+// another type or out of the range of *out's type. Any writer may have sent the document, so an
+// integer may come as a whole float (3.0).
+using fr::log::read_list;
+template <typename T>
+bool read_field(const json& j, const char* key, T* out) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+    return fr::log::read_field(j, key, out, fr::log::Floats::kWholeTaken);
+  else
+    return fr::log::read_field(j, key, out);
 }
-void get(const json& j, const char* key, bool* out) {
-  auto it = j.find(key);
-  if (it != j.end() && it->is_boolean()) *out = it->get<bool>();
-}
-void get(const json& j, const char* key, double* out) {
-  auto it = j.find(key);
-  if (it != j.end() && it->is_number()) *out = it->get<double>();
-}
-template <typename Int>
-void get(const json& j, const char* key, Int* out) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_number()) return;
-  if (it->is_number_float()) {
-    const double d = it->get<double>();  // kept only when it fits (a cast past the range is UB)
-    if (d >= double(std::numeric_limits<Int>::lowest()) &&
-        d < double(std::numeric_limits<Int>::max()))
-      *out = Int(d);
-  } else if (it->is_number_unsigned()) {
-    *out = Int(it->get<uint64_t>());
-  } else {
-    *out = Int(it->get<int64_t>());
-  }
-}
+
 void get_secs(const json& j, const char* key, int64_t* out) {
   double s = 0;
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_number()) return;
-  get(j, key, &s);
-  *out = from_secs(s);
+  if (read_field(j, key, &s)) *out = from_secs(s);
 }
 uint64_t parse_hex(const std::string& s) {
   std::string t = s.rfind("0x", 0) == 0 ? s.substr(2) : s;
@@ -63,31 +46,13 @@ uint64_t parse_hex(const std::string& s) {
 }
 template <typename T>
 void get_list(const json& j, const char* key, std::vector<T>* out) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_array()) return;
+  const json* a = fr::log::array_field(j, key);
+  if (a == nullptr) return;
   out->clear();
-  for (const auto& e : *it)
+  for (const auto& e : *a)
     if (e.is_object()) out->push_back(e.get<T>());
 }
-void get_ints(const json& j, const char* key, std::vector<int>* out) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_array()) return;
-  out->clear();
-  for (const auto& e : *it)
-    if (e.is_number()) out->push_back(e.get<int>());
-}
-void get_strings(const json& j, const char* key, std::vector<std::string>* out) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_array()) return;
-  out->clear();
-  for (const auto& e : *it)
-    if (e.is_string()) out->push_back(e.get<std::string>());
-}
-const json& member(const json& j, const char* key) {
-  static const json empty = json::object();
-  auto it = j.find(key);
-  return it != j.end() && it->is_object() ? *it : empty;
-}
+using fr::log::object_or_empty;
 
 // The document but its nodes and its page.
 json head_json(const CoordinatorStatus& s) {
@@ -294,166 +259,162 @@ void fit_page(CoordinatorStatus* s) {
 
 void from_json(const json& j, StatusComm& c) {
   std::string id;
-  get(j, "id", &id);
+  read_field(j, "id", &id);
   c.id = parse_hex(id);
-  get(j, "name", &c.name);
-  get(j, "size", &c.size);
-  get(j, "rank", &c.rank);
-  get(j, "coll_seq", &c.coll_seq);
-  get(j, "p2p_seq", &c.p2p_seq);
-  get(j, "enqueued", &c.enqueued);
-  get(j, "started", &c.started);
-  get(j, "completed", &c.completed);
+  read_field(j, "name", &c.name);
+  read_field(j, "size", &c.size);
+  read_field(j, "rank", &c.rank);
+  read_field(j, "coll_seq", &c.coll_seq);
+  read_field(j, "p2p_seq", &c.p2p_seq);
+  read_field(j, "enqueued", &c.enqueued);
+  read_field(j, "started", &c.started);
+  read_field(j, "completed", &c.completed);
   get_secs(j, "oldest_in_flight_s", &c.oldest_in_flight_ns);
   get_secs(j, "stall_threshold_s", &c.stall_threshold_ns);
 }
 
 void from_json(const json& j, StatusProcess& p) {
-  get(j, "rank", &p.rank);
-  get(j, "world_size", &p.world_size);
-  get(j, "pid", &p.pid);
-  get(j, "alive", &p.alive);
-  get(j, "exited_cleanly", &p.exited_cleanly);
-  get(j, "log", &p.log);
-  get(j, "records", &p.records);
+  read_field(j, "rank", &p.rank);
+  read_field(j, "world_size", &p.world_size);
+  read_field(j, "pid", &p.pid);
+  read_field(j, "alive", &p.alive);
+  read_field(j, "exited_cleanly", &p.exited_cleanly);
+  read_field(j, "log", &p.log);
+  read_field(j, "records", &p.records);
   get_list(j, "comms", &p.comms);
 }
 
 void from_json(const json& j, StatusUnrecorded& u) {
-  get(j, "rank", &u.rank);
-  get(j, "world_size", &u.world_size);
-  get(j, "pid", &u.pid);
-  get(j, "torch", &u.torch);
-  get(j, "torch_seq", &u.torch_seq);
+  read_field(j, "rank", &u.rank);
+  read_field(j, "world_size", &u.world_size);
+  read_field(j, "pid", &u.pid);
+  read_field(j, "torch", &u.torch);
+  read_field(j, "torch_seq", &u.torch_seq);
   get_secs(j, "torch_idle_s", &u.torch_idle_ns);
 }
 
 void from_json(const json& j, StatusNode& n) {
-  get(j, "name", &n.name);
-  get(j, "host", &n.host);
-  get(j, "connected", &n.connected);
-  get(j, "lost", &n.lost);
-  get(j, "trimmed", &n.trimmed);
+  read_field(j, "name", &n.name);
+  read_field(j, "host", &n.host);
+  read_field(j, "connected", &n.connected);
+  read_field(j, "lost", &n.lost);
+  read_field(j, "trimmed", &n.trimmed);
   get_secs(j, "heartbeat_age_s", &n.heartbeat_age_ns);
-  get(j, "heartbeats", &n.heartbeats);
-  get(j, "clock_offset_ns", &n.clock_offset_ns);
-  get(j, "clock_rtt_ns", &n.clock_rtt_ns);
-  get(j, "alive", &n.alive);
-  get_strings(j, "gpu_alerts", &n.gpu_alerts);
+  read_field(j, "heartbeats", &n.heartbeats);
+  read_field(j, "clock_offset_ns", &n.clock_offset_ns);
+  read_field(j, "clock_rtt_ns", &n.clock_rtt_ns);
+  read_field(j, "alive", &n.alive);
+  read_list(j, "gpu_alerts", &n.gpu_alerts, fr::log::kNoBound);
   get_list(j, "unrecorded", &n.unrecorded);
   get_list(j, "processes", &n.processes);
   n.ranks = n.processes.size();
-  get(j, "ranks", &n.ranks);
+  read_field(j, "ranks", &n.ranks);
 }
 
 void from_json(const json& j, StatusRankFinding& f) {
-  get(j, "kind", &f.kind);
-  get(j, "rank", &f.rank);
-  get(j, "node", &f.node);
+  read_field(j, "kind", &f.kind);
+  read_field(j, "rank", &f.rank);
+  read_field(j, "node", &f.node);
   std::string comm;
-  get(j, "comm", &comm);
+  read_field(j, "comm", &comm);
   f.comm = parse_hex(comm);
-  get(j, "comm_name", &f.comm_name);
-  get(j, "rank_waiting", &f.rank_waiting);
-  get(j, "peers_waiting", &f.peers_waiting);
-  get(j, "first_ns", &f.first_ns);
-  get(j, "last_ns", &f.last_ns);
-  get(j, "active", &f.active);
+  read_field(j, "comm_name", &f.comm_name);
+  read_field(j, "rank_waiting", &f.rank_waiting);
+  read_field(j, "peers_waiting", &f.peers_waiting);
+  read_field(j, "first_ns", &f.first_ns);
+  read_field(j, "last_ns", &f.last_ns);
+  read_field(j, "active", &f.active);
 }
 
 void from_json(const json& j, StatusSlow& s) {
-  get(j, "cause", &s.cause);
-  get(j, "factor", &s.factor);
-  get_ints(j, "culprit_ranks", &s.culprit_ranks);
-  get(j, "comm", &s.comm);
-  get(j, "comm_name", &s.comm_name);
-  get(j, "evidence", &s.evidence);
-  get(j, "value_ns", &s.value_ns);
-  get(j, "others_ns", &s.others_ns);
-  get(j, "step_ns", &s.step_ns);
-  get(j, "step_without_ns", &s.step_without_ns);
-  get(j, "loss_percent", &s.loss_percent);
-  if (j.contains("late_share") && j["late_share"].is_number())
-    s.late_share = j["late_share"].get<double>();
-  get(j, "share", &s.share);
-  get(j, "kernel_timed", &s.kernel_timed);
-  if (j.contains("busy_share") && j["busy_share"].is_number())
-    s.busy_share = j["busy_share"].get<double>();
-  if (j.contains("peers_busy_share") && j["peers_busy_share"].is_number())
-    s.peers_busy_share = j["peers_busy_share"].get<double>();
-  if (j.contains("where") && j["where"].is_object()) {
+  read_field(j, "cause", &s.cause);
+  read_field(j, "factor", &s.factor);
+  read_list(j, "culprit_ranks", &s.culprit_ranks, fr::log::kNoBound, fr::log::Floats::kWholeTaken);
+  read_field(j, "comm", &s.comm);
+  read_field(j, "comm_name", &s.comm_name);
+  read_field(j, "evidence", &s.evidence);
+  read_field(j, "value_ns", &s.value_ns);
+  read_field(j, "others_ns", &s.others_ns);
+  read_field(j, "step_ns", &s.step_ns);
+  read_field(j, "step_without_ns", &s.step_without_ns);
+  read_field(j, "loss_percent", &s.loss_percent);
+  read_field(j, "late_share", &s.late_share);
+  read_field(j, "share", &s.share);
+  read_field(j, "kernel_timed", &s.kernel_timed);
+  read_field(j, "busy_share", &s.busy_share);
+  read_field(j, "peers_busy_share", &s.peers_busy_share);
+  if (const json* where = fr::log::object_field(j, "where")) {
     StatusSlow::Where w;
-    get(j["where"], "waiting_rank", &w.waiting_rank);
-    get(j["where"], "peer_rank", &w.peer_rank);
-    get(j["where"], "channel", &w.channel);
+    read_field(*where, "waiting_rank", &w.waiting_rank);
+    read_field(*where, "peer_rank", &w.peer_rank);
+    read_field(*where, "channel", &w.channel);
     s.where = w;
   }
 }
 
 void from_json(const json& j, StatusIncident& i) {
-  get(j, "id", &i.id);
-  get(j, "kind", &i.kind);
-  get(j, "state", &i.state);
-  get(j, "reason", &i.reason);
-  get(j, "processes_seen", &i.processes_seen);
-  get(j, "dir", &i.dir);
-  get(j, "opened_ns", &i.opened_ns);
-  get(j, "asked", &i.asked);
-  get(j, "uploaded", &i.uploaded);
-  for (const auto& [k, v] : member(j, "failed").items())
+  read_field(j, "id", &i.id);
+  read_field(j, "kind", &i.kind);
+  read_field(j, "state", &i.state);
+  read_field(j, "reason", &i.reason);
+  read_field(j, "processes_seen", &i.processes_seen);
+  read_field(j, "dir", &i.dir);
+  read_field(j, "opened_ns", &i.opened_ns);
+  read_field(j, "asked", &i.asked);
+  read_field(j, "uploaded", &i.uploaded);
+  for (const auto& [k, v] : object_or_empty(j, "failed").items())
     if (v.is_string()) i.failed[k] = v.get<std::string>();
-  get(j, "verdict", &i.verdict);
-  get(j, "summary", &i.summary);
-  get_ints(j, "culprit_ranks", &i.culprit_ranks);
-  if (j.contains("slow") && j["slow"].is_object()) i.slow = j["slow"].get<StatusSlow>();
-  get(j, "error", &i.error);
+  read_field(j, "verdict", &i.verdict);
+  read_field(j, "summary", &i.summary);
+  read_list(j, "culprit_ranks", &i.culprit_ranks, fr::log::kNoBound, fr::log::Floats::kWholeTaken);
+  if (const json* slow = fr::log::object_field(j, "slow")) i.slow = slow->get<StatusSlow>();
+  read_field(j, "error", &i.error);
 }
 
 void from_json(const json& j, StatusProcesses& p) {
-  get(j, "total", &p.total);
-  get(j, "recording", &p.recording);
-  get(j, "torch", &p.torch);
-  get(j, "nodes", &p.nodes);
-  get(j, "summary", &p.summary);
+  read_field(j, "total", &p.total);
+  read_field(j, "recording", &p.recording);
+  read_field(j, "torch", &p.torch);
+  read_field(j, "nodes", &p.nodes);
+  read_field(j, "summary", &p.summary);
 }
 
 void from_json(const json& j, StatusPage& p) {
-  get(j, "offset", &p.offset);
-  get(j, "returned", &p.returned);
-  if (j.contains("next_offset") && j["next_offset"].is_number())
-    p.next_offset = j["next_offset"].get<size_t>();
+  read_field(j, "offset", &p.offset);
+  read_field(j, "returned", &p.returned);
+  read_field(j, "next_offset", &p.next_offset);
 }
 
 void from_json(const json& j, CoordinatorStatus& s) {
   if (!j.is_object()) return;
-  get(j, "schema", &s.schema);
-  if (j.contains("processes") && j["processes"].is_object())
-    s.processes = j["processes"].get<StatusProcesses>();
-  get(j, "coordinator_id", &s.coordinator_id);
-  get(j, "job_id", &s.job_id);
-  const json& r = member(j, "ranks");
-  get(r, "expected", &s.ranks.expected);
-  get(r, "known", &s.ranks.known);
-  get(r, "alive", &s.ranks.alive);
-  get(r, "dead", &s.ranks.dead);
-  const json& nc = member(j, "node_counts");
-  get(nc, "known", &s.node_counts.known);
-  get(nc, "connected", &s.node_counts.connected);
-  get(nc, "lost", &s.node_counts.lost);
-  get(nc, "forgotten", &s.node_counts.forgotten);
-  get(j, "retained_report_bytes", &s.retained_report_bytes);
-  const json& st = member(j, "stall");
-  get(st, "mode", &s.stall.mode);
+  read_field(j, "schema", &s.schema);
+  if (const json* processes = fr::log::object_field(j, "processes"))
+    s.processes = processes->get<StatusProcesses>();
+  read_field(j, "coordinator_id", &s.coordinator_id);
+  read_field(j, "job_id", &s.job_id);
+  const json& r = object_or_empty(j, "ranks");
+  read_field(r, "expected", &s.ranks.expected);
+  read_field(r, "known", &s.ranks.known);
+  read_field(r, "alive", &s.ranks.alive);
+  read_field(r, "dead", &s.ranks.dead);
+  const json& nc = object_or_empty(j, "node_counts");
+  read_field(nc, "known", &s.node_counts.known);
+  read_field(nc, "connected", &s.node_counts.connected);
+  read_field(nc, "lost", &s.node_counts.lost);
+  read_field(nc, "forgotten", &s.node_counts.forgotten);
+  read_field(j, "retained_report_bytes", &s.retained_report_bytes);
+  const json& st = object_or_empty(j, "stall");
+  read_field(st, "mode", &s.stall.mode);
   get_secs(st, "fixed_s", &s.stall.fixed_ns);
   get_secs(st, "floor_s", &s.stall.floor_ns);
   get_secs(st, "cap_s", &s.stall.cap_ns);
-  get(st, "factor", &s.stall.factor);
-  get(st, "learned_communicators", &s.stall.learned_communicators);
+  read_field(st, "factor", &s.stall.factor);
+  read_field(st, "learned_communicators", &s.stall.learned_communicators);
   get_list(j, "findings", &s.findings);
   get_list(j, "slow", &s.slow);
   get_list(j, "incidents", &s.incidents);
   get_list(j, "nodes", &s.nodes);
-  s.page = member(j, "page").get<StatusPage>();
+  s.page = object_or_empty(j, "page").get<StatusPage>();
   s.query.node_offset = s.page.offset;
   s.more = s.page.next_offset.has_value();
 }

@@ -32,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/base/model.h"
+#include "log/json_fields.h"
 
 namespace fr::daemon {
 namespace {
@@ -488,22 +489,20 @@ void finish_py_spy(pid_t child, int fd, int64_t deadline_mono_ns, ProcessStacks*
   }
   size_t merged = 0;
   for (const auto& tj : j) {
-    if (!tj.is_object() || !tj.contains("frames") || !tj["frames"].is_array()) continue;
-    int tid = tj.value("os_thread_id", 0);
+    const nlohmann::json* frames = fr::log::array_field(tj, "frames");
+    if (frames == nullptr) continue;
+    int tid = fr::log::field_or(tj, "os_thread_id", 0);
     ThreadStack t;
     t.tid = tid;
-    t.name = tj.value("thread_name", std::string());
-    for (const auto& fj : tj["frames"]) {
+    t.name = fr::log::field_or(tj, "thread_name", std::string());
+    for (const auto& fj : *frames) {
       if (!fj.is_object() || t.frames.size() >= fr::log::kMaxStackFrames) break;
       StackFrame f;
-      f.function = fj.value("name", std::string());
-      const bool native = fj.contains("module") && fj["module"].is_string();
+      f.function = fr::log::field_or(fj, "name", std::string());
+      const bool native = fr::log::read_field(fj, "module", &f.module);
       f.kind = native ? "native" : "python";
-      if (native)
-        f.module = fj["module"].get<std::string>();
-      else
-        f.file = fj.value("filename", std::string());
-      f.line = native ? 0 : fj.value("line", 0);
+      if (!native) f.file = fr::log::field_or(fj, "filename", std::string());
+      f.line = native ? 0 : fr::log::field_or(fj, "line", 0);
       t.frames.push_back(std::move(f));
     }
     // py-spy's frames (Python, with the native ones around them) replace libdw's for that

@@ -13,6 +13,7 @@
 #include "daemon/base/names.h"
 #include "daemon/logic/coordinator.h"
 #include "daemon/logic/coordinator_helpers.h"
+#include "log/json_fields.h"
 
 namespace fr::daemon {
 
@@ -52,47 +53,43 @@ std::vector<int> slow_culprits(const SlowFinding& f) {
 
 std::optional<SlowFinding> slow_from_json(const nlohmann::json& j) {
   if (!j.is_object()) return std::nullopt;
-  auto num = [&j](const char* k, double lo, double hi, double dflt) {
-    auto it = j.find(k);
-    if (it == j.end() || !it->is_number()) return dflt;
-    const double v = it->get<double>();
-    return std::isfinite(v) ? std::clamp(v, lo, hi) : dflt;
-  };
+  // A rank out of range is unknown (-1), never clamped into another rank.
   auto as_rank = [](const nlohmann::json& v) {
-    return v.is_number_integer() ? int(std::clamp<int64_t>(v.get<int64_t>(), -1, 1 << 24)) : -1;
+    int r = -1;
+    return fr::log::read_value(v, &r, -1, 1 << 24) ? r : -1;
   };
   SlowFinding f;
-  auto cause = j.find("cause");
-  if (cause == j.end() || !cause->is_string()) return std::nullopt;
+  std::string cause;
+  if (!fr::log::read_field(j, "cause", &cause)) return std::nullopt;
   bool known = false;
   for (SlowCause c : {SlowCause::kHost, SlowCause::kGpu, SlowCause::kLink})
-    if (cause->get<std::string>() == slow_cause_name(c)) {
+    if (cause == slow_cause_name(c)) {
       f.cause = c;
       known = true;
     }
   if (!known) return std::nullopt;
-  auto culprits = j.find("culprit_ranks");
-  if (culprits == j.end() || !culprits->is_array() || culprits->empty()) return std::nullopt;
+  const nlohmann::json* culprits = fr::log::array_field(j, "culprit_ranks");
+  if (culprits == nullptr || culprits->empty()) return std::nullopt;
   f.rank = as_rank(culprits->back());  // the rank; a link: its receiver, after its sender
   if (f.cause == SlowCause::kLink) {
     f.peer_rank = as_rank(culprits->front());
-    if (auto w = j.find("where"); w != j.end() && w->is_object() && w->contains("channel"))
+    if (const nlohmann::json* w = fr::log::object_field(j, "where"); w && w->contains("channel"))
       f.channel = as_rank((*w)["channel"]);
   }
   if (f.rank < 0) return std::nullopt;
-  if (auto c = j.find("comm"); c != j.end() && c->is_number_unsigned()) f.comm_id = *c;
-  if (auto n = j.find("comm_name"); n != j.end() && n->is_string())
-    f.comm_name = printable(n->get<std::string>(), 256);
+  fr::log::read_field(j, "comm", &f.comm_id);
+  if (std::string name; fr::log::read_field(j, "comm_name", &name))
+    f.comm_name = printable(name, 256);
   constexpr double kMaxNs = 1e15;
-  f.factor = num("factor", 0, 1e6, 1);
-  f.share = num("share", 0, 1, 0);
-  f.value_ns = int64_t(num("value_ns", -kMaxNs, kMaxNs, 0));
-  f.others_ns = int64_t(num("others_ns", -kMaxNs, kMaxNs, 0));
-  f.step_ns = int64_t(num("step_ns", 0, kMaxNs, 0));
-  f.step_without_ns = int64_t(num("step_without_ns", 0, kMaxNs, 0));
-  f.busy_share = num("busy_share", 0, 1, 0);
-  f.peers_busy_share = num("peers_busy_share", 0, 1, 0);
-  if (auto k = j.find("kernel_timed"); k != j.end() && k->is_boolean()) f.gpu_timed = *k;
+  f.factor = fr::log::number_in(j, "factor", 0, 1e6, 1);
+  f.share = fr::log::number_in(j, "share", 0, 1, 0);
+  f.value_ns = int64_t(fr::log::number_in(j, "value_ns", -kMaxNs, kMaxNs, 0));
+  f.others_ns = int64_t(fr::log::number_in(j, "others_ns", -kMaxNs, kMaxNs, 0));
+  f.step_ns = int64_t(fr::log::number_in(j, "step_ns", 0, kMaxNs, 0));
+  f.step_without_ns = int64_t(fr::log::number_in(j, "step_without_ns", 0, kMaxNs, 0));
+  f.busy_share = fr::log::number_in(j, "busy_share", 0, 1, 0);
+  f.peers_busy_share = fr::log::number_in(j, "peers_busy_share", 0, 1, 0);
+  fr::log::read_field(j, "kernel_timed", &f.gpu_timed);
   return f;
 }
 

@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "daemon/base/names.h"
+#include "log/json_fields.h"
 #include "log/snapshot.h"
 
 namespace fr::daemon {
@@ -61,15 +62,15 @@ nlohmann::json read_small_json(const std::string& path) {
 }
 
 std::string jstr(const nlohmann::json& j, const char* k) {
-  auto it = j.find(k);
-  return it != j.end() && it->is_string() ? printable(it->get<std::string>(), 512) : std::string();
+  std::string s;
+  return fr::log::read_field(j, k, &s) ? printable(s, 512) : std::string();
 }
 
 std::set<std::string> jnames(const nlohmann::json& j, const char* k) {
   std::set<std::string> out;
-  auto it = j.find(k);
-  if (it == j.end() || !it->is_array()) return out;
-  for (const auto& v : *it)
+  const nlohmann::json* names = fr::log::array_field(j, k);
+  if (names == nullptr) return out;
+  for (const auto& v : *names)
     if (v.is_string() && is_safe_name(v.get<std::string>(), kMaxNameLen) && out.size() < 65536)
       out.insert(v.get<std::string>());
   return out;
@@ -100,8 +101,8 @@ void remove_staging(const std::string& incident_dir) {
 // A slow incident's finding (cause, factor, evidence) and the ranks it names, from its
 // incident.json: the status, the page and the hook's environment say what they said before.
 void restore_slow(const nlohmann::json& saved, Incident* inc) {
-  auto s = saved.find("slow");
-  if (s == saved.end()) return;
+  const nlohmann::json* s = fr::log::field_of(saved, "slow");
+  if (s == nullptr) return;
   inc->slow = slow_from_json(*s);
   if (inc->slow) inc->culprits = slow_culprits(*inc->slow);
 }
@@ -148,23 +149,23 @@ std::vector<Incident> Recovery::open_incidents() const {
       inc.reason = jstr(j, "reason");
       inc.job_id = job;
       inc.dir = dir;
-      inc.opened_real = j.value("opened_ns", int64_t(0));
+      inc.opened_real = fr::log::field_or<int64_t>(j, "opened_ns", 0);
       inc.opened_mono = inc.collected_mono = now;
       inc.asked = jnames(j, "nodes_asked");
       inc.uploaded = jnames(j, "nodes_uploaded");
       inc.placed = jnames(j, "nodes_placed");
-      inc.hook_fired = j.value("hook_fired", false);
-      if (auto f = j.find("nodes_failed"); f != j.end() && f->is_object())
+      inc.hook_fired = fr::log::field_or(j, "hook_fired", false);
+      if (const nlohmann::json* f = fr::log::object_field(j, "nodes_failed"))
         for (const auto& [k, v] : f->items())
           if (is_safe_name(k, kMaxNameLen) && v.is_string())
             inc.failed[k] = printable(v.get<std::string>(), 256);
-      if (auto t = j.find("trigger"); t != j.end() && t->is_object()) {
+      if (const nlohmann::json* t = fr::log::object_field(j, "trigger")) {
         inc.trigger_node = jstr(*t, "node");
         inc.trigger_log = jstr(*t, "log");
-        inc.trigger_comm = t->value("comm", uint64_t(0));
-        inc.trigger_completed = t->value("completed", uint64_t(0));
+        inc.trigger_comm = fr::log::field_or<uint64_t>(*t, "comm", 0);
+        inc.trigger_completed = fr::log::field_or<uint64_t>(*t, "completed", 0);
       }
-      if (auto ps = j.find("processes"); ps != j.end() && ps->is_array())
+      if (const nlohmann::json* ps = fr::log::array_field(j, "processes"))
         for (const auto& p : *ps) {
           if (!p.is_object() || inc.processes.size() >= 65536) break;
           fr::log::SnapshotProcess sp;
@@ -235,7 +236,7 @@ bool Recovery::incident_for_upload(const DumpHeader& hdr, const std::string& job
     if (!jstr(saved, "reason").empty()) rec.reason = jstr(saved, "reason");
     rec.asked = jnames(saved, "nodes_asked");
     rec.uploaded = jnames(saved, "nodes_uploaded");
-    rec.hook_fired = saved.value("hook_fired", false);
+    rec.hook_fired = fr::log::field_or(saved, "hook_fired", false);
     if (rec.kind == IncidentKind::kSlow) restore_slow(saved, &rec);
   }
   rec.job_id = job;

@@ -1,4 +1,4 @@
-/* NCCL 2.29 additions the emulation implements (not in the 2.28.9 nccl.h; signatures as in
+/* NCCL 2.29 and 2.30 additions the emulation implements (not in the 2.28.9 nccl.h; signatures as in
  * NCCL's src/nccl.h.in), for the emulation itself and for programs that call them on it.
  * Grow: the coordinating member makes an id with ncclCommGetUniqueId and hands it to the joining
  * ranks; existing members pass their communicator and rank -1 and keep their rank; joining ranks
@@ -6,6 +6,8 @@
 #pragma once
 
 #include <nccl.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -15,6 +17,47 @@ ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqu
 ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);
 ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags);
 ncclResult_t ncclCommResume(ncclComm_t comm);
+
+/* NCCL 2.30 additions (nccl.h.in; the window pointer queries and the device communicator from
+ * nccl_device/core.h) that torch 2.15's libtorch_cuda.so or nccl4py link, so the emulation exports them with
+ * NCCL's answers for a communicator without host RMA, multimem or device kernels (sim/README.md,
+ * "Symmetric memory and one-sided calls"). */
+#if NCCL_VERSION_CODE < 23000
+typedef enum {
+  ncclStatGpuMemSuspend = 0,
+  ncclStatGpuMemSuspended = 1,
+  ncclStatGpuMemPersist = 2,
+  ncclStatGpuMemTotal = 3
+} ncclCommMemStat_t;
+typedef struct {
+  int opCnt;
+  int peer;
+  int sigIdx;
+  int ctx;
+} ncclWaitSignalDesc_t;
+#endif
+struct ncclDevCommRequirements;
+struct ncclDevComm;
+ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value);
+ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr);
+ncclResult_t ncclPutSignal(const void* localbuff, size_t count, ncclDataType_t datatype, int peer,
+                           ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx, int ctx,
+                           unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
+                        cudaStream_t stream);
+ncclResult_t ncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclComm_t comm,
+                            cudaStream_t stream);
+ncclResult_t ncclDevCommCreate(ncclComm_t comm, const struct ncclDevCommRequirements* reqs,
+                               struct ncclDevComm* outDevComm);
+ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const struct ncclDevComm* devComm);
+ncclResult_t ncclGetLsaMultimemDevicePointer(ncclWindow_t window, size_t offset, void** outPtr);
+ncclResult_t ncclGetLsaDevicePointer(ncclWindow_t window, size_t offset, int lsaRank,
+                                     void** outPtr);
+ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer, void** outPtr);
+ncclResult_t pncclGetLsaDevicePointer(ncclWindow_t window, size_t offset, int lsaRank,
+                                      void** outPtr);
+ncclResult_t pncclGetLsaMultimemDevicePointer(ncclWindow_t window, size_t offset, void** outPtr);
+ncclResult_t pncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer, void** outPtr);
 
 /* Emulation only: faults of the transport model (sim/README.md "Channels, proxies and links"),
  * armed on this process's member of `comm` for the collective launched `nth` after the next one

@@ -6,9 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unordered_map>
 #include <unordered_set>
 
 #include "fr_sim.h"
+#include "fr_sim_nccl.h"
 #include "internal.h"
 
 #define FRSIM_API extern "C" __attribute__((visibility("default")))
@@ -17,7 +19,27 @@ namespace frsim {
 namespace {
 
 std::mutex g_handles_mu;
-std::unordered_set<void*>* g_handles = new std::unordered_set<void*>();  // registrations, windows
+std::unordered_set<void*>* g_handles = new std::unordered_set<void*>();  // registrations
+
+// A registered window: its communicator and the user's buffer (the window pointer queries).
+struct Window {
+  ncclComm_t comm;
+  char* buff;
+  size_t size;
+};
+std::unordered_map<void*, Window>* g_windows = new std::unordered_map<void*, Window>();
+
+// The window's registration and its communicator's state; false when either is gone.
+bool find_window(ncclWindow_t win, Window* w, std::shared_ptr<CommState>* c) {
+  {
+    std::lock_guard<std::mutex> g(g_handles_mu);
+    auto it = g_windows->find(win);
+    if (it == g_windows->end()) return false;
+    *w = it->second;
+  }
+  *c = lookup(w->comm);
+  return *c != nullptr;
+}
 
 ncclResult_t check_comm(ncclComm_t comm, std::shared_ptr<CommState>* out) {
   auto c = lookup(comm);
@@ -262,7 +284,7 @@ FRSIM_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_
   if (win == nullptr || (buff == nullptr && size > 0)) return ncclInvalidArgument;
   void* h = malloc(1);
   std::lock_guard<std::mutex> g(g_handles_mu);
-  g_handles->insert(h);
+  (*g_windows)[h] = Window{comm, static_cast<char*>(buff), size};
   *win = static_cast<ncclWindow_t>(h);
   return ncclSuccess;
 }
@@ -270,8 +292,146 @@ FRSIM_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_
 FRSIM_API ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   if (!lookup(comm)) return ncclInvalidArgument;
   std::lock_guard<std::mutex> g(g_handles_mu);
-  if (g_handles->erase(win) == 0) return ncclInvalidArgument;
+  if (g_windows->erase(win) == 0) return ncclInvalidArgument;
   free(win);
+  return ncclSuccess;
+}
+
+// ---- NCCL 2.30: memory statistics, windows, one-sided calls, device communicators ------------
+// Answered as NCCL answers on a communicator whose ranks share no load/store memory (each rank
+// is a process of its own: the LSA team is the rank alone), without multimem (nvlsSupport 0),
+// host RMA or device kernels: the checks in NCCL's order, then its answer for that case.
+
+FRSIM_API ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value) {
+  auto c = lookup(comm);
+  if (!c) return ncclInvalidArgument;
+  if (c->init_state.load(std::memory_order_acquire) != 1) {
+    set_last_error(c.get(), "communicator is not initialized (poll ncclCommGetAsyncError)");
+    return ncclInvalidUsage;
+  }
+  if (value == nullptr) return ncclInvalidArgument;
+  switch (stat) {
+    case ncclStatGpuMemSuspended:
+      *value = c->suspended.load(std::memory_order_acquire) ? 1 : 0;
+      return ncclSuccess;
+    case ncclStatGpuMemSuspend:  // the emulation's buffers are host memory: no GPU bytes
+    case ncclStatGpuMemPersist:
+    case ncclStatGpuMemTotal: *value = 0; return ncclSuccess;
+  }
+  set_last_error(c.get(), "ncclCommMemStats: invalid statistic %d", static_cast<int>(stat));
+  return ncclInvalidArgument;
+}
+
+FRSIM_API ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void** outUserPtr) {
+  if (!lookup(comm) || outUserPtr == nullptr || win == nullptr) return ncclInvalidArgument;
+  Window w;
+  std::shared_ptr<CommState> c;
+  if (!find_window(win, &w, &c) || w.comm != comm) return ncclInvalidArgument;
+  *outUserPtr = w.buff;
+  return ncclSuccess;
+}
+
+namespace {
+// A pointer query's window and its communicator; false (ncclInvalidArgument) for a NULL window or
+// output, or a window that is not registered.
+bool query_window(ncclWindow_t win, void** out, Window* w, std::shared_ptr<CommState>* c) {
+  return win != nullptr && out != nullptr && find_window(win, w, c);
+}
+
+// The address of `offset` in LSA rank `lsa_rank`'s copy of the window: the LSA team is the rank
+// alone, so only rank 0 is valid and the copy is the user's buffer.
+ncclResult_t lsa_address(const Window& w, CommState* c, size_t offset, int lsa_rank, void** out) {
+  if (lsa_rank != 0) {
+    set_last_error(c, "The provided lsaRank %d is not in the valid lsaSize of [0,1]", lsa_rank);
+    return ncclInvalidArgument;
+  }
+  if (offset >= w.size) return ncclInvalidArgument;
+  *out = w.buff + offset;
+  return ncclSuccess;
+}
+}  // namespace
+
+FRSIM_API ncclResult_t ncclGetLsaMultimemDevicePointer(ncclWindow_t window, size_t offset,
+                                                       void** outPtr) {
+  (void)offset;
+  Window w;
+  std::shared_ptr<CommState> c;
+  if (!query_window(window, outPtr, &w, &c)) return ncclInvalidArgument;
+  *outPtr = nullptr;  // no multimem: NCCL answers NULL, not an error
+  return ncclSuccess;
+}
+
+FRSIM_API ncclResult_t ncclGetLsaDevicePointer(ncclWindow_t window, size_t offset, int lsaRank,
+                                               void** outPtr) {
+  Window w;
+  std::shared_ptr<CommState> c;
+  if (!query_window(window, outPtr, &w, &c)) return ncclInvalidArgument;
+  return lsa_address(w, c.get(), offset, lsaRank, outPtr);
+}
+
+FRSIM_API ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t window, size_t offset, int peer,
+                                                void** outPtr) {
+  Window w;
+  std::shared_ptr<CommState> c;
+  if (!query_window(window, outPtr, &w, &c)) return ncclInvalidArgument;
+  if (peer < 0 || peer >= c->nranks) {
+    set_last_error(c.get(), "peer %d is not within valid range of ranks %d.", peer, c->nranks);
+    return ncclInvalidArgument;
+  }
+  if (peer != c->rank) {  // outside the LSA team: not reachable, NULL as on the device
+    *outPtr = nullptr;
+    return ncclSuccess;
+  }
+  return lsa_address(w, c.get(), offset, 0, outPtr);
+}
+
+namespace {
+// One-sided calls reach NCCL's RMA path, which refuses a communicator without host RMA.
+ncclResult_t no_host_rma(ncclComm_t comm, const char* name) {
+  std::shared_ptr<CommState> c;
+  if (ncclResult_t r = check_comm(comm, &c); r != ncclSuccess) return r;
+  set_last_error(c.get(), "%s: one sided RMA: host RMA is not supported in this communicator",
+                 name);
+  return ncclInvalidArgument;
+}
+}  // namespace
+
+FRSIM_API ncclResult_t ncclPutSignal(const void* localbuff, size_t count, ncclDataType_t datatype,
+                                     int peer, ncclWindow_t peerWin, size_t peerWinOffset,
+                                     int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
+                                     cudaStream_t stream) {
+  (void)localbuff, (void)count, (void)datatype, (void)peer, (void)peerWin, (void)peerWinOffset;
+  (void)sigIdx, (void)ctx, (void)flags, (void)stream;
+  return no_host_rma(comm, "ncclPutSignal");
+}
+
+FRSIM_API ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags,
+                                  ncclComm_t comm, cudaStream_t stream) {
+  (void)peer, (void)sigIdx, (void)ctx, (void)flags, (void)stream;
+  return no_host_rma(comm, "ncclSignal");
+}
+
+FRSIM_API ncclResult_t ncclWaitSignal(int nDesc, ncclWaitSignalDesc_t* signalDescs, ncclComm_t comm,
+                                      cudaStream_t stream) {
+  (void)nDesc, (void)signalDescs, (void)stream;
+  return no_host_rma(comm, "ncclWaitSignal");
+}
+
+// A device communicator needs symmetric memory and GPU kernels: refused as NCCL refuses a
+// communicator without symmetric support (after its argument checks).
+FRSIM_API ncclResult_t ncclDevCommCreate(ncclComm_t comm,
+                                         const struct ncclDevCommRequirements* reqs,
+                                         struct ncclDevComm* outDevComm) {
+  (void)outDevComm;
+  auto c = lookup(comm);
+  if (!c || reqs == nullptr) return ncclInvalidArgument;
+  set_last_error(c.get(), "Communicator does not support symmetric memory!");
+  return ncclInvalidUsage;
+}
+
+// None can have been made, so there is nothing to free: NCCL's answer for an empty one.
+FRSIM_API ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const struct ncclDevComm* devComm) {
+  if (!lookup(comm) || devComm == nullptr) return ncclInvalidArgument;
   return ncclSuccess;
 }
 
@@ -306,3 +466,13 @@ FRSIM_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
 #define FRSIM_ALIASES_OF_OP
 #define FRSIM_ALIASES_OF_API
 #include "aliases.h"
+
+// The window address queries of the device API, which the agent leaves out (docs/agent.md) and
+// the list therefore lacks: aliased here.
+extern "C" __attribute__((visibility("default"), alias("ncclGetLsaMultimemDevicePointer")))
+ncclResult_t
+pncclGetLsaMultimemDevicePointer(ncclWindow_t, size_t, void**);
+extern "C" __attribute__((visibility("default"), alias("ncclGetLsaDevicePointer"))) ncclResult_t
+pncclGetLsaDevicePointer(ncclWindow_t, size_t, int, void**);
+extern "C" __attribute__((visibility("default"), alias("ncclGetPeerDevicePointer"))) ncclResult_t
+pncclGetPeerDevicePointer(ncclWindow_t, size_t, int, void**);

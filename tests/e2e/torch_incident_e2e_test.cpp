@@ -85,8 +85,7 @@ TEST_CASE("real torch on the emulated NCCL: the verdict carries torch's group an
   fr::test::TempDir dir;
   std::string out;
   int rc = run(std::string("timeout 400 python3 ") + FR_SOURCE_DIR +
-                   "/tests/e2e/torch_incident_run.py " + FR_BUILD_DIR + " " + dir.path +
-                   " --nccl " + FR_TORCH_NCCL_SHIM,
+                   "/tests/e2e/torch_incident_run.py " + FR_BUILD_DIR + " " + dir.path + " --nccl",
                &out);
   if (rc == 77) FR_SKIP("python3 cannot import torch (scripts/install-deps.sh installs it)");
   INFO(out);

@@ -5,12 +5,12 @@ with --stall-after, and every rank started through fr-run, as examples/torchrun/
 after five all_reduces; the others wait in the sixth. gloo records nothing of fr's own, so the
 incident can only come from the processes fr-run registered and torch's progress (fr-run's hook).
 
-With --nccl SHIM the job is torch_nccl_job.py instead: the same four ranks, each with a torch
-process group on gloo and a NCCL communicator on the emulation (build/sim/lib, its libnccl.so.2
-preloaded so that torch loads it too, and SHIM, which gives the two functions torch 2.15 links
-that the emulation lacks), whose rank 3 stays in Python between torch's all_reduce and NCCL's.
+With --nccl the job is torch_nccl_job.py instead: the same four ranks, each with a torch process
+group on gloo and a NCCL communicator on the emulation (build/sim/lib, its libnccl.so.2 preloaded
+so that torch loads it too: it exports every NCCL function torch 2.15 links), whose rank 3 stays
+in Python between torch's all_reduce and NCCL's.
 
-Usage: torch_incident_run.py BUILD_DIR OUT_DIR [--nccl SHIM]
+Usage: torch_incident_run.py BUILD_DIR OUT_DIR [--nccl]
 Prints one JSON document: the most processes the status showed (`processes_total`, its summary),
 the incident (its directory and verdict as the coordinator logged it), and the node's log. Every
 process it starts is gone when it exits; every wait is bounded. Exit 77 when python3 cannot
@@ -36,7 +36,7 @@ def status(frd, port, token):
 
 def main():
     build, out = sys.argv[1], sys.argv[2]
-    shim = sys.argv[4] if len(sys.argv) > 4 and sys.argv[3] == "--nccl" else None
+    nccl = sys.argv[3:] == ["--nccl"]
     if subprocess.run([sys.executable, "-c", "import torch.distributed"],
                       capture_output=True).returncode != 0:
         print("python3 cannot import torch.distributed")
@@ -67,11 +67,11 @@ def main():
         port = open(port_file).read().strip()
         command = [sys.executable, os.path.join(here, "torch_gloo_job.py"),
                    os.path.join(out, "store")]
-        if shim:
+        if nccl:
             # Only the job's own process gets the emulation, after the agent fr-run preloads.
             sim = os.path.join(build, "sim", "lib")
-            command = ["sh", "-c", 'LD_LIBRARY_PATH="$1" LD_PRELOAD="$LD_PRELOAD:$2:$3" exec "$4" "$5" "$6"',
-                       "sh", sim, os.path.join(sim, "libnccl.so.2"), shim, sys.executable,
+            command = ["sh", "-c", 'LD_LIBRARY_PATH="$1" LD_PRELOAD="$LD_PRELOAD:$2" exec "$3" "$4" "$5"',
+                       "sh", sim, os.path.join(sim, "libnccl.so.2"), sys.executable,
                        os.path.join(here, "torch_nccl_job.py"), os.path.join(out, "store")]
         for r in range(4):
             env = dict(os.environ, RANK=str(r), WORLD_SIZE="4")

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cuda.h>
 #include <fr_sim.h>
+#include <fr_sim_nccl.h>
 #include <nccl.h>
 
 #include <stdlib.h>
@@ -309,4 +310,95 @@ TEST_CASE("a one-rank communicator works and the pnccl names are the same functi
   CHECK(ncclCommFinalize(c) == ncclSuccess);
   CHECK(ncclCommDestroy(c) == ncclSuccess);
   cuStreamDestroy(s);
+}
+
+TEST_CASE(
+    "the NCCL 2.30 calls torch links answer as NCCL does without RMA, multimem or device "
+    "kernels",
+    "[sim][nccl]") {
+  std::vector<ncclComm_t> comms(2);
+  REQUIRE(ncclCommInitAll(comms.data(), 2, nullptr) == ncclSuccess);
+  ncclComm_t c = comms[0];
+  int v = 0;
+  auto fake = reinterpret_cast<ncclComm_t>(&v);
+
+  // Memory statistics: no GPU bytes of NCCL's own; "suspended" follows suspend and resume.
+  uint64_t value = 7;
+  for (auto st : {ncclStatGpuMemSuspend, ncclStatGpuMemPersist, ncclStatGpuMemTotal}) {
+    value = 7;
+    CHECK(ncclCommMemStats(c, st, &value) == ncclSuccess);
+    CHECK(value == 0);
+  }
+  CHECK(ncclCommMemStats(c, ncclStatGpuMemSuspended, &value) == ncclSuccess);
+  CHECK(value == 0);
+  REQUIRE(ncclCommSuspend(c, 0) == ncclSuccess);
+  CHECK(ncclCommMemStats(c, ncclStatGpuMemSuspended, &value) == ncclSuccess);
+  CHECK(value == 1);
+  REQUIRE(ncclCommResume(c) == ncclSuccess);
+  CHECK(ncclCommMemStats(c, ncclStatGpuMemSuspended, &value) == ncclSuccess);
+  CHECK(value == 0);
+  CHECK(ncclCommMemStats(c, static_cast<ncclCommMemStat_t>(9), &value) == ncclInvalidArgument);
+  CHECK(ncclCommMemStats(c, ncclStatGpuMemTotal, nullptr) == ncclInvalidArgument);
+  CHECK(ncclCommMemStats(fake, ncclStatGpuMemTotal, &value) == ncclInvalidArgument);
+
+  // Windows: the user's pointer back; a peer's address only for the rank itself (the LSA team
+  // is the rank alone), NULL for another; no multimem address.
+  std::vector<char> mem(4096);
+  ncclWindow_t w = nullptr;
+  REQUIRE(ncclCommWindowRegister(c, mem.data(), mem.size(), &w, NCCL_WIN_DEFAULT) == ncclSuccess);
+  void* p = nullptr;
+  CHECK(ncclWinGetUserPtr(c, w, &p) == ncclSuccess);
+  CHECK(p == mem.data());
+  CHECK(ncclWinGetUserPtr(c, w, nullptr) == ncclInvalidArgument);
+  CHECK(ncclWinGetUserPtr(c, nullptr, &p) == ncclInvalidArgument);
+  CHECK(ncclWinGetUserPtr(fake, w, &p) == ncclInvalidArgument);
+  CHECK(ncclGetPeerDevicePointer(w, 16, 0, &p) == ncclSuccess);
+  CHECK(p == mem.data() + 16);
+  CHECK(ncclGetPeerDevicePointer(w, 4096, 0, &p) == ncclInvalidArgument);
+  CHECK(ncclGetPeerDevicePointer(w, 16, 1, &p) == ncclSuccess);
+  CHECK(p == nullptr);
+  CHECK(ncclGetPeerDevicePointer(w, 16, 2, &p) == ncclInvalidArgument);
+  CHECK(ncclGetPeerDevicePointer(w, 16, -1, &p) == ncclInvalidArgument);
+  CHECK(ncclGetPeerDevicePointer(w, 16, 0, nullptr) == ncclInvalidArgument);
+  CHECK(ncclGetLsaDevicePointer(w, 8, 0, &p) == ncclSuccess);
+  CHECK(p == mem.data() + 8);
+  CHECK(ncclGetLsaDevicePointer(w, 8, 1, &p) == ncclInvalidArgument);  // the team is the rank
+  CHECK(ncclGetLsaDevicePointer(w, 4096, 0, &p) == ncclInvalidArgument);
+  p = &v;
+  CHECK(ncclGetLsaMultimemDevicePointer(w, 0, &p) == ncclSuccess);
+  CHECK(p == nullptr);
+  CHECK(ncclGetLsaMultimemDevicePointer(nullptr, 0, &p) == ncclInvalidArgument);
+  CHECK(ncclGetLsaMultimemDevicePointer(reinterpret_cast<ncclWindow_t>(&v), 0, &p) ==
+        ncclInvalidArgument);
+  CHECK(reinterpret_cast<void*>(&pncclGetPeerDevicePointer) ==
+        reinterpret_cast<void*>(&ncclGetPeerDevicePointer));
+  CHECK(reinterpret_cast<void*>(&pncclGetLsaDevicePointer) ==
+        reinterpret_cast<void*>(&ncclGetLsaDevicePointer));
+  CHECK(reinterpret_cast<void*>(&pncclGetLsaMultimemDevicePointer) ==
+        reinterpret_cast<void*>(&ncclGetLsaMultimemDevicePointer));
+
+  // One-sided calls: refused, as NCCL refuses a communicator without host RMA.
+  float x = 1;
+  CHECK(ncclPutSignal(&x, 1, ncclFloat32, 1, w, 0, 0, 0, 0, c, nullptr) == ncclInvalidArgument);
+  CHECK(std::string(ncclGetLastError(c)).find("RMA") != std::string::npos);
+  CHECK(ncclSignal(1, 0, 0, 0, c, nullptr) == ncclInvalidArgument);
+  ncclWaitSignalDesc_t desc = {1, 1, 0, 0};
+  CHECK(ncclWaitSignal(1, &desc, c, nullptr) == ncclInvalidArgument);
+  CHECK(ncclSignal(1, 0, 0, 0, fake, nullptr) == ncclInvalidArgument);
+  CHECK(ncclCommWindowDeregister(c, w) == ncclSuccess);
+  CHECK(ncclWinGetUserPtr(c, w, &p) == ncclInvalidArgument);  // gone with its registration
+  CHECK(ncclGetPeerDevicePointer(w, 0, 0, &p) == ncclInvalidArgument);
+
+  // Device communicators: refused as without symmetric memory; destroying an empty one is fine.
+  alignas(8) unsigned char reqs[256] = {};
+  alignas(8) unsigned char dev[4096] = {};
+  auto* r = reinterpret_cast<const ncclDevCommRequirements*>(reqs);
+  auto* d = reinterpret_cast<ncclDevComm*>(dev);
+  CHECK(ncclDevCommCreate(c, r, d) == ncclInvalidUsage);
+  CHECK(std::string(ncclGetLastError(c)).find("symmetric") != std::string::npos);
+  CHECK(ncclDevCommCreate(c, nullptr, d) == ncclInvalidArgument);
+  CHECK(ncclDevCommCreate(fake, r, d) == ncclInvalidArgument);
+  CHECK(ncclDevCommDestroy(c, d) == ncclSuccess);
+  CHECK(ncclDevCommDestroy(c, nullptr) == ncclInvalidArgument);
+  for (ncclComm_t m : comms) CHECK(ncclCommDestroy(m) == ncclSuccess);
 }
