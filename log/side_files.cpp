@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "log/slow_history.h"
+
 namespace fr::log {
 namespace {
 
@@ -286,7 +288,8 @@ bool parse_gpus(const std::string& text, NodeGpus* out, std::string* error) {
 std::string stacks_file_for(const std::string& dump_file) { return dump_file + kStacksSuffix; }
 
 bool is_side_file(const std::string& name) {
-  return ends_with(name, kStacksSuffix) || ends_with(name, kGpuSuffix);
+  return ends_with(name, kStacksSuffix) || ends_with(name, kGpuSuffix) ||
+         ends_with(name, kSlowHistorySuffix);
 }
 
 }  // namespace fr::log

@@ -24,6 +24,7 @@
 #include "daemon/base/model.h"
 #include "daemon/logic/node_state.h"
 #include "daemon/host/nvml.h"
+#include "daemon/host/slow_history.h"
 #include "daemon/host/stacks.h"
 #include "daemon/host/watcher.h"
 #include "log/local_logs.h"
@@ -133,6 +134,7 @@ class NodeDaemon {
   std::atomic<uint64_t> heartbeats_{0}, processes_{0}, processes_alive_{0};
   GpuMonitor gpus_;
   size_t xids_seen_ = 0;
+  SlowHistory history_;         // the heartbeats' fail-slow summaries, for the dumps
   std::string status_written_;  // the state file's last text (guarded by mu_)
 };
 

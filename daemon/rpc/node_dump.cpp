@@ -23,6 +23,7 @@
 #include "daemon/host/torch_dumps.h"
 #include "fr/v1/frd.grpc.pb.h"
 #include "log/safe_file.h"
+#include "log/slow_history.h"
 #include "log/snapshot.h"
 
 namespace fr::daemon {
@@ -126,6 +127,15 @@ std::vector<DumpFile> NodeDaemon::take_context(const std::string& dir,
     names.push_back(gname);
   else
     log(err);
+  // What the heartbeats said lately, for fr-analyze's fail-slow judging (none before the first).
+  fr::log::NodeSlowHistory hist = history_.snapshot(opts_.node_name, real_ns());
+  const std::string hname = opts_.node_name + fr::log::kSlowHistorySuffix;
+  if (!hist.processes.empty()) {
+    if (fr::files::write_atomic(dir + "/" + hname, fr::log::slow_history_to_text(hist), &err))
+      names.push_back(hname);
+    else
+      log(err);
+  }
   for (const auto& n : names) {
     DumpFile f;
     f.name = n;
