@@ -18,12 +18,13 @@ namespace {
 namespace fs = std::filesystem;
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() > suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // The file's text; false with no error when it is absent.
-bool read_node_file(const std::string& dir, const std::string& name, size_t max,
-                    std::string* text, std::string* error) {
+bool read_node_file(const std::string& dir, const std::string& name, size_t max, std::string* text,
+                    std::string* error) {
   fr::log::OpenedFile f = fr::log::open_beneath(dir, name);
   if (!f.ok()) {
     if (f.error != fr::log::OpenError::kMissing) *error = f.reason;

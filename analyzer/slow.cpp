@@ -437,10 +437,20 @@ std::vector<Finding> find_slow(const AnalysisState& state) {
   }
   for (const auto& [rank, g] : kernels)
     if (blamed.insert(rank).second) out.push_back(gpu_finding(m, g));
-  // A rank slow on its host or GPU slows every link it is on: those are not blamed.
-  for (const HistoryLink& l : history_links(m))
-    if (!blamed.count(l.src) && !blamed.count(l.dst) && wanted(l.comm, {l.src, l.dst}))
-      out.push_back(link_finding(m, l));
+  // A rank slow on its host or GPU slows every link it is on: those are not blamed. One finding
+  // per link (sender, receiver), on the communicator that shows it best: a named one, then the
+  // largest factor (the live detector names a link once too).
+  auto named = [&](const HistoryLink& l) {
+    const Comm* c = comm_by_id(m, l.comm);
+    return std::make_pair(c != nullptr && !c->name.empty(), l.factor);
+  };
+  std::map<std::pair<int, int>, HistoryLink> links;
+  for (const HistoryLink& l : history_links(m)) {
+    if (blamed.count(l.src) || blamed.count(l.dst) || !wanted(l.comm, {l.src, l.dst})) continue;
+    auto it = links.find({l.src, l.dst});
+    if (it == links.end() || named(l) > named(it->second)) links[{l.src, l.dst}] = l;
+  }
+  for (const auto& [_, l] : links) out.push_back(link_finding(m, l));
   return out;
 }
 

@@ -85,7 +85,8 @@ std::vector<HistoryGpu> history_gpus(const Model& m) {
     for (uint32_t op : ops) {
       std::vector<std::pair<int, const Avg*>> avg;
       for (const auto& [r, mem] : members)
-        if (auto a = mem.ops.find(op); a != mem.ops.end() && a->second.n >= fr::slow::kMinGpuSamples)
+        if (auto a = mem.ops.find(op);
+            a != mem.ops.end() && a->second.n >= fr::slow::kMinGpuSamples)
           avg.emplace_back(r, &a->second);
       if (avg.size() < 3) continue;
       std::vector<double> logs;
@@ -96,8 +97,13 @@ std::vector<HistoryGpu> history_gpus(const Model& m) {
         const double ratio = std::exp(a->log_avg - sp.median_log);
         auto& w = worst[r];
         if (w.second > 0 && ratio / sp.bar <= w.first.ratio / w.second) continue;
-        w.first = {members.at(r).rank,           id,      op, ratio, int64_t(std::exp(a->log_avg)),
-                   int64_t(std::exp(sp.median_log)), a->n};
+        w.first = {members.at(r).rank,
+                   id,
+                   op,
+                   ratio,
+                   int64_t(std::exp(a->log_avg)),
+                   int64_t(std::exp(sp.median_log)),
+                   a->n};
         w.second = sp.bar;
       }
     }
@@ -120,7 +126,7 @@ struct Link {
   uint32_t n = 0, sampled = 0, wire = 0;
 };
 struct LinkComm {
-  std::map<int, int> global;                      // comm rank -> global rank
+  std::map<int, int> global;                        // comm rank -> global rank
   std::map<std::tuple<int, int, int>, Link> links;  // (src, dst, channel)
 };
 
@@ -153,8 +159,9 @@ void learn_links(const Visit& v, std::map<uint64_t, LinkComm>* comms) {
     if (link.n > 0 && l.op_seq == link.last_op) continue;
     link.last_op = l.op_seq;
     link.log_avg = fr::slow::decay_log(link.log_avg, link.n, std::log(double(l.step_ns)));
-    link.steps = link.n == 0 ? l.steps
-                             : (1 - fr::slow::kAvgAlpha) * link.steps + fr::slow::kAvgAlpha * l.steps;
+    link.steps = link.n == 0
+                     ? l.steps
+                     : (1 - fr::slow::kAvgAlpha) * link.steps + fr::slow::kAvgAlpha * l.steps;
     link.n++;
   }
   for (const auto& c : v.s->comms)
@@ -183,7 +190,8 @@ bool by_wire(uint64_t id, const LinkComm& c, std::vector<HistoryLink>* out) {
   }
   std::vector<std::pair<std::pair<int, int>, double>> shares;
   for (const auto& [key, p] : pairs)
-    if (p.sampled >= fr::slow::kMinWireSamples) shares.emplace_back(key, double(p.wire) / p.sampled);
+    if (p.sampled >= fr::slow::kMinWireSamples)
+      shares.emplace_back(key, double(p.wire) / p.sampled);
   if (shares.size() < 2) return false;
   std::vector<HistoryLink> found;
   for (const auto& [key, share] : shares) {
@@ -259,7 +267,8 @@ HistoryBusy history_busy(const Model& m, int rank, uint64_t comm, uint64_t since
       if (p.rank != rank) continue;
       for (const auto& s : p.samples)
         for (const auto& c : s.comms)
-          if (c.id == comm && !c.colls.empty() && c.colls.back().seq >= since_seq && s.time_ns < from)
+          if (c.id == comm && !c.colls.empty() && c.colls.back().seq >= since_seq &&
+              s.time_ns < from)
             from = s.time_ns, node = &h;
     }
   if (node == nullptr) return b;

@@ -13,20 +13,20 @@
 namespace fr::slow {
 
 // Defaults of the thresholds (SlowConfig's, and the post-mortem's).
-inline constexpr double kGpuFloor = 1.3;          // gpu: times the peers' median kernel time
-inline constexpr double kLinkFloor = 1.5;         // link: times the communicator's median link
-inline constexpr double kRatioNoiseFactor = 4;    // ... and 1 + this x the spread of the others
-inline constexpr uint32_t kMinGpuSamples = 8;     // kernel times a member needs to be judged
-inline constexpr uint32_t kMinLinkSamples = 4;    // ops a link needs
-inline constexpr uint32_t kMinWireSamples = 12;   // sender states a pair needs
-inline constexpr double kWireShare = 0.15;        // on the wire at least this share
-inline constexpr double kWireRatio = 3;           // ... this many times the other pairs' median
-inline constexpr uint32_t kMinWireHits = 6;       // ... in this many samples at least
+inline constexpr double kGpuFloor = 1.3;            // gpu: times the peers' median kernel time
+inline constexpr double kLinkFloor = 1.5;           // link: times the communicator's median link
+inline constexpr double kRatioNoiseFactor = 4;      // ... and 1 + this x the spread of the others
+inline constexpr uint32_t kMinGpuSamples = 8;       // kernel times a member needs to be judged
+inline constexpr uint32_t kMinLinkSamples = 4;      // ops a link needs
+inline constexpr uint32_t kMinWireSamples = 12;     // sender states a pair needs
+inline constexpr double kWireShare = 0.15;          // on the wire at least this share
+inline constexpr double kWireRatio = 3;             // ... this many times the other pairs' median
+inline constexpr uint32_t kMinWireHits = 6;         // ... in this many samples at least
 inline constexpr double kMinOtherWireShare = 0.02;  // a share of 0 in a few dozen samples
-inline constexpr uint32_t kMinBusySamples = 10;   // heartbeats of a late rank's GPU counters
-inline constexpr double kBusyFloor = 0.2;         // the peers' in-flight share to judge by
-inline constexpr double kBusyRatio = 0.5;         // its share over theirs: its GPU, not its host
-inline constexpr int64_t kMinExcessNs = 200'000;  // a finding's excess over its peers per op
+inline constexpr uint32_t kMinBusySamples = 10;     // heartbeats of a late rank's GPU counters
+inline constexpr double kBusyFloor = 0.2;           // the peers' in-flight share to judge by
+inline constexpr double kBusyRatio = 0.5;           // its share over theirs: its GPU, not its host
+inline constexpr int64_t kMinExcessNs = 200'000;    // a finding's excess over its peers per op
 inline constexpr double kAvgAlpha = 0.2;  // weight of the newest sample in a kernel or link average
 
 // A decaying average of logs: the first sample sets it (n: samples before this one).
@@ -67,8 +67,9 @@ inline Spread spread_of(const std::vector<double>& logs, double floor, double k)
 inline double wire_other(const std::vector<double>& others) {
   return std::max(median_of(others), kMinOtherWireShare);
 }
-inline bool wire_stands_out(double share, double other, uint32_t hits, double min_share = kWireShare,
-                            double ratio = kWireRatio, uint32_t min_hits = kMinWireHits) {
+inline bool wire_stands_out(double share, double other, uint32_t hits,
+                            double min_share = kWireShare, double ratio = kWireRatio,
+                            uint32_t min_hits = kMinWireHits) {
   return share >= min_share && share >= ratio * other && hits >= min_hits;
 }
 

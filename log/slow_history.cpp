@@ -70,8 +70,8 @@ HistorySample sample_from(const json& j) {
     hc.busy = c.value("busy", false);
     for (const json& k : bounded(c, "colls", NodeSlowHistory::kMaxColls)) {
       if (!k.is_array() || k.size() != 4) throw std::runtime_error("a collective is not 4 numbers");
-      hc.colls.push_back({num<uint64_t>(k[0]), num<uint32_t>(k[1]), num<int64_t>(k[2]),
-                          num<int64_t>(k[3])});
+      hc.colls.push_back(
+          {num<uint64_t>(k[0]), num<uint32_t>(k[1]), num<int64_t>(k[2]), num<int64_t>(k[3])});
     }
     s.comms.push_back(std::move(hc));
   }

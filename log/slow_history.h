@@ -34,7 +34,7 @@ struct HistoryComm {
   uint64_t id = 0;
   int rank = -1;  // in the communicator
   int size = -1;
-  bool busy = false;  // an op of it in flight on the GPU at the sample
+  bool busy = false;               // an op of it in flight on the GPU at the sample
   std::vector<HistoryColl> colls;  // new since the previous sample, oldest first
 };
 
@@ -58,7 +58,7 @@ struct HistorySample {
 struct ProcessHistory {
   int rank = -1;  // global rank
   int pid = 0;
-  std::string log;  // flight-log file name
+  std::string log;                     // flight-log file name
   std::vector<HistorySample> samples;  // oldest first
 };
 

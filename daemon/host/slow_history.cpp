@@ -45,9 +45,9 @@ void SlowHistory::add(const std::vector<ProcessReport>& procs, int64_t real_ns) 
     auto it = procs_.find(p.log);
     if (it == procs_.end()) {
       if (procs_.size() >= max_processes_) {
-        auto oldest = std::min_element(procs_.begin(), procs_.end(), [](const auto& a, const auto& b) {
-          return a.second.last_turn < b.second.last_turn;
-        });
+        auto oldest = std::min_element(
+            procs_.begin(), procs_.end(),
+            [](const auto& a, const auto& b) { return a.second.last_turn < b.second.last_turn; });
         procs_.erase(oldest);
       }
       it = procs_.emplace(p.log, Proc{}).first;

@@ -85,7 +85,8 @@ NodeSlowHistory history_of(int node, uint64_t comm, const Script& say) {
       c.colls.push_back({uint64_t(1000 + k), FR_OP_ALLREDUCE, x.time_ns, s.gpu_ns});
       x.comms.push_back(c);
       if (s.step_ns > 0) {
-        x.links.push_back({comm, 0, (r + 1) % kRanks, true, uint64_t(k + 1), 8, s.step_ns, s.state});
+        x.links.push_back(
+            {comm, 0, (r + 1) % kRanks, true, uint64_t(k + 1), 8, s.step_ns, s.state});
         x.links.push_back(
             {comm, 0, (r + kRanks - 1) % kRanks, false, uint64_t(k + 1), 8, s.step_ns, 0});
       }
@@ -191,9 +192,10 @@ TEST_CASE("slow history: the link whose sender is on the wire while the others w
   CHECK(found[0]["slow"]["factor"].get<double>() > 5);
 }
 
-TEST_CASE("slow history: a late rank is its GPU's fault when its GPU is in flight as often as "
-          "its peers'",
-          "[analyzer][slow]") {
+TEST_CASE(
+    "slow history: a late rank is its GPU's fault when its GPU is in flight as often as "
+    "its peers'",
+    "[analyzer][slow]") {
   // Rank 6 late by 4 ms at every step; its peers on its node wait in flight for it at 70% of the
   // heartbeats.
   const std::string late = "rank=6,step=10,kind=slow,ms=4";

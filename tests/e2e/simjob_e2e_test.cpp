@@ -578,6 +578,7 @@ TEST_CASE("fr-simjob --daemons: a gpu-slow rank opens a slow incident naming its
           0.5 * inc["slow"]["peers_busy_share"].get<double>());
   // fr-analyze on the incident's dump set names the same, from the nodes' heartbeat history.
   auto found = incident_slow_findings(run, opened[0]["id"].get<std::string>());
+  INFO("fr-analyze's slow findings " << json(found).dump());
   REQUIRE(found.size() == 1);
   CHECK(found[0]["culprit_ranks"] == json::array({1}));
   CHECK(found[0]["slow"]["cause"] == "gpu");
@@ -615,6 +616,7 @@ TEST_CASE("fr-simjob --daemons: a link-slow link opens a slow incident naming it
   REQUIRE(inc["slow"]["factor"].get<double>() > 2);
   // fr-analyze on the incident's dump set names the same link, from the nodes' heartbeat history.
   auto found = incident_slow_findings(run, opened[0]["id"].get<std::string>());
+  INFO("fr-analyze's slow findings " << json(found).dump());
   REQUIRE(found.size() == 1);
   CHECK(found[0]["slow"]["cause"] == "link");
   CHECK(found[0]["where"]["waiting_rank"] == 2);
