@@ -234,6 +234,7 @@ void to_json(json& j, const StatusSlow& s) {
   j["kernel_timed"] = s.kernel_timed;
   if (s.busy_share) j["busy_share"] = *s.busy_share;
   if (s.peers_busy_share) j["peers_busy_share"] = *s.peers_busy_share;
+  if (!s.nvml_throttle.empty()) j["nvml_throttle"] = s.nvml_throttle;
   if (s.where)
     j["where"] = {{"waiting_rank", s.where->waiting_rank},
                   {"peer_rank", s.where->peer_rank},
@@ -381,6 +382,10 @@ void from_json(const json& j, StatusSlow& s) {
     s.busy_share = j["busy_share"].get<double>();
   if (j.contains("peers_busy_share") && j["peers_busy_share"].is_number())
     s.peers_busy_share = j["peers_busy_share"].get<double>();
+  if (j.contains("nvml_throttle") && j["nvml_throttle"].is_array())
+    for (const auto& n : j["nvml_throttle"])
+      if (n.is_string() && s.nvml_throttle.size() < 8)
+        s.nvml_throttle.push_back(n.get<std::string>());
   if (j.contains("where") && j["where"].is_object()) {
     StatusSlow::Where w;
     get(j["where"], "waiting_rank", &w.waiting_rank);

@@ -40,6 +40,7 @@ StatusSlow slow_status(const SlowFinding& f) {
     s.peers_busy_share = std::round(f.peers_busy_share * 1000) / 1000;
   }
   if (f.cause == SlowCause::kLink) s.where = StatusSlow::Where{f.rank, f.peer_rank, f.channel};
+  s.nvml_throttle = f.nvml_throttle;
   return s;
 }
 
@@ -93,6 +94,10 @@ std::optional<SlowFinding> slow_from_json(const nlohmann::json& j) {
   f.busy_share = num("busy_share", 0, 1, 0);
   f.peers_busy_share = num("peers_busy_share", 0, 1, 0);
   if (auto k = j.find("kernel_timed"); k != j.end() && k->is_boolean()) f.gpu_timed = *k;
+  if (auto t = j.find("nvml_throttle"); t != j.end() && t->is_array())
+    for (const auto& n : *t)
+      if (n.is_string() && f.nvml_throttle.size() < 8)
+        f.nvml_throttle.push_back(printable(n.get<std::string>(), 32));
   return f;
 }
 
@@ -142,6 +147,7 @@ void CoordinatorState::learn_slow(const Node& n, const NodeReport& report, int64
     for (const auto& c : p.comms)
       if (!c.recent.empty()) slow_.member(c, p.rank, offset, now_mono, node);
     if (!p.links.empty()) slow_.links(p, now_mono);
+    slow_.throttle(p.rank, p.gpu_throttle);
   }
 }
 

@@ -108,6 +108,8 @@ std::string SlowFinding::evidence() const {
              " of the heartbeats (the other links wait for it)";
       break;
   }
+  if (!nvml_throttle.empty())
+    e += "; NVML: clocks throttled (" + throttle_words(nvml_throttle) + ")";
   if (step_ns > 0 && step_without_ns > 0 && step_without_ns < step_ns) {
     char b[160];
     std::snprintf(b, sizeof b,
@@ -265,6 +267,14 @@ void SlowDetector::links(const ProcessReport& p, int64_t now_mono) {
   }
 }
 
+void SlowDetector::throttle(int global_rank, uint64_t mask) {
+  if (global_rank < 0) return;
+  if (mask == 0)
+    throttle_.erase(global_rank);
+  else if (throttle_.size() < cfg_.max_members || throttle_.count(global_rank))
+    throttle_[global_rank] = mask;
+}
+
 bool SlowDetector::judge(int64_t now_mono) {
   active_.clear();
   for (const auto& f : findings_) active_.insert(f.key());
@@ -298,7 +308,14 @@ bool SlowDetector::judge(int64_t now_mono) {
       if (!blamed.count(l.rank) && !blamed.count(l.peer_rank)) now.push_back(std::move(l));
     ++it;
   }
-  return merge(std::move(now), now_mono);
+  const bool changed = merge(std::move(now), now_mono);
+  for (auto& f : findings_) {
+    auto t = throttle_.find(f.rank);
+    f.nvml_throttle = f.cause == SlowCause::kLink || t == throttle_.end()
+                          ? std::vector<std::string>{}
+                          : slowing_throttle_names(t->second);
+  }
+  return changed;
 }
 
 bool SlowDetector::report(uint32_t* streak, bool holds, const std::string& key) const {

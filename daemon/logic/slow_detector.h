@@ -117,6 +117,10 @@ struct SlowFinding {
   // rank had a collective in flight on its GPU, and its peers' median share (0: not judged).
   double busy_share = 0;
   double peers_busy_share = 0;
+  // host or gpu: the slowing clock throttle reasons NVML reports for the rank's GPU
+  // ("HwThermalSlowdown", ...), as its node's heartbeats last said. Evidence only: a throttled GPU
+  // that is not slow raises nothing.
+  std::vector<std::string> nvml_throttle;
   std::string key() const;  // "host:6", "gpu:6", "link:2->3"
   // What it names: "rank:6" for a host or GPU (a finding whose cause the GPU's progress counters
   // revise stays the same finding), the key for a link.
@@ -153,6 +157,9 @@ class SlowDetector {
   // One process's proxy-step timings (its place in each communicator from p.comms; the peers'
   // global ranks come from their own member() reports).
   void links(const ProcessReport& p, int64_t now_mono);
+  // A process's GPU clock throttle reasons (ProcessReport::gpu_throttle), by its global rank:
+  // added to the evidence of a finding on that rank.
+  void throttle(int global_rank, uint64_t mask);
   // Joins what is due, judges every member and link, and updates the findings. Returns whether
   // the set of findings changed.
   bool judge(int64_t now_mono);
@@ -238,6 +245,7 @@ class SlowDetector {
   std::unordered_map<uint64_t, Comm> comms_;
   std::vector<SlowFinding> findings_;
   std::map<std::string, uint32_t> missing_;
+  std::map<int, uint64_t> throttle_;  // global rank -> its GPU's throttle reasons (nonzero only)
   std::set<std::string>
       active_;  // keys of the findings at the start of a judgement  // finding key -> judgements in a row without it
 };

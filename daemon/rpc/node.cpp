@@ -363,7 +363,7 @@ bool NodeDaemon::send_heartbeat(Stream& s, ScanResult scan) {
   r.processes = std::move(scan.processes);
   r.unrecorded = std::move(scan.unrecorded);
   r.unreadable = std::move(scan.unreadable);
-  r.gpu_alerts = check_gpus();
+  r.gpu_alerts = check_gpus(&r.processes);
   std::optional<PingEcho> echo;
   {
     std::lock_guard<std::mutex> lk(mu_);

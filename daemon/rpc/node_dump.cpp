@@ -144,10 +144,33 @@ std::vector<DumpFile> NodeDaemon::take_context(const std::string& dir,
   return out;
 }
 
-std::vector<std::string> NodeDaemon::check_gpus() {
+std::vector<std::string> NodeDaemon::check_gpus(std::vector<ProcessReport>* procs) {
   std::vector<std::string> alerts;
   if (!gpus_.ready()) return alerts;
-  fr::log::NodeGpus g = gpus_.read(false);
+  // Which process runs on which GPU: NVML's process list costs more than the rest of the cheap
+  // reading, and changes seldom.
+  const int64_t now = mono_ns();
+  const bool fresh = std::any_of(procs->begin(), procs->end(), [&](const ProcessReport& p) {
+    return !gpu_pids_asked_.count(p.pid);
+  });
+  const bool pids = gpu_pids_mono_ == 0 || now - gpu_pids_mono_ >= kGpuPidsEveryNs ||
+                    (fresh && now - gpu_pids_mono_ >= 1'000'000'000);
+  fr::log::NodeGpus g = gpus_.read(false, pids);
+  if (pids) {
+    gpu_pids_mono_ = now;
+    gpu_pids_asked_.clear();
+    for (const auto& p : *procs) gpu_pids_asked_.insert(p.pid);
+    gpu_pids_.assign(g.gpus.size(), {});
+    for (size_t i = 0; i < g.gpus.size(); ++i) {
+      gpu_pids_[i] = g.gpus[i].pids;
+      for (int p : g.gpus[i].own_pids)
+        if (p > 0) gpu_pids_[i].push_back(p);
+    }
+  }
+  for (auto& p : *procs)
+    for (size_t i = 0; i < g.gpus.size() && i < gpu_pids_.size(); ++i)
+      if (std::find(gpu_pids_[i].begin(), gpu_pids_[i].end(), p.pid) != gpu_pids_[i].end())
+        p.gpu_throttle = g.gpus[i].throttle_reasons > 0 ? uint64_t(g.gpus[i].throttle_reasons) : 0;
   size_t n = 0, k = 0;
   for (const auto& d : g.gpus) {
     for (const auto& x : d.xids) {

@@ -576,6 +576,9 @@ TEST_CASE("fr-simjob --daemons: a gpu-slow rank opens a slow incident naming its
   REQUIRE(inc["slow"]["factor"].get<double>() > 1);
   REQUIRE(inc["slow"]["busy_share"].get<double>() >=
           0.5 * inc["slow"]["peers_busy_share"].get<double>());
+  // Its GPU's clocks, as the emulated NVML shows them (thermal), in the evidence.
+  CHECK(inc["slow"]["nvml_throttle"] == json::array({"HwThermalSlowdown"}));
+  CHECK(reason.find("NVML: clocks throttled (thermal)") != std::string::npos);
   // fr-analyze on the incident's dump set names the same, from the nodes' heartbeat history.
   auto found = incident_slow_findings(run, opened[0]["id"].get<std::string>());
   INFO("fr-analyze's slow findings " << json(found).dump());
