@@ -77,4 +77,18 @@ fr::log::NodeSlowHistory SlowHistory::snapshot(const std::string& node, int64_t 
   return h;
 }
 
+std::string SlowHistory::text(const std::string& node, int64_t real_ns, size_t max_bytes) const {
+  fr::log::NodeSlowHistory h = snapshot(node, real_ns);
+  if (h.processes.empty()) return "";
+  for (;;) {
+    std::string t = fr::log::slow_history_to_text(h);
+    bool any = false;
+    for (auto& p : h.processes) {
+      any |= !p.samples.empty();
+      p.samples.erase(p.samples.begin(), p.samples.begin() + long((p.samples.size() + 1) / 2));
+    }
+    if (t.size() <= max_bytes || !any) return t;
+  }
+}
+
 }  // namespace fr::daemon

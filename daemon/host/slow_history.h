@@ -29,6 +29,11 @@ class SlowHistory {
   void add(const std::vector<ProcessReport>& procs, int64_t real_ns);
   // What it holds, for a dump.
   fr::log::NodeSlowHistory snapshot(const std::string& node, int64_t real_ns) const;
+  // The snapshot as the dump's file (log/slow_history.h), within `max_bytes` (what a reader
+  // takes): past it, each process's older half of the samples is left out until it fits. Empty
+  // while no process has a sample (nothing heard yet: no file).
+  std::string text(const std::string& node, int64_t real_ns,
+                   size_t max_bytes = fr::log::NodeSlowHistory::kMaxFileBytes) const;
 
  private:
   struct Proc {

@@ -128,10 +128,10 @@ std::vector<DumpFile> NodeDaemon::take_context(const std::string& dir,
   else
     log(err);
   // What the heartbeats said lately, for fr-analyze's fail-slow judging (none before the first).
-  fr::log::NodeSlowHistory hist = history_.snapshot(opts_.node_name, real_ns());
+  const std::string hist = history_.text(opts_.node_name, real_ns());
   const std::string hname = opts_.node_name + fr::log::kSlowHistorySuffix;
-  if (!hist.processes.empty()) {
-    if (fr::files::write_atomic(dir + "/" + hname, fr::log::slow_history_to_text(hist), &err))
+  if (!hist.empty()) {
+    if (fr::files::write_atomic(dir + "/" + hname, hist, &err))
       names.push_back(hname);
     else
       log(err);

@@ -84,6 +84,24 @@ TEST_CASE("slow history: each collective once, samples and processes bounded", "
   CHECK(snap.processes[1].rank == 2);
 }
 
+TEST_CASE("slow history: a document past the readers' bound keeps each process's newest samples",
+          "[daemon][slow]") {
+  SlowHistory h;
+  for (int t = 1; t <= 100; ++t) h.add({report(0, 1, uint64_t(t)), report(1, 1, uint64_t(t))}, t);
+  CHECK(SlowHistory().text("n", 1).empty());  // nothing heard yet: no file
+  const std::string whole = h.text("n", 1);
+  const std::string cut = h.text("n", 1, whole.size() / 3);
+  REQUIRE(cut.size() <= whole.size() / 3);
+  fr::log::NodeSlowHistory back;
+  std::string err;
+  std::vector<std::string> notes;
+  REQUIRE(fr::log::parse_slow_history(cut, &back, &err, &notes));
+  REQUIRE(back.processes.size() == 2);
+  REQUIRE(back.processes[0].samples.size() < 50);
+  REQUIRE_FALSE(back.processes[0].samples.empty());
+  CHECK(back.processes[0].samples.back().time_ns == 100);
+}
+
 TEST_CASE("slow history: the dump's document reads back as written", "[daemon][slow]") {
   SlowHistory h;
   for (int t = 1; t <= 130; ++t) h.add({report(0, 1, uint64_t(t)), report(5, 1, uint64_t(t))}, t);
