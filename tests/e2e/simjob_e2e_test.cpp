@@ -585,6 +585,9 @@ TEST_CASE("fr-simjob --daemons: a gpu-slow rank opens a slow incident naming its
   REQUIRE(found.size() == 1);
   CHECK(found[0]["culprit_ranks"] == json::array({1}));
   CHECK(found[0]["slow"]["cause"] == "gpu");
+  CHECK(found[0]["slow"]["busy_share"].get<double>() >=
+        0.5 * found[0]["slow"]["peers_busy_share"].get<double>());
+  CHECK(found[0]["slow"]["nvml_throttle"] == json::array({"HwThermalSlowdown"}));
   fr::e2e::remove_run(run);
 }
 
