@@ -24,6 +24,7 @@
 #include <unordered_map>
 
 #include "analyzer/model.h"
+#include "passes.h"
 #include "common/parallel.h"
 #include "log/safe_file.h"
 #include "log/side_files.h"
@@ -202,31 +203,6 @@ void load_stacks(const std::string& dir, const std::string& rel, const std::stri
     return;
   }
   p.has_stacks = true;
-}
-
-// Every <node>.gpu.json of a dump set.
-void load_gpus(const std::string& dir, Model* model) {
-  std::error_code ec;
-  std::vector<std::string> names;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    const std::string suffix = fr::log::kGpuSuffix;
-    if (name.size() > suffix.size() &&
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
-      names.push_back(name);
-  }
-  std::sort(names.begin(), names.end());
-  for (const auto& n : names) {
-    const std::string path = without_trailing_slash(dir) + "/" + n;
-    std::string text, err;
-    fr::log::NodeGpus g;
-    if (!read_side_file(dir, n, path, &text, &err) || !fr::log::parse_gpus(text, &g, &err)) {
-      if (!err.empty()) model->warnings.push_back({path, "GPU health not read: " + err});
-      continue;
-    }
-    if (g.node.empty()) g.node = n.substr(0, n.size() - std::string(fr::log::kGpuSuffix).size());
-    model->gpus.push_back(std::move(g));
-  }
 }
 
 Job job_in(const std::string& dir, const std::string& rel, FileHint hint, bool from_listing) {
@@ -520,7 +496,7 @@ FoundInputs find_inputs(const std::vector<std::string>& paths, Model* model) {
     // A manifest that is there in any form (even a link or a FIFO) is read, and refused with
     // its reason, rather than silently ignored.
     if (fs::is_directory(p, ec)) {
-      load_gpus(path, model);
+      load_node_files(path, model);
       if (fs::symlink_status(p / "manifest.json", ec).type() != fs::file_type::not_found) {
         in.any_manifest = true;
         add_manifest_dir(path, model, &in.jobs, &in.offsets);
@@ -529,7 +505,7 @@ FoundInputs find_inputs(const std::vector<std::string>& paths, Model* model) {
       }
     } else if (p.filename() == "manifest.json") {
       in.any_manifest = true;
-      load_gpus(p.parent_path().empty() ? "." : p.parent_path().string(), model);
+      load_node_files(p.parent_path().empty() ? "." : p.parent_path().string(), model);
       add_manifest_dir(p.parent_path().empty() ? "." : p.parent_path().string(), model, &in.jobs,
                        &in.offsets);
     } else if (fs::symlink_status(p, ec).type() != fs::file_type::not_found) {

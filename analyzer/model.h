@@ -26,6 +26,7 @@
 #include "analyzer/torch/torch_dump.h"
 #include "log/reader.h"
 #include "log/side_files.h"
+#include "log/slow_history.h"
 
 namespace fr::analyzer {
 
@@ -295,7 +296,9 @@ struct Model {
   std::map<std::string, size_t> other_jobs;
   size_t files_read = 0;
   std::vector<fr::log::NodeGpus> gpus;  // the dump sets' <node>.gpu.json files
-  bool windowed = false;                // some records were left out (LoadMode::kWindow)
+  // The dump sets' <node>.slow_history.json files: what each node's heartbeats said lately.
+  std::vector<fr::log::NodeSlowHistory> histories;
+  bool windowed = false;  // some records were left out (LoadMode::kWindow)
 };
 
 // kFull keeps every record (the trace view draws them all); kWindow the recent ones and a digest

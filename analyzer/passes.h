@@ -259,7 +259,39 @@ SkewResult measure_skew(const AnalysisState& state);
 // --- Fail-slow (slow.cpp) -------------------------------------------------------------------
 
 // One finding of kind slow per rank that consistently keeps the others waiting at collectives,
-// with its cause (host, or gpu when its GPU reports throttling) and what it costs the job.
+// with its cause (host, or gpu from the heartbeat history or its GPU's throttling) and what it
+// costs the job; and from the heartbeat history, slow GPUs whose hosts are not late and slow links.
 std::vector<Finding> find_slow(const AnalysisState& state);
+
+// --- The heartbeats' history (node_files.cpp, slow_history.cpp) ------------------------------
+
+// Reads a dump set directory's <node>.gpu.json and <node>.slow_history.json into the model.
+void load_node_files(const std::string& dir, Model* model);
+
+// What the nodes' heartbeat histories say, judged by the live detector's rules (common/slow_rule.h).
+struct HistoryGpu {  // a rank whose kernels take longer than its peers' for the same op
+  int rank = -1;
+  uint64_t comm = 0;
+  uint32_t op = 0;
+  double ratio = 0;
+  int64_t value_ns = 0, others_ns = 0;
+  uint32_t samples = 0;
+};
+struct HistoryLink {  // a link whose steps are slow: `src` sends to `dst` (global ranks)
+  int src = -1, dst = -1, channel = -1;
+  uint64_t comm = 0;
+  double factor = 0, share = 0, others_share = 0;  // shares on the wire (0: by step times)
+  int64_t value_ns = 0, others_ns = 0;
+  uint32_t sampled = 0;
+};
+struct HistoryBusy {  // a rank's GPU in flight against its peers' since it turned late
+  bool judged = false, gpu = false;
+  double share = 0, peers = 0;
+  uint32_t samples = 0;
+};
+std::vector<HistoryGpu> history_gpus(const Model& m);
+std::vector<HistoryLink> history_links(const Model& m);
+// For a rank late on communicator `comm` since its collective `since_seq`.
+HistoryBusy history_busy(const Model& m, int rank, uint64_t comm, uint64_t since_seq);
 
 }  // namespace fr::analyzer

@@ -16,13 +16,17 @@
 // together; neither makes anyone consistently late. The job's step on that communicator is the
 // median time between consecutive collectives with the straggler's most frequent signature (the
 // same op every step), measured at the straggler's arrivals; without it, the others would have
-// arrived its median lateness sooner: step - lateness. The cause is `host` unless the
-// straggler's GPU reports clock throttling in the dump set's NVML health (then `gpu`): a flight
-// log holds when each op was called and how far its GPU got, not how long the GPU worked on it.
+// arrived its median lateness sooner: step - lateness. The cause is `host` unless the nodes'
+// heartbeat history (slow_history.cpp) shows the straggler's kernels slower than its peers', or
+// its GPU in flight as often as theirs while they wait for it, or its GPU reports clock throttling
+// in the dump set's NVML health (then `gpu`): a flight log holds when each op was called and how
+// far its GPU got, not how long the GPU worked on it. The history also gives findings of its own:
+// a GPU whose host is not late, and a slow link (not blamed where a straggler sits on it).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "passes.h"
@@ -225,13 +229,49 @@ std::string ms_text(int64_t ns) {
   return b;
 }
 
-Finding finding_of(const Model& m, const Straggler& s) {
+// What the heartbeat histories add to a straggler: its kernel times against its peers', else its
+// GPU's progress counters; the cause they give, in the finding's text and JSON.
+bool add_history(const Model& m, const Straggler& s, const HistoryGpu* kern, std::string* text,
+                 json* slow) {
+  if (kern != nullptr) {
+    char b[200];
+    std::snprintf(b, sizeof b,
+                  "; its GPU takes %.1fx its peers' time for the same %s (median %s vs %s)",
+                  kern->ratio, fr::log::op_name(uint16_t(kern->op)),
+                  ms_text(kern->value_ns).c_str(), ms_text(kern->others_ns).c_str());
+    *text += b;
+    (*slow)["gpu"] = {{"ratio", std::round(kern->ratio * 100) / 100},
+                      {"value_ns", kern->value_ns},
+                      {"others_ns", kern->others_ns},
+                      {"kernel_times", kern->samples}};
+    return true;
+  }
+  const HistoryBusy busy = history_busy(m, s.rank, m.comms[s.comm].id, s.first_seq);
+  if (!busy.judged) return false;
+  char b[240];
+  std::snprintf(
+      b, sizeof b,
+      "; its GPU had a collective in flight at %.0f%% of the heartbeats since, its peers' "
+      "at %.0f%% (%s)",
+      100 * busy.share, 100 * busy.peers,
+      busy.gpu ? "they wait for it: its host waits for its GPU"
+               : "its GPU is done and waits for its host");
+  *text += b;
+  (*slow)["busy_share"] = std::round(busy.share * 1000) / 1000;
+  (*slow)["peers_busy_share"] = std::round(busy.peers * 1000) / 1000;
+  return busy.gpu;
+}
+
+Finding finding_of(const Model& m, const Straggler& s, const HistoryGpu* kern) {
   const Comm& c = m.comms[s.comm];
   const CommRef ref = comm_ref(c);
   const std::string comm_word = ref.name.empty() ? "communicator " + ref.id : ref.name;
   const double fraction = double(s.late) / double(s.collectives);
   const std::vector<std::string> throttle = throttling(m, s.rank);
-  const bool gpu = !throttle.empty();
+  std::string evidence;
+  json slow_extra = json::object();
+  const bool history_gpu = add_history(m, s, kern, &evidence, &slow_extra);
+  const bool gpu = history_gpu || !throttle.empty();
   std::string text =
       "slow " + std::string(gpu ? "GPU" : "host") + ": rank " + std::to_string(s.rank) +
       " arrives last at " + std::to_string(int(std::lround(100 * fraction))) + "% of " + comm_word +
@@ -255,6 +295,9 @@ Finding finding_of(const Model& m, const Straggler& s) {
     slow["step_without_ns"] = without;
     slow["loss_percent"] = std::round(loss * 10) / 10;
   }
+  text += evidence;
+  slow.update(slow_extra);
+  if (kern != nullptr) factor = kern->ratio;  // as the live finding: its kernels against its peers'
   slow["factor"] = std::round(factor * 100) / 100;
   if (gpu) {
     std::string names;
@@ -277,6 +320,81 @@ Finding finding_of(const Model& m, const Straggler& s) {
   return f;
 }
 
+const Comm* comm_by_id(const Model& m, uint64_t id) {
+  for (const auto& c : m.comms)
+    if (c.id == id) return &c;
+  return nullptr;
+}
+
+// A finding of the heartbeat history alone (a GPU whose host is not late, or a link).
+Finding history_finding(const Model& m, uint64_t comm, const std::string& text, json slow) {
+  Finding f;
+  f.kind = VerdictKind::kSlow;
+  const Comm* c = comm_by_id(m, comm);
+  if (c != nullptr) f.comm = comm_ref(*c);
+  f.summary = text + " (from the nodes' heartbeat history)";
+  slow["source"] = "heartbeat_history";
+  f.details["slow"] = std::move(slow);
+  return f;
+}
+
+std::string comm_word(const Model& m, uint64_t id) {
+  const Comm* c = comm_by_id(m, id);
+  if (c != nullptr && !c->name.empty()) return c->name;
+  char b[40];
+  std::snprintf(b, sizeof b, "communicator 0x%llx", static_cast<unsigned long long>(id));
+  return b;
+}
+
+Finding gpu_finding(const Model& m, const HistoryGpu& g) {
+  char b[256];
+  std::snprintf(
+      b, sizeof b,
+      "slow GPU: rank %d's GPU takes %.1fx its peers' time for the same %s on %s (median %s vs %s)",
+      g.rank, g.ratio, fr::log::op_name(uint16_t(g.op)), comm_word(m, g.comm).c_str(),
+      ms_text(g.value_ns).c_str(), ms_text(g.others_ns).c_str());
+  Finding f = history_finding(m, g.comm, b,
+                              {{"cause", "gpu"},
+                               {"factor", std::round(g.ratio * 100) / 100},
+                               {"value_ns", g.value_ns},
+                               {"others_ns", g.others_ns},
+                               {"kernel_times", g.samples}});
+  f.op = fr::log::op_name(uint16_t(g.op));
+  f.culprit_ranks = {g.rank};
+  const std::vector<std::string> throttle = throttling(m, g.rank);
+  if (!throttle.empty()) {
+    std::string names;
+    for (const auto& t : throttle) names += (names.empty() ? "" : ", ") + t;
+    f.summary += "; NVML: its GPU's clocks are throttled (" + names + ")";
+    f.details["slow"]["nvml_throttle"] = throttle;
+  }
+  return f;
+}
+
+Finding link_finding(const Model& m, const HistoryLink& l) {
+  char b[320];
+  int n = std::snprintf(
+      b, sizeof b,
+      "slow link: channel %d's rank %d -> rank %d steps take %.1fx the others on %s (%s per step vs %s)",
+      l.channel, l.src, l.dst, l.factor, comm_word(m, l.comm).c_str(), ms_text(l.value_ns).c_str(),
+      ms_text(l.others_ns).c_str());
+  if (l.share > 0 && n > 0 && size_t(n) < sizeof b)
+    std::snprintf(
+        b + n, sizeof b - size_t(n),
+        ", its sender on the wire at %.0f%% of the heartbeats, the other senders at %.0f%% (they wait for it)",
+        100 * l.share, 100 * l.others_share);
+  json slow = {{"cause", "link"},
+               {"factor", std::round(l.factor * 100) / 100},
+               {"value_ns", l.value_ns},
+               {"others_ns", l.others_ns},
+               {"samples", l.sampled}};
+  if (l.share > 0) slow["share"] = std::round(l.share * 1000) / 1000;
+  Finding f = history_finding(m, l.comm, b, std::move(slow));
+  f.culprit_ranks = {l.src, l.dst};
+  f.details["where"] = {{"channel", l.channel}, {"waiting_rank", l.dst}, {"peer_rank", l.src}};
+  return f;
+}
+
 }  // namespace
 
 std::vector<Finding> find_slow(const AnalysisState& state) {
@@ -295,9 +413,44 @@ std::vector<Finding> find_slow(const AnalysisState& state) {
       if (it == best.end() || rank_of(s) > rank_of(it->second)) best[s.rank] = std::move(s);
     }
   }
+  // The heartbeat histories (when the dump set has them): kernel times and link samples.
+  auto wanted = [&](uint64_t comm, std::initializer_list<int> ranks) {
+    if (!state.opts.comm.empty()) {
+      const Comm* c = comm_by_id(m, comm);
+      if (c == nullptr || !comm_matches(*c, state.opts.comm)) return false;
+    }
+    if (state.rank_filter.empty()) return true;
+    return std::any_of(ranks.begin(), ranks.end(),
+                       [&](int r) { return state.rank_filter.count(r) > 0; });
+  };
+  std::map<int, HistoryGpu> kernels;  // per rank, its slowest
+  for (const HistoryGpu& g : history_gpus(m))
+    if (wanted(g.comm, {g.rank}) && (!kernels.count(g.rank) || g.ratio > kernels[g.rank].ratio))
+      kernels[g.rank] = g;
   std::vector<Finding> out;
-  for (const auto& [rank, s] : best)
-    if (state.rank_filter.empty() || state.rank_filter.count(rank)) out.push_back(finding_of(m, s));
+  std::set<int> blamed;
+  for (const auto& [rank, s] : best) {
+    if (!state.rank_filter.empty() && !state.rank_filter.count(rank)) continue;
+    auto k = kernels.find(rank);
+    out.push_back(finding_of(m, s, k == kernels.end() ? nullptr : &k->second));
+    blamed.insert(rank);
+  }
+  for (const auto& [rank, g] : kernels)
+    if (blamed.insert(rank).second) out.push_back(gpu_finding(m, g));
+  // A rank slow on its host or GPU slows every link it is on: those are not blamed. One finding
+  // per link (sender, receiver), on the communicator that shows it best: a named one, then the
+  // largest factor (the live detector names a link once too).
+  auto named = [&](const HistoryLink& l) {
+    const Comm* c = comm_by_id(m, l.comm);
+    return std::make_pair(c != nullptr && !c->name.empty(), l.factor);
+  };
+  std::map<std::pair<int, int>, HistoryLink> links;
+  for (const HistoryLink& l : history_links(m)) {
+    if (blamed.count(l.src) || blamed.count(l.dst) || !wanted(l.comm, {l.src, l.dst})) continue;
+    auto it = links.find({l.src, l.dst});
+    if (it == links.end() || named(l) > named(it->second)) links[{l.src, l.dst}] = l;
+  }
+  for (const auto& [_, l] : links) out.push_back(link_finding(m, l));
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "log/json_fields.h"
+#include "log/slow_history.h"
 
 namespace fr::log {
 namespace {
@@ -263,7 +264,8 @@ bool parse_gpus(const std::string& text, NodeGpus* out, std::string* error) {
 std::string stacks_file_for(const std::string& dump_file) { return dump_file + kStacksSuffix; }
 
 bool is_side_file(const std::string& name) {
-  return ends_with(name, kStacksSuffix) || ends_with(name, kGpuSuffix);
+  return ends_with(name, kStacksSuffix) || ends_with(name, kGpuSuffix) ||
+         ends_with(name, kSlowHistorySuffix);
 }
 
 }  // namespace fr::log

@@ -85,4 +85,32 @@ uint64_t nixl_model_id(const std::string& local_agent, const std::string& remote
   return h | 1;  // never 0
 }
 
+std::vector<std::string> slowing_throttle_names(uint64_t mask) {
+  static const struct {
+    uint64_t bit;
+    const char* name;
+  } kSlowing[] = {{kThrottleSwPowerCap, "SwPowerCap"},
+                  {kThrottleHwSlowdown, "HwSlowdown"},
+                  {kThrottleSwThermalSlowdown, "SwThermalSlowdown"},
+                  {kThrottleHwThermalSlowdown, "HwThermalSlowdown"},
+                  {kThrottleHwPowerBrakeSlowdown, "HwPowerBrakeSlowdown"}};
+  std::vector<std::string> out;
+  for (const auto& r : kSlowing)
+    if (mask & r.bit) out.push_back(r.name);
+  return out;
+}
+
+std::string throttle_words(const std::vector<std::string>& names) {
+  std::vector<std::string> words;
+  for (const auto& n : names) {
+    const char* w = n.find("Thermal") != std::string::npos ? "thermal"
+                    : n.find("Power") != std::string::npos ? "power"
+                                                           : "hardware slowdown";
+    if (std::find(words.begin(), words.end(), w) == words.end()) words.push_back(w);
+  }
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : ", ") + w;
+  return out;
+}
+
 }  // namespace fr::daemon

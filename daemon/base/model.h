@@ -159,6 +159,9 @@ struct ProcessReport {
       0;  // pairs left out past kMaxXferPairs (none in flight before any kept)
 
   std::vector<LinkTiming> links;  // at most kMaxLinks, the slowest steps first
+  // NVML's clock throttle reasons of the GPU the process runs on (the node joins GPUs to processes
+  // through NVML's PIDs every few seconds); 0: none, or unknown.
+  uint64_t gpu_throttle = 0;
 
   static constexpr size_t kMaxXferPairs = 64;
   static constexpr size_t kMaxLinks = 64;
@@ -209,6 +212,15 @@ struct DumpHeader {
   std::string job_id;      // the incident's job as the coordinator named it; may be empty
   std::string upload_key;  // the connection's secret (Welcome.upload_key); not stored
 };
+
+// The clock throttle reasons of an NVML mask that slow a GPU's clocks ("HwThermalSlowdown", ...;
+// nvml.cpp checks the bits against NVML's own), and the word an operator reads for them
+// ("thermal", "power", "hardware slowdown").
+inline constexpr uint64_t kThrottleSwPowerCap = 0x4, kThrottleHwSlowdown = 0x8,
+                          kThrottleSwThermalSlowdown = 0x20, kThrottleHwThermalSlowdown = 0x40,
+                          kThrottleHwPowerBrakeSlowdown = 0x80;
+std::vector<std::string> slowing_throttle_names(uint64_t mask);
+std::string throttle_words(const std::vector<std::string>& names);
 
 // Monotonic and realtime clocks in nanoseconds.
 int64_t mono_ns();

@@ -199,6 +199,7 @@ void to_json(json& j, const StatusSlow& s) {
   j["kernel_timed"] = s.kernel_timed;
   if (s.busy_share) j["busy_share"] = *s.busy_share;
   if (s.peers_busy_share) j["peers_busy_share"] = *s.peers_busy_share;
+  if (!s.nvml_throttle.empty()) j["nvml_throttle"] = s.nvml_throttle;
   if (s.where)
     j["where"] = {{"waiting_rank", s.where->waiting_rank},
                   {"peer_rank", s.where->peer_rank},
@@ -343,6 +344,7 @@ void from_json(const json& j, StatusSlow& s) {
   read_field(j, "kernel_timed", &s.kernel_timed);
   read_field(j, "busy_share", &s.busy_share);
   read_field(j, "peers_busy_share", &s.peers_busy_share);
+  read_list(j, "nvml_throttle", &s.nvml_throttle, 8);
   if (const json* where = fr::log::object_field(j, "where")) {
     StatusSlow::Where w;
     read_field(*where, "waiting_rank", &w.waiting_rank);

@@ -103,7 +103,8 @@ struct StatusSlow {
   struct Where {
     int waiting_rank = -1, peer_rank = -1, channel = -1;
   };
-  std::optional<Where> where;  // link
+  std::optional<Where> where;              // link
+  std::vector<std::string> nvml_throttle;  // host or gpu: its GPU's slowing throttle reasons
 };
 
 struct StatusIncident {

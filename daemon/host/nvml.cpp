@@ -61,6 +61,13 @@ std::string text(const GpuMonitor::Api*, nvmlReturn_t r);
 
 }  // namespace
 
+// The bits daemon/base/model.h names for the coordinator, which does not reach NVML.
+static_assert(kThrottleSwPowerCap == nvmlClocksThrottleReasonSwPowerCap);
+static_assert(kThrottleHwSlowdown == nvmlClocksThrottleReasonHwSlowdown);
+static_assert(kThrottleSwThermalSlowdown == nvmlClocksThrottleReasonSwThermalSlowdown);
+static_assert(kThrottleHwThermalSlowdown == nvmlClocksThrottleReasonHwThermalSlowdown);
+static_assert(kThrottleHwPowerBrakeSlowdown == nvmlClocksThrottleReasonHwPowerBrakeSlowdown);
+
 std::vector<std::string> throttle_reason_names(unsigned long long mask) {
   static const struct {
     unsigned long long bit;
@@ -305,7 +312,7 @@ struct DeviceReader {
 
 }  // namespace
 
-fr::log::NodeGpus GpuMonitor::read(bool full) const {
+fr::log::NodeGpus GpuMonitor::read(bool full, bool pids) const {
   fr::log::NodeGpus out;
   out.time_ns = real_ns();
   if (!api_) {
@@ -339,8 +346,8 @@ fr::log::NodeGpus GpuMonitor::read(bool full) const {
     if (full) {
       reader.read_memory_and_pcie();
       reader.read_nvlinks();
-      reader.read_pids();
     }
+    if (full || pids) reader.read_pids();
     out.gpus.push_back(std::move(g));
   }
   return out;

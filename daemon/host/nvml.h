@@ -34,7 +34,9 @@ class GpuMonitor {
   bool ready() const { return api_ != nullptr; }
   const std::string& error() const { return error_; }
 
-  fr::log::NodeGpus read(bool full) const;
+  // `pids`: the cheap subset and the PIDs running on each GPU (which the heartbeats take every
+  // few seconds to give each process its GPU's throttle reasons).
+  fr::log::NodeGpus read(bool full, bool pids = false) const;
 
   struct Api;  // the table of NVML functions (nvml.cpp)
 

@@ -41,6 +41,7 @@ StatusSlow slow_status(const SlowFinding& f) {
     s.peers_busy_share = std::round(f.peers_busy_share * 1000) / 1000;
   }
   if (f.cause == SlowCause::kLink) s.where = StatusSlow::Where{f.rank, f.peer_rank, f.channel};
+  s.nvml_throttle = f.nvml_throttle;
   return s;
 }
 
@@ -90,6 +91,8 @@ std::optional<SlowFinding> slow_from_json(const nlohmann::json& j) {
   f.busy_share = fr::log::number_in(j, "busy_share", 0, 1, 0);
   f.peers_busy_share = fr::log::number_in(j, "peers_busy_share", 0, 1, 0);
   fr::log::read_field(j, "kernel_timed", &f.gpu_timed);
+  if (std::vector<std::string> names; fr::log::read_list(j, "nvml_throttle", &names, 8))
+    for (const auto& n : names) f.nvml_throttle.push_back(printable(n, 32));
   return f;
 }
 
@@ -139,6 +142,7 @@ void CoordinatorState::learn_slow(const Node& n, const NodeReport& report, int64
     for (const auto& c : p.comms)
       if (!c.recent.empty()) slow_.member(c, p.rank, offset, now_mono, node);
     if (!p.links.empty()) slow_.links(p, now_mono);
+    slow_.throttle(p.rank, p.gpu_throttle);
   }
 }
 

@@ -14,16 +14,10 @@ namespace fr::daemon {
 namespace {
 
 constexpr double kNoiseAlpha = 0.1;  // weight of the newest collective in a communicator's noise
-constexpr double kAvgAlpha = 0.2;    // weight of the newest sample in a kernel or link average
-constexpr uint32_t kMinJoined = 8;   // collectives joined before a communicator's hosts are judged
+constexpr double kAvgAlpha = fr::slow::kAvgAlpha;
+constexpr uint32_t kMinJoined = 8;  // collectives joined before a communicator's hosts are judged
 
-template <class T>
-T median_of(std::vector<T> v) {
-  if (v.empty()) return T{};
-  auto mid = v.begin() + std::ptrdiff_t(v.size() / 2);
-  std::nth_element(v.begin(), mid, v.end());
-  return *mid;
-}
+using fr::slow::median_of;
 
 std::string ms(int64_t ns) {
   char b[32];
@@ -42,11 +36,6 @@ std::string percent(double share) {
   char b[16];
   std::snprintf(b, sizeof b, "%.0f%%", 100 * share);
   return b;
-}
-
-// The bar a ratio must pass: the floor, or 1 + k x the others' spread when that is higher.
-double ratio_bar(double floor, double k, double spread_log) {
-  return std::max(floor, 1 + k * (std::exp(spread_log) - 1));
 }
 
 }  // namespace
@@ -119,6 +108,8 @@ std::string SlowFinding::evidence() const {
              " of the heartbeats (the other links wait for it)";
       break;
   }
+  if (!nvml_throttle.empty())
+    e += "; NVML: clocks throttled (" + throttle_words(nvml_throttle) + ")";
   if (step_ns > 0 && step_without_ns > 0 && step_without_ns < step_ns) {
     char b[160];
     std::snprintf(b, sizeof b,
@@ -167,7 +158,7 @@ void SlowDetector::member(const CommProgress& cp, int global_rank, int64_t offse
       if (g == mem.gpu.end() && mem.gpu.size() < 8) g = mem.gpu.insert(mem.gpu.end(), {t.op});
       if (g != mem.gpu.end()) {
         const double l = std::log(double(t.gpu_ns));
-        g->log_avg = g->n == 0 ? l : (1 - kAvgAlpha) * g->log_avg + kAvgAlpha * l;
+        g->log_avg = fr::slow::decay_log(g->log_avg, g->n, l);
         g->n++;
       }
     }
@@ -269,11 +260,19 @@ void SlowDetector::links(const ProcessReport& p, int64_t now_mono) {
     if (link.n > 0 && l.op_seq == link.last_op_seq) continue;
     link.last_op_seq = l.op_seq;
     const double v = std::log(double(l.step_ns));
-    link.log_avg = link.n == 0 ? v : (1 - kAvgAlpha) * link.log_avg + kAvgAlpha * v;
+    link.log_avg = fr::slow::decay_log(link.log_avg, link.n, v);
     link.steps = link.n == 0 ? l.steps : (1 - kAvgAlpha) * link.steps + kAvgAlpha * l.steps;
     link.n++;
     c.last_mono = now_mono;
   }
+}
+
+void SlowDetector::throttle(int global_rank, uint64_t mask) {
+  if (global_rank < 0) return;
+  if (mask == 0)
+    throttle_.erase(global_rank);
+  else if (throttle_.size() < cfg_.max_members || throttle_.count(global_rank))
+    throttle_[global_rank] = mask;
 }
 
 bool SlowDetector::judge(int64_t now_mono) {
@@ -309,7 +308,14 @@ bool SlowDetector::judge(int64_t now_mono) {
       if (!blamed.count(l.rank) && !blamed.count(l.peer_rank)) now.push_back(std::move(l));
     ++it;
   }
-  return merge(std::move(now), now_mono);
+  const bool changed = merge(std::move(now), now_mono);
+  for (auto& f : findings_) {
+    auto t = throttle_.find(f.rank);
+    f.nvml_throttle = f.cause == SlowCause::kLink || t == throttle_.end()
+                          ? std::vector<std::string>{}
+                          : slowing_throttle_names(t->second);
+  }
+  return changed;
 }
 
 bool SlowDetector::report(uint32_t* streak, bool holds, const std::string& key) const {
@@ -443,10 +449,8 @@ void SlowDetector::judge_gpus(uint64_t id, Comm& c, int64_t now_mono,
     if (avg.size() < 3) continue;
     std::vector<double> l;
     for (const auto& [_, v] : avg) l.push_back(v);
-    const double med = median_of(l);
-    std::vector<double> dev;
-    for (double v : l) dev.push_back(std::fabs(v - med));
-    const double bar = ratio_bar(cfg_.gpu_floor, cfg_.ratio_noise_factor, median_of(dev));
+    const fr::slow::Spread sp = fr::slow::spread_of(l, cfg_.gpu_floor, cfg_.ratio_noise_factor);
+    const double med = sp.median_log, bar = sp.bar;
     for (const auto& [rank, v] : avg) {
       const double r = std::exp(v - med);
       c.members[rank].gpu_ratio = std::max(c.members[rank].gpu_ratio, r);
@@ -508,10 +512,8 @@ void SlowDetector::judge_links(uint64_t id, Comm& c, int64_t now_mono,
   for (const auto& [_, k] : c.links)
     if (k.n >= cfg_.min_link_samples) l.push_back(k.log_avg);
   if (l.size() < 3) return;
-  const double med = median_of(l);
-  std::vector<double> dev;
-  for (double v : l) dev.push_back(std::fabs(v - med));
-  const double bar = ratio_bar(cfg_.link_floor, cfg_.ratio_noise_factor, median_of(dev));
+  const fr::slow::Spread sp = fr::slow::spread_of(l, cfg_.link_floor, cfg_.ratio_noise_factor);
+  const double med = sp.median_log, bar = sp.bar;
   const int64_t step = step_ns(c);
   std::vector<SlowFinding> found;
   for (auto& [key, k] : c.links) {
@@ -559,7 +561,7 @@ bool SlowDetector::judge_wire(uint64_t id, Comm& c, int64_t now_mono,
     for (const auto& [k2, s2] : shares)
       if (k2 != key) others.push_back(s2);
     // A share of 0 in a few dozen samples is below 1 in 50, not nothing.
-    const double other = std::max(median_of(others), 0.02);
+    const double other = fr::slow::wire_other(others);
     const Pair& p = pairs[key];
     SlowFinding f = link_finding(id, c, key.first, key.second, p.top->channel);
     const int gsrc = f.peer_rank, gdst = f.rank;
@@ -573,8 +575,9 @@ bool SlowDetector::judge_wire(uint64_t id, Comm& c, int64_t now_mono,
     const int64_t excess = int64_t(double(f.value_ns - f.others_ns) * p.top->steps);
     f.step_without_ns = without(step, excess);
     f.since_mono = now_mono;
-    const bool holds = share >= cfg_.wire_share && share >= cfg_.wire_ratio * other &&
-                       p.wire >= cfg_.min_wire_hits && gsrc >= 0 && gdst >= 0 && worth(f, excess);
+    const bool holds = fr::slow::wire_stands_out(share, other, p.wire, cfg_.wire_share,
+                                                 cfg_.wire_ratio, cfg_.min_wire_hits) &&
+                       gsrc >= 0 && gdst >= 0 && worth(f, excess);
     if (!report(&c.wire_streak[key], holds, f.key())) continue;
     found.push_back(std::move(f));
   }

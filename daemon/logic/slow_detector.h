@@ -41,21 +41,26 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/slow_rule.h"
 #include "daemon/base/model.h"
 
 namespace fr::daemon {
 
 struct SlowConfig {
-  uint32_t window = 16;               // a member's recent collectives judged for lateness
-  double late_share = 0.75;           // ... of which it must be late at this share
-  int64_t late_floor_ns = 2'000'000;  // host: late by at least this
-  double noise_factor = 3;            // ... and by this many times the communicator's noise
-  double gpu_floor = 1.3;             // gpu: at least this many times the peers' median
-  double link_floor = 1.5;        // link: at least this many times the communicator's median link
-  double ratio_noise_factor = 4;  // ... and 1 + this x the spread of the others' ratios
-  uint32_t min_gpu_samples = 8;   // kernel times a member needs before it is judged
-  uint32_t min_link_samples = 4;
-  uint32_t min_wire_samples = 12;  // states of a sender pair's slots before it is judged
+  uint32_t window = 16;                    // a member's recent collectives judged for lateness
+  double late_share = 0.75;                // ... of which it must be late at this share
+  int64_t late_floor_ns = 2'000'000;       // host: late by at least this
+  double noise_factor = 3;                 // ... and by this many times the communicator's noise
+  double gpu_floor = fr::slow::kGpuFloor;  // gpu: at least this many times the peers' median
+  double link_floor =
+      fr::slow::kLinkFloor;  // link: at least this many times the communicator's median link
+  double ratio_noise_factor =
+      fr::slow::kRatioNoiseFactor;  // ... and 1 + this x the spread of the others' ratios
+  uint32_t min_gpu_samples =
+      fr::slow::kMinGpuSamples;  // kernel times a member needs before it is judged
+  uint32_t min_link_samples = fr::slow::kMinLinkSamples;
+  uint32_t min_wire_samples =
+      fr::slow::kMinWireSamples;  // states of a sender pair's slots before it is judged
   // A late rank without kernel times: how often its heartbeats show a collective of it handed to
   // its GPU and not done (in flight), against its peers', counted from when a member first turned
   // late. Where the members report these counters, a late rank's finding waits for
@@ -63,16 +68,19 @@ struct SlowConfig {
   // accumulate; judged where the peers' median share reaches busy_floor
   // (they wait in flight for it). The peers are those on its node where it has any: sampled at
   // the same instants, which a job's steady pace and the heartbeats' fixed period cannot alias.
-  uint32_t min_busy_samples = 10;
-  double busy_floor = 0.2;
-  double busy_ratio = 0.5;     // at least this share of the peers': its GPU, not its host
-  double wire_share = 0.15;    // ... on the wire at least this share of them
-  double wire_ratio = 3;       // ... and this many times the other pairs' median share
-  uint32_t min_wire_hits = 6;  // ... and on the wire in this many samples at least (not 2 of 12)
+  uint32_t min_busy_samples = fr::slow::kMinBusySamples;
+  double busy_floor = fr::slow::kBusyFloor;
+  double busy_ratio =
+      fr::slow::kBusyRatio;  // at least this share of the peers': its GPU, not its host
+  double wire_share = fr::slow::kWireShare;  // ... on the wire at least this share of them
+  double wire_ratio =
+      fr::slow::kWireRatio;  // ... and this many times the other pairs' median share
+  uint32_t min_wire_hits =
+      fr::slow::kMinWireHits;  // ... and on the wire in this many samples at least (not 2 of 12)
   // A finding must cost the job something: its excess over its peers per op (host: lateness;
   // link: per step x steps) at least min_excess_ns, and where the pace is known at least
   // min_loss_percent of the time between collectives (microsecond noise on fast links is not slow).
-  int64_t min_excess_ns = 200'000;
+  int64_t min_excess_ns = fr::slow::kMinExcessNs;
   double min_loss_percent = 1;
   uint32_t streak = 3;                // judgements in a row before a candidate becomes a finding
   uint32_t clear_streak = 5;          // judgements in a row without it before a finding clears
@@ -109,6 +117,10 @@ struct SlowFinding {
   // rank had a collective in flight on its GPU, and its peers' median share (0: not judged).
   double busy_share = 0;
   double peers_busy_share = 0;
+  // host or gpu: the slowing clock throttle reasons NVML reports for the rank's GPU
+  // ("HwThermalSlowdown", ...), as its node's heartbeats last said. Evidence only: a throttled GPU
+  // that is not slow raises nothing.
+  std::vector<std::string> nvml_throttle;
   std::string key() const;  // "host:6", "gpu:6", "link:2->3"
   // What it names: "rank:6" for a host or GPU (a finding whose cause the GPU's progress counters
   // revise stays the same finding), the key for a link.
@@ -145,6 +157,9 @@ class SlowDetector {
   // One process's proxy-step timings (its place in each communicator from p.comms; the peers'
   // global ranks come from their own member() reports).
   void links(const ProcessReport& p, int64_t now_mono);
+  // A process's GPU clock throttle reasons (ProcessReport::gpu_throttle), by its global rank:
+  // added to the evidence of a finding on that rank.
+  void throttle(int global_rank, uint64_t mask);
   // Joins what is due, judges every member and link, and updates the findings. Returns whether
   // the set of findings changed.
   bool judge(int64_t now_mono);
@@ -230,6 +245,7 @@ class SlowDetector {
   std::unordered_map<uint64_t, Comm> comms_;
   std::vector<SlowFinding> findings_;
   std::map<std::string, uint32_t> missing_;
+  std::map<int, uint64_t> throttle_;  // global rank -> its GPU's throttle reasons (nonzero only)
   std::set<std::string>
       active_;  // keys of the findings at the start of a judgement  // finding key -> judgements in a row without it
 };

@@ -6,6 +6,7 @@
 
 #include "daemon/base/names.h"
 #include "log/side_files.h"
+#include "log/slow_history.h"
 
 namespace fr::daemon {
 
@@ -29,9 +30,10 @@ bool UploadTracker::check_uploader(const DumpHeader& hdr, const PeerAuth& auth,
     return false;
   }
   // Each node's files carry its name, so one node's dump never lands on another's (its GPU
-  // health is <node>.gpu.json).
+  // health is <node>.gpu.json, its heartbeats' history <node>.slow_history.json).
   for (const auto& f : hdr.files)
-    if (f.name.rfind(n.name + "-", 0) != 0 && f.name != n.name + fr::log::kGpuSuffix) {
+    if (f.name.rfind(n.name + "-", 0) != 0 && f.name != n.name + fr::log::kGpuSuffix &&
+        f.name != n.name + fr::log::kSlowHistorySuffix) {
       *error = "file '" + printable(f.name, 80) + "' is not named after node " + n.name;
       return false;
     }

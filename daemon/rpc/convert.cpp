@@ -47,6 +47,7 @@ void to_proto(const NodeReport& in, fr::v1::Heartbeat* out) {
       }
     }
     if (p.xfer_pairs_cut) q->set_xfer_pairs_cut(p.xfer_pairs_cut);
+    if (p.gpu_throttle) q->set_gpu_throttle(p.gpu_throttle);
     for (const auto& x : p.xfers) {
       auto* d = q->add_xfers();
       d->set_local_agent(x.local_agent);
@@ -145,6 +146,7 @@ void from_proto(const fr::v1::ProcessReport& q, ProcessReport* p) {
   p->comms.resize(std::min<size_t>(size_t(q.comms_size()), kMaxCommsPerProcess));
   for (size_t i = 0; i < p->comms.size(); ++i) from_proto(q.comms(int(i)), &p->comms[i]);
   p->xfer_pairs_cut = q.xfer_pairs_cut();
+  p->gpu_throttle = q.gpu_throttle();
   if (size_t(q.xfers_size()) > ProcessReport::kMaxXferPairs)
     p->xfer_pairs_cut += uint32_t(std::min<size_t>(
         size_t(q.xfers_size()) - ProcessReport::kMaxXferPairs, UINT32_MAX - p->xfer_pairs_cut));

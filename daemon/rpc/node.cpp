@@ -359,10 +359,11 @@ void NodeDaemon::heartbeat_loop(Stream& s, const std::atomic<bool>& reader_done)
 bool NodeDaemon::send_heartbeat(Stream& s, ScanResult scan) {
   NodeReport r;
   r.node_time_ns = real_ns();
+  history_.add(scan.processes, r.node_time_ns);
   r.processes = std::move(scan.processes);
   r.unrecorded = std::move(scan.unrecorded);
   r.unreadable = std::move(scan.unreadable);
-  r.gpu_alerts = check_gpus();
+  r.gpu_alerts = check_gpus(&r.processes);
   std::optional<PingEcho> echo;
   {
     std::lock_guard<std::mutex> lk(mu_);

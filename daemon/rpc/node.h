@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -24,6 +25,7 @@
 #include "daemon/base/model.h"
 #include "daemon/logic/node_state.h"
 #include "daemon/host/nvml.h"
+#include "daemon/host/slow_history.h"
 #include "daemon/host/stacks.h"
 #include "daemon/host/watcher.h"
 #include "log/local_logs.h"
@@ -99,8 +101,9 @@ class NodeDaemon {
                                      const std::vector<fr::log::SnapshotProcess>& procs,
                                      const std::vector<StackTarget>& unrecorded);
   // The cheap GPU reading of a heartbeat: its problems, one line each; new Xid events are also
-  // logged at once.
-  std::vector<std::string> check_gpus();
+  // logged at once. Gives each process its GPU's throttle reasons (ProcessReport::gpu_throttle),
+  // the PIDs on each GPU read again every kGpuPidsEveryNs, and within a second of a new process.
+  std::vector<std::string> check_gpus(std::vector<ProcessReport>* procs);
   DeliveryOutcome deliver(const Key& k, std::string* error);
   DeliveryOutcome upload(const Key& k, const DumpHeader& h, std::string* error);
   // Writes the files into the shared dump dir and tells the coordinator; kUploadInstead when
@@ -133,7 +136,12 @@ class NodeDaemon {
   std::atomic<uint64_t> heartbeats_{0}, processes_{0}, processes_alive_{0};
   GpuMonitor gpus_;
   size_t xids_seen_ = 0;
-  std::string status_written_;  // the state file's last text (guarded by mu_)
+  static constexpr int64_t kGpuPidsEveryNs = 5'000'000'000;
+  std::vector<std::vector<int>> gpu_pids_;  // per GPU, NVML's and the processes' own PIDs
+  int64_t gpu_pids_mono_ = 0;               // when read (0: never)
+  std::set<int> gpu_pids_asked_;            // the processes' PIDs when they were read
+  SlowHistory history_;                     // the heartbeats' fail-slow summaries, for the dumps
+  std::string status_written_;              // the state file's last text (guarded by mu_)
 };
 
 }  // namespace fr::daemon

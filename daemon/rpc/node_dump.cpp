@@ -23,6 +23,7 @@
 #include "daemon/host/torch_dumps.h"
 #include "fr/v1/frd.grpc.pb.h"
 #include "log/safe_file.h"
+#include "log/slow_history.h"
 #include "log/snapshot.h"
 
 namespace fr::daemon {
@@ -126,6 +127,15 @@ std::vector<DumpFile> NodeDaemon::take_context(const std::string& dir,
     names.push_back(gname);
   else
     log(err);
+  // What the heartbeats said lately, for fr-analyze's fail-slow judging (none before the first).
+  const std::string hist = history_.text(opts_.node_name, real_ns());
+  const std::string hname = opts_.node_name + fr::log::kSlowHistorySuffix;
+  if (!hist.empty()) {
+    if (fr::files::write_atomic(dir + "/" + hname, hist, &err))
+      names.push_back(hname);
+    else
+      log(err);
+  }
   for (const auto& n : names) {
     DumpFile f;
     f.name = n;
@@ -134,10 +144,33 @@ std::vector<DumpFile> NodeDaemon::take_context(const std::string& dir,
   return out;
 }
 
-std::vector<std::string> NodeDaemon::check_gpus() {
+std::vector<std::string> NodeDaemon::check_gpus(std::vector<ProcessReport>* procs) {
   std::vector<std::string> alerts;
   if (!gpus_.ready()) return alerts;
-  fr::log::NodeGpus g = gpus_.read(false);
+  // Which process runs on which GPU: NVML's process list costs more than the rest of the cheap
+  // reading, and changes seldom.
+  const int64_t now = mono_ns();
+  const bool fresh = std::any_of(procs->begin(), procs->end(), [&](const ProcessReport& p) {
+    return !gpu_pids_asked_.count(p.pid);
+  });
+  const bool pids = gpu_pids_mono_ == 0 || now - gpu_pids_mono_ >= kGpuPidsEveryNs ||
+                    (fresh && now - gpu_pids_mono_ >= 1'000'000'000);
+  fr::log::NodeGpus g = gpus_.read(false, pids);
+  if (pids) {
+    gpu_pids_mono_ = now;
+    gpu_pids_asked_.clear();
+    for (const auto& p : *procs) gpu_pids_asked_.insert(p.pid);
+    gpu_pids_.assign(g.gpus.size(), {});
+    for (size_t i = 0; i < g.gpus.size(); ++i) {
+      gpu_pids_[i] = g.gpus[i].pids;
+      for (int p : g.gpus[i].own_pids)
+        if (p > 0) gpu_pids_[i].push_back(p);
+    }
+  }
+  for (auto& p : *procs)
+    for (size_t i = 0; i < g.gpus.size() && i < gpu_pids_.size(); ++i)
+      if (std::find(gpu_pids_[i].begin(), gpu_pids_[i].end(), p.pid) != gpu_pids_[i].end())
+        p.gpu_throttle = g.gpus[i].throttle_reasons > 0 ? uint64_t(g.gpus[i].throttle_reasons) : 0;
   size_t n = 0, k = 0;
   for (const auto& d : g.gpus) {
     for (const auto& x : d.xids) {

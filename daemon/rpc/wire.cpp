@@ -111,8 +111,14 @@ class Fast {
   }
 
  private:
-  // One-byte tags only (every field here has a number below 16); 0 otherwise, which no case takes.
-  uint32_t tag() { return *p_ < 0x80 ? *p_++ : 0; }
+  // Field numbers up to 2047 (one or two bytes); 0 for anything else.
+  uint32_t tag() {
+    if (*p_ < 0x80) return *p_++;
+    if (end_ - p_ < 2 || p_[1] >= 0x80) return 0;
+    const uint32_t t = uint32_t(p_[0] & 0x7f) | uint32_t(p_[1]) << 7;
+    p_ += 2;
+    return t;
+  }
 
   bool varint(uint64_t* v) {
     if (p_ < end_ && *p_ < 0x80) {  // most values: one byte
@@ -191,6 +197,7 @@ class Fast {
     p->last_record_age_ns = 0;
     p->flags = 0;
     p->xfer_pairs_cut = 0;
+    p->gpu_throttle = 0;
     size_t links = 0, xfers = 0;
     uint64_t v;
     while (p_ < end_) {
@@ -233,6 +240,7 @@ class Fast {
         case 10: p->last_record_age_ns = int64_t(v); break;
         case 12: p->flags = uint32_t(v); break;
         case 14: p->xfer_pairs_cut = uint32_t(v); break;
+        case 16: p->gpu_throttle = v; break;
         default: return false;
       }
     }

@@ -146,6 +146,42 @@ TEST_CASE("slow detector names a slow GPU by its kernel time ratio") {
   REQUIRE(f.evidence().find("rank 5's GPU takes") != std::string::npos);
 }
 
+TEST_CASE(
+    "slow detector adds NVML's throttling to a slow GPU's evidence, and raises nothing for "
+    "a throttled GPU that is not slow") {
+  SlowDetector det;
+  det.throttle(5, kThrottleHwThermalSlowdown | 0x1);  // GpuIdle is no slowdown: not named
+  det.throttle(2, kThrottleSwPowerCap);               // rank 2 is not slow
+  auto out = synth::run(job(Fault::kGpu, 5, 3, 7), det);
+  REQUIRE(out.found);
+  REQUIRE(out.findings.size() == 1);
+  const SlowFinding& f = out.findings[0];
+  REQUIRE(f.rank == 5);
+  CHECK(f.nvml_throttle == std::vector<std::string>{"HwThermalSlowdown"});
+  CHECK(f.evidence().find("; NVML: clocks throttled (thermal)") != std::string::npos);
+  // In the incident's JSON and back, as a restarted coordinator reads it.
+  const nlohmann::json j = coordinator_helpers::slow_json(f);
+  CHECK(j["nvml_throttle"] == nlohmann::json::array({"HwThermalSlowdown"}));
+  auto back = coordinator_helpers::slow_from_json(j);
+  REQUIRE(back);
+  CHECK(back->nvml_throttle == f.nvml_throttle);
+  // The throttle cleared: the next judgement drops it from the evidence.
+  det.throttle(5, 0);
+  det.judge(out.findings[0].since_mono + 1);
+  for (const auto& g : det.findings()) CHECK(g.nvml_throttle.empty());
+
+  // Every GPU of a healthy job throttled: nothing.
+  SlowJob healthy;
+  healthy.seed = 3;
+  healthy.steps = 200;
+  SlowDetector quiet;
+  for (int r = 0; r < healthy.ranks; ++r) quiet.throttle(r, kThrottleHwThermalSlowdown);
+  CHECK(synth::run(healthy, quiet).findings.empty());
+  CHECK(slowing_throttle_names(0x1 | 0x2 | 0x10 | 0x100).empty());
+  CHECK(throttle_words({"HwThermalSlowdown", "SwThermalSlowdown", "SwPowerCap"}) ==
+        "thermal, power");
+}
+
 TEST_CASE("slow detector names a slow link by its sender and receiver") {
   SlowDetector det;
   auto out = synth::run(job(Fault::kLink, 2, 5, 11), det);

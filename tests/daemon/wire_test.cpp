@@ -38,6 +38,7 @@ fr::v1::NodeMessage sample(std::mt19937_64& rng, int processes, int comms, bool 
     p.records = rng();
     p.last_record_age_ns = int64_t(rng());
     p.flags = uint32_t(rng());
+    p.gpu_throttle = rng() % 3 ? 0 : rng();
     for (int c = 0; c < comms; ++c) {
       CommProgress cp;
       cp.comm_id = rng();

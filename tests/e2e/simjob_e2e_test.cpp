@@ -25,6 +25,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "analyzer/analyze.h"
 #include "progress.h"
 #include "simjob_run.h"
 #include "skip.h"
@@ -485,6 +486,30 @@ TEST_CASE("fr-simjob --daemons: the coordinator's verdict lands in result.json",
   fr::e2e::remove_run(run);
 }
 
+namespace {
+
+// The slow incident's dump set (every node's dumps and heartbeat history) through fr-analyze:
+// its slow findings.
+std::vector<json> incident_slow_findings(const SimRun& run, const std::string& incident) {
+  const std::string dir =
+      run.dir + "/incidents/" + run.result["job_id"].get<std::string>() + "/" + incident;
+  size_t histories = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    histories += e.path().filename().string().find(".slow_history.json") != std::string::npos;
+  CHECK(histories == 2);
+  std::string err;
+  json doc = fr::analyzer::analyze_paths({dir}, {}, &err);
+  INFO(err);
+  REQUIRE(doc.is_object());
+  INFO("findings " << doc["findings"].dump() << "\ninputs " << doc["inputs"].dump());
+  std::vector<json> out;
+  for (const auto& f : doc["findings"])
+    if (f["kind"] == "slow") out.push_back(f);
+  return out;
+}
+
+}  // namespace
+
 TEST_CASE("fr-simjob --daemons: a straggler opens one slow incident naming it, no hang", "[e2e]") {
   // Rank 2 sleeps 60 ms more than its peers in every step from step 5: about 9 s of steps, several
   // heartbeats past the 1.5 s stall threshold. The coordinator names it while the job runs (a
@@ -551,6 +576,18 @@ TEST_CASE("fr-simjob --daemons: a gpu-slow rank opens a slow incident naming its
   REQUIRE(inc["slow"]["factor"].get<double>() > 1);
   REQUIRE(inc["slow"]["busy_share"].get<double>() >=
           0.5 * inc["slow"]["peers_busy_share"].get<double>());
+  // Its GPU's clocks, as the emulated NVML shows them (thermal), in the evidence.
+  CHECK(inc["slow"]["nvml_throttle"] == json::array({"HwThermalSlowdown"}));
+  CHECK(reason.find("NVML: clocks throttled (thermal)") != std::string::npos);
+  // fr-analyze on the incident's dump set names the same, from the nodes' heartbeat history.
+  auto found = incident_slow_findings(run, opened[0]["id"].get<std::string>());
+  INFO("fr-analyze's slow findings " << json(found).dump());
+  REQUIRE(found.size() == 1);
+  CHECK(found[0]["culprit_ranks"] == json::array({1}));
+  CHECK(found[0]["slow"]["cause"] == "gpu");
+  CHECK(found[0]["slow"]["busy_share"].get<double>() >=
+        0.5 * found[0]["slow"]["peers_busy_share"].get<double>());
+  CHECK(found[0]["slow"]["nvml_throttle"] == json::array({"HwThermalSlowdown"}));
   fr::e2e::remove_run(run);
 }
 
@@ -583,6 +620,14 @@ TEST_CASE("fr-simjob --daemons: a link-slow link opens a slow incident naming it
   REQUIRE(inc["slow"]["where"]["waiting_rank"] == 2);
   REQUIRE(inc["slow"]["where"]["peer_rank"] == 1);
   REQUIRE(inc["slow"]["factor"].get<double>() > 2);
+  // fr-analyze on the incident's dump set names the same link, from the nodes' heartbeat history.
+  auto found = incident_slow_findings(run, opened[0]["id"].get<std::string>());
+  INFO("fr-analyze's slow findings " << json(found).dump());
+  REQUIRE(found.size() == 1);
+  CHECK(found[0]["slow"]["cause"] == "link");
+  CHECK(found[0]["where"]["waiting_rank"] == 2);
+  CHECK(found[0]["where"]["peer_rank"] == 1);
+  CHECK(found[0]["slow"]["factor"].get<double>() > 2);
   fr::e2e::remove_run(run);
 }
 
