@@ -27,7 +27,9 @@ constexpr size_t kEntryNeeds = offsetof(fr_comm_entry, gpu_completed) + sizeof(u
 }  // namespace
 
 GpuSampler::GpuSampler(std::string log_dir, int64_t period_ns, Limits limits)
-    : log_dir_(std::move(log_dir)), period_ns_(std::max<int64_t>(1000, period_ns)), limits_(limits) {
+    : log_dir_(std::move(log_dir)),
+      period_ns_(std::max<int64_t>(1000, period_ns)),
+      limits_(limits) {
   limits_.ops = std::max<size_t>(1, limits_.ops);
   real_minus_mono_ = real_ns() - mono_ns();
 }

@@ -55,7 +55,8 @@ class GpuSampler {
   };
 
   GpuSampler(std::string log_dir, int64_t period_ns, Limits limits);
-  GpuSampler(std::string log_dir, int64_t period_ns) : GpuSampler(std::move(log_dir), period_ns, Limits{}) {}
+  GpuSampler(std::string log_dir, int64_t period_ns)
+      : GpuSampler(std::move(log_dir), period_ns, Limits{}) {}
   ~GpuSampler();
   GpuSampler(const GpuSampler&) = delete;
   GpuSampler& operator=(const GpuSampler&) = delete;
