@@ -232,6 +232,7 @@ void to_json(json& j, const StatusSlow& s) {
   if (s.late_share) j["late_share"] = *s.late_share;
   j["share"] = s.share;
   j["kernel_timed"] = s.kernel_timed;
+  if (s.gpu_sampled) j["gpu_sampled"] = true;
   if (s.busy_share) j["busy_share"] = *s.busy_share;
   if (s.peers_busy_share) j["peers_busy_share"] = *s.peers_busy_share;
   if (s.where)
@@ -377,6 +378,7 @@ void from_json(const json& j, StatusSlow& s) {
     s.late_share = j["late_share"].get<double>();
   get(j, "share", &s.share);
   get(j, "kernel_timed", &s.kernel_timed);
+  get(j, "gpu_sampled", &s.gpu_sampled);
   if (j.contains("busy_share") && j["busy_share"].is_number())
     s.busy_share = j["busy_share"].get<double>();
   if (j.contains("peers_busy_share") && j["peers_busy_share"].is_number())

@@ -35,6 +35,7 @@ StatusSlow slow_status(const SlowFinding& f) {
   // What the evidence is built from beyond the above, so a restarted coordinator says the same.
   s.share = f.share;
   s.kernel_timed = f.gpu_timed;
+  s.gpu_sampled = f.gpu_sampled;
   if (f.peers_busy_share > 0) {
     s.busy_share = std::round(f.busy_share * 1000) / 1000;
     s.peers_busy_share = std::round(f.peers_busy_share * 1000) / 1000;
@@ -93,6 +94,7 @@ std::optional<SlowFinding> slow_from_json(const nlohmann::json& j) {
   f.busy_share = num("busy_share", 0, 1, 0);
   f.peers_busy_share = num("peers_busy_share", 0, 1, 0);
   if (auto k = j.find("kernel_timed"); k != j.end() && k->is_boolean()) f.gpu_timed = *k;
+  if (auto k = j.find("gpu_sampled"); k != j.end() && k->is_boolean()) f.gpu_sampled = *k;
   return f;
 }
 

@@ -216,8 +216,7 @@ TEST_CASE("gpu sampler's thread samples every period until stopped", "[daemon]")
   CHECK(s.passes() == after);
 }
 
-TEST_CASE("the watcher puts the sampled GPU times on its report's recent collectives",
-          "[daemon]") {
+TEST_CASE("the watcher puts the sampled GPU times on its report's recent collectives", "[daemon]") {
   test::TempDir dir;
   test::FakeLog fl;
   for (uint64_t s = 1; s <= 3; ++s) fl.ops.push_back({FR_OP_ALLREDUCE, s, s, 0, s < 3, false});
