@@ -141,8 +141,7 @@ void add_options(CLI::App& app, CommandLine& c) {
                "dump dir (frd node --shared-dump-dir) instead of uploading them")
       ->needs(daemons);
   app.add_option("--gpu-sample-us", c.o.gpu_sample_us,
-                 "--daemons: how often the node daemons sample the GPUs' progress markers (frd "
-                 "node --gpu-sample-us; 0: off; default: frd's, 1000)")
+                 "--daemons: the node daemons' frd node --gpu-sample-us (0: off)")
       ->check(CLI::Range(int64_t(0), int64_t(1'000'000)))
       ->needs(daemons);
   app.add_option("--stack-budget", c.o.stack_budget_s,
