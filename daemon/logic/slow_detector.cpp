@@ -176,7 +176,7 @@ void SlowDetector::join_markers(Comm& c, const Pending& p) {
     // start: 0, which the average absorbs.
     const double own = double(std::max<int64_t>(0, x.gpu_end - last));
     g->lin_avg = g->n == 0 ? own : (1 - kAvgAlpha) * g->lin_avg + kAvgAlpha * own;
-    g->log_avg = std::log(std::max(g->lin_avg, 1000.0));
+    g->log_avg = std::log(std::max(g->lin_avg, double(cfg_.sampled_floor_ns)));
     g->n++;
   }
 }
@@ -278,7 +278,9 @@ int64_t SlowDetector::without(int64_t step, int64_t loss) {
 
 bool SlowDetector::gpu_clear(const Member& m) const {
   // Sampled times are coarser than kernel times: a GPU a little under the bar (a mild slowdown
-  // rounded by the sample period) is left to the counters rather than cleared.
+  // rounded by the sample period) is left to the counters rather than cleared, and so is one
+  // whose peers' times spread so much (samplers delayed on a busy node) that the bar rose.
+  if (m.gpu_sampled && m.gpu_bar > cfg_.gpu_floor + 1e-9) return false;
   const double bar = m.gpu_sampled ? 1 + (cfg_.gpu_floor - 1) / 2 : cfg_.gpu_floor;
   return m.gpu_ratio > 0 && m.gpu_ratio < bar;
 }
@@ -394,6 +396,7 @@ void SlowDetector::judge_gpus(uint64_t id, Comm& c, int64_t now_mono,
   for (auto& [rank, m] : c.members) {
     m.gpu_ratio = 0;
     m.gpu_sampled = false;
+    m.gpu_bar = 0;
     for (const auto& g : m.gpu) ops.insert(g.op);
   }
   struct Worst {
@@ -425,6 +428,7 @@ void SlowDetector::judge_gpus(uint64_t id, Comm& c, int64_t now_mono,
       if (r / bar > (w.bar > 0 ? w.ratio / w.bar : 0))
         w = {r, bar, int64_t(std::exp(v)), int64_t(std::exp(med)), sampled};
       if (r > 0) c.members[rank].gpu_sampled |= sampled;
+      c.members[rank].gpu_bar = std::max(c.members[rank].gpu_bar, bar);
     }
   }
   const int64_t step = step_ns(c);

@@ -54,6 +54,9 @@ struct SlowConfig {
   double link_floor = 1.5;        // link: at least this many times the communicator's median link
   double ratio_noise_factor = 4;  // ... and 1 + this x the spread of the others' ratios
   uint32_t min_gpu_samples = 8;   // kernel times a member needs before it is judged
+  // GPU times from the sampled markers below this count as this: a sample period (frd node's
+  // default) rounds them, so 0.3 ms against 0 is no ratio.
+  int64_t sampled_floor_ns = 1'000'000;
   uint32_t min_link_samples = 4;
   uint32_t min_wire_samples = 12;  // states of a sender pair's slots before it is judged
   // A late rank without kernel times: how often its heartbeats show a collective of it handed to
@@ -177,6 +180,7 @@ class SlowDetector {
     uint32_t host_streak = 0, gpu_streak = 0;
     double gpu_ratio = 0;
     bool gpu_sampled = false;  // its ratio rests on the sampled markers
+    double gpu_bar = 0;        // the bar its worst op's ratio was judged against
     // Its heartbeats since the communicator's late period began, and those with a collective of
     // it in flight.
     uint32_t period_n = 0, period_busy = 0;

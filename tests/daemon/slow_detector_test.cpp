@@ -210,6 +210,31 @@ TEST_CASE("slow detector: sampled GPU times give no finding in healthy jobs") {
   }
 }
 
+TEST_CASE("slow detector: sampled GPU times under a sample period give no ratio") {
+  // Collectives with no GPU work of their own: the peers' sampled times round to 0, one member's
+  // to 0.3 ms (its sampler's phase, its scheduling). Under the floor (1 ms) that is no ratio;
+  // with no floor it would be 300x.
+  for (int64_t floor : {int64_t(1'000'000), int64_t(1)}) {
+    SlowConfig cfg;
+    cfg.sampled_floor_ns = floor;
+    SlowDetector det(cfg);
+    for (uint64_t s = 1; s <= 40; ++s) {
+      for (int r = 0; r < 4; ++r) {
+        CommProgress c;
+        c.comm_id = 0xf1;
+        c.size = 4;
+        c.rank = r;
+        const int64_t t0 = int64_t(s) * 25'000'000;
+        c.recent.push_back({s, FR_OP_ALLREDUCE, t0, 0, t0, t0 + (r == 1 ? 300'000 : 0)});
+        det.member(c, r, 0, t0, 1);
+      }
+      det.judge(int64_t(s) * 25'000'000);
+    }
+    INFO("floor " << floor);
+    CHECK(det.findings().empty() == (floor > 1));
+  }
+}
+
 TEST_CASE("slow detector: kernel times win over sampled markers for the same collectives") {
   // A member whose heartbeats carry both: the kernel times are judged (here all alike), the
   // markers (which say the member is 4x slower) are not.

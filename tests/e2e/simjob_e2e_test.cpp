@@ -564,9 +564,6 @@ TEST_CASE("fr-simjob --daemons: a gpu-slow rank opens a slow incident naming its
   REQUIRE(run.exit_code == 0);
   REQUIRE(run.result["completed"] == true);
   const json gpu = gpu_incident(run.result["incidents_opened"]);
-  const std::string reason = gpu["reason"].get<std::string>();
-  REQUIRE(reason.rfind("rank 1's GPU takes", 0) == 0);
-  REQUIRE(reason.find("progress markers, sampled by the node") != std::string::npos);
   const std::string job = run.result["job_id"].get<std::string>();
   std::ifstream f(run.dir + "/incidents/" + job + "/" + gpu["id"].get<std::string>() +
                   "/incident.json");
@@ -574,8 +571,20 @@ TEST_CASE("fr-simjob --daemons: a gpu-slow rank opens a slow incident naming its
   REQUIRE(inc.is_object());
   REQUIRE(inc["slow"]["cause"] == "gpu");
   REQUIRE(inc["slow"]["culprit_ranks"] == json::array({1}));
-  REQUIRE(inc["slow"]["factor"].get<double>() > 1.3);
   REQUIRE(inc["slow"]["kernel_timed"] == false);
+  const std::string evidence = inc["slow"]["evidence"].get<std::string>();
+  if (evidence.rfind("rank 1's GPU takes", 0) != 0) {
+    // A machine busy enough to delay the samplers' 1 ms ticks makes the times too noisy to pass
+    // the ratio's bar (1 + 4 x the members' spread) before the counters decide: named all the
+    // same, from the counters.
+    REQUIRE(evidence.rfind("rank 1's GPU holds up its host", 0) == 0);
+    WARN("the sampled markers did not decide on this run: " << evidence);
+    fr::e2e::remove_run(run);
+    return;
+  }
+  REQUIRE(evidence.find("progress markers, sampled by the node") != std::string::npos);
+  REQUIRE(inc["slow"]["gpu_sampled"] == true);
+  REQUIRE(inc["slow"]["factor"].get<double>() > 1.3);
   // Its GPU time is the others' and the 3 ms more of its slower kernel work (the emulation's
   // data movement, and the sampler's 1 ms ticks on a busy machine, add to both).
   const int64_t more =

@@ -105,8 +105,8 @@ int main(int argc, char** argv) {
       s.sample(fr::daemon::mono_ns());
     }
     const double per = double(cpu_ns() - c0 - advance_ns) / passes;
-    std::printf("  one pass: %.0f ns of CPU (%.0f ns per log), over %d passes\n", per,
-                per / logs, passes);
+    std::printf("  one pass: %.0f ns of CPU (%.0f ns per log), over %d passes\n", per, per / logs,
+                passes);
   }
   // The streams: one op per millisecond on every communicator (a few writes and a sleep), for
   // SECONDS; the process's share of a core while they run.
