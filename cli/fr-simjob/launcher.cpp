@@ -386,6 +386,10 @@ bool Job::start_node(int n, const std::string& port) {
     node.argv.push_back("--stack-budget");
     node.argv.push_back(std::to_string(o.stack_budget_s));
   }
+  if (o.gpu_sample_us >= 0) {
+    node.argv.push_back("--gpu-sample-us");
+    node.argv.push_back(std::to_string(o.gpu_sample_us));
+  }
   if (o.shared_dump_dir) {
     node.argv.push_back("--shared-dump-dir");
     node.argv.push_back(incidents_dir());

@@ -32,6 +32,7 @@ struct LaunchOptions {
   bool shared_dump_dir = false;      // --daemons: nodes write dumps into the coordinator's dump dir
   double stack_budget_s = 0;         // stacks' budget per dump: the nodes' --stack-budget with
       // --daemons, else fr-simjob's own dump set's (0: frd's default)
+  int64_t gpu_sample_us = -1;  // --daemons: the nodes' --gpu-sample-us (-1: frd's default)
   bool quiet = false;
   bool python = false;  // ranks are Python programs on NCCL through ctypes (rank.py)
 };

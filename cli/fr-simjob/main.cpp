@@ -140,6 +140,10 @@ void add_options(CLI::App& app, CommandLine& c) {
                "--daemons: the node daemons write their dumps straight into the coordinator's "
                "dump dir (frd node --shared-dump-dir) instead of uploading them")
       ->needs(daemons);
+  app.add_option("--gpu-sample-us", c.o.gpu_sample_us,
+                 "--daemons: the node daemons' frd node --gpu-sample-us (0: off)")
+      ->check(CLI::Range(int64_t(0), int64_t(1'000'000)))
+      ->needs(daemons);
   app.add_option("--stack-budget", c.o.stack_budget_s,
                  "time budget in seconds for all stacks of a dump: the node daemons' (frd node "
                  "--stack-budget) with --daemons, else fr-simjob's own dump set's (default: "

@@ -78,7 +78,9 @@ struct NodeCommand {
   std::string log_dir, node_name, dump_dir, shared_dump_dir, upload_rate, metrics_listen;
   std::vector<std::string> owners;
   double heartbeat_interval = 1, stall_after = 30;
-  double exit_when_idle = 0;  // seconds without a live flight log or an fr-run; 0: never
+  double exit_when_idle = 0;
+  int64_t gpu_sample_us =
+      1000;  // 0: the GPU's progress markers are not sampled  // seconds without a live flight log or an fr-run; 0: never
   ContextFlags context;
   void add(CLI::App& parent);
   int run() const;

@@ -74,6 +74,11 @@ void NodeCommand::add(CLI::App& parent) {
                   "seconds in flight before an op is reported at once")
       ->capture_default_str()
       ->check(number_range(0.1, 1e6));
+  app->add_option("--gpu-sample-us", gpu_sample_us,
+                  "microseconds between samples of each live flight log's GPU progress markers, "
+                  "which time each collective on its GPU (fail-slow); 0: off")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t(0), int64_t(1'000'000)));
   app->add_option("--dump-dir", dump_dir, "spool: dumps wait here until delivered");
   app->add_option("--upload-rate", upload_rate,
                   "most bytes per second an upload may send, e.g. 50M (default: no limit)");
@@ -105,6 +110,7 @@ int NodeCommand::run() const {
                  "' is not a byte count like 65536, 512K or 50M");
   o.heartbeat_interval_ns = to_ns(heartbeat_interval);
   o.stall_after_ns = to_ns(stall_after);
+  o.gpu_sample_ns = gpu_sample_us * 1000;
   o.stacks = fr::daemon::stack_options(context.py_spy, context.stack_budget, context.no_stacks);
   o.nvml_lib = context.nvml_lib;
   o.watch_idle = exit_when_idle > 0;

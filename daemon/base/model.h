@@ -78,12 +78,18 @@ struct DumpStatusReport {
 };
 
 // One recent collective of a member, as its flight log holds it: when the host called it and, where
-// the profiler plugin timed its kernel, the GPU time (fail-slow detection, slow_detector.h).
+// the profiler plugin timed its kernel, the GPU time (fail-slow detection, slow_detector.h). Where
+// the node samples the GPU's progress markers (daemon/host/gpu_sampler.h), when its GPU reached the
+// collective and when it finished it, to within the sample period.
 struct CollTiming {
   uint64_t seq = 0;     // collective sequence number on the communicator
   uint32_t op = 0;      // fr_op
   int64_t call_ns = 0;  // CLOCK_REALTIME of the node at the call's entry
   int64_t gpu_ns = 0;   // the kernel's time where the plugin recorded it; 0 unknown
+  // CLOCK_REALTIME of the node at the first sample that found the stream's started (completed)
+  // marker at the op; 0 unknown. The interval includes the time the GPU waits for its peers.
+  int64_t gpu_start_ns = 0;
+  int64_t gpu_end_ns = 0;
 };
 
 struct CommProgress {

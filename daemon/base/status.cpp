@@ -197,6 +197,7 @@ void to_json(json& j, const StatusSlow& s) {
   if (s.late_share) j["late_share"] = *s.late_share;
   j["share"] = s.share;
   j["kernel_timed"] = s.kernel_timed;
+  if (s.gpu_sampled) j["gpu_sampled"] = true;
   if (s.busy_share) j["busy_share"] = *s.busy_share;
   if (s.peers_busy_share) j["peers_busy_share"] = *s.peers_busy_share;
   if (!s.nvml_throttle.empty()) j["nvml_throttle"] = s.nvml_throttle;
@@ -342,6 +343,7 @@ void from_json(const json& j, StatusSlow& s) {
   read_field(j, "late_share", &s.late_share);
   read_field(j, "share", &s.share);
   read_field(j, "kernel_timed", &s.kernel_timed);
+  read_field(j, "gpu_sampled", &s.gpu_sampled);
   read_field(j, "busy_share", &s.busy_share);
   read_field(j, "peers_busy_share", &s.peers_busy_share);
   read_list(j, "nvml_throttle", &s.nvml_throttle, 8);

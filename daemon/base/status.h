@@ -99,6 +99,7 @@ struct StatusSlow {
   // What the evidence is built from beyond the above (a restarted coordinator reads it back).
   double share = 0;
   bool kernel_timed = false;
+  bool gpu_sampled = false;  // GPU times from the sampled progress markers, not kernel channels
   std::optional<double> busy_share, peers_busy_share;  // both or neither
   struct Where {
     int waiting_rank = -1, peer_rank = -1, channel = -1;

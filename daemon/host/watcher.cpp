@@ -82,9 +82,10 @@ void summarize_xfers(const fr::log::LogFile& log, int64_t now_real_ns, ProcessRe
 }
 
 // The newest collectives of each communicator (at most CommProgress::kMaxRecent, oldest first),
-// and the GPU time of those the profiler plugin's kernel slots still show finished: a kernel slot
-// holds the op it ran last, from its start to its last change.
-void summarize_recent(const fr::log::LogFile& log, ProcessReport* p) {
+// when the sampler saw the GPU reach and finish each, and the GPU time of those the profiler
+// plugin's kernel slots still show finished: a kernel slot holds the op it ran last, from its
+// start to its last change.
+void summarize_recent(const fr::log::LogFile& log, const GpuSampler* gpu, ProcessReport* p) {
   std::unordered_map<uint64_t, CommProgress*> by_id;
   for (auto& cp : p->comms) by_id[cp.comm_id] = &cp;
   for (auto it = log.records.rbegin(); it != log.records.rend(); ++it) {
@@ -92,7 +93,15 @@ void summarize_recent(const fr::log::LogFile& log, ProcessReport* p) {
     if (!fr::log::op_is_collective(r.op) || r.seq == 0 || (r.flags & FR_REC_F_CAPTURED)) continue;
     auto c = by_id.find(r.comm_id);
     if (c == by_id.end() || c->second->recent.size() >= CommProgress::kMaxRecent) continue;
-    c->second->recent.push_back({r.seq, r.op, int64_t(r.call_ns), 0});
+    CollTiming t{r.seq, r.op, int64_t(r.call_ns), 0};
+    if (gpu != nullptr && r.op_index != 0 && !(r.flags & FR_REC_F_GPU_UNTRACKED)) {
+      const GpuOpTimes g = gpu->times(p->log, r.comm_id, r.op_index);
+      if (g.started_ns > 0 && g.completed_ns >= g.started_ns) {
+        t.gpu_start_ns = g.started_ns;
+        t.gpu_end_ns = g.completed_ns;
+      }
+    }
+    c->second->recent.push_back(t);
   }
   for (auto& cp : p->comms) std::reverse(cp.recent.begin(), cp.recent.end());
   // Kernel time per (communicator, op): the longest channel of the op, once every channel is done.
@@ -145,7 +154,7 @@ void summarize_links(const fr::log::LogFile& log, ProcessReport* p) {
 }  // namespace
 
 ProcessReport summarize_log(const fr::log::LogFile& log, const std::string& file_name,
-                            int64_t now_real_ns) {
+                            int64_t now_real_ns, const GpuSampler* gpu) {
   ProcessReport p;
   const fr_log_header& h = log.header;
   p.log = file_name;
@@ -217,7 +226,7 @@ ProcessReport summarize_log(const fr::log::LogFile& log, const std::string& file
     }
   }
   summarize_xfers(log, now_real_ns, &p);
-  summarize_recent(log, &p);
+  summarize_recent(log, gpu, &p);
   summarize_links(log, &p);
   p.exited_cleanly = !p.alive && all_closed;
   return p;
@@ -238,6 +247,7 @@ ScanResult LogWatcher::scan() {
   // Links, foreign owners, copies and duplicate ranks: named, never counted as a process.
   for (const auto& r : listed.refused) out.unreadable.push_back(r.name + ": " + r.why);
   std::map<std::string, Seen> now_seen;
+  std::vector<SampledLog> sampled;
   for (const auto& local : listed.logs) {
     const std::string& n = local.name;
     fr::log::ReadResult rr = fr::log::read_local_log(log_dir_, local);
@@ -246,7 +256,10 @@ ScanResult LogWatcher::scan() {
       continue;
     }
     if (!job_filter_.empty() && rr.log->job_id() != job_filter_) continue;
-    ProcessReport p = summarize_log(*rr.log, n, real_ns());
+    const fr_log_header& h = rr.log->header;  // the table's row shown in the header, any version
+    if (rr.log->writer_alive)
+      sampled.push_back({n, local.dev, local.ino, h.comm_offset, h.comm_size, h.comm_count});
+    ProcessReport p = summarize_log(*rr.log, n, real_ns(), gpu_);
     Seen s{p.alive, p.oldest_age_ns() >= stall_after_ns_};
     auto it = seen_.find(n);
     if (it == seen_.end()) {
@@ -260,6 +273,7 @@ ScanResult LogWatcher::scan() {
     out.processes.push_back(std::move(p));
   }
   seen_ = std::move(now_seen);
+  if (gpu_ != nullptr) gpu_->set_logs(sampled);
   out.unrecorded = scan_registrations(log_dir_, owners_, job_filter_, out.processes, real_ns());
   return out;
 }

@@ -13,13 +13,15 @@
 #include <vector>
 
 #include "daemon/base/model.h"
+#include "daemon/host/gpu_sampler.h"
 #include "log/local_logs.h"
 
 namespace fr::daemon {
 
-// Reduces one read log to its report; `now_real_ns` is CLOCK_REALTIME at the read.
+// Reduces one read log to its report; `now_real_ns` is CLOCK_REALTIME at the read. Where `gpu`
+// samples the log, its recent collectives carry their GPU start and end times.
 ProcessReport summarize_log(const fr::log::LogFile& log, const std::string& file_name,
-                            int64_t now_real_ns);
+                            int64_t now_real_ns, const GpuSampler* gpu = nullptr);
 
 // The processes fr-run registered in `log_dir` that run and have no flight log among `processes`
 // (daemon/base/proc_file.h): registrations of other users, of ended processes or of reused pids
@@ -52,6 +54,9 @@ class LogWatcher {
   void set_stall_after(int64_t ns) { stall_after_ns_ = ns; }
   // Whose logs count (default: this process's user; every user as root).
   void set_owners(fr::log::LogOwners owners) { owners_ = std::move(owners); }
+  // Each scan hands the logs it read to `gpu` (owned by the caller; null: none) and takes their
+  // sampled GPU times.
+  void set_gpu_sampler(GpuSampler* gpu) { gpu_ = gpu; }
 
   ScanResult scan();
 
@@ -68,6 +73,7 @@ class LogWatcher {
   fr::log::LogOwners owners_ = fr::log::LogOwners::defaults();
   int64_t stall_after_ns_;
   std::map<std::string, Seen> seen_;
+  GpuSampler* gpu_ = nullptr;
 };
 
 }  // namespace fr::daemon

@@ -36,6 +36,7 @@ StatusSlow slow_status(const SlowFinding& f) {
   // What the evidence is built from beyond the above, so a restarted coordinator says the same.
   s.share = f.share;
   s.kernel_timed = f.gpu_timed;
+  s.gpu_sampled = f.gpu_sampled;
   if (f.peers_busy_share > 0) {
     s.busy_share = std::round(f.busy_share * 1000) / 1000;
     s.peers_busy_share = std::round(f.peers_busy_share * 1000) / 1000;
@@ -91,6 +92,7 @@ std::optional<SlowFinding> slow_from_json(const nlohmann::json& j) {
   f.busy_share = fr::log::number_in(j, "busy_share", 0, 1, 0);
   f.peers_busy_share = fr::log::number_in(j, "peers_busy_share", 0, 1, 0);
   fr::log::read_field(j, "kernel_timed", &f.gpu_timed);
+  fr::log::read_field(j, "gpu_sampled", &f.gpu_sampled);
   if (std::vector<std::string> names; fr::log::read_list(j, "nvml_throttle", &names, 8))
     for (const auto& n : names) f.nvml_throttle.push_back(printable(n, 32));
   return f;

@@ -18,108 +18,9 @@ constexpr double kAvgAlpha = fr::slow::kAvgAlpha;
 constexpr uint32_t kMinJoined = 8;  // collectives joined before a communicator's hosts are judged
 
 using fr::slow::median_of;
-
-std::string ms(int64_t ns) {
-  char b[32];
-  std::snprintf(b, sizeof b, ns >= 10'000'000 || ns <= -10'000'000 ? "%.0f ms" : "%.1f ms",
-                double(ns) / 1e6);
-  return b;
-}
-
-std::string times(double f) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.1fx", f);
-  return b;
-}
-
-std::string percent(double share) {
-  char b[16];
-  std::snprintf(b, sizeof b, "%.0f%%", 100 * share);
-  return b;
-}
+using fr::slow::ratio_bar;
 
 }  // namespace
-
-const char* slow_cause_name(SlowCause c) {
-  switch (c) {
-    case SlowCause::kHost: return "host";
-    case SlowCause::kGpu: return "gpu";
-    case SlowCause::kLink: return "link";
-  }
-  return "host";
-}
-
-std::string SlowFinding::key() const {
-  std::string k = std::string(slow_cause_name(cause)) + ":";
-  if (cause == SlowCause::kLink) return k + std::to_string(peer_rank) + "->" + std::to_string(rank);
-  return k + std::to_string(rank);
-}
-
-std::string SlowFinding::subject() const {
-  return cause == SlowCause::kLink ? key() : "rank:" + std::to_string(rank);
-}
-
-double SlowFinding::loss_percent() const {
-  if (step_ns <= 0 || step_without_ns <= 0 || step_without_ns >= step_ns) return 0;
-  return 100.0 * double(step_ns - step_without_ns) / double(step_ns);
-}
-
-std::string SlowFinding::evidence() const {
-  char hex[40];
-  std::snprintf(hex, sizeof hex, "communicator 0x%llx", static_cast<unsigned long long>(comm_id));
-  const std::string comm = comm_name.empty() ? std::string(hex) : comm_name;
-  std::string e;
-  char pct[48];
-  std::snprintf(pct, sizeof pct, "%.0f%%", 100 * share);
-  switch (cause) {
-    case SlowCause::kHost:
-      e = "rank " + std::to_string(rank) + " arrives late at " + pct + " of " + comm +
-          " collectives, " + ms(value_ns) + " late on median (others " + ms(others_ns) + ")";
-      if (gpu_timed)
-        e += ": its host is slow";
-      else if (peers_busy_share > 0)
-        e += ": its host is slow (its GPU has a collective of it in flight at " +
-             percent(busy_share) + " of the heartbeats, its peers' at " +
-             percent(peers_busy_share) + ": its GPU is done and waits for its host)";
-      else
-        e += ": its host calls late (no kernel times here: a slower GPU that its host waits for "
-             "would look the same)";
-      break;
-    case SlowCause::kGpu:
-      if (peers_busy_share > 0) {
-        e = "rank " + std::to_string(rank) + "'s GPU holds up its host: it arrives late at " + pct +
-            " of " + comm + " collectives, " + ms(value_ns) + " late on median (others " +
-            ms(others_ns) + "), yet a collective of it is still in flight on its GPU at " +
-            percent(busy_share) + " of the heartbeats, as often as its peers' are at " +
-            percent(peers_busy_share) + ", who wait for it (no kernel times here: the " +
-            "GPU's progress counters say it is behind, not how much slower it runs)";
-        break;
-      }
-      e = "rank " + std::to_string(rank) + "'s GPU takes " + times(factor) +
-          " the others' time for the same collectives on " + comm + " (median " + ms(value_ns) +
-          " vs " + ms(others_ns) + ")";
-      break;
-    case SlowCause::kLink:
-      e = "channel " + std::to_string(channel) + "'s rank " + std::to_string(peer_rank) +
-          " -> rank " + std::to_string(rank) + " steps take " + times(factor) + " the others on " +
-          comm + " (" + ms(value_ns) + " per step vs " + ms(others_ns) + ")";
-      if (share > 0)
-        e += std::string(", its sender on the wire at ") + pct +
-             " of the heartbeats (the other links wait for it)";
-      break;
-  }
-  if (!nvml_throttle.empty())
-    e += "; NVML: clocks throttled (" + throttle_words(nvml_throttle) + ")";
-  if (step_ns > 0 && step_without_ns > 0 && step_without_ns < step_ns) {
-    char b[160];
-    std::snprintf(b, sizeof b,
-                  "; the job loses %.0f%% of its time: %s between collectives with it, about "
-                  "%s without",
-                  loss_percent(), ms(step_ns).c_str(), ms(step_without_ns).c_str());
-    e += b;
-  }
-  return e;
-}
 
 SlowDetector::SlowDetector(SlowConfig cfg) : cfg_(cfg) {}
 
@@ -150,12 +51,18 @@ void SlowDetector::member(const CommProgress& cp, int global_rank, int64_t offse
     mem.period_busy += cp.enqueued > cp.completed;
   }
   for (const CollTiming& t : cp.recent) {
-    if (t.seq <= mem.last_seq) continue;
+    const bool timed = t.gpu_start_ns > 0 && t.gpu_end_ns >= t.gpu_start_ns;
+    c.markers |= timed;
+    if (t.seq <= mem.last_seq) {  // reported again: its GPU may have finished it since
+      if (timed) late_markers(c, cp.rank, t, offset_ns);
+      continue;
+    }
     mem.last_seq = t.seq;
     if (t.gpu_ns > 0) {
       auto g = std::find_if(mem.gpu.begin(), mem.gpu.end(),
                             [&](const GpuAvg& a) { return a.op == t.op; });
       if (g == mem.gpu.end() && mem.gpu.size() < 8) g = mem.gpu.insert(mem.gpu.end(), {t.op});
+      if (g != mem.gpu.end() && g->sampled) *g = GpuAvg{t.op};  // kernel times first
       if (g != mem.gpu.end()) {
         const double l = std::log(double(t.gpu_ns));
         g->log_avg = fr::slow::decay_log(g->log_avg, g->n, l);
@@ -166,11 +73,33 @@ void SlowDetector::member(const CommProgress& cp, int global_rank, int64_t offse
     if (p == c.pending.end()) {
       if (c.done.count(t.seq)) continue;  // joined already: this member reported it late
       if (c.pending.size() >= cfg_.max_pending) finish(c, c.pending.begin());
-      p = c.pending.emplace(t.seq, Pending{now_mono, {}}).first;
+      p = c.pending.emplace(t.seq, Pending{now_mono, t.op, {}}).first;
     }
-    p->second.arrivals.emplace_back(cp.rank, t.call_ns + offset_ns);
-    if (int(p->second.arrivals.size()) >= c.size) finish(c, p);
+    p->second.arrivals.push_back({cp.rank, t.call_ns + offset_ns,
+                                  timed ? t.gpu_start_ns + offset_ns : 0,
+                                  timed ? t.gpu_end_ns + offset_ns : 0});
+    if (ready(c, p->second)) finish(c, p);
   }
+}
+
+bool SlowDetector::ready(const Comm& c, const Pending& p) {
+  if (int(p.arrivals.size()) < c.size) return false;
+  // Where the members' markers are sampled, a collective waits (join_ns at most) for every
+  // member's GPU times: the newest op of a heartbeat is often not finished yet.
+  if (!c.markers) return true;
+  return std::all_of(p.arrivals.begin(), p.arrivals.end(),
+                     [](const Arrival& a) { return a.gpu_start > 0; });
+}
+
+void SlowDetector::late_markers(Comm& c, int rank, const CollTiming& t, int64_t offset_ns) {
+  auto p = c.pending.find(t.seq);
+  if (p == c.pending.end()) return;
+  for (Arrival& a : p->second.arrivals)
+    if (a.rank == rank && a.gpu_start == 0) {
+      a.gpu_start = t.gpu_start_ns + offset_ns;
+      a.gpu_end = t.gpu_end_ns + offset_ns;
+    }
+  if (ready(c, p->second)) finish(c, p);
 }
 
 void SlowDetector::finish(Comm& c, std::map<uint64_t, Pending>::iterator p) {
@@ -186,15 +115,16 @@ void SlowDetector::join(Comm& c, uint64_t seq, Pending& p) {
   if (a.size() < 3 || a.size() * 2 < size_t(c.size)) return;
   std::sort(a.begin(), a.end());
   a.erase(std::unique(a.begin(), a.end(),
-                      [](const auto& x, const auto& y) { return x.first == y.first; }),
+                      [](const auto& x, const auto& y) { return x.rank == y.rank; }),
           a.end());
+  join_markers(c, p);
   std::vector<int64_t> t;
   t.reserve(a.size());
-  for (const auto& [_, at] : a) t.push_back(at);
+  for (const auto& x : a) t.push_back(x.at);
   const int64_t med = median_of(t);
   std::vector<int64_t> dev;
   dev.reserve(a.size());
-  for (const auto& [rank, at] : a) {
+  for (const auto& [rank, at, gs, ge] : a) {
     dev.push_back(std::llabs(at - med));
     auto m = c.members.find(rank);
     if (m == c.members.end()) continue;
@@ -215,6 +145,29 @@ void SlowDetector::join(Comm& c, uint64_t seq, Pending& p) {
   } else {
     c.medians[c.median_next] = {seq, med};
     c.median_next = (c.median_next + 1) % cfg_.window;
+  }
+}
+
+void SlowDetector::join_markers(Comm& c, const Pending& p) {
+  if (p.arrivals.size() != size_t(c.size)) return;  // the last to reach it may be the one missing
+  int64_t last = 0;
+  for (const Arrival& x : p.arrivals) {
+    if (x.gpu_start <= 0) return;
+    last = std::max(last, x.gpu_start);
+  }
+  for (const Arrival& x : p.arrivals) {
+    auto m = c.members.find(x.rank);
+    if (m == c.members.end()) continue;
+    auto& gpu = m->second.gpu;
+    auto g = std::find_if(gpu.begin(), gpu.end(), [&](const GpuAvg& a) { return a.op == p.op; });
+    if (g == gpu.end() && gpu.size() < 8) g = gpu.insert(gpu.end(), {p.op, 0, 0, true});
+    if (g == gpu.end() || !g->sampled) continue;  // kernel times first
+    // A sample period's rounding (and the nodes' clock error) can put the end before the last
+    // start: 0, which the average absorbs.
+    const double own = double(std::max<int64_t>(0, x.gpu_end - last));
+    g->lin_avg = g->n == 0 ? own : (1 - kAvgAlpha) * g->lin_avg + kAvgAlpha * own;
+    g->log_avg = std::log(std::max(g->lin_avg, double(cfg_.sampled_floor_ns)));
+    g->n++;
   }
 }
 
@@ -328,6 +281,15 @@ int64_t SlowDetector::without(int64_t step, int64_t loss) {
   return std::max(step / 20, step - std::max<int64_t>(0, loss));
 }
 
+bool SlowDetector::gpu_clear(const Member& m) const {
+  // Sampled times are coarser than kernel times: a GPU a little under the bar (a mild slowdown
+  // rounded by the sample period) is left to the counters rather than cleared, and so is one
+  // whose peers' times spread so much (samplers delayed on a busy node) that the bar rose.
+  if (m.gpu_sampled && m.gpu_bar > cfg_.gpu_floor + 1e-9) return false;
+  const double bar = m.gpu_sampled ? 1 + (cfg_.gpu_floor - 1) / 2 : cfg_.gpu_floor;
+  return m.gpu_ratio > 0 && m.gpu_ratio < bar;
+}
+
 bool SlowDetector::worth(const SlowFinding& f, int64_t excess_ns) const {
   if (excess_ns < cfg_.min_excess_ns) return false;
   return f.step_ns <= 0 || f.loss_percent() >= cfg_.min_loss_percent;
@@ -361,7 +323,10 @@ void SlowDetector::judge_hosts(uint64_t id, Comm& c, int64_t now_mono,
     any_late |= holds || shown;  // the period lasts while a finding does
     // With the GPU's progress counters the cause is decided on the heartbeats since the lateness
     // began: a new finding waits for enough of them.
-    const bool waiting = holds && !shown && c.counters && m.period_n < cfg_.min_busy_samples;
+    // (Not where its GPU times were judged and are not slow: those say host already.)
+    const bool gpu_not_slow = gpu_clear(m);
+    const bool waiting =
+        holds && !shown && c.counters && !gpu_not_slow && m.period_n < cfg_.min_busy_samples;
     m.host_streak = holds ? m.host_streak + 1 : 0;
     if (holds && !waiting && (m.host_streak >= cfg_.streak || shown)) late.emplace_back(rank, med);
   }
@@ -389,7 +354,8 @@ void SlowDetector::judge_hosts(uint64_t id, Comm& c, int64_t now_mono,
     f.value_ns = med;
     f.others_ns = others;
     // Its kernel times judged against its peers' (judge_gpus ran first) and not slow.
-    f.gpu_timed = m.gpu_ratio > 0 && m.gpu_ratio < cfg_.gpu_floor;
+    f.gpu_timed = gpu_clear(m);
+    f.gpu_sampled = f.gpu_timed && m.gpu_sampled;
     f.step_ns = step;
     f.step_without_ns = without(step, med);
     f.factor = f.step_without_ns > 0 ? double(step) / double(f.step_without_ns) : 1;
@@ -434,18 +400,25 @@ void SlowDetector::judge_gpus(uint64_t id, Comm& c, int64_t now_mono,
   std::set<uint32_t> ops;
   for (auto& [rank, m] : c.members) {
     m.gpu_ratio = 0;
+    m.gpu_sampled = false;
+    m.gpu_bar = 0;
     for (const auto& g : m.gpu) ops.insert(g.op);
   }
   struct Worst {
     double ratio = 0, bar = 0;
     int64_t value = 0, others = 0;
+    bool sampled = false;
   };
   std::unordered_map<int, Worst> worst;
   for (uint32_t op : ops) {
     std::vector<std::pair<int, double>> avg;
+    bool sampled = false;  // some of them from the markers
     for (const auto& [rank, m] : c.members)
       for (const auto& g : m.gpu)
-        if (g.op == op && g.n >= cfg_.min_gpu_samples) avg.emplace_back(rank, g.log_avg);
+        if (g.op == op && g.n >= cfg_.min_gpu_samples) {
+          avg.emplace_back(rank, g.log_avg);
+          sampled |= g.sampled;
+        }
     if (avg.size() < 3) continue;
     std::vector<double> l;
     for (const auto& [_, v] : avg) l.push_back(v);
@@ -456,7 +429,9 @@ void SlowDetector::judge_gpus(uint64_t id, Comm& c, int64_t now_mono,
       c.members[rank].gpu_ratio = std::max(c.members[rank].gpu_ratio, r);
       Worst& w = worst[rank];
       if (r / bar > (w.bar > 0 ? w.ratio / w.bar : 0))
-        w = {r, bar, int64_t(std::exp(v)), int64_t(std::exp(med))};
+        w = {r, bar, int64_t(std::exp(v)), int64_t(std::exp(med)), sampled};
+      if (r > 0) c.members[rank].gpu_sampled |= sampled;
+      c.members[rank].gpu_bar = std::max(c.members[rank].gpu_bar, bar);
     }
   }
   const int64_t step = step_ns(c);
@@ -471,6 +446,7 @@ void SlowDetector::judge_gpus(uint64_t id, Comm& c, int64_t now_mono,
       f.comm_name = c.name;
       f.rank = m.global_rank;
       f.factor = w->second.ratio;
+      f.gpu_sampled = w->second.sampled;
       f.value_ns = w->second.value;
       f.others_ns = w->second.others;
       f.step_ns = step;

@@ -58,6 +58,9 @@ struct SlowConfig {
       fr::slow::kRatioNoiseFactor;  // ... and 1 + this x the spread of the others' ratios
   uint32_t min_gpu_samples =
       fr::slow::kMinGpuSamples;  // kernel times a member needs before it is judged
+  // GPU times from the sampled markers below this count as this: a sample period (frd node's
+  // default) rounds them, so 0.3 ms against 0 is no ratio.
+  int64_t sampled_floor_ns = 1'000'000;
   uint32_t min_link_samples = fr::slow::kMinLinkSamples;
   uint32_t min_wire_samples =
       fr::slow::kMinWireSamples;  // states of a sender pair's slots before it is judged
@@ -113,6 +116,9 @@ struct SlowFinding {
   // host: the rank's kernel times were judged against its peers' and are not slow. Without them a GPU slower than its
   // peers', which a host that synchronizes with it waits for, makes the same late calls.
   bool gpu_timed = false;
+  // Its GPU times (gpu: the finding's; host: the ones judged not slow) came from the stream's
+  // progress markers as the node samples them, not from the profiler's kernel channels.
+  bool gpu_sampled = false;
   // Without kernel times, from the GPU's progress counters: the share of heartbeats at which the
   // rank had a collective in flight on its GPU, and its peers' median share (0: not judged).
   double busy_share = 0;
@@ -175,6 +181,10 @@ class SlowDetector {
     uint32_t op = 0;
     double log_avg = 0;
     uint32_t n = 0;
+    // From the sampled progress markers (join_markers), not kernel times: a linear average (a
+    // time quantized by the sample period can be 0), its log in log_avg. Kernel times replace it.
+    bool sampled = false;
+    double lin_avg = 0;
   };
   struct Member {
     int global_rank = -1;
@@ -184,14 +194,27 @@ class SlowDetector {
     std::vector<GpuAvg> gpu;  // per op
     uint32_t host_streak = 0, gpu_streak = 0;
     double gpu_ratio = 0;
+    bool gpu_sampled = false;  // its ratio rests on the sampled markers
+    double gpu_bar = 0;        // the bar its worst op's ratio was judged against
     // Its heartbeats since the communicator's late period began, and those with a collective of
     // it in flight.
     uint32_t period_n = 0, period_busy = 0;
     uint64_t node = 0;
   };
+  // One member's arrival at a collective, on the coordinator's clock: its call and, where its node
+  // samples the GPU's markers, when its GPU reached and finished the collective (0 unknown).
+  struct Arrival {
+    int rank = -1;
+    int64_t at = 0;
+    int64_t gpu_start = 0, gpu_end = 0;
+    bool operator<(const Arrival& o) const {
+      return rank < o.rank || (rank == o.rank && at < o.at);
+    }
+  };
   struct Pending {
     int64_t first_mono = 0;
-    std::vector<std::pair<int, int64_t>> arrivals;  // (comm rank, call time on coordinator clock)
+    uint32_t op = 0;
+    std::vector<Arrival> arrivals;
   };
   struct Link {
     int src = -1, dst = -1, channel = -1;  // comm ranks
@@ -218,11 +241,19 @@ class SlowDetector {
     std::map<std::tuple<int, int, int>, Link> links;      // (src, dst, channel)
     std::map<std::pair<int, int>, uint32_t> wire_streak;  // (src, dst)
     bool counters = false;     // a member reported a collective handed to its GPU
+    bool markers = false;      // a member reported a collective's sampled GPU times
     bool late_period = false;  // a member is late: its members' heartbeats are counted
   };
 
   void finish(Comm& c, std::map<uint64_t, Pending>::iterator p);
+  // Whether every member reported the collective (with its GPU times, where markers are sampled).
+  static bool ready(const Comm& c, const Pending& p);
+  // A member's GPU times for a collective it reported before, without them.
+  void late_markers(Comm& c, int rank, const CollTiming& t, int64_t offset_ns);
   void join(Comm& c, uint64_t seq, Pending& p);
+  // Each member's own GPU time at a collective every member's markers timed: from when the last
+  // member's GPU reached it (before that its GPU waits for the others) to when its own finished.
+  void join_markers(Comm& c, const Pending& p);
   int64_t step_ns(const Comm& c) const;
   void judge_hosts(uint64_t id, Comm& c, int64_t now_mono, std::vector<SlowFinding>* out);
   void judge_gpus(uint64_t id, Comm& c, int64_t now_mono, std::vector<SlowFinding>* out);
@@ -240,6 +271,8 @@ class SlowDetector {
   static int64_t without(int64_t step, int64_t loss);
   // Whether a candidate costs enough to be worth a finding (min_excess_ns, min_loss_percent).
   bool worth(const SlowFinding& f, int64_t excess_ns) const;
+  // Whether a member's GPU times were judged and are clearly not slow (its late host is slow).
+  bool gpu_clear(const Member& m) const;
 
   SlowConfig cfg_;
   std::unordered_map<uint64_t, Comm> comms_;

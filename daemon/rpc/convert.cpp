@@ -44,6 +44,8 @@ void to_proto(const NodeReport& in, fr::v1::Heartbeat* out) {
         r->set_op(t.op);
         r->set_call_ns(t.call_ns);
         if (t.gpu_ns) r->set_gpu_ns(t.gpu_ns);
+        if (t.gpu_start_ns) r->set_gpu_start_ns(t.gpu_start_ns);
+        if (t.gpu_end_ns) r->set_gpu_end_ns(t.gpu_end_ns);
       }
     }
     if (p.xfer_pairs_cut) q->set_xfer_pairs_cut(p.xfer_pairs_cut);
@@ -127,7 +129,12 @@ void from_proto(const fr::v1::CommProgress& d, CommProgress* c) {
   c->recent.resize(std::min<size_t>(size_t(d.recent_size()), CommProgress::kMaxRecent));
   for (size_t i = 0; i < c->recent.size(); ++i) {
     const fr::v1::CollTiming& t = d.recent(int(i));
-    c->recent[i] = {t.seq(), t.op(), t.call_ns(), t.gpu_ns() < 0 ? 0 : t.gpu_ns()};
+    c->recent[i] = {t.seq(),
+                    t.op(),
+                    t.call_ns(),
+                    t.gpu_ns() < 0 ? 0 : t.gpu_ns(),
+                    t.gpu_start_ns() < 0 ? 0 : t.gpu_start_ns(),
+                    t.gpu_end_ns() < 0 ? 0 : t.gpu_end_ns()};
   }
 }
 

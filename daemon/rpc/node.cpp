@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <optional>
 
 #include <grpcpp/grpcpp.h>
@@ -18,6 +19,7 @@
 #include "daemon/rpc/convert.h"
 #include "daemon/rpc/gate.h"
 #include "daemon/host/dump_files.h"
+#include "daemon/host/gpu_sampler.h"
 #include "daemon/base/names.h"
 #include "daemon/base/node_status.h"
 #include "fr/v1/frd.grpc.pb.h"
@@ -325,6 +327,12 @@ void NodeDaemon::read_commands(Stream& s, std::atomic<bool>* done) {
 void NodeDaemon::heartbeat_loop(Stream& s, const std::atomic<bool>& reader_done) {
   LogWatcher watcher(opts_.log_dir, opts_.stall_after_ns);
   watcher.set_owners(opts_.log_owners);
+  std::unique_ptr<GpuSampler> gpu;  // times each collective on the GPU while the stream lasts
+  if (opts_.gpu_sample_ns > 0) {
+    gpu = std::make_unique<GpuSampler>(opts_.log_dir, opts_.gpu_sample_ns);
+    gpu->start();
+    watcher.set_gpu_sampler(gpu.get());
+  }
   const int64_t scan_every = std::min<int64_t>(opts_.heartbeat_interval_ns, 200'000'000);
   int64_t last_dir_check = 0;
   while (!stopping_ && !reader_done) {

@@ -43,6 +43,9 @@ struct NodeOptions {
   std::string shared_dump_dir;  // the coordinator's --dump-dir as mounted here; empty: upload
   int64_t heartbeat_interval_ns = 1'000'000'000;
   int64_t stall_after_ns = 30'000'000'000;
+  // How often the GPU's progress markers of each live log are sampled to time its collectives
+  // (daemon/host/gpu_sampler.h; --gpu-sample-us); 0: not sampled.
+  int64_t gpu_sample_ns = 1'000'000;
   std::string metrics_listen;  // HOST:PORT for Prometheus text (frd's main serves it)
   size_t chunk_bytes = 1 << 20;
   uint64_t upload_bytes_per_sec = 0;  // 0: as fast as the network goes

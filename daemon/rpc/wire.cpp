@@ -304,9 +304,10 @@ class Fast {
   }
 
   bool timing(CollTiming* t) {
-    uint64_t f[5] = {};
+    uint64_t f[7] = {};
     if (!flat(f)) return false;
-    *t = {f[1], uint32_t(f[2]), int64_t(f[3]), int64_t(f[4]) < 0 ? 0 : int64_t(f[4])};
+    auto cut = [](uint64_t v) { return int64_t(v) < 0 ? 0 : int64_t(v); };
+    *t = {f[1], uint32_t(f[2]), int64_t(f[3]), cut(f[4]), cut(f[5]), cut(f[6])};
     return true;
   }
 

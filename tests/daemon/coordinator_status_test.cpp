@@ -171,14 +171,16 @@ TEST_CASE("status: a slow finding's every field reads back as written", "[daemon
   s.late_share = 0.25;
   s.share = 0.75;
   s.kernel_timed = true;
+  s.gpu_sampled = true;
   s.busy_share = 0.5;
   s.peers_busy_share = 0.125;
   s.where = StatusSlow::Where{3, 2, 1};
   const nlohmann::json j = s;
   CHECK(nlohmann::json(j.get<StatusSlow>()) == j);
   CHECK(j["where"]["channel"] == 1);
+  CHECK(j["gpu_sampled"] == true);
   // The optional parts are absent unless set.
   const nlohmann::json plain = StatusSlow{};
-  for (const char* k : {"late_share", "busy_share", "peers_busy_share", "where"})
+  for (const char* k : {"late_share", "busy_share", "peers_busy_share", "where", "gpu_sampled"})
     CHECK_FALSE(plain.contains(k));
 }

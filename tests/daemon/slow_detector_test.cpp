@@ -182,6 +182,138 @@ TEST_CASE(
         "thermal, power");
 }
 
+TEST_CASE("slow detector times GPUs from the sampled progress markers, without kernel times") {
+  // Each node samples its GPUs' markers every 1 ms: a collective's GPU time on a member is from
+  // when the last member's GPU reached it to when its own finished it. A slow GPU is named by
+  // that ratio (its peers' marker intervals, which include their wait for it, would not show
+  // it), a slow host by its lateness with GPU times like its peers'.
+  for (uint64_t seed : {1, 2, 3}) {
+    INFO("seed " << seed);
+    SlowJob g = job(Fault::kGpu, 3, 3, seed);
+    g.counters = true;
+    g.sample_ns = 1'000'000;
+    SlowDetector det;
+    auto out = synth::run(g, det);
+    REQUIRE(out.found);
+    REQUIRE_FALSE(out.wrong);
+    REQUIRE(out.findings.size() == 1);
+    const SlowFinding& f = out.findings[0];
+    REQUIRE(f.key() == "gpu:3");
+    REQUIRE(f.gpu_sampled);
+    REQUIRE(f.peers_busy_share == 0);  // from the times, not the in-flight counts
+    // 8 ms of kernel work made 24, each end rounded up to a 1 ms tick.
+    REQUIRE(f.factor > 2.4);
+    REQUIRE(f.factor < 3.6);
+    REQUIRE(f.value_ns > 20'000'000);
+    const std::string e = f.evidence();
+    REQUIRE(e.find("rank 3's GPU takes") != std::string::npos);
+    REQUIRE(e.find("progress markers, sampled by the node") != std::string::npos);
+    // Named within a few heartbeats of the fault, not after the counters' 10.
+    REQUIRE(out.seconds_to_find < 10);
+
+    SlowJob h = job(Fault::kHost, 3, 1.5, seed);
+    h.counters = true;
+    h.sample_ns = 1'000'000;
+    SlowDetector det2;
+    auto out2 = synth::run(h, det2);
+    REQUIRE(out2.found);
+    REQUIRE_FALSE(out2.wrong);
+    REQUIRE(out2.findings.size() == 1);
+    const SlowFinding& f2 = out2.findings[0];
+    REQUIRE(f2.cause == SlowCause::kHost);
+    REQUIRE(f2.gpu_timed);
+    REQUIRE(f2.gpu_sampled);
+    REQUIRE(f2.evidence().find("from the stream's progress markers") != std::string::npos);
+  }
+}
+
+TEST_CASE("slow detector: sampled GPU times give no finding in healthy jobs") {
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    SlowJob j;
+    j.seed = seed;
+    j.jitter = 0.5;
+    j.steps = 300;
+    j.pause_every = 40;
+    j.pause_rank0_only = seed % 2 == 0;
+    j.ranks = 16;
+    j.counters = true;
+    j.sample_ns = 1'000'000;
+    SlowDetector det;
+    auto out = synth::run(j, det);
+    INFO("seed " << seed << " wrong " << (out.wrong_keys.empty() ? "" : out.wrong_keys[0]));
+    REQUIRE_FALSE(out.wrong);
+    REQUIRE(out.findings.empty());
+  }
+}
+
+TEST_CASE("slow detector: sampled GPU times under a sample period give no ratio") {
+  // Collectives with no GPU work of their own: the peers' sampled times round to 0, one member's
+  // to 0.3 ms (its sampler's phase, its scheduling). Under the floor (1 ms) that is no ratio;
+  // with no floor it would be 300x.
+  for (int64_t floor : {int64_t(1'000'000), int64_t(1)}) {
+    SlowConfig cfg;
+    cfg.sampled_floor_ns = floor;
+    SlowDetector det(cfg);
+    for (uint64_t s = 1; s <= 40; ++s) {
+      for (int r = 0; r < 4; ++r) {
+        CommProgress c;
+        c.comm_id = 0xf1;
+        c.size = 4;
+        c.rank = r;
+        const int64_t t0 = int64_t(s) * 25'000'000;
+        c.recent.push_back({s, FR_OP_ALLREDUCE, t0, 0, t0, t0 + (r == 1 ? 300'000 : 0)});
+        det.member(c, r, 0, t0, 1);
+      }
+      det.judge(int64_t(s) * 25'000'000);
+    }
+    INFO("floor " << floor);
+    CHECK(det.findings().empty() == (floor > 1));
+  }
+}
+
+TEST_CASE("slow detector: kernel times win over sampled markers for the same collectives") {
+  // A member whose heartbeats carry both: the kernel times are judged (here all alike), the
+  // markers (which say the member is 4x slower) are not.
+  SlowDetector det;
+  const uint64_t comm = 0x5eed;
+  for (uint64_t s = 1; s <= 40; ++s) {
+    for (int r = 0; r < 4; ++r) {
+      CommProgress c;
+      c.comm_id = comm;
+      c.size = 4;
+      c.rank = r;
+      c.name = "dp";
+      const int64_t t0 = int64_t(s) * 100'000'000;
+      const int64_t own = r == 2 ? 20'000'000 : 5'000'000;
+      c.recent.push_back({s, FR_OP_ALLREDUCE, t0, 5'000'000, t0, t0 + own});
+      det.member(c, r, 0, t0, 1);
+    }
+    det.judge(int64_t(s) * 100'000'000);
+  }
+  for (const auto& f : det.findings()) INFO(f.key());
+  REQUIRE(det.findings().empty());
+  // The same collectives with the markers alone name rank 2's GPU, 4x.
+  SlowDetector det2;
+  for (uint64_t s = 1; s <= 40; ++s) {
+    for (int r = 0; r < 4; ++r) {
+      CommProgress c;
+      c.comm_id = comm;
+      c.size = 4;
+      c.rank = r;
+      const int64_t t0 = int64_t(s) * 100'000'000;
+      const int64_t own = r == 2 ? 20'000'000 : 5'000'000;
+      c.recent.push_back({s, FR_OP_ALLREDUCE, t0, 0, t0 + r * 1'000'000, t0 + 3'000'000 + own});
+      det2.member(c, r, 0, t0, 1);
+    }
+    det2.judge(int64_t(s) * 100'000'000);
+  }
+  REQUIRE(det2.findings().size() == 1);
+  CHECK(det2.findings()[0].key() == "gpu:2");
+  CHECK(det2.findings()[0].gpu_sampled);
+  CHECK(det2.findings()[0].factor == Approx(4).epsilon(0.05));
+  CHECK(det2.findings()[0].value_ns == Approx(20'000'000).epsilon(0.05));
+}
+
 TEST_CASE("slow detector names a slow link by its sender and receiver") {
   SlowDetector det;
   auto out = synth::run(job(Fault::kLink, 2, 5, 11), det);

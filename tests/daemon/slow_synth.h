@@ -44,6 +44,11 @@ struct SlowJob {
   // and a loop that reads its loss do) and goes on at once, and the heartbeats carry the GPU's
   // progress counters (a collective in flight or not) instead. A slow GPU then makes its host late.
   bool counters = false;
+  // With counters: the node samples the stream's progress markers every sample_ns (0: not), so
+  // each collective carries when its GPU reached it (the call: its GPU waited for its host) and
+  // finished it (every member arrived and its own kernel ran), each rounded up to the node's next
+  // sample tick (a random phase per node), and known from the first heartbeat after its end.
+  int64_t sample_ns = 0;
 };
 
 struct SlowOutcome {
@@ -82,6 +87,14 @@ inline SlowOutcome run(const SlowJob& j, SlowDetector& det) {
     phase[size_t(n)] = int64_t(uni(rng) * 1e9);
     next_hb[size_t(n)] = phase[size_t(n)];
   }
+  // Each node's sampler ticks at its own phase: a time on the node's clock, rounded up to a tick.
+  std::vector<int64_t> tick_phase(nn);
+  for (auto& p : tick_phase) p = j.sample_ns > 0 ? int64_t(uni(rng) * double(j.sample_ns)) : 0;
+  auto tick = [&](int64_t t, int n) {
+    const int64_t p = tick_phase[size_t(n)], k = j.sample_ns;
+    const int64_t d = t - p;
+    return p + (d >= 0 ? (d + k - 1) / k : -((-d) / k)) * k;
+  };
   // Per rank: its recent collectives; per link (the ring, receiver r from r-1) and channel: the
   // newest op's step time.
   std::vector<std::vector<CollTiming>> recent(size_t(j.ranks));
@@ -121,6 +134,8 @@ inline SlowOutcome run(const SlowJob& j, SlowDetector& det) {
         c.rank = r;
         c.name = "dp";
         c.recent = recent[size_t(r)];
+        for (auto& x : c.recent)  // not finished yet on its GPU at this heartbeat: no times
+          if (x.gpu_end_ns - clock_error[size_t(n)] > at) x.gpu_start_ns = x.gpu_end_ns = 0;
         if (j.counters) {
           const auto& fl = flight[size_t(r)];
           const bool busy = (at >= fl[0] && at < fl[1]) || (at >= fl[2] && at < fl[3]);
@@ -176,6 +191,11 @@ inline SlowOutcome run(const SlowJob& j, SlowDetector& det) {
         auto& fl = flight[size_t(r)];
         fl = {fl[2], fl[3], arrive[size_t(r)], latest + int64_t(k)};
         start[size_t(r)] = fl[3];
+        if (j.sample_ns > 0) {
+          const int64_t err = clock_error[size_t(node)];
+          rec.back().gpu_start_ns = tick(fl[2] + err, node);
+          rec.back().gpu_end_ns = tick(fl[3] + err, node);
+        }
       }
       if (rec.size() > CommProgress::kMaxRecent) rec.erase(rec.begin());
       for (int ch = 0; ch < j.channels; ++ch) {

@@ -56,7 +56,8 @@ fr::v1::NodeMessage sample(std::mt19937_64& rng, int processes, int comms, bool 
       cp.name = c % 2 ? "tp" + std::to_string(c) : "";
       for (int t = 0; t < int(rng() % (CommProgress::kMaxRecent + 1)); ++t)
         cp.recent.push_back({rng() % 100000, uint32_t(rng() % 20), int64_t(rng()),
-                             t % 3 ? int64_t(rng()) : 0});  // negative gpu_ns: cut to 0
+                             t % 3 ? int64_t(rng()) : 0,  // negative gpu_ns: cut to 0
+                             t % 2 ? int64_t(rng()) : 0, t % 4 ? int64_t(rng()) : 0});
       p.comms.push_back(cp);
     }
     for (int l = 0; l < comms; ++l)

@@ -25,6 +25,8 @@
 #     process(es) in X s"), native (fr-simjob-rank) and Python (fr-simjob --python, with py-spy
 #     when installed); target: 8 ranks within 2 s.
 #  5. the live page under 16 clients, /metrics timed (before 3; see there).
+#  6. the node's GPU-marker sampler (frd-gpu-sampler-bench): CPU per pass over 8 logs x 4
+#     communicators, and its thread's share of a core at 1 ms (before the scorecard).
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 shift || true
@@ -144,6 +146,11 @@ echo "-- one heartbeat's decoding (CPU time, no gRPC)"
 decodebench=$build/tests/bench/daemon/frd-decode-bench
 [[ -x $decodebench ]] || decodebench=$build/bin/frd-decode-bench
 if [[ -x $decodebench ]]; then "$decodebench"; else echo "  skipped: $decodebench not built"; fi
+
+echo "-- the node's GPU-marker sampler: 8 logs x 4 communicators, every 1 ms"
+samplerbench=$build/tests/bench/daemon/frd-gpu-sampler-bench
+[[ -x $samplerbench ]] || samplerbench=$build/bin/frd-gpu-sampler-bench
+if [[ -x $samplerbench ]]; then "$samplerbench" 8 4 1000 5; else echo "  skipped: $samplerbench not built"; fi
 
 echo "-- fail-slow scorecard: the detector on seeded random synthetic jobs (no gRPC)"
 scorecard=$build/tests/bench/daemon/frd-slow-scorecard

@@ -57,6 +57,91 @@ double quantile(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, size_t(q * double(v.size())))];
 }
 
+// The kinds; "counters" without kernel times (each host waits for its GPU at the end of its step,
+// the heartbeats carry the GPU's progress counters), where host and GPU must be told apart by the
+// counters, and by the markers' times where the node samples them every sample_ns.
+struct Kind {
+  Fault fault;
+  bool counters;
+  const char* name;
+  int64_t sample_ns = 0;
+};
+
+void run_kind(const Kind& kind, int per_kind, std::mt19937_64& rng) {
+  Tally t;
+  for (int i = 0; i < per_kind; ++i) {
+    SlowJob j = random_job(rng);
+    j.fault = kind.fault;
+    j.counters = kind.counters;
+    j.sample_ns = kind.sample_ns;
+    j.fault_rank = int(rng() % uint64_t(j.ranks));
+    // 1.2x to 10x, log-uniform: as many mild faults as severe ones.
+    j.factor = std::exp(std::log(1.2) + std::uniform_real_distribution<double>(0, 1)(rng) *
+                                            (std::log(10.0) - std::log(1.2)));
+    j.fault_step = 20 + int(rng() % 100);
+    SlowDetector det;
+    auto out = fr::daemon::synth::run(j, det);
+    t.jobs++;
+    const bool strong = j.factor >= 1.5;
+    t.strong += strong;
+    t.weak += !strong;
+    if (out.found) {
+      (strong ? t.strong_found : t.weak_found)++;
+      if (strong) {
+        t.secs.push_back(out.seconds_to_find);
+        t.steps.push_back(out.steps_to_find);
+        t.strong_in_time += out.seconds_to_find <= 30 || out.steps_to_find <= 20;
+      }
+    }
+    if (out.wrong) {
+      t.wrong++;
+      if (t.wrong_keys.size() < 5)
+        for (const auto& k : out.wrong_keys)
+          t.wrong_keys.push_back(k + " (fault " + std::to_string(j.fault_rank) + ", " +
+                                 std::to_string(j.factor).substr(0, 4) + "x, " +
+                                 std::to_string(j.ranks) + " ranks)");
+    }
+  }
+  std::printf(
+      "%-22s >=1.5x: named %.1f%% (%d/%d), within 30 s or 20 steps %.1f%%; "
+      "time to finding median %.1f s (p95 %.1f s), %.0f steps (p95 %.0f); "
+      "1.2-1.5x: named %.1f%% (%d/%d); jobs with a wrong finding: %d\n",
+      kind.name, pct(t.strong_found, t.strong), t.strong_found, t.strong,
+      pct(t.strong_in_time, t.strong), quantile(t.secs, 0.5), quantile(t.secs, 0.95),
+      quantile(t.steps, 0.5), quantile(t.steps, 0.95), pct(t.weak_found, t.weak), t.weak_found,
+      t.weak, t.wrong);
+  for (const auto& k : t.wrong_keys) std::printf("      wrong: %s\n", k.c_str());
+}
+
+// Healthy jobs: heavy jitter (up to as long as the step's work, on average) and pauses. `mode`
+// picks what the heartbeats carry: 0 kernel times, 1 counters, 2 counters and sampled markers
+// (-1: half kernel times, half counters).
+void run_healthy(int per_kind, int mode, const char* what, std::mt19937_64& rng) {
+  int healthy_false = 0;
+  std::vector<std::string> keys;
+  for (int i = 0; i < per_kind; ++i) {
+    SlowJob j = random_job(rng);
+    j.jitter = 0.3 + std::uniform_real_distribution<double>(0, 0.7)(rng);
+    j.pause_every = 20 + int(rng() % 60);
+    j.pause_ns = 5'000'000'000;
+    j.pause_rank0_only = rng() % 2;
+    j.steps = 400;
+    j.counters = mode < 0 ? i % 2 : mode > 0;
+    if (mode == 2) j.sample_ns = 1'000'000;
+    SlowDetector det;
+    auto out = fr::daemon::synth::run(j, det);
+    if (out.wrong || !out.findings.empty()) {
+      healthy_false++;
+      if (keys.size() < 5 && !out.wrong_keys.empty()) keys.push_back(out.wrong_keys[0]);
+    }
+  }
+  std::printf(
+      "healthy (jitter 30-100%% of the work, checkpoint pauses, %s): %d of %d jobs with a "
+      "false finding\n",
+      what, healthy_false, per_kind);
+  for (const auto& k : keys) std::printf("      false: %s\n", k.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -69,83 +154,17 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(seed);
   std::printf("fail-slow scorecard: %d jobs per kind, seed %llu\n", per_kind,
               static_cast<unsigned long long>(seed));
-  // The kinds; the last two without kernel times (each host waits for its GPU at the end of its
-  // step, the heartbeats carry the GPU's progress counters), where host and GPU must be told
-  // apart by the counters.
-  struct Kind {
-    Fault fault;
-    bool counters;
-    const char* name;
-  };
   for (Kind kind : {Kind{Fault::kHost, false, "host"}, Kind{Fault::kGpu, false, "gpu"},
                     Kind{Fault::kLink, false, "link"}, Kind{Fault::kHost, true, "host, counters"},
-                    Kind{Fault::kGpu, true, "gpu, counters"}}) {
-    Tally t;
-    for (int i = 0; i < per_kind; ++i) {
-      SlowJob j = random_job(rng);
-      j.fault = kind.fault;
-      j.counters = kind.counters;
-      j.fault_rank = int(rng() % uint64_t(j.ranks));
-      // 1.2x to 10x, log-uniform: as many mild faults as severe ones.
-      j.factor = std::exp(std::log(1.2) + std::uniform_real_distribution<double>(0, 1)(rng) *
-                                              (std::log(10.0) - std::log(1.2)));
-      j.fault_step = 20 + int(rng() % 100);
-      SlowDetector det;
-      auto out = fr::daemon::synth::run(j, det);
-      t.jobs++;
-      const bool strong = j.factor >= 1.5;
-      t.strong += strong;
-      t.weak += !strong;
-      if (out.found) {
-        (strong ? t.strong_found : t.weak_found)++;
-        if (strong) {
-          t.secs.push_back(out.seconds_to_find);
-          t.steps.push_back(out.steps_to_find);
-          t.strong_in_time += out.seconds_to_find <= 30 || out.steps_to_find <= 20;
-        }
-      }
-      if (out.wrong) {
-        t.wrong++;
-        if (t.wrong_keys.size() < 5)
-          for (const auto& k : out.wrong_keys)
-            t.wrong_keys.push_back(k + " (fault " + std::to_string(j.fault_rank) + ", " +
-                                   std::to_string(j.factor).substr(0, 4) + "x, " +
-                                   std::to_string(j.ranks) + " ranks)");
-      }
-    }
-    const char* name = kind.name;
-    std::printf(
-        "%-14s >=1.5x: named %.1f%% (%d/%d), within 30 s or 20 steps %.1f%%; "
-        "time to finding median %.1f s (p95 %.1f s), %.0f steps (p95 %.0f); "
-        "1.2-1.5x: named %.1f%% (%d/%d); jobs with a wrong finding: %d\n",
-        name, pct(t.strong_found, t.strong), t.strong_found, t.strong,
-        pct(t.strong_in_time, t.strong), quantile(t.secs, 0.5), quantile(t.secs, 0.95),
-        quantile(t.steps, 0.5), quantile(t.steps, 0.95), pct(t.weak_found, t.weak), t.weak_found,
-        t.weak, t.wrong);
-    for (const auto& k : t.wrong_keys) std::printf("      wrong: %s\n", k.c_str());
-  }
-  // Healthy jobs: heavy jitter (up to as long as the step's work, on average) and pauses.
-  int healthy_false = 0;
-  std::vector<std::string> keys;
-  for (int i = 0; i < per_kind; ++i) {
-    SlowJob j = random_job(rng);
-    j.jitter = 0.3 + std::uniform_real_distribution<double>(0, 0.7)(rng);
-    j.pause_every = 20 + int(rng() % 60);
-    j.pause_ns = 5'000'000'000;
-    j.pause_rank0_only = rng() % 2;
-    j.steps = 400;
-    j.counters = i % 2;  // half of them with the GPU's progress counters
-    SlowDetector det;
-    auto out = fr::daemon::synth::run(j, det);
-    if (out.wrong || !out.findings.empty()) {
-      healthy_false++;
-      if (keys.size() < 5 && !out.wrong_keys.empty()) keys.push_back(out.wrong_keys[0]);
-    }
-  }
-  std::printf(
-      "healthy (jitter 30-100%% of the work, checkpoint pauses, half with the GPU's progress "
-      "counters): %d of %d jobs with a false finding\n",
-      healthy_false, per_kind);
-  for (const auto& k : keys) std::printf("      false: %s\n", k.c_str());
+                    Kind{Fault::kGpu, true, "gpu, counters"}})
+    run_kind(kind, per_kind, rng);
+  run_healthy(per_kind, -1, "half with the GPU's progress counters", rng);
+  // The node sampling the stream's markers every 1 ms (frd node --gpu-sample-us 1000), on jobs
+  // of their own (the rows above stay as they were for a seed).
+  std::mt19937_64 sampled(seed ^ 0x9e3779b97f4a7c15ULL);
+  for (Kind kind : {Kind{Fault::kHost, true, "host, sampled markers", 1'000'000},
+                    Kind{Fault::kGpu, true, "gpu, sampled markers", 1'000'000}})
+    run_kind(kind, per_kind, sampled);
+  run_healthy(per_kind, 2, "the GPU's markers sampled every 1 ms", sampled);
   return 0;
 }
