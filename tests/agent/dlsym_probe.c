@@ -152,11 +152,11 @@ static int lookups(const char* nccl) {
   printf("next_getpid=%s\n", dlsym(RTLD_NEXT, "getpid") == (void*)&getpid ? "same" : "other");
   /* A function this NCCL lacks, called through the agent's export: what NCCL says of a feature it
    * cannot serve (ncclInvalidUsage). */
-  typedef int (*signal_fn)(int, int, int, unsigned, void*, void*);
-  signal_fn sig = (signal_fn)dlsym(RTLD_DEFAULT, "ncclSignal");
-  printf("owner_signal=%s\n", owner((void*)sig));
-  if (sig != NULL) printf("missing_call=%d\n", sig(0, 0, 0, 0, NULL, NULL));
-  printf("nccl_signal=%s\n", dlsym(h, "ncclSignal") == NULL ? "null" : "found");
+  typedef int (*query_fn)(void*, void*);
+  query_fn query = (query_fn)dlsym(RTLD_DEFAULT, "ncclCommQueryProperties");
+  printf("owner_query=%s\n", owner((void*)query));
+  if (query != NULL) printf("missing_call=%d\n", query(NULL, NULL));
+  printf("nccl_query=%s\n", dlsym(h, "ncclCommQueryProperties") == NULL ? "null" : "found");
   return 0;
 }
 

@@ -116,10 +116,11 @@ TEST_CASE(
   CHECK(r.values["owner_default"] == "agent");
   CHECK(r.values["owner_next"] == "agent");  // RTLD_NEXT from the program, not from the agent
   CHECK(r.values["next_getpid"] == "same");
-  // The emulation is NCCL 2.28.9, without ncclSignal: looked up on its handle it is absent; called
-  // through the agent's export it answers ncclInvalidUsage, as NCCL answers a missing feature.
-  CHECK(r.values["nccl_signal"] == "null");
-  CHECK(r.values["owner_signal"] == "agent");
+  // The emulation lacks ncclCommQueryProperties (NCCL 2.29's device API): looked up on its handle
+  // it is absent; called through the agent's export it answers ncclInvalidUsage, as NCCL answers
+  // a missing feature.
+  CHECK(r.values["nccl_query"] == "null");
+  CHECK(r.values["owner_query"] == "agent");
   CHECK(r.values["missing_call"] == "5");
   // Lookups alone record nothing (and start nothing).
   CHECK(dir.logs().empty());
