@@ -232,6 +232,8 @@ bool SlowDetector::judge(int64_t now_mono) {
   active_.clear();
   for (const auto& f : findings_) active_.insert(f.key());
   std::vector<SlowFinding> now;
+  excused_ranks_.clear();
+  excused_nodes_.clear();
   for (auto it = comms_.begin(); it != comms_.end();) {
     Comm& c = it->second;
     if (now_mono - c.last_mono > cfg_.stale_ns) {
@@ -248,18 +250,24 @@ bool SlowDetector::judge(int64_t now_mono) {
     judge_gpus(it->first, c, now_mono, &now);
     judge_hosts(it->first, c, now_mono, &now);
     // A rank slow on its host or GPU slows every link it is on: those are not blamed.
-    std::set<int> blamed;
-    for (size_t i = before; i < now.size(); ++i) blamed.insert(now[i].rank);
-    // So does one late and not a finding yet (its cause waits for the GPU's counters).
+    for (size_t i = before; i < now.size(); ++i) excused_ranks_.insert(now[i].rank);
+    // So does one late or slow on its GPU and not a finding yet (its streak is building, or its
+    // cause waits for the GPU's counters).
     for (const auto& [_, m] : c.members)
-      if (m.host_streak > 0) blamed.insert(m.global_rank);
-    std::vector<SlowFinding> links;
+      if (m.host_streak > 0 || m.gpu_streak > 0) excused_ranks_.insert(m.global_rank);
+    ++it;
+  }
+  // ... on every communicator, and the links into and out of its node: it consumes what its
+  // node's ranks forward to it late, so they fall behind receiving too, and the sender of the link
+  // that feeds its node waits on the wire for them (backpressure through the node's shared memory,
+  // which reports no proxy steps).
+  for (const auto& [_, c] : comms_)
+    for (const auto& [r, m] : c.members)
+      if (m.node != 0 && excused_ranks_.count(m.global_rank)) excused_nodes_.insert(m.node);
+  for (auto& [id, c] : comms_) {
     // Where the senders' states tell which link the others wait for, they decide: a slow link
     // stretches the step times of the links that wait for it too.
-    if (!judge_wire(it->first, c, now_mono, &links)) judge_links(it->first, c, now_mono, &links);
-    for (auto& l : links)
-      if (!blamed.count(l.rank) && !blamed.count(l.peer_rank)) now.push_back(std::move(l));
-    ++it;
+    if (!judge_wire(id, c, now_mono, &now)) judge_links(id, c, now_mono, &now);
   }
   const bool changed = merge(std::move(now), now_mono);
   for (auto& f : findings_) {
@@ -279,6 +287,16 @@ bool SlowDetector::report(uint32_t* streak, bool holds, const std::string& key) 
 int64_t SlowDetector::without(int64_t step, int64_t loss) {
   if (step <= 0) return 0;
   return std::max(step / 20, step - std::max<int64_t>(0, loss));
+}
+
+bool SlowDetector::excused(const Comm& c, int src, int dst) const {
+  for (int r : {src, dst}) {
+    auto m = c.members.find(r);
+    if (m == c.members.end()) continue;
+    if (excused_ranks_.count(m->second.global_rank)) return true;
+    if (m->second.node != 0 && excused_nodes_.count(m->second.node)) return true;
+  }
+  return false;
 }
 
 bool SlowDetector::gpu_clear(const Member& m) const {
@@ -492,6 +510,7 @@ void SlowDetector::judge_links(uint64_t id, Comm& c, int64_t now_mono,
   const double med = sp.median_log, bar = sp.bar;
   const int64_t step = step_ns(c);
   std::vector<SlowFinding> found;
+  size_t excused_n = 0;
   for (auto& [key, k] : c.links) {
     if (k.n < cfg_.min_link_samples) continue;
     k.ratio = std::exp(k.log_avg - med);
@@ -504,11 +523,14 @@ void SlowDetector::judge_links(uint64_t id, Comm& c, int64_t now_mono,
     const int64_t excess = int64_t(double(f.value_ns - f.others_ns) * k.steps);
     f.step_without_ns = without(step, excess);
     f.since_mono = now_mono;
-    const bool holds = k.ratio >= bar && gsrc >= 0 && gdst >= 0 && worth(f, excess);
-    if (!report(&k.streak, holds, f.key())) continue;
+    const bool stands_out = k.ratio >= bar && gsrc >= 0 && gdst >= 0 && worth(f, excess);
+    // An excused link that stands out still counts towards the links standing out.
+    const bool excuse = stands_out && excused(c, k.src, k.dst);
+    excused_n += excuse;
+    if (!report(&k.streak, stands_out && !excuse, f.key())) continue;
     found.push_back(std::move(f));
   }
-  if (found.size() * 3 <= l.size())
+  if ((found.size() + excused_n) * 3 <= l.size())
     for (auto& f : found) out->push_back(std::move(f));
 }
 
@@ -532,6 +554,7 @@ bool SlowDetector::judge_wire(uint64_t id, Comm& c, int64_t now_mono,
   if (shares.size() < 2) return false;
   const int64_t step = step_ns(c);
   std::vector<SlowFinding> found;
+  size_t excused_n = 0;
   for (const auto& [key, share] : shares) {
     std::vector<double> others;
     for (const auto& [k2, s2] : shares)
@@ -551,14 +574,16 @@ bool SlowDetector::judge_wire(uint64_t id, Comm& c, int64_t now_mono,
     const int64_t excess = int64_t(double(f.value_ns - f.others_ns) * p.top->steps);
     f.step_without_ns = without(step, excess);
     f.since_mono = now_mono;
-    const bool holds = fr::slow::wire_stands_out(share, other, p.wire, cfg_.wire_share,
-                                                 cfg_.wire_ratio, cfg_.min_wire_hits) &&
-                       gsrc >= 0 && gdst >= 0 && worth(f, excess);
-    if (!report(&c.wire_streak[key], holds, f.key())) continue;
+    const bool stands_out = fr::slow::wire_stands_out(share, other, p.wire, cfg_.wire_share,
+                                                      cfg_.wire_ratio, cfg_.min_wire_hits) &&
+                            gsrc >= 0 && gdst >= 0 && worth(f, excess);
+    const bool excuse = stands_out && excused(c, key.first, key.second);
+    excused_n += excuse;
+    if (!report(&c.wire_streak[key], stands_out && !excuse, f.key())) continue;
     found.push_back(std::move(f));
   }
   // One link standing out; the senders of half the pairs on the wire is the pace of the job.
-  if (found.size() * 2 <= shares.size())
+  if ((found.size() + excused_n) * 2 <= shares.size())
     for (auto& f : found) out->push_back(std::move(f));
   return true;
 }

@@ -27,7 +27,10 @@
 // A candidate must hold at `streak` judgements in a row to become a finding, and a finding clears
 // after `clear_streak` judgements without it: ranks slow in turn by chance, a checkpoint pause
 // (every rank waits alike) or one slow collective raise nothing. A rank found slow on the GPU or
-// the host is not also blamed for its links.
+// the host (or late, or slow on its GPU, at this judgement without a finding yet) is not also
+// blamed for its links, on any communicator, nor are the links into and out of its node: its
+// node's ranks forward to it over shared memory (no proxy steps) and fall behind receiving, so the
+// sender of the ring link that feeds the node waits on the wire as a slow link's sender would.
 //
 // Bounds: communicators tracked (max_comms), members per communicator (max_members), collectives
 // waiting to be joined per communicator (max_pending, the oldest judged first), links per
@@ -271,6 +274,9 @@ class SlowDetector {
   static int64_t without(int64_t step, int64_t loss);
   // Whether a candidate costs enough to be worth a finding (min_excess_ns, min_loss_percent).
   bool worth(const SlowFinding& f, int64_t excess_ns) const;
+  // Whether a link (comm ranks) is not to be blamed: a rank at either end, or one on either end's
+  // node, is slow or about to be found slow on its host or GPU (excused_ranks_, excused_nodes_).
+  bool excused(const Comm& c, int src, int dst) const;
   // Whether a member's GPU times were judged and are clearly not slow (its late host is slow).
   bool gpu_clear(const Member& m) const;
 
@@ -278,6 +284,8 @@ class SlowDetector {
   std::unordered_map<uint64_t, Comm> comms_;
   std::vector<SlowFinding> findings_;
   std::map<std::string, uint32_t> missing_;
+  std::set<int> excused_ranks_;       // global ranks slow or late at this judgement
+  std::set<uint64_t> excused_nodes_;  // ... and their nodes
   std::map<int, uint64_t> throttle_;  // global rank -> its GPU's throttle reasons (nonzero only)
   std::set<std::string>
       active_;  // keys of the findings at the start of a judgement  // finding key -> judgements in a row without it
