@@ -269,13 +269,18 @@ std::vector<Finding> find_slow(const AnalysisState& state);
 void load_node_files(const std::string& dir, Model* model);
 
 // What the nodes' heartbeat histories say, judged by the live detector's rules (common/slow_rule.h).
-struct HistoryGpu {  // a rank whose kernels take longer than its peers' for the same op
+struct HistoryGpu {  // a rank whose GPU takes longer than its peers' for the same op
   int rank = -1;
   uint64_t comm = 0;
   uint32_t op = 0;
-  double ratio = 0;
+  double ratio = 0, bar = 0;  // its worst op's ratio and the bar it was judged against
   int64_t value_ns = 0, others_ns = 0;
-  uint32_t samples = 0;
+  uint32_t samples = 0;     // its GPU times of that op
+  bool op_sampled = false;  // that op's times (some members') from the sampled markers
+  // Over every op it was judged at: whether some times were sampled, and the highest bar
+  // (fr::slow::gpu_clear's inputs).
+  bool sampled = false;
+  double max_bar = 0, max_ratio = 0;
 };
 struct HistoryLink {  // a link whose steps are slow: `src` sends to `dst` (global ranks)
   int src = -1, dst = -1, channel = -1;
@@ -289,7 +294,8 @@ struct HistoryBusy {  // a rank's GPU in flight against its peers' since it turn
   double share = 0, peers = 0;
   uint32_t samples = 0;
 };
-std::vector<HistoryGpu> history_gpus(const Model& m);
+// The slow GPUs; `judged` (when given) gets every member judged, slow or not.
+std::vector<HistoryGpu> history_gpus(const Model& m, std::vector<HistoryGpu>* judged = nullptr);
 std::vector<HistoryLink> history_links(const Model& m);
 // For a rank late on communicator `comm` since its collective `since_seq`.
 HistoryBusy history_busy(const Model& m, int rank, uint64_t comm, uint64_t since_seq);

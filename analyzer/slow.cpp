@@ -29,6 +29,7 @@
 #include <set>
 #include <tuple>
 
+#include "common/slow_rule.h"
 #include "passes.h"
 
 namespace fr::analyzer {
@@ -229,22 +230,44 @@ std::string ms_text(int64_t ns) {
   return b;
 }
 
-// What the heartbeat histories add to a straggler: its kernel times against its peers', else its
-// GPU's progress counters; the cause they give, in the finding's text and JSON.
-bool add_history(const Model& m, const Straggler& s, const HistoryGpu* kern, std::string* text,
-                 json* slow) {
+// Where a GPU finding's times came from, for its text.
+const char* gpu_source(const HistoryGpu& g) {
+  return g.op_sampled ? "GPU times from the stream's progress markers, sampled by the node: from "
+                        "when the last member's GPU reached each collective to when this one "
+                        "finished it"
+                      : "GPU times from the profiler's kernel channels";
+}
+
+// What the heartbeat histories add to a straggler: its GPU times against its peers' (slow:
+// `kern`; judged and clearly not slow: `clear`), else its GPU's progress counters; the cause
+// they give, in the finding's text and JSON.
+bool add_history(const Model& m, const Straggler& s, const HistoryGpu* kern,
+                 const HistoryGpu* clear, std::string* text, json* slow) {
   if (kern != nullptr) {
     char b[200];
     std::snprintf(b, sizeof b,
-                  "; its GPU takes %.1fx its peers' time for the same %s (median %s vs %s)",
+                  "; its GPU takes %.1fx its peers' time for the same %s (median %s vs %s; ",
                   kern->ratio, fr::log::op_name(uint16_t(kern->op)),
                   ms_text(kern->value_ns).c_str(), ms_text(kern->others_ns).c_str());
-    *text += b;
+    *text += b + std::string(gpu_source(*kern)) + ")";
     (*slow)["gpu"] = {{"ratio", std::round(kern->ratio * 100) / 100},
                       {"value_ns", kern->value_ns},
                       {"others_ns", kern->others_ns},
-                      {"kernel_times", kern->samples}};
+                      {kern->op_sampled ? "sampled_times" : "kernel_times", kern->samples}};
+    (*slow)["gpu_sampled"] = kern->op_sampled;
     return true;
+  }
+  if (clear != nullptr) {
+    char b[120];
+    std::snprintf(b, sizeof b,
+                  "; its host is slow: its GPU's time per collective is as its peers' (%.1fx, ",
+                  clear->max_ratio);
+    *text += b;
+    *text += clear->sampled ? "from the stream's progress markers, sampled by the node)"
+                            : "from the profiler's kernel channels)";
+    (*slow)["gpu"] = {{"ratio", std::round(clear->max_ratio * 100) / 100}};
+    (*slow)["gpu_sampled"] = clear->sampled;
+    return false;
   }
   const HistoryBusy busy = history_busy(m, s.rank, m.comms[s.comm].id, s.first_seq);
   if (!busy.judged) return false;
@@ -262,7 +285,8 @@ bool add_history(const Model& m, const Straggler& s, const HistoryGpu* kern, std
   return busy.gpu;
 }
 
-Finding finding_of(const Model& m, const Straggler& s, const HistoryGpu* kern) {
+Finding finding_of(const Model& m, const Straggler& s, const HistoryGpu* kern,
+                   const HistoryGpu* clear) {
   const Comm& c = m.comms[s.comm];
   const CommRef ref = comm_ref(c);
   const std::string comm_word = ref.name.empty() ? "communicator " + ref.id : ref.name;
@@ -270,7 +294,7 @@ Finding finding_of(const Model& m, const Straggler& s, const HistoryGpu* kern) {
   const std::vector<std::string> throttle = throttling(m, s.rank);
   std::string evidence;
   json slow_extra = json::object();
-  const bool history_gpu = add_history(m, s, kern, &evidence, &slow_extra);
+  const bool history_gpu = add_history(m, s, kern, clear, &evidence, &slow_extra);
   const bool gpu = history_gpu || !throttle.empty();
   std::string text =
       "slow " + std::string(gpu ? "GPU" : "host") + ": rank " + std::to_string(s.rank) +
@@ -353,12 +377,13 @@ Finding gpu_finding(const Model& m, const HistoryGpu& g) {
       "slow GPU: rank %d's GPU takes %.1fx its peers' time for the same %s on %s (median %s vs %s)",
       g.rank, g.ratio, fr::log::op_name(uint16_t(g.op)), comm_word(m, g.comm).c_str(),
       ms_text(g.value_ns).c_str(), ms_text(g.others_ns).c_str());
-  Finding f = history_finding(m, g.comm, b,
+  Finding f = history_finding(m, g.comm, b + std::string("; ") + gpu_source(g),
                               {{"cause", "gpu"},
                                {"factor", std::round(g.ratio * 100) / 100},
                                {"value_ns", g.value_ns},
                                {"others_ns", g.others_ns},
-                               {"kernel_times", g.samples}});
+                               {"gpu_sampled", g.op_sampled},
+                               {g.op_sampled ? "sampled_times" : "kernel_times", g.samples}});
   f.op = fr::log::op_name(uint16_t(g.op));
   f.culprit_ranks = {g.rank};
   const std::vector<std::string> throttle = throttling(m, g.rank);
@@ -424,15 +449,26 @@ std::vector<Finding> find_slow(const AnalysisState& state) {
                        [&](int r) { return state.rank_filter.count(r) > 0; });
   };
   std::map<int, HistoryGpu> kernels;  // per rank, its slowest
-  for (const HistoryGpu& g : history_gpus(m))
+  std::vector<HistoryGpu> judged;
+  for (const HistoryGpu& g : history_gpus(m, &judged))
     if (wanted(g.comm, {g.rank}) && (!kernels.count(g.rank) || g.ratio > kernels[g.rank].ratio))
       kernels[g.rank] = g;
+  // A straggler whose GPU times were judged on its communicator and are clearly not slow: its
+  // host (as the live detector's gpu_clear).
+  auto clear_on = [&](const Straggler& s) -> const HistoryGpu* {
+    for (const HistoryGpu& g : judged)
+      if (g.rank == s.rank && g.comm == m.comms[s.comm].id &&
+          fr::slow::gpu_clear(g.max_ratio, g.max_bar, g.sampled))
+        return &g;
+    return nullptr;
+  };
   std::vector<Finding> out;
   std::set<int> blamed;
   for (const auto& [rank, s] : best) {
     if (!state.rank_filter.empty() && !state.rank_filter.count(rank)) continue;
     auto k = kernels.find(rank);
-    out.push_back(finding_of(m, s, k == kernels.end() ? nullptr : &k->second));
+    out.push_back(finding_of(m, s, k == kernels.end() ? nullptr : &k->second,
+                             k == kernels.end() ? clear_on(s) : nullptr));
     blamed.insert(rank);
   }
   for (const auto& [rank, g] : kernels)

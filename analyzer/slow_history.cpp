@@ -4,7 +4,10 @@
 // (common/slow_rule.h):
 //   - gpu: per (communicator, op) each member's decaying log average of its kernel times, over
 //     the median of the members'; at least kMinGpuSamples kernel times per member and three
-//     members; a third of the members at most stand out.
+//     members; a third of the members at most stand out. Without kernel times, its GPU times
+//     from the sampled progress markers: at each collective every member's markers timed, from
+//     when the last member's GPU reached it to when its own finished (fr::slow::GpuAvg,
+//     sampled_gpu_times: the same rule, floor and averages as the live detector's).
 //   - link: per (sender, receiver) pair of a communicator, the share of samples that caught the
 //     sender on the wire (SEND_WAIT) against the other pairs' (a ring's steps wait for its slow
 //     link, so its sender alone is on the wire most of each op); where fewer than two pairs have
@@ -16,6 +19,7 @@
 // judged once, over its whole history.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <tuple>
@@ -32,9 +36,11 @@ using fr::log::HistorySample;
 using fr::log::ProcessHistory;
 using fr::slow::median_of;
 
-constexpr size_t kMaxComms = 4096;  // communicators judged
-constexpr size_t kMaxLinks = 4096;  // links per communicator
-constexpr size_t kMaxOps = 8;       // ops timed per member
+constexpr size_t kMaxComms = 4096;    // communicators judged
+constexpr size_t kMaxLinks = 4096;    // links per communicator
+constexpr size_t kMaxOps = 8;         // ops timed per member
+constexpr size_t kMaxSeqs = 1 << 16;  // collectives per communicator whose op and marks are kept
+constexpr int64_t kMaxTimeNs = int64_t(1) << 62;  // a sampled time past this is not a time
 
 // Every sample of every process, oldest first over the nodes (as the heartbeats arrived).
 struct Visit {
@@ -58,36 +64,108 @@ struct Avg {
 
 }  // namespace
 
-std::vector<HistoryGpu> history_gpus(const Model& m) {
-  struct Member {
-    int rank = -1;
-    std::map<uint32_t, Avg> ops;
-  };
-  std::map<uint64_t, std::map<int, Member>> comms;
-  for (const Visit& v : visits(m))
-    for (const auto& c : v.s->comms) {
-      if (c.rank < 0 || (!comms.count(c.id) && comms.size() >= kMaxComms)) continue;
-      Member& mem = comms[c.id][c.rank];
-      mem.rank = v.p->rank;
-      for (const auto& k : c.colls) {
-        if (k.gpu_ns <= 0 || (!mem.ops.count(k.op) && mem.ops.size() >= kMaxOps)) continue;
-        Avg& a = mem.ops[k.op];
-        a.log_avg = fr::slow::decay_log(a.log_avg, a.n, std::log(double(k.gpu_ns)));
-        a.n++;
-      }
+namespace {
+
+struct GpuMember {
+  int rank = -1;  // global
+  std::map<uint32_t, fr::slow::GpuAvg> ops;
+  fr::slow::GpuAvg* op(uint32_t o) {
+    if (!ops.count(o) && ops.size() >= kMaxOps) return nullptr;
+    fr::slow::GpuAvg& a = ops[o];
+    a.op = o;
+    return &a;
+  }
+};
+struct GpuComm {
+  int size = -1;
+  std::map<int, GpuMember> members;  // by comm rank
+  std::map<uint64_t, uint32_t> ops;  // seq -> op
+  // seq -> per comm rank its sampled (start, end) on the common clock
+  std::map<uint64_t, std::map<int, std::pair<int64_t, int64_t>>> marks;
+};
+
+// A process's dump's clock offset (the dump set's manifest), which puts its node's clock on the
+// common one: the sampled times of members on different nodes are compared.
+int64_t clock_offset(const Model& m, const ProcessHistory& p) {
+  for (const auto& q : m.procs)
+    if (q.rank == p.rank && q.pid == p.pid)
+      return std::llabs(q.clock_offset_ns) < kMaxTimeNs / 2 ? q.clock_offset_ns : 0;
+  return 0;
+}
+
+// Learns one process's sample: its kernel times (as SlowDetector::member does) and its sampled
+// markers, kept until every member's are known.
+void learn_gpu(const Visit& v, int64_t offset, std::map<uint64_t, GpuComm>* comms) {
+  for (const auto& c : v.s->comms) {
+    if (c.rank < 0 || (!comms->count(c.id) && comms->size() >= kMaxComms)) continue;
+    GpuComm& gc = (*comms)[c.id];
+    if (c.size > 0) gc.size = c.size;
+    GpuMember& mem = gc.members[c.rank];
+    mem.rank = v.p->rank;
+    for (const auto& k : c.colls) {
+      if (gc.ops.size() < kMaxSeqs) gc.ops.emplace(k.seq, k.op);
+      if (k.gpu_ns <= 0) continue;
+      if (fr::slow::GpuAvg* a = mem.op(k.op)) a->add_kernel(k.gpu_ns);
     }
+    for (const auto& k : c.marks) {
+      // Hostile or absurd times (not a collective's start and end, or past int64 with the
+      // offset) are not times.
+      if (!fr::slow::marks_timed(k.gpu_start_ns, k.gpu_end_ns) || k.gpu_end_ns > kMaxTimeNs)
+        continue;
+      if (!gc.marks.count(k.seq) && gc.marks.size() >= kMaxSeqs) continue;
+      gc.marks[k.seq].emplace(c.rank,
+                              std::make_pair(k.gpu_start_ns + offset, k.gpu_end_ns + offset));
+    }
+  }
+}
+
+// Each member's own GPU time at each collective every member's markers timed (as
+// SlowDetector::join_markers does; communicators of 3 members at least, as it joins).
+void join_marks(GpuComm* gc) {
+  if (gc->size < 3) return;
+  for (const auto& [seq, by_rank] : gc->marks) {
+    auto op = gc->ops.find(seq);
+    if (op == gc->ops.end() || by_rank.size() != size_t(gc->size)) continue;
+    std::vector<std::pair<int64_t, int64_t>> marks;
+    for (const auto& [_, se] : by_rank) marks.push_back(se);
+    const std::vector<int64_t> own = fr::slow::sampled_gpu_times(marks);
+    size_t i = 0;
+    for (const auto& [r, _] : by_rank) {
+      auto mem = gc->members.find(r);
+      if (mem != gc->members.end() && i < own.size())
+        if (fr::slow::GpuAvg* a = mem->second.op(op->second)) a->add_sampled(own[i]);
+      ++i;
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<HistoryGpu> history_gpus(const Model& m, std::vector<HistoryGpu>* judged) {
+  std::map<uint64_t, GpuComm> comms;
+  std::map<const ProcessHistory*, int64_t> offsets;
+  for (const Visit& v : visits(m)) {
+    auto o = offsets.find(v.p);
+    if (o == offsets.end()) o = offsets.emplace(v.p, clock_offset(m, *v.p)).first;
+    learn_gpu(v, o->second, &comms);
+  }
   std::vector<HistoryGpu> out;
-  for (const auto& [id, members] : comms) {
+  for (auto& [id, gc] : comms) {
+    join_marks(&gc);
+    const auto& members = gc.members;
     std::set<uint32_t> ops;
     for (const auto& [_, mem] : members)
       for (const auto& [op, a] : mem.ops) ops.insert(op);
-    std::map<int, std::pair<HistoryGpu, double>> worst;  // comm rank -> (worst op, its bar)
+    std::map<int, HistoryGpu> worst;  // comm rank -> its worst op (by ratio over its bar)
     for (uint32_t op : ops) {
-      std::vector<std::pair<int, const Avg*>> avg;
+      std::vector<std::pair<int, const fr::slow::GpuAvg*>> avg;
+      bool sampled = false;  // some of them from the markers
       for (const auto& [r, mem] : members)
         if (auto a = mem.ops.find(op);
-            a != mem.ops.end() && a->second.n >= fr::slow::kMinGpuSamples)
+            a != mem.ops.end() && a->second.n >= fr::slow::kMinGpuSamples) {
           avg.emplace_back(r, &a->second);
+          sampled |= a->second.sampled;
+        }
       if (avg.size() < 3) continue;
       std::vector<double> logs;
       for (const auto& [_, a] : avg) logs.push_back(a->log_avg);
@@ -95,23 +173,28 @@ std::vector<HistoryGpu> history_gpus(const Model& m) {
           fr::slow::spread_of(logs, fr::slow::kGpuFloor, fr::slow::kRatioNoiseFactor);
       for (const auto& [r, a] : avg) {
         const double ratio = std::exp(a->log_avg - sp.median_log);
-        auto& w = worst[r];
-        if (w.second > 0 && ratio / sp.bar <= w.first.ratio / w.second) continue;
-        w.first = {members.at(r).rank,
-                   id,
-                   op,
-                   ratio,
-                   int64_t(std::exp(a->log_avg)),
-                   int64_t(std::exp(sp.median_log)),
-                   a->n};
-        w.second = sp.bar;
+        HistoryGpu& w = worst[r];
+        w.max_bar = std::max(w.max_bar, sp.bar);
+        w.max_ratio = std::max(w.max_ratio, ratio);
+        w.sampled |= sampled;
+        if (w.bar > 0 && ratio / sp.bar <= w.ratio / w.bar) continue;
+        w.rank = members.at(r).rank;
+        w.comm = id;
+        w.op = op;
+        w.ratio = ratio;
+        w.bar = sp.bar;
+        w.value_ns = fr::slow::ns_of_log(a->log_avg);
+        w.others_ns = fr::slow::ns_of_log(sp.median_log);
+        w.samples = a->n;
+        w.op_sampled = sampled;
       }
     }
     std::vector<HistoryGpu> found;
-    for (const auto& [_, w] : worst)
-      if (w.first.ratio >= w.second && w.first.rank >= 0 &&
-          w.first.value_ns - w.first.others_ns >= fr::slow::kMinExcessNs)
-        found.push_back(w.first);
+    for (const auto& [_, w] : worst) {
+      if (judged != nullptr && w.rank >= 0) judged->push_back(w);
+      if (w.ratio >= w.bar && w.rank >= 0 && w.value_ns - w.others_ns >= fr::slow::kMinExcessNs)
+        found.push_back(w);
+    }
     if (found.size() * 3 <= worst.size()) out.insert(out.end(), found.begin(), found.end());
   }
   return out;

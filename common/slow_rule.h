@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace fr::slow {
@@ -28,6 +29,7 @@ inline constexpr double kBusyFloor = 0.2;           // the peers' in-flight shar
 inline constexpr double kBusyRatio = 0.5;           // its share over theirs: its GPU, not its host
 inline constexpr int64_t kMinExcessNs = 200'000;    // a finding's excess over its peers per op
 inline constexpr double kAvgAlpha = 0.2;  // weight of the newest sample in a kernel or link average
+inline constexpr int64_t kSampledFloorNs = 1'000'000;  // sampled GPU times count as this at least
 
 // A decaying average of logs: the first sample sets it (n: samples before this one).
 inline double decay_log(double avg, uint32_t n, double v) {
@@ -40,6 +42,74 @@ T median_of(std::vector<T> v) {
   auto mid = v.begin() + std::ptrdiff_t(v.size() / 2);
   std::nth_element(v.begin(), mid, v.end());
   return *mid;
+}
+
+// A time in ns from its log, within int64 (a hostile or absurd time must not overflow).
+inline int64_t ns_of_log(double l) {
+  const double v = std::exp(l);
+  return v >= 9.0e18 ? int64_t(9'000'000'000'000'000'000) : v <= 0 ? 0 : int64_t(v);
+}
+
+// A member's GPU time per op, in log space (log_avg, over n samples): from kernel times (the
+// profiler's kernel channels), or where it has none from the node's sampled progress markers.
+// Kernel times win: the first one replaces the sampled times, which are not taken after it.
+struct GpuAvg {
+  uint32_t op = 0;
+  double log_avg = 0;
+  uint32_t n = 0;
+  // From the sampled markers: a linear average (a time quantized by the sample period can be 0),
+  // whose log, floored at one sample period, is log_avg.
+  bool sampled = false;
+  double lin_avg = 0;
+
+  void add_kernel(int64_t ns) {
+    if (ns <= 0) return;
+    if (sampled) *this = GpuAvg{op};
+    log_avg = decay_log(log_avg, n, std::log(double(ns)));
+    n++;
+  }
+  void add_sampled(int64_t own_ns, int64_t floor_ns = kSampledFloorNs) {
+    if (n > 0 && !sampled) return;  // kernel times first
+    sampled = true;
+    const double own = double(std::max<int64_t>(0, own_ns));
+    lin_avg = n == 0 ? own : (1 - kAvgAlpha) * lin_avg + kAvgAlpha * own;
+    log_avg = std::log(std::max(lin_avg, double(std::max<int64_t>(1, floor_ns))));
+    n++;
+  }
+};
+
+// Whether a collective's sampled markers time it: reached (start) and finished (end, not before).
+inline bool marks_timed(int64_t start_ns, int64_t end_ns) {
+  return start_ns > 0 && end_ns >= start_ns;
+}
+
+// Each member's own GPU time at a collective from its sampled markers (start, end), given for
+// every member of the communicator: from when the last member's GPU reached it (before that a
+// GPU waits for its peers, so the marker interval alone cannot show a slow GPU) to when its own
+// finished. A sample period's rounding (and the nodes' clock error) can put an end before the
+// last start: 0, which the average absorbs. Empty where a member's markers do not time it.
+inline std::vector<int64_t> sampled_gpu_times(
+    const std::vector<std::pair<int64_t, int64_t>>& marks) {
+  int64_t last = 0;
+  for (const auto& [start, end] : marks) {
+    if (!marks_timed(start, end)) return {};
+    last = std::max(last, start);
+  }
+  std::vector<int64_t> own;
+  own.reserve(marks.size());
+  for (const auto& m : marks) own.push_back(std::max<int64_t>(0, m.second - last));
+  return own;
+}
+
+// Whether a member's GPU times were judged and are clearly not slow (a late host is then its
+// host's fault): its worst op's ratio under the bar. Sampled times are coarser than kernel
+// times: a GPU a little under the bar (a mild slowdown rounded by the sample period) is not
+// cleared (half the floor's margin), nor one whose peers' times spread so much (samplers delayed
+// on a busy node) that the bar rose above the floor.
+inline bool gpu_clear(double ratio, double bar, bool sampled, double floor = kGpuFloor) {
+  if (sampled && bar > floor + 1e-9) return false;
+  const double clear = sampled ? 1 + (floor - 1) / 2 : floor;
+  return ratio > 0 && ratio < clear;
 }
 
 // The bar a ratio must pass: the floor, or 1 + k x the others' spread when that is higher.

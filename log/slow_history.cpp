@@ -25,8 +25,15 @@ json sample_json(const HistorySample& s) {
   for (const auto& c : s.comms) {
     json colls = json::array();
     for (const auto& k : c.colls) colls.push_back(coll_json(k));
-    comms.push_back(
-        {{"id", c.id}, {"rank", c.rank}, {"size", c.size}, {"busy", c.busy}, {"colls", colls}});
+    json comm = {
+        {"id", c.id}, {"rank", c.rank}, {"size", c.size}, {"busy", c.busy}, {"colls", colls}};
+    if (!c.marks.empty()) {
+      json marks = json::array();
+      for (const auto& k : c.marks)
+        marks.push_back(json::array({k.seq, k.gpu_start_ns, k.gpu_end_ns}));
+      comm["marks"] = std::move(marks);
+    }
+    comms.push_back(std::move(comm));
   }
   for (const auto& l : s.links) links.push_back(link_json(l));
   return {{"t_ns", s.time_ns}, {"comms", comms}, {"links", links}};
@@ -72,6 +79,10 @@ HistorySample sample_from(const json& j) {
       if (!k.is_array() || k.size() != 4) throw std::runtime_error("a collective is not 4 numbers");
       hc.colls.push_back(
           {num<uint64_t>(k[0]), num<uint32_t>(k[1]), num<int64_t>(k[2]), num<int64_t>(k[3])});
+    }
+    for (const json& k : bounded(c, "marks", NodeSlowHistory::kMaxColls)) {
+      if (!k.is_array() || k.size() != 3) throw std::runtime_error("a mark is not 3 numbers");
+      hc.marks.push_back({num<uint64_t>(k[0]), num<int64_t>(k[1]), num<int64_t>(k[2])});
     }
     s.comms.push_back(std::move(hc));
   }

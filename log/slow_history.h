@@ -7,8 +7,10 @@
 //
 // Per process, per heartbeat (a sample): per communicator its place (rank, size), whether an op
 // of it was in flight (handed to the GPU, not done) and the collectives new since the previous
-// sample (sequence number, op, call time on the node's clock, kernel time where known); and the
-// proxy-step timings per (communicator, channel, peer, direction) with the sender's state.
+// sample (sequence number, op, call time on the node's clock, kernel time where known), and the
+// sampled GPU times of its collectives that became known since the previous sample (when the
+// node saw the rank's GPU reach and finish each, from the stream's progress markers: often a
+// sample after the collective itself, which was not finished yet); and the proxy-step timings per (communicator, channel, peer, direction) with the sender's state.
 // The writer and the reader are the two functions below; the reader is bounded in every count,
 // refuses another schema, and skips (naming it) a process entry it cannot read, keeping the rest.
 #pragma once
@@ -30,12 +32,21 @@ struct HistoryColl {
   int64_t gpu_ns = 0;   // kernel time; 0 unknown
 };
 
+// A collective's sampled GPU times (node's CLOCK_REALTIME; 0 unknown). An optional addition to
+// schema 1: a file without them reads as before, and readers before them ignore them.
+struct HistoryMark {
+  uint64_t seq = 0;
+  int64_t gpu_start_ns = 0;
+  int64_t gpu_end_ns = 0;
+};
+
 struct HistoryComm {
   uint64_t id = 0;
   int rank = -1;  // in the communicator
   int size = -1;
   bool busy = false;               // an op of it in flight on the GPU at the sample
   std::vector<HistoryColl> colls;  // new since the previous sample, oldest first
+  std::vector<HistoryMark> marks;  // sampled GPU times new since the previous sample, oldest first
 };
 
 struct HistoryLink {
@@ -71,7 +82,7 @@ struct NodeSlowHistory {
   static constexpr size_t kMaxSamples = 120;
   static constexpr size_t kMaxProcesses = 1024;
   static constexpr size_t kMaxComms = 64;   // per sample
-  static constexpr size_t kMaxColls = 64;   // per communicator per sample
+  static constexpr size_t kMaxColls = 64;   // per communicator per sample (and as many marks)
   static constexpr size_t kMaxLinks = 128;  // per sample
   static constexpr size_t kMaxFileBytes = 32u << 20;
 };

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "common/slow_rule.h"
+
 namespace fr::daemon {
 
 SlowHistory::SlowHistory(size_t max_samples, size_t max_processes)
@@ -27,6 +29,15 @@ fr::log::HistorySample SlowHistory::sample_of(const ProcessReport& p, int64_t re
       if (t.seq > last && hc.colls.size() < NodeSlowHistory::kMaxColls)
         hc.colls.push_back({t.seq, t.op, t.call_ns, t.gpu_ns});
     if (!hc.colls.empty()) last = hc.colls.back().seq;
+    // Sampled GPU times, once each, when first known: a collective's often in a later heartbeat
+    // than the collective (its GPU had not finished it). A stream finishes its collectives in
+    // order, so the newest timed one marks what is kept.
+    uint64_t& marked = proc->last_mark[c.comm_id];
+    for (const CollTiming& t : c.recent)
+      if (t.seq > marked && fr::slow::marks_timed(t.gpu_start_ns, t.gpu_end_ns) &&
+          hc.marks.size() < NodeSlowHistory::kMaxColls)
+        hc.marks.push_back({t.seq, t.gpu_start_ns, t.gpu_end_ns});
+    if (!hc.marks.empty()) marked = hc.marks.back().seq;
     s.comms.push_back(std::move(hc));
   }
   for (const LinkTiming& l : p.links) {

@@ -39,7 +39,8 @@ class SlowHistory {
   struct Proc {
     int rank = -1, pid = 0;
     uint64_t last_turn = 0;
-    std::map<uint64_t, uint64_t> last_seq;  // per communicator: the newest collective kept
+    std::map<uint64_t, uint64_t> last_seq;   // per communicator: the newest collective kept
+    std::map<uint64_t, uint64_t> last_mark;  // ... and the newest one whose GPU times are kept
     std::deque<fr::log::HistorySample> samples;
   };
   fr::log::HistorySample sample_of(const ProcessReport& p, int64_t real_ns, Proc* proc) const;

@@ -62,12 +62,7 @@ void SlowDetector::member(const CommProgress& cp, int global_rank, int64_t offse
       auto g = std::find_if(mem.gpu.begin(), mem.gpu.end(),
                             [&](const GpuAvg& a) { return a.op == t.op; });
       if (g == mem.gpu.end() && mem.gpu.size() < 8) g = mem.gpu.insert(mem.gpu.end(), {t.op});
-      if (g != mem.gpu.end() && g->sampled) *g = GpuAvg{t.op};  // kernel times first
-      if (g != mem.gpu.end()) {
-        const double l = std::log(double(t.gpu_ns));
-        g->log_avg = fr::slow::decay_log(g->log_avg, g->n, l);
-        g->n++;
-      }
+      if (g != mem.gpu.end()) g->add_kernel(t.gpu_ns);  // kernel times first
     }
     auto p = c.pending.find(t.seq);
     if (p == c.pending.end()) {
@@ -150,24 +145,17 @@ void SlowDetector::join(Comm& c, uint64_t seq, Pending& p) {
 
 void SlowDetector::join_markers(Comm& c, const Pending& p) {
   if (p.arrivals.size() != size_t(c.size)) return;  // the last to reach it may be the one missing
-  int64_t last = 0;
-  for (const Arrival& x : p.arrivals) {
-    if (x.gpu_start <= 0) return;
-    last = std::max(last, x.gpu_start);
-  }
-  for (const Arrival& x : p.arrivals) {
-    auto m = c.members.find(x.rank);
+  std::vector<std::pair<int64_t, int64_t>> marks;
+  marks.reserve(p.arrivals.size());
+  for (const Arrival& x : p.arrivals) marks.emplace_back(x.gpu_start, x.gpu_end);
+  const std::vector<int64_t> own = fr::slow::sampled_gpu_times(marks);
+  for (size_t i = 0; i < own.size(); ++i) {
+    auto m = c.members.find(p.arrivals[i].rank);
     if (m == c.members.end()) continue;
     auto& gpu = m->second.gpu;
     auto g = std::find_if(gpu.begin(), gpu.end(), [&](const GpuAvg& a) { return a.op == p.op; });
-    if (g == gpu.end() && gpu.size() < 8) g = gpu.insert(gpu.end(), {p.op, 0, 0, true});
-    if (g == gpu.end() || !g->sampled) continue;  // kernel times first
-    // A sample period's rounding (and the nodes' clock error) can put the end before the last
-    // start: 0, which the average absorbs.
-    const double own = double(std::max<int64_t>(0, x.gpu_end - last));
-    g->lin_avg = g->n == 0 ? own : (1 - kAvgAlpha) * g->lin_avg + kAvgAlpha * own;
-    g->log_avg = std::log(std::max(g->lin_avg, double(cfg_.sampled_floor_ns)));
-    g->n++;
+    if (g == gpu.end() && gpu.size() < 8) g = gpu.insert(gpu.end(), {p.op});
+    if (g != gpu.end()) g->add_sampled(own[i], cfg_.sampled_floor_ns);  // kernel times first
   }
 }
 
@@ -300,12 +288,7 @@ bool SlowDetector::excused(const Comm& c, int src, int dst) const {
 }
 
 bool SlowDetector::gpu_clear(const Member& m) const {
-  // Sampled times are coarser than kernel times: a GPU a little under the bar (a mild slowdown
-  // rounded by the sample period) is left to the counters rather than cleared, and so is one
-  // whose peers' times spread so much (samplers delayed on a busy node) that the bar rose.
-  if (m.gpu_sampled && m.gpu_bar > cfg_.gpu_floor + 1e-9) return false;
-  const double bar = m.gpu_sampled ? 1 + (cfg_.gpu_floor - 1) / 2 : cfg_.gpu_floor;
-  return m.gpu_ratio > 0 && m.gpu_ratio < bar;
+  return fr::slow::gpu_clear(m.gpu_ratio, m.gpu_bar, m.gpu_sampled, cfg_.gpu_floor);
 }
 
 bool SlowDetector::worth(const SlowFinding& f, int64_t excess_ns) const {

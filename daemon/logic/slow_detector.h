@@ -63,7 +63,7 @@ struct SlowConfig {
       fr::slow::kMinGpuSamples;  // kernel times a member needs before it is judged
   // GPU times from the sampled markers below this count as this: a sample period (frd node's
   // default) rounds them, so 0.3 ms against 0 is no ratio.
-  int64_t sampled_floor_ns = 1'000'000;
+  int64_t sampled_floor_ns = fr::slow::kSampledFloorNs;
   uint32_t min_link_samples = fr::slow::kMinLinkSamples;
   uint32_t min_wire_samples =
       fr::slow::kMinWireSamples;  // states of a sender pair's slots before it is judged
@@ -180,15 +180,9 @@ class SlowDetector {
   size_t tracked_comms() const { return comms_.size(); }
 
  private:
-  struct GpuAvg {
-    uint32_t op = 0;
-    double log_avg = 0;
-    uint32_t n = 0;
-    // From the sampled progress markers (join_markers), not kernel times: a linear average (a
-    // time quantized by the sample period can be 0), its log in log_avg. Kernel times replace it.
-    bool sampled = false;
-    double lin_avg = 0;
-  };
+  // Per op: kernel times, else the sampled markers' (join_markers); the rule is shared with
+  // fr-analyze.
+  using GpuAvg = fr::slow::GpuAvg;
   struct Member {
     int global_rank = -1;
     uint64_t last_seq = 0;      // newest collective taken from its reports

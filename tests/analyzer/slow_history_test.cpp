@@ -34,6 +34,10 @@ struct Say {
   bool busy = false;
   int64_t step_ns = 0;
   uint32_t state = 0;
+  // The node's sampled progress markers at its collective, after the sample's time: when its GPU
+  // reached it and finished it (0: not sampled). Reported in the next sample, as a node does for
+  // a collective its GPU had not finished at the heartbeat.
+  int64_t reach_after_ns = 0, done_after_ns = 0;
 };
 using Script = std::function<Say(int r, int k)>;
 
@@ -83,6 +87,13 @@ NodeSlowHistory history_of(int node, uint64_t comm, const Script& say) {
       c.size = kRanks;
       c.busy = s.busy;
       c.colls.push_back({uint64_t(1000 + k), FR_OP_ALLREDUCE, x.time_ns, s.gpu_ns});
+      if (k > 0) {
+        const Say before = say(r, k - 1);
+        const int64_t t = x.time_ns - 1000 * kMs;
+        if (before.reach_after_ns > 0)
+          c.marks.push_back(
+              {uint64_t(1000 + k - 1), t + before.reach_after_ns, t + before.done_after_ns});
+      }
       x.comms.push_back(c);
       if (s.step_ns > 0) {
         x.links.push_back(
@@ -141,6 +152,28 @@ Script ring_script(int slow) {
     s.step_ns = 10 * kMs;
     const bool wire = r == slow ? k % 5 != 0 : mix(uint64_t(r) << 32 | uint64_t(k)) % 20 == 0;
     s.state = wire ? FR_CHANST_SEND_WAIT : FR_CHANST_SEND_PEER_WAIT;
+    return s;
+  };
+}
+
+// No kernel times: the nodes' sampled markers. Each GPU reaches the collective within 0.5 ms of
+// the others (rank `late_gpu` `late_ms` after them) and works on it `own_ms` (a few percent of
+// noise) after the last one reached it; rank `slow` `factor` times as long.
+Script sampled_script(int slow, double factor, int late_gpu = -1, double late_ms = 0,
+                      double own_ms = 4) {
+  return [=](int r, int k) {
+    const uint64_t h = mix(uint64_t(r) << 32 | uint64_t(k) | 1ull << 20);
+    Say s;
+    s.busy = k % 10 < 7;  // the counters alone would blame a late rank's GPU
+    int64_t last = 0;
+    for (int q = 0; q < kRanks; ++q) {
+      const uint64_t hq = mix(uint64_t(q) << 32 | uint64_t(k) | 1ull << 20);
+      last =
+          std::max(last, int64_t(hq % 500) * 1000 + (q == late_gpu ? int64_t(late_ms * kMs) : 0));
+    }
+    s.reach_after_ns = 1 + int64_t(h % 500) * 1000 + (r == late_gpu ? int64_t(late_ms * kMs) : 0);
+    const double noise = 1 + double(h % 50) / 1000;
+    s.done_after_ns = last + int64_t(own_ms * kMs * noise * (r == slow ? factor : 1));
     return s;
   };
 }
@@ -291,4 +324,109 @@ TEST_CASE("slow history: corrupt, truncated and hostile history files are named,
   auto found = slow_findings(hostile);
   REQUIRE(found.size() == 1);
   CHECK(found[0]["culprit_ranks"] == json::array({6}));
+}
+
+TEST_CASE("slow history: a GPU slow by its sampled markers alone is named with cause gpu",
+          "[analyzer][slow]") {
+  // Rank 6's GPU reaches each collective 8 ms after the others (its compute is slow too) and
+  // takes 3 times their 4 ms after the last one reached it. The marker interval alone would make
+  // every peer as slow (they wait for it): the time from the last start is what names it.
+  json doc = analyze_with("", sampled_script(6, 3, 6, 8));
+  INFO(doc["findings"].dump());
+  CHECK(doc["verdict"]["kind"] == "no_hang");
+  auto found = slow_findings(doc);
+  REQUIRE(found.size() == 1);
+  CHECK(found[0]["culprit_ranks"] == json::array({6}));
+  CHECK(found[0]["slow"]["cause"] == "gpu");
+  CHECK(found[0]["slow"]["gpu_sampled"] == true);
+  CHECK(found[0]["slow"]["sampled_times"].get<int>() >= 8);
+  CHECK(found[0]["slow"]["factor"].get<double>() > 2.7);
+  CHECK(found[0]["slow"]["factor"].get<double>() < 3.3);
+  const std::string text = found[0]["summary"].get<std::string>();
+  CHECK(text.find("rank 6's GPU takes 3.0x") != std::string::npos);
+  CHECK(text.find("progress markers, sampled by the node") != std::string::npos);
+  // Kernel times win where a member has them: rank 6's kernels are its peers' (1x), so its
+  // sampled times are not taken and nothing is slow.
+  json kern = analyze_with("", [](int r, int k) {
+    Say s = sampled_script(6, 3, 6, 8)(r, k);
+    s.gpu_ns = 4 * kMs;
+    return s;
+  });
+  INFO(kern["findings"].dump());
+  CHECK(slow_findings(kern).empty());
+  // Times under the 1 ms floor count as 1 ms: 0.1 ms against 0.3 ms is no slow GPU.
+  CHECK(slow_findings(analyze_with("", sampled_script(6, 3, -1, 0, 0.1))).empty());
+}
+
+TEST_CASE("slow history: a late rank whose sampled GPU times are its peers' is a slow host",
+          "[analyzer][slow]") {
+  // Rank 6 calls 4 ms late at every step: its GPU reaches each collective 4 ms after the others
+  // and, from there, takes their time. Its peers wait in flight at 70% of the heartbeats, its own
+  // GPU too: the counters alone would say its GPU; the sampled times say its host.
+  json doc = analyze_with("rank=6,step=10,kind=slow,ms=4", sampled_script(-1, 1, 6, 4));
+  INFO(doc["findings"].dump());
+  auto found = slow_findings(doc);
+  REQUIRE(found.size() == 1);
+  CHECK(found[0]["culprit_ranks"] == json::array({6}));
+  CHECK(found[0]["slow"]["cause"] == "host");
+  CHECK(found[0]["slow"]["gpu_sampled"] == true);
+  CHECK(found[0]["slow"]["gpu"]["ratio"].get<double>() < 1.15);
+  CHECK(!found[0]["slow"].contains("busy_share"));
+  CHECK(found[0]["summary"].get<std::string>().find(
+            "its GPU's time per collective is as its peers'") != std::string::npos);
+}
+
+TEST_CASE("slow history: healthy sampled GPU times give no finding", "[analyzer][slow]") {
+  json doc = analyze_with("", sampled_script(-1, 1));
+  INFO(doc["findings"].dump());
+  CHECK(slow_findings(doc).empty());
+  // Below the floor: 1.2 times the peers' sampled time.
+  CHECK(slow_findings(analyze_with("", sampled_script(3, 1.2))).empty());
+}
+
+TEST_CASE("slow history: hostile sampled GPU times are not times, the rest still judged",
+          "[analyzer][slow]") {
+  // Rank 0's markers at a third of the collectives: a negative start, an end past any clock, an
+  // end before its start, an end near the end of int64. Those collectives are not timed; rank 6
+  // is named from the others, nothing overflows and no other rank is named.
+  json doc = analyze_with("", sampled_script(6, 3, 6, 8), [](const std::string& dir) {
+    const std::string f = dir + "/node0" + fr::log::kSlowHistorySuffix;
+    std::ifstream in(f);
+    json j = json::parse(in);
+    int i = 0;
+    for (auto& s : j["processes"][0]["samples"]) {
+      if (!s["comms"][0].contains("marks") || i++ % 3 != 0) continue;
+      json& marks = s["comms"][0]["marks"];
+      json& m = marks[0];
+      switch ((i / 3) % 4) {
+        case 0: m[1] = -5 * kMs; break;
+        case 1: m[2] = INT64_MAX; break;
+        case 2: m[2] = m[1].get<int64_t>() - kMs; break;
+        default:
+          m[1] = 1;
+          m[2] = INT64_MAX - 1;
+          break;
+      }
+    }
+    std::ofstream(f) << j.dump();
+  });
+  INFO(doc["findings"].dump() << doc["inputs"].dump());
+  auto found = slow_findings(doc);
+  REQUIRE(found.size() == 1);
+  CHECK(found[0]["culprit_ranks"] == json::array({6}));
+  CHECK(found[0]["slow"]["factor"].get<double>() < 3.5);
+  // Marks of the wrong shape: the process entry is left out and named; with one member's times
+  // missing no collective is timed by all, so no GPU is judged by them.
+  json shape = analyze_with("", sampled_script(6, 3, 6, 8), [](const std::string& dir) {
+    const std::string f = dir + "/node1" + fr::log::kSlowHistorySuffix;
+    std::ifstream in(f);
+    json j = json::parse(in);
+    j["processes"][1]["samples"][3]["comms"][0]["marks"] = json::array({json::array({1, 2})});
+    std::ofstream(f) << j.dump();
+  });
+  bool named = false;
+  for (const auto& w : shape["inputs"]["warnings"])
+    named |= w.dump().find("a mark is not 3 numbers") != std::string::npos;
+  CHECK(named);
+  CHECK(slow_findings(shape).empty());
 }

@@ -155,3 +155,54 @@ TEST_CASE("slow history: the dump's document reads back as written", "[daemon][s
   REQUIRE(back.processes.size() == 1);
   CHECK(back.processes[0].rank == 5);
 }
+
+TEST_CASE("slow history: sampled GPU times are kept once each, when the node first knows them",
+          "[daemon][slow]") {
+  // Collectives 1..4, of which the GPU finished 1..2 at the first heartbeat (3 reached, 4 not);
+  // at the second 3 and 4 are finished too.
+  auto with_marks = [](uint64_t finished, uint64_t reached) {
+    ProcessReport p = report(0, 1, 4);
+    for (CollTiming& t : p.comms[0].recent) {
+      if (t.seq <= reached) t.gpu_start_ns = int64_t(t.seq) * 1000 + 100;
+      if (t.seq <= finished) t.gpu_end_ns = int64_t(t.seq) * 1000 + 600;
+    }
+    return p;
+  };
+  SlowHistory h;
+  h.add({with_marks(2, 3)}, 10);
+  h.add({with_marks(4, 4)}, 20);
+  h.add({with_marks(4, 4)}, 30);  // nothing new
+  const auto snap = h.snapshot("n", 40);
+  REQUIRE(snap.processes.size() == 1);
+  const auto& s = snap.processes[0].samples;
+  REQUIRE(s.size() == 3);
+  REQUIRE(s[0].comms[0].marks.size() == 2);
+  CHECK(s[0].comms[0].marks[0].seq == 1);
+  CHECK(s[0].comms[0].marks[1].gpu_start_ns == 2100);
+  CHECK(s[0].comms[0].marks[1].gpu_end_ns == 2600);
+  CHECK(s[1].comms[0].colls.empty());  // the collectives themselves were kept before
+  REQUIRE(s[1].comms[0].marks.size() == 2);
+  CHECK(s[1].comms[0].marks[0].seq == 3);
+  CHECK(s[1].comms[0].marks[1].seq == 4);
+  CHECK(s[2].comms[0].marks.empty());
+  // Written and read back; a sample without marks has no "marks" key (readers before them read
+  // the document as ever).
+  const std::string text = fr::log::slow_history_to_text(snap);
+  CHECK(text.find("\"marks\":[[1,1100,1600],[2,2100,2600]]") != std::string::npos);
+  size_t keys = 0;
+  for (size_t at = text.find("\"marks\""); at != std::string::npos;
+       at = text.find("\"marks\"", at + 1))
+    keys++;
+  CHECK(keys == 2);
+  fr::log::NodeSlowHistory back;
+  std::string err;
+  std::vector<std::string> notes;
+  REQUIRE(fr::log::parse_slow_history(text, &back, &err, &notes));
+  CHECK(notes.empty());
+  const auto& b = back.processes[0].samples;
+  REQUIRE(b[1].comms[0].marks.size() == 2);
+  CHECK(b[1].comms[0].marks[1].seq == 4);
+  CHECK(b[1].comms[0].marks[1].gpu_start_ns == 4100);
+  CHECK(b[1].comms[0].marks[1].gpu_end_ns == 4600);
+  CHECK(b[2].comms[0].marks.empty());
+}

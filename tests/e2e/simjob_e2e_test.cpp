@@ -587,6 +587,19 @@ TEST_CASE("fr-simjob --daemons: a gpu-slow rank opens a slow incident naming its
   REQUIRE(inc["slow"]["cause"] == "gpu");
   REQUIRE(inc["slow"]["culprit_ranks"] == json::array({1}));
   REQUIRE(inc["slow"]["kernel_timed"] == false);
+  // fr-analyze on the incident's dump set names the same GPU, from the nodes' heartbeat history
+  // (which keeps the sampled markers): a link beside it is tolerated as above.
+  const std::vector<json> found = incident_slow_findings(run, gpu["id"].get<std::string>());
+  INFO("fr-analyze's slow findings " << json(found).dump());
+  json named;
+  for (const auto& x : found) {
+    if (x["culprit_ranks"] == json::array({1}))
+      named = x;
+    else
+      CHECK(x["slow"]["cause"] == "link");
+  }
+  REQUIRE(named.is_object());
+  CHECK(named["slow"]["cause"] == "gpu");
   const std::string evidence = inc["slow"]["evidence"].get<std::string>();
   if (evidence.rfind("rank 1's GPU takes", 0) != 0) {
     // A machine busy enough to delay the samplers' 1 ms ticks makes the times too noisy to pass
@@ -606,6 +619,10 @@ TEST_CASE("fr-simjob --daemons: a gpu-slow rank opens a slow incident naming its
       inc["slow"]["value_ns"].get<int64_t>() - inc["slow"]["others_ns"].get<int64_t>();
   REQUIRE(more > 1'500'000);
   REQUIRE(more < 6'000'000);
+  // As the live finding: its GPU times from the sampled markers.
+  CHECK(named["slow"]["gpu_sampled"] == true);
+  CHECK(named["summary"].get<std::string>().find("progress markers, sampled by the node") !=
+        std::string::npos);
   fr::e2e::remove_run(run);
 }
 
