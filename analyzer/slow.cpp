@@ -480,9 +480,28 @@ std::vector<Finding> find_slow(const AnalysisState& state) {
     const Comm* c = comm_by_id(m, l.comm);
     return std::make_pair(c != nullptr && !c->name.empty(), l.factor);
   };
+  // As the live detector, the links into and out of a blamed rank's node are not blamed either
+  // (its node's ranks fall behind forwarding to it), nor a link into the node of a slow link's
+  // sender that was on the wire at most half as often (it waits for the slow link).
+  auto node_of = [&](int rank) -> int {
+    for (size_t i = 0; i < m.histories.size(); ++i)
+      for (const auto& p : m.histories[i].processes)
+        if (p.rank == rank) return int(i);
+    return -1;
+  };
+  std::set<int> blamed_nodes;
+  for (int r : blamed)
+    if (int n = node_of(r); n >= 0) blamed_nodes.insert(n);
+  const std::vector<HistoryLink> all = history_links(m);
+  std::map<int, double> fed;  // node of a slow link's sender -> its highest share on the wire
+  for (const HistoryLink& l : all)
+    if (int n = node_of(l.src); n >= 0 && l.share > 0) fed[n] = std::max(fed[n], l.share);
   std::map<std::pair<int, int>, HistoryLink> links;
-  for (const HistoryLink& l : history_links(m)) {
+  for (const HistoryLink& l : all) {
     if (blamed.count(l.src) || blamed.count(l.dst) || !wanted(l.comm, {l.src, l.dst})) continue;
+    const int from = node_of(l.src), to = node_of(l.dst);
+    if (blamed_nodes.count(from) || blamed_nodes.count(to)) continue;
+    if (auto f = fed.find(to); l.share > 0 && f != fed.end() && l.share * 2 <= f->second) continue;
     auto it = links.find({l.src, l.dst});
     if (it == links.end() || named(l) > named(it->second)) links[{l.src, l.dst}] = l;
   }

@@ -252,6 +252,16 @@ bool SlowDetector::judge(int64_t now_mono) {
   for (const auto& [_, c] : comms_)
     for (const auto& [r, m] : c.members)
       if (m.node != 0 && excused_ranks_.count(m.global_rank)) excused_nodes_.insert(m.node);
+  fed_nodes_.clear();
+  for (const auto& f : findings_) {
+    if (f.cause != SlowCause::kLink || f.share <= 0) continue;
+    for (const auto& [_, c] : comms_)
+      for (const auto& [r, m] : c.members)
+        if (m.global_rank == f.peer_rank && m.node != 0) {
+          double& s = fed_nodes_[m.node];
+          s = std::max(s, f.share);
+        }
+  }
   for (auto& [id, c] : comms_) {
     // Where the senders' states tell which link the others wait for, they decide: a slow link
     // stretches the step times of the links that wait for it too.
@@ -285,6 +295,15 @@ bool SlowDetector::excused(const Comm& c, int src, int dst) const {
     if (m->second.node != 0 && excused_nodes_.count(m->second.node)) return true;
   }
   return false;
+}
+
+bool SlowDetector::backpressured(const Comm& c, int dst, double share,
+                                 const std::string& key) const {
+  if (active_.count(key)) return false;
+  auto m = c.members.find(dst);
+  if (m == c.members.end() || m->second.node == 0) return false;
+  auto fed = fed_nodes_.find(m->second.node);
+  return fed != fed_nodes_.end() && share * 2 <= fed->second;
 }
 
 bool SlowDetector::gpu_clear(const Member& m) const {
@@ -560,7 +579,8 @@ bool SlowDetector::judge_wire(uint64_t id, Comm& c, int64_t now_mono,
     const bool stands_out = fr::slow::wire_stands_out(share, other, p.wire, cfg_.wire_share,
                                                       cfg_.wire_ratio, cfg_.min_wire_hits) &&
                             gsrc >= 0 && gdst >= 0 && worth(f, excess);
-    const bool excuse = stands_out && excused(c, key.first, key.second);
+    const bool excuse = stands_out && (excused(c, key.first, key.second) ||
+                                       backpressured(c, key.second, share, f.key()));
     excused_n += excuse;
     if (!report(&c.wire_streak[key], stands_out && !excuse, f.key())) continue;
     found.push_back(std::move(f));

@@ -271,6 +271,11 @@ class SlowDetector {
   // Whether a link (comm ranks) is not to be blamed: a rank at either end, or one on either end's
   // node, is slow or about to be found slow on its host or GPU (excused_ranks_, excused_nodes_).
   bool excused(const Comm& c, int src, int dst) const;
+  // Whether a link on the wire at `share` of its samples, into comm rank `dst`, waits for a slow
+  // link out of dst's node (on the wire at least twice as often): the slow link's sender consumes
+  // what its node's ranks forward to it late, and they fall behind receiving, on every
+  // communicator (fed_nodes_). A link that is a finding already stays one.
+  bool backpressured(const Comm& c, int dst, double share, const std::string& key) const;
   // Whether a member's GPU times were judged and are clearly not slow (its late host is slow).
   bool gpu_clear(const Member& m) const;
 
@@ -281,8 +286,10 @@ class SlowDetector {
   std::set<int> excused_ranks_;       // global ranks slow or late at this judgement
   std::set<uint64_t> excused_nodes_;  // ... and their nodes
   std::map<int, uint64_t> throttle_;  // global rank -> its GPU's throttle reasons (nonzero only)
-  std::set<std::string>
-      active_;  // keys of the findings at the start of a judgement  // finding key -> judgements in a row without it
+  std::set<std::string> active_;  // keys of the findings at the start of a judgement
+  // The node of each slow link's sender (a finding at the start of a judgement) -> the highest
+  // share of samples such a link was on the wire: a link into that node waits for it.
+  std::map<uint64_t, double> fed_nodes_;
 };
 
 }  // namespace fr::daemon

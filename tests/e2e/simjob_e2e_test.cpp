@@ -588,17 +588,12 @@ TEST_CASE("fr-simjob --daemons: a gpu-slow rank opens a slow incident naming its
   REQUIRE(inc["slow"]["culprit_ranks"] == json::array({1}));
   REQUIRE(inc["slow"]["kernel_timed"] == false);
   // fr-analyze on the incident's dump set names the same GPU, from the nodes' heartbeat history
-  // (which keeps the sampled markers): a link beside it is tolerated as above.
+  // (which keeps the sampled markers), and no link into or out of its node, as the coordinator.
   const std::vector<json> found = incident_slow_findings(run, gpu["id"].get<std::string>());
   INFO("fr-analyze's slow findings " << json(found).dump());
-  json named;
-  for (const auto& x : found) {
-    if (x["culprit_ranks"] == json::array({1}))
-      named = x;
-    else
-      CHECK(x["slow"]["cause"] == "link");
-  }
-  REQUIRE(named.is_object());
+  REQUIRE(found.size() == 1);
+  const json& named = found[0];
+  REQUIRE(named["culprit_ranks"] == json::array({1}));
   CHECK(named["slow"]["cause"] == "gpu");
   const std::string evidence = inc["slow"]["evidence"].get<std::string>();
   if (evidence.rfind("rank 1's GPU takes", 0) != 0) {
