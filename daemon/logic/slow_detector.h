@@ -286,7 +286,7 @@ class SlowDetector {
   std::set<int> excused_ranks_;       // global ranks slow or late at this judgement
   std::set<uint64_t> excused_nodes_;  // ... and their nodes
   std::map<int, uint64_t> throttle_;  // global rank -> its GPU's throttle reasons (nonzero only)
-  std::set<std::string> active_;  // keys of the findings at the start of a judgement
+  std::set<std::string> active_;      // keys of the findings at the start of a judgement
   // The node of each slow link's sender (a finding at the start of a judgement) -> the highest
   // share of samples such a link was on the wire: a link into that node waits for it.
   std::map<uint64_t, double> fed_nodes_;
