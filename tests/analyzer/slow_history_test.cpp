@@ -145,12 +145,15 @@ Script gpu_script(int slow, double factor) {
 }
 
 // A ring whose steps all last 10 ms (lockstep); the sender `slow` is on the wire (SEND_WAIT) at
-// most samples, the others at one in twenty and waiting for credit otherwise.
-Script ring_script(int slow) {
+// most samples, the sender `fed` (if any) at 30%, the others at one in twenty and waiting for
+// credit otherwise.
+Script ring_script(int slow, int fed = -1) {
   return [=](int r, int k) {
     Say s;
     s.step_ns = 10 * kMs;
-    const bool wire = r == slow ? k % 5 != 0 : mix(uint64_t(r) << 32 | uint64_t(k)) % 20 == 0;
+    const bool wire = r == slow  ? k % 5 != 0
+                      : r == fed ? k % 10 < 3
+                                 : mix(uint64_t(r) << 32 | uint64_t(k)) % 20 == 0;
     s.state = wire ? FR_CHANST_SEND_WAIT : FR_CHANST_SEND_PEER_WAIT;
     return s;
   };
@@ -230,25 +233,14 @@ TEST_CASE("slow history: a link into a slow link's sending node, waiting for it,
   // 3 -> 4 (node 0 to node 1) is slow: its sender is on the wire at 80% of the samples. Rank 3
   // forwards late, so node 0 falls behind receiving and the sender of 7 -> 0, the link into node
   // 0, waits on the wire at 30%: as the live detector, it is not a second slow link.
-  auto ring = [](int slow, int fed) {
-    return [=](int r, int k) {
-      Say s;
-      s.step_ns = 10 * kMs;
-      const bool wire = r == slow  ? k % 5 != 0
-                        : r == fed ? k % 10 < 3
-                                   : mix(uint64_t(r) << 32 | uint64_t(k)) % 20 == 0;
-      s.state = wire ? FR_CHANST_SEND_WAIT : FR_CHANST_SEND_PEER_WAIT;
-      return s;
-    };
-  };
-  json doc = analyze_with("", ring(3, 7));
+  json doc = analyze_with("", ring_script(3, 7));
   INFO(doc["findings"].dump());
   auto found = slow_findings(doc);
   REQUIRE(found.size() == 1);
   CHECK(found[0]["where"]["peer_rank"] == 3);
   CHECK(found[0]["where"]["waiting_rank"] == 4);
   // On its own, on the wire at 30% while the others are at 5%, 7 -> 0 is named.
-  json alone = analyze_with("", ring(-1, 7));
+  json alone = analyze_with("", ring_script(-1, 7));
   found = slow_findings(alone);
   INFO(alone["findings"].dump());
   REQUIRE(found.size() == 1);
