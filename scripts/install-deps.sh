@@ -4,7 +4,7 @@
 #   scripts/install-deps.sh            everything: the build, the tests, the examples and images
 #                                      (`make test`, .ci/run)
 #   scripts/install-deps.sh --demo     only what configuring and building the demo's targets needs
-#                                      (`make demo`): no torch, py-spy, NIXL, Chromium, buildah,
+#                                      (`make demo`): no torch, py-spy, NIXL, nccl4py, Chromium, buildah,
 #                                      sanitizer runtimes or test tools
 #   scripts/install-deps.sh --print    print the packages of the mode (one a line) and exit
 set -euo pipefail
@@ -150,5 +150,24 @@ else
   python3 -m venv --system-site-packages "$fr_nixl"  # the python3 that has torch
   "$fr_nixl/bin/pip" install -q --disable-pip-version-check --no-deps \
     "nixl-cu13==$nixl_version" "nixl==$nixl_version" numpy
+fi
+# --- nccl4py (PyPI): a real nccl4py job on the emulated NCCL for the agent's test of it
+# (tests/agent/nccl4py_test.cpp), in a virtual environment of its own (no torch, and no NCCL
+# wheel: the bindings load the emulation's libnccl.so.2 from LD_LIBRARY_PATH). The CUDA 13
+# extra's NCCL and CUTLASS wheels are left out (--no-deps, the rest named).
+fr_nccl4py=/opt/fr-nccl4py
+nccl4py_pins="nccl4py==0.6.0 cuda-core==1.2.2 cuda-bindings==13.5.0 cuda-pathfinder==1.9.1 numpy packaging"
+if [[ -x $fr_nccl4py/bin/python ]] &&
+     "$fr_nccl4py/bin/python" -c "import importlib.metadata as m, nccl.core, cuda.core
+import sys; sys.exit(m.version('nccl4py') != '0.6.0')" >/dev/null 2>&1; then
+  echo "install-deps: nccl4py present in $fr_nccl4py"
+elif [[ $(id -u) -ne 0 ]]; then
+  echo "install-deps: nccl4py is missing from $fr_nccl4py; run this script as root" >&2
+  exit 1
+else
+  echo "install-deps: nccl4py into $fr_nccl4py"
+  python3 -m venv "$fr_nccl4py"
+  # shellcheck disable=SC2086
+  "$fr_nccl4py/bin/pip" install -q --disable-pip-version-check --no-deps $nccl4py_pins
 fi
 install_fr_tools

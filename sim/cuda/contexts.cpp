@@ -214,6 +214,15 @@ FRSIM_API CUresult cuCtxGetId(CUcontext ctx, unsigned long long* id) {
   return CUDA_SUCCESS;
 }
 
+// Priorities the emulation's streams take (cuStreamCreateWithPriority clamps to them): 0 the
+// lowest, -5 the greatest, as on current GPUs.
+FRSIM_API CUresult cuCtxGetStreamPriorityRange(int* least, int* greatest) {
+  if (tls_ctx_stack.empty() || tls_ctx_stack.back() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (least != nullptr) *least = 0;
+  if (greatest != nullptr) *greatest = -5;
+  return CUDA_SUCCESS;
+}
+
 FRSIM_API CUresult cuCtxSynchronize(void) {
   if (CUresult r = capture_unsafe_call(); r != CUDA_SUCCESS) return r;
   // Waits for every stream of the process (the emulation does not partition them by context).

@@ -125,8 +125,9 @@ struct State {
   std::vector<CUctx_st*> retired;  // destroyed contexts: streams made in them may still point there
   std::unordered_map<CUgraph, CUgraph_st*> graphs;
   std::unordered_map<CUgraphExec, CUgraphExec_st*> execs;
-  std::map<uintptr_t, size_t> host_ranges;  // registered or host-allocated: start -> size
-  std::map<uintptr_t, size_t> dev_allocs;   // cuMemAlloc: start -> size
+  std::map<uintptr_t, size_t> host_ranges;    // registered or host-allocated: start -> size
+  std::map<uintptr_t, size_t> dev_allocs;     // cuMemAlloc: start -> size
+  std::map<uintptr_t, int> dev_alloc_device;  // cuMemAlloc: start -> device current then
   std::shared_ptr<CUstream_st> legacy;
   std::vector<std::weak_ptr<CUstream_st>> per_thread;  // every thread's per-thread stream
   std::vector<CUstream_st*> capturing;                 // streams with a capture begun, not ended

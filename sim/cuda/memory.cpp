@@ -107,6 +107,7 @@ FRSIM_API CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   State& s = ready();
   std::lock_guard<std::mutex> g(s.mu);
   s.dev_allocs[reinterpret_cast<uintptr_t>(p)] = bytes;
+  s.dev_alloc_device[reinterpret_cast<uintptr_t>(p)] = current_device();
   *dptr = reinterpret_cast<uintptr_t>(p);
   return CUDA_SUCCESS;
 }
@@ -120,9 +121,55 @@ FRSIM_API CUresult cuMemFree_v2(CUdeviceptr dptr) {
     auto it = s.dev_allocs.find(static_cast<uintptr_t>(dptr));
     if (it == s.dev_allocs.end()) return CUDA_ERROR_INVALID_VALUE;
     s.dev_allocs.erase(it);
+    s.dev_alloc_device.erase(static_cast<uintptr_t>(dptr));
   }
   free(reinterpret_cast<void*>(static_cast<uintptr_t>(dptr)));
   return CUDA_SUCCESS;
+}
+
+// What the driver knows of a pointer: into a cuMemAlloc allocation (device memory, of the device
+// current when it was allocated) or a registered or host-allocated range (host memory, of the
+// current device, as the driver answers for portable host memory). Any other address is CUDA_ERROR_INVALID_VALUE, as for memory
+// the driver does not know; so is an attribute the emulation does not keep.
+FRSIM_API CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr) {
+  if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const uintptr_t p = static_cast<uintptr_t>(ptr);
+  State& s = ready();
+  std::lock_guard<std::mutex> g(s.mu);
+  auto range_of = [p](const std::map<uintptr_t, size_t>& m) -> std::pair<uintptr_t, size_t> {
+    auto it = m.upper_bound(p);
+    if (it == m.begin()) return {0, 0};
+    --it;
+    return p < it->first + it->second ? std::pair<uintptr_t, size_t>(*it)
+                                      : std::pair<uintptr_t, size_t>{0, 0};
+  };
+  auto range = range_of(s.dev_allocs);
+  const bool device = range.second != 0;
+  if (!device) range = range_of(s.host_ranges);
+  if (range.second == 0) return CUDA_ERROR_INVALID_VALUE;
+  switch (attr) {
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      *static_cast<unsigned*>(data) = device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+      *static_cast<CUdeviceptr*>(data) = ptr;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+      if (device) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<void**>(data) = reinterpret_cast<void*>(p);
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+      *static_cast<int*>(data) = device ? s.dev_alloc_device[range.first] : current_device();
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      *static_cast<CUdeviceptr*>(data) = range.first;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      *static_cast<size_t*>(data) = range.second;
+      return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<unsigned*>(data) = 1; return CUDA_SUCCESS;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
 }
 
 FRSIM_API CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {

@@ -469,6 +469,67 @@ TEST_CASE("host registration and stream writes check flags and addresses as the 
   cuStreamDestroy(s);
 }
 
+TEST_CASE("pointer attributes and stream priorities answer as the driver does (cuda.core's asks)",
+          "[sim][cuda]") {
+  REQUIRE(cuInit(0) == CUDA_SUCCESS);
+  int least = 1, greatest = 1;
+  CUcontext primary;
+  REQUIRE(cuDevicePrimaryCtxRetain(&primary, 0) == CUDA_SUCCESS);
+  REQUIRE(cuCtxSetCurrent(nullptr) == CUDA_SUCCESS);
+  CHECK(cuCtxGetStreamPriorityRange(&least, &greatest) == CUDA_ERROR_INVALID_CONTEXT);
+  REQUIRE(cuCtxSetCurrent(primary) == CUDA_SUCCESS);
+  REQUIRE(cuCtxGetStreamPriorityRange(&least, &greatest) == CUDA_SUCCESS);
+  CHECK(least == 0);
+  CHECK(greatest == -5);
+  CHECK(cuCtxGetStreamPriorityRange(nullptr, nullptr) == CUDA_SUCCESS);
+
+  CUdeviceptr d = 0;
+  REQUIRE(cuMemAlloc(&d, 256) == CUDA_SUCCESS);
+  unsigned type = 0;
+  REQUIRE(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, d + 16) == CUDA_SUCCESS);
+  CHECK(type == CU_MEMORYTYPE_DEVICE);
+  int ordinal = -1;
+  REQUIRE(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, d) == CUDA_SUCCESS);
+  CHECK(ordinal == 0);
+  CUdeviceptr start = 0, same = 0;
+  size_t size = 0;
+  REQUIRE(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, d + 100) ==
+          CUDA_SUCCESS);
+  CHECK(start == d);
+  REQUIRE(cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, d + 100) == CUDA_SUCCESS);
+  CHECK(size == 256);
+  REQUIRE(cuPointerGetAttribute(&same, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, d + 8) == CUDA_SUCCESS);
+  CHECK(same == d + 8);
+  void* host = nullptr;
+  // Device memory has no host pointer; past the allocation, or an address the driver never saw,
+  // nothing is known; nor an attribute the emulation does not keep.
+  CHECK(cuPointerGetAttribute(&host, CU_POINTER_ATTRIBUTE_HOST_POINTER, d) ==
+        CUDA_ERROR_INVALID_VALUE);
+  CHECK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, d + 256) ==
+        CUDA_ERROR_INVALID_VALUE);
+  int local = 0;
+  CHECK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                              reinterpret_cast<CUdeviceptr>(&local)) == CUDA_ERROR_INVALID_VALUE);
+  unsigned long long id = 0;
+  CHECK(cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, d) == CUDA_ERROR_INVALID_VALUE);
+  CHECK(cuPointerGetAttribute(nullptr, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, d) ==
+        CUDA_ERROR_INVALID_VALUE);
+  REQUIRE(cuMemFree(d) == CUDA_SUCCESS);
+  CHECK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, d) ==
+        CUDA_ERROR_INVALID_VALUE);
+
+  // Registered host memory: host memory, reachable from the host at its own address.
+  static char page[4096] __attribute__((aligned(4096)));
+  REQUIRE(cuMemHostRegister(page, sizeof page, 0) == CUDA_SUCCESS);
+  const auto p = reinterpret_cast<CUdeviceptr>(page + 64);
+  REQUIRE(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p) == CUDA_SUCCESS);
+  CHECK(type == CU_MEMORYTYPE_HOST);
+  REQUIRE(cuPointerGetAttribute(&host, CU_POINTER_ATTRIBUTE_HOST_POINTER, p) == CUDA_SUCCESS);
+  CHECK(host == page + 64);
+  CHECK(cuMemHostUnregister(page) == CUDA_SUCCESS);
+  CHECK(cuDevicePrimaryCtxRelease(0) == CUDA_SUCCESS);
+}
+
 // The failures FRSIM_CU_FAIL asks for, checked in a child run of this test program (the variable
 // is read once per process): the parent test starts it.
 TEST_CASE("FRSIM_CU_FAIL child", "[.cu-fail-child]") {

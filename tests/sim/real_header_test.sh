@@ -29,6 +29,6 @@ for root in "$@"; do
   checked=$((checked + 1))
 done
 if [ "$checked" -eq 0 ]; then
-  echo "real_header_test: SKIP: no real nccl.h of 2.30 or newer (scripts/install-deps.sh installs them)"
+  echo "FR-SKIPPED: no real nccl.h of 2.30 or newer (scripts/install-deps.sh installs them)"
   exit 77
 fi
