@@ -131,43 +131,40 @@ else
   python3 -m pip --version >/dev/null 2>&1 || apt-get install -y -q --no-install-recommends python3-pip
   PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --root-user-action=ignore py-spy
 fi
+# A virtual environment at DIR for NAME (when CHECK, Python code that exits 0 where it is whole,
+# fails): VENV_FLAGS for `python3 -m venv`, then the packages after them, with --no-deps.
+# Usage: python_venv NAME DIR CHECK VENV_FLAGS PACKAGE...
+python_venv() {
+  local name=$1 dir=$2 check=$3 venv_flags=$4
+  shift 4
+  if [[ -x $dir/bin/python ]] && "$dir/bin/python" -c "$check" >/dev/null 2>&1; then
+    echo "install-deps: $name present in $dir"
+  elif [[ $(id -u) -ne 0 ]]; then
+    echo "install-deps: $name is missing from $dir; run this script as root" >&2
+    exit 1
+  else
+    echo "install-deps: $name into $dir"
+    # shellcheck disable=SC2086
+    python3 -m venv $venv_flags "$dir"
+    "$dir/bin/pip" install -q --disable-pip-version-check --no-deps "$@"
+  fi
+}
 # --- NIXL (PyPI): real one-sided transfers for the agent's NIXL tests (tests/agent/nixl_test.cpp),
-# in their own virtual environment that sees the system's torch. nixl-cu13 1.5.1 bundles UCX and
-# declares torch as a dependency (hence --no-deps beside the system torch); the `nixl` 1.5.1 meta
-# package is what `import nixl` and torch's transport load. 1.5.2's meta package pins a nixl-cu13
-# the registry lacks, so the version is fixed here.
-fr_nixl=/opt/fr-nixl
+# in their own virtual environment that sees the system's torch (the python3 that has it).
+# nixl-cu13 1.5.1 bundles UCX and declares torch as a dependency (hence --no-deps beside the system
+# torch); the `nixl` 1.5.1 meta package is what `import nixl` and torch's transport load. 1.5.2's
+# meta package pins a nixl-cu13 the registry lacks, so the version is fixed here.
 nixl_version=1.5.1
-if [[ -x $fr_nixl/bin/python ]] &&
-     "$fr_nixl/bin/python" -c "import importlib.metadata as m, nixl._api, numpy, torch
-import sys; sys.exit(m.version('nixl-cu13') != '$nixl_version')" >/dev/null 2>&1; then
-  echo "install-deps: nixl $nixl_version present in $fr_nixl"
-elif [[ $(id -u) -ne 0 ]]; then
-  echo "install-deps: nixl $nixl_version is missing from $fr_nixl; run this script as root" >&2
-  exit 1
-else
-  echo "install-deps: nixl-cu13 $nixl_version into $fr_nixl"
-  python3 -m venv --system-site-packages "$fr_nixl"  # the python3 that has torch
-  "$fr_nixl/bin/pip" install -q --disable-pip-version-check --no-deps \
-    "nixl-cu13==$nixl_version" "nixl==$nixl_version" numpy
-fi
+python_venv "nixl-cu13 $nixl_version" /opt/fr-nixl "import importlib.metadata as m, nixl._api, numpy, torch
+import sys; sys.exit(m.version('nixl-cu13') != '$nixl_version')" --system-site-packages \
+  "nixl-cu13==$nixl_version" "nixl==$nixl_version" numpy
 # --- nccl4py (PyPI): a real nccl4py job on the emulated NCCL for the agent's test of it
 # (tests/agent/nccl4py_test.cpp), in a virtual environment of its own (no torch, and no NCCL
 # wheel: the bindings load the emulation's libnccl.so.2 from LD_LIBRARY_PATH). The CUDA 13
 # extra's NCCL and CUTLASS wheels are left out (--no-deps, the rest named).
-fr_nccl4py=/opt/fr-nccl4py
-nccl4py_pins="nccl4py==0.6.0 cuda-core==1.2.2 cuda-bindings==13.5.0 cuda-pathfinder==1.9.1 numpy packaging"
-if [[ -x $fr_nccl4py/bin/python ]] &&
-     "$fr_nccl4py/bin/python" -c "import importlib.metadata as m, nccl.core, cuda.core
-import sys; sys.exit(m.version('nccl4py') != '0.6.0')" >/dev/null 2>&1; then
-  echo "install-deps: nccl4py present in $fr_nccl4py"
-elif [[ $(id -u) -ne 0 ]]; then
-  echo "install-deps: nccl4py is missing from $fr_nccl4py; run this script as root" >&2
-  exit 1
-else
-  echo "install-deps: nccl4py into $fr_nccl4py"
-  python3 -m venv "$fr_nccl4py"
-  # shellcheck disable=SC2086
-  "$fr_nccl4py/bin/pip" install -q --disable-pip-version-check --no-deps $nccl4py_pins
-fi
+nccl4py_version=0.6.0
+python_venv "nccl4py $nccl4py_version" /opt/fr-nccl4py "import importlib.metadata as m, nccl.core, cuda.core
+import sys; sys.exit(m.version('nccl4py') != '$nccl4py_version')" "" \
+  "nccl4py==$nccl4py_version" cuda-core==1.2.2 cuda-bindings==13.5.0 cuda-pathfinder==1.9.1 numpy \
+  packaging
 install_fr_tools
