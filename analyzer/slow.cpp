@@ -501,7 +501,9 @@ std::vector<Finding> find_slow(const AnalysisState& state) {
     if (blamed.count(l.src) || blamed.count(l.dst) || !wanted(l.comm, {l.src, l.dst})) continue;
     const int from = node_of(l.src), to = node_of(l.dst);
     if (blamed_nodes.count(from) || blamed_nodes.count(to)) continue;
-    if (auto f = fed.find(to); l.share > 0 && f != fed.end() && l.share * 2 <= f->second) continue;
+    if (auto f = fed.find(to);
+        l.share > 0 && f != fed.end() && fr::slow::waits_for_slow_link(l.share, f->second))
+      continue;
     auto it = links.find({l.src, l.dst});
     if (it == links.end() || named(l) > named(it->second)) links[{l.src, l.dst}] = l;
   }

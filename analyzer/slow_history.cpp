@@ -202,11 +202,8 @@ std::vector<HistoryGpu> history_gpus(const Model& m, std::vector<HistoryGpu>* ju
 
 namespace {
 
-struct Link {
+struct Link : fr::slow::LinkStats {
   int src = -1, dst = -1, channel = -1;  // comm ranks
-  uint64_t last_op = 0;
-  double log_avg = 0, steps = 0;
-  uint32_t n = 0, sampled = 0, wire = 0;
 };
 struct LinkComm {
   std::map<int, int> global;                        // comm rank -> global rank
@@ -228,24 +225,10 @@ void learn_links(const Visit& v, std::map<uint64_t, LinkComm>* comms) {
     auto k = lc.links.find(key);
     if (k == lc.links.end()) {
       if (lc.links.size() >= kMaxLinks) continue;
-      k = lc.links.emplace(key, Link{src, dst, int(l.channel)}).first;
+      k = lc.links.emplace(key, Link{{}, src, dst, int(l.channel)}).first;
     }
-    Link& link = k->second;
-    if (l.send && l.state >= FR_CHANST_POSTED && l.state <= FR_CHANST_DONE) {
-      if (link.sampled >= 64) {  // halved: recent samples weigh most
-        link.sampled /= 2;
-        link.wire /= 2;
-      }
-      link.sampled++;
-      link.wire += l.state == FR_CHANST_SEND_WAIT;
-    }
-    if (link.n > 0 && l.op_seq == link.last_op) continue;
-    link.last_op = l.op_seq;
-    link.log_avg = fr::slow::decay_log(link.log_avg, link.n, std::log(double(l.step_ns)));
-    link.steps = link.n == 0
-                     ? l.steps
-                     : (1 - fr::slow::kAvgAlpha) * link.steps + fr::slow::kAvgAlpha * l.steps;
-    link.n++;
+    k->second.sample_state(l.send, l.state);
+    k->second.learn_op(l.op_seq, l.step_ns, l.steps);
   }
   for (const auto& c : v.s->comms)
     if (auto it = comms->find(c.id); it != comms->end() && c.rank >= 0)
@@ -259,22 +242,8 @@ int global_of(const LinkComm& c, int r) {
 
 // The senders' shares on the wire decide where at least two pairs have enough of them.
 bool by_wire(uint64_t id, const LinkComm& c, std::vector<HistoryLink>* out) {
-  struct Pair {
-    uint32_t sampled = 0, wire = 0;
-    const Link* top = nullptr;
-  };
-  std::map<std::pair<int, int>, Pair> pairs;
-  for (const auto& [_, k] : c.links) {
-    if (k.sampled == 0 || k.n == 0) continue;
-    Pair& p = pairs[{k.src, k.dst}];
-    p.sampled += k.sampled;
-    p.wire += k.wire;
-    if (p.top == nullptr || k.wire * p.top->sampled > p.top->wire * k.sampled) p.top = &k;
-  }
   std::vector<std::pair<std::pair<int, int>, double>> shares;
-  for (const auto& [key, p] : pairs)
-    if (p.sampled >= fr::slow::kMinWireSamples)
-      shares.emplace_back(key, double(p.wire) / p.sampled);
+  auto pairs = fr::slow::wire_pairs<Link>(c.links, fr::slow::kMinWireSamples, &shares);
   if (shares.size() < 2) return false;
   std::vector<HistoryLink> found;
   for (const auto& [key, share] : shares) {
@@ -282,7 +251,7 @@ bool by_wire(uint64_t id, const LinkComm& c, std::vector<HistoryLink>* out) {
     for (const auto& [k2, s2] : shares)
       if (k2 != key) others.push_back(s2);
     const double other = fr::slow::wire_other(others);
-    const Pair& p = pairs[key];
+    const auto& p = pairs[key];
     HistoryLink f;
     f.src = global_of(c, key.first);
     f.dst = global_of(c, key.second);

@@ -8,8 +8,11 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <utility>
 #include <vector>
+
+#include "fr/flight_log.h"
 
 namespace fr::slow {
 
@@ -131,6 +134,71 @@ inline Spread spread_of(const std::vector<double>& logs, double floor, double k)
   s.bar = ratio_bar(floor, k, median_of(dev));
   return s;
 }
+
+// What one link (sender, receiver and channel of a communicator) has shown: how often its sender
+// was caught on the wire, recent samples weighing most, and its decaying mean step time per op.
+struct LinkStats {
+  uint64_t last_op = 0;
+  double log_avg = 0;
+  double steps = 0;                // average steps per op
+  uint32_t n = 0;                  // ops learned
+  uint32_t sampled = 0, wire = 0;  // sender's states seen, of which on the wire
+
+  // One report of the link's slot. Every report of the sender's slot samples its state (not once
+  // per op): on the wire, or anything else (waiting for the GPU or for credit, or done with its
+  // op and waiting for the next); true when it did. A slot shows its newest op until the next
+  // one, so each op is learned from once per side.
+  bool sample_state(bool send, uint32_t state) {
+    if (!send || state < FR_CHANST_POSTED || state > FR_CHANST_DONE) return false;
+    if (sampled >= 64) {  // halved: recent samples weigh most
+      sampled /= 2;
+      wire /= 2;
+    }
+    sampled++;
+    wire += state == FR_CHANST_SEND_WAIT;
+    return true;
+  }
+  // The slot's op (its step time and steps); false when that op was learned already.
+  bool learn_op(uint64_t op_seq, int64_t step_ns, uint32_t op_steps) {
+    if (n > 0 && op_seq == last_op) return false;
+    last_op = op_seq;
+    log_avg = decay_log(log_avg, n, std::log(double(step_ns)));
+    steps = n == 0 ? op_steps : (1 - kAvgAlpha) * steps + kAvgAlpha * op_steps;
+    n++;
+    return true;
+  }
+};
+
+// A communicator's links by (sender, receiver) pair, for judging by the senders' states: the
+// pair's samples and hits on the wire over its channels, and its channel on the wire most.
+template <class L>
+struct WirePair {
+  uint32_t sampled = 0, wire = 0;
+  const L* top = nullptr;
+};
+// The pairs of `links` (a map of links with src, dst and LinkStats' counts), and the shares on
+// the wire of those with `min_samples` states or more.
+template <class L, class Map>
+std::map<std::pair<int, int>, WirePair<L>> wire_pairs(
+    const Map& links, uint32_t min_samples,
+    std::vector<std::pair<std::pair<int, int>, double>>* shares) {
+  std::map<std::pair<int, int>, WirePair<L>> pairs;
+  for (const auto& [_, k] : links) {
+    if (k.sampled == 0 || k.n == 0) continue;
+    WirePair<L>& p = pairs[{k.src, k.dst}];
+    p.sampled += k.sampled;
+    p.wire += k.wire;
+    if (p.top == nullptr || k.wire * p.top->sampled > p.top->wire * k.sampled) p.top = &k;
+  }
+  for (const auto& [key, p] : pairs)
+    if (p.sampled >= min_samples) shares->emplace_back(key, double(p.wire) / p.sampled);
+  return pairs;
+}
+
+// Whether a link on the wire at `share` of its samples, into the node of a slow link's sender
+// that was on the wire at `fed_share`, waits for that link (backpressure: the slow link's sender
+// consumes what its node's ranks forward to it late, and they fall behind receiving).
+inline bool waits_for_slow_link(double share, double fed_share) { return share * 2 <= fed_share; }
 
 // A sender pair's share of samples on the wire against the other pairs' median share: whether
 // it is the link the others wait for (the floor of `other` is applied here).

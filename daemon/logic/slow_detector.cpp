@@ -183,27 +183,11 @@ void SlowDetector::links(const ProcessReport& p, int64_t now_mono) {
     auto k = c.links.find(key);
     if (k == c.links.end()) {
       if (c.links.size() >= cfg_.max_links) continue;
-      k = c.links.emplace(key, Link{src, dst, int(l.channel)}).first;
+      k = c.links.emplace(key, Link{{}, src, dst, int(l.channel)}).first;
     }
     Link& link = k->second;
-    // Every report samples the sender's state (not once per op): on the wire, or anything else
-    // (waiting for the GPU or for credit, or done with its op and waiting for the next).
-    if (l.send && l.state >= FR_CHANST_POSTED && l.state <= FR_CHANST_DONE) {
-      if (link.sampled >= 64) {  // halved: recent heartbeats weigh most
-        link.sampled /= 2;
-        link.wire /= 2;
-      }
-      link.sampled++;
-      link.wire += l.state == FR_CHANST_SEND_WAIT;
-      c.last_mono = now_mono;
-    }
-    // A slot shows its newest op until the next one: each op is learned from once per side.
-    if (link.n > 0 && l.op_seq == link.last_op_seq) continue;
-    link.last_op_seq = l.op_seq;
-    const double v = std::log(double(l.step_ns));
-    link.log_avg = fr::slow::decay_log(link.log_avg, link.n, v);
-    link.steps = link.n == 0 ? l.steps : (1 - kAvgAlpha) * link.steps + kAvgAlpha * l.steps;
-    link.n++;
+    if (link.sample_state(l.send, l.state)) c.last_mono = now_mono;
+    if (!link.learn_op(l.op_seq, l.step_ns, l.steps)) continue;
     c.last_mono = now_mono;
   }
 }
@@ -303,7 +287,7 @@ bool SlowDetector::backpressured(const Comm& c, int dst, double share,
   auto m = c.members.find(dst);
   if (m == c.members.end() || m->second.node == 0) return false;
   auto fed = fed_nodes_.find(m->second.node);
-  return fed != fed_nodes_.end() && share * 2 <= fed->second;
+  return fed != fed_nodes_.end() && fr::slow::waits_for_slow_link(share, fed->second);
 }
 
 bool SlowDetector::gpu_clear(const Member& m) const {
@@ -538,21 +522,8 @@ void SlowDetector::judge_links(uint64_t id, Comm& c, int64_t now_mono,
 
 bool SlowDetector::judge_wire(uint64_t id, Comm& c, int64_t now_mono,
                               std::vector<SlowFinding>* out) {
-  struct Pair {
-    uint32_t sampled = 0, wire = 0;
-    const Link* top = nullptr;  // its channel on the wire most
-  };
-  std::map<std::pair<int, int>, Pair> pairs;
-  for (const auto& [key, k] : c.links) {
-    if (k.sampled == 0 || k.n == 0) continue;
-    Pair& p = pairs[{k.src, k.dst}];
-    p.sampled += k.sampled;
-    p.wire += k.wire;
-    if (p.top == nullptr || k.wire * p.top->sampled > p.top->wire * k.sampled) p.top = &k;
-  }
   std::vector<std::pair<std::pair<int, int>, double>> shares;  // judged pairs' wire shares
-  for (const auto& [key, p] : pairs)
-    if (p.sampled >= cfg_.min_wire_samples) shares.emplace_back(key, double(p.wire) / p.sampled);
+  auto pairs = fr::slow::wire_pairs<Link>(c.links, cfg_.min_wire_samples, &shares);
   if (shares.size() < 2) return false;
   const int64_t step = step_ns(c);
   std::vector<SlowFinding> found;
@@ -563,7 +534,7 @@ bool SlowDetector::judge_wire(uint64_t id, Comm& c, int64_t now_mono,
       if (k2 != key) others.push_back(s2);
     // A share of 0 in a few dozen samples is below 1 in 50, not nothing.
     const double other = fr::slow::wire_other(others);
-    const Pair& p = pairs[key];
+    const auto& p = pairs[key];
     SlowFinding f = link_finding(id, c, key.first, key.second, p.top->channel);
     const int gsrc = f.peer_rank, gdst = f.rank;
     // Lockstep: the others' steps last as long as the slow link's, on the wire only for the time

@@ -213,15 +213,10 @@ class SlowDetector {
     uint32_t op = 0;
     std::vector<Arrival> arrivals;
   };
-  struct Link {
+  struct Link : fr::slow::LinkStats {
     int src = -1, dst = -1, channel = -1;  // comm ranks
-    uint64_t last_op_seq = 0;
-    double log_avg = 0;
-    double steps = 0;  // average steps per op
-    uint32_t n = 0;
     uint32_t streak = 0;
     double ratio = 0;
-    uint32_t sampled = 0, wire = 0;  // sender's states seen, of which on the wire
   };
   struct Comm {
     int size = -1;
