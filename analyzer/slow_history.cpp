@@ -247,10 +247,7 @@ bool by_wire(uint64_t id, const LinkComm& c, std::vector<HistoryLink>* out) {
   if (shares.size() < 2) return false;
   std::vector<HistoryLink> found;
   for (const auto& [key, share] : shares) {
-    std::vector<double> others;
-    for (const auto& [k2, s2] : shares)
-      if (k2 != key) others.push_back(s2);
-    const double other = fr::slow::wire_other(others);
+    const double other = fr::slow::wire_other_than(shares, key);
     const auto& p = pairs[key];
     HistoryLink f;
     f.src = global_of(c, key.first);

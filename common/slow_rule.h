@@ -205,6 +205,14 @@ inline bool waits_for_slow_link(double share, double fed_share) { return share *
 inline double wire_other(const std::vector<double>& others) {
   return std::max(median_of(others), kMinOtherWireShare);
 }
+// The same for the pair `key` among all judged pairs' shares (`shares`, as wire_pairs gives them).
+inline double wire_other_than(const std::vector<std::pair<std::pair<int, int>, double>>& shares,
+                              const std::pair<int, int>& key) {
+  std::vector<double> others;
+  for (const auto& [k, share] : shares)
+    if (k != key) others.push_back(share);
+  return wire_other(others);
+}
 inline bool wire_stands_out(double share, double other, uint32_t hits,
                             double min_share = kWireShare, double ratio = kWireRatio,
                             uint32_t min_hits = kMinWireHits) {

@@ -529,11 +529,8 @@ bool SlowDetector::judge_wire(uint64_t id, Comm& c, int64_t now_mono,
   std::vector<SlowFinding> found;
   size_t excused_n = 0;
   for (const auto& [key, share] : shares) {
-    std::vector<double> others;
-    for (const auto& [k2, s2] : shares)
-      if (k2 != key) others.push_back(s2);
     // A share of 0 in a few dozen samples is below 1 in 50, not nothing.
-    const double other = fr::slow::wire_other(others);
+    const double other = fr::slow::wire_other_than(shares, key);
     const auto& p = pairs[key];
     SlowFinding f = link_finding(id, c, key.first, key.second, p.top->channel);
     const int gsrc = f.peer_rank, gdst = f.rank;

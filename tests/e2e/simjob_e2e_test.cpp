@@ -488,11 +488,23 @@ TEST_CASE("fr-simjob --daemons: the coordinator's verdict lands in result.json",
 
 namespace {
 
+// The directory of the job's incident `incident`.
+std::string incident_dir(const SimRun& run, const std::string& incident) {
+  return run.dir + "/incidents/" + run.result["job_id"].get<std::string>() + "/" + incident;
+}
+
+// The incident's incident.json (an object, else the test fails).
+json incident_json(const SimRun& run, const std::string& incident) {
+  std::ifstream f(incident_dir(run, incident) + "/incident.json");
+  json inc = json::parse(f, nullptr, false);
+  REQUIRE(inc.is_object());
+  return inc;
+}
+
 // The slow incident's dump set (every node's dumps and heartbeat history) through fr-analyze:
 // its slow findings.
 std::vector<json> incident_slow_findings(const SimRun& run, const std::string& incident) {
-  const std::string dir =
-      run.dir + "/incidents/" + run.result["job_id"].get<std::string>() + "/" + incident;
+  const std::string dir = incident_dir(run, incident);
   size_t histories = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir))
     histories += e.path().filename().string().find(".slow_history.json") != std::string::npos;
@@ -529,11 +541,7 @@ TEST_CASE("fr-simjob --daemons: a straggler opens one slow incident naming it, n
   REQUIRE(reason.find("rank 2 arrives late at") != std::string::npos);
   REQUIRE(reason.find("the job loses") != std::string::npos);
   // Its incident.json: the cause, the rank, the evidence, and the verdict the hook sees.
-  const std::string job = run.result["job_id"].get<std::string>();
-  std::ifstream f(run.dir + "/incidents/" + job + "/" + opened[0]["id"].get<std::string>() +
-                  "/incident.json");
-  json inc = json::parse(f, nullptr, false);
-  REQUIRE(inc.is_object());
+  json inc = incident_json(run, opened[0]["id"].get<std::string>());
   REQUIRE(inc["slow"]["cause"] == "host");
   REQUIRE(inc["slow"]["culprit_ranks"] == json::array({2}));
   // Its GPU's time per collective, from the progress markers the node daemons sample, is its
@@ -579,11 +587,7 @@ TEST_CASE("fr-simjob --daemons: a gpu-slow rank opens a slow incident naming its
   REQUIRE(run.exit_code == 0);
   REQUIRE(run.result["completed"] == true);
   const json gpu = gpu_incident(run.result["incidents_opened"]);
-  const std::string job = run.result["job_id"].get<std::string>();
-  std::ifstream f(run.dir + "/incidents/" + job + "/" + gpu["id"].get<std::string>() +
-                  "/incident.json");
-  json inc = json::parse(f, nullptr, false);
-  REQUIRE(inc.is_object());
+  json inc = incident_json(run, gpu["id"].get<std::string>());
   REQUIRE(inc["slow"]["cause"] == "gpu");
   REQUIRE(inc["slow"]["culprit_ranks"] == json::array({1}));
   REQUIRE(inc["slow"]["kernel_timed"] == false);
@@ -639,11 +643,7 @@ TEST_CASE(
   const std::string reason = gpu["reason"].get<std::string>();
   REQUIRE(reason.rfind("rank 1's GPU holds up its host", 0) == 0);
   REQUIRE(reason.find("progress counters") != std::string::npos);
-  const std::string job = run.result["job_id"].get<std::string>();
-  std::ifstream f(run.dir + "/incidents/" + job + "/" + gpu["id"].get<std::string>() +
-                  "/incident.json");
-  json inc = json::parse(f, nullptr, false);
-  REQUIRE(inc.is_object());
+  json inc = incident_json(run, gpu["id"].get<std::string>());
   REQUIRE(inc["slow"]["cause"] == "gpu");
   REQUIRE(inc["slow"]["culprit_ranks"] == json::array({1}));
   REQUIRE(inc["slow"]["factor"].get<double>() > 1);
@@ -683,11 +683,7 @@ TEST_CASE("fr-simjob --daemons: a link-slow link opens a slow incident naming it
   REQUIRE(opened[0]["kind"] == "slow");
   REQUIRE(opened[0]["reason"].get<std::string>().find("rank 1 -> rank 2 steps take") !=
           std::string::npos);
-  const std::string job = run.result["job_id"].get<std::string>();
-  std::ifstream f(run.dir + "/incidents/" + job + "/" + opened[0]["id"].get<std::string>() +
-                  "/incident.json");
-  json inc = json::parse(f, nullptr, false);
-  REQUIRE(inc.is_object());
+  json inc = incident_json(run, opened[0]["id"].get<std::string>());
   INFO("incident " << inc.dump());
   REQUIRE(inc["slow"]["cause"] == "link");
   REQUIRE(inc["slow"]["where"]["waiting_rank"] == 2);
