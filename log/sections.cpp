@@ -23,8 +23,10 @@ std::string str(uint64_t v) { return std::to_string(v); }
 
 uint32_t saturated(uint64_t v) { return uint32_t(std::min<uint64_t>(v, UINT32_MAX)); }
 
-// Where a version 7 header's directory ends (the directory's fields are bounded first).
+// Where a version 7 header's directory ends (its row count and size are bounded first); an offset
+// past any plausible end gives UINT64_MAX, so a huge one cannot wrap the sum small.
 uint64_t directory_end(const fr_log_header& h) {
+  if (h.section_offset > kDirectoryEndMax) return UINT64_MAX;
   return h.section_offset + uint64_t{h.section_count} * h.section_size;
 }
 

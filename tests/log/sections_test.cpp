@@ -308,6 +308,9 @@ TEST_CASE("sections: hostile directories are refused with a clear error", "[prot
                 "section directory out of place");
   check_refused([](VersionLog& l) { l.header()->section_offset = 4096; },
                 "section directory out of place");
+  // An offset so large that the directory's end wraps past zero to a small number.
+  check_refused([](VersionLog& l) { l.header()->section_offset = UINT64_MAX - 199; },
+                "section directory out of place");
   check_refused([](VersionLog& l) { l.header()->section_count = 0; },
                 "section directory of 0 rows");
   check_refused([](VersionLog& l) { l.header()->section_count = 65; },
