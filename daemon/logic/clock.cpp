@@ -3,7 +3,18 @@
 
 namespace fr::daemon {
 
+namespace {
+
+// A clock reading past this (year 2116) or before the epoch is not one; within it, the sums and
+// differences below cannot overflow.
+constexpr int64_t kMaxClockNs = int64_t(1) << 62;
+
+bool plausible(int64_t t) { return t >= 0 && t <= kMaxClockNs; }
+
+}  // namespace
+
 bool ClockEstimator::add(int64_t t1, int64_t t2, int64_t t3, int64_t t4) {
+  if (!plausible(t1) || !plausible(t2) || !plausible(t3) || !plausible(t4)) return false;
   if (t4 < t1 || t3 < t2) return false;
   int64_t delay = (t4 - t1) - (t3 - t2);
   if (delay < 0) return false;

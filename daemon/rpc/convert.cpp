@@ -112,6 +112,19 @@ NodeReport from_proto(const fr::v1::Heartbeat& in) {
 
 namespace {
 
+int64_t time_or_zero(int64_t ns) { return ns > 0 && ns <= (int64_t(1) << 62) ? ns : 0; }
+
+}  // namespace
+
+bool timing_or_drop(CollTiming* t) {
+  t->gpu_ns = time_or_zero(t->gpu_ns);
+  t->gpu_start_ns = time_or_zero(t->gpu_start_ns);
+  t->gpu_end_ns = time_or_zero(t->gpu_end_ns);
+  return time_or_zero(t->call_ns) != 0;
+}
+
+namespace {
+
 void from_proto(const fr::v1::CommProgress& d, CommProgress* c) {
   c->comm_id = d.comm_id();
   c->size = d.size();
@@ -126,15 +139,12 @@ void from_proto(const fr::v1::CommProgress& d, CommProgress* c) {
   c->oldest_seq = d.oldest_in_flight_seq();
   c->oldest_op = d.oldest_in_flight_op();
   printable_into(d.name(), 64, &c->name);
-  c->recent.resize(std::min<size_t>(size_t(d.recent_size()), CommProgress::kMaxRecent));
-  for (size_t i = 0; i < c->recent.size(); ++i) {
+  const size_t n = std::min<size_t>(size_t(d.recent_size()), CommProgress::kMaxRecent);
+  c->recent.clear();
+  for (size_t i = 0; i < n; ++i) {
     const fr::v1::CollTiming& t = d.recent(int(i));
-    c->recent[i] = {t.seq(),
-                    t.op(),
-                    t.call_ns(),
-                    t.gpu_ns() < 0 ? 0 : t.gpu_ns(),
-                    t.gpu_start_ns() < 0 ? 0 : t.gpu_start_ns(),
-                    t.gpu_end_ns() < 0 ? 0 : t.gpu_end_ns()};
+    CollTiming k{t.seq(), t.op(), t.call_ns(), t.gpu_ns(), t.gpu_start_ns(), t.gpu_end_ns()};
+    if (timing_or_drop(&k)) c->recent.push_back(k);
   }
 }
 

@@ -17,6 +17,12 @@ constexpr size_t kMaxCommsPerHeartbeat = 65536;
 // A rank or a size as the coordinator keeps it: -1 (unknown) to 2^24, anything else -1.
 inline int rank_or_unknown(int32_t v) { return v >= -1 && v <= (1 << 24) ? v : -1; }
 
+// A collective's times as a peer sent them, checked in place: GPU times that cannot be times
+// (before the epoch, past 2^62 ns) become 0, not timed; false where its call time is none, and
+// the collective is dropped. Within these bounds the coordinator's sums of times and clock
+// offsets cannot overflow. Both heartbeat decoders take each timing through it.
+bool timing_or_drop(CollTiming* t);
+
 void to_proto(const NodeReport& in, fr::v1::Heartbeat* out);
 NodeReport from_proto(const fr::v1::Heartbeat& in);
 // The same into *out, whatever it held before, reusing its memory: the coordinator decodes every

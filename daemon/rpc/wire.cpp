@@ -257,7 +257,7 @@ class Fast {
     std::string_view name;
     uint64_t f[13] = {};  // by field number
     uint64_t v;
-    size_t recent = 0;
+    size_t recent = 0, kept = 0;
     while (p_ < end_) {
       const uint32_t t = tag();
       if (t == field(13, kBytes)) {
@@ -265,10 +265,11 @@ class Fast {
         continue;
       }
       if (t == field(14, kBytes)) {
-        if (recent == CommProgress::kMaxRecent) return false;
-        if (recent == c->recent.size()) c->recent.emplace_back();
+        if (recent++ == CommProgress::kMaxRecent) return false;
+        if (kept == c->recent.size()) c->recent.emplace_back();
         Fast sub(nullptr, nullptr);
-        if (!enter(&sub) || !sub.timing(&c->recent[recent++])) return false;
+        if (!enter(&sub) || !sub.timing(&c->recent[kept])) return false;
+        kept += timing_or_drop(&c->recent[kept]);
         continue;
       }
       if ((t & 7) != kVarint || (t >> 3) == 0 || (t >> 3) > 12 || !varint(&v)) return false;
@@ -287,7 +288,7 @@ class Fast {
     c->oldest_seq = f[11];
     c->oldest_op = uint32_t(f[12]);
     printable_into(name, 64, &c->name);
-    c->recent.resize(recent);
+    c->recent.resize(kept);
     return true;
   }
 
@@ -306,8 +307,7 @@ class Fast {
   bool timing(CollTiming* t) {
     uint64_t f[7] = {};
     if (!flat(f)) return false;
-    auto cut = [](uint64_t v) { return int64_t(v) < 0 ? 0 : int64_t(v); };
-    *t = {f[1], uint32_t(f[2]), int64_t(f[3]), cut(f[4]), cut(f[5]), cut(f[6])};
+    *t = {f[1], uint32_t(f[2]), int64_t(f[3]), int64_t(f[4]), int64_t(f[5]), int64_t(f[6])};
     return true;
   }
 

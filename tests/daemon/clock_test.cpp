@@ -1,5 +1,6 @@
 // Clock offsets between the coordinator and a node (daemon/logic/clock.h).
 #include <catch2/catch.hpp>
+#include <cstdint>
 
 #include "daemon/logic/clock.h"
 
@@ -21,4 +22,9 @@ TEST_CASE("clock offsets come from the round trip with the least delay", "[daemo
   // Impossible samples are refused.
   CHECK_FALSE(c.add(10, 5, 4, 20));
   CHECK_FALSE(c.add(10, 5, 6, 9));
+  // A hostile node's times, whose differences would overflow, are refused too.
+  CHECK_FALSE(c.add(10, INT64_MIN, INT64_MAX, 20));
+  CHECK_FALSE(c.add(10, -5, 4, 20));
+  CHECK_FALSE(c.add(10, INT64_MAX - 1, INT64_MAX, 20));
+  CHECK(c.offset_ns() == -ahead);
 }

@@ -4,6 +4,7 @@
 // one proto mapping, dump.json and the manifest's JSON.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -126,6 +127,38 @@ TEST_CASE("a heartbeat's names, text and counts arrive bounded", "[daemon]") {
   REQUIRE(fresh.unreadable.size() == 64);
   CHECK(fresh.unreadable[0] == "x-unreadable-0");
   CHECK(fresh.unreadable[1] == std::string(256, '?') + "...");
+}
+
+TEST_CASE("a heartbeat's collective times arrive as times or not at all", "[daemon]") {
+  fr::v1::Heartbeat hb = heartbeat(1, 1, "t");
+  auto* c = hb.mutable_processes(0)->mutable_comms(0);
+  const int64_t ms = 1'000'000, t0 = 1'700'000'000'000 * ms;
+  auto add = [&](uint64_t seq, int64_t call, int64_t gpu, int64_t start, int64_t end) {
+    auto* t = c->add_recent();
+    t->set_seq(seq), t->set_call_ns(call), t->set_gpu_ns(gpu);
+    t->set_gpu_start_ns(start), t->set_gpu_end_ns(end);
+  };
+  add(1, t0, 4 * ms, t0 + ms, t0 + 5 * ms);         // a collective, timed
+  add(2, INT64_MAX, 4 * ms, t0 + ms, t0 + 5 * ms);  // a call time past any clock: dropped
+  add(3, -t0, 4 * ms, t0 + ms, t0 + 5 * ms);        // before the epoch: dropped
+  add(4, t0, INT64_MAX, INT64_MAX - 1, INT64_MAX);  // its GPU times are none: untimed
+  add(5, t0, -ms, INT64_MIN, -1);                   // likewise
+  NodeReport reused = from_proto(heartbeat(2, 2, "u"));
+  from_proto(hb, &reused);
+  const NodeReport fresh = from_proto(hb);
+  check_same(reused, fresh);
+  const auto& recent = fresh.processes[0].comms[0].recent;
+  REQUIRE(recent.size() == 3);
+  CHECK(recent[0].seq == 1);
+  CHECK(recent[0].gpu_ns == 4 * ms);
+  CHECK(recent[0].gpu_start_ns == t0 + ms);
+  CHECK(recent[0].gpu_end_ns == t0 + 5 * ms);
+  for (size_t i : {1, 2}) {
+    CHECK(recent[i].call_ns == t0);
+    CHECK(recent[i].gpu_ns == 0);
+    CHECK(recent[i].gpu_start_ns == 0);
+    CHECK(recent[i].gpu_end_ns == 0);
+  }
 }
 
 // The proto message's fields, walked by its descriptor: each one set to a value of its own, through
