@@ -257,10 +257,10 @@ bool by_wire(uint64_t id, const LinkComm& c, std::vector<HistoryLink>* out) {
     f.factor = std::min(share / other, 1000.0);
     f.share = share;
     f.others_share = other;
-    f.value_ns = int64_t(std::exp(p.top->log_avg));
+    f.value_ns = fr::slow::ns_of_log(p.top->log_avg);
     f.others_ns = int64_t(double(f.value_ns) / std::max(f.factor, 1.0));
     f.sampled = p.sampled;
-    const int64_t excess = int64_t(double(f.value_ns - f.others_ns) * p.top->steps);
+    const int64_t excess = fr::slow::link_excess_ns(f.value_ns, f.others_ns, p.top->steps);
     if (fr::slow::wire_stands_out(share, other, p.wire) && f.src >= 0 && f.dst >= 0 &&
         excess >= fr::slow::kMinExcessNs)
       found.push_back(f);
@@ -285,10 +285,10 @@ void by_step_times(uint64_t id, const LinkComm& c, std::vector<HistoryLink>* out
     f.channel = k.channel;
     f.comm = id;
     f.factor = std::exp(k.log_avg - sp.median_log);
-    f.value_ns = int64_t(std::exp(k.log_avg));
-    f.others_ns = int64_t(std::exp(sp.median_log));
+    f.value_ns = fr::slow::ns_of_log(k.log_avg);
+    f.others_ns = fr::slow::ns_of_log(sp.median_log);
     f.sampled = k.n;
-    const int64_t excess = int64_t(double(f.value_ns - f.others_ns) * k.steps);
+    const int64_t excess = fr::slow::link_excess_ns(f.value_ns, f.others_ns, k.steps);
     if (f.factor >= sp.bar && f.src >= 0 && f.dst >= 0 && excess >= fr::slow::kMinExcessNs)
       found.push_back(f);
   }

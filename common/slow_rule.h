@@ -47,10 +47,17 @@ T median_of(std::vector<T> v) {
   return *mid;
 }
 
-// A time in ns from its log, within int64 (a hostile or absurd time must not overflow).
-inline int64_t ns_of_log(double l) {
-  const double v = std::exp(l);
-  return v >= 9.0e18 ? int64_t(9'000'000'000'000'000'000) : v <= 0 ? 0 : int64_t(v);
+// A time in ns from a double, within int64 (a hostile or absurd time must not overflow): 0 below,
+// 9e18 (all an int64 holds, with room) above; NaN is 0.
+inline int64_t saturated_ns(double v) {
+  return v >= 9.0e18 ? int64_t(9'000'000'000'000'000'000) : v > 0 ? int64_t(v) : 0;
+}
+// A time in ns from its log, likewise.
+inline int64_t ns_of_log(double l) { return saturated_ns(std::exp(l)); }
+
+// What a link's slower steps cost its op: (its step time - the others') x its steps, saturated.
+inline int64_t link_excess_ns(int64_t value_ns, int64_t others_ns, double steps) {
+  return saturated_ns((double(value_ns) - double(others_ns)) * steps);
 }
 
 // A member's GPU time per op, in log space (log_avg, over n samples): from kernel times (the

@@ -65,10 +65,17 @@ T num(const json& j) {
   }
 }
 
+// A time or duration in ns: before the epoch (below 0) or past 2^62 ns it is none, 0, so the
+// judges' sums and products of times stay within range.
+int64_t ns(const json& j) {
+  const int64_t v = num<int64_t>(j);
+  return v >= 0 && v <= (int64_t(1) << 62) ? v : 0;
+}
+
 HistorySample sample_from(const json& j) {
   if (!j.is_object()) throw std::runtime_error("a sample is not an object");
   HistorySample s;
-  s.time_ns = num<int64_t>(j.at("t_ns"));
+  s.time_ns = ns(j.at("t_ns"));
   for (const json& c : bounded(j, "comms", NodeSlowHistory::kMaxComms)) {
     HistoryComm hc;
     hc.id = num<uint64_t>(c.at("id"));
@@ -77,20 +84,19 @@ HistorySample sample_from(const json& j) {
     hc.busy = c.value("busy", false);
     for (const json& k : bounded(c, "colls", NodeSlowHistory::kMaxColls)) {
       if (!k.is_array() || k.size() != 4) throw std::runtime_error("a collective is not 4 numbers");
-      hc.colls.push_back(
-          {num<uint64_t>(k[0]), num<uint32_t>(k[1]), num<int64_t>(k[2]), num<int64_t>(k[3])});
+      hc.colls.push_back({num<uint64_t>(k[0]), num<uint32_t>(k[1]), ns(k[2]), ns(k[3])});
     }
     for (const json& k : bounded(c, "marks", NodeSlowHistory::kMaxColls)) {
       if (!k.is_array() || k.size() != 3) throw std::runtime_error("a mark is not 3 numbers");
-      hc.marks.push_back({num<uint64_t>(k[0]), num<int64_t>(k[1]), num<int64_t>(k[2])});
+      hc.marks.push_back({num<uint64_t>(k[0]), ns(k[1]), ns(k[2])});
     }
     s.comms.push_back(std::move(hc));
   }
   for (const json& l : bounded(j, "links", NodeSlowHistory::kMaxLinks)) {
     if (!l.is_array() || l.size() != 8) throw std::runtime_error("a link is not 8 numbers");
     s.links.push_back({num<uint64_t>(l[0]), num<int32_t>(l[1]), num<int32_t>(l[2]),
-                       num<int>(l[3]) != 0, num<uint64_t>(l[4]), num<uint32_t>(l[5]),
-                       num<int64_t>(l[6]), num<uint32_t>(l[7])});
+                       num<int>(l[3]) != 0, num<uint64_t>(l[4]), num<uint32_t>(l[5]), ns(l[6]),
+                       num<uint32_t>(l[7])});
   }
   return s;
 }

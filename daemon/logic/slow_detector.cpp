@@ -433,7 +433,7 @@ void SlowDetector::judge_gpus(uint64_t id, Comm& c, int64_t now_mono,
       c.members[rank].gpu_ratio = std::max(c.members[rank].gpu_ratio, r);
       Worst& w = worst[rank];
       if (r / bar > (w.bar > 0 ? w.ratio / w.bar : 0))
-        w = {r, bar, int64_t(std::exp(v)), int64_t(std::exp(med)), sampled};
+        w = {r, bar, fr::slow::ns_of_log(v), fr::slow::ns_of_log(med), sampled};
       if (r > 0) c.members[rank].gpu_sampled |= sampled;
       c.members[rank].gpu_bar = std::max(c.members[rank].gpu_bar, bar);
     }
@@ -503,10 +503,10 @@ void SlowDetector::judge_links(uint64_t id, Comm& c, int64_t now_mono,
     SlowFinding f = link_finding(id, c, k.src, k.dst, k.channel);
     const int gsrc = f.peer_rank, gdst = f.rank;
     f.factor = k.ratio;
-    f.value_ns = int64_t(std::exp(k.log_avg));
-    f.others_ns = int64_t(std::exp(med));
+    f.value_ns = fr::slow::ns_of_log(k.log_avg);
+    f.others_ns = fr::slow::ns_of_log(med);
     f.step_ns = step;
-    const int64_t excess = int64_t(double(f.value_ns - f.others_ns) * k.steps);
+    const int64_t excess = fr::slow::link_excess_ns(f.value_ns, f.others_ns, k.steps);
     f.step_without_ns = without(step, excess);
     f.since_mono = now_mono;
     const bool stands_out = k.ratio >= bar && gsrc >= 0 && gdst >= 0 && worth(f, excess);
@@ -538,10 +538,10 @@ bool SlowDetector::judge_wire(uint64_t id, Comm& c, int64_t now_mono,
     // a step of theirs takes; the ratio of the shares estimates how much slower it is.
     f.factor = std::min(share / other, 1000.0);
     f.share = share;
-    f.value_ns = int64_t(std::exp(p.top->log_avg));
+    f.value_ns = fr::slow::ns_of_log(p.top->log_avg);
     f.others_ns = int64_t(double(f.value_ns) / std::max(f.factor, 1.0));
     f.step_ns = step;
-    const int64_t excess = int64_t(double(f.value_ns - f.others_ns) * p.top->steps);
+    const int64_t excess = fr::slow::link_excess_ns(f.value_ns, f.others_ns, p.top->steps);
     f.step_without_ns = without(step, excess);
     f.since_mono = now_mono;
     const bool stands_out = fr::slow::wire_stands_out(share, other, p.wire, cfg_.wire_share,
@@ -640,7 +640,7 @@ std::vector<SlowLinkStat> SlowDetector::link_stats() const {
       auto src = c.members.find(k.src), dst = c.members.find(k.dst);
       if (src == c.members.end() || dst == c.members.end()) continue;
       out.push_back({src->second.global_rank, dst->second.global_rank, k.channel, id,
-                     int64_t(std::exp(k.log_avg)), k.ratio});
+                     fr::slow::ns_of_log(k.log_avg), k.ratio});
     }
   return out;
 }

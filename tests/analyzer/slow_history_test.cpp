@@ -228,6 +228,41 @@ TEST_CASE("slow history: the link whose sender is on the wire while the others w
   CHECK(found[0]["slow"]["factor"].get<double>() > 5);
 }
 
+TEST_CASE("slow history: absurd link step times are no times, and the largest saturate",
+          "[analyzer][slow]") {
+  // Rank 2's steps last 2^62 ns, the longest a time can be, over 2^32 - 1 steps an op: its link
+  // is named, and what it costs saturates rather than overflowing. Rank 5's steps are past any
+  // time (read as none: its links are not judged), rank 0's negative.
+  json doc = analyze_with(
+      "",
+      [](int r, int) {
+        Say s;
+        s.step_ns = r == 2 ? int64_t(1) << 62 : r == 5 ? INT64_MAX : kMs;
+        return s;
+      },
+      [](const std::string& dir) {
+        for (const auto& e : fs::directory_iterator(dir)) {
+          const std::string f = e.path().string();
+          if (f.find(fr::log::kSlowHistorySuffix) == std::string::npos) continue;
+          std::ifstream in(f);
+          json j = json::parse(in);
+          for (auto& p : j["processes"])
+            for (auto& smp : p["samples"])
+              for (auto& l : smp["links"]) {
+                l[5] = UINT32_MAX;
+                if (p["rank"] == 0) l[6] = -kMs;
+              }
+          std::ofstream(f) << j.dump();
+        }
+      });
+  INFO(doc["findings"].dump() << doc["inputs"].dump());
+  auto found = slow_findings(doc);
+  REQUIRE(found.size() == 1);
+  CHECK(found[0]["where"]["waiting_rank"] == 3);
+  CHECK(found[0]["where"]["peer_rank"] == 2);
+  CHECK(found[0]["slow"]["factor"].get<double>() > 1e6);
+}
+
 TEST_CASE("slow history: a link into a slow link's sending node, waiting for it, is not named",
           "[analyzer][slow]") {
   // 3 -> 4 (node 0 to node 1) is slow: its sender is on the wire at 80% of the samples. Rank 3
