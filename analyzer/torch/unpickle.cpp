@@ -330,6 +330,13 @@ bool Machine::execute(uint32_t* result) {
     error_ = "pickle: empty input";
     return false;
   }
+  // Protocol 2 and later begin with PROTO, as every dump does; the reader takes a file for a
+  // pickle by it, and so does the machine (never a pickle that only the JSON path would read).
+  if (static_cast<uint8_t>(in_[0]) != PROTO) {
+    op_at_ = 0;
+    error_ = "pickle: does not begin with the PROTO opcode (dumps are protocol 2 or later)";
+    return false;
+  }
   while (true) {
     if (pos_ >= in_.size()) {
       op_at_ = pos_;

@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 
+#include "analyzer/torch/torch_detail.h"
 #include "analyzer/torch/unpickle.h"
 
 using fr::analyzer::torch::unpickle;
@@ -301,6 +302,13 @@ TEST_CASE("unpickle: truncated and malformed input gives errors, never crashes",
     CHECK_FALSE(r.error.empty());
   }
   CHECK(unpickle("").error == "pickle: empty input");
+  // A pickle without PROTO first (here NEWTRUE, then PROTO and a dict: Python's loads takes it)
+  // is none of a dump's protocols: refused by the machine as by the reader, which takes a file
+  // for a pickle by its first byte.
+  const std::string late_proto("\x88\x80\x02}.", 5);
+  CHECK(unpickle(late_proto).error ==
+        "pickle: does not begin with the PROTO opcode (dumps are protocol 2 or later)");
+  CHECK(fr::analyzer::torch::read_torch_dump_bytes(late_proto, "nccl_trace_rank_1").logs.empty());
 
   // Stack underflow, mark misuse, wrong container types, bad memo, invalid UTF-8, bad protocol.
   for (std::string bad : {
