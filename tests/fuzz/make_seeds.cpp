@@ -1,6 +1,7 @@
 // Writes seed inputs for the fuzz targets in the current format: flight-log dumps made by
-// encode_snapshot and a manifest made by write_manifest, so the seeds follow the format as it
-// grows. Usage: fr_fuzz_seeds OUT_DIR (creates OUT_DIR/flight_log and OUT_DIR/manifest).
+// encode_snapshot, a manifest made by write_manifest and a heartbeat history made by
+// slow_history_to_text, so the seeds follow the formats as they grow. Usage: fr_fuzz_seeds
+// OUT_DIR (creates OUT_DIR/flight_log, OUT_DIR/manifest and OUT_DIR/slow_history).
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,7 +11,9 @@
 #include <sstream>
 #include <string>
 
+#include "fr/flight_log.h"
 #include "log/reader.h"
+#include "log/slow_history.h"
 #include "log/snapshot.h"
 
 namespace {
@@ -70,6 +73,42 @@ fr::log::LogFile job_log(int rank, int records, uint64_t first_id) {
   return f;
 }
 
+// A node's heartbeat history of four ranks on one communicator, in the writer's format: kernel
+// times and sampled markers (rank 3's GPU twice as slow), a ring's links (rank 1 -> 2 on the wire
+// at most samples), so the judges behind the reader all have something to weigh.
+fr::log::NodeSlowHistory slow_history() {
+  fr::log::NodeSlowHistory h;
+  h.node = "node0";
+  h.time_ns = 1796205600000000000;
+  const int64_t ms = 1000000, t0 = h.time_ns - 20000 * ms;
+  for (int r = 0; r < 4; ++r) {
+    fr::log::ProcessHistory p;
+    p.rank = r;
+    p.pid = 100 + r;
+    p.log = "rank" + std::to_string(r) + ".node0." + std::to_string(100 + r) + ".frlog";
+    for (int k = 0; k < 12; ++k) {
+      fr::log::HistorySample x;
+      x.time_ns = t0 + k * 1000 * ms;
+      fr::log::HistoryComm c;
+      c.id = 0xC0FFEE;
+      c.rank = r;
+      c.size = 4;
+      c.busy = k % 2 == 1;
+      const int64_t gpu = (r == 3 ? 8 : 4) * ms;
+      c.colls.push_back({uint64_t(100 + k), FR_OP_ALLREDUCE, x.time_ns - 500 * ms, gpu});
+      c.marks.push_back({uint64_t(100 + k), x.time_ns - 499 * ms, x.time_ns - 499 * ms + gpu});
+      x.comms.push_back(c);
+      x.links.push_back({c.id, 0, (r + 1) % 4, true, uint64_t(k + 1), 8, 10 * ms,
+                         r == 1 || k % 5 == 0 ? uint32_t(FR_CHANST_SEND_WAIT)
+                                              : uint32_t(FR_CHANST_POSTED)});
+      x.links.push_back({c.id, 0, (r + 3) % 4, false, uint64_t(k + 1), 8, 10 * ms, 0});
+      p.samples.push_back(std::move(x));
+    }
+    h.processes.push_back(std::move(p));
+  }
+  return h;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -78,11 +117,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::string out = argv[1];
-  for (const char* sub : {"", "/flight_log", "/manifest"}) mkdir((out + sub).c_str(), 0755);
+  for (const char* sub : {"", "/flight_log", "/manifest", "/slow_history"})
+    mkdir((out + sub).c_str(), 0755);
   bool ok = true;
   ok &= write(out + "/flight_log/gen_small", fr::log::encode_snapshot(job_log(0, 6, 0), 42));
   ok &= write(out + "/flight_log/gen_wrapped", fr::log::encode_snapshot(job_log(1, 9, 4093), 43));
   ok &= write(out + "/flight_log/gen_empty", fr::log::encode_snapshot(job_log(2, 0, 0), 44));
+  ok &= write(out + "/slow_history/gen_history.json",
+              fr::log::slow_history_to_text(slow_history()));
 
   std::vector<fr::log::SnapshotProcess> procs(2);
   for (int i = 0; i < 2; ++i) {

@@ -40,7 +40,7 @@ export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1" UBSAN_OPTIONS="
 common=(-rss_limit_mb=2048 -timeout=10)
 failed=0
 ran=0
-for target in flight_log manifest torch_json unpickle frd_peer wire; do
+for target in flight_log manifest torch_json unpickle slow_history frd_peer wire; do
   exe="$bin/fr_fuzz_$target"
   if [ ! -x "$exe" ]; then
     echo "FAIL $target: $exe was not built" >&2
