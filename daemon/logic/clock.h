@@ -13,7 +13,8 @@ namespace fr::daemon {
 class ClockEstimator {
  public:
   // Adds one round trip. Samples that cannot be right (t4 < t1, t3 < t2, delay < 0, a time before
-  // the epoch or past 2^62 ns) are ignored; returns whether the sample was kept.
+  // the epoch or past 2^62 ns, an offset past 2^60 ns) are ignored; returns whether the sample
+  // was kept.
   bool add(int64_t t1, int64_t t2, int64_t t3, int64_t t4);
 
   bool has_offset() const { return !samples_.empty(); }

@@ -26,5 +26,8 @@ TEST_CASE("clock offsets come from the round trip with the least delay", "[daemo
   CHECK_FALSE(c.add(10, INT64_MIN, INT64_MAX, 20));
   CHECK_FALSE(c.add(10, -5, 4, 20));
   CHECK_FALSE(c.add(10, INT64_MAX - 1, INT64_MAX, 20));
+  // Times that are times, but a node more than 2^60 ns (36 years) off.
+  const int64_t far = (int64_t(1) << 60) + 1000 * ms;
+  CHECK_FALSE(c.add(1000 * ms, 1000 * ms + far, 1000 * ms + far, 1001 * ms));
   CHECK(c.offset_ns() == -ahead);
 }

@@ -98,9 +98,9 @@ fr::log::NodeSlowHistory slow_history() {
       c.colls.push_back({uint64_t(100 + k), FR_OP_ALLREDUCE, x.time_ns - 500 * ms, gpu});
       c.marks.push_back({uint64_t(100 + k), x.time_ns - 499 * ms, x.time_ns - 499 * ms + gpu});
       x.comms.push_back(c);
-      x.links.push_back({c.id, 0, (r + 1) % 4, true, uint64_t(k + 1), 8, 10 * ms,
-                         r == 1 || k % 5 == 0 ? uint32_t(FR_CHANST_SEND_WAIT)
-                                              : uint32_t(FR_CHANST_POSTED)});
+      x.links.push_back(
+          {c.id, 0, (r + 1) % 4, true, uint64_t(k + 1), 8, 10 * ms,
+           r == 1 || k % 5 == 0 ? uint32_t(FR_CHANST_SEND_WAIT) : uint32_t(FR_CHANST_POSTED)});
       x.links.push_back({c.id, 0, (r + 3) % 4, false, uint64_t(k + 1), 8, 10 * ms, 0});
       p.samples.push_back(std::move(x));
     }
@@ -123,8 +123,8 @@ int main(int argc, char** argv) {
   ok &= write(out + "/flight_log/gen_small", fr::log::encode_snapshot(job_log(0, 6, 0), 42));
   ok &= write(out + "/flight_log/gen_wrapped", fr::log::encode_snapshot(job_log(1, 9, 4093), 43));
   ok &= write(out + "/flight_log/gen_empty", fr::log::encode_snapshot(job_log(2, 0, 0), 44));
-  ok &= write(out + "/slow_history/gen_history.json",
-              fr::log::slow_history_to_text(slow_history()));
+  ok &=
+      write(out + "/slow_history/gen_history.json", fr::log::slow_history_to_text(slow_history()));
 
   std::vector<fr::log::SnapshotProcess> procs(2);
   for (int i = 0; i < 2; ++i) {
