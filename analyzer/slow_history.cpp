@@ -25,6 +25,7 @@
 #include <tuple>
 
 #include "common/slow_rule.h"
+#include "common/time_ns.h"
 #include "fr/flight_log.h"
 #include "passes.h"
 
@@ -40,7 +41,6 @@ constexpr size_t kMaxComms = 4096;    // communicators judged
 constexpr size_t kMaxLinks = 4096;    // links per communicator
 constexpr size_t kMaxOps = 8;         // ops timed per member
 constexpr size_t kMaxSeqs = 1 << 16;  // collectives per communicator whose op and marks are kept
-constexpr int64_t kMaxTimeNs = int64_t(1) << 62;  // a sampled time past this is not a time
 
 // Every sample of every process, oldest first over the nodes (as the heartbeats arrived).
 struct Visit {
@@ -89,7 +89,7 @@ struct GpuComm {
 int64_t clock_offset(const Model& m, const ProcessHistory& p) {
   for (const auto& q : m.procs)
     if (q.rank == p.rank && q.pid == p.pid)
-      return std::llabs(q.clock_offset_ns) < kMaxTimeNs / 2 ? q.clock_offset_ns : 0;
+      return std::llabs(q.clock_offset_ns) < fr::kMaxTimeNs / 2 ? q.clock_offset_ns : 0;
   return 0;
 }
 
@@ -108,10 +108,9 @@ void learn_gpu(const Visit& v, int64_t offset, std::map<uint64_t, GpuComm>* comm
       if (fr::slow::GpuAvg* a = mem.op(k.op)) a->add_kernel(k.gpu_ns);
     }
     for (const auto& k : c.marks) {
-      // Hostile or absurd times (not a collective's start and end, or past int64 with the
-      // offset) are not times.
-      if (!fr::slow::marks_timed(k.gpu_start_ns, k.gpu_end_ns) || k.gpu_end_ns > kMaxTimeNs)
-        continue;
+      // Not a collective's start and end: not timed (the reader made times past 2^62 ns 0, so
+      // with the bounded offset nothing overflows).
+      if (!fr::slow::marks_timed(k.gpu_start_ns, k.gpu_end_ns)) continue;
       if (!gc.marks.count(k.seq) && gc.marks.size() >= kMaxSeqs) continue;
       gc.marks[k.seq].emplace(c.rank,
                               std::make_pair(k.gpu_start_ns + offset, k.gpu_end_ns + offset));

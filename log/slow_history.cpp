@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/time_ns.h"
+
 namespace fr::log {
 
 namespace {
@@ -67,10 +69,7 @@ T num(const json& j) {
 
 // A time or duration in ns: before the epoch (below 0) or past 2^62 ns it is none, 0, so the
 // judges' sums and products of times stay within range.
-int64_t ns(const json& j) {
-  const int64_t v = num<int64_t>(j);
-  return v >= 0 && v <= (int64_t(1) << 62) ? v : 0;
-}
+int64_t ns(const json& j) { return fr::time_or_zero(num<int64_t>(j)); }
 
 HistorySample sample_from(const json& j) {
   if (!j.is_object()) throw std::runtime_error("a sample is not an object");

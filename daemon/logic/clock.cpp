@@ -1,21 +1,20 @@
 // See clock.h.
 #include "daemon/logic/clock.h"
 
+#include "common/time_ns.h"
+
 namespace fr::daemon {
 
 namespace {
 
-// A clock reading past this (year 2116) or before the epoch is not one; within it, the sums and
-// differences below cannot overflow.
-constexpr int64_t kMaxClockNs = int64_t(1) << 62;
 constexpr int64_t kMaxOffsetNs = int64_t(1) << 60;
-
-bool plausible(int64_t t) { return t >= 0 && t <= kMaxClockNs; }
 
 }  // namespace
 
 bool ClockEstimator::add(int64_t t1, int64_t t2, int64_t t3, int64_t t4) {
-  if (!plausible(t1) || !plausible(t2) || !plausible(t3) || !plausible(t4)) return false;
+  // A reading that is no time (common/time_ns.h) is refused; within them, nothing below overflows.
+  for (int64_t t : {t1, t2, t3, t4})
+    if (!plausible_ns(t)) return false;
   if (t4 < t1 || t3 < t2) return false;
   int64_t delay = (t4 - t1) - (t3 - t2);
   if (delay < 0) return false;

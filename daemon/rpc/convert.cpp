@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "common/time_ns.h"
 #include "daemon/base/names.h"
 
 namespace fr::daemon {
@@ -109,12 +110,6 @@ NodeReport from_proto(const fr::v1::Heartbeat& in) {
   from_proto(in, &r);
   return r;
 }
-
-namespace {
-
-int64_t time_or_zero(int64_t ns) { return ns > 0 && ns <= (int64_t(1) << 62) ? ns : 0; }
-
-}  // namespace
 
 bool timing_or_drop(CollTiming* t) {
   t->gpu_ns = time_or_zero(t->gpu_ns);

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <fstream>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "daemon/logic/coordinator.h"
@@ -26,6 +27,16 @@ SlowJob job(Fault f, int rank, double factor, uint64_t seed) {
   j.factor = factor;
   j.seed = seed;
   return j;
+}
+
+// What member `rank` of communicator `comm` (of `size`) reports of it, before its collectives.
+CommProgress progress(uint64_t comm, int size, int rank, const std::string& name = "") {
+  CommProgress c;
+  c.comm_id = comm;
+  c.size = size;
+  c.rank = rank;
+  c.name = name;
+  return c;
 }
 
 }  // namespace
@@ -256,10 +267,7 @@ TEST_CASE("slow detector: sampled GPU times under a sample period give no ratio"
     SlowDetector det(cfg);
     for (uint64_t s = 1; s <= 40; ++s) {
       for (int r = 0; r < 4; ++r) {
-        CommProgress c;
-        c.comm_id = 0xf1;
-        c.size = 4;
-        c.rank = r;
+        CommProgress c = progress(0xf1, 4, r);
         const int64_t t0 = int64_t(s) * 25'000'000;
         c.recent.push_back({s, FR_OP_ALLREDUCE, t0, 0, t0, t0 + (r == 1 ? 300'000 : 0)});
         det.member(c, r, 0, t0, 1);
@@ -278,11 +286,7 @@ TEST_CASE("slow detector: kernel times win over sampled markers for the same col
   const uint64_t comm = 0x5eed;
   for (uint64_t s = 1; s <= 40; ++s) {
     for (int r = 0; r < 4; ++r) {
-      CommProgress c;
-      c.comm_id = comm;
-      c.size = 4;
-      c.rank = r;
-      c.name = "dp";
+      CommProgress c = progress(comm, 4, r, "dp");
       const int64_t t0 = int64_t(s) * 100'000'000;
       const int64_t own = r == 2 ? 20'000'000 : 5'000'000;
       c.recent.push_back({s, FR_OP_ALLREDUCE, t0, 5'000'000, t0, t0 + own});
@@ -296,10 +300,7 @@ TEST_CASE("slow detector: kernel times win over sampled markers for the same col
   SlowDetector det2;
   for (uint64_t s = 1; s <= 40; ++s) {
     for (int r = 0; r < 4; ++r) {
-      CommProgress c;
-      c.comm_id = comm;
-      c.size = 4;
-      c.rank = r;
+      CommProgress c = progress(comm, 4, r);
       const int64_t t0 = int64_t(s) * 100'000'000;
       const int64_t own = r == 2 ? 20'000'000 : 5'000'000;
       c.recent.push_back({s, FR_OP_ALLREDUCE, t0, 0, t0 + r * 1'000'000, t0 + 3'000'000 + own});
@@ -344,11 +345,7 @@ void ring_heartbeat(SlowDetector& det, uint64_t comm, int hb, uint64_t* seq, int
   std::vector<CollTiming> recent;
   for (int i = 0; i < 2; ++i) recent.push_back({++*seq, 1, at - 100'000'000 * (1 - i), 0});
   for (int r = 0; r < 4; ++r) {
-    CommProgress c;
-    c.comm_id = comm;
-    c.size = 4;
-    c.rank = r;
-    c.name = "dp";
+    CommProgress c = progress(comm, 4, r, "dp");
     c.recent = recent;
     if (slow_gpu) {
       const bool slow = r == 1;
@@ -504,10 +501,7 @@ TEST_CASE("slow detector keeps to its bounds") {
   SlowDetector det(cfg);
   for (uint64_t id = 1; id <= 5; ++id)
     for (int r = 0; r < 8; ++r) {
-      CommProgress c;
-      c.comm_id = id;
-      c.size = 8;
-      c.rank = r;
+      CommProgress c = progress(id, 8, r);
       for (uint64_t s = 1; s <= 40; ++s) c.recent.push_back({s, 1, int64_t(s) * 1'000'000, 0});
       det.member(c, r, 0, 0);
     }
@@ -546,11 +540,7 @@ struct SlowJobFeed {
         p.log = "fr.job.r" + std::to_string(p.rank) + ".frlog";
         p.alive = true;
         p.job_id = "job";
-        CommProgress c;
-        c.comm_id = 0xd0;
-        c.size = 4;
-        c.rank = p.rank;
-        c.name = "dp";
+        CommProgress c = progress(0xd0, 4, p.rank, "dp");
         c.completed = seq;
         if (stall && p.rank == 0) {
           c.oldest_age_ns = 60'000'000'000;
