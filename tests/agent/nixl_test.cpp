@@ -125,6 +125,11 @@ fr::log::LogFile log_of(const TempDir& dir, pid_t pid) {
 }
 
 // A target and an initiator of one driver script, on loopback.
+// UCX over tcp only: a write completes when the target's worker acknowledges it, so a stopped
+// target keeps its transfers in progress. Other transports between two processes of one machine
+// (shared memory, cross-memory attach) write into the target without it, and may finish them.
+const Env kNeedsTarget = {{"UCX_TLS", "tcp"}};
+
 struct Pair {
   TempDir dir;
   TempDir work;  // the drivers' files, apart from the logs
@@ -253,7 +258,7 @@ TEST_CASE("NIXL: healthy transfers are recorded with their peer, size, backend a
 
 TEST_CASE("NIXL: transfers to a stopped target stay in progress in the log", "[agent][nixl]") {
   need_real_nixl();
-  Pair p;
+  Pair p(kNeedsTarget);
   p.start(pair_args(p, "target"), pair_args(p, "initiator", 8, "stall"));
   p.target->signal(SIGSTOP);
   p.go();
@@ -319,7 +324,7 @@ TEST_CASE("NIXL: many transfers in flight are all recorded, and past a full tabl
           "[agent][nixl]") {
   need_real_nixl();
   SECTION("200 in flight, the default table") {
-    Pair p;
+    Pair p(kNeedsTarget);
     p.start(pair_args(p, "target"), pair_args(p, "initiator", 200, "stall"));
     p.target->signal(SIGSTOP);
     p.go();
@@ -335,7 +340,7 @@ TEST_CASE("NIXL: many transfers in flight are all recorded, and past a full tabl
     p.finish();
   }
   SECTION("100 in flight, a table of 64") {
-    Pair p(Env{{"FR_XFER_ENTRIES", "64"}});
+    Pair p(Env{{"FR_XFER_ENTRIES", "64"}, kNeedsTarget[0]});
     p.start(pair_args(p, "target"), pair_args(p, "initiator", 100, "stall"));
     p.target->signal(SIGSTOP);
     p.go();
@@ -378,7 +383,7 @@ TEST_CASE("NIXL: torch's one-sided transport is recorded, healthy and stalled", 
     CHECK(big == 4);
   }
   SECTION("stalled: the target stopped, UCX over tcp") {
-    Pair p(Env{{"UCX_TLS", "tcp"}});
+    Pair p(kNeedsTarget);
     std::string pt = std::to_string(port++);
     p.start({kPython, kTorch, "target", p.work.path(), pt},
             {kPython, kTorch, "initiator", p.work.path(), pt, "3", "stall"});
